@@ -1,0 +1,291 @@
+//! Resource limits through cgroups, v1 (one hierarchy per controller) and v2 (unified).
+//!
+//! kiln creates one cgroup per instance under a `kiln` parent. The memory limit can be changed
+//! at any time, which is the seam for per-invocation resizing.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::CgroupError;
+
+/// The limits of one instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub memory_bytes: u64,
+    pub pids_max: u64,
+    /// Relative CPU share, on cgroup v1's `cpu.shares` scale (2..=262144, 1024 = default).
+    pub cpu_shares: u64,
+}
+
+#[derive(Debug, Clone)]
+enum Layout {
+    V1 { memory: PathBuf, pids: PathBuf, cpu: PathBuf },
+    V2 { root: PathBuf },
+}
+
+/// Creates and finds the cgroups of kiln's instances.
+#[derive(Debug, Clone)]
+pub struct CgroupManager {
+    layout: Layout,
+}
+
+impl CgroupManager {
+    /// Detects the cgroup layout of this host and creates kiln's parent cgroups (named `parent`).
+    pub fn detect(parent: &str) -> Result<Self, CgroupError> {
+        Self::detect_at(Path::new("/sys/fs/cgroup"), parent)
+    }
+
+    fn detect_at(base: &Path, parent: &str) -> Result<Self, CgroupError> {
+        let unified = base.join("cgroup.controllers");
+        if let Ok(controllers) = fs::read_to_string(&unified) {
+            let has = |c: &str| controllers.split_whitespace().any(|x| x == c);
+            if has("memory") && has("pids") {
+                let root = base.join(parent);
+                mkdir(&root)?;
+                // Children can only use the controllers their parent delegates to them.
+                for dir in [base, &root] {
+                    let control = dir.join("cgroup.subtree_control");
+                    for controller in ["+memory", "+pids", "+cpu"] {
+                        // cpu may be missing on some hosts; memory and pids are required.
+                        let result = fs::write(&control, controller);
+                        if controller != "+cpu" {
+                            result.map_err(|e| CgroupError::Io(control.clone(), e))?;
+                        }
+                    }
+                }
+                return Ok(Self { layout: Layout::V2 { root } });
+            }
+        }
+        let v1 = |controller: &str| -> Result<PathBuf, CgroupError> {
+            let hierarchy = base.join(controller);
+            if !hierarchy.join("cgroup.procs").exists() {
+                return Err(CgroupError::Unsupported(format!(
+                    "no cgroup v1 `{controller}` hierarchy at {} and no cgroup v2 memory controller",
+                    hierarchy.display()
+                )));
+            }
+            let dir = hierarchy.join(parent);
+            mkdir(&dir)?;
+            Ok(dir)
+        };
+        let memory = v1("memory")?;
+        // Without hierarchical accounting a parent limit would not cover its children.
+        let _ = fs::write(memory.join("memory.use_hierarchy"), "1");
+        Ok(Self { layout: Layout::V1 { memory, pids: v1("pids")?, cpu: v1("cpu")? } })
+    }
+
+    /// "v1" or "v2", for status output.
+    pub fn version(&self) -> &'static str {
+        match self.layout {
+            Layout::V1 { .. } => "v1",
+            Layout::V2 { .. } => "v2",
+        }
+    }
+
+    /// Creates the cgroup `name` with `limits`. A stale cgroup of the same name is removed first.
+    pub fn create(&self, name: &str, limits: Limits) -> Result<Cgroup, CgroupError> {
+        let dirs = match &self.layout {
+            Layout::V1 { memory, pids, cpu } => vec![memory.join(name), pids.join(name), cpu.join(name)],
+            Layout::V2 { root } => vec![root.join(name)],
+        };
+        let cgroup = Cgroup { v2: matches!(self.layout, Layout::V2 { .. }), dirs };
+        for dir in &cgroup.dirs {
+            if dir.exists() {
+                cgroup.kill_all();
+                remove_dir_retrying(dir)?;
+            }
+            mkdir(dir)?;
+        }
+        cgroup.apply(limits)?;
+        Ok(cgroup)
+    }
+
+    /// Removes cgroups left behind by a previous run that was killed (their processes are gone).
+    pub fn remove_stale(&self) {
+        let parents: Vec<&PathBuf> = match &self.layout {
+            Layout::V1 { memory, pids, cpu } => vec![memory, pids, cpu],
+            Layout::V2 { root } => vec![root],
+        };
+        for parent in parents {
+            let Ok(entries) = fs::read_dir(parent) else { continue };
+            for entry in entries.flatten() {
+                if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                    let stale = Cgroup {
+                        v2: matches!(self.layout, Layout::V2 { .. }),
+                        dirs: vec![entry.path()],
+                    };
+                    stale.kill_all();
+                    let _ = remove_dir_retrying(&entry.path());
+                }
+            }
+        }
+    }
+}
+
+/// One instance's cgroup (one directory per controller on v1).
+#[derive(Debug)]
+pub struct Cgroup {
+    v2: bool,
+    dirs: Vec<PathBuf>,
+}
+
+impl Cgroup {
+    fn memory_dir(&self) -> &Path {
+        &self.dirs[0]
+    }
+
+    /// The `cgroup.procs` files a process writes its pid to in order to join.
+    pub fn procs_files(&self) -> Vec<PathBuf> {
+        self.dirs.iter().map(|d| d.join("cgroup.procs")).collect()
+    }
+
+    fn write(&self, dir: &Path, file: &str, value: &str) -> Result<(), CgroupError> {
+        let path = dir.join(file);
+        fs::write(&path, value).map_err(|e| CgroupError::Io(path, e))
+    }
+
+    fn apply(&self, limits: Limits) -> Result<(), CgroupError> {
+        self.set_memory_limit(limits.memory_bytes)?;
+        if self.v2 {
+            let dir = &self.dirs[0];
+            self.write(dir, "pids.max", &limits.pids_max.to_string())?;
+            // Swap would let an instance exceed its memory size silently.
+            let _ = self.write(dir, "memory.swap.max", "0");
+            // systemd's conversion from v1 shares to v2 weights.
+            let weight = 1 + (limits.cpu_shares.clamp(2, 262_144) - 2) * 9999 / 262_142;
+            let _ = self.write(dir, "cpu.weight", &weight.to_string());
+        } else {
+            self.write(&self.dirs[1], "pids.max", &limits.pids_max.to_string())?;
+            let _ = self.write(self.memory_dir(), "memory.swappiness", "0");
+            self.write(&self.dirs[2], "cpu.shares", &limits.cpu_shares.clamp(2, 262_144).to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Sets the memory limit. Safe to call while the instance runs: this is how an instance is resized.
+    pub fn set_memory_limit(&self, bytes: u64) -> Result<(), CgroupError> {
+        let dir = self.memory_dir();
+        if self.v2 {
+            return self.write(dir, "memory.max", &bytes.to_string());
+        }
+        // v1 requires memory.limit <= memsw.limit at every step, so the order depends on direction.
+        let memsw = dir.join("memory.memsw.limit_in_bytes");
+        let current = read_u64(&dir.join("memory.limit_in_bytes")).unwrap_or(u64::MAX);
+        if memsw.exists() && bytes > current {
+            self.write(dir, "memory.memsw.limit_in_bytes", &bytes.to_string())?;
+            self.write(dir, "memory.limit_in_bytes", &bytes.to_string())
+        } else {
+            self.write(dir, "memory.limit_in_bytes", &bytes.to_string())?;
+            if memsw.exists() {
+                self.write(dir, "memory.memsw.limit_in_bytes", &bytes.to_string())?;
+            }
+            Ok(())
+        }
+    }
+
+    /// Memory in use now, in bytes.
+    pub fn memory_current(&self) -> u64 {
+        let file = if self.v2 { "memory.current" } else { "memory.usage_in_bytes" };
+        read_u64(&self.memory_dir().join(file)).unwrap_or(0)
+    }
+
+    /// The highest memory use since the last [`Cgroup::reset_peak`], in bytes.
+    pub fn memory_peak(&self) -> u64 {
+        let file = if self.v2 { "memory.peak" } else { "memory.max_usage_in_bytes" };
+        read_u64(&self.memory_dir().join(file)).unwrap_or_else(|| self.memory_current())
+    }
+
+    /// Starts a new peak measurement window (one per invocation).
+    pub fn reset_peak(&self) {
+        let file = if self.v2 { "memory.peak" } else { "memory.max_usage_in_bytes" };
+        // Kernels before 6.12 cannot reset memory.peak on v2; the peak then covers the instance's life.
+        let _ = fs::write(self.memory_dir().join(file), "0");
+    }
+
+    /// How many processes of this cgroup the kernel's OOM killer has killed.
+    pub fn oom_kills(&self) -> u64 {
+        let file = if self.v2 { "memory.events" } else { "memory.oom_control" };
+        let text = fs::read_to_string(self.memory_dir().join(file)).unwrap_or_default();
+        text.lines()
+            .find_map(|l| l.strip_prefix("oom_kill "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Sends SIGKILL to every process in the cgroup.
+    pub fn kill_all(&self) {
+        if self.v2 && fs::write(self.dirs[0].join("cgroup.kill"), "1").is_ok() {
+            return;
+        }
+        for dir in &self.dirs {
+            let procs = fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+            for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                let _ = crate::sys::kill(pid, libc::SIGKILL);
+            }
+        }
+    }
+
+    /// Kills what is left and removes the cgroup directories.
+    pub fn remove(&self) -> Result<(), CgroupError> {
+        self.kill_all();
+        for dir in &self.dirs {
+            remove_dir_retrying(dir)?;
+        }
+        Ok(())
+    }
+}
+
+fn mkdir(dir: &Path) -> Result<(), CgroupError> {
+    match fs::create_dir(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(CgroupError::Io(dir.to_path_buf(), e)),
+    }
+}
+
+/// A cgroup can only be removed once the kernel has finished tearing down its last process,
+/// which happens shortly after the SIGKILL.
+fn remove_dir_retrying(dir: &Path) -> Result<(), CgroupError> {
+    let mut delay = Duration::from_millis(1);
+    for _ in 0..12 {
+        match fs::remove_dir(dir) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(_) => {
+                std::thread::sleep(delay);
+                delay = (delay * 2).min(Duration::from_millis(200));
+            }
+        }
+    }
+    fs::remove_dir(dir).map_err(|e| CgroupError::Io(dir.to_path_buf(), e))
+}
+
+fn read_u64(path: &Path) -> Option<u64> {
+    fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v2_layout_is_preferred_when_it_has_memory() {
+        let base = std::env::temp_dir().join(format!("kiln-cg-{}", std::process::id()));
+        fs::create_dir_all(&base).unwrap();
+        fs::write(base.join("cgroup.controllers"), "cpu io memory pids").unwrap();
+        let manager = CgroupManager::detect_at(&base, "kiln").unwrap();
+        assert_eq!(manager.version(), "v2");
+        fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn missing_hierarchies_are_a_clear_error() {
+        let base = std::env::temp_dir().join(format!("kiln-cg-none-{}", std::process::id()));
+        fs::create_dir_all(&base).unwrap();
+        let err = CgroupManager::detect_at(&base, "kiln").unwrap_err();
+        assert!(err.to_string().contains("memory"), "{err}");
+        fs::remove_dir_all(&base).unwrap();
+    }
+}

@@ -1,0 +1,167 @@
+//! The framed protocol between the agent and kiln's own runtime shims (docs/shim-protocol.md).
+
+use bytes::{Buf, Bytes, BytesMut};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixStream;
+
+/// Larger frames are a protocol violation: Lambda's response limit is 6 MB.
+pub const MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Header {
+    Ready,
+    InitError,
+    Invoke {
+        #[serde(rename = "requestId")]
+        request_id: String,
+        #[serde(rename = "deadlineMs")]
+        deadline_ms: u64,
+        #[serde(rename = "functionArn")]
+        function_arn: String,
+        #[serde(rename = "traceId")]
+        trace_id: String,
+        #[serde(rename = "clientContext")]
+        client_context: Option<String>,
+        #[serde(rename = "cognitoIdentity")]
+        cognito_identity: Option<String>,
+    },
+    Response,
+    Error,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    pub header: Header,
+    pub body: Bytes,
+}
+
+/// Why a frame could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    /// the socket failed
+    #[error("shim socket: {0}")]
+    Io(#[from] std::io::Error),
+    /// the peer sent something that is not a frame
+    #[error("shim protocol violation: {0}")]
+    Protocol(String),
+}
+
+/// Appends one encoded frame to `out`.
+pub fn encode(header: &Header, body: &[u8], out: &mut Vec<u8>) {
+    let header = serde_json::to_vec(header).expect("headers always serialize");
+    out.extend_from_slice(&(header.len() as u32).to_be_bytes());
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(&header);
+    out.extend_from_slice(body);
+}
+
+/// Takes one complete frame off the front of `buf`, if there is one.
+pub fn decode(buf: &mut BytesMut) -> Result<Option<Frame>, FrameError> {
+    if buf.len() < 8 {
+        return Ok(None);
+    }
+    let header_len = u32::from_be_bytes(buf[0..4].try_into().expect("4 bytes")) as usize;
+    let body_len = u32::from_be_bytes(buf[4..8].try_into().expect("4 bytes")) as usize;
+    if header_len > 64 * 1024 || body_len > MAX_FRAME_BYTES {
+        return Err(FrameError::Protocol(format!("frame too large ({header_len} + {body_len} bytes)")));
+    }
+    if buf.len() < 8 + header_len + body_len {
+        buf.reserve(8 + header_len + body_len - buf.len());
+        return Ok(None);
+    }
+    buf.advance(8);
+    let header_bytes = buf.split_to(header_len);
+    let body = buf.split_to(body_len).freeze();
+    let header = serde_json::from_slice(&header_bytes)
+        .map_err(|e| FrameError::Protocol(format!("bad frame header: {e}")))?;
+    Ok(Some(Frame { header, body }))
+}
+
+/// A shim connection. Reading is cancel-safe: a partially received frame stays buffered.
+pub struct ShimConn {
+    stream: UnixStream,
+    buf: BytesMut,
+    out: Vec<u8>,
+}
+
+impl ShimConn {
+    pub fn new(stream: UnixStream) -> Self {
+        Self { stream, buf: BytesMut::with_capacity(8 * 1024), out: Vec::with_capacity(8 * 1024) }
+    }
+
+    /// The next frame, or `None` at end of file (the runtime is gone).
+    pub async fn next(&mut self) -> Result<Option<Frame>, FrameError> {
+        loop {
+            if let Some(frame) = decode(&mut self.buf)? {
+                return Ok(Some(frame));
+            }
+            if self.stream.read_buf(&mut self.buf).await? == 0 {
+                return Ok(None);
+            }
+        }
+    }
+
+    pub async fn send(&mut self, header: &Header, body: &[u8]) -> Result<(), FrameError> {
+        self.out.clear();
+        encode(header, body, &mut self.out);
+        self.stream.write_all(&self.out).await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn round_trip_in_pieces() {
+        let mut out = Vec::new();
+        encode(&Header::Response, b"{\"ok\":1}", &mut out);
+        encode(&Header::Ready, b"", &mut out);
+        let mut buf = BytesMut::new();
+        let mut frames = Vec::new();
+        for byte in out {
+            buf.extend_from_slice(&[byte]);
+            while let Some(frame) = decode(&mut buf).unwrap() {
+                frames.push(frame);
+            }
+        }
+        assert_eq!(frames.len(), 2);
+        assert_eq!(frames[0].header, Header::Response);
+        assert_eq!(&frames[0].body[..], b"{\"ok\":1}");
+        assert_eq!(frames[1].header, Header::Ready);
+    }
+
+    #[test]
+    fn invoke_header_uses_the_documented_names() {
+        let header = Header::Invoke {
+            request_id: "r".into(),
+            deadline_ms: 5,
+            function_arn: "a".into(),
+            trace_id: "t".into(),
+            client_context: None,
+            cognito_identity: None,
+        };
+        let json = serde_json::to_value(&header).unwrap();
+        assert_eq!(json["type"], "invoke");
+        assert_eq!(json["requestId"], "r");
+        assert_eq!(json["deadlineMs"], 5);
+    }
+
+    #[test]
+    fn oversized_frames_are_refused() {
+        let mut buf = BytesMut::from(&[0, 0, 0, 2, 0xff, 0xff, 0xff, 0xff][..]);
+        assert!(decode(&mut buf).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn decoding_arbitrary_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let mut buf = BytesMut::from(&bytes[..]);
+            while let Ok(Some(_)) = decode(&mut buf) {}
+        }
+    }
+}

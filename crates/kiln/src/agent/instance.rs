@@ -1,0 +1,409 @@
+//! One instance: a sandboxed runtime process that serves one invocation at a time.
+//!
+//! This file is the coldest start path (new sandbox, runtime started from scratch, function
+//! loaded and initialised) and the invocation loop that every start path shares.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kiln_sandbox::{Cgroup, File, Limits, NetNs, SandboxSpec, SpawnFds};
+use tokio::net::unix::pipe;
+
+use super::frame::{Frame, Header, ShimConn};
+use super::runtime_api::{Event, RuntimeApi, RuntimeMessage};
+use super::{AgentContext, InvokeRequest, StartPath};
+use crate::function::{NetworkMode, SharedSpec};
+use crate::runtime::{self, Protocol};
+
+/// Lambda gives a function's init phase 10 seconds.
+const INIT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Where the Runtime API listens inside an isolated sandbox.
+const RUNTIME_API_ADDR: &str = "127.0.0.1:9001";
+/// Lambda's limit on a synchronous response.
+pub const MAX_RESPONSE_BYTES: usize = 6 * 1024 * 1024;
+
+enum Transport {
+    Shim(ShimConn),
+    Api(RuntimeApi),
+}
+
+/// What the runtime said, whatever the transport.
+enum Message {
+    Ready,
+    InitError(Bytes),
+    Response(Bytes),
+    Error(Bytes),
+    TooLarge,
+}
+
+impl Transport {
+    /// The next message, or `None` once the runtime is gone. Cancel-safe.
+    async fn recv(&mut self) -> Option<Message> {
+        match self {
+            Transport::Shim(conn) => match conn.next().await {
+                Ok(Some(Frame { header, body })) => Some(match header {
+                    Header::Ready => Message::Ready,
+                    Header::InitError => Message::InitError(body),
+                    Header::Response if body.len() > MAX_RESPONSE_BYTES => Message::TooLarge,
+                    Header::Response => Message::Response(body),
+                    Header::Error => Message::Error(body),
+                    Header::Invoke { .. } => Message::Error(Bytes::from_static(
+                        br#"{"errorType":"Runtime.InvalidResponse","errorMessage":"the runtime sent an invoke frame"}"#,
+                    )),
+                }),
+                Ok(None) | Err(_) => None,
+            },
+            Transport::Api(api) => match api.messages.recv().await? {
+                RuntimeMessage::Ready => Some(Message::Ready),
+                RuntimeMessage::InitError(body) => Some(Message::InitError(body)),
+                RuntimeMessage::Response { body, .. } => Some(Message::Response(body)),
+                RuntimeMessage::Error { body, .. } => Some(Message::Error(body)),
+                RuntimeMessage::TooLarge { .. } => Some(Message::TooLarge),
+            },
+        }
+    }
+}
+
+/// Why an instance could not be started.
+#[derive(Debug)]
+pub enum StartError {
+    /// The function's fault (its init failed); answered as a function error.
+    Function { body: Bytes, log: String },
+    /// kiln's fault: the sandbox could not be built.
+    Platform(String),
+}
+
+/// What one invocation produced.
+pub struct Invocation {
+    pub body: Bytes,
+    pub function_error: bool,
+    /// The function's own output during the invocation.
+    pub output: String,
+    /// False when the instance must be replaced (timeout, crash, out of memory).
+    pub healthy: bool,
+    pub max_memory_bytes: u64,
+}
+
+/// What happened while waiting on the runtime.
+enum Step {
+    Message(Message),
+    Exited(i32),
+    TimedOut,
+}
+
+pub struct Instance {
+    pub id: u64,
+    pub spec: SharedSpec,
+    pub start_path: StartPath,
+    pub created: Instant,
+    pub last_used: Instant,
+    pub init_duration: Duration,
+    /// Output of the init phase, reported with the first invocation.
+    pub init_output: Option<String>,
+    pub cgroup: Arc<Cgroup>,
+    pub invocations: u64,
+    child: tokio::process::Child,
+    output: pipe::Receiver,
+    output_open: bool,
+    transport: Transport,
+    _netns: Option<NetNs>,
+}
+
+fn error_json(error_type: &str, message: &str) -> Bytes {
+    Bytes::from(serde_json::json!({ "errorType": error_type, "errorMessage": message }).to_string())
+}
+
+fn exit_description(code: i32) -> String {
+    match code {
+        c if c > 128 => match c - 128 {
+            9 => "signal: killed".to_string(),
+            6 => "signal: aborted".to_string(),
+            11 => "signal: segmentation fault".to_string(),
+            15 => "signal: terminated".to_string(),
+            s => format!("signal: {s}"),
+        },
+        c => format!("exit status {c}"),
+    }
+}
+
+impl Instance {
+    /// The coldest start path: a new sandbox and a runtime started from scratch.
+    pub async fn start_cold(ctx: &AgentContext, spec: &SharedSpec, id: u64) -> Result<Instance, StartError> {
+        let begin = Instant::now();
+        let platform = |what: &str, e: &dyn std::fmt::Display| StartError::Platform(format!("{what}: {e}"));
+        let runtime = ctx
+            .runtimes
+            .get(&spec.runtime)
+            .ok_or_else(|| StartError::Platform(format!("runtime {} is not available", spec.runtime)))?;
+        let limits = Limits {
+            memory_bytes: u64::from(spec.memory_mb) * 1024 * 1024,
+            pids_max: 1024,
+            // Lambda gives one vCPU at 1769 MB and scales CPU with memory.
+            cpu_shares: (u64::from(spec.memory_mb) * 1024 / 1769).max(2),
+        };
+        let cgroup = Arc::new(ctx.cgroups.create(&format!("i{id}"), limits).map_err(|e| platform("cgroup", &e))?);
+        let netns = match spec.network {
+            NetworkMode::Isolated => Some(NetNs::new().map_err(|e| platform("network namespace", &e))?),
+            NetworkMode::Host => None,
+        };
+        let (out_tx, out_rx) = pipe::pipe().map_err(|e| platform("output pipe", &e))?;
+        let out_fd = out_tx.into_blocking_fd().map_err(|e| platform("output pipe", &e))?;
+        let mut env = runtime::lambda_env(spec, id, runtime.as_ref());
+        let (transport, control) = match runtime.protocol() {
+            Protocol::Shim => {
+                let (ours, theirs) =
+                    std::os::unix::net::UnixStream::pair().map_err(|e| platform("control socket", &e))?;
+                ours.set_nonblocking(true).map_err(|e| platform("control socket", &e))?;
+                let ours = tokio::net::UnixStream::from_std(ours).map_err(|e| platform("control socket", &e))?;
+                (Transport::Shim(ShimConn::new(ours)), Some(theirs.into()))
+            }
+            Protocol::RuntimeApi => {
+                let listener = match &netns {
+                    Some(ns) => ns.listen_tcp(RUNTIME_API_ADDR.parse().expect("valid address")),
+                    None => std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| {
+                        l.set_nonblocking(true)?;
+                        Ok(l)
+                    }),
+                }
+                .map_err(|e| platform("Runtime API listener", &e))?;
+                let addr = listener.local_addr().map_err(|e| platform("Runtime API listener", &e))?;
+                env.push(("AWS_LAMBDA_RUNTIME_API".into(), addr.to_string()));
+                let api = RuntimeApi::serve(listener).map_err(|e| platform("Runtime API", &e))?;
+                (Transport::Api(api), None)
+            }
+        };
+        let uid = 100_000 + (id % 60_000) as u32;
+        let sandbox = SandboxSpec {
+            root: ctx.sandbox_root.clone(),
+            mounts: ctx.runtimes.mounts(runtime.as_ref(), &spec.code_dir),
+            files: vec![
+                File {
+                    path: PathBuf::from("/etc/passwd"),
+                    contents: format!("root:x:0:0:root:/root:/usr/sbin/nologin\nsbx_user1051:x:{uid}:{uid}::/tmp:/usr/sbin/nologin\n"),
+                    mode: 0o644,
+                },
+                File {
+                    path: PathBuf::from("/etc/group"),
+                    contents: format!("root:x:0:\nsbx_user1051:x:{uid}:\n"),
+                    mode: 0o644,
+                },
+                File { path: PathBuf::from("/etc/hostname"), contents: "sandbox\n".into(), mode: 0o644 },
+            ],
+            tmp_size_mb: u64::from(spec.tmp_mb),
+            hostname: "sandbox".into(),
+            uid,
+            gid: uid,
+            argv: runtime.argv(),
+            env,
+            cwd: PathBuf::from(runtime::TASK_ROOT),
+            cgroup_procs: cgroup.procs_files(),
+            nofile: 1024,
+            seccomp: true,
+        };
+        let child = kiln_sandbox::spawn(&sandbox, SpawnFds { output: out_fd, control, netns: netns.as_ref() })
+            .map_err(|e| {
+                let _ = cgroup.remove();
+                platform("sandbox", &e)
+            })?;
+        let now = Instant::now();
+        let mut instance = Instance {
+            id,
+            spec: spec.clone(),
+            start_path: StartPath::Coldest,
+            created: now,
+            last_used: now,
+            init_duration: Duration::ZERO,
+            init_output: None,
+            cgroup,
+            invocations: 0,
+            child,
+            output: out_rx,
+            output_open: true,
+            transport,
+            _netns: netns,
+        };
+        let init_timeout = INIT_TIMEOUT.max(Duration::from_secs(u64::from(spec.timeout_s)));
+        let mut output = Vec::new();
+        let step = instance.step(Instant::now() + init_timeout, &mut output).await;
+        let log = String::from_utf8_lossy(&output).into_owned();
+        let failure = match step {
+            Step::Message(Message::Ready) => {
+                instance.init_duration = begin.elapsed();
+                instance.init_output = Some(log);
+                return Ok(instance);
+            }
+            Step::Message(Message::InitError(body)) => body,
+            Step::Message(_) => error_json("Runtime.InvalidResponse", "the runtime answered before it was ready"),
+            Step::Exited(kiln_sandbox::SETUP_FAILED) if log.contains("cannot execute") => error_json(
+                "Runtime.InvalidEntrypoint",
+                &format!("RequestId: - Error: {}", log.lines().last().unwrap_or("cannot execute the runtime")),
+            ),
+            Step::Exited(kiln_sandbox::SETUP_FAILED) => {
+                instance.destroy().await;
+                return Err(StartError::Platform(log.trim().to_string()));
+            }
+            Step::Exited(code) => error_json(
+                "Runtime.ExitError",
+                &format!("RequestId: - Error: Runtime exited with error: {}", exit_description(code)),
+            ),
+            Step::TimedOut => error_json(
+                "Sandbox.Timedout",
+                &format!("Init phase timed out after {:.2} seconds", init_timeout.as_secs_f64()),
+            ),
+        };
+        instance.destroy().await;
+        Err(StartError::Function { body: failure, log })
+    }
+
+    /// Waits for the runtime's next message, collecting its output meanwhile.
+    async fn step(&mut self, deadline: Instant, output: &mut Vec<u8>) -> Step {
+        let deadline = tokio::time::Instant::from_std(deadline);
+        loop {
+            tokio::select! {
+                message = self.transport.recv() => {
+                    return match message {
+                        Some(message) => {
+                            self.drain_output(output);
+                            Step::Message(message)
+                        }
+                        None => Step::Exited(self.exit_code(output).await),
+                    };
+                }
+                ready = self.output.readable(), if self.output_open => {
+                    if ready.is_err() {
+                        self.output_open = false;
+                    }
+                    self.drain_output(output);
+                }
+                status = self.child.wait() => {
+                    self.drain_output(output);
+                    return Step::Exited(status.ok().and_then(|s| s.code()).unwrap_or(128 + 9));
+                }
+                _ = tokio::time::sleep_until(deadline) => return Step::TimedOut,
+            }
+        }
+    }
+
+    /// Reads whatever output is in the pipe now, without waiting.
+    fn drain_output(&mut self, output: &mut Vec<u8>) {
+        let mut buf = [0u8; 16 * 1024];
+        while self.output_open {
+            match self.output.try_read(&mut buf) {
+                Ok(0) => self.output_open = false,
+                Ok(n) => output.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(_) => self.output_open = false,
+            }
+        }
+    }
+
+    async fn exit_code(&mut self, output: &mut Vec<u8>) -> i32 {
+        let status = tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await;
+        self.drain_output(output);
+        match status {
+            Ok(Ok(status)) => status.code().unwrap_or(128 + 9),
+            _ => 128 + 9,
+        }
+    }
+
+    /// Runs one invocation to completion, timeout or crash.
+    pub async fn invoke(&mut self, request: &InvokeRequest) -> Invocation {
+        let timeout = Duration::from_secs(u64::from(self.spec.timeout_s));
+        let deadline = Instant::now() + timeout;
+        let deadline_ms = (chrono::Utc::now() + timeout).timestamp_millis() as u64;
+        let oom_before = self.cgroup.oom_kills();
+        self.cgroup.reset_peak();
+        let mut output = Vec::new();
+        let sent = match &mut self.transport {
+            Transport::Shim(conn) => {
+                let header = Header::Invoke {
+                    request_id: request.request_id.clone(),
+                    deadline_ms,
+                    function_arn: self.spec.arn.clone(),
+                    trace_id: request.trace_id.clone(),
+                    client_context: request.client_context.clone(),
+                    cognito_identity: None,
+                };
+                conn.send(&header, &request.payload).await.is_ok()
+            }
+            Transport::Api(api) => api
+                .events
+                .send(Event {
+                    request_id: request.request_id.clone(),
+                    deadline_ms,
+                    function_arn: self.spec.arn.clone(),
+                    trace_id: request.trace_id.clone(),
+                    client_context: request.client_context.clone(),
+                    payload: request.payload.clone(),
+                })
+                .await
+                .is_ok(),
+        };
+        let step = if sent { self.step(deadline, &mut output).await } else { Step::Exited(self.exit_code(&mut output).await) };
+        self.invocations += 1;
+        let max_memory_bytes = self.cgroup.memory_peak();
+        let (body, function_error, healthy) = match step {
+            Step::Message(Message::Response(body)) => (body, false, true),
+            Step::Message(Message::Error(body)) => (body, true, true),
+            Step::Message(Message::TooLarge) => (
+                error_json(
+                    "Function.ResponseSizeTooLarge",
+                    "Response payload size exceeded maximum allowed payload size (6291556 bytes).",
+                ),
+                true,
+                true,
+            ),
+            Step::Message(Message::Ready | Message::InitError(_)) => (
+                error_json("Runtime.InvalidResponse", "the runtime sent an unexpected message"),
+                true,
+                false,
+            ),
+            Step::Exited(code) => {
+                let oom = self.cgroup.oom_kills() > oom_before;
+                let error_type = if oom { "Runtime.OutOfMemory" } else { "Runtime.ExitError" };
+                let message = format!(
+                    "RequestId: {} Error: Runtime exited with error: {}",
+                    request.request_id,
+                    exit_description(code)
+                );
+                output.extend_from_slice(message.as_bytes());
+                output.push(b'\n');
+                (error_json(error_type, &message), true, false)
+            }
+            Step::TimedOut => {
+                self.kill();
+                let message = format!(
+                    "{} {} Task timed out after {:.2} seconds",
+                    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ"),
+                    request.request_id,
+                    timeout.as_secs_f64()
+                );
+                output.extend_from_slice(message.as_bytes());
+                output.push(b'\n');
+                (error_json("Sandbox.Timedout", &message), true, false)
+            }
+        };
+        Invocation {
+            body,
+            function_error,
+            output: String::from_utf8_lossy(&output).into_owned(),
+            healthy,
+            max_memory_bytes,
+        }
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.start_kill();
+        self.cgroup.kill_all();
+    }
+
+    /// Stops the instance and removes its cgroup. Nothing of it is left afterwards.
+    pub async fn destroy(mut self) {
+        self.kill();
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await;
+        let cgroup = self.cgroup.clone();
+        let _ = tokio::task::spawn_blocking(move || cgroup.remove()).await;
+    }
+}

@@ -1,0 +1,646 @@
+//! The node agent: sandboxes and instances on one host.
+//!
+//! The controller talks to the agent only through [`NodeAgent`], with resolved specs and plain
+//! data in both directions, so that a later multi-node mode can put the agent on another host
+//! behind the same trait. [`LocalAgent`] is the in-process implementation.
+
+mod frame;
+mod instance;
+mod routing;
+mod runtime_api;
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+use kiln_sandbox::{Cgroup, CgroupManager};
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+
+pub use frame::MAX_FRAME_BYTES;
+pub use instance::{Instance, StartError, MAX_RESPONSE_BYTES};
+pub use routing::{RoutingPolicy, WarmFirst};
+
+use crate::function::SharedSpec;
+use crate::runtime::Runtimes;
+
+/// Hints the controller extracts from a request for routing (session affinity and data
+/// locality build on this).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouteHints {
+    pub session: Option<String>,
+}
+
+/// One invocation, as the agent receives it.
+#[derive(Debug, Clone)]
+pub struct InvokeRequest {
+    pub request_id: String,
+    pub payload: Bytes,
+    pub trace_id: String,
+    pub client_context: Option<String>,
+    pub hints: RouteHints,
+}
+
+/// How an instance came to exist. Snapshot-based paths (warm, hot) join the coldest one here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StartPath {
+    Coldest,
+}
+
+impl StartPath {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StartPath::Coldest => "coldest",
+        }
+    }
+}
+
+/// The result of an invocation that reached the function (successfully or not).
+#[derive(Debug, Clone)]
+pub struct InvokeOutcome {
+    pub body: Bytes,
+    /// The function failed: Lambda's `X-Amz-Function-Error: Unhandled`.
+    pub function_error: bool,
+    /// The invocation's log, from `START` to `REPORT`.
+    pub log: String,
+    /// The start path, when this invocation found no idle instance.
+    pub cold_start: Option<StartPath>,
+    pub init_duration: Option<Duration>,
+    pub duration: Duration,
+    pub max_memory_mb: u64,
+}
+
+/// Why the agent did not run an invocation.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum AgentError {
+    /// the function's reserved concurrency is exhausted
+    #[error("Rate Exceeded.")]
+    ThrottledReserved,
+    /// the node has no memory or instance capacity left
+    #[error("Rate Exceeded.")]
+    ThrottledNode,
+    /// a sandbox could not be created
+    #[error("kiln could not create a sandbox: {0}")]
+    Sandbox(String),
+    /// the node is shutting down
+    #[error("kiln is shutting down")]
+    ShuttingDown,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InstanceState {
+    Starting,
+    Idle,
+    Busy,
+}
+
+impl InstanceState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InstanceState::Starting => "starting",
+            InstanceState::Idle => "idle",
+            InstanceState::Busy => "busy",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct InstanceStatus {
+    pub id: u64,
+    pub function: String,
+    pub revision: u64,
+    pub state: InstanceState,
+    pub start_path: StartPath,
+    pub age_s: f64,
+    pub memory_limit_mb: u32,
+    pub memory_used_bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeStatus {
+    pub instances: Vec<InstanceStatus>,
+    pub memory_budget_mb: u64,
+    pub memory_reserved_mb: u64,
+    pub cgroup_version: String,
+    pub runtimes: Vec<String>,
+}
+
+/// The controller's view of a node.
+pub trait NodeAgent: Send + Sync + 'static {
+    /// Runs an invocation on an idle instance of `spec`, or a new one.
+    fn invoke(&self, spec: SharedSpec, request: InvokeRequest) -> BoxFuture<'static, Result<InvokeOutcome, AgentError>>;
+    /// Drops the idle instances of `function` (all of them, or those older than `revision`).
+    fn retire(&self, function: &str, keep_revision: Option<u64>);
+    fn status(&self) -> NodeStatus;
+    /// Lets busy instances finish within `grace`, then removes every instance.
+    fn shutdown(&self, grace: Duration) -> BoxFuture<'static, ()>;
+}
+
+/// Node-level limits.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// The memory all instances together may book.
+    pub memory_budget_mb: u64,
+    /// Idle instances older than this are reaped.
+    pub idle_ttl: Duration,
+    /// Requests that may wait per function when all its instances are busy.
+    pub queue_depth: usize,
+    /// Where sandboxes mount their root (an empty directory).
+    pub sandbox_root: PathBuf,
+}
+
+/// What instances need from the agent to start.
+pub struct AgentContext {
+    pub cgroups: CgroupManager,
+    pub runtimes: Runtimes,
+    pub sandbox_root: PathBuf,
+}
+
+/// How a waiting request is woken.
+enum Wake {
+    Instance(Box<Instance>),
+    /// Capacity was freed; try again.
+    Retry,
+}
+
+struct LiveInstance {
+    function: String,
+    revision: u64,
+    state: InstanceState,
+    start_path: StartPath,
+    created: Instant,
+    memory_mb: u32,
+    cgroup: Option<Arc<Cgroup>>,
+}
+
+#[derive(Default)]
+struct Pool {
+    /// Most recently used last.
+    idle: Vec<Instance>,
+    /// Instances of any state, counted against the function's concurrency.
+    live: usize,
+    waiters: VecDeque<oneshot::Sender<Wake>>,
+}
+
+#[derive(Default)]
+struct State {
+    pools: HashMap<String, Pool>,
+    live: HashMap<u64, LiveInstance>,
+    memory_reserved_mb: u64,
+    next_id: u64,
+    shutting_down: bool,
+}
+
+enum Acquired {
+    Warm(Box<Instance>),
+    /// A slot was reserved for a new instance with this id.
+    Cold(u64),
+}
+
+/// The in-process node agent.
+#[derive(Clone)]
+pub struct LocalAgent {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    ctx: AgentContext,
+    config: AgentConfig,
+    routing: Box<dyn RoutingPolicy>,
+    state: Mutex<State>,
+}
+
+impl LocalAgent {
+    pub fn new(ctx: AgentContext, config: AgentConfig) -> Self {
+        ctx.cgroups.remove_stale();
+        let agent = Self {
+            inner: Arc::new(Inner { ctx, config, routing: Box::new(WarmFirst), state: Mutex::new(State::default()) }),
+        };
+        let reaper = Arc::downgrade(&agent.inner);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(500));
+            loop {
+                tick.tick().await;
+                let Some(inner) = reaper.upgrade() else { return };
+                for victim in inner.reap_idle(Instant::now()) {
+                    tokio::spawn(victim.destroy());
+                }
+            }
+        });
+        agent
+    }
+}
+
+impl Inner {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn reap_idle(&self, now: Instant) -> Vec<Instance> {
+        let ttl = self.config.idle_ttl;
+        let mut state = self.state();
+        let mut victims = Vec::new();
+        for pool in state.pools.values_mut() {
+            let (keep, expired): (Vec<_>, Vec<_>) =
+                pool.idle.drain(..).partition(|i| now.duration_since(i.last_used) < ttl);
+            pool.idle = keep;
+            victims.extend(expired);
+        }
+        for victim in &victims {
+            forget(&mut state, victim.id);
+        }
+        victims
+    }
+
+    async fn acquire(&self, spec: &SharedSpec, hints: &RouteHints) -> Result<Acquired, AgentError> {
+        let queue_timeout = Duration::from_secs(u64::from(spec.timeout_s));
+        loop {
+            let (waiter, victims) = {
+                let mut guard = self.state();
+                let state = &mut *guard;
+                if state.shutting_down {
+                    return Err(AgentError::ShuttingDown);
+                }
+                let pool = state.pools.entry(spec.function.clone()).or_default();
+                // An instance of an older revision must never serve a newer spec.
+                let mut stale = Vec::new();
+                pool.idle.retain_mut(|i| i.spec.revision == spec.revision || {
+                    stale.push(i.id);
+                    false
+                });
+                if let Some(index) = self.routing.choose(&pool.idle, hints) {
+                    let instance = pool.idle.remove(index);
+                    if let Some(live) = state.live.get_mut(&instance.id) {
+                        live.state = InstanceState::Busy;
+                    }
+                    return Ok(Acquired::Warm(Box::new(instance)));
+                }
+                if spec.max_instances == 0 {
+                    return Err(AgentError::ThrottledReserved);
+                }
+                if pool.live < spec.max_instances as usize {
+                    let victims = make_room(state, u64::from(spec.memory_mb), self.config.memory_budget_mb);
+                    if state.memory_reserved_mb + u64::from(spec.memory_mb) <= self.config.memory_budget_mb {
+                        state.next_id += 1;
+                        let id = state.next_id;
+                        state.memory_reserved_mb += u64::from(spec.memory_mb);
+                        state.pools.get_mut(&spec.function).expect("pool exists").live += 1;
+                        state.live.insert(
+                            id,
+                            LiveInstance {
+                                function: spec.function.clone(),
+                                revision: spec.revision,
+                                state: InstanceState::Starting,
+                                start_path: StartPath::Coldest,
+                                created: Instant::now(),
+                                memory_mb: spec.memory_mb,
+                                cgroup: None,
+                            },
+                        );
+                        drop(guard);
+                        for victim in victims {
+                            tokio::spawn(victim.destroy());
+                        }
+                        return Ok(Acquired::Cold(id));
+                    }
+                    if victims.is_empty() && pool_is_empty(state, &spec.function) {
+                        return Err(AgentError::ThrottledNode);
+                    }
+                    (None, victims)
+                } else {
+                    let pool = state.pools.get_mut(&spec.function).expect("pool exists");
+                    if pool.waiters.len() >= self.config.queue_depth {
+                        return Err(if spec.reserved_concurrency.is_some() { AgentError::ThrottledReserved } else { AgentError::ThrottledNode });
+                    }
+                    let (tx, rx) = oneshot::channel();
+                    pool.waiters.push_back(tx);
+                    (Some(rx), Vec::new())
+                }
+            };
+            for victim in victims {
+                tokio::spawn(victim.destroy());
+            }
+            let Some(waiter) = waiter else {
+                return Err(AgentError::ThrottledNode);
+            };
+            match tokio::time::timeout(queue_timeout, waiter).await {
+                Ok(Ok(Wake::Instance(instance))) => return Ok(Acquired::Warm(instance)),
+                Ok(Ok(Wake::Retry)) => continue,
+                Ok(Err(_)) => return Err(AgentError::ShuttingDown),
+                Err(_) => return Err(AgentError::ThrottledReserved),
+            }
+        }
+    }
+
+    /// Returns an instance after an invocation: to a waiting request, to the idle pool, or to
+    /// its end when it is unhealthy or outdated.
+    fn release(&self, mut instance: Instance, healthy: bool) -> Option<Instance> {
+        let mut guard = self.state();
+        let state = &mut *guard;
+        let shutting_down = state.shutting_down;
+        let Some(pool) = state.pools.get_mut(&instance.spec.function) else {
+            return Some(instance);
+        };
+        if healthy && !shutting_down {
+            instance.last_used = Instant::now();
+            while let Some(waiter) = pool.waiters.pop_front() {
+                match waiter.send(Wake::Instance(Box::new(instance))) {
+                    Ok(()) => return None,
+                    Err(Wake::Instance(back)) => instance = *back,
+                    Err(Wake::Retry) => unreachable!("we sent an instance"),
+                }
+            }
+            if let Some(live) = state.live.get_mut(&instance.id) {
+                live.state = InstanceState::Idle;
+            }
+            pool.idle.push(instance);
+            return None;
+        }
+        if let Some(waiter) = pool.waiters.pop_front() {
+            let _ = waiter.send(Wake::Retry);
+        }
+        forget(state, instance.id);
+        Some(instance)
+    }
+
+    /// Gives back a reservation whose instance failed to start.
+    fn abandon(&self, function: &str, id: u64) {
+        let mut state = self.state();
+        forget(&mut state, id);
+        if let Some(pool) = state.pools.get_mut(function) {
+            if let Some(waiter) = pool.waiters.pop_front() {
+                let _ = waiter.send(Wake::Retry);
+            }
+        }
+    }
+
+    async fn invoke(self: Arc<Self>, spec: SharedSpec, request: InvokeRequest) -> Result<InvokeOutcome, AgentError> {
+        let acquired = self.acquire(&spec, &request.hints).await?;
+        let begin = Instant::now();
+        let (mut instance, cold) = match acquired {
+            Acquired::Warm(instance) => (*instance, false),
+            Acquired::Cold(id) => match Instance::start_cold(&self.ctx, &spec, id).await {
+                Ok(instance) => {
+                    if let Some(live) = self.state().live.get_mut(&id) {
+                        live.state = InstanceState::Busy;
+                        live.cgroup = Some(instance.cgroup.clone());
+                        live.start_path = instance.start_path;
+                    }
+                    (instance, true)
+                }
+                Err(StartError::Platform(message)) => {
+                    self.abandon(&spec.function, id);
+                    tracing::error!(function = %spec.function, "sandbox: {message}");
+                    return Err(AgentError::Sandbox(message));
+                }
+                Err(StartError::Function { body, log }) => {
+                    self.abandon(&spec.function, id);
+                    let duration = begin.elapsed();
+                    let log = report(&spec, &request.request_id, &log, duration, None, Some(duration), 0);
+                    return Ok(InvokeOutcome {
+                        body,
+                        function_error: true,
+                        log,
+                        cold_start: Some(StartPath::Coldest),
+                        init_duration: Some(duration),
+                        duration,
+                        max_memory_mb: 0,
+                    });
+                }
+            },
+        };
+        let init_output = instance.init_output.take().unwrap_or_default();
+        let invoke_begin = Instant::now();
+        let invocation = instance.invoke(&request).await;
+        let duration = invoke_begin.elapsed();
+        let max_memory_mb = invocation.max_memory_bytes.div_ceil(1024 * 1024);
+        let init_duration = cold.then_some(instance.init_duration);
+        let mut output = init_output;
+        output.push_str(&invocation.output);
+        let log = report(
+            &spec,
+            &request.request_id,
+            &output,
+            duration,
+            cold.then_some(instance.start_path),
+            init_duration,
+            max_memory_mb,
+        );
+        let start_path = instance.start_path;
+        if let Some(dead) = self.release(instance, invocation.healthy) {
+            tokio::spawn(dead.destroy());
+        }
+        Ok(InvokeOutcome {
+            body: invocation.body,
+            function_error: invocation.function_error,
+            log,
+            cold_start: cold.then_some(start_path),
+            init_duration,
+            duration,
+            max_memory_mb,
+        })
+    }
+}
+
+fn pool_is_empty(state: &State, function: &str) -> bool {
+    state.pools.get(function).map(|p| p.live == 0).unwrap_or(true)
+}
+
+/// Drops the bookkeeping of an instance that is gone or going.
+fn forget(state: &mut State, id: u64) {
+    if let Some(live) = state.live.remove(&id) {
+        state.memory_reserved_mb = state.memory_reserved_mb.saturating_sub(u64::from(live.memory_mb));
+        if let Some(pool) = state.pools.get_mut(&live.function) {
+            pool.live = pool.live.saturating_sub(1);
+        }
+    }
+}
+
+/// Evicts idle instances, least recently used first across all functions, until `needed_mb`
+/// fits in the budget or nothing idle is left.
+fn make_room(state: &mut State, needed_mb: u64, budget_mb: u64) -> Vec<Instance> {
+    let mut victims = Vec::new();
+    while state.memory_reserved_mb + needed_mb > budget_mb {
+        let oldest = state
+            .pools
+            .iter()
+            .filter_map(|(name, pool)| pool.idle.first().map(|i| (i.last_used, name.clone())))
+            .min_by_key(|(used, _)| *used);
+        let Some((_, name)) = oldest else { break };
+        let victim = state.pools.get_mut(&name).expect("pool exists").idle.remove(0);
+        forget(state, victim.id);
+        victims.push(victim);
+    }
+    victims
+}
+
+/// Lambda's START / END / REPORT framing of an invocation's output.
+fn report(
+    spec: &SharedSpec,
+    request_id: &str,
+    output: &str,
+    duration: Duration,
+    start_path: Option<StartPath>,
+    init_duration: Option<Duration>,
+    max_memory_mb: u64,
+) -> String {
+    use std::fmt::Write;
+    let millis = duration.as_secs_f64() * 1000.0;
+    let mut log = String::with_capacity(output.len() + 256);
+    let _ = writeln!(log, "START RequestId: {request_id} Version: $LATEST");
+    log.push_str(output);
+    if !output.is_empty() && !output.ends_with('\n') {
+        log.push('\n');
+    }
+    let _ = writeln!(log, "END RequestId: {request_id}");
+    let _ = write!(
+        log,
+        "REPORT RequestId: {request_id}\tDuration: {millis:.2} ms\tBilled Duration: {} ms\tMemory Size: {} MB\tMax Memory Used: {max_memory_mb} MB",
+        millis.ceil().max(1.0) as u64,
+        spec.memory_mb,
+    );
+    if let Some(init) = init_duration {
+        let _ = write!(log, "\tInit Duration: {:.2} ms", init.as_secs_f64() * 1000.0);
+    }
+    if let Some(path) = start_path {
+        let _ = write!(log, "\tStart Path: {}", path.as_str());
+    }
+    log.push('\n');
+    log
+}
+
+impl NodeAgent for LocalAgent {
+    fn invoke(&self, spec: SharedSpec, request: InvokeRequest) -> BoxFuture<'static, Result<InvokeOutcome, AgentError>> {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            // The invocation runs to completion even if the caller goes away, as on Lambda; the
+            // instance is then returned to its pool instead of being lost with the future.
+            match tokio::spawn(inner.invoke(spec, request)).await {
+                Ok(result) => result,
+                Err(e) => Err(AgentError::Sandbox(format!("invocation task failed: {e}"))),
+            }
+        })
+    }
+
+    fn retire(&self, function: &str, keep_revision: Option<u64>) {
+        let victims = {
+            let mut guard = self.inner.state();
+            let state = &mut *guard;
+            let Some(pool) = state.pools.get_mut(function) else { return };
+            let (keep, retire): (Vec<_>, Vec<_>) =
+                pool.idle.drain(..).partition(|i| Some(i.spec.revision) == keep_revision);
+            pool.idle = keep;
+            for instance in &retire {
+                forget(state, instance.id);
+            }
+            retire
+        };
+        for victim in victims {
+            tokio::spawn(victim.destroy());
+        }
+    }
+
+    fn status(&self) -> NodeStatus {
+        let state = self.inner.state();
+        let now = Instant::now();
+        let mut instances: Vec<InstanceStatus> = state
+            .live
+            .iter()
+            .map(|(id, live)| InstanceStatus {
+                id: *id,
+                function: live.function.clone(),
+                revision: live.revision,
+                state: live.state,
+                start_path: live.start_path,
+                age_s: now.duration_since(live.created).as_secs_f64(),
+                memory_limit_mb: live.memory_mb,
+                memory_used_bytes: live.cgroup.as_ref().map(|c| c.memory_current()).unwrap_or(0),
+            })
+            .collect();
+        instances.sort_by(|a, b| a.function.cmp(&b.function).then(a.id.cmp(&b.id)));
+        NodeStatus {
+            instances,
+            memory_budget_mb: self.inner.config.memory_budget_mb,
+            memory_reserved_mb: state.memory_reserved_mb,
+            cgroup_version: self.inner.ctx.cgroups.version().to_string(),
+            runtimes: self.inner.ctx.runtimes.names(),
+        }
+    }
+
+    fn shutdown(&self, grace: Duration) -> BoxFuture<'static, ()> {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            let idle: Vec<Instance> = {
+                let mut state = inner.state();
+                state.shutting_down = true;
+                let mut idle = Vec::new();
+                for pool in state.pools.values_mut() {
+                    idle.extend(pool.idle.drain(..));
+                    pool.waiters.clear();
+                }
+                for instance in &idle {
+                    forget(&mut state, instance.id);
+                }
+                idle
+            };
+            futures_util::future::join_all(idle.into_iter().map(Instance::destroy)).await;
+            let deadline = Instant::now() + grace;
+            while Instant::now() < deadline && !inner.state().live.is_empty() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            // Whatever is still running is killed through its cgroup.
+            let stragglers: Vec<Arc<Cgroup>> =
+                inner.state().live.values().filter_map(|l| l.cgroup.clone()).collect();
+            for cgroup in stragglers {
+                cgroup.kill_all();
+                let _ = tokio::task::spawn_blocking(move || cgroup.remove()).await;
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::function::{InstanceSpec, NetworkMode};
+
+    #[test]
+    fn report_has_lambda_fields() {
+        let spec = Arc::new(InstanceSpec {
+            function: "f".into(),
+            arn: "arn".into(),
+            revision: 1,
+            runtime: "python3.11".into(),
+            handler: "h".into(),
+            memory_mb: 256,
+            timeout_s: 3,
+            env: Default::default(),
+            network: NetworkMode::Isolated,
+            tmp_mb: 512,
+            code_dir: PathBuf::new(),
+            code_sha256: String::new(),
+            region: "us-east-1".into(),
+            max_instances: 1,
+            reserved_concurrency: None,
+        });
+        let log = report(
+            &spec,
+            "id-1",
+            "hello",
+            Duration::from_micros(1500),
+            Some(StartPath::Coldest),
+            Some(Duration::from_millis(80)),
+            40,
+        );
+        let lines: Vec<&str> = log.lines().collect();
+        assert_eq!(lines[0], "START RequestId: id-1 Version: $LATEST");
+        assert_eq!(lines[1], "hello");
+        assert_eq!(lines[2], "END RequestId: id-1");
+        assert!(lines[3].starts_with("REPORT RequestId: id-1\tDuration: 1.50 ms\tBilled Duration: 2 ms\tMemory Size: 256 MB\tMax Memory Used: 40 MB\tInit Duration: 80.00 ms\tStart Path: coldest"), "{}", lines[3]);
+    }
+}

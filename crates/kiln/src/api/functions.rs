@@ -1,0 +1,351 @@
+//! Function resources: Create, Get, GetConfiguration, List, UpdateCode, UpdateConfiguration,
+//! Delete and the concurrency calls.
+
+use std::collections::BTreeMap;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use base64::Engine;
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{authenticate, base_url, parse_json, ApiError, SharedState};
+use crate::controller::code::StoredCode;
+use crate::controller::{ConfigPatch, Controller};
+use crate::function::{Function, FunctionConfig, NetworkMode};
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase")]
+struct EnvironmentInput {
+    #[serde(default)]
+    variables: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct StorageInput {
+    size: u32,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase")]
+struct CodeInput {
+    zip_file: Option<String>,
+    s3_bucket: Option<String>,
+    image_uri: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct CreateInput {
+    function_name: String,
+    runtime: Option<String>,
+    role: Option<String>,
+    handler: Option<String>,
+    #[serde(default)]
+    code: CodeInput,
+    description: Option<String>,
+    timeout: Option<u32>,
+    memory_size: Option<u32>,
+    environment: Option<EnvironmentInput>,
+    ephemeral_storage: Option<StorageInput>,
+    package_type: Option<String>,
+    /// kiln's extension: `isolated` (default) or `host`.
+    kiln_network: Option<NetworkMode>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct UpdateConfigInput {
+    runtime: Option<String>,
+    role: Option<String>,
+    handler: Option<String>,
+    description: Option<String>,
+    timeout: Option<u32>,
+    memory_size: Option<u32>,
+    environment: Option<EnvironmentInput>,
+    ephemeral_storage: Option<StorageInput>,
+    kiln_network: Option<NetworkMode>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct UpdateCodeInput {
+    zip_file: Option<String>,
+    s3_bucket: Option<String>,
+    image_uri: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct ConcurrencyInput {
+    reserved_concurrent_executions: i64,
+}
+
+#[derive(Deserialize)]
+pub struct ListQuery {
+    #[serde(rename = "Marker")]
+    marker: Option<String>,
+    #[serde(rename = "MaxItems")]
+    max_items: Option<String>,
+}
+
+fn invalid(message: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, "InvalidParameterValueException", message)
+}
+
+fn decode_zip(zip_file: Option<String>, s3_bucket: Option<String>, image_uri: Option<String>) -> Result<Vec<u8>, ApiError> {
+    if s3_bucket.is_some() || image_uri.is_some() {
+        return Err(invalid("kiln accepts deployment packages as Code.ZipFile only"));
+    }
+    let zip = zip_file.ok_or_else(|| invalid("Please provide a source for function code."))?;
+    base64::engine::general_purpose::STANDARD
+        .decode(zip.as_bytes())
+        .map_err(|_| invalid("Could not unzip uploaded file. Please check your file, then try to upload again."))
+}
+
+/// Lambda's FunctionConfiguration shape.
+pub fn configuration(controller: &Controller, f: &Function) -> Value {
+    let mut config = json!({
+        "FunctionName": f.name,
+        "FunctionArn": controller.arn(&f.name),
+        "Runtime": f.config.runtime,
+        "Role": f.config.role,
+        "Handler": f.config.handler,
+        "CodeSize": f.code_size,
+        "Description": f.config.description,
+        "Timeout": f.config.timeout_s,
+        "MemorySize": f.config.memory_mb,
+        "LastModified": f.last_modified.format("%Y-%m-%dT%H:%M:%S%.3f%z").to_string(),
+        "CodeSha256": StoredCode::sha256_base64(&f.code_sha256),
+        "Version": "$LATEST",
+        "TracingConfig": { "Mode": "PassThrough" },
+        "RevisionId": revision_id(f),
+        "State": "Active",
+        "LastUpdateStatus": "Successful",
+        "PackageType": "Zip",
+        "Architectures": [std::env::consts::ARCH.replace("aarch64", "arm64")],
+        "EphemeralStorage": { "Size": f.config.ephemeral_storage_mb },
+        "LoggingConfig": { "LogFormat": "Text", "LogGroup": format!("/aws/lambda/{}", f.name) },
+        "SnapStart": { "ApplyOn": "None", "OptimizationStatus": "Off" },
+    });
+    if !f.config.env.is_empty() {
+        config["Environment"] = json!({ "Variables": f.config.env });
+    }
+    config
+}
+
+/// A stable RevisionId per (function, revision), shaped like Lambda's UUIDs.
+fn revision_id(f: &Function) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(format!("{}:{}:{}", f.name, f.revision, f.code_sha256));
+    let h = hex::encode(&digest[..16]);
+    format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+}
+
+pub async fn create(
+    State(state): State<SharedState>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    authenticate(&state, &method, &uri, &headers, &body)?;
+    let input: CreateInput = parse_json(&body)?;
+    if input.package_type.as_deref().is_some_and(|p| p != "Zip") {
+        return Err(invalid("kiln supports PackageType Zip only"));
+    }
+    let (Some(runtime), Some(handler)) = (input.runtime, input.handler) else {
+        return Err(invalid("Runtime and Handler are mandatory parameters for functions created with deployment packages."));
+    };
+    let zip = decode_zip(input.code.zip_file, input.code.s3_bucket, input.code.image_uri)?;
+    let mut config = FunctionConfig {
+        runtime,
+        handler,
+        memory_mb: input.memory_size.unwrap_or(128),
+        timeout_s: input.timeout.unwrap_or(3),
+        env: input.environment.unwrap_or_default().variables,
+        description: input.description.unwrap_or_default(),
+        network: input.kiln_network.unwrap_or_default(),
+        ephemeral_storage_mb: input.ephemeral_storage.map(|s| s.size).unwrap_or(512),
+        role: String::new(),
+    };
+    if let Some(role) = input.role {
+        config.role = role;
+    } else {
+        config.role = format!("arn:aws:iam::{}:role/kiln-function", state.controller.config().account_id);
+    }
+    let function = state.controller.create(&input.function_name, config, zip).await?;
+    Ok((StatusCode::CREATED, Json(configuration(&state.controller, &function))).into_response())
+}
+
+pub async fn get(
+    State(state): State<SharedState>,
+    Path(name): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    authenticate(&state, &method, &uri, &headers, &body)?;
+    let function = state.controller.get(&name)?;
+    let token = super::kiln::code_token(&state.credentials, &function.code_sha256);
+    let mut out = json!({
+        "Configuration": configuration(&state.controller, &function),
+        "Code": {
+            "RepositoryType": "S3",
+            "Location": format!("{}/kiln/v1/code/{}.zip?token={token}", base_url(&headers), function.code_sha256),
+        },
+        "Tags": {},
+    });
+    if let Some(n) = function.reserved_concurrency {
+        out["Concurrency"] = json!({ "ReservedConcurrentExecutions": n });
+    }
+    Ok(Json(out).into_response())
+}
+
+pub async fn get_configuration(
+    State(state): State<SharedState>,
+    Path(name): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    authenticate(&state, &method, &uri, &headers, &body)?;
+    let function = state.controller.get(&name)?;
+    Ok(Json(configuration(&state.controller, &function)).into_response())
+}
+
+pub async fn list(
+    State(state): State<SharedState>,
+    Query(query): Query<ListQuery>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    authenticate(&state, &method, &uri, &headers, &body)?;
+    let max_items = match query.max_items.as_deref() {
+        None => 50,
+        Some(raw) => match raw.parse::<usize>() {
+            Ok(n) if (1..=10_000).contains(&n) => n.min(50),
+            _ => return Err(invalid(format!("Value '{raw}' at 'maxItems' failed to satisfy constraint: Member must have value between 1 and 10000"))),
+        },
+    };
+    let all = state.controller.list();
+    // The marker is the name of the last function of the previous page.
+    let start = match &query.marker {
+        Some(marker) => all.partition_point(|f| f.name.as_str() <= marker.as_str()),
+        None => 0,
+    };
+    let page: Vec<Value> =
+        all[start..].iter().take(max_items).map(|f| configuration(&state.controller, f)).collect();
+    let mut out = json!({ "Functions": page });
+    if start + max_items < all.len() {
+        out["NextMarker"] = all[start + max_items - 1].name.clone().into();
+    }
+    Ok(Json(out).into_response())
+}
+
+pub async fn delete(
+    State(state): State<SharedState>,
+    Path(name): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    authenticate(&state, &method, &uri, &headers, &body)?;
+    state.controller.delete(&name)?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+pub async fn update_code(
+    State(state): State<SharedState>,
+    Path(name): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    authenticate(&state, &method, &uri, &headers, &body)?;
+    let input: UpdateCodeInput = parse_json(&body)?;
+    let zip = decode_zip(input.zip_file, input.s3_bucket, input.image_uri)?;
+    let function = state.controller.update_code(&name, zip).await?;
+    Ok(Json(configuration(&state.controller, &function)).into_response())
+}
+
+pub async fn update_configuration(
+    State(state): State<SharedState>,
+    Path(name): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    authenticate(&state, &method, &uri, &headers, &body)?;
+    let input: UpdateConfigInput = parse_json(&body)?;
+    let patch = ConfigPatch {
+        runtime: input.runtime,
+        handler: input.handler,
+        memory_mb: input.memory_size,
+        timeout_s: input.timeout,
+        env: input.environment.map(|e| e.variables),
+        description: input.description,
+        role: input.role,
+        ephemeral_storage_mb: input.ephemeral_storage.map(|s| s.size),
+        network: input.kiln_network,
+    };
+    let function = state.controller.update_config(&name, patch)?;
+    Ok(Json(configuration(&state.controller, &function)).into_response())
+}
+
+pub async fn put_concurrency(
+    State(state): State<SharedState>,
+    Path(name): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    authenticate(&state, &method, &uri, &headers, &body)?;
+    let input: ConcurrencyInput = parse_json(&body)?;
+    let n = u32::try_from(input.reserved_concurrent_executions)
+        .map_err(|_| invalid("ReservedConcurrentExecutions must be a non-negative integer"))?;
+    state.controller.set_concurrency(&name, Some(n))?;
+    Ok(Json(json!({ "ReservedConcurrentExecutions": n })).into_response())
+}
+
+pub async fn delete_concurrency(
+    State(state): State<SharedState>,
+    Path(name): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    authenticate(&state, &method, &uri, &headers, &body)?;
+    state.controller.set_concurrency(&name, None)?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+pub async fn get_concurrency(
+    State(state): State<SharedState>,
+    Path(name): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    authenticate(&state, &method, &uri, &headers, &body)?;
+    let function = state.controller.get(&name)?;
+    let body = match function.reserved_concurrency {
+        Some(n) => json!({ "ReservedConcurrentExecutions": n }),
+        None => json!({}),
+    };
+    Ok(Json(body).into_response())
+}

@@ -1,0 +1,107 @@
+//! Invoke: RequestResponse, Event and DryRun, with `LogType=Tail`.
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use bytes::Bytes;
+
+use super::{authenticate, ApiError, SharedState};
+use crate::agent::{InvokeOutcome, RouteHints};
+use crate::controller::{InvocationType, Invoked};
+
+/// `X-Amz-Log-Result` carries the last 4 KB of the invocation's log.
+const TAIL_BYTES: usize = 4096;
+
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+pub async fn invoke(
+    State(state): State<SharedState>,
+    Path(name): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    authenticate(&state, &method, &uri, &headers, &body)?;
+    let kind = match header(&headers, "x-amz-invocation-type") {
+        None | Some("RequestResponse") => InvocationType::RequestResponse,
+        Some("Event") => InvocationType::Event,
+        Some("DryRun") => InvocationType::DryRun,
+        Some(other) => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "InvalidParameterValueException",
+                format!("Value '{other}' at 'invocationType' failed to satisfy constraint: Member must satisfy enum value set: [Event, RequestResponse, DryRun]"),
+            ))
+        }
+    };
+    let tail = match header(&headers, "x-amz-log-type") {
+        None | Some("None") => false,
+        Some("Tail") => true,
+        Some(other) => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "InvalidParameterValueException",
+                format!("Value '{other}' at 'logType' failed to satisfy constraint: Member must satisfy enum value set: [None, Tail]"),
+            ))
+        }
+    };
+    let client_context = header(&headers, "x-amz-client-context").map(|encoded| {
+        base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .ok()
+            .and_then(|bytes| String::from_utf8(bytes).ok())
+            .unwrap_or_default()
+    });
+    let name = qualified(&name, &uri);
+    match state.controller.invoke(&name, body, kind, client_context, RouteHints::default()).await? {
+        Invoked::DryRun => Ok(StatusCode::NO_CONTENT.into_response()),
+        Invoked::Queued { request_id } => {
+            let mut response = StatusCode::ACCEPTED.into_response();
+            if let Ok(value) = HeaderValue::from_str(&request_id) {
+                response.headers_mut().insert("x-amzn-requestid", value);
+            }
+            Ok(response)
+        }
+        Invoked::Done(outcome) => Ok(respond(outcome, tail)),
+    }
+}
+
+/// Folds the `Qualifier` query parameter into the function reference.
+fn qualified(name: &str, uri: &Uri) -> String {
+    let qualifier = uri.query().and_then(|q| {
+        q.split('&').find_map(|pair| pair.strip_prefix("Qualifier=")).map(|v| {
+            percent_encoding::percent_decode_str(v).decode_utf8_lossy().into_owned()
+        })
+    });
+    match qualifier {
+        Some(q) if !q.is_empty() => format!("{name}:{q}"),
+        _ => name.to_string(),
+    }
+}
+
+fn respond(outcome: InvokeOutcome, tail: bool) -> Response {
+    let mut response = (StatusCode::OK, outcome.body).into_response();
+    let headers = response.headers_mut();
+    headers.insert("content-type", HeaderValue::from_static("application/json"));
+    headers.insert("x-amz-executed-version", HeaderValue::from_static("$LATEST"));
+    if outcome.function_error {
+        headers.insert("x-amz-function-error", HeaderValue::from_static("Unhandled"));
+    }
+    if tail {
+        let log = outcome.log.as_bytes();
+        let mut start = log.len().saturating_sub(TAIL_BYTES);
+        // Never start in the middle of a UTF-8 sequence.
+        while start < log.len() && (log[start] & 0xC0) == 0x80 {
+            start += 1;
+        }
+        let encoded = base64::engine::general_purpose::STANDARD.encode(&log[start..]);
+        if let Ok(value) = HeaderValue::from_str(&encoded) {
+            headers.insert("x-amz-log-result", value);
+        }
+    }
+    response
+}

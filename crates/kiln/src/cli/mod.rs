@@ -1,0 +1,331 @@
+//! The `kiln` command line: talks to a running kiln over its signed HTTP API.
+
+mod client;
+
+use std::io::Read;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use base64::Engine;
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+
+use client::Client;
+
+/// Where the CLI finds kiln and its credentials.
+#[derive(Args, Debug, Clone)]
+pub struct Connection {
+    /// kiln's API endpoint.
+    #[arg(long, global = true, env = "KILN_ENDPOINT", default_value = "http://127.0.0.1:9000")]
+    pub endpoint: String,
+    /// The data dir of the kiln server, where its credentials are (unless AWS_ACCESS_KEY_ID is set).
+    #[arg(long, global = true, env = "KILN_DATA_DIR", default_value = ".kiln")]
+    pub data_dir: PathBuf,
+    /// Print machine-readable JSON instead of human output.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Create a function, or update its code and configuration.
+    Deploy(DeployArgs),
+    /// Invoke a function.
+    Invoke(InvokeArgs),
+    /// List functions.
+    Ls,
+    /// Show a function's configuration.
+    Get { name: String },
+    /// Delete a function.
+    Rm { name: String },
+    /// Show a function's logs.
+    Logs {
+        name: String,
+        /// Keep streaming new log lines.
+        #[arg(short, long)]
+        follow: bool,
+    },
+    /// Show every instance with its state, age and memory.
+    Status,
+}
+
+#[derive(Args, Debug)]
+pub struct DeployArgs {
+    pub name: String,
+    #[arg(long)]
+    pub runtime: String,
+    #[arg(long)]
+    pub handler: String,
+    /// A directory (zipped for you) or a .zip file.
+    #[arg(long)]
+    pub code: PathBuf,
+    #[arg(long)]
+    pub memory: Option<u32>,
+    #[arg(long)]
+    pub timeout: Option<u32>,
+    /// Environment variable, KEY=VALUE; repeat for more.
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    pub env: Vec<String>,
+    #[arg(long)]
+    pub description: Option<String>,
+    /// `isolated` (default: loopback only) or `host` (the host's network).
+    #[arg(long)]
+    pub network: Option<String>,
+    /// Give the function a URL: `public` (no auth) or `iam` (SigV4 signed).
+    #[arg(long)]
+    pub url: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct InvokeArgs {
+    pub name: String,
+    /// The event: inline JSON, or @file.
+    #[arg(long)]
+    pub payload: Option<String>,
+    /// Queue the invocation (InvocationType Event) and return at once.
+    #[arg(long = "async")]
+    pub is_async: bool,
+    /// Print the invocation's log (the last 4 KB).
+    #[arg(long)]
+    pub tail: bool,
+}
+
+pub fn run(connection: Connection, command: Command) -> anyhow::Result<i32> {
+    let client = Client::connect(&connection)?;
+    let json_output = connection.json;
+    match command {
+        Command::Deploy(args) => deploy(&client, args, json_output),
+        Command::Invoke(args) => invoke(&client, args, json_output),
+        Command::Ls => ls(&client, json_output),
+        Command::Get { name } => {
+            let (_, _, body) = client.call("GET", &format!("/2015-03-31/functions/{name}"), b"", &[])?;
+            let value: Value = serde_json::from_slice(&body)?;
+            if json_output {
+                println!("{}", serde_json::to_string_pretty(&value)?);
+            } else {
+                print_config(&value["Configuration"]);
+            }
+            Ok(0)
+        }
+        Command::Rm { name } => {
+            client.call("DELETE", &format!("/2015-03-31/functions/{name}"), b"", &[])?;
+            if json_output {
+                println!("{}", json!({ "deleted": name }));
+            } else {
+                println!("deleted {name}");
+            }
+            Ok(0)
+        }
+        Command::Logs { name, follow } => {
+            let path = format!("/kiln/v1/functions/{name}/logs{}", if follow { "?follow=true" } else { "" });
+            let mut reader = client.stream("GET", &path)?;
+            let mut buf = [0u8; 8192];
+            loop {
+                let n = reader.read(&mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                use std::io::Write;
+                std::io::stdout().write_all(&buf[..n])?;
+                std::io::stdout().flush()?;
+            }
+            Ok(0)
+        }
+        Command::Status => status(&client, json_output),
+    }
+}
+
+fn deploy(client: &Client, args: DeployArgs, json_output: bool) -> anyhow::Result<i32> {
+    let zip = if args.code.is_dir() {
+        crate::zip_util::zip_dir(&args.code).with_context(|| format!("cannot zip {}", args.code.display()))?
+    } else {
+        std::fs::read(&args.code).with_context(|| format!("cannot read {}", args.code.display()))?
+    };
+    let mut env = serde_json::Map::new();
+    for pair in &args.env {
+        let (k, v) = pair.split_once('=').with_context(|| format!("--env {pair}: expected KEY=VALUE"))?;
+        env.insert(k.to_string(), Value::String(v.to_string()));
+    }
+    let zip_b64 = base64::engine::general_purpose::STANDARD.encode(&zip);
+    let mut config = json!({
+        "Runtime": args.runtime,
+        "Handler": args.handler,
+        "Environment": { "Variables": env },
+    });
+    if let Some(m) = args.memory {
+        config["MemorySize"] = m.into();
+    }
+    if let Some(t) = args.timeout {
+        config["Timeout"] = t.into();
+    }
+    if let Some(d) = &args.description {
+        config["Description"] = d.clone().into();
+    }
+    if let Some(n) = &args.network {
+        if n != "isolated" && n != "host" {
+            bail!("--network must be `isolated` or `host`");
+        }
+        config["KilnNetwork"] = n.clone().into();
+    }
+    let name = &args.name;
+    let exists = client.call("GET", &format!("/2015-03-31/functions/{name}/configuration"), b"", &[]).is_ok();
+    let result: Value = if exists {
+        client.call("PUT", &format!("/2015-03-31/functions/{name}/code"), json!({ "ZipFile": zip_b64 }).to_string().as_bytes(), &[])?;
+        let (_, _, body) =
+            client.call("PUT", &format!("/2015-03-31/functions/{name}/configuration"), config.to_string().as_bytes(), &[])?;
+        serde_json::from_slice(&body)?
+    } else {
+        config["FunctionName"] = name.clone().into();
+        config["Code"] = json!({ "ZipFile": zip_b64 });
+        let (_, _, body) = client.call("POST", "/2015-03-31/functions", config.to_string().as_bytes(), &[])?;
+        serde_json::from_slice(&body)?
+    };
+    let mut url = None;
+    if let Some(kind) = &args.url {
+        let auth = match kind.as_str() {
+            "public" => "NONE",
+            "iam" => "AWS_IAM",
+            other => bail!("--url must be `public` or `iam`, not `{other}`"),
+        };
+        let path = format!("/2021-10-31/functions/{name}/url");
+        let body = json!({ "AuthType": auth }).to_string();
+        let response = match client.call("POST", &path, body.as_bytes(), &[]) {
+            Ok(r) => r,
+            Err(_) => client.call("PUT", &path, body.as_bytes(), &[])?,
+        };
+        let value: Value = serde_json::from_slice(&response.2)?;
+        url = value["FunctionUrl"].as_str().map(str::to_string);
+    }
+    if json_output {
+        let mut out = result.clone();
+        if let Some(u) = &url {
+            out["FunctionUrl"] = u.clone().into();
+        }
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        println!(
+            "{} {name} ({}, handler {}, {} MB, {} s timeout, code {})",
+            if exists { "updated" } else { "deployed" },
+            result["Runtime"].as_str().unwrap_or(""),
+            result["Handler"].as_str().unwrap_or(""),
+            result["MemorySize"],
+            result["Timeout"],
+            result["CodeSha256"].as_str().unwrap_or(""),
+        );
+        if let Some(u) = url {
+            println!("url: {u}");
+        }
+    }
+    Ok(0)
+}
+
+fn invoke(client: &Client, args: InvokeArgs, json_output: bool) -> anyhow::Result<i32> {
+    let payload = match args.payload.as_deref() {
+        None => b"{}".to_vec(),
+        Some(p) if p.starts_with('@') => std::fs::read(&p[1..]).with_context(|| format!("cannot read {}", &p[1..]))?,
+        Some(p) => p.as_bytes().to_vec(),
+    };
+    let kind = if args.is_async { "Event" } else { "RequestResponse" };
+    let log_type = if args.tail { "Tail" } else { "None" };
+    let headers = [("x-amz-invocation-type", kind), ("x-amz-log-type", log_type)];
+    let (status, response_headers, body) =
+        client.call("POST", &format!("/2015-03-31/functions/{}/invocations", args.name), &payload, &headers)?;
+    let function_error = response_headers.iter().find(|(k, _)| k == "x-amz-function-error").map(|(_, v)| v.clone());
+    let log = response_headers
+        .iter()
+        .find(|(k, _)| k == "x-amz-log-result")
+        .and_then(|(_, v)| base64::engine::general_purpose::STANDARD.decode(v).ok())
+        .map(|b| String::from_utf8_lossy(&b).into_owned());
+    let request_id = response_headers.iter().find(|(k, _)| k == "x-amzn-requestid").map(|(_, v)| v.clone());
+    if json_output {
+        let payload: Value = serde_json::from_slice(&body).unwrap_or_else(|_| String::from_utf8_lossy(&body).into());
+        println!(
+            "{}",
+            json!({ "StatusCode": status, "FunctionError": function_error, "Payload": payload, "LogResult": log, "RequestId": request_id })
+        );
+    } else if args.is_async {
+        println!("queued (request id {})", request_id.unwrap_or_default());
+    } else {
+        if let Some(log) = &log {
+            eprint!("{log}");
+        }
+        println!("{}", String::from_utf8_lossy(&body));
+    }
+    Ok(if function_error.is_some() { 1 } else { 0 })
+}
+
+fn ls(client: &Client, json_output: bool) -> anyhow::Result<i32> {
+    let mut functions = Vec::new();
+    let mut marker: Option<String> = None;
+    loop {
+        let path = match &marker {
+            Some(m) => format!("/2015-03-31/functions/?Marker={m}"),
+            None => "/2015-03-31/functions/".to_string(),
+        };
+        let (_, _, body) = client.call("GET", &path, b"", &[])?;
+        let page: Value = serde_json::from_slice(&body)?;
+        functions.extend(page["Functions"].as_array().cloned().unwrap_or_default());
+        match page["NextMarker"].as_str() {
+            Some(m) => marker = Some(m.to_string()),
+            None => break,
+        }
+    }
+    if json_output {
+        println!("{}", serde_json::to_string_pretty(&functions)?);
+        return Ok(0);
+    }
+    println!("{:<32} {:<14} {:>7} {:>8}  LAST MODIFIED", "NAME", "RUNTIME", "MEMORY", "TIMEOUT");
+    for f in functions {
+        println!(
+            "{:<32} {:<14} {:>4} MB {:>6} s  {}",
+            f["FunctionName"].as_str().unwrap_or(""),
+            f["Runtime"].as_str().unwrap_or(""),
+            f["MemorySize"],
+            f["Timeout"],
+            f["LastModified"].as_str().unwrap_or("")
+        );
+    }
+    Ok(0)
+}
+
+fn print_config(c: &Value) {
+    for key in ["FunctionName", "FunctionArn", "Runtime", "Handler", "MemorySize", "Timeout", "CodeSize", "CodeSha256", "LastModified", "State"] {
+        println!("{key:<14} {}", match &c[key] {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        });
+    }
+    if let Some(vars) = c["Environment"]["Variables"].as_object() {
+        for (k, v) in vars {
+            println!("{:<14} {k}={}", "Environment", v.as_str().unwrap_or(""));
+        }
+    }
+}
+
+fn status(client: &Client, json_output: bool) -> anyhow::Result<i32> {
+    let (_, _, body) = client.call("GET", "/kiln/v1/status", b"", &[])?;
+    let status: Value = serde_json::from_slice(&body)?;
+    if json_output {
+        println!("{}", serde_json::to_string_pretty(&status)?);
+        return Ok(0);
+    }
+    let node = &status["node"];
+    println!(
+        "memory booked {} of {} MB, cgroups {}, async queue {}",
+        node["memory_reserved_mb"], node["memory_budget_mb"], node["cgroup_version"].as_str().unwrap_or(""), status["asyncQueueDepth"]
+    );
+    println!("{:<24} {:>6} {:<9} {:<8} {:>9} {:>12}", "FUNCTION", "ID", "STATE", "PATH", "AGE", "MEMORY");
+    for i in node["instances"].as_array().cloned().unwrap_or_default() {
+        println!(
+            "{:<24} {:>6} {:<9} {:<8} {:>8.1}s {:>6.1}/{} MB",
+            i["function"].as_str().unwrap_or(""),
+            i["id"],
+            i["state"].as_str().unwrap_or(""),
+            i["start_path"].as_str().unwrap_or(""),
+            i["age_s"].as_f64().unwrap_or(0.0),
+            i["memory_used_bytes"].as_f64().unwrap_or(0.0) / 1048576.0,
+            i["memory_limit_mb"]
+        );
+    }
+    Ok(0)
+}

@@ -1,0 +1,331 @@
+//! Content-addressed storage of deployment packages.
+//!
+//! A package is kept twice under its SHA-256: the zip as uploaded (`blobs/<hex>.zip`, which
+//! GetFunction serves back) and its extracted tree (`code/<hex>/`, which sandboxes mount
+//! read-only). Both are written to a temporary name, synced and renamed, so a crash never leaves
+//! a half-written package under a final name.
+
+use std::fs;
+use std::io::{self, Read, Write};
+use std::path::{Component, Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+/// Lambda's limit on a zip uploaded directly.
+pub const MAX_ZIP_BYTES: usize = 50 * 1024 * 1024;
+/// Lambda's limit on the unzipped size of a function.
+pub const MAX_UNZIPPED_BYTES: u64 = 250 * 1024 * 1024;
+const MAX_ENTRIES: usize = 20_000;
+
+/// Why a deployment package was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum CodeError {
+    /// the package is not a readable zip archive
+    #[error("Could not unzip uploaded file. Please check your file, then try to upload again. ({0})")]
+    NotAZip(String),
+    /// the package is larger than allowed
+    #[error("Unzipped size must be smaller than {MAX_UNZIPPED_BYTES} bytes")]
+    TooLarge,
+    /// the zipped package is larger than allowed
+    #[error("Zipped file size must be smaller than {MAX_ZIP_BYTES} bytes")]
+    ZipTooLarge,
+    /// an entry would be written outside the package root
+    #[error("Could not unzip uploaded file: entry `{0}` escapes the package root")]
+    UnsafePath(String),
+    /// the package has too many entries
+    #[error("Could not unzip uploaded file: more than {MAX_ENTRIES} entries")]
+    TooManyEntries,
+    /// the code store could not be written
+    #[error("code store: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// Identifies a stored package.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredCode {
+    pub sha256_hex: String,
+    pub size: u64,
+}
+
+impl StoredCode {
+    /// `CodeSha256` as Lambda reports it: base64 of the digest.
+    pub fn sha256_base64(hex_digest: &str) -> String {
+        use base64::Engine;
+        let bytes = hex::decode(hex_digest).unwrap_or_default();
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct CodeStore {
+    root: PathBuf,
+}
+
+impl CodeStore {
+    pub fn open(root: &Path) -> io::Result<Self> {
+        fs::create_dir_all(root.join("blobs"))?;
+        fs::create_dir_all(root.join("code"))?;
+        fs::create_dir_all(root.join("tmp"))?;
+        // Leftovers of an interrupted write are never referenced.
+        for entry in fs::read_dir(root.join("tmp"))?.flatten() {
+            let _ = fs::remove_dir_all(entry.path()).or_else(|_| fs::remove_file(entry.path()));
+        }
+        Ok(Self { root: root.to_path_buf() })
+    }
+
+    /// The extracted tree of a stored package.
+    pub fn code_dir(&self, sha256_hex: &str) -> PathBuf {
+        self.root.join("code").join(sha256_hex)
+    }
+
+    pub fn zip_path(&self, sha256_hex: &str) -> PathBuf {
+        self.root.join("blobs").join(format!("{sha256_hex}.zip"))
+    }
+
+    /// Validates, stores and extracts a zip. Storing the same bytes twice is free.
+    pub fn put_zip(&self, zip: &[u8]) -> Result<StoredCode, CodeError> {
+        if zip.len() > MAX_ZIP_BYTES {
+            return Err(CodeError::ZipTooLarge);
+        }
+        let hex_digest = hex::encode(Sha256::digest(zip));
+        let stored = StoredCode { sha256_hex: hex_digest.clone(), size: zip.len() as u64 };
+        let final_dir = self.code_dir(&hex_digest);
+        if final_dir.is_dir() && self.zip_path(&hex_digest).is_file() {
+            return Ok(stored);
+        }
+        let staging = self.root.join("tmp").join(format!("{hex_digest}.{}", uuid::Uuid::new_v4()));
+        let result = extract(zip, &staging).and_then(|()| {
+            sync_tree(&staging)?;
+            write_atomically(&self.zip_path(&hex_digest), zip, &self.root.join("tmp"))?;
+            match fs::rename(&staging, &final_dir) {
+                Ok(()) => Ok::<(), CodeError>(()),
+                // Another upload of the same bytes won the race; its tree is identical.
+                Err(_) if final_dir.is_dir() => Ok(()),
+                Err(e) => Err(e.into()),
+            }?;
+            fsync_dir(&self.root.join("code"))?;
+            Ok(())
+        });
+        if staging.exists() {
+            let _ = fs::remove_dir_all(&staging);
+        }
+        result.map(|()| stored)
+    }
+
+    /// Removes packages no function refers to any more.
+    pub fn collect_garbage(&self, live: &[String]) {
+        let Ok(entries) = fs::read_dir(self.root.join("code")) else { return };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !live.contains(&name) {
+                let _ = fs::remove_dir_all(entry.path());
+                let _ = fs::remove_file(self.zip_path(&name));
+            }
+        }
+    }
+}
+
+/// Checks that a zip entry name stays inside the package root and returns its relative path.
+pub fn safe_entry_path(name: &str) -> Result<PathBuf, CodeError> {
+    let path = Path::new(name);
+    let mut clean = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::Normal(part) => clean.push(part),
+            Component::CurDir => {}
+            Component::ParentDir | Component::RootDir | Component::Prefix(_) => {
+                return Err(CodeError::UnsafePath(name.to_string()))
+            }
+        }
+    }
+    if name.contains('\0') || name.contains('\\') {
+        return Err(CodeError::UnsafePath(name.to_string()));
+    }
+    Ok(clean)
+}
+
+/// Extracts into `dest`, refusing traversal, links and zip bombs. Permissions keep only the
+/// owner-executable bit of each entry: sandboxes read the tree as another user.
+fn extract(zip: &[u8], dest: &Path) -> Result<(), CodeError> {
+    let mut archive =
+        zip::ZipArchive::new(io::Cursor::new(zip)).map_err(|e| CodeError::NotAZip(e.to_string()))?;
+    if archive.len() > MAX_ENTRIES {
+        return Err(CodeError::TooManyEntries);
+    }
+    fs::create_dir_all(dest)?;
+    set_mode(dest, 0o755)?;
+    let mut total: u64 = 0;
+    for index in 0..archive.len() {
+        let mut entry = archive.by_index(index).map_err(|e| CodeError::NotAZip(e.to_string()))?;
+        let relative = safe_entry_path(entry.name())?;
+        if relative.as_os_str().is_empty() {
+            continue;
+        }
+        let target = dest.join(&relative);
+        if entry.is_dir() {
+            fs::create_dir_all(&target)?;
+            set_mode(&target, 0o755)?;
+            continue;
+        }
+        if entry.is_symlink() {
+            return Err(CodeError::UnsafePath(format!("{} (symbolic links are not allowed)", entry.name())));
+        }
+        if let Some(parent) = target.parent() {
+            create_dirs(dest, parent)?;
+        }
+        let executable = entry.unix_mode().map(|m| m & 0o100 != 0).unwrap_or(false);
+        let mut out = fs::File::create(&target)?;
+        // The declared size can lie; count what is actually inflated.
+        let mut buf = [0u8; 64 * 1024];
+        loop {
+            let n = entry.read(&mut buf).map_err(|e| CodeError::NotAZip(e.to_string()))?;
+            if n == 0 {
+                break;
+            }
+            total += n as u64;
+            if total > MAX_UNZIPPED_BYTES {
+                return Err(CodeError::TooLarge);
+            }
+            out.write_all(&buf[..n])?;
+        }
+        set_mode(&target, if executable { 0o755 } else { 0o644 })?;
+    }
+    Ok(())
+}
+
+fn create_dirs(root: &Path, dir: &Path) -> io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    fs::create_dir_all(dir)?;
+    let mut current = dir;
+    while current != root {
+        set_mode(current, 0o755)?;
+        match current.parent() {
+            Some(parent) => current = parent,
+            None => break,
+        }
+    }
+    Ok(())
+}
+
+fn set_mode(path: &Path, mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(path, fs::Permissions::from_mode(mode))
+}
+
+fn sync_tree(dir: &Path) -> io::Result<()> {
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            sync_tree(&entry.path())?;
+        } else {
+            fs::File::open(entry.path())?.sync_all()?;
+        }
+    }
+    fsync_dir(dir)
+}
+
+pub fn fsync_dir(dir: &Path) -> io::Result<()> {
+    fs::File::open(dir)?.sync_all()
+}
+
+/// Writes a file so that it either exists complete under its name or not at all.
+pub fn write_atomically(path: &Path, contents: &[u8], tmp_dir: &Path) -> io::Result<()> {
+    let tmp = tmp_dir.join(format!(".{}.tmp", uuid::Uuid::new_v4()));
+    let mut file = fs::File::create(&tmp)?;
+    file.write_all(contents)?;
+    file.sync_all()?;
+    fs::rename(&tmp, path)?;
+    if let Some(parent) = path.parent() {
+        fsync_dir(parent)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn zip_of(entries: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut out = io::Cursor::new(Vec::new());
+        let mut writer = zip::ZipWriter::new(&mut out);
+        for (name, data) in entries {
+            let options = zip::write::SimpleFileOptions::default().unix_permissions(0o755);
+            writer.start_file(*name, options).unwrap();
+            writer.write_all(data).unwrap();
+        }
+        writer.finish().unwrap();
+        out.into_inner()
+    }
+
+    #[test]
+    fn stores_and_extracts_content_addressed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CodeStore::open(dir.path()).unwrap();
+        let zip = zip_of(&[("index.js", b"exports.handler = 1"), ("lib/a.py", b"x")]);
+        let code = store.put_zip(&zip).unwrap();
+        assert_eq!(code.sha256_hex, hex::encode(Sha256::digest(&zip)));
+        let tree = store.code_dir(&code.sha256_hex);
+        assert_eq!(fs::read(tree.join("index.js")).unwrap(), b"exports.handler = 1");
+        assert!(tree.join("lib/a.py").is_file());
+        assert_eq!(store.put_zip(&zip).unwrap(), code);
+    }
+
+    #[test]
+    fn refuses_path_traversal() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CodeStore::open(dir.path()).unwrap();
+        for name in ["../evil", "/etc/passwd", "a/../../b"] {
+            let err = store.put_zip(&zip_of(&[(name, b"x")])).unwrap_err();
+            assert!(matches!(err, CodeError::UnsafePath(_)), "{name}: {err}");
+        }
+        assert_eq!(fs::read_dir(dir.path().join("code")).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn refuses_garbage() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CodeStore::open(dir.path()).unwrap();
+        assert!(matches!(store.put_zip(b"not a zip").unwrap_err(), CodeError::NotAZip(_)));
+        assert!(matches!(store.put_zip(b"").unwrap_err(), CodeError::NotAZip(_)));
+    }
+
+    #[test]
+    fn refuses_zip_bombs() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CodeStore::open(dir.path()).unwrap();
+        let mut out = io::Cursor::new(Vec::new());
+        let mut writer = zip::ZipWriter::new(&mut out);
+        let options = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Deflated)
+            .large_file(true);
+        writer.start_file("zeros", options).unwrap();
+        let chunk = vec![0u8; 1024 * 1024];
+        for _ in 0..(MAX_UNZIPPED_BYTES / chunk.len() as u64 + 1) {
+            writer.write_all(&chunk).unwrap();
+        }
+        writer.finish().unwrap();
+        let zip = out.into_inner();
+        assert!(zip.len() < MAX_ZIP_BYTES);
+        assert!(matches!(store.put_zip(&zip).unwrap_err(), CodeError::TooLarge));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..2048)) {
+            let dir = tempfile::tempdir().unwrap();
+            let store = CodeStore::open(dir.path()).unwrap();
+            let _ = store.put_zip(&bytes);
+        }
+
+        #[test]
+        fn entry_paths_never_escape(name in "[a-z./\\\\]{0,30}") {
+            if let Ok(path) = safe_entry_path(&name) {
+                prop_assert!(path.components().all(|c| matches!(c, Component::Normal(_))));
+            }
+        }
+    }
+}

@@ -1,0 +1,569 @@
+//! The controller: the function registry, scheduling onto the node agent, and the async queue.
+//!
+//! The HTTP layer turns each request into a call on [`Controller`]; the controller never sees
+//! HTTP. Every metadata change is committed to SQLite before it is acknowledged and then
+//! mirrored in an in-memory table, which is all the invoke path reads.
+
+pub mod code;
+mod queue;
+pub mod registry;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use chrono::Utc;
+use tokio::sync::Notify;
+
+use crate::agent::{AgentError, InvokeOutcome, InvokeRequest, NodeAgent, RouteHints};
+use crate::function::{self, Function, FunctionConfig, InstanceSpec, NetworkMode, SharedSpec, UrlAuth};
+use crate::logs::LogStore;
+use crate::metrics::Metrics;
+use crate::runtime::RESERVED_ENV;
+use code::{CodeError, CodeStore};
+use registry::{Registry, RegistryError};
+
+/// Lambda's payload limits.
+pub const MAX_SYNC_PAYLOAD: usize = 6 * 1024 * 1024;
+pub const MAX_ASYNC_PAYLOAD: usize = 256 * 1024;
+/// Lambda attempts an asynchronous invocation three times in all.
+pub const ASYNC_ATTEMPTS: u32 = 3;
+
+/// Why a control-plane or invoke call failed. Each variant maps to one Lambda error.
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    /// the function (or resource) does not exist
+    #[error("{0}")]
+    NotFound(String),
+    /// the resource exists already or is in use
+    #[error("{0}")]
+    Conflict(String),
+    /// a parameter is invalid
+    #[error("{0}")]
+    InvalidParameter(String),
+    /// the request body is not what the call expects
+    #[error("{0}")]
+    InvalidRequestContent(String),
+    /// the request is larger than allowed
+    #[error("{0}")]
+    TooLarge(String),
+    /// concurrency is exhausted
+    #[error("Rate Exceeded.")]
+    Throttled { reserved: bool },
+    /// kiln itself failed
+    #[error("{0}")]
+    Internal(String),
+    /// kiln is shutting down
+    #[error("kiln is shutting down")]
+    ShuttingDown,
+}
+
+impl From<RegistryError> for ControllerError {
+    fn from(e: RegistryError) -> Self {
+        ControllerError::Internal(e.to_string())
+    }
+}
+
+impl From<CodeError> for ControllerError {
+    fn from(e: CodeError) -> Self {
+        match e {
+            CodeError::Io(io) => ControllerError::Internal(format!("code store: {io}")),
+            CodeError::ZipTooLarge => ControllerError::TooLarge(e.to_string()),
+            other => ControllerError::InvalidParameter(other.to_string()),
+        }
+    }
+}
+
+impl From<AgentError> for ControllerError {
+    fn from(e: AgentError) -> Self {
+        match e {
+            AgentError::ThrottledReserved => ControllerError::Throttled { reserved: true },
+            AgentError::ThrottledNode => ControllerError::Throttled { reserved: false },
+            AgentError::ShuttingDown => ControllerError::ShuttingDown,
+            AgentError::Sandbox(message) => ControllerError::Internal(message),
+        }
+    }
+}
+
+/// Settings of the controller.
+#[derive(Debug, Clone)]
+pub struct ControllerConfig {
+    pub data_dir: PathBuf,
+    pub region: String,
+    pub account_id: String,
+    /// Upper bound on a function's instances on this node when it has no reserved concurrency.
+    pub node_max_instances: u32,
+    /// Delay before the first retry of a failed async invocation; the second waits twice as long.
+    pub async_retry_delay: Duration,
+    /// Async invocations delivered at once.
+    pub async_concurrency: usize,
+}
+
+/// Fields of UpdateFunctionConfiguration; `None` leaves a field unchanged.
+#[derive(Debug, Default, Clone)]
+pub struct ConfigPatch {
+    pub runtime: Option<String>,
+    pub handler: Option<String>,
+    pub memory_mb: Option<u32>,
+    pub timeout_s: Option<u32>,
+    pub env: Option<BTreeMap<String, String>>,
+    pub description: Option<String>,
+    pub role: Option<String>,
+    pub ephemeral_storage_mb: Option<u32>,
+    pub network: Option<NetworkMode>,
+}
+
+/// How an invocation should be run (Lambda's InvocationType).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InvocationType {
+    RequestResponse,
+    Event,
+    DryRun,
+}
+
+/// The result of Invoke.
+pub enum Invoked {
+    Done(InvokeOutcome),
+    Queued { request_id: String },
+    DryRun,
+}
+
+struct Entry {
+    function: Function,
+    spec: SharedSpec,
+}
+
+pub struct Controller {
+    config: ControllerConfig,
+    registry: Registry,
+    code: CodeStore,
+    functions: RwLock<HashMap<String, Arc<Entry>>>,
+    agent: Arc<dyn NodeAgent>,
+    runtimes: Vec<String>,
+    pub logs: LogStore,
+    pub metrics: Metrics,
+    queue_wakeup: Arc<Notify>,
+}
+
+impl Controller {
+    pub fn open(config: ControllerConfig, agent: Arc<dyn NodeAgent>) -> Result<Arc<Self>, ControllerError> {
+        let internal = |e: std::io::Error| ControllerError::Internal(e.to_string());
+        std::fs::create_dir_all(&config.data_dir).map_err(internal)?;
+        let registry = Registry::open(&config.data_dir.join("kiln.db"))?;
+        let code = CodeStore::open(&config.data_dir.join("store")).map_err(internal)?;
+        let logs = LogStore::open(&config.data_dir.join("logs")).map_err(internal)?;
+        let runtimes = agent.status().runtimes;
+        let controller = Arc::new(Self {
+            config,
+            registry,
+            code,
+            functions: RwLock::default(),
+            agent,
+            runtimes,
+            logs,
+            metrics: Metrics::default(),
+            queue_wakeup: Arc::new(Notify::new()),
+        });
+        let mut table = HashMap::new();
+        let mut live_code = Vec::new();
+        for function in controller.registry.all()? {
+            live_code.push(function.code_sha256.clone());
+            let spec = controller.spec_for(&function);
+            table.insert(function.name.clone(), Arc::new(Entry { function, spec }));
+        }
+        *controller.functions.write().unwrap_or_else(|p| p.into_inner()) = table;
+        controller.code.collect_garbage(&live_code);
+        queue::start(controller.clone());
+        Ok(controller)
+    }
+
+    pub fn agent(&self) -> &Arc<dyn NodeAgent> {
+        &self.agent
+    }
+
+    pub fn config(&self) -> &ControllerConfig {
+        &self.config
+    }
+
+    pub fn arn(&self, name: &str) -> String {
+        format!("arn:aws:lambda:{}:{}:function:{name}", self.config.region, self.config.account_id)
+    }
+
+    pub fn code_store(&self) -> &CodeStore {
+        &self.code
+    }
+
+    fn spec_for(&self, f: &Function) -> SharedSpec {
+        Arc::new(InstanceSpec {
+            function: f.name.clone(),
+            arn: self.arn(&f.name),
+            revision: f.revision,
+            runtime: f.config.runtime.clone(),
+            handler: f.config.handler.clone(),
+            memory_mb: f.config.memory_mb,
+            timeout_s: f.config.timeout_s,
+            env: f.config.env.clone(),
+            network: f.config.network,
+            tmp_mb: f.config.ephemeral_storage_mb,
+            code_dir: self.code.code_dir(&f.code_sha256),
+            code_sha256: f.code_sha256.clone(),
+            region: self.config.region.clone(),
+            max_instances: f.reserved_concurrency.unwrap_or(self.config.node_max_instances),
+            reserved_concurrency: f.reserved_concurrency,
+        })
+    }
+
+    fn table(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<Entry>>> {
+        self.functions.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn publish(&self, function: Function) -> Function {
+        let spec = self.spec_for(&function);
+        let name = function.name.clone();
+        self.functions
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.clone(), Arc::new(Entry { function: function.clone(), spec }));
+        self.agent.retire(&name, Some(function.revision));
+        function
+    }
+
+    fn entry(&self, name: &str) -> Result<Arc<Entry>, ControllerError> {
+        let (name, qualifier) = function::parse_function_ref(name).ok_or_else(|| {
+            ControllerError::InvalidParameter(format!(
+                "1 validation error detected: Value '{name}' at 'functionName' failed to satisfy constraint: Member must satisfy regular expression pattern: (arn:(aws[a-zA-Z-]*)?:lambda:)?([a-z]{{2}}(-gov)?-[a-z]+-\\d{{1}}:)?(\\d{{12}}:)?(function:)?([a-zA-Z0-9-_]+)(:(\\$LATEST|[a-zA-Z0-9-_]+))?"
+            ))
+        })?;
+        let entry = self.table().get(&name).cloned().ok_or_else(|| self.not_found(&name))?;
+        match qualifier.as_deref() {
+            None | Some("$LATEST") => Ok(entry),
+            Some(other) => Err(ControllerError::NotFound(format!(
+                "Function not found: {}:{other} (kiln serves only $LATEST)",
+                self.arn(&name)
+            ))),
+        }
+    }
+
+    fn not_found(&self, name: &str) -> ControllerError {
+        ControllerError::NotFound(format!("Function not found: {}", self.arn(name)))
+    }
+
+    pub fn get(&self, name: &str) -> Result<Function, ControllerError> {
+        Ok(self.entry(name)?.function.clone())
+    }
+
+    pub fn list(&self) -> Vec<Function> {
+        let mut all: Vec<Function> = self.table().values().map(|e| e.function.clone()).collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all
+    }
+
+    fn validate(&self, config: &FunctionConfig) -> Result<(), ControllerError> {
+        let invalid = |m: String| Err(ControllerError::InvalidParameter(m));
+        if !self.runtimes.contains(&config.runtime) {
+            return invalid(format!(
+                "Value {} at 'runtime' failed to satisfy constraint: Member must satisfy enum value set: [{}]",
+                config.runtime,
+                self.runtimes.join(", ")
+            ));
+        }
+        if config.handler.is_empty() || config.handler.len() > 128 || config.handler.chars().any(char::is_whitespace) {
+            return invalid(format!("Value '{}' at 'handler' failed to satisfy constraint", config.handler));
+        }
+        if !(function::MIN_MEMORY_MB..=function::MAX_MEMORY_MB).contains(&config.memory_mb) {
+            return invalid(format!(
+                "Value {} at 'memorySize' failed to satisfy constraint: Member must have value between {} and {}",
+                config.memory_mb,
+                function::MIN_MEMORY_MB,
+                function::MAX_MEMORY_MB
+            ));
+        }
+        if !(1..=function::MAX_TIMEOUT_S).contains(&config.timeout_s) {
+            return invalid(format!(
+                "Value {} at 'timeout' failed to satisfy constraint: Member must have value between 1 and {}",
+                config.timeout_s,
+                function::MAX_TIMEOUT_S
+            ));
+        }
+        if !(512..=10_240).contains(&config.ephemeral_storage_mb) {
+            return invalid("EphemeralStorage size must be between 512 and 10240 MB".into());
+        }
+        let mut env_bytes = 0;
+        for (key, value) in &config.env {
+            let valid_key = key.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+                && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid_key {
+                return invalid(format!("Environment variable name '{key}' is invalid: it must match [a-zA-Z]([a-zA-Z0-9_])+"));
+            }
+            if RESERVED_ENV.contains(&key.as_str()) {
+                return invalid(format!(
+                    "Lambda was unable to configure your environment variables because the environment variables you have provided contains reserved keys that are currently not supported for modification. Reserved keys used in this request: {key}"
+                ));
+            }
+            env_bytes += key.len() + value.len();
+        }
+        if env_bytes > function::MAX_ENV_BYTES {
+            return invalid("Lambda was unable to configure your environment variables because the environment variables you have provided exceeded the 4KB limit.".into());
+        }
+        Ok(())
+    }
+
+    /// CreateFunction.
+    pub async fn create(
+        &self,
+        name: &str,
+        config: FunctionConfig,
+        zip: Vec<u8>,
+    ) -> Result<Function, ControllerError> {
+        if !function::valid_name(name) {
+            return Err(ControllerError::InvalidParameter(format!(
+                "1 validation error detected: Value '{name}' at 'functionName' failed to satisfy constraint: Member must satisfy regular expression pattern: [a-zA-Z0-9-_]+ and have length between 1 and 64"
+            )));
+        }
+        self.validate(&config)?;
+        if self.table().contains_key(name) {
+            return Err(ControllerError::Conflict(format!("Function already exist: {name}")));
+        }
+        let code = self.store_code(zip).await?;
+        let function = Function {
+            name: name.to_string(),
+            config,
+            code_sha256: code.sha256_hex,
+            code_size: code.size,
+            revision: 1,
+            last_modified: Utc::now(),
+            reserved_concurrency: None,
+            url_auth: None,
+        };
+        if !self.registry.insert(&function)? {
+            return Err(ControllerError::Conflict(format!("Function already exist: {name}")));
+        }
+        Ok(self.publish(function))
+    }
+
+    async fn store_code(&self, zip: Vec<u8>) -> Result<code::StoredCode, ControllerError> {
+        let store = self.code.clone();
+        tokio::task::spawn_blocking(move || store.put_zip(&zip))
+            .await
+            .map_err(|e| ControllerError::Internal(e.to_string()))?
+            .map_err(Into::into)
+    }
+
+    /// Applies a change to a stored function and commits it; the next invocation sees it.
+    fn modify(&self, name: &str, change: impl FnOnce(&mut Function) -> Result<(), ControllerError>) -> Result<Function, ControllerError> {
+        let mut function = self.entry(name)?.function.clone();
+        change(&mut function)?;
+        if !self.registry.update(&function)? {
+            return Err(self.not_found(&function.name));
+        }
+        Ok(self.publish(function))
+    }
+
+    /// UpdateFunctionCode.
+    pub async fn update_code(&self, name: &str, zip: Vec<u8>) -> Result<Function, ControllerError> {
+        self.entry(name)?;
+        let code = self.store_code(zip).await?;
+        self.modify(name, |f| {
+            f.code_sha256 = code.sha256_hex;
+            f.code_size = code.size;
+            f.revision += 1;
+            f.last_modified = Utc::now();
+            Ok(())
+        })
+    }
+
+    /// UpdateFunctionConfiguration.
+    pub fn update_config(&self, name: &str, patch: ConfigPatch) -> Result<Function, ControllerError> {
+        self.modify(name, |f| {
+            let mut config = f.config.clone();
+            if let Some(v) = patch.runtime {
+                config.runtime = v;
+            }
+            if let Some(v) = patch.handler {
+                config.handler = v;
+            }
+            if let Some(v) = patch.memory_mb {
+                config.memory_mb = v;
+            }
+            if let Some(v) = patch.timeout_s {
+                config.timeout_s = v;
+            }
+            if let Some(v) = patch.env {
+                config.env = v;
+            }
+            if let Some(v) = patch.description {
+                config.description = v;
+            }
+            if let Some(v) = patch.role {
+                config.role = v;
+            }
+            if let Some(v) = patch.ephemeral_storage_mb {
+                config.ephemeral_storage_mb = v;
+            }
+            if let Some(v) = patch.network {
+                config.network = v;
+            }
+            self.validate(&config)?;
+            f.config = config;
+            f.revision += 1;
+            f.last_modified = Utc::now();
+            Ok(())
+        })
+    }
+
+    /// DeleteFunction. Its queued async invocations go with it, as on Lambda.
+    pub fn delete(&self, name: &str) -> Result<(), ControllerError> {
+        let entry = self.entry(name)?;
+        let name = entry.function.name.clone();
+        if !self.registry.delete(&name)? {
+            return Err(self.not_found(&name));
+        }
+        self.functions.write().unwrap_or_else(|p| p.into_inner()).remove(&name);
+        self.agent.retire(&name, None);
+        self.logs.remove(&name);
+        let live: Vec<String> = self.table().values().map(|e| e.function.code_sha256.clone()).collect();
+        if !live.contains(&entry.function.code_sha256) {
+            let store = self.code.clone();
+            tokio::task::spawn_blocking(move || store.collect_garbage(&live));
+        }
+        Ok(())
+    }
+
+    /// PutFunctionConcurrency (`Some`) and DeleteFunctionConcurrency (`None`).
+    pub fn set_concurrency(&self, name: &str, reserved: Option<u32>) -> Result<Function, ControllerError> {
+        if let Some(n) = reserved {
+            if n > self.config.node_max_instances {
+                return Err(ControllerError::InvalidParameter(format!(
+                    "Specified ReservedConcurrentExecutions for function decreases account's UnreservedConcurrentExecution below its minimum value of [0]. ({n} exceeds this node's limit of {})",
+                    self.config.node_max_instances
+                )));
+            }
+        }
+        self.modify(name, |f| {
+            f.reserved_concurrency = reserved;
+            Ok(())
+        })
+    }
+
+    /// Create/UpdateFunctionUrlConfig (`Some`) and DeleteFunctionUrlConfig (`None`).
+    pub fn set_url_auth(&self, name: &str, auth: Option<UrlAuth>, create: bool) -> Result<Function, ControllerError> {
+        self.modify(name, |f| {
+            match (create, f.url_auth.is_some(), auth.is_some()) {
+                (true, true, _) => {
+                    return Err(ControllerError::Conflict(format!(
+                        "Failed to create function url config for [functionArn = {}]. Error message:  FunctionUrlConfig exists for this Lambda function",
+                        self.arn(&f.name)
+                    )))
+                }
+                (false, false, _) => {
+                    return Err(ControllerError::NotFound(format!(
+                        "The resource you requested does not exist. (Service: Lambda, function URL config of {})",
+                        f.name
+                    )))
+                }
+                _ => {}
+            }
+            f.url_auth = auth;
+            Ok(())
+        })
+    }
+
+    /// Invoke.
+    pub async fn invoke(
+        &self,
+        name: &str,
+        payload: Bytes,
+        kind: InvocationType,
+        client_context: Option<String>,
+        hints: RouteHints,
+    ) -> Result<Invoked, ControllerError> {
+        let entry = self.entry(name)?;
+        let limit = if kind == InvocationType::Event { MAX_ASYNC_PAYLOAD } else { MAX_SYNC_PAYLOAD };
+        if payload.len() > limit {
+            return Err(ControllerError::TooLarge(format!(
+                "{} byte payload is too large for the {} invocation type (limit {limit} bytes)",
+                payload.len(),
+                if kind == InvocationType::Event { "Event" } else { "RequestResponse" }
+            )));
+        }
+        let payload = if payload.iter().all(u8::is_ascii_whitespace) { Bytes::from_static(b"{}") } else { payload };
+        if serde_json::from_slice::<serde::de::IgnoredAny>(&payload).is_err() {
+            return Err(ControllerError::InvalidRequestContent(
+                "Could not parse request body into json: Could not parse payload into json: Unexpected character".into(),
+            ));
+        }
+        let request_id = uuid::Uuid::new_v4().to_string();
+        match kind {
+            InvocationType::DryRun => Ok(Invoked::DryRun),
+            InvocationType::Event => {
+                let function = entry.function.name.clone();
+                let id = request_id.clone();
+                let registry = &self.registry;
+                tokio::task::block_in_place(|| registry.enqueue(&id, &function, &payload))?;
+                self.metrics.async_events.get_or_create(&crate::metrics::OutcomeLabels { outcome: "queued".into() }).inc();
+                self.queue_wakeup.notify_one();
+                Ok(Invoked::Queued { request_id })
+            }
+            InvocationType::RequestResponse => {
+                let request = InvokeRequest {
+                    request_id,
+                    payload,
+                    trace_id: trace_id(),
+                    client_context,
+                    hints,
+                };
+                self.run(&entry.spec, request).await.map(Invoked::Done)
+            }
+        }
+    }
+
+    /// Runs one invocation on the agent and records its log and metrics.
+    async fn run(&self, spec: &SharedSpec, request: InvokeRequest) -> Result<InvokeOutcome, ControllerError> {
+        let labels = Metrics::function(&spec.function);
+        match self.agent.invoke(spec.clone(), request).await {
+            Ok(outcome) => {
+                self.metrics.invocations.get_or_create(&labels).inc();
+                if outcome.function_error {
+                    self.metrics.errors.get_or_create(&labels).inc();
+                }
+                if let Some(path) = outcome.cold_start {
+                    self.metrics
+                        .cold_starts
+                        .get_or_create(&crate::metrics::StartLabels { function: spec.function.clone(), path: path.as_str().into() })
+                        .inc();
+                }
+                self.metrics.duration.get_or_create(&labels).observe(outcome.duration.as_secs_f64());
+                self.logs.append(&spec.function, outcome.log.clone());
+                Ok(outcome)
+            }
+            Err(e) => {
+                if matches!(e, AgentError::ThrottledNode | AgentError::ThrottledReserved) {
+                    self.metrics.throttles.get_or_create(&labels).inc();
+                }
+                Err(e.into())
+            }
+        }
+    }
+
+    pub fn queue_depth(&self) -> u64 {
+        self.registry.queue_depth().unwrap_or(0)
+    }
+
+    /// The recorded error of an async invocation that failed all its attempts.
+    pub fn async_failure(&self, request_id: &str) -> Option<String> {
+        self.registry.failure(request_id).ok().flatten()
+    }
+
+    /// Renders `/metrics`.
+    pub fn render_metrics(&self) -> String {
+        self.metrics.render(&self.agent.status(), self.queue_depth())
+    }
+}
+
+/// An X-Ray style trace header, which Lambda hands every invocation.
+fn trace_id() -> String {
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    format!("Root=1-{:08x}-{};Parent={};Sampled=0", Utc::now().timestamp(), &id[..24], &id[16..32])
+}

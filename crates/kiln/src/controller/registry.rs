@@ -1,0 +1,341 @@
+//! The metadata database: functions and the durable queue of asynchronous invocations.
+//!
+//! SQLite in WAL mode with `synchronous=FULL`: a statement that returned has reached the disk,
+//! which is what lets kiln acknowledge a deployment or an Event invocation and survive `kill -9`.
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use chrono::{DateTime, Utc};
+use rusqlite::{params, Connection, OptionalExtension};
+
+use crate::function::{Function, FunctionConfig, UrlAuth};
+
+/// Why the metadata database failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// the metadata database failed
+    #[error("metadata database: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// a stored row could not be decoded
+    #[error("metadata database holds an unreadable row: {0}")]
+    Corrupt(String),
+}
+
+/// One queued asynchronous invocation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueuedEvent {
+    pub id: i64,
+    pub request_id: String,
+    pub function: String,
+    pub payload: Vec<u8>,
+    pub attempts: u32,
+    pub not_before: DateTime<Utc>,
+}
+
+pub struct Registry {
+    db: Mutex<Connection>,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS functions (
+    name TEXT PRIMARY KEY,
+    config TEXT NOT NULL,
+    code_sha256 TEXT NOT NULL,
+    code_size INTEGER NOT NULL,
+    revision INTEGER NOT NULL,
+    last_modified TEXT NOT NULL,
+    reserved_concurrency INTEGER,
+    url_auth TEXT
+);
+CREATE TABLE IF NOT EXISTS async_queue (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    request_id TEXT NOT NULL,
+    function TEXT NOT NULL,
+    payload BLOB NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    not_before TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS async_failures (
+    request_id TEXT PRIMARY KEY,
+    function TEXT NOT NULL,
+    payload BLOB NOT NULL,
+    error TEXT NOT NULL,
+    failed_at TEXT NOT NULL
+);
+";
+
+impl Registry {
+    pub fn open(path: &Path) -> Result<Self, RegistryError> {
+        let db = Connection::open(path)?;
+        db.pragma_update(None, "journal_mode", "WAL")?;
+        db.pragma_update(None, "synchronous", "FULL")?;
+        db.busy_timeout(std::time::Duration::from_secs(5))?;
+        db.execute_batch(SCHEMA)?;
+        Ok(Self { db: Mutex::new(db) })
+    }
+
+    fn db(&self) -> std::sync::MutexGuard<'_, Connection> {
+        // A panic while holding the lock cannot leave SQLite inconsistent: every change is a
+        // transaction.
+        self.db.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Inserts a new function; false if the name is taken.
+    pub fn insert(&self, f: &Function) -> Result<bool, RegistryError> {
+        let config = serde_json::to_string(&f.config).map_err(|e| RegistryError::Corrupt(e.to_string()))?;
+        let changed = self.db().execute(
+            "INSERT OR IGNORE INTO functions
+             (name, config, code_sha256, code_size, revision, last_modified, reserved_concurrency, url_auth)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![
+                f.name,
+                config,
+                f.code_sha256,
+                f.code_size,
+                f.revision,
+                f.last_modified.to_rfc3339(),
+                f.reserved_concurrency,
+                url_auth_text(f.url_auth),
+            ],
+        )?;
+        Ok(changed == 1)
+    }
+
+    /// Replaces a function's row; false if it does not exist.
+    pub fn update(&self, f: &Function) -> Result<bool, RegistryError> {
+        let config = serde_json::to_string(&f.config).map_err(|e| RegistryError::Corrupt(e.to_string()))?;
+        let changed = self.db().execute(
+            "UPDATE functions SET config = ?2, code_sha256 = ?3, code_size = ?4, revision = ?5,
+             last_modified = ?6, reserved_concurrency = ?7, url_auth = ?8 WHERE name = ?1",
+            params![
+                f.name,
+                config,
+                f.code_sha256,
+                f.code_size,
+                f.revision,
+                f.last_modified.to_rfc3339(),
+                f.reserved_concurrency,
+                url_auth_text(f.url_auth),
+            ],
+        )?;
+        Ok(changed == 1)
+    }
+
+    pub fn delete(&self, name: &str) -> Result<bool, RegistryError> {
+        let mut db = self.db();
+        let tx = db.transaction()?;
+        let changed = tx.execute("DELETE FROM functions WHERE name = ?1", [name])?;
+        tx.execute("DELETE FROM async_queue WHERE function = ?1", [name])?;
+        tx.commit()?;
+        Ok(changed == 1)
+    }
+
+    pub fn all(&self) -> Result<Vec<Function>, RegistryError> {
+        let db = self.db();
+        let mut stmt = db.prepare(
+            "SELECT name, config, code_sha256, code_size, revision, last_modified, reserved_concurrency, url_auth
+             FROM functions ORDER BY name",
+        )?;
+        let rows = stmt.query_map([], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, String>(2)?,
+                row.get::<_, u64>(3)?,
+                row.get::<_, u64>(4)?,
+                row.get::<_, String>(5)?,
+                row.get::<_, Option<u32>>(6)?,
+                row.get::<_, Option<String>>(7)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (name, config, code_sha256, code_size, revision, modified, reserved, url) = row?;
+            let config: FunctionConfig =
+                serde_json::from_str(&config).map_err(|e| RegistryError::Corrupt(format!("{name}: {e}")))?;
+            let last_modified = DateTime::parse_from_rfc3339(&modified)
+                .map_err(|e| RegistryError::Corrupt(format!("{name}: {e}")))?
+                .with_timezone(&Utc);
+            let url_auth = match url.as_deref() {
+                Some("NONE") => Some(UrlAuth::None),
+                Some("AWS_IAM") => Some(UrlAuth::AwsIam),
+                _ => None,
+            };
+            out.push(Function {
+                name,
+                config,
+                code_sha256,
+                code_size,
+                revision,
+                last_modified,
+                reserved_concurrency: reserved,
+                url_auth,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Durably queues an Event invocation.
+    pub fn enqueue(&self, request_id: &str, function: &str, payload: &[u8]) -> Result<i64, RegistryError> {
+        let db = self.db();
+        db.execute(
+            "INSERT INTO async_queue (request_id, function, payload, attempts, not_before) VALUES (?1, ?2, ?3, 0, ?4)",
+            params![request_id, function, payload, Utc::now().to_rfc3339()],
+        )?;
+        Ok(db.last_insert_rowid())
+    }
+
+    /// Events due now, oldest first, skipping those in `exclude` (already being delivered).
+    pub fn due_events(&self, limit: usize, exclude: &[i64]) -> Result<Vec<QueuedEvent>, RegistryError> {
+        let db = self.db();
+        let mut stmt = db.prepare_cached(
+            "SELECT id, request_id, function, payload, attempts, not_before FROM async_queue
+             WHERE not_before <= ?1 ORDER BY id LIMIT ?2",
+        )?;
+        let now = Utc::now().to_rfc3339();
+        let rows = stmt.query_map(params![now, (limit + exclude.len()) as i64], |row| {
+            Ok(QueuedEvent {
+                id: row.get(0)?,
+                request_id: row.get(1)?,
+                function: row.get(2)?,
+                payload: row.get(3)?,
+                attempts: row.get(4)?,
+                not_before: DateTime::parse_from_rfc3339(&row.get::<_, String>(5)?)
+                    .map(|t| t.with_timezone(&Utc))
+                    .unwrap_or_else(|_| Utc::now()),
+            })
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let event = row?;
+            if !exclude.contains(&event.id) && out.len() < limit {
+                out.push(event);
+            }
+        }
+        Ok(out)
+    }
+
+    pub fn queue_depth(&self) -> Result<u64, RegistryError> {
+        Ok(self.db().query_row("SELECT COUNT(*) FROM async_queue", [], |r| r.get(0))?)
+    }
+
+    /// Removes a delivered event.
+    pub fn complete_event(&self, id: i64) -> Result<(), RegistryError> {
+        self.db().execute("DELETE FROM async_queue WHERE id = ?1", [id])?;
+        Ok(())
+    }
+
+    /// Schedules another attempt; `count_attempt` is false for throttles, which Lambda does not count.
+    pub fn retry_event(&self, id: i64, not_before: DateTime<Utc>, count_attempt: bool) -> Result<(), RegistryError> {
+        self.db().execute(
+            "UPDATE async_queue SET attempts = attempts + ?2, not_before = ?3 WHERE id = ?1",
+            params![id, count_attempt as i64, not_before.to_rfc3339()],
+        )?;
+        Ok(())
+    }
+
+    /// Moves an event that failed every attempt to the failure table, in one transaction.
+    pub fn fail_event(&self, event: &QueuedEvent, error: &str) -> Result<(), RegistryError> {
+        let mut db = self.db();
+        let tx = db.transaction()?;
+        tx.execute(
+            "INSERT OR REPLACE INTO async_failures (request_id, function, payload, error, failed_at)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![event.request_id, event.function, event.payload, error, Utc::now().to_rfc3339()],
+        )?;
+        tx.execute("DELETE FROM async_queue WHERE id = ?1", [event.id])?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// The error recorded for an event that exhausted its retries.
+    pub fn failure(&self, request_id: &str) -> Result<Option<String>, RegistryError> {
+        Ok(self
+            .db()
+            .query_row("SELECT error FROM async_failures WHERE request_id = ?1", [request_id], |r| r.get(0))
+            .optional()?)
+    }
+}
+
+fn url_auth_text(auth: Option<UrlAuth>) -> Option<&'static str> {
+    auth.map(|a| match a {
+        UrlAuth::None => "NONE",
+        UrlAuth::AwsIam => "AWS_IAM",
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn sample(name: &str) -> Function {
+        Function {
+            name: name.into(),
+            config: FunctionConfig {
+                runtime: "python3.11".into(),
+                handler: "app.handler".into(),
+                memory_mb: 128,
+                timeout_s: 3,
+                env: BTreeMap::from([("K".into(), "V".into())]),
+                description: String::new(),
+                network: Default::default(),
+                ephemeral_storage_mb: 512,
+                role: "r".into(),
+            },
+            code_sha256: "ab".into(),
+            code_size: 10,
+            revision: 1,
+            last_modified: Utc::now(),
+            reserved_concurrency: Some(2),
+            url_auth: Some(UrlAuth::None),
+        }
+    }
+
+    #[test]
+    fn functions_round_trip_and_survive_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kiln.db");
+        {
+            let reg = Registry::open(&path).unwrap();
+            assert!(reg.insert(&sample("a")).unwrap());
+            assert!(!reg.insert(&sample("a")).unwrap());
+            let mut b = sample("b");
+            assert!(!reg.update(&b).unwrap());
+            assert!(reg.insert(&b).unwrap());
+            b.revision = 2;
+            assert!(reg.update(&b).unwrap());
+        }
+        let reg = Registry::open(&path).unwrap();
+        let all = reg.all().unwrap();
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[1].revision, 2);
+        assert_eq!(all[0].config, sample("a").config);
+        assert!(reg.delete("a").unwrap());
+        assert!(!reg.delete("a").unwrap());
+    }
+
+    #[test]
+    fn queue_orders_retries_and_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = Registry::open(&dir.path().join("kiln.db")).unwrap();
+        let first = reg.enqueue("r1", "f", b"{}").unwrap();
+        let second = reg.enqueue("r2", "f", b"[1]").unwrap();
+        let due = reg.due_events(10, &[]).unwrap();
+        assert_eq!(due.iter().map(|e| e.id).collect::<Vec<_>>(), vec![first, second]);
+        assert_eq!(reg.due_events(10, &[first]).unwrap().len(), 1);
+        reg.retry_event(first, Utc::now() + chrono::Duration::seconds(60), true).unwrap();
+        assert_eq!(reg.due_events(10, &[]).unwrap()[0].id, second);
+        reg.complete_event(second).unwrap();
+        assert_eq!(reg.queue_depth().unwrap(), 1);
+        let mut event = reg.due_events(10, &[]).unwrap();
+        assert!(event.is_empty());
+        reg.retry_event(first, Utc::now(), false).unwrap();
+        event = reg.due_events(10, &[]).unwrap();
+        assert_eq!(event[0].attempts, 1);
+        reg.fail_event(&event[0], "boom").unwrap();
+        assert_eq!(reg.queue_depth().unwrap(), 0);
+        assert_eq!(reg.failure("r1").unwrap().as_deref(), Some("boom"));
+    }
+}

@@ -1,0 +1,158 @@
+//! The function model shared by the controller and the node agent.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// Lambda's limits, checked where configuration enters kiln.
+pub const MIN_MEMORY_MB: u32 = 128;
+pub const MAX_MEMORY_MB: u32 = 10_240;
+pub const MAX_TIMEOUT_S: u32 = 900;
+pub const MAX_ENV_BYTES: usize = 4 * 1024;
+
+/// How a function's sandboxes reach the network.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NetworkMode {
+    /// A private network namespace with only loopback, where kiln serves what the function may use.
+    #[default]
+    Isolated,
+    /// The host's network namespace (outbound access; the control API still needs credentials).
+    Host,
+}
+
+/// Who may call a function URL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum UrlAuth {
+    /// Anyone (Lambda's `NONE`).
+    #[serde(rename = "NONE")]
+    None,
+    /// Requests signed with kiln's credentials (Lambda's `AWS_IAM`).
+    #[serde(rename = "AWS_IAM")]
+    AwsIam,
+}
+
+/// What a user configured; everything but the code.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FunctionConfig {
+    pub runtime: String,
+    pub handler: String,
+    pub memory_mb: u32,
+    pub timeout_s: u32,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub network: NetworkMode,
+    #[serde(default = "default_tmp_mb")]
+    pub ephemeral_storage_mb: u32,
+    #[serde(default = "default_role")]
+    pub role: String,
+}
+
+fn default_role() -> String {
+    "arn:aws:iam::000000000000:role/kiln-function".to_string()
+}
+
+fn default_tmp_mb() -> u32 {
+    512
+}
+
+/// A deployed function, as the registry stores it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Function {
+    pub name: String,
+    pub config: FunctionConfig,
+    /// Hex SHA-256 of the deployment package; the code store's key.
+    pub code_sha256: String,
+    pub code_size: u64,
+    /// Bumped by every code or configuration update.
+    pub revision: u64,
+    pub last_modified: DateTime<Utc>,
+    pub reserved_concurrency: Option<u32>,
+    pub url_auth: Option<UrlAuth>,
+}
+
+/// The resolved, versioned spec the controller hands the node agent. The agent never looks
+/// anything up again: an instance belongs to exactly one spec, and a new revision means new
+/// instances.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InstanceSpec {
+    pub function: String,
+    pub arn: String,
+    pub revision: u64,
+    pub runtime: String,
+    pub handler: String,
+    pub memory_mb: u32,
+    pub timeout_s: u32,
+    pub env: BTreeMap<String, String>,
+    pub network: NetworkMode,
+    pub tmp_mb: u32,
+    /// The extracted code on the agent's host, mounted read-only at /var/task.
+    pub code_dir: PathBuf,
+    pub code_sha256: String,
+    pub region: String,
+    /// Most instances this function may have on the node (reserved concurrency or the node cap).
+    pub max_instances: u32,
+    pub reserved_concurrency: Option<u32>,
+}
+
+pub type SharedSpec = Arc<InstanceSpec>;
+
+/// Lambda's function name pattern: letters, digits, hyphens and underscores, 1 to 64 characters.
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// Turns a FunctionName parameter (a name, a partial ARN `123456789012:function:name` or a
+/// full ARN, each optionally with `:qualifier`) into the bare name and its qualifier.
+pub fn parse_function_ref(raw: &str) -> Option<(String, Option<String>)> {
+    let parts: Vec<&str> = raw.split(':').collect();
+    let (name, qualifier) = match parts.as_slice() {
+        [name] => (*name, None),
+        [name, qualifier] => (*name, Some(*qualifier)),
+        [_account, "function", name] => (*name, None),
+        [_account, "function", name, qualifier] => (*name, Some(*qualifier)),
+        ["arn", _partition, "lambda", _region, _account, "function", name] => (*name, None),
+        ["arn", _partition, "lambda", _region, _account, "function", name, qualifier] => {
+            (*name, Some(*qualifier))
+        }
+        _ => return None,
+    };
+    valid_name(name).then(|| (name.to_string(), qualifier.map(str::to_string)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn function_refs_in_every_form() {
+        assert_eq!(parse_function_ref("f"), Some(("f".into(), None)));
+        assert_eq!(parse_function_ref("f:$LATEST"), Some(("f".into(), Some("$LATEST".into()))));
+        assert_eq!(parse_function_ref("123456789012:function:f"), Some(("f".into(), None)));
+        assert_eq!(
+            parse_function_ref("arn:aws:lambda:us-east-1:123456789012:function:my_fn:prod"),
+            Some(("my_fn".into(), Some("prod".into())))
+        );
+        assert_eq!(parse_function_ref("bad name"), None);
+        assert_eq!(parse_function_ref("a:b:c:d:e"), None);
+        assert_eq!(parse_function_ref(&"x".repeat(65)), None);
+    }
+
+    proptest! {
+        #[test]
+        fn parsing_never_panics_and_names_stay_valid(raw in ".{0,200}") {
+            if let Some((name, _)) = parse_function_ref(&raw) {
+                prop_assert!(valid_name(&name));
+            }
+        }
+    }
+}

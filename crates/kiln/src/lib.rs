@@ -1,0 +1,17 @@
+//! kiln: a self-hosted, Lambda-compatible serverless platform.
+//!
+//! Request path: [`api`] (HTTP, SigV4) → [`controller`] (registry, scheduling, async queue) →
+//! [`agent`] (instances in sandboxes, through the `kiln-sandbox` crate) → [`runtime`] (what each
+//! language needs inside the sandbox).
+
+pub mod agent;
+pub mod api;
+pub mod auth;
+pub mod cli;
+pub mod controller;
+pub mod function;
+pub mod logs;
+pub mod metrics;
+pub mod runtime;
+pub mod server;
+pub mod zip_util;

@@ -1,0 +1,114 @@
+//! Prometheus metrics, exposed at `/metrics`.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::agent::NodeStatus;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FunctionLabels {
+    pub function: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StartLabels {
+    pub function: String,
+    pub path: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabels {
+    pub function: String,
+    pub state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: String,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    pub invocations: Family<FunctionLabels, Counter>,
+    pub errors: Family<FunctionLabels, Counter>,
+    pub throttles: Family<FunctionLabels, Counter>,
+    pub cold_starts: Family<StartLabels, Counter>,
+    pub duration: Family<FunctionLabels, Histogram>,
+    pub async_events: Family<OutcomeLabels, Counter>,
+    pub async_queue_depth: Gauge,
+    instances: Family<StateLabels, Gauge>,
+    memory: Family<KindLabels, Gauge>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("kiln");
+        let invocations = Family::<FunctionLabels, Counter>::default();
+        let errors = Family::<FunctionLabels, Counter>::default();
+        let throttles = Family::<FunctionLabels, Counter>::default();
+        let cold_starts = Family::<StartLabels, Counter>::default();
+        let duration = Family::<FunctionLabels, Histogram>::new_with_constructor(|| {
+            // 50 µs to ~14 min.
+            Histogram::new(exponential_buckets(0.000_05, 2.5, 18))
+        });
+        let async_events = Family::<OutcomeLabels, Counter>::default();
+        let async_queue_depth = Gauge::default();
+        let instances = Family::<StateLabels, Gauge>::default();
+        let memory = Family::<KindLabels, Gauge>::default();
+        registry.register("invocations", "Invocations that reached a function", invocations.clone());
+        registry.register("errors", "Invocations that ended in a function error", errors.clone());
+        registry.register("throttles", "Invocations refused with 429", throttles.clone());
+        registry.register("cold_starts", "Invocations that started a new instance, by start path", cold_starts.clone());
+        registry.register("invocation_duration_seconds", "Function run time per invocation", duration.clone());
+        registry.register("async_events", "Asynchronous invocations by outcome", async_events.clone());
+        registry.register("async_queue_depth", "Asynchronous invocations waiting in the queue", async_queue_depth.clone());
+        registry.register("instances", "Instances by function and state", instances.clone());
+        registry.register("memory_bytes", "Node memory: budget, booked by instances, used by instances", memory.clone());
+        Self {
+            registry,
+            invocations,
+            errors,
+            throttles,
+            cold_starts,
+            duration,
+            async_events,
+            async_queue_depth,
+            instances,
+            memory,
+        }
+    }
+}
+
+impl Metrics {
+    pub fn function(name: &str) -> FunctionLabels {
+        FunctionLabels { function: name.to_string() }
+    }
+
+    /// Renders the text exposition format, refreshing the instance gauges from `status`.
+    pub fn render(&self, status: &NodeStatus, queue_depth: u64) -> String {
+        self.instances.clear();
+        for instance in &status.instances {
+            self.instances
+                .get_or_create(&StateLabels { function: instance.function.clone(), state: instance.state.as_str().into() })
+                .inc();
+        }
+        let used: u64 = status.instances.iter().map(|i| i.memory_used_bytes).sum();
+        let mb = |v: u64| (v * 1024 * 1024) as i64;
+        self.memory.get_or_create(&KindLabels { kind: "budget".into() }).set(mb(status.memory_budget_mb));
+        self.memory.get_or_create(&KindLabels { kind: "booked".into() }).set(mb(status.memory_reserved_mb));
+        self.memory.get_or_create(&KindLabels { kind: "used".into() }).set(used as i64);
+        self.async_queue_depth.set(queue_depth as i64);
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String cannot fail");
+        out
+    }
+}

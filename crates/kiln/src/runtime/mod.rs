@@ -1,0 +1,177 @@
+//! Runtimes: what a language needs inside a sandbox, and how kiln talks to it.
+//!
+//! Adding a runtime means adding one file here that implements [`Runtime`] and registering it
+//! in [`Runtimes::detect`]. The agent only sees the trait.
+
+mod nodejs;
+mod provided;
+mod python;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use kiln_sandbox::Mount;
+
+use crate::function::InstanceSpec;
+
+/// How the agent exchanges invocations with the runtime process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// kiln's framed protocol over a Unix socket on fd 3 (docs/shim-protocol.md).
+    Shim,
+    /// The AWS Lambda Runtime API over HTTP.
+    RuntimeApi,
+}
+
+/// Where the runtime's files live inside every sandbox.
+pub const RUNTIME_DIR: &str = "/opt/kiln";
+pub const TASK_ROOT: &str = "/var/task";
+
+pub trait Runtime: Send + Sync {
+    /// The Lambda runtime identifier, e.g. `nodejs20.x`.
+    fn name(&self) -> &str;
+    fn protocol(&self) -> Protocol;
+    /// Host paths this runtime needs beyond the base system (/usr, /lib, /etc basics).
+    fn mounts(&self) -> Vec<Mount>;
+    /// The command that starts the runtime process, with absolute paths inside the sandbox.
+    fn argv(&self) -> Vec<String>;
+    /// Environment variables of this runtime, on top of Lambda's common ones.
+    fn env(&self, spec: &InstanceSpec) -> Vec<(String, String)>;
+}
+
+/// The runtimes available on this host.
+pub struct Runtimes {
+    by_name: HashMap<String, Arc<dyn Runtime>>,
+    base_mounts: Vec<Mount>,
+    shim_dir: PathBuf,
+}
+
+impl Runtimes {
+    /// Probes the host for Node.js and Python and writes the shims to `shim_dir`.
+    pub fn detect(shim_dir: &Path) -> std::io::Result<Self> {
+        std::fs::create_dir_all(shim_dir)?;
+        std::fs::write(shim_dir.join("shim.js"), nodejs::SHIM)?;
+        std::fs::write(shim_dir.join("shim.py"), python::SHIM)?;
+        let mut by_name: HashMap<String, Arc<dyn Runtime>> = HashMap::new();
+        let python = python::Python::detect();
+        match &python {
+            Ok(p) => {
+                by_name.insert(p.name().to_string(), Arc::new(p.clone()));
+            }
+            Err(e) => tracing::warn!("no Python runtime: {e}"),
+        }
+        match nodejs::Node::detect() {
+            Ok(node) => {
+                by_name.insert(node.name().to_string(), Arc::new(node));
+            }
+            Err(e) => tracing::warn!("no Node.js runtime: {e}"),
+        }
+        for name in provided::NAMES {
+            by_name.insert(name.to_string(), Arc::new(provided::Provided::new(name, python.as_ref().ok())));
+        }
+        Ok(Self { by_name, base_mounts: base_mounts(), shim_dir: shim_dir.to_path_buf() })
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Runtime>> {
+        self.by_name.get(name).cloned()
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.by_name.keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    /// Every mount of a sandbox running `runtime` with code from `code_dir`.
+    pub fn mounts(&self, runtime: &dyn Runtime, code_dir: &Path) -> Vec<Mount> {
+        let mut mounts = self.base_mounts.clone();
+        mounts.extend(runtime.mounts());
+        mounts.push(bind(&self.shim_dir, Path::new(RUNTIME_DIR), false));
+        mounts.push(bind(code_dir, Path::new(TASK_ROOT), false));
+        mounts
+    }
+}
+
+pub(crate) fn bind(source: &Path, target: &Path, optional: bool) -> Mount {
+    Mount::Bind { source: source.to_path_buf(), target: target.to_path_buf(), writable: false, optional }
+}
+
+/// What every runtime needs: the system's programs and libraries and a few files of /etc.
+/// Merged-/usr hosts have /bin, /lib… as symbolic links; those are recreated as links.
+fn base_mounts() -> Vec<Mount> {
+    let mut mounts = vec![bind(Path::new("/usr"), Path::new("/usr"), false)];
+    for dir in ["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"] {
+        let path = Path::new(dir);
+        match std::fs::read_link(path) {
+            Ok(points_to) => mounts.push(Mount::Symlink { target: path.to_path_buf(), points_to }),
+            Err(_) if path.is_dir() => mounts.push(bind(path, path, true)),
+            Err(_) => {}
+        }
+    }
+    for file in [
+        "/etc/ssl",
+        "/etc/ca-certificates",
+        "/etc/ld.so.cache",
+        "/etc/localtime",
+        "/etc/nsswitch.conf",
+        "/etc/hosts",
+        "/etc/resolv.conf",
+        "/etc/alternatives",
+        "/etc/mime.types",
+        "/etc/protocols",
+        "/etc/services",
+    ] {
+        mounts.push(bind(Path::new(file), Path::new(file), true));
+    }
+    mounts
+}
+
+/// Lambda's reserved environment variables for one instance.
+pub fn lambda_env(spec: &InstanceSpec, instance_id: u64, runtime: &dyn Runtime) -> Vec<(String, String)> {
+    let date = chrono::Utc::now().format("%Y/%m/%d");
+    let mut env: Vec<(String, String)> = spec.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let reserved = [
+        ("_HANDLER", spec.handler.clone()),
+        ("LAMBDA_TASK_ROOT", TASK_ROOT.to_string()),
+        ("LAMBDA_RUNTIME_DIR", RUNTIME_DIR.to_string()),
+        ("AWS_EXECUTION_ENV", format!("AWS_Lambda_{}", spec.runtime)),
+        ("AWS_LAMBDA_FUNCTION_NAME", spec.function.clone()),
+        ("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST".to_string()),
+        ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", spec.memory_mb.to_string()),
+        ("AWS_LAMBDA_LOG_GROUP_NAME", format!("/aws/lambda/{}", spec.function)),
+        ("AWS_LAMBDA_LOG_STREAM_NAME", format!("{date}/[$LATEST]{instance_id:016x}")),
+        ("AWS_LAMBDA_INITIALIZATION_TYPE", "on-demand".to_string()),
+        ("AWS_REGION", spec.region.clone()),
+        ("AWS_DEFAULT_REGION", spec.region.clone()),
+        ("TZ", ":UTC".to_string()),
+        ("LANG", "en_US.UTF-8".to_string()),
+        ("LD_LIBRARY_PATH", "/var/task/lib:/opt/lib:/usr/local/lib:/usr/lib".to_string()),
+    ];
+    for (key, value) in reserved {
+        env.retain(|(k, _)| k != key);
+        env.push((key.to_string(), value));
+    }
+    for (key, value) in runtime.env(spec) {
+        env.retain(|(k, _)| *k != key);
+        env.push((key, value));
+    }
+    env
+}
+
+/// Environment variable names a user may not set: kiln owns them.
+pub const RESERVED_ENV: &[&str] = &[
+    "_HANDLER",
+    "LAMBDA_TASK_ROOT",
+    "LAMBDA_RUNTIME_DIR",
+    "AWS_EXECUTION_ENV",
+    "AWS_LAMBDA_FUNCTION_NAME",
+    "AWS_LAMBDA_FUNCTION_VERSION",
+    "AWS_LAMBDA_FUNCTION_MEMORY_SIZE",
+    "AWS_LAMBDA_LOG_GROUP_NAME",
+    "AWS_LAMBDA_LOG_STREAM_NAME",
+    "AWS_LAMBDA_RUNTIME_API",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "KILN_SHIM_FD",
+];

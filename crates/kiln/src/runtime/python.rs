@@ -1,0 +1,70 @@
+//! `python3.X`, named after the `python3` on PATH.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use kiln_sandbox::Mount;
+
+use super::{Protocol, Runtime, RUNTIME_DIR};
+use crate::function::InstanceSpec;
+
+pub const SHIM: &str = include_str!("../../../../runtimes/python/shim.py");
+
+#[derive(Clone)]
+pub struct Python {
+    name: String,
+    executable: PathBuf,
+    prefix: PathBuf,
+}
+
+impl Python {
+    pub fn detect() -> Result<Self, String> {
+        // `python3` may be a wrapper script (pyenv); ask the interpreter for its real location.
+        let out = Command::new("python3")
+            .args(["-c", "import sys,os; print(os.path.realpath(sys.executable)); print(sys.base_prefix); print('%d.%d' % sys.version_info[:2])"])
+            .output()
+            .map_err(|e| format!("cannot run python3: {e}"))?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let lines: Vec<&str> = text.lines().collect();
+        let [executable, prefix, version] = lines.as_slice() else {
+            return Err(format!("unexpected python3 output: {text}"));
+        };
+        Ok(Self { name: format!("python{version}"), executable: executable.into(), prefix: prefix.into() })
+    }
+
+    /// The interpreter's installation, which sandboxes that run Python need.
+    pub fn prefix_mount(&self) -> Option<Mount> {
+        (!self.prefix.starts_with("/usr")).then(|| super::bind(&self.prefix, &self.prefix, false))
+    }
+
+    pub fn bin_dir(&self) -> String {
+        self.executable.parent().map(|p| p.display().to_string()).unwrap_or_default()
+    }
+}
+
+impl Runtime for Python {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn protocol(&self) -> Protocol {
+        Protocol::Shim
+    }
+
+    fn mounts(&self) -> Vec<Mount> {
+        self.prefix_mount().into_iter().collect()
+    }
+
+    fn argv(&self) -> Vec<String> {
+        vec![self.executable.display().to_string(), format!("{RUNTIME_DIR}/shim.py")]
+    }
+
+    fn env(&self, _spec: &InstanceSpec) -> Vec<(String, String)> {
+        vec![
+            ("PATH".into(), format!("{}:/usr/local/bin:/usr/bin:/bin", self.bin_dir())),
+            ("PYTHONUNBUFFERED".into(), "1".into()),
+            ("PYTHONDONTWRITEBYTECODE".into(), "1".into()),
+            ("KILN_SHIM_FD".into(), "3".into()),
+        ]
+    }
+}

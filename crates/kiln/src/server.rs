@@ -1,0 +1,188 @@
+//! `kiln up`: the whole platform in one process.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use axum::serve::ListenerExt;
+use kiln_sandbox::CgroupManager;
+
+use crate::agent::{AgentConfig, AgentContext, LocalAgent, NodeAgent};
+use crate::api::{self, AppState};
+use crate::auth::{StoredCredentials, Verifier};
+use crate::controller::{Controller, ControllerConfig};
+use crate::function::{FunctionConfig, NetworkMode, UrlAuth};
+use crate::runtime::Runtimes;
+
+/// Settings of `kiln up`, validated.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    pub region: String,
+    pub idle_ttl: Duration,
+    pub memory_budget_mb: Option<u64>,
+    pub queue_depth: usize,
+    pub max_instances: Option<u32>,
+    pub async_retry_delay: Duration,
+    pub shutdown_grace: Duration,
+    pub write_aws_profile: bool,
+    pub demo: bool,
+}
+
+fn host_memory_mb() -> u64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kb| kb / 1024)
+        .unwrap_or(4096)
+}
+
+/// A cgroup parent per data dir, so that two kiln servers on one host never reap each other.
+fn cgroup_parent(data_dir: &Path) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(data_dir.as_os_str().as_encoded_bytes());
+    format!("kiln-{}", &hex::encode(digest)[..12])
+}
+
+pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
+    // SAFETY-free check of the effective uid via the filesystem: root owns /proc/self when we are root.
+    if !running_as_root() {
+        bail!(
+            "kiln up must run as root: it creates namespaces, cgroups and bind mounts for every sandbox. \
+             A rootless mode is not available; kiln never runs a function unsandboxed."
+        );
+    }
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
+    let data_dir = std::fs::canonicalize(&config.data_dir)?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&data_dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+
+    let (stored, created) = StoredCredentials::load_or_create(&data_dir, &config.region)?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let addr = listener.local_addr()?;
+    let endpoint = format!("http://{addr}");
+    if created {
+        println!("kiln: created credentials (stored in {}):", StoredCredentials::path(&data_dir).display());
+        println!("  aws_access_key_id     = {}", stored.access_key_id);
+        println!("  aws_secret_access_key = {}", stored.secret_access_key);
+    }
+    if config.write_aws_profile {
+        match stored.write_aws_profile(&endpoint) {
+            Ok((creds, cfg)) => println!(
+                "kiln: AWS profile `kiln` written to {} and {} (use --profile kiln)",
+                creds.display(),
+                cfg.display()
+            ),
+            Err(e) => eprintln!("kiln: could not write the AWS profile: {e}"),
+        }
+    }
+
+    let cgroups = CgroupManager::detect(&cgroup_parent(&data_dir)).context("cgroups")?;
+    let sandbox_root = data_dir.join("run/rootfs");
+    std::fs::create_dir_all(&sandbox_root)?;
+    let runtimes = Runtimes::detect(&data_dir.join("runtime"))?;
+    let memory_budget_mb = config.memory_budget_mb.unwrap_or(host_memory_mb() * 3 / 4);
+    let agent = LocalAgent::new(
+        AgentContext { cgroups, runtimes, sandbox_root: sandbox_root.clone() },
+        AgentConfig { memory_budget_mb, idle_ttl: config.idle_ttl, queue_depth: config.queue_depth, sandbox_root },
+    );
+    let agent: Arc<dyn NodeAgent> = Arc::new(agent);
+    let controller = Controller::open(
+        ControllerConfig {
+            data_dir: data_dir.clone(),
+            region: config.region.clone(),
+            account_id: "000000000000".into(),
+            node_max_instances: config.max_instances.unwrap_or((memory_budget_mb / 128).max(1) as u32),
+            async_retry_delay: config.async_retry_delay,
+            async_concurrency: 16,
+        },
+        agent.clone(),
+    )?;
+    if config.demo {
+        deploy_demo(&controller).await?;
+    }
+    let credentials = stored.credentials();
+    let lookup = credentials.clone();
+    let verifier = Verifier::new(move |key: &str| (key == lookup.access_key_id).then(|| lookup.secret_access_key.clone()));
+    let state = Arc::new(AppState { controller: controller.clone(), verifier, credentials });
+    let app = api::router(state);
+
+    std::fs::write(data_dir.join("endpoint"), &endpoint)?;
+    println!("kiln: listening on {endpoint} (data in {})", data_dir.display());
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
+    println!("kiln: shutting down, finishing in-flight invocations");
+    agent.shutdown(config.shutdown_grace).await;
+    println!("kiln: stopped");
+    Ok(())
+}
+
+fn running_as_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").map(|m| m.uid() == 0).unwrap_or(false)
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+const DEMO_NAME: &str = "hello";
+const DEMO_CODE: &str = r#"import json
+
+
+def handler(event, context):
+    # Function URL requests carry the query string; direct invokes pass the event itself.
+    params = event.get("queryStringParameters") or event
+    name = params.get("name", "world") if isinstance(params, dict) else "world"
+    return {"message": f"Hello, {name}!", "requestId": context.aws_request_id}
+"#;
+
+/// Deploys the demo function `hello` (Python, with a public function URL) if it is missing.
+async fn deploy_demo(controller: &Controller) -> anyhow::Result<()> {
+    if controller.get(DEMO_NAME).is_ok() {
+        return Ok(());
+    }
+    let runtime = controller
+        .agent()
+        .status()
+        .runtimes
+        .into_iter()
+        .find(|r| r.starts_with("python"))
+        .context("the demo function needs Python")?;
+    let zip = crate::zip_util::zip_files(&[("app.py", DEMO_CODE.as_bytes(), false)])?;
+    let config = FunctionConfig {
+        runtime,
+        handler: "app.handler".into(),
+        memory_mb: 128,
+        timeout_s: 3,
+        env: Default::default(),
+        description: "kiln's demo function".into(),
+        network: NetworkMode::Isolated,
+        ephemeral_storage_mb: 512,
+        role: "arn:aws:iam::000000000000:role/kiln-function".into(),
+    };
+    controller.create(DEMO_NAME, config, zip).await?;
+    controller.set_url_auth(DEMO_NAME, Some(UrlAuth::None), true)?;
+    println!("kiln: deployed demo function `{DEMO_NAME}` (try: kiln invoke {DEMO_NAME} --payload '{{\"name\":\"kiln\"}}')");
+    Ok(())
+}

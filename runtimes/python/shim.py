@@ -1,0 +1,370 @@
+"""kiln runtime shim for CPython 3.11 -- run as `python3 -u /opt/kiln/shim.py` with cwd /var/task.
+
+Loads the function named by _HANDLER the way AWS Lambda's python3.11 runtime (awslambdaric) does and serves
+invocations, either over kiln's framed protocol on the fd named by KILN_SHIM_FD or, when only
+AWS_LAMBDA_RUNTIME_API is set, over the Lambda Runtime API (see docs/shim-protocol.md). Standard library only,
+so the shim works in any image with a python3.
+"""
+
+import decimal
+import importlib
+import json
+import logging
+import os
+import socket
+import struct
+import sys
+import time
+import traceback
+
+SHIM_FILE = os.path.abspath(__file__)
+_PREFIX = struct.Struct(">II")  # header length, body length
+
+# The current request id: read by the logging filter, like awslambdaric's _GLOBAL_AWS_REQUEST_ID.
+_request_id = None
+
+
+class FaultException(Exception):
+    """A failure the runtime itself diagnoses, reported under a Runtime.* error type."""
+
+    def __init__(self, error_type, msg, trace=None):
+        super().__init__(msg)
+        self.error_type, self.msg, self.trace = error_type, msg, trace
+
+
+# ------------------------------------------------------------------------------------------------- logging
+class _RequestIdFilter(logging.Filter):
+    def filter(self, record):
+        record.aws_request_id = _request_id or ""
+        return True
+
+
+class _StdoutHandler(logging.Handler):
+    # Lambda's handler writes the formatted record (which ends in "\n" itself) straight to stdout. Looking
+    # sys.stdout up on each call keeps working if the function swaps it out.
+    def emit(self, record):
+        try:
+            sys.stdout.write(self.format(record))
+        except Exception:
+            self.handleError(record)
+
+
+def setup_logging():
+    # Lambda installs its handler on the root logger and leaves the level at WARNING (unless
+    # AWS_LAMBDA_LOG_LEVEL says otherwise), which also makes a later logging.basicConfig() a no-op.
+    logging.Formatter.converter = time.gmtime
+    handler = _StdoutHandler()
+    handler.setFormatter(logging.Formatter(
+        "[%(levelname)s]\t%(asctime)s.%(msecs)03dZ\t%(aws_request_id)s\t%(message)s\n", "%Y-%m-%dT%H:%M:%S"))
+    handler.addFilter(_RequestIdFilter())
+    root = logging.getLogger()
+    level = os.environ.get("AWS_LAMBDA_LOG_LEVEL", "").upper()
+    if level in logging._nameToLevel:
+        root.setLevel(level)
+    root.addHandler(handler)
+
+
+def log_error(error):
+    # Lambda's text format for an error: "[ERROR] Type: message", then the traceback. Lines are joined with
+    # "\r" and leading spaces become NO-BREAK SPACEs so the whole error stays one record on a line-oriented pipe.
+    head = "[ERROR]"
+    if error["errorType"]:
+        head += " " + error["errorType"] + (":" if error["errorMessage"] else "")
+    if error["errorMessage"]:
+        head += " " + error["errorMessage"]
+    lines = [head, "Traceback (most recent call last):"]
+    for element in error["stackTrace"]:
+        for line in element.splitlines() or [""]:
+            stripped = line.lstrip(" ")
+            lines.append("\u00a0" * (len(line) - len(stripped)) + stripped)
+    sys.stdout.write("\r".join(lines) + "\n")
+
+
+def flush_stdio():
+    # The agent reads stdout/stderr from a pipe and must have the invocation's whole log before the answer.
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+
+
+# ------------------------------------------------------------------------------------------------- errors
+def make_error(message, error_type, stack_trace, request_id=None):
+    return {
+        "errorMessage": message or "",
+        "errorType": error_type or "",
+        "requestId": request_id if request_id is not None else "",
+        "stackTrace": stack_trace or [],
+    }
+
+
+def fault_result(exc, request_id=None):
+    """Error body for an arbitrary exception: class name, str(), and the traceback minus our own frames."""
+    frames = [(f.filename, f.lineno, f.name, f.line) for f in traceback.extract_tb(exc.__traceback__)]
+    while frames and frames[0][0] == SHIM_FILE:
+        frames.pop(0)
+    return make_error(str(exc), type(exc).__name__, traceback.format_list(frames), request_id)
+
+
+# ------------------------------------------------------------------------------------------------- loading
+def get_handler(spec):
+    try:
+        modname, fname = spec.rsplit(".", 1)
+    except ValueError as e:
+        raise FaultException("Runtime.MalformedHandlerName", "Bad handler '{}': {}".format(spec, e))
+    try:
+        if modname.split(".")[0] in sys.builtin_module_names:
+            raise FaultException("Runtime.BuiltInModuleConflict",
+                                 "Cannot use built-in module {} as a handler module".format(modname))
+        module = importlib.import_module(modname.replace("/", "."))
+    except ImportError as e:
+        raise FaultException("Runtime.ImportModuleError", "Unable to import module '{}': {}".format(modname, e))
+    except SyntaxError as e:
+        trace = ['  File "%s" Line %s\n    %s' % (e.filename, e.lineno, e.text)]
+        raise FaultException("Runtime.UserCodeSyntaxError",
+                             "Syntax error in module '{}': {}".format(modname, e), trace)
+    # Any other exception raised while importing propagates and is reported under its own class name.
+    try:
+        return getattr(module, fname)
+    except AttributeError:
+        raise FaultException("Runtime.HandlerNotFound", "Handler '{}' missing on module '{}'".format(fname, modname))
+
+
+# ------------------------------------------------------------------------------------------------- context
+class CognitoIdentity:
+    __slots__ = ["cognito_identity_id", "cognito_identity_pool_id"]
+
+
+class Client:
+    __slots__ = ["installation_id", "app_title", "app_version_name", "app_version_code", "app_package_name"]
+
+
+class ClientContext:
+    __slots__ = ["custom", "env", "client"]
+
+
+def _from_dict(cls, d):
+    if d is None:
+        return None
+    obj = cls()
+    for field in cls.__slots__:
+        setattr(obj, field, d.get(field))
+    return obj
+
+
+class LambdaContext:
+    # Environment-derived fields are read once; they cannot change during the life of the process.
+    _env = {k: os.environ.get(v) for k, v in (
+        ("function_name", "AWS_LAMBDA_FUNCTION_NAME"), ("function_version", "AWS_LAMBDA_FUNCTION_VERSION"),
+        ("memory_limit_in_mb", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE"), ("log_group_name", "AWS_LAMBDA_LOG_GROUP_NAME"),
+        ("log_stream_name", "AWS_LAMBDA_LOG_STREAM_NAME"))}
+
+    def __init__(self, request_id, deadline_ms, function_arn, client_context, cognito_identity):
+        self.__dict__.update(self._env)
+        self.aws_request_id = request_id
+        self.invoked_function_arn = function_arn
+        self._deadline_ms = deadline_ms
+        self.client_context = _from_dict(ClientContext, client_context)
+        if self.client_context is not None:
+            self.client_context.client = _from_dict(Client, self.client_context.client)
+        self.identity = _from_dict(CognitoIdentity, {})  # always present, fields None without Cognito
+        if cognito_identity is not None:
+            self.identity.cognito_identity_id = cognito_identity.get("cognitoIdentityId")
+            self.identity.cognito_identity_pool_id = cognito_identity.get("cognitoIdentityPoolId")
+
+    def get_remaining_time_in_millis(self):
+        return max(self._deadline_ms - int(time.time() * 1000), 0)
+
+    def log(self, msg):
+        sys.stdout.write(str(msg))
+
+
+def _parse_header_json(value, name):
+    if not value:
+        return None
+    try:
+        return json.loads(value)
+    except Exception as e:
+        raise FaultException("Runtime.LambdaContextUnmarshalError", "Unable to parse {} JSON: {}".format(name, e))
+
+
+def _json_default(obj):
+    # Lambda serialises Decimal as a JSON number (DynamoDB hands them out); everything else is an error.
+    if isinstance(obj, decimal.Decimal):
+        return int(obj) if obj.is_finite() and obj == obj.to_integral_value() else float(obj)
+    raise TypeError("Object of type {} is not JSON serializable".format(type(obj).__name__))
+
+
+def handle(transport, handler, inv, body):
+    global _request_id
+    _request_id = request_id = inv.get("requestId")
+    trace_id = inv.get("traceId")
+    if trace_id:
+        os.environ["_X_AMZN_TRACE_ID"] = trace_id
+    else:
+        os.environ.pop("_X_AMZN_TRACE_ID", None)
+    error = None
+    try:
+        context = LambdaContext(request_id, int(inv.get("deadlineMs") or 0), inv.get("functionArn"),
+                                _parse_header_json(inv.get("clientContext"), "Client Context"),
+                                _parse_header_json(inv.get("cognitoIdentity"), "Cognito Identity"))
+        try:
+            event = json.loads(body)
+        except Exception as e:
+            raise FaultException("Runtime.UnmarshalError", "Unable to unmarshal input: {}".format(e))
+        result = handler(event, context)
+        if not isinstance(result, bytes):  # bytes go out untouched, as on Lambda
+            try:
+                result = json.dumps(result, default=_json_default).encode()
+            except Exception as e:
+                raise FaultException("Runtime.MarshalError", "Unable to marshal response: {}".format(e))
+    except FaultException as e:
+        error = make_error(e.msg, e.error_type, e.trace, request_id)
+    except Exception as e:
+        error = fault_result(e, request_id)
+    if error is None:
+        flush_stdio()
+        transport.respond(request_id, result)
+    else:
+        log_error(error)
+        flush_stdio()
+        transport.error(request_id, json.dumps(error).encode(), error["errorType"])
+
+
+# ------------------------------------------------------------------------------------------------- transports
+class FrameTransport:
+    """kiln's framed protocol over a Unix stream socket (docs/shim-protocol.md)."""
+
+    READY, RESPONSE, ERROR, INIT_ERROR = (b'{"type":"%s"}' % t for t in (b"ready", b"response", b"error", b"init_error"))
+
+    def __init__(self, fd):
+        os.set_inheritable(fd, False)  # keep the agent's socket out of processes the function spawns
+        self.sock = socket.socket(fileno=fd)
+        # A buffered reader does the short-read bookkeeping in C: read(n) returns n bytes or hits EOF.
+        self.reader = self.sock.makefile("rb", buffering=65536)
+
+    def _send(self, header, body):
+        parts = [_PREFIX.pack(len(header), len(body)), header, body]
+        sent = self.sock.sendmsg(parts)  # one syscall, no concatenation copy of the body
+        total = 8 + len(header) + len(body)
+        if sent < total:
+            self.sock.sendall(b"".join(parts)[sent:])
+
+    def ready(self):
+        self._send(self.READY, b"")
+
+    def next(self):
+        """The next invoke frame as (header, body), or None once the agent has closed the socket."""
+        while True:
+            prefix = self.reader.read(8)
+            if len(prefix) < 8:
+                return None
+            header_len, body_len = _PREFIX.unpack(prefix)
+            header = self.reader.read(header_len)
+            body = self.reader.read(body_len)
+            if len(header) < header_len or len(body) < body_len:
+                return None
+            header = json.loads(header)
+            if header.get("type") == "invoke":  # unknown frame types are ignored
+                return header, body
+
+    def respond(self, request_id, body):
+        self._send(self.RESPONSE, body)
+
+    def error(self, request_id, body, error_type):
+        self._send(self.ERROR, body)
+
+    def init_error(self, body, error_type):
+        self._send(self.INIT_ERROR, body)
+
+
+class RuntimeApiTransport:
+    """The AWS Lambda Runtime API over one HTTP/1.1 keep-alive connection."""
+
+    def __init__(self, address):
+        import http.client  # only paid for in this mode
+        host, _, port = address.rpartition(":")
+        self.conn = http.client.HTTPConnection(host, int(port))
+
+    def _request(self, method, path, body=None, headers=None):
+        self.conn.request(method, "/2018-06-01/runtime" + path, body=body, headers=headers or {})
+        response = self.conn.getresponse()
+        return response, response.read()  # reading the whole body frees the connection for the next request
+
+    def _post(self, path, body, error_type=None):
+        headers = {"Content-Type": "application/json"}
+        if error_type:
+            headers["Lambda-Runtime-Function-Error-Type"] = error_type
+        self._request("POST", path, body, headers)
+
+    def ready(self):
+        pass  # asking for the first invocation is how a Runtime API client says it is ready
+
+    def next(self):
+        response, body = self._request("GET", "/invocation/next")
+        h = response.headers
+        return {
+            "requestId": h.get("Lambda-Runtime-Aws-Request-Id"),
+            "deadlineMs": h.get("Lambda-Runtime-Deadline-Ms"),
+            "functionArn": h.get("Lambda-Runtime-Invoked-Function-Arn"),
+            "traceId": h.get("Lambda-Runtime-Trace-Id"),
+            "clientContext": h.get("Lambda-Runtime-Client-Context"),
+            "cognitoIdentity": h.get("Lambda-Runtime-Cognito-Identity"),
+        }, body
+
+    def respond(self, request_id, body):
+        self._post("/invocation/%s/response" % request_id, body)
+
+    def error(self, request_id, body, error_type):
+        self._post("/invocation/%s/error" % request_id, body, error_type)
+
+    def init_error(self, body, error_type):
+        self._post("/init/error", body, error_type)
+
+
+def main():
+    fd = os.environ.pop("KILN_SHIM_FD", None)  # the agent's socket is none of the function's business
+    if fd:
+        transport = FrameTransport(int(fd))
+    elif os.environ.get("AWS_LAMBDA_RUNTIME_API"):
+        transport = RuntimeApiTransport(os.environ["AWS_LAMBDA_RUNTIME_API"])
+    else:
+        sys.stderr.write("kiln shim: neither KILN_SHIM_FD nor AWS_LAMBDA_RUNTIME_API is set\n")
+        sys.exit(2)
+
+    # The function's modules come first on sys.path; the shim's own directory should not be on it at all.
+    task_root = os.environ.get("LAMBDA_TASK_ROOT", "/var/task")
+    if sys.path and sys.path[0] == os.path.dirname(SHIM_FILE):
+        del sys.path[0]
+    sys.path.insert(0, task_root)
+
+    setup_logging()
+    error = None
+    try:
+        handler = get_handler(os.environ.get("_HANDLER", ""))
+    except FaultException as e:
+        error = make_error(e.msg, e.error_type, e.trace)
+    except Exception as e:
+        error = fault_result(e)
+    if error is not None:
+        log_error(error)
+        flush_stdio()
+        transport.init_error(json.dumps(error).encode(), error["errorType"])
+        sys.exit(1)
+
+    try:
+        transport.ready()
+        while True:
+            invocation = transport.next()
+            if invocation is None:  # the agent closed the socket: a normal shutdown
+                break
+            handle(transport, handler, *invocation)
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the agent went away mid-answer; it already knows, so this is a shutdown too
+    flush_stdio()
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
