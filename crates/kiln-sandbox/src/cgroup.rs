@@ -21,8 +21,14 @@ pub struct Limits {
 
 #[derive(Debug, Clone)]
 enum Layout {
-    V1 { memory: PathBuf, pids: PathBuf, cpu: PathBuf },
-    V2 { root: PathBuf },
+    V1 {
+        memory: PathBuf,
+        pids: PathBuf,
+        cpu: PathBuf,
+    },
+    V2 {
+        root: PathBuf,
+    },
 }
 
 /// Creates and finds the cgroups of kiln's instances.
@@ -55,7 +61,9 @@ impl CgroupManager {
                         }
                     }
                 }
-                return Ok(Self { layout: Layout::V2 { root } });
+                return Ok(Self {
+                    layout: Layout::V2 { root },
+                });
             }
         }
         let v1 = |controller: &str| -> Result<PathBuf, CgroupError> {
@@ -73,7 +81,13 @@ impl CgroupManager {
         let memory = v1("memory")?;
         // Without hierarchical accounting a parent limit would not cover its children.
         let _ = fs::write(memory.join("memory.use_hierarchy"), "1");
-        Ok(Self { layout: Layout::V1 { memory, pids: v1("pids")?, cpu: v1("cpu")? } })
+        Ok(Self {
+            layout: Layout::V1 {
+                memory,
+                pids: v1("pids")?,
+                cpu: v1("cpu")?,
+            },
+        })
     }
 
     /// "v1" or "v2", for status output.
@@ -87,10 +101,15 @@ impl CgroupManager {
     /// Creates the cgroup `name` with `limits`. A stale cgroup of the same name is removed first.
     pub fn create(&self, name: &str, limits: Limits) -> Result<Cgroup, CgroupError> {
         let dirs = match &self.layout {
-            Layout::V1 { memory, pids, cpu } => vec![memory.join(name), pids.join(name), cpu.join(name)],
+            Layout::V1 { memory, pids, cpu } => {
+                vec![memory.join(name), pids.join(name), cpu.join(name)]
+            }
             Layout::V2 { root } => vec![root.join(name)],
         };
-        let cgroup = Cgroup { v2: matches!(self.layout, Layout::V2 { .. }), dirs };
+        let cgroup = Cgroup {
+            v2: matches!(self.layout, Layout::V2 { .. }),
+            dirs,
+        };
         for dir in &cgroup.dirs {
             if dir.exists() {
                 cgroup.kill_all();
@@ -109,7 +128,9 @@ impl CgroupManager {
             Layout::V2 { root } => vec![root],
         };
         for parent in parents {
-            let Ok(entries) = fs::read_dir(parent) else { continue };
+            let Ok(entries) = fs::read_dir(parent) else {
+                continue;
+            };
             for entry in entries.flatten() {
                 if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
                     let stale = Cgroup {
@@ -159,7 +180,11 @@ impl Cgroup {
         } else {
             self.write(&self.dirs[1], "pids.max", &limits.pids_max.to_string())?;
             let _ = self.write(self.memory_dir(), "memory.swappiness", "0");
-            self.write(&self.dirs[2], "cpu.shares", &limits.cpu_shares.clamp(2, 262_144).to_string())?;
+            self.write(
+                &self.dirs[2],
+                "cpu.shares",
+                &limits.cpu_shares.clamp(2, 262_144).to_string(),
+            )?;
         }
         Ok(())
     }
@@ -187,26 +212,42 @@ impl Cgroup {
 
     /// Memory in use now, in bytes.
     pub fn memory_current(&self) -> u64 {
-        let file = if self.v2 { "memory.current" } else { "memory.usage_in_bytes" };
+        let file = if self.v2 {
+            "memory.current"
+        } else {
+            "memory.usage_in_bytes"
+        };
         read_u64(&self.memory_dir().join(file)).unwrap_or(0)
     }
 
     /// The highest memory use since the last [`Cgroup::reset_peak`], in bytes.
     pub fn memory_peak(&self) -> u64 {
-        let file = if self.v2 { "memory.peak" } else { "memory.max_usage_in_bytes" };
+        let file = if self.v2 {
+            "memory.peak"
+        } else {
+            "memory.max_usage_in_bytes"
+        };
         read_u64(&self.memory_dir().join(file)).unwrap_or_else(|| self.memory_current())
     }
 
     /// Starts a new peak measurement window (one per invocation).
     pub fn reset_peak(&self) {
-        let file = if self.v2 { "memory.peak" } else { "memory.max_usage_in_bytes" };
+        let file = if self.v2 {
+            "memory.peak"
+        } else {
+            "memory.max_usage_in_bytes"
+        };
         // Kernels before 6.12 cannot reset memory.peak on v2; the peak then covers the instance's life.
         let _ = fs::write(self.memory_dir().join(file), "0");
     }
 
     /// How many processes of this cgroup the kernel's OOM killer has killed.
     pub fn oom_kills(&self) -> u64 {
-        let file = if self.v2 { "memory.events" } else { "memory.oom_control" };
+        let file = if self.v2 {
+            "memory.events"
+        } else {
+            "memory.oom_control"
+        };
         let text = fs::read_to_string(self.memory_dir().join(file)).unwrap_or_default();
         text.lines()
             .find_map(|l| l.strip_prefix("oom_kill "))

@@ -67,7 +67,12 @@ pub enum CgroupError {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub enum Mount {
     /// A bind mount of a host file or directory, read-only unless `writable`.
-    Bind { source: PathBuf, target: PathBuf, writable: bool, optional: bool },
+    Bind {
+        source: PathBuf,
+        target: PathBuf,
+        writable: bool,
+        optional: bool,
+    },
     /// A symbolic link, e.g. `/bin -> usr/bin` on merged-/usr hosts.
     Symlink { target: PathBuf, points_to: PathBuf },
 }
@@ -117,7 +122,10 @@ pub struct SpawnFds<'a> {
 /// 128 + signal), or [`SETUP_FAILED`] after writing the reason to the output pipe.
 pub fn spawn(spec: &SandboxSpec, fds: SpawnFds<'_>) -> Result<tokio::process::Child, SandboxError> {
     let json = serde_json::to_string(spec).map_err(|e| SandboxError::Spec(e.to_string()))?;
-    let stderr = fds.output.try_clone().map_err(|e| SandboxError::Os("dup output", e))?;
+    let stderr = fds
+        .output
+        .try_clone()
+        .map_err(|e| SandboxError::Os("dup output", e))?;
     let control = fds.control.as_ref().map(|fd| fd.as_raw_fd());
     let netns = fds.netns.map(|ns| ns.as_fd_raw());
     let mut command = tokio::process::Command::new("/proc/self/exe");
@@ -146,7 +154,9 @@ pub fn spawn(spec: &SandboxSpec, fds: SpawnFds<'_>) -> Result<tokio::process::Ch
             sys::set_parent_death_signal(libc::SIGKILL)
         });
     }
-    let child = command.spawn().map_err(|e| SandboxError::Os("spawn the sandbox helper", e))?;
+    let child = command
+        .spawn()
+        .map_err(|e| SandboxError::Os("spawn the sandbox helper", e))?;
     drop(fds.control);
     Ok(child)
 }
@@ -173,17 +183,23 @@ pub fn helper_main() -> ! {
 
 fn helper() -> Result<i32, SandboxError> {
     let json = std::env::var(SPEC_ENV).map_err(|e| SandboxError::Spec(e.to_string()))?;
-    let spec: SandboxSpec = serde_json::from_str(&json).map_err(|e| SandboxError::Spec(e.to_string()))?;
+    let spec: SandboxSpec =
+        serde_json::from_str(&json).map_err(|e| SandboxError::Spec(e.to_string()))?;
     let pid = sys::getpid().to_string();
     for procs in &spec.cgroup_procs {
         std::fs::write(procs, &pid).map_err(|e| SandboxError::Os("join cgroup", e))?;
     }
     if std::fs::metadata(format!("/proc/self/fd/{NETNS_FD}")).is_ok() {
-        sys::setns(NETNS_FD, libc::CLONE_NEWNET).map_err(|e| SandboxError::Os("join network namespace", e))?;
+        sys::setns(NETNS_FD, libc::CLONE_NEWNET)
+            .map_err(|e| SandboxError::Os("join network namespace", e))?;
         sys::close(NETNS_FD);
     }
     // Built before the fork so that a broken filter is reported as a setup failure.
-    let filters = if spec.seccomp { seccomp::build()? } else { Vec::new() };
+    let filters = if spec.seccomp {
+        seccomp::build()?
+    } else {
+        Vec::new()
+    };
     sys::unshare(libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS)
         .map_err(|e| SandboxError::Os("unshare namespaces", e))?;
     match sys::fork().map_err(|e| SandboxError::Os("fork the sandbox init", e))? {
@@ -192,7 +208,8 @@ fn helper() -> Result<i32, SandboxError> {
             // Only the sandbox may hold the control socket, so that its end of file means the
             // runtime is gone.
             sys::close(CONTROL_FD);
-            let (_, status) = sys::waitpid(pid).map_err(|e| SandboxError::Os("wait for the sandbox", e))?;
+            let (_, status) =
+                sys::waitpid(pid).map_err(|e| SandboxError::Os("wait for the sandbox", e))?;
             Ok(sys::exit_code(status))
         }
     }
@@ -201,7 +218,8 @@ fn helper() -> Result<i32, SandboxError> {
 /// PID 1 of the sandbox.
 fn init(spec: &SandboxSpec, filters: &[seccompiler::BpfProgram]) -> ! {
     let runtime = (|| -> Result<libc::pid_t, SandboxError> {
-        sys::set_parent_death_signal(libc::SIGKILL).map_err(|e| SandboxError::Os("parent death signal", e))?;
+        sys::set_parent_death_signal(libc::SIGKILL)
+            .map_err(|e| SandboxError::Os("parent death signal", e))?;
         root::assemble(spec)?;
         sys::sethostname(&spec.hostname).map_err(|e| SandboxError::Os("sethostname", e))?;
         match sys::fork().map_err(|e| SandboxError::Os("fork the runtime", e))? {
@@ -239,7 +257,10 @@ fn exec_runtime(spec: &SandboxSpec, filters: &[seccompiler::BpfProgram]) -> ! {
         sys::drop_to_user(spec.uid, spec.gid).map_err(os("drop to the sandbox user"))?;
         sys::set_no_new_privs().map_err(os("set no_new_privs"))?;
         seccomp::install(filters)?;
-        let (program, args) = spec.argv.split_first().ok_or_else(|| SandboxError::Spec("empty argv".into()))?;
+        let (program, args) = spec
+            .argv
+            .split_first()
+            .ok_or_else(|| SandboxError::Spec("empty argv".into()))?;
         Ok(std::process::Command::new(program)
             .args(args)
             .env_clear()
@@ -248,7 +269,10 @@ fn exec_runtime(spec: &SandboxSpec, filters: &[seccompiler::BpfProgram]) -> ! {
             .exec())
     })();
     match result {
-        Ok(exec_error) => eprintln!("kiln-sandbox: cannot execute {}: {exec_error}", spec.argv[0]),
+        Ok(exec_error) => eprintln!(
+            "kiln-sandbox: cannot execute {}: {exec_error}",
+            spec.argv[0]
+        ),
         Err(e) => eprintln!("kiln-sandbox: {e}"),
     }
     sys::exit_now(SETUP_FAILED)

@@ -49,7 +49,9 @@ impl AsFd for NetNs {
 
 /// Runs `f` on a fresh thread, so that the namespace switch dies with that thread and never
 /// leaks into the agent's async runtime.
-fn in_thread<T: Send + 'static>(f: impl FnOnce() -> io::Result<T> + Send + 'static) -> io::Result<T> {
+fn in_thread<T: Send + 'static>(
+    f: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
     std::thread::spawn(f)
         .join()
         .unwrap_or_else(|_| Err(io::Error::other("network namespace thread panicked")))

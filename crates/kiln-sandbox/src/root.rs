@@ -24,7 +24,10 @@ fn step<T>(what: impl Fn() -> String, result: io::Result<T>) -> Result<T, Sandbo
 
 fn bind(source: &Path, target: &Path, writable: bool, nodev: bool) -> Result<(), SandboxError> {
     let what = || format!("bind {} on {}", source.display(), target.display());
-    step(what, sys::mount(Some(source), target, None, libc::MS_BIND, None))?;
+    step(
+        what,
+        sys::mount(Some(source), target, None, libc::MS_BIND, None),
+    )?;
     let mut flags = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_NOSUID;
     if !writable {
         flags |= libc::MS_RDONLY;
@@ -32,13 +35,22 @@ fn bind(source: &Path, target: &Path, writable: bool, nodev: bool) -> Result<(),
     if nodev {
         flags |= libc::MS_NODEV;
     }
-    step(|| format!("remount {}", target.display()), sys::mount(None, target, None, flags, None))
+    step(
+        || format!("remount {}", target.display()),
+        sys::mount(None, target, None, flags, None),
+    )
 }
 
 fn tmpfs(target: &Path, options: &str, extra: libc::c_ulong) -> Result<(), SandboxError> {
     step(
         || format!("tmpfs on {}", target.display()),
-        sys::mount(Some(Path::new("tmpfs")), target, Some("tmpfs"), libc::MS_NOSUID | extra, Some(options)),
+        sys::mount(
+            Some(Path::new("tmpfs")),
+            target,
+            Some("tmpfs"),
+            libc::MS_NOSUID | extra,
+            Some(options),
+        ),
     )
 }
 
@@ -58,17 +70,34 @@ fn mount_point(target: &Path, is_dir: bool) -> Result<(), SandboxError> {
 pub(crate) fn assemble(spec: &SandboxSpec) -> Result<(), SandboxError> {
     let root = spec.root.as_path();
     // Nothing mounted from here on may propagate back to the host.
-    step(|| "make mounts private".into(), sys::mount(None, Path::new("/"), None, libc::MS_REC | libc::MS_PRIVATE, None))?;
+    step(
+        || "make mounts private".into(),
+        sys::mount(
+            None,
+            Path::new("/"),
+            None,
+            libc::MS_REC | libc::MS_PRIVATE,
+            None,
+        ),
+    )?;
     tmpfs(root, "size=1m,mode=755", libc::MS_NODEV)?;
 
     for mount in &spec.mounts {
         match mount {
-            Mount::Bind { source, target, writable, optional } => {
+            Mount::Bind {
+                source,
+                target,
+                writable,
+                optional,
+            } => {
                 let Ok(meta) = fs::metadata(source) else {
                     if *optional {
                         continue;
                     }
-                    return Err(SandboxError::Root(format!("{} does not exist", source.display())));
+                    return Err(SandboxError::Root(format!(
+                        "{} does not exist",
+                        source.display()
+                    )));
                 };
                 let target = at(root, target);
                 mount_point(&target, meta.is_dir())?;
@@ -77,9 +106,15 @@ pub(crate) fn assemble(spec: &SandboxSpec) -> Result<(), SandboxError> {
             Mount::Symlink { target, points_to } => {
                 let target = at(root, target);
                 if let Some(parent) = target.parent() {
-                    step(|| format!("create {}", parent.display()), fs::create_dir_all(parent))?;
+                    step(
+                        || format!("create {}", parent.display()),
+                        fs::create_dir_all(parent),
+                    )?;
                 }
-                step(|| format!("symlink {}", target.display()), symlink(points_to, &target))?;
+                step(
+                    || format!("symlink {}", target.display()),
+                    symlink(points_to, &target),
+                )?;
             }
         }
     }
@@ -108,8 +143,16 @@ pub(crate) fn assemble(spec: &SandboxSpec) -> Result<(), SandboxError> {
             bind(&host, &target, true, false)?;
         }
     }
-    for (name, to) in [("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")] {
-        step(|| format!("symlink /dev/{name}"), symlink(to, dev.join(name)))?;
+    for (name, to) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        step(
+            || format!("symlink /dev/{name}"),
+            symlink(to, dev.join(name)),
+        )?;
     }
     let shm = dev.join("shm");
     mount_point(&shm, true)?;
@@ -117,12 +160,19 @@ pub(crate) fn assemble(spec: &SandboxSpec) -> Result<(), SandboxError> {
 
     let tmp = at(root, Path::new("/tmp"));
     mount_point(&tmp, true)?;
-    tmpfs(&tmp, &format!("size={}m,mode=1777", spec.tmp_size_mb), libc::MS_NODEV)?;
+    tmpfs(
+        &tmp,
+        &format!("size={}m,mode=1777", spec.tmp_size_mb),
+        libc::MS_NODEV,
+    )?;
 
     for file in &spec.files {
         let target = at(root, &file.path);
         mount_point(&target, false)?;
-        step(|| format!("write {}", target.display()), fs::write(&target, &file.contents))?;
+        step(
+            || format!("write {}", target.display()),
+            fs::write(&target, &file.contents),
+        )?;
         step(
             || format!("chmod {}", target.display()),
             fs::set_permissions(&target, fs::Permissions::from_mode(file.mode)),
@@ -133,7 +183,13 @@ pub(crate) fn assemble(spec: &SandboxSpec) -> Result<(), SandboxError> {
     // The root tmpfs holds only mount points and small files; nothing may change it.
     step(
         || "remount / read-only".into(),
-        sys::mount(None, Path::new("/"), None, libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV, None),
+        sys::mount(
+            None,
+            Path::new("/"),
+            None,
+            libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
+            None,
+        ),
     )
 }
 
@@ -142,6 +198,9 @@ fn pivot(root: &Path) -> Result<(), SandboxError> {
     step(|| "create .old-root".into(), fs::create_dir(&old))?;
     step(|| "pivot_root".into(), sys::pivot_root(root, &old))?;
     step(|| "chdir /".into(), std::env::set_current_dir("/"))?;
-    step(|| "detach the host root".into(), sys::umount_detach(Path::new("/.old-root")))?;
+    step(
+        || "detach the host root".into(),
+        sys::umount_detach(Path::new("/.old-root")),
+    )?;
     step(|| "remove .old-root".into(), fs::remove_dir("/.old-root"))
 }

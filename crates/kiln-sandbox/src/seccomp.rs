@@ -90,20 +90,34 @@ pub fn build() -> Result<Vec<BpfProgram>, SandboxError> {
         .iter()
         .map(|&flag| {
             let flag = flag as u64;
-            let cond =
-                SeccompCondition::new(0, SeccompCmpArgLen::Qword, SeccompCmpOp::MaskedEq(flag), flag)
-                    .map_err(err)?;
+            let cond = SeccompCondition::new(
+                0,
+                SeccompCmpArgLen::Qword,
+                SeccompCmpOp::MaskedEq(flag),
+                flag,
+            )
+            .map_err(err)?;
             SeccompRule::new(vec![cond]).map_err(err)
         })
         .collect::<Result<Vec<_>, _>>()?;
     rules.insert(libc::SYS_clone as i64, clone_rules);
-    let deny = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(libc::EPERM as u32), arch()?)
-        .map_err(err)?;
+    let deny = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch()?,
+    )
+    .map_err(err)?;
     // clone3 passes its flags in memory, which a seccomp filter cannot read. ENOSYS makes glibc
     // and Go fall back to clone(2), whose flags the filter above does check.
     let clone3: BTreeMap<i64, Vec<SeccompRule>> = [(libc::SYS_clone3 as i64, Vec::new())].into();
-    let no_clone3 = SeccompFilter::new(clone3, SeccompAction::Allow, SeccompAction::Errno(libc::ENOSYS as u32), arch()?)
-        .map_err(err)?;
+    let no_clone3 = SeccompFilter::new(
+        clone3,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        arch()?,
+    )
+    .map_err(err)?;
     [deny, no_clone3]
         .into_iter()
         .map(|f| BpfProgram::try_from(f).map_err(|e| SandboxError::Seccomp(e.to_string())))

@@ -61,8 +61,10 @@ pub(crate) fn pivot_root(new_root: &Path, put_old: &Path) -> io::Result<()> {
     let put_old = cstring(put_old)?;
     // SAFETY: both arguments are valid NUL-terminated strings; glibc has no wrapper, so the raw
     // syscall is the documented interface.
-    check(unsafe { libc::syscall(libc::SYS_pivot_root, new_root.as_ptr(), put_old.as_ptr()) } as i32)
-        .map(drop)
+    check(
+        unsafe { libc::syscall(libc::SYS_pivot_root, new_root.as_ptr(), put_old.as_ptr()) } as i32,
+    )
+    .map(drop)
 }
 
 pub(crate) fn unshare(flags: libc::c_int) -> io::Result<()> {
@@ -89,7 +91,11 @@ pub(crate) fn fork() -> io::Result<Fork> {
     // SAFETY: the caller is single-threaded (see above), so no lock can be held by another thread
     // at the moment of the fork.
     let pid = check(unsafe { libc::fork() })?;
-    Ok(if pid == 0 { Fork::Child } else { Fork::Parent(pid) })
+    Ok(if pid == 0 {
+        Fork::Child
+    } else {
+        Fork::Parent(pid)
+    })
 }
 
 /// Waits for a child (or any child with `pid == -1`) and returns its pid and raw status.
@@ -122,7 +128,8 @@ pub(crate) fn exit_code(status: libc::c_int) -> i32 {
 
 pub(crate) fn set_parent_death_signal(signal: libc::c_int) -> io::Result<()> {
     // SAFETY: PR_SET_PDEATHSIG takes an integer signal number and no pointers.
-    check(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, signal as libc::c_ulong, 0, 0, 0) }).map(drop)
+    check(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, signal as libc::c_ulong, 0, 0, 0) })
+        .map(drop)
 }
 
 pub(crate) fn set_no_new_privs() -> io::Result<()> {
@@ -149,7 +156,15 @@ pub(crate) fn drop_bounding_set() -> io::Result<()> {
 
 pub(crate) fn clear_ambient_caps() -> io::Result<()> {
     // SAFETY: integer-only prctl.
-    let ret = unsafe { libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) };
+    let ret = unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        )
+    };
     // Kernels without ambient capabilities answer EINVAL; there is nothing to clear then.
     if ret == -1 && io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
         return Err(io::Error::last_os_error());
@@ -169,7 +184,10 @@ pub(crate) fn drop_to_user(uid: u32, gid: u32) -> io::Result<()> {
 }
 
 pub(crate) fn set_rlimit(resource: libc::__rlimit_resource_t, value: u64) -> io::Result<()> {
-    let limit = libc::rlimit { rlim_cur: value, rlim_max: value };
+    let limit = libc::rlimit {
+        rlim_cur: value,
+        rlim_max: value,
+    };
     // SAFETY: `limit` is a valid rlimit that lives across the call.
     check(unsafe { libc::setrlimit(resource, &limit) }).map(drop)
 }
@@ -199,7 +217,6 @@ pub(crate) fn getpid() -> libc::pid_t {
     unsafe { libc::getpid() }
 }
 
-
 pub(crate) fn kill(pid: libc::pid_t, signal: libc::c_int) -> io::Result<()> {
     // SAFETY: kill(2) takes integers only.
     check(unsafe { libc::kill(pid, signal) }).map(drop)
@@ -214,7 +231,8 @@ pub(crate) fn exit_now(code: i32) -> ! {
 /// Brings the loopback interface of the calling thread's network namespace up.
 pub(crate) fn loopback_up() -> io::Result<()> {
     // SAFETY: socket(2) with constant arguments.
-    let sock = check(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    let sock =
+        check(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
     // SAFETY: ifreq is plain old data; all-zeroes is a valid value.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
     for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
@@ -230,4 +248,3 @@ pub(crate) fn loopback_up() -> io::Result<()> {
     close(sock);
     result.map(drop)
 }
-

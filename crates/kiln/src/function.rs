@@ -107,7 +107,9 @@ pub type SharedSpec = Arc<InstanceSpec>;
 pub fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 64
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// Turns a FunctionName parameter (a name, a partial ARN `123456789012:function:name` or a
@@ -136,8 +138,14 @@ mod tests {
     #[test]
     fn function_refs_in_every_form() {
         assert_eq!(parse_function_ref("f"), Some(("f".into(), None)));
-        assert_eq!(parse_function_ref("f:$LATEST"), Some(("f".into(), Some("$LATEST".into()))));
-        assert_eq!(parse_function_ref("123456789012:function:f"), Some(("f".into(), None)));
+        assert_eq!(
+            parse_function_ref("f:$LATEST"),
+            Some(("f".into(), Some("$LATEST".into())))
+        );
+        assert_eq!(
+            parse_function_ref("123456789012:function:f"),
+            Some(("f".into(), None))
+        );
         assert_eq!(
             parse_function_ref("arn:aws:lambda:us-east-1:123456789012:function:my_fn:prod"),
             Some(("my_fn".into(), Some("prod".into())))

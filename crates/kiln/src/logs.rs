@@ -57,7 +57,11 @@ impl LogStore {
                 }
             }
         });
-        Ok(Self { dir: dir.to_path_buf(), tx, followers })
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            tx,
+            followers,
+        })
     }
 
     pub fn append(&self, function: &str, text: String) {
@@ -88,7 +92,9 @@ impl LogStore {
                 if remaining == 0 {
                     break;
                 }
-                let Ok(mut file) = fs::File::open(&path) else { continue };
+                let Ok(mut file) = fs::File::open(&path) else {
+                    continue;
+                };
                 let len = file.metadata().map(|m| m.len()).unwrap_or(0);
                 let take = len.min(remaining);
                 let _ = file.seek(SeekFrom::Start(len - take));
@@ -107,7 +113,10 @@ impl LogStore {
     /// New log text of a function as it is written.
     pub fn follow(&self, function: &str) -> broadcast::Receiver<Arc<str>> {
         let mut followers = self.followers.lock().unwrap_or_else(|p| p.into_inner());
-        followers.entry(function.to_string()).or_insert_with(|| broadcast::channel(1024).0).subscribe()
+        followers
+            .entry(function.to_string())
+            .or_insert_with(|| broadcast::channel(1024).0)
+            .subscribe()
     }
 }
 
@@ -117,7 +126,10 @@ fn append(dir: &Path, function: &str, text: &str) -> std::io::Result<()> {
     let current = dir.join("current.log");
     if fs::metadata(&current).map(|m| m.len()).unwrap_or(0) + text.len() as u64 > ROTATE_BYTES {
         for n in (1..KEEP_ROTATED).rev() {
-            let _ = fs::rename(dir.join(format!("{n}.log")), dir.join(format!("{}.log", n + 1)));
+            let _ = fs::rename(
+                dir.join(format!("{n}.log")),
+                dir.join(format!("{}.log", n + 1)),
+            );
         }
         let _ = fs::rename(&current, dir.join("1.log"));
     }

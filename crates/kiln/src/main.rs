@@ -9,7 +9,11 @@ use kiln::cli::{self, Connection};
 use kiln::server::{self, ServerConfig};
 
 #[derive(Parser, Debug)]
-#[command(name = "kiln", version, about = "A self-hosted, Lambda-compatible serverless platform")]
+#[command(
+    name = "kiln",
+    version,
+    about = "A self-hosted, Lambda-compatible serverless platform"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Top,
@@ -61,7 +65,10 @@ struct UpArgs {
 
 fn main() {
     // The sandbox helper must run before anything else, threads included.
-    if std::env::args_os().nth(1).is_some_and(|a| a == kiln_sandbox::HELPER_ARG) {
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == kiln_sandbox::HELPER_ARG)
+    {
         kiln_sandbox::helper_main();
     }
     let cli = Cli::parse();
@@ -69,7 +76,8 @@ fn main() {
         Top::Up(args) => {
             tracing_subscriber::fmt()
                 .with_env_filter(
-                    tracing_subscriber::EnvFilter::try_from_env("KILN_LOG").unwrap_or_else(|_| "kiln=info".into()),
+                    tracing_subscriber::EnvFilter::try_from_env("KILN_LOG")
+                        .unwrap_or_else(|_| "kiln=info".into()),
                 )
                 .with_writer(std::io::stderr)
                 .init();
@@ -86,7 +94,10 @@ fn main() {
                 write_aws_profile: !args.no_aws_profile,
                 demo: args.demo,
             };
-            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .expect("tokio runtime");
             match runtime.block_on(server::run(config)) {
                 Ok(()) => 0,
                 Err(e) => {

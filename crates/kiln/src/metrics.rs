@@ -64,15 +64,51 @@ impl Default for Metrics {
         let async_queue_depth = Gauge::default();
         let instances = Family::<StateLabels, Gauge>::default();
         let memory = Family::<KindLabels, Gauge>::default();
-        registry.register("invocations", "Invocations that reached a function", invocations.clone());
-        registry.register("errors", "Invocations that ended in a function error", errors.clone());
-        registry.register("throttles", "Invocations refused with 429", throttles.clone());
-        registry.register("cold_starts", "Invocations that started a new instance, by start path", cold_starts.clone());
-        registry.register("invocation_duration_seconds", "Function run time per invocation", duration.clone());
-        registry.register("async_events", "Asynchronous invocations by outcome", async_events.clone());
-        registry.register("async_queue_depth", "Asynchronous invocations waiting in the queue", async_queue_depth.clone());
-        registry.register("instances", "Instances by function and state", instances.clone());
-        registry.register("memory_bytes", "Node memory: budget, booked by instances, used by instances", memory.clone());
+        registry.register(
+            "invocations",
+            "Invocations that reached a function",
+            invocations.clone(),
+        );
+        registry.register(
+            "errors",
+            "Invocations that ended in a function error",
+            errors.clone(),
+        );
+        registry.register(
+            "throttles",
+            "Invocations refused with 429",
+            throttles.clone(),
+        );
+        registry.register(
+            "cold_starts",
+            "Invocations that started a new instance, by start path",
+            cold_starts.clone(),
+        );
+        registry.register(
+            "invocation_duration_seconds",
+            "Function run time per invocation",
+            duration.clone(),
+        );
+        registry.register(
+            "async_events",
+            "Asynchronous invocations by outcome",
+            async_events.clone(),
+        );
+        registry.register(
+            "async_queue_depth",
+            "Asynchronous invocations waiting in the queue",
+            async_queue_depth.clone(),
+        );
+        registry.register(
+            "instances",
+            "Instances by function and state",
+            instances.clone(),
+        );
+        registry.register(
+            "memory_bytes",
+            "Node memory: budget, booked by instances, used by instances",
+            memory.clone(),
+        );
         Self {
             registry,
             invocations,
@@ -90,7 +126,9 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn function(name: &str) -> FunctionLabels {
-        FunctionLabels { function: name.to_string() }
+        FunctionLabels {
+            function: name.to_string(),
+        }
     }
 
     /// Renders the text exposition format, refreshing the instance gauges from `status`.
@@ -98,17 +136,33 @@ impl Metrics {
         self.instances.clear();
         for instance in &status.instances {
             self.instances
-                .get_or_create(&StateLabels { function: instance.function.clone(), state: instance.state.as_str().into() })
+                .get_or_create(&StateLabels {
+                    function: instance.function.clone(),
+                    state: instance.state.as_str().into(),
+                })
                 .inc();
         }
         let used: u64 = status.instances.iter().map(|i| i.memory_used_bytes).sum();
         let mb = |v: u64| (v * 1024 * 1024) as i64;
-        self.memory.get_or_create(&KindLabels { kind: "budget".into() }).set(mb(status.memory_budget_mb));
-        self.memory.get_or_create(&KindLabels { kind: "booked".into() }).set(mb(status.memory_reserved_mb));
-        self.memory.get_or_create(&KindLabels { kind: "used".into() }).set(used as i64);
+        self.memory
+            .get_or_create(&KindLabels {
+                kind: "budget".into(),
+            })
+            .set(mb(status.memory_budget_mb));
+        self.memory
+            .get_or_create(&KindLabels {
+                kind: "booked".into(),
+            })
+            .set(mb(status.memory_reserved_mb));
+        self.memory
+            .get_or_create(&KindLabels {
+                kind: "used".into(),
+            })
+            .set(used as i64);
         self.async_queue_depth.set(queue_depth as i64);
         let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String cannot fail");
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
         out
     }
 }

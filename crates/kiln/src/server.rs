@@ -72,7 +72,10 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     let endpoint = format!("http://{addr}");
     if created {
-        println!("kiln: created credentials (stored in {}):", StoredCredentials::path(&data_dir).display());
+        println!(
+            "kiln: created credentials (stored in {}):",
+            StoredCredentials::path(&data_dir).display()
+        );
         println!("  aws_access_key_id     = {}", stored.access_key_id);
         println!("  aws_secret_access_key = {}", stored.secret_access_key);
     }
@@ -93,8 +96,17 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     let runtimes = Runtimes::detect(&data_dir.join("runtime"))?;
     let memory_budget_mb = config.memory_budget_mb.unwrap_or(host_memory_mb() * 3 / 4);
     let agent = LocalAgent::new(
-        AgentContext { cgroups, runtimes, sandbox_root: sandbox_root.clone() },
-        AgentConfig { memory_budget_mb, idle_ttl: config.idle_ttl, queue_depth: config.queue_depth, sandbox_root },
+        AgentContext {
+            cgroups,
+            runtimes,
+            sandbox_root: sandbox_root.clone(),
+        },
+        AgentConfig {
+            memory_budget_mb,
+            idle_ttl: config.idle_ttl,
+            queue_depth: config.queue_depth,
+            sandbox_root,
+        },
     );
     let agent: Arc<dyn NodeAgent> = Arc::new(agent);
     let controller = Controller::open(
@@ -102,7 +114,9 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
             data_dir: data_dir.clone(),
             region: config.region.clone(),
             account_id: "000000000000".into(),
-            node_max_instances: config.max_instances.unwrap_or((memory_budget_mb / 128).max(1) as u32),
+            node_max_instances: config
+                .max_instances
+                .unwrap_or((memory_budget_mb / 128).max(1) as u32),
             async_retry_delay: config.async_retry_delay,
             async_concurrency: 16,
         },
@@ -113,18 +127,30 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     }
     let credentials = stored.credentials();
     let lookup = credentials.clone();
-    let verifier = Verifier::new(move |key: &str| (key == lookup.access_key_id).then(|| lookup.secret_access_key.clone()));
-    let state = Arc::new(AppState { controller: controller.clone(), verifier, credentials });
+    let verifier = Verifier::new(move |key: &str| {
+        (key == lookup.access_key_id).then(|| lookup.secret_access_key.clone())
+    });
+    let state = Arc::new(AppState {
+        controller: controller.clone(),
+        verifier,
+        credentials,
+    });
     let app = api::router(state);
 
     std::fs::write(data_dir.join("endpoint"), &endpoint)?;
-    println!("kiln: listening on {endpoint} (data in {})", data_dir.display());
+    println!(
+        "kiln: listening on {endpoint} (data in {})",
+        data_dir.display()
+    );
     let listener = listener.tap_io(|tcp| {
         let _ = tcp.set_nodelay(true);
     });
-    axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown_signal())
+    .await?;
     println!("kiln: shutting down, finishing in-flight invocations");
     agent.shutdown(config.shutdown_grace).await;
     println!("kiln: stopped");
@@ -133,7 +159,9 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
 
 fn running_as_root() -> bool {
     use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self").map(|m| m.uid() == 0).unwrap_or(false)
+    std::fs::metadata("/proc/self")
+        .map(|m| m.uid() == 0)
+        .unwrap_or(false)
 }
 
 async fn shutdown_signal() {

@@ -11,7 +11,9 @@ pub fn zip_files(files: &[(&str, &[u8], bool)]) -> std::io::Result<Vec<u8>> {
         let options = zip::write::SimpleFileOptions::default()
             .compression_method(zip::CompressionMethod::Deflated)
             .unix_permissions(if *executable { 0o755 } else { 0o644 });
-        writer.start_file(*name, options).map_err(std::io::Error::other)?;
+        writer
+            .start_file(*name, options)
+            .map_err(std::io::Error::other)?;
         writer.write_all(contents)?;
     }
     writer.finish().map_err(std::io::Error::other)?;
@@ -26,12 +28,19 @@ pub fn zip_dir(dir: &Path) -> std::io::Result<Vec<u8>> {
     entries.sort();
     let mut files = Vec::with_capacity(entries.len());
     for path in &entries {
-        let name = path.strip_prefix(dir).expect("inside dir").to_string_lossy().into_owned();
+        let name = path
+            .strip_prefix(dir)
+            .expect("inside dir")
+            .to_string_lossy()
+            .into_owned();
         let contents = std::fs::read(path)?;
         let executable = std::fs::metadata(path)?.permissions().mode() & 0o100 != 0;
         files.push((name, contents, executable));
     }
-    let borrowed: Vec<(&str, &[u8], bool)> = files.iter().map(|(n, c, x)| (n.as_str(), c.as_slice(), *x)).collect();
+    let borrowed: Vec<(&str, &[u8], bool)> = files
+        .iter()
+        .map(|(n, c, x)| (n.as_str(), c.as_slice(), *x))
+        .collect();
     zip_files(&borrowed)
 }
 

@@ -65,7 +65,9 @@ pub fn decode(buf: &mut BytesMut) -> Result<Option<Frame>, FrameError> {
     let header_len = u32::from_be_bytes(buf[0..4].try_into().expect("4 bytes")) as usize;
     let body_len = u32::from_be_bytes(buf[4..8].try_into().expect("4 bytes")) as usize;
     if header_len > 64 * 1024 || body_len > MAX_FRAME_BYTES {
-        return Err(FrameError::Protocol(format!("frame too large ({header_len} + {body_len} bytes)")));
+        return Err(FrameError::Protocol(format!(
+            "frame too large ({header_len} + {body_len} bytes)"
+        )));
     }
     if buf.len() < 8 + header_len + body_len {
         buf.reserve(8 + header_len + body_len - buf.len());
@@ -88,7 +90,11 @@ pub struct ShimConn {
 
 impl ShimConn {
     pub fn new(stream: UnixStream) -> Self {
-        Self { stream, buf: BytesMut::with_capacity(8 * 1024), out: Vec::with_capacity(8 * 1024) }
+        Self {
+            stream,
+            buf: BytesMut::with_capacity(8 * 1024),
+            out: Vec::with_capacity(8 * 1024),
+        }
     }
 
     /// The next frame, or `None` at end of file (the runtime is gone).

@@ -130,33 +130,47 @@ fn exit_description(code: i32) -> String {
 
 impl Instance {
     /// The coldest start path: a new sandbox and a runtime started from scratch.
-    pub async fn start_cold(ctx: &AgentContext, spec: &SharedSpec, id: u64) -> Result<Instance, StartError> {
+    pub async fn start_cold(
+        ctx: &AgentContext,
+        spec: &SharedSpec,
+        id: u64,
+    ) -> Result<Instance, StartError> {
         let begin = Instant::now();
-        let platform = |what: &str, e: &dyn std::fmt::Display| StartError::Platform(format!("{what}: {e}"));
-        let runtime = ctx
-            .runtimes
-            .get(&spec.runtime)
-            .ok_or_else(|| StartError::Platform(format!("runtime {} is not available", spec.runtime)))?;
+        let platform =
+            |what: &str, e: &dyn std::fmt::Display| StartError::Platform(format!("{what}: {e}"));
+        let runtime = ctx.runtimes.get(&spec.runtime).ok_or_else(|| {
+            StartError::Platform(format!("runtime {} is not available", spec.runtime))
+        })?;
         let limits = Limits {
             memory_bytes: u64::from(spec.memory_mb) * 1024 * 1024,
             pids_max: 1024,
             // Lambda gives one vCPU at 1769 MB and scales CPU with memory.
             cpu_shares: (u64::from(spec.memory_mb) * 1024 / 1769).max(2),
         };
-        let cgroup = Arc::new(ctx.cgroups.create(&format!("i{id}"), limits).map_err(|e| platform("cgroup", &e))?);
+        let cgroup = Arc::new(
+            ctx.cgroups
+                .create(&format!("i{id}"), limits)
+                .map_err(|e| platform("cgroup", &e))?,
+        );
         let netns = match spec.network {
-            NetworkMode::Isolated => Some(NetNs::new().map_err(|e| platform("network namespace", &e))?),
+            NetworkMode::Isolated => {
+                Some(NetNs::new().map_err(|e| platform("network namespace", &e))?)
+            }
             NetworkMode::Host => None,
         };
         let (out_tx, out_rx) = pipe::pipe().map_err(|e| platform("output pipe", &e))?;
-        let out_fd = out_tx.into_blocking_fd().map_err(|e| platform("output pipe", &e))?;
+        let out_fd = out_tx
+            .into_blocking_fd()
+            .map_err(|e| platform("output pipe", &e))?;
         let mut env = runtime::lambda_env(spec, id, runtime.as_ref());
         let (transport, control) = match runtime.protocol() {
             Protocol::Shim => {
-                let (ours, theirs) =
-                    std::os::unix::net::UnixStream::pair().map_err(|e| platform("control socket", &e))?;
-                ours.set_nonblocking(true).map_err(|e| platform("control socket", &e))?;
-                let ours = tokio::net::UnixStream::from_std(ours).map_err(|e| platform("control socket", &e))?;
+                let (ours, theirs) = std::os::unix::net::UnixStream::pair()
+                    .map_err(|e| platform("control socket", &e))?;
+                ours.set_nonblocking(true)
+                    .map_err(|e| platform("control socket", &e))?;
+                let ours = tokio::net::UnixStream::from_std(ours)
+                    .map_err(|e| platform("control socket", &e))?;
                 (Transport::Shim(ShimConn::new(ours)), Some(theirs.into()))
             }
             Protocol::RuntimeApi => {
@@ -168,7 +182,9 @@ impl Instance {
                     }),
                 }
                 .map_err(|e| platform("Runtime API listener", &e))?;
-                let addr = listener.local_addr().map_err(|e| platform("Runtime API listener", &e))?;
+                let addr = listener
+                    .local_addr()
+                    .map_err(|e| platform("Runtime API listener", &e))?;
                 env.push(("AWS_LAMBDA_RUNTIME_API".into(), addr.to_string()));
                 let api = RuntimeApi::serve(listener).map_err(|e| platform("Runtime API", &e))?;
                 (Transport::Api(api), None)
@@ -202,11 +218,18 @@ impl Instance {
             nofile: 1024,
             seccomp: true,
         };
-        let child = kiln_sandbox::spawn(&sandbox, SpawnFds { output: out_fd, control, netns: netns.as_ref() })
-            .map_err(|e| {
-                let _ = cgroup.remove();
-                platform("sandbox", &e)
-            })?;
+        let child = kiln_sandbox::spawn(
+            &sandbox,
+            SpawnFds {
+                output: out_fd,
+                control,
+                netns: netns.as_ref(),
+            },
+        )
+        .map_err(|e| {
+            let _ = cgroup.remove();
+            platform("sandbox", &e)
+        })?;
         let now = Instant::now();
         let mut instance = Instance {
             id,
@@ -226,7 +249,9 @@ impl Instance {
         };
         let init_timeout = INIT_TIMEOUT.max(Duration::from_secs(u64::from(spec.timeout_s)));
         let mut output = Vec::new();
-        let step = instance.step(Instant::now() + init_timeout, &mut output).await;
+        let step = instance
+            .step(Instant::now() + init_timeout, &mut output)
+            .await;
         let log = String::from_utf8_lossy(&output).into_owned();
         let failure = match step {
             Step::Message(Message::Ready) => {
@@ -235,22 +260,36 @@ impl Instance {
                 return Ok(instance);
             }
             Step::Message(Message::InitError(body)) => body,
-            Step::Message(_) => error_json("Runtime.InvalidResponse", "the runtime answered before it was ready"),
-            Step::Exited(kiln_sandbox::SETUP_FAILED) if log.contains("cannot execute") => error_json(
-                "Runtime.InvalidEntrypoint",
-                &format!("RequestId: - Error: {}", log.lines().last().unwrap_or("cannot execute the runtime")),
+            Step::Message(_) => error_json(
+                "Runtime.InvalidResponse",
+                "the runtime answered before it was ready",
             ),
+            Step::Exited(kiln_sandbox::SETUP_FAILED) if log.contains("cannot execute") => {
+                error_json(
+                    "Runtime.InvalidEntrypoint",
+                    &format!(
+                        "RequestId: - Error: {}",
+                        log.lines().last().unwrap_or("cannot execute the runtime")
+                    ),
+                )
+            }
             Step::Exited(kiln_sandbox::SETUP_FAILED) => {
                 instance.destroy().await;
                 return Err(StartError::Platform(log.trim().to_string()));
             }
             Step::Exited(code) => error_json(
                 "Runtime.ExitError",
-                &format!("RequestId: - Error: Runtime exited with error: {}", exit_description(code)),
+                &format!(
+                    "RequestId: - Error: Runtime exited with error: {}",
+                    exit_description(code)
+                ),
             ),
             Step::TimedOut => error_json(
                 "Sandbox.Timedout",
-                &format!("Init phase timed out after {:.2} seconds", init_timeout.as_secs_f64()),
+                &format!(
+                    "Init phase timed out after {:.2} seconds",
+                    init_timeout.as_secs_f64()
+                ),
             ),
         };
         instance.destroy().await;
@@ -341,7 +380,11 @@ impl Instance {
                 .await
                 .is_ok(),
         };
-        let step = if sent { self.step(deadline, &mut output).await } else { Step::Exited(self.exit_code(&mut output).await) };
+        let step = if sent {
+            self.step(deadline, &mut output).await
+        } else {
+            Step::Exited(self.exit_code(&mut output).await)
+        };
         self.invocations += 1;
         let max_memory_bytes = self.cgroup.memory_peak();
         let (body, function_error, healthy) = match step {
@@ -356,13 +399,20 @@ impl Instance {
                 true,
             ),
             Step::Message(Message::Ready | Message::InitError(_)) => (
-                error_json("Runtime.InvalidResponse", "the runtime sent an unexpected message"),
+                error_json(
+                    "Runtime.InvalidResponse",
+                    "the runtime sent an unexpected message",
+                ),
                 true,
                 false,
             ),
             Step::Exited(code) => {
                 let oom = self.cgroup.oom_kills() > oom_before;
-                let error_type = if oom { "Runtime.OutOfMemory" } else { "Runtime.ExitError" };
+                let error_type = if oom {
+                    "Runtime.OutOfMemory"
+                } else {
+                    "Runtime.ExitError"
+                };
                 let message = format!(
                     "RequestId: {} Error: Runtime exited with error: {}",
                     request.request_id,

@@ -133,7 +133,11 @@ pub struct NodeStatus {
 /// The controller's view of a node.
 pub trait NodeAgent: Send + Sync + 'static {
     /// Runs an invocation on an idle instance of `spec`, or a new one.
-    fn invoke(&self, spec: SharedSpec, request: InvokeRequest) -> BoxFuture<'static, Result<InvokeOutcome, AgentError>>;
+    fn invoke(
+        &self,
+        spec: SharedSpec,
+        request: InvokeRequest,
+    ) -> BoxFuture<'static, Result<InvokeOutcome, AgentError>>;
     /// Drops the idle instances of `function` (all of them, or those older than `revision`).
     fn retire(&self, function: &str, keep_revision: Option<u64>);
     fn status(&self) -> NodeStatus;
@@ -219,14 +223,21 @@ impl LocalAgent {
     pub fn new(ctx: AgentContext, config: AgentConfig) -> Self {
         ctx.cgroups.remove_stale();
         let agent = Self {
-            inner: Arc::new(Inner { ctx, config, routing: Box::new(WarmFirst), state: Mutex::new(State::default()) }),
+            inner: Arc::new(Inner {
+                ctx,
+                config,
+                routing: Box::new(WarmFirst),
+                state: Mutex::new(State::default()),
+            }),
         };
         let reaper = Arc::downgrade(&agent.inner);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(500));
             loop {
                 tick.tick().await;
-                let Some(inner) = reaper.upgrade() else { return };
+                let Some(inner) = reaper.upgrade() else {
+                    return;
+                };
                 for victim in inner.reap_idle(Instant::now()) {
                     tokio::spawn(victim.destroy());
                 }
@@ -246,8 +257,10 @@ impl Inner {
         let mut state = self.state();
         let mut victims = Vec::new();
         for pool in state.pools.values_mut() {
-            let (keep, expired): (Vec<_>, Vec<_>) =
-                pool.idle.drain(..).partition(|i| now.duration_since(i.last_used) < ttl);
+            let (keep, expired): (Vec<_>, Vec<_>) = pool
+                .idle
+                .drain(..)
+                .partition(|i| now.duration_since(i.last_used) < ttl);
             pool.idle = keep;
             victims.extend(expired);
         }
@@ -269,9 +282,11 @@ impl Inner {
                 let pool = state.pools.entry(spec.function.clone()).or_default();
                 // An instance of an older revision must never serve a newer spec.
                 let mut stale = Vec::new();
-                pool.idle.retain_mut(|i| i.spec.revision == spec.revision || {
-                    stale.push(i.id);
-                    false
+                pool.idle.retain_mut(|i| {
+                    i.spec.revision == spec.revision || {
+                        stale.push(i.id);
+                        false
+                    }
                 });
                 if let Some(index) = self.routing.choose(&pool.idle, hints) {
                     let instance = pool.idle.remove(index);
@@ -284,12 +299,22 @@ impl Inner {
                     return Err(AgentError::ThrottledReserved);
                 }
                 if pool.live < spec.max_instances as usize {
-                    let victims = make_room(state, u64::from(spec.memory_mb), self.config.memory_budget_mb);
-                    if state.memory_reserved_mb + u64::from(spec.memory_mb) <= self.config.memory_budget_mb {
+                    let victims = make_room(
+                        state,
+                        u64::from(spec.memory_mb),
+                        self.config.memory_budget_mb,
+                    );
+                    if state.memory_reserved_mb + u64::from(spec.memory_mb)
+                        <= self.config.memory_budget_mb
+                    {
                         state.next_id += 1;
                         let id = state.next_id;
                         state.memory_reserved_mb += u64::from(spec.memory_mb);
-                        state.pools.get_mut(&spec.function).expect("pool exists").live += 1;
+                        state
+                            .pools
+                            .get_mut(&spec.function)
+                            .expect("pool exists")
+                            .live += 1;
                         state.live.insert(
                             id,
                             LiveInstance {
@@ -315,7 +340,11 @@ impl Inner {
                 } else {
                     let pool = state.pools.get_mut(&spec.function).expect("pool exists");
                     if pool.waiters.len() >= self.config.queue_depth {
-                        return Err(if spec.reserved_concurrency.is_some() { AgentError::ThrottledReserved } else { AgentError::ThrottledNode });
+                        return Err(if spec.reserved_concurrency.is_some() {
+                            AgentError::ThrottledReserved
+                        } else {
+                            AgentError::ThrottledNode
+                        });
                     }
                     let (tx, rx) = oneshot::channel();
                     pool.waiters.push_back(tx);
@@ -379,7 +408,11 @@ impl Inner {
         }
     }
 
-    async fn invoke(self: Arc<Self>, spec: SharedSpec, request: InvokeRequest) -> Result<InvokeOutcome, AgentError> {
+    async fn invoke(
+        self: Arc<Self>,
+        spec: SharedSpec,
+        request: InvokeRequest,
+    ) -> Result<InvokeOutcome, AgentError> {
         let acquired = self.acquire(&spec, &request.hints).await?;
         let begin = Instant::now();
         let (mut instance, cold) = match acquired {
@@ -401,7 +434,15 @@ impl Inner {
                 Err(StartError::Function { body, log }) => {
                     self.abandon(&spec.function, id);
                     let duration = begin.elapsed();
-                    let log = report(&spec, &request.request_id, &log, duration, None, Some(duration), 0);
+                    let log = report(
+                        &spec,
+                        &request.request_id,
+                        &log,
+                        duration,
+                        None,
+                        Some(duration),
+                        0,
+                    );
                     return Ok(InvokeOutcome {
                         body,
                         function_error: true,
@@ -448,13 +489,19 @@ impl Inner {
 }
 
 fn pool_is_empty(state: &State, function: &str) -> bool {
-    state.pools.get(function).map(|p| p.live == 0).unwrap_or(true)
+    state
+        .pools
+        .get(function)
+        .map(|p| p.live == 0)
+        .unwrap_or(true)
 }
 
 /// Drops the bookkeeping of an instance that is gone or going.
 fn forget(state: &mut State, id: u64) {
     if let Some(live) = state.live.remove(&id) {
-        state.memory_reserved_mb = state.memory_reserved_mb.saturating_sub(u64::from(live.memory_mb));
+        state.memory_reserved_mb = state
+            .memory_reserved_mb
+            .saturating_sub(u64::from(live.memory_mb));
         if let Some(pool) = state.pools.get_mut(&live.function) {
             pool.live = pool.live.saturating_sub(1);
         }
@@ -472,7 +519,12 @@ fn make_room(state: &mut State, needed_mb: u64, budget_mb: u64) -> Vec<Instance>
             .filter_map(|(name, pool)| pool.idle.first().map(|i| (i.last_used, name.clone())))
             .min_by_key(|(used, _)| *used);
         let Some((_, name)) = oldest else { break };
-        let victim = state.pools.get_mut(&name).expect("pool exists").idle.remove(0);
+        let victim = state
+            .pools
+            .get_mut(&name)
+            .expect("pool exists")
+            .idle
+            .remove(0);
         forget(state, victim.id);
         victims.push(victim);
     }
@@ -505,7 +557,11 @@ fn report(
         spec.memory_mb,
     );
     if let Some(init) = init_duration {
-        let _ = write!(log, "\tInit Duration: {:.2} ms", init.as_secs_f64() * 1000.0);
+        let _ = write!(
+            log,
+            "\tInit Duration: {:.2} ms",
+            init.as_secs_f64() * 1000.0
+        );
     }
     if let Some(path) = start_path {
         let _ = write!(log, "\tStart Path: {}", path.as_str());
@@ -515,7 +571,11 @@ fn report(
 }
 
 impl NodeAgent for LocalAgent {
-    fn invoke(&self, spec: SharedSpec, request: InvokeRequest) -> BoxFuture<'static, Result<InvokeOutcome, AgentError>> {
+    fn invoke(
+        &self,
+        spec: SharedSpec,
+        request: InvokeRequest,
+    ) -> BoxFuture<'static, Result<InvokeOutcome, AgentError>> {
         let inner = self.inner.clone();
         Box::pin(async move {
             // The invocation runs to completion even if the caller goes away, as on Lambda; the
@@ -531,9 +591,13 @@ impl NodeAgent for LocalAgent {
         let victims = {
             let mut guard = self.inner.state();
             let state = &mut *guard;
-            let Some(pool) = state.pools.get_mut(function) else { return };
-            let (keep, retire): (Vec<_>, Vec<_>) =
-                pool.idle.drain(..).partition(|i| Some(i.spec.revision) == keep_revision);
+            let Some(pool) = state.pools.get_mut(function) else {
+                return;
+            };
+            let (keep, retire): (Vec<_>, Vec<_>) = pool
+                .idle
+                .drain(..)
+                .partition(|i| Some(i.spec.revision) == keep_revision);
             pool.idle = keep;
             for instance in &retire {
                 forget(state, instance.id);
@@ -559,7 +623,11 @@ impl NodeAgent for LocalAgent {
                 start_path: live.start_path,
                 age_s: now.duration_since(live.created).as_secs_f64(),
                 memory_limit_mb: live.memory_mb,
-                memory_used_bytes: live.cgroup.as_ref().map(|c| c.memory_current()).unwrap_or(0),
+                memory_used_bytes: live
+                    .cgroup
+                    .as_ref()
+                    .map(|c| c.memory_current())
+                    .unwrap_or(0),
             })
             .collect();
         instances.sort_by(|a, b| a.function.cmp(&b.function).then(a.id.cmp(&b.id)));
@@ -594,8 +662,12 @@ impl NodeAgent for LocalAgent {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             // Whatever is still running is killed through its cgroup.
-            let stragglers: Vec<Arc<Cgroup>> =
-                inner.state().live.values().filter_map(|l| l.cgroup.clone()).collect();
+            let stragglers: Vec<Arc<Cgroup>> = inner
+                .state()
+                .live
+                .values()
+                .filter_map(|l| l.cgroup.clone())
+                .collect();
             for cgroup in stragglers {
                 cgroup.kill_all();
                 let _ = tokio::task::spawn_blocking(move || cgroup.remove()).await;

@@ -33,10 +33,18 @@ pub enum RuntimeMessage {
     /// The first `GET /next`: initialization is over.
     Ready,
     InitError(Bytes),
-    Response { request_id: String, body: Bytes },
-    Error { request_id: String, body: Bytes },
+    Response {
+        request_id: String,
+        body: Bytes,
+    },
+    Error {
+        request_id: String,
+        body: Bytes,
+    },
     /// A response above [`MAX_RESPONSE_BYTES`].
-    TooLarge { request_id: String },
+    TooLarge {
+        request_id: String,
+    },
 }
 
 struct Shared {
@@ -75,13 +83,20 @@ impl RuntimeApi {
                 let _ = stream.set_nodelay(true);
                 let shared = shared.clone();
                 connections.spawn(async move {
-                    let service = hyper::service::service_fn(move |req| handle(shared.clone(), req));
+                    let service =
+                        hyper::service::service_fn(move |req| handle(shared.clone(), req));
                     let io = hyper_util::rt::TokioIo::new(stream);
-                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await;
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(io, service)
+                        .await;
                 });
             }
         });
-        Ok(Self { events: events_tx, messages: messages_rx, server })
+        Ok(Self {
+            events: events_tx,
+            messages: messages_rx,
+            server,
+        })
     }
 }
 
@@ -98,10 +113,17 @@ fn error_reply(status: StatusCode, error_type: &str, message: &str) -> Response<
     reply(status, &body.to_string())
 }
 
-async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn handle(
+    shared: Arc<Shared>,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
     let path = req.uri().path().to_string();
     let Some(rest) = path.strip_prefix("/2018-06-01/runtime/") else {
-        return Ok(error_reply(StatusCode::NOT_FOUND, "InvalidRequest", "unknown Runtime API path"));
+        return Ok(error_reply(
+            StatusCode::NOT_FOUND,
+            "InvalidRequest",
+            "unknown Runtime API path",
+        ));
     };
     let parts: Vec<&str> = rest.split('/').collect();
     Ok(match (req.method(), parts.as_slice()) {
@@ -110,10 +132,15 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
             let request_id = id.to_string();
             let is_error = *kind == "error";
             let header_type = header(&req, "lambda-runtime-function-error-type");
-            let collected = match Limited::new(req.into_body(), MAX_RESPONSE_BYTES).collect().await {
+            let collected = match Limited::new(req.into_body(), MAX_RESPONSE_BYTES)
+                .collect()
+                .await
+            {
                 Ok(collected) => collected,
                 Err(_) => {
-                    let _ = shared.messages.send(RuntimeMessage::TooLarge { request_id });
+                    let _ = shared
+                        .messages
+                        .send(RuntimeMessage::TooLarge { request_id });
                     return Ok(error_reply(
                         StatusCode::PAYLOAD_TOO_LARGE,
                         "RequestEntityTooLarge",
@@ -130,7 +157,10 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
             let body = collected.to_bytes();
             let message = if is_error || trailer_type.is_some() {
                 let error_type = trailer_type.or(header_type);
-                RuntimeMessage::Error { request_id, body: error_body(body, error_type) }
+                RuntimeMessage::Error {
+                    request_id,
+                    body: error_body(body, error_type),
+                }
             } else {
                 RuntimeMessage::Response { request_id, body }
             };
@@ -139,23 +169,42 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         }
         (&Method::POST, ["init", "error"]) => {
             let error_type = header(&req, "lambda-runtime-function-error-type");
-            let body = req.into_body().collect().await.map(|c| c.to_bytes()).unwrap_or_default();
-            let _ = shared.messages.send(RuntimeMessage::InitError(error_body(body, error_type)));
+            let body = req
+                .into_body()
+                .collect()
+                .await
+                .map(|c| c.to_bytes())
+                .unwrap_or_default();
+            let _ = shared
+                .messages
+                .send(RuntimeMessage::InitError(error_body(body, error_type)));
             reply(StatusCode::ACCEPTED, r#"{"status":"OK"}"#)
         }
-        _ => error_reply(StatusCode::NOT_FOUND, "InvalidRequest", "unknown Runtime API call"),
+        _ => error_reply(
+            StatusCode::NOT_FOUND,
+            "InvalidRequest",
+            "unknown Runtime API call",
+        ),
     })
 }
 
 fn header(req: &Request<Incoming>, name: &str) -> Option<String> {
-    req.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string)
+    req.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
 }
 
 /// Runtimes may post any body as an error; kiln always answers callers with Lambda's shape.
 fn error_body(body: Bytes, error_type: Option<String>) -> Bytes {
-    if let Ok(serde_json::Value::Object(mut map)) = serde_json::from_slice::<serde_json::Value>(&body) {
+    if let Ok(serde_json::Value::Object(mut map)) =
+        serde_json::from_slice::<serde_json::Value>(&body)
+    {
         if !map.contains_key("errorType") {
-            map.insert("errorType".into(), error_type.unwrap_or_else(|| "Unhandled".into()).into());
+            map.insert(
+                "errorType".into(),
+                error_type.unwrap_or_else(|| "Unhandled".into()).into(),
+            );
         }
         return Bytes::from(serde_json::Value::Object(map).to_string());
     }
@@ -167,13 +216,20 @@ fn error_body(body: Bytes, error_type: Option<String>) -> Bytes {
 }
 
 async fn next(shared: &Shared) -> Response<Full<Bytes>> {
-    if !shared.ready_sent.swap(true, std::sync::atomic::Ordering::SeqCst) {
+    if !shared
+        .ready_sent
+        .swap(true, std::sync::atomic::Ordering::SeqCst)
+    {
         let _ = shared.messages.send(RuntimeMessage::Ready);
     }
     // One runtime process polls at a time; a second concurrent poller simply waits its turn.
     let event = shared.events.lock().await.recv().await;
     let Some(event) = event else {
-        return error_reply(StatusCode::GONE, "Shutdown", "the instance is shutting down");
+        return error_reply(
+            StatusCode::GONE,
+            "Shutdown",
+            "the instance is shutting down",
+        );
     };
     let mut builder = Response::builder()
         .status(StatusCode::OK)
@@ -186,7 +242,11 @@ async fn next(shared: &Shared) -> Response<Full<Bytes>> {
         builder = builder.header("lambda-runtime-client-context", context);
     }
     builder.body(Full::new(event.payload)).unwrap_or_else(|_| {
-        error_reply(StatusCode::INTERNAL_SERVER_ERROR, "InvalidEvent", "event headers are not valid HTTP")
+        error_reply(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InvalidEvent",
+            "event headers are not valid HTTP",
+        )
     })
 }
 

@@ -94,17 +94,31 @@ pub struct ListQuery {
 }
 
 fn invalid(message: impl Into<String>) -> ApiError {
-    ApiError::new(StatusCode::BAD_REQUEST, "InvalidParameterValueException", message)
+    ApiError::new(
+        StatusCode::BAD_REQUEST,
+        "InvalidParameterValueException",
+        message,
+    )
 }
 
-fn decode_zip(zip_file: Option<String>, s3_bucket: Option<String>, image_uri: Option<String>) -> Result<Vec<u8>, ApiError> {
+fn decode_zip(
+    zip_file: Option<String>,
+    s3_bucket: Option<String>,
+    image_uri: Option<String>,
+) -> Result<Vec<u8>, ApiError> {
     if s3_bucket.is_some() || image_uri.is_some() {
-        return Err(invalid("kiln accepts deployment packages as Code.ZipFile only"));
+        return Err(invalid(
+            "kiln accepts deployment packages as Code.ZipFile only",
+        ));
     }
     let zip = zip_file.ok_or_else(|| invalid("Please provide a source for function code."))?;
     base64::engine::general_purpose::STANDARD
         .decode(zip.as_bytes())
-        .map_err(|_| invalid("Could not unzip uploaded file. Please check your file, then try to upload again."))
+        .map_err(|_| {
+            invalid(
+                "Could not unzip uploaded file. Please check your file, then try to upload again.",
+            )
+        })
 }
 
 /// Lambda's FunctionConfiguration shape.
@@ -143,7 +157,14 @@ fn revision_id(f: &Function) -> String {
     use sha2::{Digest, Sha256};
     let digest = Sha256::digest(format!("{}:{}:{}", f.name, f.revision, f.code_sha256));
     let h = hex::encode(&digest[..16]);
-    format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
 }
 
 pub async fn create(
@@ -161,7 +182,11 @@ pub async fn create(
     let (Some(runtime), Some(handler)) = (input.runtime, input.handler) else {
         return Err(invalid("Runtime and Handler are mandatory parameters for functions created with deployment packages."));
     };
-    let zip = decode_zip(input.code.zip_file, input.code.s3_bucket, input.code.image_uri)?;
+    let zip = decode_zip(
+        input.code.zip_file,
+        input.code.s3_bucket,
+        input.code.image_uri,
+    )?;
     let mut config = FunctionConfig {
         runtime,
         handler,
@@ -176,10 +201,20 @@ pub async fn create(
     if let Some(role) = input.role {
         config.role = role;
     } else {
-        config.role = format!("arn:aws:iam::{}:role/kiln-function", state.controller.config().account_id);
+        config.role = format!(
+            "arn:aws:iam::{}:role/kiln-function",
+            state.controller.config().account_id
+        );
     }
-    let function = state.controller.create(&input.function_name, config, zip).await?;
-    Ok((StatusCode::CREATED, Json(configuration(&state.controller, &function))).into_response())
+    let function = state
+        .controller
+        .create(&input.function_name, config, zip)
+        .await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(configuration(&state.controller, &function)),
+    )
+        .into_response())
 }
 
 pub async fn get(
@@ -242,8 +277,11 @@ pub async fn list(
         Some(marker) => all.partition_point(|f| f.name.as_str() <= marker.as_str()),
         None => 0,
     };
-    let page: Vec<Value> =
-        all[start..].iter().take(max_items).map(|f| configuration(&state.controller, f)).collect();
+    let page: Vec<Value> = all[start..]
+        .iter()
+        .take(max_items)
+        .map(|f| configuration(&state.controller, f))
+        .collect();
     let mut out = json!({ "Functions": page });
     if start + max_items < all.len() {
         out["NextMarker"] = all[start + max_items - 1].name.clone().into();

@@ -57,7 +57,11 @@ pub async fn invoke(
             .unwrap_or_default()
     });
     let name = qualified(&name, &uri);
-    match state.controller.invoke(&name, body, kind, client_context, RouteHints::default()).await? {
+    match state
+        .controller
+        .invoke(&name, body, kind, client_context, RouteHints::default())
+        .await?
+    {
         Invoked::DryRun => Ok(StatusCode::NO_CONTENT.into_response()),
         Invoked::Queued { request_id } => {
             let mut response = StatusCode::ACCEPTED.into_response();
@@ -73,9 +77,13 @@ pub async fn invoke(
 /// Folds the `Qualifier` query parameter into the function reference.
 fn qualified(name: &str, uri: &Uri) -> String {
     let qualifier = uri.query().and_then(|q| {
-        q.split('&').find_map(|pair| pair.strip_prefix("Qualifier=")).map(|v| {
-            percent_encoding::percent_decode_str(v).decode_utf8_lossy().into_owned()
-        })
+        q.split('&')
+            .find_map(|pair| pair.strip_prefix("Qualifier="))
+            .map(|v| {
+                percent_encoding::percent_decode_str(v)
+                    .decode_utf8_lossy()
+                    .into_owned()
+            })
     });
     match qualifier {
         Some(q) if !q.is_empty() => format!("{name}:{q}"),
@@ -87,9 +95,15 @@ fn respond(outcome: InvokeOutcome, tail: bool) -> Response {
     let mut response = (StatusCode::OK, outcome.body).into_response();
     let headers = response.headers_mut();
     headers.insert("content-type", HeaderValue::from_static("application/json"));
-    headers.insert("x-amz-executed-version", HeaderValue::from_static("$LATEST"));
+    headers.insert(
+        "x-amz-executed-version",
+        HeaderValue::from_static("$LATEST"),
+    );
     if outcome.function_error {
-        headers.insert("x-amz-function-error", HeaderValue::from_static("Unhandled"));
+        headers.insert(
+            "x-amz-function-error",
+            HeaderValue::from_static("Unhandled"),
+        );
     }
     if tail {
         let log = outcome.log.as_bytes();

@@ -24,7 +24,12 @@ pub async fn status(
 ) -> Result<Response, ApiError> {
     authenticate(&state, &method, &uri, &headers, &body)?;
     let status = state.controller.agent().status();
-    let functions: Vec<String> = state.controller.list().into_iter().map(|f| f.name).collect();
+    let functions: Vec<String> = state
+        .controller
+        .list()
+        .into_iter()
+        .map(|f| f.name)
+        .collect();
     Ok(Json(serde_json::json!({
         "functions": functions,
         "node": status,
@@ -52,31 +57,48 @@ pub async fn logs(
     authenticate(&state, &method, &uri, &headers, &body)?;
     let function = state.controller.get(&name)?;
     // Subscribe before reading the tail so nothing written in between is missed.
-    let follower = query.follow.then(|| state.controller.logs.follow(&function.name));
-    let tail = state.controller.logs.tail(&function.name, query.bytes.unwrap_or(64 * 1024)).await;
+    let follower = query
+        .follow
+        .then(|| state.controller.logs.follow(&function.name));
+    let tail = state
+        .controller
+        .logs
+        .tail(&function.name, query.bytes.unwrap_or(64 * 1024))
+        .await;
     let Some(follower) = follower else {
         return Ok(([("content-type", "text/plain; charset=utf-8")], tail).into_response());
     };
-    let first = futures_util::stream::once(async move { Ok::<Bytes, Infallible>(Bytes::from(tail)) });
+    let first =
+        futures_util::stream::once(async move { Ok::<Bytes, Infallible>(Bytes::from(tail)) });
     let rest = futures_util::stream::unfold(follower, |mut rx| async move {
         loop {
             match rx.recv().await {
-                Ok(text) => return Some((Ok::<Bytes, Infallible>(Bytes::from(text.to_string())), rx)),
+                Ok(text) => {
+                    return Some((Ok::<Bytes, Infallible>(Bytes::from(text.to_string())), rx))
+                }
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                    return Some((Ok(Bytes::from(format!("[kiln: {n} log entries skipped]\n"))), rx))
+                    return Some((
+                        Ok(Bytes::from(format!("[kiln: {n} log entries skipped]\n"))),
+                        rx,
+                    ))
                 }
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
             }
         }
     });
     use futures_util::StreamExt;
-    Ok(([("content-type", "text/plain; charset=utf-8")], Body::from_stream(first.chain(rest))).into_response())
+    Ok((
+        [("content-type", "text/plain; charset=utf-8")],
+        Body::from_stream(first.chain(rest)),
+    )
+        .into_response())
 }
 
 /// The token that lets GetFunction's `Code.Location` be fetched without signing, like a
 /// presigned URL.
 pub fn code_token(credentials: &Credentials, sha256_hex: &str) -> String {
-    let mut mac = Hmac::<Sha256>::new_from_slice(credentials.secret_access_key.as_bytes()).expect("any key length");
+    let mut mac = Hmac::<Sha256>::new_from_slice(credentials.secret_access_key.as_bytes())
+        .expect("any key length");
     mac.update(b"kiln-code:");
     mac.update(sha256_hex.as_bytes());
     hex::encode(mac.finalize().into_bytes())
@@ -96,12 +118,20 @@ pub async fn code(
     let valid = sha.len() == 64 && sha.bytes().all(|b| b.is_ascii_hexdigit());
     let expected = code_token(&state.credentials, sha);
     if !valid || !constant_time_eq(expected.as_bytes(), query.token.as_bytes()) {
-        return Err(ApiError::new(StatusCode::FORBIDDEN, "AccessDeniedException", "invalid code download token"));
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "AccessDeniedException",
+            "invalid code download token",
+        ));
     }
     let path = state.controller.code_store().zip_path(sha);
     match tokio::fs::read(path).await {
         Ok(bytes) => Ok(([("content-type", "application/zip")], bytes).into_response()),
-        Err(_) => Err(ApiError::new(StatusCode::NOT_FOUND, "ResourceNotFoundException", "code not found")),
+        Err(_) => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "ResourceNotFoundException",
+            "code not found",
+        )),
     }
 }
 
@@ -111,7 +141,10 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 pub async fn metrics(State(state): State<SharedState>) -> Response {
     (
-        [("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        [(
+            "content-type",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
         state.controller.render_metrics(),
     )
         .into_response()

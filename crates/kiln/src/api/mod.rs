@@ -34,20 +34,44 @@ const MAX_BODY_BYTES: usize = 70 * 1024 * 1024;
 
 pub fn router(state: SharedState) -> Router {
     Router::new()
-        .route("/2015-03-31/functions", get(functions::list).post(functions::create))
-        .route("/2015-03-31/functions/", get(functions::list).post(functions::create))
-        .route("/2015-03-31/functions/{name}", get(functions::get).delete(functions::delete))
+        .route(
+            "/2015-03-31/functions",
+            get(functions::list).post(functions::create),
+        )
+        .route(
+            "/2015-03-31/functions/",
+            get(functions::list).post(functions::create),
+        )
+        .route(
+            "/2015-03-31/functions/{name}",
+            get(functions::get).delete(functions::delete),
+        )
         .route(
             "/2015-03-31/functions/{name}/configuration",
             get(functions::get_configuration).put(functions::update_configuration),
         )
-        .route("/2015-03-31/functions/{name}/code", put(functions::update_code))
-        .route("/2015-03-31/functions/{name}/invocations", post(invoke::invoke))
-        .route("/2017-10-31/functions/{name}/concurrency", put(functions::put_concurrency).delete(functions::delete_concurrency))
-        .route("/2019-09-30/functions/{name}/concurrency", get(functions::get_concurrency))
+        .route(
+            "/2015-03-31/functions/{name}/code",
+            put(functions::update_code),
+        )
+        .route(
+            "/2015-03-31/functions/{name}/invocations",
+            post(invoke::invoke),
+        )
+        .route(
+            "/2017-10-31/functions/{name}/concurrency",
+            put(functions::put_concurrency).delete(functions::delete_concurrency),
+        )
+        .route(
+            "/2019-09-30/functions/{name}/concurrency",
+            get(functions::get_concurrency),
+        )
         .route(
             "/2021-10-31/functions/{name}/url",
-            get(urls::get_config).post(urls::create_config).put(urls::update_config).delete(urls::delete_config),
+            get(urls::get_config)
+                .post(urls::create_config)
+                .put(urls::update_config)
+                .delete(urls::delete_config),
         )
         .route("/fn/{name}", any(urls::call))
         .route("/fn/{name}/", any(urls::call))
@@ -81,7 +105,12 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into(), reason: None }
+        Self {
+            status,
+            code,
+            message: message.into(),
+            reason: None,
+        }
     }
 }
 
@@ -89,23 +118,50 @@ impl From<ControllerError> for ApiError {
     fn from(e: ControllerError) -> Self {
         let message = e.to_string();
         let (status, code, reason) = match e {
-            ControllerError::NotFound(_) => (StatusCode::NOT_FOUND, "ResourceNotFoundException", None),
-            ControllerError::Conflict(_) => (StatusCode::CONFLICT, "ResourceConflictException", None),
-            ControllerError::InvalidParameter(_) => (StatusCode::BAD_REQUEST, "InvalidParameterValueException", None),
-            ControllerError::InvalidRequestContent(_) => (StatusCode::BAD_REQUEST, "InvalidRequestContentException", None),
-            ControllerError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "RequestTooLargeException", None),
+            ControllerError::NotFound(_) => {
+                (StatusCode::NOT_FOUND, "ResourceNotFoundException", None)
+            }
+            ControllerError::Conflict(_) => {
+                (StatusCode::CONFLICT, "ResourceConflictException", None)
+            }
+            ControllerError::InvalidParameter(_) => (
+                StatusCode::BAD_REQUEST,
+                "InvalidParameterValueException",
+                None,
+            ),
+            ControllerError::InvalidRequestContent(_) => (
+                StatusCode::BAD_REQUEST,
+                "InvalidRequestContentException",
+                None,
+            ),
+            ControllerError::TooLarge(_) => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "RequestTooLargeException",
+                None,
+            ),
             ControllerError::Throttled { reserved: true } => (
                 StatusCode::TOO_MANY_REQUESTS,
                 "TooManyRequestsException",
                 Some("ReservedFunctionConcurrentInvocationLimitExceeded"),
             ),
-            ControllerError::Throttled { reserved: false } => {
-                (StatusCode::TOO_MANY_REQUESTS, "TooManyRequestsException", Some("ConcurrentInvocationLimitExceeded"))
+            ControllerError::Throttled { reserved: false } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "TooManyRequestsException",
+                Some("ConcurrentInvocationLimitExceeded"),
+            ),
+            ControllerError::Internal(_) => {
+                (StatusCode::INTERNAL_SERVER_ERROR, "ServiceException", None)
             }
-            ControllerError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "ServiceException", None),
-            ControllerError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "ServiceException", None),
+            ControllerError::ShuttingDown => {
+                (StatusCode::SERVICE_UNAVAILABLE, "ServiceException", None)
+            }
         };
-        Self { status, code, message, reason }
+        Self {
+            status,
+            code,
+            message,
+            reason,
+        }
     }
 }
 
@@ -117,7 +173,8 @@ impl From<AuthError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut body = serde_json::json!({ "Type": "User", "message": self.message, "__type": self.code });
+        let mut body =
+            serde_json::json!({ "Type": "User", "message": self.message, "__type": self.code });
         if let Some(reason) = self.reason {
             body["Reason"] = reason.into();
         }
@@ -125,28 +182,49 @@ impl IntoResponse for ApiError {
             body["Type"] = "Service".into();
         }
         let mut response = (self.status, axum::Json(body)).into_response();
-        response.headers_mut().insert("x-amzn-errortype", HeaderValue::from_static(self.code));
+        response
+            .headers_mut()
+            .insert("x-amzn-errortype", HeaderValue::from_static(self.code));
         if self.status == StatusCode::TOO_MANY_REQUESTS {
-            response.headers_mut().insert("retry-after", HeaderValue::from_static("1"));
+            response
+                .headers_mut()
+                .insert("retry-after", HeaderValue::from_static("1"));
         }
         response
     }
 }
 
 /// Checks a request's SigV4 signature against kiln's credentials.
-pub fn authenticate(state: &AppState, method: &Method, uri: &Uri, headers: &HeaderMap, body: &Bytes) -> Result<(), ApiError> {
-    state.verifier.verify(method, uri, headers, body, chrono::Utc::now()).map(drop).map_err(ApiError::from)
+pub fn authenticate(
+    state: &AppState,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<(), ApiError> {
+    state
+        .verifier
+        .verify(method, uri, headers, body, chrono::Utc::now())
+        .map(drop)
+        .map_err(ApiError::from)
 }
 
 /// Parses a JSON request body into `T`, answering Lambda's error for anything else.
 pub fn parse_json<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
     serde_json::from_slice(body).map_err(|e| {
-        ApiError::new(StatusCode::BAD_REQUEST, "InvalidRequestContentException", format!("Could not parse request body: {e}"))
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "InvalidRequestContentException",
+            format!("Could not parse request body: {e}"),
+        )
     })
 }
 
 /// The base URL clients used to reach kiln, for URLs kiln hands out.
 pub fn base_url(headers: &HeaderMap) -> String {
-    let host = headers.get("host").and_then(|h| h.to_str().ok()).unwrap_or("127.0.0.1:9000");
+    let host = headers
+        .get("host")
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("127.0.0.1:9000");
     format!("http://{host}")
 }

@@ -48,7 +48,9 @@ pub async fn create_config(
 ) -> Result<Response, ApiError> {
     authenticate(&state, &method, &uri, &headers, &body)?;
     let input: UrlConfigInput = parse_json(&body)?;
-    let f = state.controller.set_url_auth(&name, Some(input.auth_type), true)?;
+    let f = state
+        .controller
+        .set_url_auth(&name, Some(input.auth_type), true)?;
     Ok((StatusCode::CREATED, Json(url_config(&state, &headers, &f))).into_response())
 }
 
@@ -62,7 +64,9 @@ pub async fn update_config(
 ) -> Result<Response, ApiError> {
     authenticate(&state, &method, &uri, &headers, &body)?;
     let input: UrlConfigInput = parse_json(&body)?;
-    let f = state.controller.set_url_auth(&name, Some(input.auth_type), false)?;
+    let f = state
+        .controller
+        .set_url_auth(&name, Some(input.auth_type), false)?;
     Ok(Json(url_config(&state, &headers, &f)).into_response())
 }
 
@@ -77,7 +81,11 @@ pub async fn get_config(
     authenticate(&state, &method, &uri, &headers, &body)?;
     let f = state.controller.get(&name)?;
     if f.url_auth.is_none() {
-        return Err(ApiError::new(StatusCode::NOT_FOUND, "ResourceNotFoundException", "The resource you requested does not exist."));
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "ResourceNotFoundException",
+            "The resource you requested does not exist.",
+        ));
     }
     Ok(Json(url_config(&state, &headers, &f)).into_response())
 }
@@ -117,12 +125,32 @@ pub async fn call(
         Ok(f) if f.url_auth.is_some() => f,
         _ => return plain(StatusCode::NOT_FOUND, "Not Found"),
     };
-    if function.url_auth == Some(UrlAuth::AwsIam) && authenticate(&state, &method, &uri, &headers, &body).is_err() {
+    if function.url_auth == Some(UrlAuth::AwsIam)
+        && authenticate(&state, &method, &uri, &headers, &body).is_err()
+    {
         return plain(StatusCode::FORBIDDEN, "Forbidden");
     }
-    let event = event(&function.name, &method, raw_path, uri.query().unwrap_or(""), &headers, &body, peer);
+    let event = event(
+        &function.name,
+        &method,
+        raw_path,
+        uri.query().unwrap_or(""),
+        &headers,
+        &body,
+        peer,
+    );
     let payload = Bytes::from(event.to_string());
-    match state.controller.invoke(&function.name, payload, InvocationType::RequestResponse, None, RouteHints::default()).await {
+    match state
+        .controller
+        .invoke(
+            &function.name,
+            payload,
+            InvocationType::RequestResponse,
+            None,
+            RouteHints::default(),
+        )
+        .await
+    {
         Ok(Invoked::Done(outcome)) if !outcome.function_error => map_response(&outcome.body),
         Ok(_) => plain(StatusCode::BAD_GATEWAY, "Internal Server Error"),
         Err(e) => ApiError::from(e).into_response(),
@@ -144,7 +172,12 @@ pub fn event(
     for (name, value) in headers {
         let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
         if name == "cookie" {
-            cookies.extend(value.split(';').map(|c| c.trim().to_string()).filter(|c| !c.is_empty()));
+            cookies.extend(
+                value
+                    .split(';')
+                    .map(|c| c.trim().to_string())
+                    .filter(|c| !c.is_empty()),
+            );
             continue;
         }
         header_map
@@ -168,7 +201,10 @@ pub fn event(
         }
     }
     let text = std::str::from_utf8(body).ok();
-    let content_type = header_map.get("content-type").map(String::as_str).unwrap_or("");
+    let content_type = header_map
+        .get("content-type")
+        .map(String::as_str)
+        .unwrap_or("");
     let textual = content_type.is_empty()
         || content_type.starts_with("text/")
         || content_type.contains("json")
@@ -212,7 +248,9 @@ pub fn event(
         match text {
             Some(text) if textual => event["body"] = text.into(),
             _ => {
-                event["body"] = base64::engine::general_purpose::STANDARD.encode(body).into();
+                event["body"] = base64::engine::general_purpose::STANDARD
+                    .encode(body)
+                    .into();
                 event["isBase64Encoded"] = true.into();
             }
         }
@@ -221,7 +259,11 @@ pub fn event(
 }
 
 fn url_pairs(raw: &str) -> Vec<(String, String)> {
-    let decode = |s: &str| percent_encoding::percent_decode_str(&s.replace('+', " ")).decode_utf8_lossy().into_owned();
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(&s.replace('+', " "))
+            .decode_utf8_lossy()
+            .into_owned()
+    };
     raw.split('&')
         .filter(|p| !p.is_empty())
         .map(|pair| match pair.split_once('=') {
@@ -252,7 +294,11 @@ pub fn map_response(body: &[u8]) -> Response {
         Some(Value::Null) | None => String::new(),
         Some(other) => other.to_string(),
     };
-    let body_bytes = if object.get("isBase64Encoded").and_then(Value::as_bool).unwrap_or(false) {
+    let body_bytes = if object
+        .get("isBase64Encoded")
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+    {
         match base64::engine::general_purpose::STANDARD.decode(raw_body.as_bytes()) {
             Ok(bytes) => bytes,
             Err(_) => return plain(StatusCode::BAD_GATEWAY, "Internal Server Error"),
@@ -269,7 +315,10 @@ pub fn map_response(body: &[u8]) -> Response {
                 Value::String(s) => s.clone(),
                 other => other.to_string(),
             };
-            if let (Ok(name), Ok(value)) = (HeaderName::try_from(name.as_str()), HeaderValue::from_str(&value)) {
+            if let (Ok(name), Ok(value)) = (
+                HeaderName::try_from(name.as_str()),
+                HeaderValue::from_str(&value),
+            ) {
                 headers.insert(name, value);
             }
         }
@@ -295,7 +344,15 @@ mod tests {
         headers.insert("cookie", HeaderValue::from_static("a=1; b=2"));
         headers.insert("content-type", HeaderValue::from_static("application/json"));
         let peer = "10.0.0.1:5555".parse().unwrap();
-        let e = event("f", &Method::POST, "/x/y", "q=1&q=2&z=%20", &headers, b"{\"k\":1}", peer);
+        let e = event(
+            "f",
+            &Method::POST,
+            "/x/y",
+            "q=1&q=2&z=%20",
+            &headers,
+            b"{\"k\":1}",
+            peer,
+        );
         assert_eq!(e["version"], "2.0");
         assert_eq!(e["rawPath"], "/x/y");
         assert_eq!(e["cookies"], json!(["a=1", "b=2"]));
@@ -304,13 +361,23 @@ mod tests {
         assert_eq!(e["body"], "{\"k\":1}");
         assert_eq!(e["isBase64Encoded"], false);
         assert_eq!(e["requestContext"]["http"]["sourceIp"], "10.0.0.1");
-        let binary = event("f", &Method::POST, "/", "", &HeaderMap::new(), &[0xff, 0x00], peer);
+        let binary = event(
+            "f",
+            &Method::POST,
+            "/",
+            "",
+            &HeaderMap::new(),
+            &[0xff, 0x00],
+            peer,
+        );
         assert_eq!(binary["isBase64Encoded"], true);
     }
 
     #[test]
     fn responses_map_like_lambda() {
-        let r = map_response(br#"{"statusCode":201,"headers":{"x-a":"b"},"body":"hi","cookies":["c=1","d=2"]}"#);
+        let r = map_response(
+            br#"{"statusCode":201,"headers":{"x-a":"b"},"body":"hi","cookies":["c=1","d=2"]}"#,
+        );
         assert_eq!(r.status(), StatusCode::CREATED);
         assert_eq!(r.headers()["x-a"], "b");
         assert_eq!(r.headers().get_all("set-cookie").iter().count(), 2);

@@ -39,7 +39,8 @@ impl StoredCredentials {
 
     pub fn load(data_dir: &Path) -> std::io::Result<Self> {
         let text = fs::read_to_string(Self::path(data_dir))?;
-        serde_json::from_str(&text).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+        serde_json::from_str(&text)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
     }
 
     /// Loads the credentials, or creates them; the flag tells whether they are new.
@@ -50,12 +51,25 @@ impl StoredCredentials {
         let mut rng = rand::thread_rng();
         const UPPER: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
         const SECRET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-        let key: String = (0..16).map(|_| UPPER[rng.gen_range(0..UPPER.len())] as char).collect();
-        let secret: String = (0..40).map(|_| SECRET[rng.gen_range(0..SECRET.len())] as char).collect();
-        let creds = Self { access_key_id: format!("AKIA{key}"), secret_access_key: secret, region: region.to_string() };
+        let key: String = (0..16)
+            .map(|_| UPPER[rng.gen_range(0..UPPER.len())] as char)
+            .collect();
+        let secret: String = (0..40)
+            .map(|_| SECRET[rng.gen_range(0..SECRET.len())] as char)
+            .collect();
+        let creds = Self {
+            access_key_id: format!("AKIA{key}"),
+            secret_access_key: secret,
+            region: region.to_string(),
+        };
         let json = serde_json::to_string_pretty(&creds).expect("credentials serialize");
         let tmp = data_dir.join(".credentials.json.tmp");
-        let mut file = fs::OpenOptions::new().create(true).write(true).truncate(true).mode(0o600).open(&tmp)?;
+        let mut file = fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
         file.write_all(json.as_bytes())?;
         file.sync_all()?;
         fs::rename(&tmp, Self::path(data_dir))?;
@@ -64,12 +78,15 @@ impl StoredCredentials {
 
     /// Writes (or replaces) the `[kiln]` profile in the AWS shared credentials and config files.
     pub fn write_aws_profile(&self, endpoint: &str) -> std::io::Result<(PathBuf, PathBuf)> {
-        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/root"));
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/root"));
         let credentials_file = std::env::var_os("AWS_SHARED_CREDENTIALS_FILE")
             .map(PathBuf::from)
             .unwrap_or_else(|| home.join(".aws/credentials"));
-        let config_file =
-            std::env::var_os("AWS_CONFIG_FILE").map(PathBuf::from).unwrap_or_else(|| home.join(".aws/config"));
+        let config_file = std::env::var_os("AWS_CONFIG_FILE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| home.join(".aws/config"));
         let credentials = format!(
             "aws_access_key_id = {}\naws_secret_access_key = {}\n",
             self.access_key_id, self.secret_access_key
@@ -106,7 +123,12 @@ fn upsert_section(path: &Path, header: &str, body: &str) -> std::io::Result<()> 
     out.push('\n');
     out.push_str(body);
     let tmp = path.with_extension("kiln-tmp");
-    let mut file = fs::OpenOptions::new().create(true).write(true).truncate(true).mode(0o600).open(&tmp)?;
+    let mut file = fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
     file.write_all(out.as_bytes())?;
     file.sync_all()?;
     fs::rename(tmp, path)
@@ -127,7 +149,10 @@ mod tests {
         assert!(!created);
         assert_eq!(first, again);
         use std::os::unix::fs::PermissionsExt;
-        let mode = fs::metadata(StoredCredentials::path(dir.path())).unwrap().permissions().mode();
+        let mode = fs::metadata(StoredCredentials::path(dir.path()))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o600);
     }
 
@@ -135,7 +160,11 @@ mod tests {
     fn profile_sections_are_replaced_not_duplicated() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("credentials");
-        fs::write(&file, "[default]\naws_access_key_id = X\n\n[kiln]\naws_access_key_id = OLD\n").unwrap();
+        fs::write(
+            &file,
+            "[default]\naws_access_key_id = X\n\n[kiln]\naws_access_key_id = OLD\n",
+        )
+        .unwrap();
         upsert_section(&file, "[kiln]", "aws_access_key_id = NEW\n").unwrap();
         upsert_section(&file, "[kiln]", "aws_access_key_id = NEWER\n").unwrap();
         let text = fs::read_to_string(&file).unwrap();

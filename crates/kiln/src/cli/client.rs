@@ -20,9 +20,15 @@ pub type Reply = (u16, Vec<(String, String)>, Vec<u8>);
 
 impl Client {
     pub fn connect(connection: &Connection) -> anyhow::Result<Self> {
-        let (credentials, region) = match (std::env::var("AWS_ACCESS_KEY_ID"), std::env::var("AWS_SECRET_ACCESS_KEY")) {
+        let (credentials, region) = match (
+            std::env::var("AWS_ACCESS_KEY_ID"),
+            std::env::var("AWS_SECRET_ACCESS_KEY"),
+        ) {
             (Ok(access_key_id), Ok(secret_access_key)) => (
-                Credentials { access_key_id, secret_access_key },
+                Credentials {
+                    access_key_id,
+                    secret_access_key,
+                },
                 std::env::var("AWS_REGION").unwrap_or_else(|_| "us-east-1".into()),
             ),
             _ => {
@@ -43,17 +49,38 @@ impl Client {
         })
     }
 
-    fn request(&self, method: &str, path: &str, body: &[u8], extra: &[(&str, &str)]) -> anyhow::Result<ureq::Request> {
+    fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: &[u8],
+        extra: &[(&str, &str)],
+    ) -> anyhow::Result<ureq::Request> {
         let url = format!("{}{path}", self.endpoint);
         let uri: Uri = url.parse().with_context(|| format!("bad URL {url}"))?;
         let method_parsed = Method::from_bytes(method.as_bytes())?;
         let mut headers = HeaderMap::new();
-        headers.insert("host", HeaderValue::from_str(uri.authority().map(|a| a.as_str()).unwrap_or(""))?);
+        headers.insert(
+            "host",
+            HeaderValue::from_str(uri.authority().map(|a| a.as_str()).unwrap_or(""))?,
+        );
         headers.insert("content-type", HeaderValue::from_static("application/json"));
         for (k, v) in extra {
-            headers.insert(http::HeaderName::from_bytes(k.as_bytes())?, HeaderValue::from_str(v)?);
+            headers.insert(
+                http::HeaderName::from_bytes(k.as_bytes())?,
+                HeaderValue::from_str(v)?,
+            );
         }
-        sigv4::sign(&method_parsed, &uri, &mut headers, body, &self.credentials, &self.region, "lambda", chrono::Utc::now());
+        sigv4::sign(
+            &method_parsed,
+            &uri,
+            &mut headers,
+            body,
+            &self.credentials,
+            &self.region,
+            "lambda",
+            chrono::Utc::now(),
+        );
         let mut request = self.agent.request(method, &url);
         for (name, value) in &headers {
             if name != "host" {
@@ -64,7 +91,13 @@ impl Client {
     }
 
     /// Sends a signed request; a Lambda error response becomes an error with its message.
-    pub fn call(&self, method: &str, path: &str, body: &[u8], extra: &[(&str, &str)]) -> anyhow::Result<Reply> {
+    pub fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: &[u8],
+        extra: &[(&str, &str)],
+    ) -> anyhow::Result<Reply> {
         let request = self.request(method, path, body, extra)?;
         match request.send_bytes(body) {
             Ok(response) => {
@@ -72,18 +105,33 @@ impl Client {
                 let headers = response
                     .headers_names()
                     .into_iter()
-                    .filter_map(|n| response.header(&n).map(|v| (n.to_ascii_lowercase(), v.to_string())))
+                    .filter_map(|n| {
+                        response
+                            .header(&n)
+                            .map(|v| (n.to_ascii_lowercase(), v.to_string()))
+                    })
                     .collect();
                 let mut out = Vec::new();
-                response.into_reader().take(64 * 1024 * 1024).read_to_end(&mut out)?;
+                response
+                    .into_reader()
+                    .take(64 * 1024 * 1024)
+                    .read_to_end(&mut out)?;
                 Ok((status, headers, out))
             }
             Err(ureq::Error::Status(status, response)) => {
-                let kind = response.header("x-amzn-errortype").unwrap_or("Error").to_string();
+                let kind = response
+                    .header("x-amzn-errortype")
+                    .unwrap_or("Error")
+                    .to_string();
                 let text = response.into_string().unwrap_or_default();
                 let message = serde_json::from_str::<serde_json::Value>(&text)
                     .ok()
-                    .and_then(|v| v["message"].as_str().or(v["Message"].as_str()).map(str::to_string))
+                    .and_then(|v| {
+                        v["message"]
+                            .as_str()
+                            .or(v["Message"].as_str())
+                            .map(str::to_string)
+                    })
                     .unwrap_or(text);
                 bail!("{kind} ({status}): {message}")
             }

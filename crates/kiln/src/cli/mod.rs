@@ -16,7 +16,12 @@ use client::Client;
 #[derive(Args, Debug, Clone)]
 pub struct Connection {
     /// kiln's API endpoint.
-    #[arg(long, global = true, env = "KILN_ENDPOINT", default_value = "http://127.0.0.1:9000")]
+    #[arg(
+        long,
+        global = true,
+        env = "KILN_ENDPOINT",
+        default_value = "http://127.0.0.1:9000"
+    )]
     pub endpoint: String,
     /// The data dir of the kiln server, where its credentials are (unless AWS_ACCESS_KEY_ID is set).
     #[arg(long, global = true, env = "KILN_DATA_DIR", default_value = ".kiln")]
@@ -98,7 +103,8 @@ pub fn run(connection: Connection, command: Command) -> anyhow::Result<i32> {
         Command::Invoke(args) => invoke(&client, args, json_output),
         Command::Ls => ls(&client, json_output),
         Command::Get { name } => {
-            let (_, _, body) = client.call("GET", &format!("/2015-03-31/functions/{name}"), b"", &[])?;
+            let (_, _, body) =
+                client.call("GET", &format!("/2015-03-31/functions/{name}"), b"", &[])?;
             let value: Value = serde_json::from_slice(&body)?;
             if json_output {
                 println!("{}", serde_json::to_string_pretty(&value)?);
@@ -117,7 +123,10 @@ pub fn run(connection: Connection, command: Command) -> anyhow::Result<i32> {
             Ok(0)
         }
         Command::Logs { name, follow } => {
-            let path = format!("/kiln/v1/functions/{name}/logs{}", if follow { "?follow=true" } else { "" });
+            let path = format!(
+                "/kiln/v1/functions/{name}/logs{}",
+                if follow { "?follow=true" } else { "" }
+            );
             let mut reader = client.stream("GET", &path)?;
             let mut buf = [0u8; 8192];
             loop {
@@ -137,13 +146,16 @@ pub fn run(connection: Connection, command: Command) -> anyhow::Result<i32> {
 
 fn deploy(client: &Client, args: DeployArgs, json_output: bool) -> anyhow::Result<i32> {
     let zip = if args.code.is_dir() {
-        crate::zip_util::zip_dir(&args.code).with_context(|| format!("cannot zip {}", args.code.display()))?
+        crate::zip_util::zip_dir(&args.code)
+            .with_context(|| format!("cannot zip {}", args.code.display()))?
     } else {
         std::fs::read(&args.code).with_context(|| format!("cannot read {}", args.code.display()))?
     };
     let mut env = serde_json::Map::new();
     for pair in &args.env {
-        let (k, v) = pair.split_once('=').with_context(|| format!("--env {pair}: expected KEY=VALUE"))?;
+        let (k, v) = pair
+            .split_once('=')
+            .with_context(|| format!("--env {pair}: expected KEY=VALUE"))?;
         env.insert(k.to_string(), Value::String(v.to_string()));
     }
     let zip_b64 = base64::engine::general_purpose::STANDARD.encode(&zip);
@@ -168,16 +180,37 @@ fn deploy(client: &Client, args: DeployArgs, json_output: bool) -> anyhow::Resul
         config["KilnNetwork"] = n.clone().into();
     }
     let name = &args.name;
-    let exists = client.call("GET", &format!("/2015-03-31/functions/{name}/configuration"), b"", &[]).is_ok();
+    let exists = client
+        .call(
+            "GET",
+            &format!("/2015-03-31/functions/{name}/configuration"),
+            b"",
+            &[],
+        )
+        .is_ok();
     let result: Value = if exists {
-        client.call("PUT", &format!("/2015-03-31/functions/{name}/code"), json!({ "ZipFile": zip_b64 }).to_string().as_bytes(), &[])?;
-        let (_, _, body) =
-            client.call("PUT", &format!("/2015-03-31/functions/{name}/configuration"), config.to_string().as_bytes(), &[])?;
+        client.call(
+            "PUT",
+            &format!("/2015-03-31/functions/{name}/code"),
+            json!({ "ZipFile": zip_b64 }).to_string().as_bytes(),
+            &[],
+        )?;
+        let (_, _, body) = client.call(
+            "PUT",
+            &format!("/2015-03-31/functions/{name}/configuration"),
+            config.to_string().as_bytes(),
+            &[],
+        )?;
         serde_json::from_slice(&body)?
     } else {
         config["FunctionName"] = name.clone().into();
         config["Code"] = json!({ "ZipFile": zip_b64 });
-        let (_, _, body) = client.call("POST", "/2015-03-31/functions", config.to_string().as_bytes(), &[])?;
+        let (_, _, body) = client.call(
+            "POST",
+            "/2015-03-31/functions",
+            config.to_string().as_bytes(),
+            &[],
+        )?;
         serde_json::from_slice(&body)?
     };
     let mut url = None;
@@ -222,23 +255,43 @@ fn deploy(client: &Client, args: DeployArgs, json_output: bool) -> anyhow::Resul
 fn invoke(client: &Client, args: InvokeArgs, json_output: bool) -> anyhow::Result<i32> {
     let payload = match args.payload.as_deref() {
         None => b"{}".to_vec(),
-        Some(p) if p.starts_with('@') => std::fs::read(&p[1..]).with_context(|| format!("cannot read {}", &p[1..]))?,
+        Some(p) if p.starts_with('@') => {
+            std::fs::read(&p[1..]).with_context(|| format!("cannot read {}", &p[1..]))?
+        }
         Some(p) => p.as_bytes().to_vec(),
     };
-    let kind = if args.is_async { "Event" } else { "RequestResponse" };
+    let kind = if args.is_async {
+        "Event"
+    } else {
+        "RequestResponse"
+    };
     let log_type = if args.tail { "Tail" } else { "None" };
-    let headers = [("x-amz-invocation-type", kind), ("x-amz-log-type", log_type)];
-    let (status, response_headers, body) =
-        client.call("POST", &format!("/2015-03-31/functions/{}/invocations", args.name), &payload, &headers)?;
-    let function_error = response_headers.iter().find(|(k, _)| k == "x-amz-function-error").map(|(_, v)| v.clone());
+    let headers = [
+        ("x-amz-invocation-type", kind),
+        ("x-amz-log-type", log_type),
+    ];
+    let (status, response_headers, body) = client.call(
+        "POST",
+        &format!("/2015-03-31/functions/{}/invocations", args.name),
+        &payload,
+        &headers,
+    )?;
+    let function_error = response_headers
+        .iter()
+        .find(|(k, _)| k == "x-amz-function-error")
+        .map(|(_, v)| v.clone());
     let log = response_headers
         .iter()
         .find(|(k, _)| k == "x-amz-log-result")
         .and_then(|(_, v)| base64::engine::general_purpose::STANDARD.decode(v).ok())
         .map(|b| String::from_utf8_lossy(&b).into_owned());
-    let request_id = response_headers.iter().find(|(k, _)| k == "x-amzn-requestid").map(|(_, v)| v.clone());
+    let request_id = response_headers
+        .iter()
+        .find(|(k, _)| k == "x-amzn-requestid")
+        .map(|(_, v)| v.clone());
     if json_output {
-        let payload: Value = serde_json::from_slice(&body).unwrap_or_else(|_| String::from_utf8_lossy(&body).into());
+        let payload: Value =
+            serde_json::from_slice(&body).unwrap_or_else(|_| String::from_utf8_lossy(&body).into());
         println!(
             "{}",
             json!({ "StatusCode": status, "FunctionError": function_error, "Payload": payload, "LogResult": log, "RequestId": request_id })
@@ -274,7 +327,10 @@ fn ls(client: &Client, json_output: bool) -> anyhow::Result<i32> {
         println!("{}", serde_json::to_string_pretty(&functions)?);
         return Ok(0);
     }
-    println!("{:<32} {:<14} {:>7} {:>8}  LAST MODIFIED", "NAME", "RUNTIME", "MEMORY", "TIMEOUT");
+    println!(
+        "{:<32} {:<14} {:>7} {:>8}  LAST MODIFIED",
+        "NAME", "RUNTIME", "MEMORY", "TIMEOUT"
+    );
     for f in functions {
         println!(
             "{:<32} {:<14} {:>4} MB {:>6} s  {}",
@@ -289,11 +345,25 @@ fn ls(client: &Client, json_output: bool) -> anyhow::Result<i32> {
 }
 
 fn print_config(c: &Value) {
-    for key in ["FunctionName", "FunctionArn", "Runtime", "Handler", "MemorySize", "Timeout", "CodeSize", "CodeSha256", "LastModified", "State"] {
-        println!("{key:<14} {}", match &c[key] {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        });
+    for key in [
+        "FunctionName",
+        "FunctionArn",
+        "Runtime",
+        "Handler",
+        "MemorySize",
+        "Timeout",
+        "CodeSize",
+        "CodeSha256",
+        "LastModified",
+        "State",
+    ] {
+        println!(
+            "{key:<14} {}",
+            match &c[key] {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            }
+        );
     }
     if let Some(vars) = c["Environment"]["Variables"].as_object() {
         for (k, v) in vars {
@@ -312,9 +382,15 @@ fn status(client: &Client, json_output: bool) -> anyhow::Result<i32> {
     let node = &status["node"];
     println!(
         "memory booked {} of {} MB, cgroups {}, async queue {}",
-        node["memory_reserved_mb"], node["memory_budget_mb"], node["cgroup_version"].as_str().unwrap_or(""), status["asyncQueueDepth"]
+        node["memory_reserved_mb"],
+        node["memory_budget_mb"],
+        node["cgroup_version"].as_str().unwrap_or(""),
+        status["asyncQueueDepth"]
     );
-    println!("{:<24} {:>6} {:<9} {:<8} {:>9} {:>12}", "FUNCTION", "ID", "STATE", "PATH", "AGE", "MEMORY");
+    println!(
+        "{:<24} {:>6} {:<9} {:<8} {:>9} {:>12}",
+        "FUNCTION", "ID", "STATE", "PATH", "AGE", "MEMORY"
+    );
     for i in node["instances"].as_array().cloned().unwrap_or_default() {
         println!(
             "{:<24} {:>6} {:<9} {:<8} {:>8.1}s {:>6.1}/{} MB",

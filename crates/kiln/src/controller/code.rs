@@ -21,7 +21,9 @@ const MAX_ENTRIES: usize = 20_000;
 #[derive(Debug, thiserror::Error)]
 pub enum CodeError {
     /// the package is not a readable zip archive
-    #[error("Could not unzip uploaded file. Please check your file, then try to upload again. ({0})")]
+    #[error(
+        "Could not unzip uploaded file. Please check your file, then try to upload again. ({0})"
+    )]
     NotAZip(String),
     /// the package is larger than allowed
     #[error("Unzipped size must be smaller than {MAX_UNZIPPED_BYTES} bytes")]
@@ -70,7 +72,9 @@ impl CodeStore {
         for entry in fs::read_dir(root.join("tmp"))?.flatten() {
             let _ = fs::remove_dir_all(entry.path()).or_else(|_| fs::remove_file(entry.path()));
         }
-        Ok(Self { root: root.to_path_buf() })
+        Ok(Self {
+            root: root.to_path_buf(),
+        })
     }
 
     /// The extracted tree of a stored package.
@@ -88,12 +92,18 @@ impl CodeStore {
             return Err(CodeError::ZipTooLarge);
         }
         let hex_digest = hex::encode(Sha256::digest(zip));
-        let stored = StoredCode { sha256_hex: hex_digest.clone(), size: zip.len() as u64 };
+        let stored = StoredCode {
+            sha256_hex: hex_digest.clone(),
+            size: zip.len() as u64,
+        };
         let final_dir = self.code_dir(&hex_digest);
         if final_dir.is_dir() && self.zip_path(&hex_digest).is_file() {
             return Ok(stored);
         }
-        let staging = self.root.join("tmp").join(format!("{hex_digest}.{}", uuid::Uuid::new_v4()));
+        let staging = self
+            .root
+            .join("tmp")
+            .join(format!("{hex_digest}.{}", uuid::Uuid::new_v4()));
         let result = extract(zip, &staging).and_then(|()| {
             sync_tree(&staging)?;
             write_atomically(&self.zip_path(&hex_digest), zip, &self.root.join("tmp"))?;
@@ -114,7 +124,9 @@ impl CodeStore {
 
     /// Removes packages no function refers to any more.
     pub fn collect_garbage(&self, live: &[String]) {
-        let Ok(entries) = fs::read_dir(self.root.join("code")) else { return };
+        let Ok(entries) = fs::read_dir(self.root.join("code")) else {
+            return;
+        };
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             if !live.contains(&name) {
@@ -147,8 +159,8 @@ pub fn safe_entry_path(name: &str) -> Result<PathBuf, CodeError> {
 /// Extracts into `dest`, refusing traversal, links and zip bombs. Permissions keep only the
 /// owner-executable bit of each entry: sandboxes read the tree as another user.
 fn extract(zip: &[u8], dest: &Path) -> Result<(), CodeError> {
-    let mut archive =
-        zip::ZipArchive::new(io::Cursor::new(zip)).map_err(|e| CodeError::NotAZip(e.to_string()))?;
+    let mut archive = zip::ZipArchive::new(io::Cursor::new(zip))
+        .map_err(|e| CodeError::NotAZip(e.to_string()))?;
     if archive.len() > MAX_ENTRIES {
         return Err(CodeError::TooManyEntries);
     }
@@ -156,7 +168,9 @@ fn extract(zip: &[u8], dest: &Path) -> Result<(), CodeError> {
     set_mode(dest, 0o755)?;
     let mut total: u64 = 0;
     for index in 0..archive.len() {
-        let mut entry = archive.by_index(index).map_err(|e| CodeError::NotAZip(e.to_string()))?;
+        let mut entry = archive
+            .by_index(index)
+            .map_err(|e| CodeError::NotAZip(e.to_string()))?;
         let relative = safe_entry_path(entry.name())?;
         if relative.as_os_str().is_empty() {
             continue;
@@ -168,7 +182,10 @@ fn extract(zip: &[u8], dest: &Path) -> Result<(), CodeError> {
             continue;
         }
         if entry.is_symlink() {
-            return Err(CodeError::UnsafePath(format!("{} (symbolic links are not allowed)", entry.name())));
+            return Err(CodeError::UnsafePath(format!(
+                "{} (symbolic links are not allowed)",
+                entry.name()
+            )));
         }
         if let Some(parent) = target.parent() {
             create_dirs(dest, parent)?;
@@ -178,7 +195,9 @@ fn extract(zip: &[u8], dest: &Path) -> Result<(), CodeError> {
         // The declared size can lie; count what is actually inflated.
         let mut buf = [0u8; 64 * 1024];
         loop {
-            let n = entry.read(&mut buf).map_err(|e| CodeError::NotAZip(e.to_string()))?;
+            let n = entry
+                .read(&mut buf)
+                .map_err(|e| CodeError::NotAZip(e.to_string()))?;
             if n == 0 {
                 break;
             }
@@ -268,7 +287,10 @@ mod tests {
         let code = store.put_zip(&zip).unwrap();
         assert_eq!(code.sha256_hex, hex::encode(Sha256::digest(&zip)));
         let tree = store.code_dir(&code.sha256_hex);
-        assert_eq!(fs::read(tree.join("index.js")).unwrap(), b"exports.handler = 1");
+        assert_eq!(
+            fs::read(tree.join("index.js")).unwrap(),
+            b"exports.handler = 1"
+        );
         assert!(tree.join("lib/a.py").is_file());
         assert_eq!(store.put_zip(&zip).unwrap(), code);
     }
@@ -288,8 +310,14 @@ mod tests {
     fn refuses_garbage() {
         let dir = tempfile::tempdir().unwrap();
         let store = CodeStore::open(dir.path()).unwrap();
-        assert!(matches!(store.put_zip(b"not a zip").unwrap_err(), CodeError::NotAZip(_)));
-        assert!(matches!(store.put_zip(b"").unwrap_err(), CodeError::NotAZip(_)));
+        assert!(matches!(
+            store.put_zip(b"not a zip").unwrap_err(),
+            CodeError::NotAZip(_)
+        ));
+        assert!(matches!(
+            store.put_zip(b"").unwrap_err(),
+            CodeError::NotAZip(_)
+        ));
     }
 
     #[test]
@@ -309,7 +337,10 @@ mod tests {
         writer.finish().unwrap();
         let zip = out.into_inner();
         assert!(zip.len() < MAX_ZIP_BYTES);
-        assert!(matches!(store.put_zip(&zip).unwrap_err(), CodeError::TooLarge));
+        assert!(matches!(
+            store.put_zip(&zip).unwrap_err(),
+            CodeError::TooLarge
+        ));
     }
 
     proptest! {

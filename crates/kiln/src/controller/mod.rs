@@ -18,7 +18,9 @@ use chrono::Utc;
 use tokio::sync::Notify;
 
 use crate::agent::{AgentError, InvokeOutcome, InvokeRequest, NodeAgent, RouteHints};
-use crate::function::{self, Function, FunctionConfig, InstanceSpec, NetworkMode, SharedSpec, UrlAuth};
+use crate::function::{
+    self, Function, FunctionConfig, InstanceSpec, NetworkMode, SharedSpec, UrlAuth,
+};
 use crate::logs::LogStore;
 use crate::metrics::Metrics;
 use crate::runtime::RESERVED_ENV;
@@ -148,7 +150,10 @@ pub struct Controller {
 }
 
 impl Controller {
-    pub fn open(config: ControllerConfig, agent: Arc<dyn NodeAgent>) -> Result<Arc<Self>, ControllerError> {
+    pub fn open(
+        config: ControllerConfig,
+        agent: Arc<dyn NodeAgent>,
+    ) -> Result<Arc<Self>, ControllerError> {
         let internal = |e: std::io::Error| ControllerError::Internal(e.to_string());
         std::fs::create_dir_all(&config.data_dir).map_err(internal)?;
         let registry = Registry::open(&config.data_dir.join("kiln.db"))?;
@@ -173,7 +178,10 @@ impl Controller {
             let spec = controller.spec_for(&function);
             table.insert(function.name.clone(), Arc::new(Entry { function, spec }));
         }
-        *controller.functions.write().unwrap_or_else(|p| p.into_inner()) = table;
+        *controller
+            .functions
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = table;
         controller.code.collect_garbage(&live_code);
         queue::start(controller.clone());
         Ok(controller)
@@ -188,7 +196,10 @@ impl Controller {
     }
 
     pub fn arn(&self, name: &str) -> String {
-        format!("arn:aws:lambda:{}:{}:function:{name}", self.config.region, self.config.account_id)
+        format!(
+            "arn:aws:lambda:{}:{}:function:{name}",
+            self.config.region, self.config.account_id
+        )
     }
 
     pub fn code_store(&self) -> &CodeStore {
@@ -210,7 +221,9 @@ impl Controller {
             code_dir: self.code.code_dir(&f.code_sha256),
             code_sha256: f.code_sha256.clone(),
             region: self.config.region.clone(),
-            max_instances: f.reserved_concurrency.unwrap_or(self.config.node_max_instances),
+            max_instances: f
+                .reserved_concurrency
+                .unwrap_or(self.config.node_max_instances),
             reserved_concurrency: f.reserved_concurrency,
         })
     }
@@ -225,7 +238,13 @@ impl Controller {
         self.functions
             .write()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(name.clone(), Arc::new(Entry { function: function.clone(), spec }));
+            .insert(
+                name.clone(),
+                Arc::new(Entry {
+                    function: function.clone(),
+                    spec,
+                }),
+            );
         self.agent.retire(&name, Some(function.revision));
         function
     }
@@ -236,7 +255,11 @@ impl Controller {
                 "1 validation error detected: Value '{name}' at 'functionName' failed to satisfy constraint: Member must satisfy regular expression pattern: (arn:(aws[a-zA-Z-]*)?:lambda:)?([a-z]{{2}}(-gov)?-[a-z]+-\\d{{1}}:)?(\\d{{12}}:)?(function:)?([a-zA-Z0-9-_]+)(:(\\$LATEST|[a-zA-Z0-9-_]+))?"
             ))
         })?;
-        let entry = self.table().get(&name).cloned().ok_or_else(|| self.not_found(&name))?;
+        let entry = self
+            .table()
+            .get(&name)
+            .cloned()
+            .ok_or_else(|| self.not_found(&name))?;
         match qualifier.as_deref() {
             None | Some("$LATEST") => Ok(entry),
             Some(other) => Err(ControllerError::NotFound(format!(
@@ -269,8 +292,14 @@ impl Controller {
                 self.runtimes.join(", ")
             ));
         }
-        if config.handler.is_empty() || config.handler.len() > 128 || config.handler.chars().any(char::is_whitespace) {
-            return invalid(format!("Value '{}' at 'handler' failed to satisfy constraint", config.handler));
+        if config.handler.is_empty()
+            || config.handler.len() > 128
+            || config.handler.chars().any(char::is_whitespace)
+        {
+            return invalid(format!(
+                "Value '{}' at 'handler' failed to satisfy constraint",
+                config.handler
+            ));
         }
         if !(function::MIN_MEMORY_MB..=function::MAX_MEMORY_MB).contains(&config.memory_mb) {
             return invalid(format!(
@@ -324,7 +353,9 @@ impl Controller {
         }
         self.validate(&config)?;
         if self.table().contains_key(name) {
-            return Err(ControllerError::Conflict(format!("Function already exist: {name}")));
+            return Err(ControllerError::Conflict(format!(
+                "Function already exist: {name}"
+            )));
         }
         let code = self.store_code(zip).await?;
         let function = Function {
@@ -338,7 +369,9 @@ impl Controller {
             url_auth: None,
         };
         if !self.registry.insert(&function)? {
-            return Err(ControllerError::Conflict(format!("Function already exist: {name}")));
+            return Err(ControllerError::Conflict(format!(
+                "Function already exist: {name}"
+            )));
         }
         Ok(self.publish(function))
     }
@@ -352,7 +385,11 @@ impl Controller {
     }
 
     /// Applies a change to a stored function and commits it; the next invocation sees it.
-    fn modify(&self, name: &str, change: impl FnOnce(&mut Function) -> Result<(), ControllerError>) -> Result<Function, ControllerError> {
+    fn modify(
+        &self,
+        name: &str,
+        change: impl FnOnce(&mut Function) -> Result<(), ControllerError>,
+    ) -> Result<Function, ControllerError> {
         let mut function = self.entry(name)?.function.clone();
         change(&mut function)?;
         if !self.registry.update(&function)? {
@@ -375,7 +412,11 @@ impl Controller {
     }
 
     /// UpdateFunctionConfiguration.
-    pub fn update_config(&self, name: &str, patch: ConfigPatch) -> Result<Function, ControllerError> {
+    pub fn update_config(
+        &self,
+        name: &str,
+        patch: ConfigPatch,
+    ) -> Result<Function, ControllerError> {
         self.modify(name, |f| {
             let mut config = f.config.clone();
             if let Some(v) = patch.runtime {
@@ -420,10 +461,17 @@ impl Controller {
         if !self.registry.delete(&name)? {
             return Err(self.not_found(&name));
         }
-        self.functions.write().unwrap_or_else(|p| p.into_inner()).remove(&name);
+        self.functions
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&name);
         self.agent.retire(&name, None);
         self.logs.remove(&name);
-        let live: Vec<String> = self.table().values().map(|e| e.function.code_sha256.clone()).collect();
+        let live: Vec<String> = self
+            .table()
+            .values()
+            .map(|e| e.function.code_sha256.clone())
+            .collect();
         if !live.contains(&entry.function.code_sha256) {
             let store = self.code.clone();
             tokio::task::spawn_blocking(move || store.collect_garbage(&live));
@@ -432,7 +480,11 @@ impl Controller {
     }
 
     /// PutFunctionConcurrency (`Some`) and DeleteFunctionConcurrency (`None`).
-    pub fn set_concurrency(&self, name: &str, reserved: Option<u32>) -> Result<Function, ControllerError> {
+    pub fn set_concurrency(
+        &self,
+        name: &str,
+        reserved: Option<u32>,
+    ) -> Result<Function, ControllerError> {
         if let Some(n) = reserved {
             if n > self.config.node_max_instances {
                 return Err(ControllerError::InvalidParameter(format!(
@@ -448,7 +500,12 @@ impl Controller {
     }
 
     /// Create/UpdateFunctionUrlConfig (`Some`) and DeleteFunctionUrlConfig (`None`).
-    pub fn set_url_auth(&self, name: &str, auth: Option<UrlAuth>, create: bool) -> Result<Function, ControllerError> {
+    pub fn set_url_auth(
+        &self,
+        name: &str,
+        auth: Option<UrlAuth>,
+        create: bool,
+    ) -> Result<Function, ControllerError> {
         self.modify(name, |f| {
             match (create, f.url_auth.is_some(), auth.is_some()) {
                 (true, true, _) => {
@@ -480,15 +537,27 @@ impl Controller {
         hints: RouteHints,
     ) -> Result<Invoked, ControllerError> {
         let entry = self.entry(name)?;
-        let limit = if kind == InvocationType::Event { MAX_ASYNC_PAYLOAD } else { MAX_SYNC_PAYLOAD };
+        let limit = if kind == InvocationType::Event {
+            MAX_ASYNC_PAYLOAD
+        } else {
+            MAX_SYNC_PAYLOAD
+        };
         if payload.len() > limit {
             return Err(ControllerError::TooLarge(format!(
                 "{} byte payload is too large for the {} invocation type (limit {limit} bytes)",
                 payload.len(),
-                if kind == InvocationType::Event { "Event" } else { "RequestResponse" }
+                if kind == InvocationType::Event {
+                    "Event"
+                } else {
+                    "RequestResponse"
+                }
             )));
         }
-        let payload = if payload.iter().all(u8::is_ascii_whitespace) { Bytes::from_static(b"{}") } else { payload };
+        let payload = if payload.iter().all(u8::is_ascii_whitespace) {
+            Bytes::from_static(b"{}")
+        } else {
+            payload
+        };
         if serde_json::from_slice::<serde::de::IgnoredAny>(&payload).is_err() {
             return Err(ControllerError::InvalidRequestContent(
                 "Could not parse request body into json: Could not parse payload into json: Unexpected character".into(),
@@ -502,7 +571,12 @@ impl Controller {
                 let id = request_id.clone();
                 let registry = &self.registry;
                 tokio::task::block_in_place(|| registry.enqueue(&id, &function, &payload))?;
-                self.metrics.async_events.get_or_create(&crate::metrics::OutcomeLabels { outcome: "queued".into() }).inc();
+                self.metrics
+                    .async_events
+                    .get_or_create(&crate::metrics::OutcomeLabels {
+                        outcome: "queued".into(),
+                    })
+                    .inc();
                 self.queue_wakeup.notify_one();
                 Ok(Invoked::Queued { request_id })
             }
@@ -520,7 +594,11 @@ impl Controller {
     }
 
     /// Runs one invocation on the agent and records its log and metrics.
-    async fn run(&self, spec: &SharedSpec, request: InvokeRequest) -> Result<InvokeOutcome, ControllerError> {
+    async fn run(
+        &self,
+        spec: &SharedSpec,
+        request: InvokeRequest,
+    ) -> Result<InvokeOutcome, ControllerError> {
         let labels = Metrics::function(&spec.function);
         match self.agent.invoke(spec.clone(), request).await {
             Ok(outcome) => {
@@ -531,10 +609,16 @@ impl Controller {
                 if let Some(path) = outcome.cold_start {
                     self.metrics
                         .cold_starts
-                        .get_or_create(&crate::metrics::StartLabels { function: spec.function.clone(), path: path.as_str().into() })
+                        .get_or_create(&crate::metrics::StartLabels {
+                            function: spec.function.clone(),
+                            path: path.as_str().into(),
+                        })
                         .inc();
                 }
-                self.metrics.duration.get_or_create(&labels).observe(outcome.duration.as_secs_f64());
+                self.metrics
+                    .duration
+                    .get_or_create(&labels)
+                    .observe(outcome.duration.as_secs_f64());
                 self.logs.append(&spec.function, outcome.log.clone());
                 Ok(outcome)
             }
@@ -558,12 +642,18 @@ impl Controller {
 
     /// Renders `/metrics`.
     pub fn render_metrics(&self) -> String {
-        self.metrics.render(&self.agent.status(), self.queue_depth())
+        self.metrics
+            .render(&self.agent.status(), self.queue_depth())
     }
 }
 
 /// An X-Ray style trace header, which Lambda hands every invocation.
 fn trace_id() -> String {
     let id = uuid::Uuid::new_v4().simple().to_string();
-    format!("Root=1-{:08x}-{};Parent={};Sampled=0", Utc::now().timestamp(), &id[..24], &id[16..32])
+    format!(
+        "Root=1-{:08x}-{};Parent={};Sampled=0",
+        Utc::now().timestamp(),
+        &id[..24],
+        &id[16..32]
+    )
 }

@@ -21,9 +21,19 @@ pub(super) fn start(controller: Arc<Controller>) {
     tokio::spawn(async move {
         let in_flight: Arc<Mutex<HashSet<i64>>> = Arc::default();
         loop {
-            let Some(controller) = weak.upgrade() else { return };
-            let busy: Vec<i64> = in_flight.lock().unwrap_or_else(|p| p.into_inner()).iter().copied().collect();
-            let room = controller.config.async_concurrency.saturating_sub(busy.len());
+            let Some(controller) = weak.upgrade() else {
+                return;
+            };
+            let busy: Vec<i64> = in_flight
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .copied()
+                .collect();
+            let room = controller
+                .config
+                .async_concurrency
+                .saturating_sub(busy.len());
             let due = if room > 0 {
                 let registry = &controller.registry;
                 tokio::task::block_in_place(|| registry.due_events(room, &busy)).unwrap_or_default()
@@ -31,12 +41,18 @@ pub(super) fn start(controller: Arc<Controller>) {
                 Vec::new()
             };
             for event in due {
-                in_flight.lock().unwrap_or_else(|p| p.into_inner()).insert(event.id);
+                in_flight
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(event.id);
                 let controller = controller.clone();
                 let in_flight = in_flight.clone();
                 tokio::spawn(async move {
                     deliver(&controller, &event).await;
-                    in_flight.lock().unwrap_or_else(|p| p.into_inner()).remove(&event.id);
+                    in_flight
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .remove(&event.id);
                     controller.queue_wakeup.notify_one();
                 });
             }
@@ -49,7 +65,13 @@ pub(super) fn start(controller: Arc<Controller>) {
 
 async fn deliver(controller: &Controller, event: &QueuedEvent) {
     let count = |outcome: &str| {
-        controller.metrics.async_events.get_or_create(&OutcomeLabels { outcome: outcome.into() }).inc();
+        controller
+            .metrics
+            .async_events
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.into(),
+            })
+            .inc();
     };
     let registry = &controller.registry;
     let entry = match controller.entry(&event.function) {

@@ -83,7 +83,8 @@ impl Registry {
 
     /// Inserts a new function; false if the name is taken.
     pub fn insert(&self, f: &Function) -> Result<bool, RegistryError> {
-        let config = serde_json::to_string(&f.config).map_err(|e| RegistryError::Corrupt(e.to_string()))?;
+        let config =
+            serde_json::to_string(&f.config).map_err(|e| RegistryError::Corrupt(e.to_string()))?;
         let changed = self.db().execute(
             "INSERT OR IGNORE INTO functions
              (name, config, code_sha256, code_size, revision, last_modified, reserved_concurrency, url_auth)
@@ -104,7 +105,8 @@ impl Registry {
 
     /// Replaces a function's row; false if it does not exist.
     pub fn update(&self, f: &Function) -> Result<bool, RegistryError> {
-        let config = serde_json::to_string(&f.config).map_err(|e| RegistryError::Corrupt(e.to_string()))?;
+        let config =
+            serde_json::to_string(&f.config).map_err(|e| RegistryError::Corrupt(e.to_string()))?;
         let changed = self.db().execute(
             "UPDATE functions SET config = ?2, code_sha256 = ?3, code_size = ?4, revision = ?5,
              last_modified = ?6, reserved_concurrency = ?7, url_auth = ?8 WHERE name = ?1",
@@ -152,8 +154,8 @@ impl Registry {
         let mut out = Vec::new();
         for row in rows {
             let (name, config, code_sha256, code_size, revision, modified, reserved, url) = row?;
-            let config: FunctionConfig =
-                serde_json::from_str(&config).map_err(|e| RegistryError::Corrupt(format!("{name}: {e}")))?;
+            let config: FunctionConfig = serde_json::from_str(&config)
+                .map_err(|e| RegistryError::Corrupt(format!("{name}: {e}")))?;
             let last_modified = DateTime::parse_from_rfc3339(&modified)
                 .map_err(|e| RegistryError::Corrupt(format!("{name}: {e}")))?
                 .with_timezone(&Utc);
@@ -177,7 +179,12 @@ impl Registry {
     }
 
     /// Durably queues an Event invocation.
-    pub fn enqueue(&self, request_id: &str, function: &str, payload: &[u8]) -> Result<i64, RegistryError> {
+    pub fn enqueue(
+        &self,
+        request_id: &str,
+        function: &str,
+        payload: &[u8],
+    ) -> Result<i64, RegistryError> {
         let db = self.db();
         db.execute(
             "INSERT INTO async_queue (request_id, function, payload, attempts, not_before) VALUES (?1, ?2, ?3, 0, ?4)",
@@ -187,7 +194,11 @@ impl Registry {
     }
 
     /// Events due now, oldest first, skipping those in `exclude` (already being delivered).
-    pub fn due_events(&self, limit: usize, exclude: &[i64]) -> Result<Vec<QueuedEvent>, RegistryError> {
+    pub fn due_events(
+        &self,
+        limit: usize,
+        exclude: &[i64],
+    ) -> Result<Vec<QueuedEvent>, RegistryError> {
         let db = self.db();
         let mut stmt = db.prepare_cached(
             "SELECT id, request_id, function, payload, attempts, not_before FROM async_queue
@@ -217,17 +228,25 @@ impl Registry {
     }
 
     pub fn queue_depth(&self) -> Result<u64, RegistryError> {
-        Ok(self.db().query_row("SELECT COUNT(*) FROM async_queue", [], |r| r.get(0))?)
+        Ok(self
+            .db()
+            .query_row("SELECT COUNT(*) FROM async_queue", [], |r| r.get(0))?)
     }
 
     /// Removes a delivered event.
     pub fn complete_event(&self, id: i64) -> Result<(), RegistryError> {
-        self.db().execute("DELETE FROM async_queue WHERE id = ?1", [id])?;
+        self.db()
+            .execute("DELETE FROM async_queue WHERE id = ?1", [id])?;
         Ok(())
     }
 
     /// Schedules another attempt; `count_attempt` is false for throttles, which Lambda does not count.
-    pub fn retry_event(&self, id: i64, not_before: DateTime<Utc>, count_attempt: bool) -> Result<(), RegistryError> {
+    pub fn retry_event(
+        &self,
+        id: i64,
+        not_before: DateTime<Utc>,
+        count_attempt: bool,
+    ) -> Result<(), RegistryError> {
         self.db().execute(
             "UPDATE async_queue SET attempts = attempts + ?2, not_before = ?3 WHERE id = ?1",
             params![id, count_attempt as i64, not_before.to_rfc3339()],
@@ -253,7 +272,11 @@ impl Registry {
     pub fn failure(&self, request_id: &str) -> Result<Option<String>, RegistryError> {
         Ok(self
             .db()
-            .query_row("SELECT error FROM async_failures WHERE request_id = ?1", [request_id], |r| r.get(0))
+            .query_row(
+                "SELECT error FROM async_failures WHERE request_id = ?1",
+                [request_id],
+                |r| r.get(0),
+            )
             .optional()?)
     }
 }
@@ -323,9 +346,13 @@ mod tests {
         let first = reg.enqueue("r1", "f", b"{}").unwrap();
         let second = reg.enqueue("r2", "f", b"[1]").unwrap();
         let due = reg.due_events(10, &[]).unwrap();
-        assert_eq!(due.iter().map(|e| e.id).collect::<Vec<_>>(), vec![first, second]);
+        assert_eq!(
+            due.iter().map(|e| e.id).collect::<Vec<_>>(),
+            vec![first, second]
+        );
         assert_eq!(reg.due_events(10, &[first]).unwrap().len(), 1);
-        reg.retry_event(first, Utc::now() + chrono::Duration::seconds(60), true).unwrap();
+        reg.retry_event(first, Utc::now() + chrono::Duration::seconds(60), true)
+            .unwrap();
         assert_eq!(reg.due_events(10, &[]).unwrap()[0].id, second);
         reg.complete_event(second).unwrap();
         assert_eq!(reg.queue_depth().unwrap(), 1);

@@ -68,9 +68,16 @@ impl Runtimes {
             Err(e) => tracing::warn!("no Node.js runtime: {e}"),
         }
         for name in provided::NAMES {
-            by_name.insert(name.to_string(), Arc::new(provided::Provided::new(name, python.as_ref().ok())));
+            by_name.insert(
+                name.to_string(),
+                Arc::new(provided::Provided::new(name, python.as_ref().ok())),
+            );
         }
-        Ok(Self { by_name, base_mounts: base_mounts(), shim_dir: shim_dir.to_path_buf() })
+        Ok(Self {
+            by_name,
+            base_mounts: base_mounts(),
+            shim_dir: shim_dir.to_path_buf(),
+        })
     }
 
     pub fn get(&self, name: &str) -> Option<Arc<dyn Runtime>> {
@@ -94,7 +101,12 @@ impl Runtimes {
 }
 
 pub(crate) fn bind(source: &Path, target: &Path, optional: bool) -> Mount {
-    Mount::Bind { source: source.to_path_buf(), target: target.to_path_buf(), writable: false, optional }
+    Mount::Bind {
+        source: source.to_path_buf(),
+        target: target.to_path_buf(),
+        writable: false,
+        optional,
+    }
 }
 
 /// What every runtime needs: the system's programs and libraries and a few files of /etc.
@@ -104,7 +116,10 @@ fn base_mounts() -> Vec<Mount> {
     for dir in ["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"] {
         let path = Path::new(dir);
         match std::fs::read_link(path) {
-            Ok(points_to) => mounts.push(Mount::Symlink { target: path.to_path_buf(), points_to }),
+            Ok(points_to) => mounts.push(Mount::Symlink {
+                target: path.to_path_buf(),
+                points_to,
+            }),
             Err(_) if path.is_dir() => mounts.push(bind(path, path, true)),
             Err(_) => {}
         }
@@ -128,9 +143,17 @@ fn base_mounts() -> Vec<Mount> {
 }
 
 /// Lambda's reserved environment variables for one instance.
-pub fn lambda_env(spec: &InstanceSpec, instance_id: u64, runtime: &dyn Runtime) -> Vec<(String, String)> {
+pub fn lambda_env(
+    spec: &InstanceSpec,
+    instance_id: u64,
+    runtime: &dyn Runtime,
+) -> Vec<(String, String)> {
     let date = chrono::Utc::now().format("%Y/%m/%d");
-    let mut env: Vec<(String, String)> = spec.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let mut env: Vec<(String, String)> = spec
+        .env
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     let reserved = [
         ("_HANDLER", spec.handler.clone()),
         ("LAMBDA_TASK_ROOT", TASK_ROOT.to_string()),
@@ -138,15 +161,27 @@ pub fn lambda_env(spec: &InstanceSpec, instance_id: u64, runtime: &dyn Runtime) 
         ("AWS_EXECUTION_ENV", format!("AWS_Lambda_{}", spec.runtime)),
         ("AWS_LAMBDA_FUNCTION_NAME", spec.function.clone()),
         ("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST".to_string()),
-        ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", spec.memory_mb.to_string()),
-        ("AWS_LAMBDA_LOG_GROUP_NAME", format!("/aws/lambda/{}", spec.function)),
-        ("AWS_LAMBDA_LOG_STREAM_NAME", format!("{date}/[$LATEST]{instance_id:016x}")),
+        (
+            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE",
+            spec.memory_mb.to_string(),
+        ),
+        (
+            "AWS_LAMBDA_LOG_GROUP_NAME",
+            format!("/aws/lambda/{}", spec.function),
+        ),
+        (
+            "AWS_LAMBDA_LOG_STREAM_NAME",
+            format!("{date}/[$LATEST]{instance_id:016x}"),
+        ),
         ("AWS_LAMBDA_INITIALIZATION_TYPE", "on-demand".to_string()),
         ("AWS_REGION", spec.region.clone()),
         ("AWS_DEFAULT_REGION", spec.region.clone()),
         ("TZ", ":UTC".to_string()),
         ("LANG", "en_US.UTF-8".to_string()),
-        ("LD_LIBRARY_PATH", "/var/task/lib:/opt/lib:/usr/local/lib:/usr/lib".to_string()),
+        (
+            "LD_LIBRARY_PATH",
+            "/var/task/lib:/opt/lib:/usr/local/lib:/usr/lib".to_string(),
+        ),
     ];
     for (key, value) in reserved {
         env.retain(|(k, _)| k != key);

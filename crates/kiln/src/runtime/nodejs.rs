@@ -19,19 +19,33 @@ impl Node {
     pub fn detect() -> Result<Self, String> {
         let binary = which("node").ok_or("`node` is not on PATH")?;
         let binary = std::fs::canonicalize(&binary).map_err(|e| e.to_string())?;
-        let out = Command::new(&binary).arg("--version").output().map_err(|e| e.to_string())?;
+        let out = Command::new(&binary)
+            .arg("--version")
+            .output()
+            .map_err(|e| e.to_string())?;
         let version = String::from_utf8_lossy(&out.stdout);
-        let major = version.trim().trim_start_matches('v').split('.').next().unwrap_or("").to_string();
+        let major = version
+            .trim()
+            .trim_start_matches('v')
+            .split('.')
+            .next()
+            .unwrap_or("")
+            .to_string();
         if major.is_empty() {
             return Err(format!("unexpected `node --version` output: {version}"));
         }
-        Ok(Self { name: format!("nodejs{major}.x"), binary })
+        Ok(Self {
+            name: format!("nodejs{major}.x"),
+            binary,
+        })
     }
 }
 
 pub(crate) fn which(program: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|dir| dir.join(program)).find(|p| p.is_file())
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
 }
 
 impl Runtime for Node {
@@ -46,19 +60,30 @@ impl Runtime for Node {
     fn mounts(&self) -> Vec<Mount> {
         // A node outside /usr (e.g. under /opt) brings its whole installation prefix.
         match self.binary.parent().and_then(Path::parent) {
-            Some(prefix) if !self.binary.starts_with("/usr") => vec![super::bind(prefix, prefix, false)],
+            Some(prefix) if !self.binary.starts_with("/usr") => {
+                vec![super::bind(prefix, prefix, false)]
+            }
             _ => Vec::new(),
         }
     }
 
     fn argv(&self) -> Vec<String> {
-        vec![self.binary.display().to_string(), format!("{RUNTIME_DIR}/shim.js")]
+        vec![
+            self.binary.display().to_string(),
+            format!("{RUNTIME_DIR}/shim.js"),
+        ]
     }
 
     fn env(&self, _spec: &InstanceSpec) -> Vec<(String, String)> {
         vec![
-            ("PATH".into(), "/usr/local/bin:/usr/bin:/bin:/opt/bin".into()),
-            ("NODE_PATH".into(), "/opt/nodejs/node_modules:/var/runtime/node_modules:/var/task/node_modules".into()),
+            (
+                "PATH".into(),
+                "/usr/local/bin:/usr/bin:/bin:/opt/bin".into(),
+            ),
+            (
+                "NODE_PATH".into(),
+                "/opt/nodejs/node_modules:/var/runtime/node_modules:/var/task/node_modules".into(),
+            ),
             ("KILN_SHIM_FD".into(), "3".into()),
         ]
     }

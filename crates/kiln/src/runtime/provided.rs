@@ -19,7 +19,10 @@ pub struct Provided {
 
 impl Provided {
     pub fn new(name: &'static str, python: Option<&Python>) -> Self {
-        Self { name, python: python.cloned() }
+        Self {
+            name,
+            python: python.cloned(),
+        }
     }
 }
 
@@ -33,7 +36,11 @@ impl Runtime for Provided {
     }
 
     fn mounts(&self) -> Vec<Mount> {
-        self.python.as_ref().and_then(Python::prefix_mount).into_iter().collect()
+        self.python
+            .as_ref()
+            .and_then(Python::prefix_mount)
+            .into_iter()
+            .collect()
     }
 
     fn argv(&self) -> Vec<String> {
@@ -41,7 +48,14 @@ impl Runtime for Provided {
     }
 
     fn env(&self, _spec: &InstanceSpec) -> Vec<(String, String)> {
-        let python_bin = self.python.as_ref().map(|p| format!("{}:", p.bin_dir())).unwrap_or_default();
-        vec![("PATH".into(), format!("{python_bin}/usr/local/bin:/usr/bin:/bin:/var/task/bin"))]
+        let python_bin = self
+            .python
+            .as_ref()
+            .map(|p| format!("{}:", p.bin_dir()))
+            .unwrap_or_default();
+        vec![(
+            "PATH".into(),
+            format!("{python_bin}/usr/local/bin:/usr/bin:/bin:/var/task/bin"),
+        )]
     }
 }

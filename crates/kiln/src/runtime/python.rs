@@ -29,7 +29,11 @@ impl Python {
         let [executable, prefix, version] = lines.as_slice() else {
             return Err(format!("unexpected python3 output: {text}"));
         };
-        Ok(Self { name: format!("python{version}"), executable: executable.into(), prefix: prefix.into() })
+        Ok(Self {
+            name: format!("python{version}"),
+            executable: executable.into(),
+            prefix: prefix.into(),
+        })
     }
 
     /// The interpreter's installation, which sandboxes that run Python need.
@@ -38,7 +42,10 @@ impl Python {
     }
 
     pub fn bin_dir(&self) -> String {
-        self.executable.parent().map(|p| p.display().to_string()).unwrap_or_default()
+        self.executable
+            .parent()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
     }
 }
 
@@ -56,12 +63,18 @@ impl Runtime for Python {
     }
 
     fn argv(&self) -> Vec<String> {
-        vec![self.executable.display().to_string(), format!("{RUNTIME_DIR}/shim.py")]
+        vec![
+            self.executable.display().to_string(),
+            format!("{RUNTIME_DIR}/shim.py"),
+        ]
     }
 
     fn env(&self, _spec: &InstanceSpec) -> Vec<(String, String)> {
         vec![
-            ("PATH".into(), format!("{}:/usr/local/bin:/usr/bin:/bin", self.bin_dir())),
+            (
+                "PATH".into(),
+                format!("{}:/usr/local/bin:/usr/bin:/bin", self.bin_dir()),
+            ),
             ("PYTHONUNBUFFERED".into(), "1".into()),
             ("PYTHONDONTWRITEBYTECODE".into(), "1".into()),
             ("KILN_SHIM_FD".into(), "3".into()),
