@@ -1,0 +1,34 @@
+# kiln's entry points. `make up` and `make test` are the two set-up commands of the README.
+
+.PHONY: up build test lint unit integration bench clean
+
+# Build kiln (release) and start it with the demo function `hello` deployed.
+up:
+	cargo build --release
+	./target/release/kiln up --demo
+
+build:
+	cargo build
+
+# Everything CI runs: formatting, lints, unit tests, integration tests against a real kiln.
+test:
+	./scripts/test.sh
+
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --all-targets -- -D warnings
+
+unit:
+	cargo test --workspace
+
+integration: build
+	./scripts/setup-test-env.sh
+	.venv/bin/python -m pytest -q runtimes/test_shims.py tests
+
+# The invoke hot-path benchmark (release build, several minutes; not part of CI).
+bench:
+	./bench/run.sh
+
+clean:
+	cargo clean
+	rm -rf .venv .kiln bench/work

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# kiln's whole test suite: what `make test` and CI run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n== %s\n' "$*"; }
+
+if [ "$(id -u)" != 0 ]; then
+    echo "kiln's tests start real sandboxes (namespaces, cgroups) and must run as root" >&2
+    exit 1
+fi
+
+step "test environment"
+./scripts/setup-test-env.sh
+
+step "rustfmt"
+cargo fmt --all -- --check
+
+step "clippy (warnings are errors)"
+RUSTFLAGS="-D warnings" cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+step "build"
+RUSTFLAGS="-D warnings" cargo build --workspace --quiet
+
+step "unit tests"
+RUSTFLAGS="-D warnings" cargo test --workspace --quiet
+
+step "integration tests (real kiln, real sandboxes, boto3, the AWS CLI)"
+.venv/bin/python -m pytest -q -p no:cacheprovider --timeout 600 runtimes/test_shims.py tests
