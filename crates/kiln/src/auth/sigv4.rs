@@ -710,4 +710,45 @@ bad-scope|20150830T123600Z|IncompleteSignatureException: Credential should be sc
             "Debug must not leak the secret"
         );
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// Whatever a client sends in the Authorization header, the query or the date, the
+            /// verifier answers with a result, never a panic.
+            #[test]
+            fn verify_never_panics(
+                auth in ".{0,300}",
+                query in "[A-Za-z0-9%&=\\-_.~+]{0,120}",
+                date in "[0-9TZ]{0,20}",
+                body in proptest::collection::vec(any::<u8>(), 0..64),
+            ) {
+                let verifier = Verifier::new(|k: &str| (k == "AKIDEXAMPLE").then(|| SECRET.to_string()));
+                let uri: Uri = format!("http://h/p?{query}").parse().unwrap_or_else(|_| Uri::from_static("http://h/p"));
+                let mut headers = HeaderMap::new();
+                if let Ok(v) = http::HeaderValue::from_str(&auth) {
+                    headers.insert("authorization", v);
+                }
+                if let Ok(v) = http::HeaderValue::from_str(&date) {
+                    headers.insert("x-amz-date", v);
+                }
+                headers.insert("host", http::HeaderValue::from_static("h"));
+                let _ = verifier.verify(&Method::POST, &uri, &headers, &body, chrono::Utc::now());
+            }
+
+            /// Anything `sign` produces, `verify` accepts.
+            #[test]
+            fn signed_requests_verify(path in "(/[a-z0-9:%-]{1,8}){1,4}", body in proptest::collection::vec(any::<u8>(), 0..64)) {
+                let creds = Credentials { access_key_id: "AKIDEXAMPLE".into(), secret_access_key: SECRET.into() };
+                let uri: Uri = format!("http://localhost:9000{path}").parse().unwrap();
+                let mut headers = HeaderMap::new();
+                let now = chrono::Utc::now();
+                sign(&Method::POST, &uri, &mut headers, &body, &creds, "us-east-1", "lambda", now);
+                let verifier = Verifier::new(|k: &str| (k == "AKIDEXAMPLE").then(|| SECRET.to_string()));
+                prop_assert!(verifier.verify(&Method::POST, &uri, &headers, &body, now).is_ok());
+            }
+        }
+    }
 }
