@@ -472,8 +472,15 @@ def test_node_logs(spawn):
 ])
 def test_node_crash_reports_then_exits(spawn, handler, error_type, message):
     shim = spawn("node", handler)
-    kind, body = shim.invoke({})
-    assert kind == "error"
+    header = {"type": "invoke", "requestId": "req-1", "deadlineMs": int(time.time() * 1000) + 30000,
+              "functionArn": "arn:aws:lambda:us-east-1:123456789012:function:kiln-test",
+              "traceId": None, "clientContext": None, "cognitoIdentity": None}
+    shim.send(header, b"{}")
+    frame = shim.recv()
+    assert frame is not None, shim.output()
+    # The error is marked fatal: the agent must not hand this process another invocation.
+    assert frame[0] == {"type": "error", "fatal": True}
+    body = json.loads(frame[1])
     assert (body["errorType"], body["errorMessage"]) == (error_type, message)
     assert shim.wait() == 1
 

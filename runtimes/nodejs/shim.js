@@ -172,13 +172,17 @@ async function loadHandler(full) {
 
 // ---------------------------------------------------------------------------------------------- transports
 // Both transports offer the same five operations, so the invocation logic below does not care which one
-// is in use: start(onInvoke), answer(kind, requestId, json, errorType, cb), initError(json, errorType, cb),
-// busy() while a handler runs and idle() once it has been answered.
+// is in use: start(onInvoke), answer(kind, requestId, json, errorType, cb) with kind 'response', 'error' or
+// 'error_fatal' (an error after which the process exits), initError(json, errorType, cb), busy() while a
+// handler runs and idle() once it has been answered.
 
 function frameTransport(fd) {
   const sock = new net.Socket({ fd, readable: true, writable: true });
   const headers = {};
   for (const t of ['ready', 'response', 'error', 'init_error']) headers[t] = Buffer.from(`{"type":"${t}"}`);
+  // An error answer after which the shim exits (an uncaught exception): the agent must not send another
+  // invocation to this process.
+  headers.error_fatal = Buffer.from('{"type":"error","fatal":true}');
   let onInvoke = null;
   let pending = [], have = 0, need = 0; // bytes received so far, and the length of the frame they start
 
@@ -275,7 +279,9 @@ function runtimeApiTransport(api) {
   return {
     start(fn) { onInvoke = fn; next(); },
     answer(type, id, payload, errorType, cb) {
-      post(`/invocation/${encodeURIComponent(id)}/${type}`, payload, type === 'error' ? errorType : null, cb);
+      // The Runtime API has no "fatal" flag: the agent notices that the next event is never taken.
+      const kind = type === 'error_fatal' ? 'error' : type;
+      post(`/invocation/${encodeURIComponent(id)}/${kind}`, payload, kind === 'error' ? errorType : null, cb);
     },
     initError(payload, errorType, cb) { post('/init/error', payload, errorType, cb); },
     busy() {},
@@ -393,7 +399,7 @@ function crash(err, code = CRASH_EXIT_CODE) {
   const inv = current;
   if (inv && !inv.answered) {
     inv.answered = true;
-    flushStdio(() => transport.answer('error', inv.id, JSON.stringify(body), body.errorType, exit));
+    flushStdio(() => transport.answer('error_fatal', inv.id, JSON.stringify(body), body.errorType, exit));
   } else if (transport && !handler) {
     flushStdio(() => transport.initError(JSON.stringify(body), body.errorType, exit));
   } else {

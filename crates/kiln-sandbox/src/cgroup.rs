@@ -6,7 +6,7 @@
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::CgroupError;
 
@@ -113,7 +113,7 @@ impl CgroupManager {
         for dir in &cgroup.dirs {
             if dir.exists() {
                 cgroup.kill_all();
-                remove_dir_retrying(dir)?;
+                remove_dir_until(dir, Instant::now() + REMOVE_DEADLINE, || cgroup.kill_all())?;
             }
             mkdir(dir)?;
         }
@@ -138,7 +138,8 @@ impl CgroupManager {
                         dirs: vec![entry.path()],
                     };
                     stale.kill_all();
-                    let _ = remove_dir_retrying(&entry.path());
+                    let deadline = Instant::now() + REMOVE_DEADLINE;
+                    let _ = remove_dir_until(&entry.path(), deadline, || stale.kill_all());
                 }
             }
         }
@@ -268,13 +269,19 @@ impl Cgroup {
         }
     }
 
-    /// Kills what is left and removes the cgroup directories.
+    /// Kills what is left and removes the cgroup directories. Blocks until the kernel has let the
+    /// last process go (or [`REMOVE_DEADLINE`] passes); call it off the async runtime.
     pub fn remove(&self) -> Result<(), CgroupError> {
         self.kill_all();
+        let deadline = Instant::now() + REMOVE_DEADLINE;
+        // Every directory is tried even if one fails, so that as little as possible is left.
+        let mut result = Ok(());
         for dir in &self.dirs {
-            remove_dir_retrying(dir)?;
+            if let Err(e) = remove_dir_until(dir, deadline, || self.kill_all()) {
+                result = Err(e);
+            }
         }
-        Ok(())
+        result
     }
 }
 
@@ -286,21 +293,29 @@ fn mkdir(dir: &Path) -> Result<(), CgroupError> {
     }
 }
 
-/// A cgroup can only be removed once the kernel has finished tearing down its last process,
-/// which happens shortly after the SIGKILL.
-fn remove_dir_retrying(dir: &Path) -> Result<(), CgroupError> {
+/// How long removing a cgroup may take: the kernel tears a killed process down asynchronously, and
+/// a thousand of them (a fork bomb hitting `pids.max`) take a while on a busy host.
+const REMOVE_DEADLINE: Duration = Duration::from_secs(15);
+
+/// Removes `dir`. A cgroup can only be removed once the kernel has finished tearing down its last
+/// process, shortly after the SIGKILL; `kill` runs between attempts, since a process may have
+/// forked after the last kill.
+fn remove_dir_until(dir: &Path, deadline: Instant, kill: impl Fn()) -> Result<(), CgroupError> {
     let mut delay = Duration::from_millis(1);
-    for _ in 0..12 {
+    loop {
         match fs::remove_dir(dir) {
             Ok(()) => return Ok(()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if Instant::now() >= deadline => {
+                return Err(CgroupError::Io(dir.to_path_buf(), e))
+            }
             Err(_) => {
+                kill();
                 std::thread::sleep(delay);
-                delay = (delay * 2).min(Duration::from_millis(200));
+                delay = (delay * 2).min(Duration::from_millis(100));
             }
         }
     }
-    fs::remove_dir(dir).map_err(|e| CgroupError::Io(dir.to_path_buf(), e))
 }
 
 fn read_u64(path: &Path) -> Option<u64> {

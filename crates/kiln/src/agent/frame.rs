@@ -28,7 +28,12 @@ pub enum Header {
         cognito_identity: Option<String>,
     },
     Response,
-    Error,
+    Error {
+        /// The shim exits right after this answer (an uncaught exception): the instance must not
+        /// be given another invocation.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        fatal: bool,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,6 +160,16 @@ mod tests {
         assert_eq!(json["type"], "invoke");
         assert_eq!(json["requestId"], "r");
         assert_eq!(json["deadlineMs"], 5);
+    }
+
+    #[test]
+    fn error_frames_may_be_marked_fatal() {
+        let plain: Header = serde_json::from_str(r#"{"type":"error"}"#).unwrap();
+        assert_eq!(plain, Header::Error { fatal: false });
+        let fatal: Header = serde_json::from_str(r#"{"type":"error","fatal":true}"#).unwrap();
+        assert_eq!(fatal, Header::Error { fatal: true });
+        let json = serde_json::to_string(&Header::Error { fatal: false }).unwrap();
+        assert_eq!(json, r#"{"type":"error"}"#);
     }
 
     #[test]

@@ -34,7 +34,11 @@ enum Message {
     Ready,
     InitError(Bytes),
     Response(Bytes),
-    Error(Bytes),
+    /// An error answer; `fatal` when the runtime exits right after it.
+    Error {
+        body: Bytes,
+        fatal: bool,
+    },
     TooLarge,
 }
 
@@ -48,10 +52,13 @@ impl Transport {
                     Header::InitError => Message::InitError(body),
                     Header::Response if body.len() > MAX_RESPONSE_BYTES => Message::TooLarge,
                     Header::Response => Message::Response(body),
-                    Header::Error => Message::Error(body),
-                    Header::Invoke { .. } => Message::Error(Bytes::from_static(
-                        br#"{"errorType":"Runtime.InvalidResponse","errorMessage":"the runtime sent an invoke frame"}"#,
-                    )),
+                    Header::Error { fatal } => Message::Error { body, fatal },
+                    Header::Invoke { .. } => Message::Error {
+                        body: Bytes::from_static(
+                            br#"{"errorType":"Runtime.InvalidResponse","errorMessage":"the runtime sent an invoke frame"}"#,
+                        ),
+                        fatal: true,
+                    },
                 }),
                 Ok(None) | Err(_) => None,
             },
@@ -59,7 +66,27 @@ impl Transport {
                 RuntimeMessage::Ready => Some(Message::Ready),
                 RuntimeMessage::InitError(body) => Some(Message::InitError(body)),
                 RuntimeMessage::Response { body, .. } => Some(Message::Response(body)),
-                RuntimeMessage::Error { body, .. } => Some(Message::Error(body)),
+                RuntimeMessage::Error { body, .. } => Some(Message::Error { body, fatal: false }),
+                RuntimeMessage::TooLarge { .. } => Some(Message::TooLarge),
+            },
+        }
+    }
+}
+
+impl Transport {
+    /// A message the runtime sent before its sandbox went away, if any. Only call it once the
+    /// sandbox is gone: the shim socket then reaches end of file at once.
+    async fn recv_after_exit(&mut self) -> Option<Message> {
+        match self {
+            Transport::Shim(_) => tokio::time::timeout(Duration::from_secs(1), self.recv())
+                .await
+                .ok()
+                .flatten(),
+            Transport::Api(api) => match api.messages.try_recv().ok()? {
+                RuntimeMessage::Ready => None,
+                RuntimeMessage::InitError(body) => Some(Message::InitError(body)),
+                RuntimeMessage::Response { body, .. } => Some(Message::Response(body)),
+                RuntimeMessage::Error { body, .. } => Some(Message::Error { body, fatal: true }),
                 RuntimeMessage::TooLarge { .. } => Some(Message::TooLarge),
             },
         }
@@ -83,6 +110,9 @@ pub struct Invocation {
     pub output: String,
     /// False when the instance must be replaced (timeout, crash, out of memory).
     pub healthy: bool,
+    /// False when the runtime provably never received the event: it was gone before it took it.
+    /// Such an invocation did not run, and can be retried on another instance.
+    pub delivered: bool,
     pub max_memory_bytes: u64,
 }
 
@@ -106,7 +136,13 @@ pub struct Instance {
     pub invocations: u64,
     child: tokio::process::Child,
     output: pipe::Receiver,
+    /// A second descriptor of the same pipe (and so also non-blocking), read directly: tokio only
+    /// reads once its event loop has seen the pipe become readable, which may lag behind an
+    /// answer that arrived on another descriptor.
+    output_direct: std::fs::File,
     output_open: bool,
+    /// The helper's exit code, once the sandbox is known to be gone.
+    exit_status: Option<i32>,
     transport: Transport,
     _netns: Option<NetNs>,
 }
@@ -159,10 +195,20 @@ impl Instance {
             NetworkMode::Host => None,
         };
         let (out_tx, out_rx) = pipe::pipe().map_err(|e| platform("output pipe", &e))?;
+        let output_direct = {
+            use std::os::fd::AsFd;
+            out_rx
+                .as_fd()
+                .try_clone_to_owned()
+                .map(std::fs::File::from)
+                .map_err(|e| platform("output pipe", &e))?
+        };
         let out_fd = out_tx
             .into_blocking_fd()
             .map_err(|e| platform("output pipe", &e))?;
         let mut env = runtime::lambda_env(spec, id, runtime.as_ref());
+        // Unique among live instances: no sandbox can signal or trace another's processes.
+        let uid = 100_000 + (id % 60_000) as u32;
         let (transport, control) = match runtime.protocol() {
             Protocol::Shim => {
                 let (ours, theirs) = std::os::unix::net::UnixStream::pair()
@@ -186,11 +232,14 @@ impl Instance {
                     .local_addr()
                     .map_err(|e| platform("Runtime API listener", &e))?;
                 env.push(("AWS_LAMBDA_RUNTIME_API".into(), addr.to_string()));
-                let api = RuntimeApi::serve(listener).map_err(|e| platform("Runtime API", &e))?;
+                // In the host's network namespace every local process can connect; only the
+                // sandbox's own uid is served there.
+                let only_uid = netns.is_none().then_some(uid);
+                let api = RuntimeApi::serve(listener, only_uid)
+                    .map_err(|e| platform("Runtime API", &e))?;
                 (Transport::Api(api), None)
             }
         };
-        let uid = 100_000 + (id % 60_000) as u32;
         let sandbox = SandboxSpec {
             root: ctx.sandbox_root.clone(),
             mounts: ctx.runtimes.mounts(runtime.as_ref(), &spec.code_dir),
@@ -243,15 +292,20 @@ impl Instance {
             invocations: 0,
             child,
             output: out_rx,
+            output_direct,
             output_open: true,
+            exit_status: None,
             transport,
             _netns: netns,
         };
         let init_timeout = INIT_TIMEOUT.max(Duration::from_secs(u64::from(spec.timeout_s)));
         let mut output = Vec::new();
-        let step = instance
+        let mut step = instance
             .step(Instant::now() + init_timeout, &mut output)
             .await;
+        if let (Step::Message(Message::Ready), Some(code)) = (&step, instance.exit_status) {
+            step = Step::Exited(code); // ready, and gone before anyone could use it
+        }
         let log = String::from_utf8_lossy(&output).into_owned();
         let failure = match step {
             Step::Message(Message::Ready) => {
@@ -278,7 +332,12 @@ impl Instance {
                 return Err(StartError::Platform(log.trim().to_string()));
             }
             Step::Exited(code) => error_json(
-                "Runtime.ExitError",
+                // Killed by the kernel for going over its memory size while initialising.
+                if instance.cgroup.oom_kills() > 0 {
+                    "Runtime.OutOfMemory"
+                } else {
+                    "Runtime.ExitError"
+                },
                 &format!(
                     "RequestId: - Error: Runtime exited with error: {}",
                     exit_description(code)
@@ -300,7 +359,11 @@ impl Instance {
     async fn step(&mut self, deadline: Instant, output: &mut Vec<u8>) -> Step {
         let deadline = tokio::time::Instant::from_std(deadline);
         loop {
+            // Biased: an answer that is already there wins over the exit that may follow it, and
+            // the deadline is checked before output, so that a function printing without pause
+            // still times out.
             tokio::select! {
+                biased;
                 message = self.transport.recv() => {
                     return match message {
                         Some(message) => {
@@ -310,28 +373,50 @@ impl Instance {
                         None => Step::Exited(self.exit_code(output).await),
                     };
                 }
+                _ = tokio::time::sleep_until(deadline) => {
+                    self.drain_output(output);
+                    return Step::TimedOut;
+                }
+                status = self.child.wait() => {
+                    self.drain_output(output);
+                    let code = status.ok().and_then(|s| s.code()).unwrap_or(128 + 9);
+                    self.exit_status = Some(code);
+                    // The whole sandbox is gone, so whatever the runtime sent before it exited is
+                    // complete now: an answer still counts.
+                    if let Some(message) = self.transport.recv_after_exit().await {
+                        return Step::Message(message);
+                    }
+                    return Step::Exited(code);
+                }
                 ready = self.output.readable(), if self.output_open => {
                     if ready.is_err() {
                         self.output_open = false;
                     }
                     self.drain_output(output);
                 }
-                status = self.child.wait() => {
-                    self.drain_output(output);
-                    return Step::Exited(status.ok().and_then(|s| s.code()).unwrap_or(128 + 9));
-                }
-                _ = tokio::time::sleep_until(deadline) => return Step::TimedOut,
             }
         }
     }
 
     /// Reads whatever output is in the pipe now, without waiting.
     fn drain_output(&mut self, output: &mut Vec<u8>) {
+        use std::io::Read;
         let mut buf = [0u8; 16 * 1024];
+        // Through tokio first, so that its readiness is cleared once the pipe is empty...
         while self.output_open {
             match self.output.try_read(&mut buf) {
                 Ok(0) => self.output_open = false,
                 Ok(n) => output.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(_) => self.output_open = false,
+            }
+        }
+        // ...then directly, for what is in the pipe although tokio has not been told yet.
+        while self.output_open {
+            match self.output_direct.read(&mut buf) {
+                Ok(0) => self.output_open = false,
+                Ok(n) => output.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(_) => self.output_open = false,
             }
@@ -341,10 +426,12 @@ impl Instance {
     async fn exit_code(&mut self, output: &mut Vec<u8>) -> i32 {
         let status = tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await;
         self.drain_output(output);
-        match status {
+        let code = match status {
             Ok(Ok(status)) => status.code().unwrap_or(128 + 9),
             _ => 128 + 9,
-        }
+        };
+        self.exit_status = Some(code);
+        code
     }
 
     /// Runs one invocation to completion, timeout or crash.
@@ -385,11 +472,21 @@ impl Instance {
         } else {
             Step::Exited(self.exit_code(&mut output).await)
         };
+        let delivered = sent
+            && match (&step, &self.transport) {
+                // The event waits in the channel until the runtime asks for it with GET /next; a
+                // runtime that exited after its last answer (Lambda's Node client does after an
+                // uncaught exception) never took it.
+                (Step::Exited(_), Transport::Api(api)) => {
+                    api.events.capacity() == api.events.max_capacity()
+                }
+                _ => true,
+            };
         self.invocations += 1;
         let max_memory_bytes = self.cgroup.memory_peak();
         let (body, function_error, healthy) = match step {
             Step::Message(Message::Response(body)) => (body, false, true),
-            Step::Message(Message::Error(body)) => (body, true, true),
+            Step::Message(Message::Error { body, fatal }) => (body, true, !fatal),
             Step::Message(Message::TooLarge) => (
                 error_json(
                     "Function.ResponseSizeTooLarge",
@@ -438,8 +535,10 @@ impl Instance {
         Invocation {
             body,
             function_error,
+            // An answer sent just before the runtime exited still counts, but the instance is gone.
+            healthy: healthy && self.exit_status.is_none(),
             output: String::from_utf8_lossy(&output).into_owned(),
-            healthy,
+            delivered,
             max_memory_bytes,
         }
     }
@@ -454,6 +553,11 @@ impl Instance {
         self.kill();
         let _ = tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await;
         let cgroup = self.cgroup.clone();
-        let _ = tokio::task::spawn_blocking(move || cgroup.remove()).await;
+        if let Ok(Err(e)) = tokio::task::spawn_blocking(move || cgroup.remove()).await {
+            tracing::warn!(
+                instance = self.id,
+                "could not remove the instance's cgroup: {e}"
+            );
+        }
     }
 }

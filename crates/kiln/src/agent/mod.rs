@@ -11,6 +11,7 @@ mod runtime_api;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -165,6 +166,9 @@ pub struct AgentContext {
     pub sandbox_root: PathBuf,
 }
 
+/// How many instances one invocation may try when the ones it finds turn out to be gone.
+const MAX_ATTEMPTS: u32 = 3;
+
 /// How a waiting request is woken.
 enum Wake {
     Instance(Box<Instance>),
@@ -217,6 +221,9 @@ struct Inner {
     config: AgentConfig,
     routing: Box<dyn RoutingPolicy>,
     state: Mutex<State>,
+    /// Instances being destroyed in the background; shutdown waits for them, so that no
+    /// sandbox or cgroup outlives kiln.
+    destroying: Arc<AtomicUsize>,
 }
 
 impl LocalAgent {
@@ -228,6 +235,7 @@ impl LocalAgent {
                 config,
                 routing: Box::new(WarmFirst),
                 state: Mutex::new(State::default()),
+                destroying: Arc::new(AtomicUsize::new(0)),
             }),
         };
         let reaper = Arc::downgrade(&agent.inner);
@@ -239,7 +247,7 @@ impl LocalAgent {
                     return;
                 };
                 for victim in inner.reap_idle(Instant::now()) {
-                    tokio::spawn(victim.destroy());
+                    inner.destroy_later(victim);
                 }
             }
         });
@@ -248,6 +256,16 @@ impl LocalAgent {
 }
 
 impl Inner {
+    /// Destroys an instance in the background (its bookkeeping must already be gone).
+    fn destroy_later(&self, instance: Instance) {
+        let destroying = self.destroying.clone();
+        destroying.fetch_add(1, Ordering::SeqCst);
+        tokio::spawn(async move {
+            instance.destroy().await;
+            destroying.fetch_sub(1, Ordering::SeqCst);
+        });
+    }
+
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -281,13 +299,17 @@ impl Inner {
                 }
                 let pool = state.pools.entry(spec.function.clone()).or_default();
                 // An instance of an older revision must never serve a newer spec.
-                let mut stale = Vec::new();
-                pool.idle.retain_mut(|i| {
-                    i.spec.revision == spec.revision || {
-                        stale.push(i.id);
-                        false
-                    }
-                });
+                let (current, stale): (Vec<_>, Vec<_>) = pool
+                    .idle
+                    .drain(..)
+                    .partition(|i| i.spec.revision == spec.revision);
+                pool.idle = current;
+                // Retired for good: their bookkeeping, booked memory and cgroups go with them.
+                for old in stale {
+                    forget(state, old.id);
+                    self.destroy_later(old);
+                }
+                let pool = state.pools.get_mut(&spec.function).expect("pool exists");
                 if let Some(index) = self.routing.choose(&pool.idle, hints) {
                     let instance = pool.idle.remove(index);
                     if let Some(live) = state.live.get_mut(&instance.id) {
@@ -329,7 +351,7 @@ impl Inner {
                         );
                         drop(guard);
                         for victim in victims {
-                            tokio::spawn(victim.destroy());
+                            self.destroy_later(victim);
                         }
                         return Ok(Acquired::Cold(id));
                     }
@@ -339,6 +361,8 @@ impl Inner {
                     (None, victims)
                 } else {
                     let pool = state.pools.get_mut(&spec.function).expect("pool exists");
+                    // Requests that gave up waiting (queue timeout, caller gone) hold no place.
+                    pool.waiters.retain(|w| !w.is_closed());
                     if pool.waiters.len() >= self.config.queue_depth {
                         return Err(if spec.reserved_concurrency.is_some() {
                             AgentError::ThrottledReserved
@@ -352,16 +376,37 @@ impl Inner {
                 }
             };
             for victim in victims {
-                tokio::spawn(victim.destroy());
+                self.destroy_later(victim);
             }
             let Some(waiter) = waiter else {
                 return Err(AgentError::ThrottledNode);
             };
-            match tokio::time::timeout(queue_timeout, waiter).await {
-                Ok(Ok(Wake::Instance(instance))) => return Ok(Acquired::Warm(instance)),
-                Ok(Ok(Wake::Retry)) => continue,
-                Ok(Err(_)) => return Err(AgentError::ShuttingDown),
-                Err(_) => return Err(AgentError::ThrottledReserved),
+            let mut waiter = waiter;
+            let woken = tokio::select! {
+                woken = &mut waiter => woken,
+                _ = tokio::time::sleep(queue_timeout) => {
+                    // An instance sent just as we gave up must not be lost with the channel.
+                    waiter.close();
+                    if let Ok(Wake::Instance(instance)) = waiter.try_recv() {
+                        if let Some(back) = self.release(*instance, true) {
+                            self.destroy_later(back);
+                        }
+                    }
+                    return Err(AgentError::ThrottledReserved);
+                }
+            };
+            match woken {
+                Ok(Wake::Instance(instance)) if instance.spec.revision == spec.revision => {
+                    return Ok(Acquired::Warm(instance))
+                }
+                Ok(Wake::Instance(old)) => {
+                    // Queued before a redeploy: an instance of another revision may not serve it.
+                    forget(&mut self.state(), old.id);
+                    self.destroy_later(*old);
+                    continue;
+                }
+                Ok(Wake::Retry) => continue,
+                Err(_) => return Err(AgentError::ShuttingDown),
             }
         }
     }
@@ -413,52 +458,67 @@ impl Inner {
         spec: SharedSpec,
         request: InvokeRequest,
     ) -> Result<InvokeOutcome, AgentError> {
-        let acquired = self.acquire(&spec, &request.hints).await?;
-        let begin = Instant::now();
-        let (mut instance, cold) = match acquired {
-            Acquired::Warm(instance) => (*instance, false),
-            Acquired::Cold(id) => match Instance::start_cold(&self.ctx, &spec, id).await {
-                Ok(instance) => {
-                    if let Some(live) = self.state().live.get_mut(&id) {
-                        live.state = InstanceState::Busy;
-                        live.cgroup = Some(instance.cgroup.clone());
-                        live.start_path = instance.start_path;
+        // An idle instance whose runtime exited after its last answer never takes the event; the
+        // invocation did not run then, and goes to another instance (as on Lambda, where such a
+        // sandbox is re-initialised before the event is delivered).
+        let mut attempts = 0;
+        let (mut instance, cold, invocation, duration) = loop {
+            attempts += 1;
+            let acquired = self.acquire(&spec, &request.hints).await?;
+            let begin = Instant::now();
+            let (mut instance, cold) = match acquired {
+                Acquired::Warm(instance) => (*instance, false),
+                Acquired::Cold(id) => match Instance::start_cold(&self.ctx, &spec, id).await {
+                    Ok(instance) => {
+                        if let Some(live) = self.state().live.get_mut(&id) {
+                            live.state = InstanceState::Busy;
+                            live.cgroup = Some(instance.cgroup.clone());
+                            live.start_path = instance.start_path;
+                        }
+                        (instance, true)
                     }
-                    (instance, true)
+                    Err(StartError::Platform(message)) => {
+                        self.abandon(&spec.function, id);
+                        tracing::error!(function = %spec.function, "sandbox: {message}");
+                        return Err(AgentError::Sandbox(message));
+                    }
+                    Err(StartError::Function { body, log }) => {
+                        self.abandon(&spec.function, id);
+                        let duration = begin.elapsed();
+                        let log = report(
+                            &spec,
+                            &request.request_id,
+                            &log,
+                            duration,
+                            None,
+                            Some(duration),
+                            0,
+                        );
+                        return Ok(InvokeOutcome {
+                            body,
+                            function_error: true,
+                            log,
+                            cold_start: Some(StartPath::Coldest),
+                            init_duration: Some(duration),
+                            duration,
+                            max_memory_mb: 0,
+                        });
+                    }
+                },
+            };
+            let invoke_begin = Instant::now();
+            let invocation = instance.invoke(&request).await;
+            let duration = invoke_begin.elapsed();
+            if !invocation.delivered && !cold && attempts < MAX_ATTEMPTS {
+                tracing::debug!(instance = instance.id, "the runtime was gone; retrying");
+                if let Some(dead) = self.release(instance, false) {
+                    self.destroy_later(dead);
                 }
-                Err(StartError::Platform(message)) => {
-                    self.abandon(&spec.function, id);
-                    tracing::error!(function = %spec.function, "sandbox: {message}");
-                    return Err(AgentError::Sandbox(message));
-                }
-                Err(StartError::Function { body, log }) => {
-                    self.abandon(&spec.function, id);
-                    let duration = begin.elapsed();
-                    let log = report(
-                        &spec,
-                        &request.request_id,
-                        &log,
-                        duration,
-                        None,
-                        Some(duration),
-                        0,
-                    );
-                    return Ok(InvokeOutcome {
-                        body,
-                        function_error: true,
-                        log,
-                        cold_start: Some(StartPath::Coldest),
-                        init_duration: Some(duration),
-                        duration,
-                        max_memory_mb: 0,
-                    });
-                }
-            },
+                continue;
+            }
+            break (instance, cold, invocation, duration);
         };
         let init_output = instance.init_output.take().unwrap_or_default();
-        let invoke_begin = Instant::now();
-        let invocation = instance.invoke(&request).await;
-        let duration = invoke_begin.elapsed();
         let max_memory_mb = invocation.max_memory_bytes.div_ceil(1024 * 1024);
         let init_duration = cold.then_some(instance.init_duration);
         let mut output = init_output;
@@ -474,7 +534,7 @@ impl Inner {
         );
         let start_path = instance.start_path;
         if let Some(dead) = self.release(instance, invocation.healthy) {
-            tokio::spawn(dead.destroy());
+            self.destroy_later(dead);
         }
         Ok(InvokeOutcome {
             body: invocation.body,
@@ -605,7 +665,7 @@ impl NodeAgent for LocalAgent {
             retire
         };
         for victim in victims {
-            tokio::spawn(victim.destroy());
+            self.inner.destroy_later(victim);
         }
     }
 
@@ -648,7 +708,7 @@ impl NodeAgent for LocalAgent {
                 state.shutting_down = true;
                 let mut idle = Vec::new();
                 for pool in state.pools.values_mut() {
-                    idle.extend(pool.idle.drain(..));
+                    idle.append(&mut pool.idle);
                     pool.waiters.clear();
                 }
                 for instance in &idle {
@@ -671,6 +731,11 @@ impl NodeAgent for LocalAgent {
             for cgroup in stragglers {
                 cgroup.kill_all();
                 let _ = tokio::task::spawn_blocking(move || cgroup.remove()).await;
+            }
+            // Instances that finished or failed meanwhile are being destroyed in the background.
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while Instant::now() < deadline && inner.destroying.load(Ordering::SeqCst) > 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
             }
         })
     }

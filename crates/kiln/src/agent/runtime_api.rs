@@ -5,6 +5,7 @@
 //! through a channel and gets the runtime's answers back through another.
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -68,7 +69,13 @@ impl Drop for RuntimeApi {
 
 impl RuntimeApi {
     /// Serves the Runtime API on `listener` until dropped.
-    pub fn serve(listener: std::net::TcpListener) -> std::io::Result<Self> {
+    ///
+    /// A listener inside the instance's own network namespace is reachable by that instance only. A
+    /// listener in the host's namespace (network mode `host`) is reachable by every local process, so
+    /// `only_uid` names the one uid whose connections are served: the sandbox's. Anyone else (another
+    /// function, a host user) could otherwise take the instance's invocations and answer them.
+    pub fn serve(listener: std::net::TcpListener, only_uid: Option<u32>) -> std::io::Result<Self> {
+        let local = listener.local_addr()?;
         let listener = tokio::net::TcpListener::from_std(listener)?;
         let (events_tx, events_rx) = mpsc::channel(1);
         let (messages_tx, messages_rx) = mpsc::unbounded_channel();
@@ -79,7 +86,17 @@ impl RuntimeApi {
         });
         let server = tokio::spawn(async move {
             let mut connections = tokio::task::JoinSet::new();
-            while let Ok((stream, _)) = listener.accept().await {
+            while let Ok((stream, peer)) = listener.accept().await {
+                if let Some(uid) = only_uid {
+                    let owner = tokio::task::spawn_blocking(move || tcp_owner(peer, local))
+                        .await
+                        .ok()
+                        .flatten();
+                    if owner != Some(uid) {
+                        tracing::warn!(%peer, ?owner, "Runtime API: refused a connection from another user");
+                        continue;
+                    }
+                }
                 let _ = stream.set_nodelay(true);
                 let shared = shared.clone();
                 connections.spawn(async move {
@@ -97,6 +114,43 @@ impl RuntimeApi {
             messages: messages_rx,
             server,
         })
+    }
+}
+
+/// The uid that owns the local TCP socket `peer` connected to `local`, from the kernel's socket table.
+fn tcp_owner(peer: SocketAddr, local: SocketAddr) -> Option<u32> {
+    let table = match peer {
+        SocketAddr::V4(_) => "/proc/net/tcp",
+        SocketAddr::V6(_) => "/proc/net/tcp6",
+    };
+    let text = std::fs::read_to_string(table).ok()?;
+    find_owner(&text, peer, local)
+}
+
+/// Finds the socket `peer -> local` in a /proc/net/tcp{,6} table and returns its uid.
+fn find_owner(table: &str, peer: SocketAddr, local: SocketAddr) -> Option<u32> {
+    table.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (from, to, uid) = (fields.get(1)?, fields.get(2)?, fields.get(7)?);
+        (parse_proc_addr(from)? == peer && parse_proc_addr(to)? == local)
+            .then(|| uid.parse().ok())
+            .flatten()
+    })
+}
+
+/// Parses `0100007F:1F91` (IPv4) or the 32-hex-digit IPv6 form. The kernel prints the address as
+/// 32-bit words in host byte order and the port as a plain number.
+fn parse_proc_addr(text: &str) -> Option<SocketAddr> {
+    let (addr, port) = text.split_once(':')?;
+    let port = u16::from_str_radix(port, 16).ok()?;
+    let words = (0..addr.len() / 8)
+        .map(|i| u32::from_str_radix(addr.get(i * 8..i * 8 + 8)?, 16).ok())
+        .collect::<Option<Vec<u32>>>()?;
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    match bytes.len() {
+        4 => Some(SocketAddr::from((<[u8; 4]>::try_from(bytes).ok()?, port))),
+        16 => Some(SocketAddr::from((<[u8; 16]>::try_from(bytes).ok()?, port))),
+        _ => None,
     }
 }
 
@@ -253,6 +307,42 @@ async fn next(shared: &Shared) -> Response<Full<Bytes>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn socket_owners_are_found_in_the_kernel_table() {
+        // Two sides of one loopback connection, as /proc/net/tcp lists them (little-endian host).
+        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:A1B2 0100007F:1F91 01 00000000:00000000 00:00000000 00000000 100007        0 1 1 0000000000000000 20 4 30 10 -1
+   1: 0100007F:1F91 0100007F:A1B2 01 00000000:00000000 00:00000000 00000000     0        0 2 1 0000000000000000 20 4 30 10 -1
+";
+        if cfg!(target_endian = "little") {
+            let client: SocketAddr = "127.0.0.1:41394".parse().unwrap();
+            let server: SocketAddr = "127.0.0.1:8081".parse().unwrap();
+            assert_eq!(find_owner(table, client, server), Some(100_007));
+            assert_eq!(find_owner(table, server, client), Some(0));
+            assert_eq!(
+                find_owner(table, client, "127.0.0.1:1".parse().unwrap()),
+                None
+            );
+        }
+    }
+
+    #[test]
+    fn a_real_connection_is_owned_by_this_process() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (_server, peer) = listener.accept().unwrap();
+        assert_eq!(peer, client.local_addr().unwrap());
+        // The test process's own real uid, read back from /proc.
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let uid: u32 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap();
+        assert_eq!(tcp_owner(peer, listener.local_addr().unwrap()), Some(uid));
+    }
 
     #[test]
     fn error_bodies_always_have_lambda_shape() {

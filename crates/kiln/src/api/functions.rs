@@ -12,7 +12,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{authenticate, base_url, parse_json, ApiError, SharedState};
+use super::{authenticate, base_url, parse_json, qualified, ApiError, SharedState};
 use crate::controller::code::StoredCode;
 use crate::controller::{ConfigPatch, Controller};
 use crate::function::{Function, FunctionConfig, NetworkMode};
@@ -69,6 +69,7 @@ struct UpdateConfigInput {
     environment: Option<EnvironmentInput>,
     ephemeral_storage: Option<StorageInput>,
     kiln_network: Option<NetworkMode>,
+    revision_id: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -77,6 +78,9 @@ struct UpdateCodeInput {
     zip_file: Option<String>,
     s3_bucket: Option<String>,
     image_uri: Option<String>,
+    #[serde(default)]
+    dry_run: bool,
+    revision_id: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -137,7 +141,7 @@ pub fn configuration(controller: &Controller, f: &Function) -> Value {
         "CodeSha256": StoredCode::sha256_base64(&f.code_sha256),
         "Version": "$LATEST",
         "TracingConfig": { "Mode": "PassThrough" },
-        "RevisionId": revision_id(f),
+        "RevisionId": crate::controller::revision_id(f),
         "State": "Active",
         "LastUpdateStatus": "Successful",
         "PackageType": "Zip",
@@ -150,21 +154,6 @@ pub fn configuration(controller: &Controller, f: &Function) -> Value {
         config["Environment"] = json!({ "Variables": f.config.env });
     }
     config
-}
-
-/// A stable RevisionId per (function, revision), shaped like Lambda's UUIDs.
-fn revision_id(f: &Function) -> String {
-    use sha2::{Digest, Sha256};
-    let digest = Sha256::digest(format!("{}:{}:{}", f.name, f.revision, f.code_sha256));
-    let h = hex::encode(&digest[..16]);
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
 }
 
 pub async fn create(
@@ -226,13 +215,13 @@ pub async fn get(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     authenticate(&state, &method, &uri, &headers, &body)?;
-    let function = state.controller.get(&name)?;
-    let token = super::kiln::code_token(&state.credentials, &function.code_sha256);
+    let function = state.controller.get(&qualified(&name, &uri))?;
+    let query = super::kiln::code_query(&state.credentials, &function.code_sha256);
     let mut out = json!({
         "Configuration": configuration(&state.controller, &function),
         "Code": {
             "RepositoryType": "S3",
-            "Location": format!("{}/kiln/v1/code/{}.zip?token={token}", base_url(&headers), function.code_sha256),
+            "Location": format!("{}/kiln/v1/code/{}.zip?{query}", base_url(&headers), function.code_sha256),
         },
         "Tags": {},
     });
@@ -251,7 +240,7 @@ pub async fn get_configuration(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     authenticate(&state, &method, &uri, &headers, &body)?;
-    let function = state.controller.get(&name)?;
+    let function = state.controller.get(&qualified(&name, &uri))?;
     Ok(Json(configuration(&state.controller, &function)).into_response())
 }
 
@@ -313,7 +302,16 @@ pub async fn update_code(
     authenticate(&state, &method, &uri, &headers, &body)?;
     let input: UpdateCodeInput = parse_json(&body)?;
     let zip = decode_zip(input.zip_file, input.s3_bucket, input.image_uri)?;
-    let function = state.controller.update_code(&name, zip).await?;
+    let function = if input.dry_run {
+        state
+            .controller
+            .check_code(&name, &zip, input.revision_id.as_deref())?
+    } else {
+        state
+            .controller
+            .update_code(&name, zip, input.revision_id.as_deref())
+            .await?
+    };
     Ok(Json(configuration(&state.controller, &function)).into_response())
 }
 
@@ -338,7 +336,9 @@ pub async fn update_configuration(
         ephemeral_storage_mb: input.ephemeral_storage.map(|s| s.size),
         network: input.kiln_network,
     };
-    let function = state.controller.update_config(&name, patch)?;
+    let function = state
+        .controller
+        .update_config(&name, patch, input.revision_id.as_deref())?;
     Ok(Json(configuration(&state.controller, &function)).into_response())
 }
 

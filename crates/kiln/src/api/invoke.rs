@@ -6,7 +6,7 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use bytes::Bytes;
 
-use super::{authenticate, ApiError, SharedState};
+use super::{authenticate, qualified, ApiError, SharedState};
 use crate::agent::{InvokeOutcome, RouteHints};
 use crate::controller::{InvocationType, Invoked};
 
@@ -70,30 +70,19 @@ pub async fn invoke(
             }
             Ok(response)
         }
-        Invoked::Done(outcome) => Ok(respond(outcome, tail)),
+        Invoked::Done {
+            outcome,
+            request_id,
+        } => Ok(respond(outcome, &request_id, tail)),
     }
 }
 
-/// Folds the `Qualifier` query parameter into the function reference.
-fn qualified(name: &str, uri: &Uri) -> String {
-    let qualifier = uri.query().and_then(|q| {
-        q.split('&')
-            .find_map(|pair| pair.strip_prefix("Qualifier="))
-            .map(|v| {
-                percent_encoding::percent_decode_str(v)
-                    .decode_utf8_lossy()
-                    .into_owned()
-            })
-    });
-    match qualifier {
-        Some(q) if !q.is_empty() => format!("{name}:{q}"),
-        _ => name.to_string(),
-    }
-}
-
-fn respond(outcome: InvokeOutcome, tail: bool) -> Response {
+fn respond(outcome: InvokeOutcome, request_id: &str, tail: bool) -> Response {
     let mut response = (StatusCode::OK, outcome.body).into_response();
     let headers = response.headers_mut();
+    if let Ok(value) = HeaderValue::from_str(request_id) {
+        headers.insert("x-amzn-requestid", value);
+    }
     headers.insert("content-type", HeaderValue::from_static("application/json"));
     headers.insert(
         "x-amz-executed-version",

@@ -94,19 +94,31 @@ pub async fn logs(
         .into_response())
 }
 
-/// The token that lets GetFunction's `Code.Location` be fetched without signing, like a
-/// presigned URL.
-pub fn code_token(credentials: &Credentials, sha256_hex: &str) -> String {
+/// How long GetFunction's `Code.Location` stays valid (Lambda's presigned URLs: 10 minutes).
+pub const CODE_URL_TTL_SECS: i64 = 600;
+
+/// The token that lets GetFunction's `Code.Location` be fetched without signing until
+/// `expires` (Unix seconds), like a presigned URL.
+pub fn code_token(credentials: &Credentials, sha256_hex: &str, expires: i64) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(credentials.secret_access_key.as_bytes())
         .expect("any key length");
     mac.update(b"kiln-code:");
     mac.update(sha256_hex.as_bytes());
+    mac.update(format!(":{expires}").as_bytes());
     hex::encode(mac.finalize().into_bytes())
+}
+
+/// The query string of a `Code.Location` URL, valid for [`CODE_URL_TTL_SECS`].
+pub fn code_query(credentials: &Credentials, sha256_hex: &str) -> String {
+    let expires = chrono::Utc::now().timestamp() + CODE_URL_TTL_SECS;
+    let token = code_token(credentials, sha256_hex, expires);
+    format!("expires={expires}&token={token}")
 }
 
 #[derive(Deserialize)]
 pub struct CodeQuery {
-    token: String,
+    token: Option<String>,
+    expires: Option<i64>,
 }
 
 pub async fn code(
@@ -114,15 +126,24 @@ pub async fn code(
     Path(file): Path<String>,
     Query(query): Query<CodeQuery>,
 ) -> Result<Response, ApiError> {
-    let sha = file.strip_suffix(".zip").unwrap_or(&file);
-    let valid = sha.len() == 64 && sha.bytes().all(|b| b.is_ascii_hexdigit());
-    let expected = code_token(&state.credentials, sha);
-    if !valid || !constant_time_eq(expected.as_bytes(), query.token.as_bytes()) {
-        return Err(ApiError::new(
+    let denied = |message: &str| {
+        ApiError::new(
             StatusCode::FORBIDDEN,
             "AccessDeniedException",
-            "invalid code download token",
-        ));
+            message.to_string(),
+        )
+    };
+    let sha = file.strip_suffix(".zip").unwrap_or(&file);
+    let valid = sha.len() == 64 && sha.bytes().all(|b| b.is_ascii_hexdigit());
+    let (Some(token), Some(expires)) = (query.token, query.expires) else {
+        return Err(denied("code download needs the token and expiry of its URL"));
+    };
+    let expected = code_token(&state.credentials, sha, expires);
+    if !valid || !constant_time_eq(expected.as_bytes(), token.as_bytes()) {
+        return Err(denied("invalid code download token"));
+    }
+    if chrono::Utc::now().timestamp() > expires {
+        return Err(denied("the code download URL has expired: call GetFunction again"));
     }
     let path = state.controller.code_store().zip_path(sha);
     match tokio::fs::read(path).await {

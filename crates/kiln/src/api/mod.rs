@@ -82,6 +82,8 @@ pub fn router(state: SharedState) -> Router {
         .route("/metrics", get(kiln::metrics))
         .route("/health", get(kiln::health))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::map_response(lambda_response))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
 }
@@ -92,6 +94,57 @@ async fn not_found(method: Method, uri: Uri) -> ApiError {
         "UnknownOperationException",
         format!("kiln does not implement {method} {}", uri.path()),
     )
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "UnknownOperationException",
+        format!("kiln does not implement {method} {}", uri.path()),
+    )
+}
+
+/// Gives every API response Lambda's envelope: an `x-amzn-RequestId`, and for errors that
+/// did not come from [`ApiError`] (axum's own rejections: undecodable paths or queries, bodies
+/// over the limit) a JSON body with `x-amzn-ErrorType`. Function URL responses belong to the
+/// function and are left alone.
+async fn lambda_response(uri: Uri, mut response: Response) -> Response {
+    if uri.path().starts_with("/fn/") {
+        return response;
+    }
+    if !response.headers().contains_key("x-amzn-requestid") {
+        if let Ok(value) = HeaderValue::from_str(&uuid::Uuid::new_v4().to_string()) {
+            response.headers_mut().insert("x-amzn-requestid", value);
+        }
+    }
+    let status = response.status();
+    if status.as_u16() < 400 || response.headers().contains_key("x-amzn-errortype") {
+        return response;
+    }
+    let request_id = response.headers().get("x-amzn-requestid").cloned();
+    let body = axum::body::to_bytes(std::mem::take(response.body_mut()), 64 * 1024)
+        .await
+        .unwrap_or_default();
+    let text = String::from_utf8_lossy(&body).trim().to_string();
+    let (code, message) = match status {
+        StatusCode::PAYLOAD_TOO_LARGE => (
+            "RequestTooLargeException",
+            format!("Request must be smaller than {MAX_BODY_BYTES} bytes"),
+        ),
+        StatusCode::NOT_FOUND => ("ResourceNotFoundException", text),
+        s if s.is_client_error() => ("InvalidParameterValueException", text),
+        _ => ("ServiceException", text),
+    };
+    let message = if message.is_empty() {
+        status.canonical_reason().unwrap_or("error").to_string()
+    } else {
+        message
+    };
+    let mut fixed = ApiError::new(status, code, message).into_response();
+    if let Some(id) = request_id {
+        fixed.headers_mut().insert("x-amzn-requestid", id);
+    }
+    fixed
 }
 
 /// A Lambda error response: status, `x-amzn-ErrorType` and a JSON body.
@@ -132,6 +185,11 @@ impl From<ControllerError> for ApiError {
             ControllerError::InvalidRequestContent(_) => (
                 StatusCode::BAD_REQUEST,
                 "InvalidRequestContentException",
+                None,
+            ),
+            ControllerError::PreconditionFailed(_) => (
+                StatusCode::PRECONDITION_FAILED,
+                "PreconditionFailedException",
                 None,
             ),
             ControllerError::TooLarge(_) => (
@@ -202,11 +260,21 @@ pub fn authenticate(
     headers: &HeaderMap,
     body: &Bytes,
 ) -> Result<(), ApiError> {
-    state
+    let identity = state
         .verifier
-        .verify(method, uri, headers, body, chrono::Utc::now())
-        .map(drop)
-        .map_err(ApiError::from)
+        .verify(method, uri, headers, body, chrono::Utc::now())?;
+    // A signature made for another service must not open this one (as on AWS).
+    if identity.service != "lambda" {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "InvalidSignatureException",
+            format!(
+                "Credential should be scoped to correct service: 'lambda', not '{}'.",
+                identity.service
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Parses a JSON request body into `T`, answering Lambda's error for anything else.
@@ -218,6 +286,23 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, Api
             format!("Could not parse request body: {e}"),
         )
     })
+}
+
+/// Folds the `Qualifier` query parameter into the function reference.
+pub fn qualified(name: &str, uri: &Uri) -> String {
+    let qualifier = uri.query().and_then(|q| {
+        q.split('&')
+            .find_map(|pair| pair.strip_prefix("Qualifier="))
+            .map(|v| {
+                percent_encoding::percent_decode_str(v)
+                    .decode_utf8_lossy()
+                    .into_owned()
+            })
+    });
+    match qualifier {
+        Some(q) if !q.is_empty() => format!("{name}:{q}"),
+        _ => name.to_string(),
+    }
 }
 
 /// The base URL clients used to reach kiln, for URLs kiln hands out.

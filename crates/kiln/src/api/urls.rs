@@ -14,28 +14,46 @@ use serde_json::{json, Map, Value};
 
 use super::{authenticate, base_url, parse_json, ApiError, SharedState};
 use crate::agent::RouteHints;
-use crate::controller::{InvocationType, Invoked};
+use crate::controller::{InvocationType, Invoked, UrlTimes};
 use crate::function::{Function, UrlAuth};
 
 #[derive(Deserialize)]
 #[serde(rename_all = "PascalCase")]
 struct UrlConfigInput {
-    auth_type: UrlAuth,
+    /// Required by Create; Update keeps the current one when it is absent.
+    auth_type: Option<UrlAuth>,
 }
 
-fn url_config(state: &SharedState, headers: &HeaderMap, f: &Function) -> Value {
+fn url_config(state: &SharedState, headers: &HeaderMap, f: &Function, times: UrlTimes) -> Value {
     let auth = match f.url_auth {
         Some(UrlAuth::AwsIam) => "AWS_IAM",
         _ => "NONE",
     };
-    let time = f.last_modified.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string();
+    let format = |t: chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string();
     json!({
         "FunctionUrl": format!("{}/fn/{}/", base_url(headers), f.name),
         "FunctionArn": state.controller.arn(&f.name),
         "AuthType": auth,
-        "CreationTime": time,
-        "LastModifiedTime": time,
+        "CreationTime": format(times.created),
+        "LastModifiedTime": format(times.modified),
+        "InvokeMode": "BUFFERED",
     })
+}
+
+/// Create/Update answer with the config just written.
+fn written(
+    state: &SharedState,
+    headers: &HeaderMap,
+    (f, times): (Function, Option<UrlTimes>),
+) -> Result<Value, ApiError> {
+    let times = times.ok_or_else(|| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "ServiceException",
+            "function URL config has no times",
+        )
+    })?;
+    Ok(url_config(state, headers, &f, times))
 }
 
 pub async fn create_config(
@@ -48,10 +66,16 @@ pub async fn create_config(
 ) -> Result<Response, ApiError> {
     authenticate(&state, &method, &uri, &headers, &body)?;
     let input: UrlConfigInput = parse_json(&body)?;
-    let f = state
-        .controller
-        .set_url_auth(&name, Some(input.auth_type), true)?;
-    Ok((StatusCode::CREATED, Json(url_config(&state, &headers, &f))).into_response())
+    let auth = input.auth_type.ok_or_else(|| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "InvalidParameterValueException",
+            "AuthType is required",
+        )
+    })?;
+    let written_config = state.controller.set_url_auth(&name, Some(auth), true)?;
+    let config = written(&state, &headers, written_config)?;
+    Ok((StatusCode::CREATED, Json(config)).into_response())
 }
 
 pub async fn update_config(
@@ -64,10 +88,17 @@ pub async fn update_config(
 ) -> Result<Response, ApiError> {
     authenticate(&state, &method, &uri, &headers, &body)?;
     let input: UrlConfigInput = parse_json(&body)?;
-    let f = state
-        .controller
-        .set_url_auth(&name, Some(input.auth_type), false)?;
-    Ok(Json(url_config(&state, &headers, &f)).into_response())
+    let auth = match input.auth_type {
+        Some(auth) => auth,
+        None => state
+            .controller
+            .url_config(&name)?
+            .0
+            .url_auth
+            .unwrap_or(UrlAuth::None),
+    };
+    let written_config = state.controller.set_url_auth(&name, Some(auth), false)?;
+    Ok(Json(written(&state, &headers, written_config)?).into_response())
 }
 
 pub async fn get_config(
@@ -79,15 +110,8 @@ pub async fn get_config(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     authenticate(&state, &method, &uri, &headers, &body)?;
-    let f = state.controller.get(&name)?;
-    if f.url_auth.is_none() {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "ResourceNotFoundException",
-            "The resource you requested does not exist.",
-        ));
-    }
-    Ok(Json(url_config(&state, &headers, &f)).into_response())
+    let (f, times) = state.controller.url_config(&name)?;
+    Ok(Json(url_config(&state, &headers, &f, times)).into_response())
 }
 
 pub async fn delete_config(
@@ -151,7 +175,7 @@ pub async fn call(
         )
         .await
     {
-        Ok(Invoked::Done(outcome)) if !outcome.function_error => map_response(&outcome.body),
+        Ok(Invoked::Done { outcome, .. }) if !outcome.function_error => map_response(&outcome.body),
         Ok(_) => plain(StatusCode::BAD_GATEWAY, "Internal Server Error"),
         Err(e) => ApiError::from(e).into_response(),
     }

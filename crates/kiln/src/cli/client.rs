@@ -18,6 +18,39 @@ pub struct Client {
 /// Status, lowercase headers and body of a successful response.
 pub type Reply = (u16, Vec<(String, String)>, Vec<u8>);
 
+/// An error response from kiln: Lambda's error type, the HTTP status and the message.
+#[derive(Debug, thiserror::Error)]
+#[error("{kind} ({status}): {message}")]
+pub struct ApiFailure {
+    pub kind: String,
+    pub status: u16,
+    pub message: String,
+}
+
+impl ApiFailure {
+    fn from_response(status: u16, response: ureq::Response) -> Self {
+        let kind = response
+            .header("x-amzn-errortype")
+            .unwrap_or("Error")
+            .to_string();
+        let text = response.into_string().unwrap_or_default();
+        let message = serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| {
+                v["message"]
+                    .as_str()
+                    .or(v["Message"].as_str())
+                    .map(str::to_string)
+            })
+            .unwrap_or(text);
+        Self {
+            kind,
+            status,
+            message,
+        }
+    }
+}
+
 impl Client {
     pub fn connect(connection: &Connection) -> anyhow::Result<Self> {
         let (credentials, region) = match (
@@ -119,21 +152,7 @@ impl Client {
                 Ok((status, headers, out))
             }
             Err(ureq::Error::Status(status, response)) => {
-                let kind = response
-                    .header("x-amzn-errortype")
-                    .unwrap_or("Error")
-                    .to_string();
-                let text = response.into_string().unwrap_or_default();
-                let message = serde_json::from_str::<serde_json::Value>(&text)
-                    .ok()
-                    .and_then(|v| {
-                        v["message"]
-                            .as_str()
-                            .or(v["Message"].as_str())
-                            .map(str::to_string)
-                    })
-                    .unwrap_or(text);
-                bail!("{kind} ({status}): {message}")
+                Err(ApiFailure::from_response(status, response).into())
             }
             Err(e) => bail!("cannot reach kiln at {}: {e}", self.endpoint),
         }
@@ -145,7 +164,7 @@ impl Client {
         match request.call() {
             Ok(response) => Ok(Box::new(response.into_reader())),
             Err(ureq::Error::Status(status, response)) => {
-                bail!("{status}: {}", response.into_string().unwrap_or_default())
+                Err(ApiFailure::from_response(status, response).into())
             }
             Err(e) => bail!("cannot reach kiln at {}: {e}", self.endpoint),
         }

@@ -10,7 +10,7 @@ use base64::Engine;
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
-use client::Client;
+use client::{ApiFailure, Client};
 
 /// Where the CLI finds kiln and its credentials.
 #[derive(Args, Debug, Clone)]
@@ -103,8 +103,12 @@ pub fn run(connection: Connection, command: Command) -> anyhow::Result<i32> {
         Command::Invoke(args) => invoke(&client, args, json_output),
         Command::Ls => ls(&client, json_output),
         Command::Get { name } => {
-            let (_, _, body) =
-                client.call("GET", &format!("/2015-03-31/functions/{name}"), b"", &[])?;
+            let (_, _, body) = client.call(
+                "GET",
+                &format!("/2015-03-31/functions/{}", segment(&name)),
+                b"",
+                &[],
+            )?;
             let value: Value = serde_json::from_slice(&body)?;
             if json_output {
                 println!("{}", serde_json::to_string_pretty(&value)?);
@@ -114,7 +118,12 @@ pub fn run(connection: Connection, command: Command) -> anyhow::Result<i32> {
             Ok(0)
         }
         Command::Rm { name } => {
-            client.call("DELETE", &format!("/2015-03-31/functions/{name}"), b"", &[])?;
+            client.call(
+                "DELETE",
+                &format!("/2015-03-31/functions/{}", segment(&name)),
+                b"",
+                &[],
+            )?;
             if json_output {
                 println!("{}", json!({ "deleted": name }));
             } else {
@@ -122,26 +131,68 @@ pub fn run(connection: Connection, command: Command) -> anyhow::Result<i32> {
             }
             Ok(0)
         }
-        Command::Logs { name, follow } => {
-            let path = format!(
-                "/kiln/v1/functions/{name}/logs{}",
-                if follow { "?follow=true" } else { "" }
-            );
-            let mut reader = client.stream("GET", &path)?;
-            let mut buf = [0u8; 8192];
-            loop {
-                let n = reader.read(&mut buf)?;
-                if n == 0 {
-                    break;
-                }
-                use std::io::Write;
-                std::io::stdout().write_all(&buf[..n])?;
-                std::io::stdout().flush()?;
-            }
-            Ok(0)
-        }
+        Command::Logs { name, follow } => logs(&client, &name, follow, json_output),
         Command::Status => status(&client, json_output),
     }
+}
+
+/// Percent-encodes a function name (or marker) for a URL path or query.
+fn segment(raw: &str) -> String {
+    const RESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'_')
+        .remove(b'.')
+        .remove(b'~');
+    percent_encoding::utf8_percent_encode(raw, RESERVED).to_string()
+}
+
+/// Prints a function's log; with `--json`, one JSON object (or, following, one per line).
+fn logs(client: &Client, name: &str, follow: bool, json_output: bool) -> anyhow::Result<i32> {
+    use std::io::{BufRead, Write};
+    let path = format!(
+        "/kiln/v1/functions/{}/logs{}",
+        segment(name),
+        if follow { "?follow=true" } else { "" }
+    );
+    let reader = client.stream("GET", &path)?;
+    let mut stdout = std::io::stdout();
+    if !json_output {
+        let mut reader = reader;
+        let mut buf = [0u8; 8192];
+        loop {
+            let n = reader.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            stdout.write_all(&buf[..n])?;
+            stdout.flush()?;
+        }
+        return Ok(0);
+    }
+    let mut lines = Vec::new();
+    let mut reader = std::io::BufReader::new(reader);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        if reader.read_until(b'\n', &mut line)? == 0 {
+            break;
+        }
+        let text = String::from_utf8_lossy(&line);
+        let text = text.trim_end_matches(['\n', '\r']).to_string();
+        if follow {
+            writeln!(stdout, "{}", json!({ "function": name, "line": text }))?;
+            stdout.flush()?;
+        } else {
+            lines.push(text);
+        }
+    }
+    if !follow {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({ "function": name, "lines": lines }))?
+        );
+    }
+    Ok(0)
 }
 
 fn deploy(client: &Client, args: DeployArgs, json_output: bool) -> anyhow::Result<i32> {
@@ -179,26 +230,41 @@ fn deploy(client: &Client, args: DeployArgs, json_output: bool) -> anyhow::Resul
         }
         config["KilnNetwork"] = n.clone().into();
     }
+    let url_auth = match args.url.as_deref() {
+        None => None,
+        Some("public") => Some("NONE"),
+        Some("iam") => Some("AWS_IAM"),
+        Some(other) => bail!("--url must be `public` or `iam`, not `{other}`"),
+    };
     let name = &args.name;
-    let exists = client
-        .call(
-            "GET",
-            &format!("/2015-03-31/functions/{name}/configuration"),
-            b"",
-            &[],
-        )
-        .is_ok();
+    let exists = match client.call(
+        "GET",
+        &format!("/2015-03-31/functions/{}/configuration", segment(name)),
+        b"",
+        &[],
+    ) {
+        Ok(_) => true,
+        Err(e)
+            if e.downcast_ref::<ApiFailure>()
+                .is_some_and(|f| f.status == 404) =>
+        {
+            false
+        }
+        Err(e) => return Err(e),
+    };
     let result: Value = if exists {
+        // Configuration first: it is what a redeploy most often gets wrong, and a refused
+        // configuration then leaves the function's code untouched too.
         client.call(
             "PUT",
-            &format!("/2015-03-31/functions/{name}/code"),
-            json!({ "ZipFile": zip_b64 }).to_string().as_bytes(),
+            &format!("/2015-03-31/functions/{}/configuration", segment(name)),
+            config.to_string().as_bytes(),
             &[],
         )?;
         let (_, _, body) = client.call(
             "PUT",
-            &format!("/2015-03-31/functions/{name}/configuration"),
-            config.to_string().as_bytes(),
+            &format!("/2015-03-31/functions/{}/code", segment(name)),
+            json!({ "ZipFile": zip_b64 }).to_string().as_bytes(),
             &[],
         )?;
         serde_json::from_slice(&body)?
@@ -214,17 +280,18 @@ fn deploy(client: &Client, args: DeployArgs, json_output: bool) -> anyhow::Resul
         serde_json::from_slice(&body)?
     };
     let mut url = None;
-    if let Some(kind) = &args.url {
-        let auth = match kind.as_str() {
-            "public" => "NONE",
-            "iam" => "AWS_IAM",
-            other => bail!("--url must be `public` or `iam`, not `{other}`"),
-        };
-        let path = format!("/2021-10-31/functions/{name}/url");
+    if let Some(auth) = url_auth {
+        let path = format!("/2021-10-31/functions/{}/url", segment(name));
         let body = json!({ "AuthType": auth }).to_string();
         let response = match client.call("POST", &path, body.as_bytes(), &[]) {
             Ok(r) => r,
-            Err(_) => client.call("PUT", &path, body.as_bytes(), &[])?,
+            Err(e)
+                if e.downcast_ref::<ApiFailure>()
+                    .is_some_and(|f| f.status == 409) =>
+            {
+                client.call("PUT", &path, body.as_bytes(), &[])?
+            }
+            Err(e) => return Err(e),
         };
         let value: Value = serde_json::from_slice(&response.2)?;
         url = value["FunctionUrl"].as_str().map(str::to_string);
@@ -272,7 +339,7 @@ fn invoke(client: &Client, args: InvokeArgs, json_output: bool) -> anyhow::Resul
     ];
     let (status, response_headers, body) = client.call(
         "POST",
-        &format!("/2015-03-31/functions/{}/invocations", args.name),
+        &format!("/2015-03-31/functions/{}/invocations", segment(&args.name)),
         &payload,
         &headers,
     )?;
@@ -312,7 +379,7 @@ fn ls(client: &Client, json_output: bool) -> anyhow::Result<i32> {
     let mut marker: Option<String> = None;
     loop {
         let path = match &marker {
-            Some(m) => format!("/2015-03-31/functions/?Marker={m}"),
+            Some(m) => format!("/2015-03-31/functions/?Marker={}", segment(m)),
             None => "/2015-03-31/functions/".to_string(),
         };
         let (_, _, body) = client.call("GET", &path, b"", &[])?;

@@ -25,6 +25,9 @@ pub enum CodeError {
         "Could not unzip uploaded file. Please check your file, then try to upload again. ({0})"
     )]
     NotAZip(String),
+    /// the package is a zip archive without entries
+    #[error("Uploaded file must be a non-empty zip")]
+    Empty,
     /// the package is larger than allowed
     #[error("Unzipped size must be smaller than {MAX_UNZIPPED_BYTES} bytes")]
     TooLarge,
@@ -122,6 +125,23 @@ impl CodeStore {
         result.map(|()| stored)
     }
 
+    /// Whether a package is stored complete (its zip and its extracted tree).
+    pub fn contains(&self, sha256_hex: &str) -> bool {
+        self.code_dir(sha256_hex).is_dir() && self.zip_path(sha256_hex).is_file()
+    }
+
+    /// Takes a package out of the store at once (two renames/unlinks); returns where its tree
+    /// went, for the caller to delete at leisure. `None` if it was not stored.
+    pub fn unlink(&self, sha256_hex: &str) -> Option<PathBuf> {
+        let _ = fs::remove_file(self.zip_path(sha256_hex));
+        let doomed = self
+            .root
+            .join("tmp")
+            .join(format!("{sha256_hex}.{}.deleted", uuid::Uuid::new_v4()));
+        fs::rename(self.code_dir(sha256_hex), &doomed).ok()?;
+        Some(doomed)
+    }
+
     /// Removes packages no function refers to any more.
     pub fn collect_garbage(&self, live: &[String]) {
         let Ok(entries) = fs::read_dir(self.root.join("code")) else {
@@ -135,6 +155,39 @@ impl CodeStore {
             }
         }
     }
+}
+
+/// Checks a package the way storing it would, without storing or inflating it (for DryRun).
+pub fn check_zip(zip: &[u8]) -> Result<(), CodeError> {
+    if zip.len() > MAX_ZIP_BYTES {
+        return Err(CodeError::ZipTooLarge);
+    }
+    let mut archive = zip::ZipArchive::new(io::Cursor::new(zip))
+        .map_err(|e| CodeError::NotAZip(e.to_string()))?;
+    if archive.is_empty() {
+        return Err(CodeError::Empty);
+    }
+    if archive.len() > MAX_ENTRIES {
+        return Err(CodeError::TooManyEntries);
+    }
+    let mut declared: u64 = 0;
+    for index in 0..archive.len() {
+        let entry = archive
+            .by_index_raw(index)
+            .map_err(|e| CodeError::NotAZip(e.to_string()))?;
+        safe_entry_path(entry.name())?;
+        if entry.is_symlink() {
+            return Err(CodeError::UnsafePath(format!(
+                "{} (symbolic links are not allowed)",
+                entry.name()
+            )));
+        }
+        declared = declared.saturating_add(entry.size());
+    }
+    if declared > MAX_UNZIPPED_BYTES {
+        return Err(CodeError::TooLarge);
+    }
+    Ok(())
 }
 
 /// Checks that a zip entry name stays inside the package root and returns its relative path.
@@ -161,6 +214,9 @@ pub fn safe_entry_path(name: &str) -> Result<PathBuf, CodeError> {
 fn extract(zip: &[u8], dest: &Path) -> Result<(), CodeError> {
     let mut archive = zip::ZipArchive::new(io::Cursor::new(zip))
         .map_err(|e| CodeError::NotAZip(e.to_string()))?;
+    if archive.is_empty() {
+        return Err(CodeError::Empty);
+    }
     if archive.len() > MAX_ENTRIES {
         return Err(CodeError::TooManyEntries);
     }
@@ -293,6 +349,14 @@ mod tests {
         );
         assert!(tree.join("lib/a.py").is_file());
         assert_eq!(store.put_zip(&zip).unwrap(), code);
+        assert!(store.contains(&code.sha256_hex));
+        let doomed = store.unlink(&code.sha256_hex).unwrap();
+        assert!(!store.contains(&code.sha256_hex));
+        assert!(doomed.join("index.js").is_file());
+        assert!(store.unlink(&code.sha256_hex).is_none());
+        // Stored again after an unlink, it is complete again.
+        assert_eq!(store.put_zip(&zip).unwrap(), code);
+        assert!(store.contains(&code.sha256_hex));
     }
 
     #[test]
@@ -302,7 +366,12 @@ mod tests {
         for name in ["../evil", "/etc/passwd", "a/../../b"] {
             let err = store.put_zip(&zip_of(&[(name, b"x")])).unwrap_err();
             assert!(matches!(err, CodeError::UnsafePath(_)), "{name}: {err}");
+            let err = check_zip(&zip_of(&[(name, b"x")])).unwrap_err();
+            assert!(matches!(err, CodeError::UnsafePath(_)), "{name}: {err}");
         }
+        check_zip(&zip_of(&[("a/b.py", b"x")])).unwrap();
+        assert!(matches!(check_zip(&zip_of(&[])), Err(CodeError::Empty)));
+        assert!(matches!(check_zip(b"junk"), Err(CodeError::NotAZip(_))));
         assert_eq!(fs::read_dir(dir.path().join("code")).unwrap().count(), 0);
     }
 
@@ -317,6 +386,10 @@ mod tests {
         assert!(matches!(
             store.put_zip(b"").unwrap_err(),
             CodeError::NotAZip(_)
+        ));
+        assert!(matches!(
+            store.put_zip(&zip_of(&[])).unwrap_err(),
+            CodeError::Empty
         ));
     }
 

@@ -10,7 +10,7 @@ pub mod registry;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -25,6 +25,7 @@ use crate::logs::LogStore;
 use crate::metrics::Metrics;
 use crate::runtime::RESERVED_ENV;
 use code::{CodeError, CodeStore};
+pub use registry::UrlTimes;
 use registry::{Registry, RegistryError};
 
 /// Lambda's payload limits.
@@ -51,6 +52,9 @@ pub enum ControllerError {
     /// the request is larger than allowed
     #[error("{0}")]
     TooLarge(String),
+    /// the caller's RevisionId is not the function's current one
+    #[error("{0}")]
+    PreconditionFailed(String),
     /// concurrency is exhausted
     #[error("Rate Exceeded.")]
     Throttled { reserved: bool },
@@ -127,8 +131,13 @@ pub enum InvocationType {
 
 /// The result of Invoke.
 pub enum Invoked {
-    Done(InvokeOutcome),
-    Queued { request_id: String },
+    Done {
+        outcome: InvokeOutcome,
+        request_id: String,
+    },
+    Queued {
+        request_id: String,
+    },
     DryRun,
 }
 
@@ -142,6 +151,12 @@ pub struct Controller {
     registry: Registry,
     code: CodeStore,
     functions: RwLock<HashMap<String, Arc<Entry>>>,
+    /// When each function URL config was created and changed.
+    url_times: RwLock<HashMap<String, UrlTimes>>,
+    /// Serializes create, modify and delete: each reads the table, commits to SQLite and then
+    /// publishes, and two of them interleaving would lose an update or resurrect a deleted
+    /// function in memory.
+    mutation: Mutex<()>,
     agent: Arc<dyn NodeAgent>,
     runtimes: Vec<String>,
     pub logs: LogStore,
@@ -165,6 +180,8 @@ impl Controller {
             registry,
             code,
             functions: RwLock::default(),
+            url_times: RwLock::default(),
+            mutation: Mutex::new(()),
             agent,
             runtimes,
             logs,
@@ -182,6 +199,11 @@ impl Controller {
             .functions
             .write()
             .unwrap_or_else(|p| p.into_inner()) = table;
+        *controller
+            .url_times
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) =
+            controller.registry.url_times()?.into_iter().collect();
         controller.code.collect_garbage(&live_code);
         queue::start(controller.clone());
         Ok(controller)
@@ -357,7 +379,12 @@ impl Controller {
                 "Function already exist: {name}"
             )));
         }
-        let code = self.store_code(zip).await?;
+        let (code, _mutation) = self.store_code(zip).await?;
+        if self.table().contains_key(name) {
+            return Err(ControllerError::Conflict(format!(
+                "Function already exist: {name}"
+            )));
+        }
         let function = Function {
             name: name.to_string(),
             config,
@@ -376,17 +403,45 @@ impl Controller {
         Ok(self.publish(function))
     }
 
-    async fn store_code(&self, zip: Vec<u8>) -> Result<code::StoredCode, ControllerError> {
-        let store = self.code.clone();
-        tokio::task::spawn_blocking(move || store.put_zip(&zip))
-            .await
-            .map_err(|e| ControllerError::Internal(e.to_string()))?
-            .map_err(Into::into)
+    /// Stores a package and returns with the mutation lock held, so that no concurrent
+    /// DeleteFunction can collect the package before the caller has committed a reference to it.
+    async fn store_code(
+        &self,
+        zip: Vec<u8>,
+    ) -> Result<(code::StoredCode, MutexGuard<'_, ()>), ControllerError> {
+        let zip = Arc::new(zip);
+        loop {
+            let store = self.code.clone();
+            let bytes = zip.clone();
+            let code = tokio::task::spawn_blocking(move || store.put_zip(&bytes))
+                .await
+                .map_err(|e| ControllerError::Internal(e.to_string()))??;
+            let guard = self.lock_mutations();
+            if self.code.contains(&code.sha256_hex) {
+                return Ok((code, guard));
+            }
+            // A DeleteFunction collected these very bytes meanwhile: store them again.
+        }
+    }
+
+    fn lock_mutations(&self) -> MutexGuard<'_, ()> {
+        self.mutation.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Applies a change to a stored function and commits it; the next invocation sees it.
     fn modify(
         &self,
+        name: &str,
+        change: impl FnOnce(&mut Function) -> Result<(), ControllerError>,
+    ) -> Result<Function, ControllerError> {
+        let guard = self.lock_mutations();
+        self.modify_locked(&guard, name, change)
+    }
+
+    /// [`Self::modify`] for a caller that holds the mutation lock.
+    fn modify_locked(
+        &self,
+        _mutation: &MutexGuard<'_, ()>,
         name: &str,
         change: impl FnOnce(&mut Function) -> Result<(), ControllerError>,
     ) -> Result<Function, ControllerError> {
@@ -398,11 +453,31 @@ impl Controller {
         Ok(self.publish(function))
     }
 
+    /// UpdateFunctionCode with DryRun: checks the function, the RevisionId and the package, and
+    /// changes nothing.
+    pub fn check_code(
+        &self,
+        name: &str,
+        zip: &[u8],
+        expected_revision: Option<&str>,
+    ) -> Result<Function, ControllerError> {
+        let function = self.get(name)?;
+        check_revision(&function, expected_revision)?;
+        code::check_zip(zip)?;
+        Ok(function)
+    }
+
     /// UpdateFunctionCode.
-    pub async fn update_code(&self, name: &str, zip: Vec<u8>) -> Result<Function, ControllerError> {
-        self.entry(name)?;
-        let code = self.store_code(zip).await?;
-        self.modify(name, |f| {
+    pub async fn update_code(
+        &self,
+        name: &str,
+        zip: Vec<u8>,
+        expected_revision: Option<&str>,
+    ) -> Result<Function, ControllerError> {
+        check_revision(&self.get(name)?, expected_revision)?;
+        let (code, mutation) = self.store_code(zip).await?;
+        self.modify_locked(&mutation, name, |f| {
+            check_revision(f, expected_revision)?;
             f.code_sha256 = code.sha256_hex;
             f.code_size = code.size;
             f.revision += 1;
@@ -416,8 +491,10 @@ impl Controller {
         &self,
         name: &str,
         patch: ConfigPatch,
+        expected_revision: Option<&str>,
     ) -> Result<Function, ControllerError> {
         self.modify(name, |f| {
+            check_revision(f, expected_revision)?;
             let mut config = f.config.clone();
             if let Some(v) = patch.runtime {
                 config.runtime = v;
@@ -456,12 +533,17 @@ impl Controller {
 
     /// DeleteFunction. Its queued async invocations go with it, as on Lambda.
     pub fn delete(&self, name: &str) -> Result<(), ControllerError> {
+        let _mutation = self.lock_mutations();
         let entry = self.entry(name)?;
         let name = entry.function.name.clone();
         if !self.registry.delete(&name)? {
             return Err(self.not_found(&name));
         }
         self.functions
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&name);
+        self.url_times
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&name);
@@ -473,8 +555,13 @@ impl Controller {
             .map(|e| e.function.code_sha256.clone())
             .collect();
         if !live.contains(&entry.function.code_sha256) {
-            let store = self.code.clone();
-            tokio::task::spawn_blocking(move || store.collect_garbage(&live));
+            // Only this package, and unlinked under the lock: packages that creates and updates
+            // in flight have stored are not referenced yet, but are not garbage.
+            if let Some(doomed) = self.code.unlink(&entry.function.code_sha256) {
+                tokio::task::spawn_blocking(move || {
+                    let _ = std::fs::remove_dir_all(doomed);
+                });
+            }
         }
         Ok(())
     }
@@ -495,6 +582,9 @@ impl Controller {
         }
         self.modify(name, |f| {
             f.reserved_concurrency = reserved;
+            // The agent keys instances by revision: warm instances of the old spec must not
+            // keep serving past a lowered (or zero) reservation.
+            f.revision += 1;
             Ok(())
         })
     }
@@ -505,26 +595,68 @@ impl Controller {
         name: &str,
         auth: Option<UrlAuth>,
         create: bool,
-    ) -> Result<Function, ControllerError> {
-        self.modify(name, |f| {
-            match (create, f.url_auth.is_some(), auth.is_some()) {
-                (true, true, _) => {
-                    return Err(ControllerError::Conflict(format!(
-                        "Failed to create function url config for [functionArn = {}]. Error message:  FunctionUrlConfig exists for this Lambda function",
-                        self.arn(&f.name)
-                    )))
-                }
-                (false, false, _) => {
-                    return Err(ControllerError::NotFound(format!(
-                        "The resource you requested does not exist. (Service: Lambda, function URL config of {})",
-                        f.name
-                    )))
-                }
-                _ => {}
+    ) -> Result<(Function, Option<UrlTimes>), ControllerError> {
+        let _mutation = self.lock_mutations();
+        let mut function = self.entry(name)?.function.clone();
+        match (create, function.url_auth.is_some()) {
+            (true, true) => {
+                return Err(ControllerError::Conflict(format!(
+                    "Failed to create function url config for [functionArn = {}]. Error message:  FunctionUrlConfig exists for this Lambda function",
+                    self.arn(&function.name)
+                )))
             }
-            f.url_auth = auth;
-            Ok(())
-        })
+            (false, false) => return Err(self.url_not_found(&function.name)),
+            _ => {}
+        }
+        let now = Utc::now();
+        let times = auth.map(|_| UrlTimes {
+            created: match self.url_times(&function.name) {
+                Some(t) if !create => t.created,
+                _ => now,
+            },
+            modified: now,
+        });
+        function.url_auth = auth;
+        if !self.registry.update_url(&function, times)? {
+            return Err(self.not_found(&function.name));
+        }
+        {
+            let mut all = self.url_times.write().unwrap_or_else(|p| p.into_inner());
+            match times {
+                Some(t) => all.insert(function.name.clone(), t),
+                None => all.remove(&function.name),
+            };
+        }
+        Ok((self.publish(function), times))
+    }
+
+    /// GetFunctionUrlConfig: the function and when its URL config was created and changed.
+    pub fn url_config(&self, name: &str) -> Result<(Function, UrlTimes), ControllerError> {
+        let function = self.get(name)?;
+        if function.url_auth.is_none() {
+            return Err(self.url_not_found(&function.name));
+        }
+        // Databases from before URL times were kept have none: the function's time stands in.
+        let times = self.url_times(&function.name).unwrap_or(UrlTimes {
+            created: function.last_modified,
+            modified: function.last_modified,
+        });
+        Ok((function, times))
+    }
+
+    fn url_times(&self, name: &str) -> Option<UrlTimes> {
+        self.url_times
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .copied()
+    }
+
+    fn url_not_found(&self, name: &str) -> ControllerError {
+        ControllerError::NotFound(format!(
+            "The resource you requested does not exist. (Service: Lambda, function URL config of {})",
+            self.arn(name)
+        ))
     }
 
     /// Invoke.
@@ -582,13 +714,17 @@ impl Controller {
             }
             InvocationType::RequestResponse => {
                 let request = InvokeRequest {
-                    request_id,
+                    request_id: request_id.clone(),
                     payload,
                     trace_id: trace_id(),
                     client_context,
                     hints,
                 };
-                self.run(&entry.spec, request).await.map(Invoked::Done)
+                let outcome = self.run(&entry.spec, request).await?;
+                Ok(Invoked::Done {
+                    outcome,
+                    request_id,
+                })
             }
         }
     }
@@ -644,6 +780,39 @@ impl Controller {
     pub fn render_metrics(&self) -> String {
         self.metrics
             .render(&self.agent.status(), self.queue_depth())
+    }
+}
+
+/// Lambda's RevisionId: a UUID-shaped digest of everything UpdateFunctionCode and
+/// UpdateFunctionConfiguration change, so it changes with each of them and nothing else.
+pub fn revision_id(f: &Function) -> String {
+    use sha2::{Digest, Sha256};
+    let config = serde_json::to_string(&f.config).unwrap_or_default();
+    let digest = Sha256::digest(format!(
+        "{}\n{}\n{}\n{}",
+        f.name,
+        f.code_sha256,
+        f.last_modified.to_rfc3339(),
+        config
+    ));
+    let h = hex::encode(&digest[..16]);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+/// Optimistic locking: an update that names a RevisionId applies only to that revision.
+fn check_revision(f: &Function, expected: Option<&str>) -> Result<(), ControllerError> {
+    match expected {
+        Some(expected) if expected != revision_id(f) => Err(ControllerError::PreconditionFailed(
+            "The Revision Id provided does not match the latest Revision Id. Call the GetFunction/GetAlias API to retrieve the latest Revision Id".into(),
+        )),
+        _ => Ok(()),
     }
 }
 

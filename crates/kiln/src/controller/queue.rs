@@ -4,31 +4,43 @@
 //! point re-delivers it (at least once, as on Lambda). Function errors are retried twice with a
 //! growing delay; throttles are retried without counting an attempt.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::Utc;
 
-use super::registry::QueuedEvent;
+use super::registry::{QueuedEvent, Requeue};
 use super::{Controller, ControllerError, ASYNC_ATTEMPTS};
 use crate::agent::{InvokeRequest, RouteHints};
 use crate::metrics::OutcomeLabels;
+
+/// Lambda keeps retrying an event it cannot run for lack of concurrency for up to six hours,
+/// backing off exponentially from one second to five minutes.
+const MAX_EVENT_AGE: chrono::TimeDelta = chrono::TimeDelta::hours(6);
+const MAX_THROTTLE_BACKOFF_S: i64 = 300;
+
+/// The wait after an event's `throttles`-th throttled delivery.
+fn throttle_backoff(throttles: u32) -> chrono::TimeDelta {
+    chrono::TimeDelta::seconds(1i64 << throttles.min(9))
+        .min(chrono::TimeDelta::seconds(MAX_THROTTLE_BACKOFF_S))
+}
 
 pub(super) fn start(controller: Arc<Controller>) {
     let weak = Arc::downgrade(&controller);
     drop(controller);
     tokio::spawn(async move {
-        let in_flight: Arc<Mutex<HashSet<i64>>> = Arc::default();
+        // Events being delivered, by id, with their function.
+        let in_flight: Arc<Mutex<HashMap<i64, String>>> = Arc::default();
         loop {
             let Some(controller) = weak.upgrade() else {
                 return;
             };
-            let busy: Vec<i64> = in_flight
+            let busy: Vec<(i64, String)> = in_flight
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .iter()
-                .copied()
+                .map(|(id, function)| (*id, function.clone()))
                 .collect();
             let room = controller
                 .config
@@ -36,7 +48,9 @@ pub(super) fn start(controller: Arc<Controller>) {
                 .saturating_sub(busy.len());
             let due = if room > 0 {
                 let registry = &controller.registry;
-                tokio::task::block_in_place(|| registry.due_events(room, &busy)).unwrap_or_default()
+                let cap = |function: &str| controller.async_cap(function);
+                tokio::task::block_in_place(|| registry.due_events_capped(room, &busy, &cap))
+                    .unwrap_or_default()
             } else {
                 Vec::new()
             };
@@ -44,7 +58,7 @@ pub(super) fn start(controller: Arc<Controller>) {
                 in_flight
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .insert(event.id);
+                    .insert(event.id, event.function.clone());
                 let controller = controller.clone();
                 let in_flight = in_flight.clone();
                 tokio::spawn(async move {
@@ -61,6 +75,22 @@ pub(super) fn start(controller: Arc<Controller>) {
             let _ = tokio::time::timeout(Duration::from_millis(250), wakeup.notified()).await;
         }
     });
+}
+
+impl Controller {
+    /// How many of a function's events may be delivered at once: more than it can run would
+    /// only wait inside the agent, holding delivery slots the other functions need.
+    fn async_cap(&self, function: &str) -> usize {
+        self.table()
+            .get(function)
+            .map(|e| {
+                e.function
+                    .reserved_concurrency
+                    .unwrap_or(self.config.node_max_instances)
+                    .max(1) as usize
+            })
+            .unwrap_or(1)
+    }
 }
 
 async fn deliver(controller: &Controller, event: &QueuedEvent) {
@@ -97,10 +127,30 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
             return;
         }
         Ok(outcome) => String::from_utf8_lossy(&outcome.body).into_owned(),
-        Err(ControllerError::Throttled { .. }) | Err(ControllerError::ShuttingDown) => {
-            let retry_at = Utc::now() + chrono::Duration::seconds(1);
-            let _ = tokio::task::block_in_place(|| registry.retry_event(event.id, retry_at, false));
+        Err(ControllerError::Throttled { .. }) => {
+            let now = Utc::now();
+            if now - event.enqueued_at > MAX_EVENT_AGE {
+                let error = format!(
+                    "event expired: throttled for more than {} hours",
+                    MAX_EVENT_AGE.num_hours()
+                );
+                tracing::warn!(function = %event.function, request_id = %event.request_id, "{error}");
+                let _ = tokio::task::block_in_place(|| registry.fail_event(event, &error));
+                count("expired");
+                return;
+            }
+            let retry_at = now + throttle_backoff(event.throttles);
+            let _ = tokio::task::block_in_place(|| {
+                registry.retry_event(event.id, retry_at, Requeue::Throttled)
+            });
             count("throttled");
+            return;
+        }
+        Err(ControllerError::ShuttingDown) => {
+            let retry_at = Utc::now() + chrono::Duration::seconds(1);
+            let _ = tokio::task::block_in_place(|| {
+                registry.retry_event(event.id, retry_at, Requeue::Interrupted)
+            });
             return;
         }
         Err(e) => e.to_string(),
@@ -113,7 +163,21 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
     } else {
         let delay = controller.config.async_retry_delay * attempt;
         let retry_at = Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default();
-        let _ = tokio::task::block_in_place(|| registry.retry_event(event.id, retry_at, true));
+        let _ = tokio::task::block_in_place(|| {
+            registry.retry_event(event.id, retry_at, Requeue::Failed)
+        });
         count("retried");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn throttle_backoff_doubles_up_to_five_minutes() {
+        let secs: Vec<i64> = (0..12).map(|n| throttle_backoff(n).num_seconds()).collect();
+        assert_eq!(secs, vec![1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300, 300]);
+        assert_eq!(throttle_backoff(u32::MAX).num_seconds(), 300);
     }
 }

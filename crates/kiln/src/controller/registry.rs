@@ -31,6 +31,22 @@ pub struct QueuedEvent {
     pub payload: Vec<u8>,
     pub attempts: u32,
     pub not_before: DateTime<Utc>,
+    /// Deliveries refused for lack of concurrency so far (they do not use up attempts).
+    pub throttles: u32,
+    /// When the event was accepted (events of databases from before this was kept: when
+    /// kiln started).
+    pub enqueued_at: DateTime<Utc>,
+}
+
+/// Why an event goes back to the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Requeue {
+    /// The function failed: one attempt used.
+    Failed,
+    /// No concurrency was available: counted separately, for the backoff.
+    Throttled,
+    /// kiln is shutting down: nothing counted.
+    Interrupted,
 }
 
 pub struct Registry {
@@ -56,6 +72,7 @@ CREATE TABLE IF NOT EXISTS async_queue (
     attempts INTEGER NOT NULL DEFAULT 0,
     not_before TEXT NOT NULL
 );
+CREATE INDEX IF NOT EXISTS async_queue_by_function ON async_queue (function, id);
 CREATE TABLE IF NOT EXISTS async_failures (
     request_id TEXT PRIMARY KEY,
     function TEXT NOT NULL,
@@ -65,6 +82,13 @@ CREATE TABLE IF NOT EXISTS async_failures (
 );
 ";
 
+/// When a function's URL config was created and last changed (Lambda reports both).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UrlTimes {
+    pub created: DateTime<Utc>,
+    pub modified: DateTime<Utc>,
+}
+
 impl Registry {
     pub fn open(path: &Path) -> Result<Self, RegistryError> {
         let db = Connection::open(path)?;
@@ -72,7 +96,79 @@ impl Registry {
         db.pragma_update(None, "synchronous", "FULL")?;
         db.busy_timeout(std::time::Duration::from_secs(5))?;
         db.execute_batch(SCHEMA)?;
+        // Columns added after the first release; older databases get them here.
+        for (table, column, kind) in [
+            ("functions", "url_created", "TEXT"),
+            ("functions", "url_modified", "TEXT"),
+            ("async_queue", "throttles", "INTEGER NOT NULL DEFAULT 0"),
+            ("async_queue", "enqueued_at", "TEXT"),
+        ] {
+            let present: bool = db
+                .prepare(&format!(
+                    "SELECT 1 FROM pragma_table_info('{table}') WHERE name = ?1"
+                ))?
+                .exists([column])?;
+            if !present {
+                db.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {kind}"))?;
+            }
+        }
         Ok(Self { db: Mutex::new(db) })
+    }
+
+    /// Replaces a function's row together with its URL config times (`None` clears them), in
+    /// one statement; false if the function does not exist.
+    pub fn update_url(&self, f: &Function, times: Option<UrlTimes>) -> Result<bool, RegistryError> {
+        let config =
+            serde_json::to_string(&f.config).map_err(|e| RegistryError::Corrupt(e.to_string()))?;
+        let changed = self.db().execute(
+            "UPDATE functions SET config = ?2, code_sha256 = ?3, code_size = ?4, revision = ?5,
+             last_modified = ?6, reserved_concurrency = ?7, url_auth = ?8, url_created = ?9,
+             url_modified = ?10 WHERE name = ?1",
+            params![
+                f.name,
+                config,
+                f.code_sha256,
+                f.code_size,
+                f.revision,
+                f.last_modified.to_rfc3339(),
+                f.reserved_concurrency,
+                url_auth_text(f.url_auth),
+                times.map(|t| t.created.to_rfc3339()),
+                times.map(|t| t.modified.to_rfc3339()),
+            ],
+        )?;
+        Ok(changed == 1)
+    }
+
+    /// The URL config times of every function that has them.
+    pub fn url_times(&self) -> Result<Vec<(String, UrlTimes)>, RegistryError> {
+        let db = self.db();
+        let mut stmt = db.prepare(
+            "SELECT name, url_created, url_modified FROM functions
+             WHERE url_created IS NOT NULL AND url_modified IS NOT NULL",
+        )?;
+        let rows = stmt.query_map([], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, String>(2)?,
+            ))
+        })?;
+        let parse = |name: &str, text: &str| {
+            DateTime::parse_from_rfc3339(text)
+                .map(|t| t.with_timezone(&Utc))
+                .map_err(|e| RegistryError::Corrupt(format!("{name}: {e}")))
+        };
+        let mut out = Vec::new();
+        for row in rows {
+            let (name, created, modified) = row?;
+            let times = UrlTimes {
+                created: parse(&name, &created)?,
+                modified: parse(&name, &modified)?,
+            };
+            out.push((name, times));
+        }
+        Ok(out)
     }
 
     fn db(&self) -> std::sync::MutexGuard<'_, Connection> {
@@ -187,7 +283,8 @@ impl Registry {
     ) -> Result<i64, RegistryError> {
         let db = self.db();
         db.execute(
-            "INSERT INTO async_queue (request_id, function, payload, attempts, not_before) VALUES (?1, ?2, ?3, 0, ?4)",
+            "INSERT INTO async_queue (request_id, function, payload, attempts, not_before, enqueued_at)
+             VALUES (?1, ?2, ?3, 0, ?4, ?4)",
             params![request_id, function, payload, Utc::now().to_rfc3339()],
         )?;
         Ok(db.last_insert_rowid())
@@ -199,30 +296,85 @@ impl Registry {
         limit: usize,
         exclude: &[i64],
     ) -> Result<Vec<QueuedEvent>, RegistryError> {
+        let busy: Vec<(i64, String)> = exclude.iter().map(|id| (*id, String::new())).collect();
+        self.due_events_capped(limit, &busy, &|_| usize::MAX)
+    }
+
+    /// Events due now, oldest first, skipping `busy` ones (being delivered: id and function)
+    /// and never taking more of one function than `cap(function)` minus its busy ones. Each
+    /// function's oldest events are considered, so a function with a deep backlog it cannot
+    /// run yet does not hide the events of the others.
+    pub fn due_events_capped(
+        &self,
+        limit: usize,
+        busy: &[(i64, String)],
+        cap: &dyn Fn(&str) -> usize,
+    ) -> Result<Vec<QueuedEvent>, RegistryError> {
+        use std::collections::HashMap;
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
         let db = self.db();
-        let mut stmt = db.prepare_cached(
-            "SELECT id, request_id, function, payload, attempts, not_before FROM async_queue
-             WHERE not_before <= ?1 ORDER BY id LIMIT ?2",
-        )?;
         let now = Utc::now().to_rfc3339();
-        let rows = stmt.query_map(params![now, (limit + exclude.len()) as i64], |row| {
-            Ok(QueuedEvent {
-                id: row.get(0)?,
-                request_id: row.get(1)?,
-                function: row.get(2)?,
-                payload: row.get(3)?,
-                attempts: row.get(4)?,
-                not_before: DateTime::parse_from_rfc3339(&row.get::<_, String>(5)?)
-                    .map(|t| t.with_timezone(&Utc))
-                    .unwrap_or_else(|_| Utc::now()),
-            })
-        })?;
-        let mut out = Vec::new();
-        for row in rows {
-            let event = row?;
-            if !exclude.contains(&event.id) && out.len() < limit {
-                out.push(event);
+        let per_function = (limit + busy.len()) as i64;
+        let heads: Vec<(i64, String)> = {
+            let mut stmt = db.prepare_cached(
+                "SELECT id, function FROM (
+                     SELECT id, function,
+                            ROW_NUMBER() OVER (PARTITION BY function ORDER BY id) AS n
+                     FROM async_queue WHERE not_before <= ?1
+                 ) WHERE n <= ?2 ORDER BY id",
+            )?;
+            let rows = stmt.query_map(params![now, per_function], |row| {
+                Ok((row.get(0)?, row.get(1)?))
+            })?;
+            rows.collect::<Result<_, _>>()?
+        };
+        let mut running: HashMap<&str, usize> = HashMap::new();
+        for (_, function) in busy {
+            *running.entry(function.as_str()).or_default() += 1;
+        }
+        let mut picked = Vec::new();
+        for (id, function) in &heads {
+            if busy.iter().any(|(b, _)| b == id) {
+                continue;
             }
+            let n = running.entry(function.as_str()).or_default();
+            if *n >= cap(function) {
+                continue;
+            }
+            *n += 1;
+            picked.push(*id);
+            if picked.len() == limit {
+                break;
+            }
+        }
+        let mut stmt = db.prepare_cached(
+            "SELECT id, request_id, function, payload, attempts, not_before, throttles, enqueued_at
+             FROM async_queue WHERE id = ?1",
+        )?;
+        let time = |text: Option<String>| {
+            text.and_then(|t| DateTime::parse_from_rfc3339(&t).ok())
+                .map(|t| t.with_timezone(&Utc))
+                .unwrap_or_else(Utc::now)
+        };
+        let mut out = Vec::with_capacity(picked.len());
+        for id in picked {
+            let event = stmt
+                .query_row([id], |row| {
+                    Ok(QueuedEvent {
+                        id: row.get(0)?,
+                        request_id: row.get(1)?,
+                        function: row.get(2)?,
+                        payload: row.get(3)?,
+                        attempts: row.get(4)?,
+                        not_before: time(row.get(5)?),
+                        throttles: row.get(6)?,
+                        enqueued_at: time(row.get(7)?),
+                    })
+                })
+                .optional()?;
+            out.extend(event);
         }
         Ok(out)
     }
@@ -240,16 +392,22 @@ impl Registry {
         Ok(())
     }
 
-    /// Schedules another attempt; `count_attempt` is false for throttles, which Lambda does not count.
+    /// Puts an event back, due at `not_before`, counting what `why` says.
     pub fn retry_event(
         &self,
         id: i64,
         not_before: DateTime<Utc>,
-        count_attempt: bool,
+        why: Requeue,
     ) -> Result<(), RegistryError> {
+        let (attempts, throttles) = match why {
+            Requeue::Failed => (1, 0),
+            Requeue::Throttled => (0, 1),
+            Requeue::Interrupted => (0, 0),
+        };
         self.db().execute(
-            "UPDATE async_queue SET attempts = attempts + ?2, not_before = ?3 WHERE id = ?1",
-            params![id, count_attempt as i64, not_before.to_rfc3339()],
+            "UPDATE async_queue SET attempts = attempts + ?2, throttles = throttles + ?3,
+             not_before = ?4 WHERE id = ?1",
+            params![id, attempts, throttles, not_before.to_rfc3339()],
         )?;
         Ok(())
     }
@@ -340,6 +498,34 @@ mod tests {
     }
 
     #[test]
+    fn url_times_round_trip_and_go_with_the_function() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kiln.db");
+        let times = UrlTimes {
+            created: DateTime::parse_from_rfc3339("2024-01-02T03:04:05.678Z")
+                .unwrap()
+                .with_timezone(&Utc),
+            modified: Utc::now(),
+        };
+        {
+            let reg = Registry::open(&path).unwrap();
+            assert!(reg.insert(&sample("a")).unwrap());
+            assert!(!reg.update_url(&sample("b"), Some(times)).unwrap());
+            assert!(reg.update_url(&sample("a"), Some(times)).unwrap());
+            // A plain update keeps the times.
+            assert!(reg.update(&sample("a")).unwrap());
+        }
+        let reg = Registry::open(&path).unwrap();
+        assert_eq!(reg.url_times().unwrap(), vec![("a".to_string(), times)]);
+        assert!(reg.update_url(&sample("a"), None).unwrap());
+        assert!(reg.url_times().unwrap().is_empty());
+        assert!(reg.update_url(&sample("a"), Some(times)).unwrap());
+        assert!(reg.delete("a").unwrap());
+        assert!(reg.insert(&sample("a")).unwrap());
+        assert!(reg.url_times().unwrap().is_empty());
+    }
+
+    #[test]
     fn queue_orders_retries_and_fails() {
         let dir = tempfile::tempdir().unwrap();
         let reg = Registry::open(&dir.path().join("kiln.db")).unwrap();
@@ -351,18 +537,52 @@ mod tests {
             vec![first, second]
         );
         assert_eq!(reg.due_events(10, &[first]).unwrap().len(), 1);
-        reg.retry_event(first, Utc::now() + chrono::Duration::seconds(60), true)
-            .unwrap();
+        reg.retry_event(
+            first,
+            Utc::now() + chrono::Duration::seconds(60),
+            Requeue::Failed,
+        )
+        .unwrap();
         assert_eq!(reg.due_events(10, &[]).unwrap()[0].id, second);
         reg.complete_event(second).unwrap();
         assert_eq!(reg.queue_depth().unwrap(), 1);
         let mut event = reg.due_events(10, &[]).unwrap();
         assert!(event.is_empty());
-        reg.retry_event(first, Utc::now(), false).unwrap();
+        reg.retry_event(first, Utc::now(), Requeue::Throttled)
+            .unwrap();
+        reg.retry_event(first, Utc::now(), Requeue::Interrupted)
+            .unwrap();
         event = reg.due_events(10, &[]).unwrap();
         assert_eq!(event[0].attempts, 1);
+        assert_eq!(event[0].throttles, 1);
+        assert!(event[0].enqueued_at <= Utc::now());
         reg.fail_event(&event[0], "boom").unwrap();
         assert_eq!(reg.queue_depth().unwrap(), 0);
         assert_eq!(reg.failure("r1").unwrap().as_deref(), Some("boom"));
+    }
+
+    #[test]
+    fn a_backlog_does_not_hide_other_functions() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = Registry::open(&dir.path().join("kiln.db")).unwrap();
+        let slow: Vec<i64> = (0..50)
+            .map(|i| reg.enqueue(&format!("s{i}"), "slow", b"{}").unwrap())
+            .collect();
+        let fast = reg.enqueue("f", "fast", b"{}").unwrap();
+        let cap = |f: &str| if f == "slow" { 1 } else { 10 };
+        // Nothing busy: the oldest slow one and the fast one.
+        let due = reg.due_events_capped(16, &[], &cap).unwrap();
+        assert_eq!(
+            due.iter().map(|e| e.id).collect::<Vec<_>>(),
+            vec![slow[0], fast]
+        );
+        // The slow function is at its cap: only the fast one.
+        let busy = vec![(slow[0], "slow".to_string())];
+        let due = reg.due_events_capped(16, &busy, &cap).unwrap();
+        assert_eq!(due.iter().map(|e| e.id).collect::<Vec<_>>(), vec![fast]);
+        assert_eq!(due[0].request_id, "f");
+        // The limit holds across functions, oldest first.
+        let due = reg.due_events_capped(1, &[], &|_| 100).unwrap();
+        assert_eq!(due.iter().map(|e| e.id).collect::<Vec<_>>(), vec![slow[0]]);
     }
 }

@@ -1,0 +1,1 @@
+export const helper = (n) => n * 2;

@@ -1,0 +1,1 @@
+exports.somethingElse = async () => 'not the handler';

@@ -1,0 +1,3 @@
+exports.handler = async () => {
+  return { this is not javascript
+};

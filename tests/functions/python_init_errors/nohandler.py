@@ -1,0 +1,2 @@
+def something_else(event, context):
+    return "not the handler"

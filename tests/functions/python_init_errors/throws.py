@@ -1,0 +1,5 @@
+class InitFailure(Exception):
+    pass
+
+
+raise InitFailure("init went wrong in python")

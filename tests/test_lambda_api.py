@@ -1,0 +1,1007 @@
+"""The Lambda control and invoke API, driven with real boto3 against a real kiln.
+
+Every test names its functions uniquely: the session's kiln is shared.
+"""
+
+import base64
+import hashlib
+import io
+import json
+import re
+import time
+import uuid
+import zipfile
+
+import boto3
+import botocore.auth
+import botocore.config
+import botocore.awsrequest
+import botocore.credentials
+import pytest
+import requests
+
+from kiln_harness import NODE_RUNTIME, PYTHON_RUNTIME, zip_files
+
+ROLE = "arn:aws:iam::000000000000:role/test"
+
+ECHO_PY = """
+import json, os
+
+def handler(event, context):
+    print("echo-log", json.dumps(event))
+    return {
+        "event": event,
+        "env": {k: v for k, v in os.environ.items() if k.startswith("USER_")},
+        "memory": context.memory_limit_in_mb,
+        "remaining_ms": context.get_remaining_time_in_millis(),
+        "function_name": context.function_name,
+        "version": "v1",
+    }
+"""
+
+ECHO_NODE = """
+exports.handler = async (event, context) => {
+  console.log("node-log", JSON.stringify(event));
+  return { event, runtime: "node", function_name: context.functionName,
+           memory: context.memoryLimitInMB, user: process.env.USER_K || null };
+};
+"""
+
+
+def unvalidated_client(kiln):
+    """A boto3 client that sends what it is given, so kiln's own validation is what answers."""
+    return boto3.client(
+        "lambda", endpoint_url=kiln.endpoint, region_name=kiln.region,
+        aws_access_key_id=kiln.access_key, aws_secret_access_key=kiln.secret_key,
+        config=botocore.config.Config(retries={"max_attempts": 0, "mode": "standard"},
+                                      parameter_validation=False, read_timeout=60),
+    )
+
+
+def unique(prefix):
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def create(kiln, name, files=None, runtime=PYTHON_RUNTIME, handler="app.handler", zip_bytes=None, **extra):
+    lam = kiln.client()
+    if zip_bytes is None:
+        zip_bytes = zip_files(files if files is not None else {"app.py": ECHO_PY})
+    return lam.create_function(
+        FunctionName=name, Runtime=runtime, Role=ROLE, Handler=handler, Code={"ZipFile": zip_bytes}, **extra
+    )
+
+
+def invoke(kiln, name, event=None, **kwargs):
+    lam = kiln.client()
+    response = lam.invoke(FunctionName=name, Payload=json.dumps(event if event is not None else {}), **kwargs)
+    body = response["Payload"].read()
+    return (json.loads(body) if body else None), response
+
+
+def error_code(excinfo):
+    return excinfo.value.response["Error"]["Code"]
+
+
+def http_status(excinfo):
+    return excinfo.value.response["ResponseMetadata"]["HTTPStatusCode"]
+
+
+def signed_request(kiln, method, path, body=b"", headers=None, service="lambda", secret=None, access_key=None):
+    """Send a SigV4-signed request with `requests`, to see what boto3 hides."""
+    url = kiln.endpoint + path
+    request = botocore.awsrequest.AWSRequest(method=method, url=url, data=body, headers=dict(headers or {}))
+    creds = botocore.credentials.Credentials(access_key or kiln.access_key, secret or kiln.secret_key)
+    botocore.auth.SigV4Auth(creds, service, kiln.region).add_auth(request)
+    return requests.request(method, url, data=body, headers=dict(request.headers.items()), timeout=60)
+
+
+def assert_lambda_error(response, status, code):
+    assert response.status_code == status, (response.status_code, response.text)
+    assert response.headers.get("x-amzn-ErrorType", "").split(":")[0] == code, dict(response.headers)
+    body = response.json()
+    assert isinstance(body, dict)
+    assert body.get("message") or body.get("Message"), body
+
+
+# --- CreateFunction / GetFunction / GetFunctionConfiguration ----------------------------------
+
+
+def test_create_and_get_function_shape(kiln):
+    name = unique("shape")
+    zip_bytes = zip_files({"app.py": ECHO_PY})
+    created = create(kiln, name, zip_bytes=zip_bytes, Description="the shape test", MemorySize=256, Timeout=7)
+    assert created["ResponseMetadata"]["HTTPStatusCode"] == 201
+    arn = f"arn:aws:lambda:us-east-1:000000000000:function:{name}"
+    sha = base64.b64encode(hashlib.sha256(zip_bytes).digest()).decode()
+    for config in (created, kiln.client().get_function(FunctionName=name)["Configuration"],
+                   kiln.client().get_function_configuration(FunctionName=name)):
+        assert config["FunctionName"] == name
+        assert config["FunctionArn"] == arn
+        assert config["Runtime"] == PYTHON_RUNTIME
+        assert config["Handler"] == "app.handler"
+        assert config["Role"] == ROLE
+        assert config["Description"] == "the shape test"
+        assert config["MemorySize"] == 256
+        assert config["Timeout"] == 7
+        assert config["CodeSize"] == len(zip_bytes)
+        assert config["CodeSha256"] == sha
+        assert config["State"] == "Active"
+        assert config["LastUpdateStatus"] == "Successful"
+        assert config["PackageType"] == "Zip"
+        assert config["Version"] == "$LATEST"
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+0000", config["LastModified"]), config["LastModified"]
+    got = kiln.client().get_function(FunctionName=name)
+    assert got["Code"]["RepositoryType"] == "S3"
+    download = requests.get(got["Code"]["Location"], timeout=30)
+    assert download.status_code == 200
+    assert download.content == zip_bytes
+
+
+def test_get_function_by_arn_and_qualifier(kiln):
+    name = unique("byarn")
+    create(kiln, name)
+    arn = f"arn:aws:lambda:us-east-1:000000000000:function:{name}"
+    lam = kiln.client()
+    assert lam.get_function(FunctionName=arn)["Configuration"]["FunctionName"] == name
+    assert lam.get_function_configuration(FunctionName=name, Qualifier="$LATEST")["FunctionName"] == name
+    payload, response = invoke(kiln, arn, {"via": "arn"})
+    assert payload["event"] == {"via": "arn"}
+
+
+def test_code_location_needs_its_token(kiln):
+    name = unique("codetoken")
+    create(kiln, name)
+    location = kiln.client().get_function(FunctionName=name)["Code"]["Location"]
+    tampered = re.sub(r"token=[0-9a-f]+", "token=" + "0" * 64, location)
+    response = requests.get(tampered, timeout=30)
+    assert_lambda_error(response, 403, "AccessDeniedException")
+    response = requests.get(location.split("?")[0], timeout=30)
+    assert response.status_code in (400, 403)
+    assert response.headers.get("x-amzn-ErrorType")
+    assert response.json()
+
+
+def test_nodejs_function(kiln):
+    name = unique("node")
+    create(kiln, name, files={"index.js": ECHO_NODE}, runtime=NODE_RUNTIME, handler="index.handler",
+           Environment={"Variables": {"USER_K": "nv"}}, MemorySize=192)
+    payload, response = invoke(kiln, name, {"n": 1}, LogType="Tail")
+    assert response["StatusCode"] == 200
+    assert payload == {"event": {"n": 1}, "runtime": "node", "function_name": name, "memory": "192", "user": "nv"} or \
+        payload == {"event": {"n": 1}, "runtime": "node", "function_name": name, "memory": 192, "user": "nv"}
+    tail = base64.b64decode(response["LogResult"]).decode()
+    assert "node-log" in tail and "START RequestId" in tail and "REPORT RequestId" in tail
+
+
+# --- ListFunctions ----------------------------------------------------------------------------
+
+
+def test_list_functions_paginates(kiln):
+    prefix = unique("list")
+    names = sorted(f"{prefix}-{i}" for i in range(5))
+    for n in names:
+        create(kiln, n)
+    lam = kiln.client()
+    seen = []
+    marker = None
+    pages = 0
+    while True:
+        kwargs = {"MaxItems": 2}
+        if marker:
+            kwargs["Marker"] = marker
+        page = lam.list_functions(**kwargs)
+        pages += 1
+        assert len(page["Functions"]) <= 2
+        seen.extend(f["FunctionName"] for f in page["Functions"])
+        marker = page.get("NextMarker")
+        if not marker:
+            break
+        assert pages < 1000
+    assert len(seen) == len(set(seen)), "a function was listed twice"
+    ours = [n for n in seen if n.startswith(prefix)]
+    assert ours == names
+    assert pages >= 3
+    # boto3's paginator, with a page size, sees the same set.
+    paginator = lam.get_paginator("list_functions")
+    listed = []
+    for page in paginator.paginate(PaginationConfig={"PageSize": 2}):
+        assert len(page["Functions"]) <= 2
+        listed.extend(f["FunctionName"] for f in page["Functions"])
+    assert len(listed) == len(set(listed))
+    assert [n for n in listed if n.startswith(prefix)] == names
+    # MaxItems on the paginator caps the total and hands back a resume token.
+    first = paginator.paginate(PaginationConfig={"MaxItems": 3, "PageSize": 2}).build_full_result()
+    assert len(first["Functions"]) == 3
+    assert first.get("NextToken")
+    full = lam.list_functions()
+    assert {f["FunctionName"] for f in full["Functions"]} >= set(names) or full.get("NextMarker")
+
+
+def test_list_functions_entries_have_configuration_shape(kiln):
+    name = unique("listshape")
+    create(kiln, name)
+    for page in kiln.client().get_paginator("list_functions").paginate():
+        for f in page["Functions"]:
+            if f["FunctionName"] == name:
+                assert f["FunctionArn"].endswith(f":function:{name}")
+                assert f["Runtime"] == PYTHON_RUNTIME
+                assert "CodeSha256" in f and "LastModified" in f
+                return
+    pytest.fail("function not listed")
+
+
+def test_list_functions_bad_max_items(kiln):
+    lam = unvalidated_client(kiln)
+    for bad in (0, -1, 10001):
+        with pytest.raises(lam.exceptions.InvalidParameterValueException):
+            lam.list_functions(MaxItems=bad)
+
+
+# --- UpdateFunctionCode / UpdateFunctionConfiguration -----------------------------------------
+
+
+def test_update_function_code_runs_new_code(kiln):
+    name = unique("updcode")
+    create(kiln, name)
+    payload, _ = invoke(kiln, name)
+    assert payload["version"] == "v1"
+    new_zip = zip_files({"app.py": ECHO_PY.replace('"v1"', '"v2"')})
+    lam = kiln.client()
+    updated = lam.update_function_code(FunctionName=name, ZipFile=new_zip)
+    assert updated["CodeSha256"] == base64.b64encode(hashlib.sha256(new_zip).digest()).decode()
+    assert updated["CodeSize"] == len(new_zip)
+    payload, _ = invoke(kiln, name)
+    assert payload["version"] == "v2"
+    location = lam.get_function(FunctionName=name)["Code"]["Location"]
+    assert requests.get(location, timeout=30).content == new_zip
+
+
+def test_update_function_configuration_is_visible_to_function(kiln):
+    name = unique("updcfg")
+    create(kiln, name, Environment={"Variables": {"USER_A": "1"}})
+    payload, _ = invoke(kiln, name)
+    assert payload["env"] == {"USER_A": "1"}
+    assert payload["memory"] == "128" or payload["memory"] == 128
+    lam = kiln.client()
+    before = lam.get_function_configuration(FunctionName=name)
+    updated = lam.update_function_configuration(
+        FunctionName=name, MemorySize=512, Timeout=30, Description="changed",
+        Environment={"Variables": {"USER_B": "two", "USER_C": "x=y"}},
+    )
+    assert updated["MemorySize"] == 512 and updated["Timeout"] == 30
+    assert updated["Environment"]["Variables"] == {"USER_B": "two", "USER_C": "x=y"}
+    assert updated["RevisionId"] != before["RevisionId"]
+    assert updated["CodeSha256"] == before["CodeSha256"]
+    payload, _ = invoke(kiln, name)
+    assert payload["env"] == {"USER_B": "two", "USER_C": "x=y"}
+    assert int(payload["memory"]) == 512
+    assert 3000 < payload["remaining_ms"] <= 30000
+    # Only what was given changes.
+    lam.update_function_configuration(FunctionName=name, Timeout=10)
+    config = lam.get_function_configuration(FunctionName=name)
+    assert config["MemorySize"] == 512 and config["Timeout"] == 10 and config["Description"] == "changed"
+    # An empty Variables map clears the environment.
+    lam.update_function_configuration(FunctionName=name, Environment={"Variables": {}})
+    payload, _ = invoke(kiln, name)
+    assert payload["env"] == {}
+
+
+def test_update_configuration_handler(kiln):
+    name = unique("updhandler")
+    create(kiln, name, files={"app.py": "def a(e, c):\n    return 'a'\n\ndef b(e, c):\n    return 'b'\n"}, handler="app.a")
+    assert invoke(kiln, name)[0] == "a"
+    kiln.client().update_function_configuration(FunctionName=name, Handler="app.b")
+    assert invoke(kiln, name)[0] == "b"
+
+
+def test_update_configuration_validates(kiln):
+    name = unique("updval")
+    create(kiln, name)
+    lam = unvalidated_client(kiln)
+    for bad in ({"MemorySize": 64}, {"Timeout": 0}, {"Runtime": "cobol85"},
+                {"Environment": {"Variables": {"AWS_REGION": "x"}}}):
+        with pytest.raises(lam.exceptions.InvalidParameterValueException):
+            lam.update_function_configuration(FunctionName=name, **bad)
+    assert lam.get_function_configuration(FunctionName=name)["MemorySize"] == 128
+    with pytest.raises(lam.exceptions.ResourceNotFoundException):
+        lam.update_function_configuration(FunctionName=unique("nope"), Timeout=5)
+    with pytest.raises(lam.exceptions.ResourceNotFoundException):
+        lam.update_function_code(FunctionName=unique("nope"), ZipFile=zip_files({"app.py": ECHO_PY}))
+    with pytest.raises(lam.exceptions.InvalidParameterValueException):
+        lam.update_function_code(FunctionName=name, ZipFile=b"not a zip")
+
+
+# --- DeleteFunction ---------------------------------------------------------------------------
+
+
+def test_delete_function(kiln):
+    name = unique("delete")
+    create(kiln, name)
+    invoke(kiln, name)
+    lam = kiln.client()
+    response = lam.delete_function(FunctionName=name)
+    assert response["ResponseMetadata"]["HTTPStatusCode"] == 204
+    with pytest.raises(lam.exceptions.ResourceNotFoundException):
+        lam.get_function(FunctionName=name)
+    with pytest.raises(lam.exceptions.ResourceNotFoundException):
+        invoke(kiln, name)
+    with pytest.raises(lam.exceptions.ResourceNotFoundException):
+        lam.delete_function(FunctionName=name)
+    # The name can be used again.
+    create(kiln, name, files={"app.py": "def handler(e, c):\n    return 'again'\n"})
+    assert invoke(kiln, name)[0] == "again"
+
+
+# --- Invoke -----------------------------------------------------------------------------------
+
+
+def test_invoke_request_response(kiln):
+    name = unique("rr")
+    create(kiln, name)
+    payload, response = invoke(kiln, name, {"k": [1, 2, {"x": None}]})
+    assert response["StatusCode"] == 200
+    assert "FunctionError" not in response
+    assert response["ExecutedVersion"] == "$LATEST"
+    assert payload["event"] == {"k": [1, 2, {"x": None}]}
+    assert payload["function_name"] == name
+    assert "LogResult" not in response
+
+
+def test_invoke_empty_payload_is_empty_object(kiln):
+    name = unique("emptypayload")
+    create(kiln, name)
+    response = kiln.client().invoke(FunctionName=name)
+    assert json.loads(response["Payload"].read())["event"] == {}
+
+
+def test_invoke_scalar_payloads(kiln):
+    name = unique("scalar")
+    create(kiln, name, files={"app.py": "def handler(e, c):\n    return e\n"})
+    for value in ("a string", 42, [1, "2"], None, True):
+        payload, response = invoke(kiln, name, value)
+        assert payload == value if value is not None else payload in (None, {})
+
+
+def test_invoke_event_returns_202(kiln):
+    name = unique("event")
+    create(kiln, name)
+    response = kiln.client().invoke(FunctionName=name, InvocationType="Event", Payload=b'{"a": 1}')
+    assert response["StatusCode"] == 202
+    assert response["Payload"].read() == b""
+    assert response["ResponseMetadata"]["RequestId"]
+
+
+def test_invoke_dry_run_returns_204(kiln):
+    name = unique("dryrun")
+    create(kiln, name)
+    response = kiln.client().invoke(FunctionName=name, InvocationType="DryRun")
+    assert response["StatusCode"] == 204
+    with pytest.raises(kiln.client().exceptions.ResourceNotFoundException):
+        kiln.client().invoke(FunctionName=unique("nope"), InvocationType="DryRun")
+
+
+def test_invoke_log_tail(kiln):
+    name = unique("tail")
+    create(kiln, name)
+    payload, response = invoke(kiln, name, {"marker": "tail-marker-123"}, LogType="Tail")
+    assert response["StatusCode"] == 200
+    tail = base64.b64decode(response["LogResult"]).decode()
+    lines = tail.splitlines()
+    request_id = response["ResponseMetadata"]["RequestId"]
+    assert any(line.startswith("START RequestId:") for line in lines), tail
+    assert any(line.startswith("END RequestId:") for line in lines), tail
+    assert any(line.startswith("REPORT RequestId:") for line in lines), tail
+    assert "tail-marker-123" in tail
+    assert request_id in tail
+
+
+def test_invoke_log_tail_is_capped_at_4kb(kiln):
+    name = unique("bigtail")
+    create(kiln, name, files={"app.py": "def handler(e, c):\n    for i in range(2000):\n        print('line', i, 'x' * 20)\n    return 1\n"})
+    _, response = invoke(kiln, name, LogType="Tail")
+    tail = base64.b64decode(response["LogResult"])
+    assert len(tail) <= 4096
+    assert b"REPORT RequestId" in tail
+
+
+def test_invoke_context_and_request_id(kiln):
+    name = unique("ctx")
+    create(kiln, name, files={"app.py": (
+        "def handler(e, c):\n"
+        "    return {'rid': c.aws_request_id, 'arn': c.invoked_function_arn, 'ver': c.function_version,\n"
+        "            'group': c.log_group_name}\n")})
+    payload, response = invoke(kiln, name)
+    assert payload["rid"] == response["ResponseMetadata"]["RequestId"]
+    assert payload["arn"] == f"arn:aws:lambda:us-east-1:000000000000:function:{name}"
+    assert payload["ver"] == "$LATEST"
+    assert payload["group"] == f"/aws/lambda/{name}"
+
+
+# --- Concurrency ------------------------------------------------------------------------------
+
+
+def test_function_concurrency_calls(kiln):
+    name = unique("conc")
+    create(kiln, name)
+    lam = kiln.client()
+    assert "ReservedConcurrentExecutions" not in lam.get_function_concurrency(FunctionName=name)
+    put = lam.put_function_concurrency(FunctionName=name, ReservedConcurrentExecutions=3)
+    assert put["ReservedConcurrentExecutions"] == 3
+    assert lam.get_function_concurrency(FunctionName=name)["ReservedConcurrentExecutions"] == 3
+    assert lam.get_function(FunctionName=name)["Concurrency"]["ReservedConcurrentExecutions"] == 3
+    invoke(kiln, name)
+    response = lam.delete_function_concurrency(FunctionName=name)
+    assert response["ResponseMetadata"]["HTTPStatusCode"] == 204
+    assert "ReservedConcurrentExecutions" not in lam.get_function_concurrency(FunctionName=name)
+    assert "Concurrency" not in lam.get_function(FunctionName=name)
+    with pytest.raises(lam.exceptions.ResourceNotFoundException):
+        lam.put_function_concurrency(FunctionName=unique("nope"), ReservedConcurrentExecutions=1)
+    with pytest.raises(lam.exceptions.ResourceNotFoundException):
+        lam.get_function_concurrency(FunctionName=unique("nope"))
+    with pytest.raises(lam.exceptions.ResourceNotFoundException):
+        lam.delete_function_concurrency(FunctionName=unique("nope"))
+
+
+def test_zero_reserved_concurrency_throttles_every_invoke(kiln):
+    name = unique("zero")
+    create(kiln, name)
+    lam = kiln.client()
+    invoke(kiln, name)
+    lam.put_function_concurrency(FunctionName=name, ReservedConcurrentExecutions=0)
+    for _ in range(3):
+        with pytest.raises(lam.exceptions.TooManyRequestsException) as excinfo:
+            invoke(kiln, name)
+        assert http_status(excinfo) == 429
+        assert excinfo.value.response.get("Reason") == "ReservedFunctionConcurrentInvocationLimitExceeded"
+    raw = signed_request(kiln, "POST", f"/2015-03-31/functions/{name}/invocations", b"{}")
+    assert_lambda_error(raw, 429, "TooManyRequestsException")
+    lam.delete_function_concurrency(FunctionName=name)
+    assert invoke(kiln, name)[1]["StatusCode"] == 200
+
+
+def test_reserved_concurrency_survives_configuration_update(kiln):
+    name = unique("concupd")
+    create(kiln, name)
+    lam = kiln.client()
+    lam.put_function_concurrency(FunctionName=name, ReservedConcurrentExecutions=0)
+    lam.update_function_configuration(FunctionName=name, Timeout=9)
+    lam.update_function_code(FunctionName=name, ZipFile=zip_files({"app.py": ECHO_PY + "\n"}))
+    assert lam.get_function_concurrency(FunctionName=name)["ReservedConcurrentExecutions"] == 0
+    with pytest.raises(lam.exceptions.TooManyRequestsException):
+        invoke(kiln, name)
+
+
+def test_put_concurrency_invalid(kiln):
+    name = unique("concbad")
+    create(kiln, name)
+    lam = kiln.client()
+    with pytest.raises(lam.exceptions.InvalidParameterValueException):
+        lam.put_function_concurrency(FunctionName=name, ReservedConcurrentExecutions=1_000_000)
+
+
+# --- Function URL configuration ---------------------------------------------------------------
+
+
+def test_function_url_config_lifecycle(kiln):
+    name = unique("urlcfg")
+    create(kiln, name)
+    lam = kiln.client()
+    with pytest.raises(lam.exceptions.ResourceNotFoundException):
+        lam.get_function_url_config(FunctionName=name)
+    created = lam.create_function_url_config(FunctionName=name, AuthType="NONE")
+    assert created["ResponseMetadata"]["HTTPStatusCode"] == 201
+    assert created["AuthType"] == "NONE"
+    assert created["FunctionArn"] == f"arn:aws:lambda:us-east-1:000000000000:function:{name}"
+    assert created["FunctionUrl"].endswith("/")
+    assert created["CreationTime"]
+    got = lam.get_function_url_config(FunctionName=name)
+    assert got["FunctionUrl"] == created["FunctionUrl"]
+    assert got["AuthType"] == "NONE"
+    assert got["CreationTime"] == created["CreationTime"]
+    with pytest.raises(lam.exceptions.ResourceConflictException):
+        lam.create_function_url_config(FunctionName=name, AuthType="NONE")
+    updated = lam.update_function_url_config(FunctionName=name, AuthType="AWS_IAM")
+    assert updated["AuthType"] == "AWS_IAM"
+    assert updated["FunctionUrl"] == created["FunctionUrl"]
+    assert lam.get_function_url_config(FunctionName=name)["AuthType"] == "AWS_IAM"
+    response = lam.delete_function_url_config(FunctionName=name)
+    assert response["ResponseMetadata"]["HTTPStatusCode"] == 204
+    with pytest.raises(lam.exceptions.ResourceNotFoundException):
+        lam.get_function_url_config(FunctionName=name)
+    with pytest.raises(lam.exceptions.ResourceNotFoundException):
+        lam.delete_function_url_config(FunctionName=name)
+    with pytest.raises(lam.exceptions.ResourceNotFoundException):
+        lam.update_function_url_config(FunctionName=name, AuthType="NONE")
+    with pytest.raises(lam.exceptions.ResourceNotFoundException):
+        lam.create_function_url_config(FunctionName=unique("nope"), AuthType="NONE")
+
+
+def test_function_url_creation_time_is_stable(kiln):
+    name = unique("urltime")
+    create(kiln, name)
+    lam = kiln.client()
+    created = lam.create_function_url_config(FunctionName=name, AuthType="NONE")
+    lam.update_function_configuration(FunctionName=name, Timeout=11)
+    time.sleep(0.01)
+    updated = lam.update_function_url_config(FunctionName=name, AuthType="AWS_IAM")
+    assert updated["CreationTime"] == created["CreationTime"]
+    assert lam.get_function_url_config(FunctionName=name)["CreationTime"] == created["CreationTime"]
+
+
+def test_function_url_config_has_invoke_mode(kiln):
+    name = unique("urlmode")
+    create(kiln, name)
+    lam = kiln.client()
+    created = lam.create_function_url_config(FunctionName=name, AuthType="NONE")
+    assert created.get("InvokeMode") == "BUFFERED"
+    assert lam.get_function_url_config(FunctionName=name).get("InvokeMode") == "BUFFERED"
+
+
+def test_function_url_config_bad_auth_type(kiln):
+    name = unique("urlbad")
+    create(kiln, name)
+    raw = signed_request(kiln, "POST", f"/2021-10-31/functions/{name}/url", json.dumps({"AuthType": "SOMETIMES"}).encode())
+    assert raw.status_code == 400
+    assert raw.headers.get("x-amzn-ErrorType")
+    assert raw.json()
+
+
+def test_deleting_a_function_deletes_its_url(kiln):
+    name = unique("urldel")
+    create(kiln, name)
+    lam = kiln.client()
+    lam.create_function_url_config(FunctionName=name, AuthType="NONE")
+    lam.delete_function(FunctionName=name)
+    create(kiln, name)
+    with pytest.raises(lam.exceptions.ResourceNotFoundException):
+        lam.get_function_url_config(FunctionName=name)
+
+
+# --- Errors -----------------------------------------------------------------------------------
+
+
+def test_missing_function_is_404(kiln):
+    lam = kiln.client()
+    name = unique("missing")
+    for call in (lambda: lam.get_function(FunctionName=name),
+                 lambda: lam.get_function_configuration(FunctionName=name),
+                 lambda: lam.invoke(FunctionName=name, Payload=b"{}"),
+                 lambda: lam.invoke(FunctionName=name, InvocationType="Event", Payload=b"{}"),
+                 lambda: lam.delete_function(FunctionName=name)):
+        with pytest.raises(lam.exceptions.ResourceNotFoundException) as excinfo:
+            call()
+        assert http_status(excinfo) == 404
+        assert name in str(excinfo.value)
+
+
+def test_unknown_qualifier_is_404(kiln):
+    name = unique("qual")
+    create(kiln, name)
+    lam = kiln.client()
+    with pytest.raises(lam.exceptions.ResourceNotFoundException):
+        lam.invoke(FunctionName=name, Qualifier="prod", Payload=b"{}")
+    with pytest.raises(lam.exceptions.ResourceNotFoundException):
+        lam.get_function(FunctionName=name, Qualifier="7")
+
+
+def test_create_twice_is_409(kiln):
+    name = unique("twice")
+    create(kiln, name)
+    lam = kiln.client()
+    with pytest.raises(lam.exceptions.ResourceConflictException) as excinfo:
+        create(kiln, name)
+    assert http_status(excinfo) == 409
+
+
+@pytest.mark.parametrize("override", [
+    {"MemorySize": 64},
+    {"MemorySize": 20000},
+    {"Timeout": 0},
+    {"Timeout": 901},
+    {"Runtime": "python2.0"},
+    {"Runtime": ""},
+    {"FunctionName": "bad name!"},
+    {"FunctionName": "x" * 65},
+    {"Environment": {"Variables": {"AWS_REGION": "eu-west-1"}}},
+    {"Environment": {"Variables": {"AWS_LAMBDA_FUNCTION_NAME": "x"}}},
+    {"Environment": {"Variables": {"1BAD": "x"}}},
+    {"Environment": {"Variables": {"BIG": "x" * 5000}}},
+    {"Handler": ""},
+    {"EphemeralStorage": {"Size": 100}},
+], ids=lambda o: next(iter(o)) + "=" + str(next(iter(o.values())))[:20])
+def test_invalid_create_parameters_are_400(kiln, override):
+    lam = unvalidated_client(kiln)
+    params = dict(FunctionName=unique("invalid"), Runtime=PYTHON_RUNTIME, Role=ROLE, Handler="app.handler",
+                  Code={"ZipFile": zip_files({"app.py": ECHO_PY})})
+    params.update(override)
+    with pytest.raises(lam.exceptions.InvalidParameterValueException) as excinfo:
+        lam.create_function(**params)
+    assert http_status(excinfo) == 400
+    assert excinfo.value.response["Error"]["Message"]
+    if override.get("FunctionName") is None:
+        with pytest.raises(lam.exceptions.ResourceNotFoundException):
+            lam.get_function(FunctionName=params["FunctionName"])
+
+
+def test_function_name_of_64_chars_is_fine(kiln):
+    name = ("ok64-" + uuid.uuid4().hex + "x" * 64)[:64]
+    create(kiln, name)
+    assert kiln.client().get_function(FunctionName=name)["Configuration"]["FunctionName"] == name
+
+
+def zip_with_entries(entries):
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for entry_name, data in entries:
+            zf.writestr(entry_name, data)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("zip_bytes", [
+    b"this is not a zip file",
+    b"",
+    zip_with_entries([]),
+    zip_with_entries([("../evil", "x"), ("app.py", ECHO_PY)]),
+    zip_with_entries([("/etc/evil", "x")]),
+    zip_with_entries([("app.py", ECHO_PY)])[:-30],
+], ids=["garbage", "zero-bytes", "no-entries", "dotdot-entry", "absolute-entry", "truncated"])
+def test_bad_zip_is_400(kiln, zip_bytes):
+    lam = unvalidated_client(kiln)
+    name = unique("badzip")
+    with pytest.raises(lam.exceptions.InvalidParameterValueException) as excinfo:
+        create(kiln, name, zip_bytes=zip_bytes)
+    assert http_status(excinfo) == 400
+    with pytest.raises(lam.exceptions.ResourceNotFoundException):
+        lam.get_function(FunctionName=name)
+
+
+def test_missing_code_is_400(kiln):
+    lam = kiln.client()
+    with pytest.raises(lam.exceptions.InvalidParameterValueException):
+        lam.create_function(FunctionName=unique("nocode"), Runtime=PYTHON_RUNTIME, Role=ROLE,
+                            Handler="app.handler", Code={})
+
+
+def test_sync_payload_over_6mb_is_413(kiln):
+    name = unique("big")
+    create(kiln, name)
+    lam = kiln.client()
+    big = json.dumps({"data": "x" * (7 * 1024 * 1024)})
+    with pytest.raises(lam.exceptions.RequestTooLargeException) as excinfo:
+        lam.invoke(FunctionName=name, Payload=big)
+    assert http_status(excinfo) == 413
+
+
+def test_event_payload_over_256kb_is_413(kiln):
+    name = unique("bigevent")
+    create(kiln, name)
+    lam = kiln.client()
+    big = json.dumps({"data": "x" * (300 * 1024)})
+    with pytest.raises(lam.exceptions.RequestTooLargeException) as excinfo:
+        lam.invoke(FunctionName=name, InvocationType="Event", Payload=big)
+    assert http_status(excinfo) == 413
+    # The same payload is fine synchronously.
+    payload, response = invoke(kiln, name, {"data": "x" * (300 * 1024)})
+    assert response["StatusCode"] == 200
+
+
+def test_non_json_payload_is_400(kiln):
+    name = unique("nonjson")
+    create(kiln, name)
+    lam = kiln.client()
+    for bad in (b"not json", b"{unterminated", b"\xff\xfe"):
+        with pytest.raises(lam.exceptions.InvalidRequestContentException) as excinfo:
+            lam.invoke(FunctionName=name, Payload=bad)
+        assert http_status(excinfo) == 400
+    with pytest.raises(lam.exceptions.InvalidRequestContentException):
+        lam.invoke(FunctionName=name, InvocationType="Event", Payload=b"nope")
+
+
+def test_function_error_is_200_unhandled(kiln):
+    name = unique("raises")
+    create(kiln, name, files={"app.py": (
+        "class CustomError(Exception):\n    pass\n\n"
+        "def handler(e, c):\n    print('about to fail')\n    raise CustomError('it broke: ' + e['why'])\n")})
+    payload, response = invoke(kiln, name, {"why": "on purpose"}, LogType="Tail")
+    assert response["StatusCode"] == 200
+    assert response["FunctionError"] == "Unhandled"
+    assert payload["errorMessage"] == "it broke: on purpose"
+    assert payload["errorType"] == "CustomError"
+    assert isinstance(payload["stackTrace"], list) and payload["stackTrace"]
+    tail = base64.b64decode(response["LogResult"]).decode()
+    assert "about to fail" in tail
+    assert "REPORT RequestId" in tail
+    # The instance is still usable afterwards.
+    payload, response = invoke(kiln, name, {"why": "again"})
+    assert payload["errorMessage"] == "it broke: again"
+
+
+def test_node_function_error(kiln):
+    name = unique("noderaises")
+    create(kiln, name, runtime=NODE_RUNTIME, handler="index.handler", files={
+        "index.js": "exports.handler = async () => { throw new TypeError('bad type'); };\n"})
+    payload, response = invoke(kiln, name)
+    assert response["FunctionError"] == "Unhandled"
+    assert payload["errorType"] == "TypeError"
+    assert payload["errorMessage"] == "bad type"
+    assert isinstance(payload["stackTrace"], list)
+
+
+def test_handler_not_found(kiln):
+    name = unique("nohandler")
+    create(kiln, name, handler="app.nope")
+    payload, response = invoke(kiln, name)
+    assert response["StatusCode"] == 200
+    assert response["FunctionError"] == "Unhandled"
+    assert payload["errorType"] == "Runtime.HandlerNotFound"
+    assert "nope" in payload["errorMessage"]
+
+
+def test_node_handler_not_found(kiln):
+    name = unique("nodenohandler")
+    create(kiln, name, files={"index.js": ECHO_NODE}, runtime=NODE_RUNTIME, handler="index.nope")
+    payload, response = invoke(kiln, name)
+    assert response["FunctionError"] == "Unhandled"
+    assert payload["errorType"] == "Runtime.HandlerNotFound"
+
+
+def test_import_module_error(kiln):
+    name = unique("importerr")
+    create(kiln, name, files={"app.py": "import no_such_module_kiln\n\ndef handler(e, c):\n    return 1\n"})
+    payload, response = invoke(kiln, name)
+    assert response["StatusCode"] == 200
+    assert response["FunctionError"] == "Unhandled"
+    assert payload["errorType"] == "Runtime.ImportModuleError"
+    assert "no_such_module_kiln" in payload["errorMessage"]
+    name2 = unique("nomodule")
+    create(kiln, name2, handler="missing.handler")
+    payload, response = invoke(kiln, name2)
+    assert payload["errorType"] == "Runtime.ImportModuleError"
+
+
+def test_function_timeout(kiln):
+    name = unique("timeout")
+    create(kiln, name, Timeout=1, files={"app.py": "import time\n\ndef handler(e, c):\n    time.sleep(30)\n"})
+    payload, response = invoke(kiln, name)
+    assert response["StatusCode"] == 200
+    assert response["FunctionError"] == "Unhandled"
+    assert "timed out" in payload["errorMessage"].lower()
+
+
+def test_unserializable_result_is_a_function_error(kiln):
+    name = unique("unserializable")
+    create(kiln, name, files={"app.py": "def handler(e, c):\n    return {1, 2}\n"})
+    payload, response = invoke(kiln, name)
+    assert response["FunctionError"] == "Unhandled"
+    assert payload["errorType"]
+
+
+def test_invalid_invocation_and_log_types_are_400(kiln):
+    name = unique("badtype")
+    create(kiln, name)
+    raw = signed_request(kiln, "POST", f"/2015-03-31/functions/{name}/invocations", b"{}",
+                         headers={"X-Amz-Invocation-Type": "Sometimes"})
+    assert_lambda_error(raw, 400, "InvalidParameterValueException")
+    raw = signed_request(kiln, "POST", f"/2015-03-31/functions/{name}/invocations", b"{}",
+                         headers={"X-Amz-Log-Type": "Everything"})
+    assert_lambda_error(raw, 400, "InvalidParameterValueException")
+
+
+# --- Raw error shape --------------------------------------------------------------------------
+
+
+def test_every_error_has_json_body_and_error_type_header(kiln):
+    name = unique("raw")
+    create(kiln, name)
+    cases = [
+        ("GET", f"/2015-03-31/functions/{unique('nope')}", b"", {}, 404, "ResourceNotFoundException"),
+        ("DELETE", f"/2015-03-31/functions/{unique('nope')}", b"", {}, 404, "ResourceNotFoundException"),
+        ("POST", f"/2015-03-31/functions/{unique('nope')}/invocations", b"{}", {}, 404, "ResourceNotFoundException"),
+        ("POST", "/2015-03-31/functions", json.dumps({
+            "FunctionName": name, "Runtime": PYTHON_RUNTIME, "Role": ROLE, "Handler": "app.handler",
+            "Code": {"ZipFile": base64.b64encode(zip_files({"app.py": ECHO_PY})).decode()}}).encode(),
+         {}, 409, "ResourceConflictException"),
+        ("POST", "/2015-03-31/functions", json.dumps({
+            "FunctionName": unique("raw"), "Runtime": PYTHON_RUNTIME, "Role": ROLE, "Handler": "app.handler",
+            "MemorySize": 64, "Code": {"ZipFile": base64.b64encode(zip_files({"app.py": ECHO_PY})).decode()}}).encode(),
+         {}, 400, "InvalidParameterValueException"),
+        ("POST", "/2015-03-31/functions", b"{not json", {}, 400, "InvalidRequestContentException"),
+        ("POST", "/2015-03-31/functions", b'{"FunctionName": 5}', {}, 400, "InvalidRequestContentException"),
+        ("POST", f"/2015-03-31/functions/{name}/invocations", b"nope", {}, 400, "InvalidRequestContentException"),
+        ("POST", f"/2015-03-31/functions/{name}/invocations", b'"' + b"x" * (300 * 1024) + b'"',
+         {"X-Amz-Invocation-Type": "Event"}, 413, "RequestTooLargeException"),
+        ("PUT", f"/2017-10-31/functions/{name}/concurrency", b'{"ReservedConcurrentExecutions": -1}', {},
+         400, "InvalidParameterValueException"),
+        ("GET", "/2015-03-31/no-such-operation", b"", {}, 404, "UnknownOperationException"),
+    ]
+    for method, path, body, headers, status, code in cases:
+        response = signed_request(kiln, method, path, body, headers=headers)
+        assert response.headers.get("content-type", "").startswith("application/json"), (path, response.headers)
+        assert_lambda_error(response, status, code)
+
+
+def test_wrong_method_is_a_lambda_error(kiln):
+    name = unique("method")
+    create(kiln, name)
+    for method, path in (("PATCH", f"/2015-03-31/functions/{name}"),
+                         ("GET", f"/2015-03-31/functions/{name}/invocations"),
+                         ("DELETE", "/2015-03-31/functions")):
+        response = signed_request(kiln, method, path)
+        assert 400 <= response.status_code < 500, (method, path, response.status_code)
+        assert response.headers.get("x-amzn-ErrorType"), (method, path, dict(response.headers))
+        assert response.json()
+
+
+def test_bad_path_encoding_is_a_lambda_error(kiln):
+    response = signed_request(kiln, "GET", "/2015-03-31/functions/%ff%fe")
+    assert 400 <= response.status_code < 500
+    assert response.headers.get("x-amzn-ErrorType"), dict(response.headers)
+    assert response.json()
+
+
+def test_oversized_body_is_a_lambda_error(kiln):
+    name = unique("hugebody")
+    create(kiln, name)
+    body = b'"' + b"x" * (71 * 1024 * 1024) + b'"'
+    response = signed_request(kiln, "POST", f"/2015-03-31/functions/{name}/invocations", body)
+    assert_lambda_error(response, 413, "RequestTooLargeException")
+
+
+def test_throttle_has_retry_after(kiln):
+    name = unique("retryafter")
+    create(kiln, name)
+    kiln.client().put_function_concurrency(FunctionName=name, ReservedConcurrentExecutions=0)
+    response = signed_request(kiln, "POST", f"/2015-03-31/functions/{name}/invocations", b"{}")
+    assert_lambda_error(response, 429, "TooManyRequestsException")
+    assert response.json()["Reason"] == "ReservedFunctionConcurrentInvocationLimitExceeded"
+    assert response.headers.get("Retry-After")
+
+
+def test_update_function_url_config_without_auth_type_keeps_it(kiln):
+    name = unique("urlkeep")
+    create(kiln, name)
+    lam = kiln.client()
+    lam.create_function_url_config(FunctionName=name, AuthType="AWS_IAM")
+    updated = lam.update_function_url_config(FunctionName=name, Cors={"AllowOrigins": ["*"]})
+    assert updated["AuthType"] == "AWS_IAM"
+
+
+def test_every_response_has_a_request_id(kiln):
+    name = unique("reqid")
+    create(kiln, name)
+    lam = kiln.client()
+    for response in (lam.get_function(FunctionName=name), lam.list_functions(MaxItems=1),
+                     lam.invoke(FunctionName=name, Payload=b"{}"),
+                     lam.invoke(FunctionName=name, InvocationType="DryRun")):
+        assert response["ResponseMetadata"].get("RequestId"), response["ResponseMetadata"]
+    with pytest.raises(lam.exceptions.ResourceNotFoundException) as excinfo:
+        lam.get_function(FunctionName=unique("nope"))
+    assert excinfo.value.response["ResponseMetadata"].get("RequestId")
+
+
+# --- Durability of the control plane ----------------------------------------------------------
+
+
+def test_everything_acknowledged_survives_kill_9(fresh_kiln):
+    server = fresh_kiln()
+    lam = server.client()
+    name = unique("durable")
+    zip_bytes = zip_files({"app.py": ECHO_PY})
+    create(server, name, zip_bytes=zip_bytes, MemorySize=256, Environment={"Variables": {"USER_X": "1"}})
+    lam.put_function_concurrency(FunctionName=name, ReservedConcurrentExecutions=2)
+    url = lam.create_function_url_config(FunctionName=name, AuthType="AWS_IAM")
+    new_zip = zip_files({"app.py": ECHO_PY.replace('"v1"', '"v2"')})
+    lam.update_function_code(FunctionName=name, ZipFile=new_zip)
+    gone = unique("gone")
+    create(server, gone)
+    lam.delete_function(FunctionName=gone)
+    before = lam.get_function(FunctionName=name)
+    server.kill9()
+    restarted = fresh_kiln(data_dir=server.data_dir)
+    lam = restarted.client()
+    after = lam.get_function(FunctionName=name)
+    for key in ("CodeSha256", "CodeSize", "MemorySize", "Environment", "LastModified", "RevisionId", "Timeout"):
+        assert after["Configuration"][key] == before["Configuration"][key], key
+    assert after["Concurrency"] == {"ReservedConcurrentExecutions": 2}
+    assert requests.get(after["Code"]["Location"], timeout=30).content == new_zip
+    url_after = lam.get_function_url_config(FunctionName=name)
+    assert url_after["AuthType"] == "AWS_IAM"
+    assert url_after["CreationTime"] == url["CreationTime"]
+    payload, _ = invoke(restarted, name)
+    assert payload["version"] == "v2" and payload["env"] == {"USER_X": "1"}
+    with pytest.raises(lam.exceptions.ResourceNotFoundException):
+        lam.get_function(FunctionName=gone)
+
+
+def test_code_shared_by_two_functions_survives_deleting_one(kiln):
+    zip_bytes = zip_files({"app.py": ECHO_PY.replace('"v1"', '"shared"')})
+    first, second = unique("sharedcode"), unique("sharedcode")
+    create(kiln, first, zip_bytes=zip_bytes)
+    create(kiln, second, zip_bytes=zip_bytes)
+    kiln.client().delete_function(FunctionName=first)
+    payload, _ = invoke(kiln, second)
+    assert payload["version"] == "shared"
+    location = kiln.client().get_function(FunctionName=second)["Code"]["Location"]
+    assert requests.get(location, timeout=30).content == zip_bytes
+
+
+def test_concurrent_control_plane_calls_lose_no_update(kiln):
+    """Concurrent updates of different fields of one function all land."""
+    import concurrent.futures
+    name = unique("concurrentupd")
+    create(kiln, name)
+    clients = [kiln.client() for _ in range(4)]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        for round_ in range(8):
+            calls = [
+                lambda: clients[0].update_function_configuration(FunctionName=name, Timeout=10 + round_),
+                lambda: clients[1].put_function_concurrency(FunctionName=name, ReservedConcurrentExecutions=1 + round_),
+                lambda: clients[2].update_function_configuration(FunctionName=name, Description=f"round {round_}"),
+                lambda: clients[3].update_function_code(
+                    FunctionName=name, ZipFile=zip_files({"app.py": ECHO_PY + f"\n# round {round_}\n"})),
+            ]
+            for future in [pool.submit(call) for call in calls]:
+                future.result()
+            got = kiln.client().get_function(FunctionName=name)
+            config = got["Configuration"]
+            assert config["Timeout"] == 10 + round_
+            assert config["Description"] == f"round {round_}"
+            assert got["Concurrency"]["ReservedConcurrentExecutions"] == 1 + round_
+            expected_zip = zip_files({"app.py": ECHO_PY + f"\n# round {round_}\n"})
+            assert config["CodeSha256"] == base64.b64encode(hashlib.sha256(expected_zip).digest()).decode()
+
+
+def test_update_function_code_dry_run_changes_nothing(kiln):
+    name = unique("codedryrun")
+    create(kiln, name)
+    lam = kiln.client()
+    before = lam.get_function_configuration(FunctionName=name)
+    new_zip = zip_files({"app.py": ECHO_PY.replace('"v1"', '"v2"')})
+    lam.update_function_code(FunctionName=name, ZipFile=new_zip, DryRun=True)
+    after = lam.get_function_configuration(FunctionName=name)
+    assert after["CodeSha256"] == before["CodeSha256"]
+    assert after["RevisionId"] == before["RevisionId"]
+    assert invoke(kiln, name)[0]["version"] == "v1"
+    # A dry run still validates.
+    with pytest.raises(lam.exceptions.InvalidParameterValueException):
+        lam.update_function_code(FunctionName=name, ZipFile=zip_with_entries([("../x", "y")]), DryRun=True)
+    with pytest.raises(lam.exceptions.ResourceNotFoundException):
+        lam.update_function_code(FunctionName=unique("nope"), ZipFile=new_zip, DryRun=True)
+
+
+def test_revision_id_guards_updates(kiln):
+    name = unique("revid")
+    create(kiln, name)
+    lam = kiln.client()
+    first = lam.get_function_configuration(FunctionName=name)["RevisionId"]
+    assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", first)
+    # Reading does not change it; concurrency and URL configs are not part of it.
+    assert lam.get_function(FunctionName=name)["Configuration"]["RevisionId"] == first
+    lam.put_function_concurrency(FunctionName=name, ReservedConcurrentExecutions=2)
+    lam.create_function_url_config(FunctionName=name, AuthType="NONE")
+    assert lam.get_function_configuration(FunctionName=name)["RevisionId"] == first
+    second = lam.update_function_configuration(FunctionName=name, Timeout=8, RevisionId=first)["RevisionId"]
+    assert second != first
+    with pytest.raises(lam.exceptions.PreconditionFailedException) as excinfo:
+        lam.update_function_configuration(FunctionName=name, Timeout=9, RevisionId=first)
+    assert http_status(excinfo) == 412
+    with pytest.raises(lam.exceptions.PreconditionFailedException):
+        lam.update_function_code(FunctionName=name, ZipFile=zip_files({"app.py": ECHO_PY + "\n"}), RevisionId=first)
+    config = lam.get_function_configuration(FunctionName=name)
+    assert config["Timeout"] == 8 and config["RevisionId"] == second
+    third = lam.update_function_code(FunctionName=name, ZipFile=zip_files({"app.py": ECHO_PY + "\n"}),
+                                     RevisionId=second)["RevisionId"]
+    assert third not in (first, second)
+
+
+def test_boto3_waiters(kiln):
+    name = unique("waiters")
+    lam = kiln.client()
+    create(kiln, name)
+    fast = {"Delay": 1, "MaxAttempts": 60}
+    lam.get_waiter("function_exists").wait(FunctionName=name, WaiterConfig=fast)
+    lam.get_waiter("function_active_v2").wait(FunctionName=name, WaiterConfig=fast)
+    lam.get_waiter("function_active").wait(FunctionName=name, WaiterConfig=fast)
+    lam.update_function_configuration(FunctionName=name, Timeout=4)
+    lam.get_waiter("function_updated_v2").wait(FunctionName=name, WaiterConfig=fast)
+    lam.get_waiter("function_updated").wait(FunctionName=name, WaiterConfig=fast)
