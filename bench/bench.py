@@ -110,7 +110,9 @@ def machine_info(args):
     field = lambda name: next((l.split(":", 1)[1].strip() for l in lscpu.splitlines()  # noqa: E731
                                if l.startswith(name + ":")), "?")
     mem_kb = next(int(l.split()[1]) for l in open("/proc/meminfo") if l.startswith("MemTotal:"))
-    status = [l for l in sh("git", "-C", str(ROOT), "status", "--porcelain").splitlines() if l]
+    porcelain = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain"],
+                               capture_output=True, text=True).stdout  # not stripped: "XY path"
+    status = [l for l in porcelain.splitlines() if l]
     return {
         "cpu_model": field("Model name"),
         "cpus": field("CPU(s)"),

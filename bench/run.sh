@@ -4,6 +4,8 @@
 #   bench/run.sh            release build; writes bench/results/core-invoke.{md,json,png}
 #   bench/run.sh --quick    small n, for working on the harness (results in bench/work/)
 #   bench/run.sh --debug    debug build of kiln and loadgen (results in bench/work/)
+#   bench/run.sh --perf     instead of the benchmark: where kiln's CPU goes per invocation
+#                           (perf + strace; report in bench/work/profile/report.md)
 #
 # It installs what it needs (the repo venv plus bench/requirements.txt), builds kiln and
 # bench/loadgen, starts its own kiln (data dir bench/work/kiln) and the three floor servers, runs
@@ -11,17 +13,20 @@
 # Must run as root, as `kiln up` does. Needs node and python3 on PATH (kiln's runtimes).
 set -euo pipefail
 
-cd "$(dirname "$0")/.."
+SELF=$(realpath "$0")
+cd "$(dirname "$SELF")/.."
 ROOT=$PWD
 BENCH=$ROOT/bench
 WORK=$BENCH/work
 PROFILE=release
 QUICK=()
+PERF=0
 for arg in "$@"; do
     case $arg in
         --quick) QUICK=(--quick) ;;
         --debug) PROFILE=debug ;;
-        -h | --help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --perf) PERF=1 ;;
+        -h | --help) sed -n '2,13p' "$SELF" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "bench/run.sh: unknown argument $arg (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -35,11 +40,16 @@ say() { echo "[run.sh $(date +%H:%M:%S)] $*"; }
 
 # ------------------------------------------------------------------ cleanup, on every exit
 PIDS=()
+DRIVER=
 KILN_DATA=$WORK/kiln
 cleanup() {
     local status=$?
     trap - EXIT INT TERM
     local pid
+    if [ -n "$DRIVER" ] && kill -0 "$DRIVER" 2>/dev/null; then
+        kill -TERM "$DRIVER" 2>/dev/null || true
+        wait "$DRIVER" 2>/dev/null || true
+    fi
     for pid in "${PIDS[@]}"; do
         kill -TERM "$pid" 2>/dev/null || true
     done
@@ -146,6 +156,17 @@ cat >"$WORK/servers.json" <<EOF
 EOF
 
 # ------------------------------------------------------------------ measure
-.venv/bin/python "$BENCH/bench.py" --servers "$WORK/servers.json" --loadgen "$BIN/loadgen" \
-    --kiln-bin "$BIN/kiln" --profile "$PROFILE" --out "$OUT" --command "$COMMAND" "${QUICK[@]}"
+# In the background and waited for, so that a SIGTERM to this script runs the trap at once
+# (bash defers traps while a foreground command runs); the trap stops the driver first.
+if [ "$PERF" = 1 ]; then
+    .venv/bin/python "$BENCH/profile.py" --servers "$WORK/servers.json" --loadgen "$BIN/loadgen" \
+        --out "$WORK/profile" &
+else
+    .venv/bin/python "$BENCH/bench.py" --servers "$WORK/servers.json" --loadgen "$BIN/loadgen" \
+        --kiln-bin "$BIN/kiln" --profile "$PROFILE" --out "$OUT" --command "$COMMAND" "${QUICK[@]}" &
+fi
+DRIVER=$!
+wait "$DRIVER"
+DRIVER=
+[ "$PERF" = 1 ] && OUT=$WORK/profile
 say "results in ${OUT#"$ROOT"/}/"

@@ -356,3 +356,19 @@ def test_harness_flag_leaves_profiles_alone(fresh_kiln, tmp_path, monkeypatch):
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
     fresh_kiln()
     assert not credentials.exists()
+
+
+def test_profile_in_symlinked_files_keeps_the_symlinks(profile_files, tmp_path):
+    credentials, config, env, start = profile_files
+    dotfiles = tmp_path / "dotfiles"
+    dotfiles.mkdir()
+    for path in (credentials, config):
+        target = dotfiles / path.name
+        target.write_text(path.read_text())
+        path.unlink()
+        path.symlink_to(target)
+    start()
+    for path in (credentials, config):
+        assert path.is_symlink()
+        text = (dotfiles / path.name).read_text()
+        assert "kiln]" in text and "[default]" in text

@@ -293,3 +293,103 @@ def test_url_survives_code_update(kiln):
     kiln.client().update_function_code(FunctionName=name, ZipFile=zip_files({
         "app.py": "def handler(event, context):\n    return 'two'\n"}))
     assert requests.get(url, timeout=60).text == "two"
+
+
+# --- CORS -------------------------------------------------------------------------------------
+
+
+def deploy_cors(kiln, cors, auth="NONE"):
+    name = unique("cors")
+    lam = kiln.client()
+    lam.create_function(FunctionName=name, Runtime=PYTHON_RUNTIME, Role=ROLE, Handler="app.handler",
+                        Code={"ZipFile": zip_files({"app.py": (
+                            "def handler(event, context):\n"
+                            "    print('INVOKED', event['requestContext']['http']['method'])\n"
+                            "    return {'statusCode': 200, 'headers': {'x-out': '1', 'access-control-allow-origin': 'https://evil.example'}, 'body': 'hi'}\n")})})
+    created = lam.create_function_url_config(FunctionName=name, AuthType=auth, Cors=cors)
+    return name, created
+
+
+def test_cors_config_round_trips(kiln):
+    cors = {"AllowOrigins": ["https://app.example"], "AllowMethods": ["GET", "POST"], "AllowHeaders": ["x-token"],
+            "ExposeHeaders": ["x-out"], "MaxAge": 600, "AllowCredentials": True}
+    name, created = deploy_cors(kiln, cors)
+    assert created["Cors"] == cors
+    lam = kiln.client()
+    assert lam.get_function_url_config(FunctionName=name)["Cors"] == cors
+    # Updating only the auth type keeps CORS; updating CORS replaces it.
+    assert lam.update_function_url_config(FunctionName=name, AuthType="AWS_IAM")["Cors"] == cors
+    updated = lam.update_function_url_config(FunctionName=name, Cors={"AllowOrigins": ["*"]})
+    assert updated["Cors"] == {"AllowOrigins": ["*"]}
+    assert updated["AuthType"] == "AWS_IAM"
+
+
+def test_cors_preflight_is_answered_without_invoking(kiln):
+    name, created = deploy_cors(kiln, {"AllowOrigins": ["https://app.example"], "AllowMethods": ["GET", "POST"],
+                                       "AllowHeaders": ["x-token"], "MaxAge": 600})
+    url = created["FunctionUrl"]
+    response = requests.options(url, timeout=60, headers={
+        "Origin": "https://app.example", "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "x-token"})
+    assert response.status_code == 200
+    assert response.headers["Access-Control-Allow-Origin"] == "https://app.example"
+    assert set(response.headers["Access-Control-Allow-Methods"].replace(" ", "").split(",")) == {"GET", "POST"}
+    assert response.headers["Access-Control-Allow-Headers"].lower() == "x-token"
+    assert response.headers["Access-Control-Max-Age"] == "600"
+    assert "INVOKED" not in kiln.cli("logs", name).stdout
+    # A disallowed origin gets no CORS headers.
+    response = requests.options(url, timeout=60, headers={
+        "Origin": "https://other.example", "Access-Control-Request-Method": "POST"})
+    assert "Access-Control-Allow-Origin" not in response.headers
+
+
+def test_cors_headers_on_responses(kiln):
+    name, created = deploy_cors(kiln, {"AllowOrigins": ["https://app.example"], "ExposeHeaders": ["x-out"],
+                                       "AllowCredentials": True})
+    url = created["FunctionUrl"]
+    response = requests.get(url, timeout=60, headers={"Origin": "https://app.example"})
+    assert response.status_code == 200 and response.text == "hi"
+    assert response.headers["Access-Control-Allow-Origin"] == "https://app.example"
+    assert response.headers["Access-Control-Allow-Credentials"] == "true"
+    assert response.headers["Access-Control-Expose-Headers"] == "x-out"
+    assert "Origin" in response.headers.get("Vary", "")
+    response = requests.get(url, timeout=60, headers={"Origin": "https://other.example"})
+    assert response.status_code == 200
+    assert "Access-Control-Allow-Origin" not in response.headers
+
+
+def test_cors_wildcard_origin(kiln):
+    name, created = deploy_cors(kiln, {"AllowOrigins": ["*"], "AllowMethods": ["*"]})
+    url = created["FunctionUrl"]
+    response = requests.get(url, timeout=60, headers={"Origin": "https://anywhere.example"})
+    assert response.headers["Access-Control-Allow-Origin"] == "*"
+    preflight = requests.options(url, timeout=60, headers={
+        "Origin": "https://anywhere.example", "Access-Control-Request-Method": "DELETE"})
+    assert preflight.headers["Access-Control-Allow-Origin"] == "*"
+    assert "DELETE" in preflight.headers["Access-Control-Allow-Methods"] or \
+        preflight.headers["Access-Control-Allow-Methods"] == "*"
+
+
+def test_cors_preflight_of_iam_url_needs_no_signature(kiln):
+    name, created = deploy_cors(kiln, {"AllowOrigins": ["https://app.example"], "AllowMethods": ["POST"]},
+                                auth="AWS_IAM")
+    url = created["FunctionUrl"]
+    preflight = requests.options(url, timeout=60, headers={
+        "Origin": "https://app.example", "Access-Control-Request-Method": "POST"})
+    assert preflight.status_code == 200
+    assert preflight.headers["Access-Control-Allow-Origin"] == "https://app.example"
+    assert requests.post(url, timeout=60, headers={"Origin": "https://app.example"}).status_code == 403
+
+
+def test_without_cors_options_reaches_the_function(kiln):
+    name, url = deploy_url(kiln, ECHO_EVENT)
+    response = requests.options(url, timeout=60, headers={
+        "Origin": "https://app.example", "Access-Control-Request-Method": "POST"})
+    assert response.status_code == 200
+    assert response.json()["requestContext"]["http"]["method"] == "OPTIONS"
+
+
+def test_url_responses_carry_the_request_id(kiln):
+    name, url = deploy_url(kiln, "def handler(event, context):\n    return context.aws_request_id\n")
+    response = requests.get(url, timeout=60)
+    assert response.headers["x-amzn-RequestId"] == response.text

@@ -327,6 +327,24 @@ def test_graceful_shutdown_finishes_in_flight_work_and_leaves_nothing(fresh_kiln
     assert not cgroup_dirs(server)
 
 
+def test_sandboxes_die_with_kiln_and_leftovers_go_on_restart(fresh_kiln):
+    server = fresh_kiln()
+    marker = "%d.%s" % (5000 + os.getpid() % 1000, uuid.uuid4().int % 10**9)
+    server.deploy("inst-kill9", PYTHON_RUNTIME, "app.handler", code="python_state")
+    result, _ = server.invoke("inst-kill9", {"action": "spawn", "marker": marker})
+    assert result["count"] == 1
+    wait_for(lambda: processes_with(marker), what="the warm instance's background process")
+    server.kill9()
+    # Nothing of a sandbox outlives the agent, even one killed without a chance to clean up...
+    wait_for(lambda: not processes_with(marker), timeout=15, what="the sandbox to die with kiln")
+    wait_for(lambda: not processes_in_cgroups_of(server), timeout=15, what="the sandbox's processes to go")
+    # ...and what it could not remove itself is removed by the next start on the same data dir.
+    server.start()
+    wait_for(lambda: not cgroup_dirs(server), timeout=30, what="stale cgroups to be removed")
+    again, _ = server.invoke("inst-kill9")
+    assert again["count"] == 1 and again["instance"] != result["instance"]
+
+
 @pytest.mark.xfail(reason="server.rs: axum's graceful drain waits for every in-flight invocation before "
                           "agent.shutdown(grace) even starts, so --shutdown-grace is not enforced", strict=True)
 def test_shutdown_grace_bounds_in_flight_work(fresh_kiln):

@@ -176,7 +176,7 @@ def test_threads_and_child_processes_work_in_the_sandbox(kiln, runtime, code, ha
     ("nohandler.handler", "Runtime.HandlerNotFound", "nohandler.handler is undefined or not exported"),
     ("imports.handler", "Runtime.ImportModuleError", "a-module-that-does-not-exist"),
     ("missingfile.handler", "Runtime.ImportModuleError", "missingfile"),
-    ("syntax.handler", "Runtime.UserCodeSyntaxError", ""),
+    ("syntax.handler", "Runtime.UserCodeSyntaxError", "SyntaxError"),
     ("throws.handler", "InitFailure", "init went wrong in node"),
 ])
 def test_node_init_failures(kiln, handler, error_type, message):
@@ -336,6 +336,16 @@ def test_provided_answer_then_exit(kiln, manual_fn):
         assert result["errorMessage"] == "answered then exited"
     ok, response = kiln.invoke("rt-manual", {"mode": "echo"})
     assert "FunctionError" not in response and ok["count"] == 1
+
+
+def test_provided_only_the_first_answer_counts(kiln, manual_fn):
+    result, response = kiln.invoke("rt-manual", {"mode": "double"})
+    assert result == "first"
+    # The extra answers are refused, and are not taken for the next invocation's.
+    after, response = kiln.invoke("rt-manual", {"mode": "echo", "after": True}, LogType="Tail")
+    assert "FunctionError" not in response and after["event"] == {"mode": "echo", "after": True}, after
+    # (the statuses were printed after the first answer, so they show in the next invocation's log)
+    assert "double answer statuses 202 400 400" in kiln.log_tail(response)
 
 
 def test_provided_init_error(kiln):

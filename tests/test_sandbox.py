@@ -112,6 +112,32 @@ def test_host_files_are_invisible(kiln, probe_fn):
         secret.unlink()
 
 
+def test_tmp_and_shm_are_private_to_each_instance(kiln, probe_fn):
+    kiln.deploy("sbx-probe-2", PYTHON_RUNTIME, "app.handler", code="sandbox_probe")
+    name = f"kiln-private-{uuid.uuid4().hex}"
+    paths = [f"/tmp/{name}", f"/dev/shm/{name}"]
+    assert probe(kiln, "sbx-probe", {"op": "put_tmp", "paths": paths, "value": "mine"}) == "ok"
+    assert all(probe(kiln, "sbx-probe", {"op": "read", "paths": paths})[p] == {"bytes": 4} for p in paths)
+    seen = probe(kiln, "sbx-probe-2", {"op": "read", "paths": paths + ["/tmp"]})
+    for path in paths:
+        assert seen[path] == {"error": "ENOENT"}, (path, seen[path])
+    assert name not in seen["/tmp"]["listing"]
+    assert not list(Path("/tmp").glob(name)) and not list(Path("/dev/shm").glob(name)), "written to the host"
+
+
+def test_no_host_descriptor_leaks_into_the_sandbox(kiln, probe_fn):
+    fds = probe(kiln, "sbx-probe", {"op": "fds"})
+    data_dir = os.path.realpath(kiln.data_dir)
+    for fd, target in fds.items():
+        if target == "ENOENT":
+            continue  # the descriptor of the /proc/self/fd listing itself, closed by then
+        assert data_dir not in target and "cgroup" not in target, (fd, target)
+        assert target.startswith(("pipe:", "socket:", "anon_inode:", "/dev/null", "/proc/", "/var/task",
+                                  "/opt/kiln", "/tmp")) or target.startswith(sys.base_prefix), (fd, target)
+    assert fds["0"] == "/dev/null"
+    assert fds["1"].startswith("pipe:") and fds["2"] == fds["1"]
+
+
 def test_read_only_code_and_root(kiln, probe_fn):
     seen = probe(kiln, "sbx-probe", {"op": "write", "paths": [
         "/var/task/new.py", "/var/task/app.py", "/new-file", "/etc/passwd", "/usr/evil", "/opt/kiln/shim.py",
@@ -138,6 +164,7 @@ def test_tmp_is_size_limited(kiln):
     assert 400 <= result["written_mb"] <= 512, result
     # The space is freed again, and a later invoke can write.
     assert probe(kiln, "sbx-tmp", {"op": "write", "paths": ["/tmp/after.txt"]}) == {"/tmp/after.txt": "ok"}
+    kiln.client().delete_function(FunctionName="sbx-tmp")  # gives its memory back to the shared server
 
 
 # ------------------------------------------------------------------------------------------------- identity
@@ -221,6 +248,7 @@ def test_fork_bomb_is_contained(kiln, probe_fn):
     assert probe(kiln, "sbx-probe", {"op": "status"})["uid"] != 0
     small, response = kiln.invoke("sbx-forkbomb", {"n": 10})
     assert "FunctionError" not in response and small == {"forked": 10, "error": None}, small
+    kiln.client().delete_function(FunctionName="sbx-forkbomb")
 
 
 def test_fork_bomb_that_times_out_is_cleaned_up(kiln):
@@ -232,6 +260,7 @@ def test_fork_bomb_that_times_out_is_cleaned_up(kiln):
              what="the timed-out fork bomb's cgroups to be removed")
     small, response = kiln.invoke("sbx-forkbomb-hold", {"n": 3})
     assert small == {"forked": 3, "error": None}, small
+    kiln.client().delete_function(FunctionName="sbx-forkbomb-hold")
 
 
 def test_nothing_outlives_a_timeout(kiln):

@@ -162,7 +162,10 @@ struct Maker {
 impl Maker {
     fn new(target: &Target) -> Result<Self> {
         let base: Uri = target.url.parse().context("--url")?;
-        let authority = base.authority().context("--url needs host:port")?.to_string();
+        let authority = base
+            .authority()
+            .context("--url needs host:port")?
+            .to_string();
         let signer = match &target.creds {
             Some(path) => Some(load_creds(path)?),
             None => None,
@@ -255,7 +258,10 @@ impl Conn {
     }
 
     /// Sends one request and reads the whole response.
-    async fn send(&mut self, request: Request<Full<Bytes>>) -> Result<(StatusCode, HeaderMap, Bytes)> {
+    async fn send(
+        &mut self,
+        request: Request<Full<Bytes>>,
+    ) -> Result<(StatusCode, HeaderMap, Bytes)> {
         self.sender.ready().await?;
         let response = self.sender.send_request(request).await?;
         let (parts, body) = response.into_parts();
@@ -306,7 +312,13 @@ fn read_cpu(pid: u32) -> Result<Cpu> {
 /// schedstat: threads alive at both reads count their difference, threads born in between all
 /// of their time; threads that died in between are lost (counted in `threads_exited`).
 fn cpu_delta(before: &Cpu, after: &Cpu) -> Value {
-    let earlier = |tid: u32| before.threads.iter().find(|(t, _)| *t == tid).map(|(_, ns)| *ns);
+    let earlier = |tid: u32| {
+        before
+            .threads
+            .iter()
+            .find(|(t, _)| *t == tid)
+            .map(|(_, ns)| *ns)
+    };
     let sched_ns: u64 = after
         .threads
         .iter()
@@ -539,7 +551,10 @@ async fn cold(args: ColdArgs) -> Result<Value> {
         );
         let (status, _, body) = conn.send(request).await?;
         if status != StatusCode::OK {
-            bail!("UpdateFunctionConfiguration: HTTP {status}: {}", short(&body));
+            bail!(
+                "UpdateFunctionConfiguration: HTTP {status}: {}",
+                short(&body)
+            );
         }
         tokio::time::sleep(Duration::from_millis(args.settle_ms)).await;
         let started = Instant::now();
@@ -556,7 +571,11 @@ async fn cold(args: ColdArgs) -> Result<Value> {
         }
         let log = headers
             .get("x-amz-log-result")
-            .and_then(|v| base64::engine::general_purpose::STANDARD.decode(v.as_bytes()).ok())
+            .and_then(|v| {
+                base64::engine::general_purpose::STANDARD
+                    .decode(v.as_bytes())
+                    .ok()
+            })
             .map(|b| String::from_utf8_lossy(&b).into_owned())
             .unwrap_or_default();
         let init_ms = report_field(&log, "Init Duration");
@@ -589,6 +608,9 @@ mod tests {
         let log = "START RequestId: x\nEND RequestId: x\nREPORT RequestId: x\tDuration: 1.50 ms\tBilled Duration: 2 ms\tInit Duration: 80.25 ms\tStart Path: coldest\n";
         assert_eq!(report_field(log, "Duration"), Some(1.5));
         assert_eq!(report_field(log, "Init Duration"), Some(80.25));
-        assert_eq!(report_field("REPORT RequestId: x\tDuration: 1 ms", "Init Duration"), None);
+        assert_eq!(
+            report_field("REPORT RequestId: x\tDuration: 1 ms", "Init Duration"),
+            None
+        );
     }
 }

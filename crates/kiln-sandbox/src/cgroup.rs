@@ -337,6 +337,26 @@ mod tests {
     }
 
     #[test]
+    fn removal_retries_and_kills_until_its_deadline() {
+        let base = std::env::temp_dir().join(format!("kiln-cg-rm-{}", std::process::id()));
+        fs::create_dir_all(base.join("busy")).unwrap();
+        fs::write(base.join("busy/task"), "").unwrap();
+        let kills = std::cell::Cell::new(0);
+        let deadline = Instant::now() + Duration::from_millis(50);
+        let err = remove_dir_until(&base.join("busy"), deadline, || kills.set(kills.get() + 1));
+        assert!(err.is_err());
+        assert!(kills.get() >= 2, "kill runs between attempts");
+        // A directory that becomes removable during the retries is removed; a missing one is fine.
+        let later = Instant::now() + REMOVE_DEADLINE;
+        let emptied = || {
+            let _ = fs::remove_file(base.join("busy/task"));
+        };
+        remove_dir_until(&base.join("busy"), later, emptied).unwrap();
+        remove_dir_until(&base.join("busy"), later, || {}).unwrap();
+        fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
     fn missing_hierarchies_are_a_clear_error() {
         let base = std::env::temp_dir().join(format!("kiln-cg-none-{}", std::process::id()));
         fs::create_dir_all(&base).unwrap();

@@ -24,7 +24,7 @@ pub fn zip_files(files: &[(&str, &[u8], bool)]) -> std::io::Result<Vec<u8>> {
 pub fn zip_dir(dir: &Path) -> std::io::Result<Vec<u8>> {
     use std::os::unix::fs::PermissionsExt;
     let mut entries = Vec::new();
-    collect(dir, dir, &mut entries)?;
+    collect(dir, &mut entries)?;
     entries.sort();
     let mut files = Vec::with_capacity(entries.len());
     for path in &entries {
@@ -44,12 +44,12 @@ pub fn zip_dir(dir: &Path) -> std::io::Result<Vec<u8>> {
     zip_files(&borrowed)
 }
 
-fn collect(root: &Path, dir: &Path, out: &mut Vec<std::path::PathBuf>) -> std::io::Result<()> {
+fn collect(dir: &Path, out: &mut Vec<std::path::PathBuf>) -> std::io::Result<()> {
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         let kind = entry.file_type()?;
         if kind.is_dir() {
-            collect(root, &entry.path(), out)?;
+            collect(&entry.path(), out)?;
         } else if kind.is_file() {
             out.push(entry.path());
         }

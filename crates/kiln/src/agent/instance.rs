@@ -71,9 +71,7 @@ impl Transport {
             },
         }
     }
-}
 
-impl Transport {
     /// A message the runtime sent before its sandbox went away, if any. Only call it once the
     /// sandbox is gone: the shim socket then reaches end of file at once.
     async fn recv_after_exit(&mut self) -> Option<Message> {

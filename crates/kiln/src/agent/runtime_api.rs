@@ -52,6 +52,23 @@ struct Shared {
     events: Mutex<mpsc::Receiver<Event>>,
     messages: mpsc::UnboundedSender<RuntimeMessage>,
     ready_sent: std::sync::atomic::AtomicBool,
+    /// The request id handed out by the last `GET /next` and not answered yet. Only it may be
+    /// answered, once: a second or made-up answer would otherwise be taken for the next
+    /// invocation's.
+    awaiting: std::sync::Mutex<Option<String>>,
+}
+
+impl Shared {
+    /// Claims the right to answer `request_id`; true once per delivered event.
+    fn claim(&self, request_id: &str) -> bool {
+        let mut awaiting = self.awaiting.lock().unwrap_or_else(|p| p.into_inner());
+        if awaiting.as_deref() == Some(request_id) {
+            *awaiting = None;
+            true
+        } else {
+            false
+        }
+    }
 }
 
 /// The agent's end of one instance's Runtime API.
@@ -83,6 +100,7 @@ impl RuntimeApi {
             events: Mutex::new(events_rx),
             messages: messages_tx,
             ready_sent: false.into(),
+            awaiting: std::sync::Mutex::new(None),
         });
         let server = tokio::spawn(async move {
             let mut connections = tokio::task::JoinSet::new();
@@ -184,6 +202,13 @@ async fn handle(
         (&Method::GET, ["invocation", "next"]) => next(&shared).await,
         (&Method::POST, ["invocation", id, kind @ ("response" | "error")]) => {
             let request_id = id.to_string();
+            if !shared.claim(&request_id) {
+                return Ok(error_reply(
+                    StatusCode::BAD_REQUEST,
+                    "InvalidRequestID",
+                    "no invocation with this request id is waiting for an answer",
+                ));
+            }
             let is_error = *kind == "error";
             let header_type = header(&req, "lambda-runtime-function-error-type");
             let collected = match Limited::new(req.into_body(), MAX_RESPONSE_BYTES)
@@ -285,6 +310,7 @@ async fn next(shared: &Shared) -> Response<Full<Bytes>> {
             "the instance is shutting down",
         );
     };
+    *shared.awaiting.lock().unwrap_or_else(|p| p.into_inner()) = Some(event.request_id.clone());
     let mut builder = Response::builder()
         .status(StatusCode::OK)
         .header("content-type", "application/json")

@@ -71,20 +71,14 @@ pub async fn logs(
     let first =
         futures_util::stream::once(async move { Ok::<Bytes, Infallible>(Bytes::from(tail)) });
     let rest = futures_util::stream::unfold(follower, |mut rx| async move {
-        loop {
-            match rx.recv().await {
-                Ok(text) => {
-                    return Some((Ok::<Bytes, Infallible>(Bytes::from(text.to_string())), rx))
-                }
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                    return Some((
-                        Ok(Bytes::from(format!("[kiln: {n} log entries skipped]\n"))),
-                        rx,
-                    ))
-                }
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+        let chunk = match rx.recv().await {
+            Ok(text) => Bytes::from(text.to_string()),
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                Bytes::from(format!("[kiln: {n} log entries skipped]\n"))
             }
-        }
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+        };
+        Some((Ok::<Bytes, Infallible>(chunk), rx))
     });
     use futures_util::StreamExt;
     Ok((
@@ -136,14 +130,18 @@ pub async fn code(
     let sha = file.strip_suffix(".zip").unwrap_or(&file);
     let valid = sha.len() == 64 && sha.bytes().all(|b| b.is_ascii_hexdigit());
     let (Some(token), Some(expires)) = (query.token, query.expires) else {
-        return Err(denied("code download needs the token and expiry of its URL"));
+        return Err(denied(
+            "code download needs the token and expiry of its URL",
+        ));
     };
     let expected = code_token(&state.credentials, sha, expires);
     if !valid || !constant_time_eq(expected.as_bytes(), token.as_bytes()) {
         return Err(denied("invalid code download token"));
     }
     if chrono::Utc::now().timestamp() > expires {
-        return Err(denied("the code download URL has expired: call GetFunction again"));
+        return Err(denied(
+            "the code download URL has expired: call GetFunction again",
+        ));
     }
     let path = state.controller.code_store().zip_path(sha);
     match tokio::fs::read(path).await {

@@ -14,7 +14,7 @@ use serde_json::{json, Map, Value};
 
 use super::{authenticate, base_url, parse_json, ApiError, SharedState};
 use crate::agent::RouteHints;
-use crate::controller::{InvocationType, Invoked, UrlTimes};
+use crate::controller::{Cors, InvocationType, Invoked, UrlChange, UrlSettings};
 use crate::function::{Function, UrlAuth};
 
 #[derive(Deserialize)]
@@ -22,38 +22,80 @@ use crate::function::{Function, UrlAuth};
 struct UrlConfigInput {
     /// Required by Create; Update keeps the current one when it is absent.
     auth_type: Option<UrlAuth>,
+    /// Update keeps the current settings when it is absent.
+    cors: Option<Cors>,
+    invoke_mode: Option<String>,
 }
 
-fn url_config(state: &SharedState, headers: &HeaderMap, f: &Function, times: UrlTimes) -> Value {
+impl UrlConfigInput {
+    fn parse(body: &Bytes) -> Result<Self, ApiError> {
+        let input: Self = parse_json(body)?;
+        match input.invoke_mode.as_deref() {
+            None | Some("BUFFERED") => {}
+            Some(other) => {
+                return Err(invalid(format!(
+                    "InvokeMode {other} is not supported: kiln's function URLs answer BUFFERED"
+                )))
+            }
+        }
+        if let Some(age) = input.cors.as_ref().and_then(|c| c.max_age) {
+            if age > 86_400 {
+                return Err(invalid(format!(
+                    "Value {age} at 'cors.maxAge' failed to satisfy constraint: Member must have value less than or equal to 86400"
+                )));
+            }
+        }
+        Ok(input)
+    }
+}
+
+fn invalid(message: impl Into<String>) -> ApiError {
+    ApiError::new(
+        StatusCode::BAD_REQUEST,
+        "InvalidParameterValueException",
+        message,
+    )
+}
+
+fn url_config(
+    state: &SharedState,
+    headers: &HeaderMap,
+    f: &Function,
+    settings: &UrlSettings,
+) -> Value {
     let auth = match f.url_auth {
         Some(UrlAuth::AwsIam) => "AWS_IAM",
         _ => "NONE",
     };
     let format = |t: chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string();
-    json!({
+    let mut config = json!({
         "FunctionUrl": format!("{}/fn/{}/", base_url(headers), f.name),
         "FunctionArn": state.controller.arn(&f.name),
         "AuthType": auth,
-        "CreationTime": format(times.created),
-        "LastModifiedTime": format(times.modified),
+        "CreationTime": format(settings.created),
+        "LastModifiedTime": format(settings.modified),
         "InvokeMode": "BUFFERED",
-    })
+    });
+    if let Some(cors) = &settings.cors {
+        config["Cors"] = json!(cors);
+    }
+    config
 }
 
 /// Create/Update answer with the config just written.
 fn written(
     state: &SharedState,
     headers: &HeaderMap,
-    (f, times): (Function, Option<UrlTimes>),
+    (f, settings): (Function, Option<UrlSettings>),
 ) -> Result<Value, ApiError> {
-    let times = times.ok_or_else(|| {
+    let settings = settings.ok_or_else(|| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "ServiceException",
-            "function URL config has no times",
+            "function URL config has no settings",
         )
     })?;
-    Ok(url_config(state, headers, &f, times))
+    Ok(url_config(state, headers, &f, &settings))
 }
 
 pub async fn create_config(
@@ -65,15 +107,15 @@ pub async fn create_config(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     authenticate(&state, &method, &uri, &headers, &body)?;
-    let input: UrlConfigInput = parse_json(&body)?;
-    let auth = input.auth_type.ok_or_else(|| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "InvalidParameterValueException",
-            "AuthType is required",
-        )
-    })?;
-    let written_config = state.controller.set_url_auth(&name, Some(auth), true)?;
+    let input = UrlConfigInput::parse(&body)?;
+    let auth = input
+        .auth_type
+        .ok_or_else(|| invalid("AuthType is required"))?;
+    let change = UrlChange::Create {
+        auth,
+        cors: input.cors,
+    };
+    let written_config = state.controller.change_url(&name, change)?;
     let config = written(&state, &headers, written_config)?;
     Ok((StatusCode::CREATED, Json(config)).into_response())
 }
@@ -87,17 +129,12 @@ pub async fn update_config(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     authenticate(&state, &method, &uri, &headers, &body)?;
-    let input: UrlConfigInput = parse_json(&body)?;
-    let auth = match input.auth_type {
-        Some(auth) => auth,
-        None => state
-            .controller
-            .url_config(&name)?
-            .0
-            .url_auth
-            .unwrap_or(UrlAuth::None),
+    let input = UrlConfigInput::parse(&body)?;
+    let change = UrlChange::Update {
+        auth: input.auth_type,
+        cors: input.cors,
     };
-    let written_config = state.controller.set_url_auth(&name, Some(auth), false)?;
+    let written_config = state.controller.change_url(&name, change)?;
     Ok(Json(written(&state, &headers, written_config)?).into_response())
 }
 
@@ -110,8 +147,8 @@ pub async fn get_config(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     authenticate(&state, &method, &uri, &headers, &body)?;
-    let (f, times) = state.controller.url_config(&name)?;
-    Ok(Json(url_config(&state, &headers, &f, times)).into_response())
+    let (f, settings) = state.controller.url_config(&name)?;
+    Ok(Json(url_config(&state, &headers, &f, &settings)).into_response())
 }
 
 pub async fn delete_config(
@@ -145,21 +182,54 @@ pub async fn call(
         Some(i) => (&path[..i], &path[i..]),
         None => (path, "/"),
     };
-    let function = match state.controller.get(name) {
-        Ok(f) if f.url_auth.is_some() => f,
+    let (function, settings) = match state.controller.url_config(name) {
+        Ok(config) => config,
         _ => return plain(StatusCode::NOT_FOUND, "Not Found"),
     };
+    let origin = headers
+        .get("origin")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    // Browsers send preflights unsigned, so they are answered before authentication.
+    if let (Some(cors), Some(origin)) = (&settings.cors, &origin) {
+        if method == Method::OPTIONS && headers.contains_key("access-control-request-method") {
+            let mut response = StatusCode::OK.into_response();
+            preflight_headers(cors, origin, &headers, response.headers_mut());
+            return response;
+        }
+    }
+    let mut response = respond(
+        &state, &function, peer, &method, &uri, &headers, body, raw_path,
+    )
+    .await;
+    if let (Some(cors), Some(origin)) = (&settings.cors, &origin) {
+        cors_headers(cors, origin, response.headers_mut());
+    }
+    response
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn respond(
+    state: &SharedState,
+    function: &Function,
+    peer: std::net::SocketAddr,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Bytes,
+    raw_path: &str,
+) -> Response {
     if function.url_auth == Some(UrlAuth::AwsIam)
-        && authenticate(&state, &method, &uri, &headers, &body).is_err()
+        && authenticate(state, method, uri, headers, &body).is_err()
     {
         return plain(StatusCode::FORBIDDEN, "Forbidden");
     }
     let event = event(
         &function.name,
-        &method,
+        method,
         raw_path,
         uri.query().unwrap_or(""),
-        &headers,
+        headers,
         &body,
         peer,
     );
@@ -175,9 +245,105 @@ pub async fn call(
         )
         .await
     {
-        Ok(Invoked::Done { outcome, .. }) if !outcome.function_error => map_response(&outcome.body),
+        Ok(Invoked::Done {
+            outcome,
+            request_id,
+        }) => {
+            let mut response = if outcome.function_error {
+                plain(StatusCode::BAD_GATEWAY, "Internal Server Error")
+            } else {
+                map_response(&outcome.body)
+            };
+            set(response.headers_mut(), "x-amzn-requestid", &request_id);
+            response
+        }
         Ok(_) => plain(StatusCode::BAD_GATEWAY, "Internal Server Error"),
         Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
+/// The origin to allow, if `origin` may make requests: `*` when any origin may and no
+/// credentials are involved, else the origin itself.
+fn allowed_origin(cors: &Cors, origin: &str) -> Option<String> {
+    let origins = cors.allow_origins.as_deref().unwrap_or_default();
+    let any = origins.iter().any(|o| o == "*");
+    if any && cors.allow_credentials != Some(true) {
+        return Some("*".into());
+    }
+    (any || origins.iter().any(|o| o.eq_ignore_ascii_case(origin))).then(|| origin.to_string())
+}
+
+fn set(headers: &mut HeaderMap, name: &'static str, value: &str) {
+    if let Ok(value) = HeaderValue::from_str(value) {
+        headers.insert(name, value);
+    }
+}
+
+/// The answer to a CORS preflight, which Lambda gives without invoking the function.
+fn preflight_headers(cors: &Cors, origin: &str, request: &HeaderMap, out: &mut HeaderMap) {
+    let Some(allowed) = allowed_origin(cors, origin) else {
+        return;
+    };
+    set(out, "access-control-allow-origin", &allowed);
+    if allowed != "*" {
+        set(out, "vary", "Origin");
+    }
+    let methods = cors.allow_methods.as_deref().unwrap_or_default();
+    if !methods.is_empty() {
+        let requested = request
+            .get("access-control-request-method")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let value = if methods.iter().any(|m| m == "*") {
+            requested.to_string()
+        } else {
+            methods.join(",")
+        };
+        set(out, "access-control-allow-methods", &value);
+    }
+    let allow_headers = cors.allow_headers.as_deref().unwrap_or_default();
+    if !allow_headers.is_empty() {
+        let requested = request
+            .get("access-control-request-headers")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let value = if allow_headers.iter().any(|h| h == "*") {
+            requested.to_string()
+        } else {
+            allow_headers.join(",")
+        };
+        set(out, "access-control-allow-headers", &value);
+    }
+    if cors.allow_credentials == Some(true) {
+        set(out, "access-control-allow-credentials", "true");
+    }
+    if let Some(age) = cors.max_age {
+        set(out, "access-control-max-age", &age.to_string());
+    }
+}
+
+/// CORS headers of an actual response; they replace any the function set.
+fn cors_headers(cors: &Cors, origin: &str, out: &mut HeaderMap) {
+    for name in [
+        "access-control-allow-origin",
+        "access-control-allow-credentials",
+        "access-control-expose-headers",
+    ] {
+        out.remove(name);
+    }
+    let Some(allowed) = allowed_origin(cors, origin) else {
+        return;
+    };
+    set(out, "access-control-allow-origin", &allowed);
+    if allowed != "*" {
+        out.append("vary", HeaderValue::from_static("Origin"));
+    }
+    if cors.allow_credentials == Some(true) {
+        set(out, "access-control-allow-credentials", "true");
+    }
+    let expose = cors.expose_headers.as_deref().unwrap_or_default();
+    if !expose.is_empty() {
+        set(out, "access-control-expose-headers", &expose.join(","));
     }
 }
 

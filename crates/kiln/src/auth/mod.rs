@@ -100,6 +100,9 @@ impl StoredCredentials {
 
 /// Replaces one `[section]` of an INI file, keeping every other section as it was.
 fn upsert_section(path: &Path, header: &str, body: &str) -> std::io::Result<()> {
+    // A symlinked file (dotfile managers do that) is updated where it points, not replaced.
+    let resolved = fs::canonicalize(path);
+    let path = resolved.as_deref().unwrap_or(path);
     if let Some(parent) = path.parent() {
         fs::create_dir_all(parent)?;
     }
@@ -171,5 +174,21 @@ mod tests {
         assert!(text.contains("[default]\naws_access_key_id = X"));
         assert_eq!(text.matches("[kiln]").count(), 1);
         assert!(text.contains("NEWER") && !text.contains("OLD"));
+    }
+
+    #[test]
+    fn symlinked_files_stay_symlinks() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("dotfiles-credentials");
+        fs::write(&target, "[default]\naws_access_key_id = X\n").unwrap();
+        let link = dir.path().join("credentials");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        upsert_section(&link, "[kiln]", "aws_access_key_id = K\n").unwrap();
+        assert!(fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        let text = fs::read_to_string(&target).unwrap();
+        assert!(text.contains("[default]") && text.contains("[kiln]"));
     }
 }

@@ -169,7 +169,13 @@ impl Verifier {
         let secret = (self.lookup)(id).ok_or(AuthError::UnknownAccessKey)?;
         let claimed_hash = match headers.get(CONTENT_SHA256).map(HeaderValue::to_str) {
             None => None,
-            Some(Ok(hash)) if valid_payload_hash(hash) => Some(hash),
+            // Only S3 lets a signature leave the body out (unsigned or chunk-signed payloads);
+            // for every other service the body must be covered.
+            Some(Ok(hash))
+                if is_sha256_hex(hash) || (service == "s3" && valid_payload_hash(hash)) =>
+            {
+                Some(hash)
+            }
             Some(_) => return Err(malformed(BAD_CONTENT_SHA256)),
         };
         let payload = match claimed_hash {
@@ -709,6 +715,35 @@ bad-scope|20150830T123600Z|IncompleteSignatureException: Credential should be sc
             !format!("{c:?}").contains(SECRET),
             "Debug must not leak the secret"
         );
+    }
+
+    #[test]
+    fn only_s3_may_leave_the_body_unsigned() {
+        let creds = Credentials {
+            access_key_id: "AKIDEXAMPLE".into(),
+            secret_access_key: SECRET.into(),
+        };
+        let verifier = Verifier::new(|k: &str| (k == "AKIDEXAMPLE").then(|| SECRET.to_string()));
+        let uri: Uri = "http://localhost:9000/2015-03-31/functions/f/invocations"
+            .parse()
+            .unwrap();
+        let now = chrono::Utc::now();
+        for (service, accepted) in [("lambda", false), ("s3", true)] {
+            let mut headers = HeaderMap::new();
+            headers.insert(CONTENT_SHA256, HeaderValue::from_static(UNSIGNED_PAYLOAD));
+            sign(
+                &Method::POST,
+                &uri,
+                &mut headers,
+                b"{}",
+                &creds,
+                "us-east-1",
+                service,
+                now,
+            );
+            let result = verifier.verify(&Method::POST, &uri, &headers, b"{\"other\":1}", now);
+            assert_eq!(result.is_ok(), accepted, "{service}: {result:?}");
+        }
     }
 
     mod properties {

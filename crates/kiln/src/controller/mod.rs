@@ -25,7 +25,7 @@ use crate::logs::LogStore;
 use crate::metrics::Metrics;
 use crate::runtime::RESERVED_ENV;
 use code::{CodeError, CodeStore};
-pub use registry::UrlTimes;
+pub use registry::{Cors, UrlSettings};
 use registry::{Registry, RegistryError};
 
 /// Lambda's payload limits.
@@ -121,6 +121,21 @@ pub struct ConfigPatch {
     pub network: Option<NetworkMode>,
 }
 
+/// A change to a function URL config.
+#[derive(Debug, Clone)]
+pub enum UrlChange {
+    Create {
+        auth: UrlAuth,
+        cors: Option<Cors>,
+    },
+    /// `None` keeps what is configured.
+    Update {
+        auth: Option<UrlAuth>,
+        cors: Option<Cors>,
+    },
+    Delete,
+}
+
 /// How an invocation should be run (Lambda's InvocationType).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InvocationType {
@@ -151,8 +166,8 @@ pub struct Controller {
     registry: Registry,
     code: CodeStore,
     functions: RwLock<HashMap<String, Arc<Entry>>>,
-    /// When each function URL config was created and changed.
-    url_times: RwLock<HashMap<String, UrlTimes>>,
+    /// Each function URL config's times and CORS settings.
+    url_settings: RwLock<HashMap<String, UrlSettings>>,
     /// Serializes create, modify and delete: each reads the table, commits to SQLite and then
     /// publishes, and two of them interleaving would lose an update or resurrect a deleted
     /// function in memory.
@@ -180,7 +195,7 @@ impl Controller {
             registry,
             code,
             functions: RwLock::default(),
-            url_times: RwLock::default(),
+            url_settings: RwLock::default(),
             mutation: Mutex::new(()),
             agent,
             runtimes,
@@ -200,10 +215,10 @@ impl Controller {
             .write()
             .unwrap_or_else(|p| p.into_inner()) = table;
         *controller
-            .url_times
+            .url_settings
             .write()
             .unwrap_or_else(|p| p.into_inner()) =
-            controller.registry.url_times()?.into_iter().collect();
+            controller.registry.url_settings()?.into_iter().collect();
         controller.code.collect_garbage(&live_code);
         queue::start(controller.clone());
         Ok(controller)
@@ -543,7 +558,7 @@ impl Controller {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&name);
-        self.url_times
+        self.url_settings
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&name);
@@ -589,67 +604,100 @@ impl Controller {
         })
     }
 
-    /// Create/UpdateFunctionUrlConfig (`Some`) and DeleteFunctionUrlConfig (`None`).
+    /// Create/UpdateFunctionUrlConfig (`Some`) and DeleteFunctionUrlConfig (`None`), with no
+    /// CORS settings given.
     pub fn set_url_auth(
         &self,
         name: &str,
         auth: Option<UrlAuth>,
         create: bool,
-    ) -> Result<(Function, Option<UrlTimes>), ControllerError> {
+    ) -> Result<(Function, Option<UrlSettings>), ControllerError> {
+        let change = match (auth, create) {
+            (None, _) => UrlChange::Delete,
+            (Some(auth), true) => UrlChange::Create { auth, cors: None },
+            (Some(auth), false) => UrlChange::Update {
+                auth: Some(auth),
+                cors: None,
+            },
+        };
+        self.change_url(name, change)
+    }
+
+    /// Create/Update/DeleteFunctionUrlConfig.
+    pub fn change_url(
+        &self,
+        name: &str,
+        change: UrlChange,
+    ) -> Result<(Function, Option<UrlSettings>), ControllerError> {
         let _mutation = self.lock_mutations();
         let mut function = self.entry(name)?.function.clone();
-        match (create, function.url_auth.is_some()) {
-            (true, true) => {
+        let current = function.url_auth.map(|_| self.url_settings_of(&function));
+        let now = Utc::now();
+        let (auth, settings) = match (change, current) {
+            (UrlChange::Create { .. }, Some(_)) => {
                 return Err(ControllerError::Conflict(format!(
                     "Failed to create function url config for [functionArn = {}]. Error message:  FunctionUrlConfig exists for this Lambda function",
                     self.arn(&function.name)
                 )))
             }
-            (false, false) => return Err(self.url_not_found(&function.name)),
-            _ => {}
-        }
-        let now = Utc::now();
-        let times = auth.map(|_| UrlTimes {
-            created: match self.url_times(&function.name) {
-                Some(t) if !create => t.created,
-                _ => now,
-            },
-            modified: now,
-        });
+            (UrlChange::Update { .. } | UrlChange::Delete, None) => {
+                return Err(self.url_not_found(&function.name))
+            }
+            (UrlChange::Create { auth, cors }, None) => (
+                Some(auth),
+                Some(UrlSettings {
+                    created: now,
+                    modified: now,
+                    cors,
+                }),
+            ),
+            (UrlChange::Update { auth, cors }, Some(current)) => (
+                Some(auth.or(function.url_auth).unwrap_or(UrlAuth::None)),
+                Some(UrlSettings {
+                    created: current.created,
+                    modified: now,
+                    cors: cors.or(current.cors),
+                }),
+            ),
+            (UrlChange::Delete, Some(_)) => (None, None),
+        };
         function.url_auth = auth;
-        if !self.registry.update_url(&function, times)? {
+        if !self.registry.update_url(&function, settings.as_ref())? {
             return Err(self.not_found(&function.name));
         }
         {
-            let mut all = self.url_times.write().unwrap_or_else(|p| p.into_inner());
-            match times {
-                Some(t) => all.insert(function.name.clone(), t),
+            let mut all = self.url_settings.write().unwrap_or_else(|p| p.into_inner());
+            match &settings {
+                Some(s) => all.insert(function.name.clone(), s.clone()),
                 None => all.remove(&function.name),
             };
         }
-        Ok((self.publish(function), times))
+        Ok((self.publish(function), settings))
     }
 
-    /// GetFunctionUrlConfig: the function and when its URL config was created and changed.
-    pub fn url_config(&self, name: &str) -> Result<(Function, UrlTimes), ControllerError> {
+    /// GetFunctionUrlConfig: the function and its URL settings.
+    pub fn url_config(&self, name: &str) -> Result<(Function, UrlSettings), ControllerError> {
         let function = self.get(name)?;
         if function.url_auth.is_none() {
             return Err(self.url_not_found(&function.name));
         }
-        // Databases from before URL times were kept have none: the function's time stands in.
-        let times = self.url_times(&function.name).unwrap_or(UrlTimes {
-            created: function.last_modified,
-            modified: function.last_modified,
-        });
-        Ok((function, times))
+        let settings = self.url_settings_of(&function);
+        Ok((function, settings))
     }
 
-    fn url_times(&self, name: &str) -> Option<UrlTimes> {
-        self.url_times
+    fn url_settings_of(&self, function: &Function) -> UrlSettings {
+        self.url_settings
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .get(name)
-            .copied()
+            .get(&function.name)
+            .cloned()
+            // Databases from before URL settings were kept have none: the function's time
+            // stands in.
+            .unwrap_or(UrlSettings {
+                created: function.last_modified,
+                modified: function.last_modified,
+                cors: None,
+            })
     }
 
     fn url_not_found(&self, name: &str) -> ControllerError {

@@ -82,11 +82,31 @@ CREATE TABLE IF NOT EXISTS async_failures (
 );
 ";
 
-/// When a function's URL config was created and last changed (Lambda reports both).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct UrlTimes {
+/// A function URL's CORS settings, as Create/UpdateFunctionUrlConfig take them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Cors {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_credentials: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_headers: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_methods: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_origins: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expose_headers: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_age: Option<u32>,
+}
+
+/// What a function URL config holds besides its auth type (which lives with the function):
+/// when it was created and last changed (Lambda reports both) and its CORS settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UrlSettings {
     pub created: DateTime<Utc>,
     pub modified: DateTime<Utc>,
+    pub cors: Option<Cors>,
 }
 
 impl Registry {
@@ -100,6 +120,7 @@ impl Registry {
         for (table, column, kind) in [
             ("functions", "url_created", "TEXT"),
             ("functions", "url_modified", "TEXT"),
+            ("functions", "url_cors", "TEXT"),
             ("async_queue", "throttles", "INTEGER NOT NULL DEFAULT 0"),
             ("async_queue", "enqueued_at", "TEXT"),
         ] {
@@ -115,15 +136,25 @@ impl Registry {
         Ok(Self { db: Mutex::new(db) })
     }
 
-    /// Replaces a function's row together with its URL config times (`None` clears them), in
-    /// one statement; false if the function does not exist.
-    pub fn update_url(&self, f: &Function, times: Option<UrlTimes>) -> Result<bool, RegistryError> {
+    /// Replaces a function's row together with its URL settings (`None` clears them), in one
+    /// statement; false if the function does not exist.
+    pub fn update_url(
+        &self,
+        f: &Function,
+        settings: Option<&UrlSettings>,
+    ) -> Result<bool, RegistryError> {
         let config =
             serde_json::to_string(&f.config).map_err(|e| RegistryError::Corrupt(e.to_string()))?;
+        let cors = match settings.and_then(|s| s.cors.as_ref()) {
+            Some(cors) => Some(
+                serde_json::to_string(cors).map_err(|e| RegistryError::Corrupt(e.to_string()))?,
+            ),
+            None => None,
+        };
         let changed = self.db().execute(
             "UPDATE functions SET config = ?2, code_sha256 = ?3, code_size = ?4, revision = ?5,
              last_modified = ?6, reserved_concurrency = ?7, url_auth = ?8, url_created = ?9,
-             url_modified = ?10 WHERE name = ?1",
+             url_modified = ?10, url_cors = ?11 WHERE name = ?1",
             params![
                 f.name,
                 config,
@@ -133,18 +164,19 @@ impl Registry {
                 f.last_modified.to_rfc3339(),
                 f.reserved_concurrency,
                 url_auth_text(f.url_auth),
-                times.map(|t| t.created.to_rfc3339()),
-                times.map(|t| t.modified.to_rfc3339()),
+                settings.map(|s| s.created.to_rfc3339()),
+                settings.map(|s| s.modified.to_rfc3339()),
+                cors,
             ],
         )?;
         Ok(changed == 1)
     }
 
-    /// The URL config times of every function that has them.
-    pub fn url_times(&self) -> Result<Vec<(String, UrlTimes)>, RegistryError> {
+    /// The URL settings of every function that has them.
+    pub fn url_settings(&self) -> Result<Vec<(String, UrlSettings)>, RegistryError> {
         let db = self.db();
         let mut stmt = db.prepare(
-            "SELECT name, url_created, url_modified FROM functions
+            "SELECT name, url_created, url_modified, url_cors FROM functions
              WHERE url_created IS NOT NULL AND url_modified IS NOT NULL",
         )?;
         let rows = stmt.query_map([], |row| {
@@ -152,6 +184,7 @@ impl Registry {
                 row.get::<_, String>(0)?,
                 row.get::<_, String>(1)?,
                 row.get::<_, String>(2)?,
+                row.get::<_, Option<String>>(3)?,
             ))
         })?;
         let parse = |name: &str, text: &str| {
@@ -161,12 +194,20 @@ impl Registry {
         };
         let mut out = Vec::new();
         for row in rows {
-            let (name, created, modified) = row?;
-            let times = UrlTimes {
+            let (name, created, modified, cors) = row?;
+            let cors = match cors {
+                Some(text) => Some(
+                    serde_json::from_str(&text)
+                        .map_err(|e| RegistryError::Corrupt(format!("{name}: {e}")))?,
+                ),
+                None => None,
+            };
+            let settings = UrlSettings {
                 created: parse(&name, &created)?,
                 modified: parse(&name, &modified)?,
+                cors,
             };
-            out.push((name, times));
+            out.push((name, settings));
         }
         Ok(out)
     }
@@ -498,67 +539,70 @@ mod tests {
     }
 
     #[test]
-    fn url_times_round_trip_and_go_with_the_function() {
+    fn url_settings_round_trip_and_go_with_the_function() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("kiln.db");
-        let times = UrlTimes {
+        let settings = UrlSettings {
             created: DateTime::parse_from_rfc3339("2024-01-02T03:04:05.678Z")
                 .unwrap()
                 .with_timezone(&Utc),
             modified: Utc::now(),
+            cors: Some(Cors {
+                allow_origins: Some(vec!["https://example.com".into()]),
+                max_age: Some(60),
+                ..Cors::default()
+            }),
         };
         {
             let reg = Registry::open(&path).unwrap();
             assert!(reg.insert(&sample("a")).unwrap());
-            assert!(!reg.update_url(&sample("b"), Some(times)).unwrap());
-            assert!(reg.update_url(&sample("a"), Some(times)).unwrap());
-            // A plain update keeps the times.
+            assert!(!reg.update_url(&sample("b"), Some(&settings)).unwrap());
+            assert!(reg.update_url(&sample("a"), Some(&settings)).unwrap());
+            // A plain update keeps the settings.
             assert!(reg.update(&sample("a")).unwrap());
         }
         let reg = Registry::open(&path).unwrap();
-        assert_eq!(reg.url_times().unwrap(), vec![("a".to_string(), times)]);
+        assert_eq!(
+            reg.url_settings().unwrap(),
+            vec![("a".to_string(), settings.clone())]
+        );
         assert!(reg.update_url(&sample("a"), None).unwrap());
-        assert!(reg.url_times().unwrap().is_empty());
-        assert!(reg.update_url(&sample("a"), Some(times)).unwrap());
+        assert!(reg.url_settings().unwrap().is_empty());
+        assert!(reg.update_url(&sample("a"), Some(&settings)).unwrap());
         assert!(reg.delete("a").unwrap());
         assert!(reg.insert(&sample("a")).unwrap());
-        assert!(reg.url_times().unwrap().is_empty());
+        assert!(reg.url_settings().unwrap().is_empty());
     }
 
     #[test]
-    fn queue_orders_retries_and_fails() {
+    fn databases_of_the_first_schema_are_upgraded() {
         let dir = tempfile::tempdir().unwrap();
-        let reg = Registry::open(&dir.path().join("kiln.db")).unwrap();
-        let first = reg.enqueue("r1", "f", b"{}").unwrap();
-        let second = reg.enqueue("r2", "f", b"[1]").unwrap();
+        let path = dir.path().join("kiln.db");
+        {
+            let db = Connection::open(&path).unwrap();
+            db.execute_batch(
+                "CREATE TABLE functions (name TEXT PRIMARY KEY, config TEXT NOT NULL,
+                     code_sha256 TEXT NOT NULL, code_size INTEGER NOT NULL,
+                     revision INTEGER NOT NULL, last_modified TEXT NOT NULL,
+                     reserved_concurrency INTEGER, url_auth TEXT);
+                 CREATE TABLE async_queue (id INTEGER PRIMARY KEY AUTOINCREMENT,
+                     request_id TEXT NOT NULL, function TEXT NOT NULL, payload BLOB NOT NULL,
+                     attempts INTEGER NOT NULL DEFAULT 0, not_before TEXT NOT NULL);
+                 INSERT INTO async_queue (request_id, function, payload, attempts, not_before)
+                     VALUES ('old', 'f', X'7B7D', 1, '2020-01-01T00:00:00+00:00');",
+            )
+            .unwrap();
+        }
+        let reg = Registry::open(&path).unwrap();
+        // Opening twice must not try to add the columns again.
+        drop(reg);
+        let reg = Registry::open(&path).unwrap();
         let due = reg.due_events(10, &[]).unwrap();
-        assert_eq!(
-            due.iter().map(|e| e.id).collect::<Vec<_>>(),
-            vec![first, second]
-        );
-        assert_eq!(reg.due_events(10, &[first]).unwrap().len(), 1);
-        reg.retry_event(
-            first,
-            Utc::now() + chrono::Duration::seconds(60),
-            Requeue::Failed,
-        )
-        .unwrap();
-        assert_eq!(reg.due_events(10, &[]).unwrap()[0].id, second);
-        reg.complete_event(second).unwrap();
-        assert_eq!(reg.queue_depth().unwrap(), 1);
-        let mut event = reg.due_events(10, &[]).unwrap();
-        assert!(event.is_empty());
-        reg.retry_event(first, Utc::now(), Requeue::Throttled)
-            .unwrap();
-        reg.retry_event(first, Utc::now(), Requeue::Interrupted)
-            .unwrap();
-        event = reg.due_events(10, &[]).unwrap();
-        assert_eq!(event[0].attempts, 1);
-        assert_eq!(event[0].throttles, 1);
-        assert!(event[0].enqueued_at <= Utc::now());
-        reg.fail_event(&event[0], "boom").unwrap();
-        assert_eq!(reg.queue_depth().unwrap(), 0);
-        assert_eq!(reg.failure("r1").unwrap().as_deref(), Some("boom"));
+        assert_eq!(due.len(), 1);
+        assert_eq!((due[0].attempts, due[0].throttles), (1, 0));
+        assert_eq!(due[0].payload, b"{}");
+        assert!(reg.insert(&sample("a")).unwrap());
+        assert!(reg.url_settings().unwrap().is_empty());
     }
 
     #[test]

@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""Where kiln's CPU goes per warm invocation: `bench/run.sh --perf` runs this instead of bench.py.
+
+For each NoOp function: sequential signed invokes with loadgen while `perf record` samples the
+kiln process (cpu-clock, DWARF call graphs), then the samples are attributed to parts of the
+hot path by their call stacks; and `strace -c` counts kiln's system calls per invocation.
+Writes bench/work/profile/report.md (git-ignored) and prints it. Attribution is by the first
+matching rule over a sample's whole stack, in the order below, so e.g. a `read` under
+`Cgroup::oom_kills` counts as cgroup, not as I/O.
+"""
+
+import argparse
+import collections
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import bench  # noqa: E402 - same directory
+
+# (label, patterns): a sample goes to the first label any of whose patterns occurs in a frame's
+# own name (generic arguments stripped), or, for "ANY:", anywhere in a frame.
+RULES = [
+    ("log hand-off and log writer thread (kiln::logs)", ["kiln::logs::"]),
+    ("cgroup files per invocation (oom_kills, reset_peak, memory_peak)",
+     ["kiln_sandbox::cgroup::Cgroup::oom_kills", "kiln_sandbox::cgroup::Cgroup::reset_peak",
+      "kiln_sandbox::cgroup::Cgroup::memory_peak"]),
+    ("SigV4 verification", ["kiln::auth::sigv4::Verifier::verify"]),
+    ("agent: Instance::invoke/step, shim frames, output pipe, REPORT line",
+     ["kiln::agent::instance::", "kiln::agent::frame::", "kiln::agent::Inner::",
+      "kiln::agent::report", "<kiln::agent::LocalAgent as kiln::agent::NodeAgent>::invoke"]),
+    ("controller: lookup, payload check, uuids, trace id, metrics",
+     ["kiln::controller::", "kiln::function::", "kiln::metrics", "prometheus_client", "uuid::"]),
+    ("api: invoke handler, respond(), response middleware", ["kiln::api::"]),
+    ("HTTP connection task: hyper parse/encode, socket I/O, axum routing/extractors",
+     "ANY:hyper::proto|axum::serve"),
+]
+REST = "tokio runtime outside any task above: park/unpark (epoll_wait, futex), timers, wake-ups"
+
+
+def own_name(frame):
+    if frame.startswith("<"):
+        end = frame.find(">::")
+        return frame[: end + 3 + 60] if end > 0 else frame[:160]
+    i = frame.find("<")
+    return frame if i < 0 else frame[:i]
+
+
+def classify(script_text):
+    counts, syscalls, n = collections.Counter(), collections.Counter(), 0
+
+    def flush(frames):
+        nonlocal n
+        if not frames:
+            return
+        n += 1
+        for label, pats in RULES:
+            if isinstance(pats, str):
+                hit = any(p in f for f in frames for p in pats[4:].split("|"))
+            else:
+                hit = any(own_name(f).startswith(p) or (f.startswith("<") and p in own_name(f))
+                          for f in frames for p in pats)
+            if hit:
+                counts[label] += 1
+                break
+        else:
+            counts[REST] += 1
+        for f in frames:
+            if "__x64_sys_" in f:
+                syscalls[f.split("__x64_sys_")[1].split()[0]] += 1
+                break
+
+    frames = []
+    for line in script_text.splitlines():
+        if line and not line[0].isspace():
+            flush(frames)
+            frames = []
+        else:
+            parts = line.strip().split(None, 1)
+            if len(parts) == 2:
+                frames.append(parts[1])
+    flush(frames)
+    return n, counts, syscalls
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--servers", required=True)
+    ap.add_argument("--loadgen", required=True)
+    ap.add_argument("--out", default=str(bench.BENCH / "work" / "profile"))
+    ap.add_argument("--n", type=int, default=30_000)
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    servers = json.loads(Path(args.servers).read_text())
+    kiln = bench.Kiln(servers["kiln"])
+    bench.deploy(kiln)
+    report = ["# Where kiln's CPU goes per warm invocation\n",
+              f"load average at start: {' '.join(bench.loadavg())}\n"]
+    for function in bench.FUNCTIONS:
+        target = ["--url", kiln.url, "--path", f"/2015-03-31/functions/{function}/invocations",
+                  "--creds", str(kiln.creds_path), "--server-pid", str(kiln.pid)]
+        bench.loadgen(args, "latency", *target, "--n", 2000, "--warmup", 1000)
+        # Unprofiled reference first: perf's own interrupts inflate the CPU figure a little.
+        ref = bench.loadgen(args, "latency", *target, "--n", 10_000, "--warmup", 0)
+        c = ref["server_cpu"][0]
+        ref_us = (c["utime_ticks"] + c["stime_ticks"]) * 1e6 / bench.CLK_TCK / ref["n"]
+        ref_sys = c["stime_ticks"] / max(1, c["utime_ticks"] + c["stime_ticks"])
+        report.append(f"## {function}\n")
+        report.append(f"kiln CPU per warm invocation without profiler: **{ref_us:.1f} µs** "
+                      f"(n {ref['n']:,}, {100 * ref_sys:.0f}% of it in the kernel)\n")
+        if shutil.which("perf"):
+            load = subprocess.Popen([args.loadgen, "latency", *target, "--n", str(args.n), "--warmup", "0"],
+                                    stdout=subprocess.PIPE, text=True)
+            time.sleep(1.0)
+            data = out / f"perf-{function}.data"
+            subprocess.run(["perf", "record", "-q", "-F", "2999", "-g", "--call-graph", "dwarf,16384",
+                            "-p", str(kiln.pid), "-o", str(data), "--", "sleep", "3"],
+                           capture_output=True, check=True)
+            load.communicate()
+            script = subprocess.run(["perf", "script", "-i", str(data), "-F", "comm,tid,period,ip,sym",
+                                     "--no-inline"], capture_output=True, text=True).stdout
+            data.unlink()
+            n, counts, syscalls = classify(script)
+            report.append(f"perf samples: {n:,} (cpu-clock, 2999 Hz, DWARF stacks). Share of kiln's "
+                          f"CPU and, scaled to the unprofiled figure, µs per invocation:\n")
+            report.append("| part of the hot path | share | ≈ µs / invocation |\n|---|---|---|")
+            for label, k in counts.most_common():
+                report.append(f"| {label} | {100 * k / n:.1f}% | {ref_us * k / n:.1f} |")
+            report.append("\nSamples inside a system call, by call (share of all samples): "
+                          + ", ".join(f"{name} {100 * k / n:.1f}%" for name, k in syscalls.most_common(10)) + "\n")
+        if shutil.which("strace"):
+            calls = 2000
+            trace = out / f"strace-{function}.txt"
+            st = subprocess.Popen(["strace", "-c", "-f", "-p", str(kiln.pid), "-o", str(trace)],
+                                  stderr=subprocess.DEVNULL)
+            time.sleep(1.0)
+            bench.loadgen(args, "latency", *target, "--n", calls, "--warmup", 0)
+            time.sleep(0.5)
+            st.terminate()
+            st.wait(timeout=10)
+            rows = []
+            for line in trace.read_text().splitlines():
+                parts = line.split()
+                if len(parts) >= 5 and parts[0][0].isdigit() and parts[-1] != "total":
+                    errors = int(parts[4]) if len(parts) == 6 else 0
+                    rows.append((parts[-1], int(parts[3]), errors))
+            total = sum(r[1] for r in rows)
+            report.append(f"System calls of the kiln process per invocation (strace -c -f over {calls:,} "
+                          f"sequential invocations; the kiln process only, not the function's): "
+                          f"**{total / calls:.1f}**\n")
+            report.append("| syscall | per invocation | of which failed |\n|---|---|---|")
+            for name, count, errors in sorted(rows, key=lambda r: -r[1]):
+                if count / calls >= 0.05:
+                    report.append(f"| {name} | {count / calls:.2f} | {errors / calls:.2f} |")
+            report.append("")
+    text = "\n".join(report) + "\n"
+    (out / "report.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
