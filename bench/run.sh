@@ -105,7 +105,7 @@ else
 fi
 
 # ------------------------------------------------------------------ servers
-rm -rf "$WORK"
+rm -rf "$KILN_DATA" "$WORK"/*.log "$WORK/servers.json"
 mkdir -p "$WORK"
 SERVER_URL=
 SERVER_PID=

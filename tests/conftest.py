@@ -23,5 +23,9 @@ def fresh_kiln():
 
     yield make
     for server in servers:
-        server.kill9()
+        # A graceful stop removes the server's sandboxes and cgroups before its data goes.
+        try:
+            server.stop()
+        except Exception:
+            server.kill9()
         server.cleanup()

@@ -111,6 +111,16 @@ impl CgroupManager {
             dirs,
         };
         for dir in &cgroup.dirs {
+            // The parent may have been removed behind kiln's back (an operator cleaning up
+            // empty cgroups); recreate it rather than fail every cold start.
+            if let Some(parent) = dir.parent().filter(|p| !p.exists()) {
+                mkdir(parent)?;
+                if cgroup.v2 {
+                    for controller in ["+memory", "+pids", "+cpu"] {
+                        let _ = fs::write(parent.join("cgroup.subtree_control"), controller);
+                    }
+                }
+            }
             if dir.exists() {
                 cgroup.kill_all();
                 remove_dir_until(dir, Instant::now() + REMOVE_DEADLINE, || cgroup.kill_all())?;
@@ -119,6 +129,18 @@ impl CgroupManager {
         }
         cgroup.apply(limits)?;
         Ok(cgroup)
+    }
+
+    /// Removes kiln's parent cgroups, once every instance cgroup under them is gone (on
+    /// shutdown). A parent that still has children is left alone.
+    pub fn remove_parents(&self) {
+        let parents: Vec<&PathBuf> = match &self.layout {
+            Layout::V1 { memory, pids, cpu } => vec![memory, pids, cpu],
+            Layout::V2 { root } => vec![root],
+        };
+        for parent in parents {
+            let _ = fs::remove_dir(parent);
+        }
     }
 
     /// Removes cgroups left behind by a previous run that was killed (their processes are gone).

@@ -12,6 +12,7 @@ pub mod controller;
 pub mod function;
 pub mod logs;
 pub mod metrics;
+pub mod objects;
 pub mod runtime;
 pub mod server;
 pub mod zip_util;

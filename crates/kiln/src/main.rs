@@ -61,6 +61,67 @@ struct UpArgs {
     /// Deploy the demo function `hello` if it does not exist.
     #[arg(long)]
     demo: bool,
+    #[command(flatten)]
+    s3: S3Args,
+}
+
+/// The object store's flags.
+#[derive(clap::Args, Debug)]
+struct S3Args {
+    /// Address of the S3 object store [default: the API's port + 1, 127.0.0.1:9001; an ephemeral port when the API's is 0].
+    #[arg(long, env = "KILN_S3_LISTEN")]
+    s3_listen: Option<SocketAddr>,
+    /// Serve only the object store: no functions, no sandboxes, no root needed.
+    #[arg(long)]
+    store_only: bool,
+    /// Keep objects in this S3-compatible store (http(s)://HOST[:PORT]) instead of the data dir.
+    #[arg(long, env = "KILN_S3_BACKEND", requires_all = ["s3_backend_access_key", "s3_backend_secret_key"])]
+    s3_backend: Option<String>,
+    /// Access key for --s3-backend.
+    #[arg(long, env = "KILN_S3_BACKEND_ACCESS_KEY", requires = "s3_backend")]
+    s3_backend_access_key: Option<String>,
+    /// Secret key for --s3-backend (prefer the environment variable: flags show in `ps`).
+    #[arg(
+        long,
+        env = "KILN_S3_BACKEND_SECRET_KEY",
+        requires = "s3_backend",
+        hide_env_values = true
+    )]
+    s3_backend_secret_key: Option<String>,
+    /// Region to sign --s3-backend requests for [default: --region].
+    #[arg(long, env = "KILN_S3_BACKEND_REGION")]
+    s3_backend_region: Option<String>,
+    /// Largest object accepted, in MiB [default: S3's 5 TiB; one PUT is also capped at 5 GiB].
+    #[arg(long)]
+    s3_max_object_mb: Option<u64>,
+    /// Domain for virtual-host addressing (BUCKET.DOMAIN); BUCKET.localhost always works.
+    #[arg(long, env = "KILN_S3_DOMAIN")]
+    s3_domain: Vec<String>,
+}
+
+impl S3Args {
+    fn settings(self, region: &str) -> kiln::objects::ObjectsSettings {
+        use kiln::auth::Credentials;
+        use kiln::objects::{Limits, ObjectsSettings, RemoteConfig, S3_MAX_OBJECT_BYTES};
+        let remote = self.s3_backend.map(|endpoint| RemoteConfig {
+            endpoint,
+            credentials: Credentials {
+                access_key_id: self.s3_backend_access_key.unwrap_or_default(),
+                secret_access_key: self.s3_backend_secret_key.unwrap_or_default(),
+            },
+            region: self.s3_backend_region.unwrap_or_else(|| region.to_string()),
+        });
+        ObjectsSettings {
+            listen: self.s3_listen,
+            remote,
+            limits: Limits {
+                max_object_bytes: self
+                    .s3_max_object_mb
+                    .map_or(S3_MAX_OBJECT_BYTES, |mb| mb.saturating_mul(1024 * 1024)),
+            },
+            domains: self.s3_domain,
+        }
+    }
 }
 
 fn main() {
@@ -81,6 +142,8 @@ fn main() {
                 )
                 .with_writer(std::io::stderr)
                 .init();
+            let store_only = args.s3.store_only;
+            let objects = args.s3.settings(&args.region);
             let config = ServerConfig {
                 listen: args.listen,
                 data_dir: PathBuf::from(&cli.connection.data_dir),
@@ -93,6 +156,8 @@ fn main() {
                 shutdown_grace: Duration::from_secs(args.shutdown_grace),
                 write_aws_profile: !args.no_aws_profile,
                 demo: args.demo,
+                store_only,
+                objects,
             };
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -14,6 +14,7 @@ use crate::api::{self, AppState};
 use crate::auth::{StoredCredentials, Verifier};
 use crate::controller::{Controller, ControllerConfig};
 use crate::function::{FunctionConfig, NetworkMode, UrlAuth};
+use crate::objects::{self, ObjectsSettings, Scope};
 use crate::runtime::Runtimes;
 
 /// Settings of `kiln up`, validated.
@@ -30,6 +31,10 @@ pub struct ServerConfig {
     pub shutdown_grace: Duration,
     pub write_aws_profile: bool,
     pub demo: bool,
+    /// The S3 object store.
+    pub objects: ObjectsSettings,
+    /// Serve only the object store: no functions, no sandboxes, no root needed.
+    pub store_only: bool,
 }
 
 fn host_memory_mb() -> u64 {
@@ -50,6 +55,9 @@ fn cgroup_parent(data_dir: &Path) -> String {
 }
 
 pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
+    if config.store_only {
+        return run_store_only(config).await;
+    }
     // SAFETY-free check of the effective uid via the filesystem: root owns /proc/self when we are root.
     if !running_as_root() {
         bail!(
@@ -71,6 +79,12 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let addr = listener.local_addr()?;
     let endpoint = format!("http://{addr}");
+    let s3 = config.objects.bind(
+        Some(config.listen),
+        &data_dir,
+        &config.region,
+        stored.credentials(),
+    )?;
     if created {
         println!(
             "kiln: created credentials (stored in {}):",
@@ -81,11 +95,16 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     }
     if config.write_aws_profile {
         match stored.write_aws_profile(&endpoint) {
-            Ok((creds, cfg)) => println!(
-                "kiln: AWS profile `kiln` written to {} and {} (use --profile kiln)",
-                creds.display(),
-                cfg.display()
-            ),
+            Ok((creds, cfg)) => {
+                if let Err(e) = objects::profile::write_s3_endpoint(&cfg, &s3.endpoint) {
+                    eprintln!("kiln: could not add the object store to the AWS profile: {e}");
+                }
+                println!(
+                    "kiln: AWS profile `kiln` written to {} and {} (use --profile kiln)",
+                    creds.display(),
+                    cfg.display()
+                )
+            }
             Err(e) => eprintln!("kiln: could not write the AWS profile: {e}"),
         }
     }
@@ -137,6 +156,10 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     });
     let app = api::router(state);
 
+    // The sandbox side gets `s3.store` to serve inside namespaces (`objects::serve_on`).
+    let s3_server = objects::serve_on(s3.listener, &s3.store, Scope::All)?;
+    std::fs::write(data_dir.join("s3-endpoint"), &s3.endpoint)?;
+    println!("kiln: object store on {} ({})", s3.endpoint, s3.backend);
     std::fs::write(data_dir.join("endpoint"), &endpoint)?;
     println!(
         "kiln: listening on {endpoint} (data in {})",
@@ -145,14 +168,63 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     let listener = listener.tap_io(|tcp| {
         let _ = tcp.set_nodelay(true);
     });
+    // On SIGTERM the API stops accepting and, at the same time, the agent starts its grace
+    // period: in-flight invocations finish or are killed when it ends, which in turn lets the
+    // API's drain of open connections complete.
+    let (stopping_tx, mut stopping_rx) = tokio::sync::watch::channel(false);
+    let draining_agent = agent.clone();
+    let grace = config.shutdown_grace;
+    let drain = tokio::spawn(async move {
+        shutdown_signal().await;
+        println!("kiln: shutting down, finishing in-flight invocations");
+        let _ = stopping_tx.send(true);
+        draining_agent.shutdown(grace).await;
+    });
     axum::serve(
         listener,
         app.into_make_service_with_connect_info::<SocketAddr>(),
     )
-    .with_graceful_shutdown(shutdown_signal())
+    .with_graceful_shutdown(async move {
+        let _ = stopping_rx.wait_for(|stopping| *stopping).await;
+    })
     .await?;
-    println!("kiln: shutting down, finishing in-flight invocations");
-    agent.shutdown(config.shutdown_grace).await;
+    let _ = drain.await;
+    // After the functions: they may use the store until their last invocation ends.
+    s3_server.shutdown(config.shutdown_grace).await;
+    println!("kiln: stopped");
+    Ok(())
+}
+
+/// `kiln up --store-only`: the object store alone, e.g. as another kiln's remote store.
+async fn run_store_only(config: ServerConfig) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
+    let data_dir = std::fs::canonicalize(&config.data_dir)?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&data_dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    let (stored, created) = StoredCredentials::load_or_create(&data_dir, &config.region)?;
+    let s3 = config
+        .objects
+        .bind(None, &data_dir, &config.region, stored.credentials())?;
+    if created {
+        println!(
+            "kiln: created credentials (stored in {}):",
+            StoredCredentials::path(&data_dir).display()
+        );
+        println!("  aws_access_key_id     = {}", stored.access_key_id);
+        println!("  aws_secret_access_key = {}", stored.secret_access_key);
+    }
+    let server = objects::serve_on(s3.listener, &s3.store, Scope::All)?;
+    std::fs::write(data_dir.join("s3-endpoint"), &s3.endpoint)?;
+    println!(
+        "kiln: object store on {} ({}; store only)",
+        s3.endpoint, s3.backend
+    );
+    shutdown_signal().await;
+    println!("kiln: shutting down");
+    server.shutdown(config.shutdown_grace).await;
     println!("kiln: stopped");
     Ok(())
 }

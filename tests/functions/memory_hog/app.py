@@ -7,7 +7,3 @@ def handler(event, context):
     for _ in range(event["mb"] // CHUNK_MB):
         held.append(bytearray(b"\x5a" * (CHUNK_MB << 20)))
     return {"allocated_mb": len(held) * CHUNK_MB}
-
-
-def small(event, context):
-    return {"ok": True}

@@ -737,6 +737,7 @@ impl NodeAgent for LocalAgent {
             while Instant::now() < deadline && inner.destroying.load(Ordering::SeqCst) > 0 {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
+            inner.ctx.cgroups.remove_parents();
         })
     }
 }

@@ -1,6 +1,7 @@
 //! The `kiln` command line: talks to a running kiln over its signed HTTP API.
 
 mod client;
+pub mod s3;
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -52,6 +53,8 @@ pub enum Command {
     },
     /// Show every instance with its state, age and memory.
     Status,
+    /// Use the object store: ls, cp, mb, rb, rm, presign, credentials.
+    S3(s3::S3Args),
 }
 
 #[derive(Args, Debug)]
@@ -96,6 +99,9 @@ pub struct InvokeArgs {
 }
 
 pub fn run(connection: Connection, command: Command) -> anyhow::Result<i32> {
+    if let Command::S3(args) = command {
+        return s3::run(connection, args);
+    }
     let client = Client::connect(&connection)?;
     let json_output = connection.json;
     match command {
@@ -133,6 +139,7 @@ pub fn run(connection: Connection, command: Command) -> anyhow::Result<i32> {
         }
         Command::Logs { name, follow } => logs(&client, &name, follow, json_output),
         Command::Status => status(&client, json_output),
+        Command::S3(_) => unreachable!("handled above"),
     }
 }
 

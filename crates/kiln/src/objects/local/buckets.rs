@@ -1,0 +1,277 @@
+//! Buckets and listings on the embedded store.
+
+use s3s::dto::*;
+use s3s::{s3_error, S3Request, S3Response, S3Result};
+
+use super::meta::{BucketDeletion, ObjectRow};
+use super::{blocking, internal, now_ms, timestamp, LocalStore};
+use crate::objects::listing::{self, url_encode, Cursor, ListRequest, Page};
+
+/// S3's ceiling on keys per listing page.
+const MAX_KEYS: i32 = 1000;
+
+fn owner() -> Owner {
+    Owner {
+        display_name: Some("kiln".into()),
+        id: Some("kiln".into()),
+    }
+}
+
+impl LocalStore {
+    pub(super) async fn create_bucket_op(
+        &self,
+        req: S3Request<CreateBucketInput>,
+    ) -> S3Result<S3Response<CreateBucketOutput>> {
+        let bucket = req.input.bucket;
+        let meta = self.meta.clone();
+        let name = bucket.clone();
+        let created = blocking(move || {
+            meta.create_bucket(&name, now_ms())
+                .map_err(|e| internal("metadata", e))
+        })
+        .await?;
+        if !created {
+            return Err(s3_error!(
+                BucketAlreadyOwnedByYou,
+                "Your previous request to create the named bucket succeeded and you already own it."
+            ));
+        }
+        Ok(S3Response::new(CreateBucketOutput {
+            location: Some(format!("/{bucket}")),
+        }))
+    }
+
+    pub(super) async fn head_bucket_op(
+        &self,
+        req: S3Request<HeadBucketInput>,
+    ) -> S3Result<S3Response<HeadBucketOutput>> {
+        self.require_bucket(&req.input.bucket).await?;
+        Ok(S3Response::new(HeadBucketOutput::default()))
+    }
+
+    pub(super) async fn get_bucket_location_op(
+        &self,
+        req: S3Request<GetBucketLocationInput>,
+    ) -> S3Result<S3Response<GetBucketLocationOutput>> {
+        self.require_bucket(&req.input.bucket).await?;
+        // us-east-1, which S3 reports as an empty constraint.
+        Ok(S3Response::new(GetBucketLocationOutput::default()))
+    }
+
+    pub(super) async fn delete_bucket_op(
+        &self,
+        req: S3Request<DeleteBucketInput>,
+    ) -> S3Result<S3Response<DeleteBucketOutput>> {
+        let (meta, files) = (self.meta.clone(), self.files.clone());
+        let bucket = req.input.bucket;
+        blocking(move || match meta.delete_bucket(&bucket) {
+            Ok(BucketDeletion::Deleted { files: parts }) => {
+                files.remove(&parts);
+                Ok(())
+            }
+            Ok(BucketDeletion::NoSuchBucket) => Err(s3_error!(NoSuchBucket)),
+            Ok(BucketDeletion::NotEmpty) => Err(s3_error!(
+                BucketNotEmpty,
+                "The bucket you tried to delete is not empty"
+            )),
+            Err(e) => Err(internal("metadata", e)),
+        })
+        .await?;
+        Ok(S3Response::new(DeleteBucketOutput::default()))
+    }
+
+    pub(super) async fn list_buckets_op(
+        &self,
+        _req: S3Request<ListBucketsInput>,
+    ) -> S3Result<S3Response<ListBucketsOutput>> {
+        let meta = self.meta.clone();
+        let buckets = blocking(move || meta.buckets().map_err(|e| internal("metadata", e))).await?;
+        Ok(S3Response::new(ListBucketsOutput {
+            buckets: Some(
+                buckets
+                    .into_iter()
+                    .map(|(name, created)| Bucket {
+                        name: Some(name),
+                        creation_date: Some(timestamp(created)),
+                        bucket_region: None,
+                    })
+                    .collect(),
+            ),
+            owner: Some(owner()),
+            ..Default::default()
+        }))
+    }
+
+    async fn list_page(&self, bucket: String, request: ListRequest) -> S3Result<Page<ObjectRow>> {
+        let meta = self.meta.clone();
+        blocking(move || {
+            if !meta
+                .bucket_exists(&bucket)
+                .map_err(|e| internal("metadata", e))?
+            {
+                return Err(s3_error!(NoSuchBucket));
+            }
+            listing::list(
+                &request,
+                |cursor, below, limit| meta.list_objects(&bucket, cursor, below, limit),
+                |row| row.key.as_str(),
+            )
+            .map_err(|e| internal("metadata", e))
+        })
+        .await
+    }
+
+    pub(super) async fn list_objects_v2_op(
+        &self,
+        req: S3Request<ListObjectsV2Input>,
+    ) -> S3Result<S3Response<ListObjectsV2Output>> {
+        let input = req.input;
+        let prefix = input.prefix.clone().unwrap_or_default();
+        let start = match &input.continuation_token {
+            Some(token) => Cursor::from_token(token).ok_or_else(|| {
+                s3_error!(
+                    InvalidArgument,
+                    "The continuation token provided is incorrect"
+                )
+            })?,
+            None => Cursor::start(&prefix, input.start_after.as_deref()),
+        };
+        let max_keys = max_keys(input.max_keys)?;
+        let url = encodes_url(input.encoding_type.as_ref())?;
+        let page = self
+            .list_page(
+                input.bucket.clone(),
+                ListRequest {
+                    prefix,
+                    delimiter: input.delimiter.clone(),
+                    start,
+                    max_keys: max_keys as usize,
+                },
+            )
+            .await?;
+        let encode = |s: String| if url { url_encode(&s) } else { s };
+        let key_count = (page.objects.len() + page.common_prefixes.len()) as i32;
+        Ok(S3Response::new(ListObjectsV2Output {
+            name: Some(input.bucket),
+            prefix: input.prefix.map(encode),
+            delimiter: input.delimiter.map(encode),
+            start_after: input.start_after.map(encode),
+            continuation_token: input.continuation_token,
+            max_keys: Some(max_keys),
+            key_count: Some(key_count),
+            is_truncated: Some(page.next.is_some()),
+            next_continuation_token: page.next.as_ref().map(Cursor::token),
+            encoding_type: input.encoding_type,
+            contents: Some(
+                page.objects
+                    .into_iter()
+                    .map(|row| object_entry(row, encode))
+                    .collect(),
+            ),
+            common_prefixes: Some(
+                page.common_prefixes
+                    .into_iter()
+                    .map(|p| CommonPrefix {
+                        prefix: Some(encode(p)),
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        }))
+    }
+
+    pub(super) async fn list_objects_v1_op(
+        &self,
+        req: S3Request<ListObjectsInput>,
+    ) -> S3Result<S3Response<ListObjectsOutput>> {
+        let input = req.input;
+        let prefix = input.prefix.clone().unwrap_or_default();
+        let max_keys = max_keys(input.max_keys)?;
+        let url = encodes_url(input.encoding_type.as_ref())?;
+        let page = self
+            .list_page(
+                input.bucket.clone(),
+                ListRequest {
+                    start: Cursor::start(&prefix, input.marker.as_deref()),
+                    prefix,
+                    delimiter: input.delimiter.clone(),
+                    max_keys: max_keys as usize,
+                },
+            )
+            .await?;
+        let encode = |s: String| if url { url_encode(&s) } else { s };
+        let truncated = page.next.is_some();
+        // S3 only returns NextMarker with a delimiter; without one, clients use the last key.
+        let next_marker = (truncated && input.delimiter.is_some())
+            .then_some(page.last)
+            .flatten()
+            .map(encode);
+        Ok(S3Response::new(ListObjectsOutput {
+            name: Some(input.bucket),
+            prefix: input.prefix.map(encode),
+            delimiter: input.delimiter.map(encode),
+            marker: Some(input.marker.map(encode).unwrap_or_default()),
+            next_marker,
+            max_keys: Some(max_keys),
+            is_truncated: Some(truncated),
+            encoding_type: input.encoding_type,
+            contents: Some(
+                page.objects
+                    .into_iter()
+                    .map(|row| object_entry(row, encode))
+                    .collect(),
+            ),
+            common_prefixes: Some(
+                page.common_prefixes
+                    .into_iter()
+                    .map(|p| CommonPrefix {
+                        prefix: Some(encode(p)),
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        }))
+    }
+}
+
+fn max_keys(requested: Option<i32>) -> S3Result<i32> {
+    match requested {
+        Some(n) if n < 0 => Err(s3_error!(
+            InvalidArgument,
+            "max-keys must be a non-negative integer"
+        )),
+        Some(n) => Ok(n.min(MAX_KEYS)),
+        None => Ok(MAX_KEYS),
+    }
+}
+
+fn encodes_url(encoding: Option<&EncodingType>) -> S3Result<bool> {
+    match encoding.map(EncodingType::as_str) {
+        None => Ok(false),
+        Some(EncodingType::URL) => Ok(true),
+        Some(_) => Err(s3_error!(
+            InvalidArgument,
+            "Invalid Encoding Method specified in Request"
+        )),
+    }
+}
+
+fn object_entry(row: ObjectRow, encode: impl Fn(String) -> String) -> Object {
+    let algorithms: Vec<ChecksumAlgorithm> = row
+        .checksums
+        .algorithms()
+        .map(|a| ChecksumAlgorithm::from(a.name().to_string()))
+        .collect();
+    Object {
+        key: Some(encode(row.key)),
+        size: Some(row.size as i64),
+        e_tag: Some(ETag::Strong(row.etag)),
+        last_modified: Some(timestamp(row.modified_ms)),
+        storage_class: Some(ObjectStorageClass::from_static(
+            ObjectStorageClass::STANDARD,
+        )),
+        checksum_algorithm: (!algorithms.is_empty()).then_some(algorithms),
+        owner: Some(owner()),
+        ..Default::default()
+    }
+}

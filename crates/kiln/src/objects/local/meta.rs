@@ -1,0 +1,707 @@
+//! Object metadata in SQLite: buckets, objects, multipart uploads and their parts.
+//!
+//! WAL with `synchronous=FULL`, like the function registry: a commit that returned is on disk.
+//! A row names its content by a file id; committing the row is what makes an upload visible, so
+//! a crash before the commit leaves at most an unreferenced file, which the next start deletes.
+//! Keys are compared with SQLite's BINARY collation (memcmp of UTF-8), which is S3's order.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+
+use rusqlite::{params, Connection, OptionalExtension, Row, Transaction};
+use serde::{Deserialize, Serialize};
+
+use crate::objects::checksum::{Algorithm, ChecksumKind, Checksums};
+use crate::objects::conditions::WriteCondition;
+use crate::objects::listing::Cursor;
+
+/// Why the object metadata database failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MetaError {
+    /// the object metadata database failed
+    #[error("object metadata database: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// a stored row could not be decoded
+    #[error("object metadata database holds an unreadable row: {0}")]
+    Corrupt(String),
+}
+
+/// Why a write was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// the bucket does not exist
+    #[error("no such bucket")]
+    NoSuchBucket,
+    /// the object does not exist
+    #[error("no such key")]
+    NoSuchKey,
+    /// the multipart upload does not exist
+    #[error("no such upload")]
+    NoSuchUpload,
+    /// the write's precondition does not hold
+    #[error("precondition failed")]
+    PreconditionFailed,
+    #[error(transparent)]
+    Meta(#[from] MetaError),
+}
+
+impl From<rusqlite::Error> for WriteError {
+    fn from(e: rusqlite::Error) -> Self {
+        Self::Meta(e.into())
+    }
+}
+
+/// The HTTP attributes and user metadata stored with an object.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ObjectAttrs {
+    pub content_type: Option<String>,
+    pub content_encoding: Option<String>,
+    pub content_disposition: Option<String>,
+    pub content_language: Option<String>,
+    pub cache_control: Option<String>,
+    /// The `Expires` header, in ms since the epoch.
+    pub expires_ms: Option<i64>,
+    pub website_redirect_location: Option<String>,
+    pub metadata: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ObjectRow {
+    pub key: String,
+    pub file_id: String,
+    pub size: u64,
+    /// Unquoted.
+    pub etag: String,
+    pub modified_ms: i64,
+    pub attrs: ObjectAttrs,
+    pub checksums: Checksums,
+    pub parts: Option<u32>,
+}
+
+#[derive(Debug, Clone)]
+pub struct UploadRow {
+    pub upload_id: String,
+    pub bucket: String,
+    pub key: String,
+    pub created_ms: i64,
+    pub attrs: ObjectAttrs,
+    pub algorithm: Option<Algorithm>,
+    pub kind: Option<ChecksumKind>,
+}
+
+#[derive(Debug, Clone)]
+pub struct PartRow {
+    pub number: u32,
+    pub file_id: String,
+    pub size: u64,
+    pub etag: String,
+    pub modified_ms: i64,
+    pub checksums: Checksums,
+}
+
+pub enum Lookup {
+    NoSuchBucket,
+    NoSuchKey,
+    Found(Box<ObjectRow>),
+}
+
+pub enum BucketDeletion {
+    Deleted { files: Vec<String> },
+    NoSuchBucket,
+    NotEmpty,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS buckets (
+    name TEXT PRIMARY KEY,
+    created_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS objects (
+    bucket TEXT NOT NULL,
+    key TEXT NOT NULL,
+    file_id TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    etag TEXT NOT NULL,
+    modified_ms INTEGER NOT NULL,
+    attrs TEXT NOT NULL,
+    checksums TEXT NOT NULL,
+    parts INTEGER,
+    PRIMARY KEY (bucket, key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS objects_by_file ON objects (file_id);
+CREATE TABLE IF NOT EXISTS uploads (
+    upload_id TEXT PRIMARY KEY,
+    bucket TEXT NOT NULL,
+    key TEXT NOT NULL,
+    created_ms INTEGER NOT NULL,
+    attrs TEXT NOT NULL,
+    algorithm TEXT,
+    kind TEXT
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS uploads_by_bucket ON uploads (bucket, key);
+CREATE TABLE IF NOT EXISTS parts (
+    upload_id TEXT NOT NULL,
+    number INTEGER NOT NULL,
+    file_id TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    etag TEXT NOT NULL,
+    modified_ms INTEGER NOT NULL,
+    checksums TEXT NOT NULL,
+    PRIMARY KEY (upload_id, number)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS parts_by_file ON parts (file_id);
+";
+
+const OBJECT_COLUMNS: &str = "key, file_id, size, etag, modified_ms, attrs, checksums, parts";
+
+pub struct Meta {
+    db: Mutex<Connection>,
+}
+
+fn to_json<T: Serialize>(value: &T) -> Result<String, MetaError> {
+    serde_json::to_string(value).map_err(|e| MetaError::Corrupt(e.to_string()))
+}
+
+fn from_json<T: for<'de> Deserialize<'de>>(text: &str) -> Result<T, MetaError> {
+    serde_json::from_str(text).map_err(|e| MetaError::Corrupt(format!("{e}: {text}")))
+}
+
+fn object_from_row(row: &Row<'_>) -> rusqlite::Result<(ObjectRow, String, String)> {
+    Ok((
+        ObjectRow {
+            key: row.get(0)?,
+            file_id: row.get(1)?,
+            size: row.get(2)?,
+            etag: row.get(3)?,
+            modified_ms: row.get(4)?,
+            attrs: ObjectAttrs::default(),
+            checksums: Checksums::default(),
+            parts: row.get(7)?,
+        },
+        row.get(5)?,
+        row.get(6)?,
+    ))
+}
+
+fn decode_object(raw: (ObjectRow, String, String)) -> Result<ObjectRow, MetaError> {
+    let (mut object, attrs, checksums) = raw;
+    object.attrs = from_json(&attrs)?;
+    object.checksums = from_json(&checksums)?;
+    Ok(object)
+}
+
+impl Meta {
+    pub fn open(path: &Path) -> Result<Self, MetaError> {
+        let db = Connection::open(path)?;
+        db.pragma_update(None, "journal_mode", "WAL")?;
+        db.pragma_update(None, "synchronous", "FULL")?;
+        db.busy_timeout(std::time::Duration::from_secs(5))?;
+        db.execute_batch(SCHEMA)?;
+        Ok(Self { db: Mutex::new(db) })
+    }
+
+    fn db(&self) -> MutexGuard<'_, Connection> {
+        // Every change is a transaction, so a panic while holding the lock leaves SQLite consistent.
+        self.db.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Creates a bucket; false if it exists.
+    pub fn create_bucket(&self, name: &str, now_ms: i64) -> Result<bool, MetaError> {
+        let changed = self.db().execute(
+            "INSERT OR IGNORE INTO buckets (name, created_ms) VALUES (?1, ?2)",
+            params![name, now_ms],
+        )?;
+        Ok(changed == 1)
+    }
+
+    pub fn bucket_exists(&self, name: &str) -> Result<bool, MetaError> {
+        Ok(bucket_exists(&self.db(), name)?)
+    }
+
+    pub fn buckets(&self) -> Result<Vec<(String, i64)>, MetaError> {
+        let db = self.db();
+        let mut stmt = db.prepare_cached("SELECT name, created_ms FROM buckets ORDER BY name")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Deletes an empty bucket and aborts its multipart uploads; returns their part files.
+    pub fn delete_bucket(&self, name: &str) -> Result<BucketDeletion, MetaError> {
+        let mut db = self.db();
+        let tx = db.transaction()?;
+        if !bucket_exists(&tx, name)? {
+            return Ok(BucketDeletion::NoSuchBucket);
+        }
+        let has_objects: bool = tx.query_row(
+            "SELECT EXISTS (SELECT 1 FROM objects WHERE bucket = ?1)",
+            [name],
+            |r| r.get(0),
+        )?;
+        if has_objects {
+            return Ok(BucketDeletion::NotEmpty);
+        }
+        let files = {
+            let mut stmt = tx.prepare(
+                "SELECT p.file_id FROM parts p JOIN uploads u ON p.upload_id = u.upload_id
+                 WHERE u.bucket = ?1",
+            )?;
+            let files = stmt.query_map([name], |r| r.get(0))?;
+            files.collect::<Result<Vec<String>, _>>()?
+        };
+        tx.execute(
+            "DELETE FROM parts WHERE upload_id IN (SELECT upload_id FROM uploads WHERE bucket = ?1)",
+            [name],
+        )?;
+        tx.execute("DELETE FROM uploads WHERE bucket = ?1", [name])?;
+        tx.execute("DELETE FROM buckets WHERE name = ?1", [name])?;
+        tx.commit()?;
+        Ok(BucketDeletion::Deleted { files })
+    }
+
+    pub fn object(&self, bucket: &str, key: &str) -> Result<Lookup, MetaError> {
+        let db = self.db();
+        let found = db
+            .prepare_cached(&format!(
+                "SELECT {OBJECT_COLUMNS} FROM objects WHERE bucket = ?1 AND key = ?2"
+            ))?
+            .query_row(params![bucket, key], object_from_row)
+            .optional()?;
+        match found {
+            Some(raw) => Ok(Lookup::Found(Box::new(decode_object(raw)?))),
+            None if bucket_exists(&db, bucket)? => Ok(Lookup::NoSuchKey),
+            None => Ok(Lookup::NoSuchBucket),
+        }
+    }
+
+    /// Commits an object if `condition` holds; returns the file of the object it replaced.
+    pub fn put_object(
+        &self,
+        bucket: &str,
+        object: &ObjectRow,
+        condition: &WriteCondition,
+    ) -> Result<Option<String>, WriteError> {
+        let mut db = self.db();
+        let tx = db.transaction()?;
+        let replaced = check_write(&tx, bucket, &object.key, condition)?;
+        insert_object(&tx, bucket, object)?;
+        tx.commit()?;
+        Ok(replaced)
+    }
+
+    /// Deletes an object (if `condition` holds); returns its file. Deleting a missing key succeeds.
+    pub fn delete_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        condition: &WriteCondition,
+    ) -> Result<Option<String>, WriteError> {
+        let mut db = self.db();
+        let tx = db.transaction()?;
+        let file = check_write(&tx, bucket, key, condition)?;
+        tx.execute(
+            "DELETE FROM objects WHERE bucket = ?1 AND key = ?2",
+            params![bucket, key],
+        )?;
+        tx.commit()?;
+        Ok(file)
+    }
+
+    /// Up to `limit` objects of `bucket` from `cursor` on, below `below`, in key order.
+    pub fn list_objects(
+        &self,
+        bucket: &str,
+        cursor: &Cursor,
+        below: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<ObjectRow>, MetaError> {
+        let (op, from) = match cursor {
+            Cursor::From(k) => (">=", k),
+            Cursor::After(k) => (">", k),
+        };
+        let db = self.db();
+        let mut stmt = db.prepare_cached(&format!(
+            "SELECT {OBJECT_COLUMNS} FROM objects WHERE bucket = ?1 AND key {op} ?2
+             AND (?3 IS NULL OR key < ?3) ORDER BY key LIMIT ?4"
+        ))?;
+        let rows = stmt.query_map(params![bucket, from, below, limit as i64], object_from_row)?;
+        rows.map(|r| decode_object(r?)).collect()
+    }
+
+    /// Whether any object or part refers to this file.
+    pub fn file_is_referenced(&self, file_id: &str) -> Result<bool, MetaError> {
+        Ok(self.db().query_row(
+            "SELECT EXISTS (SELECT 1 FROM objects WHERE file_id = ?1)
+                 OR EXISTS (SELECT 1 FROM parts WHERE file_id = ?1)",
+            [file_id],
+            |r| r.get(0),
+        )?)
+    }
+
+    pub fn create_upload(&self, upload: &UploadRow) -> Result<(), WriteError> {
+        let mut db = self.db();
+        let tx = db.transaction()?;
+        if !bucket_exists(&tx, &upload.bucket)? {
+            return Err(WriteError::NoSuchBucket);
+        }
+        tx.execute(
+            "INSERT INTO uploads (upload_id, bucket, key, created_ms, attrs, algorithm, kind)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                upload.upload_id,
+                upload.bucket,
+                upload.key,
+                upload.created_ms,
+                to_json(&upload.attrs)?,
+                upload.algorithm.map(Algorithm::name),
+                upload.kind.map(ChecksumKind::name),
+            ],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// The upload, if it exists and belongs to this bucket and key.
+    pub fn upload(
+        &self,
+        upload_id: &str,
+        bucket: &str,
+        key: &str,
+    ) -> Result<Option<UploadRow>, MetaError> {
+        let db = self.db();
+        let row = db
+            .prepare_cached(
+                "SELECT upload_id, bucket, key, created_ms, attrs, algorithm, kind FROM uploads
+                 WHERE upload_id = ?1 AND bucket = ?2 AND key = ?3",
+            )?
+            .query_row(params![upload_id, bucket, key], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, i64>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, Option<String>>(5)?,
+                    r.get::<_, Option<String>>(6)?,
+                ))
+            })
+            .optional()?;
+        let Some((upload_id, bucket, key, created_ms, attrs, algorithm, kind)) = row else {
+            return Ok(None);
+        };
+        Ok(Some(UploadRow {
+            upload_id,
+            bucket,
+            key,
+            created_ms,
+            attrs: from_json(&attrs)?,
+            algorithm: algorithm.as_deref().and_then(Algorithm::parse),
+            kind: kind.as_deref().and_then(ChecksumKind::parse),
+        }))
+    }
+
+    /// Records a part; returns the file of the part it replaced.
+    pub fn put_part(&self, upload_id: &str, part: &PartRow) -> Result<Option<String>, WriteError> {
+        let mut db = self.db();
+        let tx = db.transaction()?;
+        let exists: bool = tx.query_row(
+            "SELECT EXISTS (SELECT 1 FROM uploads WHERE upload_id = ?1)",
+            [upload_id],
+            |r| r.get(0),
+        )?;
+        if !exists {
+            return Err(WriteError::NoSuchUpload);
+        }
+        let replaced: Option<String> = tx
+            .query_row(
+                "SELECT file_id FROM parts WHERE upload_id = ?1 AND number = ?2",
+                params![upload_id, part.number],
+                |r| r.get(0),
+            )
+            .optional()?;
+        tx.execute(
+            "INSERT OR REPLACE INTO parts (upload_id, number, file_id, size, etag, modified_ms, checksums)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                upload_id,
+                part.number,
+                part.file_id,
+                part.size,
+                part.etag,
+                part.modified_ms,
+                to_json(&part.checksums)?,
+            ],
+        )?;
+        tx.commit()?;
+        Ok(replaced)
+    }
+
+    /// Up to `limit` parts numbered above `after`, in order.
+    pub fn parts(
+        &self,
+        upload_id: &str,
+        after: u32,
+        limit: usize,
+    ) -> Result<Vec<PartRow>, MetaError> {
+        let db = self.db();
+        let mut stmt = db.prepare_cached(
+            "SELECT number, file_id, size, etag, modified_ms, checksums FROM parts
+             WHERE upload_id = ?1 AND number > ?2 ORDER BY number LIMIT ?3",
+        )?;
+        let rows = stmt.query_map(params![upload_id, after, limit as i64], |r| {
+            Ok((
+                PartRow {
+                    number: r.get(0)?,
+                    file_id: r.get(1)?,
+                    size: r.get(2)?,
+                    etag: r.get(3)?,
+                    modified_ms: r.get(4)?,
+                    checksums: Checksums::default(),
+                },
+                r.get::<_, String>(5)?,
+            ))
+        })?;
+        rows.map(|r| {
+            let (mut part, checksums) = r?;
+            part.checksums = from_json(&checksums)?;
+            Ok(part)
+        })
+        .collect()
+    }
+
+    /// Turns an upload into an object in one transaction. Returns the replaced object's file and
+    /// the files of every part of the upload, which the caller deletes.
+    pub fn complete_upload(
+        &self,
+        upload_id: &str,
+        bucket: &str,
+        object: &ObjectRow,
+        condition: &WriteCondition,
+    ) -> Result<(Option<String>, Vec<String>), WriteError> {
+        let mut db = self.db();
+        let tx = db.transaction()?;
+        let exists: bool = tx.query_row(
+            "SELECT EXISTS (SELECT 1 FROM uploads WHERE upload_id = ?1)",
+            [upload_id],
+            |r| r.get(0),
+        )?;
+        if !exists {
+            return Err(WriteError::NoSuchUpload);
+        }
+        let replaced = check_write(&tx, bucket, &object.key, condition)?;
+        insert_object(&tx, bucket, object)?;
+        let files = take_upload(&tx, upload_id)?;
+        tx.commit()?;
+        Ok((replaced, files))
+    }
+
+    /// Deletes an upload and its parts; returns the part files, or None if there is no such upload.
+    pub fn abort_upload(&self, upload_id: &str) -> Result<Option<Vec<String>>, MetaError> {
+        let mut db = self.db();
+        let tx = db.transaction()?;
+        let exists: bool = tx.query_row(
+            "SELECT EXISTS (SELECT 1 FROM uploads WHERE upload_id = ?1)",
+            [upload_id],
+            |r| r.get(0),
+        )?;
+        if !exists {
+            return Ok(None);
+        }
+        let files = take_upload(&tx, upload_id)?;
+        tx.commit()?;
+        Ok(Some(files))
+    }
+}
+
+fn bucket_exists(db: &Connection, name: &str) -> rusqlite::Result<bool> {
+    db.prepare_cached("SELECT EXISTS (SELECT 1 FROM buckets WHERE name = ?1)")?
+        .query_row([name], |r| r.get(0))
+}
+
+/// Checks a write's bucket and precondition; returns the current object's file.
+fn check_write(
+    tx: &Transaction<'_>,
+    bucket: &str,
+    key: &str,
+    condition: &WriteCondition,
+) -> Result<Option<String>, WriteError> {
+    if !bucket_exists(tx, bucket)? {
+        return Err(WriteError::NoSuchBucket);
+    }
+    let current: Option<(String, String)> = tx
+        .prepare_cached("SELECT file_id, etag FROM objects WHERE bucket = ?1 AND key = ?2")?
+        .query_row(params![bucket, key], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    if !condition.allows(current.as_ref().map(|(_, etag)| etag.as_str())) {
+        return Err(match (condition, &current) {
+            (WriteCondition::IfMatch(_), None) => WriteError::NoSuchKey,
+            _ => WriteError::PreconditionFailed,
+        });
+    }
+    Ok(current.map(|(file, _)| file))
+}
+
+fn insert_object(tx: &Transaction<'_>, bucket: &str, o: &ObjectRow) -> Result<(), WriteError> {
+    tx.prepare_cached(
+        "INSERT OR REPLACE INTO objects
+         (bucket, key, file_id, size, etag, modified_ms, attrs, checksums, parts)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    )?
+    .execute(params![
+        bucket,
+        o.key,
+        o.file_id,
+        o.size,
+        o.etag,
+        o.modified_ms,
+        to_json(&o.attrs)?,
+        to_json(&o.checksums)?,
+        o.parts,
+    ])?;
+    Ok(())
+}
+
+fn take_upload(tx: &Transaction<'_>, upload_id: &str) -> Result<Vec<String>, MetaError> {
+    let files = {
+        let mut stmt = tx.prepare_cached("SELECT file_id FROM parts WHERE upload_id = ?1")?;
+        let files = stmt.query_map([upload_id], |r| r.get(0))?;
+        files.collect::<Result<Vec<String>, _>>()?
+    };
+    tx.execute("DELETE FROM parts WHERE upload_id = ?1", [upload_id])?;
+    tx.execute("DELETE FROM uploads WHERE upload_id = ?1", [upload_id])?;
+    Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(key: &str, file: &str) -> ObjectRow {
+        ObjectRow {
+            key: key.into(),
+            file_id: file.into(),
+            size: 3,
+            etag: format!("etag-{file}"),
+            modified_ms: 1,
+            attrs: ObjectAttrs {
+                content_type: Some("text/plain".into()),
+                metadata: BTreeMap::from([("k".into(), "v".into())]),
+                ..Default::default()
+            },
+            checksums: Checksums {
+                crc32: Some("AAAAAA==".into()),
+                ..Default::default()
+            },
+            parts: None,
+        }
+    }
+
+    #[test]
+    fn objects_replace_and_report_old_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("objects.db");
+        {
+            let meta = Meta::open(&path).unwrap();
+            assert!(matches!(
+                meta.put_object("b", &object("k", "f1"), &WriteCondition::Always),
+                Err(WriteError::NoSuchBucket)
+            ));
+            assert!(meta.create_bucket("b", 1).unwrap());
+            assert!(!meta.create_bucket("b", 2).unwrap());
+            assert_eq!(
+                meta.put_object("b", &object("k", "f1"), &WriteCondition::IfAbsent)
+                    .unwrap(),
+                None
+            );
+            assert!(matches!(
+                meta.put_object("b", &object("k", "f2"), &WriteCondition::IfAbsent),
+                Err(WriteError::PreconditionFailed)
+            ));
+            let stale = WriteCondition::IfMatch(Some("etag-f0".into()));
+            assert!(matches!(
+                meta.put_object("b", &object("k", "f2"), &stale),
+                Err(WriteError::PreconditionFailed)
+            ));
+            let current = WriteCondition::IfMatch(Some("etag-f1".into()));
+            assert_eq!(
+                meta.put_object("b", &object("k", "f2"), &current).unwrap(),
+                Some("f1".into())
+            );
+            assert!(meta.file_is_referenced("f2").unwrap());
+            assert!(!meta.file_is_referenced("f1").unwrap());
+        }
+        let meta = Meta::open(&path).unwrap();
+        match meta.object("b", "k").unwrap() {
+            Lookup::Found(o) => assert_eq!(*o, object("k", "f2")),
+            _ => panic!("object lost across reopen"),
+        }
+        assert!(matches!(
+            meta.delete_bucket("b").unwrap(),
+            BucketDeletion::NotEmpty
+        ));
+        assert_eq!(
+            meta.delete_object("b", "k", &WriteCondition::Always)
+                .unwrap(),
+            Some("f2".into())
+        );
+        assert!(matches!(meta.object("b", "k").unwrap(), Lookup::NoSuchKey));
+        assert!(matches!(
+            meta.delete_bucket("b").unwrap(),
+            BucketDeletion::Deleted { .. }
+        ));
+        assert!(matches!(
+            meta.object("b", "k").unwrap(),
+            Lookup::NoSuchBucket
+        ));
+    }
+
+    #[test]
+    fn uploads_complete_atomically() {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = Meta::open(&dir.path().join("objects.db")).unwrap();
+        meta.create_bucket("b", 1).unwrap();
+        let upload = UploadRow {
+            upload_id: "u".into(),
+            bucket: "b".into(),
+            key: "k".into(),
+            created_ms: 1,
+            attrs: ObjectAttrs::default(),
+            algorithm: Some(Algorithm::Crc32),
+            kind: Some(ChecksumKind::Composite),
+        };
+        meta.create_upload(&upload).unwrap();
+        let part = |n: u32, file: &str| PartRow {
+            number: n,
+            file_id: file.into(),
+            size: 1,
+            etag: "e".into(),
+            modified_ms: 1,
+            checksums: Checksums::default(),
+        };
+        assert_eq!(meta.put_part("u", &part(1, "p1")).unwrap(), None);
+        assert_eq!(
+            meta.put_part("u", &part(1, "p1b")).unwrap(),
+            Some("p1".into())
+        );
+        meta.put_part("u", &part(2, "p2")).unwrap();
+        assert!(matches!(
+            meta.put_part("nope", &part(1, "x")),
+            Err(WriteError::NoSuchUpload)
+        ));
+        assert_eq!(meta.parts("u", 1, 10).unwrap()[0].number, 2);
+        let stored = meta.upload("u", "b", "k").unwrap().unwrap();
+        assert_eq!(stored.algorithm, Some(Algorithm::Crc32));
+        assert!(meta.upload("u", "b", "other").unwrap().is_none());
+        let (replaced, mut files) = meta
+            .complete_upload("u", "b", &object("k", "whole"), &WriteCondition::Always)
+            .unwrap();
+        files.sort();
+        assert_eq!((replaced, files), (None, vec!["p1b".into(), "p2".into()]));
+        assert!(meta.abort_upload("u").unwrap().is_none());
+        assert!(matches!(
+            meta.complete_upload("u", "b", &object("k", "x"), &WriteCondition::Always),
+            Err(WriteError::NoSuchUpload)
+        ));
+    }
+}

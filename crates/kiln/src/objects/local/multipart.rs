@@ -1,0 +1,562 @@
+//! Multipart uploads on the embedded store. Parts are stored like objects (one immutable file
+//! each, a row in `parts`) until CompleteMultipartUpload concatenates them into the object's
+//! file and swaps the rows in one transaction, or AbortMultipartUpload drops them.
+
+use std::collections::HashMap;
+use std::io;
+
+use s3s::dto::*;
+use s3s::{s3_error, S3Error, S3Request, S3Response, S3Result};
+
+use super::meta::{Lookup, ObjectRow, PartRow, UploadRow};
+use super::{
+    blocking, checksums_from, content_length, internal, now_ms, set_checksums, timestamp,
+    write_error, LocalStore, UploadBody,
+};
+use crate::objects::checksum::{
+    bad_digest, composite, hex, multipart_etag, Algorithm, BodyHasher, ChecksumKind, Checksums,
+    Declared,
+};
+use crate::objects::conditions::{ReadConditions, Verdict, WriteCondition};
+use crate::objects::local::object_attrs;
+
+/// S3's limits on parts.
+const MAX_PART_NUMBER: i32 = 10_000;
+const MAX_PART_BYTES: u64 = 5 * 1024 * 1024 * 1024;
+const MIN_PART_BYTES: u64 = 5 * 1024 * 1024;
+const MAX_PARTS_LISTED: i32 = 1000;
+
+fn no_such_upload() -> S3Error {
+    s3_error!(
+        NoSuchUpload,
+        "The specified upload does not exist. The upload ID may be invalid, or the upload may have been aborted or completed."
+    )
+}
+
+fn invalid_part() -> S3Error {
+    s3_error!(
+        InvalidPart,
+        "One or more of the specified parts could not be found. The part may not have been uploaded, or the specified entity tag may not have matched the part's entity tag."
+    )
+}
+
+fn check_part_number(n: i32) -> S3Result<u32> {
+    if (1..=MAX_PART_NUMBER).contains(&n) {
+        Ok(n as u32)
+    } else {
+        Err(s3_error!(
+            InvalidArgument,
+            "Part number must be an integer between 1 and 10000, inclusive"
+        ))
+    }
+}
+
+fn output_type(kind: Option<ChecksumKind>) -> Option<ChecksumType> {
+    kind.map(|k| ChecksumType::from(k.name().to_string()))
+}
+
+impl LocalStore {
+    async fn upload_row(&self, upload_id: &str, bucket: &str, key: &str) -> S3Result<UploadRow> {
+        let meta = self.meta.clone();
+        let (id, b, k) = (upload_id.to_string(), bucket.to_string(), key.to_string());
+        blocking(move || {
+            meta.upload(&id, &b, &k)
+                .map_err(|e| internal("metadata", e))
+        })
+        .await?
+        .ok_or_else(no_such_upload)
+    }
+
+    pub(super) async fn create_multipart_upload_op(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        let input = req.input;
+        let algorithm = match &input.checksum_algorithm {
+            Some(a) => Some(Algorithm::parse(a.as_str()).ok_or_else(|| {
+                s3_error!(
+                    InvalidRequest,
+                    "Checksum algorithm {} is not supported",
+                    a.as_str()
+                )
+            })?),
+            None => None,
+        };
+        let kind = match (algorithm, input.checksum_type.as_ref().map(|t| t.as_str())) {
+            (None, None) => None,
+            (None, Some(_)) => {
+                return Err(s3_error!(
+                    InvalidRequest,
+                    "The x-amz-checksum-type header can only be used with the x-amz-checksum-algorithm header."
+                ))
+            }
+            (Some(a), None) => Some(if a == Algorithm::Crc64Nvme {
+                ChecksumKind::FullObject
+            } else {
+                ChecksumKind::Composite
+            }),
+            (Some(a), Some(t)) => {
+                let kind = ChecksumKind::parse(t).ok_or_else(|| {
+                    s3_error!(InvalidRequest, "Checksum type {t} is not supported")
+                })?;
+                let supported = match kind {
+                    ChecksumKind::FullObject => a.supports_full_object(),
+                    ChecksumKind::Composite => a != Algorithm::Crc64Nvme,
+                };
+                if !supported {
+                    return Err(s3_error!(
+                        InvalidRequest,
+                        "The {} checksum type cannot be used with the {} algorithm.",
+                        kind.name(),
+                        a.name()
+                    ));
+                }
+                Some(kind)
+            }
+        };
+        let upload = UploadRow {
+            upload_id: format!(
+                "{}{}",
+                uuid::Uuid::new_v4().simple(),
+                uuid::Uuid::new_v4().simple()
+            ),
+            bucket: input.bucket,
+            key: input.key,
+            created_ms: now_ms(),
+            attrs: object_attrs!(input),
+            algorithm,
+            kind,
+        };
+        let meta = self.meta.clone();
+        let stored = upload.clone();
+        blocking(move || meta.create_upload(&stored).map_err(write_error)).await?;
+        Ok(S3Response::new(CreateMultipartUploadOutput {
+            bucket: Some(upload.bucket),
+            key: Some(upload.key),
+            upload_id: Some(upload.upload_id),
+            checksum_algorithm: algorithm.map(|a| ChecksumAlgorithm::from(a.name().to_string())),
+            checksum_type: output_type(kind),
+            ..Default::default()
+        }))
+    }
+
+    /// Publishes a part's file and records it, replacing an earlier upload of the same number.
+    async fn commit_part(&self, upload_id: String, part: PartRow) -> S3Result<PartRow> {
+        let (meta, files) = (self.meta.clone(), self.files.clone());
+        blocking(move || {
+            if let Err(e) = files.publish(&part.file_id) {
+                files.remove_tmp(&part.file_id);
+                return Err(internal("publishing a part file", e));
+            }
+            match meta.put_part(&upload_id, &part) {
+                Ok(replaced) => {
+                    files.remove(&replaced.into_iter().collect::<Vec<_>>());
+                    Ok(part)
+                }
+                Err(e) => {
+                    files.remove(std::slice::from_ref(&part.file_id));
+                    Err(write_error(e))
+                }
+            }
+        })
+        .await
+    }
+
+    pub(super) async fn upload_part_op(
+        &self,
+        req: S3Request<UploadPartInput>,
+    ) -> S3Result<S3Response<UploadPartOutput>> {
+        let S3Request {
+            input,
+            headers,
+            trailing_headers,
+            ..
+        } = req;
+        let number = check_part_number(input.part_number)?;
+        let upload = self
+            .upload_row(&input.upload_id, &input.bucket, &input.key)
+            .await?;
+        let mut declared = Declared::new(
+            checksums_from(
+                input.checksum_crc32,
+                input.checksum_crc32c,
+                input.checksum_crc64nvme,
+                input.checksum_sha1,
+                input.checksum_sha256,
+            ),
+            input.checksum_algorithm.as_ref().map(|a| a.as_str()),
+            &headers,
+        )?;
+        // The upload's algorithm is needed for the composite checksum even if the client
+        // did not send it with this part.
+        if let Some(a) = upload.algorithm {
+            if !declared.algorithms.contains(&a) {
+                declared.algorithms.push(a);
+            }
+        }
+        let limit = MAX_PART_BYTES.min(self.limits.max_object_bytes);
+        let written = self
+            .receive(
+                UploadBody {
+                    body: input.body,
+                    content_length: content_length(input.content_length, &headers),
+                    content_md5: input.content_md5,
+                    declared,
+                    trailers: trailing_headers,
+                },
+                limit,
+            )
+            .await?;
+        let part = PartRow {
+            number,
+            file_id: written.id,
+            size: written.size,
+            etag: hex(&written.md5),
+            modified_ms: now_ms(),
+            checksums: written.checksums,
+        };
+        let part = self.commit_part(upload.upload_id, part).await?;
+        let mut output = UploadPartOutput {
+            e_tag: Some(ETag::Strong(part.etag.clone())),
+            ..Default::default()
+        };
+        set_checksums!(output, &part.checksums);
+        Ok(S3Response::new(output))
+    }
+
+    pub(super) async fn upload_part_copy_op(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        let input = req.input;
+        let number = check_part_number(input.part_number)?;
+        let upload = self
+            .upload_row(&input.upload_id, &input.bucket, &input.key)
+            .await?;
+        let (source_bucket, source_key) = match input.copy_source {
+            CopySource::Bucket {
+                bucket,
+                key,
+                version_id: None,
+            } => (bucket.to_string(), key.to_string()),
+            _ => {
+                return Err(s3_error!(
+                    NotImplemented,
+                    "Only bucket copy sources are supported"
+                ))
+            }
+        };
+        let conditions = ReadConditions {
+            if_match: input.copy_source_if_match,
+            if_none_match: input.copy_source_if_none_match,
+            if_modified_since: input.copy_source_if_modified_since,
+            if_unmodified_since: input.copy_source_if_unmodified_since,
+        };
+        let range = match input.copy_source_range.as_deref() {
+            Some(text) => Some(Range::parse(text).map_err(|_| {
+                s3_error!(
+                    InvalidArgument,
+                    "The x-amz-copy-source-range value must be of the form bytes=first-last"
+                )
+            })?),
+            None => None,
+        };
+        let algorithms: Vec<Algorithm> = upload.algorithm.into_iter().collect();
+        let (meta, files) = (self.meta.clone(), self.files.clone());
+        let written = blocking(move || {
+            for _ in 0..5 {
+                let source = match meta.object(&source_bucket, &source_key) {
+                    Ok(Lookup::Found(row)) => *row,
+                    Ok(Lookup::NoSuchKey) => return Err(s3_error!(NoSuchKey)),
+                    Ok(Lookup::NoSuchBucket) => return Err(s3_error!(NoSuchBucket)),
+                    Err(e) => return Err(internal("metadata", e)),
+                };
+                if conditions.evaluate(&source.etag, source.modified_ms) != Verdict::Proceed {
+                    return Err(s3_error!(PreconditionFailed));
+                }
+                let span = match &range {
+                    Some(r) => r.check(source.size)?,
+                    None => 0..source.size,
+                };
+                if span.end - span.start > MAX_PART_BYTES {
+                    return Err(s3_error!(InvalidArgument, "A part may be at most 5 GiB"));
+                }
+                let part = [(source.file_id, span.start, span.end - span.start)];
+                match files.concat(&part, BodyHasher::new(&algorithms)) {
+                    Ok(written) => return Ok(written),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(internal("copying a part", e)),
+                }
+            }
+            Err(internal("copying a part", "the source kept changing"))
+        })
+        .await?;
+        let part = PartRow {
+            number,
+            file_id: written.id,
+            size: written.size,
+            etag: hex(&written.md5),
+            modified_ms: now_ms(),
+            checksums: written.checksums,
+        };
+        let part = self.commit_part(upload.upload_id, part).await?;
+        let mut result = CopyPartResult {
+            e_tag: Some(ETag::Strong(part.etag.clone())),
+            last_modified: Some(timestamp(part.modified_ms)),
+            ..Default::default()
+        };
+        set_checksums!(result, &part.checksums);
+        Ok(S3Response::new(UploadPartCopyOutput {
+            copy_part_result: Some(result),
+            ..Default::default()
+        }))
+    }
+
+    pub(super) async fn list_parts_op(
+        &self,
+        req: S3Request<ListPartsInput>,
+    ) -> S3Result<S3Response<ListPartsOutput>> {
+        let input = req.input;
+        let upload = self
+            .upload_row(&input.upload_id, &input.bucket, &input.key)
+            .await?;
+        let max_parts = input
+            .max_parts
+            .unwrap_or(MAX_PARTS_LISTED)
+            .clamp(0, MAX_PARTS_LISTED);
+        let after = input.part_number_marker.unwrap_or(0).max(0) as u32;
+        let meta = self.meta.clone();
+        let upload_id = upload.upload_id.clone();
+        let mut parts = blocking(move || {
+            meta.parts(&upload_id, after, max_parts as usize + 1)
+                .map_err(|e| internal("metadata", e))
+        })
+        .await?;
+        let truncated = parts.len() > max_parts as usize;
+        parts.truncate(max_parts as usize);
+        let next = parts.last().map(|p| p.number as i32);
+        Ok(S3Response::new(ListPartsOutput {
+            bucket: Some(upload.bucket),
+            key: Some(upload.key),
+            upload_id: Some(upload.upload_id),
+            max_parts: Some(max_parts),
+            part_number_marker: input.part_number_marker,
+            next_part_number_marker: if truncated { next } else { None },
+            is_truncated: Some(truncated),
+            checksum_algorithm: upload
+                .algorithm
+                .map(|a| ChecksumAlgorithm::from(a.name().to_string())),
+            checksum_type: output_type(upload.kind),
+            parts: Some(
+                parts
+                    .into_iter()
+                    .map(|p| {
+                        let mut part = Part {
+                            part_number: Some(p.number as i32),
+                            e_tag: Some(ETag::Strong(p.etag)),
+                            size: Some(p.size as i64),
+                            last_modified: Some(timestamp(p.modified_ms)),
+                            ..Default::default()
+                        };
+                        set_checksums!(part, &p.checksums);
+                        part
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        }))
+    }
+
+    pub(super) async fn complete_multipart_upload_op(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        let input = req.input;
+        let condition =
+            WriteCondition::from_headers(input.if_match.as_ref(), input.if_none_match.as_ref())
+                .map_err(|m| s3_error!(InvalidRequest, "{m}"))?;
+        let upload = self
+            .upload_row(&input.upload_id, &input.bucket, &input.key)
+            .await?;
+        let requested = input
+            .multipart_upload
+            .and_then(|m| m.parts)
+            .unwrap_or_default();
+        if requested.is_empty() {
+            return Err(s3_error!(
+                MalformedXML,
+                "You must specify at least one part"
+            ));
+        }
+        let meta = self.meta.clone();
+        let upload_id = upload.upload_id.clone();
+        let stored: HashMap<u32, PartRow> = blocking(move || {
+            meta.parts(&upload_id, 0, MAX_PART_NUMBER as usize)
+                .map_err(|e| internal("metadata", e))
+        })
+        .await?
+        .into_iter()
+        .map(|p| (p.number, p))
+        .collect();
+
+        let mut chosen: Vec<&PartRow> = Vec::with_capacity(requested.len());
+        for requested_part in &requested {
+            let number = requested_part.part_number.ok_or_else(invalid_part)?;
+            if chosen.last().is_some_and(|p| p.number as i32 >= number) {
+                return Err(s3_error!(
+                    InvalidPartOrder,
+                    "The list of parts was not in ascending order. Parts must be ordered by part number."
+                ));
+            }
+            let part = stored
+                .get(&(number.max(0) as u32))
+                .ok_or_else(invalid_part)?;
+            if requested_part
+                .e_tag
+                .as_ref()
+                .is_some_and(|e| e.value() != part.etag)
+            {
+                return Err(invalid_part());
+            }
+            let sent = checksums_from(
+                requested_part.checksum_crc32.clone(),
+                requested_part.checksum_crc32c.clone(),
+                requested_part.checksum_crc64nvme.clone(),
+                requested_part.checksum_sha1.clone(),
+                requested_part.checksum_sha256.clone(),
+            );
+            if sent
+                .algorithms()
+                .any(|a| sent.get(a) != part.checksums.get(a))
+            {
+                return Err(invalid_part());
+            }
+            chosen.push(part);
+        }
+        let (last, rest) = chosen.split_last().expect("at least one part");
+        if rest.iter().any(|p| p.size < MIN_PART_BYTES) {
+            return Err(s3_error!(
+                EntityTooSmall,
+                "Your proposed upload is smaller than the minimum allowed size"
+            ));
+        }
+        let total: u64 = rest.iter().map(|p| p.size).sum::<u64>() + last.size;
+        if total > self.limits.max_object_bytes {
+            return Err(super::entity_too_large(self.limits.max_object_bytes));
+        }
+        if input.mpu_object_size.is_some_and(|s| s != total as i64) {
+            return Err(s3_error!(
+                InvalidRequest,
+                "The provided x-amz-mp-object-size header does not match the size of the object"
+            ));
+        }
+
+        let full_object = match (upload.algorithm, upload.kind) {
+            (Some(a), Some(ChecksumKind::FullObject)) => vec![a],
+            _ => Vec::new(),
+        };
+        let sources: Vec<(String, u64, u64)> = chosen
+            .iter()
+            .map(|p| (p.file_id.clone(), 0, p.size))
+            .collect();
+        let files = self.files.clone();
+        let written = blocking(move || {
+            files
+                .concat(&sources, BodyHasher::without_md5(&full_object))
+                .map_err(|e| internal("assembling a multipart object", e))
+        })
+        .await?;
+
+        let mut checksums = Checksums::default();
+        if let Some(algorithm) = upload.algorithm {
+            match upload.kind {
+                Some(ChecksumKind::FullObject) => {
+                    checksums = written.checksums.only(algorithm);
+                    checksums.kind = Some(ChecksumKind::FullObject);
+                }
+                _ => {
+                    let values: Option<Vec<String>> = chosen
+                        .iter()
+                        .map(|p| p.checksums.get(algorithm).map(str::to_string))
+                        .collect();
+                    checksums.set(algorithm, values.and_then(|v| composite(algorithm, &v)));
+                    checksums.kind = Some(ChecksumKind::Composite);
+                }
+            }
+            let sent = checksums_from(
+                input.checksum_crc32,
+                input.checksum_crc32c,
+                input.checksum_crc64nvme,
+                input.checksum_sha1,
+                input.checksum_sha256,
+            );
+            if let Some(expected) = sent.get(algorithm) {
+                if Some(expected) != checksums.get(algorithm) {
+                    self.files.remove_tmp(&written.id);
+                    return Err(bad_digest(algorithm));
+                }
+            }
+        }
+        let part_etags: Vec<String> = chosen.iter().map(|p| p.etag.clone()).collect();
+        let row = ObjectRow {
+            key: upload.key.clone(),
+            file_id: written.id,
+            size: written.size,
+            etag: multipart_etag(&part_etags),
+            modified_ms: now_ms(),
+            attrs: upload.attrs.clone(),
+            checksums,
+            parts: Some(chosen.len() as u32),
+        };
+        let (meta, files) = (self.meta.clone(), self.files.clone());
+        let (bucket, upload_id) = (upload.bucket.clone(), upload.upload_id.clone());
+        let row = blocking(move || {
+            if let Err(e) = files.publish(&row.file_id) {
+                files.remove_tmp(&row.file_id);
+                return Err(internal("publishing a multipart object", e));
+            }
+            match meta.complete_upload(&upload_id, &bucket, &row, &condition) {
+                Ok((replaced, parts)) => {
+                    files.remove(&replaced.into_iter().chain(parts).collect::<Vec<_>>());
+                    Ok(row)
+                }
+                Err(e) => {
+                    files.remove(std::slice::from_ref(&row.file_id));
+                    Err(write_error(e))
+                }
+            }
+        })
+        .await?;
+        let mut output = CompleteMultipartUploadOutput {
+            bucket: Some(upload.bucket.clone()),
+            key: Some(upload.key.clone()),
+            location: Some(format!("/{}/{}", upload.bucket, upload.key)),
+            e_tag: Some(ETag::Strong(row.etag.clone())),
+            checksum_type: output_type(row.checksums.kind),
+            ..Default::default()
+        };
+        set_checksums!(output, &row.checksums);
+        Ok(S3Response::new(output))
+    }
+
+    pub(super) async fn abort_multipart_upload_op(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        let input = req.input;
+        let upload = self
+            .upload_row(&input.upload_id, &input.bucket, &input.key)
+            .await?;
+        let (meta, files) = (self.meta.clone(), self.files.clone());
+        blocking(move || match meta.abort_upload(&upload.upload_id) {
+            Ok(Some(parts)) => {
+                files.remove(&parts);
+                Ok(())
+            }
+            Ok(None) => Err(no_such_upload()),
+            Err(e) => Err(internal("metadata", e)),
+        })
+        .await?;
+        Ok(S3Response::new(AbortMultipartUploadOutput::default()))
+    }
+}

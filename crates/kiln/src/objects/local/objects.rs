@@ -1,0 +1,535 @@
+//! PutObject, GetObject, HeadObject, DeleteObject(s) and CopyObject on the embedded store.
+
+use std::io;
+use std::ops::Range as Span;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue};
+use s3s::dto::*;
+use s3s::{s3_error, S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
+
+use super::files::{read_all, stream_file};
+use super::meta::{Lookup, ObjectAttrs, ObjectRow};
+use super::{
+    blocking, checksum_type, checksums_from, content_length, internal, now_ms, object_attrs,
+    set_checksums, timestamp, write_error, LocalStore, UploadBody,
+};
+use crate::objects::checksum::{hex, ChecksumKind, Declared};
+use crate::objects::conditions::{ReadConditions, Verdict, WriteCondition};
+
+/// Bodies up to this size are read in the same blocking step as the lookup.
+const SMALL_OBJECT: u64 = 256 * 1024;
+/// S3's limit on a single PUT.
+const MAX_PUT_BYTES: u64 = 5 * 1024 * 1024 * 1024;
+/// S3's limit on a CopyObject source.
+const MAX_COPY_BYTES: u64 = 5 * 1024 * 1024 * 1024;
+/// S3's limit on keys per DeleteObjects request.
+const MAX_DELETE_KEYS: usize = 1000;
+/// Times a read retries when the object was replaced between its lookup and opening its file.
+const READ_ATTEMPTS: usize = 5;
+
+enum Content {
+    Bytes(Bytes),
+    File(std::fs::File),
+}
+
+struct Fetched {
+    row: ObjectRow,
+    span: Span<u64>,
+    ranged: bool,
+    content: Option<Content>,
+}
+
+fn precondition_failed() -> S3Error {
+    s3_error!(
+        PreconditionFailed,
+        "At least one of the pre-conditions you specified did not hold"
+    )
+}
+
+fn not_modified(row: &ObjectRow) -> S3Error {
+    let mut e = S3Error::new(S3ErrorCode::NotModified);
+    let mut headers = HeaderMap::new();
+    if let Ok(v) = HeaderValue::from_str(&format!("\"{}\"", row.etag)) {
+        headers.insert(http::header::ETAG, v);
+    }
+    let mut date = Vec::new();
+    if timestamp(row.modified_ms)
+        .format(TimestampFormat::HttpDate, &mut date)
+        .is_ok()
+    {
+        if let Ok(v) = HeaderValue::from_bytes(&date) {
+            headers.insert(http::header::LAST_MODIFIED, v);
+        }
+    }
+    e.set_headers(headers);
+    e
+}
+
+fn etag(value: &str) -> ETag {
+    ETag::Strong(value.to_string())
+}
+
+fn metadata_of(attrs: &ObjectAttrs) -> Option<Metadata> {
+    (!attrs.metadata.is_empty()).then(|| attrs.metadata.clone().into_iter().collect())
+}
+
+fn wants_checksums(mode: Option<&ChecksumMode>) -> bool {
+    mode.is_some_and(|m| m.as_str().eq_ignore_ascii_case(ChecksumMode::ENABLED))
+}
+
+impl LocalStore {
+    pub(super) async fn put_object_op(
+        &self,
+        req: S3Request<PutObjectInput>,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
+        let S3Request {
+            input,
+            headers,
+            trailing_headers,
+            ..
+        } = req;
+        if input.write_offset_bytes.is_some() {
+            return Err(s3_error!(
+                NotImplemented,
+                "Appending to objects is not supported"
+            ));
+        }
+        let condition =
+            WriteCondition::from_headers(input.if_match.as_ref(), input.if_none_match.as_ref())
+                .map_err(|m| s3_error!(InvalidRequest, "{m}"))?;
+        let bucket = input.bucket;
+        self.require_bucket(&bucket).await?;
+        let declared = Declared::new(
+            checksums_from(
+                input.checksum_crc32,
+                input.checksum_crc32c,
+                input.checksum_crc64nvme,
+                input.checksum_sha1,
+                input.checksum_sha256,
+            ),
+            input.checksum_algorithm.as_ref().map(|a| a.as_str()),
+            &headers,
+        )?;
+        let attrs = object_attrs!(input);
+        let written = self
+            .receive(
+                UploadBody {
+                    body: input.body,
+                    content_length: content_length(input.content_length, &headers),
+                    content_md5: input.content_md5,
+                    declared,
+                    trailers: trailing_headers,
+                },
+                MAX_PUT_BYTES.min(self.limits.max_object_bytes),
+            )
+            .await?;
+        let mut checksums = written.checksums;
+        if checksums.algorithms().next().is_some() {
+            checksums.kind = Some(ChecksumKind::FullObject);
+        }
+        let row = ObjectRow {
+            key: input.key,
+            file_id: written.id,
+            size: written.size,
+            etag: hex(&written.md5),
+            modified_ms: now_ms(),
+            attrs,
+            checksums,
+            parts: None,
+        };
+        let row = self.commit(bucket, row, condition).await?;
+        let mut output = PutObjectOutput {
+            e_tag: Some(etag(&row.etag)),
+            size: Some(row.size as i64),
+            checksum_type: checksum_type(&row.checksums),
+            ..Default::default()
+        };
+        set_checksums!(output, &row.checksums);
+        Ok(S3Response::new(output))
+    }
+
+    pub(super) async fn require_bucket(&self, bucket: &str) -> S3Result<()> {
+        let meta = self.meta.clone();
+        let name = bucket.to_string();
+        let exists = blocking(move || {
+            meta.bucket_exists(&name)
+                .map_err(|e| internal("metadata", e))
+        })
+        .await?;
+        if exists {
+            Ok(())
+        } else {
+            Err(s3_error!(NoSuchBucket))
+        }
+    }
+
+    /// Publishes a received file and commits its row; the row is the moment it becomes visible.
+    pub(super) async fn commit(
+        &self,
+        bucket: String,
+        row: ObjectRow,
+        condition: WriteCondition,
+    ) -> S3Result<ObjectRow> {
+        let (meta, files) = (self.meta.clone(), self.files.clone());
+        blocking(move || {
+            if let Err(e) = files.publish(&row.file_id) {
+                files.remove_tmp(&row.file_id);
+                return Err(internal("publishing an object file", e));
+            }
+            match meta.put_object(&bucket, &row, &condition) {
+                Ok(replaced) => {
+                    files.remove(&replaced.into_iter().collect::<Vec<_>>());
+                    Ok(row)
+                }
+                Err(e) => {
+                    files.remove(std::slice::from_ref(&row.file_id));
+                    Err(write_error(e))
+                }
+            }
+        })
+        .await
+    }
+
+    /// Looks an object up, applies its preconditions and range, and opens its contents.
+    async fn fetch(
+        &self,
+        bucket: String,
+        key: String,
+        conditions: ReadConditions,
+        range: Option<Range>,
+        with_body: bool,
+    ) -> S3Result<Fetched> {
+        let (meta, files) = (self.meta.clone(), self.files.clone());
+        blocking(move || {
+            for _ in 0..READ_ATTEMPTS {
+                let row = match meta.object(&bucket, &key) {
+                    Ok(Lookup::Found(row)) => *row,
+                    Ok(Lookup::NoSuchKey) => return Err(s3_error!(NoSuchKey)),
+                    Ok(Lookup::NoSuchBucket) => return Err(s3_error!(NoSuchBucket)),
+                    Err(e) => return Err(internal("metadata", e)),
+                };
+                match conditions.evaluate(&row.etag, row.modified_ms) {
+                    Verdict::Proceed => {}
+                    Verdict::NotModified => return Err(not_modified(&row)),
+                    Verdict::PreconditionFailed => return Err(precondition_failed()),
+                }
+                let span = match &range {
+                    Some(r) => r.check(row.size)?,
+                    None => 0..row.size,
+                };
+                let ranged = range.is_some();
+                if !with_body {
+                    return Ok(Fetched {
+                        row,
+                        span,
+                        ranged,
+                        content: None,
+                    });
+                }
+                let file = match files.open_file(&row.file_id) {
+                    Ok(file) => file,
+                    // Replaced (and unlinked) since the lookup: look again.
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(internal("opening an object file", e)),
+                };
+                let len = span.end - span.start;
+                let content = if len <= SMALL_OBJECT {
+                    Content::Bytes(
+                        read_all(file, span.start, len)
+                            .map_err(|e| internal("reading an object file", e))?,
+                    )
+                } else {
+                    Content::File(file)
+                };
+                return Ok(Fetched {
+                    row,
+                    span,
+                    ranged,
+                    content: Some(content),
+                });
+            }
+            Err(internal(
+                "reading an object",
+                "it kept changing under the read",
+            ))
+        })
+        .await
+    }
+
+    pub(super) async fn get_object_op(
+        &self,
+        req: S3Request<GetObjectInput>,
+    ) -> S3Result<S3Response<GetObjectOutput>> {
+        let input = req.input;
+        if input.part_number.is_some() {
+            return Err(s3_error!(
+                NotImplemented,
+                "GetObject by partNumber is not supported"
+            ));
+        }
+        let conditions = ReadConditions {
+            if_match: input.if_match,
+            if_none_match: input.if_none_match,
+            if_modified_since: input.if_modified_since,
+            if_unmodified_since: input.if_unmodified_since,
+        };
+        let fetched = self
+            .fetch(input.bucket, input.key, conditions, input.range, true)
+            .await?;
+        let Fetched {
+            row,
+            span,
+            ranged,
+            content,
+        } = fetched;
+        let len = span.end - span.start;
+        let body = match content {
+            Some(Content::Bytes(bytes)) => StreamingBlob::from(s3s::Body::from(bytes)),
+            Some(Content::File(file)) => StreamingBlob::new(stream_file(file, span.start, len)),
+            None => StreamingBlob::from(s3s::Body::from(Bytes::new())),
+        };
+        let ranged = &ranged;
+        let attrs = &row.attrs;
+        let mut output = GetObjectOutput {
+            body: Some(body),
+            content_length: Some(len as i64),
+            content_range: ranged
+                .then(|| format!("bytes {}-{}/{}", span.start, span.end - 1, row.size)),
+            accept_ranges: Some("bytes".into()),
+            e_tag: Some(etag(&row.etag)),
+            last_modified: Some(timestamp(row.modified_ms)),
+            metadata: metadata_of(attrs),
+            content_type: attrs.content_type.clone(),
+            content_encoding: attrs.content_encoding.clone(),
+            content_disposition: attrs.content_disposition.clone(),
+            content_language: attrs.content_language.clone(),
+            cache_control: attrs.cache_control.clone(),
+            expires: attrs.expires_ms.map(timestamp),
+            website_redirect_location: attrs.website_redirect_location.clone(),
+            ..Default::default()
+        };
+        // Like S3: checksums only when asked for, and only for the whole object.
+        if wants_checksums(input.checksum_mode.as_ref()) && !ranged {
+            set_checksums!(output, &row.checksums);
+            output.checksum_type = checksum_type(&row.checksums);
+        }
+        Ok(S3Response::new(output))
+    }
+
+    pub(super) async fn head_object_op(
+        &self,
+        req: S3Request<HeadObjectInput>,
+    ) -> S3Result<S3Response<HeadObjectOutput>> {
+        let input = req.input;
+        if input.part_number.is_some() {
+            return Err(s3_error!(
+                NotImplemented,
+                "HeadObject by partNumber is not supported"
+            ));
+        }
+        let conditions = ReadConditions {
+            if_match: input.if_match,
+            if_none_match: input.if_none_match,
+            if_modified_since: input.if_modified_since,
+            if_unmodified_since: input.if_unmodified_since,
+        };
+        let Fetched {
+            row, span, ranged, ..
+        } = self
+            .fetch(input.bucket, input.key, conditions, input.range, false)
+            .await?;
+        let attrs = &row.attrs;
+        let mut output = HeadObjectOutput {
+            content_length: Some((span.end - span.start) as i64),
+            content_range: ranged
+                .then(|| format!("bytes {}-{}/{}", span.start, span.end - 1, row.size)),
+            accept_ranges: Some("bytes".into()),
+            e_tag: Some(etag(&row.etag)),
+            last_modified: Some(timestamp(row.modified_ms)),
+            metadata: metadata_of(attrs),
+            content_type: attrs.content_type.clone(),
+            content_encoding: attrs.content_encoding.clone(),
+            content_disposition: attrs.content_disposition.clone(),
+            content_language: attrs.content_language.clone(),
+            cache_control: attrs.cache_control.clone(),
+            expires: attrs.expires_ms.map(timestamp),
+            website_redirect_location: attrs.website_redirect_location.clone(),
+            ..Default::default()
+        };
+        if wants_checksums(input.checksum_mode.as_ref()) && !ranged {
+            set_checksums!(output, &row.checksums);
+            output.checksum_type = checksum_type(&row.checksums);
+        }
+        Ok(S3Response::new(output))
+    }
+
+    pub(super) async fn delete_object_op(
+        &self,
+        req: S3Request<DeleteObjectInput>,
+    ) -> S3Result<S3Response<DeleteObjectOutput>> {
+        let input = req.input;
+        let condition = WriteCondition::from_headers(input.if_match.as_ref(), None)
+            .map_err(|m| s3_error!(InvalidRequest, "{m}"))?;
+        let (meta, files) = (self.meta.clone(), self.files.clone());
+        blocking(move || {
+            let file = meta
+                .delete_object(&input.bucket, &input.key, &condition)
+                .map_err(write_error)?;
+            files.remove(&file.into_iter().collect::<Vec<_>>());
+            Ok(())
+        })
+        .await?;
+        Ok(S3Response::new(DeleteObjectOutput::default()))
+    }
+
+    pub(super) async fn delete_objects_op(
+        &self,
+        req: S3Request<DeleteObjectsInput>,
+    ) -> S3Result<S3Response<DeleteObjectsOutput>> {
+        let input = req.input;
+        let quiet = input.delete.quiet.unwrap_or(false);
+        let keys: Vec<String> = input.delete.objects.into_iter().map(|o| o.key).collect();
+        if keys.len() > MAX_DELETE_KEYS {
+            return Err(s3_error!(
+                MalformedXML,
+                "A DeleteObjects request may name at most {MAX_DELETE_KEYS} keys"
+            ));
+        }
+        self.require_bucket(&input.bucket).await?;
+        let (meta, files) = (self.meta.clone(), self.files.clone());
+        let bucket = input.bucket;
+        let (deleted, errors) = blocking(move || {
+            let mut deleted = Vec::new();
+            let mut errors = Vec::new();
+            for key in keys {
+                match meta.delete_object(&bucket, &key, &WriteCondition::Always) {
+                    Ok(file) => {
+                        files.remove(&file.into_iter().collect::<Vec<_>>());
+                        deleted.push(DeletedObject {
+                            key: Some(key),
+                            ..Default::default()
+                        });
+                    }
+                    Err(e) => {
+                        let e = write_error(e);
+                        errors.push(Error {
+                            code: Some(e.code().as_str().to_string()),
+                            message: e.message().map(str::to_string),
+                            key: Some(key),
+                            version_id: None,
+                        });
+                    }
+                }
+            }
+            Ok((deleted, errors))
+        })
+        .await?;
+        Ok(S3Response::new(DeleteObjectsOutput {
+            deleted: (!quiet).then_some(deleted),
+            errors: (!errors.is_empty()).then_some(errors),
+            ..Default::default()
+        }))
+    }
+
+    pub(super) async fn copy_object_op(
+        &self,
+        req: S3Request<CopyObjectInput>,
+    ) -> S3Result<S3Response<CopyObjectOutput>> {
+        let input = req.input;
+        let (source_bucket, source_key) = match input.copy_source {
+            CopySource::Bucket {
+                bucket,
+                key,
+                version_id: None,
+            } => (bucket.to_string(), key.to_string()),
+            CopySource::Bucket { .. } => {
+                return Err(s3_error!(
+                    NotImplemented,
+                    "Object versions are not supported"
+                ))
+            }
+            _ => {
+                return Err(s3_error!(
+                    NotImplemented,
+                    "Only bucket copy sources are supported"
+                ))
+            }
+        };
+        let replace = input
+            .metadata_directive
+            .as_ref()
+            .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
+        if source_bucket == input.bucket && source_key == input.key && !replace {
+            return Err(s3_error!(
+                InvalidRequest,
+                "This copy request is illegal because it is trying to copy an object to itself \
+                 without changing the object's metadata, storage class, website redirect location \
+                 or encryption attributes."
+            ));
+        }
+        let conditions = ReadConditions {
+            if_match: input.copy_source_if_match,
+            if_none_match: input.copy_source_if_none_match,
+            if_modified_since: input.copy_source_if_modified_since,
+            if_unmodified_since: input.copy_source_if_unmodified_since,
+        };
+        let new_attrs = replace.then(|| object_attrs!(input));
+        let (meta, files) = (self.meta.clone(), self.files.clone());
+        let (bucket, key) = (input.bucket, input.key);
+        let row = blocking(move || {
+            for _ in 0..READ_ATTEMPTS {
+                let source = match meta.object(&source_bucket, &source_key) {
+                    Ok(Lookup::Found(row)) => *row,
+                    Ok(Lookup::NoSuchKey) => return Err(s3_error!(NoSuchKey)),
+                    Ok(Lookup::NoSuchBucket) => return Err(s3_error!(NoSuchBucket)),
+                    Err(e) => return Err(internal("metadata", e)),
+                };
+                if conditions.evaluate(&source.etag, source.modified_ms) != Verdict::Proceed {
+                    return Err(precondition_failed());
+                }
+                if source.size > MAX_COPY_BYTES {
+                    return Err(s3_error!(
+                        InvalidRequest,
+                        "The specified copy source is larger than the maximum allowable size for a copy source: {MAX_COPY_BYTES}"
+                    ));
+                }
+                let file_id = match files.link(&source.file_id) {
+                    Ok(id) => id,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(internal("copying an object file", e)),
+                };
+                let row = ObjectRow {
+                    key: key.clone(),
+                    file_id,
+                    modified_ms: now_ms(),
+                    attrs: new_attrs.clone().unwrap_or(source.attrs),
+                    ..source
+                };
+                return match meta.put_object(&bucket, &row, &WriteCondition::Always) {
+                    Ok(replaced) => {
+                        files.remove(&replaced.into_iter().collect::<Vec<_>>());
+                        Ok(row)
+                    }
+                    Err(e) => {
+                        files.remove(std::slice::from_ref(&row.file_id));
+                        Err(write_error(e))
+                    }
+                };
+            }
+            Err(internal("copying an object", "the source kept changing"))
+        })
+        .await?;
+        let mut result = CopyObjectResult {
+            e_tag: Some(etag(&row.etag)),
+            last_modified: Some(timestamp(row.modified_ms)),
+            checksum_type: checksum_type(&row.checksums),
+            ..Default::default()
+        };
+        set_checksums!(result, &row.checksums);
+        Ok(S3Response::new(CopyObjectOutput {
+            copy_object_result: Some(result),
+            ..Default::default()
+        }))
+    }
+}

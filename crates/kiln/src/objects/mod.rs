@@ -1,0 +1,226 @@
+//! kiln's S3-compatible object store.
+//!
+//! ```text
+//! S3 client ──HTTP──▶ serve.rs (hyper, per-listener Scope)
+//!                       │
+//!                  s3s::S3Service: routing, XML, SigV4 (headers, presigned, aws-chunked)
+//!                       │  keys.rs: Auth (key lookup), Access (SigV4 for s3, listener Scope),
+//!                       │           Hosts (virtual-host style)
+//!                       ▼
+//!                  dyn s3s::S3 ──▶ local/  files under DATA_DIR/objects + SQLite objects.db
+//!                              └─▶ remote.rs  another S3 store, through aws-sdk-s3
+//! ```
+//!
+//! The [`s3s::S3`] trait is the seam between protocol and storage: each operation arrives as a
+//! typed input (the HTTP layer has parsed and authenticated it), so a cache can later wrap any
+//! backend by implementing the same trait.
+
+pub mod checksum;
+pub mod conditions;
+pub mod keys;
+pub mod listing;
+mod local;
+pub mod profile;
+mod remote;
+mod serve;
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use s3s::service::{S3Service, S3ServiceBuilder};
+
+use crate::auth::Credentials;
+
+pub use keys::{Principal, Scope};
+pub use serve::{serve_on, ServeHandle};
+
+/// S3's limit on one object (5 TiB); a single PUT is further limited to 5 GiB.
+pub const S3_MAX_OBJECT_BYTES: u64 = 5 * 1024 * 1024 * 1024 * 1024;
+
+/// Why the object store could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ObjectStoreError {
+    /// the object store's address cannot be bound
+    #[error("cannot listen on {0} for the object store (choose another with --s3-listen): {1}")]
+    Bind(SocketAddr, #[source] std::io::Error),
+    /// the object store's directory could not be prepared
+    #[error("object store directory {0}: {1}")]
+    Io(PathBuf, #[source] std::io::Error),
+    /// the object metadata database could not be opened
+    #[error("object store metadata ({0}): {1}")]
+    Database(PathBuf, String),
+    /// the remote store's URL is not usable
+    #[error("remote object store {0}: {1}")]
+    BadBackend(String, String),
+}
+
+/// Where objects live.
+#[derive(Debug, Clone)]
+pub enum Backend {
+    /// Files and SQLite in this data dir.
+    Local { data_dir: PathBuf },
+    /// Another S3-compatible store.
+    Remote(RemoteConfig),
+}
+
+#[derive(Debug, Clone)]
+pub struct RemoteConfig {
+    /// `http(s)://HOST[:PORT]`.
+    pub endpoint: String,
+    pub credentials: Credentials,
+    pub region: String,
+}
+
+/// Limits applied to uploads.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_object_bytes: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct ObjectStoreConfig {
+    pub backend: Backend,
+    /// The region kiln reports (`AWS_REGION` for functions).
+    pub region: String,
+    pub limits: Limits,
+    /// Domains under which `BUCKET.<domain>` is virtual-host addressing (`localhost` always is).
+    pub domains: Vec<String>,
+}
+
+/// The object store: one S3 service, served on any number of listeners.
+#[derive(Clone)]
+pub struct ObjectStore {
+    service: S3Service,
+    keys: Arc<keys::KeyRing>,
+    region: String,
+}
+
+impl ObjectStore {
+    /// Opens the backend (for the local one: creates its directory and database, and deletes
+    /// what a crash left half-written). `admin` is kiln's own key pair.
+    pub fn open(config: ObjectStoreConfig, admin: Credentials) -> Result<Self, ObjectStoreError> {
+        let keys = Arc::new(keys::KeyRing::new(admin));
+        let mut builder = match &config.backend {
+            Backend::Local { data_dir } => {
+                S3ServiceBuilder::new(local::LocalStore::open(data_dir, config.limits)?)
+            }
+            Backend::Remote(remote) => {
+                S3ServiceBuilder::new(remote::RemoteStore::new(remote, config.limits)?)
+            }
+        };
+        builder.set_auth(keys::Auth(keys.clone()));
+        builder.set_access(keys::Access(keys.clone()));
+        builder.set_host(keys::Hosts::new(&config.domains));
+        Ok(Self {
+            service: builder.build(),
+            keys,
+            region: config.region,
+        })
+    }
+
+    /// Credentials that open this store, and only this store, as `function`: what a sandbox
+    /// gets as `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY`. Stable for a given function name.
+    pub fn function_credentials(&self, function: &str) -> Credentials {
+        self.keys.function_credentials(function)
+    }
+
+    /// Whose key this is, if the store accepts it.
+    pub fn principal(&self, access_key_id: &str) -> Option<Principal> {
+        self.keys.lookup(access_key_id).map(|(p, _)| p)
+    }
+
+    /// The region to give clients (`AWS_REGION`).
+    pub fn region(&self) -> &str {
+        &self.region
+    }
+
+    pub(crate) fn service(&self) -> &S3Service {
+        &self.service
+    }
+}
+
+/// The key pair a function gets, computed from kiln's admin credentials alone (the CLI uses this
+/// with the data dir's credentials; the server uses [`ObjectStore::function_credentials`]).
+pub fn function_credentials(admin: &Credentials, function: &str) -> Credentials {
+    keys::KeyRing::new(admin.clone()).function_credentials(function)
+}
+
+/// The object store settings of `kiln up`.
+#[derive(Debug, Clone)]
+pub struct ObjectsSettings {
+    /// Where to serve S3; None: the API's port + 1 (an ephemeral port when the API's is 0).
+    pub listen: Option<SocketAddr>,
+    /// Front this store instead of keeping objects in the data dir.
+    pub remote: Option<RemoteConfig>,
+    pub limits: Limits,
+    pub domains: Vec<String>,
+}
+
+/// An opened store and its bound (not yet served) listener.
+pub struct BoundStore {
+    pub store: ObjectStore,
+    pub listener: TcpListener,
+    /// `http://ADDR` of the listener.
+    pub endpoint: String,
+    /// Where objects live, for the start-up message.
+    pub backend: String,
+}
+
+impl ObjectsSettings {
+    fn address(&self, api: Option<SocketAddr>) -> SocketAddr {
+        if let Some(addr) = self.listen {
+            return addr;
+        }
+        match api {
+            Some(api) if api.port() != 0 => {
+                SocketAddr::new(api.ip(), api.port().checked_add(1).unwrap_or(0))
+            }
+            Some(api) => SocketAddr::new(api.ip(), 0),
+            None => SocketAddr::from(([127, 0, 0, 1], 9001)),
+        }
+    }
+
+    /// Binds the S3 address (next to `api`, the control API's configured address, by default)
+    /// and opens the backend.
+    pub fn bind(
+        &self,
+        api: Option<SocketAddr>,
+        data_dir: &Path,
+        region: &str,
+        admin: Credentials,
+    ) -> Result<BoundStore, ObjectStoreError> {
+        let addr = self.address(api);
+        let listener = TcpListener::bind(addr).map_err(|e| ObjectStoreError::Bind(addr, e))?;
+        let local = listener
+            .local_addr()
+            .map_err(|e| ObjectStoreError::Bind(addr, e))?;
+        let (backend, description) = match &self.remote {
+            Some(remote) => (
+                Backend::Remote(remote.clone()),
+                format!("fronting {}", remote.endpoint),
+            ),
+            None => (
+                Backend::Local {
+                    data_dir: data_dir.to_path_buf(),
+                },
+                format!("objects in {}", data_dir.join("objects").display()),
+            ),
+        };
+        let store = ObjectStore::open(
+            ObjectStoreConfig {
+                backend,
+                region: region.to_string(),
+                limits: self.limits,
+                domains: self.domains.clone(),
+            },
+            admin,
+        )?;
+        Ok(BoundStore {
+            store,
+            listener,
+            endpoint: format!("http://{local}"),
+            backend: description,
+        })
+    }
+}

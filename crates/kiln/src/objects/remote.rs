@@ -1,0 +1,389 @@
+//! Remote mode: kiln fronts another S3-compatible store (OFC's "remote storage").
+//!
+//! Requests are authenticated against kiln's keys, then re-issued to the remote store with the
+//! backend's credentials by `s3s-aws`'s proxy (aws-sdk-s3 underneath). kiln itself enforces the
+//! size limit and every digest an upload declares (see [`VerifiedBody`]): a checksum sent in
+//! an aws-chunked trailer never reaches the remote, and some remotes check none. The client's
+//! `x-amz-sdk-checksum-algorithm` is forwarded, so the SDK adds the same algorithm for the remote.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use aws_sdk_s3::config::{
+    BehaviorVersion, Credentials as AwsCredentials, Region, RequestChecksumCalculation,
+    ResponseChecksumValidation,
+};
+use bytes::Bytes;
+use futures_util::Stream;
+use s3s::dto::*;
+use s3s::stream::{ByteStream, RemainingLength};
+use s3s::{S3Error, S3Request, S3Response, S3Result, StdError, TrailingHeaders, S3};
+
+use super::checksum::{verify_content_md5, BodyHasher, Declared};
+use super::local::{checksums_from, content_length, entity_too_large};
+use super::{Limits, ObjectStoreError, RemoteConfig};
+
+/// S3's limit on one part.
+const MAX_PART_BYTES: u64 = 5 * 1024 * 1024 * 1024;
+
+pub struct RemoteStore {
+    proxy: s3s_aws::Proxy,
+    limits: Limits,
+}
+
+impl RemoteStore {
+    pub fn new(config: &RemoteConfig, limits: Limits) -> Result<Self, ObjectStoreError> {
+        let url: http::Uri = config
+            .endpoint
+            .parse()
+            .map_err(|e| ObjectStoreError::BadBackend(config.endpoint.clone(), format!("{e}")))?;
+        if !matches!(url.scheme_str(), Some("http" | "https")) || url.host().is_none() {
+            return Err(ObjectStoreError::BadBackend(
+                config.endpoint.clone(),
+                "expected http://HOST[:PORT] or https://HOST[:PORT]".into(),
+            ));
+        }
+        let credentials = AwsCredentials::new(
+            config.credentials.access_key_id.clone(),
+            config.credentials.secret_access_key.clone(),
+            None,
+            None,
+            "kiln --s3-backend",
+        );
+        let sdk = aws_sdk_s3::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new(config.region.clone()))
+            .endpoint_url(config.endpoint.trim_end_matches('/'))
+            .credentials_provider(credentials)
+            // Bucket names as paths: the remote may be an IP address with no wildcard DNS.
+            .force_path_style(true)
+            // Checksums travel end to end: kiln adds none of its own.
+            .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
+            .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
+            .build();
+        Ok(Self {
+            proxy: s3s_aws::Proxy::from(aws_sdk_s3::Client::from_conf(sdk)),
+            limits,
+        })
+    }
+}
+
+fn check_length(length: Option<i64>, limit: u64) -> S3Result<()> {
+    match length {
+        None => Err(s3s::s3_error!(MissingContentLength)),
+        Some(n) if n < 0 => Err(s3s::s3_error!(InvalidArgument)),
+        Some(n) if n as u64 > limit => Err(entity_too_large(limit)),
+        Some(_) => Ok(()),
+    }
+}
+
+/// Verifies an upload's declared digests (flexible checksums in headers or in an aws-chunked
+/// trailer, and Content-MD5) while its body streams through to the remote, so integrity does
+/// not depend on what the remote checks (moto, for one, checks none of them). The trailer
+/// follows the last data chunk and the remote stops reading at Content-Length, so the last bytes
+/// are held back until the client's stream has ended and every digest holds: on a mismatch the
+/// remote never receives the whole body and discards the upload.
+struct VerifiedBody {
+    inner: StreamingBlob,
+    hasher: Option<BodyHasher>,
+    declared: Declared,
+    content_md5: Option<String>,
+    trailers: Option<TrailingHeaders>,
+    failure: Arc<Mutex<Option<S3Error>>>,
+    expected: u64,
+    seen: u64,
+    held: Option<Bytes>,
+    ended: bool,
+}
+
+impl VerifiedBody {
+    /// Called once the client's stream has ended.
+    fn verify(&mut self) -> S3Result<()> {
+        let Some(hasher) = self.hasher.take() else {
+            return Ok(());
+        };
+        let (md5, computed) = hasher.finish();
+        verify_content_md5(self.content_md5.as_deref(), &md5)?;
+        let trailers = self.trailers.as_ref().and_then(|t| t.take());
+        self.declared.add_trailer(trailers.as_ref())?;
+        self.declared.verify(&computed)
+    }
+}
+
+impl Stream for VerifiedBody {
+    type Item = Result<Bytes, StdError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        if this.ended {
+            return Poll::Ready(this.held.take().map(Ok));
+        }
+        loop {
+            match Pin::new(&mut this.inner).poll_next(cx) {
+                Poll::Ready(Some(Ok(chunk))) => {
+                    if let Some(h) = &mut this.hasher {
+                        h.update(&chunk);
+                    }
+                    this.seen += chunk.len() as u64;
+                    if this.seen < this.expected {
+                        return Poll::Ready(Some(Ok(chunk)));
+                    }
+                    // The last bytes: keep them until the digests have been checked.
+                    this.held = Some(match this.held.take() {
+                        Some(held) => [held, chunk].concat().into(),
+                        None => chunk,
+                    });
+                }
+                Poll::Ready(None) => {
+                    this.ended = true;
+                    match this.verify() {
+                        Ok(()) => return Poll::Ready(this.held.take().map(Ok)),
+                        Err(e) => {
+                            this.held = None;
+                            let message = e.to_string();
+                            *this.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                            return Poll::Ready(Some(Err(message.into())));
+                        }
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+impl ByteStream for VerifiedBody {
+    fn remaining_length(&self) -> RemainingLength {
+        self.inner.remaining_length()
+    }
+}
+
+type Failure = Arc<Mutex<Option<S3Error>>>;
+
+/// Wraps an upload's body in a [`VerifiedBody`] if it declares any digest.
+fn verified(
+    body: Option<StreamingBlob>,
+    length: Option<i64>,
+    declared: Declared,
+    content_md5: Option<String>,
+    trailers: Option<TrailingHeaders>,
+) -> (Option<StreamingBlob>, Option<Failure>) {
+    let Some(body) = body else {
+        return (None, None);
+    };
+    if declared.algorithms.is_empty() && content_md5.is_none() {
+        return (Some(body), None);
+    }
+    let failure = Failure::default();
+    let hasher = if content_md5.is_some() {
+        BodyHasher::new(&declared.algorithms)
+    } else {
+        BodyHasher::without_md5(&declared.algorithms)
+    };
+    let checked = VerifiedBody {
+        inner: body,
+        hasher: Some(hasher),
+        declared,
+        content_md5,
+        trailers,
+        failure: failure.clone(),
+        expected: length.unwrap_or_default().max(0) as u64,
+        seen: 0,
+        held: None,
+        ended: false,
+    };
+    (Some(StreamingBlob::new(checked)), Some(failure))
+}
+
+/// The remote's answer, unless the body failed our own check first.
+fn after_upload<T>(result: S3Result<T>, failure: Option<Failure>) -> S3Result<T> {
+    let ours = failure.and_then(|f| f.lock().unwrap_or_else(|p| p.into_inner()).take());
+    match (result, ours) {
+        (Err(_), Some(e)) => Err(e),
+        (result, _) => result,
+    }
+}
+
+#[async_trait::async_trait]
+impl S3 for RemoteStore {
+    async fn put_object(
+        &self,
+        mut req: S3Request<PutObjectInput>,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
+        let input = &mut req.input;
+        input.content_length = content_length(input.content_length, &req.headers);
+        check_length(input.content_length, self.limits.max_object_bytes)?;
+        let declared = Declared::new(
+            checksums_from(
+                input.checksum_crc32.clone(),
+                input.checksum_crc32c.clone(),
+                input.checksum_crc64nvme.clone(),
+                input.checksum_sha1.clone(),
+                input.checksum_sha256.clone(),
+            ),
+            input.checksum_algorithm.as_ref().map(|a| a.as_str()),
+            &req.headers,
+        )?;
+        let (body, failure) = verified(
+            input.body.take(),
+            input.content_length,
+            declared,
+            input.content_md5.clone(),
+            req.trailing_headers.clone(),
+        );
+        input.body = body;
+        after_upload(self.proxy.put_object(req).await, failure)
+    }
+
+    async fn upload_part(
+        &self,
+        mut req: S3Request<UploadPartInput>,
+    ) -> S3Result<S3Response<UploadPartOutput>> {
+        let input = &mut req.input;
+        input.content_length = content_length(input.content_length, &req.headers);
+        check_length(
+            input.content_length,
+            MAX_PART_BYTES.min(self.limits.max_object_bytes),
+        )?;
+        let declared = Declared::new(
+            checksums_from(
+                input.checksum_crc32.clone(),
+                input.checksum_crc32c.clone(),
+                input.checksum_crc64nvme.clone(),
+                input.checksum_sha1.clone(),
+                input.checksum_sha256.clone(),
+            ),
+            input.checksum_algorithm.as_ref().map(|a| a.as_str()),
+            &req.headers,
+        )?;
+        let (body, failure) = verified(
+            input.body.take(),
+            input.content_length,
+            declared,
+            input.content_md5.clone(),
+            req.trailing_headers.clone(),
+        );
+        input.body = body;
+        after_upload(self.proxy.upload_part(req).await, failure)
+    }
+
+    async fn create_bucket(
+        &self,
+        req: S3Request<CreateBucketInput>,
+    ) -> S3Result<S3Response<CreateBucketOutput>> {
+        self.proxy.create_bucket(req).await
+    }
+
+    async fn head_bucket(
+        &self,
+        req: S3Request<HeadBucketInput>,
+    ) -> S3Result<S3Response<HeadBucketOutput>> {
+        self.proxy.head_bucket(req).await
+    }
+
+    async fn get_bucket_location(
+        &self,
+        req: S3Request<GetBucketLocationInput>,
+    ) -> S3Result<S3Response<GetBucketLocationOutput>> {
+        self.proxy.get_bucket_location(req).await
+    }
+
+    async fn delete_bucket(
+        &self,
+        req: S3Request<DeleteBucketInput>,
+    ) -> S3Result<S3Response<DeleteBucketOutput>> {
+        self.proxy.delete_bucket(req).await
+    }
+
+    async fn list_buckets(
+        &self,
+        req: S3Request<ListBucketsInput>,
+    ) -> S3Result<S3Response<ListBucketsOutput>> {
+        self.proxy.list_buckets(req).await
+    }
+
+    async fn list_objects_v2(
+        &self,
+        req: S3Request<ListObjectsV2Input>,
+    ) -> S3Result<S3Response<ListObjectsV2Output>> {
+        self.proxy.list_objects_v2(req).await
+    }
+
+    async fn list_objects(
+        &self,
+        req: S3Request<ListObjectsInput>,
+    ) -> S3Result<S3Response<ListObjectsOutput>> {
+        self.proxy.list_objects(req).await
+    }
+
+    async fn get_object(
+        &self,
+        req: S3Request<GetObjectInput>,
+    ) -> S3Result<S3Response<GetObjectOutput>> {
+        self.proxy.get_object(req).await
+    }
+
+    async fn head_object(
+        &self,
+        req: S3Request<HeadObjectInput>,
+    ) -> S3Result<S3Response<HeadObjectOutput>> {
+        self.proxy.head_object(req).await
+    }
+
+    async fn delete_object(
+        &self,
+        req: S3Request<DeleteObjectInput>,
+    ) -> S3Result<S3Response<DeleteObjectOutput>> {
+        self.proxy.delete_object(req).await
+    }
+
+    async fn delete_objects(
+        &self,
+        req: S3Request<DeleteObjectsInput>,
+    ) -> S3Result<S3Response<DeleteObjectsOutput>> {
+        self.proxy.delete_objects(req).await
+    }
+
+    async fn copy_object(
+        &self,
+        req: S3Request<CopyObjectInput>,
+    ) -> S3Result<S3Response<CopyObjectOutput>> {
+        self.proxy.copy_object(req).await
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        self.proxy.create_multipart_upload(req).await
+    }
+
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        self.proxy.upload_part_copy(req).await
+    }
+
+    async fn list_parts(
+        &self,
+        req: S3Request<ListPartsInput>,
+    ) -> S3Result<S3Response<ListPartsOutput>> {
+        self.proxy.list_parts(req).await
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        self.proxy.complete_multipart_upload(req).await
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        self.proxy.abort_multipart_upload(req).await
+    }
+}

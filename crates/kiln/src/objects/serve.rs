@@ -1,0 +1,184 @@
+//! Serving the store over HTTP on any listener: kiln's own (`--s3-listen`) and, for the sandbox
+//! side, a listener bound inside a function's network namespace.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http_body_util::BodyExt;
+use hyper::body::{Body as _, Frame, Incoming, SizeHint};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::keys::Scope;
+use super::ObjectStore;
+
+/// A client that sends no complete request head in this long is disconnected.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// How much of a refused request's body is read and discarded, and for how long, so that its
+/// error response reaches the client (see [`DrainOnDrop`]).
+const DRAIN_BYTES: u64 = 64 * 1024 * 1024;
+const DRAIN_TIME: Duration = Duration::from_secs(30);
+
+/// A request body that is read to its end in the background if the handler drops it unread, as
+/// it does when it refuses a request early (EntityTooLarge, NoSuchBucket, …). Closing a socket
+/// with unread data makes the kernel answer with RST, which can destroy the error response before
+/// the client has read it.
+struct DrainOnDrop {
+    inner: Option<Incoming>,
+    received: u64,
+}
+
+impl hyper::body::Body for DrainOnDrop {
+    type Data = bytes::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let Some(inner) = self.inner.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let polled = Pin::new(inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled {
+            let len = frame.data_ref().map_or(0, |d| d.len() as u64);
+            self.received += len;
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.as_ref().is_none_or(|b| b.is_end_stream())
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), |b| b.size_hint())
+    }
+}
+
+impl Drop for DrainOnDrop {
+    fn drop(&mut self) {
+        let Some(mut body) = self.inner.take() else {
+            return;
+        };
+        if body.is_end_stream()
+            || body.size_hint().lower() > DRAIN_BYTES.saturating_sub(self.received)
+        {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mut budget = DRAIN_BYTES.saturating_sub(self.received);
+        runtime.spawn(async move {
+            let drain = async {
+                while let Some(Ok(frame)) = body.frame().await {
+                    let len = frame.data_ref().map_or(0, |d| d.len() as u64);
+                    if len > budget {
+                        break;
+                    }
+                    budget -= len;
+                }
+            };
+            let _ = tokio::time::timeout(DRAIN_TIME, drain).await;
+        });
+    }
+}
+
+/// A running S3 endpoint. Dropping it stops accepting connections; requests in flight finish.
+pub struct ServeHandle {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+    local_addr: SocketAddr,
+}
+
+impl ServeHandle {
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Stops accepting and gives requests in flight up to `grace` to finish.
+    pub async fn shutdown(mut self, grace: Duration) {
+        let _ = self.stop.send(true);
+        if tokio::time::timeout(grace, &mut self.task).await.is_err() {
+            self.task.abort();
+        }
+    }
+}
+
+impl Drop for ServeHandle {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+/// Serves `store` on an already-bound listener, accepting the keys `scope` allows. Must be
+/// called from within a tokio runtime.
+pub fn serve_on(
+    listener: std::net::TcpListener,
+    store: &ObjectStore,
+    scope: Scope,
+) -> std::io::Result<ServeHandle> {
+    listener.set_nonblocking(true)?;
+    let local_addr = listener.local_addr()?;
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    let service = store.service().clone();
+    let (stop, mut stopped) = watch::channel(false);
+    let task = tokio::spawn(async move {
+        let graceful = GracefulShutdown::new();
+        loop {
+            let accepted = tokio::select! {
+                accepted = listener.accept() => accepted,
+                _ = stopped.changed() => break,
+            };
+            let tcp = match accepted {
+                Ok((tcp, _)) => tcp,
+                Err(e) => {
+                    // Out of file descriptors, most likely: back off instead of spinning.
+                    tracing::warn!("object store: accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let _ = tcp.set_nodelay(true);
+            let service = service.clone();
+            let scope = scope.clone();
+            let handler = service_fn(move |mut req: hyper::Request<Incoming>| {
+                req.extensions_mut().insert(scope.clone());
+                let service = service.clone();
+                let req = req.map(|body| {
+                    s3s::Body::http_body_unsync(DrainOnDrop {
+                        inner: Some(body),
+                        received: 0,
+                    })
+                });
+                async move { service.call(req).await }
+            });
+            let connection = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .serve_connection(TokioIo::new(tcp), handler);
+            let connection = graceful.watch(connection);
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::debug!("object store connection: {e}");
+                }
+            });
+        }
+        drop(listener);
+        graceful.shutdown().await;
+    });
+    Ok(ServeHandle {
+        stop,
+        task,
+        local_addr,
+    })
+}
