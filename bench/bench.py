@@ -105,6 +105,52 @@ def loadavg():
     return open("/proc/loadavg").read().split()[:3]
 
 
+def cpu_account():
+    """CPU ticks so far: the whole machine's busy time and steal, and our own process tree's.
+
+    Ours is run.sh (this script's parent) and all its descendants: kiln and its sandboxes, the
+    floors, this driver and loadgen, each with its reaped children's time (cutime+cstime), so a
+    process that ended between two reads still counts. Busy minus ours is what other tenants
+    (and kernel work charged to no process) took from the machine meanwhile.
+    """
+    fields = [int(x) for x in open("/proc/stat").readline().split()[1:9]]
+    user, nice, system, idle, iowait, irq, softirq, steal = fields
+    procs, children = {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            text = open(f"/proc/{entry}/stat").read()
+        except OSError:
+            continue
+        rest = text[text.rfind(")") + 2:].split()
+        ppid, ticks = int(rest[1]), sum(int(x) for x in rest[11:15])
+        procs[int(entry)] = ticks
+        children.setdefault(ppid, []).append(int(entry))
+    ours, stack = {}, [os.getppid()]
+    while stack:
+        pid = stack.pop()
+        if pid in procs:
+            ours[pid] = procs[pid]
+        stack.extend(children.get(pid, []))
+    return {"t": time.time(), "busy": user + nice + system + irq + softirq, "steal": steal, "ours": ours}
+
+
+def interference(before, after):
+    """Shares of the machine's capacity (all CPUs) between two cpu_account() reads."""
+    capacity = (after["t"] - before["t"]) * CLK_TCK * os.cpu_count()
+    busy = after["busy"] - before["busy"]
+    # Per process, so that one that vanished unreaped (a killed sandbox) cannot make this negative.
+    ours = sum(max(0, t - before["ours"].get(pid, 0)) for pid, t in after["ours"].items())
+    return {
+        "wall_s": after["t"] - before["t"],
+        "machine_busy_pct": 100 * busy / capacity,
+        "ours_pct": 100 * ours / capacity,
+        "others_pct": 100 * max(0, busy - ours) / capacity,
+        "steal_pct": 100 * (after["steal"] - before["steal"]) / capacity,
+    }
+
+
 def machine_info(args):
     lscpu = sh("lscpu")
     field = lambda name: next((l.split(":", 1)[1].strip() for l in lscpu.splitlines()  # noqa: E731
@@ -231,8 +277,10 @@ def warm_latency(args, cfg, servers, kiln):
         for setup in order:
             name, _, function = setup
             runtime_pids = kiln.runtime_pids(function) if function else []
+            acct = cpu_account()
             out = loadgen(args, "latency", *target_args(setup, servers, kiln, runtime_pids),
                           "--n", cfg["lat_n"], "--warmup", cfg["lat_warmup"] if r == 0 else cfg["lat_warmup"] // 5)
+            share = interference(acct, cpu_account())
             if out["errors"]:
                 raise RuntimeError(f"{name}: {out['errors']} errors, first: {out['first_error']}")
             lat = [x / 1e3 for x in out["latency_ns"]]
@@ -246,9 +294,10 @@ def warm_latency(args, cfg, servers, kiln):
                 "n": out["n"], "p50_us": pct(lat, 50), "p99_us": pct(lat, 99),
                 "wall_s": out["wall_ns"] / 1e9, "server_cpu": server, "runtime_cpu": runtime,
                 "runtime_pids": len(runtime_pids), "client_cpu": out["client_cpu"],
-                "loadavg": loadavg(),
+                "loadavg": loadavg(), "interference": share,
             })
-            log(f"warm round {r + 1}/{cfg['rounds']} {name}: p50 {pct(lat, 50):.0f} µs, p99 {pct(lat, 99):.0f} µs")
+            log(f"warm round {r + 1}/{cfg['rounds']} {name}: p50 {pct(lat, 50):.0f} µs, p99 {pct(lat, 99):.0f} µs"
+                f" (others {share['others_pct']:.0f}% of the machine)")
     results = {}
     for name, d in raw.items():
         n = sum(x["n"] for x in d["rounds"])
@@ -269,6 +318,7 @@ def warm_latency(args, cfg, servers, kiln):
             "sign": summarize(d["sign_us"], 0) if d["sign_us"] else None,
             "round_p50_us": [x["p50_us"] for x in d["rounds"]],
             "round_p99_us": [x["p99_us"] for x in d["rounds"]],
+            "round_others_pct": [x["interference"]["others_pct"] for x in d["rounds"]],
             "cpu": cpu,
             "rounds": d["rounds"],
             "_samples": d["latency_us"],
@@ -430,6 +480,10 @@ def write_markdown(path, meta, warm, boto, cold, tp, analysis):
     w(f"| memory | {m['memory_gib']} GiB |")
     w(f"| load average (1/5/15 min) | at start {' / '.join(meta['load_start'])}; at end {' / '.join(meta['load_end'])} |")
     w(f"| toolchain | {m['rustc']}; node {m['node']}; {m['python']}; boto3 {m['boto3']} |")
+    for name, p in meta["interference"].items():
+        w(f"| CPU during '{name}' ({p['wall_s']:.0f} s) | machine {p['machine_busy_pct']:.0f}% busy: this benchmark "
+          f"{p['ours_pct']:.0f}%, everything else {p['others_pct']:.1f}%, hypervisor steal {p['steal_pct']:.1f}% "
+          f"(% of {os.cpu_count()} CPUs) |")
     w("")
 
     w("## Against the targets\n")
@@ -479,7 +533,8 @@ def write_markdown(path, meta, warm, boto, cold, tp, analysis):
             rel = ("(slower floor)", "", "")
         w(f"| {name} | {lat['n']:,} | {lat['p50']:.1f} [{lat['p50_ci95'][0]:.1f}, {lat['p50_ci95'][1]:.1f}] | "
           f"{lat['p90']:.1f} | {lat['p99']:.1f} [{lat['p99_ci95'][0]:.1f}, {lat['p99_ci95'][1]:.1f}] | "
-          f"{lat['p999']:.1f} | {lat['max']:.0f} | {min(r['round_p50_us']):.1f}–{max(r['round_p50_us']):.1f} | "
+          f"{lat['p999']:.1f} | {lat['max']:.0f} | {min(r['round_p50_us']):.1f}–{max(r['round_p50_us']):.1f} "
+          f"(others ≤ {max(r['round_others_pct']):.0f}%) | "
           f"{rel[0]} | {rel[1]} | {rel[2]} |")
     for name, r in warm.items():
         if r["sign"]:
@@ -567,7 +622,11 @@ def write_markdown(path, meta, warm, boto, cold, tp, analysis):
     w("- Percentiles are nearest-rank. Bootstrap CIs treat the samples as independent; consecutive "
       "requests are not quite (GC, scheduler, other tenants), so the 'rounds' ranges are the better "
       "guide to run-to-run noise.")
-    w("- The machine is shared: see the load averages above. Each round's load average is in the JSON.")
+    w("- The machine is shared. 'Everything else' above is the machine's busy time (/proc/stat) minus the CPU "
+      "time of this benchmark's own process tree (run.sh and all descendants: kiln, sandboxes, floors, "
+      "clients): other tenants, plus kernel work charged to no process. The load average counts this "
+      "benchmark's own processes too, so the 'at end' figure mostly reflects the 16-client runs. Per-round "
+      "figures are in the JSON (`rounds[].interference`).")
     w("- Raw numbers: `core-invoke.json` (every warm latency sample, every cold start). Plot: `core-invoke.png`.")
     Path(path).write_text("\n".join(L) + "\n")
 
@@ -657,7 +716,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="small n, for developing the harness")
     args = ap.parse_args()
 
-    cfg = dict(rounds=5, lat_n=4000, lat_warmup=1000, boot_warm=1000,
+    cfg = dict(rounds=10, lat_n=2000, lat_warmup=1000, boot_warm=1000,
                boto_rounds=3, boto_n=1000, boto_warmup=100,
                cold_n=30, cold_settle_ms=300,
                concurrency=[1, 2, 4, 16], tp_duration=5.0, tp_warmup=1.0, tp_prewarm=2.0)
@@ -673,14 +732,23 @@ def main():
     log(f"load average at start: {' '.join(meta['load_start'])}")
 
     deploy(kiln)
-    log("phase 1/4: warm latency, Rust client")
-    warm = warm_latency(args, cfg, servers, kiln)
-    log("phase 2/4: warm latency, boto3")
-    boto = boto3_latency(cfg, servers, kiln)
-    log("phase 3/4: cold starts")
-    cold = cold_starts(args, cfg, kiln)
-    log("phase 4/4: throughput")
-    tp = throughput(args, cfg, servers, kiln)
+    phases = {}
+
+    def phase(name, fn, *a):
+        log(f"phase {len(phases) + 1}/4: {name}")
+        before = cpu_account()
+        result = fn(*a)
+        phases[name] = interference(before, cpu_account())
+        p = phases[name]
+        log(f"  {p['wall_s']:.0f} s; machine busy {p['machine_busy_pct']:.0f}%: ours {p['ours_pct']:.0f}%, "
+            f"others {p['others_pct']:.0f}%, steal {p['steal_pct']:.1f}%")
+        return result
+
+    warm = phase("warm latency, Rust client", warm_latency, args, cfg, servers, kiln)
+    boto = phase("warm latency, boto3", boto3_latency, cfg, servers, kiln)
+    cold = phase("cold starts", cold_starts, args, cfg, kiln)
+    tp = phase("throughput", throughput, args, cfg, servers, kiln)
+    meta["interference"] = phases
 
     meta["load_end"] = loadavg()
     meta["finished"] = datetime.datetime.now().astimezone().isoformat(timespec="seconds")

@@ -1,6 +1,8 @@
 """Helpers for the object store tests: S3 clients for a kiln, a store-only kiln in its own
 network namespace behind emulated WAN latency, and a third-party S3 server (moto)."""
 
+import base64
+import http.client
 import json
 import os
 import re
@@ -11,10 +13,14 @@ import subprocess
 import tempfile
 import threading
 import time
+import urllib.parse
+import uuid
+import zlib
 from pathlib import Path
 
 import boto3
 import botocore.config
+import pytest
 
 from kiln_harness import KILN_BIN, ROOT, Kiln
 
@@ -306,3 +312,66 @@ def wait_until(predicate, timeout=30, what="condition"):
             return
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+# --- shared by the test_s3_* files --------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def s3(kiln):
+    """boto3's S3 client for the session's kiln, with its admin key."""
+    return s3_client(kiln)
+
+
+@pytest.fixture
+def bucket(s3):
+    """A new bucket of the test's own."""
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=name)
+    return name
+
+
+def error_code(excinfo):
+    return excinfo.value.response["Error"]["Code"]
+
+
+def status(excinfo):
+    return excinfo.value.response["ResponseMetadata"]["HTTPStatusCode"]
+
+
+def crc32_b64(data):
+    return base64.b64encode(zlib.crc32(data).to_bytes(4, "big")).decode()
+
+
+def keys_of(s3, bucket, **kwargs):
+    return [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, **kwargs).get("Contents", [])]
+
+
+def send(prepared, body=None):
+    """Sends a prepared request (possibly with another body than the one signed)."""
+    url = urllib.parse.urlsplit(prepared.url)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
+    conn.request(prepared.method, url.path + (f"?{url.query}" if url.query else ""),
+                 body=prepared.body if body is None else body, headers=dict(prepared.headers))
+    response = conn.getresponse()
+    return response.status, response.read().decode(errors="replace")
+
+
+def aws_chunked_put(server, path, data, trailer_value):
+    """A PUT the way the JS SDK streams one: aws-chunked, unsigned payload, CRC32 in a trailer."""
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    class TrailerAuth(S3SigV4Auth):
+        def payload(self, request):
+            return "STREAMING-UNSIGNED-PAYLOAD-TRAILER"
+
+    half = len(data) // 2
+    body = b"".join(f"{len(c):x}\r\n".encode() + c + b"\r\n" for c in (data[:half], data[half:]))
+    body += b"0\r\n" + f"x-amz-checksum-crc32:{trailer_value}\r\n\r\n".encode()
+    request = AWSRequest(method="PUT", url=s3_endpoint(server) + path, data=body, headers={
+        "Content-Encoding": "aws-chunked", "x-amz-decoded-content-length": str(len(data)),
+        "x-amz-trailer": "x-amz-checksum-crc32", "x-amz-sdk-checksum-algorithm": "CRC32"})
+    TrailerAuth(Credentials(server.access_key, server.secret_key), "s3", server.region).add_auth(request)
+    return send(request.prepare())

@@ -20,9 +20,9 @@ import requests
 from boto3.s3.transfer import TransferConfig
 
 from kiln_harness import Kiln
-from s3_harness import (MotoServer, StoreOnlyKiln, WanLink, function_credentials, s3_client,
+from s3_harness import (MotoServer, StoreOnlyKiln, WanLink, aws_chunked_put, function_credentials, s3_client,
                         s3_endpoint)
-from test_s3_api import aws_chunked_put
+
 from test_s3_js import run_checks
 
 MiB = 1024 * 1024

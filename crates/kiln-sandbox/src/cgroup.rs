@@ -5,6 +5,7 @@
 
 use std::fs;
 use std::io;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -109,6 +110,7 @@ impl CgroupManager {
         let cgroup = Cgroup {
             v2: matches!(self.layout, Layout::V2 { .. }),
             dirs,
+            peak: std::sync::OnceLock::new(),
         };
         for dir in &cgroup.dirs {
             // The parent may have been removed behind kiln's back (an operator cleaning up
@@ -156,6 +158,7 @@ impl CgroupManager {
             for entry in entries.flatten() {
                 if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
                     let stale = Cgroup {
+                        peak: std::sync::OnceLock::new(),
                         v2: matches!(self.layout, Layout::V2 { .. }),
                         dirs: vec![entry.path()],
                     };
@@ -173,6 +176,9 @@ impl CgroupManager {
 pub struct Cgroup {
     v2: bool,
     dirs: Vec<PathBuf>,
+    /// The peak-memory file, kept open: it is reset and read on every invocation, and a
+    /// positioned read or write is one system call where a path lookup would be three.
+    peak: std::sync::OnceLock<Option<fs::File>>,
 }
 
 impl Cgroup {
@@ -245,23 +251,39 @@ impl Cgroup {
 
     /// The highest memory use since the last [`Cgroup::reset_peak`], in bytes.
     pub fn memory_peak(&self) -> u64 {
-        let file = if self.v2 {
-            "memory.peak"
-        } else {
-            "memory.max_usage_in_bytes"
-        };
-        read_u64(&self.memory_dir().join(file)).unwrap_or_else(|| self.memory_current())
+        let mut buf = [0u8; 32];
+        match self.peak_file().map(|f| f.read_at(&mut buf, 0)) {
+            Some(Ok(n)) => std::str::from_utf8(&buf[..n])
+                .ok()
+                .and_then(|t| t.trim().parse().ok())
+                .unwrap_or_else(|| self.memory_current()),
+            _ => self.memory_current(),
+        }
+    }
+
+    fn peak_file(&self) -> Option<&fs::File> {
+        self.peak
+            .get_or_init(|| {
+                let name = if self.v2 {
+                    "memory.peak"
+                } else {
+                    "memory.max_usage_in_bytes"
+                };
+                fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(self.memory_dir().join(name))
+                    .ok()
+            })
+            .as_ref()
     }
 
     /// Starts a new peak measurement window (one per invocation).
     pub fn reset_peak(&self) {
-        let file = if self.v2 {
-            "memory.peak"
-        } else {
-            "memory.max_usage_in_bytes"
-        };
         // Kernels before 6.12 cannot reset memory.peak on v2; the peak then covers the instance's life.
-        let _ = fs::write(self.memory_dir().join(file), "0");
+        if let Some(file) = self.peak_file() {
+            let _ = file.write_at(b"0", 0);
+        }
     }
 
     /// How many processes of this cgroup the kernel's OOM killer has killed.

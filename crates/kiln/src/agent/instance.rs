@@ -132,6 +132,8 @@ pub struct Instance {
     pub init_output: Option<String>,
     pub cgroup: Arc<Cgroup>,
     pub invocations: u64,
+    /// The cgroup's OOM-kill count as of the last check (at start and after failures).
+    oom_kills_seen: u64,
     child: tokio::process::Child,
     output: pipe::Receiver,
     /// A second descriptor of the same pipe (and so also non-blocking), read directly: tokio only
@@ -288,6 +290,7 @@ impl Instance {
             init_output: None,
             cgroup,
             invocations: 0,
+            oom_kills_seen: 0,
             child,
             output: out_rx,
             output_direct,
@@ -437,7 +440,9 @@ impl Instance {
         let timeout = Duration::from_secs(u64::from(self.spec.timeout_s));
         let deadline = Instant::now() + timeout;
         let deadline_ms = (chrono::Utc::now() + timeout).timestamp_millis() as u64;
-        let oom_before = self.cgroup.oom_kills();
+        // The OOM counter is read only when something went wrong: a successful invocation pays
+        // for no more than the peak-memory reset and read.
+        let oom_before = self.oom_kills_seen;
         self.cgroup.reset_peak();
         let mut output = Vec::new();
         let sent = match &mut self.transport {
@@ -484,7 +489,12 @@ impl Instance {
         let max_memory_bytes = self.cgroup.memory_peak();
         let (body, function_error, healthy) = match step {
             Step::Message(Message::Response(body)) => (body, false, true),
-            Step::Message(Message::Error { body, fatal }) => (body, true, !fatal),
+            Step::Message(Message::Error { body, fatal }) => {
+                // A child process of the function may have been OOM-killed; count it now so a
+                // later exit is not blamed on it.
+                self.oom_kills_seen = self.cgroup.oom_kills();
+                (body, true, !fatal)
+            }
             Step::Message(Message::TooLarge) => (
                 error_json(
                     "Function.ResponseSizeTooLarge",

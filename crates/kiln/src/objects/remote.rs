@@ -21,7 +21,7 @@ use s3s::stream::{ByteStream, RemainingLength};
 use s3s::{S3Error, S3Request, S3Response, S3Result, StdError, TrailingHeaders, S3};
 
 use super::checksum::{verify_content_md5, BodyHasher, Declared};
-use super::local::{checksums_from, content_length, entity_too_large};
+use super::local::{check_length, checksums_from, content_length};
 use super::{Limits, ObjectStoreError, RemoteConfig};
 
 /// S3's limit on one part.
@@ -66,15 +66,6 @@ impl RemoteStore {
             proxy: s3s_aws::Proxy::from(aws_sdk_s3::Client::from_conf(sdk)),
             limits,
         })
-    }
-}
-
-fn check_length(length: Option<i64>, limit: u64) -> S3Result<()> {
-    match length {
-        None => Err(s3s::s3_error!(MissingContentLength)),
-        Some(n) if n < 0 => Err(s3s::s3_error!(InvalidArgument)),
-        Some(n) if n as u64 > limit => Err(entity_too_large(limit)),
-        Some(_) => Ok(()),
     }
 }
 

@@ -3,6 +3,8 @@
 
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -28,10 +30,16 @@ const DRAIN_TIME: Duration = Duration::from_secs(30);
 /// A request body that is read to its end in the background if the handler drops it unread, as
 /// it does when it refuses a request early (EntityTooLarge, NoSuchBucket, …). Closing a socket
 /// with unread data makes the kernel answer with RST, which can destroy the error response before
-/// the client has read it.
+/// the client has read it. Not when the client waits for `100 Continue` and none was sent (it
+/// will not send the body), nor for bodies too large to drain: then the connection must close,
+/// and `abandoned` tells the server to say so in the response (`Connection: close`), or the
+/// client would send its next request on a connection that is going away.
 struct DrainOnDrop {
     inner: Option<Incoming>,
     received: u64,
+    expects_continue: bool,
+    polled: bool,
+    abandoned: Arc<AtomicBool>,
 }
 
 impl hyper::body::Body for DrainOnDrop {
@@ -42,6 +50,7 @@ impl hyper::body::Body for DrainOnDrop {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        self.polled = true;
         let Some(inner) = self.inner.as_mut() else {
             return Poll::Ready(None);
         };
@@ -69,12 +78,16 @@ impl Drop for DrainOnDrop {
         let Some(mut body) = self.inner.take() else {
             return;
         };
-        if body.is_end_stream()
-            || body.size_hint().lower() > DRAIN_BYTES.saturating_sub(self.received)
-        {
+        if body.is_end_stream() {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        let too_large = body.size_hint().lower() > DRAIN_BYTES.saturating_sub(self.received);
+        let runtime = tokio::runtime::Handle::try_current();
+        if (self.expects_continue && !self.polled) || too_large || runtime.is_err() {
+            self.abandoned.store(true, Ordering::SeqCst);
+            return;
+        }
+        let Ok(runtime) = runtime else {
             return;
         };
         let mut budget = DRAIN_BYTES.saturating_sub(self.received);
@@ -154,13 +167,30 @@ pub fn serve_on(
             let handler = service_fn(move |mut req: hyper::Request<Incoming>| {
                 req.extensions_mut().insert(scope.clone());
                 let service = service.clone();
+                let expects_continue = req
+                    .headers()
+                    .get(http::header::EXPECT)
+                    .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+                let abandoned = Arc::new(AtomicBool::new(false));
                 let req = req.map(|body| {
                     s3s::Body::http_body_unsync(DrainOnDrop {
                         inner: Some(body),
                         received: 0,
+                        expects_continue,
+                        polled: false,
+                        abandoned: abandoned.clone(),
                     })
                 });
-                async move { service.call(req).await }
+                async move {
+                    let mut response = service.call(req).await?;
+                    if abandoned.load(Ordering::SeqCst) {
+                        response.headers_mut().insert(
+                            http::header::CONNECTION,
+                            http::HeaderValue::from_static("close"),
+                        );
+                    }
+                    Ok::<_, s3s::HttpError>(response)
+                }
             });
             let connection = http1::Builder::new()
                 .timer(TokioTimer::new())

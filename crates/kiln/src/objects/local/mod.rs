@@ -152,6 +152,19 @@ pub(crate) fn content_length(length: Option<i64>, headers: &http::HeaderMap) -> 
     })
 }
 
+/// An upload's length, if it has one within `limit`.
+pub(crate) fn check_length(length: Option<i64>, limit: u64) -> S3Result<u64> {
+    match length {
+        None => Err(s3_error!(MissingContentLength)),
+        Some(n) if n < 0 => Err(s3_error!(
+            InvalidArgument,
+            "Content-Length must not be negative"
+        )),
+        Some(n) if n as u64 > limit => Err(entity_too_large(limit)),
+        Some(n) => Ok(n as u64),
+    }
+}
+
 /// What an upload request carries besides its body.
 struct UploadBody {
     body: Option<StreamingBlob>,
@@ -165,13 +178,7 @@ impl LocalStore {
     /// Streams a request body into a temporary file and checks its length, Content-MD5 and
     /// checksums; nothing is published unless all of them hold.
     async fn receive(&self, mut upload: UploadBody, limit: u64) -> S3Result<Written> {
-        let length = upload
-            .content_length
-            .ok_or_else(|| s3_error!(MissingContentLength))?;
-        let length = u64::try_from(length).map_err(|_| s3_error!(InvalidArgument))?;
-        if length > limit {
-            return Err(entity_too_large(limit));
-        }
+        let length = check_length(upload.content_length, limit)?;
         let mut writer: Writer = self.files.writer(&upload.declared.algorithms);
         let mut received = 0u64;
         if let Some(mut body) = upload.body.take() {

@@ -10,8 +10,8 @@ use s3s::{s3_error, S3Error, S3Request, S3Response, S3Result};
 
 use super::meta::{Lookup, ObjectRow, PartRow, UploadRow};
 use super::{
-    blocking, checksums_from, content_length, internal, now_ms, set_checksums, timestamp,
-    write_error, LocalStore, UploadBody,
+    blocking, check_length, checksums_from, content_length, internal, now_ms, set_checksums,
+    timestamp, write_error, LocalStore, UploadBody,
 };
 use crate::objects::checksum::{
     bad_digest, composite, hex, multipart_etag, Algorithm, BodyHasher, ChecksumKind, Checksums,
@@ -173,6 +173,9 @@ impl LocalStore {
             ..
         } = req;
         let number = check_part_number(input.part_number)?;
+        let length = content_length(input.content_length, &headers);
+        let limit = MAX_PART_BYTES.min(self.limits.max_object_bytes);
+        check_length(length, limit)?;
         let upload = self
             .upload_row(&input.upload_id, &input.bucket, &input.key)
             .await?;
@@ -194,12 +197,11 @@ impl LocalStore {
                 declared.algorithms.push(a);
             }
         }
-        let limit = MAX_PART_BYTES.min(self.limits.max_object_bytes);
         let written = self
             .receive(
                 UploadBody {
                     body: input.body,
-                    content_length: content_length(input.content_length, &headers),
+                    content_length: length,
                     content_md5: input.content_md5,
                     declared,
                     trailers: trailing_headers,

@@ -11,8 +11,8 @@ use s3s::{s3_error, S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 use super::files::{read_all, stream_file};
 use super::meta::{Lookup, ObjectAttrs, ObjectRow};
 use super::{
-    blocking, checksum_type, checksums_from, content_length, internal, now_ms, object_attrs,
-    set_checksums, timestamp, write_error, LocalStore, UploadBody,
+    blocking, check_length, checksum_type, checksums_from, content_length, internal, now_ms,
+    object_attrs, set_checksums, timestamp, write_error, LocalStore, UploadBody,
 };
 use crate::objects::checksum::{hex, ChecksumKind, Declared};
 use crate::objects::conditions::{ReadConditions, Verdict, WriteCondition};
@@ -98,6 +98,10 @@ impl LocalStore {
         let condition =
             WriteCondition::from_headers(input.if_match.as_ref(), input.if_none_match.as_ref())
                 .map_err(|m| s3_error!(InvalidRequest, "{m}"))?;
+        let length = content_length(input.content_length, &headers);
+        // Before anything that waits: a client holding its body for `100 Continue` gets the
+        // refusal at once.
+        check_length(length, MAX_PUT_BYTES.min(self.limits.max_object_bytes))?;
         let bucket = input.bucket;
         self.require_bucket(&bucket).await?;
         let declared = Declared::new(
@@ -116,7 +120,7 @@ impl LocalStore {
             .receive(
                 UploadBody {
                     body: input.body,
-                    content_length: content_length(input.content_length, &headers),
+                    content_length: length,
                     content_md5: input.content_md5,
                     declared,
                     trailers: trailing_headers,

@@ -1,0 +1,253 @@
+//! Multipart uploads and their parts in the metadata database.
+
+use rusqlite::{params, OptionalExtension, Transaction};
+
+use super::{
+    bucket_exists, check_write, from_json, insert_object, to_json, Meta, MetaError, ObjectRow,
+    PartRow, UploadRow, WriteError,
+};
+use crate::objects::checksum::{Algorithm, ChecksumKind, Checksums};
+use crate::objects::conditions::WriteCondition;
+
+impl Meta {
+    pub fn create_upload(&self, upload: &UploadRow) -> Result<(), WriteError> {
+        let mut db = self.db();
+        let tx = db.transaction()?;
+        if !bucket_exists(&tx, &upload.bucket)? {
+            return Err(WriteError::NoSuchBucket);
+        }
+        tx.execute(
+            "INSERT INTO uploads (upload_id, bucket, key, created_ms, attrs, algorithm, kind)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                upload.upload_id,
+                upload.bucket,
+                upload.key,
+                upload.created_ms,
+                to_json(&upload.attrs)?,
+                upload.algorithm.map(Algorithm::name),
+                upload.kind.map(ChecksumKind::name),
+            ],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// The upload, if it exists and belongs to this bucket and key.
+    pub fn upload(
+        &self,
+        upload_id: &str,
+        bucket: &str,
+        key: &str,
+    ) -> Result<Option<UploadRow>, MetaError> {
+        let db = self.db();
+        let row = db
+            .prepare_cached(
+                "SELECT upload_id, bucket, key, created_ms, attrs, algorithm, kind FROM uploads
+                 WHERE upload_id = ?1 AND bucket = ?2 AND key = ?3",
+            )?
+            .query_row(params![upload_id, bucket, key], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, i64>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, Option<String>>(5)?,
+                    r.get::<_, Option<String>>(6)?,
+                ))
+            })
+            .optional()?;
+        let Some((upload_id, bucket, key, created_ms, attrs, algorithm, kind)) = row else {
+            return Ok(None);
+        };
+        Ok(Some(UploadRow {
+            upload_id,
+            bucket,
+            key,
+            created_ms,
+            attrs: from_json(&attrs)?,
+            algorithm: algorithm.as_deref().and_then(Algorithm::parse),
+            kind: kind.as_deref().and_then(ChecksumKind::parse),
+        }))
+    }
+
+    /// Records a part; returns the file of the part it replaced.
+    pub fn put_part(&self, upload_id: &str, part: &PartRow) -> Result<Option<String>, WriteError> {
+        let mut db = self.db();
+        let tx = db.transaction()?;
+        let exists: bool = tx.query_row(
+            "SELECT EXISTS (SELECT 1 FROM uploads WHERE upload_id = ?1)",
+            [upload_id],
+            |r| r.get(0),
+        )?;
+        if !exists {
+            return Err(WriteError::NoSuchUpload);
+        }
+        let replaced: Option<String> = tx
+            .query_row(
+                "SELECT file_id FROM parts WHERE upload_id = ?1 AND number = ?2",
+                params![upload_id, part.number],
+                |r| r.get(0),
+            )
+            .optional()?;
+        tx.execute(
+            "INSERT OR REPLACE INTO parts (upload_id, number, file_id, size, etag, modified_ms, checksums)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                upload_id,
+                part.number,
+                part.file_id,
+                part.size,
+                part.etag,
+                part.modified_ms,
+                to_json(&part.checksums)?,
+            ],
+        )?;
+        tx.commit()?;
+        Ok(replaced)
+    }
+
+    /// Up to `limit` parts numbered above `after`, in order.
+    pub fn parts(
+        &self,
+        upload_id: &str,
+        after: u32,
+        limit: usize,
+    ) -> Result<Vec<PartRow>, MetaError> {
+        let db = self.db();
+        let mut stmt = db.prepare_cached(
+            "SELECT number, file_id, size, etag, modified_ms, checksums FROM parts
+             WHERE upload_id = ?1 AND number > ?2 ORDER BY number LIMIT ?3",
+        )?;
+        let rows = stmt.query_map(params![upload_id, after, limit as i64], |r| {
+            Ok((
+                PartRow {
+                    number: r.get(0)?,
+                    file_id: r.get(1)?,
+                    size: r.get(2)?,
+                    etag: r.get(3)?,
+                    modified_ms: r.get(4)?,
+                    checksums: Checksums::default(),
+                },
+                r.get::<_, String>(5)?,
+            ))
+        })?;
+        rows.map(|r| {
+            let (mut part, checksums) = r?;
+            part.checksums = from_json(&checksums)?;
+            Ok(part)
+        })
+        .collect()
+    }
+
+    /// Turns an upload into an object in one transaction. Returns the replaced object's file and
+    /// the files of every part of the upload, which the caller deletes.
+    pub fn complete_upload(
+        &self,
+        upload_id: &str,
+        bucket: &str,
+        object: &ObjectRow,
+        condition: &WriteCondition,
+    ) -> Result<(Option<String>, Vec<String>), WriteError> {
+        let mut db = self.db();
+        let tx = db.transaction()?;
+        let exists: bool = tx.query_row(
+            "SELECT EXISTS (SELECT 1 FROM uploads WHERE upload_id = ?1)",
+            [upload_id],
+            |r| r.get(0),
+        )?;
+        if !exists {
+            return Err(WriteError::NoSuchUpload);
+        }
+        let replaced = check_write(&tx, bucket, &object.key, condition)?;
+        insert_object(&tx, bucket, object)?;
+        let files = take_upload(&tx, upload_id)?;
+        tx.commit()?;
+        Ok((replaced, files))
+    }
+
+    /// Deletes an upload and its parts; returns the part files, or None if there is no such upload.
+    pub fn abort_upload(&self, upload_id: &str) -> Result<Option<Vec<String>>, MetaError> {
+        let mut db = self.db();
+        let tx = db.transaction()?;
+        let exists: bool = tx.query_row(
+            "SELECT EXISTS (SELECT 1 FROM uploads WHERE upload_id = ?1)",
+            [upload_id],
+            |r| r.get(0),
+        )?;
+        if !exists {
+            return Ok(None);
+        }
+        let files = take_upload(&tx, upload_id)?;
+        tx.commit()?;
+        Ok(Some(files))
+    }
+}
+
+fn take_upload(tx: &Transaction<'_>, upload_id: &str) -> Result<Vec<String>, MetaError> {
+    let files = {
+        let mut stmt = tx.prepare_cached("SELECT file_id FROM parts WHERE upload_id = ?1")?;
+        let files = stmt.query_map([upload_id], |r| r.get(0))?;
+        files.collect::<Result<Vec<String>, _>>()?
+    };
+    tx.execute("DELETE FROM parts WHERE upload_id = ?1", [upload_id])?;
+    tx.execute("DELETE FROM uploads WHERE upload_id = ?1", [upload_id])?;
+    Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::object;
+    use super::super::ObjectAttrs;
+    use super::*;
+
+    #[test]
+    fn uploads_complete_atomically() {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = Meta::open(&dir.path().join("objects.db")).unwrap();
+        meta.create_bucket("b", 1).unwrap();
+        let upload = UploadRow {
+            upload_id: "u".into(),
+            bucket: "b".into(),
+            key: "k".into(),
+            created_ms: 1,
+            attrs: ObjectAttrs::default(),
+            algorithm: Some(Algorithm::Crc32),
+            kind: Some(ChecksumKind::Composite),
+        };
+        meta.create_upload(&upload).unwrap();
+        let part = |n: u32, file: &str| PartRow {
+            number: n,
+            file_id: file.into(),
+            size: 1,
+            etag: "e".into(),
+            modified_ms: 1,
+            checksums: Checksums::default(),
+        };
+        assert_eq!(meta.put_part("u", &part(1, "p1")).unwrap(), None);
+        assert_eq!(
+            meta.put_part("u", &part(1, "p1b")).unwrap(),
+            Some("p1".into())
+        );
+        meta.put_part("u", &part(2, "p2")).unwrap();
+        assert!(matches!(
+            meta.put_part("nope", &part(1, "x")),
+            Err(WriteError::NoSuchUpload)
+        ));
+        assert_eq!(meta.parts("u", 1, 10).unwrap()[0].number, 2);
+        let stored = meta.upload("u", "b", "k").unwrap().unwrap();
+        assert_eq!(stored.algorithm, Some(Algorithm::Crc32));
+        assert!(meta.upload("u", "b", "other").unwrap().is_none());
+        let (replaced, mut files) = meta
+            .complete_upload("u", "b", &object("k", "whole"), &WriteCondition::Always)
+            .unwrap();
+        files.sort();
+        assert_eq!((replaced, files), (None, vec!["p1b".into(), "p2".into()]));
+        assert!(meta.abort_upload("u").unwrap().is_none());
+        assert!(matches!(
+            meta.complete_upload("u", "b", &object("k", "x"), &WriteCondition::Always),
+            Err(WriteError::NoSuchUpload)
+        ));
+    }
+}
