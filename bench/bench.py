@@ -151,6 +151,23 @@ def interference(before, after):
     }
 
 
+def measured(cfg, what, run):
+    """Runs `run()` (one loadgen call) and re-runs it, up to cfg["attempts"] times in all, while
+    other tenants took more than cfg["max_others_pct"] of the machine during it. Selection is on
+    that outside load only, never on the result; every attempt's interference is kept."""
+    attempts = []
+    for attempt in range(cfg["attempts"]):
+        before = cpu_account()
+        out = run()
+        share = interference(before, cpu_account())
+        attempts.append(share)
+        if share["others_pct"] <= cfg["max_others_pct"]:
+            break
+        log(f"  {what}: other tenants took {share['others_pct']:.0f}% of the machine, "
+            + ("re-running" if attempt + 1 < cfg["attempts"] else "keeping it anyway"))
+    return out, attempts
+
+
 def machine_info(args):
     lscpu = sh("lscpu")
     field = lambda name: next((l.split(":", 1)[1].strip() for l in lscpu.splitlines()  # noqa: E731
@@ -277,10 +294,10 @@ def warm_latency(args, cfg, servers, kiln):
         for setup in order:
             name, _, function = setup
             runtime_pids = kiln.runtime_pids(function) if function else []
-            acct = cpu_account()
-            out = loadgen(args, "latency", *target_args(setup, servers, kiln, runtime_pids),
-                          "--n", cfg["lat_n"], "--warmup", cfg["lat_warmup"] if r == 0 else cfg["lat_warmup"] // 5)
-            share = interference(acct, cpu_account())
+            out, attempts = measured(cfg, f"warm round {r + 1} {name}", lambda: loadgen(
+                args, "latency", *target_args(setup, servers, kiln, runtime_pids),
+                "--n", cfg["lat_n"], "--warmup", cfg["lat_warmup"] if r == 0 else cfg["lat_warmup"] // 5))
+            share = attempts[-1]
             if out["errors"]:
                 raise RuntimeError(f"{name}: {out['errors']} errors, first: {out['first_error']}")
             lat = [x / 1e3 for x in out["latency_ns"]]
@@ -294,7 +311,7 @@ def warm_latency(args, cfg, servers, kiln):
                 "n": out["n"], "p50_us": pct(lat, 50), "p99_us": pct(lat, 99),
                 "wall_s": out["wall_ns"] / 1e9, "server_cpu": server, "runtime_cpu": runtime,
                 "runtime_pids": len(runtime_pids), "client_cpu": out["client_cpu"],
-                "loadavg": loadavg(), "interference": share,
+                "loadavg": loadavg(), "interference": share, "attempts": attempts,
             })
             log(f"warm round {r + 1}/{cfg['rounds']} {name}: p50 {pct(lat, 50):.0f} µs, p99 {pct(lat, 99):.0f} µs"
                 f" (others {share['others_pct']:.0f}% of the machine)")
@@ -319,6 +336,7 @@ def warm_latency(args, cfg, servers, kiln):
             "round_p50_us": [x["p50_us"] for x in d["rounds"]],
             "round_p99_us": [x["p99_us"] for x in d["rounds"]],
             "round_others_pct": [x["interference"]["others_pct"] for x in d["rounds"]],
+            "rerun_rounds": sum(len(x["attempts"]) - 1 for x in d["rounds"]),
             "cpu": cpu,
             "rounds": d["rounds"],
             "_samples": d["latency_us"],
@@ -395,8 +413,9 @@ def throughput(args, cfg, servers, kiln):
         for setup in setups[i % len(setups):] + setups[:i % len(setups)]:
             name, _, function = setup
             runtime_pids = kiln.runtime_pids(function) if function else []
-            out = loadgen(args, "throughput", *target_args(setup, servers, kiln, runtime_pids),
-                          "--concurrency", c, "--duration", cfg["tp_duration"], "--warmup", cfg["tp_warmup"])
+            out, attempts = measured(cfg, f"throughput {name} c={c}", lambda: loadgen(
+                args, "throughput", *target_args(setup, servers, kiln, runtime_pids),
+                "--concurrency", c, "--duration", cfg["tp_duration"], "--warmup", cfg["tp_warmup"]))
             if out["errors"]:
                 raise RuntimeError(f"{name} c={c}: {out['errors']} errors, first: {out['first_error']}")
             n = out["completed"]
@@ -412,7 +431,7 @@ def throughput(args, cfg, servers, kiln):
                 "runtime_processes": len(runtime_pids),
                 "client_cpu_us_per_req": cpu_us(out["client_cpu"])[1] / n if n else None,
                 "sign_us_mean": out["sign_ns_mean"] / 1e3,
-                "loadavg": loadavg(),
+                "loadavg": loadavg(), "interference": attempts[-1], "attempts": attempts,
             }
             log(f"throughput {name} c={c}: {out['rps']:.0f} req/s, p50 {out['latency_ns']['p50'] / 1e3:.0f} µs")
     return results
@@ -469,7 +488,7 @@ def write_markdown(path, meta, warm, boto, cold, tp, analysis):
       "Numbers from this run only; see bench/README.md for the method.\n")
     w("| | |\n|---|---|")
     w(f"| command | `{meta['command']}` |")
-    w(f"| kiln build | `{m['kiln_profile']}` ({meta['kiln_bin']}) |")
+    w(f"| kiln build | `{m['kiln_profile']}` ({meta['kiln_bin']}, sha256 {meta['kiln_bin_sha256']}…) |")
     dirty = ""
     if m["git_modified"]:
         dirty = (f" + uncommitted changes to {len(m['git_modified'])} tracked files, built as found: "
@@ -534,7 +553,7 @@ def write_markdown(path, meta, warm, boto, cold, tp, analysis):
         w(f"| {name} | {lat['n']:,} | {lat['p50']:.1f} [{lat['p50_ci95'][0]:.1f}, {lat['p50_ci95'][1]:.1f}] | "
           f"{lat['p90']:.1f} | {lat['p99']:.1f} [{lat['p99_ci95'][0]:.1f}, {lat['p99_ci95'][1]:.1f}] | "
           f"{lat['p999']:.1f} | {lat['max']:.0f} | {min(r['round_p50_us']):.1f}–{max(r['round_p50_us']):.1f} "
-          f"(others ≤ {max(r['round_others_pct']):.0f}%) | "
+          f"(others ≤ {max(r['round_others_pct']):.0f}%{', ' + str(r['rerun_rounds']) + ' re-run' if r['rerun_rounds'] else ''}) | "
           f"{rel[0]} | {rel[1]} | {rel[2]} |")
     for name, r in warm.items():
         if r["sign"]:
@@ -608,15 +627,16 @@ def write_markdown(path, meta, warm, boto, cold, tp, analysis):
         ratios = [f"×{per[c]['rps'] / tp[f][c]['rps']:.2f}" if f else "–" for c in concs]
         w(f"| {name} | " + " | ".join(f"{per[c]['rps']:,.0f}" for c in concs) + " | " + " | ".join(ratios) + " |")
     w("")
-    w("| setup | c | n (window) | p50 µs | p99 µs | p99.9 µs | server CPU µs/req (ticks / schedstat) | runtime CPU µs/req | instances' processes | client CPU µs/req |")
-    w("|---|---|---|---|---|---|---|---|---|---|")
+    w("| setup | c | n (window) | p50 µs | p99 µs | p99.9 µs | server CPU µs/req (ticks / schedstat) | runtime CPU µs/req | instances' processes | client CPU µs/req | others' share of the machine |")
+    w("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, per in tp.items():
         for c in concs:
             r = per[c]
             s, rt = r["server_cpu_us_per_req"], r["runtime_cpu_us_per_req"]
             w(f"| {name} | {c} | {r['completed']:,} | {r['latency_us']['p50']:.0f} | {r['latency_us']['p99']:.0f} | "
               f"{r['latency_us']['p999']:.0f} | {s['ticks']:.1f} / {s['sched']:.1f} | "
-              f"{fmt(rt and rt['ticks'], 1)} | {r['runtime_processes'] or '–'} | {fmt(r['client_cpu_us_per_req'], 1)} |")
+              f"{fmt(rt and rt['ticks'], 1)} | {r['runtime_processes'] or '–'} | {fmt(r['client_cpu_us_per_req'], 1)} | "
+              f"{r['interference']['others_pct']:.0f}%{' (' + str(len(r['attempts'])) + ' attempts)' if len(r['attempts']) > 1 else ''} |")
     w("")
     w("## Notes\n")
     w("- Percentiles are nearest-rank. Bootstrap CIs treat the samples as independent; consecutive "
@@ -627,6 +647,11 @@ def write_markdown(path, meta, warm, boto, cold, tp, analysis):
       "clients): other tenants, plus kernel work charged to no process. The load average counts this "
       "benchmark's own processes too, so the 'at end' figure mostly reflects the 16-client runs. Per-round "
       "figures are in the JSON (`rounds[].interference`).")
+    w(f"- A warm round or throughput run during which other tenants took more than {meta['config']['max_others_pct']:.0f}% "
+      f"of the machine was run again, up to {meta['config']['attempts']} attempts in all (the last one is kept either way); "
+      "the tables say where. The choice depends only on the outside load, never on the result.")
+    w("- Cold-start phase: CPU of retired sandboxes that the kernel reaps outside kiln's process tree is "
+      "counted as 'everything else', so that phase's figure overstates other tenants.")
     w("- Raw numbers: `core-invoke.json` (every warm latency sample, every cold start). Plot: `core-invoke.png`.")
     Path(path).write_text("\n".join(L) + "\n")
 
@@ -719,6 +744,7 @@ def main():
     cfg = dict(rounds=10, lat_n=2000, lat_warmup=1000, boot_warm=1000,
                boto_rounds=3, boto_n=1000, boto_warmup=100,
                cold_n=30, cold_settle_ms=300,
+               max_others_pct=float(os.environ.get("BENCH_MAX_OTHERS_PCT", 10)), attempts=3,
                concurrency=[1, 2, 4, 16], tp_duration=5.0, tp_warmup=1.0, tp_prewarm=2.0)
     if args.quick:
         cfg.update(rounds=2, lat_n=500, lat_warmup=200, boot_warm=200, boto_rounds=1, boto_n=100,
@@ -726,7 +752,9 @@ def main():
     servers = json.loads(Path(args.servers).read_text())
     kiln = Kiln(servers["kiln"])
     started = time.time()
-    meta = {"command": args.command, "kiln_bin": args.kiln_bin, "config": cfg, "quick": args.quick,
+    kiln_sha = hashlib.sha256(Path(args.kiln_bin).read_bytes()).hexdigest()[:16]
+    meta = {"command": args.command, "kiln_bin": args.kiln_bin, "kiln_bin_sha256": kiln_sha,
+            "config": cfg, "quick": args.quick,
             "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
             "load_start": loadavg(), "machine": machine_info(args)}
     log(f"load average at start: {' '.join(meta['load_start'])}")

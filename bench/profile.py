@@ -97,8 +97,10 @@ def main():
     servers = json.loads(Path(args.servers).read_text())
     kiln = bench.Kiln(servers["kiln"])
     bench.deploy(kiln)
+    kiln_bin = Path(f"/proc/{kiln.pid}/exe").resolve()
+    sha = bench.hashlib.sha256(kiln_bin.read_bytes()).hexdigest()[:16]
     report = ["# Where kiln's CPU goes per warm invocation\n",
-              f"load average at start: {' '.join(bench.loadavg())}\n"]
+              f"kiln binary: {kiln_bin} (sha256 {sha}…); load average at start: {' '.join(bench.loadavg())}\n"]
     for function in bench.FUNCTIONS:
         target = ["--url", kiln.url, "--path", f"/2015-03-31/functions/{function}/invocations",
                   "--creds", str(kiln.creds_path), "--server-pid", str(kiln.pid)]

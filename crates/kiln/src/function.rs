@@ -103,6 +103,12 @@ pub struct InstanceSpec {
 
 pub type SharedSpec = Arc<InstanceSpec>;
 
+/// A random (v4) UUID from the thread's user-space generator: request ids are made on every
+/// invocation, and the operating system's generator would cost a system call each.
+pub fn new_request_id() -> uuid::Uuid {
+    uuid::Builder::from_random_bytes(rand::random()).into_uuid()
+}
+
 /// Lambda's function name pattern: letters, digits, hyphens and underscores, 1 to 64 characters.
 pub fn valid_name(name: &str) -> bool {
     !name.is_empty()

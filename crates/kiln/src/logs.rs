@@ -1,105 +1,141 @@
 //! Function logs: one append-only file per function with size-based rotation, plus live
 //! followers for `kiln logs -f`.
 //!
-//! Invocations hand their log to a writer task, so the invoke path never waits on the disk;
-//! readers first pass a barrier through the same channel, so they see every log handed in
-//! before them.
+//! Invocations add their log to an in-memory batch, which a writer thread flushes to disk a few
+//! times a second, so an invocation costs neither a write system call nor a thread wake-up.
+//! Readers flush the batch first, so they see every log handed in before them.
 
 use std::collections::HashMap;
 use std::fs::{self, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::broadcast;
 
 const ROTATE_BYTES: u64 = 8 * 1024 * 1024;
 const KEEP_ROTATED: usize = 3;
+/// How long a log may wait in memory before it is written.
+const FLUSH_INTERVAL: Duration = Duration::from_millis(200);
+/// A batch this large is written at once.
+const FLUSH_BYTES: usize = 1024 * 1024;
 
-enum Command {
-    Append(String, String),
-    Barrier(oneshot::Sender<()>),
-    Remove(String),
+#[derive(Default)]
+struct Batch {
+    entries: Vec<(String, String)>,
+    bytes: usize,
+}
+
+struct Shared {
+    dir: PathBuf,
+    batch: Mutex<Batch>,
+    wake: Condvar,
+    /// Held while a batch is written, so two flushes never interleave or reorder.
+    writing: Mutex<()>,
+    followers: Mutex<HashMap<String, broadcast::Sender<Arc<str>>>>,
+    has_followers: AtomicBool,
+}
+
+impl Shared {
+    fn lock_batch(&self) -> std::sync::MutexGuard<'_, Batch> {
+        self.batch.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn flush(&self) {
+        let _writing = self.writing.lock().unwrap_or_else(|p| p.into_inner());
+        let entries = std::mem::take(&mut *self.lock_batch()).entries;
+        // Consecutive logs of one function become one write.
+        let mut merged: Vec<(String, String)> = Vec::new();
+        for (function, text) in entries {
+            match merged.last_mut() {
+                Some((last, buffered)) if *last == function => buffered.push_str(&text),
+                _ => merged.push((function, text)),
+            }
+        }
+        for (function, text) in merged {
+            if let Err(e) = append(&self.dir, &function, &text) {
+                tracing::warn!(%function, "cannot write log: {e}");
+            }
+        }
+    }
 }
 
 #[derive(Clone)]
 pub struct LogStore {
-    dir: PathBuf,
-    tx: mpsc::UnboundedSender<Command>,
-    followers: Arc<Mutex<HashMap<String, broadcast::Sender<Arc<str>>>>>,
+    shared: Arc<Shared>,
 }
 
 impl LogStore {
     pub fn open(dir: &Path) -> std::io::Result<Self> {
         fs::create_dir_all(dir)?;
-        let (tx, mut rx) = mpsc::unbounded_channel::<Command>();
-        let writer_dir = dir.to_path_buf();
-        let followers: Arc<Mutex<HashMap<String, broadcast::Sender<Arc<str>>>>> = Arc::default();
-        let writer_followers = followers.clone();
+        let shared = Arc::new(Shared {
+            dir: dir.to_path_buf(),
+            batch: Mutex::default(),
+            wake: Condvar::new(),
+            writing: Mutex::new(()),
+            followers: Mutex::default(),
+            has_followers: AtomicBool::new(false),
+        });
+        let weak = Arc::downgrade(&shared);
         std::thread::Builder::new()
             .name("kiln-logs".into())
-            .spawn(move || {
-                // Batching: one wake-up of this thread serves every log handed in meanwhile, so
-                // under load the cost per invocation is a channel send, not a write system call.
-                while let Some(first) = rx.blocking_recv() {
-                    let mut batch = vec![first];
-                    while let Ok(more) = rx.try_recv() {
-                        batch.push(more);
+            .spawn(move || loop {
+                let Some(shared) = weak.upgrade() else { return };
+                {
+                    let batch = shared.lock_batch();
+                    if batch.bytes < FLUSH_BYTES {
+                        let _ = shared.wake.wait_timeout(batch, FLUSH_INTERVAL);
                     }
-                    let mut pending: Vec<(String, String)> = Vec::new();
-                    for command in batch {
-                        match command {
-                            Command::Append(function, text) => {
-                                let followers =
-                                    writer_followers.lock().unwrap_or_else(|p| p.into_inner());
-                                if let Some(tx) = followers.get(&function) {
-                                    let _ = tx.send(Arc::from(text.as_str()));
-                                }
-                                drop(followers);
-                                match pending.iter_mut().find(|(f, _)| *f == function) {
-                                    Some((_, buffered)) => buffered.push_str(&text),
-                                    None => pending.push((function, text)),
-                                }
-                            }
-                            Command::Barrier(done) => {
-                                flush(&writer_dir, &mut pending);
-                                let _ = done.send(());
-                            }
-                            Command::Remove(function) => {
-                                flush(&writer_dir, &mut pending);
-                                let _ = fs::remove_dir_all(writer_dir.join(&function));
-                            }
-                        }
-                    }
-                    flush(&writer_dir, &mut pending);
                 }
+                shared.flush();
             })?;
-        Ok(Self {
-            dir: dir.to_path_buf(),
-            tx,
-            followers,
-        })
+        Ok(Self { shared })
     }
 
     pub fn append(&self, function: &str, text: String) {
-        let _ = self.tx.send(Command::Append(function.to_string(), text));
+        if self.shared.has_followers.load(Ordering::Relaxed) {
+            let followers = self
+                .shared
+                .followers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if let Some(tx) = followers.get(function) {
+                let _ = tx.send(Arc::from(text.as_str()));
+            }
+        }
+        let mut batch = self.shared.lock_batch();
+        batch.bytes += text.len();
+        let full = batch.bytes >= FLUSH_BYTES;
+        batch.entries.push((function.to_string(), text));
+        drop(batch);
+        if full {
+            self.shared.wake.notify_one();
+        }
     }
 
+    /// Deletes a function's logs. Synchronous, so a function created again under the same
+    /// name right after starts with an empty log.
     pub fn remove(&self, function: &str) {
-        let _ = self.tx.send(Command::Remove(function.to_string()));
+        self.shared.flush();
+        let _writing = self
+            .shared
+            .writing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let _ = fs::remove_dir_all(self.shared.dir.join(function));
     }
 
     async fn barrier(&self) {
-        let (done, wait) = oneshot::channel();
-        if self.tx.send(Command::Barrier(done)).is_ok() {
-            let _ = wait.await;
-        }
+        let shared = self.shared.clone();
+        let _ = tokio::task::spawn_blocking(move || shared.flush()).await;
     }
 
     /// The last `max_bytes` of a function's log (across a rotation boundary if needed).
     pub async fn tail(&self, function: &str, max_bytes: u64) -> String {
         self.barrier().await;
-        let dir = self.dir.join(function);
+        let dir = self.shared.dir.join(function);
         tokio::task::spawn_blocking(move || {
             let mut out = Vec::new();
             let mut remaining = max_bytes;
@@ -129,19 +165,16 @@ impl LogStore {
 
     /// New log text of a function as it is written.
     pub fn follow(&self, function: &str) -> broadcast::Receiver<Arc<str>> {
-        let mut followers = self.followers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut followers = self
+            .shared
+            .followers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        self.shared.has_followers.store(true, Ordering::Relaxed);
         followers
             .entry(function.to_string())
             .or_insert_with(|| broadcast::channel(1024).0)
             .subscribe()
-    }
-}
-
-fn flush(dir: &Path, pending: &mut Vec<(String, String)>) {
-    for (function, text) in pending.drain(..) {
-        if let Err(e) = append(dir, &function, &text) {
-            tracing::warn!(%function, "cannot write log: {e}");
-        }
     }
 }
 

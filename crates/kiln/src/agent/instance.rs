@@ -402,7 +402,7 @@ impl Instance {
     /// Reads whatever output is in the pipe now, without waiting.
     fn drain_output(&mut self, output: &mut Vec<u8>) {
         use std::io::Read;
-        let mut buf = [0u8; 16 * 1024];
+        let mut buf = [0u8; 4096];
         // Through tokio first, so that its readiness is cleared once the pipe is empty...
         while self.output_open {
             match self.output.try_read(&mut buf) {

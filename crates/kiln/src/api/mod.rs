@@ -113,7 +113,7 @@ async fn lambda_response(uri: Uri, mut response: Response) -> Response {
         return response;
     }
     if !response.headers().contains_key("x-amzn-requestid") {
-        if let Ok(value) = HeaderValue::from_str(&uuid::Uuid::new_v4().to_string()) {
+        if let Ok(value) = HeaderValue::from_str(&crate::function::new_request_id().to_string()) {
             response.headers_mut().insert("x-amzn-requestid", value);
         }
     }

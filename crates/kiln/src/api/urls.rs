@@ -420,7 +420,7 @@ pub fn event(
                 "sourceIp": peer.ip().to_string(),
                 "userAgent": headers.get("user-agent").and_then(|h| h.to_str().ok()).unwrap_or(""),
             },
-            "requestId": uuid::Uuid::new_v4().to_string(),
+            "requestId": crate::function::new_request_id().to_string(),
             "routeKey": "$default",
             "stage": "$default",
             "time": now.format("%d/%b/%Y:%H:%M:%S %z").to_string(),

@@ -743,7 +743,7 @@ impl Controller {
                 "Could not parse request body into json: Could not parse payload into json: Unexpected character".into(),
             ));
         }
-        let request_id = uuid::Uuid::new_v4().to_string();
+        let request_id = function::new_request_id().to_string();
         match kind {
             InvocationType::DryRun => Ok(Invoked::DryRun),
             InvocationType::Event => {
@@ -866,7 +866,7 @@ fn check_revision(f: &Function, expected: Option<&str>) -> Result<(), Controller
 
 /// An X-Ray style trace header, which Lambda hands every invocation.
 fn trace_id() -> String {
-    let id = uuid::Uuid::new_v4().simple().to_string();
+    let id = function::new_request_id().simple().to_string();
     format!(
         "Root=1-{:08x}-{};Parent={};Sampled=0",
         Utc::now().timestamp(),
