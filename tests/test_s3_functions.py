@@ -1,12 +1,12 @@
 """Functions written for Lambda + S3 use kiln's object store unmodified: boto3 and
 @aws-sdk/client-s3 inside real sandboxes, configured only through the standard environment
-(AWS_ENDPOINT_URL_S3, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY; kiln sets AWS_REGION), with
-the function's own scoped credentials, which the Lambda control API refuses.
+that kiln injects (AWS_ENDPOINT_URL_S3, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION),
+with the function's own scoped credentials, which the Lambda control API refuses.
 
-The functions use host networking here, and the test hands them the environment in the event
-(the handler copies it into os.environ / process.env before creating its client): serving the
-store inside each sandbox's network namespace and injecting that environment is the sandbox
-side's job, built on `kiln::objects::serve_on` and `ObjectStore::function_credentials`."""
+In the default isolated network the store is served inside the sandbox at 127.0.0.1:9000 and
+accepts only that function's key; with host networking the function reaches kiln's own store
+endpoint. The full SDK suites run with host networking so that they can also probe the control
+API with the function's key."""
 
 import json
 import shutil
@@ -135,13 +135,8 @@ def invoke(kiln, name, event):
 
 
 def function_event(kiln, name, bucket):
-    access_key, secret_key = function_credentials(kiln, name)
-    return {
-        "bucket": bucket,
-        "lambda_endpoint": kiln.endpoint,
-        "env": {"AWS_ENDPOINT_URL_S3": s3_endpoint(kiln), "AWS_ACCESS_KEY_ID": access_key,
-                "AWS_SECRET_ACCESS_KEY": secret_key},
-    }
+    # Nothing but the bucket and where the control API is: kiln injects the store's environment.
+    return {"bucket": bucket, "lambda_endpoint": kiln.endpoint}
 
 
 def test_boto3_inside_a_function(kiln, tmp_path):
@@ -189,3 +184,56 @@ def test_js_sdk_inside_a_function(kiln, tmp_path):
     assert out["endpoint"] == "127.0.0.1"
     assert out["lambda"] == 403
     assert s3_client(kiln).head_object(Bucket=bucket, Key="multipart")["ETag"].endswith('-3"')
+
+
+ISOLATED_APP = r'''
+import os
+import socket
+
+import boto3
+from botocore.exceptions import ClientError
+
+
+def handler(event, context):
+    s3 = boto3.client("s3")
+    s3.put_object(Bucket=event["bucket"], Key="isolated.txt", Body=b"from an isolated sandbox")
+    body = s3.get_object(Bucket=event["bucket"], Key="isolated.txt")["Body"].read().decode()
+    other = boto3.client("s3", aws_access_key_id=event["other_key"], aws_secret_access_key=event["other_secret"])
+    try:
+        other.list_objects_v2(Bucket=event["bucket"])
+        other_key = "accepted"
+    except ClientError as e:
+        other_key = e.response["Error"]["Code"]
+    host, port = event["control"].rsplit(":", 1)
+    try:
+        socket.create_connection((host.split("//")[-1], int(port)), timeout=2).close()
+        control = "reachable"
+    except OSError:
+        control = "unreachable"
+    return {"endpoint": os.environ["AWS_ENDPOINT_URL_S3"], "key": os.environ["AWS_ACCESS_KEY_ID"],
+            "body": body, "other_key": other_key, "control": control}
+'''
+
+
+def test_isolated_sandbox_gets_its_own_store_endpoint(kiln, tmp_path):
+    name = f"s3-iso-{uuid.uuid4().hex[:8]}"
+    bucket = f"fn-{uuid.uuid4().hex[:12]}"
+    s3_client(kiln).create_bucket(Bucket=bucket)
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "app.py").write_text(ISOLATED_APP)
+    vendored_boto3(code)
+    kiln.cli("deploy", name, "--runtime", PYTHON_RUNTIME, "--handler", "app.handler", "--code", str(code),
+             "--memory", "256", "--timeout", "60", timeout=180)
+    other_key, other_secret = function_credentials(kiln, "some-other-function")
+    out = invoke(kiln, name, {"bucket": bucket, "other_key": other_key, "other_secret": other_secret,
+                              "control": kiln.endpoint})
+    access_key, _ = function_credentials(kiln, name)
+    assert out["endpoint"] == "http://127.0.0.1:9000"
+    assert out["key"] == access_key
+    assert out["body"] == "from an isolated sandbox"
+    # The listener in this sandbox accepts this function's key only.
+    assert out["other_key"] in ("InvalidAccessKeyId", "AccessDenied", "SignatureDoesNotMatch")
+    assert out["control"] == "unreachable"
+    got = s3_client(kiln).get_object(Bucket=bucket, Key="isolated.txt")["Body"].read()
+    assert got == b"from an isolated sandbox"

@@ -119,6 +119,10 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
             cgroups,
             runtimes,
             sandbox_root: sandbox_root.clone(),
+            services: vec![Arc::new(objects::sandbox::SandboxObjectStore::new(
+                s3.store.clone(),
+                s3.endpoint.clone(),
+            ))],
         },
         AgentConfig {
             memory_budget_mb,

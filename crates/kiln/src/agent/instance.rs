@@ -145,6 +145,8 @@ pub struct Instance {
     exit_status: Option<i32>,
     transport: Transport,
     _netns: Option<NetNs>,
+    /// Servers of sandbox services (the object store) that live as long as the instance.
+    _service_guards: Vec<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 fn error_json(error_type: &str, message: &str) -> Bytes {
@@ -207,6 +209,17 @@ impl Instance {
             .into_blocking_fd()
             .map_err(|e| platform("output pipe", &e))?;
         let mut env = runtime::lambda_env(spec, id, runtime.as_ref());
+        let mut service_guards = Vec::new();
+        for service in &ctx.services {
+            let attachment = service
+                .attach(spec, netns.as_ref())
+                .map_err(|e| StartError::Platform(format!("sandbox service: {e}")))?;
+            for (key, value) in attachment.env {
+                env.retain(|(k, _)| *k != key);
+                env.push((key, value));
+            }
+            service_guards.extend(attachment.guard);
+        }
         // Unique among live instances: no sandbox can signal or trace another's processes.
         let uid = 100_000 + (id % 60_000) as u32;
         let (transport, control) = match runtime.protocol() {
@@ -298,6 +311,7 @@ impl Instance {
             exit_status: None,
             transport,
             _netns: netns,
+            _service_guards: service_guards,
         };
         let init_timeout = INIT_TIMEOUT.max(Duration::from_secs(u64::from(spec.timeout_s)));
         let mut output = Vec::new();

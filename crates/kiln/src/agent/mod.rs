@@ -164,6 +164,25 @@ pub struct AgentContext {
     pub cgroups: CgroupManager,
     pub runtimes: Runtimes,
     pub sandbox_root: PathBuf,
+    /// What kiln serves to functions inside their sandboxes (the object store).
+    pub services: Vec<Arc<dyn SandboxService>>,
+}
+
+/// A service kiln offers to every instance: environment variables for its SDKs and, in an
+/// isolated sandbox, a server on a listener inside the sandbox's network namespace.
+pub trait SandboxService: Send + Sync {
+    fn attach(
+        &self,
+        spec: &crate::function::InstanceSpec,
+        netns: Option<&kiln_sandbox::NetNs>,
+    ) -> Result<Attachment, String>;
+}
+
+/// What a [`SandboxService`] gives one instance. The guard keeps its server alive; it is
+/// dropped with the instance.
+pub struct Attachment {
+    pub env: Vec<(String, String)>,
+    pub guard: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 /// How many instances one invocation may try when the ones it finds turn out to be gone.

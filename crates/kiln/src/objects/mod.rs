@@ -22,6 +22,7 @@ pub mod listing;
 mod local;
 pub mod profile;
 mod remote;
+pub mod sandbox;
 mod serve;
 
 use std::net::{SocketAddr, TcpListener};

@@ -209,4 +209,7 @@ pub const RESERVED_ENV: &[&str] = &[
     "AWS_REGION",
     "AWS_DEFAULT_REGION",
     "KILN_SHIM_FD",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
 ];
