@@ -68,7 +68,7 @@ pub async fn invoke(
             .and_then(|bytes| String::from_utf8(bytes).ok())
             .unwrap_or_default()
     });
-    let name = qualified(&name, &uri);
+    let name = qualified(&name, uri);
     match state
         .controller
         .invoke(&name, body, kind, client_context, RouteHints::default())
