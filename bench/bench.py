@@ -168,6 +168,25 @@ def measured(cfg, what, run):
     return out, attempts
 
 
+def wait_for_quiet(cfg):
+    """Waits (up to cfg["quiet_wait_s"]) for a 5 s window in which other tenants took at most
+    cfg["max_others_pct"] of the machine; returns what it saw. Builds and tests of other people
+    on a shared box come and go, and a run that starts into one is a wasted run."""
+    started = time.time()
+    while True:
+        before = cpu_account()
+        time.sleep(5)
+        share = interference(before, cpu_account())
+        waited = time.time() - started
+        if share["others_pct"] <= cfg["max_others_pct"] or waited >= cfg["quiet_wait_s"]:
+            quiet = share["others_pct"] <= cfg["max_others_pct"]
+            log(f"other tenants: {share['others_pct']:.0f}% of the machine"
+                + ("" if quiet else f"; still busy after {waited:.0f} s, measuring anyway"))
+            return {"waited_s": waited, "others_pct": share["others_pct"], "quiet": quiet}
+        log(f"other tenants take {share['others_pct']:.0f}% of the machine; waiting for quiet "
+            f"(up to {cfg['quiet_wait_s']:.0f} s, BENCH_QUIET_WAIT_S)")
+
+
 def machine_info(args):
     lscpu = sh("lscpu")
     field = lambda name: next((l.split(":", 1)[1].strip() for l in lscpu.splitlines()  # noqa: E731
@@ -497,7 +516,10 @@ def write_markdown(path, meta, warm, boto, cold, tp, analysis):
     w(f"| CPU | {m['cpu_model']} ({m['hypervisor'] or 'bare metal'} guest), {m['cpus']} CPUs, {m['threads_per_core']} thread/core |")
     w(f"| kernel | {m['kernel']} |")
     w(f"| memory | {m['memory_gib']} GiB |")
+    q = meta["quiet_check"]
     w(f"| load average (1/5/15 min) | at start {' / '.join(meta['load_start'])}; at end {' / '.join(meta['load_end'])} |")
+    w(f"| quiet check before measuring | other tenants {q['others_pct']:.1f}% of the machine over 5 s "
+      f"after waiting {q['waited_s']:.0f} s{'' if q['quiet'] else ' (never quiet: measured anyway)'} |")
     w(f"| toolchain | {m['rustc']}; node {m['node']}; {m['python']}; boto3 {m['boto3']} |")
     for name, p in meta["interference"].items():
         w(f"| CPU during '{name}' ({p['wall_s']:.0f} s) | machine {p['machine_busy_pct']:.0f}% busy: this benchmark "
@@ -745,9 +767,10 @@ def main():
                boto_rounds=3, boto_n=1000, boto_warmup=100,
                cold_n=30, cold_settle_ms=300,
                max_others_pct=float(os.environ.get("BENCH_MAX_OTHERS_PCT", 10)), attempts=3,
+               quiet_wait_s=float(os.environ.get("BENCH_QUIET_WAIT_S", 300)),
                concurrency=[1, 2, 4, 16], tp_duration=5.0, tp_warmup=1.0, tp_prewarm=2.0)
     if args.quick:
-        cfg.update(rounds=2, lat_n=500, lat_warmup=200, boot_warm=200, boto_rounds=1, boto_n=100,
+        cfg.update(rounds=2, lat_n=500, lat_warmup=200, boot_warm=200, boto_rounds=1, boto_n=100, quiet_wait_s=0,
                    boto_warmup=20, cold_n=4, tp_duration=1.0, tp_warmup=0.3, tp_prewarm=0.5)
     servers = json.loads(Path(args.servers).read_text())
     kiln = Kiln(servers["kiln"])
@@ -758,6 +781,7 @@ def main():
             "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
             "load_start": loadavg(), "machine": machine_info(args)}
     log(f"load average at start: {' '.join(meta['load_start'])}")
+    meta["quiet_check"] = wait_for_quiet(cfg)
 
     deploy(kiln)
     phases = {}

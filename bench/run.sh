@@ -83,6 +83,14 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+# One run at a time: a second one would wipe this one's kiln data dir (and share its cgroups).
+mkdir -p "$WORK"
+exec 9>"$WORK/.lock"
+if ! flock -n 9; then
+    say "another bench/run.sh is running; waiting for it (up to 15 min)"
+    flock -w 900 9 || { echo "bench/run.sh: gave up waiting for the other run" >&2; exit 1; }
+fi
+
 # ------------------------------------------------------------------ dependencies and builds
 say "load average: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs"
 scripts/setup-test-env.sh
