@@ -177,7 +177,11 @@ fn main() {
                 .enable_all()
                 .build()
                 .expect("tokio runtime");
-            match runtime.block_on(server::run(config)) {
+            let result = runtime.block_on(server::run(config));
+            // Everything kiln owns is stopped by now; a blocking task still running (a stray
+            // disk operation) must not hold the exit.
+            runtime.shutdown_timeout(Duration::from_secs(2));
+            match result {
                 Ok(()) => 0,
                 Err(e) => {
                     eprintln!("kiln: {e:#}");

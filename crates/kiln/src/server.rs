@@ -182,6 +182,13 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
         shutdown_signal().await;
         println!("kiln: shutting down, finishing in-flight invocations");
         let _ = stopping_tx.send(true);
+        // A last resort, so that SIGTERM always ends kiln: nothing in the shutdown may take
+        // much longer than the grace period.
+        std::thread::spawn(move || {
+            std::thread::sleep(grace + Duration::from_secs(10));
+            eprintln!("kiln: shutdown did not finish within the grace period; exiting");
+            std::process::exit(1);
+        });
         draining_agent.shutdown(grace).await;
     });
     axum::serve(
@@ -194,7 +201,8 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     .await?;
     let _ = drain.await;
     // After the functions: they may use the store until their last invocation ends.
-    s3_server.shutdown(config.shutdown_grace).await;
+    // It kept serving during the agent's grace period; in-flight requests get a little more.
+    s3_server.shutdown(Duration::from_secs(2)).await;
     println!("kiln: stopped");
     Ok(())
 }
