@@ -125,6 +125,15 @@ fn upsert_section(path: &Path, header: &str, body: &str) -> std::io::Result<()> 
     out.push_str(header);
     out.push('\n');
     out.push_str(body);
+    write_private_file(path, &out)
+}
+
+/// Replaces a file readable by its owner only (credentials, AWS profiles) atomically: a
+/// temporary file, synced, renamed over it.
+pub(crate) fn write_private_file(path: &Path, text: &str) -> std::io::Result<()> {
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent)?;
+    }
     let tmp = path.with_extension("kiln-tmp");
     let mut file = fs::OpenOptions::new()
         .create(true)
@@ -132,7 +141,7 @@ fn upsert_section(path: &Path, header: &str, body: &str) -> std::io::Result<()> 
         .truncate(true)
         .mode(0o600)
         .open(&tmp)?;
-    file.write_all(out.as_bytes())?;
+    file.write_all(text.as_bytes())?;
     file.sync_all()?;
     fs::rename(tmp, path)
 }

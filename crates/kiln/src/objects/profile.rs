@@ -13,8 +13,6 @@
 //! ```
 
 use std::fs;
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 const PROFILE: &str = "[profile kiln]";
@@ -37,7 +35,7 @@ pub fn write_s3_endpoint(config_file: &Path, endpoint: &str) -> std::io::Result<
     let resolved = fs::canonicalize(config_file);
     let path = resolved.as_deref().unwrap_or(config_file);
     let existing = fs::read_to_string(path).unwrap_or_default();
-    write_atomically(path, &with_s3_endpoint(&existing, endpoint))
+    crate::auth::write_private_file(path, &with_s3_endpoint(&existing, endpoint))
 }
 
 /// The config text with the profile's `services` line and the services section (re)placed.
@@ -86,22 +84,6 @@ fn end_profile(out: &mut String) {
         out.pop();
     }
     out.push_str("services = kiln\n\n");
-}
-
-fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
-    if let Some(parent) = path.parent() {
-        fs::create_dir_all(parent)?;
-    }
-    let tmp = path.with_extension("kiln-s3-tmp");
-    let mut file = fs::OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    file.write_all(text.as_bytes())?;
-    file.sync_all()?;
-    fs::rename(tmp, path)
 }
 
 #[cfg(test)]
