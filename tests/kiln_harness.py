@@ -50,6 +50,23 @@ def zip_files(files: dict) -> bytes:
     return buf.getvalue()
 
 
+def launch(args, ready, output, timeout=30, env=None):
+    """Start `args`, wait for a line matching the regex `ready`, keep draining its output into
+    `output`; returns the process and the regex's first group (the endpoint)."""
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{args[0]} exited during start:\n" + "".join(output))
+        output.append(line)
+        match = re.search(ready, line)
+        if match:
+            threading.Thread(target=lambda: output.extend(proc.stdout), daemon=True).start()
+            return proc, match.group(1)
+    raise RuntimeError(f"{args[0]} did not start:\n" + "".join(output))
+
+
 class Kiln:
     """A real `kiln up` process on a free port with its own data dir."""
 
@@ -71,29 +88,12 @@ class Kiln:
             "--shutdown-grace", "10",
             *self.extra_args,
         ]
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                raise RuntimeError("kiln exited during start:\n" + "".join(self.output))
-            self.output.append(line)
-            match = re.search(r"listening on (http://\S+)", line)
-            if match:
-                self.endpoint = match.group(1)
-                break
-        else:
-            raise RuntimeError("kiln did not start:\n" + "".join(self.output))
-        threading.Thread(target=self._drain, daemon=True).start()
+        self.proc, self.endpoint = launch(args, r"listening on (http://\S+)", self.output, timeout)
         creds = json.loads((self.data_dir / "credentials.json").read_text())
         self.access_key = creds["accessKeyId"]
         self.secret_key = creds["secretAccessKey"]
         self.region = creds["region"]
         return self
-
-    def _drain(self):
-        for line in self.proc.stdout:
-            self.output.append(line)
 
     def stop(self, timeout=30):
         """Graceful shutdown (SIGTERM); returns the exit code."""

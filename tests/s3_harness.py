@@ -22,7 +22,7 @@ import boto3
 import botocore.config
 import pytest
 
-from kiln_harness import KILN_BIN, ROOT, Kiln
+from kiln_harness import KILN_BIN, ROOT, Kiln, launch
 
 VENV_BIN = Path(sys.executable).parent
 JS_DIR = Path(__file__).resolve().parent / "js"
@@ -98,20 +98,7 @@ class StoreOnlyKiln:
                 "--data-dir", str(self.data_dir), "--shutdown-grace", "5", *self.extra_args]
         if self.netns:
             args = ["ip", "netns", "exec", self.netns, *args]
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                raise RuntimeError("store-only kiln exited:\n" + "".join(self.output))
-            self.output.append(line)
-            match = re.search(r"object store on (http://\S+)", line)
-            if match:
-                self.endpoint = match.group(1)
-                break
-        else:
-            raise RuntimeError("store-only kiln did not start:\n" + "".join(self.output))
-        threading.Thread(target=self._drain, daemon=True).start()
+        self.proc, self.endpoint = launch(args, r"object store on (http://\S+)", self.output, timeout)
         creds = json.loads((self.data_dir / "credentials.json").read_text())
         self.access_key = creds["accessKeyId"]
         self.secret_key = creds["secretAccessKey"]

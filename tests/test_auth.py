@@ -21,7 +21,7 @@ import botocore.exceptions
 import pytest
 import requests
 
-from kiln_harness import KILN_BIN, PYTHON_RUNTIME, zip_files
+from kiln_harness import KILN_BIN, PYTHON_RUNTIME, launch, zip_files
 
 ROLE = "arn:aws:iam::000000000000:role/test"
 AWS_CLI = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "aws"
@@ -250,20 +250,7 @@ class OwnKiln:
     def start(self, timeout=60):
         args = [str(KILN_BIN), "up", "--listen", "127.0.0.1:0", "--data-dir", str(self.data_dir),
                 "--async-retry-delay-ms", "300", "--memory-budget-mb", "8192", "--shutdown-grace", "10"]
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env)
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                raise RuntimeError("kiln exited during start:\n" + "".join(self.output))
-            self.output.append(line)
-            match = re.search(r"listening on (http://\S+)", line)
-            if match:
-                self.endpoint = match.group(1)
-                break
-        else:
-            raise RuntimeError("kiln did not start:\n" + "".join(self.output))
-        threading.Thread(target=lambda: [self.output.append(l) for l in self.proc.stdout], daemon=True).start()
+        self.proc, self.endpoint = launch(args, r"listening on (http://\S+)", self.output, timeout, env=self.env)
         return self
 
     def stop(self):
