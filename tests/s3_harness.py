@@ -105,10 +105,6 @@ class StoreOnlyKiln:
         self.region = creds["region"]
         return self
 
-    def _drain(self):
-        for line in self.proc.stdout:
-            self.output.append(line)
-
     def stop(self):
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
@@ -235,21 +231,7 @@ class ProfileKiln(Kiln):
         args = [str(KILN_BIN), "up", "--listen", "127.0.0.1:0", "--data-dir", str(self.data_dir),
                 "--memory-budget-mb", "2048", "--shutdown-grace", "10", *self.extra_args]
         env = dict(os.environ, **self.aws_env)
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, env=env)
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                raise RuntimeError("kiln exited during start:\n" + "".join(self.output))
-            self.output.append(line)
-            match = re.search(r"listening on (http://\S+)", line)
-            if match:
-                self.endpoint = match.group(1)
-                break
-        else:
-            raise RuntimeError("kiln did not start:\n" + "".join(self.output))
-        threading.Thread(target=self._drain, daemon=True).start()
+        self.proc, self.endpoint = launch(args, r"listening on (http://\S+)", self.output, timeout, env=env)
         creds = json.loads((self.data_dir / "credentials.json").read_text())
         self.access_key = creds["accessKeyId"]
         self.secret_key = creds["secretAccessKey"]
