@@ -129,6 +129,18 @@ class Kiln:
             ),
         )
 
+    def signed_request(self, method, path, body=b"", headers=None):
+        """A raw request signed with kiln's credentials (for kiln's extensions, which boto3 cannot send)."""
+        import botocore.auth
+        import botocore.awsrequest
+        import botocore.credentials
+        import requests
+        url = self.endpoint + path
+        request = botocore.awsrequest.AWSRequest(method=method, url=url, data=body, headers=dict(headers or {}))
+        creds = botocore.credentials.Credentials(self.access_key, self.secret_key)
+        botocore.auth.SigV4Auth(creds, "lambda", self.region).add_auth(request)
+        return requests.request(method, url, data=body, headers=dict(request.headers.items()), timeout=60)
+
     def cli(self, *args, check=True, timeout=60):
         """Run the kiln CLI against this server."""
         env = dict(os.environ, KILN_ENDPOINT=self.endpoint, KILN_DATA_DIR=str(self.data_dir))

@@ -26,11 +26,7 @@ def unique(prefix):
 
 
 def signed_request(kiln, method, path, body=b"", headers=None):
-    url = kiln.endpoint + path
-    request = botocore.awsrequest.AWSRequest(method=method, url=url, data=body, headers=dict(headers or {}))
-    creds = botocore.credentials.Credentials(kiln.access_key, kiln.secret_key)
-    botocore.auth.SigV4Auth(creds, "lambda", kiln.region).add_auth(request)
-    return requests.request(method, url, data=body, headers=dict(request.headers.items()), timeout=60)
+    return kiln.signed_request(method, path, body, headers)
 
 
 def create(kiln, name, code, host_network=False, **extra):

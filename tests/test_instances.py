@@ -71,18 +71,31 @@ def processes_with(marker):
     return pids
 
 
-def processes_in_cgroups_of(server):
-    """Host pids in any cgroup of this server's instances."""
+def processes_in_cgroups_of(server, only_instances=False):
+    """Host pids in any cgroup of this server's instances (and snapshots, unless `only_instances`)."""
     parent = cgroup_parent(server)
+    snapshots = {f"/{parent}/{name}\n" for name in snapshot_cgroups(server)} if only_instances else set()
     pids = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if parent in (entry / "cgroup").read_text():
+                text = (entry / "cgroup").read_text()
+                if parent in text and not any(s in text for s in snapshots):
                     pids.append(int(entry.name))
             except OSError:
                 continue
     return pids
+
+
+def snapshot_cgroups(server):
+    """The cgroups of the server's function snapshots (Python fork servers)."""
+    return {f"i{s['id']}" for s in status(server).get("snapshots", []) if s.get("id")}
+
+
+def expected_cgroups(server):
+    """The cgroups this server should have: one per instance and one per snapshot."""
+    node = status(server)
+    return {f"i{i['id']}" for i in node["instances"]} | {f"i{s['id']}" for s in node.get("snapshots", []) if s.get("id")}
 
 
 def invoke_tail(server, name, event=None):
@@ -179,7 +192,7 @@ def test_instance_busy_during_a_redeploy_is_retired_afterwards(kiln):
     assert new["instance"] != old["instance"] and "Init Duration" in log
     # The old revision's instance is gone for good: no bookkeeping, no cgroup, no memory booked.
     wait_for(lambda: len(instances_of(kiln, "inst-rev")) == 1, what="the old instance to be retired")
-    wait_for(lambda: cgroup_dirs(kiln) == {f"i{i['id']}" for i in status(kiln)["instances"]},
+    wait_for(lambda: cgroup_dirs(kiln) == expected_cgroups(kiln),
              what="the old instance's cgroup to be removed")
     node = status(kiln)
     assert node["memory_reserved_mb"] == sum(i["memory_limit_mb"] for i in node["instances"])
@@ -272,7 +285,7 @@ def test_timeout_replaces_the_instance(kiln):
     assert "FunctionError" not in response
     assert after["instance"] != warm["instance"] and after["count"] == 1
     assert "Init Duration" in log.splitlines()[-1]
-    wait_for(lambda: cgroup_dirs(kiln) == {f"i{i['id']}" for i in status(kiln)["instances"]},
+    wait_for(lambda: cgroup_dirs(kiln) == expected_cgroups(kiln),
              what="the timed-out instance's cgroup to be removed")
 
 
@@ -312,8 +325,10 @@ def test_idle_instances_are_reaped(own_kiln):
     first, _ = server.invoke("inst-reap")
     assert cgroup_dirs(server)
     wait_for(lambda: not status(server)["instances"], timeout=30, what="idle instances to be reaped")
-    wait_for(lambda: not cgroup_dirs(server), timeout=30, what="reaped instances' cgroups to be removed")
-    assert not processes_in_cgroups_of(server)
+    # What is left is the function's snapshot, which outlives its instances.
+    wait_for(lambda: cgroup_dirs(server) == snapshot_cgroups(server), timeout=30,
+             what="reaped instances' cgroups to be removed")
+    assert not processes_in_cgroups_of(server, only_instances=True)
     assert status(server)["memory_reserved_mb"] == 0
     after, _, log = invoke_tail(server, "inst-reap")
     assert after["instance"] != first["instance"]
@@ -331,7 +346,8 @@ def test_graceful_shutdown_finishes_in_flight_work_and_leaves_nothing(own_kiln):
     wait_for(lambda: [i for i in instances_of(server, "inst-shutdown") if i["state"] == "busy"],
              what="the invocation to be running")
     wait_for(lambda: processes_with(marker), timeout=30, what="the function's background process")
-    assert len(cgroup_dirs(server)) == 2
+    assert len(status(server)["instances"]) == 2
+    assert cgroup_dirs(server) == expected_cgroups(server)
     assert processes_in_cgroups_of(server)
     server.proc.send_signal(signal.SIGTERM)
     thread.join(timeout=60)
@@ -361,7 +377,8 @@ def test_sandboxes_die_with_kiln_and_leftovers_go_on_restart(own_kiln):
     wait_for(lambda: not processes_in_cgroups_of(server), timeout=15, what="the sandbox's processes to go")
     # ...and what it could not remove itself is removed by the next start on the same data dir.
     server.start()
-    wait_for(lambda: not cgroup_dirs(server), timeout=30, what="stale cgroups to be removed")
+    wait_for(lambda: cgroup_dirs(server) == expected_cgroups(server), timeout=30,
+             what="stale cgroups to be removed")
     again, _ = server.invoke("inst-kill9")
     assert again["count"] == 1 and again["instance"] != result["instance"]
 

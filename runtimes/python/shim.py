@@ -7,10 +7,14 @@ so the shim works in any image with a python3.
 """
 
 import decimal
+import gc
 import importlib
 import json
 import logging
 import os
+import random
+import select
+import signal
 import socket
 import struct
 import sys
@@ -154,11 +158,15 @@ def _from_dict(cls, d):
 
 
 class LambdaContext:
-    # Environment-derived fields are read once; they cannot change during the life of the process.
-    _env = {k: os.environ.get(v) for k, v in (
-        ("function_name", "AWS_LAMBDA_FUNCTION_NAME"), ("function_version", "AWS_LAMBDA_FUNCTION_VERSION"),
-        ("memory_limit_in_mb", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE"), ("log_group_name", "AWS_LAMBDA_LOG_GROUP_NAME"),
-        ("log_stream_name", "AWS_LAMBDA_LOG_STREAM_NAME"))}
+    # Environment-derived fields are read once per instance (again in each fork of a zygote).
+    @staticmethod
+    def _read_env():
+        return {k: os.environ.get(v) for k, v in (
+            ("function_name", "AWS_LAMBDA_FUNCTION_NAME"), ("function_version", "AWS_LAMBDA_FUNCTION_VERSION"),
+            ("memory_limit_in_mb", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE"),
+            ("log_group_name", "AWS_LAMBDA_LOG_GROUP_NAME"), ("log_stream_name", "AWS_LAMBDA_LOG_STREAM_NAME"))}
+
+    _env = _read_env.__func__()
 
     def __init__(self, request_id, deadline_ms, function_arn, client_context, cognito_identity):
         self.__dict__.update(self._env)
@@ -240,6 +248,7 @@ class FrameTransport:
 
     def __init__(self, fd):
         os.set_inheritable(fd, False)  # keep the agent's socket out of processes the function spawns
+        self.sock_fd = fd
         self.sock = socket.socket(fileno=fd)
         # A buffered reader does the short-read bookkeeping in C: read(n) returns n bytes or hits EOF.
         self.reader = self.sock.makefile("rb", buffering=65536)
@@ -266,7 +275,7 @@ class FrameTransport:
             if len(header) < header_len or len(body) < body_len:
                 return None
             header = json.loads(header)
-            if header.get("type") == "invoke":  # unknown frame types are ignored
+            if header.get("type") in ("invoke", "zygote"):  # unknown frame types are ignored
                 return header, body
 
     def respond(self, request_id, body):
@@ -277,6 +286,9 @@ class FrameTransport:
 
     def init_error(self, body, error_type):
         self._send(self.INIT_ERROR, body)
+
+    def send_json(self, header):
+        self._send(json.dumps(header).encode(), b"")
 
 
 class RuntimeApiTransport:
@@ -338,6 +350,8 @@ def main():
     if sys.path and sys.path[0] == os.path.dirname(SHIM_FILE):
         del sys.path[0]
     sys.path.insert(0, task_root)
+    # kiln's runtime library (snapshot_restore_py) comes last, as Lambda's /var/runtime does.
+    sys.path.append(os.path.join(os.path.dirname(SHIM_FILE), "python"))
 
     setup_logging()
     error = None
@@ -353,17 +367,127 @@ def main():
         transport.init_error(json.dumps(error).encode(), error["errorType"])
         sys.exit(1)
 
+    transport.ready()
+    serve(transport, handler)
+
+
+def serve(transport, handler):
+    """Answers invocations until the agent closes the socket, or turns into a fork server when asked."""
     try:
-        transport.ready()
         while True:
             invocation = transport.next()
             if invocation is None:  # the agent closed the socket: a normal shutdown
                 break
+            if invocation[0].get("type") == "zygote":
+                zygote(transport, handler)  # never returns in the zygote; returns in each fork
+                return serve(_fork_transport, handler)
             handle(transport, handler, *invocation)
     except (BrokenPipeError, ConnectionResetError):
         pass  # the agent went away mid-answer; it already knows, so this is a shutdown too
     flush_stdio()
     sys.exit(0)
+
+
+# ------------------------------------------------------------------------------------------------- fork server
+# The hot start path (docs/shim-protocol.md, "Fork server"): after init and the warm-up invocations, the agent
+# turns this process into a zygote. Each `fork` frame carries two descriptors, the new instance's agent socket
+# and the write end of its output pipe; the fork takes them over and serves invocations like any instance.
+_fork_transport = None
+
+
+def zygote(transport, handler):
+    global _fork_transport
+    sock = transport.sock
+    # Objects that exist now are never collected in the forks, so the GC does not write to (and so copy) the
+    # pages they share with the zygote.
+    _run_hooks("get_before_snapshot")
+    gc.collect()
+    gc.freeze()
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so that SIGCHLD reaches the wake-up fd
+    transport.send_json({"type": "zygote_ready", "pid": os.getpid()})
+    pending = b""
+    fds = []
+    while True:
+        readable, _, _ = select.select([sock, wake_r], [], [])
+        if wake_r in readable:
+            try:
+                os.read(wake_r, 4096)
+            except BlockingIOError:
+                pass
+            _reap(transport)
+        if sock not in readable:
+            continue
+        try:
+            data, ancdata, _, _ = sock.recvmsg(65536, socket.CMSG_SPACE(16 * 4))
+        except InterruptedError:
+            continue
+        if not data:
+            sys.exit(0)  # the agent is gone; the kernel ends the forks with the sandbox
+        for level, kind, payload in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.extend(struct.unpack("%di" % (len(payload) // 4), payload[:len(payload) - len(payload) % 4]))
+        pending += data
+        while len(pending) >= 8:
+            header_len, body_len = _PREFIX.unpack(pending[:8])
+            if len(pending) < 8 + header_len + body_len:
+                break
+            header = json.loads(pending[8:8 + header_len])
+            pending = pending[8 + header_len + body_len:]
+            if header.get("type") != "fork":
+                continue
+            control, output, fds = fds[0], fds[1], fds[2:]
+            flush_stdio()
+            pid = os.fork()
+            if pid == 0:
+                # The fork: drop the zygote's descriptors and take over the instance's.
+                signal.set_wakeup_fd(-1)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                os.close(wake_r)
+                os.close(wake_w)
+                sock.detach()
+                os.close(transport.sock_fd)
+                os.dup2(output, 1)
+                os.dup2(output, 2)
+                os.close(output)
+                for key, value in (header.get("env") or {}).items():
+                    os.environ[key] = value
+                LambdaContext._env = LambdaContext._read_env()
+                random.seed()
+                _fork_transport = FrameTransport(control)
+                try:
+                    _run_hooks("get_after_restore")
+                except Exception as e:
+                    error = fault_result(e)
+                    log_error(error)
+                    flush_stdio()
+                    _fork_transport.init_error(json.dumps(error).encode(), error["errorType"])
+                    os._exit(1)
+                _fork_transport.ready()
+                return
+            os.close(control)
+            os.close(output)
+            transport.send_json({"type": "forked", "pid": pid})
+
+
+def _run_hooks(getter):
+    """Runs the function's snapshot hooks (snapshot_restore_py), if it registered any."""
+    hooks = sys.modules.get("snapshot_restore_py")
+    for func, args, kwargs in (getattr(hooks, getter)() if hooks else []):
+        func(*args, **kwargs)
+
+
+def _reap(transport):
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        code = os.waitstatus_to_exitcode(status)
+        transport.send_json({"type": "exited", "pid": pid, "status": code if code >= 0 else 128 - code})
 
 
 if __name__ == "__main__":

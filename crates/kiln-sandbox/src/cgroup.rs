@@ -300,6 +300,24 @@ impl Cgroup {
             .unwrap_or(0)
     }
 
+    /// The processes in the cgroup (host pids).
+    pub fn pids(&self) -> Vec<u32> {
+        fs::read_to_string(self.dirs[0].join("cgroup.procs"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    }
+
+    /// Moves a process (and its threads) into this cgroup. Memory it already uses stays charged
+    /// where it was.
+    pub fn adopt(&self, pid: u32) -> Result<(), CgroupError> {
+        for dir in &self.dirs {
+            self.write(dir, "cgroup.procs", &pid.to_string())?;
+        }
+        Ok(())
+    }
+
     /// Sends SIGKILL to every process in the cgroup.
     pub fn kill_all(&self) {
         if self.v2 && fs::write(self.dirs[0].join("cgroup.kill"), "1").is_ok() {

@@ -52,6 +52,55 @@ pub struct FunctionConfig {
     pub ephemeral_storage_mb: u32,
     #[serde(default = "default_role")]
     pub role: String,
+    #[serde(default)]
+    pub prebake: Prebake,
+}
+
+/// When kiln builds a function-specific snapshot (the hot start path), and how it warms the
+/// function up first. kiln's extension `KilnPrebake` of the function configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct Prebake {
+    #[serde(default)]
+    pub mode: PrebakeMode,
+    /// Invocations with `warmup_event` run before the snapshot is taken (Prebaking's warm-up);
+    /// 0 for functions with side effects.
+    #[serde(default = "default_warmups")]
+    pub warmup_invocations: u32,
+    /// The sample event of the warm-up invocations; `{}` when not set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warmup_event: Option<serde_json::Value>,
+}
+
+/// The most warm-up invocations a snapshot may take.
+pub const MAX_WARMUPS: u32 = 100;
+/// The largest warm-up event, as serialized JSON (Lambda's async payload limit).
+pub const MAX_WARMUP_EVENT_BYTES: usize = 256 * 1024;
+
+fn default_warmups() -> u32 {
+    3
+}
+
+impl Default for Prebake {
+    fn default() -> Self {
+        Self {
+            mode: PrebakeMode::default(),
+            warmup_invocations: default_warmups(),
+            warmup_event: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PrebakeMode {
+    /// Built when the function is deployed or updated (Prebaking).
+    #[default]
+    Deploy,
+    /// Built after the function's first start (SEUSS).
+    Lazy,
+    /// Never: every cold start takes the best path without a function-specific snapshot.
+    Off,
 }
 
 fn default_role() -> String {
@@ -99,6 +148,7 @@ pub struct InstanceSpec {
     /// Most instances this function may have on the node (reserved concurrency or the node cap).
     pub max_instances: u32,
     pub reserved_concurrency: Option<u32>,
+    pub prebake: Prebake,
 }
 
 pub type SharedSpec = Arc<InstanceSpec>;

@@ -51,6 +51,10 @@ struct UpArgs {
     /// Requests that may wait per function when all its instances are busy.
     #[arg(long, default_value_t = 64)]
     queue_depth: usize,
+    /// Memory the node's function snapshots (fork servers) may hold together, in MB; the least
+    /// recently used are evicted beyond it.
+    #[arg(long, default_value_t = 2048)]
+    snapshot_memory_mb: u64,
     /// Most instances per function without reserved concurrency (default: budget / 128 MB).
     #[arg(long)]
     max_instances: Option<u32>,
@@ -161,6 +165,7 @@ fn main() {
                 idle_ttl: Duration::from_secs(args.idle_ttl),
                 memory_budget_mb: args.memory_budget_mb,
                 queue_depth: args.queue_depth,
+                snapshot_memory_mb: args.snapshot_memory_mb,
                 max_instances: args.max_instances,
                 async_retry_delay: Duration::from_millis(args.async_retry_delay_ms),
                 shutdown_grace: Duration::from_secs(args.shutdown_grace),

@@ -47,6 +47,7 @@ pub struct Metrics {
     pub async_queue_depth: Gauge,
     instances: Family<StateLabels, Gauge>,
     memory: Family<KindLabels, Gauge>,
+    snapshots: Family<KindLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -64,6 +65,7 @@ impl Default for Metrics {
         let async_queue_depth = Gauge::default();
         let instances = Family::<StateLabels, Gauge>::default();
         let memory = Family::<KindLabels, Gauge>::default();
+        let snapshots = Family::<KindLabels, Gauge>::default();
         registry.register(
             "invocations",
             "Invocations that reached a function",
@@ -106,8 +108,13 @@ impl Default for Metrics {
         );
         registry.register(
             "memory_bytes",
-            "Node memory: budget, booked by instances, used by instances",
+            "Node memory: budget, booked by instances, used by instances, held by snapshots",
             memory.clone(),
+        );
+        registry.register(
+            "snapshots",
+            "Function snapshots on the node, by state (building, ready, failed)",
+            snapshots.clone(),
         );
         Self {
             registry,
@@ -120,6 +127,7 @@ impl Default for Metrics {
             async_queue_depth,
             instances,
             memory,
+            snapshots,
         }
     }
 }
@@ -159,6 +167,19 @@ impl Metrics {
                 kind: "used".into(),
             })
             .set(used as i64);
+        self.memory
+            .get_or_create(&KindLabels {
+                kind: "snapshots".into(),
+            })
+            .set(status.snapshots.iter().map(|s| s.memory_bytes).sum::<u64>() as i64);
+        self.snapshots.clear();
+        for snapshot in &status.snapshots {
+            self.snapshots
+                .get_or_create(&KindLabels {
+                    kind: snapshot.state.clone(),
+                })
+                .inc();
+        }
         self.async_queue_depth.set(queue_depth as i64);
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)

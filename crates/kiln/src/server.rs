@@ -26,6 +26,7 @@ pub struct ServerConfig {
     pub idle_ttl: Duration,
     pub memory_budget_mb: Option<u64>,
     pub queue_depth: usize,
+    pub snapshot_memory_mb: u64,
     pub max_instances: Option<u32>,
     pub async_retry_delay: Duration,
     pub shutdown_grace: Duration,
@@ -128,6 +129,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
             memory_budget_mb,
             idle_ttl: config.idle_ttl,
             queue_depth: config.queue_depth,
+            snapshot_memory_mb: config.snapshot_memory_mb,
             sandbox_root,
         },
     );
@@ -292,6 +294,7 @@ async fn deploy_demo(controller: &Controller) -> anyhow::Result<()> {
         network: NetworkMode::Isolated,
         ephemeral_storage_mb: 512,
         role: "arn:aws:iam::000000000000:role/kiln-function".into(),
+        prebake: Default::default(),
     };
     controller.create(DEMO_NAME, config, zip).await?;
     controller.set_url_auth(DEMO_NAME, Some(UrlAuth::None), true)?;

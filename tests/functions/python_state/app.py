@@ -8,6 +8,16 @@ import uuid
 INSTANCE_ID = uuid.uuid4().hex
 COUNT = 0
 
+try:  # kiln's hot start path forks instances from a snapshot taken after init: each needs its own id
+    from snapshot_restore_py import register_after_restore
+
+    @register_after_restore
+    def _new_instance():
+        global INSTANCE_ID, COUNT
+        INSTANCE_ID, COUNT = uuid.uuid4().hex, 0
+except ImportError:
+    pass
+
 
 def handler(event, context):
     global COUNT

@@ -34,6 +34,27 @@ pub enum Header {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         fatal: bool,
     },
+    /// Agent to shim: stop serving invocations and become a fork server.
+    Zygote,
+    /// Shim to agent: the fork server is listening; its pid in the sandbox's PID namespace.
+    ZygoteReady {
+        #[serde(default)]
+        pid: i32,
+    },
+    /// Agent to fork server: fork a new instance. The frame carries two descriptors (the new
+    /// instance's agent socket, the write end of its output pipe) and environment overrides.
+    Fork {
+        env: std::collections::BTreeMap<String, String>,
+    },
+    /// Fork server to agent: the fork's pid, in the sandbox's PID namespace.
+    Forked {
+        pid: i32,
+    },
+    /// Fork server to agent: a fork ended, with its exit code (128 + signal when killed).
+    Exited {
+        pid: i32,
+        status: i32,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,6 +133,11 @@ impl ShimConn {
                 return Ok(None);
             }
         }
+    }
+
+    /// The socket, and whatever was received after the last frame taken.
+    pub fn into_parts(self) -> (UnixStream, BytesMut) {
+        (self.stream, self.buf)
     }
 
     pub async fn send(&mut self, header: &Header, body: &[u8]) -> Result<(), FrameError> {

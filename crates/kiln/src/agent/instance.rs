@@ -7,12 +7,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use kiln_sandbox::{Cgroup, File, Limits, NetNs, SandboxSpec, SpawnFds};
 use tokio::net::unix::pipe;
+use tokio::sync::oneshot;
 
 use super::frame::{Frame, Header, ShimConn};
 use super::runtime_api::{Event, RuntimeApi, RuntimeMessage};
+use super::zygote::Zygote;
 use super::{AgentContext, InvokeRequest, StartPath};
 use crate::function::{NetworkMode, SharedSpec};
 use crate::runtime::{self, Protocol};
@@ -27,6 +29,8 @@ pub const MAX_RESPONSE_BYTES: usize = 6 * 1024 * 1024;
 enum Transport {
     Shim(ShimConn),
     Api(RuntimeApi),
+    /// Taken over by a zygote.
+    Detached,
 }
 
 /// What the runtime said, whatever the transport.
@@ -53,9 +57,9 @@ impl Transport {
                     Header::Response if body.len() > MAX_RESPONSE_BYTES => Message::TooLarge,
                     Header::Response => Message::Response(body),
                     Header::Error { fatal } => Message::Error { body, fatal },
-                    Header::Invoke { .. } => Message::Error {
+                    _ => Message::Error {
                         body: Bytes::from_static(
-                            br#"{"errorType":"Runtime.InvalidResponse","errorMessage":"the runtime sent an invoke frame"}"#,
+                            br#"{"errorType":"Runtime.InvalidResponse","errorMessage":"the runtime sent an unexpected frame"}"#,
                         ),
                         fatal: true,
                     },
@@ -69,6 +73,7 @@ impl Transport {
                 RuntimeMessage::Error { body, .. } => Some(Message::Error { body, fatal: false }),
                 RuntimeMessage::TooLarge { .. } => Some(Message::TooLarge),
             },
+            Transport::Detached => None,
         }
     }
 
@@ -87,6 +92,7 @@ impl Transport {
                 RuntimeMessage::Error { body, .. } => Some(Message::Error { body, fatal: true }),
                 RuntimeMessage::TooLarge { .. } => Some(Message::TooLarge),
             },
+            Transport::Detached => None,
         }
     }
 }
@@ -114,6 +120,49 @@ pub struct Invocation {
     pub max_memory_bytes: u64,
 }
 
+/// The process an instance runs in.
+enum Process {
+    /// A sandbox of its own: the child is the sandbox helper.
+    Sandbox(tokio::process::Child),
+    /// A fork of a zygote, in the zygote's sandbox and its own cgroup. It is not kiln's child:
+    /// the zygote reports its exit. The zygote (and so the sandbox) lives as long as its forks.
+    Forked {
+        _zygote: Arc<Zygote>,
+        exit: Option<oneshot::Receiver<i32>>,
+        pid: u32,
+    },
+}
+
+impl Process {
+    /// Waits for the process to exit; its exit code, or 128 + signal. Cancel-safe.
+    async fn wait(&mut self) -> i32 {
+        match self {
+            Process::Sandbox(child) => child
+                .wait()
+                .await
+                .ok()
+                .and_then(|s| s.code())
+                .unwrap_or(128 + 9),
+            Process::Forked { exit, .. } => {
+                let Some(receiver) = exit else {
+                    return std::future::pending().await;
+                };
+                // A zygote that is gone took its forks with it.
+                let code = receiver.await.unwrap_or(128 + 9);
+                *exit = None;
+                code
+            }
+        }
+    }
+
+    fn start_kill(&mut self) {
+        if let Process::Sandbox(child) = self {
+            let _ = child.start_kill();
+        }
+        // A fork is killed through its cgroup, which holds it and everything it started.
+    }
+}
+
 /// What happened while waiting on the runtime.
 enum Step {
     Message(Message),
@@ -134,7 +183,7 @@ pub struct Instance {
     pub invocations: u64,
     /// The cgroup's OOM-kill count as of the last check (at start and after failures).
     oom_kills_seen: u64,
-    child: tokio::process::Child,
+    process: Process,
     output: pipe::Receiver,
     /// A second descriptor of the same pipe (and so also non-blocking), read directly: tokio only
     /// reads once its event loop has seen the pipe become readable, which may lag behind an
@@ -179,15 +228,9 @@ impl Instance {
         let runtime = ctx.runtimes.get(&spec.runtime).ok_or_else(|| {
             StartError::Platform(format!("runtime {} is not available", spec.runtime))
         })?;
-        let limits = Limits {
-            memory_bytes: u64::from(spec.memory_mb) * 1024 * 1024,
-            pids_max: 1024,
-            // Lambda gives one vCPU at 1769 MB and scales CPU with memory.
-            cpu_shares: (u64::from(spec.memory_mb) * 1024 / 1769).max(2),
-        };
         let cgroup = Arc::new(
             ctx.cgroups
-                .create(&format!("i{id}"), limits)
+                .create(&format!("i{id}"), limits(spec))
                 .map_err(|e| platform("cgroup", &e))?,
         );
         let netns = match spec.network {
@@ -196,18 +239,8 @@ impl Instance {
             }
             NetworkMode::Host => None,
         };
-        let (out_tx, out_rx) = pipe::pipe().map_err(|e| platform("output pipe", &e))?;
-        let output_direct = {
-            use std::os::fd::AsFd;
-            out_rx
-                .as_fd()
-                .try_clone_to_owned()
-                .map(std::fs::File::from)
-                .map_err(|e| platform("output pipe", &e))?
-        };
-        let out_fd = out_tx
-            .into_blocking_fd()
-            .map_err(|e| platform("output pipe", &e))?;
+        let (out_rx, output_direct, out_fd) =
+            output_pipe().map_err(|e| platform("output pipe", &e))?;
         let mut env = runtime::lambda_env(spec, id, runtime.as_ref());
         let mut service_guards = Vec::new();
         for service in &ctx.services {
@@ -224,13 +257,8 @@ impl Instance {
         let uid = 100_000 + (id % 60_000) as u32;
         let (transport, control) = match runtime.protocol() {
             Protocol::Shim => {
-                let (ours, theirs) = std::os::unix::net::UnixStream::pair()
-                    .map_err(|e| platform("control socket", &e))?;
-                ours.set_nonblocking(true)
-                    .map_err(|e| platform("control socket", &e))?;
-                let ours = tokio::net::UnixStream::from_std(ours)
-                    .map_err(|e| platform("control socket", &e))?;
-                (Transport::Shim(ShimConn::new(ours)), Some(theirs.into()))
+                let (ours, theirs) = socket_pair().map_err(|e| platform("control socket", &e))?;
+                (Transport::Shim(ShimConn::new(ours)), Some(theirs))
             }
             Protocol::RuntimeApi => {
                 let listener = match &netns {
@@ -280,7 +308,7 @@ impl Instance {
             nofile: 1024,
             seccomp: true,
         };
-        let child = kiln_sandbox::spawn(
+        let process = kiln_sandbox::spawn(
             &sandbox,
             SpawnFds {
                 output: out_fd,
@@ -292,6 +320,7 @@ impl Instance {
             let _ = cgroup.remove();
             platform("sandbox", &e)
         })?;
+        let process = Process::Sandbox(process);
         let now = Instant::now();
         let mut instance = Instance {
             id,
@@ -304,7 +333,7 @@ impl Instance {
             cgroup,
             invocations: 0,
             oom_kills_seen: 0,
-            child,
+            process,
             output: out_rx,
             output_direct,
             output_open: true,
@@ -392,9 +421,8 @@ impl Instance {
                     self.drain_output(output);
                     return Step::TimedOut;
                 }
-                status = self.child.wait() => {
+                code = self.process.wait() => {
                     self.drain_output(output);
-                    let code = status.ok().and_then(|s| s.code()).unwrap_or(128 + 9);
                     self.exit_status = Some(code);
                     // The whole sandbox is gone, so whatever the runtime sent before it exited is
                     // complete now: an answer still counts.
@@ -439,12 +467,9 @@ impl Instance {
     }
 
     async fn exit_code(&mut self, output: &mut Vec<u8>) -> i32 {
-        let status = tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await;
+        let status = tokio::time::timeout(Duration::from_secs(2), self.process.wait()).await;
         self.drain_output(output);
-        let code = match status {
-            Ok(Ok(status)) => status.code().unwrap_or(128 + 9),
-            _ => 128 + 9,
-        };
+        let code = status.unwrap_or(128 + 9);
         self.exit_status = Some(code);
         code
     }
@@ -483,6 +508,7 @@ impl Instance {
                 })
                 .await
                 .is_ok(),
+            Transport::Detached => false,
         };
         let step = if sent {
             self.step(deadline, &mut output).await
@@ -566,20 +592,161 @@ impl Instance {
     }
 
     fn kill(&mut self) {
-        let _ = self.child.start_kill();
+        self.process.start_kill();
         self.cgroup.kill_all();
     }
 
     /// Stops the instance and removes its cgroup. Nothing of it is left afterwards.
     pub async fn destroy(mut self) {
         self.kill();
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.process.wait()).await;
         let cgroup = self.cgroup.clone();
         if let Ok(Err(e)) = tokio::task::spawn_blocking(move || cgroup.remove()).await {
             tracing::warn!(
                 instance = self.id,
                 "could not remove the instance's cgroup: {e}"
             );
+        }
+    }
+}
+
+/// The cgroup limits of one instance of `spec`.
+pub(super) fn limits(spec: &SharedSpec) -> Limits {
+    Limits {
+        memory_bytes: u64::from(spec.memory_mb) * 1024 * 1024,
+        pids_max: 1024,
+        // Lambda gives one vCPU at 1769 MB and scales CPU with memory.
+        cpu_shares: (u64::from(spec.memory_mb) * 1024 / 1769).max(2),
+    }
+}
+
+/// An instance's output pipe: the reader, a second descriptor of it for direct reads, and the
+/// (blocking) write end to hand to the runtime.
+fn output_pipe() -> std::io::Result<(pipe::Receiver, std::fs::File, std::os::fd::OwnedFd)> {
+    use std::os::fd::AsFd;
+    let (tx, rx) = pipe::pipe()?;
+    let direct = rx.as_fd().try_clone_to_owned().map(std::fs::File::from)?;
+    Ok((rx, direct, tx.into_blocking_fd()?))
+}
+
+fn socket_pair() -> std::io::Result<(tokio::net::UnixStream, std::os::fd::OwnedFd)> {
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+    ours.set_nonblocking(true)?;
+    Ok((tokio::net::UnixStream::from_std(ours)?, theirs.into()))
+}
+
+impl Instance {
+    /// The hot start path: a fork of the function's zygote, moved into a cgroup of its own.
+    pub async fn fork(
+        ctx: &AgentContext,
+        zygote: &Arc<Zygote>,
+        spec: &SharedSpec,
+        id: u64,
+    ) -> Result<Instance, String> {
+        let begin = Instant::now();
+        let cgroup = Arc::new(
+            ctx.cgroups
+                .create(&format!("i{id}"), limits(spec))
+                .map_err(|e| format!("cgroup: {e}"))?,
+        );
+        let (out_rx, output_direct, out_fd) =
+            output_pipe().map_err(|e| format!("output pipe: {e}"))?;
+        let (ours, theirs) = socket_pair().map_err(|e| format!("control socket: {e}"))?;
+        let env = [
+            ("AWS_LAMBDA_LOG_STREAM_NAME", runtime::log_stream_name(id)),
+            // What Lambda tells functions restored from a snapshot.
+            ("AWS_LAMBDA_INITIALIZATION_TYPE", "snap-start".to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let forked = zygote.fork(theirs, out_fd, env, &cgroup).await;
+        let (pid, exit) = match forked {
+            Ok(forked) => forked,
+            Err(e) => {
+                let _ = tokio::task::spawn_blocking(move || cgroup.remove()).await;
+                return Err(e);
+            }
+        };
+        let now = Instant::now();
+        let mut instance = Instance {
+            id,
+            spec: spec.clone(),
+            start_path: StartPath::Hot,
+            created: now,
+            last_used: now,
+            init_duration: Duration::ZERO,
+            init_output: None,
+            cgroup,
+            invocations: 0,
+            oom_kills_seen: 0,
+            process: Process::Forked {
+                _zygote: zygote.clone(),
+                exit: Some(exit),
+                pid,
+            },
+            output: out_rx,
+            output_direct,
+            output_open: true,
+            exit_status: None,
+            transport: Transport::Shim(ShimConn::new(ours)),
+            _netns: None,
+            _service_guards: Vec::new(),
+        };
+        let mut output = Vec::new();
+        match instance
+            .step(Instant::now() + INIT_TIMEOUT, &mut output)
+            .await
+        {
+            Step::Message(Message::Ready) if instance.exit_status.is_none() => {
+                instance.init_duration = begin.elapsed();
+                instance.init_output = Some(String::from_utf8_lossy(&output).into_owned());
+                Ok(instance)
+            }
+            _ => {
+                instance.destroy().await;
+                Err(format!(
+                    "the fork did not become ready: {}",
+                    String::from_utf8_lossy(&output).trim()
+                ))
+            }
+        }
+    }
+
+    /// Turns this instance (initialised, maybe warmed up, idle) into a fork server. Returns its
+    /// socket, whatever it sent after the acknowledgement, and its pid in the sandbox; the
+    /// instance keeps the sandbox.
+    pub(super) async fn become_zygote(
+        &mut self,
+    ) -> Result<(tokio::net::UnixStream, BytesMut, i32), String> {
+        let Transport::Shim(conn) = std::mem::replace(&mut self.transport, Transport::Detached)
+        else {
+            return Err("only shim runtimes can fork".into());
+        };
+        let mut conn = conn;
+        conn.send(&Header::Zygote, b"")
+            .await
+            .map_err(|e| format!("zygote frame: {e}"))?;
+        match tokio::time::timeout(INIT_TIMEOUT, conn.next()).await {
+            Ok(Ok(Some(Frame {
+                header: Header::ZygoteReady { pid },
+                ..
+            }))) => {
+                let (stream, leftover) = conn.into_parts();
+                Ok((stream, leftover, pid))
+            }
+            Ok(Ok(Some(frame))) => Err(format!("unexpected answer {:?}", frame.header)),
+            Ok(Ok(None)) => Err("the runtime exited".into()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err("no answer from the runtime".into()),
+        }
+    }
+
+    /// The host pid of a forked instance's process.
+    pub fn pid(&self) -> Option<u32> {
+        match &self.process {
+            Process::Forked { pid, .. } => Some(*pid),
+            Process::Sandbox(_) => None,
         }
     }
 }

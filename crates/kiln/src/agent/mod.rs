@@ -8,6 +8,7 @@ mod frame;
 mod instance;
 mod routing;
 mod runtime_api;
+mod zygote;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -24,6 +25,7 @@ use tokio::sync::oneshot;
 pub use frame::MAX_FRAME_BYTES;
 pub use instance::{Instance, StartError, MAX_RESPONSE_BYTES};
 pub use routing::{RoutingPolicy, WarmFirst};
+use zygote::Zygote;
 
 use crate::function::SharedSpec;
 use crate::runtime::Runtimes;
@@ -45,17 +47,21 @@ pub struct InvokeRequest {
     pub hints: RouteHints,
 }
 
-/// How an instance came to exist. Snapshot-based paths (warm, hot) join the coldest one here.
+/// How an instance came to exist. kiln takes the most advanced path that exists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum StartPath {
+    /// A new sandbox, the runtime started from scratch, the function loaded and initialised.
     Coldest,
+    /// From a function-specific snapshot taken after init and warm-up (a fork of a zygote).
+    Hot,
 }
 
 impl StartPath {
     pub fn as_str(self) -> &'static str {
         match self {
             StartPath::Coldest => "coldest",
+            StartPath::Hot => "hot",
         }
     }
 }
@@ -120,11 +126,69 @@ pub struct InstanceStatus {
     pub age_s: f64,
     pub memory_limit_mb: u32,
     pub memory_used_bytes: u64,
+    /// The host pid of the instance's runtime process, where kiln knows it (forks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// Memory the process shares with its zygote and what is its own, from `smaps_rollup`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sharing: Option<MemorySharing>,
+}
+
+/// How much of a process's memory is shared: RSS counts shared pages in full, PSS divides them
+/// among the processes that map them, and USS counts only the process's private pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemorySharing {
+    pub rss_bytes: u64,
+    pub pss_bytes: u64,
+    pub uss_bytes: u64,
+}
+
+impl MemorySharing {
+    /// Reads `/proc/PID/smaps_rollup`.
+    pub fn of(pid: u32) -> Option<Self> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+        let field = |name: &str| -> u64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                .unwrap_or(0)
+                * 1024
+        };
+        Some(Self {
+            rss_bytes: field("Rss:"),
+            pss_bytes: field("Pss:"),
+            uss_bytes: field("Private_Clean:") + field("Private_Dirty:"),
+        })
+    }
+}
+
+/// A function-specific snapshot kept by the node (today: a Python fork server).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SnapshotStatus {
+    pub function: String,
+    /// The id of the zygote's instance (its cgroup is `i<id>`), once there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<u64>,
+    pub revision: u64,
+    pub kind: String,
+    /// `building`, `ready` or `failed`.
+    pub state: String,
+    pub memory_bytes: u64,
+    pub forks: u64,
+    pub build_ms: f64,
+    pub idle_s: f64,
+    /// The fork server's host pid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NodeStatus {
     pub instances: Vec<InstanceStatus>,
+    #[serde(default)]
+    pub snapshots: Vec<SnapshotStatus>,
     pub memory_budget_mb: u64,
     pub memory_reserved_mb: u64,
     pub cgroup_version: String,
@@ -139,8 +203,12 @@ pub trait NodeAgent: Send + Sync + 'static {
         spec: SharedSpec,
         request: InvokeRequest,
     ) -> BoxFuture<'static, Result<InvokeOutcome, AgentError>>;
-    /// Drops the idle instances of `function` (all of them, or those older than `revision`).
+    /// Drops the idle instances of `function` (all of them, or those older than `revision`),
+    /// and its snapshots of other revisions.
     fn retire(&self, function: &str, keep_revision: Option<u64>);
+    /// Called when a function version is deployed (and for every function when kiln starts):
+    /// builds what its start paths need ahead of the first invocation.
+    fn prepare(&self, spec: SharedSpec);
     fn status(&self) -> NodeStatus;
     /// Lets busy instances finish within `grace`, then removes every instance.
     fn shutdown(&self, grace: Duration) -> BoxFuture<'static, ()>;
@@ -157,6 +225,9 @@ pub struct AgentConfig {
     pub queue_depth: usize,
     /// Where sandboxes mount their root (an empty directory).
     pub sandbox_root: PathBuf,
+    /// Memory the node's snapshots (zygotes) may hold together; the least recently used ones
+    /// are evicted beyond it.
+    pub snapshot_memory_mb: u64,
 }
 
 /// What instances need from the agent to start.
@@ -203,6 +274,25 @@ struct LiveInstance {
     created: Instant,
     memory_mb: u32,
     cgroup: Option<Arc<Cgroup>>,
+    pid: Option<u32>,
+}
+
+/// The function-specific snapshot of one function.
+enum ZygoteSlot {
+    Building { revision: u64, id: u64 },
+    Ready(Arc<Zygote>),
+    Failed { revision: u64, error: String },
+}
+
+impl ZygoteSlot {
+    fn revision(&self) -> u64 {
+        match self {
+            ZygoteSlot::Building { revision, .. } | ZygoteSlot::Failed { revision, .. } => {
+                *revision
+            }
+            ZygoteSlot::Ready(z) => z.spec.revision,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -218,6 +308,7 @@ struct Pool {
 struct State {
     pools: HashMap<String, Pool>,
     live: HashMap<u64, LiveInstance>,
+    zygotes: HashMap<String, ZygoteSlot>,
     memory_reserved_mb: u64,
     next_id: u64,
     shutting_down: bool,
@@ -366,6 +457,7 @@ impl Inner {
                                 created: Instant::now(),
                                 memory_mb: spec.memory_mb,
                                 cgroup: None,
+                                pid: None,
                             },
                         );
                         drop(guard);
@@ -472,6 +564,136 @@ impl Inner {
         }
     }
 
+    /// Starts a new instance by the most advanced path that exists for `spec`: a fork of its
+    /// zygote, else the coldest path (which then has a zygote built, unless prebaking is off).
+    /// A broken snapshot falls back to the next path, with the reason logged.
+    async fn start(self: &Arc<Self>, spec: &SharedSpec, id: u64) -> Result<Instance, StartError> {
+        if let Some(zygote) = self.ready_zygote(spec) {
+            match Instance::fork(&self.ctx, &zygote, spec, id).await {
+                Ok(instance) => return Ok(instance),
+                Err(reason) => {
+                    tracing::warn!(
+                        function = %spec.function,
+                        "hot start failed, falling back to the coldest path: {reason}"
+                    );
+                    self.drop_zygote(&spec.function, &zygote);
+                }
+            }
+        }
+        let instance = Instance::start_cold(&self.ctx, spec, id).await?;
+        self.build_zygote(spec);
+        Ok(instance)
+    }
+
+    fn ready_zygote(&self, spec: &SharedSpec) -> Option<Arc<Zygote>> {
+        match self.state().zygotes.get(&spec.function) {
+            Some(ZygoteSlot::Ready(z)) if z.spec.revision == spec.revision && z.alive() => {
+                Some(z.clone())
+            }
+            _ => None,
+        }
+    }
+
+    /// Forgets a zygote that failed; the next cold start builds a new one.
+    fn drop_zygote(&self, function: &str, zygote: &Arc<Zygote>) {
+        let mut state = self.state();
+        if matches!(state.zygotes.get(function), Some(ZygoteSlot::Ready(z)) if Arc::ptr_eq(z, zygote))
+        {
+            state.zygotes.remove(function);
+        }
+    }
+
+    /// Builds the function-specific snapshot of `spec` in the background, unless it exists, is
+    /// being built, failed for this revision, or the function or its runtime cannot have one.
+    fn build_zygote(self: &Arc<Self>, spec: &SharedSpec) {
+        use crate::function::PrebakeMode;
+        if spec.prebake.mode == PrebakeMode::Off
+            || !self
+                .ctx
+                .runtimes
+                .get(&spec.runtime)
+                .is_some_and(|r| r.can_fork())
+        {
+            return;
+        }
+        let id = {
+            let mut state = self.state();
+            if state.shutting_down {
+                return;
+            }
+            match state.zygotes.get(&spec.function) {
+                Some(ZygoteSlot::Ready(z)) if z.spec.revision == spec.revision && z.alive() => {
+                    return
+                }
+                Some(slot @ (ZygoteSlot::Building { .. } | ZygoteSlot::Failed { .. }))
+                    if slot.revision() == spec.revision =>
+                {
+                    return
+                }
+                _ => {}
+            }
+            state.next_id += 1;
+            let id = state.next_id;
+            state.zygotes.insert(
+                spec.function.clone(),
+                ZygoteSlot::Building {
+                    revision: spec.revision,
+                    id,
+                },
+            );
+            id
+        };
+        let inner = self.clone();
+        let spec = spec.clone();
+        tokio::spawn(async move {
+            let built = Zygote::build(&inner.ctx, &spec, id, inner.destroying.clone()).await;
+            let mut evicted = Vec::new();
+            {
+                let mut state = inner.state();
+                let current = matches!(
+                    state.zygotes.get(&spec.function),
+                    Some(ZygoteSlot::Building { revision, id: building }) if *revision == spec.revision && *building == id
+                );
+                match built {
+                    Ok(zygote) if current && !state.shutting_down => {
+                        tracing::info!(
+                            function = %spec.function,
+                            revision = spec.revision,
+                            "snapshot ready (fork server, built in {:.1} ms)",
+                            zygote.build_time.as_secs_f64() * 1000.0
+                        );
+                        evicted = evict_snapshots(
+                            &mut state,
+                            zygote.memory_bytes(),
+                            inner.config.snapshot_memory_mb,
+                        );
+                        state
+                            .zygotes
+                            .insert(spec.function.clone(), ZygoteSlot::Ready(zygote));
+                    }
+                    Ok(outdated) => evicted.push(outdated),
+                    Err(error) => {
+                        tracing::warn!(
+                            function = %spec.function,
+                            "no snapshot, cold starts take the coldest path: {error}"
+                        );
+                        if current {
+                            state.zygotes.insert(
+                                spec.function.clone(),
+                                ZygoteSlot::Failed {
+                                    revision: spec.revision,
+                                    error,
+                                },
+                            );
+                        }
+                    }
+                }
+            }
+            // Dropped outside the lock: the last reference tears the sandbox down.
+            drop(evicted);
+        });
+    }
+
     async fn invoke(
         self: Arc<Self>,
         spec: SharedSpec,
@@ -487,12 +709,13 @@ impl Inner {
             let begin = Instant::now();
             let (mut instance, cold) = match acquired {
                 Acquired::Warm(instance) => (*instance, false),
-                Acquired::Cold(id) => match Instance::start_cold(&self.ctx, &spec, id).await {
+                Acquired::Cold(id) => match self.start(&spec, id).await {
                     Ok(instance) => {
                         if let Some(live) = self.state().live.get_mut(&id) {
                             live.state = InstanceState::Busy;
                             live.cgroup = Some(instance.cgroup.clone());
                             live.start_path = instance.start_path;
+                            live.pid = instance.pid();
                         }
                         (instance, true)
                     }
@@ -509,7 +732,7 @@ impl Inner {
                             &request.request_id,
                             &log,
                             duration,
-                            None,
+                            Some(StartPath::Coldest),
                             Some(duration),
                             0,
                         );
@@ -585,6 +808,38 @@ fn forget(state: &mut State, id: u64) {
             pool.live = pool.live.saturating_sub(1);
         }
     }
+}
+
+/// Removes ready snapshots, least recently used first, until `needed` more bytes fit in the
+/// snapshot memory budget. A removed zygote lives on until its last fork is gone.
+fn evict_snapshots(state: &mut State, needed: u64, budget_mb: u64) -> Vec<Arc<Zygote>> {
+    let mut evicted = Vec::new();
+    loop {
+        let ready: Vec<(&String, &Arc<Zygote>)> = state
+            .zygotes
+            .iter()
+            .filter_map(|(name, slot)| match slot {
+                ZygoteSlot::Ready(z) => Some((name, z)),
+                _ => None,
+            })
+            .collect();
+        let used: u64 = ready.iter().map(|(_, z)| z.memory_bytes()).sum();
+        if used + needed <= budget_mb * 1024 * 1024 {
+            break;
+        }
+        let Some(name) = ready
+            .iter()
+            .min_by_key(|(_, z)| z.last_used())
+            .map(|(name, _)| (*name).clone())
+        else {
+            break;
+        };
+        if let Some(ZygoteSlot::Ready(z)) = state.zygotes.remove(&name) {
+            tracing::info!(function = %name, "snapshot evicted (snapshot memory budget)");
+            evicted.push(z);
+        }
+    }
+    evicted
 }
 
 /// Evicts idle instances, least recently used first across all functions, until `needed_mb`
@@ -667,24 +922,39 @@ impl NodeAgent for LocalAgent {
     }
 
     fn retire(&self, function: &str, keep_revision: Option<u64>) {
-        let victims = {
+        let (victims, zygote) = {
             let mut guard = self.inner.state();
             let state = &mut *guard;
-            let Some(pool) = state.pools.get_mut(function) else {
-                return;
+            let zygote = match state.zygotes.get(function) {
+                Some(slot) if Some(slot.revision()) != keep_revision => {
+                    state.zygotes.remove(function)
+                }
+                _ => None,
             };
-            let (keep, retire): (Vec<_>, Vec<_>) = pool
-                .idle
-                .drain(..)
-                .partition(|i| Some(i.spec.revision) == keep_revision);
-            pool.idle = keep;
+            let mut retire = Vec::new();
+            if let Some(pool) = state.pools.get_mut(function) {
+                let (keep, old): (Vec<_>, Vec<_>) = pool
+                    .idle
+                    .drain(..)
+                    .partition(|i| Some(i.spec.revision) == keep_revision);
+                pool.idle = keep;
+                retire = old;
+            }
             for instance in &retire {
                 forget(state, instance.id);
             }
-            retire
+            (retire, zygote)
         };
+        // Outside the lock: the last reference to a zygote tears its sandbox down.
+        drop(zygote);
         for victim in victims {
             self.inner.destroy_later(victim);
+        }
+    }
+
+    fn prepare(&self, spec: SharedSpec) {
+        if spec.prebake.mode == crate::function::PrebakeMode::Deploy {
+            self.inner.build_zygote(&spec);
         }
     }
 
@@ -707,11 +977,51 @@ impl NodeAgent for LocalAgent {
                     .as_ref()
                     .map(|c| c.memory_current())
                     .unwrap_or(0),
+                pid: live.pid,
+                sharing: live.pid.and_then(MemorySharing::of),
             })
             .collect();
+        let mut snapshots: Vec<SnapshotStatus> = state
+            .zygotes
+            .iter()
+            .map(|(function, slot)| {
+                let mut status = SnapshotStatus {
+                    function: function.clone(),
+                    revision: slot.revision(),
+                    kind: "fork-server".into(),
+                    state: "building".into(),
+                    memory_bytes: 0,
+                    forks: 0,
+                    build_ms: 0.0,
+                    idle_s: 0.0,
+                    id: None,
+                    pid: None,
+                    error: None,
+                };
+                match slot {
+                    ZygoteSlot::Building { id, .. } => status.id = Some(*id),
+                    ZygoteSlot::Ready(z) => {
+                        status.state = "ready".into();
+                        status.memory_bytes = z.memory_bytes();
+                        status.forks = z.forks();
+                        status.build_ms = z.build_time.as_secs_f64() * 1000.0;
+                        status.idle_s = now.duration_since(z.last_used()).as_secs_f64();
+                        status.pid = z.pid;
+                        status.id = Some(z.id);
+                    }
+                    ZygoteSlot::Failed { error, .. } => {
+                        status.state = "failed".into();
+                        status.error = Some(error.clone());
+                    }
+                }
+                status
+            })
+            .collect();
+        snapshots.sort_by(|a, b| a.function.cmp(&b.function));
         instances.sort_by(|a, b| a.function.cmp(&b.function).then(a.id.cmp(&b.id)));
         NodeStatus {
             instances,
+            snapshots,
             memory_budget_mb: self.inner.config.memory_budget_mb,
             memory_reserved_mb: state.memory_reserved_mb,
             cgroup_version: self.inner.ctx.cgroups.version().to_string(),
@@ -733,6 +1043,10 @@ impl NodeAgent for LocalAgent {
                 for instance in &idle {
                     forget(&mut state, instance.id);
                 }
+                // A zygote goes once its last fork is gone.
+                let zygotes: Vec<ZygoteSlot> = state.zygotes.drain().map(|(_, z)| z).collect();
+                drop(state);
+                drop(zygotes);
                 idle
             };
             futures_util::future::join_all(idle.into_iter().map(Instance::destroy)).await;
@@ -784,6 +1098,7 @@ mod tests {
             region: "us-east-1".into(),
             max_instances: 1,
             reserved_concurrency: None,
+            prebake: Default::default(),
         });
         let log = report(
             &spec,

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use super::{authenticate, base_url, parse_json, qualified, ApiError, SharedState};
 use crate::controller::code::StoredCode;
 use crate::controller::{ConfigPatch, Controller};
-use crate::function::{Function, FunctionConfig, NetworkMode};
+use crate::function::{Function, FunctionConfig, NetworkMode, Prebake};
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "PascalCase")]
@@ -55,6 +55,8 @@ struct CreateInput {
     package_type: Option<String>,
     /// kiln's extension: `isolated` (default) or `host`.
     kiln_network: Option<NetworkMode>,
+    /// kiln's extension: when to build the function's snapshot, and how to warm it up.
+    kiln_prebake: Option<Prebake>,
 }
 
 #[derive(Deserialize)]
@@ -69,6 +71,7 @@ struct UpdateConfigInput {
     environment: Option<EnvironmentInput>,
     ephemeral_storage: Option<StorageInput>,
     kiln_network: Option<NetworkMode>,
+    kiln_prebake: Option<Prebake>,
     revision_id: Option<String>,
 }
 
@@ -149,6 +152,8 @@ pub fn configuration(controller: &Controller, f: &Function) -> Value {
         "EphemeralStorage": { "Size": f.config.ephemeral_storage_mb },
         "LoggingConfig": { "LogFormat": "Text", "LogGroup": format!("/aws/lambda/{}", f.name) },
         "SnapStart": { "ApplyOn": "None", "OptimizationStatus": "Off" },
+        "KilnNetwork": f.config.network,
+        "KilnPrebake": f.config.prebake,
     });
     if !f.config.env.is_empty() {
         config["Environment"] = json!({ "Variables": f.config.env });
@@ -186,6 +191,7 @@ pub async fn create(
         network: input.kiln_network.unwrap_or_default(),
         ephemeral_storage_mb: input.ephemeral_storage.map(|s| s.size).unwrap_or(512),
         role: String::new(),
+        prebake: input.kiln_prebake.unwrap_or_default(),
     };
     if let Some(role) = input.role {
         config.role = role;
@@ -335,6 +341,7 @@ pub async fn update_configuration(
         role: input.role,
         ephemeral_storage_mb: input.ephemeral_storage.map(|s| s.size),
         network: input.kiln_network,
+        prebake: input.kiln_prebake,
     };
     let function = state
         .controller

@@ -82,6 +82,17 @@ pub struct DeployArgs {
     /// Give the function a URL: `public` (no auth) or `iam` (SigV4 signed).
     #[arg(long)]
     pub url: Option<String>,
+    /// When to build the function's snapshot for hot starts: `deploy` (default), `lazy` (after
+    /// the first start) or `off`.
+    #[arg(long)]
+    pub prebake: Option<String>,
+    /// Warm-up invocations before the snapshot is taken (default 3; 0 for functions with side
+    /// effects).
+    #[arg(long)]
+    pub warmup: Option<u32>,
+    /// The warm-up event: inline JSON, or @file (default `{}`).
+    #[arg(long)]
+    pub warmup_event: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -237,6 +248,25 @@ fn deploy(client: &Client, args: DeployArgs, json_output: bool) -> anyhow::Resul
         }
         config["KilnNetwork"] = n.clone().into();
     }
+    if args.prebake.is_some() || args.warmup.is_some() || args.warmup_event.is_some() {
+        let mut prebake = json!({});
+        if let Some(mode) = &args.prebake {
+            if !["deploy", "lazy", "off"].contains(&mode.as_str()) {
+                bail!("--prebake must be `deploy`, `lazy` or `off`");
+            }
+            prebake["Mode"] = mode.clone().into();
+        }
+        if let Some(n) = args.warmup {
+            prebake["WarmupInvocations"] = n.into();
+        }
+        if let Some(event) = &args.warmup_event {
+            let text = read_inline_or_file(event)?;
+            let event: Value =
+                serde_json::from_slice(&text).context("--warmup-event must be a JSON document")?;
+            prebake["WarmupEvent"] = event;
+        }
+        config["KilnPrebake"] = prebake;
+    }
     let url_auth = match args.url.as_deref() {
         None => None,
         Some("public") => Some("NONE"),
@@ -326,13 +356,18 @@ fn deploy(client: &Client, args: DeployArgs, json_output: bool) -> anyhow::Resul
     Ok(0)
 }
 
+/// An argument given inline, or as `@path` to a file holding it.
+fn read_inline_or_file(arg: &str) -> anyhow::Result<Vec<u8>> {
+    match arg.strip_prefix('@') {
+        Some(path) => std::fs::read(path).with_context(|| format!("cannot read {path}")),
+        None => Ok(arg.as_bytes().to_vec()),
+    }
+}
+
 fn invoke(client: &Client, args: InvokeArgs, json_output: bool) -> anyhow::Result<i32> {
     let payload = match args.payload.as_deref() {
         None => b"{}".to_vec(),
-        Some(p) if p.starts_with('@') => {
-            std::fs::read(&p[1..]).with_context(|| format!("cannot read {}", &p[1..]))?
-        }
-        Some(p) => p.as_bytes().to_vec(),
+        Some(p) => read_inline_or_file(p)?,
     };
     let kind = if args.is_async {
         "Event"
@@ -475,6 +510,29 @@ fn status(client: &Client, json_output: bool) -> anyhow::Result<i32> {
             i["age_s"].as_f64().unwrap_or(0.0),
             i["memory_used_bytes"].as_f64().unwrap_or(0.0) / 1048576.0,
             i["memory_limit_mb"]
+        );
+    }
+    let snapshots = node["snapshots"].as_array().cloned().unwrap_or_default();
+    if !snapshots.is_empty() {
+        println!(
+            "\n{:<24} {:>8} {:<12} {:<9} {:>6} {:>10} {:>10}",
+            "SNAPSHOT", "REVISION", "KIND", "STATE", "FORKS", "BUILD", "MEMORY"
+        );
+    }
+    for s in snapshots {
+        println!(
+            "{:<24} {:>8} {:<12} {:<9} {:>6} {:>8.1}ms {:>7.1} MB{}",
+            s["function"].as_str().unwrap_or(""),
+            s["revision"],
+            s["kind"].as_str().unwrap_or(""),
+            s["state"].as_str().unwrap_or(""),
+            s["forks"],
+            s["build_ms"].as_f64().unwrap_or(0.0),
+            s["memory_bytes"].as_f64().unwrap_or(0.0) / 1048576.0,
+            s["error"]
+                .as_str()
+                .map(|e| format!("  ({e})"))
+                .unwrap_or_default()
         );
     }
     Ok(0)

@@ -119,6 +119,7 @@ pub struct ConfigPatch {
     pub role: Option<String>,
     pub ephemeral_storage_mb: Option<u32>,
     pub network: Option<NetworkMode>,
+    pub prebake: Option<crate::function::Prebake>,
 }
 
 /// A change to a function URL config.
@@ -208,6 +209,7 @@ impl Controller {
         for function in controller.registry.all()? {
             live_code.push(function.code_sha256.clone());
             let spec = controller.spec_for(&function);
+            controller.agent.prepare(spec.clone());
             table.insert(function.name.clone(), Arc::new(Entry { function, spec }));
         }
         *controller
@@ -262,6 +264,7 @@ impl Controller {
                 .reserved_concurrency
                 .unwrap_or(self.config.node_max_instances),
             reserved_concurrency: f.reserved_concurrency,
+            prebake: f.config.prebake.clone(),
         })
     }
 
@@ -283,6 +286,7 @@ impl Controller {
                 }),
             );
         self.agent.retire(&name, Some(function.revision));
+        self.agent.prepare(self.spec_for(&function));
         function
     }
 
@@ -337,6 +341,21 @@ impl Controller {
                 "Value '{}' at 'handler' failed to satisfy constraint",
                 config.handler
             ));
+        }
+        if config.prebake.warmup_invocations > function::MAX_WARMUPS {
+            return invalid(format!(
+                "Value {} at 'kilnPrebake.warmupInvocations' failed to satisfy constraint: Member must have value less than or equal to {}",
+                config.prebake.warmup_invocations,
+                function::MAX_WARMUPS
+            ));
+        }
+        if let Some(event) = &config.prebake.warmup_event {
+            if event.to_string().len() > function::MAX_WARMUP_EVENT_BYTES {
+                return invalid(format!(
+                    "Value at 'kilnPrebake.warmupEvent' failed to satisfy constraint: Member must have length less than or equal to {}",
+                    function::MAX_WARMUP_EVENT_BYTES
+                ));
+            }
         }
         if !(function::MIN_MEMORY_MB..=function::MAX_MEMORY_MB).contains(&config.memory_mb) {
             return invalid(format!(
@@ -534,6 +553,9 @@ impl Controller {
             }
             if let Some(v) = patch.ephemeral_storage_mb {
                 config.ephemeral_storage_mb = v;
+            }
+            if let Some(v) = patch.prebake {
+                config.prebake = v;
             }
             if let Some(v) = patch.network {
                 config.network = v;

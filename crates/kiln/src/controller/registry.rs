@@ -505,6 +505,7 @@ mod tests {
                 network: Default::default(),
                 ephemeral_storage_mb: 512,
                 role: "r".into(),
+                prebake: Default::default(),
             },
             code_sha256: "ab".into(),
             code_size: 10,

@@ -38,6 +38,10 @@ pub trait Runtime: Send + Sync {
     fn argv(&self) -> Vec<String>;
     /// Environment variables of this runtime, on top of Lambda's common ones.
     fn env(&self, spec: &InstanceSpec) -> Vec<(String, String)>;
+    /// Whether an initialised instance can become a fork server (the hot start path).
+    fn can_fork(&self) -> bool {
+        false
+    }
 }
 
 /// The runtimes available on this host.
@@ -53,6 +57,11 @@ impl Runtimes {
         std::fs::create_dir_all(shim_dir)?;
         std::fs::write(shim_dir.join("shim.js"), nodejs::SHIM)?;
         std::fs::write(shim_dir.join("shim.py"), python::SHIM)?;
+        std::fs::create_dir_all(shim_dir.join("python"))?;
+        std::fs::write(
+            shim_dir.join("python/snapshot_restore_py.py"),
+            python::SNAPSHOT_HOOKS,
+        )?;
         let mut by_name: HashMap<String, Arc<dyn Runtime>> = HashMap::new();
         let python = python::Python::detect();
         match &python {
@@ -142,13 +151,18 @@ fn base_mounts() -> Vec<Mount> {
     mounts
 }
 
+/// Lambda's log stream name of an instance: the date and the instance's id.
+pub fn log_stream_name(instance_id: u64) -> String {
+    let date = chrono::Utc::now().format("%Y/%m/%d");
+    format!("{date}/[$LATEST]{instance_id:016x}")
+}
+
 /// Lambda's reserved environment variables for one instance.
 pub fn lambda_env(
     spec: &InstanceSpec,
     instance_id: u64,
     runtime: &dyn Runtime,
 ) -> Vec<(String, String)> {
-    let date = chrono::Utc::now().format("%Y/%m/%d");
     let mut env: Vec<(String, String)> = spec
         .env
         .iter()
@@ -169,10 +183,7 @@ pub fn lambda_env(
             "AWS_LAMBDA_LOG_GROUP_NAME",
             format!("/aws/lambda/{}", spec.function),
         ),
-        (
-            "AWS_LAMBDA_LOG_STREAM_NAME",
-            format!("{date}/[$LATEST]{instance_id:016x}"),
-        ),
+        ("AWS_LAMBDA_LOG_STREAM_NAME", log_stream_name(instance_id)),
         ("AWS_LAMBDA_INITIALIZATION_TYPE", "on-demand".to_string()),
         ("AWS_REGION", spec.region.clone()),
         ("AWS_DEFAULT_REGION", spec.region.clone()),

@@ -9,6 +9,9 @@ use super::{Protocol, Runtime, RUNTIME_DIR};
 use crate::function::InstanceSpec;
 
 pub const SHIM: &str = include_str!("../../../../runtimes/python/shim.py");
+/// Lambda SnapStart's hook module, at `/opt/kiln/python/snapshot_restore_py.py`.
+pub const SNAPSHOT_HOOKS: &str =
+    include_str!("../../../../runtimes/python/lib/snapshot_restore_py.py");
 
 #[derive(Clone)]
 pub struct Python {
@@ -67,6 +70,10 @@ impl Runtime for Python {
             self.executable.display().to_string(),
             format!("{RUNTIME_DIR}/shim.py"),
         ]
+    }
+
+    fn can_fork(&self) -> bool {
+        true
     }
 
     fn env(&self, _spec: &InstanceSpec) -> Vec<(String, String)> {

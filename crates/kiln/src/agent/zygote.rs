@@ -1,0 +1,315 @@
+//! Fork servers: the hot start path of runtimes that can fork (Python).
+//!
+//! A zygote is an instance of one function version that ran its init code and the configured
+//! warm-up invocations and was then told to stop serving and fork on demand (docs/shim-protocol.md,
+//! "Fork server"). Each fork is a new instance: it shares the zygote's sandbox (namespaces, root,
+//! uid) and its memory copy-on-write, but lives in a cgroup of its own with the function's limits,
+//! and talks to the agent over a socket of its own. The zygote's sandbox lives as long as the
+//! zygote or any of its forks.
+
+use std::collections::{BTreeMap, HashMap};
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use kiln_sandbox::Cgroup;
+use tokio::io::Interest;
+use tokio::net::UnixStream;
+use tokio::sync::oneshot;
+
+use super::frame::{self, Header};
+use super::instance::{Instance, StartError};
+use super::{AgentContext, InvokeRequest};
+use crate::function::SharedSpec;
+
+/// How long the zygote may take to answer a fork request.
+const FORK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A fork's pid in the sandbox, and the receiver of its exit code.
+type ForkReply = (i32, oneshot::Receiver<i32>);
+
+/// The agent's side of the conversation with one zygote, shared with the task that reads it.
+#[derive(Default)]
+struct Channel {
+    /// Where the answer to the fork request in flight goes.
+    reply: Mutex<Option<oneshot::Sender<ForkReply>>>,
+    exits: Mutex<HashMap<i32, oneshot::Sender<i32>>>,
+    alive: AtomicBool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+pub struct Zygote {
+    pub spec: SharedSpec,
+    /// The id of the instance that became the zygote (its cgroup is `i<id>`).
+    pub id: u64,
+    /// The fork server's host pid.
+    pub pid: Option<u32>,
+    /// The zygote's own instance, which owns the sandbox.
+    sandbox: Mutex<Option<Instance>>,
+    cgroup: Arc<Cgroup>,
+    stream: Arc<UnixStream>,
+    channel: Arc<Channel>,
+    /// Forks are requested one at a time: answers carry no request id.
+    fork_lock: tokio::sync::Mutex<()>,
+    /// Init plus warm-up time.
+    pub build_time: Duration,
+    pub created: Instant,
+    last_used: Mutex<Instant>,
+    forks: AtomicU64,
+    /// The agent's count of sandboxes being torn down, which shutdown waits for.
+    destroying: Arc<AtomicUsize>,
+}
+
+impl Zygote {
+    /// Starts an instance of `spec` the coldest way, warms it up with the configured sample
+    /// event and turns it into a fork server.
+    pub async fn build(
+        ctx: &AgentContext,
+        spec: &SharedSpec,
+        id: u64,
+        destroying: Arc<AtomicUsize>,
+    ) -> Result<Arc<Zygote>, String> {
+        let begin = Instant::now();
+        let mut instance = Instance::start_cold(ctx, spec, id)
+            .await
+            .map_err(|e| match e {
+                StartError::Function { body, .. } => {
+                    format!("init failed: {}", String::from_utf8_lossy(&body))
+                }
+                StartError::Platform(message) => message,
+            })?;
+        let payload = Bytes::from(
+            spec.prebake
+                .warmup_event
+                .as_ref()
+                .map(|event| event.to_string())
+                .unwrap_or_else(|| "{}".to_string()),
+        );
+        for round in 1..=spec.prebake.warmup_invocations {
+            let request = InvokeRequest {
+                request_id: crate::function::new_request_id().to_string(),
+                payload: payload.clone(),
+                trace_id: String::new(),
+                client_context: None,
+                hints: Default::default(),
+            };
+            let invocation = instance.invoke(&request).await;
+            if !invocation.healthy {
+                instance.destroy().await;
+                return Err(format!(
+                    "warm-up invocation {round} ended the instance: {}",
+                    String::from_utf8_lossy(&invocation.body)
+                ));
+            }
+        }
+        let (stream, leftover, ns_pid) = match instance.become_zygote().await {
+            Ok(parts) => parts,
+            Err(e) => {
+                instance.destroy().await;
+                return Err(format!("the runtime did not become a fork server: {e}"));
+            }
+        };
+        let stream = Arc::new(stream);
+        let channel = Arc::new(Channel {
+            alive: AtomicBool::new(true),
+            ..Channel::default()
+        });
+        tokio::spawn(read_loop(stream.clone(), leftover, channel.clone()));
+        let now = Instant::now();
+        Ok(Arc::new(Zygote {
+            spec: spec.clone(),
+            id,
+            pid: host_pid(&instance.cgroup, ns_pid),
+            cgroup: instance.cgroup.clone(),
+            sandbox: Mutex::new(Some(instance)),
+            stream,
+            channel,
+            fork_lock: tokio::sync::Mutex::new(()),
+            build_time: begin.elapsed(),
+            created: now,
+            last_used: Mutex::new(now),
+            forks: AtomicU64::new(0),
+            destroying,
+        }))
+    }
+
+    /// False once the fork server is gone (crashed, killed); it then forks nothing more.
+    pub fn alive(&self) -> bool {
+        self.channel.alive.load(Ordering::SeqCst)
+    }
+
+    /// Memory the zygote itself holds (what its forks share), in bytes.
+    pub fn memory_bytes(&self) -> u64 {
+        self.cgroup.memory_current()
+    }
+
+    pub fn forks(&self) -> u64 {
+        self.forks.load(Ordering::Relaxed)
+    }
+
+    pub fn last_used(&self) -> Instant {
+        *lock(&self.last_used)
+    }
+
+    /// Forks a new instance that takes over `control` (its agent socket) and `output` (its
+    /// stdout and stderr), applies `env`, and is moved into `cgroup`. Returns the fork's host pid
+    /// and the receiver of its exit code.
+    pub async fn fork(
+        &self,
+        control: OwnedFd,
+        output: OwnedFd,
+        env: BTreeMap<String, String>,
+        cgroup: &Cgroup,
+    ) -> Result<(u32, oneshot::Receiver<i32>), String> {
+        let _one_at_a_time = self.fork_lock.lock().await;
+        if !self.alive() {
+            return Err("the zygote is gone".into());
+        }
+        let (tx, rx) = oneshot::channel();
+        *lock(&self.channel.reply) = Some(tx);
+        let mut frame = Vec::with_capacity(256);
+        frame::encode(&Header::Fork { env }, b"", &mut frame);
+        send_with_fds(&self.stream, &frame, [control.as_fd(), output.as_fd()])
+            .await
+            .map_err(|e| format!("fork request: {e}"))?;
+        // The fork has its own copies now; ours must go so that its end of file is its exit.
+        drop((control, output));
+        let (ns_pid, exit) = match tokio::time::timeout(FORK_TIMEOUT, rx).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => return Err("the zygote exited".into()),
+            Err(_) => return Err("the zygote did not answer".into()),
+        };
+        let pid = host_pid(&self.cgroup, ns_pid)
+            .ok_or_else(|| format!("fork {ns_pid} not found in the zygote's cgroup"))?;
+        // Before the first invocation reaches it: from here on, what it allocates is its own.
+        cgroup
+            .adopt(pid)
+            .map_err(|e| format!("moving the fork into its cgroup: {e}"))?;
+        *lock(&self.last_used) = Instant::now();
+        self.forks.fetch_add(1, Ordering::Relaxed);
+        Ok((pid, exit))
+    }
+}
+
+impl Drop for Zygote {
+    fn drop(&mut self) {
+        let Some(instance) = lock(&self.sandbox).take() else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let destroying = self.destroying.clone();
+                destroying.fetch_add(1, Ordering::SeqCst);
+                runtime.spawn(async move {
+                    instance.destroy().await;
+                    destroying.fetch_sub(1, Ordering::SeqCst);
+                });
+            }
+            // Dropping the instance kills the sandbox helper, and with it the sandbox; the cgroup
+            // is removed as stale at the next start.
+            Err(_) => drop(instance),
+        }
+    }
+}
+
+/// Reads the zygote's answers and exit reports until it is gone.
+async fn read_loop(stream: Arc<UnixStream>, mut buf: BytesMut, channel: Arc<Channel>) {
+    'read: loop {
+        loop {
+            match frame::decode(&mut buf) {
+                Ok(Some(frame)) => match frame.header {
+                    Header::Forked { pid } => {
+                        let (tx, rx) = oneshot::channel();
+                        lock(&channel.exits).insert(pid, tx);
+                        if let Some(reply) = lock(&channel.reply).take() {
+                            let _ = reply.send((pid, rx));
+                        }
+                    }
+                    Header::Exited { pid, status } => {
+                        if let Some(tx) = lock(&channel.exits).remove(&pid) {
+                            let _ = tx.send(status);
+                        }
+                    }
+                    other => tracing::warn!("unexpected frame from a zygote: {other:?}"),
+                },
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!("zygote: {e}");
+                    break 'read;
+                }
+            }
+        }
+        if stream.readable().await.is_err() {
+            break;
+        }
+        buf.reserve(4096);
+        match stream.try_read_buf(&mut buf) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => break,
+        }
+    }
+    channel.alive.store(false, Ordering::SeqCst);
+    // Dropping the senders tells every fork's waiter that its process is gone with the zygote.
+    lock(&channel.exits).clear();
+    lock(&channel.reply).take();
+}
+
+/// Sends `bytes` with `fds` attached (SCM_RIGHTS).
+async fn send_with_fds(
+    stream: &UnixStream,
+    bytes: &[u8],
+    fds: [std::os::fd::BorrowedFd<'_>; 2],
+) -> std::io::Result<()> {
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    loop {
+        stream.writable().await?;
+        let sent = stream.try_io(Interest::WRITABLE, || {
+            let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
+            let mut ancillary = SendAncillaryBuffer::new(&mut space);
+            ancillary.push(SendAncillaryMessage::ScmRights(&fds));
+            rustix::net::sendmsg(
+                stream,
+                &[std::io::IoSlice::new(bytes)],
+                &mut ancillary,
+                SendFlags::NOSIGNAL,
+            )
+            .map_err(std::io::Error::from)
+        });
+        match sent {
+            Ok(n) if n == bytes.len() => return Ok(()),
+            Ok(n) => {
+                return Err(std::io::Error::other(format!(
+                    "short write ({n} of {} bytes)",
+                    bytes.len()
+                )))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// The host pid of the process in `cgroup` whose pid in its own (innermost) namespace is `ns_pid`.
+fn host_pid(cgroup: &Cgroup, ns_pid: i32) -> Option<u32> {
+    let wanted = ns_pid.to_string();
+    cgroup.pids().into_iter().find(|pid| {
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+            return false;
+        };
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("NSpid:"))
+            .map(|ids| {
+                let ids: Vec<&str> = ids.split_whitespace().collect();
+                ids.len() > 1 && ids.last() == Some(&wanted.as_str())
+            })
+            .unwrap_or(false)
+    })
+}

@@ -1,0 +1,258 @@
+"""Start paths: the coldest path, and the hot path from a function-specific snapshot (a Python fork server),
+chosen automatically, visible in logs, metrics and status, invalidated by updates, and falling back safely.
+
+The fixture function (tests/functions/python_snapshot) reports what ran at init, in warm-up invocations and in
+its snapshot hooks (snapshot_restore_py, Lambda SnapStart's API).
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import threading
+import time
+from pathlib import Path
+
+import requests
+
+from kiln_harness import FUNCTIONS, PYTHON_RUNTIME
+
+
+def node_status(server):
+    return json.loads(server.cli("--json", "status").stdout)["node"]
+
+
+def snapshot_of(server, function):
+    return next((s for s in node_status(server).get("snapshots", []) if s["function"] == function), None)
+
+
+def wait_for(predicate, timeout=30, interval=0.1, what="condition"):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def wait_ready(server, function, revision=None):
+    def ready():
+        s = snapshot_of(server, function)
+        return s if s and s["state"] == "ready" and (revision is None or s["revision"] == revision) else None
+    return wait_for(ready, what=f"the snapshot of {function} to be ready")
+
+
+def deploy_cli(server, tmp_path, name, *flags, version="v1", files=None):
+    """Deploys the python_snapshot fixture with the kiln CLI (which carries kiln's KilnPrebake extension)."""
+    code = tmp_path / name
+    if code.exists():
+        shutil.rmtree(code)
+    shutil.copytree(FUNCTIONS / "python_snapshot", code)
+    (code / "version.txt").write_text(version + "\n")
+    for path, text in (files or {}).items():
+        (code / path).write_text(text)
+    server.cli("deploy", name, "--runtime", PYTHON_RUNTIME, "--handler", "app.handler", "--code", str(code),
+               "--timeout", "10", *flags)
+
+
+def invoke(server, name, event=None):
+    result, response = server.invoke(name, event or {}, LogType="Tail")
+    log = server.log_tail(response)
+    report = [l for l in log.splitlines() if l.startswith("REPORT")][-1]
+    return result, response, report
+
+
+def start_path(report):
+    match = re.search(r"Start Path: (\w+)", report)
+    return match.group(1) if match else None
+
+
+def fresh_instance(server, name, event=None):
+    """Invokes `name` on a new instance: the idle ones are made busy by a parallel sleeping invocation first."""
+    busy = [i for i in node_status(server)["instances"] if i["function"] == name and i["state"] == "idle"]
+    threads = [threading.Thread(target=server.invoke, args=(name, {"action": "sleep", "seconds": 2}))
+               for _ in busy]
+    for t in threads:
+        t.start()
+    if threads:
+        wait_for(lambda: len([i for i in node_status(server)["instances"]
+                              if i["function"] == name and i["state"] == "busy"]) >= len(busy),
+                 what="the idle instances to be busy")
+    try:
+        return invoke(server, name, event)
+    finally:
+        for t in threads:
+            t.join(timeout=30)
+
+
+def test_deploy_builds_a_snapshot_and_cold_starts_fork_from_it(kiln, tmp_path):
+    deploy_cli(kiln, tmp_path, "sp-hot", "--warmup", "2", "--warmup-event", '{"warm": true}')
+    snapshot = wait_ready(kiln, "sp-hot")
+    assert snapshot["kind"] == "fork-server" and snapshot["forks"] == 0 and snapshot["memory_bytes"] > 0
+    result, response, report = invoke(kiln, "sp-hot", {"n": 1})
+    assert "FunctionError" not in response, result
+    assert start_path(report) == "hot" and "Init Duration" in report
+    # Init and both warm-up invocations ran in the zygote, before the snapshot; this instance is a fork of it.
+    assert result["events"] == [{"warm": True}, {"warm": True}, {"n": 1}]
+    assert result["pid"] != result["init_pid"]
+    assert result["hooks"] == ["before_snapshot:%d" % result["init_pid"], "after_restore:%d" % result["pid"]]
+    assert result["init_type"] == "snap-start"
+    # Warm invocations reuse the fork.
+    again, _, report = invoke(kiln, "sp-hot", {"n": 2})
+    assert again["pid"] == result["pid"] and start_path(report) is None
+    # A second instance is a second fork, with its own log stream.
+    other, _, report = fresh_instance(kiln, "sp-hot", {"n": 3})
+    assert start_path(report) == "hot" and other["pid"] != result["pid"]
+    assert other["stream"] != result["stream"]
+    assert other["events"] == [{"warm": True}, {"warm": True}, {"n": 3}], "forks share no state after the snapshot"
+    assert snapshot_of(kiln, "sp-hot")["forks"] == 2
+
+
+def test_the_path_is_visible_in_metrics_and_status(kiln, tmp_path):
+    deploy_cli(kiln, tmp_path, "sp-visible")
+    wait_ready(kiln, "sp-visible")
+    invoke(kiln, "sp-visible")
+    instances = [i for i in node_status(kiln)["instances"] if i["function"] == "sp-visible"]
+    assert [i["start_path"] for i in instances] == ["hot"]
+    text = kiln.cli("status").stdout
+    assert "SNAPSHOT" in text and "sp-visible" in text and "fork-server" in text
+    body = requests.get(kiln.endpoint + "/metrics", timeout=30).text
+    assert re.search(r'kiln_cold_starts_total\{function="sp-visible",path="hot"\} 1', body), body
+    assert re.search(r'kiln_memory_bytes\{kind="snapshots"\} [1-9]', body)
+    assert re.search(r'kiln_snapshots\{kind="ready"\} [1-9]', body)
+
+
+def test_prebake_off_takes_the_coldest_path(kiln, tmp_path):
+    deploy_cli(kiln, tmp_path, "sp-off", "--prebake", "off")
+    result, _, report = invoke(kiln, "sp-off")
+    assert start_path(report) == "coldest"
+    assert result["pid"] == result["init_pid"] and result["hooks"] == []
+    time.sleep(1)
+    assert snapshot_of(kiln, "sp-off") is None
+    config = kiln.signed_request("GET", "/2015-03-31/functions/sp-off/configuration").json()
+    assert config["KilnPrebake"] == {"Mode": "off", "WarmupInvocations": 3}
+
+
+def test_lazy_prebake_snapshots_after_the_first_start(kiln, tmp_path):
+    deploy_cli(kiln, tmp_path, "sp-lazy", "--prebake", "lazy", "--warmup", "0")
+    time.sleep(1)
+    assert snapshot_of(kiln, "sp-lazy") is None, "a lazy snapshot waits for the first start"
+    first, _, report = invoke(kiln, "sp-lazy")
+    assert start_path(report) == "coldest"
+    wait_ready(kiln, "sp-lazy")
+    second, _, report = fresh_instance(kiln, "sp-lazy", {"second": True})
+    assert start_path(report) == "hot"
+    assert second["events"] == [{"second": True}], "no warm-up invocations were configured"
+
+
+def test_a_code_update_invalidates_the_snapshot(kiln, tmp_path):
+    deploy_cli(kiln, tmp_path, "sp-update", version="v1")
+    first = wait_ready(kiln, "sp-update")
+    result, _, report = invoke(kiln, "sp-update")
+    assert result["version"] == "v1" and start_path(report) == "hot"
+    deploy_cli(kiln, tmp_path, "sp-update", version="v2")
+    # The very next invocation runs the new code, whatever path it takes: never the old snapshot.
+    result, _, report = invoke(kiln, "sp-update")
+    assert result["version"] == "v2", result
+    rebuilt = wait_ready(kiln, "sp-update")
+    assert rebuilt["revision"] > first["revision"]
+    result, _, report = fresh_instance(kiln, "sp-update")
+    assert result["version"] == "v2" and start_path(report) == "hot"
+
+
+def test_a_dead_snapshot_falls_back_and_still_answers(kiln, tmp_path):
+    deploy_cli(kiln, tmp_path, "sp-broken", "--warmup", "0")
+    snapshot = wait_ready(kiln, "sp-broken")
+    os.kill(snapshot["pid"], signal.SIGKILL)
+    result, response, report = invoke(kiln, "sp-broken")
+    assert "FunctionError" not in response, result
+    assert start_path(report) == "coldest"
+    # The fallback builds a new snapshot, and cold starts take the hot path again.
+    rebuilt = wait_ready(kiln, "sp-broken")
+    assert rebuilt["pid"] != snapshot["pid"]
+    _, _, report = fresh_instance(kiln, "sp-broken")
+    assert start_path(report) == "hot"
+
+
+def test_a_failing_restore_hook_falls_back(kiln, tmp_path):
+    hook = ("from snapshot_restore_py import register_after_restore\n"
+            "def fail():\n    raise RuntimeError('cannot restore')\n"
+            "register_after_restore(fail)\n")
+    deploy_cli(kiln, tmp_path, "sp-hook", "--warmup", "0",
+               files={"app.py": hook + (FUNCTIONS / "python_snapshot" / "app.py").read_text()})
+    wait_ready(kiln, "sp-hook")
+    result, response, report = invoke(kiln, "sp-hook")
+    assert "FunctionError" not in response, result
+    assert start_path(report) == "coldest"
+
+
+def test_init_errors_never_reach_a_snapshot(kiln, tmp_path):
+    deploy_cli(kiln, tmp_path, "sp-initerr", files={"app.py": "raise ValueError('broken at init')\n"})
+    failed = wait_for(lambda: (s := snapshot_of(kiln, "sp-initerr")) and s["state"] == "failed" and s,
+                      what="the snapshot build to fail")
+    assert "broken at init" in failed["error"]
+    result, response, report = invoke(kiln, "sp-initerr")
+    assert response.get("FunctionError") == "Unhandled"
+    assert result["errorType"] == "ValueError" and start_path(report) == "coldest"
+
+
+def test_hot_instances_have_their_own_limits(kiln, tmp_path):
+    deploy_cli(kiln, tmp_path, "sp-limits", "--memory", "128", "--warmup", "0")
+    wait_ready(kiln, "sp-limits")
+    result, response, report = invoke(kiln, "sp-limits", {"action": "allocate", "mb": 400})
+    assert start_path(report) == "hot"
+    assert result["errorType"] == "Runtime.OutOfMemory", result
+    # The fork was killed in its own cgroup: the zygote lives on and the next cold start is hot again.
+    assert snapshot_of(kiln, "sp-limits")["state"] == "ready"
+    again, response, report = invoke(kiln, "sp-limits")
+    assert "FunctionError" not in response and start_path(report) == "hot"
+    # A timeout ends only the fork too.
+    result, response, report = invoke(kiln, "sp-limits", {"action": "sleep", "seconds": 30})
+    assert result["errorType"] == "Sandbox.Timedout"
+    _, response, report = invoke(kiln, "sp-limits")
+    assert "FunctionError" not in response and start_path(report) == "hot"
+
+
+def test_idle_forks_share_the_zygotes_memory(kiln, tmp_path):
+    # 12288 pages of random bytes: 48 MB built at init, shared copy-on-write by every fork.
+    deploy_cli(kiln, tmp_path, "sp-share", "--memory", "512", "--warmup", "1", "--env", "BALLAST_PAGES=12288")
+    wait_ready(kiln, "sp-share")
+    threads = [threading.Thread(target=kiln.invoke, args=("sp-share", {"action": "sleep", "seconds": 2}))
+               for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    forks = [i for i in node_status(kiln)["instances"] if i["function"] == "sp-share"]
+    assert len(forks) == 3 and all(i["start_path"] == "hot" for i in forks)
+    for fork in forks:
+        sharing = fork["sharing"]
+        assert sharing["rss_bytes"] > 48 << 20, sharing
+        # Private memory is a small fraction of what the fork maps: the ballast stays shared.
+        assert sharing["uss_bytes"] < sharing["rss_bytes"] / 4, sharing
+        assert sharing["pss_bytes"] < sharing["rss_bytes"] / 2, sharing
+        # The cgroup charges a fork only for what it wrote itself.
+        assert fork["memory_used_bytes"] < 16 << 20, fork
+
+
+def test_invalid_prebake_settings_are_refused(kiln):
+    kiln.deploy("sp-invalid", PYTHON_RUNTIME, "app.handler", code="python_state")
+    path = "/2015-03-31/functions/sp-invalid/configuration"
+    for body, message in [({"KilnPrebake": {"Mode": "sometimes"}}, "sometimes"),
+                          ({"KilnPrebake": {"WarmupInvocations": 1000}}, "warmupInvocations")]:
+        response = kiln.signed_request("PUT", path, json.dumps(body), {"Content-Type": "application/json"})
+        assert response.status_code == 400, response.text
+        assert message in response.json()["message"], response.text
+
+
+def test_a_restart_rebuilds_snapshots_before_the_first_invocation(fresh_kiln, tmp_path):
+    server = fresh_kiln()
+    deploy_cli(server, tmp_path, "sp-restart", "--warmup", "1")
+    wait_ready(server, "sp-restart")
+    server.restart()
+    wait_ready(server, "sp-restart")
+    result, response, report = invoke(server, "sp-restart")
+    assert "FunctionError" not in response and start_path(report) == "hot"
+    assert result["events"] == [{}, {}]
