@@ -301,7 +301,8 @@ def test_exit_is_an_exit_error_and_the_next_invoke_works(kiln, runtime, code):
     assert "exit status 3" in log
     after, response = kiln.invoke(name)
     assert "FunctionError" not in response
-    assert after["instance"] != warm["instance"] and after["count"] == 1
+    # A new instance; a standby one (Node's hot path) has served its warm-up invocations already.
+    assert after["instance"] != warm["instance"] and after["count"] in (1, 4)
 
 
 def test_a_crash_leaves_other_instances_alone(kiln):

@@ -56,9 +56,11 @@ def cgroup_parent(server):
 
 
 def leaked_cgroups(server):
-    """Instance cgroup directories on the host (any hierarchy) that belong to no live instance."""
+    """Instance cgroup directories on the host (any hierarchy) that belong to no live instance or snapshot."""
     parent = cgroup_parent(server)
-    live = {f"i{i['id']}" for i in json.loads(server.cli("--json", "status").stdout)["node"]["instances"]}
+    node = json.loads(server.cli("--json", "status").stdout)["node"]
+    # Function snapshots (fork servers, standby instances) have cgroups of their own too.
+    live = {f"i{i['id']}" for i in node["instances"] + node.get("snapshots", []) if i.get("id")}
     leaked = set()
     for base in [CGROUP_ROOT / parent] + [CGROUP_ROOT / c / parent for c in ("memory", "pids", "cpu")]:
         if base.is_dir():

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import requests
 
-from kiln_harness import FUNCTIONS, PYTHON_RUNTIME
+from kiln_harness import FUNCTIONS, NODE_RUNTIME, PYTHON_RUNTIME
 
 
 def node_status(server):
@@ -44,16 +44,19 @@ def wait_ready(server, function, revision=None):
     return wait_for(ready, what=f"the snapshot of {function} to be ready")
 
 
-def deploy_cli(server, tmp_path, name, *flags, version="v1", files=None):
-    """Deploys the python_snapshot fixture with the kiln CLI (which carries kiln's KilnPrebake extension)."""
+def deploy_cli(server, tmp_path, name, *flags, version="v1", files=None, runtime=PYTHON_RUNTIME):
+    """Deploys the python_snapshot (or node_snapshot) fixture with the kiln CLI, which carries kiln's
+    KilnPrebake extension."""
+    fixture, handler = ("python_snapshot", "app.handler") if runtime == PYTHON_RUNTIME \
+        else ("node_snapshot", "index.handler")
     code = tmp_path / name
     if code.exists():
         shutil.rmtree(code)
-    shutil.copytree(FUNCTIONS / "python_snapshot", code)
+    shutil.copytree(FUNCTIONS / fixture, code)
     (code / "version.txt").write_text(version + "\n")
     for path, text in (files or {}).items():
         (code / path).write_text(text)
-    server.cli("deploy", name, "--runtime", PYTHON_RUNTIME, "--handler", "app.handler", "--code", str(code),
+    server.cli("deploy", name, "--runtime", runtime, "--handler", handler, "--code", str(code),
                "--timeout", "10", *flags)
 
 
@@ -256,3 +259,33 @@ def test_a_restart_rebuilds_snapshots_before_the_first_invocation(fresh_kiln, tm
     result, response, report = invoke(server, "sp-restart")
     assert "FunctionError" not in response and start_path(report) == "hot"
     assert result["events"] == [{}, {}]
+
+
+# ------------------------------------------------------------------------------------------------- standby
+def test_runtimes_that_cannot_fork_start_hot_from_a_standby_instance(kiln, tmp_path):
+    deploy_cli(kiln, tmp_path, "sp-node", "--warmup", "2", "--warmup-event", '{"warm": 1}', runtime=NODE_RUNTIME)
+    snapshot = wait_ready(kiln, "sp-node")
+    assert snapshot["kind"] == "standby"
+    result, response, report = invoke(kiln, "sp-node", {"n": 1})
+    assert "FunctionError" not in response, result
+    assert start_path(report) == "hot"
+    # The standby ran init and the warm-up invocations before this, its first real one.
+    assert result["events"] == [{"warm": 1}, {"warm": 1}, {"n": 1}]
+    init = float(re.search(r"Init Duration: ([0-9.]+) ms", report).group(1))
+    assert init < 50, report
+    # A new standby replaces the one taken, and serves the next cold start.
+    wait_ready(kiln, "sp-node")
+    other, _, report = fresh_instance(kiln, "sp-node", {"n": 2})
+    assert start_path(report) == "hot"
+    assert other["events"] == [{"warm": 1}, {"warm": 1}, {"n": 2}]
+
+
+def test_a_code_update_replaces_the_standby(kiln, tmp_path):
+    deploy_cli(kiln, tmp_path, "sp-node-update", "--warmup", "0", runtime=NODE_RUNTIME)
+    wait_ready(kiln, "sp-node-update")
+    deploy_cli(kiln, tmp_path, "sp-node-update", "--warmup", "0", version="v2", runtime=NODE_RUNTIME)
+    result, _, report = invoke(kiln, "sp-node-update")
+    assert result["version"] == "v2"
+    wait_ready(kiln, "sp-node-update")
+    result, _, report = fresh_instance(kiln, "sp-node-update")
+    assert result["version"] == "v2" and start_path(report) == "hot"

@@ -742,6 +742,15 @@ impl Instance {
         }
     }
 
+    /// False once the runtime is known to be gone (checked without waiting).
+    pub fn alive(&mut self) -> bool {
+        self.exit_status.is_none()
+            && match &mut self.process {
+                Process::Sandbox(child) => matches!(child.try_wait(), Ok(None)),
+                Process::Forked { exit, .. } => exit.is_some(),
+            }
+    }
+
     /// The host pid of a forked instance's process.
     pub fn pid(&self) -> Option<u32> {
         match &self.process {

@@ -278,19 +278,46 @@ struct LiveInstance {
 }
 
 /// The function-specific snapshot of one function.
-enum ZygoteSlot {
-    Building { revision: u64, id: u64 },
+enum SnapshotSlot {
+    Building {
+        revision: u64,
+        id: u64,
+    },
+    /// A fork server (runtimes that can fork).
     Ready(Arc<Zygote>),
-    Failed { revision: u64, error: String },
+    /// An initialised, warmed-up instance held back for the next cold start (runtimes that
+    /// cannot fork), with the time it took to build.
+    Standby(Box<Instance>, Duration),
+    Failed {
+        revision: u64,
+        error: String,
+    },
 }
 
-impl ZygoteSlot {
+impl SnapshotSlot {
     fn revision(&self) -> u64 {
         match self {
-            ZygoteSlot::Building { revision, .. } | ZygoteSlot::Failed { revision, .. } => {
+            SnapshotSlot::Building { revision, .. } | SnapshotSlot::Failed { revision, .. } => {
                 *revision
             }
-            ZygoteSlot::Ready(z) => z.spec.revision,
+            SnapshotSlot::Ready(z) => z.spec.revision,
+            SnapshotSlot::Standby(i, _) => i.spec.revision,
+        }
+    }
+
+    fn memory_bytes(&self) -> u64 {
+        match self {
+            SnapshotSlot::Ready(z) => z.memory_bytes(),
+            SnapshotSlot::Standby(i, _) => i.cgroup.memory_current(),
+            _ => 0,
+        }
+    }
+
+    fn last_used(&self) -> Option<Instant> {
+        match self {
+            SnapshotSlot::Ready(z) => Some(z.last_used()),
+            SnapshotSlot::Standby(i, _) => Some(i.last_used),
+            _ => None,
         }
     }
 }
@@ -308,7 +335,7 @@ struct Pool {
 struct State {
     pools: HashMap<String, Pool>,
     live: HashMap<u64, LiveInstance>,
-    zygotes: HashMap<String, ZygoteSlot>,
+    zygotes: HashMap<String, SnapshotSlot>,
     memory_reserved_mb: u64,
     next_id: u64,
     shutting_down: bool,
@@ -568,6 +595,25 @@ impl Inner {
     /// zygote, else the coldest path (which then has a zygote built, unless prebaking is off).
     /// A broken snapshot falls back to the next path, with the reason logged.
     async fn start(self: &Arc<Self>, spec: &SharedSpec, id: u64) -> Result<Instance, StartError> {
+        let begin = Instant::now();
+        if let Some(mut standby) = self.take_standby(spec) {
+            if standby.alive() {
+                standby.start_path = StartPath::Hot;
+                standby.init_duration = begin.elapsed();
+                standby.last_used = Instant::now();
+                // The standby keeps its own id (and cgroup); the reservation moves over to it.
+                {
+                    let mut state = self.state();
+                    if let Some(entry) = state.live.remove(&id) {
+                        state.live.insert(standby.id, entry);
+                    }
+                }
+                self.build_zygote(spec);
+                return Ok(*standby);
+            }
+            tracing::warn!(function = %spec.function, "the standby instance was gone; falling back");
+            self.destroy_later(*standby);
+        }
         if let Some(zygote) = self.ready_zygote(spec) {
             match Instance::fork(&self.ctx, &zygote, spec, id).await {
                 Ok(instance) => return Ok(instance),
@@ -585,9 +631,29 @@ impl Inner {
         Ok(instance)
     }
 
+    fn take_standby(&self, spec: &SharedSpec) -> Option<Box<Instance>> {
+        let mut state = self.state();
+        match state.zygotes.get(&spec.function) {
+            Some(SnapshotSlot::Standby(i, _)) if i.spec.revision == spec.revision => {
+                match state.zygotes.remove(&spec.function) {
+                    Some(SnapshotSlot::Standby(instance, _)) => Some(instance),
+                    _ => None,
+                }
+            }
+            _ => None,
+        }
+    }
+
+    /// Lets a snapshot go: a standby instance is destroyed, a zygote goes with its last fork.
+    fn discard(&self, slot: SnapshotSlot) {
+        if let SnapshotSlot::Standby(instance, _) = slot {
+            self.destroy_later(*instance);
+        }
+    }
+
     fn ready_zygote(&self, spec: &SharedSpec) -> Option<Arc<Zygote>> {
         match self.state().zygotes.get(&spec.function) {
-            Some(ZygoteSlot::Ready(z)) if z.spec.revision == spec.revision && z.alive() => {
+            Some(SnapshotSlot::Ready(z)) if z.spec.revision == spec.revision && z.alive() => {
                 Some(z.clone())
             }
             _ => None,
@@ -597,46 +663,44 @@ impl Inner {
     /// Forgets a zygote that failed; the next cold start builds a new one.
     fn drop_zygote(&self, function: &str, zygote: &Arc<Zygote>) {
         let mut state = self.state();
-        if matches!(state.zygotes.get(function), Some(ZygoteSlot::Ready(z)) if Arc::ptr_eq(z, zygote))
+        if matches!(state.zygotes.get(function), Some(SnapshotSlot::Ready(z)) if Arc::ptr_eq(z, zygote))
         {
             state.zygotes.remove(function);
         }
     }
 
-    /// Builds the function-specific snapshot of `spec` in the background, unless it exists, is
-    /// being built, failed for this revision, or the function or its runtime cannot have one.
+    /// Builds the function-specific snapshot of `spec` in the background (a fork server where
+    /// the runtime can fork, else a standby instance), unless it exists, is being built, failed
+    /// for this revision, or prebaking is off.
     fn build_zygote(self: &Arc<Self>, spec: &SharedSpec) {
         use crate::function::PrebakeMode;
-        if spec.prebake.mode == PrebakeMode::Off
-            || !self
-                .ctx
-                .runtimes
-                .get(&spec.runtime)
-                .is_some_and(|r| r.can_fork())
-        {
+        if spec.prebake.mode == PrebakeMode::Off {
             return;
         }
+        let Some(can_fork) = self.ctx.runtimes.get(&spec.runtime).map(|r| r.can_fork()) else {
+            return;
+        };
         let id = {
             let mut state = self.state();
             if state.shutting_down {
                 return;
             }
             match state.zygotes.get(&spec.function) {
-                Some(ZygoteSlot::Ready(z)) if z.spec.revision == spec.revision && z.alive() => {
+                Some(SnapshotSlot::Ready(z)) if z.spec.revision == spec.revision && z.alive() => {
                     return
                 }
-                Some(slot @ (ZygoteSlot::Building { .. } | ZygoteSlot::Failed { .. }))
-                    if slot.revision() == spec.revision =>
-                {
-                    return
-                }
+                Some(
+                    slot @ (SnapshotSlot::Building { .. }
+                    | SnapshotSlot::Failed { .. }
+                    | SnapshotSlot::Standby(..)),
+                ) if slot.revision() == spec.revision => return,
                 _ => {}
             }
             state.next_id += 1;
             let id = state.next_id;
             state.zygotes.insert(
                 spec.function.clone(),
-                ZygoteSlot::Building {
+                SnapshotSlot::Building {
                     revision: spec.revision,
                     id,
                 },
@@ -646,30 +710,38 @@ impl Inner {
         let inner = self.clone();
         let spec = spec.clone();
         tokio::spawn(async move {
-            let built = Zygote::build(&inner.ctx, &spec, id, inner.destroying.clone()).await;
+            let begin = Instant::now();
+            let built = if can_fork {
+                Zygote::build(&inner.ctx, &spec, id, inner.destroying.clone())
+                    .await
+                    .map(SnapshotSlot::Ready)
+            } else {
+                zygote::warmed_up(&inner.ctx, &spec, id)
+                    .await
+                    .map(|i| SnapshotSlot::Standby(Box::new(i), begin.elapsed()))
+            };
             let mut evicted = Vec::new();
             {
                 let mut state = inner.state();
                 let current = matches!(
                     state.zygotes.get(&spec.function),
-                    Some(ZygoteSlot::Building { revision, id: building }) if *revision == spec.revision && *building == id
+                    Some(SnapshotSlot::Building { revision, id: building }) if *revision == spec.revision && *building == id
                 );
                 match built {
-                    Ok(zygote) if current && !state.shutting_down => {
+                    Ok(slot) if current && !state.shutting_down => {
                         tracing::info!(
                             function = %spec.function,
                             revision = spec.revision,
-                            "snapshot ready (fork server, built in {:.1} ms)",
-                            zygote.build_time.as_secs_f64() * 1000.0
+                            "snapshot ready ({}, built in {:.1} ms)",
+                            if can_fork { "fork server" } else { "standby instance" },
+                            begin.elapsed().as_secs_f64() * 1000.0
                         );
                         evicted = evict_snapshots(
                             &mut state,
-                            zygote.memory_bytes(),
+                            slot.memory_bytes(),
                             inner.config.snapshot_memory_mb,
                         );
-                        state
-                            .zygotes
-                            .insert(spec.function.clone(), ZygoteSlot::Ready(zygote));
+                        state.zygotes.insert(spec.function.clone(), slot);
                     }
                     Ok(outdated) => evicted.push(outdated),
                     Err(error) => {
@@ -680,7 +752,7 @@ impl Inner {
                         if current {
                             state.zygotes.insert(
                                 spec.function.clone(),
-                                ZygoteSlot::Failed {
+                                SnapshotSlot::Failed {
                                     revision: spec.revision,
                                     error,
                                 },
@@ -689,8 +761,10 @@ impl Inner {
                     }
                 }
             }
-            // Dropped outside the lock: the last reference tears the sandbox down.
-            drop(evicted);
+            // Outside the lock: the last reference to a zygote tears its sandbox down.
+            for slot in evicted {
+                inner.discard(slot);
+            }
         });
     }
 
@@ -711,7 +785,7 @@ impl Inner {
                 Acquired::Warm(instance) => (*instance, false),
                 Acquired::Cold(id) => match self.start(&spec, id).await {
                     Ok(instance) => {
-                        if let Some(live) = self.state().live.get_mut(&id) {
+                        if let Some(live) = self.state().live.get_mut(&instance.id) {
                             live.state = InstanceState::Busy;
                             live.cgroup = Some(instance.cgroup.clone());
                             live.start_path = instance.start_path;
@@ -812,31 +886,25 @@ fn forget(state: &mut State, id: u64) {
 
 /// Removes ready snapshots, least recently used first, until `needed` more bytes fit in the
 /// snapshot memory budget. A removed zygote lives on until its last fork is gone.
-fn evict_snapshots(state: &mut State, needed: u64, budget_mb: u64) -> Vec<Arc<Zygote>> {
+fn evict_snapshots(state: &mut State, needed: u64, budget_mb: u64) -> Vec<SnapshotSlot> {
     let mut evicted = Vec::new();
     loop {
-        let ready: Vec<(&String, &Arc<Zygote>)> = state
-            .zygotes
-            .iter()
-            .filter_map(|(name, slot)| match slot {
-                ZygoteSlot::Ready(z) => Some((name, z)),
-                _ => None,
-            })
-            .collect();
-        let used: u64 = ready.iter().map(|(_, z)| z.memory_bytes()).sum();
+        let used: u64 = state.zygotes.values().map(SnapshotSlot::memory_bytes).sum();
         if used + needed <= budget_mb * 1024 * 1024 {
             break;
         }
-        let Some(name) = ready
+        let Some(name) = state
+            .zygotes
             .iter()
-            .min_by_key(|(_, z)| z.last_used())
-            .map(|(name, _)| (*name).clone())
+            .filter_map(|(name, slot)| slot.last_used().map(|used| (used, name)))
+            .min()
+            .map(|(_, name)| name.clone())
         else {
             break;
         };
-        if let Some(ZygoteSlot::Ready(z)) = state.zygotes.remove(&name) {
+        if let Some(slot) = state.zygotes.remove(&name) {
             tracing::info!(function = %name, "snapshot evicted (snapshot memory budget)");
-            evicted.push(z);
+            evicted.push(slot);
         }
     }
     evicted
@@ -945,8 +1013,9 @@ impl NodeAgent for LocalAgent {
             }
             (retire, zygote)
         };
-        // Outside the lock: the last reference to a zygote tears its sandbox down.
-        drop(zygote);
+        if let Some(slot) = zygote {
+            self.inner.discard(slot);
+        }
         for victim in victims {
             self.inner.destroy_later(victim);
         }
@@ -999,8 +1068,8 @@ impl NodeAgent for LocalAgent {
                     error: None,
                 };
                 match slot {
-                    ZygoteSlot::Building { id, .. } => status.id = Some(*id),
-                    ZygoteSlot::Ready(z) => {
+                    SnapshotSlot::Building { id, .. } => status.id = Some(*id),
+                    SnapshotSlot::Ready(z) => {
                         status.state = "ready".into();
                         status.memory_bytes = z.memory_bytes();
                         status.forks = z.forks();
@@ -1009,7 +1078,15 @@ impl NodeAgent for LocalAgent {
                         status.pid = z.pid;
                         status.id = Some(z.id);
                     }
-                    ZygoteSlot::Failed { error, .. } => {
+                    SnapshotSlot::Standby(i, build_time) => {
+                        status.kind = "standby".into();
+                        status.state = "ready".into();
+                        status.memory_bytes = i.cgroup.memory_current();
+                        status.build_ms = build_time.as_secs_f64() * 1000.0;
+                        status.idle_s = now.duration_since(i.last_used).as_secs_f64();
+                        status.id = Some(i.id);
+                    }
+                    SnapshotSlot::Failed { error, .. } => {
                         status.state = "failed".into();
                         status.error = Some(error.clone());
                     }
@@ -1043,10 +1120,12 @@ impl NodeAgent for LocalAgent {
                 for instance in &idle {
                     forget(&mut state, instance.id);
                 }
-                // A zygote goes once its last fork is gone.
-                let zygotes: Vec<ZygoteSlot> = state.zygotes.drain().map(|(_, z)| z).collect();
-                drop(state);
-                drop(zygotes);
+                // A zygote goes once its last fork is gone; standby instances go with the idle ones.
+                for (_, slot) in state.zygotes.drain() {
+                    if let SnapshotSlot::Standby(instance, _) = slot {
+                        idle.push(*instance);
+                    }
+                }
                 idle
             };
             futures_util::future::join_all(idle.into_iter().map(Instance::destroy)).await;

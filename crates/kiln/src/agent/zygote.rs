@@ -65,9 +65,47 @@ pub struct Zygote {
     destroying: Arc<AtomicUsize>,
 }
 
+/// Starts an instance of `spec` the coldest way and warms it up with the configured sample
+/// event: what a snapshot is taken of (Prebaking). Output of init and warm-up is dropped.
+pub async fn warmed_up(ctx: &AgentContext, spec: &SharedSpec, id: u64) -> Result<Instance, String> {
+    let mut instance = Instance::start_cold(ctx, spec, id)
+        .await
+        .map_err(|e| match e {
+            StartError::Function { body, .. } => {
+                format!("init failed: {}", String::from_utf8_lossy(&body))
+            }
+            StartError::Platform(message) => message,
+        })?;
+    instance.init_output = None;
+    let payload = Bytes::from(
+        spec.prebake
+            .warmup_event
+            .as_ref()
+            .map(|event| event.to_string())
+            .unwrap_or_else(|| "{}".to_string()),
+    );
+    for round in 1..=spec.prebake.warmup_invocations {
+        let request = InvokeRequest {
+            request_id: crate::function::new_request_id().to_string(),
+            payload: payload.clone(),
+            trace_id: String::new(),
+            client_context: None,
+            hints: Default::default(),
+        };
+        let invocation = instance.invoke(&request).await;
+        if !invocation.healthy {
+            instance.destroy().await;
+            return Err(format!(
+                "warm-up invocation {round} ended the instance: {}",
+                String::from_utf8_lossy(&invocation.body)
+            ));
+        }
+    }
+    Ok(instance)
+}
+
 impl Zygote {
-    /// Starts an instance of `spec` the coldest way, warms it up with the configured sample
-    /// event and turns it into a fork server.
+    /// Warms an instance of `spec` up and turns it into a fork server.
     pub async fn build(
         ctx: &AgentContext,
         spec: &SharedSpec,
@@ -75,38 +113,7 @@ impl Zygote {
         destroying: Arc<AtomicUsize>,
     ) -> Result<Arc<Zygote>, String> {
         let begin = Instant::now();
-        let mut instance = Instance::start_cold(ctx, spec, id)
-            .await
-            .map_err(|e| match e {
-                StartError::Function { body, .. } => {
-                    format!("init failed: {}", String::from_utf8_lossy(&body))
-                }
-                StartError::Platform(message) => message,
-            })?;
-        let payload = Bytes::from(
-            spec.prebake
-                .warmup_event
-                .as_ref()
-                .map(|event| event.to_string())
-                .unwrap_or_else(|| "{}".to_string()),
-        );
-        for round in 1..=spec.prebake.warmup_invocations {
-            let request = InvokeRequest {
-                request_id: crate::function::new_request_id().to_string(),
-                payload: payload.clone(),
-                trace_id: String::new(),
-                client_context: None,
-                hints: Default::default(),
-            };
-            let invocation = instance.invoke(&request).await;
-            if !invocation.healthy {
-                instance.destroy().await;
-                return Err(format!(
-                    "warm-up invocation {round} ended the instance: {}",
-                    String::from_utf8_lossy(&invocation.body)
-                ));
-            }
-        }
+        let mut instance = warmed_up(ctx, spec, id).await?;
         let (stream, leftover, ns_pid) = match instance.become_zygote().await {
             Ok(parts) => parts,
             Err(e) => {
