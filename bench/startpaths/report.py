@@ -269,7 +269,9 @@ def markdown(s, an, comp, floor, mrows, lat, mem):
                  f"{fmt(a['e2e'])} | {fmt(a['init'])} | {fmt(a['outside'])} | {fmt(a['warm_e2e'], digits=3)} |")
     L.append("")
     L.append("Floor (the client's own cost): a warm NoOp Invoke, end-to-end, "
-             + ", ".join(f"{rt} {fmt(f, digits=3)} ms (n = {f['n']})" for rt, f in floor.items()) + ".\n")
+             + ", ".join(f"{rt} {fmt(f, digits=3)} ms (n = {f['n']})" for rt, f in floor.items())
+             + (f"; of which SigV4 signing alone {fmt(median_ci(lat['sign_ms'], 'sign'), digits=3)} ms"
+                if lat.get("sign_ms") else "") + ".\n")
     if comp:
         L.append("### Coldest vs hot (ratio of medians coldest/hot, bootstrap 95% CI; Mann-Whitney U two-sided p)\n")
         L.append("| runtime | function | end-to-end ratio | p | Init Duration ratio | p |")

@@ -143,6 +143,18 @@ class Client:
         tail = base64.b64decode(resp.getheader("X-Amz-Log-Result") or "").decode(errors="replace")
         return (t1 - t0) / 1e6, parse_report(tail)
 
+    def sign_only(self, n):
+        """The client's SigV4 signing cost alone (ms per request), part of every end-to-end."""
+        from botocore.awsrequest import AWSRequest
+        out = []
+        for _ in range(n):
+            t0 = time.perf_counter_ns()
+            req = AWSRequest(method="POST", url=self.url + "/2015-03-31/functions/x/invocations",
+                             data=b"{}", headers={"X-Amz-Log-Type": "Tail"})
+            self.auth.add_auth(req)
+            out.append((time.perf_counter_ns() - t0) / 1e6)
+        return out
+
     def status(self):
         return self.json("GET", "/kiln/v1/status")
 
@@ -237,6 +249,7 @@ def latency(args, client):
             client.invoke(name, {})
         out["floor"][rt] = [client.invoke(name, {})[0] for _ in range(args.floor_n)]
         log(f"floor {rt}: warm NoOp end-to-end p50 {np.median(out['floor'][rt]):.3f} ms")
+    out["sign_ms"] = client.sign_only(args.floor_n)
     order = cases()
     before = core.cpu_account()
     load_start = core.loadavg()
