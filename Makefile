@@ -1,6 +1,6 @@
 # kiln's entry points. `make up` and `make test` are the two set-up commands of the README.
 
-.PHONY: up build test lint unit integration bench clean
+.PHONY: up build test lint unit integration bench bench-startpaths clean
 
 # Build kiln (release) and start it with the demo function `hello` deployed.
 up:
@@ -28,6 +28,10 @@ integration: build
 # The invoke hot-path benchmark (release build, several minutes; not part of CI).
 bench:
 	./bench/run.sh
+
+# Start paths (coldest vs hot) against the Prebaking/SEUSS thesis (release build, ~25 min).
+bench-startpaths:
+	./bench/startpaths/run.sh
 
 clean:
 	cargo clean

@@ -1,0 +1,381 @@
+"""Statistics and the report of the start-path benchmark: startpaths.{md,json,png}."""
+
+import argparse
+import datetime
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+from scipy.stats import mannwhitneyu
+
+import bench as core
+from startpaths import ANCHORS, FUNCTION_ORDER, PATHS, TARGETS, WARMUP_INVOCATIONS, cases
+
+BOOT = 10_000
+
+
+def seed_of(name):
+    return int(hashlib.sha256(name.encode()).hexdigest()[:8], 16)
+
+
+def median_ci(a, name):
+    a = np.asarray(a, dtype=float)
+    if len(a) == 0:
+        return {"n": 0, "median": float("nan"), "ci95": [float("nan")] * 2}
+    dist = core.boot(a, 50, BOOT, seed_of(name))
+    return {"n": int(len(a)), "median": float(np.median(a)), "ci95": core.ci(dist), "_boot": dist,
+            "p90": core.pct(a, 90), "min": float(a.min()), "max": float(a.max())}
+
+
+def ratio_ci(x, y):
+    """Median(x)/median(y) with a 95% CI from independent bootstraps of both."""
+    if x["n"] == 0 or y["n"] == 0:
+        return {"ratio": float("nan"), "ci95": [float("nan")] * 2}
+    r = x["_boot"] / y["_boot"]
+    return {"ratio": x["median"] / y["median"], "ci95": core.ci(r)}
+
+
+def public(d):
+    if isinstance(d, dict):
+        return {k: public(v) for k, v in d.items() if not k.startswith("_")}
+    return d
+
+
+def fmt(s, unit="ms", digits=None):
+    if s["n"] == 0:
+        return "–"
+    m, (lo, hi) = s["median"], s["ci95"]
+    d = digits if digits is not None else (2 if m < 10 else 1 if m < 100 else 0)
+    return f"{m:.{d}f} [{lo:.{d}f}, {hi:.{d}f}]"
+
+
+def analyse(lat):
+    out = {}
+    for key, case in lat["cases"].items():
+        samples = case["samples"]
+        expected = case["path"]
+        ok = [s for s in samples if "init_ms" in s and s.get("start_path") == expected]
+        first = [s["duration_ms"] for s in ok]
+        steady = [w["duration_ms"] for s in ok for w in s["warm"]]
+        a = {
+            "runtime": case["runtime"], "function": case["function"], "path": expected,
+            "samples": len(samples), "cold_on_expected_path": len(ok),
+            "other_paths": sorted({s.get("start_path", "none") for s in samples} - {expected}),
+            "e2e": median_ci([s["e2e_ms"] for s in ok], key + "e2e"),
+            "init": median_ci([s["init_ms"] for s in ok], key + "init"),
+            "first": median_ci(first, key + "first"),
+            "steady": median_ci(steady, key + "steady"),
+            "warm_e2e": median_ci([w["e2e_ms"] for s in ok for w in s["warm"]], key + "warm"),
+            # What is neither init nor the handler: kiln's sandbox work, the client, the wire.
+            "outside": median_ci([s["e2e_ms"] - s["init_ms"] - s["duration_ms"] for s in ok],
+                                 key + "outside"),
+        }
+        a["first_vs_steady"] = ratio_ci(a["first"], a["steady"])
+        if first and steady:
+            a["first_vs_steady_p"] = float(mannwhitneyu(first, steady).pvalue)
+        out[key] = a
+    return out
+
+
+def compare_paths(an):
+    """Per runtime and function: every path against the runtime's coldest path."""
+    rows = []
+    for (rt, path) in PATHS:
+        if path == "coldest":
+            continue
+        for fn in FUNCTION_ORDER:
+            cold, hot = an.get(f"{rt}/{fn}/coldest"), an.get(f"{rt}/{fn}/{path}")
+            if not cold or not hot or not cold["e2e"]["n"] or not hot["e2e"]["n"]:
+                continue
+            row = {"runtime": rt, "function": fn, "path": path}
+            for m in ("e2e", "init"):
+                row[m] = ratio_ci(cold[m], hot[m])
+                row[m + "_p"] = float(mannwhitneyu(_raw(cold, m), _raw(hot, m)).pvalue)
+            rows.append(row)
+    return rows
+
+
+_RAW = {}
+
+
+def _raw(a, m):
+    return _RAW[(a["runtime"], a["function"], a["path"], m)]
+
+
+def memory_rows(mem):
+    rows = []
+    for key, case in mem["cases"].items():
+        rt, fn, path = key.split("/")
+        inst = case["instances"]
+        get = lambda k: [i["runtime"][k] / 2**20 for i in inst if i["runtime"]]  # noqa: E731
+        status_uss = [i["status_sharing"]["uss_bytes"] / 2**20 for i in inst if i.get("status_sharing")]
+        snap = case.get("snapshot") or {}
+        rows.append({
+            "runtime": rt, "function": fn, "path": path, "instances": len(inst),
+            "start_paths": sorted(set(case["start_paths"])),
+            "uss_mib": float(np.median(get("uss_bytes"))) if inst else float("nan"),
+            "pss_mib": float(np.median(get("pss_bytes"))) if inst else float("nan"),
+            "rss_mib": float(np.median(get("rss_bytes"))) if inst else float("nan"),
+            "helpers_pss_mib": float(np.median([i["helpers"]["pss_bytes"] / 2**20 for i in inst]))
+            if inst else float("nan"),
+            "status_uss_mib": float(np.median(status_uss)) if status_uss else None,
+            "snapshot_mib": snap.get("memory_bytes", 0) / 2**20 if snap else None,
+        })
+    return rows
+
+
+def plot(an, lat, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(2, len(FUNCTION_ORDER), figsize=(5 * len(FUNCTION_ORDER), 8.5))
+    for col, fn in enumerate(FUNCTION_ORDER):
+        keys = [k for k in an if an[k]["function"] == fn]
+        labels = [f"{an[k]['runtime']}\n{an[k]['path']}" for k in keys]
+        ax = axes[0][col]
+        data = [_RAW[(an[k]["runtime"], fn, an[k]["path"], "init")] for k in keys]
+        _box(ax, data, labels, [an[k]["init"] for k in keys])
+        ax.set_title(f"{fn}: startup time (Init Duration)")
+        ax.set_ylabel("ms (log)")
+        ax.set_yscale("log")
+        ax = axes[1][col]
+        data, lbl, st = [], [], []
+        for k in keys:
+            a = an[k]
+            for which in ("first", "steady"):
+                data.append(_RAW[(a["runtime"], fn, a["path"], which)])
+                lbl.append(f"{a['runtime'][:2]} {a['path']}\n{'1st' if which == 'first' else 'next 5'}")
+                st.append(a[which])
+        _box(ax, data, lbl, st)
+        ax.set_title(f"{fn}: service time (REPORT Duration)")
+        ax.set_ylabel("ms")
+        ax.tick_params(axis="x", labelsize=7)
+    fig.suptitle("kiln start paths: startup (cf. thesis Fig. 3) and first vs later service time "
+                 "(Fig. 4); black bars: median with bootstrap 95% CI", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def _box(ax, data, labels, stats):
+    pos = np.arange(1, len(data) + 1)
+    ax.boxplot([d if len(d) else [np.nan] for d in data], positions=pos, widths=0.5,
+               showfliers=False, medianprops={"color": "tab:orange"})
+    rng = np.random.default_rng(1)
+    for p, d in zip(pos, data):
+        ax.scatter(p + rng.uniform(-0.18, 0.18, len(d)), d, s=6, alpha=0.35, color="tab:blue")
+    for p, s in zip(pos, stats):
+        if s["n"]:
+            ax.errorbar(p + 0.32, s["median"], yerr=[[s["median"] - s["ci95"][0]], [s["ci95"][1] - s["median"]]],
+                        fmt="o", color="black", ms=3, capsize=3)
+    ax.set_xticks(pos)
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+
+
+def write(args, work):
+    lat = json.loads((work / "latency.json").read_text())
+    mem = json.loads((work / "memory.json").read_text()) if (work / "memory.json").exists() else None
+    an = analyse(lat)
+    for key, case in lat["cases"].items():
+        rt, fn, path = key.split("/")
+        ok = [s for s in case["samples"] if "init_ms" in s and s.get("start_path") == path]
+        _RAW[(rt, fn, path, "e2e")] = [s["e2e_ms"] for s in ok]
+        _RAW[(rt, fn, path, "init")] = [s["init_ms"] for s in ok]
+        _RAW[(rt, fn, path, "first")] = [s["duration_ms"] for s in ok]
+        _RAW[(rt, fn, path, "steady")] = [w["duration_ms"] for s in ok for w in s["warm"]]
+    comp = compare_paths(an)
+    floor = {rt: median_ci(v, "floor" + rt) for rt, v in lat["floor"].items()}
+    mrows = memory_rows(mem) if mem else []
+    machine = core.machine_info(argparse.Namespace(profile="release"))
+    quiet = json.loads(args.quiet_info)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    summary = {
+        "generated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": args.command, "machine": machine, "quiet": quiet,
+        "n": lat["n"], "warm_after_cold": 5, "warmup_invocations": WARMUP_INVOCATIONS,
+        "paths": {f"{rt}/{p}": cfg for (rt, p), cfg in PATHS.items()},
+        "analysis": public(an), "comparison": public(comp), "floor": public(floor),
+        "memory": mrows, "interference": lat.get("interference"), "loadavg": lat.get("loadavg"),
+        "snapshots": lat.get("snapshots"),
+        "raw": {"latency": lat, "memory": mem},
+    }
+    (out / "startpaths.json").write_text(json.dumps(summary, indent=1))
+    plot(an, lat, out / "startpaths.png")
+    (out / "startpaths.md").write_text(markdown(summary, an, comp, floor, mrows, lat, mem))
+
+
+def verdict(ok):
+    return "met" if ok else "**missed**"
+
+
+def markdown(s, an, comp, floor, mrows, lat, mem):
+    m, q = s["machine"], s["quiet"]
+    inter = s.get("interference") or {}
+    L = []
+    L.append("# kiln start paths: coldest vs hot (Prebaking-style) vs the thesis' snapshot methods\n")
+    L.append(f"Generated {s['generated']} by `{s['command']}` at commit `{m['git_commit'][:12]}`.\n")
+    busy = float(q.get("loadavg_before", "0 0 0").split()[0]) >= 0.5
+    if busy or inter.get("others_pct", 0) > 5:
+        L.append(f"> **The machine was not quiet.** 1-minute load average {q.get('loadavg_before')} "
+                 f"when measuring began (after waiting {q.get('waited_s')} s for < 0.5); other "
+                 f"tenants took {inter.get('others_pct', float('nan')):.0f}% of the machine during "
+                 "the latency phase. Read the absolute numbers with that in mind; the ratios "
+                 "between paths, measured interleaved, are more robust.\n")
+    else:
+        L.append(f"Quiet machine: 1-minute load average {q.get('loadavg_before')} when measuring "
+                 f"began (waited {q.get('waited_s')} s); other tenants took "
+                 f"{inter.get('others_pct', float('nan')):.1f}% of the machine during the latency phase.\n")
+    L.append("Every figure: median [bootstrap 95% CI of the median, 10,000 resamples], in ms. "
+             f"n = cold starts on the expected path (of {s['n']} per case). Cases run interleaved, "
+             "in an order rotated each round.\n")
+
+    # ------------------------------------------------------------------ targets
+    L.append("## Targets\n")
+    L.append("| target | measured | verdict |\n|---|---|---|")
+    for fn in FUNCTION_ORDER:
+        a = an.get(f"python/{fn}/hot")
+        if a and a["e2e"]["n"]:
+            L.append(f"| Python hot path, {fn}: end-to-end cold p50 ≤ {TARGETS['python_hot_e2e_p50_ms']:.0f} ms "
+                     f"| {fmt(a['e2e'])} | {verdict(a['e2e']['median'] <= TARGETS['python_hot_e2e_p50_ms'])} |")
+    for row in comp:
+        if row["function"] == "big":
+            r = row["e2e"]
+            L.append(f"| Big, {row['runtime']}: {row['path']} ≥ {TARGETS['big_hot_speedup']:.0f}× faster than "
+                     f"coldest (end-to-end) | {r['ratio']:.1f}× [{r['ci95'][0]:.1f}, {r['ci95'][1]:.1f}] "
+                     f"| {verdict(r['ratio'] >= TARGETS['big_hot_speedup'])} |")
+    for key, a in an.items():
+        if a["path"] != "coldest" and a["first"]["n"]:
+            r = a["first_vs_steady"]
+            within = abs(r["ratio"] - 1) * 100 <= TARGETS["first_within_pct"]
+            L.append(f"| {a['runtime']} {a['function']} {a['path']}: first-request service time within "
+                     f"{TARGETS['first_within_pct']:.0f}% of steady | first/steady = {r['ratio']:.2f} "
+                     f"[{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] ({fmt(a['first'], digits=3)} vs "
+                     f"{fmt(a['steady'], digits=3)}) | {verdict(within)} |")
+    L.append("")
+
+    # ------------------------------------------------------------------ cold starts
+    L.append("## Cold starts\n")
+    L.append("End-to-end: client clock, from before signing the Invoke to its last byte, on a "
+             "persistent connection. Init: the REPORT line's `Init Duration` (for `hot`: from the "
+             "fork request to the fork's `ready`). Outside: end-to-end − Init − Duration, i.e. "
+             "the sandbox, kiln's routing, the client and the wire.\n")
+    L.append("| runtime | function | path | n | end-to-end cold | Init Duration | outside init+handler | warm end-to-end (next 5) |")
+    L.append("|---|---|---|---:|---:|---:|---:|---:|")
+    for key, a in an.items():
+        note = f" (other paths seen: {', '.join(a['other_paths'])})" if a["other_paths"] else ""
+        L.append(f"| {a['runtime']} | {a['function']} | {a['path']}{note} | {a['e2e']['n']} | "
+                 f"{fmt(a['e2e'])} | {fmt(a['init'])} | {fmt(a['outside'])} | {fmt(a['warm_e2e'], digits=3)} |")
+    L.append("")
+    L.append("Floor (the client's own cost): a warm NoOp Invoke, end-to-end, "
+             + ", ".join(f"{rt} {fmt(f, digits=3)} ms (n = {f['n']})" for rt, f in floor.items())
+             + (f"; of which SigV4 signing alone {fmt(median_ci(lat['sign_ms'], 'sign'), digits=3)} ms"
+                if lat.get("sign_ms") else "") + ".\n")
+    if comp:
+        L.append("### Coldest vs hot (ratio of medians coldest/hot, bootstrap 95% CI; Mann-Whitney U two-sided p)\n")
+        L.append("| runtime | function | end-to-end ratio | p | Init Duration ratio | p |")
+        L.append("|---|---|---:|---:|---:|---:|")
+        for r in comp:
+            L.append(f"| {r['runtime']} | {r['function']} | {r['e2e']['ratio']:.1f}× [{r['e2e']['ci95'][0]:.1f}, "
+                     f"{r['e2e']['ci95'][1]:.1f}] | {r['e2e_p']:.1e} | {r['init']['ratio']:.1f}× "
+                     f"[{r['init']['ci95'][0]:.1f}, {r['init']['ci95'][1]:.1f}] | {r['init_p']:.1e} |")
+        L.append("")
+
+    # ------------------------------------------------------------------ service time
+    L.append("## First-request vs steady service time (REPORT `Duration`)\n")
+    L.append("First: the cold invocation. Steady: the next 5 invocations on the same instance "
+             f"(n = 5 × cold starts). The hot path's zygote ran init plus {WARMUP_INVOCATIONS} "
+             "warm-up invocations with `{}` before it was forked.\n")
+    L.append("| runtime | function | path | first | steady | first/steady | Mann-Whitney p |")
+    L.append("|---|---|---|---:|---:|---:|---:|")
+    for key, a in an.items():
+        r = a["first_vs_steady"]
+        p = a.get("first_vs_steady_p")
+        L.append(f"| {a['runtime']} | {a['function']} | {a['path']} | {fmt(a['first'], digits=3)} | "
+                 f"{fmt(a['steady'], digits=3)} | {r['ratio']:.2f} [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] | "
+                 f"{'–' if p is None else f'{p:.1e}'} |")
+    L.append("")
+
+    # ------------------------------------------------------------------ memory
+    if mrows:
+        L.append("## Memory of idle instances\n")
+        L.append(f"{mem['k']} instances per case started concurrently (each held busy 3 s so that "
+                 "none is reused), then read while idle. Runtime: the `smaps_rollup` of the "
+                 "runtime process(es) in the instance's cgroup (forks: the fork; the zygote is "
+                 "counted separately). USS = private pages; PSS = private + a share of pages "
+                 "shared with the zygote, the other forks and other processes (libraries). "
+                 "Helpers: kiln's sandbox helper and PID 1 of a coldest sandbox (forks share the "
+                 "zygote's). Medians over the instances, MiB.\n")
+        L.append("| runtime | function | path | instances | USS | PSS | RSS | helpers PSS | zygote (once per function) |")
+        L.append("|---|---|---|---:|---:|---:|---:|---:|---:|")
+        for r in mrows:
+            snap = "–" if r["snapshot_mib"] is None else f"{r['snapshot_mib']:.1f}"
+            L.append(f"| {r['runtime']} | {r['function']} | {r['path']} | {r['instances']} | "
+                     f"{r['uss_mib']:.1f} | {r['pss_mib']:.1f} | {r['rss_mib']:.1f} | "
+                     f"{r['helpers_pss_mib']:.1f} | {snap} |")
+        L.append("")
+
+    # ------------------------------------------------------------------ anchors
+    L.append("## Against the thesis\n")
+    L.append("The thesis (Silva & Pereira 2021, UFCG) compared Prebaking (a CRIU snapshot taken "
+             "after the function's init and a warm-up) with SEUSS (unikernel snapshots cached "
+             "on demand) on Node 4.3, n = 100, on an 8-core i7-8550U. kiln's `hot` path is "
+             "Prebaking's idea without a restore from disk: a fork of a live zygote that ran init "
+             "and the warm-up; `lazy` (SEUSS-like, built after the first start) is not measured "
+             "here.\n")
+    L.append("| thesis | value | kiln, same function |\n|---|---|---|")
+    look = lambda k, m: fmt(an[k][m]) + " ms" if k in an and an[k][m]["n"] else "–"  # noqa: E731
+    L.append(f"| Prebaking (CRIU restore), NoOp startup | {ANCHORS['Prebaking (CRIU restore), NoOp startup']} "
+             f"| Python hot Init {look('python/noop/hot', 'init')}; end-to-end {look('python/noop/hot', 'e2e')} |")
+    L.append(f"| SEUSS, NoOp startup | {ANCHORS['SEUSS, NoOp startup']} | Node coldest Init "
+             f"{look('node/noop/coldest', 'init')}; Python coldest Init {look('python/noop/coldest', 'init')} |")
+    L.append(f"| SEUSS, Markdown startup | {ANCHORS['SEUSS, Markdown startup']} | Python hot Init "
+             f"{look('python/markdown/hot', 'init')}; Node coldest Init {look('node/markdown/coldest', 'init')} |")
+    fvs = lambda k: (f"first/steady {an[k]['first_vs_steady']['ratio']:.2f}" if k in an and an[k]["first"]["n"] else "–")  # noqa: E731
+    L.append(f"| Prebaking, Markdown first request | {ANCHORS['Prebaking, Markdown first-request service time']} "
+             f"| Python hot {fvs('python/markdown/hot')} |")
+    L.append(f"| SEUSS, Markdown first request | {ANCHORS['SEUSS, Markdown first-request service time']} "
+             f"| Python coldest {fvs('python/markdown/coldest')}; Node coldest {fvs('node/markdown/coldest')} |")
+    big_anchor = ANCHORS["thesis' Big (Node 4.3, cold, no snapshot)"]
+    L.append(f"| Big, cold | {big_anchor} "
+             f"| Node coldest end-to-end {look('node/big/coldest', 'e2e')}; Python coldest "
+             f"{look('python/big/coldest', 'e2e')}; Python hot {look('python/big/hot', 'e2e')} |")
+    L.append("")
+
+    # ------------------------------------------------------------------ method
+    L.append("## Method\n")
+    L.append("- **Functions** (bench/startpaths/functions, packages generated by "
+             "bench/startpaths/generate.py, deterministic): NoOp; Markdown (Node: showdown 2.1.0, "
+             "the thesis' library; Python: Python-Markdown 3.11.3, chosen over mistune because, like "
+             "showdown, it is a pure-language, regex-driven converter whose first call compiles "
+             "and caches its patterns, so it shows the same first-request effect the thesis "
+             "studies) rendering a seeded ~28 KB document read from the package on every "
+             "invocation; Big: 41 generated modules of ~1 MB (constant tables and functions, 41 MB "
+             "of source) imported at init; Python's copy ships unchecked-hash bytecode, as an "
+             "installed package would (the sandbox's /var/task is read-only, so without it every "
+             "cold start would compile 41 MB of source).")
+    L.append("- **Paths**: " + "; ".join(f"`{rt}/{p}` = KilnPrebake `{json.dumps(c)}`" for (rt, p), c in PATHS.items())
+             + ". Memory 256 MB (Big: 1024 MB).")
+    L.append("- **Cold starts**: kiln runs with `--idle-ttl 0`, so an idle instance is reaped at the "
+             "agent's next reaper tick (≤ 0.5 s). Before each sample the driver waits until "
+             "status shows no instance of the function, then 150 ms for its teardown, then sends "
+             "one Invoke (`X-Amz-Log-Type: Tail`) and 5 more at once (same instance: warm-first "
+             "routing; a sample whose warm invocation reports an Init Duration is cut there). "
+             "A cold sample counts if its REPORT has an Init Duration and the expected Start Path.")
+    L.append("- **Client**: Python `http.client`, one keep-alive connection, TCP_NODELAY, each "
+             "request signed with botocore's SigV4 inside the timed region.")
+    L.append("- **Statistics**: medians with percentile-bootstrap 95% CIs (numpy, 10,000 resamples; "
+             "ratios from independent resamples of both sides); two-sided Mann-Whitney U "
+             "(scipy.stats.mannwhitneyu).")
+    L.append("")
+    L.append("## Machine\n")
+    L.append(f"{m['cpu_model']}, {m['cpus']} CPUs ({m['hypervisor']} guest), {m['memory_gib']} GiB, "
+             f"kernel {m['kernel']}; {m['node']}, {m['python']}; kiln release build. Load average "
+             f"at the latency phase's start/end: {' '.join((s.get('loadavg') or {}).get('start', []))} / "
+             f"{' '.join((s.get('loadavg') or {}).get('end', []))}; CPU of other tenants during it "
+             f"{inter.get('others_pct', float('nan')):.1f}% of the machine.\n")
+    if m.get("git_modified"):
+        L.append(f"Built from HEAD plus working-tree changes: {', '.join(m['git_modified'])}.\n")
+    L.append("Plots: `startpaths.png`. Raw samples: `startpaths.json` (`raw`).\n")
+    return "\n".join(L)

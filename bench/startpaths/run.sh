@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# kiln's start-path benchmark in one command. See bench/README.md, "Start paths".
+#
+#   bench/startpaths/run.sh          n = 100 cold starts per case; writes bench/results/startpaths.*
+#   bench/startpaths/run.sh --quick  n = 10, k = 5 (results in bench/work/startpaths/results-quick/)
+#
+# Installs what it needs (the repo venv, bench/startpaths/requirements.txt, the functions'
+# packages under bench/work/startpaths/fn), builds kiln (release), waits for a quiet machine
+# (1-minute load average below 0.5, up to STARTPATHS_QUIET_WAIT_S = 2400 s), then starts its own
+# kiln twice: with --idle-ttl 0 for the latency phase (every measured invocation is a cold
+# start) and with a long TTL for the memory phase (instances held idle). Stops everything it
+# started on any exit (trap). Must run as root, as `kiln up` does.
+set -euo pipefail
+
+SELF=$(realpath "$0")
+HERE=$(dirname "$SELF")
+cd "$HERE/../.."
+ROOT=$PWD
+WORK=$ROOT/bench/work/startpaths
+N=100
+K=20
+QUICK=0
+for arg in "$@"; do
+    case $arg in
+        --quick) QUICK=1 N=10 K=5 ;;
+        -h | --help) sed -n '2,13p' "$SELF" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "run.sh: unknown argument $arg (try --help)" >&2; exit 2 ;;
+    esac
+done
+if [ "$QUICK" = 1 ]; then OUT=$WORK/results-quick; else OUT=$ROOT/bench/results; fi
+COMMAND="bench/startpaths/run.sh${*:+ $*}"
+QUIET_WAIT_S=${STARTPATHS_QUIET_WAIT_S:-2400}
+say() { echo "[startpaths/run.sh $(date +%H:%M:%S)] $*"; }
+[ "$(id -u)" = 0 ] || { echo "run.sh: must run as root (kiln up creates sandboxes)" >&2; exit 1; }
+
+# ------------------------------------------------------------------ cleanup, on every exit
+KILN_PID=
+DRIVER=
+KILN_DATA=$WORK/kiln
+stop_kiln() {
+    [ -n "$KILN_PID" ] || return 0
+    kill -TERM "$KILN_PID" 2>/dev/null || true
+    for _ in $(seq 200); do
+        kill -0 "$KILN_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$KILN_PID" 2>/dev/null; then
+        say "kiln (pid $KILN_PID) ignored SIGTERM, killing it and what is left in its cgroups"
+        kill -KILL "$KILN_PID" 2>/dev/null || true
+        local hash procs pid
+        hash=$(printf '%s' "$(realpath "$KILN_DATA")" | sha256sum | cut -c1-12)
+        for procs in /sys/fs/cgroup/pids/kiln-"$hash"/*/cgroup.procs /sys/fs/cgroup/kiln-"$hash"/*/cgroup.procs; do
+            [ -f "$procs" ] || continue
+            for pid in $(cat "$procs"); do kill -KILL "$pid" 2>/dev/null || true; done
+        done
+    fi
+    wait "$KILN_PID" 2>/dev/null || true
+    KILN_PID=
+}
+cleanup() {
+    local status=$?
+    trap - EXIT INT TERM
+    if [ -n "$DRIVER" ] && kill -0 "$DRIVER" 2>/dev/null; then
+        kill -TERM "$DRIVER" 2>/dev/null || true
+        wait "$DRIVER" 2>/dev/null || true
+    fi
+    stop_kiln
+    exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+mkdir -p "$WORK"
+exec 9>"$WORK/.lock"
+flock -n 9 || { echo "run.sh: another bench/startpaths/run.sh is running" >&2; exit 1; }
+
+# ------------------------------------------------------------------ dependencies and build
+say "load average: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs"
+for tool in node npm python3 cargo; do
+    command -v "$tool" >/dev/null || { echo "run.sh: $tool is not on PATH" >&2; exit 1; }
+done
+scripts/setup-test-env.sh
+if ! .venv/bin/python -c "import numpy, scipy, matplotlib, boto3" 2>/dev/null; then
+    say "installing bench/startpaths/requirements.txt into .venv"
+    .venv/bin/pip install --quiet --disable-pip-version-check -r "$HERE/requirements.txt"
+fi
+say "generating the function packages"
+.venv/bin/python "$HERE/generate.py" "$WORK/fn"
+say "building kiln (release)"
+cargo build --release --quiet -p kiln
+KILN_BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/kiln
+
+# ------------------------------------------------------------------ quiet machine
+WAITED=0
+while awk -v max=0.5 '{ exit !($1 >= max) }' /proc/loadavg; do
+    if [ "$WAITED" -ge "$QUIET_WAIT_S" ]; then
+        say "still busy after ${WAITED} s (load $(cut -d' ' -f1-3 /proc/loadavg)); measuring anyway"
+        break
+    fi
+    [ $((WAITED % 60)) = 0 ] && say "load average $(cut -d' ' -f1 /proc/loadavg) >= 0.5; waiting for a quiet machine (up to ${QUIET_WAIT_S} s)"
+    sleep 10
+    WAITED=$((WAITED + 10))
+done
+QUIET_INFO="{\"waited_s\": $WAITED, \"loadavg_before\": \"$(cut -d' ' -f1-3 /proc/loadavg)\", \"limit\": 0.5}"
+say "load average $(cut -d' ' -f1-3 /proc/loadavg) after waiting ${WAITED} s"
+
+# ------------------------------------------------------------------ kiln
+KILN_URL=
+# start_kiln TTL: starts kiln on the data dir and waits for its "listening on" line.
+start_kiln() {
+    local log=$WORK/kiln-ttl$1.log
+    "$KILN_BIN" up --listen 127.0.0.1:0 --data-dir "$KILN_DATA" --no-aws-profile \
+        --idle-ttl "$1" --memory-budget-mb 22000 --snapshot-memory-mb 4096 \
+        --shutdown-grace 5 >"$log" 2>&1 &
+    KILN_PID=$!
+    KILN_URL=
+    for _ in $(seq 600); do
+        KILN_URL=$(grep -o 'listening on http://[0-9.:]*' "$log" | head -n1 | cut -d' ' -f3 || true)
+        [ -n "$KILN_URL" ] && break
+        kill -0 "$KILN_PID" 2>/dev/null || { cat "$log" >&2; exit 1; }
+        sleep 0.1
+    done
+    [ -n "$KILN_URL" ] || { echo "run.sh: kiln did not start:" >&2; cat "$log" >&2; exit 1; }
+    say "kiln --idle-ttl $1: $KILN_URL (pid $KILN_PID)"
+}
+# driver PHASE ARGS...: runs one phase in the background and waits, so that a SIGTERM runs the
+# trap at once (bash defers traps during a foreground command).
+driver() {
+    .venv/bin/python "$HERE/startpaths.py" "$@" --work "$WORK/raw" --kiln "$KILN_URL" \
+        --data-dir "$KILN_DATA" --kiln-bin "$KILN_BIN" --packages "$WORK/fn" &
+    DRIVER=$!
+    wait "$DRIVER"
+    DRIVER=
+}
+
+rm -rf "$KILN_DATA" "$WORK/raw"
+start_kiln 0
+driver deploy
+driver latency --n "$N"
+stop_kiln
+start_kiln 3600
+driver memory --k "$K"
+stop_kiln
+driver report --out "$OUT" --command "$COMMAND" --quiet-info "$QUIET_INFO"
+say "results in ${OUT#"$ROOT"/}/"

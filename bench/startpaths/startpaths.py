@@ -1,0 +1,390 @@
+#!/usr/bin/env python3
+"""Driver of bench/startpaths/run.sh: kiln's start paths, measured as the Prebaking/SEUSS thesis
+measured its snapshot methods (NoOp, Markdown and Big; startup time and first-request service
+time; medians with bootstrap 95% CIs; Mann-Whitney U between paths).
+
+run.sh owns every process; this script only talks to the kiln it is handed (--kiln URL, data
+dir). Phases, each one call:
+
+  deploy   create the functions of every case (one per runtime × function × path)
+  latency  n cold starts per case (kiln started with --idle-ttl 0), each followed by 5 warm
+           invocations on the same instance; plus the client's floor (warm NoOp invokes)
+  memory   K concurrent instances per case held idle (kiln with a long idle TTL); USS/PSS
+  report   statistics, bench/results/startpaths.{md,json,png}
+"""
+
+import argparse
+import base64
+import concurrent.futures
+import datetime
+import hashlib
+import http.client
+import io
+import json
+import os
+import re
+import socket
+import sys
+import time
+import zipfile
+from pathlib import Path
+from urllib.parse import urlparse
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+import bench as core  # noqa: E402  (bench/bench.py: cpu accounting, machine facts)
+
+# ------------------------------------------------------------------------------------ the cases
+# A runtime: how kiln runs it. A path: the KilnPrebake configuration that selects it. New start
+# paths (a Node warm path) or runtimes (wasm) are one entry in RUNTIMES and/or PATHS.
+RUNTIMES = {
+    "python": {"runtime": "python3.11", "handler": "app.handler"},
+    "node": {"runtime": "nodejs20.x", "handler": "index.handler"},
+}
+WARMUP_INVOCATIONS = 10
+PATHS = {
+    ("python", "coldest"): {"Mode": "off"},
+    ("python", "hot"): {"Mode": "deploy", "WarmupInvocations": WARMUP_INVOCATIONS, "WarmupEvent": {}},
+    ("node", "coldest"): {"Mode": "off"},
+}
+FUNCTIONS = {
+    # name: MemorySize (MB), Timeout (s). Big's timeout also bounds its init (kiln: max(10 s,
+    # Timeout)), which 20 concurrent Big cold starts on two cores need.
+    "noop": (256, 30),
+    "markdown": (256, 30),
+    "big": (1024, 120),
+}
+FUNCTION_ORDER = ["noop", "markdown", "big"]
+WARM_AFTER_COLD = 5
+# Targets and anchors from the brief and the thesis (ms).
+TARGETS = {"python_hot_e2e_p50_ms": 5.0, "big_hot_speedup": 10.0, "first_within_pct": 10.0}
+ANCHORS = {
+    "Prebaking (CRIU restore), NoOp startup": "8 ms",
+    "SEUSS, NoOp startup": "12–14 ms",
+    "SEUSS, Markdown startup": "12–13 ms",
+    "Prebaking, Markdown first-request service time": "34% below later requests",
+    "SEUSS, Markdown first-request service time": "≈68 ms vs ≈62 ms later (+9.6%)",
+    "thesis' Big (Node 4.3, cold, no snapshot)": "5.6 s",
+}
+
+
+def cases():
+    return [(rt, fn, path) for fn in FUNCTION_ORDER for (rt, path) in PATHS]
+
+
+def fname(rt, fn, path):
+    return f"sp-{rt}-{fn}-{path}"
+
+
+def log(msg):
+    print(f"[startpaths {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# ------------------------------------------------------------------------------------ the client
+class Client:
+    """A SigV4-signing client on one persistent HTTP/1.1 connection (TCP_NODELAY).
+
+    botocore signs (the same signer boto3 uses); http.client sends. That keeps boto3's request
+    building and response parsing (~1 ms per call) out of the end-to-end numbers, and lets the
+    driver send kiln's extension fields, which boto3's parameter validation would refuse.
+    """
+
+    def __init__(self, url, data_dir):
+        from botocore.auth import SigV4Auth
+        from botocore.credentials import Credentials
+        creds = json.loads((Path(data_dir) / "credentials.json").read_text())
+        self.url = url.rstrip("/")
+        u = urlparse(self.url)
+        self.host, self.port = u.hostname, u.port
+        self.auth = SigV4Auth(Credentials(creds["accessKeyId"], creds["secretAccessKey"]),
+                              "lambda", creds["region"])
+        self.conn = None
+
+    def _connect(self):
+        self.conn = http.client.HTTPConnection(self.host, self.port, timeout=600)
+        self.conn.connect()
+        self.conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def request(self, method, path, body=b"", headers=None):
+        from botocore.awsrequest import AWSRequest
+        req = AWSRequest(method=method, url=self.url + path, data=body, headers=headers or {})
+        self.auth.add_auth(req)
+        if self.conn is None:
+            self._connect()
+        try:
+            self.conn.request(method, path, body=body, headers=dict(req.headers.items()))
+            resp = self.conn.getresponse()
+            data = resp.read()
+        except (http.client.HTTPException, OSError):
+            self.conn.close()
+            self.conn = None
+            raise
+        return resp.status, resp, data
+
+    def json(self, method, path, doc=None):
+        body = json.dumps(doc).encode() if doc is not None else b""
+        status, _, data = self.request(method, path, body,
+                                       {"Content-Type": "application/json"} if doc is not None else {})
+        if status >= 300:
+            raise RuntimeError(f"{method} {path}: {status} {data[:500]!r}")
+        return json.loads(data) if data else None
+
+    def invoke(self, name, event):
+        """One Invoke with LogType=Tail, timed from before signing to the last byte read."""
+        body = json.dumps(event).encode()
+        t0 = time.perf_counter_ns()
+        status, resp, data = self.request("POST", f"/2015-03-31/functions/{name}/invocations", body,
+                                          {"X-Amz-Log-Type": "Tail"})
+        t1 = time.perf_counter_ns()
+        if status != 200 or resp.getheader("X-Amz-Function-Error"):
+            raise RuntimeError(f"invoke {name}: {status} {data[:300]!r}")
+        tail = base64.b64decode(resp.getheader("X-Amz-Log-Result") or "").decode(errors="replace")
+        return (t1 - t0) / 1e6, parse_report(tail)
+
+    def sign_only(self, n):
+        """The client's SigV4 signing cost alone (ms per request), part of every end-to-end."""
+        from botocore.awsrequest import AWSRequest
+        out = []
+        for _ in range(n):
+            t0 = time.perf_counter_ns()
+            req = AWSRequest(method="POST", url=self.url + "/2015-03-31/functions/x/invocations",
+                             data=b"{}", headers={"X-Amz-Log-Type": "Tail"})
+            self.auth.add_auth(req)
+            out.append((time.perf_counter_ns() - t0) / 1e6)
+        return out
+
+    def status(self):
+        return self.json("GET", "/kiln/v1/status")
+
+
+REPORT_FIELDS = {"Duration": "duration_ms", "Init Duration": "init_ms"}
+
+
+def parse_report(tail):
+    line = next((l for l in tail.splitlines() if l.startswith("REPORT")), "")
+    out = {}
+    for key, value in re.findall(r"\t([A-Za-z ]+): ([^\t]+)", line):
+        if key in REPORT_FIELDS:
+            out[REPORT_FIELDS[key]] = float(value.split()[0])
+        elif key == "Start Path":
+            out["start_path"] = value.strip()
+    return out
+
+
+def node_status(client):
+    doc = client.status()
+    return doc.get("node", doc)
+
+
+# ------------------------------------------------------------------------------------ deploy
+def zip_dir(path):
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
+        for p in sorted(Path(path).rglob("*")):
+            if p.is_file() and p.name != ".inputs":
+                z.write(p, p.relative_to(path))
+    return buf.getvalue()
+
+
+def deploy(args, client):
+    packages = json.loads((Path(args.packages) / "packages.json").read_text())
+    existing = {f["FunctionName"] for f in client.json("GET", "/2015-03-31/functions/")["Functions"]}
+    for rt, fn, path in cases():
+        name = fname(rt, fn, path)
+        if name in existing:
+            client.json("DELETE", f"/2015-03-31/functions/{name}")
+        memory, timeout = FUNCTIONS[fn]
+        code = zip_dir(packages[f"{rt}-{fn}"]["dir"])
+        client.json("POST", "/2015-03-31/functions", {
+            "FunctionName": name, "Runtime": RUNTIMES[rt]["runtime"], "Handler": RUNTIMES[rt]["handler"],
+            "Role": "arn:aws:iam::000000000000:role/kiln-function", "MemorySize": memory,
+            "Timeout": timeout, "Code": {"ZipFile": base64.b64encode(code).decode()},
+            "KilnPrebake": PATHS[(rt, path)],
+        })
+        log(f"deployed {name} ({len(code) / 1e6:.1f} MB zip, KilnPrebake {PATHS[(rt, path)]})")
+    wait_snapshots(client)
+
+
+def wait_snapshots(client, timeout_s=600):
+    """Waits until every prebaked function's snapshot is ready (they build at deploy or start)."""
+    wanted = {fname(rt, fn, p) for rt, fn, p in cases() if PATHS[(rt, p)].get("Mode") == "deploy"}
+    deadline = time.time() + timeout_s
+    while True:
+        snaps = {s["function"]: s for s in node_status(client).get("snapshots", [])}
+        failed = [f"{n}: {snaps[n].get('error')}" for n in wanted
+                  if n in snaps and snaps[n]["state"] == "failed"]
+        if failed:
+            raise RuntimeError("snapshot build failed: " + "; ".join(failed))
+        if all(n in snaps and snaps[n]["state"] == "ready" for n in wanted):
+            return {n: snaps[n] for n in wanted}
+        if time.time() > deadline:
+            raise RuntimeError(f"snapshots not ready after {timeout_s} s: {snaps}")
+        time.sleep(0.2)
+
+
+# ------------------------------------------------------------------------------------ latency
+def wait_no_instances(client, name, timeout_s=10):
+    """With --idle-ttl 0 kiln reaps an idle instance at its next reaper tick (every 0.5 s)."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if not any(i["function"] == name for i in node_status(client)["instances"]):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def latency(args, client):
+    out = {"cases": {}, "floor": {}}
+    for rt, fn, path in cases():
+        out["cases"][f"{rt}/{fn}/{path}"] = {"runtime": rt, "function": fn, "path": path,
+                                              "function_name": fname(rt, fn, path), "samples": []}
+    snaps = wait_snapshots(client)
+    out["snapshots"] = snaps
+    # The client's floor: warm NoOp invokes, after a warm-up, on one instance.
+    for rt in RUNTIMES:
+        name = fname(rt, "noop", "coldest")
+        for _ in range(50):
+            client.invoke(name, {})
+        out["floor"][rt] = [client.invoke(name, {})[0] for _ in range(args.floor_n)]
+        log(f"floor {rt}: warm NoOp end-to-end p50 {np.median(out['floor'][rt]):.3f} ms")
+    out["sign_ms"] = client.sign_only(args.floor_n)
+    order = cases()
+    before = core.cpu_account()
+    load_start = core.loadavg()
+    for i in range(args.n):
+        # Rotate the order per round so drift and other tenants hit every case alike.
+        rotated = order[i % len(order):] + order[:i % len(order)]
+        for rt, fn, path in rotated:
+            name = fname(rt, fn, path)
+            if not wait_no_instances(client, name):
+                raise RuntimeError(f"{name}: an idle instance was not reaped (is --idle-ttl 0?)")
+            time.sleep(args.settle_ms / 1000)  # the reaped sandbox's teardown
+            e2e, rep = client.invoke(name, {})
+            sample = {"e2e_ms": e2e, **rep, "warm": []}
+            for _ in range(WARM_AFTER_COLD):
+                w_e2e, w_rep = client.invoke(name, {})
+                if "init_ms" in w_rep:  # reaped in between: not the same instance any more
+                    break
+                sample["warm"].append({"e2e_ms": w_e2e, "duration_ms": w_rep["duration_ms"]})
+            out["cases"][f"{rt}/{fn}/{path}"]["samples"].append(sample)
+        if (i + 1) % max(1, args.n // 10) == 0:
+            log(f"round {i + 1}/{args.n}")
+    out["interference"] = core.interference(before, core.cpu_account())
+    out["loadavg"] = {"start": load_start, "end": core.loadavg()}
+    return out
+
+
+# ------------------------------------------------------------------------------------ memory
+def cgroup_root(data_dir):
+    h = hashlib.sha256(str(Path(data_dir).resolve()).encode()).hexdigest()[:12]
+    for base in ("/sys/fs/cgroup/memory", "/sys/fs/cgroup"):
+        if os.path.isdir(f"{base}/kiln-{h}"):
+            return f"{base}/kiln-{h}"
+    return None
+
+
+def smaps(pid):
+    try:
+        text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return None
+    f = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[-1] == "kB":
+            f[parts[0].rstrip(":")] = int(parts[1]) * 1024
+    return {"rss_bytes": f.get("Rss", 0), "pss_bytes": f.get("Pss", 0),
+            "uss_bytes": f.get("Private_Clean", 0) + f.get("Private_Dirty", 0)}
+
+
+def runtime_pids(cgroup_dir, kiln_bin):
+    """The runtime processes of an instance's cgroup: all but kiln's own helpers (the sandbox
+    helper and PID 1 are the kiln binary re-executed)."""
+    try:
+        pids = Path(cgroup_dir, "cgroup.procs").read_text().split()
+    except OSError:
+        return [], []
+    runtime, helpers = [], []
+    for pid in pids:
+        try:
+            exe = os.path.realpath(f"/proc/{pid}/exe")
+        except OSError:
+            continue
+        (helpers if exe == os.path.realpath(kiln_bin) else runtime).append(int(pid))
+    return runtime, helpers
+
+
+def memory(args, client):
+    root = cgroup_root(args.data_dir)
+    snaps = wait_snapshots(client)
+    out = {"k": args.k, "cgroup_root": root, "cases": {}}
+    for rt, fn, path in cases():
+        name = fname(rt, fn, path)
+        with concurrent.futures.ThreadPoolExecutor(args.k) as pool:
+            clients = [Client(args.kiln, args.data_dir) for _ in range(args.k)]
+            results = list(pool.map(lambda c: c.invoke(name, {"hold_ms": 3000}), clients))
+        paths = [r[1].get("start_path") for r in results]
+        time.sleep(1.0)  # let the instances settle idle
+        st = node_status(client)
+        rows = []
+        for inst in st["instances"]:
+            if inst["function"] != name or inst["state"] != "idle":
+                continue
+            row = {"id": inst["id"], "start_path": inst["start_path"], "status_sharing": inst.get("sharing")}
+            runtime, helpers = runtime_pids(f"{root}/i{inst['id']}", args.kiln_bin) if root else ([], [])
+            procs = [m for m in (smaps(p) for p in runtime) if m]
+            row["runtime_pids"] = runtime
+            row["runtime"] = {k: sum(m[k] for m in procs) for k in ("rss_bytes", "pss_bytes", "uss_bytes")}
+            hp = [m for m in (smaps(p) for p in helpers) if m]
+            row["helpers"] = {k: sum(m[k] for m in hp) for k in ("rss_bytes", "pss_bytes", "uss_bytes")}
+            rows.append(row)
+        snap = next((s for s in st.get("snapshots", []) if s["function"] == name), None)
+        out["cases"][f"{rt}/{fn}/{path}"] = {"instances": rows, "start_paths": paths, "snapshot": snap}
+        med = lambda k: np.median([r["runtime"][k] for r in rows]) / 2**20 if rows else float("nan")  # noqa: E731
+        log(f"memory {name}: {len(rows)} idle instances, USS p50 {med('uss_bytes'):.1f} MiB, "
+            f"PSS p50 {med('pss_bytes'):.1f} MiB")
+        # Free the instances (and their booked memory) before the next case: a config update
+        # retires them; the hot path's snapshot is rebuilt for the new revision.
+        client.json("PUT", f"/2015-03-31/functions/{name}/configuration",
+                    {"Description": f"memory phase done {time.time()}"})
+        wait_snapshots(client)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("phase", choices=["deploy", "latency", "memory", "report"])
+    ap.add_argument("--kiln", help="kiln's URL")
+    ap.add_argument("--data-dir")
+    ap.add_argument("--kiln-bin")
+    ap.add_argument("--packages", help="generate.py's output dir")
+    ap.add_argument("--work", required=True, help="where phases leave their raw results")
+    ap.add_argument("--n", type=int, default=100)
+    ap.add_argument("--k", type=int, default=20, help="idle instances per case (memory phase)")
+    ap.add_argument("--floor-n", type=int, default=300)
+    ap.add_argument("--settle-ms", type=int, default=150)
+    ap.add_argument("--out")
+    ap.add_argument("--command", default="bench/startpaths/run.sh")
+    ap.add_argument("--quiet-info", default="{}")
+    args = ap.parse_args()
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    if args.phase == "report":
+        import report
+        report.write(args, work)
+        return
+    client = Client(args.kiln, args.data_dir)
+    if args.phase == "deploy":
+        deploy(args, client)
+    elif args.phase == "latency":
+        res = latency(args, client)
+        res["n"] = args.n
+        (work / "latency.json").write_text(json.dumps(res))
+    elif args.phase == "memory":
+        (work / "memory.json").write_text(json.dumps(memory(args, client)))
+
+
+if __name__ == "__main__":
+    main()
