@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use kiln_wasm::{Engine, EngineConfig, FunctionModule, ModuleCache, Request};
 
 fn main() {
-    let iterations: usize = std::env::args().nth(1).map_or(2000, |n| n.parse().expect("ITERATIONS"));
+    let iterations: usize = std::env::args()
+        .nth(1)
+        .map_or(2000, |n| n.parse().expect("ITERATIONS"));
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     let out = std::env::temp_dir().join("kiln-wasm-bench-fixtures");
     let built = std::process::Command::new("bash")
@@ -31,8 +33,18 @@ fn main() {
     let echo = cache.load(&read("echo.wat")).expect("echo");
     measure(&engine, "echo.wat", &echo, iterations);
     let init = read("init.wat");
-    measure(&engine, "init.wat, plain (init runs per request)", &cache.load_plain(&init).expect("plain"), iterations);
-    measure(&engine, "init.wat, pre-initialised", &cache.load(&init).expect("snapshot"), iterations);
+    measure(
+        &engine,
+        "init.wat, plain (init runs per request)",
+        &cache.load_plain(&init).expect("plain"),
+        iterations,
+    );
+    measure(
+        &engine,
+        "init.wat, pre-initialised",
+        &cache.load(&init).expect("snapshot"),
+        iterations,
+    );
     match std::fs::read(out.join("go-echo.wasm")) {
         Ok(go) if built => {
             let go = cache.load(&go).expect("go");

@@ -91,7 +91,10 @@ impl ModuleCache {
             let _ = fs::remove_file(entry.path());
         }
         let mut hasher = Sha256Hasher::default();
-        std::hash::Hash::hash(&engine.inner.engine.precompile_compatibility_hash(), &mut hasher);
+        std::hash::Hash::hash(
+            &engine.inner.engine.precompile_compatibility_hash(),
+            &mut hasher,
+        );
         let compat = hex::encode(&hasher.0.finalize()[..8]);
         Ok(ModuleCache {
             engine: engine.clone(),
@@ -121,7 +124,8 @@ impl ModuleCache {
         let mut total = 0;
         for sub in ["compiled", "preinit", "tmp"] {
             let path = self.dir.join(sub);
-            let entries = fs::read_dir(&path).map_err(|source| WasmError::CacheIo { path, source })?;
+            let entries =
+                fs::read_dir(&path).map_err(|source| WasmError::CacheIo { path, source })?;
             for entry in entries.flatten() {
                 total += entry.metadata().map(|m| m.len()).unwrap_or(0);
             }
@@ -142,17 +146,24 @@ impl ModuleCache {
             .into_iter()
             .find(|name| matches!(plain.get_export(name), Some(wasmtime::ExternType::Func(_))));
         let (module, preinit) = match init_export {
-            Some(init_export) if preinit => match self.preinitialised(&wasm, &digest, init_export) {
-                Ok(snapshot) => (snapshot, PreInit::Snapshot { init_export: init_export.into() }),
-                Err(reason) => {
-                    tracing::warn!(module = %digest, %reason, "pre-initialisation failed; using the plain module");
-                    let failed = PreInit::Failed {
-                        init_export: init_export.into(),
-                        reason,
-                    };
-                    (plain, failed)
+            Some(init_export) if preinit => {
+                match self.preinitialised(&wasm, &digest, init_export) {
+                    Ok(snapshot) => (
+                        snapshot,
+                        PreInit::Snapshot {
+                            init_export: init_export.into(),
+                        },
+                    ),
+                    Err(reason) => {
+                        tracing::warn!(module = %digest, %reason, "pre-initialisation failed; using the plain module");
+                        let failed = PreInit::Failed {
+                            init_export: init_export.into(),
+                            reason,
+                        };
+                        (plain, failed)
+                    }
                 }
-            },
+            }
             _ => (plain, PreInit::NotRequested),
         };
         let pre = self
@@ -161,11 +172,20 @@ impl ModuleCache {
             .linker
             .instantiate_pre(&module)
             .map_err(|e| WasmError::Link(format!("{e:#}")))?;
-        Ok(FunctionModule { pre, digest, preinit })
+        Ok(FunctionModule {
+            pre,
+            digest,
+            preinit,
+        })
     }
 
     /// The snapshot of `wasm` after `init_export`, from the cache or made now.
-    fn preinitialised(&self, wasm: &[u8], digest: &str, init_export: &str) -> Result<Module, String> {
+    fn preinitialised(
+        &self,
+        wasm: &[u8],
+        digest: &str,
+        init_export: &str,
+    ) -> Result<Module, String> {
         let key = sha256_hex(format!("{digest}\0{init_export}\0{WIZER_ID}").as_bytes());
         let path = self.dir.join("preinit").join(format!("{key}.wasm"));
         let snapshot = match self.read_verified(&path) {
@@ -181,7 +201,12 @@ impl ModuleCache {
             .map_err(|e| format!("compiling the snapshot: {e}"))
     }
 
-    fn take_snapshot(&self, wasm: &[u8], init_export: &str, path: &Path) -> Result<Vec<u8>, String> {
+    fn take_snapshot(
+        &self,
+        wasm: &[u8],
+        init_export: &str,
+        path: &Path,
+    ) -> Result<Vec<u8>, String> {
         let snapshot = preinit::snapshot(&self.engine, wasm, init_export)?;
         if let Err(e) = self.write_verified(path, &snapshot) {
             tracing::warn!(path = %path.display(), error = %e, "cannot cache the snapshot");
@@ -191,14 +216,20 @@ impl ModuleCache {
 
     /// The compiled module for `wasm`: the cached artifact, mapped from disk, or compiled now.
     fn compiled(&self, wasm: &[u8], digest: &str) -> Result<Module, WasmError> {
-        let path = self.dir.join("compiled").join(format!("{digest}-{}.cwasm", self.compat));
+        let path = self
+            .dir
+            .join("compiled")
+            .join(format!("{digest}-{}.cwasm", self.compat));
         match self.deserialize(&path) {
             Ok(Some(module)) => return Ok(module),
             Ok(None) => {}
-            Err(reason) => tracing::warn!(path = %path.display(), %reason, "recompiling over a bad cached artifact"),
+            Err(reason) => {
+                tracing::warn!(path = %path.display(), %reason, "recompiling over a bad cached artifact")
+            }
         }
         let engine = &self.engine.inner.engine;
-        wasmtime::Module::validate(engine, wasm).map_err(|e| WasmError::InvalidModule(format!("{e:#}")))?;
+        wasmtime::Module::validate(engine, wasm)
+            .map_err(|e| WasmError::InvalidModule(format!("{e:#}")))?;
         let artifact = engine
             .precompile_module(wasm)
             .map_err(|e| WasmError::Compile(format!("{e:#}")))?;
@@ -208,7 +239,9 @@ impl ModuleCache {
         }
         match self.deserialize(&path) {
             Ok(Some(module)) => Ok(module),
-            Ok(None) => Err(WasmError::Compile("the artifact vanished right after writing".into())),
+            Ok(None) => Err(WasmError::Compile(
+                "the artifact vanished right after writing".into(),
+            )),
             Err(reason) => Err(WasmError::Compile(reason)),
         }
     }
@@ -259,7 +292,10 @@ impl ModuleCache {
 
     fn write_atomically(&self, path: &Path, contents: &[u8]) -> std::io::Result<()> {
         let n = self.temp_counter.fetch_add(1, Ordering::Relaxed);
-        let tmp = self.dir.join("tmp").join(format!("{}-{n}", std::process::id()));
+        let tmp = self
+            .dir
+            .join("tmp")
+            .join(format!("{}-{n}", std::process::id()));
         let mut file = fs::File::create(&tmp)?;
         file.write_all(contents)?;
         file.sync_all()?;

@@ -70,9 +70,8 @@ impl Engine {
             ));
         }
         let mut pool = PoolingAllocationConfig::new();
-        // One slot more than max_instances: pre-initialisation at deploy time runs an instance
-        // too, and must not take the last slot from invocations.
-        let slots = config.max_instances + 1;
+        // Pre-initialisation at load time takes a slot too, for the length of the init.
+        let slots = config.max_instances;
         pool.total_core_instances(slots)
             .total_memories(slots)
             .total_tables(slots)
@@ -98,8 +97,8 @@ impl Engine {
             // epoch deadline measures.
             .epoch_interruption(true)
             .wasm_component_model(false);
-        let engine = wasmtime::Engine::new(&wasm)
-            .map_err(|e| WasmError::EngineConfig(format!("{e:#}")))?;
+        let engine =
+            wasmtime::Engine::new(&wasm).map_err(|e| WasmError::EngineConfig(format!("{e:#}")))?;
 
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p1::add_to_linker_async(&mut linker, |state: &mut HostState| {
@@ -126,14 +125,16 @@ impl Engine {
     /// Address space the instance pool reserves for linear memories, in bytes: virtual, not
     /// resident (each slot is 4 GiB + guard so that compiled code needs no bounds checks).
     pub fn pool_address_space_bytes(&self) -> u64 {
-        u64::from(self.inner.config.max_instances + 1) * (MEMORY_RESERVATION + MEMORY_GUARD)
+        u64::from(self.inner.config.max_instances) * (MEMORY_RESERVATION + MEMORY_GUARD)
     }
 
     /// The most resident memory the pool's linear memories can use at once, in bytes: every
     /// slot at `max_memory_mb`. What an invocation can use is its own `memory_mb`, which is
     /// what the agent should count against its memory budget per running invocation.
     pub fn pool_max_resident_bytes(&self) -> u64 {
-        u64::from(self.inner.config.max_instances + 1) * u64::from(self.inner.config.max_memory_mb) * MIB
+        u64::from(self.inner.config.max_instances)
+            * u64::from(self.inner.config.max_memory_mb)
+            * MIB
     }
 
     /// Epoch ticks for a deadline `timeout` from now: rounded up, plus one because the current
@@ -146,7 +147,9 @@ impl Engine {
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Engine").field("config", &self.inner.config).finish()
+        f.debug_struct("Engine")
+            .field("config", &self.inner.config)
+            .finish()
     }
 }
 

@@ -103,7 +103,12 @@ impl MemoryLimiter {
 }
 
 impl ResourceLimiter for MemoryLimiter {
-    fn memory_growing(&mut self, _: usize, desired: usize, _: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(
+        &mut self,
+        _: usize,
+        desired: usize,
+        _: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         if desired > self.limit {
             // Refused, not trapped: the guest sees memory.grow fail, as a native program sees
             // malloc fail, and may recover; if it fails instead, the refusal explains why.
@@ -143,7 +148,11 @@ impl Engine {
         block_on(self.invoke_async(module, request))
     }
 
-    async fn invoke_async(&self, module: &FunctionModule, request: Request) -> Result<Response, WasmError> {
+    async fn invoke_async(
+        &self,
+        module: &FunctionModule,
+        request: Request,
+    ) -> Result<Response, WasmError> {
         let started = Instant::now();
         let max_mb = self.inner.config.max_memory_mb;
         if request.memory_mb > max_mb {
@@ -191,7 +200,9 @@ impl Engine {
                     Err(_) => Outcome::NoEntrypoint(instantiation),
                     Ok(start) => {
                         let remaining = request.timeout.saturating_sub(instantiation);
-                        match tokio::time::timeout(remaining, start.call_async(&mut store, ())).await {
+                        match tokio::time::timeout(remaining, start.call_async(&mut store, ()))
+                            .await
+                        {
                             Err(_elapsed) => Outcome::TimedOut(instantiation),
                             Ok(Ok(())) => Outcome::Exited(0, instantiation),
                             Ok(Err(e)) => match e.downcast_ref::<I32Exit>() {
@@ -213,12 +224,27 @@ impl Engine {
         let (instantiation, error) = match outcome {
             Outcome::Exited(0, inst) if out_overflowed => (inst, Some(too_large())),
             Outcome::Exited(0, inst) => (inst, None),
-            Outcome::Exited(code, inst) if oom => (inst, Some(out_of_memory(request.memory_mb, &format!("exit status {code}")))),
+            Outcome::Exited(code, inst) if oom => (
+                inst,
+                Some(out_of_memory(
+                    request.memory_mb,
+                    &format!("exit status {code}"),
+                )),
+            ),
             Outcome::Exited(code, inst) => (inst, Some(exit_error(code, &out))),
             Outcome::TimedOut(inst) => (inst, Some(timed_out(request.timeout))),
             Outcome::Trapped(e, inst) => {
                 extra_logs = format!("{e:?}");
-                (inst, Some(classify_trap(&e, oom, out_overflowed, request.memory_mb, request.timeout)))
+                (
+                    inst,
+                    Some(classify_trap(
+                        &e,
+                        oom,
+                        out_overflowed,
+                        request.memory_mb,
+                        request.timeout,
+                    )),
+                )
             }
             Outcome::NoEntrypoint(inst) => (
                 inst,
@@ -274,7 +300,9 @@ fn timed_out(timeout: Duration) -> FunctionError {
 fn out_of_memory(memory_mb: u32, detail: &str) -> FunctionError {
     FunctionError::new(
         "Runtime.OutOfMemory",
-        format!("Runtime exited with error: the memory limit of {memory_mb} MB was reached ({detail})"),
+        format!(
+            "Runtime exited with error: the memory limit of {memory_mb} MB was reached ({detail})"
+        ),
     )
 }
 
@@ -303,7 +331,10 @@ fn classify_trap(
         return too_large();
     }
     match trap {
-        Some(trap) => FunctionError::new("Runtime.ExitError", format!("Runtime exited with error: wasm trap: {trap}")),
+        Some(trap) => FunctionError::new(
+            "Runtime.ExitError",
+            format!("Runtime exited with error: wasm trap: {trap}"),
+        ),
         None => FunctionError::new("Runtime.Unknown", format!("Runtime failed: {error}")),
     }
 }
@@ -316,7 +347,10 @@ fn exit_error(code: i32, stdout: &[u8]) -> FunctionError {
             return error;
         }
     }
-    FunctionError::new("Runtime.ExitError", format!("Runtime exited with error: exit status {code}"))
+    FunctionError::new(
+        "Runtime.ExitError",
+        format!("Runtime exited with error: exit status {code}"),
+    )
 }
 
 fn reported_error(stdout: &[u8]) -> Option<FunctionError> {
@@ -324,7 +358,10 @@ fn reported_error(stdout: &[u8]) -> Option<FunctionError> {
     let last = text.lines().rev().find(|line| !line.trim().is_empty())?;
     let value: serde_json::Value = serde_json::from_str(last).ok()?;
     let message = value.get("errorMessage")?.as_str()?;
-    let error_type = value.get("errorType").and_then(|t| t.as_str()).unwrap_or("Function.Error");
+    let error_type = value
+        .get("errorType")
+        .and_then(|t| t.as_str())
+        .unwrap_or("Function.Error");
     Some(FunctionError::new(error_type, message))
 }
 
@@ -334,12 +371,22 @@ mod tests {
 
     #[test]
     fn the_last_stdout_line_can_carry_the_functions_error() {
-        let error = reported_error(b"some output\n{\"errorType\": \"E\", \"errorMessage\": \"m\"}\n\n").unwrap();
+        let error =
+            reported_error(b"some output\n{\"errorType\": \"E\", \"errorMessage\": \"m\"}\n\n")
+                .unwrap();
         assert_eq!(error, FunctionError::new("E", "m"));
-        assert_eq!(reported_error(b"{\"errorMessage\": \"m\"}").unwrap().error_type, "Function.Error");
+        assert_eq!(
+            reported_error(b"{\"errorMessage\": \"m\"}")
+                .unwrap()
+                .error_type,
+            "Function.Error"
+        );
         assert!(reported_error(b"{\"errorType\": \"E\"}").is_none());
         assert!(reported_error(b"not json").is_none());
-        assert_eq!(exit_error(2, b"{\"errorMessage\": \"m\"}").error_type, "Runtime.ExitError");
+        assert_eq!(
+            exit_error(2, b"{\"errorMessage\": \"m\"}").error_type,
+            "Runtime.ExitError"
+        );
     }
 
     #[test]

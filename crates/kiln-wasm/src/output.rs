@@ -78,7 +78,11 @@ impl OutputStream for BoundedOutput {
 }
 
 impl AsyncWrite for BoundedOutput {
-    fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
         self.append(buf);
         Poll::Ready(Ok(buf.len()))
     }

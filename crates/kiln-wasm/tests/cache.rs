@@ -37,9 +37,16 @@ fn a_second_cache_over_the_same_directory_hits() {
     let cache = ModuleCache::open(&engine, dir.path()).unwrap();
     let module = cache.load(&wat("echo")).unwrap();
     let after = fs::metadata(&artifacts[0]).unwrap();
-    assert_eq!((before.ino(), before.mtime_nsec()), (after.ino(), after.mtime_nsec()), "recompiled");
+    assert_eq!(
+        (before.ino(), before.mtime_nsec()),
+        (after.ino(), after.mtime_nsec()),
+        "recompiled"
+    );
     assert_eq!(files(&dir.path().join("compiled"), "cwasm").len(), 1);
-    assert_eq!(engine.invoke(&module, request(b"hit")).unwrap().body, b"hit");
+    assert_eq!(
+        engine.invoke(&module, request(b"hit")).unwrap().body,
+        b"hit"
+    );
 }
 
 #[test]
@@ -56,22 +63,47 @@ fn a_corrupt_artifact_is_recompiled() {
     let middle = flipped.len() / 2;
     flipped[middle] ^= 0xff;
     replace(&artifact, &flipped);
-    let module = ModuleCache::open(&engine, dir.path()).unwrap().load(&wat("echo")).unwrap();
-    assert_eq!(engine.invoke(&module, request(b"again")).unwrap().body, b"again");
-    assert_eq!(fs::read(&artifact).unwrap(), good, "the artifact was not rewritten");
+    let module = ModuleCache::open(&engine, dir.path())
+        .unwrap()
+        .load(&wat("echo"))
+        .unwrap();
+    assert_eq!(
+        engine.invoke(&module, request(b"again")).unwrap().body,
+        b"again"
+    );
+    assert_eq!(
+        fs::read(&artifact).unwrap(),
+        good,
+        "the artifact was not rewritten"
+    );
 
     // Garbage with a matching digest (written by something else): wasmtime refuses it.
     replace(&artifact, b"not an artifact");
     let digest = format!("{}.sha256", artifact.display());
-    replace(Path::new(&digest), sha256_hex(b"not an artifact").as_bytes());
-    let module = ModuleCache::open(&engine, dir.path()).unwrap().load(&wat("echo")).unwrap();
-    assert_eq!(engine.invoke(&module, request(b"third")).unwrap().body, b"third");
+    replace(
+        Path::new(&digest),
+        sha256_hex(b"not an artifact").as_bytes(),
+    );
+    let module = ModuleCache::open(&engine, dir.path())
+        .unwrap()
+        .load(&wat("echo"))
+        .unwrap();
+    assert_eq!(
+        engine.invoke(&module, request(b"third")).unwrap().body,
+        b"third"
+    );
     assert_eq!(fs::read(&artifact).unwrap(), good);
 
     // A truncated file.
     replace(&artifact, &good[..100]);
-    let module = ModuleCache::open(&engine, dir.path()).unwrap().load(&wat("echo")).unwrap();
-    assert_eq!(engine.invoke(&module, request(b"fourth")).unwrap().body, b"fourth");
+    let module = ModuleCache::open(&engine, dir.path())
+        .unwrap()
+        .load(&wat("echo"))
+        .unwrap();
+    assert_eq!(
+        engine.invoke(&module, request(b"fourth")).unwrap().body,
+        b"fourth"
+    );
 }
 
 /// Replaces a file the way a disk error or another program would leave it, but as a new inode:
@@ -102,7 +134,10 @@ fn a_preinitialised_module_starts_with_the_inits_state() {
         }
     );
     let response = engine.invoke(&snapshot, request(b"{}")).unwrap();
-    assert_eq!(response.body, b"initialised ran_init=0", "the init ran again");
+    assert_eq!(
+        response.body, b"initialised ran_init=0",
+        "the init ran again"
+    );
 
     let plain = cache.load_plain(&wat("init")).unwrap();
     assert_eq!(plain.preinit(), &PreInit::NotRequested);
@@ -111,9 +146,15 @@ fn a_preinitialised_module_starts_with_the_inits_state() {
 
     // The snapshot is cached: a new cache loads it without running the init again.
     assert_eq!(files(&dir.path().join("preinit"), "wasm").len(), 1);
-    let again = ModuleCache::open(&engine, dir.path()).unwrap().load(&wat("init")).unwrap();
+    let again = ModuleCache::open(&engine, dir.path())
+        .unwrap()
+        .load(&wat("init"))
+        .unwrap();
     assert!(matches!(again.preinit(), PreInit::Snapshot { .. }));
-    assert_eq!(engine.invoke(&again, request(b"{}")).unwrap().body, b"initialised ran_init=0");
+    assert_eq!(
+        engine.invoke(&again, request(b"{}")).unwrap().body,
+        b"initialised ran_init=0"
+    );
 }
 
 #[test]
@@ -130,7 +171,10 @@ fn a_failing_init_falls_back_to_the_plain_module() {
         )
         .unwrap();
     match module.preinit() {
-        PreInit::Failed { init_export, reason } => {
+        PreInit::Failed {
+            init_export,
+            reason,
+        } => {
             assert_eq!(init_export, "kiln_init");
             assert!(reason.contains("kiln_init"), "{reason}");
         }

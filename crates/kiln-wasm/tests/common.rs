@@ -90,5 +90,9 @@ pub fn invoke(module: &FunctionModule, request: Request) -> kiln_wasm::Response 
 }
 
 pub fn error_type(response: &kiln_wasm::Response) -> &str {
-    response.error.as_ref().map(|e| e.error_type.as_str()).unwrap_or("")
+    response
+        .error
+        .as_ref()
+        .map(|e| e.error_type.as_str())
+        .unwrap_or("")
 }

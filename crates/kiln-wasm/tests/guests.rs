@@ -7,11 +7,18 @@ use common::{compiled_fixture, error_type, invoke, request, shared};
 
 #[test]
 fn go_echo_answers_the_event_uppercased_and_reports_its_own_errors() {
-    let Some(wasm) = compiled_fixture("go-echo") else { return };
+    let Some(wasm) = compiled_fixture("go-echo") else {
+        return;
+    };
     let module = shared().cache.load(&wasm).unwrap();
 
     let response = invoke(&module, request(br#"{"name": "kiln"}"#));
-    assert_eq!(response.error, None, "{}", String::from_utf8_lossy(&response.logs));
+    assert_eq!(
+        response.error,
+        None,
+        "{}",
+        String::from_utf8_lossy(&response.logs)
+    );
     assert_eq!(response.body, br#"{"NAME": "KILN"}"#);
     assert!(String::from_utf8_lossy(&response.logs).contains("go echo got 16 bytes"));
 
@@ -22,7 +29,9 @@ fn go_echo_answers_the_event_uppercased_and_reports_its_own_errors() {
 
 #[test]
 fn c_echo_sees_its_environment_and_reads_its_package_under_var_task() {
-    let Some(wasm) = compiled_fixture("c-echo") else { return };
+    let Some(wasm) = compiled_fixture("c-echo") else {
+        return;
+    };
     let module = shared().cache.load(&wasm).unwrap();
 
     let mut req = request(b"from C");
@@ -30,7 +39,10 @@ fn c_echo_sees_its_environment_and_reads_its_package_under_var_task() {
     let response = invoke(&module, req);
     assert_eq!(response.error, None);
     assert_eq!(response.body, b"from C");
-    assert_eq!(String::from_utf8_lossy(&response.logs), "c echo: 6 bytes, GREETING=hej\n");
+    assert_eq!(
+        String::from_utf8_lossy(&response.logs),
+        "c echo: 6 bytes, GREETING=hej\n"
+    );
 
     let code = tempfile::tempdir().unwrap();
     std::fs::write(code.path().join("README.md"), "# packaged\n").unwrap();
@@ -38,7 +50,12 @@ fn c_echo_sees_its_environment_and_reads_its_package_under_var_task() {
     req.env = vec![("READ_FILE".into(), "/var/task/README.md".into())];
     req.code_dir = Some(code.path().to_path_buf());
     let response = invoke(&module, req.clone());
-    assert_eq!(response.error, None, "{}", String::from_utf8_lossy(&response.logs));
+    assert_eq!(
+        response.error,
+        None,
+        "{}",
+        String::from_utf8_lossy(&response.logs)
+    );
     assert_eq!(response.body, b"# packaged\n");
 
     // Nothing outside /var/task is reachable.

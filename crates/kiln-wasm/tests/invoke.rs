@@ -23,7 +23,10 @@ fn each_request_gets_a_fresh_instance() {
     let module = load_wat("counter");
     for _ in 0..3 {
         let response = invoke(&module, request(b"{}"));
-        assert_eq!(response.body, b"count=1", "a global leaked from an earlier request");
+        assert_eq!(
+            response.body, b"count=1",
+            "a global leaked from an earlier request"
+        );
     }
 }
 
@@ -65,8 +68,14 @@ fn a_cpu_loop_is_ended_at_the_timeout() {
     let started = Instant::now();
     let response = invoke(&module, req);
     assert_eq!(error_type(&response), "Sandbox.Timedout");
-    assert_eq!(response.error.unwrap().message, "Task timed out after 0.30 seconds");
-    assert!(started.elapsed() < Duration::from_secs(5), "the loop was not interrupted");
+    assert_eq!(
+        response.error.unwrap().message,
+        "Task timed out after 0.30 seconds"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the loop was not interrupted"
+    );
 }
 
 #[test]
@@ -77,7 +86,10 @@ fn test_regression_a_sleep_in_the_host_is_ended_at_the_timeout() {
     let started = Instant::now();
     let response = invoke(&module, req);
     assert_eq!(error_type(&response), "Sandbox.Timedout");
-    assert!(started.elapsed() < Duration::from_secs(5), "the sleep was not interrupted");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the sleep was not interrupted"
+    );
 }
 
 #[test]
@@ -111,8 +123,14 @@ fn a_response_over_6_mb_is_too_large() {
 
 #[test]
 fn a_module_without_start_is_an_invalid_entrypoint() {
-    let module = shared().cache.load(br#"(module (func (export "main")))"#).unwrap();
-    assert_eq!(error_type(&invoke(&module, request(b"{}"))), "Runtime.InvalidEntrypoint");
+    let module = shared()
+        .cache
+        .load(br#"(module (func (export "main")))"#)
+        .unwrap();
+    assert_eq!(
+        error_type(&invoke(&module, request(b"{}"))),
+        "Runtime.InvalidEntrypoint"
+    );
 }
 
 #[test]
@@ -149,4 +167,40 @@ fn invoke_works_from_tokios_blocking_pool() {
         })
         .unwrap();
     assert_eq!(response.body, b"from tokio");
+}
+
+#[test]
+fn requests_beyond_the_pools_slots_are_refused_not_queued() {
+    let engine = kiln_wasm::Engine::new(kiln_wasm::EngineConfig {
+        max_instances: 2,
+        max_memory_mb: 128,
+        ..Default::default()
+    })
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cache = kiln_wasm::ModuleCache::open(&engine, dir.path()).unwrap();
+    let sleeper = cache.load(&common::wat("sleep")).unwrap();
+    let busy: Vec<_> = (0..2)
+        .map(|_| {
+            let (engine, sleeper) = (engine.clone(), sleeper.clone());
+            std::thread::spawn(move || {
+                let mut req = request(b"{}");
+                req.timeout = Duration::from_secs(2);
+                engine.invoke(&sleeper, req).unwrap()
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let error = engine.invoke(&sleeper, request(b"{}")).unwrap_err();
+    assert!(matches!(error, WasmError::PoolExhausted(2)), "{error}");
+    for thread in busy {
+        assert_eq!(error_type(&thread.join().unwrap()), "Sandbox.Timedout");
+    }
+    // The slots are free again.
+    let mut req = request(b"{}");
+    req.timeout = Duration::from_millis(100);
+    assert_eq!(
+        error_type(&engine.invoke(&sleeper, req).unwrap()),
+        "Sandbox.Timedout"
+    );
 }
