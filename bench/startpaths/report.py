@@ -252,7 +252,8 @@ def markdown(s, an, comp, floor, mrows, lat, mem):
             L.append(f"| {a['runtime']} {a['function']} {a['path']}: first-request service time within "
                      f"{TARGETS['first_within_pct']:.0f}% of steady | first/steady = {r['ratio']:.2f} "
                      f"[{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] ({fmt(a['first'], digits=3)} vs "
-                     f"{fmt(a['steady'], digits=3)}) | {verdict(within)} |")
+                     f"{fmt(a['steady'], digits=3)} ms; difference "
+                     f"{a['first']['median'] - a['steady']['median']:+.3f} ms) | {verdict(within)} |")
     L.append("")
 
     # ------------------------------------------------------------------ cold starts
