@@ -283,6 +283,30 @@ def markdown(s, an, comp, floor, mrows, lat, mem):
                      f"[{r['init']['ci95'][0]:.1f}, {r['init']['ci95'][1]:.1f}] | {r['init_p']:.1e} |")
         L.append("")
 
+    # ------------------------------------------------------------------ where the hot path's time goes
+    mig = lat.get("cgroup_migration_ms")
+    hot = [a for a in an.values() if a["path"] == "hot" and a["init"]["n"]]
+    if mig and hot:
+        first = next(iter(mig))
+        mstats = {c: median_ci(v, "mig" + c) for c, v in mig.items()}
+        L.append("### Where the hot path's time goes\n")
+        L.append("On `hot`, Init Duration runs from the fork request to the fork's `ready`: a cgroup "
+                 "for the fork, the request to the zygote, `fork()`, the child taking over its "
+                 "sockets, and `Cgroup::adopt` moving the fork into its cgroup (one `cgroup.procs` "
+                 "write per controller). The last is the expensive step on this host. Measured on "
+                 "its own right after the latency phase (a `sleep` process moved into fresh cgroups, "
+                 f"in kiln's order, n = {mstats[first]['n']}): "
+                 + ", ".join(f"{c} {fmt(st, digits=3)} ms" for c, st in mstats.items())
+                 + ". The first write pays for the kernel's cgroup_threadgroup_rwsem (a per-CPU rwsem) "
+                 "leaving its reader fast path, which waits for an RCU grace period; it does so "
+                 "whichever controller comes first (checked by reordering), and the writes right "
+                 "after it are cheap. Hot Init Duration medians: "
+                 + ", ".join(f"{a['function']} {fmt(a['init'])} ms" for a in hot)
+                 + ". Ways out, not tried here: the `favordynmods` cgroup mount option (Linux ≥ 6.1) "
+                 "keeps that rwsem on its slow path, so a migration no longer waits for a grace "
+                 "period; on cgroup v2, `clone3` with `CLONE_INTO_CGROUP` creates a process in its "
+                 "cgroup without a migration; or forks made ahead of demand.\n")
+
     # ------------------------------------------------------------------ service time
     L.append("## First-request vs steady service time (REPORT `Duration`)\n")
     L.append("First: the cold invocation. Steady: the next 5 invocations on the same instance "

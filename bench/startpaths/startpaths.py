@@ -273,6 +273,46 @@ def latency(args, client):
             log(f"round {i + 1}/{args.n}")
     out["interference"] = core.interference(before, core.cpu_account())
     out["loadavg"] = {"start": load_start, "end": core.loadavg()}
+    try:
+        out["cgroup_migration_ms"] = cgroup_migration_probe()
+    except OSError as e:  # not fatal: the probe only explains the hot path's Init Duration
+        log(f"cgroup migration probe failed: {e}")
+    return out
+
+
+# ------------------------------------------------------------------------------------ probe
+def cgroup_migration_probe(reps=30):
+    """What moving a process into fresh cgroups costs on this host, per controller, in the order
+    kiln writes them (memory, pids, cpu on v1). The hot path moves each fork into its own cgroup
+    (Cgroup::adopt) before it reports ready, so this is part of its Init Duration."""
+    import subprocess
+    v1 = os.path.isdir("/sys/fs/cgroup/memory")
+    controllers = ["memory", "pids", "cpu"] if v1 else [""]
+    out = {c or "unified": [] for c in controllers}
+    for i in range(reps):
+        proc = subprocess.Popen(["sleep", "30"])
+        dirs = [f"/sys/fs/cgroup/{c}/kiln-startpaths-probe-{os.getpid()}-{i}".replace("//", "/")
+                for c in controllers]
+        try:
+            for d in dirs:
+                os.mkdir(d)
+            for c, d in zip(controllers, dirs):
+                t0 = time.perf_counter_ns()
+                Path(d, "cgroup.procs").write_text(str(proc.pid))
+                out[c or "unified"].append((time.perf_counter_ns() - t0) / 1e6)
+        finally:
+            proc.kill()
+            proc.wait()
+            for d in dirs:
+                for _ in range(100):
+                    try:
+                        os.rmdir(d)
+                        break
+                    except FileNotFoundError:
+                        break
+                    except OSError:
+                        time.sleep(0.01)
+        time.sleep(0.1)  # apart, as forks on the hot path are
     return out
 
 
