@@ -302,7 +302,7 @@ def markdown(s, an, comp, floor, mrows, lat, mem):
                  "whichever controller comes first (checked by reordering), and the writes right "
                  "after it are cheap. Hot Init Duration medians: "
                  + ", ".join(f"{a['function']} {fmt(a['init'])} ms" for a in hot)
-                 + ". Ways out, not tried here: the `favordynmods` cgroup mount option (Linux ≥ 6.1) "
+                 + ". Ways out, not tried here: the `favordynmods` cgroup mount option (Linux 6.x) "
                  "keeps that rwsem on its slow path, so a migration no longer waits for a grace "
                  "period; on cgroup v2, `clone3` with `CLONE_INTO_CGROUP` creates a process in its "
                  "cgroup without a migration; or forks made ahead of demand.\n")
