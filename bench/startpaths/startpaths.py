@@ -235,6 +235,36 @@ def wait_no_instances(client, name, timeout_s=10):
     return False
 
 
+def others_cpu():
+    """CPU ticks of every process outside this benchmark's tree (run.sh and its descendants,
+    kiln's sandboxes included) and other than the host's init, which inherits the killed
+    sandboxes' orphans. core.interference() counts busy minus ours, which here would count the
+    sandboxes' CPU as other tenants': a killed sandbox's processes are never reaped inside our
+    tree, so their time never reaches it."""
+    ours = set(core.cpu_account()["ours"])
+    ticks = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in ours or entry == "1":
+            continue
+        try:
+            text = open(f"/proc/{entry}/stat").read()
+        except OSError:
+            continue
+        rest = text[text.rfind(")") + 2:].split()
+        ticks[int(entry)] = (int(rest[19]), sum(int(x) for x in rest[11:15]))  # starttime, ticks
+    return {"t": time.time(), "ticks": ticks}
+
+
+def others_share(before, after):
+    """Share of the machine (all CPUs) that processes outside the benchmark took in between."""
+    total = 0
+    for pid, (start, t) in after["ticks"].items():
+        prev = before["ticks"].get(pid)
+        total += t - prev[1] if prev and prev[0] == start else t
+    capacity = (after["t"] - before["t"]) * core.CLK_TCK * os.cpu_count()
+    return 100 * max(0, total) / capacity
+
+
 def latency(args, client):
     out = {"cases": {}, "floor": {}}
     for rt, fn, path in cases():
@@ -252,6 +282,7 @@ def latency(args, client):
     out["sign_ms"] = client.sign_only(args.floor_n)
     order = cases()
     before = core.cpu_account()
+    others_before = others_cpu()
     load_start = core.loadavg()
     for i in range(args.n):
         # Rotate the order per round so drift and other tenants hit every case alike.
@@ -272,6 +303,7 @@ def latency(args, client):
         if (i + 1) % max(1, args.n // 10) == 0:
             log(f"round {i + 1}/{args.n}")
     out["interference"] = core.interference(before, core.cpu_account())
+    out["interference"]["others_direct_pct"] = others_share(others_before, others_cpu())
     out["loadavg"] = {"start": load_start, "end": core.loadavg()}
     try:
         out["cgroup_migration_ms"] = cgroup_migration_probe()
