@@ -13,6 +13,7 @@ import bench as core
 from startpaths import ANCHORS, FUNCTION_ORDER, PATHS, TARGETS, WARMUP_INVOCATIONS, cases
 
 BOOT = 10_000
+SHORT = {"python": "py"}  # plot labels
 
 
 def seed_of(name):
@@ -145,7 +146,8 @@ def plot(an, lat, path):
             a = an[k]
             for which in ("first", "steady"):
                 data.append(_RAW[(a["runtime"], fn, a["path"], which)])
-                lbl.append(f"{a['runtime'][:2]} {a['path']}\n{'1st' if which == 'first' else 'next 5'}")
+                lbl.append(f"{SHORT.get(a['runtime'], a['runtime'])} {a['path']}\n"
+                           f"{'1st' if which == 'first' else 'next 5'}")
                 st.append(a[which])
         _box(ax, data, lbl, st)
         ax.set_title(f"{fn}: service time (REPORT Duration)")
