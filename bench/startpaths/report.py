@@ -13,6 +13,7 @@ import bench as core
 from startpaths import ANCHORS, FUNCTION_ORDER, PATHS, TARGETS, WARMUP_INVOCATIONS, cases
 
 BOOT = 10_000
+SHORT = {"python": "py"}  # plot labels
 
 
 def seed_of(name):
@@ -145,7 +146,8 @@ def plot(an, lat, path):
             a = an[k]
             for which in ("first", "steady"):
                 data.append(_RAW[(a["runtime"], fn, a["path"], which)])
-                lbl.append(f"{a['runtime'][:2]} {a['path']}\n{'1st' if which == 'first' else 'next 5'}")
+                lbl.append(f"{SHORT.get(a['runtime'], a['runtime'])} {a['path']}\n"
+                           f"{'1st' if which == 'first' else 'next 5'}")
                 st.append(a[which])
         _box(ax, data, lbl, st)
         ax.set_title(f"{fn}: service time (REPORT Duration)")
@@ -216,8 +218,11 @@ def markdown(s, an, comp, floor, mrows, lat, mem):
     L = []
     L.append("# kiln start paths: coldest vs hot (Prebaking-style) vs the thesis' snapshot methods\n")
     L.append(f"Generated {s['generated']} by `{s['command']}` at commit `{m['git_commit'][:12]}`.\n")
+    # Other tenants' share: counted directly (processes outside the benchmark), where recorded.
+    others = inter.get("others_direct_pct", inter.get("others_pct", 0))
+    inter = dict(inter, others_pct=others)
     busy = float(q.get("loadavg_before", "0 0 0").split()[0]) >= 0.5
-    if busy or inter.get("others_pct", 0) > 5:
+    if busy or others > 5:
         L.append(f"> **The machine was not quiet.** 1-minute load average {q.get('loadavg_before')} "
                  f"when measuring began (after waiting {q.get('waited_s')} s for < 0.5); other "
                  f"tenants took {inter.get('others_pct', float('nan')):.0f}% of the machine during "
@@ -252,7 +257,8 @@ def markdown(s, an, comp, floor, mrows, lat, mem):
             L.append(f"| {a['runtime']} {a['function']} {a['path']}: first-request service time within "
                      f"{TARGETS['first_within_pct']:.0f}% of steady | first/steady = {r['ratio']:.2f} "
                      f"[{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}] ({fmt(a['first'], digits=3)} vs "
-                     f"{fmt(a['steady'], digits=3)}) | {verdict(within)} |")
+                     f"{fmt(a['steady'], digits=3)} ms; difference "
+                     f"{a['first']['median'] - a['steady']['median']:+.3f} ms) | {verdict(within)} |")
     L.append("")
 
     # ------------------------------------------------------------------ cold starts
@@ -281,6 +287,30 @@ def markdown(s, an, comp, floor, mrows, lat, mem):
                      f"{r['e2e']['ci95'][1]:.1f}] | {r['e2e_p']:.1e} | {r['init']['ratio']:.1f}× "
                      f"[{r['init']['ci95'][0]:.1f}, {r['init']['ci95'][1]:.1f}] | {r['init_p']:.1e} |")
         L.append("")
+
+    # ------------------------------------------------------------------ where the hot path's time goes
+    mig = lat.get("cgroup_migration_ms")
+    hot = [a for a in an.values() if a["path"] == "hot" and a["init"]["n"]]
+    if mig and hot:
+        first = next(iter(mig))
+        mstats = {c: median_ci(v, "mig" + c) for c, v in mig.items()}
+        L.append("### Where the hot path's time goes\n")
+        L.append("On `hot`, Init Duration runs from the fork request to the fork's `ready`: a cgroup "
+                 "for the fork, the request to the zygote, `fork()`, the child taking over its "
+                 "sockets, and `Cgroup::adopt` moving the fork into its cgroup (one `cgroup.procs` "
+                 "write per controller). The last is the expensive step on this host. Measured on "
+                 "its own right after the latency phase (a `sleep` process moved into fresh cgroups, "
+                 f"in kiln's order, n = {mstats[first]['n']}): "
+                 + ", ".join(f"{c} {fmt(st, digits=3)} ms" for c, st in mstats.items())
+                 + ". The first write pays for the kernel's cgroup_threadgroup_rwsem (a per-CPU rwsem) "
+                 "leaving its reader fast path, which waits for an RCU grace period; it does so "
+                 "whichever controller comes first (checked by reordering), and the writes right "
+                 "after it are cheap. Hot Init Duration medians: "
+                 + ", ".join(f"{a['function']} {fmt(a['init'])} ms" for a in hot)
+                 + ". Ways out, not tried here: the `favordynmods` cgroup mount option (Linux 6.x) "
+                 "keeps that rwsem on its slow path, so a migration no longer waits for a grace "
+                 "period; on cgroup v2, `clone3` with `CLONE_INTO_CGROUP` creates a process in its "
+                 "cgroup without a migration; or forks made ahead of demand.\n")
 
     # ------------------------------------------------------------------ service time
     L.append("## First-request vs steady service time (REPORT `Duration`)\n")

@@ -235,6 +235,36 @@ def wait_no_instances(client, name, timeout_s=10):
     return False
 
 
+def others_cpu():
+    """CPU ticks of every process outside this benchmark's tree (run.sh and its descendants,
+    kiln's sandboxes included) and other than the host's init, which inherits the killed
+    sandboxes' orphans. core.interference() counts busy minus ours, which here would count the
+    sandboxes' CPU as other tenants': a killed sandbox's processes are never reaped inside our
+    tree, so their time never reaches it."""
+    ours = set(core.cpu_account()["ours"])
+    ticks = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in ours or entry == "1":
+            continue
+        try:
+            text = open(f"/proc/{entry}/stat").read()
+        except OSError:
+            continue
+        rest = text[text.rfind(")") + 2:].split()
+        ticks[int(entry)] = (int(rest[19]), sum(int(x) for x in rest[11:15]))  # starttime, ticks
+    return {"t": time.time(), "ticks": ticks}
+
+
+def others_share(before, after):
+    """Share of the machine (all CPUs) that processes outside the benchmark took in between."""
+    total = 0
+    for pid, (start, t) in after["ticks"].items():
+        prev = before["ticks"].get(pid)
+        total += t - prev[1] if prev and prev[0] == start else t
+    capacity = (after["t"] - before["t"]) * core.CLK_TCK * os.cpu_count()
+    return 100 * max(0, total) / capacity
+
+
 def latency(args, client):
     out = {"cases": {}, "floor": {}}
     for rt, fn, path in cases():
@@ -252,6 +282,7 @@ def latency(args, client):
     out["sign_ms"] = client.sign_only(args.floor_n)
     order = cases()
     before = core.cpu_account()
+    others_before = others_cpu()
     load_start = core.loadavg()
     for i in range(args.n):
         # Rotate the order per round so drift and other tenants hit every case alike.
@@ -272,7 +303,48 @@ def latency(args, client):
         if (i + 1) % max(1, args.n // 10) == 0:
             log(f"round {i + 1}/{args.n}")
     out["interference"] = core.interference(before, core.cpu_account())
+    out["interference"]["others_direct_pct"] = others_share(others_before, others_cpu())
     out["loadavg"] = {"start": load_start, "end": core.loadavg()}
+    try:
+        out["cgroup_migration_ms"] = cgroup_migration_probe()
+    except OSError as e:  # not fatal: the probe only explains the hot path's Init Duration
+        log(f"cgroup migration probe failed: {e}")
+    return out
+
+
+# ------------------------------------------------------------------------------------ probe
+def cgroup_migration_probe(reps=30):
+    """What moving a process into fresh cgroups costs on this host, per controller, in the order
+    kiln writes them (memory, pids, cpu on v1). The hot path moves each fork into its own cgroup
+    (Cgroup::adopt) before it reports ready, so this is part of its Init Duration."""
+    import subprocess
+    v1 = os.path.isdir("/sys/fs/cgroup/memory")
+    controllers = ["memory", "pids", "cpu"] if v1 else [""]
+    out = {c or "unified": [] for c in controllers}
+    for i in range(reps):
+        proc = subprocess.Popen(["sleep", "30"])
+        dirs = [f"/sys/fs/cgroup/{c}/kiln-startpaths-probe-{os.getpid()}-{i}".replace("//", "/")
+                for c in controllers]
+        try:
+            for d in dirs:
+                os.mkdir(d)
+            for c, d in zip(controllers, dirs):
+                t0 = time.perf_counter_ns()
+                Path(d, "cgroup.procs").write_text(str(proc.pid))
+                out[c or "unified"].append((time.perf_counter_ns() - t0) / 1e6)
+        finally:
+            proc.kill()
+            proc.wait()
+            for d in dirs:
+                for _ in range(100):
+                    try:
+                        os.rmdir(d)
+                        break
+                    except FileNotFoundError:
+                        break
+                    except OSError:
+                        time.sleep(0.01)
+        time.sleep(0.1)  # apart, as forks on the hot path are
     return out
 
 
