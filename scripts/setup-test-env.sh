@@ -1,8 +1,19 @@
 #!/usr/bin/env bash
 # Installs what kiln's tests need on a fresh machine: a Python venv with boto3, awslambdaric,
-# pytest and the AWS CLI. Idempotent.
+# pytest and the AWS CLI, and the C toolchain for WASI guests. Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The wasm runtime's C guest fixture (crates/kiln-wasm/tests/fixtures/build.sh): clang, lld
+# and wasi-libc from the distribution. Go (GOOS=wasip1) builds the other guests.
+if ! { command -v clang && command -v wasm-ld && [ -d /usr/lib/wasm32-wasi ]; } >/dev/null 2>&1; then
+    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+            clang lld wasi-libc libclang-rt-dev-wasm32 >/dev/null
+    else
+        echo "setup-test-env: clang, lld and wasi-libc are missing; the C wasm fixture will be skipped" >&2
+    fi
+fi
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi

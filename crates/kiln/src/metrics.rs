@@ -48,6 +48,7 @@ pub struct Metrics {
     instances: Family<StateLabels, Gauge>,
     memory: Family<KindLabels, Gauge>,
     snapshots: Family<KindLabels, Gauge>,
+    disk: Family<KindLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -66,6 +67,7 @@ impl Default for Metrics {
         let instances = Family::<StateLabels, Gauge>::default();
         let memory = Family::<KindLabels, Gauge>::default();
         let snapshots = Family::<KindLabels, Gauge>::default();
+        let disk = Family::<KindLabels, Gauge>::default();
         registry.register(
             "invocations",
             "Invocations that reached a function",
@@ -116,6 +118,11 @@ impl Default for Metrics {
             "Function snapshots on the node, by state (building, ready, failed)",
             snapshots.clone(),
         );
+        registry.register(
+            "disk_bytes",
+            "Node disk used by snapshots kept across restarts (compiled and pre-initialised wasm modules)",
+            disk.clone(),
+        );
         Self {
             registry,
             invocations,
@@ -128,6 +135,7 @@ impl Default for Metrics {
             instances,
             memory,
             snapshots,
+            disk,
         }
     }
 }
@@ -172,6 +180,11 @@ impl Metrics {
                 kind: "snapshots".into(),
             })
             .set(status.snapshots.iter().map(|s| s.memory_bytes).sum::<u64>() as i64);
+        self.disk
+            .get_or_create(&KindLabels {
+                kind: "snapshots".into(),
+            })
+            .set(status.snapshot_disk_bytes as i64);
         self.snapshots.clear();
         for snapshot in &status.snapshots {
             self.snapshots

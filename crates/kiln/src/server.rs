@@ -9,7 +9,7 @@ use anyhow::{bail, Context};
 use axum::serve::ListenerExt;
 use kiln_sandbox::CgroupManager;
 
-use crate::agent::{AgentConfig, AgentContext, LocalAgent, NodeAgent};
+use crate::agent::{wasm_cache_dir, AgentConfig, AgentContext, LocalAgent, NodeAgent, WasmHost};
 use crate::api::{self, AppState};
 use crate::auth::{StoredCredentials, Verifier};
 use crate::controller::{Controller, ControllerConfig};
@@ -115,6 +115,16 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     std::fs::create_dir_all(&sandbox_root)?;
     let runtimes = Runtimes::detect(&data_dir.join("runtime"))?;
     let memory_budget_mb = config.memory_budget_mb.unwrap_or(host_memory_mb() * 3 / 4);
+    let node_max_instances = config
+        .max_instances
+        .unwrap_or((memory_budget_mb / 128).max(1) as u32);
+    let wasm = match WasmHost::open(&wasm_cache_dir(&data_dir), node_max_instances) {
+        Ok(host) => Some(Arc::new(host)),
+        Err(e) => {
+            eprintln!("kiln: the wasm runtime is not available: {e}");
+            None
+        }
+    };
     let agent = LocalAgent::new(
         AgentContext {
             cgroups,
@@ -124,6 +134,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
                 s3.store.clone(),
                 s3.endpoint.clone(),
             ))],
+            wasm,
         },
         AgentConfig {
             memory_budget_mb,
@@ -139,9 +150,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
             data_dir: data_dir.clone(),
             region: config.region.clone(),
             account_id: "000000000000".into(),
-            node_max_instances: config
-                .max_instances
-                .unwrap_or((memory_budget_mb / 128).max(1) as u32),
+            node_max_instances,
             async_retry_delay: config.async_retry_delay,
             async_concurrency: 16,
         },

@@ -228,6 +228,11 @@ impl Instance {
         let runtime = ctx.runtimes.get(&spec.runtime).ok_or_else(|| {
             StartError::Platform(format!("runtime {} is not available", spec.runtime))
         })?;
+        if runtime.protocol() == Protocol::Wasm {
+            return Err(StartError::Platform(
+                "a wasm function runs in the agent's engine, not in a sandbox process".into(),
+            ));
+        }
         let cgroup = Arc::new(
             ctx.cgroups
                 .create(&format!("i{id}"), limits(spec))
@@ -280,6 +285,7 @@ impl Instance {
                     .map_err(|e| platform("Runtime API", &e))?;
                 (Transport::Api(api), None)
             }
+            Protocol::Wasm => unreachable!("refused above"),
         };
         let sandbox = SandboxSpec {
             root: ctx.sandbox_root.clone(),

@@ -8,6 +8,7 @@ mod frame;
 mod instance;
 mod routing;
 mod runtime_api;
+mod wasm;
 mod zygote;
 
 use std::collections::{HashMap, VecDeque};
@@ -25,6 +26,7 @@ use tokio::sync::oneshot;
 pub use frame::MAX_FRAME_BYTES;
 pub use instance::{Instance, StartError, MAX_RESPONSE_BYTES};
 pub use routing::{RoutingPolicy, WarmFirst};
+pub use wasm::{cache_dir as wasm_cache_dir, WasmHost};
 use zygote::Zygote;
 
 use crate::function::SharedSpec;
@@ -191,6 +193,9 @@ pub struct NodeStatus {
     pub snapshots: Vec<SnapshotStatus>,
     pub memory_budget_mb: u64,
     pub memory_reserved_mb: u64,
+    /// Disk used by snapshots kept across restarts (compiled and pre-initialised wasm modules).
+    #[serde(default)]
+    pub snapshot_disk_bytes: u64,
     pub cgroup_version: String,
     pub runtimes: Vec<String>,
 }
@@ -237,6 +242,8 @@ pub struct AgentContext {
     pub sandbox_root: PathBuf,
     /// What kiln serves to functions inside their sandboxes (the object store).
     pub services: Vec<Arc<dyn SandboxService>>,
+    /// The engine of the `wasm` runtime, if it could be created.
+    pub wasm: Option<Arc<WasmHost>>,
 }
 
 /// A service kiln offers to every instance: environment variables for its SDKs and, in an
@@ -580,7 +587,7 @@ impl Inner {
         Some(instance)
     }
 
-    /// Gives back a reservation whose instance failed to start.
+    /// Gives back a reservation whose instance failed to start (or, for wasm, has finished).
     fn abandon(&self, function: &str, id: u64) {
         let mut state = self.state();
         forget(&mut state, id);
@@ -768,11 +775,25 @@ impl Inner {
         });
     }
 
+    /// The wasm engine, if `spec` is a wasm function.
+    fn wasm_host(&self, spec: &SharedSpec) -> Option<Result<Arc<WasmHost>, AgentError>> {
+        let runtime = self.ctx.runtimes.get(&spec.runtime)?;
+        (runtime.protocol() == crate::runtime::Protocol::Wasm).then(|| {
+            self.ctx.wasm.clone().ok_or_else(|| {
+                AgentError::Sandbox("the wasm engine could not be created on this node".into())
+            })
+        })
+    }
+
     async fn invoke(
         self: Arc<Self>,
         spec: SharedSpec,
         request: InvokeRequest,
     ) -> Result<InvokeOutcome, AgentError> {
+        if let Some(host) = self.wasm_host(&spec) {
+            let host = host?;
+            return self.invoke_wasm(&host, spec, request).await;
+        }
         // An idle instance whose runtime exited after its last answer never takes the event; the
         // invocation did not run then, and goes to another instance (as on Lambda, where such a
         // sandbox is re-initialised before the event is delivered).
@@ -990,6 +1011,9 @@ impl NodeAgent for LocalAgent {
     }
 
     fn retire(&self, function: &str, keep_revision: Option<u64>) {
+        if let Some(host) = &self.inner.ctx.wasm {
+            host.retire(function, keep_revision);
+        }
         let (victims, zygote) = {
             let mut guard = self.inner.state();
             let state = &mut *guard;
@@ -1022,12 +1046,22 @@ impl NodeAgent for LocalAgent {
     }
 
     fn prepare(&self, spec: SharedSpec) {
-        if spec.prebake.mode == crate::function::PrebakeMode::Deploy {
-            self.inner.build_zygote(&spec);
+        use crate::function::PrebakeMode;
+        match self.inner.wasm_host(&spec) {
+            // A plain module is compiled at deploy time too: only its snapshot is off.
+            Some(Ok(host)) if spec.prebake.mode != PrebakeMode::Lazy => host.prepare(spec),
+            Some(_) => {}
+            None if spec.prebake.mode == PrebakeMode::Deploy => self.inner.build_zygote(&spec),
+            None => {}
         }
     }
 
     fn status(&self) -> NodeStatus {
+        // Outside the state lock: this reads the cache directory.
+        let (wasm_snapshots, snapshot_disk_bytes) = match &self.inner.ctx.wasm {
+            Some(host) => (host.status(), host.disk_usage_bytes()),
+            None => (Vec::new(), 0),
+        };
         let state = self.inner.state();
         let now = Instant::now();
         let mut instances: Vec<InstanceStatus> = state
@@ -1094,6 +1128,7 @@ impl NodeAgent for LocalAgent {
                 status
             })
             .collect();
+        snapshots.extend(wasm_snapshots);
         snapshots.sort_by(|a, b| a.function.cmp(&b.function));
         instances.sort_by(|a, b| a.function.cmp(&b.function).then(a.id.cmp(&b.id)));
         NodeStatus {
@@ -1101,6 +1136,7 @@ impl NodeAgent for LocalAgent {
             snapshots,
             memory_budget_mb: self.inner.config.memory_budget_mb,
             memory_reserved_mb: state.memory_reserved_mb,
+            snapshot_disk_bytes,
             cgroup_version: self.inner.ctx.cgroups.version().to_string(),
             runtimes: self.inner.ctx.runtimes.names(),
         }

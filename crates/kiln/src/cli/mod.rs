@@ -519,6 +519,7 @@ fn status(client: &Client, json_output: bool) -> anyhow::Result<i32> {
             "SNAPSHOT", "REVISION", "KIND", "STATE", "FORKS", "BUILD", "MEMORY"
         );
     }
+    let disk = node["snapshot_disk_bytes"].as_f64().unwrap_or(0.0);
     for s in snapshots {
         println!(
             "{:<24} {:>8} {:<12} {:<9} {:>6} {:>8.1}ms {:>7.1} MB{}",
@@ -534,6 +535,9 @@ fn status(client: &Client, json_output: bool) -> anyhow::Result<i32> {
                 .map(|e| format!("  ({e})"))
                 .unwrap_or_default()
         );
+    }
+    if disk > 0.0 {
+        println!("\nsnapshots on disk: {:.1} MB", disk / 1048576.0);
     }
     Ok(0)
 }

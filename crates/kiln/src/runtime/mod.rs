@@ -6,6 +6,7 @@
 mod nodejs;
 mod provided;
 mod python;
+mod wasm;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -22,6 +23,8 @@ pub enum Protocol {
     Shim,
     /// The AWS Lambda Runtime API over HTTP.
     RuntimeApi,
+    /// No process: the agent runs each request in a fresh WebAssembly instance (`kiln-wasm`).
+    Wasm,
 }
 
 /// Where the runtime's files live inside every sandbox.
@@ -52,7 +55,8 @@ pub struct Runtimes {
 }
 
 impl Runtimes {
-    /// Probes the host for Node.js and Python and writes the shims to `shim_dir`.
+    /// Probes the host for Node.js and Python and writes the shims to `shim_dir`. `wasm` is
+    /// always listed; the agent runs it with its own engine.
     pub fn detect(shim_dir: &Path) -> std::io::Result<Self> {
         std::fs::create_dir_all(shim_dir)?;
         std::fs::write(shim_dir.join("shim.js"), nodejs::SHIM)?;
@@ -82,6 +86,7 @@ impl Runtimes {
                 Arc::new(provided::Provided::new(name, python.as_ref().ok())),
             );
         }
+        by_name.insert(wasm::NAME.to_string(), Arc::new(wasm::Wasm));
         Ok(Self {
             by_name,
             base_mounts: base_mounts(),

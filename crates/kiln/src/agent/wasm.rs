@@ -1,0 +1,450 @@
+//! The `wasm` runtime in the node agent: one wasmtime engine for the node, one module per
+//! function revision, and one fresh instance per request (XFaaS's per-request isolation).
+//!
+//! A module is compiled once and kept on disk in `kiln-wasm`'s content-addressed cache, so that
+//! a restarted kiln maps it instead of compiling it again. If the module exports an init
+//! function (`wizer.initialize` or `kiln_init`), the cache also keeps its pre-initialised
+//! snapshot: that is the wasm hot path, taken at deploy time (`KilnPrebake` mode `deploy`) or
+//! by the first request (`lazy`); mode `off` runs the plain module, the coldest path.
+//!
+//! Every request is a cold start in Lambda's sense (it finds no idle instance, by design);
+//! its REPORT says how long the instantiation took and which path it came from.
+
+use std::collections::HashMap;
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kiln_wasm::{Engine, EngineConfig, FunctionModule, ModuleCache, PreInit, WasmError};
+use tokio::sync::OnceCell;
+
+use super::{
+    report, Acquired, AgentError, Inner, InstanceState, InvokeOutcome, InvokeRequest,
+    SnapshotStatus, StartPath,
+};
+use crate::function::{PrebakeMode, SharedSpec};
+use crate::runtime;
+
+/// The most memory a wasm32 instance can address.
+const WASM32_MAX_MB: u32 = 4096;
+
+/// The node's wasm engine and the modules of its functions.
+pub struct WasmHost {
+    engine: Engine,
+    cache: Arc<ModuleCache>,
+    modules: Mutex<Modules>,
+}
+
+#[derive(Default)]
+struct Modules {
+    by_function: HashMap<String, Arc<ModuleSlot>>,
+    /// The oldest revision of each function that may still get a slot: a request or a
+    /// preparation of an older revision, still in flight when it was retired, gets a slot of
+    /// its own that is not kept.
+    floor: HashMap<String, u64>,
+}
+
+/// The module of one function revision: loaded once, by the first of `prepare` or a request.
+struct ModuleSlot {
+    revision: u64,
+    /// Prebaking is off: run the module as deployed, without its pre-initialised snapshot.
+    plain: bool,
+    cell: OnceCell<Result<Loaded, LoadError>>,
+    requests: AtomicU64,
+    /// Milliseconds since `created` of the last request (an `Instant` that fits an atomic).
+    last_used_ms: AtomicU64,
+    created: Instant,
+}
+
+#[derive(Clone)]
+struct Loaded {
+    module: FunctionModule,
+    build_time: Duration,
+}
+
+/// Why a function's module cannot run.
+#[derive(Debug, Clone)]
+enum LoadError {
+    /// The package's fault: answered as a function error (`errorType`, `errorMessage`).
+    Function(&'static str, String),
+    /// kiln's fault (the cache directory): the request fails, and the next one tries again.
+    Platform(String),
+}
+
+impl WasmHost {
+    /// Creates the engine, sized for `max_instances` concurrent requests, and opens the module
+    /// cache in `cache_dir`.
+    pub fn open(cache_dir: &Path, max_instances: u32) -> Result<Self, WasmError> {
+        let engine = Engine::new(EngineConfig {
+            // Pre-initialisations take a slot for their length too.
+            max_instances: max_instances.saturating_add(4),
+            max_memory_mb: WASM32_MAX_MB,
+            ..EngineConfig::default()
+        })?;
+        let cache = ModuleCache::open(&engine, cache_dir)?;
+        Ok(Self {
+            engine,
+            cache: Arc::new(cache),
+            modules: Mutex::new(Modules::default()),
+        })
+    }
+
+    fn modules(&self) -> std::sync::MutexGuard<'_, Modules> {
+        self.modules.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The slot of `spec`'s revision, replacing one of another revision.
+    fn slot(&self, spec: &SharedSpec) -> Arc<ModuleSlot> {
+        let plain = spec.prebake.mode == PrebakeMode::Off;
+        let mut modules = self.modules();
+        if let Some(slot) = modules.by_function.get(&spec.function) {
+            if slot.revision == spec.revision && slot.plain == plain {
+                return slot.clone();
+            }
+        }
+        let slot = Arc::new(ModuleSlot {
+            revision: spec.revision,
+            plain,
+            cell: OnceCell::new(),
+            requests: AtomicU64::new(0),
+            last_used_ms: AtomicU64::new(0),
+            created: Instant::now(),
+        });
+        let outdated = modules
+            .floor
+            .get(&spec.function)
+            .is_some_and(|f| spec.revision < *f)
+            || modules
+                .by_function
+                .get(&spec.function)
+                .is_some_and(|s| s.revision > spec.revision);
+        if !outdated {
+            modules
+                .by_function
+                .insert(spec.function.clone(), slot.clone());
+        }
+        slot
+    }
+
+    /// The module of `spec`, loading it if no one has; `true` if this call had to wait for it.
+    async fn module(
+        &self,
+        spec: &SharedSpec,
+    ) -> (Result<Loaded, LoadError>, bool, Arc<ModuleSlot>) {
+        let slot = self.slot(spec);
+        if let Some(done) = slot.cell.get() {
+            return (done.clone(), false, slot);
+        }
+        let cache = self.cache.clone();
+        let path = spec.code_dir.join(&spec.handler);
+        let handler = spec.handler.clone();
+        let plain = slot.plain;
+        let loaded = slot
+            .cell
+            .get_or_init(|| async move {
+                let begin = Instant::now();
+                let result =
+                    tokio::task::spawn_blocking(move || load(&cache, &path, &handler, plain))
+                        .await
+                        .unwrap_or_else(|e| {
+                            Err(LoadError::Platform(format!("module loading failed: {e}")))
+                        });
+                result.map(|module| Loaded {
+                    module,
+                    build_time: begin.elapsed(),
+                })
+            })
+            .await
+            .clone();
+        if let Err(LoadError::Platform(reason)) = &loaded {
+            tracing::warn!(function = %spec.function, "wasm module: {reason}");
+            // Not the function's fault: the next request tries again.
+            let mut modules = self.modules();
+            if matches!(modules.by_function.get(&spec.function), Some(s) if Arc::ptr_eq(s, &slot)) {
+                modules.by_function.remove(&spec.function);
+            }
+        }
+        (loaded, true, slot)
+    }
+
+    /// Compiles (or maps from the cache) and pre-initialises `spec`'s module in the background.
+    pub fn prepare(self: &Arc<Self>, spec: SharedSpec) {
+        let host = self.clone();
+        tokio::spawn(async move {
+            let (loaded, _, _) = host.module(&spec).await;
+            match loaded {
+                Ok(loaded) => tracing::info!(
+                    function = %spec.function,
+                    revision = spec.revision,
+                    "wasm module ready ({}, in {:.1} ms)",
+                    describe(loaded.module.preinit()),
+                    loaded.build_time.as_secs_f64() * 1000.0
+                ),
+                Err(LoadError::Function(_, message)) => {
+                    tracing::warn!(function = %spec.function, "wasm module: {message}")
+                }
+                Err(LoadError::Platform(_)) => {}
+            }
+        });
+    }
+
+    /// Drops the module of `function` unless it is of `keep_revision`.
+    pub fn retire(&self, function: &str, keep_revision: Option<u64>) {
+        let mut modules = self.modules();
+        match keep_revision {
+            Some(revision) => {
+                modules.floor.insert(function.to_string(), revision);
+            }
+            None => {
+                modules.floor.remove(function);
+            }
+        }
+        if matches!(modules.by_function.get(function), Some(slot) if Some(slot.revision) != keep_revision)
+        {
+            modules.by_function.remove(function);
+        }
+    }
+
+    /// The node's wasm modules, as snapshots: `kind` is `wasm-snapshot` for a pre-initialised
+    /// module (the hot path) and `wasm-module` for a plain one.
+    pub fn status(&self) -> Vec<SnapshotStatus> {
+        let modules = self.modules();
+        modules
+            .by_function
+            .iter()
+            .map(|(function, slot)| {
+                let mut status = SnapshotStatus {
+                    function: function.clone(),
+                    id: None,
+                    revision: slot.revision,
+                    kind: "wasm-module".into(),
+                    state: "building".into(),
+                    memory_bytes: 0,
+                    forks: slot.requests.load(Ordering::Relaxed),
+                    build_ms: 0.0,
+                    idle_s: slot
+                        .created
+                        .elapsed()
+                        .saturating_sub(Duration::from_millis(
+                            slot.last_used_ms.load(Ordering::Relaxed),
+                        ))
+                        .as_secs_f64(),
+                    pid: None,
+                    error: None,
+                };
+                match slot.cell.get() {
+                    None => {}
+                    Some(Ok(loaded)) => {
+                        status.state = "ready".into();
+                        status.build_ms = loaded.build_time.as_secs_f64() * 1000.0;
+                        match loaded.module.preinit() {
+                            PreInit::Snapshot { .. } => status.kind = "wasm-snapshot".into(),
+                            PreInit::NotRequested => {}
+                            PreInit::Failed { reason, .. } => {
+                                status.error = Some(format!("pre-initialisation failed: {reason}"))
+                            }
+                        }
+                    }
+                    Some(Err(LoadError::Function(_, message) | LoadError::Platform(message))) => {
+                        status.state = "failed".into();
+                        status.error = Some(message.clone());
+                    }
+                }
+                status
+            })
+            .collect()
+    }
+
+    /// Bytes the module cache (compiled code and pre-initialised snapshots) takes on disk.
+    pub fn disk_usage_bytes(&self) -> u64 {
+        self.cache.disk_usage_bytes().unwrap_or(0)
+    }
+}
+
+/// Reads, compiles and (unless `plain`) pre-initialises the module at `path`. Blocking.
+fn load(
+    cache: &ModuleCache,
+    path: &Path,
+    handler: &str,
+    plain: bool,
+) -> Result<FunctionModule, LoadError> {
+    let relative = Path::new(handler);
+    if handler.is_empty()
+        || !relative
+            .components()
+            .all(|c| matches!(c, Component::Normal(_)))
+    {
+        return Err(LoadError::Function(
+            "Runtime.HandlerNotFound",
+            format!("the handler `{handler}` must be the path of the module in the package, e.g. function.wasm"),
+        ));
+    }
+    let wasm = std::fs::read(path).map_err(|e| {
+        LoadError::Function(
+            "Runtime.HandlerNotFound",
+            format!(
+                "the package has no module `{handler}` (the handler names the .wasm file): {e}"
+            ),
+        )
+    })?;
+    let loaded = if plain {
+        cache.load_plain(&wasm)
+    } else {
+        cache.load(&wasm)
+    };
+    loaded.map_err(|e| match e {
+        WasmError::InvalidModule(_) | WasmError::Compile(_) | WasmError::Link(_) => {
+            LoadError::Function("Runtime.InvalidEntrypoint", format!("{handler}: {e}"))
+        }
+        other => LoadError::Platform(other.to_string()),
+    })
+}
+
+fn describe(preinit: &PreInit) -> String {
+    match preinit {
+        PreInit::NotRequested => "no init export".into(),
+        PreInit::Snapshot { init_export } => format!("pre-initialised by {init_export}"),
+        PreInit::Failed {
+            init_export,
+            reason,
+        } => format!("{init_export} failed, running the plain module: {reason}"),
+    }
+}
+
+fn error_body(error_type: &str, message: &str) -> Bytes {
+    Bytes::from(serde_json::json!({"errorType": error_type, "errorMessage": message}).to_string())
+}
+
+impl Inner {
+    /// Runs one request of a wasm function in a fresh instance. The request holds a
+    /// reservation (the function's concurrency and its memory in the node's budget) while it
+    /// runs, as a process instance does, and gives it back at the end.
+    pub(super) async fn invoke_wasm(
+        self: &Arc<Self>,
+        host: &WasmHost,
+        spec: SharedSpec,
+        request: InvokeRequest,
+    ) -> Result<InvokeOutcome, AgentError> {
+        let id = match self.acquire(&spec, &request.hints).await? {
+            Acquired::Cold(id) => id,
+            Acquired::Warm(instance) => {
+                // Never happens: a wasm request leaves no idle instance behind.
+                let id = instance.id;
+                self.destroy_later(*instance);
+                self.abandon(&spec.function, id);
+                return Err(AgentError::Sandbox(
+                    "a wasm function had an idle process instance".into(),
+                ));
+            }
+        };
+        let result = self.run_wasm(host, &spec, &request, id).await;
+        self.abandon(&spec.function, id);
+        result
+    }
+
+    async fn run_wasm(
+        &self,
+        host: &WasmHost,
+        spec: &SharedSpec,
+        request: &InvokeRequest,
+        id: u64,
+    ) -> Result<InvokeOutcome, AgentError> {
+        let begin = Instant::now();
+        let (loaded, waited, slot) = host.module(spec).await;
+        let loaded = match loaded {
+            Ok(loaded) => loaded,
+            Err(LoadError::Platform(message)) => return Err(AgentError::Sandbox(message)),
+            Err(LoadError::Function(error_type, message)) => {
+                let init = begin.elapsed();
+                let log = report(
+                    spec,
+                    &request.request_id,
+                    &format!("[kiln] {message}\n"),
+                    init,
+                    Some(StartPath::Coldest),
+                    Some(init),
+                    0,
+                );
+                return Ok(InvokeOutcome {
+                    body: error_body(error_type, &message),
+                    function_error: true,
+                    log,
+                    cold_start: Some(StartPath::Coldest),
+                    init_duration: Some(init),
+                    duration: init,
+                    max_memory_mb: 0,
+                });
+            }
+        };
+        let slot_waited = begin.elapsed();
+        let start_path = match loaded.module.preinit() {
+            PreInit::Snapshot { .. } if !waited => StartPath::Hot,
+            _ => StartPath::Coldest,
+        };
+        if let Some(live) = self.state().live.get_mut(&id) {
+            live.state = InstanceState::Busy;
+            live.start_path = start_path;
+        }
+        let mut env = match self.ctx.runtimes.get(&spec.runtime) {
+            Some(runtime) => runtime::lambda_env(spec, id, runtime.as_ref()),
+            None => Vec::new(),
+        };
+        env.push(("KILN_REQUEST_ID".into(), request.request_id.clone()));
+        env.push(("_X_AMZN_TRACE_ID".into(), request.trace_id.clone()));
+        let timeout = Duration::from_secs(u64::from(spec.timeout_s));
+        let deadline_ms = (chrono::Utc::now() + timeout).timestamp_millis();
+        env.push(("KILN_DEADLINE_MS".into(), deadline_ms.to_string()));
+        let wasm_request = kiln_wasm::Request {
+            payload: request.payload.to_vec(),
+            env,
+            memory_mb: spec.memory_mb.min(WASM32_MAX_MB),
+            timeout,
+            code_dir: Some(spec.code_dir.clone()),
+        };
+        let engine = host.engine.clone();
+        let module = loaded.module.clone();
+        let response =
+            tokio::task::spawn_blocking(move || engine.invoke(&module, wasm_request)).await;
+        let response = match response {
+            Ok(Ok(response)) => response,
+            Ok(Err(WasmError::PoolExhausted(_))) => return Err(AgentError::ThrottledNode),
+            Ok(Err(e)) => return Err(AgentError::Sandbox(e.to_string())),
+            Err(e) => return Err(AgentError::Sandbox(format!("wasm invocation failed: {e}"))),
+        };
+        slot.requests.fetch_add(1, Ordering::Relaxed);
+        slot.last_used_ms
+            .store(slot.created.elapsed().as_millis() as u64, Ordering::Relaxed);
+        let init_duration = slot_waited + response.instantiation;
+        let duration = response.duration.saturating_sub(response.instantiation);
+        let mut output = String::from_utf8_lossy(&response.logs).into_owned();
+        if response.logs_truncated {
+            output.push_str("\n[kiln] the rest of this request's log was dropped (4 MiB limit)\n");
+        }
+        let max_memory_mb = response.max_memory_bytes.div_ceil(1024 * 1024);
+        let log = report(
+            spec,
+            &request.request_id,
+            &output,
+            duration,
+            Some(start_path),
+            Some(init_duration),
+            max_memory_mb,
+        );
+        Ok(InvokeOutcome {
+            body: Bytes::from(response.body),
+            function_error: response.error.is_some(),
+            log,
+            cold_start: Some(start_path),
+            init_duration: Some(init_duration),
+            duration,
+            max_memory_mb,
+        })
+    }
+}
+
+/// The cache directory of a node's wasm modules.
+pub fn cache_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("wasm-cache")
+}

@@ -1,0 +1,3 @@
+module kiln.test/wasmfn
+
+go 1.21
