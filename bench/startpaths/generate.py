@@ -15,7 +15,10 @@ setups on any machine produce identical packages:
   no deployed Python package does. Node has no such cache and parses the source every time.
 
 Third-party packages are installed into the function directories: Python-Markdown with the
-venv's pip (--target), showdown with `npm ci` from the committed lock file.
+venv's pip (--target), showdown with `npm ci` from the committed lock file. The wasm functions
+are C, compiled with clang for wasm32-wasi against Debian's wasi-libc; the Markdown one links
+cmark-gfm, built from the C sources in the `cmarkgfm` source distribution (pinned, fetched with
+pip download), whose generated headers it ships.
 
 Usage: generate.py OUT_DIR   (idempotent: a package whose inputs did not change is kept)
 """
@@ -157,6 +160,33 @@ def compile_python(dest):
                     "--invalidation-mode", "unchecked-hash", str(dest)], check=True)
 
 
+CMARK_SDIST = "cmarkgfm==2025.10.22"
+
+
+def cmark_sources(out, pip):
+    """cmark-gfm's C sources and generated headers, from the pinned cmarkgfm sdist."""
+    src = out / "_cmark"
+    root = src / "cmarkgfm-2025.10.22"
+    if not (root / "third_party/cmark/src/blocks.c").exists():
+        src.mkdir(parents=True, exist_ok=True)
+        subprocess.run([pip, "download", "--quiet", "--disable-pip-version-check", "--no-deps",
+                        "--no-binary", ":all:", "--dest", str(src), CMARK_SDIST], check=True)
+        subprocess.run(["tar", "xzf", next(src.glob("cmarkgfm-*.tar.gz")).name], cwd=src, check=True)
+    return root
+
+
+def build_wasm(dest, fn, out, pip):
+    """Compiles the package's function.c to function.wasm (a WASI command) and drops the source."""
+    cmd = ["clang", "--target=wasm32-wasi", "--sysroot=/usr", "-O2", "-o", str(dest / "function.wasm"),
+           str(dest / "function.c")]
+    if fn == "markdown":
+        root = cmark_sources(out, pip)
+        cmd += [f"-I{root}/generated/unix", f"-I{root}/third_party/cmark/src", "-DCMARK_GFM_STATIC_DEFINE"]
+        cmd += [str(p) for p in sorted((root / "third_party/cmark/src").glob("*.c")) if p.name != "main.c"]
+    subprocess.run(cmd, check=True)
+    (dest / "function.c").unlink()
+
+
 def build(out, runtime, fn, pip):
     src = FUNCTIONS / runtime / fn
     dest = out / f"{runtime}-{fn}"
@@ -178,6 +208,8 @@ def build(out, runtime, fn, pip):
                             "--target", str(dest), "-r", str(req)], check=True)
             req.unlink()
         compile_python(dest)
+    elif runtime == "wasm":
+        build_wasm(dest, fn, out, pip)
     elif (dest / "package.json").exists():
         subprocess.run(["npm", "ci", "--omit=dev", "--no-audit", "--no-fund", "--loglevel=error"],
                        cwd=dest, check=True)
@@ -190,8 +222,10 @@ def main():
     pip = os.environ.get("PIP", str(HERE.parent.parent / ".venv/bin/pip"))
     out.mkdir(parents=True, exist_ok=True)
     built = {}
-    for runtime in ("python", "node"):
+    for runtime in ("python", "node", "wasm"):
         for fn in ("noop", "markdown", "big"):
+            if not (FUNCTIONS / runtime / fn).is_dir():
+                continue
             dest = build(out, runtime, fn, pip)
             size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
             built[f"{runtime}-{fn}"] = {"dir": str(dest), "bytes": size}

@@ -244,6 +244,18 @@ def markdown(s, an, comp, floor, mrows, lat, mem):
         if a and a["e2e"]["n"]:
             L.append(f"| Python hot path, {fn}: end-to-end cold p50 ≤ {TARGETS['python_hot_e2e_p50_ms']:.0f} ms "
                      f"| {fmt(a['e2e'])} | {verdict(a['e2e']['median'] <= TARGETS['python_hot_e2e_p50_ms'])} |")
+    for fn in FUNCTION_ORDER:
+        a = an.get(f"wasm/{fn}/hot")
+        if a and a["e2e"]["n"]:
+            L.append(f"| wasm hot path, {fn}: end-to-end cold p50 ≤ {TARGETS['wasm_hot_e2e_p50_ms']} ms "
+                     f"| {fmt(a['e2e'], digits=3)} | {verdict(a['e2e']['median'] <= TARGETS['wasm_hot_e2e_p50_ms'])} |")
+    for fn in ("noop", "markdown"):
+        best = min((a for a in an.values() if a["runtime"] == "node" and a["function"] == fn and a["e2e"]["n"]),
+                   key=lambda a: a["e2e"]["median"], default=None)
+        if best:
+            L.append(f"| Node {fn}, best path ({best['path']}): end-to-end cold p50 ≤ "
+                     f"{TARGETS['node_best_e2e_p50_ms']:.0f} ms | {fmt(best['e2e'])} "
+                     f"| {verdict(best['e2e']['median'] <= TARGETS['node_best_e2e_p50_ms'])} |")
     for row in comp:
         if row["function"] == "big":
             r = row["e2e"]
@@ -251,7 +263,7 @@ def markdown(s, an, comp, floor, mrows, lat, mem):
                      f"coldest (end-to-end) | {r['ratio']:.1f}× [{r['ci95'][0]:.1f}, {r['ci95'][1]:.1f}] "
                      f"| {verdict(r['ratio'] >= TARGETS['big_hot_speedup'])} |")
     for key, a in an.items():
-        if a["path"] != "coldest" and a["first"]["n"]:
+        if a["path"] != "coldest" and a["first"]["n"] and a["steady"]["n"]:
             r = a["first_vs_steady"]
             within = abs(r["ratio"] - 1) * 100 <= TARGETS["first_within_pct"]
             L.append(f"| {a['runtime']} {a['function']} {a['path']}: first-request service time within "

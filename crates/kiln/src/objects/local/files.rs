@@ -346,9 +346,18 @@ mod tests {
             .write(Bytes::from_static(b"partial"))
             .await
             .unwrap();
-        drop(abandoned);
         let tmp_is_empty = || std::fs::read_dir(&files.tmp).unwrap().next().is_none();
-        for _ in 0..500 {
+        // The writer's blocking task creates its file when it gets to run; on a loaded machine
+        // that may be after the drop, so wait for the file to exist first.
+        for _ in 0..1000 {
+            if !tmp_is_empty() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(!tmp_is_empty(), "the upload's file was never created");
+        drop(abandoned);
+        for _ in 0..1000 {
             if tmp_is_empty() {
                 break;
             }
