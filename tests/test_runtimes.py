@@ -288,7 +288,14 @@ def status_instances(kiln):
 
 @pytest.fixture(scope="module")
 def manual_fn(kiln):
-    return kiln.deploy("rt-manual", "provided.al2023", "ignored.handler", code="provided_manual", Timeout=9)
+    function = kiln.deploy("rt-manual", "provided.al2023", "ignored.handler", code="provided_manual", Timeout=9)
+    # No warm-up invocations before the standby instance (the hot path) is kept, so that the bootstrap's
+    # invocation `count` says whether an invocation ran on a new process, whichever path started it.
+    response = kiln.signed_request("PUT", "/2015-03-31/functions/rt-manual/configuration",
+                                   json.dumps({"KilnPrebake": {"WarmupInvocations": 0}}),
+                                   {"Content-Type": "application/json"})
+    assert response.status_code == 200, response.text
+    return {**function, "FunctionArn": response.json()["FunctionArn"]}
 
 
 def test_provided_manual_runtime_api_headers(kiln, manual_fn):

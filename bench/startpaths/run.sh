@@ -3,6 +3,7 @@
 #
 #   bench/startpaths/run.sh          n = 100 cold starts per case; writes bench/results/startpaths.*
 #   bench/startpaths/run.sh --quick  n = 10, k = 5 (results in bench/work/startpaths/results-quick/)
+#   bench/startpaths/run.sh --n=40   n = 40 cold starts per case (results in bench/results/)
 #
 # Installs what it needs (the repo venv, bench/startpaths/requirements.txt, the functions'
 # packages under bench/work/startpaths/fn), builds kiln (release), waits for a quiet machine
@@ -23,7 +24,8 @@ QUICK=0
 for arg in "$@"; do
     case $arg in
         --quick) QUICK=1 N=10 K=5 ;;
-        -h | --help) sed -n '2,13p' "$SELF" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --n=*) N=${arg#--n=} ;;
+        -h | --help) sed -n '2,14p' "$SELF" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "run.sh: unknown argument $arg (try --help)" >&2; exit 2 ;;
     esac
 done
