@@ -189,3 +189,36 @@ class Kiln:
 
     def log_tail(self, response):
         return base64.b64decode(response.get("LogResult", "")).decode()
+
+
+def node_status(server):
+    """The node's part of `kiln status --json`: instances, snapshots, budget."""
+    return json.loads(server.cli("--json", "status").stdout)["node"]
+
+
+def snapshot_of(server, function):
+    return next((s for s in node_status(server).get("snapshots", []) if s["function"] == function), None)
+
+
+def wait_for(predicate, timeout=30, interval=0.1, what="condition"):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def wait_ready(server, function, revision=None, timeout=60):
+    """Waits for the function's snapshot (fork server, standby, wasm module) to be ready."""
+    def ready():
+        s = snapshot_of(server, function)
+        return s if s and s["state"] == "ready" and (revision is None or s["revision"] == revision) else None
+    return wait_for(ready, timeout=timeout, what=f"the snapshot of {function} to be ready")
+
+
+def start_path(report):
+    """The `Start Path` of a REPORT log line."""
+    match = re.search(r"Start Path: (\w+)", report)
+    return match.group(1) if match else None

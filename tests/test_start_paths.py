@@ -12,36 +12,11 @@ import shutil
 import signal
 import threading
 import time
-from pathlib import Path
 
 import requests
 
-from kiln_harness import FUNCTIONS, NODE_RUNTIME, PYTHON_RUNTIME
-
-
-def node_status(server):
-    return json.loads(server.cli("--json", "status").stdout)["node"]
-
-
-def snapshot_of(server, function):
-    return next((s for s in node_status(server).get("snapshots", []) if s["function"] == function), None)
-
-
-def wait_for(predicate, timeout=30, interval=0.1, what="condition"):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-def wait_ready(server, function, revision=None):
-    def ready():
-        s = snapshot_of(server, function)
-        return s if s and s["state"] == "ready" and (revision is None or s["revision"] == revision) else None
-    return wait_for(ready, what=f"the snapshot of {function} to be ready")
+from kiln_harness import (FUNCTIONS, NODE_RUNTIME, PYTHON_RUNTIME, node_status, snapshot_of, start_path, wait_for,
+                          wait_ready)
 
 
 def deploy_cli(server, tmp_path, name, *flags, version="v1", files=None, runtime=PYTHON_RUNTIME):
@@ -65,11 +40,6 @@ def invoke(server, name, event=None):
     log = server.log_tail(response)
     report = [l for l in log.splitlines() if l.startswith("REPORT")][-1]
     return result, response, report
-
-
-def start_path(report):
-    match = re.search(r"Start Path: (\w+)", report)
-    return match.group(1) if match else None
 
 
 def fresh_instance(server, name, event=None):

@@ -12,12 +12,11 @@ import shutil
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import requests
 
-from kiln_harness import FUNCTIONS
+from kiln_harness import FUNCTIONS, node_status, snapshot_of, start_path, wait_for, wait_ready, zip_files
 
 GO_FIXTURE = FUNCTIONS / "wasm_go"
 
@@ -70,38 +69,10 @@ def invoke(server, name, event):
     return result, response, log, report
 
 
-def start_path(report):
-    match = re.search(r"Start Path: (\w+)", report)
-    return match.group(1) if match else None
-
-
 def set_prebake(server, name, mode):
     response = server.signed_request("PUT", f"/2015-03-31/functions/{name}/configuration",
                                      json.dumps({"KilnPrebake": {"Mode": mode}}), {"Content-Type": "application/json"})
     assert response.status_code == 200, response.text
-
-
-def node_status(server):
-    return json.loads(server.cli("--json", "status").stdout)["node"]
-
-
-def snapshot_of(server, function):
-    return next((s for s in node_status(server).get("snapshots", []) if s["function"] == function), None)
-
-
-def wait_for(predicate, timeout=60, what="condition"):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-def wait_ready(server, function):
-    return wait_for(lambda: (s := snapshot_of(server, function)) and s["state"] == "ready" and s,
-                    what=f"the module of {function}")
 
 
 def test_go_function_echoes_the_event_with_lambda_logs(kiln, go_wasm):
@@ -194,7 +165,6 @@ def test_code_update_invalidates_the_snapshot(kiln):
     assert kiln.invoke("wasm-update", {})[0] == "v1 ran_init=0"
     revision = snapshot_of(kiln, "wasm-update")["revision"]
     lam = kiln.client()
-    from kiln_harness import zip_files
     lam.update_function_code(FunctionName="wasm-update", ZipFile=zip_files({"function.wat": init_module("v2")}))
     # The very next invocation runs the new code, whether or not its snapshot is ready yet.
     assert kiln.invoke("wasm-update", {})[0] == "v2 ran_init=0"
