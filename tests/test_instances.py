@@ -11,14 +11,13 @@ import os
 import re
 import signal
 import threading
-import time
 import uuid
 from pathlib import Path
 
 import botocore.exceptions
 import pytest
 
-from kiln_harness import NODE_RUNTIME, PYTHON_RUNTIME
+from kiln_harness import NODE_RUNTIME, PYTHON_RUNTIME, wait_for
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
@@ -45,16 +44,6 @@ def status(server):
 
 def instances_of(server, function):
     return [i for i in status(server)["instances"] if i["function"] == function]
-
-
-def wait_for(predicate, timeout=30, interval=0.2, what="condition"):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def processes_with(marker):
