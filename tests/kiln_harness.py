@@ -218,6 +218,15 @@ def wait_ready(server, function, revision=None, timeout=60):
     return wait_for(ready, timeout=timeout, what=f"the snapshot of {function} to be ready")
 
 
+def wait_standby(server, runtime, timeout=60):
+    """Waits for a runtime-generic standby of `runtime` (the warm path) to be ready."""
+    def ready():
+        return next((s for s in node_status(server).get("snapshots", [])
+                     if s["function"] == runtime and s["kind"] == "runtime-standby" and s["state"] == "ready"),
+                    None)
+    return wait_for(ready, timeout=timeout, what=f"a standby of {runtime} to be ready")
+
+
 def start_path(report):
     """The `Start Path` of a REPORT log line."""
     match = re.search(r"Start Path: (\w+)", report)

@@ -1,5 +1,6 @@
-"""Start paths: the coldest path, and the hot path from a function-specific snapshot (a Python fork server),
-chosen automatically, visible in logs, metrics and status, invalidated by updates, and falling back safely.
+"""Start paths: the coldest path, the warm path from a runtime-generic standby, and the hot path from a
+function-specific snapshot (a Python fork server, a Node standby instance), chosen automatically, visible in logs,
+metrics and status, invalidated by updates, and falling back safely.
 
 The fixture function (tests/functions/python_snapshot) reports what ran at init, in warm-up invocations and in
 its snapshot hooks (snapshot_restore_py, Lambda SnapStart's API).
@@ -16,7 +17,7 @@ import time
 import requests
 
 from kiln_harness import (FUNCTIONS, NODE_RUNTIME, PYTHON_RUNTIME, node_status, snapshot_of, start_path, wait_for,
-                          wait_ready)
+                          wait_ready, wait_standby)
 
 
 def deploy_cli(server, tmp_path, name, *flags, version="v1", files=None, runtime=PYTHON_RUNTIME):
@@ -97,10 +98,11 @@ def test_the_path_is_visible_in_metrics_and_status(kiln, tmp_path):
     assert re.search(r'kiln_snapshots\{kind="ready"\} [1-9]', body)
 
 
-def test_prebake_off_takes_the_coldest_path(kiln, tmp_path):
+def test_prebake_off_takes_the_warm_path(kiln, tmp_path):
     deploy_cli(kiln, tmp_path, "sp-off", "--prebake", "off")
+    wait_standby(kiln, PYTHON_RUNTIME)
     result, _, report = invoke(kiln, "sp-off")
-    assert start_path(report) == "coldest"
+    assert start_path(report) == "warm"
     assert result["pid"] == result["init_pid"] and result["hooks"] == []
     time.sleep(1)
     assert snapshot_of(kiln, "sp-off") is None
@@ -112,8 +114,9 @@ def test_lazy_prebake_snapshots_after_the_first_start(kiln, tmp_path):
     deploy_cli(kiln, tmp_path, "sp-lazy", "--prebake", "lazy", "--warmup", "0")
     time.sleep(1)
     assert snapshot_of(kiln, "sp-lazy") is None, "a lazy snapshot waits for the first start"
+    wait_standby(kiln, PYTHON_RUNTIME)
     first, _, report = invoke(kiln, "sp-lazy")
-    assert start_path(report) == "coldest"
+    assert start_path(report) == "warm"
     wait_ready(kiln, "sp-lazy")
     second, _, report = fresh_instance(kiln, "sp-lazy", {"second": True})
     assert start_path(report) == "hot"
@@ -139,9 +142,10 @@ def test_a_dead_snapshot_falls_back_and_still_answers(kiln, tmp_path):
     deploy_cli(kiln, tmp_path, "sp-broken", "--warmup", "0")
     snapshot = wait_ready(kiln, "sp-broken")
     os.kill(snapshot["pid"], signal.SIGKILL)
+    wait_standby(kiln, PYTHON_RUNTIME)
     result, response, report = invoke(kiln, "sp-broken")
     assert "FunctionError" not in response, result
-    assert start_path(report) == "coldest"
+    assert start_path(report) == "warm"  # the next path that exists
     # The fallback builds a new snapshot, and cold starts take the hot path again.
     rebuilt = wait_ready(kiln, "sp-broken")
     assert rebuilt["pid"] != snapshot["pid"]
@@ -156,9 +160,10 @@ def test_a_failing_restore_hook_falls_back(kiln, tmp_path):
     deploy_cli(kiln, tmp_path, "sp-hook", "--warmup", "0",
                files={"app.py": hook + (FUNCTIONS / "python_snapshot" / "app.py").read_text()})
     wait_ready(kiln, "sp-hook")
+    wait_standby(kiln, PYTHON_RUNTIME)
     result, response, report = invoke(kiln, "sp-hook")
     assert "FunctionError" not in response, result
-    assert start_path(report) == "coldest"
+    assert start_path(report) == "warm"
 
 
 def test_init_errors_never_reach_a_snapshot(kiln, tmp_path):
@@ -166,9 +171,10 @@ def test_init_errors_never_reach_a_snapshot(kiln, tmp_path):
     failed = wait_for(lambda: (s := snapshot_of(kiln, "sp-initerr")) and s["state"] == "failed" and s,
                       what="the snapshot build to fail")
     assert "broken at init" in failed["error"]
+    wait_standby(kiln, PYTHON_RUNTIME)
     result, response, report = invoke(kiln, "sp-initerr")
     assert response.get("FunctionError") == "Unhandled"
-    assert result["errorType"] == "ValueError" and start_path(report) == "coldest"
+    assert result["errorType"] == "ValueError" and start_path(report) == "warm"
 
 
 def test_hot_instances_have_their_own_limits(kiln, tmp_path):
@@ -258,3 +264,83 @@ def test_a_code_update_replaces_the_standby(kiln, tmp_path):
     wait_ready(kiln, "sp-node-update")
     result, _, report = fresh_instance(kiln, "sp-node-update")
     assert result["version"] == "v2" and start_path(report) == "hot"
+
+
+# ------------------------------------------------------------------------------------------------- warm path
+def inspect_warm(server, runtime, name):
+    wait_standby(server, runtime)
+    standby = next(s for s in node_status(server)["snapshots"]
+                   if s["function"] == runtime and s["kind"] == "runtime-standby")
+    result, response, report = invoke(server, name, {"action": "inspect"})
+    assert "FunctionError" not in response, result
+    assert start_path(report) == "warm" and "Init Duration" in report, report
+    return result, standby
+
+
+def test_a_runtime_standby_takes_the_functions_code_env_and_identity(kiln, tmp_path):
+    for runtime, name in [(PYTHON_RUNTIME, "sp-warm-py"), (NODE_RUNTIME, "sp-warm-node")]:
+        deploy_cli(kiln, tmp_path, name, "--prebake", "off", "--env", "GREETING=hello", "--memory", "256",
+                   version="w1", runtime=runtime)
+        result, standby = inspect_warm(kiln, runtime, name)
+        assert result["version"] == "w1" and result["cwd"] == "/var/task"
+        assert "version.txt" in result["files"]
+        env = result["env"]
+        assert env["GREETING"] == "hello" and env["AWS_LAMBDA_FUNCTION_NAME"] == name
+        assert env["AWS_LAMBDA_FUNCTION_MEMORY_SIZE"] == "256" and env["LAMBDA_TASK_ROOT"] == "/var/task"
+        assert "KILN_STANDBY" not in env and "KILN_SHIM_FD" not in env
+        # The standby became this function's instance, and a new standby boots for the next one.
+        instances = [i for i in node_status(kiln)["instances"] if i["function"] == name]
+        assert [(i["id"], i["start_path"], i["memory_limit_mb"]) for i in instances] == [(standby["id"], "warm", 256)]
+        fresh = wait_standby(kiln, runtime)
+        assert fresh["id"] != standby["id"] and fresh["forks"] >= 1
+
+
+def test_each_standby_serves_one_function_only(kiln, tmp_path):
+    deploy_cli(kiln, tmp_path, "sp-warm-a", "--prebake", "off", files={"a-only.txt": "a"})
+    deploy_cli(kiln, tmp_path, "sp-warm-b", "--prebake", "off", files={"b-only.txt": "b"})
+    a, _ = inspect_warm(kiln, PYTHON_RUNTIME, "sp-warm-a")
+    b, _ = inspect_warm(kiln, PYTHON_RUNTIME, "sp-warm-b")
+    assert "a-only.txt" in a["files"] and "b-only.txt" not in a["files"]
+    assert "b-only.txt" in b["files"] and "a-only.txt" not in b["files"]
+    assert a["uid"] != b["uid"]
+    assert "GREETING" not in b["env"]
+
+
+def test_warm_instances_have_their_functions_limits(kiln, tmp_path):
+    deploy_cli(kiln, tmp_path, "sp-warm-oom", "--prebake", "off", "--memory", "128")
+    wait_standby(kiln, PYTHON_RUNTIME)
+    result, response, report = invoke(kiln, "sp-warm-oom", {"action": "allocate", "mb": 400})
+    assert start_path(report) == "warm"
+    assert result["errorType"] == "Runtime.OutOfMemory", result
+    wait_standby(kiln, PYTHON_RUNTIME)
+    _, response, report = invoke(kiln, "sp-warm-oom")
+    assert "FunctionError" not in response and start_path(report) == "warm"
+
+
+def test_an_init_error_on_the_warm_path_is_the_functions(kiln, tmp_path):
+    for runtime, name, files, error in [
+            (PYTHON_RUNTIME, "sp-warm-bad-py", {"app.py": "import no_such_module\n"}, "Runtime.ImportModuleError"),
+            (NODE_RUNTIME, "sp-warm-bad-node", {"index.js": "throw new TypeError('broken');\n"}, "TypeError")]:
+        deploy_cli(kiln, tmp_path, name, "--prebake", "off", files=files, runtime=runtime)
+        wait_standby(kiln, runtime)
+        result, response, report = invoke(kiln, name)
+        assert response.get("FunctionError") == "Unhandled", result
+        assert result["errorType"] == error and start_path(report) == "warm", (result, report)
+        # The failed standby is gone, not handed to anyone else.
+        assert not [i for i in node_status(kiln)["instances"] if i["function"] == name]
+
+
+def test_without_standbys_cold_starts_take_the_coldest_path(fresh_kiln, tmp_path):
+    server = fresh_kiln(extra_args=["--warm-standbys", "0"])
+    deploy_cli(server, tmp_path, "sp-coldest", "--prebake", "off")
+    result, _, report = invoke(server, "sp-coldest")
+    assert start_path(report) == "coldest"
+    assert result["pid"] == result["init_pid"] and result["hooks"] == []
+    assert not [s for s in node_status(server)["snapshots"] if s["kind"] == "runtime-standby"]
+
+
+def test_variables_read_at_boot_take_the_coldest_path(kiln, tmp_path):
+    deploy_cli(kiln, tmp_path, "sp-boot-env", "--prebake", "off", "--env", "PYTHONHASHSEED=0")
+    wait_standby(kiln, PYTHON_RUNTIME)
+    result, _, report = invoke(kiln, "sp-boot-env", {"action": "inspect"})
+    assert start_path(report) == "coldest" and result["env"]["PYTHONHASHSEED"] == "0"

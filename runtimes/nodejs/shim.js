@@ -183,8 +183,12 @@ function frameTransport(fd) {
   // An error answer after which the shim exits (an uncaught exception): the agent must not send another
   // invocation to this process.
   headers.error_fatal = Buffer.from('{"type":"error","fatal":true}');
-  let onInvoke = null;
+  let onInvoke = null, onLoad = null, reading = false;
   let pending = [], have = 0, need = 0; // bytes received so far, and the length of the frame they start
+  function read() {
+    if (!reading) sock.on('data', onData);
+    reading = true;
+  }
 
   // One allocation and one write(2) per frame: length prefix, header and body are laid out together.
   function send(type, payload, cb) {
@@ -215,6 +219,7 @@ function frameTransport(fd) {
       have -= need;
       need = 0;
       if (header.type === 'invoke') onInvoke(header, body); // unknown frame types are ignored
+      else if (header.type === 'load' && onLoad) { const cb = onLoad; onLoad = null; cb(header); }
     }
   }
 
@@ -226,7 +231,9 @@ function frameTransport(fd) {
   });
 
   return {
-    start(fn) { onInvoke = fn; send('ready', ''); sock.on('data', onData); },
+    start(fn) { onInvoke = fn; send('ready', ''); read(); },
+    // A standby says it is ready for a function, and waits for the `load` frame.
+    awaitLoad(cb) { onLoad = cb; send('ready', ''); read(); },
     answer(type, _id, payload, _errorType, cb) { send(type, payload, cb); },
     initError(payload, _errorType, cb) { send('init_error', payload, cb); },
     // While a handler runs the socket must not keep the event loop alive, or 'beforeExit' (how Lambda
@@ -418,6 +425,24 @@ process.on('unhandledRejection', (reason, promise) => {
   crash(err);
 });
 
+// ---------------------------------------------------------------------------------------------- standby
+// The warm start path (docs/shim-protocol.md, "Standby"): the runtime boots before any function is assigned,
+// with an empty task root. It loads the built-ins functions commonly use and the ES module loader, says
+// `ready`, and waits for a `load` frame, which comes once the agent has made the code appear at the task root.
+const PREWARM_MODULES = ['assert', 'buffer', 'child_process', 'crypto', 'dns', 'events', 'fs/promises', 'http',
+  'https', 'os', 'querystring', 'stream', 'stream/promises', 'string_decoder', 'timers/promises', 'url', 'zlib'];
+
+async function standby() {
+  for (const name of PREWARM_MODULES) require(name);
+  await import('node:path');
+  const header = await new Promise((resolve) => transport.awaitLoad(resolve));
+  for (const key of Object.keys(env)) delete env[key];
+  Object.assign(env, header.env || {});
+  delete env.KILN_SHIM_FD;
+  // The working directory was entered before the code appeared on top of it.
+  process.chdir(TASK_ROOT);
+}
+
 async function main() {
   const fdVar = env.KILN_SHIM_FD;
   delete env.KILN_SHIM_FD; // the agent's socket is none of the function's business
@@ -427,6 +452,7 @@ async function main() {
     process.stderr.write('kiln shim: neither KILN_SHIM_FD nor AWS_LAMBDA_RUNTIME_API is set\n');
     process.exit(2);
   }
+  if (env.KILN_STANDBY === '1' && fdVar) await standby();
   let fn;
   try {
     fn = await loadHandler(env._HANDLER || '');

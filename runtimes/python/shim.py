@@ -275,7 +275,7 @@ class FrameTransport:
             if len(header) < header_len or len(body) < body_len:
                 return None
             header = json.loads(header)
-            if header.get("type") in ("invoke", "zygote"):  # unknown frame types are ignored
+            if header.get("type") in ("invoke", "zygote", "load"):  # unknown frame types are ignored
                 return header, body
 
     def respond(self, request_id, body):
@@ -353,6 +353,9 @@ def main():
     # kiln's runtime library (snapshot_restore_py) comes last, as Lambda's /var/runtime does.
     sys.path.append(os.path.join(os.path.dirname(SHIM_FILE), "python"))
 
+    if os.environ.get("KILN_STANDBY") == "1" and isinstance(transport, FrameTransport):
+        standby(transport, task_root)
+
     setup_logging()
     error = None
     try:
@@ -369,6 +372,42 @@ def main():
 
     transport.ready()
     serve(transport, handler)
+
+
+# ------------------------------------------------------------------------------------------------- standby
+# The warm start path (docs/shim-protocol.md, "Standby"): the runtime boots before any function is assigned,
+# with an empty task root. It imports what functions commonly import, says `ready`, and waits for a `load` frame,
+# which comes once the agent has made the function's code appear at the task root.
+PREWARM_MODULES = (
+    "base64", "collections", "contextlib", "copy", "dataclasses", "datetime", "email.utils", "functools",
+    "hashlib", "hmac", "http.client", "io", "itertools", "math", "pathlib", "re", "string", "tempfile",
+    "threading", "typing", "urllib.parse", "urllib.request", "uuid", "zlib",
+)
+
+
+def standby(transport, task_root):
+    for name in PREWARM_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    transport.ready()
+    frame = transport.next()
+    if frame is None:  # the agent let the standby go without using it
+        sys.exit(0)
+    header, _ = frame
+    if header.get("type") != "load":
+        sys.stderr.write("kiln shim: a standby expected a load frame, got %r\n" % header.get("type"))
+        sys.exit(1)
+    os.environ.clear()
+    os.environ.update(header.get("env") or {})
+    os.environ.pop("KILN_SHIM_FD", None)
+    # The working directory was opened before the code appeared on top of it: enter the task root anew,
+    # and forget what the import system cached about the (then empty) directory.
+    os.chdir(task_root)
+    sys.path_importer_cache.pop(task_root, None)
+    importlib.invalidate_caches()
+    LambdaContext._env = LambdaContext._read_env()
 
 
 def serve(transport, handler):

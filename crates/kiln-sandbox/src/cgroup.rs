@@ -196,7 +196,8 @@ impl Cgroup {
         fs::write(&path, value).map_err(|e| CgroupError::Io(path, e))
     }
 
-    fn apply(&self, limits: Limits) -> Result<(), CgroupError> {
+    /// Sets every limit. Safe on a running instance: a warm standby takes its function's size so.
+    pub fn apply(&self, limits: Limits) -> Result<(), CgroupError> {
         self.set_memory_limit(limits.memory_bytes)?;
         if self.v2 {
             let dir = &self.dirs[0];

@@ -15,6 +15,7 @@ pub mod cgroup;
 pub mod netns;
 mod root;
 pub mod seccomp;
+mod slot;
 mod sys;
 
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -25,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 pub use cgroup::{Cgroup, CgroupManager, Limits};
 pub use netns::NetNs;
+pub use slot::{CodeSlot, SlotDir};
 
 /// The argument that makes the kiln binary act as the sandbox helper.
 pub const HELPER_ARG: &str = "__sandbox";
@@ -73,6 +75,9 @@ pub enum Mount {
         writable: bool,
         optional: bool,
     },
+    /// A read-only bind of a [`CodeSlot`]'s directory: empty at first, it shows what the host
+    /// attaches to the slot later ([`CodeSlot::fill`]).
+    Slot { source: PathBuf, target: PathBuf },
     /// A symbolic link, e.g. `/bin -> usr/bin` on merged-/usr hosts.
     Symlink { target: PathBuf, points_to: PathBuf },
 }

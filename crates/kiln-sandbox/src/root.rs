@@ -22,12 +22,26 @@ fn step<T>(what: impl Fn() -> String, result: io::Result<T>) -> Result<T, Sandbo
     result.map_err(|e| SandboxError::Root(format!("{}: {e}", what())))
 }
 
-fn bind(source: &Path, target: &Path, writable: bool, nodev: bool) -> Result<(), SandboxError> {
+/// Binds `source` on `target`. The bind is private (it receives nothing from the host) unless it
+/// is a code slot, which keeps receiving the host's mounts on it (see `slot.rs`).
+fn bind(
+    source: &Path,
+    target: &Path,
+    writable: bool,
+    nodev: bool,
+    slot: bool,
+) -> Result<(), SandboxError> {
     let what = || format!("bind {} on {}", source.display(), target.display());
     step(
         what,
         sys::mount(Some(source), target, None, libc::MS_BIND, None),
     )?;
+    if !slot {
+        step(
+            || format!("make {} private", target.display()),
+            sys::mount(None, target, None, libc::MS_PRIVATE, None),
+        )?;
+    }
     let mut flags = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_NOSUID;
     if !writable {
         flags |= libc::MS_RDONLY;
@@ -69,14 +83,16 @@ fn mount_point(target: &Path, is_dir: bool) -> Result<(), SandboxError> {
 /// Builds the root and pivots into it. Runs as root in the sandbox's fresh mount namespace.
 pub(crate) fn assemble(spec: &SandboxSpec) -> Result<(), SandboxError> {
     let root = spec.root.as_path();
-    // Nothing mounted from here on may propagate back to the host.
+    // Nothing mounted from here on may propagate back to the host. Slave rather than private so
+    // that a code slot's bind can keep receiving the host's mount of the function's code; every
+    // other bind is made private as it is made, and the host's tree is detached after the pivot.
     step(
-        || "make mounts private".into(),
+        || "make mounts slaves".into(),
         sys::mount(
             None,
             Path::new("/"),
             None,
-            libc::MS_REC | libc::MS_PRIVATE,
+            libc::MS_REC | libc::MS_SLAVE,
             None,
         ),
     )?;
@@ -101,7 +117,12 @@ pub(crate) fn assemble(spec: &SandboxSpec) -> Result<(), SandboxError> {
                 };
                 let target = at(root, target);
                 mount_point(&target, meta.is_dir())?;
-                bind(source, &target, *writable, true)?;
+                bind(source, &target, *writable, true, false)?;
+            }
+            Mount::Slot { source, target } => {
+                let target = at(root, target);
+                mount_point(&target, true)?;
+                bind(source, &target, false, true, true)?;
             }
             Mount::Symlink { target, points_to } => {
                 let target = at(root, target);
@@ -140,7 +161,7 @@ pub(crate) fn assemble(spec: &SandboxSpec) -> Result<(), SandboxError> {
         if host.exists() {
             let target = dev.join(name);
             mount_point(&target, false)?;
-            bind(&host, &target, true, false)?;
+            bind(&host, &target, true, false, false)?;
         }
     }
     for (name, to) in [

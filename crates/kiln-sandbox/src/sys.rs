@@ -248,3 +248,57 @@ pub(crate) fn loopback_up() -> io::Result<()> {
     close(sock);
     result.map(drop)
 }
+
+/// Attaches a copy of the directory tree at `source` on `target`, read-only, nosuid and nodev
+/// from the moment it appears. Built with the mount API (`open_tree`, `mount_setattr`,
+/// `move_mount`) rather than a bind mount and a remount, so that the copies propagated to other
+/// mount namespaces are read-only too: a remount would change only the first copy.
+pub(crate) fn attach_read_only(source: &Path, target: &Path) -> io::Result<()> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let source = cstring(source)?;
+    let target = cstring(target)?;
+    let empty = c"";
+    // SAFETY: open_tree(2) reads the NUL-terminated path and returns a new descriptor (or -1);
+    // it retains no pointer.
+    let fd = check(unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            source.as_ptr(),
+            libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC,
+        )
+    } as libc::c_int)?;
+    // SAFETY: `fd` was just returned by open_tree and is owned by nobody else.
+    let tree = unsafe { OwnedFd::from_raw_fd(fd) };
+    let attr = libc::mount_attr {
+        attr_set: libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: the empty path with AT_EMPTY_PATH names the detached tree behind `tree`; `attr` is
+    // a valid mount_attr and its exact size is passed; the kernel only reads it.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_EMPTY_PATH as libc::c_uint,
+            &attr as *const libc::mount_attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        )
+    } as libc::c_int)?;
+    // SAFETY: both paths are NUL-terminated and outlive the call; MOVE_MOUNT_F_EMPTY_PATH makes
+    // the empty source path name the tree behind `tree`.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_FDCWD,
+            target.as_ptr(),
+            libc::MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    } as libc::c_int)
+    .map(drop)
+}

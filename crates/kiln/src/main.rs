@@ -55,6 +55,10 @@ struct UpArgs {
     /// recently used are evicted beyond it.
     #[arg(long, default_value_t = 2048)]
     snapshot_memory_mb: u64,
+    /// Runtime-generic standby instances kept booted per runtime (the warm start path); 0 turns
+    /// the warm path off.
+    #[arg(long, default_value_t = 1)]
+    warm_standbys: usize,
     /// Most instances per function without reserved concurrency (default: budget / 128 MB).
     #[arg(long)]
     max_instances: Option<u32>,
@@ -166,6 +170,7 @@ fn main() {
                 memory_budget_mb: args.memory_budget_mb,
                 queue_depth: args.queue_depth,
                 snapshot_memory_mb: args.snapshot_memory_mb,
+                warm_standbys: args.warm_standbys,
                 max_instances: args.max_instances,
                 async_retry_delay: Duration::from_millis(args.async_retry_delay_ms),
                 shutdown_grace: Duration::from_secs(args.shutdown_grace),

@@ -27,6 +27,7 @@ pub struct ServerConfig {
     pub memory_budget_mb: Option<u64>,
     pub queue_depth: usize,
     pub snapshot_memory_mb: u64,
+    pub warm_standbys: usize,
     pub max_instances: Option<u32>,
     pub async_retry_delay: Duration,
     pub shutdown_grace: Duration,
@@ -125,6 +126,13 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
             None
         }
     };
+    let code_slots = match kiln_sandbox::SlotDir::open(&data_dir.join("run/slots")) {
+        Ok(slots) => Some(slots),
+        Err(e) => {
+            eprintln!("kiln: no warm start path (code slots need mount propagation): {e}");
+            None
+        }
+    };
     let agent = LocalAgent::new(
         AgentContext {
             cgroups,
@@ -135,12 +143,14 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
                 s3.endpoint.clone(),
             ))],
             wasm,
+            code_slots,
         },
         AgentConfig {
             memory_budget_mb,
             idle_ttl: config.idle_ttl,
             queue_depth: config.queue_depth,
             snapshot_memory_mb: config.snapshot_memory_mb,
+            warm_standbys: config.warm_standbys,
             sandbox_root,
         },
     );

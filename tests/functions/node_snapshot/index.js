@@ -8,6 +8,9 @@ const EVENTS = [];
 
 exports.handler = async (event) => {
   EVENTS.push(event);
+  if (event.action === "inspect") {
+    return { env: { ...process.env }, cwd: process.cwd(), files: fs.readdirSync(".").sort(), version: VERSION };
+  }
   if (event.action === "sleep") {
     await new Promise((resolve) => setTimeout(resolve, event.seconds * 1000));
   }

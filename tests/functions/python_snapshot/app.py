@@ -28,6 +28,9 @@ def handler(event, context):
     if action == "sleep":
         import time
         time.sleep(event["seconds"])
+    elif action == "inspect":
+        return {"env": dict(os.environ), "cwd": os.getcwd(), "files": sorted(os.listdir(".")),
+                "version": VERSION, "uid": os.getuid()}
     elif action == "allocate":
         hog = bytearray(event["mb"] << 20)
         for i in range(0, len(hog), 4096):

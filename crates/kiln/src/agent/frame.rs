@@ -34,6 +34,12 @@ pub enum Header {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         fatal: bool,
     },
+    /// Agent to a runtime-generic standby shim (the warm path): the function's code is now at
+    /// the task root; take this environment, load the handler and answer `ready` or
+    /// `init_error` as at a normal start.
+    Load {
+        env: std::collections::BTreeMap<String, String>,
+    },
     /// Agent to shim: stop serving invocations and become a fork server.
     Zygote,
     /// Shim to agent: the fork server is listening; its pid in the sandbox's PID namespace.

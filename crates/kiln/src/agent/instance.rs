@@ -100,8 +100,13 @@ impl Transport {
 /// Why an instance could not be started.
 #[derive(Debug)]
 pub enum StartError {
-    /// The function's fault (its init failed); answered as a function error.
-    Function { body: Bytes, log: String },
+    /// The function's fault (its init failed); answered as a function error. `path` is the
+    /// start path the init ran on.
+    Function {
+        body: Bytes,
+        log: String,
+        path: StartPath,
+    },
     /// kiln's fault: the sandbox could not be built.
     Platform(String),
 }
@@ -196,6 +201,8 @@ pub struct Instance {
     _netns: Option<NetNs>,
     /// Servers of sandbox services (the object store) that live as long as the instance.
     _service_guards: Vec<Box<dyn std::any::Any + Send + Sync>>,
+    /// A warm-path instance's code slot: its code is detached when the instance is dropped.
+    code_slot: Option<kiln_sandbox::CodeSlot>,
 }
 
 fn error_json(error_type: &str, message: &str) -> Bytes {
@@ -221,6 +228,27 @@ impl Instance {
         ctx: &AgentContext,
         spec: &SharedSpec,
         id: u64,
+    ) -> Result<Instance, StartError> {
+        Self::launch(ctx, spec, id, None).await
+    }
+
+    /// A runtime-generic standby for the warm path: a sandbox whose runtime has booted and waits,
+    /// with an empty `/var/task` that [`Instance::assign`] fills. `spec` is the runtime's generic
+    /// spec (see `warm.rs`), not a function's.
+    pub async fn start_standby(
+        ctx: &AgentContext,
+        spec: &SharedSpec,
+        id: u64,
+        slot: kiln_sandbox::CodeSlot,
+    ) -> Result<Instance, StartError> {
+        Self::launch(ctx, spec, id, Some(slot)).await
+    }
+
+    async fn launch(
+        ctx: &AgentContext,
+        spec: &SharedSpec,
+        id: u64,
+        slot: Option<kiln_sandbox::CodeSlot>,
     ) -> Result<Instance, StartError> {
         let begin = Instant::now();
         let platform =
@@ -248,15 +276,11 @@ impl Instance {
             output_pipe().map_err(|e| platform("output pipe", &e))?;
         let mut env = runtime::lambda_env(spec, id, runtime.as_ref());
         let mut service_guards = Vec::new();
-        for service in &ctx.services {
-            let attachment = service
-                .attach(spec, netns.as_ref())
-                .map_err(|e| StartError::Platform(format!("sandbox service: {e}")))?;
-            for (key, value) in attachment.env {
-                env.retain(|(k, _)| *k != key);
-                env.push((key, value));
-            }
-            service_guards.extend(attachment.guard);
+        if slot.is_none() {
+            attach_services(ctx, spec, netns.as_ref(), &mut env, &mut service_guards)?;
+        } else {
+            // Tells the shim to boot, pre-warm and wait for a `load` frame.
+            env.push(("KILN_STANDBY".into(), "1".into()));
         }
         // Unique among live instances: no sandbox can signal or trace another's processes.
         let uid = 100_000 + (id % 60_000) as u32;
@@ -289,7 +313,13 @@ impl Instance {
         };
         let sandbox = SandboxSpec {
             root: ctx.sandbox_root.clone(),
-            mounts: ctx.runtimes.mounts(runtime.as_ref(), &spec.code_dir),
+            mounts: ctx.runtimes.mounts(
+                runtime.as_ref(),
+                match &slot {
+                    Some(slot) => runtime::Code::Slot(slot.path()),
+                    None => runtime::Code::Dir(&spec.code_dir),
+                },
+            ),
             files: vec![
                 File {
                     path: PathBuf::from("/etc/passwd"),
@@ -328,7 +358,7 @@ impl Instance {
         })?;
         let process = Process::Sandbox(process);
         let now = Instant::now();
-        let mut instance = Instance {
+        let instance = Instance {
             id,
             spec: spec.clone(),
             start_path: StartPath::Coldest,
@@ -347,7 +377,16 @@ impl Instance {
             transport,
             _netns: netns,
             _service_guards: service_guards,
+            code_slot: slot,
         };
+        instance.finish_init(begin).await
+    }
+
+    /// Waits for the runtime to finish its init phase: the instance, or why it failed (the
+    /// instance is then destroyed).
+    async fn finish_init(self, begin: Instant) -> Result<Instance, StartError> {
+        let mut instance = self;
+        let spec = instance.spec.clone();
         let init_timeout = INIT_TIMEOUT.max(Duration::from_secs(u64::from(spec.timeout_s)));
         let mut output = Vec::new();
         let mut step = instance
@@ -401,8 +440,13 @@ impl Instance {
                 ),
             ),
         };
+        let path = instance.start_path;
         instance.destroy().await;
-        Err(StartError::Function { body: failure, log })
+        Err(StartError::Function {
+            body: failure,
+            log,
+            path,
+        })
     }
 
     /// Waits for the runtime's next message, collecting its output meanwhile.
@@ -616,6 +660,28 @@ impl Instance {
     }
 }
 
+/// Attaches the sandbox services (the object store) of `spec` to an instance: their environment
+/// goes into `env`, their servers into `guards`.
+fn attach_services(
+    ctx: &AgentContext,
+    spec: &SharedSpec,
+    netns: Option<&NetNs>,
+    env: &mut Vec<(String, String)>,
+    guards: &mut Vec<Box<dyn std::any::Any + Send + Sync>>,
+) -> Result<(), StartError> {
+    for service in &ctx.services {
+        let attachment = service
+            .attach(spec, netns)
+            .map_err(|e| StartError::Platform(format!("sandbox service: {e}")))?;
+        for (key, value) in attachment.env {
+            env.retain(|(k, _)| *k != key);
+            env.push((key, value));
+        }
+        guards.extend(attachment.guard);
+    }
+    Ok(())
+}
+
 /// The cgroup limits of one instance of `spec`.
 pub(super) fn limits(spec: &SharedSpec) -> Limits {
     Limits {
@@ -698,6 +764,7 @@ impl Instance {
             transport: Transport::Shim(ShimConn::new(ours)),
             _netns: None,
             _service_guards: Vec::new(),
+            code_slot: None,
         };
         let mut output = Vec::new();
         match instance
@@ -717,6 +784,70 @@ impl Instance {
                 ))
             }
         }
+    }
+
+    /// The warm start path: gives this runtime-generic standby (see [`Instance::start_standby`])
+    /// the function `spec`. Its cgroup takes the function's limits, the function's code appears
+    /// at `/var/task` through the code slot, and a `load` frame hands the shim the function's
+    /// environment; the shim then loads the handler and runs its init code as at any start.
+    pub async fn assign(
+        mut self,
+        ctx: &AgentContext,
+        spec: &SharedSpec,
+    ) -> Result<Instance, StartError> {
+        let begin = Instant::now();
+        let prepared = (|| {
+            let runtime = ctx
+                .runtimes
+                .get(&spec.runtime)
+                .ok_or_else(|| format!("runtime {} is not available", spec.runtime))?;
+            let slot = self
+                .code_slot
+                .as_ref()
+                .ok_or("the instance has no code slot")?;
+            self.cgroup
+                .apply(limits(spec))
+                .map_err(|e| format!("cgroup: {e}"))?;
+            slot.fill(&spec.code_dir)
+                .map_err(|e| format!("code slot: {e}"))?;
+            Ok::<_, String>(runtime)
+        })();
+        let runtime = match prepared {
+            Ok(runtime) => runtime,
+            Err(e) => {
+                self.destroy().await;
+                return Err(StartError::Platform(e));
+            }
+        };
+        let mut env = runtime::lambda_env(spec, self.id, runtime.as_ref());
+        let mut guards = Vec::new();
+        if let Err(e) = attach_services(ctx, spec, self._netns.as_ref(), &mut env, &mut guards) {
+            self.destroy().await;
+            return Err(e);
+        }
+        self._service_guards.extend(guards);
+        // The shim already holds its socket; the variable is none of the function's business.
+        env.retain(|(k, _)| k != "KILN_SHIM_FD");
+        let sent = match &mut self.transport {
+            Transport::Shim(conn) => conn
+                .send(
+                    &Header::Load {
+                        env: env.into_iter().collect(),
+                    },
+                    b"",
+                )
+                .await
+                .map_err(|e| format!("load frame: {e}")),
+            _ => Err("only shim runtimes have standbys".to_string()),
+        };
+        if let Err(e) = sent {
+            self.destroy().await;
+            return Err(StartError::Platform(e));
+        }
+        self.spec = spec.clone();
+        self.start_path = StartPath::Warm;
+        self.last_used = Instant::now();
+        self.finish_init(begin).await
     }
 
     /// Turns this instance (initialised, maybe warmed up, idle) into a fork server. Returns its

@@ -8,6 +8,7 @@ mod frame;
 mod instance;
 mod routing;
 mod runtime_api;
+mod warm;
 mod wasm;
 mod zygote;
 
@@ -55,6 +56,8 @@ pub struct InvokeRequest {
 pub enum StartPath {
     /// A new sandbox, the runtime started from scratch, the function loaded and initialised.
     Coldest,
+    /// A runtime-generic standby (booted, pre-warmed) that the function's code was loaded into.
+    Warm,
     /// From a function-specific snapshot taken after init and warm-up (a fork of a zygote).
     Hot,
 }
@@ -63,6 +66,7 @@ impl StartPath {
     pub fn as_str(self) -> &'static str {
         match self {
             StartPath::Coldest => "coldest",
+            StartPath::Warm => "warm",
             StartPath::Hot => "hot",
         }
     }
@@ -233,6 +237,9 @@ pub struct AgentConfig {
     /// Memory the node's snapshots (zygotes) may hold together; the least recently used ones
     /// are evicted beyond it.
     pub snapshot_memory_mb: u64,
+    /// Runtime-generic standby instances kept ready per runtime (the warm path); 0 turns the
+    /// warm path off.
+    pub warm_standbys: usize,
 }
 
 /// What instances need from the agent to start.
@@ -244,6 +251,8 @@ pub struct AgentContext {
     pub services: Vec<Arc<dyn SandboxService>>,
     /// The engine of the `wasm` runtime, if it could be created.
     pub wasm: Option<Arc<WasmHost>>,
+    /// Where warm standbys get their code (None: mounts could not be prepared, no warm path).
+    pub code_slots: Option<kiln_sandbox::SlotDir>,
 }
 
 /// A service kiln offers to every instance: environment variables for its SDKs and, in an
@@ -343,6 +352,8 @@ struct State {
     pools: HashMap<String, Pool>,
     live: HashMap<u64, LiveInstance>,
     zygotes: HashMap<String, SnapshotSlot>,
+    /// Runtime-generic standbys, per runtime (the warm path).
+    warm: HashMap<String, warm::WarmPool>,
     memory_reserved_mb: u64,
     next_id: u64,
     shutting_down: bool,
@@ -382,6 +393,7 @@ impl LocalAgent {
                 destroying: Arc::new(AtomicUsize::new(0)),
             }),
         };
+        agent.inner.refill_standbys();
         let reaper = Arc::downgrade(&agent.inner);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(500));
@@ -598,8 +610,10 @@ impl Inner {
         }
     }
 
-    /// Starts a new instance by the most advanced path that exists for `spec`: a fork of its
-    /// zygote, else the coldest path (which then has a zygote built, unless prebaking is off).
+    /// Starts a new instance by the most advanced path that exists for `spec`: its standby or a
+    /// fork of its zygote (hot), else a runtime-generic standby (warm), else the coldest path.
+    /// The warm and coldest paths then have the function's snapshot built, unless prebaking is
+    /// off.
     /// A broken snapshot falls back to the next path, with the reason logged.
     async fn start(self: &Arc<Self>, spec: &SharedSpec, id: u64) -> Result<Instance, StartError> {
         let begin = Instant::now();
@@ -608,13 +622,7 @@ impl Inner {
                 standby.start_path = StartPath::Hot;
                 standby.init_duration = begin.elapsed();
                 standby.last_used = Instant::now();
-                // The standby keeps its own id (and cgroup); the reservation moves over to it.
-                {
-                    let mut state = self.state();
-                    if let Some(entry) = state.live.remove(&id) {
-                        state.live.insert(standby.id, entry);
-                    }
-                }
+                self.move_reservation(id, standby.id);
                 self.build_zygote(spec);
                 return Ok(*standby);
             }
@@ -633,9 +641,33 @@ impl Inner {
                 }
             }
         }
+        match self.start_warm(spec).await {
+            Some(Ok(instance)) => {
+                self.move_reservation(id, instance.id);
+                self.build_zygote(spec);
+                return Ok(instance);
+            }
+            // The function's own init failed: running it again on another path would repeat
+            // its side effects, and fail the same way.
+            Some(Err(e @ StartError::Function { .. })) => return Err(e),
+            Some(Err(StartError::Platform(reason))) => tracing::warn!(
+                function = %spec.function,
+                "warm start failed, falling back to the coldest path: {reason}"
+            ),
+            None => {}
+        }
         let instance = Instance::start_cold(&self.ctx, spec, id).await?;
         self.build_zygote(spec);
         Ok(instance)
+    }
+
+    /// An instance that keeps an id of its own (a standby) takes over the reservation made for
+    /// the new instance `reserved`.
+    fn move_reservation(&self, reserved: u64, id: u64) {
+        let mut state = self.state();
+        if let Some(entry) = state.live.remove(&reserved) {
+            state.live.insert(id, entry);
+        }
     }
 
     fn take_standby(&self, spec: &SharedSpec) -> Option<Box<Instance>> {
@@ -819,7 +851,7 @@ impl Inner {
                         tracing::error!(function = %spec.function, "sandbox: {message}");
                         return Err(AgentError::Sandbox(message));
                     }
-                    Err(StartError::Function { body, log }) => {
+                    Err(StartError::Function { body, log, path }) => {
                         self.abandon(&spec.function, id);
                         let duration = begin.elapsed();
                         let log = report(
@@ -827,7 +859,7 @@ impl Inner {
                             &request.request_id,
                             &log,
                             duration,
-                            Some(StartPath::Coldest),
+                            Some(path),
                             Some(duration),
                             0,
                         );
@@ -1128,6 +1160,36 @@ impl NodeAgent for LocalAgent {
                 status
             })
             .collect();
+        for (runtime, pool) in &state.warm {
+            let standby = |state: &str| SnapshotStatus {
+                function: runtime.clone(),
+                id: None,
+                revision: 0,
+                kind: "runtime-standby".into(),
+                state: state.into(),
+                memory_bytes: 0,
+                forks: pool.taken,
+                build_ms: 0.0,
+                idle_s: 0.0,
+                pid: None,
+                error: None,
+            };
+            for instance in &pool.ready {
+                snapshots.push(SnapshotStatus {
+                    id: Some(instance.id),
+                    memory_bytes: instance.cgroup.memory_current(),
+                    build_ms: instance.init_duration.as_secs_f64() * 1000.0,
+                    idle_s: now.duration_since(instance.created).as_secs_f64(),
+                    ..standby("ready")
+                });
+            }
+            if let (true, Some(error)) = (pool.ready.is_empty(), &pool.last_error) {
+                snapshots.push(SnapshotStatus {
+                    error: Some(error.clone()),
+                    ..standby("failed")
+                });
+            }
+        }
         snapshots.extend(wasm_snapshots);
         snapshots.sort_by(|a, b| a.function.cmp(&b.function));
         instances.sort_by(|a, b| a.function.cmp(&b.function).then(a.id.cmp(&b.id)));
@@ -1164,6 +1226,8 @@ impl NodeAgent for LocalAgent {
                 }
                 idle
             };
+            let mut idle = idle;
+            idle.extend(inner.drain_standbys());
             futures_util::future::join_all(idle.into_iter().map(Instance::destroy)).await;
             let deadline = Instant::now() + grace;
             while Instant::now() < deadline && !inner.state().live.is_empty() {
@@ -1186,6 +1250,9 @@ impl NodeAgent for LocalAgent {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             inner.ctx.cgroups.remove_parents();
+            if let Some(slots) = &inner.ctx.code_slots {
+                slots.close();
+            }
         })
     }
 }

@@ -27,6 +27,15 @@ pub enum Protocol {
     Wasm,
 }
 
+/// Where a sandbox's `/var/task` comes from.
+#[derive(Clone, Copy)]
+pub enum Code<'a> {
+    /// The function's extracted code.
+    Dir(&'a Path),
+    /// A code slot's host directory: empty until a function is assigned (the warm path).
+    Slot(&'a Path),
+}
+
 /// Where the runtime's files live inside every sandbox.
 pub const RUNTIME_DIR: &str = "/opt/kiln";
 pub const TASK_ROOT: &str = "/var/task";
@@ -104,12 +113,19 @@ impl Runtimes {
         names
     }
 
-    /// Every mount of a sandbox running `runtime` with code from `code_dir`.
-    pub fn mounts(&self, runtime: &dyn Runtime, code_dir: &Path) -> Vec<Mount> {
+    /// Every mount of a sandbox running `runtime`, with the function's code from `code_dir`, or
+    /// from a code slot filled later (the warm path).
+    pub fn mounts(&self, runtime: &dyn Runtime, code: Code<'_>) -> Vec<Mount> {
         let mut mounts = self.base_mounts.clone();
         mounts.extend(runtime.mounts());
         mounts.push(bind(&self.shim_dir, Path::new(RUNTIME_DIR), false));
-        mounts.push(bind(code_dir, Path::new(TASK_ROOT), false));
+        mounts.push(match code {
+            Code::Dir(dir) => bind(dir, Path::new(TASK_ROOT), false),
+            Code::Slot(slot) => Mount::Slot {
+                source: slot.to_path_buf(),
+                target: PathBuf::from(TASK_ROOT),
+            },
+        });
         mounts
     }
 }
