@@ -8,9 +8,10 @@
 # Installs what it needs (the repo venv, bench/startpaths/requirements.txt, the functions'
 # packages under bench/work/startpaths/fn), builds kiln (release), waits for a quiet machine
 # (1-minute load average below 0.5, up to STARTPATHS_QUIET_WAIT_S = 2400 s), then starts its own
-# kiln twice: with --idle-ttl 0 for the latency phase (every measured invocation is a cold
-# start) and with a long TTL for the memory phase (instances held idle). Stops everything it
-# started on any exit (trap). Must run as root, as `kiln up` does.
+# kiln three times: with --idle-ttl 0 for the latency phase (every measured invocation is a cold
+# start), once without runtime standbys (coldest, hot) and once with them (warm), and with a long
+# TTL for the memory phase (instances held idle). Stops everything it started on any exit
+# (trap). Must run as root, as `kiln up` does.
 set -euo pipefail
 
 SELF=$(realpath "$0")
@@ -92,6 +93,16 @@ say "generating the function packages"
 say "building kiln (release)"
 cargo build --release --quiet -p kiln
 KILN_BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/kiln
+# The tree as it was built: the report states it, whatever changes while the benchmark runs.
+mkdir -p "$WORK/raw"
+.venv/bin/python - "$WORK/raw/build.json" <<'PY'
+import json, subprocess, sys
+git = lambda *a: subprocess.run(["git", *a], capture_output=True, text=True).stdout
+status = [l for l in git("status", "--porcelain").splitlines() if l]
+json.dump({"git_commit": git("rev-parse", "HEAD").strip(),
+           "git_modified": [l[3:] for l in status if not l.startswith("??")],
+           "git_untracked": [l[3:] for l in status if l.startswith("??")]}, open(sys.argv[1], "w"))
+PY
 
 # ------------------------------------------------------------------ quiet machine
 WAITED=0
@@ -109,11 +120,12 @@ say "load average $(cut -d' ' -f1-3 /proc/loadavg) after waiting ${WAITED} s"
 
 # ------------------------------------------------------------------ kiln
 KILN_URL=
-# start_kiln TTL: starts kiln on the data dir and waits for its "listening on" line.
+# start_kiln TTL STANDBYS: starts kiln on the data dir with that idle TTL and that many runtime
+# standbys per runtime, and waits for its "listening on" line.
 start_kiln() {
-    local log=$WORK/kiln-ttl$1.log
+    local log=$WORK/kiln-ttl$1-standbys$2.log
     "$KILN_BIN" up --listen 127.0.0.1:0 --data-dir "$KILN_DATA" --no-aws-profile \
-        --idle-ttl "$1" --memory-budget-mb 22000 --snapshot-memory-mb 4096 \
+        --idle-ttl "$1" --warm-standbys "$2" --memory-budget-mb 22000 --snapshot-memory-mb 4096 \
         --shutdown-grace 5 >"$log" 2>&1 &
     KILN_PID=$!
     KILN_URL=
@@ -124,7 +136,7 @@ start_kiln() {
         sleep 0.1
     done
     [ -n "$KILN_URL" ] || { echo "run.sh: kiln did not start:" >&2; cat "$log" >&2; exit 1; }
-    say "kiln --idle-ttl $1: $KILN_URL (pid $KILN_PID)"
+    say "kiln --idle-ttl $1 --warm-standbys $2: $KILN_URL (pid $KILN_PID)"
 }
 # driver PHASE ARGS...: runs one phase in the background and waits, so that a SIGTERM runs the
 # trap at once (bash defers traps during a foreground command).
@@ -136,13 +148,18 @@ driver() {
     DRIVER=
 }
 
-rm -rf "$KILN_DATA" "$WORK/raw"
-start_kiln 0
+rm -rf "$KILN_DATA" "$WORK/raw"/latency*.json "$WORK/raw/memory.json"
+start_kiln 0 0
 driver deploy
-driver latency --n "$N"
+driver latency --n "$N" --paths coldest,hot
 stop_kiln
-start_kiln 3600
-driver memory --k "$K"
+start_kiln 0 1
+driver latency --n "$N" --paths warm --tag warm
+stop_kiln
+# A warm instance is a whole runtime process, as a coldest one is; the memory phase holds
+# coldest and hot instances.
+start_kiln 3600 0
+driver memory --k "$K" --paths coldest,hot
 stop_kiln
 driver report --out "$OUT" --command "$COMMAND" --quiet-info "$QUIET_INFO"
 say "results in ${OUT#"$ROOT"/}/"

@@ -8,7 +8,9 @@ dir). Phases, each one call:
 
   deploy   create the functions of every case (one per runtime × function × path)
   latency  n cold starts per case (kiln started with --idle-ttl 0), each followed by 5 warm
-           invocations on the same instance; plus the client's floor (warm NoOp invokes)
+           invocations on the same instance; plus the client's floor (warm NoOp invokes).
+           --paths picks the paths one kiln measures: run.sh runs the warm cases on a kiln with
+           runtime standbys and the others on one without, so that `coldest` stays coldest
   memory   K concurrent instances per case held idle (kiln with a long idle TTL); USS/PSS
   report   statistics, bench/results/startpaths.{md,json,png}
 """
@@ -37,8 +39,9 @@ sys.path.insert(0, str(HERE.parent))
 import bench as core  # noqa: E402  (bench/bench.py: cpu accounting, machine facts)
 
 # ------------------------------------------------------------------------------------ the cases
-# A runtime: how kiln runs it. A path: the KilnPrebake configuration that selects it. New start
-# paths (a Node warm path) or runtimes (wasm) are one entry in RUNTIMES and/or PATHS.
+# A runtime: how kiln runs it. A path: the KilnPrebake configuration that selects it (`warm` and
+# `coldest` share one: `off`; the kiln they run on has runtime standbys or not). New start paths
+# or runtimes are one entry in RUNTIMES and/or PATHS.
 RUNTIMES = {
     "python": {"runtime": "python3.11", "handler": "app.handler"},
     "node": {"runtime": "nodejs20.x", "handler": "index.handler"},
@@ -47,8 +50,10 @@ RUNTIMES = {
 WARMUP_INVOCATIONS = 10
 PATHS = {
     ("python", "coldest"): {"Mode": "off"},
+    ("python", "warm"): {"Mode": "off"},
     ("python", "hot"): {"Mode": "deploy", "WarmupInvocations": WARMUP_INVOCATIONS, "WarmupEvent": {}},
     ("node", "coldest"): {"Mode": "off"},
+    ("node", "warm"): {"Mode": "off"},
     ("node", "hot"): {"Mode": "deploy", "WarmupInvocations": WARMUP_INVOCATIONS, "WarmupEvent": {}},
     # wasm: every request is a fresh instance; `off` runs the plain module, `deploy` the module
     # pre-initialised by its `kiln_init` export.
@@ -79,8 +84,9 @@ ANCHORS = {
 }
 
 
-def cases():
-    return [(rt, fn, path) for fn in FUNCTION_ORDER for (rt, path) in PATHS if (rt, fn) not in SKIP]
+def cases(paths=None):
+    return [(rt, fn, path) for fn in FUNCTION_ORDER for (rt, path) in PATHS
+            if (rt, fn) not in SKIP and (paths is None or path in paths)]
 
 
 def fname(rt, fn, path):
@@ -233,6 +239,17 @@ def wait_snapshots(client, timeout_s=600):
         time.sleep(0.2)
 
 
+def wait_standby(client, runtime, timeout_s=120):
+    """Waits for a runtime-generic standby of `runtime` (the warm path) to be ready."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if any(s["function"] == runtime and s["kind"] == "runtime-standby" and s["state"] == "ready"
+               for s in node_status(client).get("snapshots", [])):
+            return
+        time.sleep(0.02)
+    raise RuntimeError(f"no standby of {runtime} was ready after {timeout_s} s")
+
+
 def wait_snapshot(client, name, timeout_s=120):
     deadline = time.time() + timeout_s
     while time.time() < deadline:
@@ -285,8 +302,8 @@ def others_share(before, after):
 
 
 def latency(args, client):
-    out = {"cases": {}, "floor": {}}
-    for rt, fn, path in cases():
+    out = {"cases": {}, "floor": {}, "paths": args.paths}
+    for rt, fn, path in cases(args.paths):
         out["cases"][f"{rt}/{fn}/{path}"] = {"runtime": rt, "function": fn, "path": path,
                                               "function_name": fname(rt, fn, path), "samples": []}
     snaps = wait_snapshots(client)
@@ -299,7 +316,7 @@ def latency(args, client):
         out["floor"][rt] = [client.invoke(name, {})[0] for _ in range(args.floor_n)]
         log(f"floor {rt}: warm NoOp end-to-end p50 {np.median(out['floor'][rt]):.3f} ms")
     out["sign_ms"] = client.sign_only(args.floor_n)
-    order = cases()
+    order = cases(args.paths)
     before = core.cpu_account()
     others_before = others_cpu()
     load_start = core.loadavg()
@@ -313,6 +330,9 @@ def latency(args, client):
             if path == "hot":
                 # A standby instance (Node) is taken by the cold start and rebuilt behind it.
                 wait_snapshot(client, name)
+            elif path == "warm":
+                # So is a runtime standby.
+                wait_standby(client, RUNTIMES[rt]["runtime"])
             time.sleep(args.settle_ms / 1000)  # the reaped sandbox's teardown
             e2e, rep = client.invoke(name, {})
             sample = {"e2e_ms": e2e, **rep, "warm": []}
@@ -414,7 +434,7 @@ def memory(args, client):
     root = cgroup_root(args.data_dir)
     snaps = wait_snapshots(client)
     out = {"k": args.k, "cgroup_root": root, "cases": {}}
-    for rt, fn, path in cases():
+    for rt, fn, path in cases(args.paths):
         name = fname(rt, fn, path)
         if rt == "wasm":
             continue  # nothing stays resident between wasm requests: no idle instance to measure
@@ -464,6 +484,9 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--command", default="bench/startpaths/run.sh")
     ap.add_argument("--quiet-info", default="{}")
+    ap.add_argument("--paths", type=lambda s: s.split(","), default=None,
+                    help="comma-separated paths to measure (latency, memory); default all")
+    ap.add_argument("--tag", default="", help="suffix of the raw result file (latency-TAG.json)")
     args = ap.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -477,7 +500,7 @@ def main():
     elif args.phase == "latency":
         res = latency(args, client)
         res["n"] = args.n
-        (work / "latency.json").write_text(json.dumps(res))
+        (work / f"latency{'-' + args.tag if args.tag else ''}.json").write_text(json.dumps(res))
     elif args.phase == "memory":
         (work / "memory.json").write_text(json.dumps(memory(args, client)))
 

@@ -1174,6 +1174,12 @@ impl NodeAgent for LocalAgent {
                 pid: None,
                 error: None,
             };
+            for id in &pool.starting {
+                snapshots.push(SnapshotStatus {
+                    id: Some(*id),
+                    ..standby("building")
+                });
+            }
             for instance in &pool.ready {
                 snapshots.push(SnapshotStatus {
                     id: Some(instance.id),

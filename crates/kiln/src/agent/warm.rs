@@ -30,7 +30,8 @@ const RETRY_AFTER: Duration = Duration::from_secs(5);
 #[derive(Default)]
 pub(super) struct WarmPool {
     pub ready: Vec<Instance>,
-    starting: usize,
+    /// Ids of the standbys booting now.
+    pub starting: Vec<u64>,
     /// Set after a standby failed to start.
     retry_at: Option<Instant>,
     pub last_error: Option<String>,
@@ -107,13 +108,19 @@ impl Inner {
                     }
                     let pool = state.warm.entry(runtime.clone()).or_default();
                     if pool.retry_at.is_some_and(|at| now < at)
-                        || pool.ready.len() + pool.starting >= self.config.warm_standbys
+                        || pool.ready.len() + pool.starting.len() >= self.config.warm_standbys
                     {
                         break;
                     }
-                    pool.starting += 1;
                     state.next_id += 1;
-                    state.next_id
+                    let id = state.next_id;
+                    state
+                        .warm
+                        .get_mut(&runtime)
+                        .expect("just inserted")
+                        .starting
+                        .push(id);
+                    id
                 };
                 let inner = self.clone();
                 let runtime = runtime.clone();
@@ -144,7 +151,7 @@ impl Inner {
             let mut state = self.state();
             let shutting_down = state.shutting_down;
             let pool = state.warm.entry(runtime.clone()).or_default();
-            pool.starting -= 1;
+            pool.starting.retain(|s| *s != id);
             match started {
                 Ok(instance) if !shutting_down => {
                     pool.ready.push(instance);
