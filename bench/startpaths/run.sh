@@ -4,6 +4,7 @@
 #   bench/startpaths/run.sh          n = 100 cold starts per case; writes bench/results/startpaths.*
 #   bench/startpaths/run.sh --quick  n = 10, k = 5 (results in bench/work/startpaths/results-quick/)
 #   bench/startpaths/run.sh --n=40   n = 40 cold starts per case (results in bench/results/)
+#   bench/startpaths/run.sh --k=20   k = 20 idle instances per case in the memory phase (default 100)
 #
 # Installs what it needs (the repo venv, bench/startpaths/requirements.txt, the functions'
 # packages under bench/work/startpaths/fn), builds kiln (release), waits for a quiet machine
@@ -20,13 +21,14 @@ cd "$HERE/../.."
 ROOT=$PWD
 WORK=$ROOT/bench/work/startpaths
 N=100
-K=20
+K=100
 QUICK=0
 for arg in "$@"; do
     case $arg in
         --quick) QUICK=1 N=10 K=5 ;;
         --n=*) N=${arg#--n=} ;;
-        -h | --help) sed -n '2,14p' "$SELF" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --k=*) K=${arg#--k=} ;;
+        -h | --help) sed -n '2,15p' "$SELF" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "run.sh: unknown argument $arg (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -120,12 +122,13 @@ say "load average $(cut -d' ' -f1-3 /proc/loadavg) after waiting ${WAITED} s"
 
 # ------------------------------------------------------------------ kiln
 KILN_URL=
-# start_kiln TTL STANDBYS: starts kiln on the data dir with that idle TTL and that many runtime
-# standbys per runtime, and waits for its "listening on" line.
+# start_kiln TTL STANDBYS [BUDGET_MB]: starts kiln on the data dir with that idle TTL, that many
+# runtime standbys per runtime and that memory budget (booked, not used: 22000 MB by default),
+# and waits for its "listening on" line.
 start_kiln() {
     local log=$WORK/kiln-ttl$1-standbys$2.log
     "$KILN_BIN" up --listen 127.0.0.1:0 --data-dir "$KILN_DATA" --no-aws-profile \
-        --idle-ttl "$1" --warm-standbys "$2" --memory-budget-mb 22000 --snapshot-memory-mb 4096 \
+        --idle-ttl "$1" --warm-standbys "$2" --memory-budget-mb "${3:-22000}" --snapshot-memory-mb 4096 \
         --shutdown-grace 5 >"$log" 2>&1 &
     KILN_PID=$!
     KILN_URL=
@@ -158,7 +161,9 @@ driver latency --n "$N" --paths warm --tag warm
 stop_kiln
 # A warm instance is a whole runtime process, as a coldest one is; the memory phase holds
 # coldest and hot instances.
-start_kiln 3600 0
+# K instances book K × MemorySize (100 × 1024 MB for Big), far more than they use (≤ 130 MB
+# each): the budget is raised so that kiln does not refuse them.
+start_kiln 3600 0 $((K * 1100 + 8000))
 driver memory --k "$K" --paths coldest,hot
 stop_kiln
 driver report --out "$OUT" --command "$COMMAND" --quiet-info "$QUIET_INFO"
