@@ -182,6 +182,9 @@ def load_latency(work):
         more = json.loads(extra.read_text())
         lat["cases"].update(more["cases"])
         lat.setdefault("runs", {})[extra.stem] = {k: more.get(k) for k in ("interference", "loadavg", "paths")}
+    # One order for every table: function, then runtime, then path as PATHS lists them.
+    order = {f"{rt}/{fn}/{p}": i for i, (rt, fn, p) in enumerate(cases())}
+    lat["cases"] = dict(sorted(lat["cases"].items(), key=lambda kv: order.get(kv[0], len(order))))
     return lat
 
 
@@ -321,8 +324,8 @@ def markdown(s, an, comp, floor, mrows, lat, mem):
              "namespace (ColdSession) and by a plain container cold start. kiln's counterparts: a fresh "
              "instance of a pre-initialised module (wasm `hot`) or a fork of a zygote (Python `hot`); "
              "a runtime container booted ahead and given the function (`warm`); a new sandbox "
-             "(`coldest`). Sessions (CopySession/ColdSession proper) are measured with the session "
-             "benchmark.\n")
+             "(`coldest`). kiln has no session containers yet: CopySession and ColdSession proper come "
+             "with them.\n")
     L.append("| method | XFaaS | kiln wasm | kiln Python | kiln Node |\n|---|---:|---:|---:|---:|")
     L.append(f"| fork of a ready instance | 1.98 | {cell('wasm/noop/hot')} | {cell('python/noop/hot')} | "
              f"{cell('node/noop/hot')} (a function standby) |")
