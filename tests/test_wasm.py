@@ -262,14 +262,15 @@ def test_restart_reuses_compiled_modules_and_survives_a_corrupt_cache(fresh_kiln
     compiled = sorted((cache / "compiled").glob("*.cwasm"))
     preinit = sorted((cache / "preinit").glob("*.wasm"))
     assert len(compiled) >= 2 and len(preinit) == 1, (compiled, preinit)
-    stamps = {p: p.stat().st_mtime_ns for p in compiled + preinit}
+    # A rebuilt file is a new inode (written aside, then renamed); a reused one is only touched.
+    stamps = {p: p.stat().st_ino for p in compiled + preinit}
 
     server.restart()
     assert server.invoke("wasm-restart", {"action": "echo", "value": "again"})[0]["echo"] == "again"
     _, _, _, report = invoke(server, "wasm-restart-hot", {})
     assert start_path(report) == "hot", report
     # Nothing was compiled or pre-initialised again: the artifacts on disk were mapped.
-    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+    assert {p: p.stat().st_ino for p in stamps} == stamps
 
     # A corrupt artifact is detected (its digest), logged, rebuilt, and the function still answers.
     for path in compiled:
@@ -281,3 +282,25 @@ def test_restart_reuses_compiled_modules_and_survives_a_corrupt_cache(fresh_kiln
     _, _, _, report = invoke(server, "wasm-restart-hot", {})
     assert start_path(report) in ("hot", "coldest")
     assert server.invoke("wasm-restart-hot", {})[0] == "r ran_init=0"
+
+
+def test_the_disk_cache_evicts_what_no_loaded_module_uses(fresh_kiln):
+    # A limit of 0 MB: every file that no loaded module needs goes as soon as the cache is checked.
+    server = fresh_kiln(extra_args=["--snapshot-disk-mb", "0"])
+    for name in ("wasm-evict-a", "wasm-evict-b"):
+        server.deploy(name, "wasm", "function.wat", files={"function.wat": init_module(name)})
+        wait_ready(server, name)
+    preinit = server.data_dir / "wasm-cache" / "preinit"
+    compiled = server.data_dir / "wasm-cache" / "compiled"
+    assert len(list(preinit.glob("*.wasm"))) == 2, "loaded modules keep their files"
+    before = len(list(compiled.glob("*.cwasm")))
+    assert before == 4  # each: the plain module and its snapshot, compiled
+
+    server.client().delete_function(FunctionName="wasm-evict-a")
+    wait_for(lambda: len(list(preinit.glob("*.wasm"))) == 1, what="the deleted function's snapshot to be evicted")
+    wait_for(lambda: len(list(compiled.glob("*.cwasm"))) == 2, what="its compiled modules to be evicted")
+    assert not list(preinit.glob("*.sha256.sha256"))
+    assert len(list(preinit.glob("*.sha256"))) == 1, "digests go with their files"
+    result, _, _, report = invoke(server, "wasm-evict-b", {})
+    assert result == "wasm-evict-b ran_init=0" and start_path(report) == "hot"
+    assert node_status(server)["snapshot_disk_bytes"] > 0

@@ -11,12 +11,19 @@
 //! Every file is written to `tmp/`, fsynced and renamed, then its digest beside it the same
 //! way; a file is used only if its digest matches. Anything missing, stale or corrupt is
 //! rebuilt (and the reason logged): the cache can slow a load down, never fail it.
+//!
+//! A file's modification time is its last use: every load that finds it sets it.
+//! [`ModuleCache::evict`] removes the least recently used files beyond a size, sparing those
+//! of the modules still loaded. Removing a file that is mapped is safe: the mapping keeps the
+//! inode alive; the next load of that module compiles again.
 
+use std::collections::HashSet;
 use std::fs;
 use std::hash::Hasher;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::SystemTime;
 
 use sha2::{Digest, Sha256};
 use wasmtime::{InstancePre, Module};
@@ -43,6 +50,7 @@ pub struct FunctionModule {
     pub(crate) pre: InstancePre<HostState>,
     digest: String,
     preinit: PreInit,
+    files: Vec<PathBuf>,
 }
 
 impl FunctionModule {
@@ -55,6 +63,20 @@ impl FunctionModule {
     pub fn preinit(&self) -> &PreInit {
         &self.preinit
     }
+
+    /// The cache files this module was loaded from (to keep them through an eviction).
+    pub fn files(&self) -> &[PathBuf] {
+        &self.files
+    }
+}
+
+/// What [`ModuleCache::evict`] did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Eviction {
+    pub files: usize,
+    pub bytes: u64,
+    /// What the cache takes on disk afterwards.
+    pub remaining_bytes: u64,
 }
 
 impl std::fmt::Debug for FunctionModule {
@@ -138,22 +160,71 @@ impl ModuleCache {
         &self.dir
     }
 
+    /// Removes the least recently used files (each with its digest) until the cache takes at
+    /// most `limit_bytes`, never one listed in `keep` (the files of loaded modules).
+    pub fn evict(&self, limit_bytes: u64, keep: &HashSet<PathBuf>) -> Result<Eviction, WasmError> {
+        let mut files = Vec::new();
+        let mut total = 0;
+        for sub in ["compiled", "preinit"] {
+            let path = self.dir.join(sub);
+            let entries =
+                fs::read_dir(&path).map_err(|source| WasmError::CacheIo { path, source })?;
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if path.extension().is_some_and(|e| e == "sha256") {
+                    continue;
+                }
+                let Ok(meta) = entry.metadata() else { continue };
+                let size = meta.len()
+                    + fs::metadata(digest_path(&path))
+                        .map(|m| m.len())
+                        .unwrap_or(0);
+                total += size;
+                let used = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+                files.push((used, size, path));
+            }
+        }
+        let mut done = Eviction {
+            remaining_bytes: total,
+            ..Eviction::default()
+        };
+        files.sort();
+        for (_, size, path) in files {
+            if done.remaining_bytes <= limit_bytes {
+                break;
+            }
+            if keep.contains(&path) {
+                continue;
+            }
+            remove_pair(&path);
+            done.files += 1;
+            done.bytes += size;
+            done.remaining_bytes -= size;
+        }
+        Ok(done)
+    }
+
     fn load_with(&self, wasm: &[u8], preinit: bool) -> Result<FunctionModule, WasmError> {
         let wasm = wat::parse_bytes(wasm).map_err(|e| WasmError::InvalidModule(e.to_string()))?;
         let digest = sha256_hex(&wasm);
+        let plain_path = self.compiled_path(&digest);
         let plain = self.compiled(&wasm, &digest)?;
+        let mut files = vec![plain_path];
         let init_export = INIT_EXPORTS
             .into_iter()
             .find(|name| matches!(plain.get_export(name), Some(wasmtime::ExternType::Func(_))));
         let (module, preinit) = match init_export {
             Some(init_export) if preinit => {
                 match self.preinitialised(&wasm, &digest, init_export) {
-                    Ok(snapshot) => (
-                        snapshot,
-                        PreInit::Snapshot {
-                            init_export: init_export.into(),
-                        },
-                    ),
+                    Ok((snapshot, snapshot_files)) => {
+                        files.extend(snapshot_files);
+                        (
+                            snapshot,
+                            PreInit::Snapshot {
+                                init_export: init_export.into(),
+                            },
+                        )
+                    }
                     Err(reason) => {
                         tracing::warn!(module = %digest, %reason, "pre-initialisation failed; using the plain module");
                         let failed = PreInit::Failed {
@@ -172,20 +243,24 @@ impl ModuleCache {
             .linker
             .instantiate_pre(&module)
             .map_err(|e| WasmError::Link(format!("{e:#}")))?;
+        for file in &files {
+            touch(file);
+        }
         Ok(FunctionModule {
             pre,
             digest,
             preinit,
+            files,
         })
     }
 
-    /// The snapshot of `wasm` after `init_export`, from the cache or made now.
+    /// The snapshot of `wasm` after `init_export`, from the cache or made now, and its files.
     fn preinitialised(
         &self,
         wasm: &[u8],
         digest: &str,
         init_export: &str,
-    ) -> Result<Module, String> {
+    ) -> Result<(Module, [PathBuf; 2]), String> {
         let key = sha256_hex(format!("{digest}\0{init_export}\0{WIZER_ID}").as_bytes());
         let path = self.dir.join("preinit").join(format!("{key}.wasm"));
         let snapshot = match self.read_verified(&path) {
@@ -197,8 +272,16 @@ impl ModuleCache {
             }
         };
         let snapshot_digest = sha256_hex(&snapshot);
-        self.compiled(&snapshot, &snapshot_digest)
-            .map_err(|e| format!("compiling the snapshot: {e}"))
+        let module = self
+            .compiled(&snapshot, &snapshot_digest)
+            .map_err(|e| format!("compiling the snapshot: {e}"))?;
+        Ok((module, [path, self.compiled_path(&snapshot_digest)]))
+    }
+
+    fn compiled_path(&self, digest: &str) -> PathBuf {
+        self.dir
+            .join("compiled")
+            .join(format!("{digest}-{}.cwasm", self.compat))
     }
 
     fn take_snapshot(
@@ -216,10 +299,7 @@ impl ModuleCache {
 
     /// The compiled module for `wasm`: the cached artifact, mapped from disk, or compiled now.
     fn compiled(&self, wasm: &[u8], digest: &str) -> Result<Module, WasmError> {
-        let path = self
-            .dir
-            .join("compiled")
-            .join(format!("{digest}-{}.cwasm", self.compat));
+        let path = self.compiled_path(digest);
         match self.deserialize(&path) {
             Ok(Some(module)) => return Ok(module),
             Ok(None) => {}
@@ -312,6 +392,13 @@ fn digest_path(path: &Path) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push(".sha256");
     PathBuf::from(name)
+}
+
+/// Marks a file as just used (its modification time is its last use).
+fn touch(path: &Path) {
+    if let Ok(file) = fs::File::options().write(true).open(path) {
+        let _ = file.set_modified(SystemTime::now());
+    }
 }
 
 fn remove_pair(path: &Path) {

@@ -17,7 +17,7 @@ mod invoke;
 mod output;
 mod preinit;
 
-pub use cache::{FunctionModule, ModuleCache, PreInit};
+pub use cache::{Eviction, FunctionModule, ModuleCache, PreInit};
 pub use engine::{Engine, EngineConfig};
 pub use error::WasmError;
 pub use invoke::{FunctionError, Request, Response, MAX_RESPONSE_BYTES};

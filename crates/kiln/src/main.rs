@@ -55,6 +55,10 @@ struct UpArgs {
     /// recently used are evicted beyond it.
     #[arg(long, default_value_t = 2048)]
     snapshot_memory_mb: u64,
+    /// Disk the node's snapshots on disk (compiled and pre-initialised wasm modules) may take,
+    /// in MB; the least recently used are evicted beyond it.
+    #[arg(long, default_value_t = 2048)]
+    snapshot_disk_mb: u64,
     /// Runtime-generic standby instances kept booted per runtime (the warm start path); 0 turns
     /// the warm path off.
     #[arg(long, default_value_t = 1)]
@@ -170,6 +174,7 @@ fn main() {
                 memory_budget_mb: args.memory_budget_mb,
                 queue_depth: args.queue_depth,
                 snapshot_memory_mb: args.snapshot_memory_mb,
+                snapshot_disk_mb: args.snapshot_disk_mb,
                 warm_standbys: args.warm_standbys,
                 max_instances: args.max_instances,
                 async_retry_delay: Duration::from_millis(args.async_retry_delay_ms),

@@ -27,6 +27,7 @@ pub struct ServerConfig {
     pub memory_budget_mb: Option<u64>,
     pub queue_depth: usize,
     pub snapshot_memory_mb: u64,
+    pub snapshot_disk_mb: u64,
     pub warm_standbys: usize,
     pub max_instances: Option<u32>,
     pub async_retry_delay: Duration,
@@ -119,7 +120,11 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     let node_max_instances = config
         .max_instances
         .unwrap_or((memory_budget_mb / 128).max(1) as u32);
-    let wasm = match WasmHost::open(&wasm_cache_dir(&data_dir), node_max_instances) {
+    let wasm = match WasmHost::open(
+        &wasm_cache_dir(&data_dir),
+        node_max_instances,
+        config.snapshot_disk_mb,
+    ) {
         Ok(host) => Some(Arc::new(host)),
         Err(e) => {
             eprintln!("kiln: the wasm runtime is not available: {e}");

@@ -612,8 +612,7 @@ impl Inner {
 
     /// Starts a new instance by the most advanced path that exists for `spec`: its standby or a
     /// fork of its zygote (hot), else a runtime-generic standby (warm), else the coldest path.
-    /// The warm and coldest paths then have the function's snapshot built, unless prebaking is
-    /// off.
+    /// The caller calls [`Inner::after_cold_start`] once the first invocation is answered.
     /// A broken snapshot falls back to the next path, with the reason logged.
     async fn start(self: &Arc<Self>, spec: &SharedSpec, id: u64) -> Result<Instance, StartError> {
         let begin = Instant::now();
@@ -623,7 +622,6 @@ impl Inner {
                 standby.init_duration = begin.elapsed();
                 standby.last_used = Instant::now();
                 self.move_reservation(id, standby.id);
-                self.build_zygote(spec);
                 return Ok(*standby);
             }
             tracing::warn!(function = %spec.function, "the standby instance was gone; falling back");
@@ -644,7 +642,6 @@ impl Inner {
         match self.start_warm(spec).await {
             Some(Ok(instance)) => {
                 self.move_reservation(id, instance.id);
-                self.build_zygote(spec);
                 return Ok(instance);
             }
             // The function's own init failed: running it again on another path would repeat
@@ -656,9 +653,15 @@ impl Inner {
             ),
             None => {}
         }
-        let instance = Instance::start_cold(&self.ctx, spec, id).await?;
+        Instance::start_cold(&self.ctx, spec, id).await
+    }
+
+    /// What a cold start used up is rebuilt once its first invocation is answered, not while
+    /// it runs: the function's snapshot (unless prebaking is off) and the runtime standbys.
+    /// Both boot a runtime, which on a small node would take CPU from that first invocation.
+    fn after_cold_start(self: &Arc<Self>, spec: &SharedSpec) {
         self.build_zygote(spec);
-        Ok(instance)
+        self.refill_standbys();
     }
 
     /// An instance that keeps an id of its own (a standby) takes over the reservation made for
@@ -848,11 +851,13 @@ impl Inner {
                     }
                     Err(StartError::Platform(message)) => {
                         self.abandon(&spec.function, id);
+                        self.refill_standbys();
                         tracing::error!(function = %spec.function, "sandbox: {message}");
                         return Err(AgentError::Sandbox(message));
                     }
                     Err(StartError::Function { body, log, path }) => {
                         self.abandon(&spec.function, id);
+                        self.after_cold_start(&spec);
                         let duration = begin.elapsed();
                         let log = report(
                             &spec,
@@ -867,7 +872,7 @@ impl Inner {
                             body,
                             function_error: true,
                             log,
-                            cold_start: Some(StartPath::Coldest),
+                            cold_start: Some(path),
                             init_duration: Some(duration),
                             duration,
                             max_memory_mb: 0,
@@ -904,6 +909,9 @@ impl Inner {
         let start_path = instance.start_path;
         if let Some(dead) = self.release(instance, invocation.healthy) {
             self.destroy_later(dead);
+        }
+        if cold {
+            self.after_cold_start(&spec);
         }
         Ok(InvokeOutcome {
             body: invocation.body,

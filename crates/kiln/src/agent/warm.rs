@@ -173,7 +173,8 @@ impl Inner {
     }
 
     /// The warm path: `spec` loaded into a standby of its runtime, if one is ready. The instance
-    /// keeps the standby's id; `None` when there is no standby to take.
+    /// keeps the standby's id; `None` when there is no standby to take. The pool is topped up
+    /// after the first invocation (`Inner::after_cold_start`).
     pub(super) async fn start_warm(
         self: &Arc<Self>,
         spec: &SharedSpec,
@@ -188,7 +189,6 @@ impl Inner {
             pool.taken += 1;
             standby
         };
-        self.refill_standbys();
         if !standby.alive() {
             tracing::warn!(runtime = %spec.runtime, "a warm standby was gone; falling back");
             self.destroy_later(standby);

@@ -34,6 +34,9 @@ const WASM32_MAX_MB: u32 = 4096;
 pub struct WasmHost {
     engine: Engine,
     cache: Arc<ModuleCache>,
+    /// The most the module cache may take on disk; beyond it the least recently used files of
+    /// modules that are not loaded are evicted.
+    disk_limit_bytes: u64,
     modules: Mutex<Modules>,
 }
 
@@ -75,8 +78,12 @@ enum LoadError {
 
 impl WasmHost {
     /// Creates the engine, sized for `max_instances` concurrent requests, and opens the module
-    /// cache in `cache_dir`.
-    pub fn open(cache_dir: &Path, max_instances: u32) -> Result<Self, WasmError> {
+    /// cache in `cache_dir`, which may take `disk_limit_mb` on disk.
+    pub fn open(
+        cache_dir: &Path,
+        max_instances: u32,
+        disk_limit_mb: u64,
+    ) -> Result<Self, WasmError> {
         let engine = Engine::new(EngineConfig {
             // Pre-initialisations take a slot for their length too.
             max_instances: max_instances.saturating_add(4),
@@ -87,8 +94,36 @@ impl WasmHost {
         Ok(Self {
             engine,
             cache: Arc::new(cache),
+            disk_limit_bytes: disk_limit_mb.saturating_mul(1024 * 1024),
             modules: Mutex::new(Modules::default()),
         })
+    }
+
+    /// Evicts the least recently used cache files beyond the disk limit, in the background,
+    /// sparing the files of every module still loaded.
+    fn evict_later(&self) {
+        let keep: std::collections::HashSet<PathBuf> = self
+            .modules()
+            .by_function
+            .values()
+            .filter_map(|slot| match slot.cell.get() {
+                Some(Ok(loaded)) => Some(loaded.module.files().to_vec()),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        let cache = self.cache.clone();
+        let limit = self.disk_limit_bytes;
+        tokio::task::spawn_blocking(move || match cache.evict(limit, &keep) {
+            Ok(done) if done.files > 0 => tracing::info!(
+                files = done.files,
+                bytes = done.bytes,
+                remaining = done.remaining_bytes,
+                "evicted least recently used wasm modules from the disk cache"
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::warn!("wasm disk cache eviction: {e}"),
+        });
     }
 
     fn modules(&self) -> std::sync::MutexGuard<'_, Modules> {
@@ -158,6 +193,9 @@ impl WasmHost {
             })
             .await
             .clone();
+        if loaded.is_ok() {
+            self.evict_later();
+        }
         if let Err(LoadError::Platform(reason)) = &loaded {
             tracing::warn!(function = %spec.function, "wasm module: {reason}");
             // Not the function's fault: the next request tries again.
@@ -204,6 +242,8 @@ impl WasmHost {
         if matches!(modules.by_function.get(function), Some(slot) if Some(slot.revision) != keep_revision)
         {
             modules.by_function.remove(function);
+            drop(modules);
+            self.evict_later();
         }
     }
 
