@@ -115,6 +115,7 @@ def memory_rows(mem):
         rows.append({
             "runtime": rt, "function": fn, "path": path, "instances": len(inst),
             "start_paths": sorted(set(case["start_paths"])),
+            "errors": case.get("errors", []),
             "uss_mib": float(np.median(get("uss_bytes"))) if inst else float("nan"),
             "pss_mib": float(np.median(get("pss_bytes"))) if inst else float("nan"),
             "rss_mib": float(np.median(get("rss_bytes"))) if inst else float("nan"),
@@ -383,14 +384,20 @@ def markdown(s, an, comp, floor, mrows, lat, mem):
                  "shared with the zygote, the other forks and other processes (libraries). "
                  "Helpers: kiln's sandbox helper and PID 1 of a coldest sandbox (forks share the "
                  "zygote's). Medians over the instances, MiB.\n")
-        L.append("| runtime | function | path | instances | USS | PSS | RSS | helpers PSS | zygote (once per function) |")
-        L.append("|---|---|---|---:|---:|---:|---:|---:|---:|")
+        L.append("| runtime | function | path | instances | start paths | USS | PSS | RSS | helpers PSS | zygote (once per function) |")
+        L.append("|---|---|---|---:|---|---:|---:|---:|---:|---:|")
         for r in mrows:
             snap = "–" if r["snapshot_mib"] is None else f"{r['snapshot_mib']:.1f}"
             L.append(f"| {r['runtime']} | {r['function']} | {r['path']} | {r['instances']} | "
+                     f"{', '.join(p or '–' for p in r['start_paths'])} | "
                      f"{r['uss_mib']:.1f} | {r['pss_mib']:.1f} | {r['rss_mib']:.1f} | "
                      f"{r['helpers_pss_mib']:.1f} | {snap} |")
         L.append("")
+        failed = [r for r in mrows if r["errors"]]
+        for r in failed:
+            L.append(f"**{r['runtime']} {r['function']} {r['path']}: {len(r['errors'])} of {mem['k']} "
+                     f"invocations failed** (first: `{r['errors'][0][:200]}`); the row counts the "
+                     "instances that were idle afterwards.\n")
 
     # ------------------------------------------------------------------ anchors
     L.append("## Against the thesis\n")

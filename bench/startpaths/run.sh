@@ -119,6 +119,7 @@ while awk -v max=0.5 '{ exit !($1 >= max) }' /proc/loadavg; do
 done
 QUIET_INFO="{\"waited_s\": $WAITED, \"loadavg_before\": \"$(cut -d' ' -f1-3 /proc/loadavg)\", \"limit\": 0.5}"
 say "load average $(cut -d' ' -f1-3 /proc/loadavg) after waiting ${WAITED} s"
+echo "$QUIET_INFO" >"$WORK/raw/quiet.json"
 
 # ------------------------------------------------------------------ kiln
 KILN_URL=

@@ -438,10 +438,19 @@ def memory(args, client):
         name = fname(rt, fn, path)
         if rt == "wasm":
             continue  # nothing stays resident between wasm requests: no idle instance to measure
+        def hold(c):
+            try:
+                return c.invoke(name, {"hold_ms": 3000})
+            except RuntimeError as e:  # recorded and reported; the other instances still count
+                return None, {"error": str(e)}
+
         with concurrent.futures.ThreadPoolExecutor(args.k) as pool:
             clients = [Client(args.kiln, args.data_dir) for _ in range(args.k)]
-            results = list(pool.map(lambda c: c.invoke(name, {"hold_ms": 3000}), clients))
-        paths = [r[1].get("start_path") for r in results]
+            results = list(pool.map(hold, clients))
+        paths = [r[1].get("start_path") for r in results if "error" not in r[1]]
+        errors = [r[1]["error"] for r in results if "error" in r[1]]
+        if errors:
+            log(f"memory {name}: {len(errors)} of {args.k} invocations failed, e.g. {errors[0]}")
         time.sleep(1.0)  # let the instances settle idle
         st = node_status(client)
         rows = []
@@ -457,7 +466,8 @@ def memory(args, client):
             row["helpers"] = {k: sum(m[k] for m in hp) for k in ("rss_bytes", "pss_bytes", "uss_bytes")}
             rows.append(row)
         snap = next((s for s in st.get("snapshots", []) if s["function"] == name), None)
-        out["cases"][f"{rt}/{fn}/{path}"] = {"instances": rows, "start_paths": paths, "snapshot": snap}
+        out["cases"][f"{rt}/{fn}/{path}"] = {"instances": rows, "start_paths": paths, "snapshot": snap,
+                                             "errors": errors}
         med = lambda k: np.median([r["runtime"][k] for r in rows]) / 2**20 if rows else float("nan")  # noqa: E731
         log(f"memory {name}: {len(rows)} idle instances, USS p50 {med('uss_bytes'):.1f} MiB, "
             f"PSS p50 {med('pss_bytes'):.1f} MiB")
