@@ -54,6 +54,10 @@ pub struct FunctionConfig {
     pub role: String,
     #[serde(default)]
     pub prebake: Prebake,
+    /// kiln's extension `KilnSessions`: where a request's session id comes from; `None`: the
+    /// function has no sessions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<crate::session::SessionConfig>,
 }
 
 /// When kiln builds a function-specific snapshot (the hot start path), and how it warms the
@@ -149,6 +153,7 @@ pub struct InstanceSpec {
     pub max_instances: u32,
     pub reserved_concurrency: Option<u32>,
     pub prebake: Prebake,
+    pub sessions: Option<crate::session::SessionConfig>,
 }
 
 pub type SharedSpec = Arc<InstanceSpec>;

@@ -15,4 +15,5 @@ pub mod metrics;
 pub mod objects;
 pub mod runtime;
 pub mod server;
+pub mod session;
 pub mod zip_util;

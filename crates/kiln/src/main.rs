@@ -29,7 +29,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Top {
     /// Start kiln: API, registry, scheduler and node agent in one process.
-    Up(UpArgs),
+    Up(Box<UpArgs>),
     #[command(flatten)]
     Client(cli::Command),
 }

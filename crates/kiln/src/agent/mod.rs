@@ -8,6 +8,7 @@ mod frame;
 mod instance;
 mod routing;
 mod runtime_api;
+mod sessions;
 mod warm;
 mod wasm;
 mod zygote;
@@ -27,6 +28,7 @@ use tokio::sync::oneshot;
 pub use frame::MAX_FRAME_BYTES;
 pub use instance::{Instance, StartError, MAX_RESPONSE_BYTES};
 pub use routing::{RoutingPolicy, WarmFirst};
+pub use sessions::SessionStatus;
 pub use wasm::{cache_dir as wasm_cache_dir, WasmHost};
 use zygote::Zygote;
 
@@ -138,6 +140,9 @@ pub struct InstanceStatus {
     /// Memory the process shares with its zygote and what is its own, from `smaps_rollup`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sharing: Option<MemorySharing>,
+    /// Sessions whose primary this instance is.
+    #[serde(default)]
+    pub sessions: u32,
 }
 
 /// How much of a process's memory is shared: RSS counts shared pages in full, PSS divides them
@@ -219,6 +224,10 @@ pub trait NodeAgent: Send + Sync + 'static {
     /// builds what its start paths need ahead of the first invocation.
     fn prepare(&self, spec: SharedSpec);
     fn status(&self) -> NodeStatus;
+    /// The sessions of `function`, most recently used first.
+    fn sessions(&self, function: &str) -> Vec<SessionStatus>;
+    /// Ends a session; false if there was none.
+    fn end_session(&self, function: &str, session: &str) -> bool;
     /// Lets busy instances finish within `grace`, then removes every instance.
     fn shutdown(&self, grace: Duration) -> BoxFuture<'static, ()>;
 }
@@ -291,6 +300,8 @@ struct LiveInstance {
     memory_mb: u32,
     cgroup: Option<Arc<Cgroup>>,
     pid: Option<u32>,
+    /// Sessions whose primary this instance is.
+    sessions: u32,
 }
 
 /// The function-specific snapshot of one function.
@@ -354,6 +365,9 @@ struct State {
     zygotes: HashMap<String, SnapshotSlot>,
     /// Runtime-generic standbys, per runtime (the warm path).
     warm: HashMap<String, warm::WarmPool>,
+    sessions: HashMap<sessions::SessionKey, sessions::Session>,
+    /// Requests of a session waiting for its primary, per instance id.
+    bound_waiters: HashMap<u64, VecDeque<oneshot::Sender<Wake>>>,
     memory_reserved_mb: u64,
     next_id: u64,
     shutting_down: bool,
@@ -441,13 +455,18 @@ impl Inner {
         for victim in &victims {
             forget(&mut state, victim.id);
         }
+        sessions::expire(&mut state, now);
         victims
     }
 
     async fn acquire(&self, spec: &SharedSpec, hints: &RouteHints) -> Result<Acquired, AgentError> {
         let queue_timeout = Duration::from_secs(u64::from(spec.timeout_s));
+        let session = match (&hints.session, &spec.sessions) {
+            (Some(id), Some(config)) => Some((id.as_str(), config)),
+            _ => None,
+        };
         loop {
-            let (waiter, victims) = {
+            let (waiter, victims) = 'decide: {
                 let mut guard = self.state();
                 let state = &mut *guard;
                 if state.shutting_down {
@@ -465,14 +484,39 @@ impl Inner {
                     forget(state, old.id);
                     self.destroy_later(old);
                 }
+                // A session's request goes to its primary, or where placement puts the session.
+                let mut target = None;
+                if let Some((session, config)) = session {
+                    match sessions::target(state, spec, session, config) {
+                        sessions::Target::Instance(id) => target = Some(id),
+                        sessions::Target::New => {}
+                    }
+                }
                 let pool = state.pools.get_mut(&spec.function).expect("pool exists");
-                if let Some(index) = self.routing.choose(&pool.idle, hints) {
+                let chosen = match (session, target) {
+                    (Some(_), Some(id)) => pool.idle.iter().position(|i| i.id == id),
+                    // A new session waits for no one: a new instance, when the function may have one.
+                    (Some(_), None) if pool.live < spec.max_instances as usize => None,
+                    _ => self.routing.choose(&pool.idle, hints),
+                };
+                if let Some(index) = chosen {
                     let instance = pool.idle.remove(index);
                     if let Some(live) = state.live.get_mut(&instance.id) {
                         live.state = InstanceState::Busy;
                     }
+                    if let Some((session, _)) = session {
+                        sessions::bind(state, spec, session, instance.id);
+                    }
                     return Ok(Acquired::Warm(Box::new(instance)));
                 }
+                if let (Some((session, _)), Some(id)) = (session, target) {
+                    // The primary is busy (or starting): the request queues on it.
+                    sessions::bind(state, spec, session, id);
+                    let (tx, rx) = oneshot::channel();
+                    state.bound_waiters.entry(id).or_default().push_back(tx);
+                    break 'decide (Some(rx), Vec::new());
+                }
+                let pool = state.pools.get_mut(&spec.function).expect("pool exists");
                 if spec.max_instances == 0 {
                     return Err(AgentError::ThrottledReserved);
                 }
@@ -504,8 +548,12 @@ impl Inner {
                                 memory_mb: spec.memory_mb,
                                 cgroup: None,
                                 pid: None,
+                                sessions: 0,
                             },
                         );
+                        if let Some((session, _)) = session {
+                            sessions::bind(state, spec, session, id);
+                        }
                         drop(guard);
                         for victim in victims {
                             self.destroy_later(victim);
@@ -554,7 +602,10 @@ impl Inner {
             };
             match woken {
                 Ok(Wake::Instance(instance)) if instance.spec.revision == spec.revision => {
-                    return Ok(Acquired::Warm(instance))
+                    if let Some((session, _)) = session {
+                        sessions::bind(&mut self.state(), spec, session, instance.id);
+                    }
+                    return Ok(Acquired::Warm(instance));
                 }
                 Ok(Wake::Instance(old)) => {
                     // Queued before a redeploy: an instance of another revision may not serve it.
@@ -579,6 +630,17 @@ impl Inner {
         };
         if healthy && !shutting_down {
             instance.last_used = Instant::now();
+            // Requests of this instance's sessions first: they can go nowhere else.
+            if let Some(bound) = state.bound_waiters.get_mut(&instance.id) {
+                while let Some(waiter) = bound.pop_front() {
+                    match waiter.send(Wake::Instance(Box::new(instance))) {
+                        Ok(()) => return None,
+                        Err(Wake::Instance(back)) => instance = *back,
+                        Err(Wake::Retry) => unreachable!("we sent an instance"),
+                    }
+                }
+                state.bound_waiters.remove(&instance.id);
+            }
             while let Some(waiter) = pool.waiters.pop_front() {
                 match waiter.send(Wake::Instance(Box::new(instance))) {
                     Ok(()) => return None,
@@ -671,6 +733,7 @@ impl Inner {
         if let Some(entry) = state.live.remove(&reserved) {
             state.live.insert(id, entry);
         }
+        sessions::rebind(&mut state, reserved, id);
     }
 
     fn take_standby(&self, spec: &SharedSpec) -> Option<Box<Instance>> {
@@ -892,6 +955,9 @@ impl Inner {
             }
             break (instance, cold, invocation, duration);
         };
+        if let (Some(session), Some(_)) = (&request.hints.session, &spec.sessions) {
+            sessions::served(&mut self.state(), &spec.function, session);
+        }
         let init_output = instance.init_output.take().unwrap_or_default();
         let max_memory_mb = invocation.max_memory_bytes.div_ceil(1024 * 1024);
         let init_duration = cold.then_some(instance.init_duration);
@@ -933,8 +999,12 @@ fn pool_is_empty(state: &State, function: &str) -> bool {
         .unwrap_or(true)
 }
 
-/// Drops the bookkeeping of an instance that is gone or going.
+/// Drops the bookkeeping of an instance that is gone or going. Requests queued on it for their
+/// session try again: their session is placed anew.
 fn forget(state: &mut State, id: u64) {
+    for waiter in state.bound_waiters.remove(&id).unwrap_or_default() {
+        let _ = waiter.send(Wake::Retry);
+    }
     if let Some(live) = state.live.remove(&id) {
         state.memory_reserved_mb = state
             .memory_reserved_mb
@@ -1057,6 +1127,9 @@ impl NodeAgent for LocalAgent {
         let (victims, zygote) = {
             let mut guard = self.inner.state();
             let state = &mut *guard;
+            if keep_revision.is_none() {
+                sessions::end_all(state, function);
+            }
             let zygote = match state.zygotes.get(function) {
                 Some(slot) if Some(slot.revision()) != keep_revision => {
                     state.zygotes.remove(function)
@@ -1122,6 +1195,7 @@ impl NodeAgent for LocalAgent {
                     .unwrap_or(0),
                 pid: live.pid,
                 sharing: live.pid.and_then(MemorySharing::of),
+                sessions: live.sessions,
             })
             .collect();
         let mut snapshots: Vec<SnapshotStatus> = state
@@ -1218,6 +1292,17 @@ impl NodeAgent for LocalAgent {
         }
     }
 
+    fn sessions(&self, function: &str) -> Vec<SessionStatus> {
+        sessions::list(&self.inner.state(), function, Instant::now())
+    }
+
+    fn end_session(&self, function: &str, session: &str) -> bool {
+        sessions::end(
+            &mut self.inner.state(),
+            &(function.to_string(), session.to_string()),
+        )
+    }
+
     fn shutdown(&self, grace: Duration) -> BoxFuture<'static, ()> {
         let inner = self.inner.clone();
         Box::pin(async move {
@@ -1295,6 +1380,7 @@ mod tests {
             max_instances: 1,
             reserved_concurrency: None,
             prebake: Default::default(),
+            sessions: None,
         });
         let log = report(
             &spec,

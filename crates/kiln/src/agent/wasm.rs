@@ -21,7 +21,7 @@ use kiln_wasm::{Engine, EngineConfig, FunctionModule, ModuleCache, PreInit, Wasm
 use tokio::sync::OnceCell;
 
 use super::{
-    report, Acquired, AgentError, Inner, InstanceState, InvokeOutcome, InvokeRequest,
+    report, Acquired, AgentError, Inner, InstanceState, InvokeOutcome, InvokeRequest, RouteHints,
     SnapshotStatus, StartPath,
 };
 use crate::function::{PrebakeMode, SharedSpec};
@@ -367,7 +367,8 @@ impl Inner {
         spec: SharedSpec,
         request: InvokeRequest,
     ) -> Result<InvokeOutcome, AgentError> {
-        let id = match self.acquire(&spec, &request.hints).await? {
+        // Every wasm request is a fresh instance: there is no instance for a session to stick to.
+        let id = match self.acquire(&spec, &RouteHints::default()).await? {
             Acquired::Cold(id) => id,
             Acquired::Warm(instance) => {
                 // Never happens: a wasm request leaves no idle instance behind.

@@ -16,6 +16,7 @@ use super::{authenticate, base_url, parse_json, qualified, ApiError, SharedState
 use crate::controller::code::StoredCode;
 use crate::controller::{ConfigPatch, Controller};
 use crate::function::{Function, FunctionConfig, NetworkMode, Prebake};
+use crate::session::SessionConfig;
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "PascalCase")]
@@ -57,6 +58,8 @@ struct CreateInput {
     kiln_network: Option<NetworkMode>,
     /// kiln's extension: when to build the function's snapshot, and how to warm it up.
     kiln_prebake: Option<Prebake>,
+    /// kiln's extension: where a request's session id comes from, and session placement.
+    kiln_sessions: Option<SessionConfig>,
 }
 
 #[derive(Deserialize)]
@@ -72,7 +75,19 @@ struct UpdateConfigInput {
     ephemeral_storage: Option<StorageInput>,
     kiln_network: Option<NetworkMode>,
     kiln_prebake: Option<Prebake>,
+    /// `null` turns sessions off.
+    #[serde(default, deserialize_with = "present")]
+    kiln_sessions: Option<Option<SessionConfig>>,
     revision_id: Option<String>,
+}
+
+/// A field that is present, even as `null` (`Some(None)`), as opposed to absent (`None`).
+fn present<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(deserializer).map(Some)
 }
 
 #[derive(Deserialize)]
@@ -155,6 +170,9 @@ pub fn configuration(controller: &Controller, f: &Function) -> Value {
         "KilnNetwork": f.config.network,
         "KilnPrebake": f.config.prebake,
     });
+    if let Some(sessions) = &f.config.sessions {
+        config["KilnSessions"] = json!(sessions);
+    }
     if !f.config.env.is_empty() {
         config["Environment"] = json!({ "Variables": f.config.env });
     }
@@ -192,6 +210,7 @@ pub async fn create(
         ephemeral_storage_mb: input.ephemeral_storage.map(|s| s.size).unwrap_or(512),
         role: String::new(),
         prebake: input.kiln_prebake.unwrap_or_default(),
+        sessions: input.kiln_sessions,
     };
     if let Some(role) = input.role {
         config.role = role;
@@ -342,6 +361,7 @@ pub async fn update_configuration(
         ephemeral_storage_mb: input.ephemeral_storage.map(|s| s.size),
         network: input.kiln_network,
         prebake: input.kiln_prebake,
+        sessions: input.kiln_sessions,
     };
     let function = state
         .controller

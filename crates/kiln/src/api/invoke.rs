@@ -6,8 +6,9 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 
 use super::{authenticate, qualified, ApiError, SharedState};
-use crate::agent::{InvokeOutcome, RouteHints};
+use crate::agent::InvokeOutcome;
 use crate::controller::{InvocationType, Invoked};
+use crate::session::HintSource;
 
 /// `X-Amz-Log-Result` carries the last 4 KB of the invocation's log.
 const TAIL_BYTES: usize = 4096;
@@ -71,7 +72,17 @@ pub async fn invoke(
     let name = qualified(&name, uri);
     match state
         .controller
-        .invoke(&name, body, kind, client_context, RouteHints::default())
+        .invoke(
+            &name,
+            body,
+            kind,
+            client_context,
+            HintSource {
+                headers: Some(headers),
+                query: uri.query(),
+                json: None,
+            },
+        )
         .await?
     {
         Invoked::DryRun => Ok(StatusCode::NO_CONTENT.into_response()),

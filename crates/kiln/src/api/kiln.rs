@@ -38,6 +38,48 @@ pub async fn status(
     .into_response())
 }
 
+/// The sessions of a function: `{"Sessions": [{"session", "instance", "requests", "age_s",
+/// "idle_s"}]}`, most recently used first.
+pub async fn sessions(
+    State(state): State<SharedState>,
+    Path(name): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    authenticate(&state, &method, &uri, &headers, &body)?;
+    let function = state.controller.get(&name)?;
+    let sessions = state.controller.agent().sessions(&function.name);
+    Ok(Json(serde_json::json!({ "Sessions": sessions })).into_response())
+}
+
+/// Ends a session: 204, or 404 when the function has no such session.
+pub async fn end_session(
+    State(state): State<SharedState>,
+    Path((name, session)): Path<(String, String)>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    authenticate(&state, &method, &uri, &headers, &body)?;
+    let function = state.controller.get(&name)?;
+    if state
+        .controller
+        .agent()
+        .end_session(&function.name, &session)
+    {
+        Ok(StatusCode::NO_CONTENT.into_response())
+    } else {
+        Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "ResourceNotFoundException",
+            format!("Function {} has no session {session}", function.name),
+        ))
+    }
+}
+
 #[derive(Deserialize)]
 pub struct LogsQuery {
     #[serde(default)]

@@ -78,6 +78,11 @@ pub fn router(state: SharedState) -> Router {
         .route("/fn/{name}/{*path}", any(urls::call))
         .route("/kiln/v1/status", get(kiln::status))
         .route("/kiln/v1/functions/{name}/logs", get(kiln::logs))
+        .route("/kiln/v1/functions/{name}/sessions", get(kiln::sessions))
+        .route(
+            "/kiln/v1/functions/{name}/sessions/{session}",
+            axum::routing::delete(kiln::end_session),
+        )
         .route("/kiln/v1/code/{file}", get(kiln::code))
         .route("/metrics", get(kiln::metrics))
         .route("/health", get(kiln::health))

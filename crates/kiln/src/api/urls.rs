@@ -13,9 +13,9 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::{authenticate, base_url, parse_json, ApiError, SharedState};
-use crate::agent::RouteHints;
 use crate::controller::{Cors, InvocationType, Invoked, UrlChange, UrlSettings};
 use crate::function::{Function, UrlAuth};
+use crate::session::HintSource;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "PascalCase")]
@@ -234,6 +234,12 @@ async fn respond(
         peer,
     );
     let payload = Bytes::from(event.to_string());
+    let source = HintSource {
+        headers: Some(headers),
+        query: uri.query(),
+        // A `json:` hint reads the request body the client posted, not the URL event around it.
+        json: Some(&body),
+    };
     match state
         .controller
         .invoke(
@@ -241,7 +247,7 @@ async fn respond(
             payload,
             InvocationType::RequestResponse,
             None,
-            RouteHints::default(),
+            source,
         )
         .await
     {

@@ -35,7 +35,7 @@ pub struct Connection {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Create a function, or update its code and configuration.
-    Deploy(DeployArgs),
+    Deploy(Box<DeployArgs>),
     /// Invoke a function.
     Invoke(InvokeArgs),
     /// List functions.
@@ -53,6 +53,13 @@ pub enum Command {
     },
     /// Show every instance with its state, age and memory.
     Status,
+    /// List a function's sessions, or end one (`--end ID`).
+    Sessions {
+        name: String,
+        /// End this session.
+        #[arg(long, value_name = "ID")]
+        end: Option<String>,
+    },
     /// Use the object store: ls, cp, mb, rb, rm, presign, credentials.
     S3(s3::S3Args),
 }
@@ -93,6 +100,19 @@ pub struct DeployArgs {
     /// The warm-up event: inline JSON, or @file (default `{}`).
     #[arg(long)]
     pub warmup_event: Option<String>,
+    /// Turn sessions on: where a request's session id comes from, `header:NAME`,
+    /// `cookie:NAME`, `query:NAME` or `json:PATH` (e.g. `json:$.user.id`); `off` turns them off.
+    #[arg(long, value_name = "SOURCE")]
+    pub session_hint: Option<String>,
+    /// Where new sessions go: `binpack` (default) or `spread`.
+    #[arg(long)]
+    pub session_placement: Option<String>,
+    /// Sessions one instance holds at most (default 16).
+    #[arg(long)]
+    pub sessions_per_instance: Option<u32>,
+    /// Seconds an unused session lives (default 900).
+    #[arg(long)]
+    pub session_ttl: Option<u32>,
 }
 
 #[derive(Args, Debug)]
@@ -116,7 +136,7 @@ pub fn run(connection: Connection, command: Command) -> anyhow::Result<i32> {
     let client = Client::connect(&connection)?;
     let json_output = connection.json;
     match command {
-        Command::Deploy(args) => deploy(&client, args, json_output),
+        Command::Deploy(args) => deploy(&client, *args, json_output),
         Command::Invoke(args) => invoke(&client, args, json_output),
         Command::Ls => ls(&client, json_output),
         Command::Get { name } => {
@@ -150,6 +170,7 @@ pub fn run(connection: Connection, command: Command) -> anyhow::Result<i32> {
         }
         Command::Logs { name, follow } => logs(&client, &name, follow, json_output),
         Command::Status => status(&client, json_output),
+        Command::Sessions { name, end } => sessions(&client, &name, end.as_deref(), json_output),
         Command::S3(_) => unreachable!("handled above"),
     }
 }
@@ -266,6 +287,29 @@ fn deploy(client: &Client, args: DeployArgs, json_output: bool) -> anyhow::Resul
             prebake["WarmupEvent"] = event;
         }
         config["KilnPrebake"] = prebake;
+    }
+    match args.session_hint.as_deref() {
+        Some("off") => config["KilnSessions"] = Value::Null,
+        Some(hint) => {
+            let mut sessions = json!({ "Hint": hint });
+            if let Some(p) = &args.session_placement {
+                sessions["Placement"] = p.clone().into();
+            }
+            if let Some(n) = args.sessions_per_instance {
+                sessions["MaxSessionsPerInstance"] = n.into();
+            }
+            if let Some(t) = args.session_ttl {
+                sessions["IdleTtlSeconds"] = t.into();
+            }
+            config["KilnSessions"] = sessions;
+        }
+        None if args.session_placement.is_some()
+            || args.sessions_per_instance.is_some()
+            || args.session_ttl.is_some() =>
+        {
+            bail!("--session-placement, --sessions-per-instance and --session-ttl need --session-hint")
+        }
+        None => {}
     }
     let url_auth = match args.url.as_deref() {
         None => None,
@@ -481,6 +525,45 @@ fn print_config(c: &Value) {
     }
 }
 
+fn sessions(
+    client: &Client,
+    name: &str,
+    end: Option<&str>,
+    json_output: bool,
+) -> anyhow::Result<i32> {
+    let path = format!("/kiln/v1/functions/{}/sessions", segment(name));
+    if let Some(session) = end {
+        client.call("DELETE", &format!("{path}/{}", segment(session)), b"", &[])?;
+        if json_output {
+            println!("{}", json!({ "ended": session }));
+        } else {
+            println!("ended session {session} of {name}");
+        }
+        return Ok(0);
+    }
+    let (_, _, body) = client.call("GET", &path, b"", &[])?;
+    let listing: Value = serde_json::from_slice(&body)?;
+    if json_output {
+        println!("{}", serde_json::to_string_pretty(&listing)?);
+        return Ok(0);
+    }
+    println!(
+        "{:<40} {:>8} {:>9} {:>9} {:>9}",
+        "SESSION", "INSTANCE", "REQUESTS", "AGE", "IDLE"
+    );
+    for s in listing["Sessions"].as_array().cloned().unwrap_or_default() {
+        println!(
+            "{:<40} {:>8} {:>9} {:>8.1}s {:>8.1}s",
+            s["session"].as_str().unwrap_or(""),
+            s["instance"].as_u64().map_or("-".into(), |i| i.to_string()),
+            s["requests"],
+            s["age_s"].as_f64().unwrap_or(0.0),
+            s["idle_s"].as_f64().unwrap_or(0.0)
+        );
+    }
+    Ok(0)
+}
+
 fn status(client: &Client, json_output: bool) -> anyhow::Result<i32> {
     let (_, _, body) = client.call("GET", "/kiln/v1/status", b"", &[])?;
     let status: Value = serde_json::from_slice(&body)?;
@@ -497,19 +580,20 @@ fn status(client: &Client, json_output: bool) -> anyhow::Result<i32> {
         status["asyncQueueDepth"]
     );
     println!(
-        "{:<24} {:>6} {:<9} {:<8} {:>9} {:>12}",
-        "FUNCTION", "ID", "STATE", "PATH", "AGE", "MEMORY"
+        "{:<24} {:>6} {:<9} {:<8} {:>9} {:>12} {:>8}",
+        "FUNCTION", "ID", "STATE", "PATH", "AGE", "MEMORY", "SESSIONS"
     );
     for i in node["instances"].as_array().cloned().unwrap_or_default() {
         println!(
-            "{:<24} {:>6} {:<9} {:<8} {:>8.1}s {:>6.1}/{} MB",
+            "{:<24} {:>6} {:<9} {:<8} {:>8.1}s {:>6.1}/{} MB {:>8}",
             i["function"].as_str().unwrap_or(""),
             i["id"],
             i["state"].as_str().unwrap_or(""),
             i["start_path"].as_str().unwrap_or(""),
             i["age_s"].as_f64().unwrap_or(0.0),
             i["memory_used_bytes"].as_f64().unwrap_or(0.0) / 1048576.0,
-            i["memory_limit_mb"]
+            i["memory_limit_mb"],
+            i["sessions"].as_u64().unwrap_or(0)
         );
     }
     let snapshots = node["snapshots"].as_array().cloned().unwrap_or_default();

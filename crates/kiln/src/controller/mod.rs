@@ -120,6 +120,8 @@ pub struct ConfigPatch {
     pub ephemeral_storage_mb: Option<u32>,
     pub network: Option<NetworkMode>,
     pub prebake: Option<crate::function::Prebake>,
+    /// `Some(None)` turns sessions off.
+    pub sessions: Option<Option<crate::session::SessionConfig>>,
 }
 
 /// A change to a function URL config.
@@ -265,6 +267,7 @@ impl Controller {
                 .unwrap_or(self.config.node_max_instances),
             reserved_concurrency: f.reserved_concurrency,
             prebake: f.config.prebake.clone(),
+            sessions: f.config.sessions.clone(),
         })
     }
 
@@ -348,6 +351,9 @@ impl Controller {
                 config.prebake.warmup_invocations,
                 function::MAX_WARMUPS
             ));
+        }
+        if let Some(sessions) = &config.sessions {
+            sessions.validate().or_else(invalid)?;
         }
         if let Some(event) = &config.prebake.warmup_event {
             if event.to_string().len() > function::MAX_WARMUP_EVENT_BYTES {
@@ -557,6 +563,9 @@ impl Controller {
             if let Some(v) = patch.prebake {
                 config.prebake = v;
             }
+            if let Some(v) = patch.sessions {
+                config.sessions = v;
+            }
             if let Some(v) = patch.network {
                 config.network = v;
             }
@@ -729,14 +738,15 @@ impl Controller {
         ))
     }
 
-    /// Invoke.
+    /// Invoke. `source` is where a function with sessions finds the request's session id (its
+    /// `json` defaults to the payload).
     pub async fn invoke(
         &self,
         name: &str,
         payload: Bytes,
         kind: InvocationType,
         client_context: Option<String>,
-        hints: RouteHints,
+        source: crate::session::HintSource<'_>,
     ) -> Result<Invoked, ControllerError> {
         let entry = self.entry(name)?;
         let limit = if kind == InvocationType::Event {
@@ -765,6 +775,7 @@ impl Controller {
                 "Could not parse request body into json: Could not parse payload into json: Unexpected character".into(),
             ));
         }
+        let hints = route_hints(&entry.spec, source, &payload)?;
         let request_id = function::new_request_id().to_string();
         match kind {
             InvocationType::DryRun => Ok(Invoked::DryRun),
@@ -895,4 +906,23 @@ fn trace_id() -> String {
         &id[..24],
         &id[16..32]
     )
+}
+
+/// The routing hints of a request to `spec`: its session id, if the function has sessions and
+/// the request names one.
+pub(crate) fn route_hints(
+    spec: &InstanceSpec,
+    source: crate::session::HintSource<'_>,
+    payload: &[u8],
+) -> Result<RouteHints, ControllerError> {
+    let Some(sessions) = &spec.sessions else {
+        return Ok(RouteHints::default());
+    };
+    let source = crate::session::HintSource {
+        json: Some(source.json.unwrap_or(payload)),
+        ..source
+    };
+    let session = crate::session::extract(&sessions.hint, &source)
+        .map_err(|e| ControllerError::InvalidParameter(format!("Invalid session id: {e}")))?;
+    Ok(RouteHints { session })
 }

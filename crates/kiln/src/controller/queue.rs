@@ -12,7 +12,7 @@ use chrono::Utc;
 
 use super::registry::{QueuedEvent, Requeue};
 use super::{Controller, ControllerError, ASYNC_ATTEMPTS};
-use crate::agent::{InvokeRequest, RouteHints};
+use crate::agent::InvokeRequest;
 use crate::metrics::OutcomeLabels;
 
 /// Lambda keeps retrying an event it cannot run for lack of concurrency for up to six hours,
@@ -118,7 +118,10 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
         payload: event.payload.clone().into(),
         trace_id: super::trace_id(),
         client_context: None,
-        hints: RouteHints::default(),
+        // An async event keeps only its payload: a `json:` session hint still applies; an event
+        // whose session id is unusable runs sessionless.
+        hints: super::route_hints(&entry.spec, Default::default(), &event.payload)
+            .unwrap_or_default(),
     };
     let error = match controller.run(&entry.spec, request).await {
         Ok(outcome) if !outcome.function_error => {

@@ -506,6 +506,7 @@ mod tests {
                 ephemeral_storage_mb: 512,
                 role: "r".into(),
                 prebake: Default::default(),
+                sessions: None,
             },
             code_sha256: "ab".into(),
             code_size: 10,

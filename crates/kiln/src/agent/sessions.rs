@@ -1,0 +1,215 @@
+//! Session affinity (XFaaS): every request of a session goes to the session's primary instance.
+//!
+//! A session is bound to one instance, its primary, from its first request on. While the
+//! primary lives, the session's requests go to it: at once when it is idle, else they queue on
+//! it (not on the function), in arrival order, and the primary takes them one at a time as it
+//! finishes each invocation. Requests of one session therefore never run concurrently, which
+//! makes a read-modify-write inside one request linearizable. A new session, or one whose
+//! primary is gone (reaped, crashed, retired by an update), is placed by the function's
+//! placement: bin-packing onto the instance that already holds the most sessions below the
+//! per-instance bound, or spreading onto a new instance while the function may have more.
+//! A session ends after its idle TTL or when the API ends it.
+
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::{InstanceState, State};
+use crate::function::InstanceSpec;
+use crate::session::{Placement, SessionConfig};
+
+/// One session of one function.
+pub(super) struct Session {
+    /// The instance that holds the session (its id; maybe still a reservation).
+    pub primary: u64,
+    pub last_used: Instant,
+    pub created: Instant,
+    pub requests: u64,
+    ttl: Duration,
+}
+
+/// Sessions are keyed by function and id: two functions' sessions never meet.
+pub(super) type SessionKey = (String, String);
+
+/// Where a session's request goes.
+pub(super) enum Target {
+    /// To this instance (idle, busy or starting).
+    Instance(u64),
+    /// To a new instance.
+    New,
+}
+
+/// A session, as `kiln status` and the sessions API show it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SessionStatus {
+    pub session: String,
+    /// The primary instance, if it still lives.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<u64>,
+    pub requests: u64,
+    pub age_s: f64,
+    pub idle_s: f64,
+}
+
+/// Where a request of `session` goes: its live primary, else where placement puts it.
+pub(super) fn target(
+    state: &State,
+    spec: &InstanceSpec,
+    session: &str,
+    config: &SessionConfig,
+) -> Target {
+    let key = (spec.function.clone(), session.to_string());
+    if let Some(entry) = state.sessions.get(&key) {
+        if state
+            .live
+            .get(&entry.primary)
+            .is_some_and(|l| l.revision == spec.revision)
+        {
+            return Target::Instance(entry.primary);
+        }
+    }
+    let candidates = state.live.iter().filter(|(_, l)| {
+        l.function == spec.function
+            && l.revision == spec.revision
+            && l.sessions < config.max_sessions_per_instance
+    });
+    // Ties go to an idle instance, then to the oldest.
+    let key =
+        |id: &u64, state: InstanceState| (state == InstanceState::Idle, std::cmp::Reverse(*id));
+    let chosen = match config.placement {
+        Placement::Binpack => candidates
+            .max_by_key(|(id, l)| (l.sessions, key(id, l.state)))
+            .map(|(id, _)| *id),
+        Placement::Spread => {
+            let live = state.pools.get(&spec.function).map_or(0, |p| p.live);
+            if live < spec.max_instances as usize {
+                None
+            } else {
+                candidates
+                    .max_by_key(|(id, l)| (std::cmp::Reverse(l.sessions), key(id, l.state)))
+                    .map(|(id, _)| *id)
+            }
+        }
+    };
+    chosen.map_or(Target::New, Target::Instance)
+}
+
+/// Makes instance `id` the primary of `session` (a no-op when it already is), and marks the
+/// session used now.
+pub(super) fn bind(state: &mut State, spec: &InstanceSpec, session: &str, id: u64) {
+    let Some(config) = &spec.sessions else { return };
+    let now = Instant::now();
+    let key = (spec.function.clone(), session.to_string());
+    let previous = match state.sessions.get_mut(&key) {
+        Some(entry) => {
+            entry.last_used = now;
+            if entry.primary == id {
+                return;
+            }
+            Some(std::mem::replace(&mut entry.primary, id))
+        }
+        None => {
+            state.sessions.insert(
+                key,
+                Session {
+                    primary: id,
+                    last_used: now,
+                    created: now,
+                    requests: 0,
+                    ttl: Duration::from_secs(u64::from(config.idle_ttl_seconds)),
+                },
+            );
+            None
+        }
+    };
+    if let Some(live) = previous.and_then(|old| state.live.get_mut(&old)) {
+        live.sessions = live.sessions.saturating_sub(1);
+    }
+    if let Some(live) = state.live.get_mut(&id) {
+        live.sessions += 1;
+    }
+}
+
+/// Counts a request the session's primary answered.
+pub(super) fn served(state: &mut State, function: &str, session: &str) {
+    if let Some(entry) = state
+        .sessions
+        .get_mut(&(function.to_string(), session.to_string()))
+    {
+        entry.requests += 1;
+        entry.last_used = Instant::now();
+    }
+}
+
+/// Moves the sessions of a reservation to the instance that took it over (a standby keeps its
+/// own id).
+pub(super) fn rebind(state: &mut State, reserved: u64, id: u64) {
+    for session in state.sessions.values_mut() {
+        if session.primary == reserved {
+            session.primary = id;
+        }
+    }
+    if let Some(waiters) = state.bound_waiters.remove(&reserved) {
+        state.bound_waiters.entry(id).or_default().extend(waiters);
+    }
+}
+
+/// Removes `key`'s session; true if it existed.
+pub(super) fn end(state: &mut State, key: &SessionKey) -> bool {
+    let Some(session) = state.sessions.remove(key) else {
+        return false;
+    };
+    if let Some(live) = state.live.get_mut(&session.primary) {
+        live.sessions = live.sessions.saturating_sub(1);
+    }
+    true
+}
+
+/// Ends the sessions idle beyond their TTL.
+pub(super) fn expire(state: &mut State, now: Instant) {
+    let expired: Vec<SessionKey> = state
+        .sessions
+        .iter()
+        .filter(|(_, s)| now.duration_since(s.last_used) >= s.ttl)
+        .map(|(k, _)| k.clone())
+        .collect();
+    for key in expired {
+        end(state, &key);
+    }
+}
+
+/// Ends every session of `function` (it was deleted).
+pub(super) fn end_all(state: &mut State, function: &str) {
+    let keys: Vec<SessionKey> = state
+        .sessions
+        .keys()
+        .filter(|(f, _)| f == function)
+        .cloned()
+        .collect();
+    for key in keys {
+        end(state, &key);
+    }
+}
+
+/// The sessions of `function`, most recently used first.
+pub(super) fn list(state: &State, function: &str, now: Instant) -> Vec<SessionStatus> {
+    let mut sessions: Vec<(Instant, SessionStatus)> = state
+        .sessions
+        .iter()
+        .filter(|((f, _), _)| f == function)
+        .map(|((_, id), s)| {
+            (
+                s.last_used,
+                SessionStatus {
+                    session: id.clone(),
+                    instance: state.live.contains_key(&s.primary).then_some(s.primary),
+                    requests: s.requests,
+                    age_s: now.duration_since(s.created).as_secs_f64(),
+                    idle_s: now.duration_since(s.last_used).as_secs_f64(),
+                },
+            )
+        })
+        .collect();
+    sessions.sort_by_key(|s| std::cmp::Reverse(s.0));
+    sessions.into_iter().map(|(_, s)| s).collect()
+}
