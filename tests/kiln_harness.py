@@ -218,6 +218,14 @@ def wait_ready(server, function, revision=None, timeout=60):
     return wait_for(ready, timeout=timeout, what=f"the snapshot of {function} to be ready")
 
 
+def wait_spare(server, function, timeout=60):
+    """Waits for the function's fork server to have its spare fork (made ahead of demand) ready."""
+    def ready():
+        s = snapshot_of(server, function)
+        return s if s and s["state"] == "ready" and s.get("spare_ready") else None
+    return wait_for(ready, timeout=timeout, what=f"the spare fork of {function} to be ready")
+
+
 def wait_standby(server, runtime, timeout=60):
     """Waits for a runtime-generic standby of `runtime` (the warm path) to be ready."""
     def ready():

@@ -77,14 +77,17 @@ def processes_in_cgroups_of(server, only_instances=False):
 
 
 def snapshot_cgroups(server):
-    """The cgroups of the server's function snapshots (Python fork servers)."""
-    return {f"i{s['id']}" for s in status(server).get("snapshots", []) if s.get("id")}
+    """The cgroups of the server's snapshots (fork servers and their spare forks, standbys)."""
+    snapshots = status(server).get("snapshots", [])
+    return {f"i{s['id']}" for s in snapshots if s.get("id")} | {f"i{s['spare']}" for s in snapshots if s.get("spare")}
 
 
 def expected_cgroups(server):
-    """The cgroups this server should have: one per instance and one per snapshot."""
+    """The cgroups this server should have: one per instance and one per snapshot (and spare fork)."""
     node = status(server)
-    return {f"i{i['id']}" for i in node["instances"]} | {f"i{s['id']}" for s in node.get("snapshots", []) if s.get("id")}
+    snapshots = node.get("snapshots", [])
+    return ({f"i{i['id']}" for i in node["instances"]} | {f"i{s['id']}" for s in snapshots if s.get("id")}
+            | {f"i{s['spare']}" for s in snapshots if s.get("spare")})
 
 
 def invoke_tail(server, name, event=None):

@@ -6,6 +6,7 @@ The fixture function (tests/functions/python_snapshot) reports what ran at init,
 its snapshot hooks (snapshot_restore_py, Lambda SnapStart's API).
 """
 
+import glob
 import json
 import os
 import re
@@ -17,7 +18,7 @@ import time
 import requests
 
 from kiln_harness import (FUNCTIONS, NODE_RUNTIME, PYTHON_RUNTIME, node_status, snapshot_of, start_path, wait_for,
-                          wait_ready, wait_standby)
+                          wait_ready, wait_spare, wait_standby)
 
 
 def deploy_cli(server, tmp_path, name, *flags, version="v1", files=None, runtime=PYTHON_RUNTIME):
@@ -63,11 +64,14 @@ def fresh_instance(server, name, event=None):
 
 def test_deploy_builds_a_snapshot_and_cold_starts_fork_from_it(kiln, tmp_path):
     deploy_cli(kiln, tmp_path, "sp-hot", "--warmup", "2", "--warmup-event", '{"warm": true}')
-    snapshot = wait_ready(kiln, "sp-hot")
-    assert snapshot["kind"] == "fork-server" and snapshot["forks"] == 0 and snapshot["memory_bytes"] > 0
+    # The zygote, and one fork of it made ahead of demand, already in its own cgroup.
+    snapshot = wait_spare(kiln, "sp-hot")
+    assert snapshot["kind"] == "fork-server" and snapshot["forks"] == 1 and snapshot["memory_bytes"] > 0
+    spare = snapshot["spare"]
     result, response, report = invoke(kiln, "sp-hot", {"n": 1})
     assert "FunctionError" not in response, result
     assert start_path(report) == "hot" and "Init Duration" in report
+    assert [i["id"] for i in node_status(kiln)["instances"] if i["function"] == "sp-hot"] == [spare]
     # Init and both warm-up invocations ran in the zygote, before the snapshot; this instance is a fork of it.
     assert result["events"] == [{"warm": True}, {"warm": True}, {"n": 1}]
     assert result["pid"] != result["init_pid"]
@@ -81,7 +85,8 @@ def test_deploy_builds_a_snapshot_and_cold_starts_fork_from_it(kiln, tmp_path):
     assert start_path(report) == "hot" and other["pid"] != result["pid"]
     assert other["stream"] != result["stream"]
     assert other["events"] == [{"warm": True}, {"warm": True}, {"n": 3}], "forks share no state after the snapshot"
-    assert snapshot_of(kiln, "sp-hot")["forks"] == 2
+    # Each cold start had a spare forked behind it.
+    assert wait_spare(kiln, "sp-hot")["forks"] == 3
 
 
 def test_the_path_is_visible_in_metrics_and_status(kiln, tmp_path):
@@ -344,3 +349,18 @@ def test_variables_read_at_boot_take_the_coldest_path(kiln, tmp_path):
     wait_standby(kiln, PYTHON_RUNTIME)
     result, _, report = invoke(kiln, "sp-boot-env", {"action": "inspect"})
     assert start_path(report) == "coldest" and result["env"]["PYTHONHASHSEED"] == "0"
+
+
+def test_a_dead_spare_fork_is_replaced_and_the_invocation_still_answers(kiln, tmp_path):
+    deploy_cli(kiln, tmp_path, "sp-spare", "--warmup", "0")
+    snapshot = wait_spare(kiln, "sp-spare")
+    spare = snapshot["spare"]
+    # Kill the spare's process through its cgroup, unseen by kiln until it is taken.
+    procs = [p for p in glob.glob(f"/sys/fs/cgroup/**/i{spare}/cgroup.procs", recursive=True)]
+    assert procs, f"no cgroup of the spare {spare}"
+    for pid in set(open(procs[0]).read().split()):
+        os.kill(int(pid), signal.SIGKILL)
+    result, response, report = invoke(kiln, "sp-spare", {"n": 1})
+    assert "FunctionError" not in response, result
+    assert start_path(report) == "hot"
+    assert wait_spare(kiln, "sp-spare")["spare"] != spare

@@ -254,7 +254,8 @@ def wait_snapshot(client, name, timeout_s=120):
     deadline = time.time() + timeout_s
     while time.time() < deadline:
         snap = next((s for s in node_status(client).get("snapshots", []) if s["function"] == name), None)
-        if snap and snap["state"] == "ready":
+        # A fork server is whole with its spare fork, made ahead of demand after each cold start.
+        if snap and snap["state"] == "ready" and (snap["kind"] != "fork-server" or snap.get("spare_ready")):
             return snap
         time.sleep(0.02)
     raise RuntimeError(f"{name}: the snapshot was not ready again after {timeout_s} s")
@@ -328,7 +329,8 @@ def latency(args, client):
             if not wait_no_instances(client, name):
                 raise RuntimeError(f"{name}: an idle instance was not reaped (is --idle-ttl 0?)")
             if path == "hot":
-                # A standby instance (Node) is taken by the cold start and rebuilt behind it.
+                # A standby instance (Node) or a spare fork (Python) is taken by the cold start
+                # and made again behind it.
                 wait_snapshot(client, name)
             elif path == "warm":
                 # So is a runtime standby.

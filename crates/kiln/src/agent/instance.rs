@@ -884,7 +884,13 @@ impl Instance {
         self.exit_status.is_none()
             && match &mut self.process {
                 Process::Sandbox(child) => matches!(child.try_wait(), Ok(None)),
-                Process::Forked { exit, .. } => exit.is_some(),
+                // Its zygote reports its exit; a zygote that is gone took its forks with it.
+                Process::Forked { exit, .. } => exit.as_mut().is_some_and(|receiver| {
+                    matches!(
+                        receiver.try_recv(),
+                        Err(oneshot::error::TryRecvError::Empty)
+                    )
+                }),
             }
     }
 

@@ -9,6 +9,7 @@ mod instance;
 mod routing;
 mod runtime_api;
 mod sessions;
+mod spare;
 mod warm;
 mod wasm;
 mod zygote;
@@ -191,6 +192,12 @@ pub struct SnapshotStatus {
     /// The fork server's host pid.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
+    /// A fork server's spare fork (made ahead of demand): its instance id, and whether it is
+    /// ready or still being forked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spare: Option<u64>,
+    #[serde(default)]
+    pub spare_ready: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
@@ -365,6 +372,11 @@ struct State {
     zygotes: HashMap<String, SnapshotSlot>,
     /// Runtime-generic standbys, per runtime (the warm path).
     warm: HashMap<String, warm::WarmPool>,
+    /// A fork per function made ahead of demand (the hot path of runtimes that fork).
+    spares: HashMap<String, spare::Spare>,
+    /// The newest revision of each function the node was told of (by `prepare` or `retire`):
+    /// nothing is built ahead of demand for an older one.
+    newest: HashMap<String, u64>,
     sessions: HashMap<sessions::SessionKey, sessions::Session>,
     /// Requests of a session waiting for its primary, per instance id.
     bound_waiters: HashMap<u64, VecDeque<oneshot::Sender<Wake>>>,
@@ -689,6 +701,16 @@ impl Inner {
             tracing::warn!(function = %spec.function, "the standby instance was gone; falling back");
             self.destroy_later(*standby);
         }
+        if let Some(mut spare) = self.take_spare(spec) {
+            if spare.alive() {
+                spare.init_duration = begin.elapsed();
+                spare.last_used = Instant::now();
+                self.move_reservation(id, spare.id);
+                return Ok(*spare);
+            }
+            tracing::warn!(function = %spec.function, "the spare fork was gone; falling back");
+            self.destroy_later(*spare);
+        }
         if let Some(zygote) = self.ready_zygote(spec) {
             match Instance::fork(&self.ctx, &zygote, spec, id).await {
                 Ok(instance) => return Ok(instance),
@@ -723,6 +745,7 @@ impl Inner {
     /// Both boot a runtime, which on a small node would take CPU from that first invocation.
     fn after_cold_start(self: &Arc<Self>, spec: &SharedSpec) {
         self.build_zygote(spec);
+        self.refill_spare(spec);
         self.refill_standbys();
     }
 
@@ -751,8 +774,13 @@ impl Inner {
 
     /// Lets a snapshot go: a standby instance is destroyed, a zygote goes with its last fork.
     fn discard(&self, slot: SnapshotSlot) {
-        if let SnapshotSlot::Standby(instance, _) = slot {
-            self.destroy_later(*instance);
+        match slot {
+            SnapshotSlot::Standby(instance, _) => self.destroy_later(*instance),
+            SnapshotSlot::Ready(zygote) => {
+                let revision = zygote.spec.revision;
+                self.drop_spare(&zygote.spec.function, |r| r == revision, false);
+            }
+            _ => {}
         }
     }
 
@@ -772,6 +800,9 @@ impl Inner {
         {
             state.zygotes.remove(function);
         }
+        drop(state);
+        let revision = zygote.spec.revision;
+        self.drop_spare(function, |r| r == revision, false);
     }
 
     /// Builds the function-specific snapshot of `spec` in the background (a fork server where
@@ -787,7 +818,7 @@ impl Inner {
         };
         let id = {
             let mut state = self.state();
-            if state.shutting_down {
+            if state.shutting_down || outdated(&state, spec) {
                 return;
             }
             match state.zygotes.get(&spec.function) {
@@ -870,6 +901,9 @@ impl Inner {
             for slot in evicted {
                 inner.discard(slot);
             }
+            if can_fork {
+                inner.refill_spare(&spec);
+            }
         });
     }
 
@@ -946,7 +980,11 @@ impl Inner {
             let invoke_begin = Instant::now();
             let invocation = instance.invoke(&request).await;
             let duration = invoke_begin.elapsed();
-            if !invocation.delivered && !cold && attempts < MAX_ATTEMPTS {
+            // An instance that never took the event may be replaced: a warm one that died while
+            // idle, or one made ahead of demand (a spare fork, a standby) that died unseen, e.g.
+            // with its zygote. A new sandbox that dies at once is the function's to answer for.
+            let retriable = !cold || instance.start_path == StartPath::Hot;
+            if !invocation.delivered && retriable && attempts < MAX_ATTEMPTS {
                 tracing::debug!(instance = instance.id, "the runtime was gone; retrying");
                 if let Some(dead) = self.release(instance, false) {
                     self.destroy_later(dead);
@@ -989,6 +1027,15 @@ impl Inner {
             max_memory_mb,
         })
     }
+}
+
+/// Whether the node knows of a newer revision of `spec`'s function (a request of the old one
+/// may still be finishing; nothing should be built for it).
+fn outdated(state: &State, spec: &SharedSpec) -> bool {
+    state
+        .newest
+        .get(&spec.function)
+        .is_some_and(|newest| spec.revision < *newest)
 }
 
 fn pool_is_empty(state: &State, function: &str) -> bool {
@@ -1127,8 +1174,15 @@ impl NodeAgent for LocalAgent {
         let (victims, zygote) = {
             let mut guard = self.inner.state();
             let state = &mut *guard;
-            if keep_revision.is_none() {
-                sessions::end_all(state, function);
+            match keep_revision {
+                None => {
+                    sessions::end_all(state, function);
+                    state.newest.remove(function);
+                }
+                Some(revision) => {
+                    let newest = state.newest.entry(function.to_string()).or_default();
+                    *newest = (*newest).max(revision);
+                }
             }
             let zygote = match state.zygotes.get(function) {
                 Some(slot) if Some(slot.revision()) != keep_revision => {
@@ -1153,6 +1207,8 @@ impl NodeAgent for LocalAgent {
         if let Some(slot) = zygote {
             self.inner.discard(slot);
         }
+        self.inner
+            .drop_spare(function, |r| Some(r) != keep_revision, true);
         for victim in victims {
             self.inner.destroy_later(victim);
         }
@@ -1160,6 +1216,11 @@ impl NodeAgent for LocalAgent {
 
     fn prepare(&self, spec: SharedSpec) {
         use crate::function::PrebakeMode;
+        {
+            let mut state = self.inner.state();
+            let newest = state.newest.entry(spec.function.clone()).or_default();
+            *newest = (*newest).max(spec.revision);
+        }
         match self.inner.wasm_host(&spec) {
             // A plain module is compiled at deploy time too: only its snapshot is off.
             Some(Ok(host)) if spec.prebake.mode != PrebakeMode::Lazy => host.prepare(spec),
@@ -1213,6 +1274,8 @@ impl NodeAgent for LocalAgent {
                     idle_s: 0.0,
                     id: None,
                     pid: None,
+                    spare: None,
+                    spare_ready: false,
                     error: None,
                 };
                 match slot {
@@ -1225,6 +1288,10 @@ impl NodeAgent for LocalAgent {
                         status.idle_s = now.duration_since(z.last_used()).as_secs_f64();
                         status.pid = z.pid;
                         status.id = Some(z.id);
+                        if let Some(spare) = state.spares.get(function) {
+                            status.spare = Some(spare.id());
+                            status.spare_ready = matches!(spare, spare::Spare::Ready(_));
+                        }
                     }
                     SnapshotSlot::Standby(i, build_time) => {
                         status.kind = "standby".into();
@@ -1254,6 +1321,8 @@ impl NodeAgent for LocalAgent {
                 build_ms: 0.0,
                 idle_s: 0.0,
                 pid: None,
+                spare: None,
+                spare_ready: false,
                 error: None,
             };
             for id in &pool.starting {
@@ -1327,6 +1396,7 @@ impl NodeAgent for LocalAgent {
             };
             let mut idle = idle;
             idle.extend(inner.drain_standbys());
+            idle.extend(inner.drain_spares());
             futures_util::future::join_all(idle.into_iter().map(Instance::destroy)).await;
             let deadline = Instant::now() + grace;
             while Instant::now() < deadline && !inner.state().live.is_empty() {

@@ -272,6 +272,8 @@ impl WasmHost {
                         ))
                         .as_secs_f64(),
                     pid: None,
+                    spare: None,
+                    spare_ready: false,
                     error: None,
                 };
                 match slot.cell.get() {
