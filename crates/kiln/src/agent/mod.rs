@@ -690,26 +690,14 @@ impl Inner {
     /// A broken snapshot falls back to the next path, with the reason logged.
     async fn start(self: &Arc<Self>, spec: &SharedSpec, id: u64) -> Result<Instance, StartError> {
         let begin = Instant::now();
-        if let Some(mut standby) = self.take_standby(spec) {
-            if standby.alive() {
-                standby.start_path = StartPath::Hot;
-                standby.init_duration = begin.elapsed();
-                standby.last_used = Instant::now();
-                self.move_reservation(id, standby.id);
-                return Ok(*standby);
-            }
-            tracing::warn!(function = %spec.function, "the standby instance was gone; falling back");
-            self.destroy_later(*standby);
+        let made = |instance: Option<Box<Instance>>, what| {
+            instance.and_then(|i| self.adopt_made_ahead(i, what, id, begin))
+        };
+        if let Some(instance) = made(self.take_standby(spec), "standby instance") {
+            return Ok(instance);
         }
-        if let Some(mut spare) = self.take_spare(spec) {
-            if spare.alive() {
-                spare.init_duration = begin.elapsed();
-                spare.last_used = Instant::now();
-                self.move_reservation(id, spare.id);
-                return Ok(*spare);
-            }
-            tracing::warn!(function = %spec.function, "the spare fork was gone; falling back");
-            self.destroy_later(*spare);
+        if let Some(instance) = made(self.take_spare(spec), "spare fork") {
+            return Ok(instance);
         }
         if let Some(zygote) = self.ready_zygote(spec) {
             match Instance::fork(&self.ctx, &zygote, spec, id).await {
@@ -747,6 +735,27 @@ impl Inner {
         self.build_zygote(spec);
         self.refill_spare(spec);
         self.refill_standbys();
+    }
+
+    /// Hands a hot instance made ahead of demand (a function's standby or spare fork) to the
+    /// cold start that reserved `id`, if it is still alive; else lets it go.
+    fn adopt_made_ahead(
+        &self,
+        mut instance: Box<Instance>,
+        what: &str,
+        id: u64,
+        begin: Instant,
+    ) -> Option<Instance> {
+        if !instance.alive() {
+            tracing::warn!(function = %instance.spec.function, "the {what} was gone; falling back");
+            self.destroy_later(*instance);
+            return None;
+        }
+        instance.start_path = StartPath::Hot;
+        instance.init_duration = begin.elapsed();
+        instance.last_used = Instant::now();
+        self.move_reservation(id, instance.id);
+        Some(*instance)
     }
 
     /// An instance that keeps an id of its own (a standby) takes over the reservation made for
