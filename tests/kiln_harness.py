@@ -196,6 +196,16 @@ def node_status(server):
     return json.loads(server.cli("--json", "status").stdout)["node"]
 
 
+def owned_cgroups(node, instances=True):
+    """The instance cgroups (`i<id>`) a node's status accounts for: its instances (unless not asked
+    for), its snapshots (fork servers, standbys, runtime standbys) and their spare forks."""
+    snapshots = node.get("snapshots", [])
+    owned = {f"i{s['id']}" for s in snapshots if s.get("id")} | {f"i{s['spare']}" for s in snapshots if s.get("spare")}
+    if instances:
+        owned |= {f"i{i['id']}" for i in node["instances"]}
+    return owned
+
+
 def snapshot_of(server, function):
     return next((s for s in node_status(server).get("snapshots", []) if s["function"] == function), None)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import botocore.exceptions
 import pytest
 
-from kiln_harness import NODE_RUNTIME, PYTHON_RUNTIME, wait_for
+from kiln_harness import NODE_RUNTIME, PYTHON_RUNTIME, owned_cgroups, wait_for
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
@@ -78,16 +78,12 @@ def processes_in_cgroups_of(server, only_instances=False):
 
 def snapshot_cgroups(server):
     """The cgroups of the server's snapshots (fork servers and their spare forks, standbys)."""
-    snapshots = status(server).get("snapshots", [])
-    return {f"i{s['id']}" for s in snapshots if s.get("id")} | {f"i{s['spare']}" for s in snapshots if s.get("spare")}
+    return owned_cgroups(status(server), instances=False)
 
 
 def expected_cgroups(server):
     """The cgroups this server should have: one per instance and one per snapshot (and spare fork)."""
-    node = status(server)
-    snapshots = node.get("snapshots", [])
-    return ({f"i{i['id']}" for i in node["instances"]} | {f"i{s['id']}" for s in snapshots if s.get("id")}
-            | {f"i{s['spare']}" for s in snapshots if s.get("spare")})
+    return owned_cgroups(status(server))
 
 
 def invoke_tail(server, name, event=None):

@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from kiln_harness import FUNCTIONS, NODE_RUNTIME, PYTHON_RUNTIME
+from kiln_harness import FUNCTIONS, NODE_RUNTIME, PYTHON_RUNTIME, owned_cgroups
 
 DENIED = {"ENOENT", "EACCES", "EPERM"}
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -59,8 +59,8 @@ def leaked_cgroups(server):
     """Instance cgroup directories on the host (any hierarchy) that belong to no live instance or snapshot."""
     parent = cgroup_parent(server)
     node = json.loads(server.cli("--json", "status").stdout)["node"]
-    # Function snapshots (fork servers, standby instances) have cgroups of their own too.
-    live = {f"i{i['id']}" for i in node["instances"] + node.get("snapshots", []) if i.get("id")}
+    # Function snapshots (fork servers, standby instances, spare forks) have cgroups of their own too.
+    live = owned_cgroups(node)
     leaked = set()
     for base in [CGROUP_ROOT / parent] + [CGROUP_ROOT / c / parent for c in ("memory", "pids", "cpu")]:
         if base.is_dir():
