@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use kiln_sandbox::{Cgroup, File, Limits, NetNs, SandboxSpec, SpawnFds};
+use kiln_sandbox::{Cgroup, File, Limits, NetNs, SandboxSpec};
 use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
 
@@ -344,15 +344,8 @@ impl Instance {
             nofile: 1024,
             seccomp: true,
         };
-        let process = kiln_sandbox::spawn(
-            &sandbox,
-            SpawnFds {
-                output: out_fd,
-                control,
-                netns: netns.as_ref(),
-            },
-        )
-        .map_err(|e| {
+        let (process, netns) = super::spawner::spawn(sandbox, out_fd, control, netns).await;
+        let process = process.map_err(|e| {
             let _ = cgroup.remove();
             platform("sandbox", &e)
         })?;

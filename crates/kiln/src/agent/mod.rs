@@ -10,6 +10,7 @@ mod routing;
 mod runtime_api;
 mod sessions;
 mod spare;
+mod spawner;
 mod warm;
 mod wasm;
 mod zygote;
