@@ -152,6 +152,9 @@ driver() {
     DRIVER=
 }
 
+# A kiln killed in an earlier run leaves its code-slot mount behind; detach it before removing.
+awk -v dir="$(realpath -m "$KILN_DATA")/" 'index($2 "/", dir) == 1 { print $2 }' /proc/self/mounts |
+    sort -r | xargs -r -n1 umount -l
 rm -rf "$KILN_DATA" "$WORK/raw"/latency*.json "$WORK/raw/memory.json"
 start_kiln 0 0
 driver deploy
