@@ -1,6 +1,8 @@
 """Start real kiln servers for tests and talk to them with boto3."""
 
 import base64
+import glob
+import hashlib
 import io
 import json
 import os
@@ -206,6 +208,24 @@ class Kiln:
 def node_status(server):
     """The node's part of `kiln status --json`: instances, snapshots, budget."""
     return json.loads(server.cli("--json", "status").stdout)["node"]
+
+
+def cgroup_parent(server):
+    """The per-data-dir cgroup parent kiln creates (server.rs: kiln-<sha256(data dir)[:12]>)."""
+    digest = hashlib.sha256(os.path.realpath(server.data_dir).encode()).hexdigest()
+    return "kiln-" + digest[:12]
+
+
+def kill_instance(server, instance_id):
+    """SIGKILLs every process of one instance, through its cgroup (any hierarchy), unseen by kiln."""
+    pattern = f"/sys/fs/cgroup/**/{cgroup_parent(server)}/i{instance_id}/cgroup.procs"
+    pids = {int(pid) for procs in glob.glob(pattern, recursive=True) for pid in open(procs).read().split()}
+    assert pids, f"no processes in the cgroup of instance {instance_id}"
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def owned_cgroups(node, instances=True):

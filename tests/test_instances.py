@@ -5,7 +5,6 @@ The fixture functions (tests/functions/python_state, node_state) keep a random i
 the id in an answer tells which instance served it.
 """
 
-import hashlib
 import json
 import os
 import re
@@ -17,15 +16,10 @@ from pathlib import Path
 import botocore.exceptions
 import pytest
 
-from kiln_harness import NODE_RUNTIME, PYTHON_RUNTIME, owned_cgroups, wait_for
+from kiln_harness import NODE_RUNTIME, PYTHON_RUNTIME, cgroup_parent, owned_cgroups, wait_for
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
-
-def cgroup_parent(server):
-    """The per-data-dir cgroup parent kiln creates (server.rs: kiln-<sha256(data dir)[:12]>)."""
-    digest = hashlib.sha256(os.path.realpath(server.data_dir).encode()).hexdigest()
-    return "kiln-" + digest[:12]
 
 
 def cgroup_dirs(server):

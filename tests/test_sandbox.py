@@ -5,7 +5,6 @@ which errno; the tests compare that with what the host has.
 """
 
 import base64
-import hashlib
 import json
 import os
 import sys
@@ -17,7 +16,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from kiln_harness import FUNCTIONS, NODE_RUNTIME, PYTHON_RUNTIME, owned_cgroups
+from kiln_harness import FUNCTIONS, NODE_RUNTIME, PYTHON_RUNTIME, cgroup_parent, owned_cgroups
 
 DENIED = {"ENOENT", "EACCES", "EPERM"}
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -49,10 +48,6 @@ def processes_with(marker):
                 continue
     return pids
 
-
-def cgroup_parent(server):
-    digest = hashlib.sha256(os.path.realpath(server.data_dir).encode()).hexdigest()
-    return "kiln-" + digest[:12]
 
 
 def leaked_cgroups(server):

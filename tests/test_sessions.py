@@ -121,7 +121,10 @@ def test_invalid_session_settings_are_refused(kiln):
     for body, message in [({"KilnSessions": {"Hint": "nowhere"}}, "kilnSessions.hint"),
                           ({"KilnSessions": {"Hint": "header:x", "MaxSessionsPerInstance": 0}},
                            "maxSessionsPerInstance"),
-                          ({"KilnSessions": {"Hint": "header:x", "Placement": "random"}}, "random")]:
+                          ({"KilnSessions": {"Hint": "header:x", "Placement": "random"}}, "random"),
+                          ({"KilnSessions": {"Hint": "header:x", "MaxSessionBytes": 64 << 20}}, "maxSessionBytes"),
+                          ({"KilnSessions": {"Hint": "header:x", "MaxValueBytes": 2048, "MaxSessionBytes": 1024}},
+                           "maxValueBytes")]:
         response = kiln.signed_request("PUT", path, json.dumps(body), {"Content-Type": "application/json"})
         assert response.status_code == 400, response.text
         assert message in response.text, response.text
@@ -129,7 +132,8 @@ def test_invalid_session_settings_are_refused(kiln):
     response = kiln.signed_request("PUT", path, json.dumps({"KilnSessions": {"Hint": "cookie:sid"}}),
                                    {"Content-Type": "application/json"})
     assert response.json()["KilnSessions"] == {"Hint": "cookie:sid", "Placement": "binpack",
-                                               "MaxSessionsPerInstance": 16, "IdleTtlSeconds": 900}
+                                               "MaxSessionsPerInstance": 16, "IdleTtlSeconds": 900,
+                                               "MaxValueBytes": 1048576, "MaxSessionBytes": 8388608}
     response = kiln.signed_request("PUT", path, json.dumps({"KilnSessions": None}),
                                    {"Content-Type": "application/json"})
     assert "KilnSessions" not in response.json()

@@ -179,7 +179,9 @@ async function loadHandler(full) {
 function frameTransport(fd) {
   const sock = new net.Socket({ fd, readable: true, writable: true });
   const headers = {};
-  for (const t of ['ready', 'response', 'error', 'init_error']) headers[t] = Buffer.from(`{"type":"${t}"}`);
+  for (const t of ['ready', 'response', 'error', 'init_error', 'session_commit']) {
+    headers[t] = Buffer.from(`{"type":"${t}"}`);
+  }
   // An error answer after which the shim exits (an uncaught exception): the agent must not send another
   // invocation to this process.
   headers.error_fatal = Buffer.from('{"type":"error","fatal":true}');
@@ -197,7 +199,8 @@ function frameTransport(fd) {
     out.writeUInt32BE(h.length, 0);
     out.writeUInt32BE(bodyLen, 4);
     h.copy(out, 8);
-    out.write(payload, 8 + h.length);
+    if (typeof payload === 'string') out.write(payload, 8 + h.length);
+    else payload.copy(out, 8 + h.length);
     sock.write(out, cb);
   }
 
@@ -219,6 +222,8 @@ function frameTransport(fd) {
       have -= need;
       need = 0;
       if (header.type === 'invoke') onInvoke(header, body); // unknown frame types are ignored
+      else if (header.type === 'session_load') loadSession(header, Buffer.from(body));
+      else if (header.type === 'session_drop') sessions.delete(header.sessionId);
       else if (header.type === 'load' && onLoad) { const cb = onLoad; onLoad = null; cb(header); }
     }
   }
@@ -236,6 +241,7 @@ function frameTransport(fd) {
     awaitLoad(cb) { onLoad = cb; send('ready', ''); read(); },
     answer(type, _id, payload, _errorType, cb) { send(type, payload, cb); },
     initError(payload, _errorType, cb) { send('init_error', payload, cb); },
+    commit(entries) { send('session_commit', entries); },
     // While a handler runs the socket must not keep the event loop alive, or 'beforeExit' (how Lambda
     // notices an empty event loop) could never fire. The agent sends nothing until we answer anyway.
     busy() { sock.unref(); },
@@ -296,6 +302,173 @@ function runtimeApiTransport(api) {
   };
 }
 
+// ---------------------------------------------------------------------------------------------- sessions
+// A session's state (docs/sessions.md): held here, in the session's primary instance, and read and written at
+// memory speed. The agent loads it before the session's first request on this instance (`session_load`), and
+// each invocation's writes go to the agent as one `session_commit` frame before its answer, which the agent
+// makes durable in the session's log before the answer leaves kiln. Requests of one session never run
+// concurrently, so a read-modify-write in one invocation is linearizable; `transact` also makes it atomic.
+const sessions = new Map();
+const MAX_KEY_BYTES = 1024;
+const DELETED = Symbol('deleted');
+
+class SessionError extends Error {}
+SessionError.prototype.name = 'SessionError';
+class SessionLimitError extends SessionError {}
+SessionLimitError.prototype.name = 'SessionLimitError';
+
+function keyBytes(key) {
+  if (typeof key !== 'string') throw new SessionError(`a session key must be a string, not ${typeof key}`);
+  const size = Buffer.byteLength(key);
+  if (size === 0 || size > MAX_KEY_BYTES) {
+    throw new SessionError(`a session key must be 1 to ${MAX_KEY_BYTES} bytes of UTF-8, not ${size}`);
+  }
+  return size;
+}
+
+// [kind, bytes]: kind 0 for bytes (a Buffer or another Uint8Array), 1 for the JSON encoding of anything else.
+function encodeValue(key, value, limit) {
+  let item;
+  if (value instanceof Uint8Array) item = [0, Buffer.from(value)]; // a copy: later changes do not leak in
+  else {
+    let json;
+    try { json = JSON.stringify(value); } catch (e) {
+      throw new SessionError(`the value for '${key}' cannot be encoded as JSON: ${e && e.message}`);
+    }
+    if (json === undefined) throw new SessionError(`the value for '${key}' has no JSON encoding`);
+    item = [1, Buffer.from(json)];
+  }
+  if (item[1].length > limit) {
+    throw new SessionLimitError(`the value for '${key}' is ${item[1].length} bytes, over the limit of ${limit} bytes`);
+  }
+  return item;
+}
+
+function decodeValue(item) {
+  return item[0] === 0 ? Buffer.from(item[1]) : JSON.parse(item[1].toString('utf8'));
+}
+
+// The view `Session.transact` hands its function: reads see the transaction's own writes, which reach the
+// session only if the function returns (or its promise resolves).
+class Transaction {
+  constructor(session) { this._session = session; this._writes = new Map(); }
+  get(key, dflt) {
+    const item = this._writes.get(key);
+    if (item === undefined) return this._session.get(key, dflt);
+    return item === DELETED ? dflt : decodeValue(item);
+  }
+  put(key, value) { keyBytes(key); this._writes.set(key, encodeValue(key, value, this._session._maxValue)); }
+  delete(key) { keyBytes(key); this._writes.set(key, DELETED); }
+  keys() {
+    const keys = new Set(this._session._data.keys());
+    for (const [key, item] of this._writes) if (item === DELETED) keys.delete(key); else keys.add(key);
+    return [...keys].sort();
+  }
+}
+
+// One session's state: get, put, delete, keys and transact. Values are bytes (handed back as Buffers) or
+// anything JSON can encode (handed back decoded).
+class Session {
+  constructor(id, maxValue, maxBytes) {
+    this.id = id;
+    this._data = new Map(); // key -> [kind, Buffer]
+    this._bytes = 0; // keys and values, as the session limit counts them
+    this._writes = new Map(); // what this invocation wrote: key -> [kind, Buffer] or DELETED
+    this._maxValue = maxValue;
+    this._maxBytes = maxBytes;
+  }
+  get size() { return this._data.size; }
+  has(key) { return this._data.has(key); }
+  get(key, dflt) {
+    const item = this._data.get(key);
+    return item === undefined ? dflt : decodeValue(item);
+  }
+  keys() { return [...this._data.keys()].sort(); }
+  put(key, value) { keyBytes(key); this._apply(new Map([[key, encodeValue(key, value, this._maxValue)]])); }
+  delete(key) { keyBytes(key); this._apply(new Map([[key, DELETED]])); }
+  // Runs fn(tx) and applies its writes all together, or none of them if it throws or its promise rejects.
+  transact(fn) {
+    const tx = new Transaction(this);
+    const result = fn(tx);
+    if (result && typeof result.then === 'function') {
+      return result.then((value) => { this._apply(tx._writes); return value; });
+    }
+    this._apply(tx._writes);
+    return result;
+  }
+  _apply(writes) {
+    let size = this._bytes;
+    for (const [key, item] of writes) {
+      const keySize = Buffer.byteLength(key);
+      const old = this._data.get(key);
+      if (old !== undefined) size -= keySize + old[1].length;
+      if (item !== DELETED) size += keySize + item[1].length;
+    }
+    if (size > this._maxBytes) {
+      throw new SessionLimitError(`the session's state would be ${size} bytes, over the limit of ${this._maxBytes} bytes`);
+    }
+    for (const [key, item] of writes) {
+      if (item === DELETED) this._data.delete(key); else this._data.set(key, item);
+      this._writes.set(key, item);
+    }
+    this._bytes = size;
+  }
+  // This invocation's writes, encoded as session-log entries (docs/sessions.md).
+  _takeWrites() {
+    let length = 0;
+    const keys = [];
+    for (const [key, item] of this._writes) {
+      const raw = Buffer.from(key);
+      keys.push(raw);
+      length += 3 + raw.length + (item === DELETED ? 0 : 5 + item[1].length);
+    }
+    const out = Buffer.allocUnsafe(length);
+    let at = 0, i = 0;
+    for (const item of this._writes.values()) {
+      const raw = keys[i++];
+      out[at] = item === DELETED ? 2 : 1;
+      out.writeUInt16LE(raw.length, at + 1);
+      raw.copy(out, at + 3);
+      at += 3 + raw.length;
+      if (item !== DELETED) {
+        out[at] = item[0];
+        out.writeUInt32LE(item[1].length, at + 1);
+        item[1].copy(out, at + 5);
+        at += 5 + item[1].length;
+      }
+    }
+    this._writes = new Map();
+    return out;
+  }
+}
+
+function loadSession(header, body) {
+  const session = new Session(header.sessionId, Number(header.maxValueBytes), Number(header.maxSessionBytes));
+  let at = 0, size = 0;
+  while (at < body.length) {
+    const op = body[at], keyLen = body.readUInt16LE(at + 1);
+    const key = body.toString('utf8', at + 3, at + 3 + keyLen);
+    at += 3 + keyLen;
+    if (op === 1) {
+      const kind = body[at], valueLen = body.readUInt32LE(at + 1);
+      session._data.set(key, [kind, body.subarray(at + 5, at + 5 + valueLen)]);
+      size += keyLen + valueLen;
+      at += 5 + valueLen;
+    } else {
+      const old = session._data.get(key);
+      if (old !== undefined) { session._data.delete(key); size -= keyLen + old[1].length; }
+    }
+  }
+  session._bytes = size;
+  sessions.set(session.id, session);
+}
+
+// What the handler wrote, whether it returned or threw, as the session in memory now holds it: sent before
+// the answer, on the same socket.
+function commitSession(inv) {
+  if (inv.session && inv.session._writes.size && transport.commit) transport.commit(inv.session._takeWrites());
+}
+
 // ---------------------------------------------------------------------------------------------- invocations
 let transport = null;
 let handler = null;
@@ -310,6 +483,7 @@ function parseHeaderJson(s) {
 function send(inv, type, payload, errorType) {
   if (inv.answered) return;
   inv.answered = true;
+  commitSession(inv);
   flushStdio(() => transport.answer(type, inv.id, payload, errorType, () => {
     if (current === inv) current = null;
     if (!crashing) transport.idle();
@@ -335,7 +509,8 @@ function answer(inv, result) {
 }
 
 function onInvoke(h, body) {
-  const inv = { id: h.requestId, answered: false, settled: false, waiting: false, result: undefined };
+  const inv = { id: h.requestId, answered: false, settled: false, waiting: false, result: undefined,
+    session: (h.sessionId && sessions.get(h.sessionId)) || null };
   current = inv;
   global[REQUEST_ID] = inv.id;
   if (h.traceId) env._X_AMZN_TRACE_ID = h.traceId; else delete env._X_AMZN_TRACE_ID;
@@ -372,6 +547,7 @@ function onInvoke(h, body) {
     invokedFunctionArn: h.functionArn,
     awsRequestId: inv.id,
     getRemainingTimeInMillis: () => deadline - Date.now(),
+    session: inv.session,
   };
   try {
     context.clientContext = parseHeaderJson(h.clientContext);
@@ -406,6 +582,7 @@ function crash(err, code = CRASH_EXIT_CODE) {
   const inv = current;
   if (inv && !inv.answered) {
     inv.answered = true;
+    commitSession(inv);
     flushStdio(() => transport.answer('error_fatal', inv.id, JSON.stringify(body), body.errorType, exit));
   } else if (transport && !handler) {
     flushStdio(() => transport.initError(JSON.stringify(body), body.errorType, exit));

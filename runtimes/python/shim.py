@@ -213,10 +213,12 @@ def handle(transport, handler, inv, body):
     else:
         os.environ.pop("_X_AMZN_TRACE_ID", None)
     error = None
+    session = _sessions.get(inv.get("sessionId")) if inv.get("sessionId") else None
     try:
         context = LambdaContext(request_id, int(inv.get("deadlineMs") or 0), inv.get("functionArn"),
                                 _parse_header_json(inv.get("clientContext"), "Client Context"),
                                 _parse_header_json(inv.get("cognitoIdentity"), "Cognito Identity"))
+        context.session = session
         try:
             event = json.loads(body)
         except Exception as e:
@@ -231,6 +233,9 @@ def handle(transport, handler, inv, body):
         error = make_error(e.msg, e.error_type, e.trace, request_id)
     except Exception as e:
         error = fault_result(e, request_id)
+    if session is not None and session._writes:
+        # What the handler wrote, whether it returned or raised, as the session in memory now holds it.
+        transport.commit(session._take_writes())
     if error is None:
         flush_stdio()
         transport.respond(request_id, result)
@@ -240,11 +245,191 @@ def handle(transport, handler, inv, body):
         transport.error(request_id, json.dumps(error).encode(), error["errorType"])
 
 
+# ------------------------------------------------------------------------------------------------- sessions
+# A session's state (docs/sessions.md): held here, in the session's primary instance, and read and written at
+# memory speed. The agent loads it before the session's first request on this instance (`session_load`), and
+# each invocation's writes go to the agent as one `session_commit` frame before its answer, which the agent
+# makes durable in the session's log before the answer leaves kiln. Requests of one session never run
+# concurrently, so a read-modify-write in one invocation is linearizable; `transact` also makes it atomic.
+_sessions = {}
+_KEY_LEN = struct.Struct("<H")
+_VALUE_LEN = struct.Struct("<I")
+_MAX_KEY_BYTES = 1024
+_DELETED = object()
+
+
+class SessionError(Exception):
+    """A session operation that cannot be done: a bad key, a value that is neither bytes nor JSON."""
+
+
+class SessionLimitError(SessionError):
+    """A value, or the whole session's state, over the function's configured limit."""
+
+
+def _key_bytes(key):
+    if not isinstance(key, str):
+        raise SessionError("a session key must be a str, not {}".format(type(key).__name__))
+    size = len(key) if key.isascii() else len(key.encode())
+    if not 0 < size <= _MAX_KEY_BYTES:
+        raise SessionError("a session key must be 1 to {} bytes of UTF-8, not {}".format(_MAX_KEY_BYTES, size))
+    return size
+
+
+def _encode_value(key, value, limit):
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        item = (0, bytes(value))
+    else:
+        try:
+            item = (1, json.dumps(value, separators=(",", ":"), default=_json_default).encode())
+        except (TypeError, ValueError) as e:
+            raise SessionError("the value for {!r} is neither bytes nor JSON: {}".format(key, e)) from None
+    if len(item[1]) > limit:
+        raise SessionLimitError("the value for {!r} is {} bytes, over the limit of {} bytes".format(
+            key, len(item[1]), limit))
+    return item
+
+
+def _decode_value(item):
+    return item[1] if item[0] == 0 else json.loads(item[1])
+
+
+class _Transaction:
+    """The view `Session.transact` hands its function: reads see the transaction's own writes, which reach
+    the session only if the function returns."""
+
+    __slots__ = ("_session", "_writes")
+
+    def __init__(self, session):
+        self._session = session
+        self._writes = {}
+
+    def get(self, key, default=None):
+        item = self._writes.get(key)
+        if item is None:
+            return self._session.get(key, default)
+        return default if item is _DELETED else _decode_value(item)
+
+    def put(self, key, value):
+        _key_bytes(key)
+        self._writes[key] = _encode_value(key, value, self._session._max_value)
+
+    def delete(self, key):
+        _key_bytes(key)
+        self._writes[key] = _DELETED
+
+    def keys(self):
+        keys = set(self._session._data)
+        for key, item in self._writes.items():
+            (keys.discard if item is _DELETED else keys.add)(key)
+        return sorted(keys)
+
+
+class Session:
+    """One session's state: get, put, delete, keys and transact. Values are bytes (handed back as bytes) or
+    anything JSON can encode (handed back decoded)."""
+
+    __slots__ = ("id", "_data", "_bytes", "_writes", "_max_value", "_max_bytes")
+
+    def __init__(self, session_id, max_value, max_bytes):
+        self.id = session_id
+        self._data = {}  # key -> (kind, encoded value)
+        self._bytes = 0  # keys and values, as the session limit counts them
+        self._writes = {}  # what this invocation wrote: key -> (kind, value) or _DELETED
+        self._max_value = max_value
+        self._max_bytes = max_bytes
+
+    def __repr__(self):
+        return "Session({!r}, {} keys)".format(self.id, len(self._data))
+
+    def __contains__(self, key):
+        return key in self._data
+
+    def __len__(self):
+        return len(self._data)
+
+    def get(self, key, default=None):
+        item = self._data.get(key)
+        return default if item is None else _decode_value(item)
+
+    def keys(self):
+        return sorted(self._data)
+
+    def put(self, key, value):
+        self._apply({key: _encode_value(key, value, self._max_value)})
+
+    def delete(self, key):
+        _key_bytes(key)
+        self._apply({key: _DELETED})
+
+    def transact(self, fn):
+        """Runs fn(tx) and applies its writes all together, or none of them if it raises; returns its result."""
+        tx = _Transaction(self)
+        result = fn(tx)
+        self._apply(tx._writes)
+        return result
+
+    def _apply(self, writes):
+        data = self._data
+        size = self._bytes
+        for key, item in writes.items():
+            key_size = _key_bytes(key)
+            old = data.get(key)
+            if old is not None:
+                size -= key_size + len(old[1])
+            if item is not _DELETED:
+                size += key_size + len(item[1])
+        if size > self._max_bytes:
+            raise SessionLimitError("the session's state would be {} bytes, over the limit of {} bytes".format(
+                size, self._max_bytes))
+        for key, item in writes.items():
+            if item is _DELETED:
+                data.pop(key, None)
+            else:
+                data[key] = item
+            self._writes[key] = item
+        self._bytes = size
+
+    def _take_writes(self):
+        """This invocation's writes, encoded as session-log entries (docs/sessions.md)."""
+        out = bytearray()
+        for key, item in self._writes.items():
+            raw = key.encode()
+            if item is _DELETED:
+                out += b"\x02" + _KEY_LEN.pack(len(raw)) + raw
+            else:
+                out += b"\x01" + _KEY_LEN.pack(len(raw)) + raw + (b"\x01" if item[0] else b"\x00")
+                out += _VALUE_LEN.pack(len(item[1])) + item[1]
+        self._writes = {}
+        return bytes(out)
+
+
+def _load_session(header, body):
+    session = Session(header["sessionId"], int(header["maxValueBytes"]), int(header["maxSessionBytes"]))
+    view, at, data, size = memoryview(body), 0, session._data, 0
+    while at < len(body):
+        op = body[at]
+        (key_len,) = _KEY_LEN.unpack_from(body, at + 1)
+        key = str(view[at + 3:at + 3 + key_len], "utf-8")
+        at += 3 + key_len
+        if op == 1:
+            kind = body[at]
+            (value_len,) = _VALUE_LEN.unpack_from(body, at + 1)
+            data[key] = (kind, bytes(view[at + 5:at + 5 + value_len]))
+            size += key_len + value_len
+            at += 5 + value_len
+        else:
+            if key in data:
+                size -= key_len + len(data.pop(key)[1])
+    session._bytes = size
+    _sessions[session.id] = session
+
+
 # ------------------------------------------------------------------------------------------------- transports
 class FrameTransport:
     """kiln's framed protocol over a Unix stream socket (docs/shim-protocol.md)."""
 
-    READY, RESPONSE, ERROR, INIT_ERROR = (b'{"type":"%s"}' % t for t in (b"ready", b"response", b"error", b"init_error"))
+    READY, RESPONSE, ERROR, INIT_ERROR, COMMIT = (b'{"type":"%s"}' % t for t in (
+        b"ready", b"response", b"error", b"init_error", b"session_commit"))
 
     def __init__(self, fd):
         os.set_inheritable(fd, False)  # keep the agent's socket out of processes the function spawns
@@ -275,8 +460,13 @@ class FrameTransport:
             if len(header) < header_len or len(body) < body_len:
                 return None
             header = json.loads(header)
-            if header.get("type") in ("invoke", "zygote", "load"):  # unknown frame types are ignored
+            kind = header.get("type")
+            if kind in ("invoke", "zygote", "load"):  # unknown frame types are ignored
                 return header, body
+            if kind == "session_load":
+                _load_session(header, body)
+            elif kind == "session_drop":
+                _sessions.pop(header.get("sessionId"), None)
 
     def respond(self, request_id, body):
         self._send(self.RESPONSE, body)
@@ -286,6 +476,9 @@ class FrameTransport:
 
     def init_error(self, body, error_type):
         self._send(self.INIT_ERROR, body)
+
+    def commit(self, body):
+        self._send(self.COMMIT, body)
 
     def send_json(self, header):
         self._send(json.dumps(header).encode(), b"")

@@ -95,6 +95,10 @@ struct ThroughputArgs {
     /// Seconds of load before the measured window.
     #[arg(long, default_value_t = 1.0)]
     warmup: f64,
+    /// Numeric fields of the JSON answers to collect (from requests inside the window), e.g.
+    /// a time the function measured itself; printed as `collected.FIELD`.
+    #[arg(long)]
+    collect: Vec<String>,
 }
 
 #[derive(Args)]
@@ -219,6 +223,21 @@ impl Maker {
 
     fn invoke(&self, path: &str) -> (Request<Full<Bytes>>, u64) {
         self.make(Method::POST, path, self.body.clone(), &[])
+    }
+
+    /// An invoke whose body is `--body` with `{client}` replaced by the client's number (a
+    /// session id per client, say).
+    fn invoke_as(&self, path: &str, body: &Bytes) -> (Request<Full<Bytes>>, u64) {
+        self.make(Method::POST, path, body.clone(), &[])
+    }
+
+    fn body_of(&self, client: usize) -> Bytes {
+        match std::str::from_utf8(&self.body) {
+            Ok(text) if text.contains("{client}") => {
+                Bytes::from(text.replace("{client}", &client.to_string()))
+            }
+            _ => self.body.clone(),
+        }
     }
 }
 
@@ -424,6 +443,8 @@ struct Tally {
     sign_ns: u64,
     errors: u64,
     first_error: Option<String>,
+    /// Per `--collect` field, the values the answers carried.
+    collected: Vec<Vec<f64>>,
 }
 
 async fn throughput(args: ThroughputArgs) -> Result<Value> {
@@ -437,17 +458,22 @@ async fn throughput(args: ThroughputArgs) -> Result<Value> {
     let window_start = start + Duration::from_secs_f64(args.warmup);
     let window_end = window_start + Duration::from_secs_f64(args.duration);
     let mut tasks = Vec::new();
-    for mut conn in conns {
-        let (maker, path) = (maker.clone(), path.clone());
+    let fields = Arc::new(args.collect.clone());
+    for (client, mut conn) in conns.into_iter().enumerate() {
+        let (maker, path, fields) = (maker.clone(), path.clone(), fields.clone());
+        let body = maker.body_of(client);
         tasks.push(tokio::spawn(async move {
-            let mut tally = Tally::default();
+            let mut tally = Tally {
+                collected: vec![Vec::new(); fields.len()],
+                ..Tally::default()
+            };
             loop {
                 let started = tokio::time::Instant::now();
                 if started >= window_end {
                     break;
                 }
-                let (request, signing) = maker.invoke(&path);
-                let (status, _, body) = conn.send(request).await?;
+                let (request, signing) = maker.invoke_as(&path, &body);
+                let (status, headers, answer) = conn.send(request).await?;
                 let done = tokio::time::Instant::now();
                 if done >= window_start && done <= window_end {
                     tally.completed += 1;
@@ -455,11 +481,18 @@ async fn throughput(args: ThroughputArgs) -> Result<Value> {
                     if started >= window_start {
                         tally.latency_ns.push((done - started).as_nanos() as u64);
                     }
-                    if status != StatusCode::OK {
+                    if status != StatusCode::OK || headers.contains_key("x-amz-function-error") {
                         tally.errors += 1;
                         tally
                             .first_error
-                            .get_or_insert_with(|| format!("HTTP {status}: {}", short(&body)));
+                            .get_or_insert_with(|| format!("HTTP {status}: {}", short(&answer)));
+                    } else if !fields.is_empty() {
+                        let doc: Value = serde_json::from_slice(&answer).unwrap_or(Value::Null);
+                        for (values, field) in tally.collected.iter_mut().zip(fields.iter()) {
+                            if let Some(v) = doc[field.as_str()].as_f64() {
+                                values.push(v);
+                            }
+                        }
                     }
                 }
             }
@@ -475,9 +508,15 @@ async fn throughput(args: ThroughputArgs) -> Result<Value> {
         let (t1, after) = (Instant::now(), snapshot(&pids)?);
         anyhow::Ok((before, after, (t1 - t0).as_nanos() as u64))
     });
-    let mut all = Tally::default();
+    let mut all = Tally {
+        collected: vec![Vec::new(); args.collect.len()],
+        ..Tally::default()
+    };
     for task in tasks {
         let tally = task.await??;
+        for (all, mine) in all.collected.iter_mut().zip(tally.collected) {
+            all.extend(mine);
+        }
         all.completed += tally.completed;
         all.latency_ns.extend(tally.latency_ns);
         all.sign_ns += tally.sign_ns;
@@ -519,6 +558,9 @@ async fn throughput(args: ThroughputArgs) -> Result<Value> {
         "cpu_window_ns": sampled_ns,
         "server_cpu": server_cpu,
         "client_cpu": client_cpu,
+        "collected": args.collect.iter().zip(&all.collected)
+            .map(|(field, values)| (field.clone(), json!(values)))
+            .collect::<serde_json::Map<String, Value>>(),
     }))
 }
 

@@ -156,6 +156,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
             queue_depth: config.queue_depth,
             snapshot_memory_mb: config.snapshot_memory_mb,
             warm_standbys: config.warm_standbys,
+            session_dir: data_dir.join("sessions"),
             sandbox_root,
         },
     );

@@ -20,6 +20,15 @@ pub const DEFAULT_IDLE_TTL_S: u32 = 900;
 pub const MAX_IDLE_TTL_S: u32 = 86_400;
 /// The most sessions an instance may be configured to hold.
 pub const MAX_SESSIONS_PER_INSTANCE: u32 = 1024;
+/// The longest key of a session's state, in bytes of UTF-8.
+pub const MAX_KEY_BYTES: usize = 1024;
+/// The largest value, unless configured.
+pub const DEFAULT_MAX_VALUE_BYTES: u32 = 1024 * 1024;
+/// The largest state of one session (keys and values), unless configured.
+pub const DEFAULT_MAX_SESSION_BYTES: u32 = 8 * 1024 * 1024;
+/// The largest state a session may be configured to hold: one invocation's writes travel in
+/// one frame of the shim protocol, which is at most 16 MiB.
+pub const MAX_SESSION_BYTES: u32 = 12 * 1024 * 1024;
 
 /// How a function's sessions are identified and placed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,6 +42,20 @@ pub struct SessionConfig {
     pub max_sessions_per_instance: u32,
     #[serde(default = "default_ttl")]
     pub idle_ttl_seconds: u32,
+    /// The largest value one key may hold, in bytes (a JSON value counts as its encoding).
+    #[serde(default = "default_max_value")]
+    pub max_value_bytes: u32,
+    /// The largest state of one session: the bytes of its keys and values together.
+    #[serde(default = "default_max_session")]
+    pub max_session_bytes: u32,
+}
+
+fn default_max_value() -> u32 {
+    DEFAULT_MAX_VALUE_BYTES
+}
+
+fn default_max_session() -> u32 {
+    DEFAULT_MAX_SESSION_BYTES
 }
 
 fn default_per_instance() -> u32 {
@@ -50,6 +73,18 @@ impl SessionConfig {
             return Err(format!(
                 "Value {} at 'kilnSessions.maxSessionsPerInstance' failed to satisfy constraint: Member must have value between 1 and {MAX_SESSIONS_PER_INSTANCE}",
                 self.max_sessions_per_instance
+            ));
+        }
+        if !(1..=MAX_SESSION_BYTES).contains(&self.max_session_bytes) {
+            return Err(format!(
+                "Value {} at 'kilnSessions.maxSessionBytes' failed to satisfy constraint: Member must have value between 1 and {MAX_SESSION_BYTES}",
+                self.max_session_bytes
+            ));
+        }
+        if !(1..=self.max_session_bytes).contains(&self.max_value_bytes) {
+            return Err(format!(
+                "Value {} at 'kilnSessions.maxValueBytes' failed to satisfy constraint: Member must have value between 1 and maxSessionBytes ({})",
+                self.max_value_bytes, self.max_session_bytes
             ));
         }
         if !(1..=MAX_IDLE_TTL_S).contains(&self.idle_ttl_seconds) {

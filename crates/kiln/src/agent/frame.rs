@@ -26,6 +26,9 @@ pub enum Header {
         client_context: Option<String>,
         #[serde(rename = "cognitoIdentity")]
         cognito_identity: Option<String>,
+        /// The session the invocation belongs to; its state was loaded before (docs/sessions.md).
+        #[serde(rename = "sessionId", default, skip_serializing_if = "Option::is_none")]
+        session_id: Option<String>,
     },
     Response,
     Error {
@@ -40,6 +43,24 @@ pub enum Header {
     Load {
         env: std::collections::BTreeMap<String, String>,
     },
+    /// Agent to shim: hold this session's state (the body, a record of puts), replacing any
+    /// copy held before; its writes are bound by these limits.
+    SessionLoad {
+        #[serde(rename = "sessionId")]
+        session_id: String,
+        #[serde(rename = "maxValueBytes")]
+        max_value_bytes: u32,
+        #[serde(rename = "maxSessionBytes")]
+        max_session_bytes: u32,
+    },
+    /// Agent to shim: forget this session's state (it ended, or moved to another instance).
+    SessionDrop {
+        #[serde(rename = "sessionId")]
+        session_id: String,
+    },
+    /// Shim to agent, before its answer: the invocation's writes to its session's state (the
+    /// body, entries of the session log's format).
+    SessionCommit,
     /// Agent to shim: stop serving invocations and become a fork server.
     Zygote,
     /// Shim to agent: the fork server is listening; its pid in the sandbox's PID namespace.
@@ -187,11 +208,22 @@ mod tests {
             trace_id: "t".into(),
             client_context: None,
             cognito_identity: None,
+            session_id: None,
         };
         let json = serde_json::to_value(&header).unwrap();
         assert_eq!(json["type"], "invoke");
         assert_eq!(json["requestId"], "r");
         assert_eq!(json["deadlineMs"], 5);
+        assert!(json.get("sessionId").is_none());
+        let load = Header::SessionLoad {
+            session_id: "s".into(),
+            max_value_bytes: 1,
+            max_session_bytes: 2,
+        };
+        assert_eq!(
+            serde_json::to_string(&load).unwrap(),
+            r#"{"type":"session_load","sessionId":"s","maxValueBytes":1,"maxSessionBytes":2}"#
+        );
     }
 
     #[test]

@@ -12,8 +12,9 @@ use kiln_sandbox::{Cgroup, File, Limits, NetNs, SandboxSpec};
 use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
 
-use super::frame::{Frame, Header, ShimConn};
+use super::frame::{Frame, FrameError, Header, ShimConn};
 use super::runtime_api::{Event, RuntimeApi, RuntimeMessage};
+use super::session_log::{CommitError, SessionLog};
 use super::zygote::Zygote;
 use super::{AgentContext, InvokeRequest, StartPath};
 use crate::function::{NetworkMode, SharedSpec};
@@ -44,6 +45,14 @@ enum Message {
         fatal: bool,
     },
     TooLarge,
+    /// An invocation's writes to its session's state; its answer follows.
+    SessionCommit(Bytes),
+}
+
+/// The session an invocation belongs to: its log, and the limits its writes are held to.
+pub struct SessionCtx {
+    pub log: Arc<SessionLog>,
+    pub limits: super::session_log::Limits,
 }
 
 impl Transport {
@@ -57,6 +66,7 @@ impl Transport {
                     Header::Response if body.len() > MAX_RESPONSE_BYTES => Message::TooLarge,
                     Header::Response => Message::Response(body),
                     Header::Error { fatal } => Message::Error { body, fatal },
+                    Header::SessionCommit => Message::SessionCommit(body),
                     _ => Message::Error {
                         body: Bytes::from_static(
                             br#"{"errorType":"Runtime.InvalidResponse","errorMessage":"the runtime sent an unexpected frame"}"#,
@@ -203,6 +213,45 @@ pub struct Instance {
     _service_guards: Vec<Box<dyn std::any::Any + Send + Sync>>,
     /// A warm-path instance's code slot: its code is detached when the instance is dropped.
     code_slot: Option<kiln_sandbox::CodeSlot>,
+    /// The sessions whose state the runtime holds, with the version of the copy it holds.
+    held: std::collections::HashMap<String, (Arc<SessionLog>, u64)>,
+}
+
+/// Brings the sessions a runtime holds up to date before an invocation: the copies of ended
+/// sessions, and of sessions changed elsewhere since, are dropped; the invocation's own
+/// session is loaded unless the runtime holds its latest state.
+async fn sync_sessions(
+    conn: &mut ShimConn,
+    held: &mut std::collections::HashMap<String, (Arc<SessionLog>, u64)>,
+    session: Option<&SessionCtx>,
+) -> Result<(), FrameError> {
+    let current = session.map(|s| s.log.id.as_str());
+    let stale: Vec<String> = held
+        .iter()
+        .filter(|(id, (log, version))| {
+            log.ended() || (Some(id.as_str()) != current && log.version() != *version)
+        })
+        .map(|(id, _)| id.clone())
+        .collect();
+    for id in stale {
+        held.remove(&id);
+        conn.send(&Header::SessionDrop { session_id: id }, b"")
+            .await?;
+    }
+    if let Some(session) = session {
+        let id = &session.log.id;
+        if held.get(id).map(|(_, v)| *v) != Some(session.log.version()) {
+            let (body, version) = session.log.snapshot();
+            let header = Header::SessionLoad {
+                session_id: id.clone(),
+                max_value_bytes: session.limits.max_value_bytes,
+                max_session_bytes: session.limits.max_session_bytes,
+            };
+            conn.send(&header, &body).await?;
+            held.insert(id.clone(), (session.log.clone(), version));
+        }
+    }
+    Ok(())
 }
 
 fn error_json(error_type: &str, message: &str) -> Bytes {
@@ -371,6 +420,7 @@ impl Instance {
             _netns: netns,
             _service_guards: service_guards,
             code_slot: slot,
+            held: Default::default(),
         };
         instance.finish_init(begin).await
     }
@@ -517,8 +567,14 @@ impl Instance {
         code
     }
 
-    /// Runs one invocation to completion, timeout or crash.
-    pub async fn invoke(&mut self, request: &InvokeRequest) -> Invocation {
+    /// Runs one invocation to completion, timeout or crash. An invocation of a session first
+    /// brings the runtime's copy of the session's state up to date, and its writes are in the
+    /// session's log before its answer is returned.
+    pub async fn invoke(
+        &mut self,
+        request: &InvokeRequest,
+        session: Option<&SessionCtx>,
+    ) -> Invocation {
         let timeout = Duration::from_secs(u64::from(self.spec.timeout_s));
         let deadline = Instant::now() + timeout;
         let deadline_ms = (chrono::Utc::now() + timeout).timestamp_millis() as u64;
@@ -536,8 +592,10 @@ impl Instance {
                     trace_id: request.trace_id.clone(),
                     client_context: request.client_context.clone(),
                     cognito_identity: None,
+                    session_id: session.map(|s| s.log.id.clone()),
                 };
-                conn.send(&header, &request.payload).await.is_ok()
+                sync_sessions(conn, &mut self.held, session).await.is_ok()
+                    && conn.send(&header, &request.payload).await.is_ok()
             }
             Transport::Api(api) => api
                 .events
@@ -553,8 +611,18 @@ impl Instance {
                 .is_ok(),
             Transport::Detached => false,
         };
+        let mut commit_error = None;
         let step = if sent {
-            self.step(deadline, &mut output).await
+            loop {
+                match self.step(deadline, &mut output).await {
+                    Step::Message(Message::SessionCommit(body)) => {
+                        if let Err(e) = self.commit(session, &body) {
+                            commit_error = Some(e);
+                        }
+                    }
+                    step => break step,
+                }
+            }
         } else {
             Step::Exited(self.exit_code(&mut output).await)
         };
@@ -586,7 +654,7 @@ impl Instance {
                 true,
                 true,
             ),
-            Step::Message(Message::Ready | Message::InitError(_)) => (
+            Step::Message(Message::Ready | Message::InitError(_) | Message::SessionCommit(_)) => (
                 error_json(
                     "Runtime.InvalidResponse",
                     "the runtime sent an unexpected message",
@@ -623,6 +691,24 @@ impl Instance {
                 (error_json("Sandbox.Timedout", &message), true, false)
             }
         };
+        // An answer whose session writes were refused is not given out: the caller learns that
+        // they were not kept.
+        let (body, function_error) = match commit_error {
+            Some(error) => {
+                let error_type = match error {
+                    CommitError::ValueTooLarge { .. } | CommitError::SessionTooLarge { .. } => {
+                        "Session.LimitExceeded"
+                    }
+                    CommitError::Ended => "Session.Ended",
+                    _ => "Session.CommitFailed",
+                };
+                let message = format!("the invocation's session writes were not kept: {error}");
+                output.extend_from_slice(message.as_bytes());
+                output.push(b'\n');
+                (error_json(error_type, &message), true)
+            }
+            None => (body, function_error),
+        };
         Invocation {
             body,
             function_error,
@@ -631,6 +717,28 @@ impl Instance {
             output: String::from_utf8_lossy(&output).into_owned(),
             delivered,
             max_memory_bytes,
+        }
+    }
+
+    /// Appends an invocation's writes to its session's log. A refused commit leaves the
+    /// runtime's copy ahead of the log: it is reloaded before the session's next request here.
+    fn commit(&mut self, session: Option<&SessionCtx>, body: &Bytes) -> Result<(), CommitError> {
+        let Some(session) = session else {
+            return Err(CommitError::Malformed(
+                "the invocation belongs to no session".into(),
+            ));
+        };
+        match session.log.commit(body, session.limits) {
+            Ok(version) => {
+                if let Some(held) = self.held.get_mut(&session.log.id) {
+                    held.1 = version;
+                }
+                Ok(())
+            }
+            Err(e) => {
+                self.held.remove(&session.log.id);
+                Err(e)
+            }
         }
     }
 
@@ -758,6 +866,7 @@ impl Instance {
             _netns: None,
             _service_guards: Vec::new(),
             code_slot: None,
+            held: Default::default(),
         };
         let mut output = Vec::new();
         match instance

@@ -8,6 +8,7 @@ mod frame;
 mod instance;
 mod routing;
 mod runtime_api;
+mod session_log;
 mod sessions;
 mod spare;
 mod spawner;
@@ -28,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
 pub use frame::MAX_FRAME_BYTES;
+use instance::SessionCtx;
 pub use instance::{Instance, StartError, MAX_RESPONSE_BYTES};
 pub use routing::{RoutingPolicy, WarmFirst};
 pub use sessions::SessionStatus;
@@ -103,6 +105,9 @@ pub enum AgentError {
     /// a sandbox could not be created
     #[error("kiln could not create a sandbox: {0}")]
     Sandbox(String),
+    /// a session's state could not be read from its log
+    #[error("{0}")]
+    Session(String),
     /// the node is shutting down
     #[error("kiln is shutting down")]
     ShuttingDown,
@@ -257,6 +262,8 @@ pub struct AgentConfig {
     /// Runtime-generic standby instances kept ready per runtime (the warm path); 0 turns the
     /// warm path off.
     pub warm_standbys: usize,
+    /// Where sessions' logs are kept, a directory per function.
+    pub session_dir: PathBuf,
 }
 
 /// What instances need from the agent to start.
@@ -288,6 +295,10 @@ pub struct Attachment {
     pub env: Vec<(String, String)>,
     pub guard: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
+
+/// How often the logs of sessions in use are marked used (their modification time), which is
+/// what a restarted kiln expires sessions by.
+const SESSION_TOUCH_INTERVAL: Duration = Duration::from_secs(30);
 
 /// How many instances one invocation may try when the ones it finds turn out to be gone.
 const MAX_ATTEMPTS: u32 = 3;
@@ -424,13 +435,19 @@ impl LocalAgent {
         let reaper = Arc::downgrade(&agent.inner);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(500));
+            let mut touched = Instant::now();
             loop {
                 tick.tick().await;
                 let Some(inner) = reaper.upgrade() else {
                     return;
                 };
-                for victim in inner.reap_idle(Instant::now()) {
+                let now = Instant::now();
+                for victim in inner.reap_idle(now) {
                     inner.destroy_later(victim);
+                }
+                if now.duration_since(touched) >= SESSION_TOUCH_INTERVAL {
+                    sessions::touch_used(&inner.state(), touched);
+                    touched = now;
                 }
             }
         });
@@ -917,6 +934,33 @@ impl Inner {
         });
     }
 
+    /// The session `id` of `spec`'s function, its log opened and replayed if it was not open.
+    async fn open_session(
+        &self,
+        spec: &SharedSpec,
+        id: &str,
+        config: &crate::session::SessionConfig,
+    ) -> Result<SessionCtx, AgentError> {
+        let key = (spec.function.clone(), id.to_string());
+        let limits = session_log::Limits::from(config);
+        if let Some(log) = sessions::log(&self.state(), &key) {
+            return Ok(SessionCtx { log, limits });
+        }
+        let dir = self.config.session_dir.join(&spec.function);
+        let session = id.to_string();
+        let log = tokio::task::spawn_blocking(move || sessions::open(&dir, &session))
+            .await
+            .map_err(|e| AgentError::Session(format!("opening the session failed: {e}")))?
+            .map_err(|e| {
+                tracing::error!(function = %spec.function, session = id, "session log: {e}");
+                AgentError::Session(format!(
+                    "the state of session '{id}' could not be read from its log: {e}"
+                ))
+            })?;
+        let log = sessions::insert(&mut self.state(), key, log, config);
+        Ok(SessionCtx { log, limits })
+    }
+
     /// The wasm engine, if `spec` is a wasm function.
     fn wasm_host(&self, spec: &SharedSpec) -> Option<Result<Arc<WasmHost>, AgentError>> {
         let runtime = self.ctx.runtimes.get(&spec.runtime)?;
@@ -936,6 +980,10 @@ impl Inner {
             let host = host?;
             return self.invoke_wasm(&host, spec, request).await;
         }
+        let session = match (&request.hints.session, &spec.sessions) {
+            (Some(id), Some(config)) => Some(self.open_session(&spec, id, config).await?),
+            _ => None,
+        };
         // An idle instance whose runtime exited after its last answer never takes the event; the
         // invocation did not run then, and goes to another instance (as on Lambda, where such a
         // sandbox is re-initialised before the event is delivered).
@@ -988,7 +1036,7 @@ impl Inner {
                 },
             };
             let invoke_begin = Instant::now();
-            let invocation = instance.invoke(&request).await;
+            let invocation = instance.invoke(&request, session.as_ref()).await;
             let duration = invoke_begin.elapsed();
             // An instance that never took the event may be replaced: a warm one that died while
             // idle, or one made ahead of demand (a spare fork, a standby) that died unseen, e.g.
@@ -1217,6 +1265,15 @@ impl NodeAgent for LocalAgent {
         if let Some(slot) = zygote {
             self.inner.discard(slot);
         }
+        if keep_revision.is_none() {
+            // The function is gone, and the state of its sessions with it.
+            let dir = self.inner.config.session_dir.join(function);
+            if let Err(e) = std::fs::remove_dir_all(&dir) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(function, "its sessions' logs could not be removed: {e}");
+                }
+            }
+        }
         self.inner
             .drop_spare(function, |r| Some(r) != keep_revision, true);
         for victim in victims {
@@ -1226,10 +1283,22 @@ impl NodeAgent for LocalAgent {
 
     fn prepare(&self, spec: SharedSpec) {
         use crate::function::PrebakeMode;
-        {
+        let open_logs: Vec<String> = {
             let mut state = self.inner.state();
             let newest = state.newest.entry(spec.function.clone()).or_default();
             *newest = (*newest).max(spec.revision);
+            state
+                .sessions
+                .keys()
+                .filter(|(f, _)| *f == spec.function)
+                .map(|(_, id)| session_log::file_name(id))
+                .collect()
+        };
+        if let Some(config) = &spec.sessions {
+            // Sessions that expired while kiln was down (their logs were not used for a TTL).
+            let dir = self.inner.config.session_dir.join(&spec.function);
+            let ttl = Duration::from_secs(u64::from(config.idle_ttl_seconds));
+            tokio::task::spawn_blocking(move || sessions::sweep(&dir, &open_logs, ttl));
         }
         match self.inner.wasm_host(&spec) {
             // A plain module is compiled at deploy time too: only its snapshot is off.
@@ -1376,10 +1445,18 @@ impl NodeAgent for LocalAgent {
     }
 
     fn end_session(&self, function: &str, session: &str) -> bool {
-        sessions::end(
+        let ended = sessions::end(
             &mut self.inner.state(),
             &(function.to_string(), session.to_string()),
-        )
+        );
+        // A session not used since kiln started has only its log on disk.
+        let path = self
+            .inner
+            .config
+            .session_dir
+            .join(function)
+            .join(session_log::file_name(session));
+        ended || std::fs::remove_file(path).is_ok()
     }
 
     fn shutdown(&self, grace: Duration) -> BoxFuture<'static, ()> {

@@ -8,20 +8,29 @@
 //! primary is gone (reaped, crashed, retired by an update), is placed by the function's
 //! placement: bin-packing onto the instance that already holds the most sessions below the
 //! per-instance bound, or spreading onto a new instance while the function may have more.
-//! A session ends after its idle TTL or when the API ends it.
+//! A session ends after its idle TTL or when the API ends it; its state (its log) goes with it.
+//!
+//! Each session's state is kept durable by its log (`session_log.rs`): the entry of a session
+//! holds its log open, so a new primary is loaded from memory. After a restart of kiln a
+//! session's entry (and log) is opened again by its next request.
 
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
+use super::session_log::SessionLog;
 use super::{InstanceState, State};
 use crate::function::InstanceSpec;
 use crate::session::{Placement, SessionConfig};
 
 /// One session of one function.
 pub(super) struct Session {
-    /// The instance that holds the session (its id; maybe still a reservation).
-    pub primary: u64,
+    /// The instance that holds the session (its id; maybe still a reservation); none before
+    /// the session's first request is placed.
+    pub primary: Option<u64>,
+    pub log: Arc<SessionLog>,
     pub last_used: Instant,
     pub created: Instant,
     pub requests: u64,
@@ -47,6 +56,14 @@ pub struct SessionStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance: Option<u64>,
     pub requests: u64,
+    /// The keys of the session's state, and their bytes with their values'.
+    #[serde(default)]
+    pub keys: usize,
+    #[serde(default)]
+    pub bytes: u64,
+    /// The length of the session's log on disk.
+    #[serde(default)]
+    pub log_bytes: u64,
     pub age_s: f64,
     pub idle_s: f64,
 }
@@ -59,13 +76,13 @@ pub(super) fn target(
     config: &SessionConfig,
 ) -> Target {
     let key = (spec.function.clone(), session.to_string());
-    if let Some(entry) = state.sessions.get(&key) {
+    if let Some(primary) = state.sessions.get(&key).and_then(|s| s.primary) {
         if state
             .live
-            .get(&entry.primary)
+            .get(&primary)
             .is_some_and(|l| l.revision == spec.revision)
         {
-            return Target::Instance(entry.primary);
+            return Target::Instance(primary);
         }
     }
     let candidates = state.live.iter().filter(|(_, l)| {
@@ -94,34 +111,55 @@ pub(super) fn target(
     chosen.map_or(Target::New, Target::Instance)
 }
 
-/// Makes instance `id` the primary of `session` (a no-op when it already is), and marks the
-/// session used now.
-pub(super) fn bind(state: &mut State, spec: &InstanceSpec, session: &str, id: u64) {
-    let Some(config) = &spec.sessions else { return };
+/// The session's entry, with its log: opened (and replayed) by [`open`] when there is none.
+pub(super) fn log(state: &State, key: &SessionKey) -> Option<Arc<SessionLog>> {
+    state.sessions.get(key).map(|s| s.log.clone())
+}
+
+/// Adds the entry of a session whose log was just opened, unless a concurrent request of the
+/// same session added one first; returns the entry's log either way.
+pub(super) fn insert(
+    state: &mut State,
+    key: SessionKey,
+    log: Arc<SessionLog>,
+    config: &SessionConfig,
+) -> Arc<SessionLog> {
     let now = Instant::now();
+    state
+        .sessions
+        .entry(key)
+        .or_insert_with(|| Session {
+            primary: None,
+            log,
+            last_used: now,
+            created: now,
+            requests: 0,
+            ttl: Duration::from_secs(u64::from(config.idle_ttl_seconds)),
+        })
+        .log
+        .clone()
+}
+
+/// Opens the log of a session in `dir` (the function's session directory): blocking I/O.
+pub(super) fn open(dir: &Path, session: &str) -> std::io::Result<Arc<SessionLog>> {
+    SessionLog::open(dir, session).map(Arc::new)
+}
+
+/// Makes instance `id` the primary of `session` (a no-op when it already is), and marks the
+/// session used now. A session that ended meanwhile stays ended.
+pub(super) fn bind(state: &mut State, spec: &InstanceSpec, session: &str, id: u64) {
+    if spec.sessions.is_none() {
+        return;
+    }
     let key = (spec.function.clone(), session.to_string());
-    let previous = match state.sessions.get_mut(&key) {
-        Some(entry) => {
-            entry.last_used = now;
-            if entry.primary == id {
-                return;
-            }
-            Some(std::mem::replace(&mut entry.primary, id))
-        }
-        None => {
-            state.sessions.insert(
-                key,
-                Session {
-                    primary: id,
-                    last_used: now,
-                    created: now,
-                    requests: 0,
-                    ttl: Duration::from_secs(u64::from(config.idle_ttl_seconds)),
-                },
-            );
-            None
-        }
+    let Some(entry) = state.sessions.get_mut(&key) else {
+        return;
     };
+    entry.last_used = Instant::now();
+    if entry.primary == Some(id) {
+        return;
+    }
+    let previous = entry.primary.replace(id);
     if let Some(live) = previous.and_then(|old| state.live.get_mut(&old)) {
         live.sessions = live.sessions.saturating_sub(1);
     }
@@ -145,8 +183,8 @@ pub(super) fn served(state: &mut State, function: &str, session: &str) {
 /// own id).
 pub(super) fn rebind(state: &mut State, reserved: u64, id: u64) {
     for session in state.sessions.values_mut() {
-        if session.primary == reserved {
-            session.primary = id;
+        if session.primary == Some(reserved) {
+            session.primary = Some(id);
         }
     }
     if let Some(waiters) = state.bound_waiters.remove(&reserved) {
@@ -154,15 +192,50 @@ pub(super) fn rebind(state: &mut State, reserved: u64, id: u64) {
     }
 }
 
-/// Removes `key`'s session; true if it existed.
+/// Ends `key`'s session, deleting its state; true if it existed.
 pub(super) fn end(state: &mut State, key: &SessionKey) -> bool {
     let Some(session) = state.sessions.remove(key) else {
         return false;
     };
-    if let Some(live) = state.live.get_mut(&session.primary) {
+    session.log.remove();
+    if let Some(live) = session.primary.and_then(|p| state.live.get_mut(&p)) {
         live.sessions = live.sessions.saturating_sub(1);
     }
     true
+}
+
+/// Marks the logs of sessions used since `since` as used now (their file's modification
+/// time), so that the logs of live sessions are not taken for expired ones after a restart.
+pub(super) fn touch_used(state: &State, since: Instant) {
+    let now = SystemTime::now();
+    for session in state.sessions.values() {
+        if session.last_used >= since {
+            session.log.touch(now);
+        }
+    }
+}
+
+/// Deletes the logs in a function's session directory that no session holds open and that
+/// nobody wrote or used for `ttl` (sessions that expired while kiln was down): blocking I/O.
+pub(super) fn sweep(dir: &Path, open: &[String], ttl: Duration) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let now = SystemTime::now();
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if open.contains(&name) {
+            continue;
+        }
+        let idle = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|modified| now.duration_since(modified).ok());
+        if idle.is_some_and(|idle| idle >= ttl) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }
 
 /// Ends the sessions idle beyond their TTL.
@@ -198,12 +271,16 @@ pub(super) fn list(state: &State, function: &str, now: Instant) -> Vec<SessionSt
         .iter()
         .filter(|((f, _), _)| f == function)
         .map(|((_, id), s)| {
+            let (keys, bytes, log_bytes) = s.log.sizes();
             (
                 s.last_used,
                 SessionStatus {
                     session: id.clone(),
-                    instance: state.live.contains_key(&s.primary).then_some(s.primary),
+                    instance: s.primary.filter(|p| state.live.contains_key(p)),
                     requests: s.requests,
+                    keys,
+                    bytes,
+                    log_bytes,
                     age_s: now.duration_since(s.created).as_secs_f64(),
                     idle_s: now.duration_since(s.last_used).as_secs_f64(),
                 },

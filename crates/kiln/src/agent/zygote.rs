@@ -92,7 +92,7 @@ pub async fn warmed_up(ctx: &AgentContext, spec: &SharedSpec, id: u64) -> Result
             client_context: None,
             hints: Default::default(),
         };
-        let invocation = instance.invoke(&request).await;
+        let invocation = instance.invoke(&request, None).await;
         if !invocation.healthy {
             instance.destroy().await;
             return Err(format!(

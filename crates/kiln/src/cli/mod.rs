@@ -110,9 +110,15 @@ pub struct DeployArgs {
     /// Sessions one instance holds at most (default 16).
     #[arg(long)]
     pub sessions_per_instance: Option<u32>,
-    /// Seconds an unused session lives (default 900).
+    /// Seconds an unused session lives (default 900); its state goes with it.
     #[arg(long)]
     pub session_ttl: Option<u32>,
+    /// The largest value of a session's state, in bytes (default 1 MiB).
+    #[arg(long, value_name = "BYTES")]
+    pub session_max_value: Option<u32>,
+    /// The largest state of one session, keys and values, in bytes (default 8 MiB).
+    #[arg(long, value_name = "BYTES")]
+    pub session_max_bytes: Option<u32>,
 }
 
 #[derive(Args, Debug)]
@@ -301,13 +307,21 @@ fn deploy(client: &Client, args: DeployArgs, json_output: bool) -> anyhow::Resul
             if let Some(t) = args.session_ttl {
                 sessions["IdleTtlSeconds"] = t.into();
             }
+            if let Some(n) = args.session_max_value {
+                sessions["MaxValueBytes"] = n.into();
+            }
+            if let Some(n) = args.session_max_bytes {
+                sessions["MaxSessionBytes"] = n.into();
+            }
             config["KilnSessions"] = sessions;
         }
         None if args.session_placement.is_some()
             || args.sessions_per_instance.is_some()
-            || args.session_ttl.is_some() =>
+            || args.session_ttl.is_some()
+            || args.session_max_value.is_some()
+            || args.session_max_bytes.is_some() =>
         {
-            bail!("--session-placement, --sessions-per-instance and --session-ttl need --session-hint")
+            bail!("--session-placement, --sessions-per-instance, --session-ttl, --session-max-value and --session-max-bytes need --session-hint")
         }
         None => {}
     }

@@ -88,7 +88,9 @@ impl From<AgentError> for ControllerError {
             AgentError::ThrottledReserved => ControllerError::Throttled { reserved: true },
             AgentError::ThrottledNode => ControllerError::Throttled { reserved: false },
             AgentError::ShuttingDown => ControllerError::ShuttingDown,
-            AgentError::Sandbox(message) => ControllerError::Internal(message),
+            AgentError::Sandbox(message) | AgentError::Session(message) => {
+                ControllerError::Internal(message)
+            }
         }
     }
 }
