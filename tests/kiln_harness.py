@@ -217,7 +217,9 @@ def cgroup_parent(server):
 
 
 def kill_instance(server, instance_id):
-    """SIGKILLs every process of one instance, through its cgroup (any hierarchy), unseen by kiln."""
+    """SIGKILLs every process of one instance, through its cgroup (any hierarchy), unseen by kiln, and returns
+    once they have exited: a signal is delivered asynchronously, and a request sent at once could otherwise still
+    reach the dying runtime's socket."""
     pattern = f"/sys/fs/cgroup/**/{cgroup_parent(server)}/i{instance_id}/cgroup.procs"
     pids = {int(pid) for procs in glob.glob(pattern, recursive=True) for pid in open(procs).read().split()}
     assert pids, f"no processes in the cgroup of instance {instance_id}"
@@ -226,6 +228,16 @@ def kill_instance(server, instance_id):
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+    def exited(pid):
+        # A zombie has already closed its files; only its parent's wait is missing.
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+
+    wait_for(lambda: all(exited(pid) for pid in pids), timeout=10, what=f"the processes of instance {instance_id} to exit")
 
 
 def owned_cgroups(node, instances=True):

@@ -175,3 +175,30 @@ def test_acknowledged_writes_survive_a_graceful_restart_and_a_kill_9(fresh_kiln)
     check()
     # The sessions were found again on disk and go on counting.
     assert ok(server, "st-durable-node", "d1", "incr") == {"n": acknowledged[("st-durable-node", "d1")] + 1}
+
+
+def test_provided_runtimes_keep_state_through_the_runtime_api(fresh_kiln):
+    server = fresh_kiln()
+    name = "st-provided"
+    server.cli("deploy", name, "--runtime", "provided.al2023", "--handler", "unused", "--code",
+               str(FUNCTIONS / "provided_sessions"), "--timeout", "30", "--session-hint", "json:$.session",
+               "--session-max-value", "1024")
+    assert [ok(server, name, "p", "incr")["n"] for _ in range(3)] == [1, 2, 3]
+    ops = [{"op": "put", "key": "doc", "value": {"a": [1, 2]}},
+           {"op": "put", "key": "raw", "bytes": base64.b64encode(b"bytes!").decode()},
+           {"op": "delete", "key": "n"}]
+    assert ok(server, name, "p", "batch", ops=ops)["status"] == 204
+    assert ok(server, name, "p", "keys") == {"keys": ["doc", "raw"]}
+    assert ok(server, name, "p", "get", key="doc") == {"kind": "application/json", "value": {"a": [1, 2]}}
+    assert ok(server, name, "p", "get", key="raw") == {"kind": "application/octet-stream", "value": "bytes!"}
+    assert ok(server, name, "p", "get", key="n") == {"status": 404}
+    # Over a limit: refused, and the batch changes nothing.
+    assert ok(server, name, "p", "big", size=2048) == {"status": 413, "error": "SessionLimitExceeded"}
+    bad = [{"op": "put", "key": "x", "value": 1}, {"op": "put", "key": "y", "bytes": "!!"}]
+    assert ok(server, name, "p", "batch", ops=bad)["status"] == 400
+    assert ok(server, name, "p", "keys") == {"keys": ["doc", "raw"]}
+    # Another session sees none of it, and the state is in the log across a kill -9.
+    assert ok(server, name, "q", "keys") == {"keys": []}
+    server.kill9()
+    server.start()
+    assert ok(server, name, "p", "get", key="doc")["value"] == {"a": [1, 2]}

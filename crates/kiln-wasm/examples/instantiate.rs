@@ -61,6 +61,7 @@ fn measure(engine: &Engine, name: &str, module: &FunctionModule, iterations: usi
         memory_mb: 128,
         timeout: Duration::from_secs(10),
         code_dir: None,
+        session: None,
     };
     let mut instantiate = Vec::with_capacity(iterations);
     let mut total = Vec::with_capacity(iterations);

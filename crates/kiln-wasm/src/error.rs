@@ -16,8 +16,8 @@ pub enum WasmError {
     /// The module cannot be compiled for this engine
     #[error("cannot compile the module: {0}")]
     Compile(String),
-    /// The module's imports cannot be satisfied (kiln provides WASI preview 1 only)
-    #[error("cannot link the module (kiln provides only WASI preview 1 imports): {0}")]
+    /// The module's imports cannot be satisfied (kiln provides WASI preview 1 and its `kiln` session calls)
+    #[error("cannot link the module (kiln provides only WASI preview 1 and the `kiln` session imports): {0}")]
     Link(String),
     /// The module cache directory cannot be used
     #[error("module cache {path}: {source}")]

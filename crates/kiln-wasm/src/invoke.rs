@@ -10,6 +10,7 @@ use wasmtime_wasi::p2::pipe::MemoryInputPipe;
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
 
 use crate::output::BoundedOutput;
+use crate::session::SharedSessionState;
 use crate::{Engine, FunctionModule, WasmError};
 
 /// Lambda's limit on a synchronous response: 6 MB.
@@ -31,6 +32,8 @@ pub struct Request {
     pub timeout: Duration,
     /// The function's extracted code, preopened read-only at `/var/task` when given.
     pub code_dir: Option<PathBuf>,
+    /// The request's session: what the `kiln` session imports reach (crate::session).
+    pub session: Option<SharedSessionState>,
 }
 
 /// The outcome of one invocation that kiln could run: a success, or the function's error.
@@ -50,6 +53,10 @@ pub struct Response {
     pub instantiation: Duration,
     /// The linear memory's peak size, in bytes (Lambda's Max Memory Used).
     pub max_memory_bytes: u64,
+    /// The guest ran to its end: `_start` returned or exited with 0, or exited with 1 after
+    /// reporting its own error. False when it trapped, timed out or could not start, which is
+    /// when an embedder should drop what the request did (its session writes).
+    pub completed: bool,
 }
 
 /// A function error, in Lambda's terms.
@@ -78,10 +85,11 @@ impl FunctionError {
     }
 }
 
-/// What a store carries: WASI's state and the memory bound.
+/// What a store carries: WASI's state, the memory bound and the request's session.
 pub(crate) struct HostState {
     pub(crate) wasi: WasiP1Ctx,
     pub(crate) limiter: MemoryLimiter,
+    pub(crate) session: Option<SharedSessionState>,
 }
 
 /// StoreLimits' memory bound, plus what kiln reports: the peak, and whether the bound refused a
@@ -182,6 +190,7 @@ impl Engine {
         let state = HostState {
             wasi: wasi.build_p1(),
             limiter: MemoryLimiter::new(request.memory_mb as usize * MIB),
+            session: request.session,
         };
         let mut store = Store::new(&self.inner.engine, state);
         store.limiter(|state| &mut state.limiter);
@@ -221,6 +230,11 @@ impl Engine {
 
         let (out, out_overflowed) = stdout.take();
         let (mut logs, logs_truncated) = stderr.take();
+        let completed = match &outcome {
+            Outcome::Exited(0, _) => true,
+            Outcome::Exited(1, _) => reported_error(&out).is_some(),
+            _ => false,
+        };
         let (instantiation, error) = match outcome {
             Outcome::Exited(0, inst) if out_overflowed => (inst, Some(too_large())),
             Outcome::Exited(0, inst) => (inst, None),
@@ -278,6 +292,7 @@ impl Engine {
             duration,
             instantiation,
             max_memory_bytes: peak,
+            completed,
         })
     }
 }
@@ -329,6 +344,12 @@ fn classify_trap(
     }
     if out_overflowed {
         return too_large();
+    }
+    if let Some(bad) = error.downcast_ref::<crate::session::BadSessionCall>() {
+        return FunctionError::new(
+            "Runtime.ExitError",
+            format!("Runtime exited with error: {bad}"),
+        );
     }
     match trap {
         Some(trap) => FunctionError::new(

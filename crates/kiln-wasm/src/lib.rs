@@ -16,8 +16,10 @@ mod error;
 mod invoke;
 mod output;
 mod preinit;
+pub mod session;
 
 pub use cache::{Eviction, FunctionModule, ModuleCache, PreInit};
 pub use engine::{Engine, EngineConfig};
 pub use error::WasmError;
 pub use invoke::{FunctionError, Request, Response, MAX_RESPONSE_BYTES};
+pub use session::{SessionState, StateError, ValueKind};

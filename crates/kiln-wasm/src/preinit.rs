@@ -40,6 +40,8 @@ async fn run_and_snapshot(
     let state = HostState {
         wasi: WasiCtxBuilder::new().build_p1(),
         limiter: MemoryLimiter::new((engine.config().max_memory_mb as usize) << 20),
+        // Init belongs to no request, so to no session.
+        session: None,
     };
     let mut store = Store::new(&engine.inner.engine, state);
     store.limiter(|state| &mut state.limiter);

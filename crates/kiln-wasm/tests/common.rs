@@ -82,6 +82,7 @@ pub fn request(payload: &[u8]) -> Request {
         memory_mb: 128,
         timeout: Duration::from_secs(10),
         code_dir: None,
+        session: None,
     }
 }
 

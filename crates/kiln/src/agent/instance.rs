@@ -606,6 +606,7 @@ impl Instance {
                     trace_id: request.trace_id.clone(),
                     client_context: request.client_context.clone(),
                     payload: request.payload.clone(),
+                    session: session.map(|s| (s.log.clone(), s.limits)),
                 })
                 .await
                 .is_ok(),
@@ -695,17 +696,10 @@ impl Instance {
         // they were not kept.
         let (body, function_error) = match commit_error {
             Some(error) => {
-                let error_type = match error {
-                    CommitError::ValueTooLarge { .. } | CommitError::SessionTooLarge { .. } => {
-                        "Session.LimitExceeded"
-                    }
-                    CommitError::Ended => "Session.Ended",
-                    _ => "Session.CommitFailed",
-                };
                 let message = format!("the invocation's session writes were not kept: {error}");
                 output.extend_from_slice(message.as_bytes());
                 output.push(b'\n');
-                (error_json(error_type, &message), true)
+                (super::runtime_api::commit_error_body(&error), true)
             }
             None => (body, function_error),
         };

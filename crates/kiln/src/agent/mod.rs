@@ -9,6 +9,7 @@ mod instance;
 mod routing;
 mod runtime_api;
 mod session_log;
+mod session_txn;
 mod sessions;
 mod spare;
 mod spawner;
@@ -1206,6 +1207,18 @@ fn report(
     }
     log.push('\n');
     log
+}
+
+/// Adds `name: value` to the end of `log`'s REPORT line.
+fn report_field(log: &mut String, name: &str, value: &str) {
+    if log.ends_with('\n') {
+        log.pop();
+    }
+    log.push('\t');
+    log.push_str(name);
+    log.push_str(": ");
+    log.push_str(value);
+    log.push('\n');
 }
 
 impl NodeAgent for LocalAgent {

@@ -14,6 +14,9 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use tokio::sync::{mpsc, Mutex};
 
+use super::session_log::{CommitError, Entry, Kind, Limits, SessionLog};
+use super::session_txn::Txn;
+
 /// The largest response a function may return synchronously (Lambda's 6 MB).
 pub const MAX_RESPONSE_BYTES: usize = 6 * 1024 * 1024;
 
@@ -26,6 +29,9 @@ pub struct Event {
     pub trace_id: String,
     pub client_context: Option<String>,
     pub payload: Bytes,
+    /// The session the invocation belongs to: its state is served under
+    /// `/invocation/{id}/session/` (docs/sessions.md).
+    pub session: Option<(Arc<SessionLog>, Limits)>,
 }
 
 /// What the runtime told the agent.
@@ -56,6 +62,8 @@ struct Shared {
     /// answered, once: a second or made-up answer would otherwise be taken for the next
     /// invocation's.
     awaiting: std::sync::Mutex<Option<String>>,
+    /// The session of the invocation in flight, with its writes so far.
+    session: std::sync::Mutex<Option<(String, Txn)>>,
 }
 
 impl Shared {
@@ -101,6 +109,7 @@ impl RuntimeApi {
             messages: messages_tx,
             ready_sent: false.into(),
             awaiting: std::sync::Mutex::new(None),
+            session: std::sync::Mutex::new(None),
         });
         let server = tokio::spawn(async move {
             let mut connections = tokio::task::JoinSet::new();
@@ -234,6 +243,21 @@ async fn handle(
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string);
             let body = collected.to_bytes();
+            // The invocation's session writes are in the log before its answer is passed on.
+            let txn = shared
+                .session
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            if let Some((_, txn)) = txn {
+                if let Err(error) = txn.commit() {
+                    let _ = shared.messages.send(RuntimeMessage::Error {
+                        request_id,
+                        body: commit_error_body(&error),
+                    });
+                    return Ok(reply(StatusCode::ACCEPTED, r#"{"status":"OK"}"#));
+                }
+            }
             let message = if is_error || trailer_type.is_some() {
                 let error_type = trailer_type.or(header_type);
                 RuntimeMessage::Error {
@@ -245,6 +269,11 @@ async fn handle(
             };
             let _ = shared.messages.send(message);
             reply(StatusCode::ACCEPTED, r#"{"status":"OK"}"#)
+        }
+        (method, ["invocation", id, "session", rest @ ..]) => {
+            let method = method.clone();
+            let (id, rest) = (id.to_string(), rest.join("/"));
+            session_call(&shared, &id, method, &rest, req).await
         }
         (&Method::POST, ["init", "error"]) => {
             let error_type = header(&req, "lambda-runtime-function-error-type");
@@ -311,6 +340,9 @@ async fn next(shared: &Shared) -> Response<Full<Bytes>> {
         );
     };
     *shared.awaiting.lock().unwrap_or_else(|p| p.into_inner()) = Some(event.request_id.clone());
+    *shared.session.lock().unwrap_or_else(|p| p.into_inner()) = event
+        .session
+        .map(|(log, limits)| (event.request_id.clone(), Txn::new(log, limits)));
     let mut builder = Response::builder()
         .status(StatusCode::OK)
         .header("content-type", "application/json")
@@ -328,6 +360,178 @@ async fn next(shared: &Shared) -> Response<Full<Bytes>> {
             "event headers are not valid HTTP",
         )
     })
+}
+
+/// The error an invocation answers with when its session writes could not be kept.
+pub fn commit_error_body(error: &CommitError) -> Bytes {
+    let error_type = match error {
+        CommitError::ValueTooLarge { .. } | CommitError::SessionTooLarge { .. } => {
+            "Session.LimitExceeded"
+        }
+        CommitError::Ended => "Session.Ended",
+        _ => "Session.CommitFailed",
+    };
+    let message = format!("the invocation's session writes were not kept: {error}");
+    Bytes::from(serde_json::json!({ "errorType": error_type, "errorMessage": message }).to_string())
+}
+
+/// The session state of the invocation in flight (docs/sessions.md, "Runtime API"):
+/// `GET keys`, `GET|PUT|DELETE keys/KEY` and `POST batch`.
+async fn session_call(
+    shared: &Shared,
+    id: &str,
+    method: Method,
+    path: &str,
+    req: Request<Incoming>,
+) -> Response<Full<Bytes>> {
+    let max = shared
+        .session
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .filter(|(current, _)| current == id)
+        .map(|(_, txn)| txn.max_request_bytes());
+    let Some(max) = max else {
+        return error_reply(
+            StatusCode::BAD_REQUEST,
+            "InvalidRequestID",
+            "no invocation with this request id is in flight with a session",
+        );
+    };
+    let content_type = header(&req, "content-type").unwrap_or_default();
+    let body = match Limited::new(req.into_body(), max).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(_) => {
+            return error_reply(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "SessionLimitExceeded",
+                "the request is larger than the session's limits allow",
+            )
+        }
+    };
+    let mut guard = shared.session.lock().unwrap_or_else(|p| p.into_inner());
+    let Some((_, txn)) = guard.as_mut().filter(|(current, _)| current == id) else {
+        return error_reply(
+            StatusCode::BAD_REQUEST,
+            "InvalidRequestID",
+            "the invocation has been answered",
+        );
+    };
+    let key = path.strip_prefix("keys/").map(|k| {
+        percent_encoding::percent_decode_str(k)
+            .decode_utf8_lossy()
+            .into_owned()
+    });
+    let applied = match (&method, path, key) {
+        (&Method::GET, "keys", _) => {
+            return reply(
+                StatusCode::OK,
+                &serde_json::to_string(&txn.keys()).expect("strings serialize"),
+            )
+        }
+        (&Method::GET, _, Some(key)) => {
+            return match txn.get(&key) {
+                Some((kind, value)) => Response::builder()
+                    .status(StatusCode::OK)
+                    .header(
+                        "content-type",
+                        match kind {
+                            Kind::Json => "application/json",
+                            Kind::Bytes => "application/octet-stream",
+                        },
+                    )
+                    .body(Full::new(value))
+                    .expect("static response parts are valid"),
+                None => error_reply(
+                    StatusCode::NOT_FOUND,
+                    "KeyNotFound",
+                    "the session has no such key",
+                ),
+            };
+        }
+        (&Method::PUT, _, Some(key)) => {
+            let kind = if content_type.starts_with("application/json") {
+                if serde_json::from_slice::<serde_json::Value>(&body).is_err() {
+                    return error_reply(
+                        StatusCode::BAD_REQUEST,
+                        "InvalidJson",
+                        "a value sent as application/json must be JSON",
+                    );
+                }
+                Kind::Json
+            } else {
+                Kind::Bytes
+            };
+            txn.apply(vec![Entry::Put {
+                key,
+                kind,
+                value: body,
+            }])
+        }
+        (&Method::DELETE, _, Some(key)) => txn.apply(vec![Entry::Delete { key }]),
+        (&Method::POST, "batch", None) => match batch_entries(&body) {
+            Ok(entries) => txn.apply(entries),
+            Err(message) => {
+                return error_reply(StatusCode::BAD_REQUEST, "InvalidBatch", &message);
+            }
+        },
+        _ => {
+            return error_reply(
+                StatusCode::NOT_FOUND,
+                "InvalidRequest",
+                "unknown session call",
+            )
+        }
+    };
+    match applied {
+        Ok(()) => Response::builder()
+            .status(StatusCode::NO_CONTENT)
+            .body(Full::new(Bytes::new()))
+            .expect("static response parts are valid"),
+        Err(error @ (CommitError::ValueTooLarge { .. } | CommitError::SessionTooLarge { .. })) => {
+            error_reply(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "SessionLimitExceeded",
+                &error.to_string(),
+            )
+        }
+        Err(error) => error_reply(StatusCode::BAD_REQUEST, "InvalidKey", &error.to_string()),
+    }
+}
+
+/// A batch: `[{"op":"put","key":K,"value":JSON}, {"op":"put","key":K,"bytes":BASE64},
+/// {"op":"delete","key":K}]`.
+fn batch_entries(body: &[u8]) -> Result<Vec<Entry>, String> {
+    use base64::Engine;
+    let ops: Vec<serde_json::Value> =
+        serde_json::from_slice(body).map_err(|e| format!("a batch is a JSON array of ops: {e}"))?;
+    ops.into_iter()
+        .map(|op| {
+            let key = op["key"]
+                .as_str()
+                .ok_or("every op needs a string `key`")?
+                .to_string();
+            match (op["op"].as_str(), op.get("value"), op["bytes"].as_str()) {
+                (Some("put"), Some(value), None) => Ok(Entry::Put {
+                    key,
+                    kind: Kind::Json,
+                    value: Bytes::from(value.to_string()),
+                }),
+                (Some("put"), None, Some(bytes)) => Ok(Entry::Put {
+                    key,
+                    kind: Kind::Bytes,
+                    value: base64::engine::general_purpose::STANDARD
+                        .decode(bytes)
+                        .map_err(|e| format!("`bytes` of '{}' is not base64: {e}", op["key"]))?
+                        .into(),
+                }),
+                (Some("delete"), None, None) => Ok(Entry::Delete { key }),
+                _ => Err(format!(
+                    "an op is put with `value` or `bytes`, or delete: {op}"
+                )),
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

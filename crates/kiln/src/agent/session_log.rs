@@ -37,6 +37,12 @@ const COMPACT_MIN_BYTES: u64 = 1024 * 1024;
 /// that an instance can tell whether the copy it holds is the latest.
 static NEXT_VERSION: AtomicU64 = AtomicU64::new(1);
 
+impl std::fmt::Debug for SessionLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionLog").field("id", &self.id).finish()
+    }
+}
+
 fn next_version() -> u64 {
     NEXT_VERSION.fetch_add(1, Ordering::Relaxed)
 }
@@ -62,7 +68,7 @@ pub enum Entry {
 }
 
 impl Entry {
-    fn key(&self) -> &str {
+    pub fn key(&self) -> &str {
         match self {
             Entry::Put { key, .. } | Entry::Delete { key } => key,
         }
@@ -80,7 +86,6 @@ pub fn encode_put(out: &mut Vec<u8>, key: &str, kind: Kind, value: &[u8]) {
 }
 
 /// Appends the encoding of a delete to `out`.
-#[cfg(test)]
 pub fn encode_delete(out: &mut Vec<u8>, key: &str) {
     out.push(OP_DELETE);
     out.extend_from_slice(&(key.len() as u16).to_le_bytes());

@@ -35,6 +35,9 @@ pub(super) struct Session {
     pub created: Instant,
     pub requests: u64,
     ttl: Duration,
+    /// Held by the wasm request of the session that runs: wasm requests have no primary
+    /// instance to queue on, so they take turns here instead.
+    turn: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// Sessions are keyed by function and id: two functions' sessions never meet.
@@ -116,6 +119,11 @@ pub(super) fn log(state: &State, key: &SessionKey) -> Option<Arc<SessionLog>> {
     state.sessions.get(key).map(|s| s.log.clone())
 }
 
+/// The turn that the session's wasm requests take one at a time.
+pub(super) fn turn(state: &State, key: &SessionKey) -> Option<Arc<tokio::sync::Mutex<()>>> {
+    state.sessions.get(key).map(|s| s.turn.clone())
+}
+
 /// Adds the entry of a session whose log was just opened, unless a concurrent request of the
 /// same session added one first; returns the entry's log either way.
 pub(super) fn insert(
@@ -135,6 +143,7 @@ pub(super) fn insert(
             created: now,
             requests: 0,
             ttl: Duration::from_secs(u64::from(config.idle_ttl_seconds)),
+            turn: Arc::default(),
         })
         .log
         .clone()

@@ -20,9 +20,11 @@ use bytes::Bytes;
 use kiln_wasm::{Engine, EngineConfig, FunctionModule, ModuleCache, PreInit, WasmError};
 use tokio::sync::OnceCell;
 
+use super::instance::SessionCtx;
+use super::session_txn::{Txn, WasmSession};
 use super::{
-    report, Acquired, AgentError, Inner, InstanceState, InvokeOutcome, InvokeRequest, RouteHints,
-    SnapshotStatus, StartPath,
+    report, report_field, sessions, Acquired, AgentError, Inner, InstanceState, InvokeOutcome,
+    InvokeRequest, RouteHints, SnapshotStatus, StartPath,
 };
 use crate::function::{PrebakeMode, SharedSpec};
 use crate::runtime;
@@ -369,6 +371,12 @@ impl Inner {
         spec: SharedSpec,
         request: InvokeRequest,
     ) -> Result<InvokeOutcome, AgentError> {
+        // A session's requests take turns before they take a reservation, so that one waiting
+        // for its session holds none of the function's concurrency.
+        let session = match (&request.hints.session, &spec.sessions) {
+            (Some(id), Some(config)) => Some(self.enter_session(&spec, id, config).await?),
+            _ => None,
+        };
         // Every wasm request is a fresh instance: there is no instance for a session to stick to.
         let id = match self.acquire(&spec, &RouteHints::default()).await? {
             Acquired::Cold(id) => id,
@@ -382,9 +390,37 @@ impl Inner {
                 ));
             }
         };
-        let result = self.run_wasm(host, &spec, &request, id).await;
+        let result = self
+            .run_wasm(host, &spec, &request, id, session.as_ref())
+            .await;
         self.abandon(&spec.function, id);
+        if let (Ok(_), Some(session)) = (&result, &session) {
+            sessions::served(&mut self.state(), &spec.function, &session.id);
+        }
         result
+    }
+
+    /// Opens the session `id` and waits for its turn, up to the function's timeout.
+    async fn enter_session(
+        &self,
+        spec: &SharedSpec,
+        id: &str,
+        config: &crate::session::SessionConfig,
+    ) -> Result<WasmTurn, AgentError> {
+        let key = (spec.function.clone(), id.to_string());
+        let was_open = sessions::log(&self.state(), &key).is_some();
+        let ctx = self.open_session(spec, id, config).await?;
+        let turn = sessions::turn(&self.state(), &key).unwrap_or_default();
+        let timeout = Duration::from_secs(u64::from(spec.timeout_s));
+        let guard = tokio::time::timeout(timeout, turn.lock_owned())
+            .await
+            .map_err(|_| AgentError::ThrottledNode)?;
+        Ok(WasmTurn {
+            id: id.to_string(),
+            ctx,
+            was_open,
+            _guard: guard,
+        })
     }
 
     async fn run_wasm(
@@ -393,6 +429,7 @@ impl Inner {
         spec: &SharedSpec,
         request: &InvokeRequest,
         id: u64,
+        session: Option<&WasmTurn>,
     ) -> Result<InvokeOutcome, AgentError> {
         let begin = Instant::now();
         let (loaded, waited, slot) = host.module(spec).await;
@@ -439,12 +476,19 @@ impl Inner {
         let timeout = Duration::from_secs(u64::from(spec.timeout_s));
         let deadline_ms = (chrono::Utc::now() + timeout).timestamp_millis();
         env.push(("KILN_DEADLINE_MS".into(), deadline_ms.to_string()));
+        let state = session.map(|s| {
+            Arc::new(WasmSession::new(
+                &s.id,
+                Txn::new(s.ctx.log.clone(), s.ctx.limits),
+            ))
+        });
         let wasm_request = kiln_wasm::Request {
             payload: request.payload.to_vec(),
             env,
             memory_mb: spec.memory_mb.min(WASM32_MAX_MB),
             timeout,
             code_dir: Some(spec.code_dir.clone()),
+            session: state.clone().map(|s| s as Arc<dyn kiln_wasm::SessionState>),
         };
         let engine = host.engine.clone();
         let module = loaded.module.clone();
@@ -465,8 +509,22 @@ impl Inner {
         if response.logs_truncated {
             output.push_str("\n[kiln] the rest of this request's log was dropped (4 MiB limit)\n");
         }
+        // The guest's writes are in the session's log before its answer goes anywhere; a guest
+        // that trapped or timed out answered nothing, and its writes go with its instance.
+        let mut body = Bytes::from(response.body);
+        let mut function_error = response.error.is_some();
+        let txn = state.and_then(|s| s.take());
+        if let (Some(txn), true) = (txn, response.completed) {
+            if let Err(error) = txn.commit() {
+                let message = format!("the invocation's session writes were not kept: {error}");
+                output.push_str(&message);
+                output.push('\n');
+                body = super::runtime_api::commit_error_body(&error);
+                function_error = true;
+            }
+        }
         let max_memory_mb = response.max_memory_bytes.div_ceil(1024 * 1024);
-        let log = report(
+        let mut log = report(
             spec,
             &request.request_id,
             &output,
@@ -475,9 +533,17 @@ impl Inner {
             Some(init_duration),
             max_memory_mb,
         );
+        if let Some(session) = session {
+            let session_start = match (session.was_open, waited) {
+                (false, _) => "ColdSession",
+                (true, true) => "CopySession",
+                (true, false) => "Fork",
+            };
+            report_field(&mut log, "Session Start", session_start);
+        }
         Ok(InvokeOutcome {
-            body: Bytes::from(response.body),
-            function_error: response.error.is_some(),
+            body,
+            function_error,
             log,
             cold_start: Some(start_path),
             init_duration: Some(init_duration),
@@ -485,6 +551,16 @@ impl Inner {
             max_memory_mb,
         })
     }
+}
+
+/// A wasm request of a session, holding the session's turn while it runs.
+struct WasmTurn {
+    id: String,
+    ctx: SessionCtx,
+    /// The session's state was open in the agent's memory before this request (else it was
+    /// opened from its log on disk, or created).
+    was_open: bool,
+    _guard: tokio::sync::OwnedMutexGuard<()>,
 }
 
 /// The cache directory of a node's wasm modules.

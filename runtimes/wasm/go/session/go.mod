@@ -1,0 +1,3 @@
+module kiln/session
+
+go 1.21
