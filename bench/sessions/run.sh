@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # kiln's session benchmark in one command: the XFaaS evaluation (RO, RMW, RMW_Linear with 1 KB and
 # 16 KB values) with the state in kiln sessions, in a real redis-server and in the object store,
-# side by side, for Python and Node.js functions. See bench/README.md, "Sessions".
+# side by side, for Python and Node.js functions, and kiln sessions for a wasm function; then the start-up of a
+# session's wasm request (Fork, CopySession, ColdSession, a plain cold start). See bench/README.md, "Sessions".
 #
 #   bench/sessions/run.sh          1, 5, 10, 20, 30 clients; writes bench/results/sessions.{md,json,png}
 #   bench/sessions/run.sh --quick  1 and 5 clients, 1 KB, short windows (bench/work/sessions/results-quick/)
@@ -57,6 +58,11 @@ if ! cmp -s "$HERE/functions/node/package.json" "$FN/node/.package.json"; then
     (cd "$FN/node" && npm install --silent --no-audit --no-fund --omit=dev >/dev/null)
     cp "$HERE/functions/node/package.json" "$FN/node/.package.json"
 fi
+
+# The wasm function: C against kiln's session header (clang and wasi-libc come with the test environment).
+mkdir -p "$FN/wasm"
+clang --target=wasm32-wasi --sysroot=/usr -O2 -I "$ROOT/runtimes/wasm/c" -o "$FN/wasm/function.wasm" \
+    "$HERE/functions/wasm/xfaas.c"
 
 say "building kiln and loadgen (release)"
 cargo build --release --quiet -p kiln -p loadgen

@@ -4,7 +4,10 @@ Run by bench/sessions/run.sh, which installs and builds what this needs. This st
 deploys one function per language and backend, and drives each (language, backend, workload, value size,
 clients) point with loadgen: a closed loop of C SigV4-signing keep-alive clients over a fixed window. Every
 answer carries the state-access times the function measured itself, and loadgen collects them beside the
-end-to-end latencies and the completed requests. Writes sessions.json, sessions.md and sessions.png.
+end-to-end latencies and the completed requests. The wasm function (C, clang + wasi-libc) has the session backend
+only: WASI preview 1 has no sockets. Then the start-up table (XFaaS Table 2): a wasm request of a session by Fork,
+CopySession and ColdSession against a plain cold start, each 100 times. Writes sessions.json, sessions.md and
+sessions.png.
 """
 
 import argparse
@@ -23,12 +26,22 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
-from kiln_harness import Kiln, detach_mounts  # noqa: E402
+from kiln_harness import Kiln, detach_mounts, wait_ready  # noqa: E402
 
-LANGUAGES = {"python": ("python3.11", "app.handler"), "node": ("nodejs20.x", "index.handler")}
+LANGUAGES = {"python": ("python3.11", "app.handler"), "node": ("nodejs20.x", "index.handler"),
+             "wasm": ("wasm", "function.wasm")}
 BACKENDS = ["session", "redis", "s3"]
 WORKLOADS = ["ro", "rmw", "rmw_linear"]
-TARGETS = {"op_p50_us": 10.0, "vs_redis": 10.0, "vs_s3": 1000.0, "rmw_throughput_vs_redis": 2.0}
+TARGETS = {"op_p50_us": 10.0, "wasm_op_p50_us": 2.0, "vs_redis": 10.0, "vs_s3": 1000.0,
+           "rmw_throughput_vs_redis": 2.0}
+# XFaaS Table 2 (ms): a new wasm instance in a session container, a new session container, a new session namespace.
+XFAAS_TABLE2 = {"fork": 1.98, "copy": 263.0, "cold": 268.0, "plain": 262.0}
+STARTUP_N = 100
+
+
+def backends(language):
+    """WASI preview 1 has no sockets: a wasm function reaches no Redis and no object store."""
+    return ["session"] if language == "wasm" else BACKENDS
 
 
 def log(msg):
@@ -64,7 +77,7 @@ def start_redis(work):
 
 def deploy(server, functions, redis_port):
     for language, (runtime, handler) in LANGUAGES.items():
-        for backend in BACKENDS:
+        for backend in backends(language):
             flags = ["--session-hint", "json:$.session"] if backend == "session" else []
             server.cli("deploy", f"xf-{language}-{backend}", "--runtime", runtime, "--handler", handler,
                        "--code", str(functions / language), "--memory", "256", "--timeout", "60",
@@ -97,6 +110,70 @@ def point(args, server, language, backend, workload, size, clients):
         raise RuntimeError(f"{language} {backend} {workload} {size} B x{clients}: {result['errors']} errors, "
                            f"first: {result['first_error']}")
     return result
+
+
+# ------------------------------------------------------------------------------------ start-up (XFaaS Table 2)
+def starts(args, server, function, body, n, update, warmup=1):
+    """loadgen's cold mode: n invokes (after `warmup` unmeasured ones), each after a configuration update (a new
+    revision, so a module to load) when `update`; `{i}` in the body is the request's number."""
+    cmd = [args.loadgen, "cold", "--url", server.endpoint, "--creds", str(server.data_dir / "credentials.json"),
+           "--function", function, "--body", json.dumps(body), "--n", str(n), "--warmup", str(warmup),
+           "--settle-ms", "50"]
+    if not update:
+        cmd.append("--no-update")
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    if out.returncode != 0:
+        raise RuntimeError(f"loadgen cold {function}: {out.stderr[-2000:]}")
+    return json.loads(out.stdout)["samples"]
+
+
+def startup(args, server, functions):
+    """A wasm request of a session, by how its instance and state came to be, 100 times each. `Fork`: the session's
+    state in memory, the module ready. `CopySession`: the state in memory, the module loaded first (after an update).
+    `ColdSession`: a session created, or one of 1 MB restored from its log after a restart of kiln. Against a plain
+    cold start: a sessionless request after an update."""
+    code = str(functions / "wasm")
+    hint = ["--session-hint", "json:$.session"]
+    for name, flags in (("xf-start", [*hint, "--prebake", "lazy"]), ("xf-start-plain", ["--prebake", "lazy"]),
+                        ("xf-start-restore", hint)):
+        server.cli("deploy", name, "--runtime", "wasm", "--handler", "function.wasm", "--code", code,
+                   "--memory", "256", "--timeout", "60", *flags, timeout=300)
+    ro = {"backend": "session", "workload": "ro", "size": 1024}
+    cases = {}
+    log("start-up: Fork")
+    n = args.startup_n
+    cases["fork"] = starts(args, server, "xf-start", {**ro, "client": "f", "session": "fork"}, n, False)
+    log("start-up: ColdSession (new sessions)")
+    cases["cold_new"] = starts(args, server, "xf-start", {**ro, "client": "{i}", "session": "new-{i}"},
+                               n, False)
+    log("start-up: CopySession")
+    cases["copy"] = starts(args, server, "xf-start", {**ro, "client": "c", "session": "copy"}, n, True)
+    log("start-up: plain cold start")
+    cases["plain"] = starts(args, server, "xf-start-plain", {}, n, True)
+    log("start-up: ColdSession (1 MB of state restored after a restart)")
+    wait_ready(server, "xf-start-restore")
+    starts(args, server, "xf-start-restore", {"backend": "session", "workload": "seed", "size": 1 << 20,
+                                              "client": "s", "session": "restore-{i}"}, n, False, warmup=0)
+    server.restart()
+    wait_ready(server, "xf-start-restore")
+    cases["cold_restore"] = starts(args, server, "xf-start-restore",
+                                   {**ro, "client": "r", "session": "restore-{i}"}, n, False, warmup=0)
+    return cases
+
+
+def summarize_startup(cases):
+    expected = {"fork": "Fork", "cold_new": "ColdSession", "copy": "CopySession", "plain": None,
+                "cold_restore": "ColdSession"}
+    rows = {}
+    for case, samples in cases.items():
+        rows[case] = {
+            "init_ms": median_ci([s["init_ms"] for s in samples if s["init_ms"] is not None]),
+            "e2e_ms": median_ci([s["latency_ns"] / 1e6 for s in samples]),
+            "n": len(samples),
+            "as_expected": sum(1 for s in samples if s.get("session_start") == expected[case]),
+            "start_paths": sorted({s.get("start_path") or "-" for s in samples}),
+        }
+    return rows
 
 
 # ------------------------------------------------------------------------------------ statistics
@@ -139,7 +216,30 @@ def fmt_ci(s, digits=1):
     return f"{s['p50']:.{digits}f} [{s['lo']:.{digits}f}, {s['hi']:.{digits}f}]"
 
 
-def markdown(rows, meta, clients):
+def startup_markdown(startup):
+    names = {"fork": "Fork: state in memory, module ready", "copy": "CopySession: state in memory, module loaded",
+             "cold_new": "ColdSession: a new session", "cold_restore": "ColdSession: 1 MB restored from the log",
+             "plain": "plain cold start: no session, module loaded"}
+    paper = {"fork": "fork", "copy": "copy", "cold_new": "cold", "cold_restore": "cold", "plain": "plain"}
+    n = max(r["n"] for r in startup.values())
+    lines = ["## Start-up of a session's wasm request (XFaaS Table 2)", "",
+             f"{n} requests per case, one at a time. Init is the REPORT's Init Duration (opening the session, "
+             "waiting for the module, instantiating); end to end is the client's, with signing. Medians [95% CI].", "",
+             "| case | Init ms | end to end ms | REPORT said so | XFaaS ms | XFaaS / kiln (end to end) |",
+             "|---|---|---|---|---|---|"]
+    for case in ("fork", "copy", "cold_new", "cold_restore", "plain"):
+        r = startup.get(case)
+        if not r:
+            continue
+        xfaas = XFAAS_TABLE2[paper[case]]
+        lines.append(f"| {names[case]} | {fmt_ci(r['init_ms'], 3)} | {fmt_ci(r['e2e_ms'], 2)} | "
+                     f"{r['as_expected']}/{r['n']} | {xfaas:g} | {xfaas / r['e2e_ms']['p50']:.0f}× |")
+    lines += ["", "A plain cold start of a process runtime (a new sandbox, the runtime started) is in "
+              "startpaths.md (`coldest`); XFaaS's 262 ms is a container's.", ""]
+    return lines
+
+
+def markdown(rows, meta, clients, startup=None):
     one = min(clients)
     lines = [f"# kiln sessions vs Redis vs the object store (the XFaaS evaluation)", "",
              f"`{meta['command']}` on {meta['date']}, {meta['machine']}. kiln {meta['git_commit'][:12]}, "
@@ -149,6 +249,13 @@ def markdown(rows, meta, clients):
              "95% bootstrap CIs.", ""]
     # Targets.
     lines += ["## Targets", "", "| target | measured | verdict |", "|---|---|---|"]
+    for size in meta["sizes"]:
+        r = find(rows, language="wasm", backend="session", workload="rmw", size=size, clients=one)
+        for op in ("get_us", "put_us"):
+            if r and r[op]:
+                v, limit = r[op]["p50"], TARGETS["wasm_op_p50_us"]
+                lines.append(f"| wasm session `{op[:3]}` p50 ≤ {limit:.0f} µs ({size} B) | {fmt_ci(r[op], 2)} µs | "
+                             f"{'met' if v <= limit else '**missed**'} |")
     for language in LANGUAGES:
         for size in meta["sizes"]:
             r = find(rows, language=language, backend="session", workload="rmw", size=size, clients=one)
@@ -178,7 +285,8 @@ def markdown(rows, meta, clients):
                          f"({size} B, peak over clients) | {ratio:.2f}× ({peak:.0f} vs {peak_redis:.0f} req/s) | "
                          f"{'met' if ratio >= TARGETS['rmw_throughput_vs_redis'] else '**missed**'} |")
     lines += ["| RMW_Linear correct under 30 concurrent clients | "
-              "tests/test_session_state.py::test_concurrent_read_modify_writes_lose_no_update | tested |", ""]
+              "tests/test_session_state.py::test_concurrent_read_modify_writes_lose_no_update, "
+              "tests/test_wasm_sessions.py::test_concurrent_read_modify_writes_lose_no_update | tested |", ""]
     # Figure 7: state access.
     lines += ["## State access inside the function (XFaaS Figure 7)", "",
               f"p50 µs [95% CI] at {one} client; RO reads one key, RMW reads then writes a counter, "
@@ -193,12 +301,14 @@ def markdown(rows, meta, clients):
                 for op in ops:
                     cells = [find(rows, language=language, backend=b, workload=workload, size=size,
                                   clients=one) for b in BACKENDS]
-                    if not all(c and c[op] for c in cells):
+                    s, r, o = (c[op] if c else None for c in cells)
+                    if not s:
                         continue
-                    s, r, o = (c[op] for c in cells)
+                    ratio = lambda other: f"{other['p50'] / s['p50']:.0f}×" if other else "–"  # noqa: E731
                     lines.append(f"| {language} | {workload} | {size} | {op[:-3]} | {fmt_ci(s, 2)} | "
-                                 f"{fmt_ci(r)} | {fmt_ci(o, 0)} | {r['p50'] / s['p50']:.0f}× | "
-                                 f"{o['p50'] / s['p50']:.0f}× |")
+                                 f"{fmt_ci(r)} | {fmt_ci(o, 0)} | {ratio(r)} | {ratio(o)} |")
+    if startup:
+        lines += [""] + startup_markdown(startup)
     # Figure 9: end to end.
     lines += ["", "## End-to-end request latency (XFaaS Figure 9)", "",
               f"ms at {one} client, p50 / p99.", "",
@@ -208,9 +318,9 @@ def markdown(rows, meta, clients):
             for size in meta["sizes"]:
                 cells = [find(rows, language=language, backend=b, workload=workload, size=size, clients=one)
                          for b in BACKENDS]
-                if all(cells):
+                if cells[0]:
                     lines.append(f"| {language} | {workload} | {size} | " + " | ".join(
-                        f"{c['e2e_p50_ms']:.2f} / {c['e2e_p99_ms']:.2f}" for c in cells) + " |")
+                        f"{c['e2e_p50_ms']:.2f} / {c['e2e_p99_ms']:.2f}" if c else "–" for c in cells) + " |")
     # Figure 10: throughput.
     lines += ["", "## Closed-loop throughput (XFaaS Figure 10)", "", "Requests per second by clients.", "",
               "| language | workload | size | backend | " + " | ".join(f"{c}" for c in clients) + " |",
@@ -218,7 +328,7 @@ def markdown(rows, meta, clients):
     for language in LANGUAGES:
         for workload in WORKLOADS:
             for size in meta["sizes"]:
-                for backend in BACKENDS:
+                for backend in backends(language):
                     cells = [find(rows, language=language, backend=backend, workload=workload, size=size,
                                   clients=c) for c in clients]
                     lines.append(f"| {language} | {workload} | {size} | {backend} | " + " | ".join(
@@ -232,6 +342,10 @@ def markdown(rows, meta, clients):
               "- All functions run with host networking (to reach redis-server on loopback), 256 MB.",
               "- Clients: redis-py and boto3 (Python), ioredis and the AWS SDK for JavaScript v3 (Node), created "
               "once per instance. The object store is kiln's own.",
+              "- The wasm function is C (bench/sessions/functions/wasm/xfaas.c, `runtimes/wasm/c/kiln_session.h`), "
+              "pre-initialised (kiln's hot path): every request is a fresh instance of the snapshot, and its state "
+              "accesses are host calls into the agent, timed with `clock_gettime` (itself a host call) inside the "
+              "function.",
               "- Durability on a par: kiln appends each invocation's writes to the session's log before "
               "answering, without fsync; redis-server runs with `appendonly yes`, `appendfsync no`.",
               "- The machine runs kiln, the functions, redis-server and the client on the same 2 cores: "
@@ -248,12 +362,13 @@ def plot(rows, meta, clients, path):
     one = min(clients)
     fig, axes = plt.subplots(len(LANGUAGES), 3, figsize=(16, 4.2 * len(LANGUAGES)), squeeze=False)
     for i, language in enumerate(LANGUAGES):
+        used = backends(language)
         # (a) state access, log scale.
         ax = axes[i][0]
         groups = [(w, s, op) for w in WORKLOADS for s in meta["sizes"]
                   for op in {"ro": ["get_us"], "rmw": ["get_us", "put_us"], "rmw_linear": ["op_us"]}[w]]
         x = np.arange(len(groups))
-        for j, backend in enumerate(BACKENDS):
+        for j, backend in enumerate(used):
             vals = []
             for w, s, op in groups:
                 r = find(rows, language=language, backend=backend, workload=w, size=s, clients=one)
@@ -268,7 +383,7 @@ def plot(rows, meta, clients, path):
         ax = axes[i][1]
         groups = [(w, s) for w in WORKLOADS for s in meta["sizes"]]
         x = np.arange(len(groups))
-        for j, backend in enumerate(BACKENDS):
+        for j, backend in enumerate(used):
             vals = [(find(rows, language=language, backend=backend, workload=w, size=s, clients=one) or
                      {"e2e_p50_ms": np.nan})["e2e_p50_ms"] for w, s in groups]
             ax.bar(x + (j - 1) * 0.27, vals, 0.27, label=backend, color=colors[backend])
@@ -278,7 +393,7 @@ def plot(rows, meta, clients, path):
         # (c) throughput.
         ax = axes[i][2]
         size = meta["sizes"][0]
-        for backend in BACKENDS:
+        for backend in used:
             for workload, style in (("rmw", "-"), ("rmw_linear", "--"), ("ro", ":")):
                 ys = [(find(rows, language=language, backend=backend, workload=workload, size=size, clients=c)
                        or {"rps": np.nan})["rps"] for c in clients]
@@ -303,6 +418,7 @@ def main():
     clients = [1, 5] if args.quick else [1, 5, 10, 20, 30]
     sizes = [1024] if args.quick else [1024, 16384]
     args.duration, args.warmup = (1.0, 0.5) if args.quick else (3.0, 1.0)
+    args.startup_n = 10 if args.quick else STARTUP_N
     args.out.mkdir(parents=True, exist_ok=True)
     redis, redis_port, redis_version = start_redis(args.work)
     data_dir = Path(tempfile.mkdtemp(prefix="kiln-sessions-", dir=args.work))
@@ -316,13 +432,14 @@ def main():
         for language in LANGUAGES:
             for workload in WORKLOADS:
                 for size in sizes:
-                    for backend in BACKENDS:
+                    for backend in backends(language):
                         for c in clients:
                             result = point(args, server, language, backend, workload, size, c)
                             points.append({"language": language, "backend": backend, "workload": workload,
                                            "size": size, "clients": c, "result": result})
                             log(f"{language} {workload} {size} B {backend} x{c}: {result['rps']:.0f} req/s, "
                                 f"p50 {result['latency_ns']['p50'] / 1e6:.2f} ms")
+        startup_rows = summarize_startup(startup(args, server, args.functions))
     finally:
         server.stop()
         detach_mounts(data_dir)
@@ -334,10 +451,10 @@ def main():
             "redis": redis_version.split(" sha=")[0], "duration_s": args.duration, "warmup_s": args.warmup,
             "sizes": sizes, "clients": clients}
     rows = summarize(points)
-    (args.out / "sessions.json").write_text(json.dumps({"meta": meta, "rows": rows, "points": [
+    (args.out / "sessions.json").write_text(json.dumps({"meta": meta, "rows": rows, "startup": startup_rows, "points": [
         {**{k: v for k, v in p.items() if k != "result"},
          "result": {k: v for k, v in p["result"].items() if k != "collected"}} for p in points]}, indent=1))
-    (args.out / "sessions.md").write_text(markdown(rows, meta, clients))
+    (args.out / "sessions.md").write_text(markdown(rows, meta, clients, startup_rows))
     plot(rows, meta, clients, args.out / "sessions.png")
     log(f"results in {args.out}")
 

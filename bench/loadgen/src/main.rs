@@ -12,7 +12,10 @@
 //! - `throughput`: a closed loop of C connections for a fixed time after a warm-up; prints
 //!   completions, latency percentiles under load and CPU deltas over the measured window.
 //! - `cold`: UpdateFunctionConfiguration with a new environment value (new revision, old
-//!   instances retired), then one timed Invoke with `X-Amz-Log-Type: Tail`, N times.
+//!   instances retired), then one timed Invoke with `X-Amz-Log-Type: Tail`, N times. With
+//!   `--no-update` the invokes alone (e.g. the first request of N new sessions: `{i}` in the
+//!   body is the request's number). Each sample has the REPORT's Init Duration, Start Path
+//!   and Session Start.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -117,6 +120,9 @@ struct ColdArgs {
     /// Pause after each configuration update, so the retired instance is gone before the invoke.
     #[arg(long, default_value_t = 300)]
     settle_ms: u64,
+    /// Invoke without updating the configuration first.
+    #[arg(long)]
+    no_update: bool,
 }
 
 fn main() -> Result<()> {
@@ -566,11 +572,15 @@ async fn throughput(args: ThroughputArgs) -> Result<Value> {
 
 /// `Init Duration: 123.45 ms` and `Duration: 1.23 ms` from a REPORT line.
 fn report_field(log: &str, name: &str) -> Option<f64> {
+    report_text(log, name)?.strip_suffix(" ms")?.parse().ok()
+}
+
+/// The value of the REPORT line's field `name`, as written.
+fn report_text<'a>(log: &'a str, name: &str) -> Option<&'a str> {
     let report = log.lines().find(|l| l.starts_with("REPORT "))?;
-    report.split('\t').find_map(|field| {
-        let value = field.trim().strip_prefix(name)?.strip_prefix(": ")?;
-        value.strip_suffix(" ms")?.parse().ok()
-    })
+    report
+        .split('\t')
+        .find_map(|field| field.trim().strip_prefix(name)?.strip_prefix(": "))
 }
 
 async fn cold(args: ColdArgs) -> Result<Value> {
@@ -584,26 +594,16 @@ async fn cold(args: ColdArgs) -> Result<Value> {
     let mut samples = Vec::new();
     let nonce = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(0);
     for i in 0..args.warmup + args.n {
-        let update = json!({"Environment": {"Variables": {"BENCH_NONCE": format!("{nonce}-{i}")}}});
-        let (request, _) = maker.make(
-            Method::PUT,
-            &config_path,
-            Bytes::from(update.to_string()),
-            &[("content-type", "application/json")],
-        );
-        let (status, _, body) = conn.send(request).await?;
-        if status != StatusCode::OK {
-            bail!(
-                "UpdateFunctionConfiguration: HTTP {status}: {}",
-                short(&body)
-            );
+        if !args.no_update {
+            update(&maker, &mut conn, &config_path, &format!("{nonce}-{i}")).await?;
+            tokio::time::sleep(Duration::from_millis(args.settle_ms)).await;
         }
-        tokio::time::sleep(Duration::from_millis(args.settle_ms)).await;
+        let body = String::from_utf8_lossy(&maker.body).replace("{i}", &i.to_string());
         let started = Instant::now();
         let (request, _) = maker.make(
             Method::POST,
             &invoke_path,
-            maker.body.clone(),
+            Bytes::from(body),
             &[("x-amz-log-type", "Tail")],
         );
         let (status, headers, body) = conn.send(request).await?;
@@ -628,6 +628,8 @@ async fn cold(args: ColdArgs) -> Result<Value> {
                 "init_ms": init_ms,
                 "duration_ms": duration_ms,
                 "cold": init_ms.is_some(),
+                "start_path": report_text(&log, "Start Path"),
+                "session_start": report_text(&log, "Session Start"),
             }));
         }
     }
@@ -637,13 +639,33 @@ async fn cold(args: ColdArgs) -> Result<Value> {
         "n": args.n,
         "warmup": args.warmup,
         "settle_ms": args.settle_ms,
+        "updated": !args.no_update,
         "samples": samples,
     }))
 }
 
+/// UpdateFunctionConfiguration with a new value of `BENCH_NONCE`: a new revision.
+async fn update(maker: &Maker, conn: &mut Conn, config_path: &str, nonce: &str) -> Result<()> {
+    let update = json!({"Environment": {"Variables": {"BENCH_NONCE": nonce}}});
+    let (request, _) = maker.make(
+        Method::PUT,
+        config_path,
+        Bytes::from(update.to_string()),
+        &[("content-type", "application/json")],
+    );
+    let (status, _, body) = conn.send(request).await?;
+    if status != StatusCode::OK {
+        bail!(
+            "UpdateFunctionConfiguration: HTTP {status}: {}",
+            short(&body)
+        );
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
-    use super::report_field;
+    use super::{report_field, report_text};
 
     #[test]
     fn reads_report_fields() {
@@ -654,5 +676,6 @@ mod tests {
             report_field("REPORT RequestId: x\tDuration: 1 ms", "Init Duration"),
             None
         );
+        assert_eq!(report_text(log, "Start Path"), Some("coldest"));
     }
 }

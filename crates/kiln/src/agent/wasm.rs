@@ -409,7 +409,9 @@ impl Inner {
     ) -> Result<WasmTurn, AgentError> {
         let key = (spec.function.clone(), id.to_string());
         let was_open = sessions::log(&self.state(), &key).is_some();
+        let begin = Instant::now();
         let ctx = self.open_session(spec, id, config).await?;
+        let open_time = begin.elapsed();
         let turn = sessions::turn(&self.state(), &key).unwrap_or_default();
         let timeout = Duration::from_secs(u64::from(spec.timeout_s));
         let guard = tokio::time::timeout(timeout, turn.lock_owned())
@@ -419,6 +421,7 @@ impl Inner {
             id: id.to_string(),
             ctx,
             was_open,
+            open_time,
             _guard: guard,
         })
     }
@@ -503,7 +506,8 @@ impl Inner {
         slot.requests.fetch_add(1, Ordering::Relaxed);
         slot.last_used_ms
             .store(slot.created.elapsed().as_millis() as u64, Ordering::Relaxed);
-        let init_duration = slot_waited + response.instantiation;
+        let init_duration =
+            session.map_or(Duration::ZERO, |s| s.open_time) + slot_waited + response.instantiation;
         let duration = response.duration.saturating_sub(response.instantiation);
         let mut output = String::from_utf8_lossy(&response.logs).into_owned();
         if response.logs_truncated {
@@ -560,6 +564,8 @@ struct WasmTurn {
     /// The session's state was open in the agent's memory before this request (else it was
     /// opened from its log on disk, or created).
     was_open: bool,
+    /// Opening the session (replaying its log): part of the request's Init Duration.
+    open_time: Duration,
     _guard: tokio::sync::OwnedMutexGuard<()>,
 }
 
