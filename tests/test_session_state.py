@@ -152,9 +152,12 @@ def test_acknowledged_writes_survive_a_graceful_restart_and_a_kill_9(fresh_kiln)
     server = fresh_kiln()
     for language in RUNTIMES:
         deploy(server, f"st-durable-{language}", language)
+    # With Fsync each record is also synced to disk before the answer (power-loss durability).
+    deploy(server, "st-durable-fsync", "python", "--session-fsync")
+    config = server.signed_request("GET", "/2015-03-31/functions/st-durable-fsync/configuration", "", {}).json()
+    assert config["KilnSessions"]["Fsync"] is True, config
     acknowledged = {}
-    for language in RUNTIMES:
-        name = f"st-durable-{language}"
+    for name in [*(f"st-durable-{language}" for language in RUNTIMES), "st-durable-fsync"]:
         for session in ("d1", "d2"):
             for _ in range(20):
                 acknowledged[(name, session)] = ok(server, name, session, "incr")["n"]

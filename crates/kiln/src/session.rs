@@ -48,6 +48,10 @@ pub struct SessionConfig {
     /// The largest state of one session: the bytes of its keys and values together.
     #[serde(default = "default_max_session")]
     pub max_session_bytes: u32,
+    /// `fdatasync` each commit before its answer: acknowledged writes then survive a power
+    /// loss too, not only a crash of kiln (the page cache keeps them then).
+    #[serde(default)]
+    pub fsync: bool,
 }
 
 fn default_max_value() -> u32 {

@@ -226,11 +226,13 @@ pub enum CommitError {
     Ended,
 }
 
-/// The limits a commit is checked against.
+/// The limits a commit is checked against, and how durable it must be.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub max_value_bytes: u32,
     pub max_session_bytes: u32,
+    /// Sync the record to disk before the commit returns (`KilnSessions.Fsync`).
+    pub fsync: bool,
 }
 
 impl From<&crate::session::SessionConfig> for Limits {
@@ -238,6 +240,7 @@ impl From<&crate::session::SessionConfig> for Limits {
         Limits {
             max_value_bytes: config.max_value_bytes,
             max_session_bytes: config.max_session_bytes,
+            fsync: config.fsync,
         }
     }
 }
@@ -386,11 +389,14 @@ impl SessionLog {
         record.extend_from_slice(&(body.len() as u32).to_le_bytes());
         record.extend_from_slice(&crc32fast::hash(body).to_le_bytes());
         record.extend_from_slice(body);
-        let written = inner
-            .file
-            .as_mut()
-            .expect("checked above")
-            .write_all(&record);
+        let file = inner.file.as_mut().expect("checked above");
+        let written = file.write_all(&record).and_then(|()| {
+            if limits.fsync {
+                file.sync_data()
+            } else {
+                Ok(())
+            }
+        });
         if let Err(e) = written {
             // A partial record must not stay in front of the next one.
             let len = inner.len;
@@ -405,7 +411,7 @@ impl SessionLog {
         }
         inner.version = next_version();
         if inner.len >= COMPACT_MIN_BYTES && inner.len >= 2 * inner.base_len {
-            if let Err(e) = self.rewrite(&mut inner) {
+            if let Err(e) = self.rewrite(&mut inner, limits.fsync) {
                 tracing::warn!(session = %self.id, "the session's log could not be rewritten (it keeps growing): {e}");
             }
         }
@@ -414,7 +420,7 @@ impl SessionLog {
 
     /// Rewrites the log as one record of the live state: written to a new file, then renamed
     /// over the old one, so that a crash at any point leaves one complete log.
-    fn rewrite(&self, inner: &mut LogInner) -> std::io::Result<()> {
+    fn rewrite(&self, inner: &mut LogInner, fsync: bool) -> std::io::Result<()> {
         let body = inner.state.encode();
         let mut data = Vec::with_capacity(18 + self.id.len() + body.len());
         data.extend_from_slice(MAGIC);
@@ -424,8 +430,18 @@ impl SessionLog {
         data.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
         data.extend_from_slice(&body);
         let tmp = self.path.with_extension("log.new");
-        std::fs::write(&tmp, &data)?;
+        let mut file = File::create(&tmp)?;
+        file.write_all(&data)?;
+        if fsync {
+            // The new file's contents, then its name, before the old log is gone.
+            file.sync_all()?;
+        }
         std::fs::rename(&tmp, &self.path)?;
+        if fsync {
+            if let Some(dir) = self.path.parent() {
+                File::open(dir)?.sync_all()?;
+            }
+        }
         inner.file = Some(OpenOptions::new().append(true).open(&self.path)?);
         inner.len = data.len() as u64;
         inner.base_len = inner.len;
@@ -498,6 +514,7 @@ mod tests {
     const LIMITS: Limits = Limits {
         max_value_bytes: 1024,
         max_session_bytes: 4096,
+        fsync: false,
     };
 
     fn put(key: &str, value: &[u8]) -> Vec<u8> {
@@ -637,6 +654,7 @@ mod tests {
         let limits = Limits {
             max_value_bytes: 64 * 1024,
             max_session_bytes: 1024 * 1024,
+            fsync: true,
         };
         for i in 0..100u32 {
             log.commit(&put("counter", &[i as u8; 32 * 1024]).into(), limits)

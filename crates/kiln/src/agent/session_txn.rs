@@ -264,6 +264,7 @@ mod tests {
     const LIMITS: Limits = Limits {
         max_value_bytes: 1024,
         max_session_bytes: 4096,
+        fsync: false,
     };
 
     fn value(log: &SessionLog, key: &str) -> Option<Bytes> {

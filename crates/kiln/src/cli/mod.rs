@@ -119,6 +119,10 @@ pub struct DeployArgs {
     /// The largest state of one session, keys and values, in bytes (default 8 MiB).
     #[arg(long, value_name = "BYTES")]
     pub session_max_bytes: Option<u32>,
+    /// Sync each session write to disk before answering: it then survives a power loss, not
+    /// only a crash of kiln.
+    #[arg(long)]
+    pub session_fsync: bool,
 }
 
 #[derive(Args, Debug)]
@@ -313,15 +317,19 @@ fn deploy(client: &Client, args: DeployArgs, json_output: bool) -> anyhow::Resul
             if let Some(n) = args.session_max_bytes {
                 sessions["MaxSessionBytes"] = n.into();
             }
+            if args.session_fsync {
+                sessions["Fsync"] = true.into();
+            }
             config["KilnSessions"] = sessions;
         }
         None if args.session_placement.is_some()
             || args.sessions_per_instance.is_some()
             || args.session_ttl.is_some()
             || args.session_max_value.is_some()
-            || args.session_max_bytes.is_some() =>
+            || args.session_max_bytes.is_some()
+            || args.session_fsync =>
         {
-            bail!("--session-placement, --sessions-per-instance, --session-ttl, --session-max-value and --session-max-bytes need --session-hint")
+            bail!("--session-placement, --sessions-per-instance, --session-ttl, --session-max-value, --session-max-bytes and --session-fsync need --session-hint")
         }
         None => {}
     }
