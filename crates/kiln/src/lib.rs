@@ -13,6 +13,7 @@ pub mod function;
 pub mod logs;
 pub mod metrics;
 pub mod objects;
+pub mod predict;
 pub mod runtime;
 pub mod server;
 pub mod session;

@@ -63,6 +63,13 @@ struct UpArgs {
     /// the warm path off.
     #[arg(long, default_value_t = 1)]
     warm_standbys: usize,
+    /// Size each invocation's memory limit by its function's memory model, once mature (OFC):
+    /// `on` or `off`.
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    memory_prediction: String,
+    /// Invocations of a function before its memory model's maturity is judged.
+    #[arg(long, default_value_t = 100)]
+    prediction_min_samples: usize,
     /// Most instances per function without reserved concurrency (default: budget / 128 MB).
     #[arg(long)]
     max_instances: Option<u32>,
@@ -176,6 +183,11 @@ fn main() {
                 snapshot_memory_mb: args.snapshot_memory_mb,
                 snapshot_disk_mb: args.snapshot_disk_mb,
                 warm_standbys: args.warm_standbys,
+                prediction: kiln::predict::PredictorConfig {
+                    enabled: args.memory_prediction == "on",
+                    min_samples: args.prediction_min_samples.max(1),
+                    ..Default::default()
+                },
                 max_instances: args.max_instances,
                 async_retry_delay: Duration::from_millis(args.async_retry_delay_ms),
                 shutdown_grace: Duration::from_secs(args.shutdown_grace),

@@ -45,6 +45,8 @@ pub struct Metrics {
     pub duration: Family<FunctionLabels, Histogram>,
     pub async_events: Family<OutcomeLabels, Counter>,
     pub async_queue_depth: Gauge,
+    pub sized_invocations: Family<FunctionLabels, Counter>,
+    pub prediction_retries: Family<FunctionLabels, Counter>,
     instances: Family<StateLabels, Gauge>,
     memory: Family<KindLabels, Gauge>,
     snapshots: Family<KindLabels, Gauge>,
@@ -64,6 +66,8 @@ impl Default for Metrics {
         });
         let async_events = Family::<OutcomeLabels, Counter>::default();
         let async_queue_depth = Gauge::default();
+        let sized_invocations = Family::<FunctionLabels, Counter>::default();
+        let prediction_retries = Family::<FunctionLabels, Counter>::default();
         let instances = Family::<StateLabels, Gauge>::default();
         let memory = Family::<KindLabels, Gauge>::default();
         let snapshots = Family::<KindLabels, Gauge>::default();
@@ -104,6 +108,16 @@ impl Default for Metrics {
             async_queue_depth.clone(),
         );
         registry.register(
+            "sized_invocations",
+            "Invocations run at a predicted memory limit below their MemorySize",
+            sized_invocations.clone(),
+        );
+        registry.register(
+            "prediction_retries",
+            "Invocations killed for memory under a predicted limit and retried at MemorySize",
+            prediction_retries.clone(),
+        );
+        registry.register(
             "instances",
             "Instances by function and state",
             instances.clone(),
@@ -132,6 +146,8 @@ impl Default for Metrics {
             duration,
             async_events,
             async_queue_depth,
+            sized_invocations,
+            prediction_retries,
             instances,
             memory,
             snapshots,

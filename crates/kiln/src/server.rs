@@ -29,6 +29,8 @@ pub struct ServerConfig {
     pub snapshot_memory_mb: u64,
     pub snapshot_disk_mb: u64,
     pub warm_standbys: usize,
+    /// Per-invocation memory prediction.
+    pub prediction: crate::predict::PredictorConfig,
     pub max_instances: Option<u32>,
     pub async_retry_delay: Duration,
     pub shutdown_grace: Duration,
@@ -169,6 +171,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
             node_max_instances,
             async_retry_delay: config.async_retry_delay,
             async_concurrency: 16,
+            prediction: config.prediction.clone(),
         },
         agent.clone(),
     )?;

@@ -133,6 +133,12 @@ pub struct Invocation {
     /// Such an invocation did not run, and can be retried on another instance.
     pub delivered: bool,
     pub max_memory_bytes: u64,
+    /// The runtime was killed for memory.
+    pub out_of_memory: bool,
+    /// The predicted limit the invocation ran at (None: the booked MemorySize), and whether the
+    /// monitor raised it back to the booked size meanwhile.
+    pub memory_limit_mb: Option<u32>,
+    pub limit_raised: bool,
 }
 
 /// The process an instance runs in.
@@ -198,6 +204,8 @@ pub struct Instance {
     pub invocations: u64,
     /// The cgroup's OOM-kill count as of the last check (at start and after failures).
     oom_kills_seen: u64,
+    /// The predicted memory limit the cgroup has now; None: the booked MemorySize.
+    limit_mb: Option<u32>,
     process: Process,
     output: pipe::Receiver,
     /// A second descriptor of the same pipe (and so also non-blocking), read directly: tokio only
@@ -411,6 +419,7 @@ impl Instance {
             cgroup,
             invocations: 0,
             oom_kills_seen: 0,
+            limit_mb: None,
             process,
             output: out_rx,
             output_direct,
@@ -581,6 +590,16 @@ impl Instance {
         // The OOM counter is read only when something went wrong: a successful invocation pays
         // for no more than the peak-memory reset and read.
         let oom_before = self.oom_kills_seen;
+        let booked = self.spec.memory_mb;
+        super::resize::apply(
+            &self.cgroup,
+            &mut self.limit_mb,
+            request.memory_limit_mb,
+            booked,
+        );
+        let memory_limit_mb = self.limit_mb;
+        let monitor = memory_limit_mb
+            .map(|limit| super::resize::Monitor::start(self.cgroup.clone(), limit, booked));
         self.cgroup.reset_peak();
         let mut output = Vec::new();
         let sent = match &mut self.transport {
@@ -638,7 +657,12 @@ impl Instance {
                 _ => true,
             };
         self.invocations += 1;
+        let limit_raised = monitor.is_some_and(super::resize::Monitor::finish);
+        if limit_raised {
+            self.limit_mb = None;
+        }
         let max_memory_bytes = self.cgroup.memory_peak();
+        let mut out_of_memory = false;
         let (body, function_error, healthy) = match step {
             Step::Message(Message::Response(body)) => (body, false, true),
             Step::Message(Message::Error { body, fatal }) => {
@@ -665,6 +689,7 @@ impl Instance {
             ),
             Step::Exited(code) => {
                 let oom = self.cgroup.oom_kills() > oom_before;
+                out_of_memory = oom;
                 let error_type = if oom {
                     "Runtime.OutOfMemory"
                 } else {
@@ -711,6 +736,9 @@ impl Instance {
             output: String::from_utf8_lossy(&output).into_owned(),
             delivered,
             max_memory_bytes,
+            out_of_memory,
+            memory_limit_mb,
+            limit_raised,
         }
     }
 
@@ -847,6 +875,7 @@ impl Instance {
             cgroup,
             invocations: 0,
             oom_kills_seen: 0,
+            limit_mb: None,
             process: Process::Forked {
                 _zygote: zygote.clone(),
                 exit: Some(exit),

@@ -6,6 +6,7 @@
 
 mod frame;
 mod instance;
+mod resize;
 mod routing;
 mod runtime_api;
 mod session_log;
@@ -55,6 +56,9 @@ pub struct InvokeRequest {
     pub trace_id: String,
     pub client_context: Option<String>,
     pub hints: RouteHints,
+    /// The memory limit predicted for this invocation, in MB (below the function's
+    /// MemorySize); None runs it at MemorySize.
+    pub memory_limit_mb: Option<u32>,
 }
 
 /// How an instance came to exist. kiln takes the most advanced path that exists.
@@ -92,6 +96,11 @@ pub struct InvokeOutcome {
     pub init_duration: Option<Duration>,
     pub duration: Duration,
     pub max_memory_mb: u64,
+    /// The runtime was killed for memory (`Runtime.OutOfMemory`).
+    pub out_of_memory: bool,
+    /// The predicted limit the invocation ran at to its end (None: MemorySize, also when the
+    /// monitor raised it on the way).
+    pub memory_limit_mb: Option<u32>,
 }
 
 /// Why the agent did not run an invocation.
@@ -1032,6 +1041,8 @@ impl Inner {
                             init_duration: Some(duration),
                             duration,
                             max_memory_mb: 0,
+                            out_of_memory: false,
+                            memory_limit_mb: None,
                         });
                     }
                 },
@@ -1060,7 +1071,7 @@ impl Inner {
         let init_duration = cold.then_some(instance.init_duration);
         let mut output = init_output;
         output.push_str(&invocation.output);
-        let log = report(
+        let mut log = report(
             &spec,
             &request.request_id,
             &output,
@@ -1069,6 +1080,14 @@ impl Inner {
             init_duration,
             max_memory_mb,
         );
+        if let Some(limit) = invocation.memory_limit_mb {
+            let raised = if invocation.limit_raised {
+                " (raised)"
+            } else {
+                ""
+            };
+            report_field(&mut log, "Memory Limit", &format!("{limit} MB{raised}"));
+        }
         let start_path = instance.start_path;
         if let Some(dead) = self.release(instance, invocation.healthy) {
             self.destroy_later(dead);
@@ -1084,6 +1103,10 @@ impl Inner {
             init_duration,
             duration,
             max_memory_mb,
+            out_of_memory: invocation.out_of_memory,
+            memory_limit_mb: invocation
+                .memory_limit_mb
+                .filter(|_| !invocation.limit_raised),
         })
     }
 }

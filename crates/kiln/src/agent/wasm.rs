@@ -458,6 +458,8 @@ impl Inner {
                     init_duration: Some(init),
                     duration: init,
                     max_memory_mb: 0,
+                    out_of_memory: false,
+                    memory_limit_mb: None,
                 });
             }
         };
@@ -485,10 +487,14 @@ impl Inner {
                 Txn::new(s.ctx.log.clone(), s.ctx.limits),
             ))
         });
+        // A wasm instance is sized per request anyway: a predicted limit is its memory bound.
+        let memory_limit_mb = request
+            .memory_limit_mb
+            .filter(|&mb| mb < spec.memory_mb.min(WASM32_MAX_MB));
         let wasm_request = kiln_wasm::Request {
             payload: request.payload.to_vec(),
             env,
-            memory_mb: spec.memory_mb.min(WASM32_MAX_MB),
+            memory_mb: memory_limit_mb.unwrap_or(spec.memory_mb.min(WASM32_MAX_MB)),
             timeout,
             code_dir: Some(spec.code_dir.clone()),
             session: state.clone().map(|s| s as Arc<dyn kiln_wasm::SessionState>),
@@ -537,6 +543,9 @@ impl Inner {
             Some(init_duration),
             max_memory_mb,
         );
+        if let Some(limit) = memory_limit_mb {
+            report_field(&mut log, "Memory Limit", &format!("{limit} MB"));
+        }
         if let Some(session) = session {
             let session_start = match (session.was_open, waited) {
                 (false, _) => "ColdSession",
@@ -553,6 +562,11 @@ impl Inner {
             init_duration: Some(init_duration),
             duration,
             max_memory_mb,
+            out_of_memory: response
+                .error
+                .as_ref()
+                .is_some_and(|e| e.error_type == "Runtime.OutOfMemory"),
+            memory_limit_mb,
         })
     }
 }

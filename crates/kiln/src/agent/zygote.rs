@@ -91,6 +91,7 @@ pub async fn warmed_up(ctx: &AgentContext, spec: &SharedSpec, id: u64) -> Result
             trace_id: String::new(),
             client_context: None,
             hints: Default::default(),
+            memory_limit_mb: None,
         };
         let invocation = instance.invoke(&request, None).await;
         if !invocation.healthy {

@@ -34,6 +34,7 @@ pub async fn status(
         "functions": functions,
         "node": status,
         "asyncQueueDepth": state.controller.queue_depth(),
+        "memoryModels": state.controller.models(),
     }))
     .into_response())
 }

@@ -23,6 +23,7 @@ use crate::function::{
 };
 use crate::logs::LogStore;
 use crate::metrics::Metrics;
+use crate::predict;
 use crate::runtime::RESERVED_ENV;
 use code::{CodeError, CodeStore};
 pub use registry::{Cors, UrlSettings};
@@ -107,6 +108,8 @@ pub struct ControllerConfig {
     pub async_retry_delay: Duration,
     /// Async invocations delivered at once.
     pub async_concurrency: usize,
+    /// Per-invocation memory prediction.
+    pub prediction: predict::PredictorConfig,
 }
 
 /// Fields of UpdateFunctionConfiguration; `None` leaves a field unchanged.
@@ -182,6 +185,7 @@ pub struct Controller {
     pub logs: LogStore,
     pub metrics: Metrics,
     queue_wakeup: Arc<Notify>,
+    predictor: predict::Predictor,
 }
 
 impl Controller {
@@ -195,6 +199,8 @@ impl Controller {
         let code = CodeStore::open(&config.data_dir.join("store")).map_err(internal)?;
         let logs = LogStore::open(&config.data_dir.join("logs")).map_err(internal)?;
         let runtimes = agent.status().runtimes;
+        let predictor =
+            predict::Predictor::new(config.prediction.clone(), &config.data_dir.join("models"));
         let controller = Arc::new(Self {
             config,
             registry,
@@ -207,6 +213,7 @@ impl Controller {
             logs,
             metrics: Metrics::default(),
             queue_wakeup: Arc::new(Notify::new()),
+            predictor,
         });
         let mut table = HashMap::new();
         let mut live_code = Vec::new();
@@ -280,7 +287,8 @@ impl Controller {
     fn publish(&self, function: Function) -> Function {
         let spec = self.spec_for(&function);
         let name = function.name.clone();
-        self.functions
+        let previous = self
+            .functions
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .insert(
@@ -290,6 +298,15 @@ impl Controller {
                     spec,
                 }),
             );
+        // New code uses memory its own way: its model starts afresh. (A new MemorySize is a
+        // new model already.)
+        if previous.is_some_and(|p| {
+            p.function.code_sha256 != function.code_sha256
+                || p.function.config.runtime != function.config.runtime
+                || p.function.config.handler != function.config.handler
+        }) {
+            self.predictor.forget(&name);
+        }
         self.agent.retire(&name, Some(function.revision));
         self.agent.prepare(self.spec_for(&function));
         function
@@ -597,6 +614,7 @@ impl Controller {
             .remove(&name);
         self.agent.retire(&name, None);
         self.logs.remove(&name);
+        self.predictor.forget(&name);
         let live: Vec<String> = self
             .table()
             .values()
@@ -802,6 +820,7 @@ impl Controller {
                     trace_id: trace_id(),
                     client_context,
                     hints,
+                    memory_limit_mb: None,
                 };
                 let outcome = self.run(&entry.spec, request).await?;
                 Ok(Invoked::Done {
@@ -812,14 +831,45 @@ impl Controller {
         }
     }
 
-    /// Runs one invocation on the agent and records its log and metrics.
+    /// Runs one invocation on the agent, at the memory its function's model predicts, and
+    /// records its log and metrics. An invocation killed for memory under a predicted limit is
+    /// run again at once at MemorySize: the caller never sees an under-prediction.
     async fn run(
         &self,
         spec: &SharedSpec,
-        request: InvokeRequest,
+        mut request: InvokeRequest,
     ) -> Result<InvokeOutcome, ControllerError> {
         let labels = Metrics::function(&spec.function);
-        match self.agent.invoke(spec.clone(), request).await {
+        let features = self
+            .predictor
+            .applies(spec.memory_mb)
+            .then(|| predict::Features::of_event(&request.payload).0);
+        request.memory_limit_mb = features
+            .as_ref()
+            .and_then(|f| self.predictor.predict(&spec.function, spec.memory_mb, f));
+        let mut result = self.agent.invoke(spec.clone(), request.clone()).await;
+        if let Ok(outcome) = &result {
+            if request.memory_limit_mb.is_some() {
+                self.metrics.sized_invocations.get_or_create(&labels).inc();
+            }
+            if outcome.out_of_memory && request.memory_limit_mb.is_some() {
+                tracing::info!(
+                    function = %spec.function,
+                    request_id = %request.request_id,
+                    "killed for memory at the predicted {} MB; running it again at {} MB",
+                    request.memory_limit_mb.unwrap_or_default(),
+                    spec.memory_mb
+                );
+                self.metrics.prediction_retries.get_or_create(&labels).inc();
+                self.learn(spec, features.clone(), outcome);
+                request.memory_limit_mb = None;
+                result = self.agent.invoke(spec.clone(), request).await;
+            }
+        }
+        if let (Ok(outcome), Some(features)) = (&result, features) {
+            self.learn(spec, Some(features), outcome);
+        }
+        match result {
             Ok(outcome) => {
                 self.metrics.invocations.get_or_create(&labels).inc();
                 if outcome.function_error {
@@ -848,6 +898,34 @@ impl Controller {
                 Err(e.into())
             }
         }
+    }
+
+    /// Tells the function's memory model what an invocation used; a training it calls for runs
+    /// on the blocking pool.
+    fn learn(
+        &self,
+        spec: &SharedSpec,
+        features: Option<predict::Features>,
+        outcome: &InvokeOutcome,
+    ) {
+        let Some(features) = features else {
+            return;
+        };
+        let training = self.predictor.observe(
+            &spec.function,
+            spec.memory_mb,
+            features,
+            outcome.max_memory_mb,
+            outcome.out_of_memory,
+        );
+        if let Some(training) = training {
+            tokio::task::spawn_blocking(move || training.run());
+        }
+    }
+
+    /// The memory models of the node's functions.
+    pub fn models(&self) -> Vec<predict::ModelStatus> {
+        self.predictor.status()
     }
 
     pub fn queue_depth(&self) -> u64 {

@@ -122,6 +122,7 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
         // whose session id is unusable runs sessionless.
         hints: super::route_hints(&entry.spec, Default::default(), &event.payload)
             .unwrap_or_default(),
+        memory_limit_mb: None,
     };
     let error = match controller.run(&entry.spec, request).await {
         Ok(outcome) if !outcome.function_error => {

@@ -1,0 +1,80 @@
+"""Per-invocation memory prediction (OFC §5): once a function's memory model is mature, each invocation runs under
+the limit the model predicts (the interval above its class), and one that needs more still succeeds: the monitor
+raises its limit, or kiln runs it again at once at MemorySize. The fixture allocates event["mb"] MB.
+"""
+
+import re
+
+from kiln_harness import FUNCTIONS, PYTHON_RUNTIME, zip_dir
+
+
+def limit_of(report):
+    found = re.search(r"Memory Limit: (\d+) MB( \(raised\))?", report)
+    return (int(found.group(1)), bool(found.group(2))) if found else (None, False)
+
+
+def invoke(server, name, mb):
+    result, response = server.invoke(name, {"mb": mb}, LogType="Tail")
+    report = [line for line in server.log_tail(response).splitlines() if line.startswith("REPORT")][-1]
+    assert "FunctionError" not in response, (result, report)
+    assert result == {"allocated_mb": mb}
+    used = int(re.search(r"Max Memory Used: (\d+) MB", report).group(1))
+    return limit_of(report), used
+
+
+def models(server):
+    status = server.signed_request("GET", "/kiln/v1/status", "", {}).json()
+    return {m["function"]: m for m in status["memoryModels"]}
+
+
+def retries(server, name):
+    metrics = server.signed_request("GET", "/metrics", "", {}).text
+    found = re.search(rf'kiln_prediction_retries_total{{function="{name}"}} (\d+)', metrics)
+    return int(found.group(1)) if found else 0
+
+
+def test_a_mature_model_sizes_invocations_and_an_under_prediction_never_fails(fresh_kiln):
+    server = fresh_kiln(extra_args=["--prediction-min-samples", "20"])
+    name = "mp-hog"
+    server.deploy(name, PYTHON_RUNTIME, "app.handler", code="memory_hog", MemorySize=512, Timeout=30)
+    sizes = [16, 48, 96]
+    for i in range(45):
+        (limit, _), _ = invoke(server, name, sizes[i % 3])
+    model = models(server)[name]
+    assert model["mature"], model
+    # Sized: below the booked 512 MB, above what the invocation uses.
+    for mb in sizes:
+        (limit, raised), used = invoke(server, name, mb)
+        assert limit is not None and not raised, (mb, limit)
+        assert used < limit < 512, (mb, used, limit)
+    # Far more than any invocation so far: the prediction is too low, and the caller still gets the answer.
+    before = retries(server, name)
+    (limit, raised), used = invoke(server, name, 320)
+    assert used >= 320
+    assert raised or limit is None, (limit, raised)
+    assert raised or retries(server, name) == before + 1
+    # The model learnt it: the same request is sized for it now.
+    (limit, raised), used = invoke(server, name, 320)
+    assert limit is None or (limit > used and not raised), (limit, used)
+
+
+def test_models_survive_a_restart_and_new_code_starts_afresh(fresh_kiln):
+    server = fresh_kiln(extra_args=["--prediction-min-samples", "20"])
+    name = "mp-restart"
+    server.deploy(name, PYTHON_RUNTIME, "app.handler", code="memory_hog", MemorySize=512, Timeout=30)
+    for i in range(40):
+        invoke(server, name, 16 if i % 2 else 64)
+    assert models(server)[name]["mature"]
+    server.restart()
+    (limit, _), _ = invoke(server, name, 64)
+    assert limit is not None, "the model was read back from the data dir"
+    assert models(server)[name]["mature"]
+    # New code: the model starts again, and nothing is sized until it matures.
+    lam = server.client()
+    lam.update_function_code(FunctionName=name, ZipFile=zip_dir(FUNCTIONS / "python_basic"))
+    lam.get_waiter("function_updated_v2").wait(FunctionName=name)
+    lam.update_function_configuration(FunctionName=name, Handler="app.echo")
+    result, response = server.invoke(name, {"mb": 64})
+    assert "FunctionError" not in response, result
+    assert not models(server)[name]["mature"]
+    assert models(server)[name]["invocations"] == 1
