@@ -50,7 +50,7 @@ pub struct SessionConfig {
     pub max_session_bytes: u32,
     /// `fdatasync` each commit before its answer: acknowledged writes then survive a power
     /// loss too, not only a crash of kiln (the page cache keeps them then).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fsync: bool,
 }
 
