@@ -61,7 +61,9 @@ static void value_of(uint64_t count) { memcpy(value, &count, 8); }
 // per 4 KiB page here): the instance's cost, not the state access's. The value's pages are
 // written before the timed region, as a long-lived process's buffers would already be.
 static void touch(size_t size) {
-    for (size_t i = 0; i < size; i += 4096) ((volatile unsigned char *)value)[i] = 'v';
+    volatile unsigned char *bytes = value;
+    for (size_t i = 0; i < size; i += 4096) bytes[i] = 'v';
+    bytes[size - 1] = 'v';  // the buffer need not start on a page: its last page too
 }
 
 int main(void) {
