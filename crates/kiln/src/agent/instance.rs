@@ -721,10 +721,10 @@ impl Instance {
         // they were not kept.
         let (body, function_error) = match commit_error {
             Some(error) => {
-                let message = format!("the invocation's session writes were not kept: {error}");
+                let (message, body) = error.answer();
                 output.extend_from_slice(message.as_bytes());
                 output.push(b'\n');
-                (super::runtime_api::commit_error_body(&error), true)
+                (body, true)
             }
             None => (body, function_error),
         };

@@ -253,7 +253,7 @@ async fn handle(
                 if let Err(error) = txn.commit() {
                     let _ = shared.messages.send(RuntimeMessage::Error {
                         request_id,
-                        body: commit_error_body(&error),
+                        body: error.answer().1,
                     });
                     return Ok(reply(StatusCode::ACCEPTED, r#"{"status":"OK"}"#));
                 }
@@ -360,19 +360,6 @@ async fn next(shared: &Shared) -> Response<Full<Bytes>> {
             "event headers are not valid HTTP",
         )
     })
-}
-
-/// The error an invocation answers with when its session writes could not be kept.
-pub fn commit_error_body(error: &CommitError) -> Bytes {
-    let error_type = match error {
-        CommitError::ValueTooLarge { .. } | CommitError::SessionTooLarge { .. } => {
-            "Session.LimitExceeded"
-        }
-        CommitError::Ended => "Session.Ended",
-        _ => "Session.CommitFailed",
-    };
-    let message = format!("the invocation's session writes were not kept: {error}");
-    Bytes::from(serde_json::json!({ "errorType": error_type, "errorMessage": message }).to_string())
 }
 
 /// The session state of the invocation in flight (docs/sessions.md, "Runtime API"):

@@ -226,6 +226,23 @@ pub enum CommitError {
     Ended,
 }
 
+impl CommitError {
+    /// What an invocation whose session writes were refused answers: the line for its log, and
+    /// the error body in Lambda's form. Every runtime answers the same.
+    pub fn answer(&self) -> (String, Bytes) {
+        let error_type = match self {
+            CommitError::ValueTooLarge { .. } | CommitError::SessionTooLarge { .. } => {
+                "Session.LimitExceeded"
+            }
+            CommitError::Ended => "Session.Ended",
+            _ => "Session.CommitFailed",
+        };
+        let message = format!("the invocation's session writes were not kept: {self}");
+        let body = serde_json::json!({ "errorType": error_type, "errorMessage": message });
+        (message, Bytes::from(body.to_string()))
+    }
+}
+
 /// The limits a commit is checked against, and how durable it must be.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -508,10 +525,10 @@ fn replay(data: &[u8], session: &str, state: &mut StateMap) -> std::io::Result<(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    const LIMITS: Limits = Limits {
+    pub(crate) const LIMITS: Limits = Limits {
         max_value_bytes: 1024,
         max_session_bytes: 4096,
         fsync: false,

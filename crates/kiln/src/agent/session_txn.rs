@@ -261,11 +261,7 @@ impl kiln_wasm::SessionState for WasmSession {
 mod tests {
     use super::*;
 
-    const LIMITS: Limits = Limits {
-        max_value_bytes: 1024,
-        max_session_bytes: 4096,
-        fsync: false,
-    };
+    use crate::agent::session_log::tests::LIMITS;
 
     fn value(log: &SessionLog, key: &str) -> Option<Bytes> {
         log.with_state(|s| s.get(key).map(|(_, v)| v.clone()))

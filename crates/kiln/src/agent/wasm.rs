@@ -526,10 +526,10 @@ impl Inner {
         let txn = state.and_then(|s| s.take());
         if let (Some(txn), true) = (txn, response.completed) {
             if let Err(error) = txn.commit() {
-                let message = format!("the invocation's session writes were not kept: {error}");
+                let (message, error_body) = error.answer();
                 output.push_str(&message);
                 output.push('\n');
-                body = super::runtime_api::commit_error_body(&error);
+                body = error_body;
                 function_error = true;
             }
         }
