@@ -27,3 +27,8 @@ RUSTFLAGS="-D warnings" cargo test --workspace --quiet
 
 step "integration tests (real kiln, real sandboxes, boto3, the AWS CLI)"
 .venv/bin/python -m pytest -q -p no:cacheprovider --timeout 600 runtimes/test_shims.py tests
+
+step "the S3 suite again, through the object cache (transparency: same answers, bytes and ETags)"
+KILN_OBJECT_CACHE=on .venv/bin/python -m pytest -q -p no:cacheprovider --timeout 600 \
+    tests/test_s3_api.py tests/test_s3_integrity.py tests/test_s3_multipart.py tests/test_s3_auth.py \
+    tests/test_s3_functions.py tests/test_s3_cli.py tests/test_s3_js.py

@@ -126,6 +126,25 @@ struct S3Args {
     /// Domain for virtual-host addressing (BUCKET.DOMAIN); BUCKET.localhost always works.
     #[arg(long, env = "KILN_S3_DOMAIN")]
     s3_domain: Vec<String>,
+    /// The object cache in memory, with write-back (auto: in front of --s3-backend).
+    #[arg(long, value_enum, default_value = "auto", env = "KILN_OBJECT_CACHE")]
+    object_cache: kiln::objects::CacheMode,
+    /// The object cache's capacity, in MiB.
+    #[arg(long, default_value_t = 512)]
+    object_cache_mb: u64,
+    /// Objects larger than this (in KiB) are not cached.
+    #[arg(long, default_value_t = 10 * 1024)]
+    object_cache_max_object_kb: u64,
+    /// How often the cache's sweep runs, in seconds; it evicts objects read fewer than
+    /// --object-cache-min-reads times in their first period.
+    #[arg(long, default_value_t = 300)]
+    object_cache_sweep_secs: u64,
+    /// See --object-cache-sweep.
+    #[arg(long, default_value_t = 5)]
+    object_cache_min_reads: u32,
+    /// The sweep evicts objects not read for this long, in seconds.
+    #[arg(long, default_value_t = 1800)]
+    object_cache_max_idle_secs: u64,
 }
 
 impl S3Args {
@@ -149,6 +168,17 @@ impl S3Args {
                     .map_or(S3_MAX_OBJECT_BYTES, |mb| mb.saturating_mul(1024 * 1024)),
             },
             domains: self.s3_domain,
+            cache: self.object_cache,
+            cache_config: kiln::objects::cache::CacheConfig {
+                capacity_bytes: self.object_cache_mb.saturating_mul(1024 * 1024),
+                max_object_bytes: self.object_cache_max_object_kb.saturating_mul(1024),
+                sweep: kiln::objects::cache::SweepRules {
+                    period: Duration::from_secs(self.object_cache_sweep_secs.max(1)),
+                    min_accesses: self.object_cache_min_reads,
+                    max_idle: Duration::from_secs(self.object_cache_max_idle_secs),
+                },
+                ..Default::default()
+            },
         }
     }
 }

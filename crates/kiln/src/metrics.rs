@@ -157,6 +157,15 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// kiln's metrics, with the object cache's when there is one.
+    pub fn with_object_cache(cache: Option<&crate::objects::cache::CacheMetrics>) -> Self {
+        let mut metrics = Self::default();
+        if let Some(cache) = cache {
+            cache.register(&mut metrics.registry);
+        }
+        metrics
+    }
+
     pub fn function(name: &str) -> FunctionLabels {
         FunctionLabels {
             function: name.to_string(),

@@ -110,6 +110,8 @@ pub struct ControllerConfig {
     pub async_concurrency: usize,
     /// Per-invocation memory prediction.
     pub prediction: predict::PredictorConfig,
+    /// The object cache's metrics, exposed with kiln's own.
+    pub object_cache_metrics: Option<crate::objects::cache::CacheMetrics>,
 }
 
 /// Fields of UpdateFunctionConfiguration; `None` leaves a field unchanged.
@@ -201,6 +203,7 @@ impl Controller {
         let runtimes = agent.status().runtimes;
         let predictor =
             predict::Predictor::new(config.prediction.clone(), &config.data_dir.join("models"));
+        let metrics = Metrics::with_object_cache(config.object_cache_metrics.as_ref());
         let controller = Arc::new(Self {
             config,
             registry,
@@ -211,7 +214,7 @@ impl Controller {
             agent,
             runtimes,
             logs,
-            metrics: Metrics::default(),
+            metrics,
             queue_wakeup: Arc::new(Notify::new()),
             predictor,
         });

@@ -2,7 +2,9 @@
 //! `If-Modified-Since`, `If-Unmodified-Since` on reads and copies, `If-Match` / `If-None-Match`
 //! on writes.
 
-use s3s::dto::{ETagCondition, Timestamp};
+use http::{HeaderMap, HeaderValue};
+use s3s::dto::{ETagCondition, Timestamp, TimestampFormat};
+use s3s::{s3_error, S3Error, S3ErrorCode};
 
 /// The preconditions of a read (GetObject, HeadObject, CopyObject's source).
 #[derive(Debug, Clone, Default)]
@@ -64,6 +66,34 @@ impl ReadConditions {
         }
         Verdict::Proceed
     }
+}
+
+/// 412, for [`Verdict::PreconditionFailed`].
+pub fn precondition_failed() -> S3Error {
+    s3_error!(
+        PreconditionFailed,
+        "At least one of the pre-conditions you specified did not hold"
+    )
+}
+
+/// 304, for [`Verdict::NotModified`]: it carries the object's ETag and Last-Modified.
+pub fn not_modified(etag: &str, modified_ms: i64) -> S3Error {
+    let mut e = S3Error::new(S3ErrorCode::NotModified);
+    let mut headers = HeaderMap::new();
+    if let Ok(v) = HeaderValue::from_str(&format!("\"{etag}\"")) {
+        headers.insert(http::header::ETAG, v);
+    }
+    let mut date = Vec::new();
+    if crate::objects::local::timestamp(modified_ms)
+        .format(TimestampFormat::HttpDate, &mut date)
+        .is_ok()
+    {
+        if let Ok(v) = HeaderValue::from_bytes(&date) {
+            headers.insert(http::header::LAST_MODIFIED, v);
+        }
+    }
+    e.set_headers(headers);
+    e
 }
 
 /// The precondition of a write (PutObject, CompleteMultipartUpload, CopyObject's target,

@@ -13,8 +13,10 @@
 //!
 //! The [`s3s::S3`] trait is the seam between protocol and storage: each operation arrives as a
 //! typed input (the HTTP layer has parsed and authenticated it), so a cache can later wrap any
-//! backend by implementing the same trait.
+//! backend by implementing the same trait: [`cache::CachedStore`] (OFC's opportunistic cache)
+//! does, around either backend.
 
+pub mod cache;
 pub mod checksum;
 pub mod conditions;
 pub mod keys;
@@ -30,6 +32,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use s3s::service::{S3Service, S3ServiceBuilder};
+use s3s::S3;
 
 use crate::auth::Credentials;
 
@@ -87,6 +90,24 @@ pub struct ObjectStoreConfig {
     pub limits: Limits,
     /// Domains under which `BUCKET.<domain>` is virtual-host addressing (`localhost` always is).
     pub domains: Vec<String>,
+    /// The object cache in front of the backend, if any.
+    pub cache: Option<CacheSetup>,
+}
+
+/// Where the object cache keeps its journal, and its settings.
+#[derive(Debug, Clone)]
+pub struct CacheSetup {
+    pub dir: PathBuf,
+    pub config: cache::CacheConfig,
+}
+
+/// Whether `kiln up` puts the object cache in front of the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CacheMode {
+    /// In front of a remote store (--s3-backend), where it saves a round trip per access.
+    Auto,
+    On,
+    Off,
 }
 
 /// The object store: one S3 service, served on any number of listeners.
@@ -95,6 +116,28 @@ pub struct ObjectStore {
     service: S3Service,
     keys: Arc<keys::KeyRing>,
     region: String,
+    cache: Option<Arc<cache::ObjectCache>>,
+}
+
+/// The service over `backend`, behind the cache if there is one.
+fn service_over(
+    backend: impl S3,
+    setup: Option<&CacheSetup>,
+    limits: Limits,
+) -> Result<(S3ServiceBuilder, Option<Arc<cache::ObjectCache>>), ObjectStoreError> {
+    match setup {
+        Some(setup) => {
+            let mut config = setup.config.clone();
+            // What the store refuses, the cache does not take: it goes to the store to be refused.
+            config.max_object_bytes = config.max_object_bytes.min(limits.max_object_bytes);
+            let cache = cache::ObjectCache::open(setup.dir.clone(), config, Box::new(backend))?;
+            Ok((
+                S3ServiceBuilder::new(cache::CachedStore::new(cache.clone())),
+                Some(cache),
+            ))
+        }
+        None => Ok((S3ServiceBuilder::new(backend), None)),
+    }
 }
 
 impl ObjectStore {
@@ -102,13 +145,18 @@ impl ObjectStore {
     /// what a crash left half-written). `admin` is kiln's own key pair.
     pub fn open(config: ObjectStoreConfig, admin: Credentials) -> Result<Self, ObjectStoreError> {
         let keys = Arc::new(keys::KeyRing::new(admin));
-        let mut builder = match &config.backend {
-            Backend::Local { data_dir } => {
-                S3ServiceBuilder::new(local::LocalStore::open(data_dir, config.limits)?)
-            }
-            Backend::Remote(remote) => {
-                S3ServiceBuilder::new(remote::RemoteStore::new(remote, config.limits)?)
-            }
+        let cache = config.cache.as_ref();
+        let (mut builder, cache) = match &config.backend {
+            Backend::Local { data_dir } => service_over(
+                local::LocalStore::open(data_dir, config.limits)?,
+                cache,
+                config.limits,
+            )?,
+            Backend::Remote(remote) => service_over(
+                remote::RemoteStore::new(remote, config.limits)?,
+                cache,
+                config.limits,
+            )?,
         };
         builder.set_auth(keys::Auth(keys.clone()));
         builder.set_access(keys::Access(keys.clone()));
@@ -117,7 +165,13 @@ impl ObjectStore {
             service: builder.build(),
             keys,
             region: config.region,
+            cache,
         })
+    }
+
+    /// The object cache, when the store has one.
+    pub fn cache(&self) -> Option<&Arc<cache::ObjectCache>> {
+        self.cache.as_ref()
     }
 
     /// Credentials that open this store, and only this store, as `function`: what a sandbox
@@ -156,6 +210,8 @@ pub struct ObjectsSettings {
     pub remote: Option<RemoteConfig>,
     pub limits: Limits,
     pub domains: Vec<String>,
+    pub cache: CacheMode,
+    pub cache_config: cache::CacheConfig,
 }
 
 /// An opened store and its bound (not yet served) listener.
@@ -208,12 +264,29 @@ impl ObjectsSettings {
                 format!("objects in {}", data_dir.join("objects").display()),
             ),
         };
+        let cached = match self.cache {
+            CacheMode::On => true,
+            CacheMode::Off => false,
+            CacheMode::Auto => self.remote.is_some(),
+        };
+        let description = if cached {
+            format!(
+                "{description}; object cache of {} MiB",
+                self.cache_config.capacity_bytes >> 20
+            )
+        } else {
+            description
+        };
         let store = ObjectStore::open(
             ObjectStoreConfig {
                 backend,
                 region: region.to_string(),
                 limits: self.limits,
                 domains: self.domains.clone(),
+                cache: cached.then(|| CacheSetup {
+                    dir: data_dir.join("cache"),
+                    config: self.cache_config.clone(),
+                }),
             },
             admin,
         )?;

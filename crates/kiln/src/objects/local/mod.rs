@@ -6,7 +6,7 @@
 
 mod buckets;
 mod files;
-mod meta;
+pub(crate) mod meta;
 mod multipart;
 mod objects;
 
@@ -104,7 +104,7 @@ fn write_error(e: WriteError) -> S3Error {
 
 /// Maps a failed request body to S3's code. s3s's stream errors are private types, so their
 /// messages are what tells them apart.
-fn body_error(e: &StdError) -> S3Error {
+pub(crate) fn body_error(e: &StdError) -> S3Error {
     let text = e.to_string();
     if text.contains("Sha256Mismatch") {
         // Not in s3s's list of codes; S3 answers it with 400.
@@ -125,7 +125,7 @@ fn body_error(e: &StdError) -> S3Error {
     }
 }
 
-fn incomplete_body() -> S3Error {
+pub(crate) fn incomplete_body() -> S3Error {
     s3_error!(
         IncompleteBody,
         "You did not provide the number of bytes specified by the Content-Length HTTP header."
@@ -268,7 +268,7 @@ macro_rules! set_checksums {
 }
 pub(crate) use set_checksums;
 
-fn checksum_type(sums: &Checksums) -> Option<ChecksumType> {
+pub(crate) fn checksum_type(sums: &Checksums) -> Option<ChecksumType> {
     let kind = sums
         .kind
         .unwrap_or(super::checksum::ChecksumKind::FullObject);

@@ -4,9 +4,8 @@ use std::io;
 use std::ops::Range as Span;
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue};
 use s3s::dto::*;
-use s3s::{s3_error, S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
+use s3s::{s3_error, S3Request, S3Response, S3Result};
 
 use super::files::{read_all, stream_file};
 use super::meta::{Lookup, ObjectAttrs, ObjectRow};
@@ -15,7 +14,9 @@ use super::{
     object_attrs, set_checksums, timestamp, write_error, LocalStore, UploadBody,
 };
 use crate::objects::checksum::{hex, ChecksumKind, Declared};
-use crate::objects::conditions::{ReadConditions, Verdict, WriteCondition};
+use crate::objects::conditions::{
+    not_modified, precondition_failed, ReadConditions, Verdict, WriteCondition,
+};
 
 /// Bodies up to this size are read in the same blocking step as the lookup.
 const SMALL_OBJECT: u64 = 256 * 1024;
@@ -38,32 +39,6 @@ struct Fetched {
     span: Span<u64>,
     ranged: bool,
     content: Option<Content>,
-}
-
-fn precondition_failed() -> S3Error {
-    s3_error!(
-        PreconditionFailed,
-        "At least one of the pre-conditions you specified did not hold"
-    )
-}
-
-fn not_modified(row: &ObjectRow) -> S3Error {
-    let mut e = S3Error::new(S3ErrorCode::NotModified);
-    let mut headers = HeaderMap::new();
-    if let Ok(v) = HeaderValue::from_str(&format!("\"{}\"", row.etag)) {
-        headers.insert(http::header::ETAG, v);
-    }
-    let mut date = Vec::new();
-    if timestamp(row.modified_ms)
-        .format(TimestampFormat::HttpDate, &mut date)
-        .is_ok()
-    {
-        if let Ok(v) = HeaderValue::from_bytes(&date) {
-            headers.insert(http::header::LAST_MODIFIED, v);
-        }
-    }
-    e.set_headers(headers);
-    e
 }
 
 fn etag(value: &str) -> ETag {
@@ -215,7 +190,7 @@ impl LocalStore {
                 };
                 match conditions.evaluate(&row.etag, row.modified_ms) {
                     Verdict::Proceed => {}
-                    Verdict::NotModified => return Err(not_modified(&row)),
+                    Verdict::NotModified => return Err(not_modified(&row.etag, row.modified_ms)),
                     Verdict::PreconditionFailed => return Err(precondition_failed()),
                 }
                 let span = match &range {

@@ -1,0 +1,541 @@
+//! The cache's table: objects in memory, their versions, and what may be evicted.
+//!
+//! Pure bookkeeping under one lock, no I/O: the S3 layer ([`super::CachedStore`]) and the
+//! write-back workers decide, this table remembers. An entry is *dirty* while its latest
+//! acknowledged version has not reached the backing store; dirty entries are never evicted.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::objects::checksum::Checksums;
+use crate::objects::local::meta::ObjectAttrs;
+
+/// An object's address.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ObjectKey {
+    pub bucket: String,
+    pub key: String,
+}
+
+impl ObjectKey {
+    pub fn new(bucket: impl Into<String>, key: impl Into<String>) -> Self {
+        Self {
+            bucket: bucket.into(),
+            key: key.into(),
+        }
+    }
+}
+
+/// What a GET or HEAD answers besides the bytes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Meta {
+    /// Without quotes.
+    pub etag: String,
+    pub modified_ms: i64,
+    pub size: u64,
+    pub attrs: ObjectAttrs,
+    pub checksums: Checksums,
+}
+
+/// How an object came into the cache: shrinking evicts persisted outputs before inputs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// Read from the backing store on a miss.
+    Input,
+    /// Written through the cache.
+    Output,
+}
+
+struct Entry {
+    body: Bytes,
+    meta: Arc<Meta>,
+    /// The latest acknowledged version (0 for an object read from the backing store).
+    version: u64,
+    /// The latest version known to be in the backing store.
+    persisted: u64,
+    /// Queued for (or in) write-back.
+    queued: bool,
+    origin: Origin,
+    accesses: u32,
+    inserted: Instant,
+    last_access: Instant,
+}
+
+impl Entry {
+    fn dirty(&self) -> bool {
+        self.persisted < self.version
+    }
+}
+
+/// A hit.
+pub struct Hit {
+    pub body: Bytes,
+    pub meta: Arc<Meta>,
+}
+
+/// A dirty version for the write-back workers.
+pub struct DirtyVersion {
+    pub body: Bytes,
+    pub meta: Arc<Meta>,
+    pub version: u64,
+}
+
+/// The rules of the periodic sweep (OFC §6.3).
+#[derive(Debug, Clone, Copy)]
+pub struct SweepRules {
+    /// Entries older than this with fewer than `min_accesses` reads go.
+    pub period: Duration,
+    pub min_accesses: u32,
+    /// Entries not read for this long go.
+    pub max_idle: Duration,
+}
+
+/// Sizes, for status and metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub entries: usize,
+    pub bytes: u64,
+    pub dirty_bytes: u64,
+    pub capacity: u64,
+}
+
+pub struct Entries {
+    map: HashMap<ObjectKey, Entry>,
+    bytes: u64,
+    dirty_bytes: u64,
+    capacity: u64,
+    /// Bumped by every change of a key's contents, so that a miss that started before it
+    /// cannot insert what it read.
+    generation: u64,
+    misses_in_flight: usize,
+    /// Keys changed while misses were in flight, with the generation of the change.
+    changed: HashMap<ObjectKey, u64>,
+}
+
+impl Entries {
+    pub fn new(capacity: u64) -> Self {
+        Self {
+            map: HashMap::new(),
+            bytes: 0,
+            dirty_bytes: 0,
+            capacity,
+            generation: 0,
+            misses_in_flight: 0,
+            changed: HashMap::new(),
+        }
+    }
+
+    pub fn usage(&self) -> Usage {
+        Usage {
+            entries: self.map.len(),
+            bytes: self.bytes,
+            dirty_bytes: self.dirty_bytes,
+            capacity: self.capacity,
+        }
+    }
+
+    /// A read: counts the access.
+    pub fn get(&mut self, key: &ObjectKey, now: Instant) -> Option<Hit> {
+        let entry = self.map.get_mut(key)?;
+        entry.accesses = entry.accesses.saturating_add(1);
+        entry.last_access = now;
+        Some(Hit {
+            body: entry.body.clone(),
+            meta: entry.meta.clone(),
+        })
+    }
+
+    /// Whether `key` has a version not yet in the backing store.
+    pub fn is_dirty(&self, key: &ObjectKey) -> bool {
+        self.map.get(key).is_some_and(Entry::dirty)
+    }
+
+    /// The dirty keys of `bucket` with their latest versions.
+    pub fn dirty_in(&self, bucket: &str) -> Vec<(ObjectKey, u64)> {
+        self.map
+            .iter()
+            .filter(|(k, e)| k.bucket == bucket && e.dirty())
+            .map(|(k, e)| (k.clone(), e.version))
+            .collect()
+    }
+
+    /// Whether version `version` of `key` (or a later one) has reached the backing store, or
+    /// the key has left the cache.
+    pub fn settled(&self, key: &ObjectKey, version: u64) -> bool {
+        self.map.get(key).is_none_or(|e| e.persisted >= version)
+    }
+
+    /// A miss is about to read the backing store; returns the generation it starts at.
+    pub fn begin_miss(&mut self) -> u64 {
+        self.misses_in_flight += 1;
+        self.generation
+    }
+
+    /// Ends a miss, inserting what it read unless the key changed since `since`, or it does
+    /// not fit. Returns whether it was inserted.
+    pub fn end_miss(
+        &mut self,
+        since: u64,
+        fetched: Option<(ObjectKey, Bytes, Meta)>,
+        now: Instant,
+    ) -> bool {
+        let inserted = match fetched {
+            Some((key, body, meta)) => {
+                let fresh = !self.map.contains_key(&key)
+                    && self.changed.get(&key).is_none_or(|g| *g <= since);
+                if fresh && self.make_room(body.len() as u64) {
+                    self.bytes += body.len() as u64;
+                    self.map.insert(
+                        key,
+                        Entry {
+                            body,
+                            meta: Arc::new(meta),
+                            version: 0,
+                            persisted: 0,
+                            queued: false,
+                            origin: Origin::Input,
+                            accesses: 1,
+                            inserted: now,
+                            last_access: now,
+                        },
+                    );
+                    true
+                } else {
+                    false
+                }
+            }
+            None => false,
+        };
+        self.misses_in_flight -= 1;
+        if self.misses_in_flight == 0 {
+            self.changed.clear();
+        }
+        inserted
+    }
+
+    /// Whether `size` more bytes could be held, evicting clean entries if need be (nothing is
+    /// evicted by asking).
+    pub fn could_hold(&self, key: &ObjectKey, size: u64) -> bool {
+        let replaced = self
+            .map
+            .get(key)
+            .filter(|e| !e.dirty())
+            .map_or(0, |e| e.body.len() as u64);
+        let pinned = self.dirty_bytes + size;
+        pinned.saturating_sub(replaced) <= self.capacity
+    }
+
+    /// A write acknowledged as `version`: the entry becomes dirty. Returns whether the key
+    /// must be queued for write-back (it was not already).
+    pub fn write(
+        &mut self,
+        key: ObjectKey,
+        body: Bytes,
+        meta: Meta,
+        version: u64,
+        now: Instant,
+    ) -> bool {
+        self.generation += 1;
+        let size = body.len() as u64;
+        let (persisted, queued) = match self.map.remove(&key) {
+            Some(old) => {
+                self.bytes -= old.body.len() as u64;
+                if old.dirty() {
+                    self.dirty_bytes -= old.body.len() as u64;
+                }
+                (old.persisted, old.queued)
+            }
+            None => (0, false),
+        };
+        self.note_change(&key);
+        self.make_room(size);
+        self.bytes += size;
+        self.dirty_bytes += size;
+        self.map.insert(
+            key,
+            Entry {
+                body,
+                meta: Arc::new(meta),
+                version,
+                persisted,
+                queued: true,
+                origin: Origin::Output,
+                accesses: 0,
+                inserted: now,
+                last_access: now,
+            },
+        );
+        !queued
+    }
+
+    /// The latest dirty version of `key`, for write-back.
+    pub fn dirty_version(&self, key: &ObjectKey) -> Option<DirtyVersion> {
+        self.map
+            .get(key)
+            .filter(|e| e.dirty())
+            .map(|e| DirtyVersion {
+                body: e.body.clone(),
+                meta: e.meta.clone(),
+                version: e.version,
+            })
+    }
+
+    /// `version` of `key` is in the backing store. Returns whether the key must be queued
+    /// again (a later version arrived meanwhile).
+    pub fn persisted(&mut self, key: &ObjectKey, version: u64) -> bool {
+        let Some(entry) = self.map.get_mut(key) else {
+            return false;
+        };
+        if version > entry.persisted {
+            let was_dirty = entry.dirty();
+            entry.persisted = version;
+            if was_dirty && !entry.dirty() {
+                self.dirty_bytes -= entry.body.len() as u64;
+            }
+        }
+        entry.queued = entry.dirty();
+        entry.queued
+    }
+
+    /// The write-back of `key` gave up for now (it is retried later): the key leaves the
+    /// queue's bookkeeping so that it can be queued again.
+    pub fn unqueue(&mut self, key: &ObjectKey) {
+        if let Some(entry) = self.map.get_mut(key) {
+            entry.queued = false;
+        }
+    }
+
+    /// Drops a clean entry (its key was written or deleted past the cache).
+    pub fn invalidate(&mut self, key: &ObjectKey) {
+        self.generation += 1;
+        self.note_change(key);
+        if let Some(entry) = self.map.get(key) {
+            if !entry.dirty() {
+                self.bytes -= entry.body.len() as u64;
+                self.map.remove(key);
+            }
+        }
+    }
+
+    /// Drops every clean entry of `bucket`.
+    pub fn invalidate_bucket(&mut self, bucket: &str) {
+        let keys: Vec<ObjectKey> = self
+            .map
+            .keys()
+            .filter(|k| k.bucket == bucket)
+            .cloned()
+            .collect();
+        for key in keys {
+            self.invalidate(&key);
+        }
+    }
+
+    fn note_change(&mut self, key: &ObjectKey) {
+        if self.misses_in_flight > 0 {
+            self.changed.insert(key.clone(), self.generation);
+        }
+    }
+
+    /// Sets the capacity, evicting clean entries to fit: persisted outputs first, then
+    /// inputs, each least recently used first. Returns the bytes evicted.
+    pub fn set_capacity(&mut self, capacity: u64) -> u64 {
+        self.capacity = capacity;
+        let before = self.bytes;
+        self.make_room(0);
+        before - self.bytes
+    }
+
+    /// Evicts clean entries until `size` more bytes fit. Returns whether they do.
+    fn make_room(&mut self, size: u64) -> bool {
+        if self.bytes + size <= self.capacity {
+            return true;
+        }
+        let mut victims: Vec<(u8, Instant, ObjectKey)> = self
+            .map
+            .iter()
+            .filter(|(_, e)| !e.dirty())
+            .map(|(k, e)| {
+                let rank = match e.origin {
+                    Origin::Output => 0,
+                    Origin::Input => 1,
+                };
+                (rank, e.last_access, k.clone())
+            })
+            .collect();
+        victims.sort();
+        for (_, _, key) in victims {
+            if self.bytes + size <= self.capacity {
+                break;
+            }
+            self.remove_clean(&key);
+        }
+        self.bytes + size <= self.capacity
+    }
+
+    fn remove_clean(&mut self, key: &ObjectKey) {
+        if let Some(entry) = self.map.remove(key) {
+            self.bytes -= entry.body.len() as u64;
+            self.generation += 1;
+            self.note_change(key);
+        }
+    }
+
+    /// The periodic sweep: evicts clean entries read fewer than `min_accesses` times in their
+    /// first period, or idle longer than `max_idle`. Returns how many went.
+    pub fn sweep(&mut self, rules: &SweepRules, now: Instant) -> usize {
+        let doomed: Vec<ObjectKey> = self
+            .map
+            .iter()
+            .filter(|(_, e)| !e.dirty())
+            .filter(|(_, e)| {
+                let age = now.saturating_duration_since(e.inserted);
+                let idle = now.saturating_duration_since(e.last_access);
+                (age >= rules.period && e.accesses < rules.min_accesses) || idle > rules.max_idle
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in &doomed {
+            self.remove_clean(key);
+        }
+        doomed.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(size: u64) -> Meta {
+        Meta {
+            etag: "e".into(),
+            modified_ms: 0,
+            size,
+            attrs: ObjectAttrs::default(),
+            checksums: Checksums::default(),
+        }
+    }
+
+    fn key(k: &str) -> ObjectKey {
+        ObjectKey::new("b", k)
+    }
+
+    fn fetched(k: &str, size: usize) -> Option<(ObjectKey, Bytes, Meta)> {
+        Some((key(k), Bytes::from(vec![0u8; size]), meta(size as u64)))
+    }
+
+    #[test]
+    fn a_miss_inserts_unless_the_key_changed_meanwhile() {
+        let now = Instant::now();
+        let mut t = Entries::new(1000);
+        let since = t.begin_miss();
+        assert!(t.end_miss(since, fetched("a", 10), now));
+        assert!(t.get(&key("a"), now).is_some());
+
+        // A write lands while a miss of the same key reads the old bytes.
+        let since = t.begin_miss();
+        t.write(key("x"), Bytes::from_static(b"new"), meta(3), 7, now);
+        assert!(!t.persisted(&key("x"), 7));
+        t.set_capacity(0); // evicts the now clean "x" (and "a")
+        assert!(t.get(&key("x"), now).is_none());
+        assert!(
+            !t.end_miss(since, fetched("x", 3), now),
+            "a stale read is not cached"
+        );
+
+        // With no miss in flight, the record of changes is gone and a new miss inserts.
+        t.set_capacity(1000);
+        let since = t.begin_miss();
+        assert!(t.end_miss(since, fetched("x", 3), now));
+    }
+
+    #[test]
+    fn dirty_entries_are_pinned_and_clean_ones_evicted_outputs_first() {
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_secs(1);
+        let mut t = Entries::new(100);
+        let since = t.begin_miss();
+        t.end_miss(since, fetched("input", 40), t0);
+        assert!(t.write(key("out"), Bytes::from(vec![1; 40]), meta(40), 1, later));
+        assert!(t.is_dirty(&key("out")));
+        assert_eq!(t.set_capacity(10), 40, "only the clean input can go");
+        assert!(t.get(&key("out"), later).is_some());
+        assert_eq!(t.usage().dirty_bytes, 40);
+
+        t.set_capacity(100);
+        assert!(!t.persisted(&key("out"), 1));
+        let since = t.begin_miss();
+        t.end_miss(since, fetched("input", 40), later);
+        // The output was used more recently than the input, but a persisted output goes first.
+        t.get(&key("out"), later + Duration::from_secs(5));
+        assert_eq!(t.set_capacity(50), 40);
+        assert!(t.get(&key("out"), later).is_none());
+        assert!(t.get(&key("input"), later).is_some());
+    }
+
+    #[test]
+    fn write_back_requeues_when_a_newer_version_arrived() {
+        let now = Instant::now();
+        let mut t = Entries::new(1000);
+        assert!(t.write(key("k"), Bytes::from_static(b"1"), meta(1), 1, now));
+        // Already queued: a second write does not queue it twice.
+        assert!(!t.write(key("k"), Bytes::from_static(b"2"), meta(1), 2, now));
+        let dirty = t.dirty_version(&key("k")).unwrap();
+        assert_eq!(dirty.version, 2);
+        assert!(!t.persisted(&key("k"), 2));
+        assert!(t.settled(&key("k"), 2));
+
+        assert!(t.write(key("k"), Bytes::from_static(b"3"), meta(1), 3, now));
+        // Version 2's write-back finishing late does not clean version 3.
+        assert!(t.persisted(&key("k"), 2));
+        assert!(t.is_dirty(&key("k")));
+        assert!(!t.settled(&key("k"), 3));
+        assert_eq!(t.dirty_in("b"), vec![(key("k"), 3)]);
+    }
+
+    #[test]
+    fn capacity_counts_dirty_bytes() {
+        let now = Instant::now();
+        let mut t = Entries::new(10);
+        assert!(t.could_hold(&key("a"), 10));
+        t.write(key("a"), Bytes::from(vec![0; 8]), meta(8), 1, now);
+        assert!(!t.could_hold(&key("b"), 3));
+        t.persisted(&key("a"), 1);
+        assert!(t.could_hold(&key("b"), 3), "clean bytes can be evicted");
+    }
+
+    #[test]
+    fn the_sweep_keeps_busy_entries() {
+        let t0 = Instant::now();
+        let rules = SweepRules {
+            period: Duration::from_secs(300),
+            min_accesses: 5,
+            max_idle: Duration::from_secs(1800),
+        };
+        let mut t = Entries::new(1000);
+        for k in ["cold", "busy", "young"] {
+            let since = t.begin_miss();
+            let at = if k == "young" {
+                t0 + Duration::from_secs(200)
+            } else {
+                t0
+            };
+            t.end_miss(since, fetched(k, 1), at);
+        }
+        for _ in 0..5 {
+            t.get(&key("busy"), t0 + Duration::from_secs(100));
+        }
+        assert_eq!(t.sweep(&rules, t0 + Duration::from_secs(301)), 1);
+        assert!(t.get(&key("cold"), t0).is_none());
+        assert!(t.get(&key("busy"), t0).is_some());
+        assert!(
+            t.get(&key("young"), t0).is_some(),
+            "younger than one period"
+        );
+        // Idle for over 30 minutes: gone, however often it was read before.
+        assert_eq!(t.sweep(&rules, t0 + Duration::from_secs(2000)), 2);
+    }
+}

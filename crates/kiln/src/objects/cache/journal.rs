@@ -1,0 +1,565 @@
+//! The write-back journal: an acknowledged write is durable here before the backing store has
+//! it.
+//!
+//! A sequence of segment files (`DATA_DIR/cache/journal/NNNNNNNNNNNNNNNN.log`) of framed
+//! records: `put` (an object version: key, attributes, bytes) and `done` (a version reached
+//! the backing store, which settles it and every older version of the key). One thread owns
+//! the files and commits in groups: it writes every record that arrived while the previous
+//! `fdatasync` ran, syncs once, and answers them all. Segments are deleted oldest first, once
+//! every record in them is settled, so a `done` never outlives the `put` it settles. On start,
+//! the latest unsettled version of each key is read back and written back again.
+//!
+//! Frame: `u32 length · u32 crc32 · payload`, little-endian; payload: `u8 kind · u64 version ·
+//! u32 header length · header (JSON: bucket, key, attributes) · bytes`. A torn or corrupt frame
+//! ends its segment's replay.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+
+use super::entries::{Meta, ObjectKey};
+
+/// A segment is closed and a new one started past this size.
+const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
+/// Records committed by one sync, at most.
+const GROUP: usize = 512;
+
+const PUT: u8 = 1;
+const DONE: u8 = 2;
+
+#[derive(Serialize, Deserialize)]
+struct Header {
+    #[serde(flatten)]
+    key: ObjectKey,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    meta: Option<Meta>,
+}
+
+/// A version that was acknowledged but had not reached the backing store.
+#[derive(Debug)]
+pub struct PendingWrite {
+    pub key: ObjectKey,
+    pub version: u64,
+    pub meta: Meta,
+    pub body: Bytes,
+}
+
+/// What the journal held when it was opened.
+#[derive(Debug, Default)]
+pub struct Recovered {
+    pub pending: Vec<PendingWrite>,
+    /// The highest version in the journal.
+    pub last_version: u64,
+    /// Frames that could not be read (a torn tail, or corruption).
+    pub bad_frames: usize,
+}
+
+enum Command {
+    Put {
+        key: ObjectKey,
+        version: u64,
+        frame: Vec<u8>,
+        reply: oneshot::Sender<io::Result<()>>,
+    },
+    Done {
+        key: ObjectKey,
+        version: u64,
+        reply: oneshot::Sender<io::Result<()>>,
+    },
+}
+
+/// The handle; the journal's thread ends when the last handle is dropped.
+pub struct Journal {
+    tx: mpsc::Sender<Command>,
+}
+
+fn encode(kind: u8, version: u64, header: &Header, body: &[u8]) -> Vec<u8> {
+    let header = serde_json::to_vec(header).expect("a journal header serialises");
+    let len = 1 + 8 + 4 + header.len() + body.len();
+    let mut payload = Vec::with_capacity(8 + len);
+    payload.extend_from_slice(&(len as u32).to_le_bytes());
+    payload.extend_from_slice(&[0; 4]);
+    payload.push(kind);
+    payload.extend_from_slice(&version.to_le_bytes());
+    payload.extend_from_slice(&(header.len() as u32).to_le_bytes());
+    payload.extend_from_slice(&header);
+    payload.extend_from_slice(body);
+    let crc = crc32fast::hash(&payload[8..]);
+    payload[4..8].copy_from_slice(&crc.to_le_bytes());
+    payload
+}
+
+struct Decoded {
+    kind: u8,
+    version: u64,
+    header: Header,
+    body: Bytes,
+}
+
+/// The frames of one segment, up to the first that does not hold.
+fn decode_all(data: &Bytes) -> (Vec<Decoded>, bool) {
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    while at < data.len() {
+        let Some(frame) = decode_one(data, at) else {
+            return (out, true);
+        };
+        at = frame.0;
+        out.push(frame.1);
+    }
+    (out, false)
+}
+
+fn decode_one(data: &Bytes, at: usize) -> Option<(usize, Decoded)> {
+    let word = |i: usize| -> Option<u32> {
+        Some(u32::from_le_bytes(data.get(i..i + 4)?.try_into().ok()?))
+    };
+    let len = word(at)? as usize;
+    let crc = word(at + 4)?;
+    let start = at + 8;
+    let payload = data.get(start..start.checked_add(len)?)?;
+    if crc32fast::hash(payload) != crc || len < 13 {
+        return None;
+    }
+    let kind = payload[0];
+    let version = u64::from_le_bytes(payload[1..9].try_into().ok()?);
+    let header_len = u32::from_le_bytes(payload[9..13].try_into().ok()?) as usize;
+    let header: Header =
+        serde_json::from_slice(payload.get(13..13usize.checked_add(header_len)?)?).ok()?;
+    let body = data.slice(start + 13 + header_len..start + len);
+    Some((
+        start + len,
+        Decoded {
+            kind,
+            version,
+            header,
+            body,
+        },
+    ))
+}
+
+fn segment_path(dir: &Path, n: u64) -> PathBuf {
+    dir.join(format!("{n:016}.log"))
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// The thread's state: which segments still hold unsettled records.
+struct Writer {
+    dir: PathBuf,
+    active: File,
+    active_no: u64,
+    active_bytes: u64,
+    /// Unsettled records per segment.
+    segments: BTreeMap<u64, usize>,
+    /// Unsettled records per key: (version, segment).
+    unsettled: HashMap<ObjectKey, Vec<(u64, u64)>>,
+}
+
+impl Writer {
+    fn record_put(&mut self, key: ObjectKey, version: u64, segment: u64) {
+        self.unsettled
+            .entry(key)
+            .or_default()
+            .push((version, segment));
+        *self.segments.entry(segment).or_default() += 1;
+    }
+
+    fn record_done(&mut self, key: &ObjectKey, version: u64) {
+        let Some(records) = self.unsettled.get_mut(key) else {
+            return;
+        };
+        records.retain(|(v, segment)| {
+            if *v <= version {
+                if let Some(n) = self.segments.get_mut(segment) {
+                    *n -= 1;
+                }
+                false
+            } else {
+                true
+            }
+        });
+        if records.is_empty() {
+            self.unsettled.remove(key);
+        }
+    }
+
+    /// Deletes the oldest segments while every record in them is settled.
+    fn delete_settled(&mut self) {
+        while let Some((&n, &count)) = self.segments.iter().next() {
+            if count > 0 || n == self.active_no {
+                break;
+            }
+            self.segments.remove(&n);
+            if let Err(e) = fs::remove_file(segment_path(&self.dir, n)) {
+                tracing::warn!("object cache: removing journal segment {n}: {e}");
+            }
+        }
+    }
+
+    fn rotate(&mut self) -> io::Result<()> {
+        let next = self.active_no + 1;
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(segment_path(&self.dir, next))?;
+        sync_dir(&self.dir)?;
+        self.active = file;
+        self.active_no = next;
+        self.active_bytes = 0;
+        self.segments.entry(next).or_default();
+        Ok(())
+    }
+
+    fn run(mut self, rx: mpsc::Receiver<Command>) {
+        while let Ok(first) = rx.recv() {
+            let mut batch = vec![first];
+            while batch.len() < GROUP {
+                match rx.try_recv() {
+                    Ok(c) => batch.push(c),
+                    Err(_) => break,
+                }
+            }
+            let result = self.commit(&batch);
+            for command in batch {
+                let (reply, outcome) = match command {
+                    Command::Put {
+                        key,
+                        version,
+                        reply,
+                        ..
+                    } => {
+                        if result.is_ok() {
+                            let segment = self.active_no;
+                            self.record_put(key, version, segment);
+                        }
+                        (reply, clone_result(&result))
+                    }
+                    Command::Done {
+                        key,
+                        version,
+                        reply,
+                    } => {
+                        if result.is_ok() {
+                            self.record_done(&key, version);
+                        }
+                        (reply, clone_result(&result))
+                    }
+                };
+                let _ = reply.send(outcome);
+            }
+            self.delete_settled();
+            if self.active_bytes >= SEGMENT_BYTES {
+                if let Err(e) = self.rotate() {
+                    tracing::error!("object cache: starting a journal segment: {e}");
+                }
+            }
+        }
+    }
+
+    fn commit(&mut self, batch: &[Command]) -> io::Result<()> {
+        let mut buf = Vec::new();
+        for command in batch {
+            match command {
+                Command::Put { frame, .. } => buf.extend_from_slice(frame),
+                Command::Done { key, version, .. } => buf.extend_from_slice(&encode(
+                    DONE,
+                    *version,
+                    &Header {
+                        key: key.clone(),
+                        meta: None,
+                    },
+                    &[],
+                )),
+            }
+        }
+        self.active.write_all(&buf)?;
+        self.active.sync_data()?;
+        self.active_bytes += buf.len() as u64;
+        Ok(())
+    }
+}
+
+fn clone_result(r: &io::Result<()>) -> io::Result<()> {
+    match r {
+        Ok(()) => Ok(()),
+        Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+    }
+}
+
+impl Journal {
+    /// Opens (creating) the journal in `dir`, replaying what it holds.
+    pub fn open(dir: &Path) -> io::Result<(Journal, Recovered)> {
+        fs::create_dir_all(dir)?;
+        let mut numbers: Vec<u64> = fs::read_dir(dir)?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                name.strip_suffix(".log")?.parse().ok()
+            })
+            .collect();
+        numbers.sort_unstable();
+        let mut recovered = Recovered::default();
+        let mut writer_segments = BTreeMap::new();
+        let mut unsettled: HashMap<ObjectKey, Vec<(u64, u64)>> = HashMap::new();
+        // The latest unsettled version's contents per key.
+        let mut latest: HashMap<ObjectKey, (u64, Meta, Bytes)> = HashMap::new();
+        for &n in &numbers {
+            let mut data = Vec::new();
+            File::open(segment_path(dir, n))?.read_to_end(&mut data)?;
+            let (frames, torn) = decode_all(&Bytes::from(data));
+            if torn {
+                recovered.bad_frames += 1;
+                tracing::warn!(
+                    "object cache: journal segment {n} ends in a torn or corrupt record"
+                );
+            }
+            writer_segments.insert(n, 0usize);
+            for frame in frames {
+                recovered.last_version = recovered.last_version.max(frame.version);
+                let key = frame.header.key;
+                match (frame.kind, frame.header.meta) {
+                    (PUT, Some(meta)) => {
+                        unsettled
+                            .entry(key.clone())
+                            .or_default()
+                            .push((frame.version, n));
+                        *writer_segments.entry(n).or_default() += 1;
+                        if latest.get(&key).is_none_or(|(v, ..)| *v < frame.version) {
+                            latest.insert(key, (frame.version, meta, frame.body));
+                        }
+                    }
+                    (DONE, _) => {
+                        if let Some(records) = unsettled.get_mut(&key) {
+                            records.retain(|(v, segment)| {
+                                let settled = *v <= frame.version;
+                                if settled {
+                                    *writer_segments.get_mut(segment).expect("segment counted") -=
+                                        1;
+                                }
+                                !settled
+                            });
+                        }
+                        if latest.get(&key).is_some_and(|(v, ..)| *v <= frame.version) {
+                            latest.remove(&key);
+                        }
+                    }
+                    _ => recovered.bad_frames += 1,
+                }
+            }
+        }
+        unsettled.retain(|_, records| !records.is_empty());
+        let mut pending: Vec<PendingWrite> = latest
+            .into_iter()
+            .map(|(key, (version, meta, body))| PendingWrite {
+                key,
+                version,
+                meta,
+                body,
+            })
+            .collect();
+        pending.sort_by_key(|p| p.version);
+        recovered.pending = pending;
+
+        let active_no = numbers.last().map_or(1, |n| n + 1);
+        let active = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(segment_path(dir, active_no))?;
+        sync_dir(dir)?;
+        writer_segments.insert(active_no, 0);
+        let mut writer = Writer {
+            dir: dir.to_path_buf(),
+            active,
+            active_no,
+            active_bytes: 0,
+            segments: writer_segments,
+            unsettled,
+        };
+        writer.delete_settled();
+        let (tx, rx) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("kiln-cache-journal".into())
+            .spawn(move || writer.run(rx))?;
+        Ok((Journal { tx }, recovered))
+    }
+
+    async fn ask(&self, command: Command, rx: oneshot::Receiver<io::Result<()>>) -> io::Result<()> {
+        self.tx
+            .send(command)
+            .map_err(|_| io::Error::other("the journal's thread has stopped"))?;
+        rx.await
+            .map_err(|_| io::Error::other("the journal's thread has stopped"))?
+    }
+
+    /// Makes version `version` of `key` durable.
+    pub async fn put(
+        &self,
+        key: &ObjectKey,
+        version: u64,
+        meta: &Meta,
+        body: &[u8],
+    ) -> io::Result<()> {
+        let frame = encode(
+            PUT,
+            version,
+            &Header {
+                key: key.clone(),
+                meta: Some(meta.clone()),
+            },
+            body,
+        );
+        let (reply, rx) = oneshot::channel();
+        self.ask(
+            Command::Put {
+                key: key.clone(),
+                version,
+                frame,
+                reply,
+            },
+            rx,
+        )
+        .await
+    }
+
+    /// Records that `version` of `key` is in the backing store (durably: a restart does not
+    /// write it again).
+    pub async fn done(&self, key: &ObjectKey, version: u64) -> io::Result<()> {
+        let (reply, rx) = oneshot::channel();
+        self.ask(
+            Command::Done {
+                key: key.clone(),
+                version,
+                reply,
+            },
+            rx,
+        )
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::objects::checksum::Checksums;
+    use crate::objects::local::meta::ObjectAttrs;
+
+    fn meta(etag: &str) -> Meta {
+        Meta {
+            etag: etag.into(),
+            modified_ms: 1,
+            size: 3,
+            attrs: ObjectAttrs::default(),
+            checksums: Checksums::default(),
+        }
+    }
+
+    fn segments(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[tokio::test]
+    async fn unsettled_versions_come_back_latest_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = ObjectKey::new("b", "a");
+        let c = ObjectKey::new("b", "c");
+        {
+            let (j, recovered) = Journal::open(dir.path()).unwrap();
+            assert!(recovered.pending.is_empty());
+            j.put(&a, 1, &meta("a1"), b"one").await.unwrap();
+            j.put(&a, 2, &meta("a2"), b"two").await.unwrap();
+            j.put(&c, 3, &meta("c3"), b"three").await.unwrap();
+            j.done(&c, 3).await.unwrap();
+        }
+        let (_j, recovered) = Journal::open(dir.path()).unwrap();
+        assert_eq!(recovered.last_version, 3);
+        assert_eq!(recovered.pending.len(), 1);
+        let p = &recovered.pending[0];
+        assert_eq!((&p.key, p.version, &p.body[..]), (&a, 2, &b"two"[..]));
+        assert_eq!(p.meta, meta("a2"));
+    }
+
+    #[tokio::test]
+    async fn settled_segments_are_deleted_oldest_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = ObjectKey::new("b", "a");
+        {
+            let (j, _) = Journal::open(dir.path()).unwrap();
+            j.put(&a, 1, &meta("a1"), b"one").await.unwrap();
+        }
+        {
+            // Segment 1 holds an unsettled put, so it stays; segment 2 is the new active one.
+            let (j, recovered) = Journal::open(dir.path()).unwrap();
+            assert_eq!(recovered.pending.len(), 1);
+            assert_eq!(segments(dir.path()).len(), 2);
+            j.done(&a, 1).await.unwrap();
+        }
+        // Reopened: segment 1 is settled and deleted; segment 2 (with the done) too, being
+        // older than the new active segment 3.
+        let (_j, recovered) = Journal::open(dir.path()).unwrap();
+        assert!(recovered.pending.is_empty());
+        assert_eq!(segments(dir.path()), vec!["0000000000000003.log"]);
+    }
+
+    #[tokio::test]
+    async fn a_torn_tail_loses_only_the_unacknowledged_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = ObjectKey::new("b", "a");
+        {
+            let (j, _) = Journal::open(dir.path()).unwrap();
+            j.put(&a, 1, &meta("a1"), b"one").await.unwrap();
+        }
+        // A crash in the middle of the next write: half a frame at the end.
+        let path = dir.path().join("0000000000000001.log");
+        let frame = encode(
+            PUT,
+            2,
+            &Header {
+                key: a.clone(),
+                meta: Some(meta("a2")),
+            },
+            b"two",
+        );
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(&frame[..frame.len() / 2]).unwrap();
+        let (_j, recovered) = Journal::open(dir.path()).unwrap();
+        assert_eq!(recovered.bad_frames, 1);
+        assert_eq!(recovered.pending.len(), 1);
+        assert_eq!(recovered.pending[0].version, 1);
+    }
+
+    #[tokio::test]
+    async fn many_writers_share_syncs() {
+        let dir = tempfile::tempdir().unwrap();
+        let (j, _) = Journal::open(dir.path()).unwrap();
+        let j = std::sync::Arc::new(j);
+        let mut tasks = Vec::new();
+        for i in 0..200u64 {
+            let j = j.clone();
+            tasks.push(tokio::spawn(async move {
+                let key = ObjectKey::new("b", format!("k{i}"));
+                j.put(&key, i + 1, &meta("x"), b"abc").await
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap().unwrap();
+        }
+        drop(j);
+        let (_j, recovered) = Journal::open(dir.path()).unwrap();
+        assert_eq!(recovered.pending.len(), 200);
+        assert_eq!(recovered.last_version, 200);
+    }
+}

@@ -1,0 +1,1064 @@
+//! The opportunistic object cache (OFC §6): object-store data in memory, in front of the
+//! backing store, with write-back.
+//!
+//! ```text
+//! s3s::S3Service ─▶ CachedStore (dyn s3s::S3)
+//!                    ├─ reads:  Entries (memory) ─miss─▶ backend, then cached (≤ max object)
+//!                    ├─ writes: Journal (fsync, group commit) ─▶ Entries (dirty) ─▶ acknowledged
+//!                    │           └─ write-back workers ─▶ backend (in order per key, version
+//!                    │              checked) ─▶ journal `done` ─▶ clean
+//!                    └─ the rest: through to the backend, after the keys it touches are clean
+//! ```
+//!
+//! Consistency through kiln: every reader sees the latest acknowledged version, because a key
+//! with a version not yet in the backing store stays in memory (dirty entries are never
+//! evicted), and every operation the cache does not answer itself (listings, copies, deletes,
+//! multipart completion, conditional or encrypted writes) waits until the keys it touches are
+//! clean and holds them while it runs. An outside client of the backing store sees a version
+//! once its write-back finished (`kiln_object_cache_writeback_seconds`).
+
+mod entries;
+mod journal;
+mod writeback;
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use s3s::dto::*;
+use s3s::{s3_error, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, S3};
+use tokio::sync::{mpsc, Notify};
+
+use entries::{Entries, Hit, Meta};
+pub use entries::{ObjectKey, SweepRules, Usage};
+use journal::Journal;
+
+use super::checksum::{hex, verify_content_md5, BodyHasher, Declared};
+use super::conditions::{not_modified, precondition_failed, ReadConditions, Verdict};
+use super::local::{
+    body_error, check_length, checksum_type, checksums_from, content_length, incomplete_body,
+    internal, now_ms, object_attrs, set_checksums, timestamp,
+};
+use super::ObjectStoreError;
+
+/// The user-metadata key that carries a version in the backing store. Reserved: it is not
+/// accepted from clients nor shown to them through kiln.
+pub const VERSION_METADATA: &str = "kiln-version";
+
+/// The cache's settings.
+#[derive(Debug, Clone)]
+pub struct CacheConfig {
+    /// Memory for cached objects, in bytes.
+    pub capacity_bytes: u64,
+    /// Larger objects are not cached (OFC: 10 MB).
+    pub max_object_bytes: u64,
+    pub sweep: SweepRules,
+    /// Concurrent write-backs.
+    pub writeback_workers: usize,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        Self {
+            capacity_bytes: 512 * 1024 * 1024,
+            max_object_bytes: 10 * 1024 * 1024,
+            sweep: SweepRules {
+                period: Duration::from_secs(300),
+                min_accesses: 5,
+                max_idle: Duration::from_secs(30 * 60),
+            },
+            writeback_workers: 8,
+        }
+    }
+}
+
+/// The cache's metrics, registered next to kiln's own.
+#[derive(Clone, Debug)]
+pub struct CacheMetrics {
+    pub hits: Counter,
+    pub misses: Counter,
+    /// Reads and writes the cache passed to the backing store.
+    pub bypassed: Counter,
+    pub cached_writes: Counter,
+    pub written_back: Counter,
+    /// Write-backs that skipped a version because the backing store held a newer one.
+    pub superseded: Counter,
+    pub writeback_errors: Counter,
+    pub evictions: Counter,
+    pub bytes: Gauge,
+    pub dirty_bytes: Gauge,
+    pub capacity_bytes: Gauge,
+    /// Time from acknowledging a write to its version being in the backing store.
+    pub writeback_seconds: Histogram,
+    /// Time a capacity change took (evictions included).
+    pub resize_seconds: Histogram,
+}
+
+impl Default for CacheMetrics {
+    fn default() -> Self {
+        Self {
+            hits: Counter::default(),
+            misses: Counter::default(),
+            bypassed: Counter::default(),
+            cached_writes: Counter::default(),
+            written_back: Counter::default(),
+            superseded: Counter::default(),
+            writeback_errors: Counter::default(),
+            evictions: Counter::default(),
+            bytes: Gauge::default(),
+            dirty_bytes: Gauge::default(),
+            capacity_bytes: Gauge::default(),
+            // 100 µs to ~100 s.
+            writeback_seconds: Histogram::new(exponential_buckets(0.000_1, 2.5, 16)),
+            // 1 µs to ~1 s.
+            resize_seconds: Histogram::new(exponential_buckets(0.000_001, 2.5, 16)),
+        }
+    }
+}
+
+impl CacheMetrics {
+    pub fn register(&self, registry: &mut Registry) {
+        let counters = [
+            ("object_cache_hits", "Reads answered from the object cache", &self.hits),
+            ("object_cache_misses", "Cacheable reads that went to the backing store", &self.misses),
+            ("object_cache_bypassed", "Requests the object cache passed to the backing store (ranges of uncached objects, encryption, versions, conditional writes, large objects)", &self.bypassed),
+            ("object_cache_writes", "Writes acknowledged by the object cache (write-back)", &self.cached_writes),
+            ("object_cache_written_back", "Versions the object cache wrote to the backing store", &self.written_back),
+            ("object_cache_superseded", "Write-backs skipped because the backing store held a newer version", &self.superseded),
+            ("object_cache_writeback_errors", "Failed write-back attempts (each is retried)", &self.writeback_errors),
+            ("object_cache_evictions", "Objects evicted from the object cache", &self.evictions),
+        ];
+        for (name, help, counter) in counters {
+            registry.register(name, help, counter.clone());
+        }
+        registry.register(
+            "object_cache_bytes",
+            "Bytes held by the object cache",
+            self.bytes.clone(),
+        );
+        registry.register(
+            "object_cache_dirty_bytes",
+            "Bytes held by the object cache that are not yet in the backing store",
+            self.dirty_bytes.clone(),
+        );
+        registry.register(
+            "object_cache_capacity_bytes",
+            "The object cache's capacity",
+            self.capacity_bytes.clone(),
+        );
+        registry.register(
+            "object_cache_writeback_seconds",
+            "Time from acknowledging a write to its version being in the backing store",
+            self.writeback_seconds.clone(),
+        );
+        registry.register(
+            "object_cache_resize_seconds",
+            "Time a change of the object cache's capacity took",
+            self.resize_seconds.clone(),
+        );
+    }
+}
+
+/// Per-key locks: held by a cached write while it is journaled, and by an operation passed to
+/// the backing store while it runs, so that the backing store sees a key's writes in the order
+/// they were acknowledged.
+#[derive(Default)]
+struct KeyLocks {
+    map: Mutex<std::collections::HashMap<ObjectKey, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+struct KeyGuard<'a> {
+    locks: &'a KeyLocks,
+    key: ObjectKey,
+    lock: Arc<tokio::sync::Mutex<()>>,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Drop for KeyGuard<'_> {
+    fn drop(&mut self) {
+        self.guard.take();
+        let mut map = self.locks.map.lock().unwrap_or_else(|p| p.into_inner());
+        // The map's reference and ours: nobody else holds or waits for the lock.
+        if Arc::strong_count(&self.lock) == 2 {
+            map.remove(&self.key);
+        }
+    }
+}
+
+impl KeyLocks {
+    async fn lock(&self, key: &ObjectKey) -> KeyGuard<'_> {
+        let lock = {
+            let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+            map.entry(key.clone()).or_default().clone()
+        };
+        let guard = lock.clone().lock_owned().await;
+        KeyGuard {
+            locks: self,
+            key: key.clone(),
+            lock,
+            guard: Some(guard),
+        }
+    }
+}
+
+/// The shared state of the cache: the S3 layer and the background tasks hold it.
+pub struct ObjectCache {
+    config: CacheConfig,
+    backend: Box<dyn S3>,
+    entries: Mutex<Entries>,
+    journal: Journal,
+    locks: KeyLocks,
+    /// Woken whenever a version reaches the backing store.
+    persisted: Notify,
+    queue: mpsc::UnboundedSender<ObjectKey>,
+    last_version: AtomicU64,
+    /// Buckets known to exist in the backing store.
+    buckets: Mutex<HashSet<String>>,
+    /// When each dirty version was acknowledged, for the write-back time.
+    acknowledged: Mutex<std::collections::HashMap<u64, Instant>>,
+    metrics: CacheMetrics,
+}
+
+fn now_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+impl ObjectCache {
+    /// Opens the cache over `backend`: replays the journal in `dir` and starts writing back
+    /// what it held. Needs a tokio runtime.
+    pub fn open(
+        dir: PathBuf,
+        config: CacheConfig,
+        backend: Box<dyn S3>,
+    ) -> Result<Arc<Self>, ObjectStoreError> {
+        let (journal, recovered) = Journal::open(&dir.join("journal"))
+            .map_err(|e| ObjectStoreError::Io(dir.clone(), e))?;
+        let (queue, rx) = mpsc::unbounded_channel();
+        let metrics = CacheMetrics::default();
+        metrics.capacity_bytes.set(config.capacity_bytes as i64);
+        let cache = Arc::new(Self {
+            entries: Mutex::new(Entries::new(config.capacity_bytes)),
+            config,
+            backend,
+            journal,
+            locks: KeyLocks::default(),
+            persisted: Notify::new(),
+            queue,
+            last_version: AtomicU64::new(recovered.last_version),
+            buckets: Mutex::new(HashSet::new()),
+            acknowledged: Mutex::default(),
+            metrics,
+        });
+        if !recovered.pending.is_empty() {
+            tracing::info!(
+                "object cache: {} acknowledged writes to write back from the journal",
+                recovered.pending.len()
+            );
+        }
+        let now = Instant::now();
+        for pending in recovered.pending {
+            let key = pending.key.clone();
+            let queue = cache.entries().write(
+                pending.key,
+                pending.body,
+                pending.meta,
+                pending.version,
+                now,
+            );
+            if queue {
+                let _ = cache.queue.send(key);
+            }
+        }
+        cache.refresh_gauges();
+        writeback::start(&cache, rx);
+        Ok(cache)
+    }
+
+    fn entries(&self) -> MutexGuard<'_, Entries> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn metrics(&self) -> &CacheMetrics {
+        &self.metrics
+    }
+
+    pub fn usage(&self) -> Usage {
+        self.entries().usage()
+    }
+
+    /// Sets the capacity (the sizing's decision), evicting clean objects to fit: persisted
+    /// outputs first, then inputs by LRU. Dirty objects stay until written back.
+    pub fn set_capacity(&self, bytes: u64) {
+        let started = Instant::now();
+        let evicted = self.entries().set_capacity(bytes);
+        self.metrics
+            .resize_seconds
+            .observe(started.elapsed().as_secs_f64());
+        self.metrics.capacity_bytes.set(bytes as i64);
+        if evicted > 0 {
+            self.refresh_gauges();
+        }
+    }
+
+    /// One periodic sweep (OFC §6.3); returns how many objects went.
+    pub fn sweep(&self) -> usize {
+        let evicted = self.entries().sweep(&self.config.sweep, Instant::now());
+        self.metrics.evictions.inc_by(evicted as u64);
+        self.refresh_gauges();
+        evicted
+    }
+
+    fn refresh_gauges(&self) {
+        let usage = self.usage();
+        self.metrics.bytes.set(usage.bytes as i64);
+        self.metrics.dirty_bytes.set(usage.dirty_bytes as i64);
+    }
+
+    /// The next version: above every earlier one, across restarts too (the clock, when the
+    /// journal holds none).
+    fn next_version(&self) -> u64 {
+        let floor = now_micros();
+        let previous = self
+            .last_version
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| {
+                Some((v + 1).max(floor))
+            })
+            .unwrap_or_default();
+        (previous + 1).max(floor)
+    }
+
+    /// Waits until `key` has no version that is not in the backing store.
+    async fn until_clean(&self, key: &ObjectKey) {
+        loop {
+            let notified = self.persisted.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if !self.entries().is_dirty(key) {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Waits until every version of `bucket` acknowledged so far is in the backing store.
+    async fn until_bucket_settled(&self, bucket: &str) {
+        let dirty = self.entries().dirty_in(bucket);
+        for (key, version) in dirty {
+            loop {
+                let notified = self.persisted.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                if self.entries().settled(&key, version) {
+                    break;
+                }
+                notified.await;
+            }
+        }
+    }
+
+    /// Takes `keys` for an operation on the backing store: once none of them is dirty, holds
+    /// them so that no cached write can be acknowledged until the operation ended.
+    async fn exclusive(&self, mut keys: Vec<ObjectKey>) -> Vec<KeyGuard<'_>> {
+        keys.sort();
+        keys.dedup();
+        loop {
+            for key in &keys {
+                self.until_clean(key).await;
+            }
+            let mut guards = Vec::with_capacity(keys.len());
+            for key in &keys {
+                guards.push(self.locks.lock(key).await);
+            }
+            let entries = self.entries();
+            if keys.iter().all(|k| !entries.is_dirty(k)) {
+                drop(entries);
+                return guards;
+            }
+        }
+    }
+
+    /// Runs an operation that changes `keys` on the backing store, then drops what the cache
+    /// held of them.
+    async fn write_through<T>(
+        &self,
+        keys: Vec<ObjectKey>,
+        operation: impl std::future::Future<Output = S3Result<T>>,
+    ) -> S3Result<T> {
+        self.metrics.bypassed.inc();
+        let guards = self.exclusive(keys.clone()).await;
+        let result = operation.await;
+        {
+            let mut entries = self.entries();
+            for key in &keys {
+                entries.invalidate(key);
+            }
+        }
+        drop(guards);
+        self.refresh_gauges();
+        result
+    }
+
+    /// Whether `bucket` exists in the backing store (asked once, then remembered).
+    async fn require_bucket(&self, bucket: &str) -> S3Result<()> {
+        if self.known_bucket(bucket) {
+            return Ok(());
+        }
+        self.backend
+            .head_bucket(internal_request(HeadBucketInput {
+                bucket: bucket.to_string(),
+                ..Default::default()
+            }))
+            .await
+            .map_err(|e| {
+                if is_not_found(&e) {
+                    s3_error!(NoSuchBucket)
+                } else {
+                    e
+                }
+            })?;
+        self.remember_bucket(bucket, true);
+        Ok(())
+    }
+
+    fn known_bucket(&self, bucket: &str) -> bool {
+        self.buckets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(bucket)
+    }
+
+    fn remember_bucket(&self, bucket: &str, exists: bool) {
+        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        if exists {
+            buckets.insert(bucket.to_string());
+        } else {
+            buckets.remove(bucket);
+        }
+    }
+}
+
+/// A request the cache itself sends to the backing store.
+fn internal_request<T>(input: T) -> S3Request<T> {
+    S3Request {
+        input,
+        method: http::Method::GET,
+        uri: http::Uri::from_static("/"),
+        headers: http::HeaderMap::new(),
+        extensions: http::Extensions::new(),
+        credentials: None,
+        region: None,
+        service: None,
+        trailing_headers: None,
+    }
+}
+
+fn is_not_found(e: &S3Error) -> bool {
+    matches!(e.code(), S3ErrorCode::NoSuchKey | S3ErrorCode::NoSuchBucket)
+        || e.status_code() == Some(http::StatusCode::NOT_FOUND)
+}
+
+/// Removes the reserved version key from user metadata.
+fn strip_reserved(metadata: &mut Option<Metadata>) {
+    if let Some(m) = metadata {
+        m.remove(VERSION_METADATA);
+        if m.is_empty() {
+            *metadata = None;
+        }
+    }
+}
+
+fn wants_checksums(mode: Option<&ChecksumMode>) -> bool {
+    mode.is_some_and(|m| m.as_str().eq_ignore_ascii_case(ChecksumMode::ENABLED))
+}
+
+/// A read the cache can answer: no version, part, or customer key.
+fn plain_read(
+    version_id: &Option<String>,
+    part_number: &Option<i32>,
+    sse_customer_algorithm: &Option<String>,
+) -> bool {
+    version_id.is_none() && part_number.is_none() && sse_customer_algorithm.is_none()
+}
+
+/// A write the cache can take: none of encryption, locks, tags, ACLs, storage classes,
+/// preconditions or appends (those go to the backing store, which implements or refuses them).
+fn plain_write(input: &PutObjectInput) -> bool {
+    input.if_match.is_none()
+        && input.if_none_match.is_none()
+        && input.write_offset_bytes.is_none()
+        && input.sse_customer_algorithm.is_none()
+        && input.server_side_encryption.is_none()
+        && input.ssekms_key_id.is_none()
+        && input.object_lock_mode.is_none()
+        && input.object_lock_legal_hold_status.is_none()
+        && input.object_lock_retain_until_date.is_none()
+        && input.tagging.is_none()
+        && input.acl.is_none()
+        && input.grant_full_control.is_none()
+        && input.grant_read.is_none()
+        && input.grant_read_acp.is_none()
+        && input.grant_write_acp.is_none()
+        && input
+            .storage_class
+            .as_ref()
+            .is_none_or(|c| c.as_str() == StorageClass::STANDARD)
+}
+
+/// The cached form of what the backing store answered to a GET.
+fn meta_of(output: &GetObjectOutput, size: u64) -> Meta {
+    let mut metadata = output.metadata.clone();
+    strip_reserved(&mut metadata);
+    let mut checksums = checksums_from(
+        output.checksum_crc32.clone(),
+        output.checksum_crc32c.clone(),
+        output.checksum_crc64nvme.clone(),
+        output.checksum_sha1.clone(),
+        output.checksum_sha256.clone(),
+    );
+    checksums.kind = output
+        .checksum_type
+        .as_ref()
+        .and_then(|t| super::checksum::ChecksumKind::parse(t.as_str()));
+    Meta {
+        etag: output
+            .e_tag
+            .as_ref()
+            .map(|e| e.value().to_string())
+            .unwrap_or_default(),
+        modified_ms: output
+            .last_modified
+            .as_ref()
+            .map_or_else(now_ms, super::local::ms_of),
+        size,
+        attrs: super::local::meta::ObjectAttrs {
+            content_type: output.content_type.clone(),
+            content_encoding: output.content_encoding.clone(),
+            content_disposition: output.content_disposition.clone(),
+            content_language: output.content_language.clone(),
+            cache_control: output.cache_control.clone(),
+            expires_ms: output.expires.as_ref().map(super::local::ms_of),
+            website_redirect_location: output.website_redirect_location.clone(),
+            metadata: metadata.unwrap_or_default().into_iter().collect(),
+        },
+        checksums,
+    }
+}
+
+/// Fills the fields GetObject and HeadObject share from cached metadata.
+macro_rules! answer_from {
+    ($output:ident, $meta:expr, $span:expr, $ranged:expr, $wants:expr) => {{
+        let meta: &Meta = $meta;
+        let span: &std::ops::Range<u64> = $span;
+        let attrs = &meta.attrs;
+        let mut output = $output {
+            content_length: Some((span.end - span.start) as i64),
+            content_range: $ranged
+                .then(|| format!("bytes {}-{}/{}", span.start, span.end - 1, meta.size)),
+            accept_ranges: Some("bytes".into()),
+            e_tag: Some(ETag::Strong(meta.etag.clone())),
+            last_modified: Some(timestamp(meta.modified_ms)),
+            metadata: (!attrs.metadata.is_empty())
+                .then(|| attrs.metadata.clone().into_iter().collect()),
+            content_type: attrs.content_type.clone(),
+            content_encoding: attrs.content_encoding.clone(),
+            content_disposition: attrs.content_disposition.clone(),
+            content_language: attrs.content_language.clone(),
+            cache_control: attrs.cache_control.clone(),
+            expires: attrs.expires_ms.map(timestamp),
+            website_redirect_location: attrs.website_redirect_location.clone(),
+            ..Default::default()
+        };
+        if $wants && !$ranged {
+            set_checksums!(output, &meta.checksums);
+            output.checksum_type = checksum_type(&meta.checksums);
+        }
+        output
+    }};
+}
+
+/// Applies a read's preconditions and range to cached metadata.
+fn check_read(
+    meta: &Meta,
+    conditions: &ReadConditions,
+    range: Option<&Range>,
+) -> S3Result<std::ops::Range<u64>> {
+    match conditions.evaluate(&meta.etag, meta.modified_ms) {
+        Verdict::Proceed => {}
+        Verdict::NotModified => return Err(not_modified(&meta.etag, meta.modified_ms)),
+        Verdict::PreconditionFailed => return Err(precondition_failed()),
+    }
+    match range {
+        Some(r) => Ok(r.check(meta.size)?),
+        None => Ok(0..meta.size),
+    }
+}
+
+fn answer_get(
+    hit: Hit,
+    conditions: &ReadConditions,
+    range: Option<&Range>,
+    wants: bool,
+) -> S3Result<S3Response<GetObjectOutput>> {
+    let span = check_read(&hit.meta, conditions, range)?;
+    let body = hit.body.slice(span.start as usize..span.end as usize);
+    let mut output = answer_from!(GetObjectOutput, &hit.meta, &span, range.is_some(), wants);
+    output.body = Some(StreamingBlob::from(s3s::Body::from(body)));
+    Ok(S3Response::new(output))
+}
+
+/// Reads a response body of `size` bytes into memory.
+async fn collect(body: Option<StreamingBlob>, size: u64) -> S3Result<Bytes> {
+    let mut buf = BytesMut::with_capacity(size as usize);
+    if let Some(mut body) = body {
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|e| internal("reading from the backing store", e))?;
+            if (buf.len() + chunk.len()) as u64 > size {
+                return Err(internal(
+                    "reading from the backing store",
+                    "the object is longer than its Content-Length",
+                ));
+            }
+            buf.extend_from_slice(&chunk);
+        }
+    }
+    if buf.len() as u64 != size {
+        return Err(internal(
+            "reading from the backing store",
+            "the object is shorter than its Content-Length",
+        ));
+    }
+    Ok(buf.freeze())
+}
+
+/// Ends a miss when dropped, so that a cancelled request does not leave it open.
+struct Miss<'a> {
+    cache: &'a ObjectCache,
+    since: u64,
+    open: bool,
+}
+
+impl<'a> Miss<'a> {
+    fn begin(cache: &'a ObjectCache) -> Self {
+        let since = cache.entries().begin_miss();
+        Self {
+            cache,
+            since,
+            open: true,
+        }
+    }
+
+    fn end(mut self, fetched: Option<(ObjectKey, Bytes, Meta)>) {
+        self.open = false;
+        self.cache
+            .entries()
+            .end_miss(self.since, fetched, Instant::now());
+        self.cache.refresh_gauges();
+    }
+}
+
+impl Drop for Miss<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            self.cache
+                .entries()
+                .end_miss(self.since, None, Instant::now());
+        }
+    }
+}
+
+/// `s3s::S3` over a backend, with the cache in between.
+pub struct CachedStore {
+    cache: Arc<ObjectCache>,
+}
+
+impl CachedStore {
+    pub fn new(cache: Arc<ObjectCache>) -> Self {
+        Self { cache }
+    }
+}
+
+#[async_trait::async_trait]
+impl S3 for CachedStore {
+    async fn head_bucket(
+        &self,
+        req: S3Request<HeadBucketInput>,
+    ) -> S3Result<S3Response<HeadBucketOutput>> {
+        self.cache.backend.head_bucket(req).await
+    }
+
+    async fn get_bucket_location(
+        &self,
+        req: S3Request<GetBucketLocationInput>,
+    ) -> S3Result<S3Response<GetBucketLocationOutput>> {
+        self.cache.backend.get_bucket_location(req).await
+    }
+
+    async fn list_buckets(
+        &self,
+        req: S3Request<ListBucketsInput>,
+    ) -> S3Result<S3Response<ListBucketsOutput>> {
+        self.cache.backend.list_buckets(req).await
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        self.cache.backend.create_multipart_upload(req).await
+    }
+
+    async fn upload_part(
+        &self,
+        req: S3Request<UploadPartInput>,
+    ) -> S3Result<S3Response<UploadPartOutput>> {
+        self.cache.backend.upload_part(req).await
+    }
+
+    async fn list_parts(
+        &self,
+        req: S3Request<ListPartsInput>,
+    ) -> S3Result<S3Response<ListPartsOutput>> {
+        self.cache.backend.list_parts(req).await
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        self.cache.backend.abort_multipart_upload(req).await
+    }
+
+    async fn create_bucket(
+        &self,
+        req: S3Request<CreateBucketInput>,
+    ) -> S3Result<S3Response<CreateBucketOutput>> {
+        let bucket = req.input.bucket.clone();
+        let out = self.cache.backend.create_bucket(req).await?;
+        self.cache.remember_bucket(&bucket, true);
+        Ok(out)
+    }
+
+    async fn delete_bucket(
+        &self,
+        req: S3Request<DeleteBucketInput>,
+    ) -> S3Result<S3Response<DeleteBucketOutput>> {
+        let bucket = req.input.bucket.clone();
+        self.cache.until_bucket_settled(&bucket).await;
+        let out = self.cache.backend.delete_bucket(req).await?;
+        self.cache.remember_bucket(&bucket, false);
+        self.cache.entries().invalidate_bucket(&bucket);
+        self.cache.refresh_gauges();
+        Ok(out)
+    }
+
+    async fn list_objects_v2(
+        &self,
+        req: S3Request<ListObjectsV2Input>,
+    ) -> S3Result<S3Response<ListObjectsV2Output>> {
+        self.cache.until_bucket_settled(&req.input.bucket).await;
+        self.cache.backend.list_objects_v2(req).await
+    }
+
+    async fn list_objects(
+        &self,
+        req: S3Request<ListObjectsInput>,
+    ) -> S3Result<S3Response<ListObjectsOutput>> {
+        self.cache.until_bucket_settled(&req.input.bucket).await;
+        self.cache.backend.list_objects(req).await
+    }
+
+    async fn get_object(
+        &self,
+        mut req: S3Request<GetObjectInput>,
+    ) -> S3Result<S3Response<GetObjectOutput>> {
+        let cache = &self.cache;
+        let input = &req.input;
+        let key = ObjectKey::new(&input.bucket, &input.key);
+        if !plain_read(
+            &input.version_id,
+            &input.part_number,
+            &input.sse_customer_algorithm,
+        ) {
+            cache.metrics.bypassed.inc();
+            cache.until_clean(&key).await;
+            let mut out = cache.backend.get_object(req).await?;
+            strip_reserved(&mut out.output.metadata);
+            return Ok(out);
+        }
+        let conditions = ReadConditions {
+            if_match: input.if_match.clone(),
+            if_none_match: input.if_none_match.clone(),
+            if_modified_since: input.if_modified_since.clone(),
+            if_unmodified_since: input.if_unmodified_since.clone(),
+        };
+        let wants = wants_checksums(input.checksum_mode.as_ref());
+        let range = input.range;
+        let hit = cache.entries().get(&key, Instant::now());
+        if let Some(hit) = hit {
+            cache.metrics.hits.inc();
+            return answer_get(hit, &conditions, range.as_ref(), wants);
+        }
+        // Not in memory, so not dirty: the backing store has the latest version.
+        if range.is_some() {
+            cache.metrics.bypassed.inc();
+            let mut out = cache.backend.get_object(req).await?;
+            strip_reserved(&mut out.output.metadata);
+            return Ok(out);
+        }
+        cache.metrics.misses.inc();
+        let miss = Miss::begin(cache);
+        // The whole object, unconditionally, with its checksums: the cache answers for it.
+        let input = &mut req.input;
+        input.if_match = None;
+        input.if_none_match = None;
+        input.if_modified_since = None;
+        input.if_unmodified_since = None;
+        input.checksum_mode = Some(ChecksumMode::from_static(ChecksumMode::ENABLED));
+        let mut out = cache.backend.get_object(req).await?;
+        let size = out.output.content_length.unwrap_or(-1);
+        let capacity = cache.usage().capacity;
+        if size >= 0 && (size as u64) <= cache.config.max_object_bytes.min(capacity) {
+            let size = size as u64;
+            let meta = meta_of(&out.output, size);
+            let body = collect(out.output.body.take(), size).await?;
+            miss.end(Some((key, body.clone(), meta.clone())));
+            return answer_get(
+                Hit {
+                    body,
+                    meta: Arc::new(meta),
+                },
+                &conditions,
+                None,
+                wants,
+            );
+        }
+        miss.end(None);
+        // Too large to cache: streamed through, preconditions applied here.
+        let meta = meta_of(&out.output, size.max(0) as u64);
+        check_read(&meta, &conditions, None)?;
+        strip_reserved(&mut out.output.metadata);
+        if !wants {
+            set_checksums!(out.output, &super::checksum::Checksums::default());
+            out.output.checksum_type = None;
+        }
+        Ok(out)
+    }
+
+    async fn head_object(
+        &self,
+        req: S3Request<HeadObjectInput>,
+    ) -> S3Result<S3Response<HeadObjectOutput>> {
+        let cache = &self.cache;
+        let input = &req.input;
+        let key = ObjectKey::new(&input.bucket, &input.key);
+        let plain = plain_read(
+            &input.version_id,
+            &input.part_number,
+            &input.sse_customer_algorithm,
+        );
+        let hit = if plain {
+            cache.entries().get(&key, Instant::now())
+        } else {
+            cache.until_clean(&key).await;
+            None
+        };
+        if let Some(hit) = hit {
+            cache.metrics.hits.inc();
+            let conditions = ReadConditions {
+                if_match: input.if_match.clone(),
+                if_none_match: input.if_none_match.clone(),
+                if_modified_since: input.if_modified_since.clone(),
+                if_unmodified_since: input.if_unmodified_since.clone(),
+            };
+            let span = check_read(&hit.meta, &conditions, input.range.as_ref())?;
+            let wants = wants_checksums(input.checksum_mode.as_ref());
+            let output = answer_from!(
+                HeadObjectOutput,
+                &hit.meta,
+                &span,
+                input.range.is_some(),
+                wants
+            );
+            return Ok(S3Response::new(output));
+        }
+        cache.metrics.bypassed.inc();
+        let mut out = cache.backend.head_object(req).await?;
+        strip_reserved(&mut out.output.metadata);
+        Ok(out)
+    }
+
+    async fn put_object(
+        &self,
+        mut req: S3Request<PutObjectInput>,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
+        let cache = &self.cache;
+        strip_reserved(&mut req.input.metadata);
+        let key = ObjectKey::new(&req.input.bucket, &req.input.key);
+        let length = content_length(req.input.content_length, &req.headers);
+        let small = length.is_some_and(|n| n >= 0 && n as u64 <= cache.config.max_object_bytes);
+        if !plain_write(&req.input)
+            || !small
+            || !cache.entries().could_hold(&key, length.unwrap_or(0) as u64)
+        {
+            let backend = &cache.backend;
+            return cache
+                .write_through(vec![key], backend.put_object(req))
+                .await;
+        }
+        cache.require_bucket(&key.bucket).await?;
+        let S3Request {
+            input,
+            headers,
+            trailing_headers,
+            ..
+        } = req;
+        let length = check_length(length, cache.config.max_object_bytes)?;
+        let mut declared = Declared::new(
+            checksums_from(
+                input.checksum_crc32,
+                input.checksum_crc32c,
+                input.checksum_crc64nvme,
+                input.checksum_sha1,
+                input.checksum_sha256,
+            ),
+            input.checksum_algorithm.as_ref().map(|a| a.as_str()),
+            &headers,
+        )?;
+        let mut hasher = BodyHasher::new(&declared.algorithms);
+        let mut buf = BytesMut::with_capacity(length as usize);
+        if let Some(mut body) = input.body {
+            while let Some(chunk) = body.next().await {
+                let chunk = chunk.map_err(|e| body_error(&e))?;
+                if (buf.len() + chunk.len()) as u64 > length {
+                    return Err(incomplete_body());
+                }
+                hasher.update(&chunk);
+                buf.extend_from_slice(&chunk);
+            }
+        }
+        if buf.len() as u64 != length {
+            return Err(incomplete_body());
+        }
+        let (md5, computed) = hasher.finish();
+        verify_content_md5(input.content_md5.as_deref(), &md5)?;
+        let trailers = trailing_headers.as_ref().and_then(|t| t.take());
+        declared.add_trailer(trailers.as_ref())?;
+        declared.verify(&computed)?;
+        let attrs = object_attrs!(input);
+        let meta = Meta {
+            etag: hex(&md5),
+            modified_ms: now_ms(),
+            size: length,
+            attrs,
+            checksums: computed,
+        };
+        let mut output = PutObjectOutput {
+            e_tag: Some(ETag::Strong(meta.etag.clone())),
+            size: Some(length as i64),
+            checksum_type: checksum_type(&meta.checksums),
+            ..Default::default()
+        };
+        set_checksums!(output, &meta.checksums);
+
+        let body = buf.freeze();
+        let guard = cache.locks.lock(&key).await;
+        let version = cache.next_version();
+        cache
+            .journal
+            .put(&key, version, &meta, &body)
+            .await
+            .map_err(|e| internal("the object cache's journal", e))?;
+        cache
+            .acknowledged
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(version, Instant::now());
+        let queue = cache
+            .entries()
+            .write(key.clone(), body, meta, version, Instant::now());
+        drop(guard);
+        if queue {
+            let _ = cache.queue.send(key);
+        }
+        cache.metrics.cached_writes.inc();
+        cache.refresh_gauges();
+        Ok(S3Response::new(output))
+    }
+
+    async fn delete_object(
+        &self,
+        req: S3Request<DeleteObjectInput>,
+    ) -> S3Result<S3Response<DeleteObjectOutput>> {
+        let key = ObjectKey::new(&req.input.bucket, &req.input.key);
+        let backend = &self.cache.backend;
+        self.cache
+            .write_through(vec![key], backend.delete_object(req))
+            .await
+    }
+
+    async fn delete_objects(
+        &self,
+        req: S3Request<DeleteObjectsInput>,
+    ) -> S3Result<S3Response<DeleteObjectsOutput>> {
+        let keys = req
+            .input
+            .delete
+            .objects
+            .iter()
+            .map(|o| ObjectKey::new(&req.input.bucket, &o.key))
+            .collect();
+        let backend = &self.cache.backend;
+        self.cache
+            .write_through(keys, backend.delete_objects(req))
+            .await
+    }
+
+    async fn copy_object(
+        &self,
+        req: S3Request<CopyObjectInput>,
+    ) -> S3Result<S3Response<CopyObjectOutput>> {
+        if let CopySource::Bucket { bucket, key, .. } = &req.input.copy_source {
+            self.cache
+                .until_clean(&ObjectKey::new(bucket.as_ref(), key.as_ref()))
+                .await;
+        }
+        let key = ObjectKey::new(&req.input.bucket, &req.input.key);
+        let backend = &self.cache.backend;
+        self.cache
+            .write_through(vec![key], backend.copy_object(req))
+            .await
+    }
+
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        if let CopySource::Bucket { bucket, key, .. } = &req.input.copy_source {
+            self.cache
+                .until_clean(&ObjectKey::new(bucket.as_ref(), key.as_ref()))
+                .await;
+        }
+        self.cache.backend.upload_part_copy(req).await
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        let key = ObjectKey::new(&req.input.bucket, &req.input.key);
+        let backend = &self.cache.backend;
+        self.cache
+            .write_through(vec![key], backend.complete_multipart_upload(req))
+            .await
+    }
+}

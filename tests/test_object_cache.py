@@ -1,0 +1,297 @@
+"""The object cache (OFC §6) in front of a remote store: a `--store-only` kiln in its own network
+namespace, 5 ms away each way, as OFC's remote storage.
+
+Through the cache, every reader sees the latest acknowledged write; the remote sees it once it
+has been written back. These tests look at both sides, and at kiln's /metrics for what the cache
+did (a hit never reaches the remote)."""
+
+import base64
+import hashlib
+import os
+import re
+import time
+import uuid
+import zlib
+
+import botocore.exceptions
+import pytest
+
+from kiln_harness import Kiln
+from s3_harness import StoreOnlyKiln, WanLink, s3_client, wait_until
+
+KiB = 1024
+
+
+class Remote:
+    def __init__(self, link):
+        self.link = link
+        self.store = StoreOnlyKiln(listen=f"{link.ns_ip}:9001", netns=link.name).start()
+        self.endpoint = f"http://{link.expose(9001)}"
+
+    def client(self):
+        return s3_client(endpoint=self.endpoint, access_key=self.store.access_key,
+                         secret_key=self.store.secret_key, region="us-east-1")
+
+    def args(self):
+        return ["--s3-backend", self.endpoint, "--s3-backend-access-key", self.store.access_key,
+                "--s3-backend-secret-key", self.store.secret_key]
+
+
+@pytest.fixture(scope="module")
+def remote():
+    with WanLink(f"koc-{os.getpid() % 100000}", subnet_octet=(os.getpid() + 7) % 250 + 1, delay_ms=5) as link:
+        remote = Remote(link)
+        try:
+            yield remote
+        finally:
+            remote.store.cleanup()
+
+
+def start_front(remote, *extra, data_dir=None):
+    return Kiln(data_dir=data_dir, extra_args=[*remote.args(), *extra]).start()
+
+
+@pytest.fixture(scope="module")
+def front(remote):
+    server = start_front(remote)
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture
+def bucket(front):
+    name = f"c-{uuid.uuid4().hex[:12]}"
+    s3_client(front).create_bucket(Bucket=name)
+    return name
+
+
+def metric(server, name):
+    text = server.signed_request("GET", "/metrics", "", {}).text
+    found = re.search(rf"^kiln_object_cache_{name}(?:_total)? (\d+)", text, re.M)
+    assert found, f"kiln_object_cache_{name} is not in /metrics"
+    return int(found.group(1))
+
+
+def crc32_b64(data):
+    return base64.b64encode(zlib.crc32(data).to_bytes(4, "big")).decode()
+
+
+def in_remote(remote, bucket, key):
+    try:
+        return remote.client().get_object(Bucket=bucket, Key=key)
+    except botocore.exceptions.ClientError as e:
+        if e.response["Error"]["Code"] == "NoSuchKey":
+            return None
+        raise
+
+
+def wait_for_remote(remote, bucket, key, body, timeout=30):
+    def landed():
+        got = in_remote(remote, bucket, key)
+        return got is not None and got["Body"].read() == body
+    wait_until(landed, timeout, f"{key} written back to the remote")
+
+
+def test_the_cache_is_announced_and_on_by_default_over_a_remote(front, remote):
+    assert any(f"fronting {remote.endpoint}; object cache of 512 MiB" in line for line in front.output)
+    assert metric(front, "capacity_bytes") == 512 * 1024 * KiB
+
+
+def test_writes_are_transparent_and_reach_the_remote(front, remote, bucket):
+    s3 = s3_client(front)
+    body = os.urandom(200 * KiB)
+    put = s3.put_object(Bucket=bucket, Key="out/a.bin", Body=body, ContentType="image/png",
+                        Metadata={"tenant": "t1"}, ChecksumAlgorithm="CRC32")
+    assert put["ETag"] == f'"{hashlib.md5(body).hexdigest()}"'
+    assert put["ChecksumCRC32"] == crc32_b64(body)
+    hits = metric(front, "hits")
+    # Read your write, before and after the remote has it: same bytes, ETag, type, metadata and
+    # checksum, and the reserved version key is not shown.
+    for _ in range(2):
+        got = s3.get_object(Bucket=bucket, Key="out/a.bin", ChecksumMode="ENABLED")
+        assert got["Body"].read() == body
+        assert got["ETag"] == put["ETag"] and got["ContentType"] == "image/png"
+        assert got["Metadata"] == {"tenant": "t1"}
+        assert got["ChecksumCRC32"] == crc32_b64(body)
+        head = s3.head_object(Bucket=bucket, Key="out/a.bin")
+        assert head["ContentLength"] == len(body) and head["ETag"] == put["ETag"]
+        wait_for_remote(remote, bucket, "out/a.bin", body)
+    assert metric(front, "hits") >= hits + 4
+    outside = remote.client().get_object(Bucket=bucket, Key="out/a.bin")
+    assert outside["ETag"] == put["ETag"] and outside["ContentType"] == "image/png"
+    assert outside["Metadata"]["tenant"] == "t1"
+    assert int(outside["Metadata"]["kiln-version"]) > 0
+    # Ranges and preconditions are answered from memory like the store answers them.
+    ranged = s3.get_object(Bucket=bucket, Key="out/a.bin", Range="bytes=100-199")
+    assert ranged["Body"].read() == body[100:200] and ranged["ContentRange"] == f"bytes 100-199/{len(body)}"
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="out/a.bin", IfNoneMatch=put["ETag"])
+    assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 304
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="out/a.bin", IfMatch='"0123"')
+    assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 412
+    # A wrong Content-MD5 is refused, and nothing changed.
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.put_object(Bucket=bucket, Key="out/a.bin", Body=b"other",
+                      ContentMD5=base64.b64encode(hashlib.md5(b"else").digest()).decode())
+    assert e.value.response["Error"]["Code"] == "BadDigest"
+    assert s3.get_object(Bucket=bucket, Key="out/a.bin")["Body"].read() == body
+
+
+def test_a_miss_reads_the_remote_once_then_hits(front, remote, bucket):
+    body = os.urandom(64 * KiB)
+    put = remote.client().put_object(Bucket=bucket, Key="in/x", Body=body, ContentType="text/csv")
+    s3 = s3_client(front)
+    misses, hits = metric(front, "misses"), metric(front, "hits")
+    for _ in range(3):
+        got = s3.get_object(Bucket=bucket, Key="in/x")
+        assert got["Body"].read() == body
+        assert got["ETag"] == put["ETag"] and got["ContentType"] == "text/csv"
+    assert metric(front, "misses") == misses + 1
+    assert metric(front, "hits") == hits + 2
+    with pytest.raises(s3.exceptions.NoSuchKey):
+        s3.get_object(Bucket=bucket, Key="in/absent")
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.put_object(Bucket=f"absent-{uuid.uuid4().hex[:8]}", Key="k", Body=b"x")
+    assert e.value.response["Error"]["Code"] == "NoSuchBucket"
+
+
+def test_overwrites_reach_the_remote_in_order_latest_last(front, remote, bucket):
+    s3 = s3_client(front)
+    versions = [f"version {i}".encode() * 100 for i in range(30)]
+    for body in versions:
+        s3.put_object(Bucket=bucket, Key="hot", Body=body)
+        assert s3.get_object(Bucket=bucket, Key="hot")["Body"].read() == body
+    wait_for_remote(remote, bucket, "hot", versions[-1])
+    # It stays at the latest: no older version lands after it.
+    time.sleep(0.5)
+    assert in_remote(remote, bucket, "hot")["Body"].read() == versions[-1]
+
+
+def test_a_newer_version_in_the_remote_is_not_overwritten(front, remote, bucket):
+    """The version check: the remote holds a version above the one being written back (as
+    another kiln's cache would leave it), so the write-back skips it."""
+    s3 = s3_client(front)
+    newer = b"written by a later writer"
+    remote.client().put_object(Bucket=bucket, Key="v", Body=newer, Metadata={"kiln-version": str(2 ** 62)})
+    superseded = metric(front, "superseded")
+    s3.put_object(Bucket=bucket, Key="v", Body=b"older")
+    wait_until(lambda: metric(front, "superseded") == superseded + 1, 30, "the write-back to be skipped")
+    assert in_remote(remote, bucket, "v")["Body"].read() == newer
+
+
+def test_listings_deletes_and_copies_see_acknowledged_writes(front, remote, bucket):
+    s3 = s3_client(front)
+    for i in range(5):
+        s3.put_object(Bucket=bucket, Key=f"l/{i}", Body=b"x" * i)
+    # A listing right after the writes has them all (it waits for their write-back).
+    listed = s3.list_objects_v2(Bucket=bucket, Prefix="l/")["Contents"]
+    assert [(o["Key"], o["Size"]) for o in listed] == [(f"l/{i}", i) for i in range(5)]
+    s3.put_object(Bucket=bucket, Key="l/0", Body=b"rewritten")
+    s3.copy_object(Bucket=bucket, Key="l/copy", CopySource={"Bucket": bucket, "Key": "l/0"})
+    assert s3.get_object(Bucket=bucket, Key="l/copy")["Body"].read() == b"rewritten"
+    s3.put_object(Bucket=bucket, Key="l/1", Body=b"short-lived")
+    s3.delete_object(Bucket=bucket, Key="l/1")
+    with pytest.raises(s3.exceptions.NoSuchKey):
+        s3.get_object(Bucket=bucket, Key="l/1")
+    s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": "l/2"}, {"Key": "l/3"}]})
+    time.sleep(0.5)
+    remote_keys = [o["Key"] for o in remote.client().list_objects_v2(Bucket=bucket).get("Contents", [])]
+    assert remote_keys == ["l/0", "l/4", "l/copy"]
+
+
+def test_large_objects_and_conditional_writes_go_to_the_remote(remote):
+    front = start_front(remote, "--object-cache-max-object-kb", "64")
+    try:
+        s3 = s3_client(front)
+        bucket = f"c-{uuid.uuid4().hex[:12]}"
+        s3.create_bucket(Bucket=bucket)
+        big = os.urandom(100 * KiB)
+        bypassed = metric(front, "bypassed")
+        s3.put_object(Bucket=bucket, Key="big", Body=big)
+        # Written through: the remote has it when the PUT returns.
+        assert in_remote(remote, bucket, "big")["Body"].read() == big
+        assert s3.get_object(Bucket=bucket, Key="big")["Body"].read() == big
+        assert metric(front, "bytes") == 0
+        s3.put_object(Bucket=bucket, Key="small", Body=b"s")
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            s3.put_object(Bucket=bucket, Key="small", Body=b"t", IfNoneMatch="*")
+        assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 412
+        assert s3.get_object(Bucket=bucket, Key="small")["Body"].read() == b"s"
+        # The large PUT and the conditional one (the large GET is a miss that was not admitted).
+        assert metric(front, "bypassed") >= bypassed + 2
+    finally:
+        front.cleanup()
+
+
+def test_the_sweep_evicts_rarely_read_objects(remote):
+    front = start_front(remote, "--object-cache-sweep-secs", "1", "--object-cache-min-reads", "3")
+    try:
+        s3 = s3_client(front)
+        bucket = f"c-{uuid.uuid4().hex[:12]}"
+        s3.create_bucket(Bucket=bucket)
+        for key in ("busy", "rare"):
+            remote.client().put_object(Bucket=bucket, Key=key, Body=key.encode() * 1000)
+        for _ in range(4):
+            s3.get_object(Bucket=bucket, Key="busy")["Body"].read()
+        s3.get_object(Bucket=bucket, Key="rare")["Body"].read()
+        wait_until(lambda: metric(front, "evictions") >= 1, 10, "the sweep")
+        misses = metric(front, "misses")
+        assert s3.get_object(Bucket=bucket, Key="busy")["Body"].read() == b"busy" * 1000
+        assert metric(front, "misses") == misses
+        assert s3.get_object(Bucket=bucket, Key="rare")["Body"].read() == b"rare" * 1000
+        assert metric(front, "misses") == misses + 1
+    finally:
+        front.cleanup()
+
+
+def test_capacity_evicts_least_recently_used_and_never_dirty_data(remote):
+    front = start_front(remote, "--object-cache-mb", "1")
+    try:
+        s3 = s3_client(front)
+        bucket = f"c-{uuid.uuid4().hex[:12]}"
+        s3.create_bucket(Bucket=bucket)
+        bodies = {f"k{i}": os.urandom(300 * KiB) for i in range(6)}
+        for key, body in bodies.items():
+            s3.put_object(Bucket=bucket, Key=key, Body=body)
+        assert metric(front, "bytes") <= 1024 * KiB
+        for key, body in bodies.items():
+            assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == body
+            wait_for_remote(remote, bucket, key, body)
+    finally:
+        front.cleanup()
+
+
+def test_acknowledged_writes_survive_kill_9_while_the_remote_is_down(remote):
+    front = start_front(remote)
+    data_dir = front.data_dir
+    try:
+        s3 = s3_client(front)
+        bucket = f"c-{uuid.uuid4().hex[:12]}"
+        s3.create_bucket(Bucket=bucket)
+        s3.put_object(Bucket=bucket, Key="before", Body=b"b")
+        wait_for_remote(remote, bucket, "before", b"b")
+        remote.store.stop()
+        bodies = {f"k{i}": os.urandom(50 * KiB) for i in range(20)}
+        for key, body in bodies.items():
+            s3.put_object(Bucket=bucket, Key=key, Body=body)
+        # Acknowledged and readable, though the remote has none of them.
+        for key, body in bodies.items():
+            assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == body
+        wait_until(lambda: metric(front, "writeback_errors") > 0, 30, "failing write-backs")
+        assert metric(front, "dirty_bytes") == 20 * 50 * KiB
+        front.kill9()
+        front = Kiln(data_dir=data_dir, extra_args=remote.args()).start()
+        # Restarted with the remote still down: the journal's versions are served from memory.
+        assert any("20 acknowledged writes to write back from the journal" in line for line in front.output)
+        s3 = s3_client(front)
+        for key, body in bodies.items():
+            assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == body
+        remote.store.start()
+        for key, body in bodies.items():
+            wait_for_remote(remote, bucket, key, body, timeout=90)
+        wait_until(lambda: metric(front, "dirty_bytes") == 0, 30, "the journal to drain")
+    finally:
+        if remote.store.proc is None or remote.store.proc.poll() is not None:
+            remote.store.start()
+        front.cleanup()
