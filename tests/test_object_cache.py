@@ -16,7 +16,8 @@ import zlib
 import botocore.exceptions
 import pytest
 
-from kiln_harness import Kiln
+from kiln_harness import PYTHON_RUNTIME, Kiln
+from test_memory_prediction import invoke as invoke_hog
 from s3_harness import StoreOnlyKiln, WanLink, s3_client, wait_until
 
 KiB = 1024
@@ -47,8 +48,11 @@ def remote():
             remote.store.cleanup()
 
 
-def start_front(remote, *extra, data_dir=None):
-    return Kiln(data_dir=data_dir, extra_args=[*remote.args(), *extra]).start()
+def start_front(remote, *extra, data_dir=None, sizing="fixed"):
+    """A kiln over the remote. No functions run in most of these tests, so nothing would lend
+    the cache memory: its capacity is fixed unless `sizing` says otherwise."""
+    return Kiln(data_dir=data_dir,
+                extra_args=[*remote.args(), "--object-cache-sizing", sizing, *extra]).start()
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +99,26 @@ def wait_for_remote(remote, bucket, key, body, timeout=30):
 def test_the_cache_is_announced_and_on_by_default_over_a_remote(front, remote):
     assert any(f"fronting {remote.endpoint}; object cache of 512 MiB" in line for line in front.output)
     assert metric(front, "capacity_bytes") == 512 * 1024 * KiB
+
+
+def test_capacity_follows_the_memory_that_sized_instances_lend(remote):
+    front = start_front(remote, "--prediction-min-samples", "20", "--object-cache-slack-mb", "50",
+                        sizing="lent")
+    try:
+        assert any("object cache of up to 512 MiB, lent by instances" in line for line in front.output)
+        assert metric(front, "capacity_bytes") == 0
+        name = "oc-hog"
+        front.deploy(name, PYTHON_RUNTIME, "app.handler", code="memory_hog", MemorySize=512, Timeout=30)
+        limit = None
+        for _ in range(30):
+            (limit, _), _ = invoke_hog(front, name, 16)
+        assert limit is not None and limit < 512, "the model matured and sized the invocations"
+        # One idle instance at its predicted limit lends 512 - limit MB; 50 MB stay as slack.
+        lent = (512 - limit - 50) * 1024 * KiB
+        wait_until(lambda: metric(front, "capacity_bytes") == lent, 10, "the cache to grow")
+        assert metric(front, "resize_seconds_count") >= 1
+    finally:
+        front.cleanup()
 
 
 def test_writes_are_transparent_and_reach_the_remote(front, remote, bucket):
@@ -281,7 +305,7 @@ def test_acknowledged_writes_survive_kill_9_while_the_remote_is_down(remote):
         wait_until(lambda: metric(front, "writeback_errors") > 0, 30, "failing write-backs")
         assert metric(front, "dirty_bytes") == 20 * 50 * KiB
         front.kill9()
-        front = Kiln(data_dir=data_dir, extra_args=remote.args()).start()
+        front = start_front(remote, data_dir=data_dir)
         # Restarted with the remote still down: the journal's versions are served from memory.
         assert any("20 acknowledged writes to write back from the journal" in line for line in front.output)
         s3 = s3_client(front)

@@ -129,9 +129,16 @@ struct S3Args {
     /// The object cache in memory, with write-back (auto: in front of --s3-backend).
     #[arg(long, value_enum, default_value = "auto", env = "KILN_OBJECT_CACHE")]
     object_cache: kiln::objects::CacheMode,
-    /// The object cache's capacity, in MiB.
+    /// The object cache's capacity, in MiB (with --object-cache-sizing lent, its maximum).
     #[arg(long, default_value_t = 512)]
     object_cache_mb: u64,
+    /// lent: the memory that instances booked and their predicted limits leave unused, minus a
+    /// slack pool (OFC); fixed: --object-cache-mb. A --store-only kiln is always fixed.
+    #[arg(long, value_enum, default_value = "lent")]
+    object_cache_sizing: kiln::objects::CacheSizing,
+    /// The slack pool the lent sizing starts with, in MiB; it then follows the churn.
+    #[arg(long, default_value_t = 100)]
+    object_cache_slack_mb: u64,
     /// Objects larger than this (in KiB) are not cached.
     #[arg(long, default_value_t = 10 * 1024)]
     object_cache_max_object_kb: u64,
@@ -169,6 +176,12 @@ impl S3Args {
             },
             domains: self.s3_domain,
             cache: self.object_cache,
+            cache_sizing: if self.store_only {
+                kiln::objects::CacheSizing::Fixed
+            } else {
+                self.object_cache_sizing
+            },
+            cache_slack_bytes: self.object_cache_slack_mb.saturating_mul(1024 * 1024),
             cache_config: kiln::objects::cache::CacheConfig {
                 capacity_bytes: self.object_cache_mb.saturating_mul(1024 * 1024),
                 max_object_bytes: self.object_cache_max_object_kb.saturating_mul(1024),

@@ -163,6 +163,16 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
         },
     );
     let agent: Arc<dyn NodeAgent> = Arc::new(agent);
+    if let (Some(cache), objects::CacheSizing::Lent) =
+        (s3.store.cache(), config.objects.cache_sizing)
+    {
+        size_object_cache(
+            cache.clone(),
+            agent.clone(),
+            config.objects.cache_config.capacity_bytes,
+            config.objects.cache_slack_bytes,
+        );
+    }
     let controller = Controller::open(
         ControllerConfig {
             data_dir: data_dir.clone(),
@@ -236,6 +246,35 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     s3_server.shutdown(Duration::from_secs(2)).await;
     println!("kiln: stopped");
     Ok(())
+}
+
+/// Keeps the object cache's capacity at what instances lend it (OFC §4): every tick, the
+/// memory their predicted limits leave unused, minus the slack pool.
+fn size_object_cache(
+    cache: Arc<objects::cache::ObjectCache>,
+    agent: Arc<dyn NodeAgent>,
+    max_bytes: u64,
+    slack_bytes: u64,
+) {
+    use objects::cache::sizing::{Sizing, SizingConfig};
+    let config = SizingConfig::new(max_bytes, slack_bytes);
+    let mut sizing = Sizing::new(config);
+    let weak = Arc::downgrade(&cache);
+    drop(cache);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(config.tick);
+        loop {
+            tick.tick().await;
+            let Some(cache) = weak.upgrade() else {
+                return;
+            };
+            let lendable = agent.lendable_memory_mb() * 1024 * 1024;
+            let capacity = sizing.tick(lendable);
+            if capacity != cache.usage().capacity {
+                cache.set_capacity(capacity);
+            }
+        }
+    });
 }
 
 /// `kiln up --store-only`: the object store alone, e.g. as another kiln's remote store.

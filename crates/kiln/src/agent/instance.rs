@@ -280,6 +280,11 @@ fn exit_description(code: i32) -> String {
 }
 
 impl Instance {
+    /// The memory limit the instance's cgroup has now, in MB: a prediction, or MemorySize.
+    pub fn memory_limit_mb(&self) -> u32 {
+        self.limit_mb.unwrap_or(self.spec.memory_mb)
+    }
+
     /// The coldest start path: a new sandbox and a runtime started from scratch.
     pub async fn start_cold(
         ctx: &AgentContext,

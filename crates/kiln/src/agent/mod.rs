@@ -247,6 +247,11 @@ pub trait NodeAgent: Send + Sync + 'static {
     /// builds what its start paths need ahead of the first invocation.
     fn prepare(&self, spec: SharedSpec);
     fn status(&self) -> NodeStatus;
+    /// Memory booked by live instances that their current limits leave unused (Σ MemorySize −
+    /// limit, in MB): what per-invocation sizing lends to the object cache.
+    fn lendable_memory_mb(&self) -> u64 {
+        0
+    }
     /// The sessions of `function`, most recently used first.
     fn sessions(&self, function: &str) -> Vec<SessionStatus>;
     /// Ends a session; false if there was none.
@@ -327,6 +332,9 @@ struct LiveInstance {
     start_path: StartPath,
     created: Instant,
     memory_mb: u32,
+    /// The memory limit its cgroup had after its last invocation (below `memory_mb` when the
+    /// invocation ran at a prediction): the difference is lent to the object cache.
+    limit_mb: u32,
     cgroup: Option<Arc<Cgroup>>,
     pid: Option<u32>,
     /// Sessions whose primary this instance is.
@@ -586,6 +594,7 @@ impl Inner {
                                 start_path: StartPath::Coldest,
                                 created: Instant::now(),
                                 memory_mb: spec.memory_mb,
+                                limit_mb: spec.memory_mb,
                                 cgroup: None,
                                 pid: None,
                                 sessions: 0,
@@ -690,6 +699,7 @@ impl Inner {
             }
             if let Some(live) = state.live.get_mut(&instance.id) {
                 live.state = InstanceState::Idle;
+                live.limit_mb = instance.memory_limit_mb();
             }
             pool.idle.push(instance);
             return None;
@@ -1343,6 +1353,15 @@ impl NodeAgent for LocalAgent {
             None if spec.prebake.mode == PrebakeMode::Deploy => self.inner.build_zygote(&spec),
             None => {}
         }
+    }
+
+    fn lendable_memory_mb(&self) -> u64 {
+        self.inner
+            .state()
+            .live
+            .values()
+            .map(|live| u64::from(live.memory_mb.saturating_sub(live.limit_mb)))
+            .sum()
     }
 
     fn status(&self) -> NodeStatus {

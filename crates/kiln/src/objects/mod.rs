@@ -110,6 +110,16 @@ pub enum CacheMode {
     Off,
 }
 
+/// How the object cache's capacity is set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CacheSizing {
+    /// Memory booked by live instances and left unused by their predicted limits, minus a
+    /// slack pool, up to --object-cache-mb (OFC).
+    Lent,
+    /// --object-cache-mb.
+    Fixed,
+}
+
 /// The object store: one S3 service, served on any number of listeners.
 #[derive(Clone)]
 pub struct ObjectStore {
@@ -212,6 +222,9 @@ pub struct ObjectsSettings {
     pub domains: Vec<String>,
     pub cache: CacheMode,
     pub cache_config: cache::CacheConfig,
+    pub cache_sizing: CacheSizing,
+    /// The slack pool the lent sizing starts with, in bytes.
+    pub cache_slack_bytes: u64,
 }
 
 /// An opened store and its bound (not yet served) listener.
@@ -270,10 +283,13 @@ impl ObjectsSettings {
             CacheMode::Auto => self.remote.is_some(),
         };
         let description = if cached {
-            format!(
-                "{description}; object cache of {} MiB",
-                self.cache_config.capacity_bytes >> 20
-            )
+            let mib = self.cache_config.capacity_bytes >> 20;
+            match self.cache_sizing {
+                CacheSizing::Fixed => format!("{description}; object cache of {mib} MiB"),
+                CacheSizing::Lent => {
+                    format!("{description}; object cache of up to {mib} MiB, lent by instances")
+                }
+            }
         } else {
             description
         };

@@ -19,6 +19,7 @@
 
 mod entries;
 mod journal;
+pub mod sizing;
 mod writeback;
 
 use std::collections::HashSet;
