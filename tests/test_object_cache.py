@@ -6,6 +6,7 @@ has been written back. These tests look at both sides, and at kiln's /metrics fo
 did (a hit never reaches the remote)."""
 
 import base64
+import json
 import hashlib
 import os
 import re
@@ -318,4 +319,71 @@ def test_acknowledged_writes_survive_kill_9_while_the_remote_is_down(remote):
     finally:
         if remote.store.proc is None or remote.store.proc.poll() is not None:
             remote.store.start()
+        front.cleanup()
+
+
+READER = """
+import time
+import boto3
+
+s3 = boto3.client("s3")
+
+
+def handler(event, context):
+    body = s3.get_object(Bucket=event["bucket"], Key=event["key"])["Body"].read()
+    end = time.perf_counter() + event["spin_ms"] / 1000
+    while time.perf_counter() < end:
+        pass
+    return {"bytes": len(body)}
+"""
+
+
+def test_admission_follows_each_functions_cache_benefit(remote, tmp_path):
+    """OFC's cache-benefit model: a function that spends most of its time on the object store gets its objects
+    cached; one that spends it computing does not, once its model has learnt that (from kiln's own timing of its
+    object-store calls, priced at what the backing store takes)."""
+    from test_s3_functions import vendored_boto3
+    front = start_front(remote)
+    try:
+        code = tmp_path / "code"
+        code.mkdir()
+        (code / "app.py").write_text(READER)
+        vendored_boto3(code)
+        for name in ("oc-io", "oc-cpu"):
+            front.cli("deploy", name, "--runtime", PYTHON_RUNTIME, "--handler", "app.handler", "--code", str(code),
+                      "--memory", "256", "--timeout", "60", timeout=180)
+        bucket = f"c-{uuid.uuid4().hex[:12]}"
+        s3 = s3_client(front)
+        s3.create_bucket(Bucket=bucket)
+        outside = remote.client()
+        for i in range(30):
+            outside.put_object(Bucket=bucket, Key=f"o/{i}", Body=os.urandom(8 * KiB))
+        lam = front.client(read_timeout=120)
+
+        def read(name, key, spin_ms):
+            response = lam.invoke(FunctionName=name, Payload=json.dumps(
+                {"bucket": bucket, "key": key, "spin_ms": spin_ms}))
+            assert "FunctionError" not in response
+            return json.loads(response["Payload"].read())
+
+        # Each invocation reads an object it has not read before (a miss at the backing store, 5 ms away).
+        for i in range(12):
+            read("oc-io", f"o/{i}", 0)
+            read("oc-cpu", f"o/{i + 12}", 300)
+        benefit = {m["function"]: m.get("cacheBenefit") for m in
+                   front.signed_request("GET", "/kiln/v1/status", "", {}).json()["memoryModels"]}
+        # (The first invocation of each pays for its SDK client's first call: it may count as compute.)
+        assert benefit["oc-io"] >= 0.8 and benefit["oc-cpu"] <= 0.2, benefit
+        # Learnt: what the I/O-bound function reads is cached (its second read hits) ...
+        hits, misses = metric(front, "hits"), metric(front, "misses")
+        read("oc-io", "o/24", 0)
+        read("oc-io", "o/24", 0)
+        assert (metric(front, "hits"), metric(front, "misses")) == (hits + 1, misses + 1)
+        # ... and what the compute-bound one reads is not: both of its reads go to the backing store.
+        bypassed = metric(front, "bypassed")
+        read("oc-cpu", "o/25", 300)
+        read("oc-cpu", "o/25", 300)
+        assert metric(front, "hits") == hits + 1
+        assert metric(front, "bypassed") == bypassed + 2
+    finally:
         front.cleanup()

@@ -182,7 +182,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
             async_retry_delay: config.async_retry_delay,
             async_concurrency: 16,
             prediction: config.prediction.clone(),
-            object_cache_metrics: s3.store.cache().map(|c| c.metrics().clone()),
+            object_cache: s3.store.cache().cloned(),
         },
         agent.clone(),
     )?;

@@ -110,8 +110,9 @@ pub struct ControllerConfig {
     pub async_concurrency: usize,
     /// Per-invocation memory prediction.
     pub prediction: predict::PredictorConfig,
-    /// The object cache's metrics, exposed with kiln's own.
-    pub object_cache_metrics: Option<crate::objects::cache::CacheMetrics>,
+    /// The object cache, when the store has one: its metrics are exposed with kiln's own, and
+    /// each invocation's object-store time teaches the function's cache-benefit model.
+    pub object_cache: Option<Arc<crate::objects::cache::ObjectCache>>,
 }
 
 /// Fields of UpdateFunctionConfiguration; `None` leaves a field unchanged.
@@ -203,7 +204,7 @@ impl Controller {
         let runtimes = agent.status().runtimes;
         let predictor =
             predict::Predictor::new(config.prediction.clone(), &config.data_dir.join("models"));
-        let metrics = Metrics::with_object_cache(config.object_cache_metrics.as_ref());
+        let metrics = Metrics::with_object_cache(config.object_cache.as_ref().map(|c| c.metrics()));
         let controller = Arc::new(Self {
             config,
             registry,
@@ -843,13 +844,20 @@ impl Controller {
         mut request: InvokeRequest,
     ) -> Result<InvokeOutcome, ControllerError> {
         let labels = Metrics::function(&spec.function);
-        let features = self
-            .predictor
-            .applies(spec.memory_mb)
+        let cache = self.config.object_cache.as_ref();
+        let features = (self.predictor.applies(spec.memory_mb) || cache.is_some())
             .then(|| predict::Features::of_event(&request.payload).0);
         request.memory_limit_mb = features
             .as_ref()
             .and_then(|f| self.predictor.predict(&spec.function, spec.memory_mb, f));
+        let io_before = match (cache, &features) {
+            (Some(cache), Some(features)) => {
+                let admit = self.predictor.benefits(&spec.function, features);
+                cache.set_admission(&spec.function, admit.unwrap_or(true));
+                Some(cache.io_times(&spec.function))
+            }
+            _ => None,
+        };
         let mut result = self.agent.invoke(spec.clone(), request.clone()).await;
         if let Ok(outcome) = &result {
             if request.memory_limit_mb.is_some() {
@@ -868,6 +876,24 @@ impl Controller {
                 request.memory_limit_mb = None;
                 result = self.agent.invoke(spec.clone(), request).await;
             }
+        }
+        if let (Ok(outcome), Some(cache), Some(before), Some(features)) =
+            (&result, cache, io_before, &features)
+        {
+            // The invocation's Extract + Load, as the backing store would have served them, and
+            // the rest of its time (concurrent invocations of the function share the counters).
+            let after = cache.io_times(&spec.function);
+            let served_ms = after.served_ns.saturating_sub(before.served_ns) as f64 / 1e6;
+            let backend_ms = after.backend_ns.saturating_sub(before.backend_ns) as f64 / 1e6;
+            let duration_ms = outcome.duration.as_secs_f64() * 1e3;
+            self.predictor.observe_benefit(
+                &spec.function,
+                features.clone(),
+                predict::Etl {
+                    extract_load_ms: backend_ms,
+                    transform_ms: (duration_ms - served_ms).max(0.0),
+                },
+            );
         }
         if let (Ok(outcome), Some(features)) = (&result, features) {
             self.learn(spec, Some(features), outcome);

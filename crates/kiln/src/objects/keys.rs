@@ -103,21 +103,26 @@ impl KeyRing {
         if access_key == self.admin.access_key_id {
             return Some((Principal::Admin, self.admin.secret_access_key.clone()));
         }
-        let function = if let Some(name) = access_key.strip_prefix(FUNCTION_KEY_PREFIX) {
-            name.to_string()
-        } else {
-            let hex = access_key.strip_prefix(FUNCTION_HEX_KEY_PREFIX)?;
-            let bytes = (0..hex.len() / 2)
-                .map(|i| u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok())
-                .collect::<Option<Vec<u8>>>()?;
-            String::from_utf8(bytes).ok()?
-        };
+        let function = function_named_by(access_key)?;
         if function.is_empty() || self.function_credentials(&function).access_key_id != access_key {
             return None;
         }
         let secret = self.function_secret(&function);
         Some((Principal::Function(function), secret))
     }
+}
+
+/// The function a function key names (not checked: s3s has verified the request's signature
+/// against the key's secret by the time an operation sees its credentials).
+pub(crate) fn function_named_by(access_key: &str) -> Option<String> {
+    if let Some(name) = access_key.strip_prefix(FUNCTION_KEY_PREFIX) {
+        return Some(name.to_string());
+    }
+    let hex = access_key.strip_prefix(FUNCTION_HEX_KEY_PREFIX)?;
+    let bytes = (0..hex.len() / 2)
+        .map(|i| u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok())
+        .collect::<Option<Vec<u8>>>()?;
+    String::from_utf8(bytes).ok()
 }
 
 /// s3s's key lookup.

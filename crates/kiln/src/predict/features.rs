@@ -65,7 +65,17 @@ impl Features {
                 features.insert(format!("arg.{name}"), value);
             }
         }
-        (Features(features), object_ref(&event))
+        let object = object_ref(&event);
+        if object.is_some() {
+            // The object's name is not a feature (each key would be a value of its own): what
+            // the object is (its size, its media metadata) is, through `add_object`.
+            for (name, _) in &event {
+                if name.eq_ignore_ascii_case("bucket") || name.eq_ignore_ascii_case("key") {
+                    features.remove(&format!("arg.{name}"));
+                }
+            }
+        }
+        (Features(features), object)
     }
 
     /// Adds the input object's features (`object.size`, and what the store extracted).
@@ -189,6 +199,8 @@ mod tests {
         assert_eq!(features.0["arg.mode"], Value::Nominal("fast".into()));
         assert_eq!(features.0["arg.big"], Value::Nominal("true".into()));
         assert!(!features.0.contains_key("arg.nested"));
+        // The object's name is not a feature: every key would be a class of its own.
+        assert!(!features.0.contains_key("arg.bucket") && !features.0.contains_key("arg.key"));
         assert_eq!(
             object,
             Some(ObjectRef {

@@ -12,6 +12,7 @@
 //! Models live in memory and in `DATA_DIR/models/FUNCTION.json` (written after each training),
 //! so a restarted kiln keeps what it learnt. A new code or memory size starts a model afresh.
 
+pub mod benefit;
 pub mod features;
 pub mod memory;
 
@@ -21,6 +22,8 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
+use benefit::BenefitModel;
+pub use benefit::Etl;
 pub use features::Features;
 use memory::{Classifier, MemoryModel};
 
@@ -47,6 +50,7 @@ impl Default for PredictorConfig {
 
 /// A model as `kiln status` and the metrics show it.
 #[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ModelStatus {
     pub function: String,
     pub mature: bool,
@@ -54,6 +58,10 @@ pub struct ModelStatus {
     pub samples: usize,
     /// Exact-or-over predictions among the last ones, once there are any.
     pub exact_or_over: Option<f64>,
+    /// The share of recent invocations that benefited from the object cache (its
+    /// cache-benefit model), when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_benefit: Option<f64>,
 }
 
 /// The node's memory models, one per function.
@@ -61,6 +69,7 @@ pub struct Predictor {
     config: PredictorConfig,
     dir: PathBuf,
     models: Mutex<HashMap<String, Arc<Mutex<MemoryModel>>>>,
+    benefit: Mutex<HashMap<String, BenefitModel>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -74,6 +83,7 @@ impl Predictor {
             config,
             dir: dir.to_path_buf(),
             models: Mutex::new(HashMap::new()),
+            benefit: Mutex::new(HashMap::new()),
         }
     }
 
@@ -158,14 +168,30 @@ impl Predictor {
         })
     }
 
-    /// Forgets `function`'s model (its code or memory changed, or it was deleted).
+    /// Whether caching the objects of an invocation of `function` with `features` pays off;
+    /// `None` until its cache-benefit model has seen enough invocations.
+    pub fn benefits(&self, function: &str, features: &Features) -> Option<bool> {
+        lock(&self.benefit).get(function)?.predict(features)
+    }
+
+    /// Teaches `function`'s cache-benefit model one invocation's phases.
+    pub fn observe_benefit(&self, function: &str, features: Features, etl: Etl) {
+        lock(&self.benefit)
+            .entry(function.to_string())
+            .or_default()
+            .observe(features, etl);
+    }
+
+    /// Forgets `function`'s models (its code or memory changed, or it was deleted).
     pub fn forget(&self, function: &str) {
+        lock(&self.benefit).remove(function);
         lock(&self.models).remove(function);
         let _ = std::fs::remove_file(self.path(function));
     }
 
     /// The models in memory.
     pub fn status(&self) -> Vec<ModelStatus> {
+        let benefit = lock(&self.benefit);
         let models = lock(&self.models);
         let mut status: Vec<ModelStatus> = models
             .iter()
@@ -177,6 +203,7 @@ impl Predictor {
                     invocations: m.seen,
                     samples: m.samples.len(),
                     exact_or_over: m.exact_or_over(),
+                    cache_benefit: benefit.get(function).and_then(BenefitModel::benefiting),
                 }
             })
             .collect();

@@ -17,6 +17,7 @@
 //! clean and holds them while it runs. An outside client of the backing store sees a version
 //! once its write-back finished (`kiln_object_cache_writeback_seconds`).
 
+pub mod cost;
 mod entries;
 mod journal;
 pub mod sizing;
@@ -38,6 +39,8 @@ use s3s::dto::*;
 use s3s::{s3_error, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, S3};
 use tokio::sync::{mpsc, Notify};
 
+pub use cost::IoTimes;
+use cost::{Costs, Op};
 use entries::{Entries, Hit, Meta};
 pub use entries::{ObjectKey, SweepRules, Usage};
 use journal::Journal;
@@ -225,7 +228,21 @@ pub struct ObjectCache {
     buckets: Mutex<HashSet<String>>,
     /// When each dirty version was acknowledged, for the write-back time.
     acknowledged: Mutex<std::collections::HashMap<u64, Instant>>,
+    /// The backing store's latency, and each function's time in object-store calls.
+    costs: Mutex<Costs>,
+    /// Functions whose objects are not admitted (their benefit model says the cache would not
+    /// pay off).
+    refused: Mutex<HashSet<String>>,
     metrics: CacheMetrics,
+}
+
+impl std::fmt::Debug for ObjectCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectCache")
+            .field("config", &self.config)
+            .field("usage", &self.usage())
+            .finish_non_exhaustive()
+    }
 }
 
 fn now_micros() -> u64 {
@@ -258,6 +275,8 @@ impl ObjectCache {
             last_version: AtomicU64::new(recovered.last_version),
             buckets: Mutex::new(HashSet::new()),
             acknowledged: Mutex::default(),
+            costs: Mutex::default(),
+            refused: Mutex::default(),
             metrics,
         });
         if !recovered.pending.is_empty() {
@@ -291,6 +310,37 @@ impl ObjectCache {
 
     pub fn metrics(&self) -> &CacheMetrics {
         &self.metrics
+    }
+
+    fn costs(&self) -> MutexGuard<'_, Costs> {
+        self.costs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The time `function`'s object-store calls took so far, and what they would have taken at
+    /// the backing store (monotonic; the controller takes differences around an invocation).
+    pub fn io_times(&self, function: &str) -> IoTimes {
+        self.costs().times(function)
+    }
+
+    /// Whether objects `function` reads or writes are admitted (by default they are): the
+    /// decision of its cache-benefit model, for its current invocations.
+    pub fn set_admission(&self, function: &str, admit: bool) {
+        let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        if admit {
+            refused.remove(function);
+        } else if !refused.contains(function) {
+            refused.insert(function.to_string());
+        }
+    }
+
+    fn admits(&self, function: Option<&str>) -> bool {
+        function.is_none_or(|f| {
+            !self
+                .refused
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(f)
+        })
     }
 
     pub fn usage(&self) -> Usage {
@@ -461,6 +511,11 @@ fn internal_request<T>(input: T) -> S3Request<T> {
         service: None,
         trailing_headers: None,
     }
+}
+
+/// The function whose key signed a request, if a function's did.
+fn function_of<T>(req: &S3Request<T>) -> Option<String> {
+    super::keys::function_named_by(&req.credentials.as_ref()?.access_key)
 }
 
 fn is_not_found(e: &S3Error) -> bool {
@@ -688,6 +743,198 @@ impl CachedStore {
     }
 }
 
+impl CachedStore {
+    /// GetObject; sets `backend` to what the read would have cost at the backing store when
+    /// it did not go there (a hit).
+    async fn get(
+        &self,
+        mut req: S3Request<GetObjectInput>,
+        admit: bool,
+        backend: &mut Option<u64>,
+    ) -> S3Result<S3Response<GetObjectOutput>> {
+        let cache = &self.cache;
+        let input = &req.input;
+        let key = ObjectKey::new(&input.bucket, &input.key);
+        if !plain_read(
+            &input.version_id,
+            &input.part_number,
+            &input.sse_customer_algorithm,
+        ) {
+            cache.metrics.bypassed.inc();
+            cache.until_clean(&key).await;
+            let mut out = cache.backend.get_object(req).await?;
+            strip_reserved(&mut out.output.metadata);
+            return Ok(out);
+        }
+        let conditions = ReadConditions {
+            if_match: input.if_match.clone(),
+            if_none_match: input.if_none_match.clone(),
+            if_modified_since: input.if_modified_since.clone(),
+            if_unmodified_since: input.if_unmodified_since.clone(),
+        };
+        let wants = wants_checksums(input.checksum_mode.as_ref());
+        let range = input.range;
+        let hit = cache.entries().get(&key, Instant::now());
+        if let Some(hit) = hit {
+            cache.metrics.hits.inc();
+            *backend = cache.costs().estimate(Op::Get, hit.meta.size);
+            return answer_get(hit, &conditions, range.as_ref(), wants);
+        }
+        // Not in memory, so not dirty: the backing store has the latest version.
+        if range.is_some() || !admit {
+            cache.metrics.bypassed.inc();
+            let mut out = cache.backend.get_object(req).await?;
+            strip_reserved(&mut out.output.metadata);
+            return Ok(out);
+        }
+        cache.metrics.misses.inc();
+        let miss = Miss::begin(cache);
+        // The whole object, unconditionally, with its checksums: the cache answers for it.
+        let input = &mut req.input;
+        input.if_match = None;
+        input.if_none_match = None;
+        input.if_modified_since = None;
+        input.if_unmodified_since = None;
+        input.checksum_mode = Some(ChecksumMode::from_static(ChecksumMode::ENABLED));
+        let fetching = Instant::now();
+        let mut out = cache.backend.get_object(req).await?;
+        let size = out.output.content_length.unwrap_or(-1);
+        let capacity = cache.usage().capacity;
+        if size >= 0 && (size as u64) <= cache.config.max_object_bytes.min(capacity) {
+            let size = size as u64;
+            let meta = meta_of(&out.output, size);
+            let body = collect(out.output.body.take(), size).await?;
+            cache
+                .costs()
+                .sample(Op::Get, size, fetching.elapsed().as_nanos() as u64);
+            miss.end(Some((key, body.clone(), meta.clone())));
+            return answer_get(
+                Hit {
+                    body,
+                    meta: Arc::new(meta),
+                },
+                &conditions,
+                None,
+                wants,
+            );
+        }
+        miss.end(None);
+        // Too large to cache: streamed through, preconditions applied here.
+        let meta = meta_of(&out.output, size.max(0) as u64);
+        check_read(&meta, &conditions, None)?;
+        strip_reserved(&mut out.output.metadata);
+        if !wants {
+            set_checksums!(out.output, &super::checksum::Checksums::default());
+            out.output.checksum_type = None;
+        }
+        Ok(out)
+    }
+
+    /// PutObject; sets `backend` to what the write would have cost at the backing store when
+    /// it did not go there (acknowledged by the cache).
+    async fn put(
+        &self,
+        mut req: S3Request<PutObjectInput>,
+        function: Option<&str>,
+        backend: &mut Option<u64>,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
+        let cache = &self.cache;
+        strip_reserved(&mut req.input.metadata);
+        let key = ObjectKey::new(&req.input.bucket, &req.input.key);
+        let length = content_length(req.input.content_length, &req.headers);
+        let small = length.is_some_and(|n| n >= 0 && n as u64 <= cache.config.max_object_bytes);
+        if !cache.admits(function)
+            || !plain_write(&req.input)
+            || !small
+            || !cache.entries().could_hold(&key, length.unwrap_or(0) as u64)
+        {
+            let backend = &cache.backend;
+            return cache
+                .write_through(vec![key], backend.put_object(req))
+                .await;
+        }
+        cache.require_bucket(&key.bucket).await?;
+        let S3Request {
+            input,
+            headers,
+            trailing_headers,
+            ..
+        } = req;
+        let length = check_length(length, cache.config.max_object_bytes)?;
+        let mut declared = Declared::new(
+            checksums_from(
+                input.checksum_crc32,
+                input.checksum_crc32c,
+                input.checksum_crc64nvme,
+                input.checksum_sha1,
+                input.checksum_sha256,
+            ),
+            input.checksum_algorithm.as_ref().map(|a| a.as_str()),
+            &headers,
+        )?;
+        let mut hasher = BodyHasher::new(&declared.algorithms);
+        let mut buf = BytesMut::with_capacity(length as usize);
+        if let Some(mut body) = input.body {
+            while let Some(chunk) = body.next().await {
+                let chunk = chunk.map_err(|e| body_error(&e))?;
+                if (buf.len() + chunk.len()) as u64 > length {
+                    return Err(incomplete_body());
+                }
+                hasher.update(&chunk);
+                buf.extend_from_slice(&chunk);
+            }
+        }
+        if buf.len() as u64 != length {
+            return Err(incomplete_body());
+        }
+        let (md5, computed) = hasher.finish();
+        verify_content_md5(input.content_md5.as_deref(), &md5)?;
+        let trailers = trailing_headers.as_ref().and_then(|t| t.take());
+        declared.add_trailer(trailers.as_ref())?;
+        declared.verify(&computed)?;
+        let attrs = object_attrs!(input);
+        let meta = Meta {
+            etag: hex(&md5),
+            modified_ms: now_ms(),
+            size: length,
+            attrs,
+            checksums: computed,
+        };
+        let mut output = PutObjectOutput {
+            e_tag: Some(ETag::Strong(meta.etag.clone())),
+            size: Some(length as i64),
+            checksum_type: checksum_type(&meta.checksums),
+            ..Default::default()
+        };
+        set_checksums!(output, &meta.checksums);
+
+        let body = buf.freeze();
+        let guard = cache.locks.lock(&key).await;
+        let version = cache.next_version();
+        cache
+            .journal
+            .put(&key, version, &meta, &body)
+            .await
+            .map_err(|e| internal("the object cache's journal", e))?;
+        cache
+            .acknowledged
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(version, Instant::now());
+        let queue = cache
+            .entries()
+            .write(key.clone(), body, meta, version, Instant::now());
+        drop(guard);
+        if queue {
+            let _ = cache.queue.send(key);
+        }
+        cache.metrics.cached_writes.inc();
+        cache.refresh_gauges();
+        *backend = cache.costs().estimate(Op::Put, length);
+        Ok(S3Response::new(output))
+    }
+}
+
 #[async_trait::async_trait]
 impl S3 for CachedStore {
     async fn head_bucket(
@@ -780,79 +1027,20 @@ impl S3 for CachedStore {
 
     async fn get_object(
         &self,
-        mut req: S3Request<GetObjectInput>,
+        req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
-        let cache = &self.cache;
-        let input = &req.input;
-        let key = ObjectKey::new(&input.bucket, &input.key);
-        if !plain_read(
-            &input.version_id,
-            &input.part_number,
-            &input.sse_customer_algorithm,
-        ) {
-            cache.metrics.bypassed.inc();
-            cache.until_clean(&key).await;
-            let mut out = cache.backend.get_object(req).await?;
-            strip_reserved(&mut out.output.metadata);
-            return Ok(out);
+        let function = function_of(&req);
+        let admit = self.cache.admits(function.as_deref());
+        let started = Instant::now();
+        let mut backend = None;
+        let result = self.get(req, admit, &mut backend).await;
+        if let Some(function) = function {
+            let served = started.elapsed().as_nanos() as u64;
+            self.cache
+                .costs()
+                .account(&function, served, backend.unwrap_or(served));
         }
-        let conditions = ReadConditions {
-            if_match: input.if_match.clone(),
-            if_none_match: input.if_none_match.clone(),
-            if_modified_since: input.if_modified_since.clone(),
-            if_unmodified_since: input.if_unmodified_since.clone(),
-        };
-        let wants = wants_checksums(input.checksum_mode.as_ref());
-        let range = input.range;
-        let hit = cache.entries().get(&key, Instant::now());
-        if let Some(hit) = hit {
-            cache.metrics.hits.inc();
-            return answer_get(hit, &conditions, range.as_ref(), wants);
-        }
-        // Not in memory, so not dirty: the backing store has the latest version.
-        if range.is_some() {
-            cache.metrics.bypassed.inc();
-            let mut out = cache.backend.get_object(req).await?;
-            strip_reserved(&mut out.output.metadata);
-            return Ok(out);
-        }
-        cache.metrics.misses.inc();
-        let miss = Miss::begin(cache);
-        // The whole object, unconditionally, with its checksums: the cache answers for it.
-        let input = &mut req.input;
-        input.if_match = None;
-        input.if_none_match = None;
-        input.if_modified_since = None;
-        input.if_unmodified_since = None;
-        input.checksum_mode = Some(ChecksumMode::from_static(ChecksumMode::ENABLED));
-        let mut out = cache.backend.get_object(req).await?;
-        let size = out.output.content_length.unwrap_or(-1);
-        let capacity = cache.usage().capacity;
-        if size >= 0 && (size as u64) <= cache.config.max_object_bytes.min(capacity) {
-            let size = size as u64;
-            let meta = meta_of(&out.output, size);
-            let body = collect(out.output.body.take(), size).await?;
-            miss.end(Some((key, body.clone(), meta.clone())));
-            return answer_get(
-                Hit {
-                    body,
-                    meta: Arc::new(meta),
-                },
-                &conditions,
-                None,
-                wants,
-            );
-        }
-        miss.end(None);
-        // Too large to cache: streamed through, preconditions applied here.
-        let meta = meta_of(&out.output, size.max(0) as u64);
-        check_read(&meta, &conditions, None)?;
-        strip_reserved(&mut out.output.metadata);
-        if !wants {
-            set_checksums!(out.output, &super::checksum::Checksums::default());
-            out.output.checksum_type = None;
-        }
-        Ok(out)
+        result
     }
 
     async fn head_object(
@@ -900,100 +1088,19 @@ impl S3 for CachedStore {
 
     async fn put_object(
         &self,
-        mut req: S3Request<PutObjectInput>,
+        req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
-        let cache = &self.cache;
-        strip_reserved(&mut req.input.metadata);
-        let key = ObjectKey::new(&req.input.bucket, &req.input.key);
-        let length = content_length(req.input.content_length, &req.headers);
-        let small = length.is_some_and(|n| n >= 0 && n as u64 <= cache.config.max_object_bytes);
-        if !plain_write(&req.input)
-            || !small
-            || !cache.entries().could_hold(&key, length.unwrap_or(0) as u64)
-        {
-            let backend = &cache.backend;
-            return cache
-                .write_through(vec![key], backend.put_object(req))
-                .await;
+        let function = function_of(&req);
+        let started = Instant::now();
+        let mut backend = None;
+        let result = self.put(req, function.as_deref(), &mut backend).await;
+        if let Some(function) = function {
+            let served = started.elapsed().as_nanos() as u64;
+            self.cache
+                .costs()
+                .account(&function, served, backend.unwrap_or(served));
         }
-        cache.require_bucket(&key.bucket).await?;
-        let S3Request {
-            input,
-            headers,
-            trailing_headers,
-            ..
-        } = req;
-        let length = check_length(length, cache.config.max_object_bytes)?;
-        let mut declared = Declared::new(
-            checksums_from(
-                input.checksum_crc32,
-                input.checksum_crc32c,
-                input.checksum_crc64nvme,
-                input.checksum_sha1,
-                input.checksum_sha256,
-            ),
-            input.checksum_algorithm.as_ref().map(|a| a.as_str()),
-            &headers,
-        )?;
-        let mut hasher = BodyHasher::new(&declared.algorithms);
-        let mut buf = BytesMut::with_capacity(length as usize);
-        if let Some(mut body) = input.body {
-            while let Some(chunk) = body.next().await {
-                let chunk = chunk.map_err(|e| body_error(&e))?;
-                if (buf.len() + chunk.len()) as u64 > length {
-                    return Err(incomplete_body());
-                }
-                hasher.update(&chunk);
-                buf.extend_from_slice(&chunk);
-            }
-        }
-        if buf.len() as u64 != length {
-            return Err(incomplete_body());
-        }
-        let (md5, computed) = hasher.finish();
-        verify_content_md5(input.content_md5.as_deref(), &md5)?;
-        let trailers = trailing_headers.as_ref().and_then(|t| t.take());
-        declared.add_trailer(trailers.as_ref())?;
-        declared.verify(&computed)?;
-        let attrs = object_attrs!(input);
-        let meta = Meta {
-            etag: hex(&md5),
-            modified_ms: now_ms(),
-            size: length,
-            attrs,
-            checksums: computed,
-        };
-        let mut output = PutObjectOutput {
-            e_tag: Some(ETag::Strong(meta.etag.clone())),
-            size: Some(length as i64),
-            checksum_type: checksum_type(&meta.checksums),
-            ..Default::default()
-        };
-        set_checksums!(output, &meta.checksums);
-
-        let body = buf.freeze();
-        let guard = cache.locks.lock(&key).await;
-        let version = cache.next_version();
-        cache
-            .journal
-            .put(&key, version, &meta, &body)
-            .await
-            .map_err(|e| internal("the object cache's journal", e))?;
-        cache
-            .acknowledged
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(version, Instant::now());
-        let queue = cache
-            .entries()
-            .write(key.clone(), body, meta, version, Instant::now());
-        drop(guard);
-        if queue {
-            let _ = cache.queue.send(key);
-        }
-        cache.metrics.cached_writes.inc();
-        cache.refresh_gauges();
-        Ok(S3Response::new(output))
+        result
     }
 
     async fn delete_object(

@@ -153,6 +153,11 @@ impl ObjectCache {
         request.method = http::Method::PUT;
         let started = Instant::now();
         let out = self.backend.put_object(request).await?;
+        self.costs().sample(
+            super::cost::Op::Put,
+            dirty.body.len() as u64,
+            started.elapsed().as_nanos() as u64,
+        );
         let etag = out.output.e_tag.as_ref().map(|e| e.value().to_string());
         if etag.as_deref().is_some_and(|e| e != meta.etag) {
             tracing::debug!(

@@ -1,0 +1,160 @@
+//! The cache-benefit model (OFC §5.2): per function, whether caching an invocation's objects
+//! pays off, from the same request features as the memory model.
+//!
+//! An invocation's label is OFC's rule over its Extract, Transform and Load times:
+//! `(Tₑ + Tₗ) / (Tₑ + Tₜ + Tₗ) > 0.5`. kiln measures them itself: Tₑ + Tₗ is the time the
+//! invocation's object-store calls would have taken at the backing store (the object cache
+//! times each call, and prices the ones it answered from memory with its model of the backing
+//! store's latency, `objects::cache::cost`), and Tₜ is the rest of the invocation. A decision
+//! tree over the features learns the labels; until it has seen [`MIN_SAMPLES`] invocations it
+//! predicts nothing and objects are admitted.
+
+use std::collections::VecDeque;
+
+use super::features::{Features, Schema};
+use super::memory::Classifier;
+
+/// Invocations seen before the model predicts.
+pub const MIN_SAMPLES: usize = 10;
+/// New samples between retrainings.
+const RETRAIN_EVERY: usize = 10;
+/// The training set's bound: the oldest samples go first.
+const MAX_SAMPLES: usize = 500;
+
+/// OFC's threshold on the share of an invocation spent on the object store.
+pub const THRESHOLD: f64 = 0.5;
+
+/// One invocation's phases, in ms.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Etl {
+    /// Extract + Load, as they would have been at the backing store.
+    pub extract_load_ms: f64,
+    pub transform_ms: f64,
+}
+
+impl Etl {
+    /// The share of the invocation spent on the object store.
+    pub fn share(&self) -> f64 {
+        let total = self.extract_load_ms + self.transform_ms;
+        if total <= 0.0 {
+            0.0
+        } else {
+            self.extract_load_ms / total
+        }
+    }
+
+    /// OFC's label.
+    pub fn benefits(&self) -> bool {
+        self.share() > THRESHOLD
+    }
+}
+
+#[derive(Default)]
+pub struct BenefitModel {
+    schema: Schema,
+    samples: VecDeque<(Features, bool)>,
+    classifier: Option<Classifier>,
+    fresh: usize,
+    pub seen: u64,
+}
+
+impl BenefitModel {
+    /// Whether an invocation with `features` benefits from the cache; `None` while the model
+    /// is young.
+    pub fn predict(&self, features: &Features) -> Option<bool> {
+        if (self.seen as usize) < MIN_SAMPLES {
+            return None;
+        }
+        let classifier = self.classifier.as_ref()?;
+        let mut row = Vec::with_capacity(self.schema.width());
+        self.schema.row(features, &mut row);
+        classifier.classify(row).map(|c| c == 1)
+    }
+
+    /// Learns one invocation's label; retrains every few samples (a tree over at most a few
+    /// hundred rows: well under a millisecond).
+    pub fn observe(&mut self, features: Features, etl: Etl) {
+        self.seen += 1;
+        self.schema.learn(&features);
+        if self.samples.len() == MAX_SAMPLES {
+            self.samples.pop_front();
+        }
+        self.samples.push_back((features, etl.benefits()));
+        self.fresh += 1;
+        if self.fresh >= RETRAIN_EVERY || self.classifier.is_none() {
+            self.fresh = 0;
+            let width = self.schema.width();
+            let mut rows = Vec::with_capacity(self.samples.len());
+            let mut classes = Vec::with_capacity(self.samples.len());
+            for (features, label) in &self.samples {
+                let mut row = Vec::with_capacity(width);
+                self.schema.row(features, &mut row);
+                rows.push(row);
+                classes.push(u32::from(*label));
+            }
+            self.classifier = Classifier::train(&rows, &classes, width);
+        }
+    }
+
+    /// The share of recent invocations that benefited.
+    pub fn benefiting(&self) -> Option<f64> {
+        if self.samples.is_empty() {
+            return None;
+        }
+        let yes = self.samples.iter().filter(|(_, b)| *b).count();
+        Some(yes as f64 / self.samples.len() as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn features(size: u64) -> Features {
+        Features::of_event(format!(r#"{{"size": {size}}}"#).as_bytes()).0
+    }
+
+    #[test]
+    fn the_label_is_the_share_of_time_on_the_store() {
+        let io_bound = Etl {
+            extract_load_ms: 30.0,
+            transform_ms: 5.0,
+        };
+        let cpu_bound = Etl {
+            extract_load_ms: 30.0,
+            transform_ms: 300.0,
+        };
+        assert!(io_bound.benefits());
+        assert!(!cpu_bound.benefits());
+        assert!(!Etl {
+            extract_load_ms: 0.0,
+            transform_ms: 0.0
+        }
+        .benefits());
+    }
+
+    #[test]
+    fn it_learns_which_inputs_benefit() {
+        let mut model = BenefitModel::default();
+        // Small inputs are dominated by the store; large ones by the transform.
+        for i in 0..40 {
+            let size = if i % 2 == 0 { 10 } else { 10_000 };
+            let etl = if size == 10 {
+                Etl {
+                    extract_load_ms: 25.0,
+                    transform_ms: 2.0,
+                }
+            } else {
+                Etl {
+                    extract_load_ms: 40.0,
+                    transform_ms: 900.0,
+                }
+            };
+            assert!(i < MIN_SAMPLES || model.predict(&features(size)).is_some());
+            model.observe(features(size), etl);
+        }
+        assert_eq!(model.predict(&features(10)), Some(true));
+        assert_eq!(model.predict(&features(10_000)), Some(false));
+        assert_eq!(model.benefiting(), Some(0.5));
+    }
+}
