@@ -10,6 +10,7 @@ import json
 import hashlib
 import os
 import re
+import struct
 import time
 import uuid
 import zlib
@@ -161,6 +162,27 @@ def test_writes_are_transparent_and_reach_the_remote(front, remote, bucket):
                       ContentMD5=base64.b64encode(hashlib.md5(b"else").digest()).decode())
     assert e.value.response["Error"]["Code"] == "BadDigest"
     assert s3.get_object(Bucket=bucket, Key="out/a.bin")["Body"].read() == body
+
+
+def png(width, height):
+    """A real PNG (one grey row repeated), made with zlib alone."""
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    rows = b"".join(b"\0" + b"\x80" * width for _ in range(height))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def test_image_metadata_is_extracted_and_stored_with_the_object(front, remote, bucket):
+    image = png(64, 48)
+    s3 = s3_client(front)
+    s3.put_object(Bucket=bucket, Key="img.png", Body=image)
+    wait_for_remote(remote, bucket, "img.png", image)
+    assert in_remote(remote, bucket, "img.png")["Metadata"]["kiln-media"] == "png 64x48"
+    assert s3.head_object(Bucket=bucket, Key="img.png")["Metadata"] == {}
+    s3.put_object(Bucket=bucket, Key="text", Body=b"not an image")
+    wait_for_remote(remote, bucket, "text", b"not an image")
+    assert "kiln-media" not in in_remote(remote, bucket, "text")["Metadata"]
 
 
 def test_a_miss_reads_the_remote_once_then_hits(front, remote, bucket):
@@ -374,6 +396,7 @@ def test_admission_follows_each_functions_cache_benefit(remote, tmp_path):
                    front.signed_request("GET", "/kiln/v1/status", "", {}).json()["memoryModels"]}
         # (The first invocation of each pays for its SDK client's first call: it may count as compute.)
         assert benefit["oc-io"] >= 0.8 and benefit["oc-cpu"] <= 0.2, benefit
+
         # Learnt: what the I/O-bound function reads is cached (its second read hits) ...
         hits, misses = metric(front, "hits"), metric(front, "misses")
         read("oc-io", "o/24", 0)
@@ -385,5 +408,10 @@ def test_admission_follows_each_functions_cache_benefit(remote, tmp_path):
         read("oc-cpu", "o/25", 300)
         assert metric(front, "hits") == hits + 1
         assert metric(front, "bypassed") == bypassed + 2
+        # The models see an input object's size once kiln has seen the object (the second read of o/24 knew
+        # it), and never its name.
+        features = {m["function"]: m["features"] for m in
+                    front.signed_request("GET", "/kiln/v1/status", "", {}).json()["memoryModels"]}
+        assert "object.size" in features["oc-io"] and "arg.key" not in features["oc-io"], features
     finally:
         front.cleanup()

@@ -96,6 +96,21 @@ impl From<AgentError> for ControllerError {
     }
 }
 
+/// An input object's model features: `object.size`, and for images `object.width`,
+/// `object.height`, `object.format`.
+fn object_features(
+    known: &crate::objects::cache::ObjectFeatures,
+) -> Vec<(String, predict::features::Value)> {
+    use predict::features::Value;
+    let mut out = vec![("size".to_string(), Value::Number(known.size as f64))];
+    if let Some(media) = &known.media {
+        out.push(("width".into(), Value::Number(media.width as f64)));
+        out.push(("height".into(), Value::Number(media.height as f64)));
+        out.push(("format".into(), Value::Nominal(media.format.clone())));
+    }
+    out
+}
+
 /// Settings of the controller.
 #[derive(Debug, Clone)]
 pub struct ControllerConfig {
@@ -845,8 +860,18 @@ impl Controller {
     ) -> Result<InvokeOutcome, ControllerError> {
         let labels = Metrics::function(&spec.function);
         let cache = self.config.object_cache.as_ref();
-        let features = (self.predictor.applies(spec.memory_mb) || cache.is_some())
-            .then(|| predict::Features::of_event(&request.payload).0);
+        let features = (self.predictor.applies(spec.memory_mb) || cache.is_some()).then(|| {
+            let (mut features, object) = predict::Features::of_event(&request.payload);
+            // The input object's size and media metadata, as far as the object cache knows
+            // them (it asks the backing store nothing on the invocation's path).
+            if let Some(known) = object
+                .zip(cache)
+                .and_then(|(o, cache)| cache.object_features(&o.bucket, &o.key))
+            {
+                features.add_object(object_features(&known));
+            }
+            features
+        });
         request.memory_limit_mb = features
             .as_ref()
             .and_then(|f| self.predictor.predict(&spec.function, spec.memory_mb, f));

@@ -22,6 +22,7 @@ pub mod conditions;
 pub mod keys;
 pub mod listing;
 mod local;
+pub mod media;
 pub mod profile;
 mod remote;
 pub mod sandbox;

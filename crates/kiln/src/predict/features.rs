@@ -143,6 +143,11 @@ impl Schema {
         self.columns.len()
     }
 
+    /// The features' names, in column order.
+    pub fn names(&self) -> &[String] {
+        &self.columns
+    }
+
     /// `features` as a row of this schema: unknown names are ignored, absent ones and unknown
     /// nominal values are [`MISSING`].
     pub fn row(&self, features: &Features, out: &mut Vec<f64>) {

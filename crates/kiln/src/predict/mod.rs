@@ -62,6 +62,8 @@ pub struct ModelStatus {
     /// cache-benefit model), when there is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_benefit: Option<f64>,
+    /// The features the model has seen (`payload_bytes`, `arg.NAME`, `object.size`, …).
+    pub features: Vec<String>,
 }
 
 /// The node's memory models, one per function.
@@ -204,6 +206,7 @@ impl Predictor {
                     samples: m.samples.len(),
                     exact_or_over: m.exact_or_over(),
                     cache_benefit: benefit.get(function).and_then(BenefitModel::benefiting),
+                    features: m.schema.names().to_vec(),
                 }
             })
             .collect();

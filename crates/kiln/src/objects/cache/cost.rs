@@ -73,8 +73,17 @@ impl Costs {
         self.fits.entry(op).or_default().add(bytes, nanos);
     }
 
+    /// The expected latency of `op` on `bytes` at the backing store; with no sample of `op`
+    /// yet, the other operation's (the same store, the same link).
     pub fn estimate(&self, op: Op, bytes: u64) -> Option<u64> {
-        self.fits.get(&op)?.estimate(bytes)
+        let other = match op {
+            Op::Get => Op::Put,
+            Op::Put => Op::Get,
+        };
+        self.fits
+            .get(&op)
+            .and_then(|f| f.estimate(bytes))
+            .or_else(|| self.fits.get(&other)?.estimate(bytes))
     }
 
     /// Counts an access of `function`'s: `served` is what it took, `backend` what it took or

@@ -149,6 +149,11 @@ impl Entries {
         })
     }
 
+    /// An entry's metadata, without counting an access.
+    pub fn peek(&self, key: &ObjectKey) -> Option<Arc<Meta>> {
+        self.map.get(key).map(|e| e.meta.clone())
+    }
+
     /// Whether `key` has a version not yet in the backing store.
     pub fn is_dirty(&self, key: &ObjectKey) -> bool {
         self.map.get(key).is_some_and(Entry::dirty)

@@ -56,6 +56,38 @@ use super::ObjectStoreError;
 /// The user-metadata key that carries a version in the backing store. Reserved: it is not
 /// accepted from clients nor shown to them through kiln.
 pub const VERSION_METADATA: &str = "kiln-version";
+/// The user-metadata key that carries an image's format and size (`png 640x480`), extracted when
+/// it was written back. Reserved like [`VERSION_METADATA`].
+pub const MEDIA_METADATA: &str = "kiln-media";
+/// Objects whose features (size, media metadata) the cache remembers, cached or not.
+const KNOWN_OBJECTS: usize = 100_000;
+
+/// What the cache knows of an object, for the memory and cache-benefit models (OFC §5.1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectFeatures {
+    pub size: u64,
+    pub media: Option<super::media::Media>,
+}
+
+/// The features of the objects that passed through, most recent last (bounded).
+#[derive(Default)]
+struct Known {
+    map: std::collections::HashMap<ObjectKey, ObjectFeatures>,
+    order: std::collections::VecDeque<ObjectKey>,
+}
+
+impl Known {
+    fn insert(&mut self, key: ObjectKey, features: ObjectFeatures) {
+        if self.map.insert(key.clone(), features).is_none() {
+            self.order.push_back(key);
+            while self.order.len() > KNOWN_OBJECTS {
+                if let Some(old) = self.order.pop_front() {
+                    self.map.remove(&old);
+                }
+            }
+        }
+    }
+}
 
 /// The cache's settings.
 #[derive(Debug, Clone)]
@@ -233,6 +265,7 @@ pub struct ObjectCache {
     /// Functions whose objects are not admitted (their benefit model says the cache would not
     /// pay off).
     refused: Mutex<HashSet<String>>,
+    known: Mutex<Known>,
     metrics: CacheMetrics,
 }
 
@@ -277,6 +310,7 @@ impl ObjectCache {
             acknowledged: Mutex::default(),
             costs: Mutex::default(),
             refused: Mutex::default(),
+            known: Mutex::default(),
             metrics,
         });
         if !recovered.pending.is_empty() {
@@ -331,6 +365,30 @@ impl ObjectCache {
         } else if !refused.contains(function) {
             refused.insert(function.to_string());
         }
+    }
+
+    /// What is known of an object: its size, and an image's format and dimensions (recorded
+    /// when it was written back or read, without asking the backing store).
+    pub fn object_features(&self, bucket: &str, key: &str) -> Option<ObjectFeatures> {
+        let key = ObjectKey::new(bucket, key);
+        if let Some(known) = self.known().map.get(&key) {
+            return Some(known.clone());
+        }
+        let entries = self.entries();
+        let hit = entries.peek(&key)?;
+        Some(ObjectFeatures {
+            size: hit.size,
+            media: None,
+        })
+    }
+
+    fn known(&self) -> MutexGuard<'_, Known> {
+        self.known.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records an object's features.
+    fn learn_object(&self, key: ObjectKey, features: ObjectFeatures) {
+        self.known().insert(key, features);
     }
 
     fn admits(&self, function: Option<&str>) -> bool {
@@ -523,10 +581,11 @@ fn is_not_found(e: &S3Error) -> bool {
         || e.status_code() == Some(http::StatusCode::NOT_FOUND)
 }
 
-/// Removes the reserved version key from user metadata.
+/// Removes the reserved keys from user metadata.
 fn strip_reserved(metadata: &mut Option<Metadata>) {
     if let Some(m) = metadata {
         m.remove(VERSION_METADATA);
+        m.remove(MEDIA_METADATA);
         if m.is_empty() {
             *metadata = None;
         }
@@ -802,11 +861,24 @@ impl CachedStore {
         let capacity = cache.usage().capacity;
         if size >= 0 && (size as u64) <= cache.config.max_object_bytes.min(capacity) {
             let size = size as u64;
+            let media = out
+                .output
+                .metadata
+                .as_ref()
+                .and_then(|m| m.get(MEDIA_METADATA))
+                .and_then(|v| super::media::Media::decode(v));
             let meta = meta_of(&out.output, size);
             let body = collect(out.output.body.take(), size).await?;
             cache
                 .costs()
                 .sample(Op::Get, size, fetching.elapsed().as_nanos() as u64);
+            cache.learn_object(
+                key.clone(),
+                ObjectFeatures {
+                    size,
+                    media: media.or_else(|| super::media::Media::of(&body)),
+                },
+            );
             miss.end(Some((key, body.clone(), meta.clone())));
             return answer_get(
                 Hit {
@@ -921,6 +993,13 @@ impl CachedStore {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(version, Instant::now());
+        cache.learn_object(
+            key.clone(),
+            ObjectFeatures {
+                size: length,
+                media: None,
+            },
+        );
         let queue = cache
             .entries()
             .write(key.clone(), body, meta, version, Instant::now());

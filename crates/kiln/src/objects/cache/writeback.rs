@@ -133,6 +133,18 @@ impl ObjectCache {
         let attrs = &meta.attrs;
         let mut metadata: Metadata = attrs.metadata.clone().into_iter().collect();
         metadata.insert(VERSION_METADATA.into(), dirty.version.to_string());
+        // Media metadata, extracted here, in the background, and stored with the object.
+        let media = crate::objects::media::Media::of(&dirty.body);
+        if let Some(media) = &media {
+            metadata.insert(super::MEDIA_METADATA.into(), media.encode());
+        }
+        self.learn_object(
+            key.clone(),
+            super::ObjectFeatures {
+                size: dirty.body.len() as u64,
+                media,
+            },
+        );
         let mut input = PutObjectInput {
             bucket: key.bucket.clone(),
             key: key.key.clone(),
