@@ -33,7 +33,7 @@ use tokio::sync::oneshot;
 pub use frame::MAX_FRAME_BYTES;
 use instance::SessionCtx;
 pub use instance::{Instance, StartError, MAX_RESPONSE_BYTES};
-pub use routing::{RoutingPolicy, WarmFirst};
+pub use routing::{ClosestMemory, RoutingPolicy, WarmFirst};
 pub use sessions::SessionStatus;
 pub use wasm::{cache_dir as wasm_cache_dir, WasmHost};
 use zygote::Zygote;
@@ -46,6 +46,10 @@ use crate::runtime::Runtimes;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RouteHints {
     pub session: Option<String>,
+    /// The memory limit predicted for the request, in MB: an idle instance whose current limit
+    /// is closest to it is preferred (OFC §6.5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u32>,
 }
 
 /// One invocation, as the agent receives it.
@@ -444,7 +448,7 @@ impl LocalAgent {
             inner: Arc::new(Inner {
                 ctx,
                 config,
-                routing: Box::new(WarmFirst),
+                routing: Box::new(ClosestMemory),
                 state: Mutex::new(State::default()),
                 destroying: Arc::new(AtomicUsize::new(0)),
             }),

@@ -875,6 +875,7 @@ impl Controller {
         request.memory_limit_mb = features
             .as_ref()
             .and_then(|f| self.predictor.predict(&spec.function, spec.memory_mb, f));
+        request.hints.memory_mb = request.memory_limit_mb;
         let io_before = match (cache, &features) {
             (Some(cache), Some(features)) => {
                 let admit = self.predictor.benefits(&spec.function, features);
@@ -1058,5 +1059,8 @@ pub(crate) fn route_hints(
     };
     let session = crate::session::extract(&sessions.hint, &source)
         .map_err(|e| ControllerError::InvalidParameter(format!("Invalid session id: {e}")))?;
-    Ok(RouteHints { session })
+    Ok(RouteHints {
+        session,
+        memory_mb: None,
+    })
 }
