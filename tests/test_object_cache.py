@@ -415,3 +415,83 @@ def test_admission_follows_each_functions_cache_benefit(remote, tmp_path):
         assert "object.size" in features["oc-io"] and "arg.key" not in features["oc-io"], features
     finally:
         front.cleanup()
+
+
+STAGES = """
+import boto3
+
+s3 = boto3.client("s3")
+
+
+def halve(event, context):
+    data = s3.get_object(Bucket=event["bucket"], Key=event["key"])["Body"].read()
+    if event.get("fail"):
+        raise ValueError("stage one failed")
+    key = f"tmp/{event['id']}"
+    s3.put_object(Bucket=event["bucket"], Key=key, Body=data[: len(data) // 2])
+    return {"bucket": event["bucket"], "key": key, "id": event["id"]}
+
+
+def finish(event, context):
+    data = s3.get_object(Bucket=event["bucket"], Key=event["key"])["Body"].read()
+    out = f"out/{event['id']}"
+    s3.put_object(Bucket=event["bucket"], Key=out, Body=data.upper())
+    return {"out": out, "intermediate": event["key"], "bytes": len(data)}
+"""
+
+
+def test_a_sequence_keeps_its_intermediate_objects_in_memory_only(remote, tmp_path):
+    """OpenWhisk-style sequences, with OFC's handling of their objects: what the intermediate stage writes is
+    read by the next stage from memory, never written back, and gone when the run ends; the final output is
+    written back, then dropped from the cache."""
+    from test_s3_functions import vendored_boto3
+    front = start_front(remote)
+    try:
+        code = tmp_path / "code"
+        code.mkdir()
+        (code / "app.py").write_text(STAGES)
+        vendored_boto3(code)
+        for name, handler in (("seq-halve", "app.halve"), ("seq-finish", "app.finish")):
+            front.cli("deploy", name, "--runtime", PYTHON_RUNTIME, "--handler", handler, "--code", str(code),
+                      "--memory", "256", "--timeout", "60", timeout=180)
+        shown = front.cli("sequence", "pipe", "seq-halve", "seq-finish").stdout
+        assert "pipe: seq-halve → seq-finish" in shown
+        assert "pipe" in front.cli("sequence").stdout
+        bucket = f"c-{uuid.uuid4().hex[:12]}"
+        s3 = s3_client(front)
+        s3.create_bucket(Bucket=bucket)
+        remote.client().put_object(Bucket=bucket, Key="in/a", Body=b"abcdefgh" * 512)
+        lam = front.client(read_timeout=120)
+        ephemeral, misses = metric(front, "ephemeral_writes"), metric(front, "misses")
+
+        response = lam.invoke(FunctionName="pipe", Payload=json.dumps({"bucket": bucket, "key": "in/a", "id": "r1"}))
+        assert "FunctionError" not in response
+        assert json.loads(response["Payload"].read()) == {"out": "out/r1", "intermediate": "tmp/r1",
+                                                          "bytes": 2048}
+        assert metric(front, "ephemeral_writes") == ephemeral + 1
+        # The intermediate object is gone with the run, and the backing store never had it.
+        with pytest.raises(s3.exceptions.NoSuchKey):
+            s3.get_object(Bucket=bucket, Key="tmp/r1")
+        assert in_remote(remote, bucket, "tmp/r1") is None
+        # The final output reached the backing store and left the cache: reading it is a miss.
+        wait_for_remote(remote, bucket, "out/r1", b"ABCDEFGH" * 256)
+        misses_before = metric(front, "misses")
+        assert s3.get_object(Bucket=bucket, Key="out/r1")["Body"].read() == b"ABCDEFGH" * 256
+        assert metric(front, "misses") == misses_before + 1 > misses
+
+        # A stage's error ends the run: the caller gets it, nothing of the run stays.
+        response = lam.invoke(FunctionName="pipe", Payload=json.dumps(
+            {"bucket": bucket, "key": "in/a", "id": "r2", "fail": True}))
+        assert response["FunctionError"] == "Unhandled"
+        assert json.loads(response["Payload"].read())["errorMessage"] == "stage one failed"
+        # Sequences are synchronous; names are shared with functions.
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            lam.invoke(FunctionName="pipe", InvocationType="Event", Payload=b"{}")
+        assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+        taken = front.cli("sequence", "seq-halve", "seq-finish", check=False)
+        assert taken.returncode != 0 and "seq-halve" in taken.stderr
+        front.cli("sequence", "pipe", "--rm")
+        with pytest.raises(lam.exceptions.ResourceNotFoundException):
+            lam.invoke(FunctionName="pipe", Payload=b"{}")
+    finally:
+        front.cleanup()

@@ -225,3 +225,88 @@ mod tests {
         }
     }
 }
+
+/// How the object store treats what one invocation writes: the stage of a sequence it runs as
+/// (OFC §6.3). Objects an intermediate stage writes live in the object cache only and go when
+/// the run ends; a final stage's outputs are written back, then dropped from the cache.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StorageTag {
+    /// The sequence run.
+    pub run: String,
+    pub stage: Stage,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Stage {
+    Intermediate,
+    Final,
+}
+
+/// The storage tags of the invocations an instance (or the forks of one zygote, which share its
+/// sandbox and so its services) is serving, shared with its sandbox services, whose requests
+/// carry it. A request has a tag only when every invocation in flight has that same tag: with
+/// two invocations of different runs (or one with none) behind one listener, nobody's writes
+/// are treated as a sequence's, and they are simply durable.
+#[derive(Debug, Clone, Default)]
+pub struct InvocationSlot(Arc<std::sync::Mutex<Vec<Option<StorageTag>>>>);
+
+impl InvocationSlot {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Option<StorageTag>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// An invocation with `tag` begins.
+    pub fn enter(&self, tag: Option<StorageTag>) {
+        self.lock().push(tag);
+    }
+
+    /// An invocation with `tag` ended.
+    pub fn leave(&self, tag: &Option<StorageTag>) {
+        let mut active = self.lock();
+        if let Some(i) = active.iter().position(|t| t == tag) {
+            active.swap_remove(i);
+        }
+    }
+
+    /// The tag the requests arriving now have.
+    pub fn get(&self) -> Option<StorageTag> {
+        let active = self.lock();
+        let first = active.first()?.clone()?;
+        active
+            .iter()
+            .all(|t| t.as_ref() == Some(&first))
+            .then_some(first)
+    }
+}
+
+#[cfg(test)]
+mod slot_tests {
+    use super::*;
+
+    #[test]
+    fn a_tag_holds_only_while_every_invocation_in_flight_has_it() {
+        let slot = InvocationSlot::default();
+        let tag = |run: &str| {
+            Some(StorageTag {
+                run: run.into(),
+                stage: Stage::Intermediate,
+            })
+        };
+        assert_eq!(slot.get(), None);
+        slot.enter(tag("a"));
+        assert_eq!(slot.get(), tag("a"));
+        slot.enter(None);
+        assert_eq!(
+            slot.get(),
+            None,
+            "a request of the other invocation could be anyone's"
+        );
+        slot.leave(&None);
+        slot.enter(tag("b"));
+        assert_eq!(slot.get(), None);
+        slot.leave(&tag("a"));
+        assert_eq!(slot.get(), tag("b"));
+        slot.leave(&tag("b"));
+        assert_eq!(slot.get(), None);
+    }
+}

@@ -219,6 +219,8 @@ pub struct Instance {
     _netns: Option<NetNs>,
     /// Servers of sandbox services (the object store) that live as long as the instance.
     _service_guards: Vec<Box<dyn std::any::Any + Send + Sync>>,
+    /// The storage tag of the invocation in flight, for the sandbox services.
+    invocation_slot: crate::function::InvocationSlot,
     /// A warm-path instance's code slot: its code is detached when the instance is dropped.
     code_slot: Option<kiln_sandbox::CodeSlot>,
     /// The sessions whose state the runtime holds, with the version of the copy it holds.
@@ -280,6 +282,11 @@ fn exit_description(code: i32) -> String {
 }
 
 impl Instance {
+    /// What its sandbox services know of the invocations in flight.
+    pub fn invocation_slot(&self) -> crate::function::InvocationSlot {
+        self.invocation_slot.clone()
+    }
+
     /// The memory limit the instance's cgroup has now, in MB: a prediction, or MemorySize.
     pub fn memory_limit_mb(&self) -> u32 {
         self.limit_mb.unwrap_or(self.spec.memory_mb)
@@ -338,8 +345,16 @@ impl Instance {
             output_pipe().map_err(|e| platform("output pipe", &e))?;
         let mut env = runtime::lambda_env(spec, id, runtime.as_ref());
         let mut service_guards = Vec::new();
+        let invocation_slot = crate::function::InvocationSlot::default();
         if slot.is_none() {
-            attach_services(ctx, spec, netns.as_ref(), &mut env, &mut service_guards)?;
+            attach_services(
+                ctx,
+                spec,
+                netns.as_ref(),
+                &invocation_slot,
+                &mut env,
+                &mut service_guards,
+            )?;
         } else {
             // Tells the shim to boot, pre-warm and wait for a `load` frame.
             env.push(("KILN_STANDBY".into(), "1".into()));
@@ -433,6 +448,7 @@ impl Instance {
             transport,
             _netns: netns,
             _service_guards: service_guards,
+            invocation_slot,
             code_slot: slot,
             held: Default::default(),
         };
@@ -603,6 +619,7 @@ impl Instance {
             booked,
         );
         let memory_limit_mb = self.limit_mb;
+        self.invocation_slot.enter(request.storage.clone());
         let monitor = memory_limit_mb
             .map(|limit| super::resize::Monitor::start(self.cgroup.clone(), limit, booked));
         self.cgroup.reset_peak();
@@ -733,6 +750,7 @@ impl Instance {
             }
             None => (body, function_error),
         };
+        self.invocation_slot.leave(&request.storage);
         Invocation {
             body,
             function_error,
@@ -794,12 +812,13 @@ fn attach_services(
     ctx: &AgentContext,
     spec: &SharedSpec,
     netns: Option<&NetNs>,
+    slot: &crate::function::InvocationSlot,
     env: &mut Vec<(String, String)>,
     guards: &mut Vec<Box<dyn std::any::Any + Send + Sync>>,
 ) -> Result<(), StartError> {
     for service in &ctx.services {
         let attachment = service
-            .attach(spec, netns)
+            .attach(spec, netns, slot)
             .map_err(|e| StartError::Platform(format!("sandbox service: {e}")))?;
         for (key, value) in attachment.env {
             env.retain(|(k, _)| *k != key);
@@ -893,6 +912,7 @@ impl Instance {
             transport: Transport::Shim(ShimConn::new(ours)),
             _netns: None,
             _service_guards: Vec::new(),
+            invocation_slot: zygote.invocation_slot.clone(),
             code_slot: None,
             held: Default::default(),
         };
@@ -951,7 +971,14 @@ impl Instance {
         };
         let mut env = runtime::lambda_env(spec, self.id, runtime.as_ref());
         let mut guards = Vec::new();
-        if let Err(e) = attach_services(ctx, spec, self._netns.as_ref(), &mut env, &mut guards) {
+        if let Err(e) = attach_services(
+            ctx,
+            spec,
+            self._netns.as_ref(),
+            &self.invocation_slot,
+            &mut env,
+            &mut guards,
+        ) {
             self.destroy().await;
             return Err(e);
         }

@@ -63,6 +63,8 @@ pub struct InvokeRequest {
     /// The memory limit predicted for this invocation, in MB (below the function's
     /// MemorySize); None runs it at MemorySize.
     pub memory_limit_mb: Option<u32>,
+    /// How the object store treats its writes (a sequence's stage).
+    pub storage: Option<crate::function::StorageTag>,
 }
 
 /// How an instance came to exist. kiln takes the most advanced path that exists.
@@ -301,10 +303,12 @@ pub struct AgentContext {
 /// A service kiln offers to every instance: environment variables for its SDKs and, in an
 /// isolated sandbox, a server on a listener inside the sandbox's network namespace.
 pub trait SandboxService: Send + Sync {
+    /// `slot` holds the storage tag of the invocation the instance is serving.
     fn attach(
         &self,
         spec: &crate::function::InstanceSpec,
         netns: Option<&kiln_sandbox::NetNs>,
+        slot: &crate::function::InvocationSlot,
     ) -> Result<Attachment, String>;
 }
 

@@ -58,6 +58,8 @@ pub struct Zygote {
     fork_lock: tokio::sync::Mutex<()>,
     /// Init plus warm-up time.
     pub build_time: Duration,
+    /// The sandbox's services' view of the invocations in flight: every fork's.
+    pub invocation_slot: crate::function::InvocationSlot,
     pub created: Instant,
     last_used: Mutex<Instant>,
     forks: AtomicU64,
@@ -92,6 +94,7 @@ pub async fn warmed_up(ctx: &AgentContext, spec: &SharedSpec, id: u64) -> Result
             client_context: None,
             hints: Default::default(),
             memory_limit_mb: None,
+            storage: None,
         };
         let invocation = instance.invoke(&request, None).await;
         if !invocation.healthy {
@@ -134,6 +137,7 @@ impl Zygote {
             id,
             pid: host_pid(&instance.cgroup, ns_pid),
             cgroup: instance.cgroup.clone(),
+            invocation_slot: instance.invocation_slot(),
             sandbox: Mutex::new(Some(instance)),
             stream,
             channel,

@@ -1,4 +1,4 @@
-//! kiln's own endpoints: status, logs, code download, metrics and health.
+//! kiln's own endpoints: status, logs, code download, sequences, metrics and health.
 
 use std::convert::Infallible;
 
@@ -214,4 +214,81 @@ pub async fn metrics(State(state): State<SharedState>) -> Response {
 
 pub async fn health() -> &'static str {
     "ok\n"
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct SequenceBody {
+    functions: Vec<String>,
+}
+
+/// Creates or replaces a sequence: `{"Functions": ["a", "b"]}`.
+pub async fn put_sequence(
+    State(state): State<SharedState>,
+    Path(name): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    authenticate(&state, &method, &uri, &headers, &body)?;
+    let parsed: SequenceBody = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "InvalidRequestContentException",
+            format!("Expected {{\"Functions\": [NAME, ...]}}: {e}"),
+        )
+    })?;
+    let sequence = state.controller.put_sequence(&name, parsed.functions)?;
+    Ok(Json(sequence).into_response())
+}
+
+pub async fn get_sequence(
+    State(state): State<SharedState>,
+    Path(name): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    authenticate(&state, &method, &uri, &headers, &body)?;
+    match state.controller.sequence(&name) {
+        Some(sequence) => Ok(Json(&*sequence).into_response()),
+        None => Err(no_sequence(&name)),
+    }
+}
+
+pub async fn list_sequences(
+    State(state): State<SharedState>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    authenticate(&state, &method, &uri, &headers, &body)?;
+    Ok(Json(serde_json::json!({ "Sequences": state.controller.list_sequences() })).into_response())
+}
+
+pub async fn delete_sequence(
+    State(state): State<SharedState>,
+    Path(name): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    authenticate(&state, &method, &uri, &headers, &body)?;
+    if state.controller.delete_sequence(&name)? {
+        Ok(StatusCode::NO_CONTENT.into_response())
+    } else {
+        Err(no_sequence(&name))
+    }
+}
+
+fn no_sequence(name: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "ResourceNotFoundException",
+        format!("Sequence not found: {name}"),
+    )
 }

@@ -84,6 +84,13 @@ pub fn router(state: SharedState) -> Router {
             axum::routing::delete(kiln::end_session),
         )
         .route("/kiln/v1/code/{file}", get(kiln::code))
+        .route("/kiln/v1/sequences", get(kiln::list_sequences))
+        .route(
+            "/kiln/v1/sequences/{name}",
+            get(kiln::get_sequence)
+                .put(kiln::put_sequence)
+                .delete(kiln::delete_sequence),
+        )
         .route("/metrics", get(kiln::metrics))
         .route("/health", get(kiln::health))
         .fallback(not_found)

@@ -60,6 +60,16 @@ pub enum Command {
         #[arg(long, value_name = "ID")]
         end: Option<String>,
     },
+    /// Sequences: `kiln sequence NAME F1 F2 …` creates or replaces one (each function's
+    /// answer is the next one's event), `--rm` deletes it, no functions shows it (no name:
+    /// lists them). Invoke it like a function.
+    Sequence {
+        name: Option<String>,
+        functions: Vec<String>,
+        /// Delete the sequence (its functions stay).
+        #[arg(long)]
+        rm: bool,
+    },
     /// Use the object store: ls, cp, mb, rb, rm, presign, credentials.
     S3(s3::S3Args),
 }
@@ -181,6 +191,11 @@ pub fn run(connection: Connection, command: Command) -> anyhow::Result<i32> {
         Command::Logs { name, follow } => logs(&client, &name, follow, json_output),
         Command::Status => status(&client, json_output),
         Command::Sessions { name, end } => sessions(&client, &name, end.as_deref(), json_output),
+        Command::Sequence {
+            name,
+            functions,
+            rm,
+        } => sequence(&client, name.as_deref(), functions, rm, json_output),
         Command::S3(_) => unreachable!("handled above"),
     }
 }
@@ -584,6 +599,61 @@ fn sessions(
         );
     }
     Ok(0)
+}
+
+fn sequence(
+    client: &Client,
+    name: Option<&str>,
+    functions: Vec<String>,
+    rm: bool,
+    json_output: bool,
+) -> anyhow::Result<i32> {
+    let Some(name) = name else {
+        let (_, _, body) = client.call("GET", "/kiln/v1/sequences", b"", &[])?;
+        let listing: Value = serde_json::from_slice(&body)?;
+        if json_output {
+            println!("{}", serde_json::to_string_pretty(&listing)?);
+        } else {
+            for s in listing["Sequences"].as_array().cloned().unwrap_or_default() {
+                print_sequence(&s);
+            }
+        }
+        return Ok(0);
+    };
+    let path = format!("/kiln/v1/sequences/{}", segment(name));
+    let body = if rm {
+        client.call("DELETE", &path, b"", &[])?;
+        if !json_output {
+            println!("deleted sequence {name}");
+        }
+        return Ok(0);
+    } else if functions.is_empty() {
+        client.call("GET", &path, b"", &[])?.2
+    } else {
+        let body = serde_json::to_vec(&json!({ "Functions": functions }))?;
+        client
+            .call("PUT", &path, &body, &[("content-type", "application/json")])?
+            .2
+    };
+    let sequence: Value = serde_json::from_slice(&body)?;
+    if json_output {
+        println!("{}", serde_json::to_string_pretty(&sequence)?);
+    } else {
+        print_sequence(&sequence);
+    }
+    Ok(0)
+}
+
+fn print_sequence(s: &Value) {
+    let functions: Vec<&str> = s["Functions"]
+        .as_array()
+        .map(|f| f.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    println!(
+        "{}: {}",
+        s["Name"].as_str().unwrap_or(""),
+        functions.join(" → ")
+    );
 }
 
 fn status(client: &Client, json_output: bool) -> anyhow::Result<i32> {

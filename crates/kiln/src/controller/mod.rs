@@ -7,6 +7,7 @@
 pub mod code;
 mod queue;
 pub mod registry;
+pub mod sequences;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -111,6 +112,28 @@ fn object_features(
     out
 }
 
+/// An invocation's payload, checked: within `limit` bytes (for invocation type `kind`), and
+/// JSON; an empty one is `{}`.
+fn checked_payload(payload: Bytes, limit: usize, kind: &str) -> Result<Bytes, ControllerError> {
+    if payload.len() > limit {
+        return Err(ControllerError::TooLarge(format!(
+            "{} byte payload is too large for the {kind} invocation type (limit {limit} bytes)",
+            payload.len()
+        )));
+    }
+    let payload = if payload.iter().all(u8::is_ascii_whitespace) {
+        Bytes::from_static(b"{}")
+    } else {
+        payload
+    };
+    if serde_json::from_slice::<serde::de::IgnoredAny>(&payload).is_err() {
+        return Err(ControllerError::InvalidRequestContent(
+            "Could not parse request body into json: Could not parse payload into json: Unexpected character".into(),
+        ));
+    }
+    Ok(payload)
+}
+
 /// Settings of the controller.
 #[derive(Debug, Clone)]
 pub struct ControllerConfig {
@@ -198,6 +221,7 @@ pub struct Controller {
     /// publishes, and two of them interleaving would lose an update or resurrect a deleted
     /// function in memory.
     mutation: Mutex<()>,
+    sequences: RwLock<HashMap<String, Arc<sequences::Sequence>>>,
     agent: Arc<dyn NodeAgent>,
     runtimes: Vec<String>,
     pub logs: LogStore,
@@ -227,6 +251,7 @@ impl Controller {
             functions: RwLock::default(),
             url_settings: RwLock::default(),
             mutation: Mutex::new(()),
+            sequences: RwLock::default(),
             agent,
             runtimes,
             logs,
@@ -236,6 +261,12 @@ impl Controller {
         });
         let mut table = HashMap::new();
         let mut live_code = Vec::new();
+        {
+            let mut sequences = controller.sequences_mut();
+            for sequence in controller.registry.sequences()? {
+                sequences.insert(sequence.name.clone(), Arc::new(sequence));
+            }
+        }
         for function in controller.registry.all()? {
             live_code.push(function.code_sha256.clone());
             let spec = controller.spec_for(&function);
@@ -297,6 +328,18 @@ impl Controller {
             prebake: f.config.prebake.clone(),
             sessions: f.config.sessions.clone(),
         })
+    }
+
+    fn sequences(
+        &self,
+    ) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<sequences::Sequence>>> {
+        self.sequences.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn sequences_mut(
+        &self,
+    ) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Arc<sequences::Sequence>>> {
+        self.sequences.write().unwrap_or_else(|p| p.into_inner())
     }
 
     fn table(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<Entry>>> {
@@ -455,6 +498,11 @@ impl Controller {
         if self.table().contains_key(name) {
             return Err(ControllerError::Conflict(format!(
                 "Function already exist: {name}"
+            )));
+        }
+        if self.sequences().contains_key(name) {
+            return Err(ControllerError::Conflict(format!(
+                "A sequence is named {name}: a function cannot be"
             )));
         }
         let (code, _mutation) = self.store_code(zip).await?;
@@ -787,33 +835,28 @@ impl Controller {
         client_context: Option<String>,
         source: crate::session::HintSource<'_>,
     ) -> Result<Invoked, ControllerError> {
+        if let Some(sequence) = self.sequence(name) {
+            if !self.table().contains_key(name) {
+                return match kind {
+                    InvocationType::DryRun => Ok(Invoked::DryRun),
+                    InvocationType::Event => Err(ControllerError::InvalidParameter(format!(
+                        "{name} is a sequence: sequences are invoked with RequestResponse"
+                    ))),
+                    InvocationType::RequestResponse => {
+                        let payload =
+                            checked_payload(payload, MAX_SYNC_PAYLOAD, "RequestResponse")?;
+                        self.invoke_sequence(&sequence, payload, client_context)
+                            .await
+                    }
+                };
+            }
+        }
         let entry = self.entry(name)?;
-        let limit = if kind == InvocationType::Event {
-            MAX_ASYNC_PAYLOAD
+        let payload = if kind == InvocationType::Event {
+            checked_payload(payload, MAX_ASYNC_PAYLOAD, "Event")?
         } else {
-            MAX_SYNC_PAYLOAD
+            checked_payload(payload, MAX_SYNC_PAYLOAD, "RequestResponse")?
         };
-        if payload.len() > limit {
-            return Err(ControllerError::TooLarge(format!(
-                "{} byte payload is too large for the {} invocation type (limit {limit} bytes)",
-                payload.len(),
-                if kind == InvocationType::Event {
-                    "Event"
-                } else {
-                    "RequestResponse"
-                }
-            )));
-        }
-        let payload = if payload.iter().all(u8::is_ascii_whitespace) {
-            Bytes::from_static(b"{}")
-        } else {
-            payload
-        };
-        if serde_json::from_slice::<serde::de::IgnoredAny>(&payload).is_err() {
-            return Err(ControllerError::InvalidRequestContent(
-                "Could not parse request body into json: Could not parse payload into json: Unexpected character".into(),
-            ));
-        }
         let hints = route_hints(&entry.spec, source, &payload)?;
         let request_id = function::new_request_id().to_string();
         match kind {
@@ -840,6 +883,7 @@ impl Controller {
                     client_context,
                     hints,
                     memory_limit_mb: None,
+                    storage: None,
                 };
                 let outcome = self.run(&entry.spec, request).await?;
                 Ok(Invoked::Done {

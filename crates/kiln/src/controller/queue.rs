@@ -123,6 +123,7 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
         hints: super::route_hints(&entry.spec, Default::default(), &event.payload)
             .unwrap_or_default(),
         memory_limit_mb: None,
+        storage: None,
     };
     let error = match controller.run(&entry.spec, request).await {
         Ok(outcome) if !outcome.function_error => {

@@ -73,6 +73,11 @@ CREATE TABLE IF NOT EXISTS async_queue (
     not_before TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS async_queue_by_function ON async_queue (function, id);
+CREATE TABLE IF NOT EXISTS sequences (
+    name TEXT PRIMARY KEY,
+    functions TEXT NOT NULL,
+    last_modified TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS async_failures (
     request_id TEXT PRIMARY KEY,
     function TEXT NOT NULL,
@@ -259,6 +264,55 @@ impl Registry {
             ],
         )?;
         Ok(changed == 1)
+    }
+
+    /// Creates or replaces a sequence.
+    pub fn put_sequence(
+        &self,
+        name: &str,
+        functions: &[String],
+        modified: &DateTime<Utc>,
+    ) -> Result<(), RegistryError> {
+        let functions =
+            serde_json::to_string(functions).map_err(|e| RegistryError::Corrupt(e.to_string()))?;
+        self.db().execute(
+            "INSERT OR REPLACE INTO sequences (name, functions, last_modified) VALUES (?1, ?2, ?3)",
+            params![name, functions, modified.to_rfc3339()],
+        )?;
+        Ok(())
+    }
+
+    pub fn delete_sequence(&self, name: &str) -> Result<bool, RegistryError> {
+        Ok(self
+            .db()
+            .execute("DELETE FROM sequences WHERE name = ?1", [name])?
+            == 1)
+    }
+
+    pub fn sequences(&self) -> Result<Vec<super::sequences::Sequence>, RegistryError> {
+        let db = self.db();
+        let mut stmt =
+            db.prepare("SELECT name, functions, last_modified FROM sequences ORDER BY name")?;
+        let rows = stmt.query_map([], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, String>(2)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (name, functions, modified) = row?;
+            out.push(super::sequences::Sequence {
+                functions: serde_json::from_str(&functions)
+                    .map_err(|e| RegistryError::Corrupt(format!("sequence {name}: {e}")))?,
+                last_modified: DateTime::parse_from_rfc3339(&modified)
+                    .map_err(|e| RegistryError::Corrupt(format!("sequence {name}: {e}")))?
+                    .with_timezone(&Utc),
+                name,
+            });
+        }
+        Ok(out)
     }
 
     pub fn delete(&self, name: &str) -> Result<bool, RegistryError> {

@@ -6,7 +6,7 @@ use std::any::Any;
 
 use kiln_sandbox::NetNs;
 
-use super::{serve_on, ObjectStore, Scope};
+use super::{ObjectStore, Scope};
 use crate::agent::{Attachment, SandboxService};
 use crate::function::InstanceSpec;
 
@@ -30,7 +30,12 @@ impl SandboxObjectStore {
 }
 
 impl SandboxService for SandboxObjectStore {
-    fn attach(&self, spec: &InstanceSpec, netns: Option<&NetNs>) -> Result<Attachment, String> {
+    fn attach(
+        &self,
+        spec: &InstanceSpec,
+        netns: Option<&NetNs>,
+        slot: &crate::function::InvocationSlot,
+    ) -> Result<Attachment, String> {
         let credentials = self.store.function_credentials(&spec.function);
         let (endpoint, guard) = match netns {
             Some(netns) => {
@@ -38,10 +43,11 @@ impl SandboxService for SandboxObjectStore {
                 let listener = netns
                     .listen_tcp(addr)
                     .map_err(|e| format!("object store listener: {e}"))?;
-                let handle = serve_on(
+                let handle = super::serve::serve_tagged(
                     listener,
                     &self.store,
                     Scope::Function(spec.function.clone()),
+                    Some(slot.clone()),
                 )
                 .map_err(|e| format!("object store: {e}"))?;
                 let guard: Box<dyn Any + Send + Sync> = Box::new(handle);

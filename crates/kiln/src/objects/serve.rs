@@ -140,6 +140,17 @@ pub fn serve_on(
     store: &ObjectStore,
     scope: Scope,
 ) -> std::io::Result<ServeHandle> {
+    serve_tagged(listener, store, scope, None)
+}
+
+/// [`serve_on`] for one sandbox: its requests carry `slot` (the storage tag of the invocation
+/// in flight) in their extensions, where the object cache finds it.
+pub(crate) fn serve_tagged(
+    listener: std::net::TcpListener,
+    store: &ObjectStore,
+    scope: Scope,
+    slot: Option<crate::function::InvocationSlot>,
+) -> std::io::Result<ServeHandle> {
     listener.set_nonblocking(true)?;
     let local_addr = listener.local_addr()?;
     let listener = tokio::net::TcpListener::from_std(listener)?;
@@ -164,8 +175,12 @@ pub fn serve_on(
             let _ = tcp.set_nodelay(true);
             let service = service.clone();
             let scope = scope.clone();
+            let slot = slot.clone();
             let handler = service_fn(move |mut req: hyper::Request<Incoming>| {
                 req.extensions_mut().insert(scope.clone());
+                if let Some(slot) = &slot {
+                    req.extensions_mut().insert(slot.clone());
+                }
                 let service = service.clone();
                 let expects_continue = req
                     .headers()

@@ -60,6 +60,11 @@ struct Entry {
     /// Queued for (or in) write-back.
     queued: bool,
     origin: Origin,
+    /// An intermediate output of this sequence run: never written back, dropped when the run
+    /// ends (OFC §6.3).
+    run: Option<String>,
+    /// A sequence's final output: dropped once written back.
+    discard: bool,
     accesses: u32,
     inserted: Instant,
     last_access: Instant,
@@ -68,6 +73,11 @@ struct Entry {
 impl Entry {
     fn dirty(&self) -> bool {
         self.persisted < self.version
+    }
+
+    /// Not evictable: dirty, or an intermediate output of a run in progress.
+    fn pinned(&self) -> bool {
+        self.dirty() || self.run.is_some()
     }
 }
 
@@ -100,6 +110,8 @@ pub struct Usage {
     pub entries: usize,
     pub bytes: u64,
     pub dirty_bytes: u64,
+    /// Sequences' intermediate outputs.
+    pub ephemeral_bytes: u64,
     pub capacity: u64,
 }
 
@@ -107,6 +119,7 @@ pub struct Entries {
     map: HashMap<ObjectKey, Entry>,
     bytes: u64,
     dirty_bytes: u64,
+    ephemeral_bytes: u64,
     capacity: u64,
     /// Bumped by every change of a key's contents, so that a miss that started before it
     /// cannot insert what it read.
@@ -122,6 +135,7 @@ impl Entries {
             map: HashMap::new(),
             bytes: 0,
             dirty_bytes: 0,
+            ephemeral_bytes: 0,
             capacity,
             generation: 0,
             misses_in_flight: 0,
@@ -134,6 +148,7 @@ impl Entries {
             entries: self.map.len(),
             bytes: self.bytes,
             dirty_bytes: self.dirty_bytes,
+            ephemeral_bytes: self.ephemeral_bytes,
             capacity: self.capacity,
         }
     }
@@ -203,6 +218,8 @@ impl Entries {
                             persisted: 0,
                             queued: false,
                             origin: Origin::Input,
+                            run: None,
+                            discard: false,
                             accesses: 1,
                             inserted: now,
                             last_access: now,
@@ -228,34 +245,43 @@ impl Entries {
         let replaced = self
             .map
             .get(key)
-            .filter(|e| !e.dirty())
+            .filter(|e| e.pinned())
             .map_or(0, |e| e.body.len() as u64);
-        let pinned = self.dirty_bytes + size;
+        let pinned = self.dirty_bytes + self.ephemeral_bytes + size;
         pinned.saturating_sub(replaced) <= self.capacity
     }
 
-    /// A write acknowledged as `version`: the entry becomes dirty. Returns whether the key
-    /// must be queued for write-back (it was not already).
+    /// Removes `key`'s entry, whatever its state, and its bytes from every count.
+    fn take(&mut self, key: &ObjectKey) -> Option<Entry> {
+        let entry = self.map.remove(key)?;
+        let size = entry.body.len() as u64;
+        self.bytes -= size;
+        if entry.dirty() {
+            self.dirty_bytes -= size;
+        }
+        if entry.run.is_some() {
+            self.ephemeral_bytes -= size;
+        }
+        Some(entry)
+    }
+
+    /// A write acknowledged as `version`: the entry becomes dirty. `discard`: drop it once
+    /// written back (a sequence's final output). Returns whether the key must be queued for
+    /// write-back (it was not already).
     pub fn write(
         &mut self,
         key: ObjectKey,
         body: Bytes,
         meta: Meta,
         version: u64,
+        discard: bool,
         now: Instant,
     ) -> bool {
         self.generation += 1;
         let size = body.len() as u64;
-        let (persisted, queued) = match self.map.remove(&key) {
-            Some(old) => {
-                self.bytes -= old.body.len() as u64;
-                if old.dirty() {
-                    self.dirty_bytes -= old.body.len() as u64;
-                }
-                (old.persisted, old.queued)
-            }
-            None => (0, false),
-        };
+        let (persisted, queued) = self
+            .take(&key)
+            .map_or((0, false), |old| (old.persisted, old.queued));
         self.note_change(&key);
         self.make_room(size);
         self.bytes += size;
@@ -269,12 +295,70 @@ impl Entries {
                 persisted,
                 queued: true,
                 origin: Origin::Output,
+                run: None,
+                discard,
                 accesses: 0,
                 inserted: now,
                 last_access: now,
             },
         );
         !queued
+    }
+
+    /// An intermediate output of sequence run `run`: held in memory only, until the run ends.
+    /// Refused (false) when `key` has a version not yet written back, which must not be
+    /// overtaken by one that will never be: the caller writes it durably instead.
+    pub fn write_ephemeral(
+        &mut self,
+        key: ObjectKey,
+        body: Bytes,
+        meta: Meta,
+        run: &str,
+        now: Instant,
+    ) -> bool {
+        if self.is_dirty(&key) {
+            return false;
+        }
+        self.generation += 1;
+        let size = body.len() as u64;
+        let persisted = self.take(&key).map_or(0, |old| old.persisted);
+        self.note_change(&key);
+        self.make_room(size);
+        self.bytes += size;
+        self.ephemeral_bytes += size;
+        self.map.insert(
+            key,
+            Entry {
+                body,
+                meta: Arc::new(meta),
+                version: persisted,
+                persisted,
+                queued: false,
+                origin: Origin::Output,
+                run: Some(run.to_string()),
+                discard: false,
+                accesses: 0,
+                inserted: now,
+                last_access: now,
+            },
+        );
+        true
+    }
+
+    /// Sequence run `run` ended: its intermediate outputs go. Returns how many.
+    pub fn end_run(&mut self, run: &str) -> usize {
+        let keys: Vec<ObjectKey> = self
+            .map
+            .iter()
+            .filter(|(_, e)| e.run.as_deref() == Some(run))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in &keys {
+            self.generation += 1;
+            self.note_change(key);
+            self.take(key);
+        }
+        keys.len()
     }
 
     /// The latest dirty version of `key`, for write-back.
@@ -303,6 +387,10 @@ impl Entries {
             }
         }
         entry.queued = entry.dirty();
+        if !entry.dirty() && entry.discard {
+            self.take(key);
+            return false;
+        }
         entry.queued
     }
 
@@ -318,11 +406,8 @@ impl Entries {
     pub fn invalidate(&mut self, key: &ObjectKey) {
         self.generation += 1;
         self.note_change(key);
-        if let Some(entry) = self.map.get(key) {
-            if !entry.dirty() {
-                self.bytes -= entry.body.len() as u64;
-                self.map.remove(key);
-            }
+        if self.map.get(key).is_some_and(|e| !e.dirty()) {
+            self.take(key);
         }
     }
 
@@ -362,7 +447,7 @@ impl Entries {
         let mut victims: Vec<(u8, Instant, ObjectKey)> = self
             .map
             .iter()
-            .filter(|(_, e)| !e.dirty())
+            .filter(|(_, e)| !e.pinned())
             .map(|(k, e)| {
                 let rank = match e.origin {
                     Origin::Output => 0,
@@ -382,8 +467,7 @@ impl Entries {
     }
 
     fn remove_clean(&mut self, key: &ObjectKey) {
-        if let Some(entry) = self.map.remove(key) {
-            self.bytes -= entry.body.len() as u64;
+        if self.take(key).is_some() {
             self.generation += 1;
             self.note_change(key);
         }
@@ -395,7 +479,7 @@ impl Entries {
         let doomed: Vec<ObjectKey> = self
             .map
             .iter()
-            .filter(|(_, e)| !e.dirty())
+            .filter(|(_, e)| !e.pinned())
             .filter(|(_, e)| {
                 let age = now.saturating_duration_since(e.inserted);
                 let idle = now.saturating_duration_since(e.last_access);
@@ -442,7 +526,7 @@ mod tests {
 
         // A write lands while a miss of the same key reads the old bytes.
         let since = t.begin_miss();
-        t.write(key("x"), Bytes::from_static(b"new"), meta(3), 7, now);
+        t.write(key("x"), Bytes::from_static(b"new"), meta(3), 7, false, now);
         assert!(!t.persisted(&key("x"), 7));
         t.set_capacity(0); // evicts the now clean "x" (and "a")
         assert!(t.get(&key("x"), now).is_none());
@@ -464,7 +548,14 @@ mod tests {
         let mut t = Entries::new(100);
         let since = t.begin_miss();
         t.end_miss(since, fetched("input", 40), t0);
-        assert!(t.write(key("out"), Bytes::from(vec![1; 40]), meta(40), 1, later));
+        assert!(t.write(
+            key("out"),
+            Bytes::from(vec![1; 40]),
+            meta(40),
+            1,
+            false,
+            later
+        ));
         assert!(t.is_dirty(&key("out")));
         assert_eq!(t.set_capacity(10), 40, "only the clean input can go");
         assert!(t.get(&key("out"), later).is_some());
@@ -485,15 +576,15 @@ mod tests {
     fn write_back_requeues_when_a_newer_version_arrived() {
         let now = Instant::now();
         let mut t = Entries::new(1000);
-        assert!(t.write(key("k"), Bytes::from_static(b"1"), meta(1), 1, now));
+        assert!(t.write(key("k"), Bytes::from_static(b"1"), meta(1), 1, false, now));
         // Already queued: a second write does not queue it twice.
-        assert!(!t.write(key("k"), Bytes::from_static(b"2"), meta(1), 2, now));
+        assert!(!t.write(key("k"), Bytes::from_static(b"2"), meta(1), 2, false, now));
         let dirty = t.dirty_version(&key("k")).unwrap();
         assert_eq!(dirty.version, 2);
         assert!(!t.persisted(&key("k"), 2));
         assert!(t.settled(&key("k"), 2));
 
-        assert!(t.write(key("k"), Bytes::from_static(b"3"), meta(1), 3, now));
+        assert!(t.write(key("k"), Bytes::from_static(b"3"), meta(1), 3, false, now));
         // Version 2's write-back finishing late does not clean version 3.
         assert!(t.persisted(&key("k"), 2));
         assert!(t.is_dirty(&key("k")));
@@ -502,11 +593,37 @@ mod tests {
     }
 
     #[test]
+    fn a_runs_intermediates_stay_until_it_ends_and_final_outputs_go_once_written_back() {
+        let now = Instant::now();
+        let mut t = Entries::new(100);
+        assert!(t.write_ephemeral(key("mid"), Bytes::from(vec![0; 30]), meta(30), "run1", now));
+        assert_eq!(t.usage().ephemeral_bytes, 30);
+        assert!(!t.could_hold(&key("x"), 80), "intermediates are pinned");
+        assert_eq!(t.set_capacity(0), 0);
+        assert!(t.get(&key("mid"), now).is_some());
+        assert!(!t.is_dirty(&key("mid")), "nothing to write back");
+        assert_eq!(t.end_run("other"), 0);
+        assert_eq!(t.end_run("run1"), 1);
+        assert!(t.get(&key("mid"), now).is_none());
+        assert_eq!(t.usage(), Usage::default());
+
+        t.set_capacity(100);
+        t.write(key("out"), Bytes::from_static(b"f"), meta(1), 5, true, now);
+        // A dirty key is never overtaken by an intermediate that will not be written back.
+        assert!(!t.write_ephemeral(key("out"), Bytes::new(), meta(0), "run2", now));
+        assert!(!t.persisted(&key("out"), 5));
+        assert!(
+            t.get(&key("out"), now).is_none(),
+            "a final output goes once written back"
+        );
+    }
+
+    #[test]
     fn capacity_counts_dirty_bytes() {
         let now = Instant::now();
         let mut t = Entries::new(10);
         assert!(t.could_hold(&key("a"), 10));
-        t.write(key("a"), Bytes::from(vec![0; 8]), meta(8), 1, now);
+        t.write(key("a"), Bytes::from(vec![0; 8]), meta(8), 1, false, now);
         assert!(!t.could_hold(&key("b"), 3));
         t.persisted(&key("a"), 1);
         assert!(t.could_hold(&key("b"), 3), "clean bytes can be evicted");

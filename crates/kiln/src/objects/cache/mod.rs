@@ -52,6 +52,7 @@ use super::local::{
     internal, now_ms, object_attrs, set_checksums, timestamp,
 };
 use super::ObjectStoreError;
+use crate::function::{InvocationSlot, Stage, StorageTag};
 
 /// The user-metadata key that carries a version in the backing store. Reserved: it is not
 /// accepted from clients nor shown to them through kiln.
@@ -124,6 +125,8 @@ pub struct CacheMetrics {
     /// Reads and writes the cache passed to the backing store.
     pub bypassed: Counter,
     pub cached_writes: Counter,
+    /// Intermediate outputs of sequences, held until their run ended.
+    pub ephemeral_writes: Counter,
     pub written_back: Counter,
     /// Write-backs that skipped a version because the backing store held a newer one.
     pub superseded: Counter,
@@ -145,6 +148,7 @@ impl Default for CacheMetrics {
             misses: Counter::default(),
             bypassed: Counter::default(),
             cached_writes: Counter::default(),
+            ephemeral_writes: Counter::default(),
             written_back: Counter::default(),
             superseded: Counter::default(),
             writeback_errors: Counter::default(),
@@ -167,6 +171,7 @@ impl CacheMetrics {
             ("object_cache_misses", "Cacheable reads that went to the backing store", &self.misses),
             ("object_cache_bypassed", "Requests the object cache passed to the backing store (ranges of uncached objects, encryption, versions, conditional writes, large objects)", &self.bypassed),
             ("object_cache_writes", "Writes acknowledged by the object cache (write-back)", &self.cached_writes),
+            ("object_cache_ephemeral_writes", "Intermediate outputs of sequences, held in memory until their run ended and never written back", &self.ephemeral_writes),
             ("object_cache_written_back", "Versions the object cache wrote to the backing store", &self.written_back),
             ("object_cache_superseded", "Write-backs skipped because the backing store held a newer version", &self.superseded),
             ("object_cache_writeback_errors", "Failed write-back attempts (each is retried)", &self.writeback_errors),
@@ -327,6 +332,7 @@ impl ObjectCache {
                 pending.body,
                 pending.meta,
                 pending.version,
+                false,
                 now,
             );
             if queue {
@@ -417,6 +423,13 @@ impl ObjectCache {
         if evicted > 0 {
             self.refresh_gauges();
         }
+    }
+
+    /// Sequence run `run` ended: its intermediate outputs are dropped (OFC §6.3).
+    pub fn end_run(&self, run: &str) -> usize {
+        let dropped = self.entries().end_run(run);
+        self.refresh_gauges();
+        dropped
     }
 
     /// One periodic sweep (OFC §6.3); returns how many objects went.
@@ -926,6 +939,10 @@ impl CachedStore {
                 .await;
         }
         cache.require_bucket(&key.bucket).await?;
+        let tag = req
+            .extensions
+            .get::<InvocationSlot>()
+            .and_then(InvocationSlot::get);
         let S3Request {
             input,
             headers,
@@ -982,6 +999,34 @@ impl CachedStore {
 
         let body = buf.freeze();
         let guard = cache.locks.lock(&key).await;
+        if let Some(StorageTag {
+            run,
+            stage: Stage::Intermediate,
+        }) = &tag
+        {
+            // A sequence's intermediate output: in memory until the run ends, never written back.
+            let kept = cache.entries().write_ephemeral(
+                key.clone(),
+                body.clone(),
+                meta.clone(),
+                run,
+                Instant::now(),
+            );
+            if kept {
+                drop(guard);
+                cache.metrics.ephemeral_writes.inc();
+                cache.refresh_gauges();
+                *backend = cache.costs().estimate(Op::Put, length);
+                return Ok(S3Response::new(output));
+            }
+        }
+        let discard = matches!(
+            tag,
+            Some(StorageTag {
+                stage: Stage::Final,
+                ..
+            })
+        );
         let version = cache.next_version();
         cache
             .journal
@@ -1000,9 +1045,10 @@ impl CachedStore {
                 media: None,
             },
         );
-        let queue = cache
-            .entries()
-            .write(key.clone(), body, meta, version, Instant::now());
+        let queue =
+            cache
+                .entries()
+                .write(key.clone(), body, meta, version, discard, Instant::now());
         drop(guard);
         if queue {
             let _ = cache.queue.send(key);
