@@ -94,6 +94,13 @@ struct UpArgs {
     s3: S3Args,
 }
 
+/// The object cache's admission policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Admission {
+    Benefit,
+    All,
+}
+
 /// The object store's flags.
 #[derive(clap::Args, Debug)]
 struct S3Args {
@@ -139,6 +146,10 @@ struct S3Args {
     /// The slack pool the lent sizing starts with, in MiB; it then follows the churn.
     #[arg(long, default_value_t = 100)]
     object_cache_slack_mb: u64,
+    /// Which objects are cached: those of functions whose cache-benefit model says it pays
+    /// (benefit), or every one (all).
+    #[arg(long, value_enum, default_value = "benefit")]
+    object_cache_admission: Admission,
     /// Objects larger than this (in KiB) are not cached.
     #[arg(long, default_value_t = 10 * 1024)]
     object_cache_max_object_kb: u64,
@@ -190,6 +201,7 @@ impl S3Args {
                     min_accesses: self.object_cache_min_reads,
                     max_idle: Duration::from_secs(self.object_cache_max_idle_secs),
                 },
+                admit_all: self.object_cache_admission == Admission::All,
                 ..Default::default()
             },
         }

@@ -3,7 +3,9 @@ their output to the object store (boto3, kiln's S3 endpoint from the sandbox's e
 
 Event: {"op": blur|resize|rotate|sepia|edge|denoise|wc_map|wc_reduce, "store": "s3"|"redis",
 "bucket": ..., "key": ... (or "keys" for wc_reduce), "out": ...}. The answer carries the Extract, Transform
-and Load times the function measured (ms), as OFC's Figure 7 breaks execution time down."""
+and Load times the function measured (ms), as OFC's Figure 7 breaks execution time down. As a stage of a kiln
+sequence, an event with "next" is answered with the next stage's event (what this stage wrote as its "key", and
+the timings so far as "acc")."""
 
 import io
 import json
@@ -94,4 +96,11 @@ def handler(event, context):
     t2 = time.perf_counter()
     put(event, event["out"], result)
     t3 = time.perf_counter()
-    return {"e_ms": (t1 - t0) * 1e3, "t_ms": (t2 - t1) * 1e3, "l_ms": (t3 - t2) * 1e3, "out_bytes": len(result)}
+    timings = {"e_ms": (t1 - t0) * 1e3, "t_ms": (t2 - t1) * 1e3, "l_ms": (t3 - t2) * 1e3}
+    # In a sequence, the stages before this one passed their timings on.
+    for name, value in event.get("acc", {}).items():
+        timings[name] += value
+    if "next" in event:
+        # Not the last stage: the answer is the next stage's event.
+        return {**event["next"], "key": event["out"], "acc": timings}
+    return {**timings, "out_bytes": len(result)}

@@ -15,6 +15,8 @@ const MAX_NOMINAL_CHARS: usize = 64;
 const MAX_ARGUMENTS: usize = 32;
 /// A feature the request does not have (trees split it apart from every real value).
 pub const MISSING: f64 = -1.0;
+/// Distinct values a nominal feature keeps; later ones are [`MISSING`].
+pub const MAX_NOMINAL_VALUES: usize = 32;
 /// Events larger than this are not parsed for arguments: parsing is on the invocation's path,
 /// and a large event is data rather than arguments (its size is still a feature).
 const MAX_PARSED_BYTES: usize = 64 * 1024;
@@ -133,8 +135,12 @@ impl Schema {
             }
             if let Value::Nominal(v) = value {
                 let values = self.nominals.entry(name.clone()).or_default();
-                let next = values.len() as f64;
-                values.entry(v.clone()).or_insert(next);
+                // An argument with ever new values (an output key, an id) names things rather
+                // than describing them: past a bound its new values are unknown.
+                if values.len() < MAX_NOMINAL_VALUES {
+                    let next = values.len() as f64;
+                    values.entry(v.clone()).or_insert(next);
+                }
             }
         }
     }

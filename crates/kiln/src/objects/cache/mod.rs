@@ -100,6 +100,9 @@ pub struct CacheConfig {
     pub sweep: SweepRules,
     /// Concurrent write-backs.
     pub writeback_workers: usize,
+    /// Admit every object (up to the size limit) rather than what the functions' benefit
+    /// models choose.
+    pub admit_all: bool,
 }
 
 impl Default for CacheConfig {
@@ -113,6 +116,7 @@ impl Default for CacheConfig {
                 max_idle: Duration::from_secs(30 * 60),
             },
             writeback_workers: 8,
+            admit_all: false,
         }
     }
 }
@@ -398,13 +402,14 @@ impl ObjectCache {
     }
 
     fn admits(&self, function: Option<&str>) -> bool {
-        function.is_none_or(|f| {
-            !self
-                .refused
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .contains(f)
-        })
+        self.config.admit_all
+            || function.is_none_or(|f| {
+                !self
+                    .refused
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .contains(f)
+            })
     }
 
     pub fn usage(&self) -> Usage {
