@@ -37,6 +37,10 @@ OPS = ["blur", "resize", "rotate", "sepia", "edge", "denoise"]
 # name: (width, height) of a PNG of seeded noise (noise does not compress: the size is about w*h*3).
 SIZES = {"2KB": (24, 24), "28KB": (96, 96), "230KB": (320, 240), "3MB": (1000, 1000)}
 SMALL = ["2KB", "28KB"]
+# The memory-model dataset (OFC Table 1): more sizes, each op, both languages.
+DATASET_SIZES = [(16, 16), (48, 32), (96, 96), (160, 120), (256, 192), (320, 240), (480, 360), (640, 480),
+                 (800, 600), (1000, 750), (1200, 900), (1400, 1050)]
+DATASET_REPS = 3
 LANGUAGES = {"python": ("python3.11", "app.handler"), "node": ("nodejs20.x", "index.handler")}
 SETUPS = ["nocache", "redis", "hit", "miss"]
 BUCKET = "ofc"
@@ -166,6 +170,34 @@ def pipelines(args, server, setups, samples):
             for s in samples if s["kind"] == "pipeline" and s["setup"] == setup))
 
 
+def dataset(args, server, out):
+    """Invocations with varied inputs and the memory each used (REPORT's Max Memory Used, the cgroup's peak):
+    the data of OFC's Table 1, for `cargo run -p kiln --example predict_accuracy`."""
+    import base64
+    import re
+    client = server.client(read_timeout=300)
+    rows = []
+    for rep in range(1 if args.quick else DATASET_REPS):
+        for language in LANGUAGES:
+            for op in OPS:
+                for i, (w, h) in enumerate(DATASET_SIZES):
+                    key = f"ds/{w}x{h}.png"
+                    ev = event("s3", op, key)
+                    name = function_name(language, "s3")
+                    response = client.invoke(FunctionName=name, Payload=json.dumps(ev), LogType="Tail")
+                    response["Payload"].read()
+                    if "FunctionError" in response:
+                        raise RuntimeError(f"{name} {ev}")
+                    tail = base64.b64decode(response["LogResult"]).decode()
+                    peak = int(re.search(r"Max Memory Used: (\d+) MB", tail).group(1))
+                    rows.append({"function": name, "event": ev,
+                                 "object": {"size": args.dataset_bytes[key], "width": w, "height": h,
+                                            "format": "png"},
+                                 "peak_mb": peak})
+    (out / "ofc-dataset.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    log(f"dataset: {len(rows)} invocations in {out / 'ofc-dataset.jsonl'}")
+
+
 def upload_inputs(args, remote_s3, redis_port):
     import redis as redis_py
     r = redis_py.Redis(host="127.0.0.1", port=redis_port)
@@ -181,6 +213,11 @@ def upload_inputs(args, remote_s3, redis_port):
             for op in OPS:
                 for i in range(n):
                     remote_s3.put_object(Bucket=BUCKET, Key=f"miss/{language}-{op}-{size}-{i}.png", Body=data)
+    args.dataset_bytes = {}
+    for index, (w, h) in enumerate(DATASET_SIZES):
+        data = png(w, h, seed=100 + index)
+        args.dataset_bytes[f"ds/{w}x{h}.png"] = len(data)
+        remote_s3.put_object(Bucket=BUCKET, Key=f"ds/{w}x{h}.png", Body=data)
     for mb, chunks in [(1, 4), (8, 8)]:
         data = text(mb, seed=mb)
         step = len(data) // chunks
@@ -379,6 +416,8 @@ def main():
                             invoke(server, client, language, event("redis", "resize", "in/2KB.png"))
                             single_stage(args, server, setups, language, samples, remote_s3, redis_port)
                         pipelines(args, server, [s for s in setups if s != "miss"], samples)
+                        if cache:
+                            dataset(args, server, args.out)
                     finally:
                         server.cleanup()
                         detach_mounts(server.data_dir)

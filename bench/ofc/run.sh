@@ -3,7 +3,7 @@
 # Node.js (sharp) and two pipelines, with no cache over a backing store 5 ms away, with Redis, and with kiln's
 # object cache (hit and miss), side by side. See bench/README.md, "Object cache".
 #
-#   bench/ofc/run.sh          n = 20; writes bench/results/ofc.{md,json,png}
+#   bench/ofc/run.sh          n = 20; writes bench/results/ofc.{md,json,png}, ofc-dataset.jsonl and ofc-ml.md
 #   bench/ofc/run.sh --quick  n = 3 (bench/work/ofc/results-quick/)
 #
 # Installs what it needs (redis-server, Pillow, sharp, the functions' clients), builds kiln (release), waits for
@@ -69,5 +69,9 @@ while awk '{ exit !($1 >= 0.5) }' /proc/loadavg && [ "$WAITED" -lt 1200 ]; do
 done
 say "load average $(cut -d' ' -f1-3 /proc/loadavg)"
 
-KILN_BIN=$TARGET/kiln exec .venv/bin/python "$HERE/ofc.py" --functions "$FN" --work "$WORK" --out "$OUT" \
+KILN_BIN=$TARGET/kiln .venv/bin/python "$HERE/ofc.py" --functions "$FN" --work "$WORK" --out "$OUT" \
     --command "bench/ofc/run.sh${*:+ $*}" "${QUICK[@]}"
+
+say "the memory models' accuracy (OFC Table 1) on the invocations just recorded"
+cargo run --release --quiet -p kiln --example predict_accuracy -- "$OUT/ofc-dataset.jsonl" "$OUT/ofc-ml.md" >/dev/null
+say "results in $OUT (ofc.md, ofc-ml.md)"
