@@ -185,6 +185,37 @@ def test_image_metadata_is_extracted_and_stored_with_the_object(front, remote, b
     assert "kiln-media" not in in_remote(remote, bucket, "text")["Metadata"]
 
 
+def test_a_shadow_bucket_shows_outside_readers_a_new_version_at_once(remote):
+    """OFC's synchronous shadow placeholder, as a bucket setting: before a cached write is acknowledged, the
+    backing store gets an empty object carrying the new version and the `kiln-shadow` mark. An outside reader
+    right after the PUT sees the placeholder or the payload, never the version it replaced; kiln's readers see
+    the payload."""
+    shadowed = f"s-{uuid.uuid4().hex[:12]}"
+    front = start_front(remote, "--object-cache-shadow", shadowed)
+    try:
+        s3 = s3_client(front)
+        s3.create_bucket(Bucket=shadowed)
+        outside = remote.client()
+        old = outside.put_object(Bucket=shadowed, Key="k", Body=b"old version")
+        for i in range(5):
+            body = f"new version {i}".encode() * 100
+            put = s3.put_object(Bucket=shadowed, Key="k", Body=body)
+            seen = outside.head_object(Bucket=shadowed, Key="k")
+            assert seen["ETag"] != old["ETag"]
+            if seen["ContentLength"] == 0:
+                assert seen["Metadata"]["kiln-shadow"] == "pending"
+            else:
+                assert seen["ETag"] == put["ETag"]
+            assert s3.get_object(Bucket=shadowed, Key="k")["Body"].read() == body
+            assert "kiln-shadow" not in s3.head_object(Bucket=shadowed, Key="k")["Metadata"]
+            wait_for_remote(remote, shadowed, "k", body)
+            old = outside.head_object(Bucket=shadowed, Key="k")
+            assert "kiln-shadow" not in old["Metadata"]
+        assert metric(front, "shadows") == 5 and metric(front, "shadow_errors") == 0
+    finally:
+        front.cleanup()
+
+
 def test_a_miss_reads_the_remote_once_then_hits(front, remote, bucket):
     body = os.urandom(64 * KiB)
     put = remote.client().put_object(Bucket=bucket, Key="in/x", Body=body, ContentType="text/csv")

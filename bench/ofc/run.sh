@@ -73,5 +73,6 @@ KILN_BIN=$TARGET/kiln .venv/bin/python "$HERE/ofc.py" --functions "$FN" --work "
     --command "bench/ofc/run.sh${*:+ $*}" "${QUICK[@]}"
 
 say "the memory models' accuracy (OFC Table 1) on the invocations just recorded"
-cargo run --release --quiet -p kiln --example predict_accuracy -- "$OUT/ofc-dataset.jsonl" "$OUT/ofc-ml.md" >/dev/null
+cargo run --release --quiet -p kiln --example predict_accuracy -- "${OUT#"$ROOT"/}/ofc-dataset.jsonl" \
+    "$OUT/ofc-ml.md" >/dev/null
 say "results in $OUT (ofc.md, ofc-ml.md)"

@@ -150,6 +150,11 @@ struct S3Args {
     /// (benefit), or every one (all).
     #[arg(long, value_enum, default_value = "benefit")]
     object_cache_admission: Admission,
+    /// A bucket whose cached writes put a shadow placeholder (an empty object marked
+    /// `kiln-shadow`, with the new version) in the backing store before they are acknowledged,
+    /// so that its outside readers see at once that a new version exists (repeatable).
+    #[arg(long, value_name = "BUCKET")]
+    object_cache_shadow: Vec<String>,
     /// Objects larger than this (in KiB) are not cached.
     #[arg(long, default_value_t = 10 * 1024)]
     object_cache_max_object_kb: u64,
@@ -202,6 +207,7 @@ impl S3Args {
                     max_idle: Duration::from_secs(self.object_cache_max_idle_secs),
                 },
                 admit_all: self.object_cache_admission == Admission::All,
+                shadow_buckets: self.object_cache_shadow.into_iter().collect(),
                 ..Default::default()
             },
         }

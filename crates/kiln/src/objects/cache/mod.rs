@@ -60,6 +60,9 @@ pub const VERSION_METADATA: &str = "kiln-version";
 /// The user-metadata key that carries an image's format and size (`png 640x480`), extracted when
 /// it was written back. Reserved like [`VERSION_METADATA`].
 pub const MEDIA_METADATA: &str = "kiln-media";
+/// The user-metadata key that marks a shadow placeholder: an empty object that stands for a
+/// version whose payload is still in the cache (`--object-cache-shadow BUCKET`). Reserved.
+pub const SHADOW_METADATA: &str = "kiln-shadow";
 /// Objects whose features (size, media metadata) the cache remembers, cached or not.
 const KNOWN_OBJECTS: usize = 100_000;
 
@@ -103,6 +106,9 @@ pub struct CacheConfig {
     /// Admit every object (up to the size limit) rather than what the functions' benefit
     /// models choose.
     pub admit_all: bool,
+    /// Buckets whose cached writes put a shadow placeholder in the backing store before they
+    /// are acknowledged (OFC §6.2): outside readers see at once that a new version exists.
+    pub shadow_buckets: HashSet<String>,
 }
 
 impl Default for CacheConfig {
@@ -117,6 +123,7 @@ impl Default for CacheConfig {
             },
             writeback_workers: 8,
             admit_all: false,
+            shadow_buckets: HashSet::new(),
         }
     }
 }
@@ -135,6 +142,9 @@ pub struct CacheMetrics {
     /// Write-backs that skipped a version because the backing store held a newer one.
     pub superseded: Counter,
     pub writeback_errors: Counter,
+    /// Shadow placeholders written, and those that failed (the write stayed acknowledged).
+    pub shadows: Counter,
+    pub shadow_errors: Counter,
     pub evictions: Counter,
     pub bytes: Gauge,
     pub dirty_bytes: Gauge,
@@ -156,6 +166,8 @@ impl Default for CacheMetrics {
             written_back: Counter::default(),
             superseded: Counter::default(),
             writeback_errors: Counter::default(),
+            shadows: Counter::default(),
+            shadow_errors: Counter::default(),
             evictions: Counter::default(),
             bytes: Gauge::default(),
             dirty_bytes: Gauge::default(),
@@ -179,6 +191,8 @@ impl CacheMetrics {
             ("object_cache_written_back", "Versions the object cache wrote to the backing store", &self.written_back),
             ("object_cache_superseded", "Write-backs skipped because the backing store held a newer version", &self.superseded),
             ("object_cache_writeback_errors", "Failed write-back attempts (each is retried)", &self.writeback_errors),
+            ("object_cache_shadows", "Shadow placeholders written to the backing store before acknowledging a cached write", &self.shadows),
+            ("object_cache_shadow_errors", "Shadow placeholders that could not be written (the write was acknowledged all the same)", &self.shadow_errors),
             ("object_cache_evictions", "Objects evicted from the object cache", &self.evictions),
         ];
         for (name, help, counter) in counters {
@@ -535,6 +549,38 @@ impl ObjectCache {
         result
     }
 
+    /// Writes the placeholder of `version` of `key`: an empty object carrying the version and
+    /// the shadow mark, so that a reader of the backing store sees at once that a new version
+    /// exists (OFC's synchronous shadow object). Its failure is counted, not returned: the write
+    /// is durable in the journal either way.
+    async fn put_shadow(&self, key: &ObjectKey, meta: &Meta, version: u64) {
+        let mut metadata: Metadata = std::collections::HashMap::new();
+        metadata.insert(VERSION_METADATA.into(), version.to_string());
+        metadata.insert(SHADOW_METADATA.into(), "pending".into());
+        let input = PutObjectInput {
+            bucket: key.bucket.clone(),
+            key: key.key.clone(),
+            body: Some(StreamingBlob::from(s3s::Body::from(Bytes::new()))),
+            content_length: Some(0),
+            content_type: meta.attrs.content_type.clone(),
+            metadata: Some(metadata),
+            ..Default::default()
+        };
+        let mut request = internal_request(input);
+        request.method = http::Method::PUT;
+        match self.backend.put_object(request).await {
+            Ok(_) => self.metrics.shadows.inc(),
+            Err(e) => {
+                self.metrics.shadow_errors.inc();
+                tracing::warn!(
+                    "object cache: the shadow placeholder of {}/{} (version {version}): {e}",
+                    key.bucket,
+                    key.key
+                );
+            }
+        }
+    }
+
     /// Whether `bucket` exists in the backing store (asked once, then remembered).
     async fn require_bucket(&self, bucket: &str) -> S3Result<()> {
         if self.known_bucket(bucket) {
@@ -604,6 +650,7 @@ fn strip_reserved(metadata: &mut Option<Metadata>) {
     if let Some(m) = metadata {
         m.remove(VERSION_METADATA);
         m.remove(MEDIA_METADATA);
+        m.remove(SHADOW_METADATA);
         if m.is_empty() {
             *metadata = None;
         }
@@ -1038,6 +1085,9 @@ impl CachedStore {
             .put(&key, version, &meta, &body)
             .await
             .map_err(|e| internal("the object cache's journal", e))?;
+        if cache.config.shadow_buckets.contains(&key.bucket) {
+            cache.put_shadow(&key, &meta, version).await;
+        }
         cache
             .acknowledged
             .lock()

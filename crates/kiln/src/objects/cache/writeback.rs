@@ -60,6 +60,11 @@ fn version_of(metadata: Option<&Metadata>) -> Option<u64> {
     metadata?.get(VERSION_METADATA)?.parse().ok()
 }
 
+/// Whether a backing-store object is a shadow placeholder (its payload still to come).
+fn is_shadow(metadata: Option<&Metadata>) -> bool {
+    metadata.is_some_and(|m| m.contains_key(super::SHADOW_METADATA))
+}
+
 impl ObjectCache {
     /// Writes the latest dirty version of `key` back, then records it as done.
     pub(super) async fn write_back(&self, key: ObjectKey) {
@@ -121,7 +126,10 @@ impl ObjectCache {
             .await;
         match head {
             Ok(found) => {
-                if version_of(found.output.metadata.as_ref()).is_some_and(|v| v >= dirty.version) {
+                // A newer version is there, or this one already (not merely its placeholder).
+                let metadata = found.output.metadata.as_ref();
+                let there = version_of(metadata).unwrap_or(0);
+                if there > dirty.version || (there == dirty.version && !is_shadow(metadata)) {
                     self.metrics.superseded.inc();
                     return Ok(());
                 }
