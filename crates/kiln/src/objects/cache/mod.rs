@@ -569,7 +569,9 @@ impl ObjectCache {
         let mut request = internal_request(input);
         request.method = http::Method::PUT;
         match self.backend.put_object(request).await {
-            Ok(_) => self.metrics.shadows.inc(),
+            Ok(_) => {
+                self.metrics.shadows.inc();
+            }
             Err(e) => {
                 self.metrics.shadow_errors.inc();
                 tracing::warn!(
