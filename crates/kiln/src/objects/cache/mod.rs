@@ -45,11 +45,11 @@ use entries::{Entries, Hit, Meta};
 pub use entries::{ObjectKey, SweepRules, Usage};
 use journal::Journal;
 
-use super::checksum::{hex, verify_content_md5, BodyHasher, Declared};
+use super::checksum::{hex, verify_content_md5, BodyHasher};
 use super::conditions::{not_modified, precondition_failed, ReadConditions, Verdict};
 use super::local::{
-    body_error, check_length, checksum_type, checksums_from, content_length, incomplete_body,
-    internal, now_ms, object_attrs, set_checksums, timestamp,
+    body_error, check_length, checksum_type, checksums_from, content_length, declared,
+    incomplete_body, internal, now_ms, object_attrs, set_checksums, timestamp,
 };
 use super::ObjectStoreError;
 use crate::function::{InvocationSlot, Stage, StorageTag};
@@ -1004,17 +1004,7 @@ impl CachedStore {
             ..
         } = req;
         let length = check_length(length, cache.config.max_object_bytes)?;
-        let mut declared = Declared::new(
-            checksums_from(
-                input.checksum_crc32,
-                input.checksum_crc32c,
-                input.checksum_crc64nvme,
-                input.checksum_sha1,
-                input.checksum_sha256,
-            ),
-            input.checksum_algorithm.as_ref().map(|a| a.as_str()),
-            &headers,
-        )?;
+        let mut declared = declared!(input, &headers)?;
         let mut hasher = BodyHasher::new(&declared.algorithms);
         let mut buf = BytesMut::with_capacity(length as usize);
         if let Some(mut body) = input.body {

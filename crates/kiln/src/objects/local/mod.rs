@@ -255,6 +255,25 @@ pub(crate) fn checksums_from(
     }
 }
 
+/// The digests an upload input (PutObject, UploadPart) declares, in its fields, its
+/// `x-amz-sdk-checksum-algorithm` and the trailer it announces in `$headers`.
+macro_rules! declared {
+    ($input:expr, $headers:expr) => {
+        $crate::objects::checksum::Declared::new(
+            $crate::objects::local::checksums_from(
+                $input.checksum_crc32,
+                $input.checksum_crc32c,
+                $input.checksum_crc64nvme,
+                $input.checksum_sha1,
+                $input.checksum_sha256,
+            ),
+            $input.checksum_algorithm.as_ref().map(|a| a.as_str()),
+            $headers,
+        )
+    };
+}
+pub(crate) use declared;
+
 /// Copies stored checksums into an output's `checksum_*` fields.
 macro_rules! set_checksums {
     ($out:expr, $sums:expr) => {{

@@ -10,12 +10,11 @@ use s3s::{s3_error, S3Error, S3Request, S3Response, S3Result};
 
 use super::meta::{Lookup, ObjectRow, PartRow, UploadRow};
 use super::{
-    blocking, check_length, checksums_from, content_length, internal, now_ms, set_checksums,
-    timestamp, write_error, LocalStore, UploadBody,
+    blocking, check_length, checksums_from, content_length, declared, internal, now_ms,
+    set_checksums, timestamp, write_error, LocalStore, UploadBody,
 };
 use crate::objects::checksum::{
     bad_digest, composite, hex, multipart_etag, Algorithm, BodyHasher, ChecksumKind, Checksums,
-    Declared,
 };
 use crate::objects::conditions::{ReadConditions, Verdict, WriteCondition};
 use crate::objects::local::object_attrs;
@@ -179,17 +178,7 @@ impl LocalStore {
         let upload = self
             .upload_row(&input.upload_id, &input.bucket, &input.key)
             .await?;
-        let mut declared = Declared::new(
-            checksums_from(
-                input.checksum_crc32,
-                input.checksum_crc32c,
-                input.checksum_crc64nvme,
-                input.checksum_sha1,
-                input.checksum_sha256,
-            ),
-            input.checksum_algorithm.as_ref().map(|a| a.as_str()),
-            &headers,
-        )?;
+        let mut declared = declared!(input, &headers)?;
         // The upload's algorithm is needed for the composite checksum even if the client
         // did not send it with this part.
         if let Some(a) = upload.algorithm {

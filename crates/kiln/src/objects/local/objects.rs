@@ -10,10 +10,10 @@ use s3s::{s3_error, S3Request, S3Response, S3Result};
 use super::files::{read_all, stream_file};
 use super::meta::{Lookup, ObjectAttrs, ObjectRow};
 use super::{
-    blocking, check_length, checksum_type, checksums_from, content_length, internal, now_ms,
+    blocking, check_length, checksum_type, content_length, declared, internal, now_ms,
     object_attrs, set_checksums, timestamp, write_error, LocalStore, UploadBody,
 };
-use crate::objects::checksum::{hex, ChecksumKind, Declared};
+use crate::objects::checksum::{hex, ChecksumKind};
 use crate::objects::conditions::{
     not_modified, precondition_failed, ReadConditions, Verdict, WriteCondition,
 };
@@ -79,17 +79,7 @@ impl LocalStore {
         check_length(length, MAX_PUT_BYTES.min(self.limits.max_object_bytes))?;
         let bucket = input.bucket;
         self.require_bucket(&bucket).await?;
-        let declared = Declared::new(
-            checksums_from(
-                input.checksum_crc32,
-                input.checksum_crc32c,
-                input.checksum_crc64nvme,
-                input.checksum_sha1,
-                input.checksum_sha256,
-            ),
-            input.checksum_algorithm.as_ref().map(|a| a.as_str()),
-            &headers,
-        )?;
+        let declared = declared!(input, &headers)?;
         let attrs = object_attrs!(input);
         let written = self
             .receive(
