@@ -5,6 +5,8 @@
 #
 #   bench/ofc/run.sh          n = 20; writes bench/results/ofc.{md,json,png}, ofc-dataset.jsonl and ofc-ml.md
 #   bench/ofc/run.sh --quick  n = 3 (bench/work/ofc/results-quick/)
+#   bench/ofc/run.sh --macro  the FAASLOAD-like macro benchmark instead (8 and 24 tenants, ~20 min); writes
+#                             bench/results/faasload.{md,json,png} (with --quick: 4 tenants, 20 s)
 #
 # Installs what it needs (redis-server, Pillow, sharp, the functions' clients), builds kiln (release), waits for
 # a quiet machine, and stops everything it started on exit. Must run as root, as `kiln up` does.
@@ -15,11 +17,13 @@ cd "$HERE/../.."
 ROOT=$PWD
 WORK=$ROOT/bench/work/ofc
 QUICK=()
+MACRO=
 OUT=$ROOT/bench/results
 for arg in "$@"; do
     case $arg in
         --quick) QUICK=(--quick) OUT=$WORK/results-quick ;;
-        -h | --help) sed -n '2,10p' "$SELF" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --macro) MACRO=1 ;;
+        -h | --help) sed -n '2,12p' "$SELF" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "run.sh: unknown argument $arg (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -69,6 +73,10 @@ while awk '{ exit !($1 >= 0.5) }' /proc/loadavg && [ "$WAITED" -lt 1200 ]; do
 done
 say "load average $(cut -d' ' -f1-3 /proc/loadavg)"
 
+if [ -n "$MACRO" ]; then
+    KILN_BIN=$TARGET/kiln exec .venv/bin/python "$HERE/faasload.py" --functions "$FN" --work "$WORK" --out "$OUT" \
+        --dataset "$ROOT/bench/results/ofc-dataset.jsonl" --command "bench/ofc/run.sh${*:+ $*}" "${QUICK[@]}"
+fi
 KILN_BIN=$TARGET/kiln .venv/bin/python "$HERE/ofc.py" --functions "$FN" --work "$WORK" --out "$OUT" \
     --command "bench/ofc/run.sh${*:+ $*}" "${QUICK[@]}"
 
