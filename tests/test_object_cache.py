@@ -340,7 +340,9 @@ def test_capacity_evicts_least_recently_used_and_never_dirty_data(remote):
         front.cleanup()
 
 
-def test_acknowledged_writes_survive_kill_9_while_the_remote_is_down(remote):
+@pytest.mark.parametrize("restart_cache", ["on", "off"])
+def test_acknowledged_writes_survive_kill_9_while_the_remote_is_down(remote, restart_cache):
+    """Restarted with the cache on, or off: a kiln whose cache's journal still holds writes drains it either way."""
     front = start_front(remote)
     data_dir = front.data_dir
     try:
@@ -359,9 +361,11 @@ def test_acknowledged_writes_survive_kill_9_while_the_remote_is_down(remote):
         wait_until(lambda: metric(front, "writeback_errors") > 0, 30, "failing write-backs")
         assert metric(front, "dirty_bytes") == 20 * 50 * KiB
         front.kill9()
-        front = start_front(remote, data_dir=data_dir)
+        front = start_front(remote, "--object-cache", restart_cache, data_dir=data_dir)
         # Restarted with the remote still down: the journal's versions are served from memory.
         assert any("20 acknowledged writes to write back from the journal" in line for line in front.output)
+        if restart_cache == "off":
+            assert any("object cache off, draining its journal" in line for line in front.output)
         s3 = s3_client(front)
         for key, body in bodies.items():
             assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == body

@@ -283,7 +283,13 @@ impl ObjectsSettings {
             CacheMode::Off => false,
             CacheMode::Auto => self.remote.is_some(),
         };
-        let description = if cached {
+        let cache_dir = data_dir.join("cache");
+        // Writes a cache acknowledged before it was turned off are still written back: the
+        // cache is opened empty and admitting nothing until its journal has drained.
+        let draining = !cached && cache::journal_holds_writes(&cache_dir.join("journal"));
+        let description = if draining {
+            format!("{description}; object cache off, draining its journal")
+        } else if cached {
             let mib = self.cache_config.capacity_bytes >> 20;
             match self.cache_sizing {
                 CacheSizing::Fixed => format!("{description}; object cache of {mib} MiB"),
@@ -300,10 +306,19 @@ impl ObjectsSettings {
                 region: region.to_string(),
                 limits: self.limits,
                 domains: self.domains.clone(),
-                cache: cached.then(|| CacheSetup {
-                    dir: data_dir.join("cache"),
-                    config: self.cache_config.clone(),
-                }),
+                cache: if cached {
+                    Some(CacheSetup {
+                        dir: cache_dir,
+                        config: self.cache_config.clone(),
+                    })
+                } else if draining {
+                    Some(CacheSetup {
+                        dir: cache_dir,
+                        config: cache::CacheConfig::draining(),
+                    })
+                } else {
+                    None
+                },
             },
             admin,
         )?;

@@ -295,80 +295,107 @@ fn clone_result(r: &io::Result<()>) -> io::Result<()> {
     }
 }
 
+/// What the segments in `dir` hold, read without changing anything.
+struct Replay {
+    /// The segments' numbers, oldest first.
+    numbers: Vec<u64>,
+    recovered: Recovered,
+    /// Unsettled records per segment.
+    segments: BTreeMap<u64, usize>,
+    unsettled: HashMap<ObjectKey, Vec<(u64, u64)>>,
+}
+
+fn replay(dir: &Path) -> io::Result<Replay> {
+    let mut numbers: Vec<u64> = fs::read_dir(dir)?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            name.strip_suffix(".log")?.parse().ok()
+        })
+        .collect();
+    numbers.sort_unstable();
+    let mut recovered = Recovered::default();
+    let mut writer_segments = BTreeMap::new();
+    let mut unsettled: HashMap<ObjectKey, Vec<(u64, u64)>> = HashMap::new();
+    // The latest unsettled version's contents per key.
+    let mut latest: HashMap<ObjectKey, (u64, Meta, Bytes)> = HashMap::new();
+    for &n in &numbers {
+        let mut data = Vec::new();
+        File::open(segment_path(dir, n))?.read_to_end(&mut data)?;
+        let (frames, torn) = decode_all(&Bytes::from(data));
+        if torn {
+            recovered.bad_frames += 1;
+            tracing::warn!("object cache: journal segment {n} ends in a torn or corrupt record");
+        }
+        writer_segments.insert(n, 0usize);
+        for frame in frames {
+            recovered.last_version = recovered.last_version.max(frame.version);
+            let key = frame.header.key;
+            match (frame.kind, frame.header.meta) {
+                (PUT, Some(meta)) => {
+                    unsettled
+                        .entry(key.clone())
+                        .or_default()
+                        .push((frame.version, n));
+                    *writer_segments.entry(n).or_default() += 1;
+                    if latest.get(&key).is_none_or(|(v, ..)| *v < frame.version) {
+                        latest.insert(key, (frame.version, meta, frame.body));
+                    }
+                }
+                (DONE, _) => {
+                    if let Some(records) = unsettled.get_mut(&key) {
+                        records.retain(|(v, segment)| {
+                            let settled = *v <= frame.version;
+                            if settled {
+                                *writer_segments.get_mut(segment).expect("segment counted") -= 1;
+                            }
+                            !settled
+                        });
+                    }
+                    if latest.get(&key).is_some_and(|(v, ..)| *v <= frame.version) {
+                        latest.remove(&key);
+                    }
+                }
+                _ => recovered.bad_frames += 1,
+            }
+        }
+    }
+    unsettled.retain(|_, records| !records.is_empty());
+    let mut pending: Vec<PendingWrite> = latest
+        .into_iter()
+        .map(|(key, (version, meta, body))| PendingWrite {
+            key,
+            version,
+            meta,
+            body,
+        })
+        .collect();
+    pending.sort_by_key(|p| p.version);
+    recovered.pending = pending;
+    Ok(Replay {
+        numbers,
+        recovered,
+        segments: writer_segments,
+        unsettled,
+    })
+}
+
+/// How many acknowledged writes the journal in `dir` holds that are not known to be in the
+/// backing store (0 when there is no journal).
+pub fn pending_writes(dir: &Path) -> usize {
+    replay(dir).map_or(0, |r| r.recovered.pending.len())
+}
+
 impl Journal {
     /// Opens (creating) the journal in `dir`, replaying what it holds.
     pub fn open(dir: &Path) -> io::Result<(Journal, Recovered)> {
         fs::create_dir_all(dir)?;
-        let mut numbers: Vec<u64> = fs::read_dir(dir)?
-            .filter_map(|e| e.ok())
-            .filter_map(|e| {
-                let name = e.file_name().into_string().ok()?;
-                name.strip_suffix(".log")?.parse().ok()
-            })
-            .collect();
-        numbers.sort_unstable();
-        let mut recovered = Recovered::default();
-        let mut writer_segments = BTreeMap::new();
-        let mut unsettled: HashMap<ObjectKey, Vec<(u64, u64)>> = HashMap::new();
-        // The latest unsettled version's contents per key.
-        let mut latest: HashMap<ObjectKey, (u64, Meta, Bytes)> = HashMap::new();
-        for &n in &numbers {
-            let mut data = Vec::new();
-            File::open(segment_path(dir, n))?.read_to_end(&mut data)?;
-            let (frames, torn) = decode_all(&Bytes::from(data));
-            if torn {
-                recovered.bad_frames += 1;
-                tracing::warn!(
-                    "object cache: journal segment {n} ends in a torn or corrupt record"
-                );
-            }
-            writer_segments.insert(n, 0usize);
-            for frame in frames {
-                recovered.last_version = recovered.last_version.max(frame.version);
-                let key = frame.header.key;
-                match (frame.kind, frame.header.meta) {
-                    (PUT, Some(meta)) => {
-                        unsettled
-                            .entry(key.clone())
-                            .or_default()
-                            .push((frame.version, n));
-                        *writer_segments.entry(n).or_default() += 1;
-                        if latest.get(&key).is_none_or(|(v, ..)| *v < frame.version) {
-                            latest.insert(key, (frame.version, meta, frame.body));
-                        }
-                    }
-                    (DONE, _) => {
-                        if let Some(records) = unsettled.get_mut(&key) {
-                            records.retain(|(v, segment)| {
-                                let settled = *v <= frame.version;
-                                if settled {
-                                    *writer_segments.get_mut(segment).expect("segment counted") -=
-                                        1;
-                                }
-                                !settled
-                            });
-                        }
-                        if latest.get(&key).is_some_and(|(v, ..)| *v <= frame.version) {
-                            latest.remove(&key);
-                        }
-                    }
-                    _ => recovered.bad_frames += 1,
-                }
-            }
-        }
-        unsettled.retain(|_, records| !records.is_empty());
-        let mut pending: Vec<PendingWrite> = latest
-            .into_iter()
-            .map(|(key, (version, meta, body))| PendingWrite {
-                key,
-                version,
-                meta,
-                body,
-            })
-            .collect();
-        pending.sort_by_key(|p| p.version);
-        recovered.pending = pending;
-
+        let Replay {
+            numbers,
+            recovered,
+            segments: mut writer_segments,
+            unsettled,
+        } = replay(dir)?;
         let active_no = numbers.last().map_or(1, |n| n + 1);
         let active = OpenOptions::new()
             .create(true)
@@ -490,6 +517,18 @@ mod tests {
         let p = &recovered.pending[0];
         assert_eq!((&p.key, p.version, &p.body[..]), (&a, 2, &b"two"[..]));
         assert_eq!(p.meta, meta("a2"));
+    }
+
+    #[tokio::test]
+    async fn pending_writes_are_counted_without_opening() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(pending_writes(&dir.path().join("absent")), 0);
+        let a = ObjectKey::new("b", "a");
+        let (j, _) = Journal::open(dir.path()).unwrap();
+        j.put(&a, 1, &meta("a1"), b"one").await.unwrap();
+        assert_eq!(pending_writes(dir.path()), 1);
+        j.done(&a, 1).await.unwrap();
+        assert_eq!(pending_writes(dir.path()), 0);
     }
 
     #[tokio::test]

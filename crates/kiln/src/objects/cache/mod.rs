@@ -106,6 +106,8 @@ pub struct CacheConfig {
     /// Admit every object (up to the size limit) rather than what the functions' benefit
     /// models choose.
     pub admit_all: bool,
+    /// Admit nothing (a draining cache).
+    pub admit_none: bool,
     /// Buckets whose cached writes put a shadow placeholder in the backing store before they
     /// are acknowledged (OFC §6.2): outside readers see at once that a new version exists.
     pub shadow_buckets: HashSet<String>,
@@ -123,9 +125,27 @@ impl Default for CacheConfig {
             },
             writeback_workers: 8,
             admit_all: false,
+            admit_none: false,
             shadow_buckets: HashSet::new(),
         }
     }
+}
+
+impl CacheConfig {
+    /// A cache that only writes back what its journal holds: no capacity, nothing admitted
+    /// (for a kiln started with the cache off over a journal that still holds writes).
+    pub fn draining() -> Self {
+        Self {
+            capacity_bytes: 0,
+            admit_none: true,
+            ..Self::default()
+        }
+    }
+}
+
+/// Whether the journal in `dir` holds acknowledged writes not known to be in the backing store.
+pub fn journal_holds_writes(dir: &std::path::Path) -> bool {
+    journal::pending_writes(dir) > 0
 }
 
 /// The cache's metrics, registered next to kiln's own.
@@ -416,6 +436,9 @@ impl ObjectCache {
     }
 
     fn admits(&self, function: Option<&str>) -> bool {
+        if self.config.admit_none {
+            return false;
+        }
         self.config.admit_all
             || function.is_none_or(|f| {
                 !self
