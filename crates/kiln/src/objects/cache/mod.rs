@@ -18,7 +18,7 @@
 //! once its write-back finished (`kiln_object_cache_writeback_seconds`).
 
 pub mod cost;
-mod entries;
+pub mod entries;
 mod journal;
 pub mod sizing;
 mod writeback;
