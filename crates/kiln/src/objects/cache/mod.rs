@@ -572,6 +572,70 @@ impl ObjectCache {
         result
     }
 
+    /// Makes a checked write visible: an intermediate of a sequence run in memory only (true),
+    /// or a version in the journal and then in memory, queued for write-back (false).
+    async fn commit_write(
+        self: Arc<Self>,
+        key: ObjectKey,
+        body: Bytes,
+        meta: Meta,
+        tag: Option<StorageTag>,
+        length: u64,
+    ) -> S3Result<bool> {
+        let guard = self.locks.lock(&key).await;
+        if let Some(StorageTag {
+            run,
+            stage: Stage::Intermediate,
+        }) = &tag
+        {
+            // A sequence's intermediate output: in memory until the run ends, never written back.
+            let kept = self.entries().write_ephemeral(
+                key.clone(),
+                body.clone(),
+                meta.clone(),
+                run,
+                Instant::now(),
+            );
+            if kept {
+                return Ok(true);
+            }
+        }
+        let discard = matches!(
+            tag,
+            Some(StorageTag {
+                stage: Stage::Final,
+                ..
+            })
+        );
+        let version = self.next_version();
+        self.journal
+            .put(&key, version, &meta, &body)
+            .await
+            .map_err(|e| internal("the object cache's journal", e))?;
+        if self.config.shadow_buckets.contains(&key.bucket) {
+            self.put_shadow(&key, &meta, version).await;
+        }
+        self.acknowledged
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(version, Instant::now());
+        self.learn_object(
+            key.clone(),
+            ObjectFeatures {
+                size: length,
+                media: None,
+            },
+        );
+        let queue = self
+            .entries()
+            .write(key.clone(), body, meta, version, discard, Instant::now());
+        drop(guard);
+        if queue {
+            let _ = self.queue.send(key);
+        }
+        Ok(false)
+    }
+
     /// Writes the placeholder of `version` of `key`: an empty object carrying the version and
     /// the shadow mark, so that a reader of the backing store sees at once that a new version
     /// exists (OFC's synchronous shadow object). Its failure is counted, not returned: the write
@@ -1065,65 +1129,20 @@ impl CachedStore {
         set_checksums!(output, &meta.checksums);
 
         let body = buf.freeze();
-        let guard = cache.locks.lock(&key).await;
-        if let Some(StorageTag {
-            run,
-            stage: Stage::Intermediate,
-        }) = &tag
-        {
-            // A sequence's intermediate output: in memory until the run ends, never written back.
-            let kept = cache.entries().write_ephemeral(
-                key.clone(),
-                body.clone(),
-                meta.clone(),
-                run,
-                Instant::now(),
-            );
-            if kept {
-                drop(guard);
-                cache.metrics.ephemeral_writes.inc();
-                cache.refresh_gauges();
-                *backend = cache.costs().estimate(Op::Put, length);
-                return Ok(S3Response::new(output));
-            }
-        }
-        let discard = matches!(
-            tag,
-            Some(StorageTag {
-                stage: Stage::Final,
-                ..
-            })
-        );
-        let version = cache.next_version();
-        cache
-            .journal
-            .put(&key, version, &meta, &body)
+        // On a task of its own: once the journal has the version, the entry must follow, even
+        // if the client goes away meanwhile.
+        let committing = cache.clone();
+        let ephemeral =
+            tokio::spawn(
+                async move { committing.commit_write(key, body, meta, tag, length).await },
+            )
             .await
-            .map_err(|e| internal("the object cache's journal", e))?;
-        if cache.config.shadow_buckets.contains(&key.bucket) {
-            cache.put_shadow(&key, &meta, version).await;
+            .map_err(|e| internal("the object cache", e))??;
+        if ephemeral {
+            cache.metrics.ephemeral_writes.inc();
+        } else {
+            cache.metrics.cached_writes.inc();
         }
-        cache
-            .acknowledged
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(version, Instant::now());
-        cache.learn_object(
-            key.clone(),
-            ObjectFeatures {
-                size: length,
-                media: None,
-            },
-        );
-        let queue =
-            cache
-                .entries()
-                .write(key.clone(), body, meta, version, discard, Instant::now());
-        drop(guard);
-        if queue {
-            let _ = cache.queue.send(key);
-        }
-        cache.metrics.cached_writes.inc();
         cache.refresh_gauges();
         *backend = cache.costs().estimate(Op::Put, length);
         Ok(S3Response::new(output))
