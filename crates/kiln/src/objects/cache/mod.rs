@@ -301,8 +301,9 @@ pub struct ObjectCache {
     last_version: AtomicU64,
     /// Buckets known to exist in the backing store.
     buckets: Mutex<HashSet<String>>,
-    /// When each dirty version was acknowledged, for the write-back time.
-    acknowledged: Mutex<std::collections::HashMap<u64, Instant>>,
+    /// When each dirty key's oldest version not yet written back was acknowledged (and that
+    /// version), for the write-back time: one entry per dirty key.
+    acknowledged: Mutex<std::collections::HashMap<ObjectKey, (u64, Instant)>>,
     /// The backing store's latency, and each function's time in object-store calls.
     costs: Mutex<Costs>,
     /// Functions whose objects are not admitted (their benefit model says the cache would not
@@ -618,7 +619,8 @@ impl ObjectCache {
         self.acknowledged
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(version, Instant::now());
+            .entry(key.clone())
+            .or_insert((version, Instant::now()));
         self.learn_object(
             key.clone(),
             ObjectFeatures {

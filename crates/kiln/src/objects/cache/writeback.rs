@@ -96,12 +96,15 @@ impl ObjectCache {
             tracing::error!("object cache: recording a write-back in the journal: {e}");
         }
         let requeue = self.entries().persisted(&key, dirty.version);
-        if let Some(at) = self
-            .acknowledged
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&dirty.version)
-        {
+        // From the oldest acknowledgement this write-back covers (it wrote the latest version).
+        let covered = {
+            let mut acknowledged = self.acknowledged.lock().unwrap_or_else(|p| p.into_inner());
+            match acknowledged.get(&key) {
+                Some((oldest, _)) if *oldest <= dirty.version => acknowledged.remove(&key),
+                _ => None,
+            }
+        };
+        if let Some((_, at)) = covered {
             self.metrics
                 .writeback_seconds
                 .observe(at.elapsed().as_secs_f64());
