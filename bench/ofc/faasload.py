@@ -231,7 +231,8 @@ def report(args, meta, results, out):
             # Per invocation, since the runs' counts differ a little.
             mine = s["exec_ms_total"] / max(1, s["invocations"] - s["failed"])
             theirs = base["summary"]["exec_ms_total"] / max(1, base["summary"]["invocations"] - base["summary"]["failed"])
-            vs = f"{(1 - mine / theirs) * 100:.0f}% less per invocation"
+            change = (1 - mine / theirs) * 100
+            vs = f"{change:.0f}% less per invocation" if change >= 0 else f"{-change:.0f}% more per invocation"
         hit = f"{s['hit_ratio'] * 100:.0f}%" if s["hit_ratio"] is not None else "–"
         lines.append(f"| {r['tenants']} | {r['profile']} | {r['setup']} | {s['invocations']} | {s['failed']} | "
                      f"{s['exec_ms_total'] / 1e3:.1f} | {vs} | {hit} | {s['scale_downs']} | {s['scale_ups']} | "
@@ -249,7 +250,12 @@ def report(args, meta, results, out):
             lines.append(f"| {f['function']} | {f['booked_mb']} | {f['invocations']} | {f['failed']} | {p50} | "
                          f"{f['exec_ms_total'] / 1e3:.1f} | {f['scale_downs']} | {limit} | {f['scale_ups']} |")
         lines.append("")
-    lines += ["`faasload.png` plots the cache's capacity and contents over time for each run of kiln as OFC; raw "
+    lines += ["Failed invocations are counted as they happen (a throttle, 429, included). kiln's node budget "
+              "(here 8192 MB) counts each instance's booked MemorySize, not its predicted limit: the naive "
+              "profile's 2048 MB per instance fits four instances at a time, so its tenants evict one another "
+              "(cold starts) and, at 24 tenants, are throttled. The cache takes the memory that sized instances "
+              "leave unused, but the node does not yet start more instances on it.", "",
+              "`faasload.png` plots the cache's capacity and contents over time for each run of kiln as OFC; raw "
               "records are in `faasload.json`."]
     (out / "faasload.md").write_text("\n".join(lines) + "\n")
 
