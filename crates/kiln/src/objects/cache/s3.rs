@@ -1,0 +1,644 @@
+//! The S3 side of the cache: [`CachedStore`], the `s3s::S3` that answers from memory, writes
+//! through the journal, and passes the rest to the backing store once the keys it touches are
+//! clean.
+
+use super::*;
+
+fn wants_checksums(mode: Option<&ChecksumMode>) -> bool {
+    mode.is_some_and(|m| m.as_str().eq_ignore_ascii_case(ChecksumMode::ENABLED))
+}
+
+/// A read the cache can answer: no version, part, or customer key.
+fn plain_read(
+    version_id: &Option<String>,
+    part_number: &Option<i32>,
+    sse_customer_algorithm: &Option<String>,
+) -> bool {
+    version_id.is_none() && part_number.is_none() && sse_customer_algorithm.is_none()
+}
+
+/// A write the cache can take: none of encryption, locks, tags, ACLs, storage classes,
+/// preconditions or appends (those go to the backing store, which implements or refuses them).
+fn plain_write(input: &PutObjectInput) -> bool {
+    input.if_match.is_none()
+        && input.if_none_match.is_none()
+        && input.write_offset_bytes.is_none()
+        && input.sse_customer_algorithm.is_none()
+        && input.server_side_encryption.is_none()
+        && input.ssekms_key_id.is_none()
+        && input.object_lock_mode.is_none()
+        && input.object_lock_legal_hold_status.is_none()
+        && input.object_lock_retain_until_date.is_none()
+        && input.tagging.is_none()
+        && input.acl.is_none()
+        && input.grant_full_control.is_none()
+        && input.grant_read.is_none()
+        && input.grant_read_acp.is_none()
+        && input.grant_write_acp.is_none()
+        && input
+            .storage_class
+            .as_ref()
+            .is_none_or(|c| c.as_str() == StorageClass::STANDARD)
+}
+
+/// The cached form of what the backing store answered to a GET.
+fn meta_of(output: &GetObjectOutput, size: u64) -> Meta {
+    let mut metadata = output.metadata.clone();
+    strip_reserved(&mut metadata);
+    let mut checksums = checksums_from(
+        output.checksum_crc32.clone(),
+        output.checksum_crc32c.clone(),
+        output.checksum_crc64nvme.clone(),
+        output.checksum_sha1.clone(),
+        output.checksum_sha256.clone(),
+    );
+    checksums.kind = output
+        .checksum_type
+        .as_ref()
+        .and_then(|t| crate::objects::checksum::ChecksumKind::parse(t.as_str()));
+    Meta {
+        etag: output
+            .e_tag
+            .as_ref()
+            .map(|e| e.value().to_string())
+            .unwrap_or_default(),
+        modified_ms: output
+            .last_modified
+            .as_ref()
+            .map_or_else(now_ms, crate::objects::local::ms_of),
+        size,
+        attrs: crate::objects::local::meta::ObjectAttrs {
+            content_type: output.content_type.clone(),
+            content_encoding: output.content_encoding.clone(),
+            content_disposition: output.content_disposition.clone(),
+            content_language: output.content_language.clone(),
+            cache_control: output.cache_control.clone(),
+            expires_ms: output.expires.as_ref().map(crate::objects::local::ms_of),
+            website_redirect_location: output.website_redirect_location.clone(),
+            metadata: metadata.unwrap_or_default().into_iter().collect(),
+        },
+        checksums,
+    }
+}
+
+/// Fills the fields GetObject and HeadObject share from cached metadata.
+macro_rules! answer_from {
+    ($output:ident, $meta:expr, $span:expr, $ranged:expr, $wants:expr) => {{
+        let meta: &Meta = $meta;
+        let span: &std::ops::Range<u64> = $span;
+        let attrs = &meta.attrs;
+        let mut output = $output {
+            content_length: Some((span.end - span.start) as i64),
+            content_range: $ranged
+                .then(|| format!("bytes {}-{}/{}", span.start, span.end - 1, meta.size)),
+            accept_ranges: Some("bytes".into()),
+            e_tag: Some(ETag::Strong(meta.etag.clone())),
+            last_modified: Some(timestamp(meta.modified_ms)),
+            metadata: (!attrs.metadata.is_empty())
+                .then(|| attrs.metadata.clone().into_iter().collect()),
+            content_type: attrs.content_type.clone(),
+            content_encoding: attrs.content_encoding.clone(),
+            content_disposition: attrs.content_disposition.clone(),
+            content_language: attrs.content_language.clone(),
+            cache_control: attrs.cache_control.clone(),
+            expires: attrs.expires_ms.map(timestamp),
+            website_redirect_location: attrs.website_redirect_location.clone(),
+            ..Default::default()
+        };
+        if $wants && !$ranged {
+            set_checksums!(output, &meta.checksums);
+            output.checksum_type = checksum_type(&meta.checksums);
+        }
+        output
+    }};
+}
+
+/// Applies a read's preconditions and range to cached metadata.
+fn check_read(
+    meta: &Meta,
+    conditions: &ReadConditions,
+    range: Option<&Range>,
+) -> S3Result<std::ops::Range<u64>> {
+    match conditions.evaluate(&meta.etag, meta.modified_ms) {
+        Verdict::Proceed => {}
+        Verdict::NotModified => return Err(not_modified(&meta.etag, meta.modified_ms)),
+        Verdict::PreconditionFailed => return Err(precondition_failed()),
+    }
+    match range {
+        Some(r) => Ok(r.check(meta.size)?),
+        None => Ok(0..meta.size),
+    }
+}
+
+fn answer_get(
+    hit: Hit,
+    conditions: &ReadConditions,
+    range: Option<&Range>,
+    wants: bool,
+) -> S3Result<S3Response<GetObjectOutput>> {
+    let span = check_read(&hit.meta, conditions, range)?;
+    let body = hit.body.slice(span.start as usize..span.end as usize);
+    let mut output = answer_from!(GetObjectOutput, &hit.meta, &span, range.is_some(), wants);
+    output.body = Some(StreamingBlob::from(s3s::Body::from(body)));
+    Ok(S3Response::new(output))
+}
+
+/// Reads a response body of `size` bytes into memory.
+async fn collect(body: Option<StreamingBlob>, size: u64) -> S3Result<Bytes> {
+    let mut buf = BytesMut::with_capacity(size as usize);
+    if let Some(mut body) = body {
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|e| internal("reading from the backing store", e))?;
+            if (buf.len() + chunk.len()) as u64 > size {
+                return Err(internal(
+                    "reading from the backing store",
+                    "the object is longer than its Content-Length",
+                ));
+            }
+            buf.extend_from_slice(&chunk);
+        }
+    }
+    if buf.len() as u64 != size {
+        return Err(internal(
+            "reading from the backing store",
+            "the object is shorter than its Content-Length",
+        ));
+    }
+    Ok(buf.freeze())
+}
+
+/// Ends a miss when dropped, so that a cancelled request does not leave it open.
+struct Miss<'a> {
+    cache: &'a ObjectCache,
+    since: u64,
+    open: bool,
+}
+
+impl<'a> Miss<'a> {
+    fn begin(cache: &'a ObjectCache) -> Self {
+        let since = cache.entries().begin_miss();
+        Self {
+            cache,
+            since,
+            open: true,
+        }
+    }
+
+    fn end(mut self, fetched: Option<(ObjectKey, Bytes, Meta)>) {
+        self.open = false;
+        self.cache
+            .entries()
+            .end_miss(self.since, fetched, Instant::now());
+        self.cache.refresh_gauges();
+    }
+}
+
+impl Drop for Miss<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            self.cache
+                .entries()
+                .end_miss(self.since, None, Instant::now());
+        }
+    }
+}
+
+/// `s3s::S3` over a backend, with the cache in between.
+pub struct CachedStore {
+    cache: Arc<ObjectCache>,
+}
+
+impl CachedStore {
+    pub fn new(cache: Arc<ObjectCache>) -> Self {
+        Self { cache }
+    }
+}
+
+impl CachedStore {
+    /// GetObject; sets `backend` to what the read would have cost at the backing store when
+    /// it did not go there (a hit).
+    async fn get(
+        &self,
+        mut req: S3Request<GetObjectInput>,
+        admit: bool,
+        backend: &mut Option<u64>,
+    ) -> S3Result<S3Response<GetObjectOutput>> {
+        let cache = &self.cache;
+        let input = &req.input;
+        let key = ObjectKey::new(&input.bucket, &input.key);
+        if !plain_read(
+            &input.version_id,
+            &input.part_number,
+            &input.sse_customer_algorithm,
+        ) {
+            cache.metrics.bypassed.inc();
+            cache.until_clean(&key).await;
+            let mut out = cache.backend.get_object(req).await?;
+            strip_reserved(&mut out.output.metadata);
+            return Ok(out);
+        }
+        let conditions = ReadConditions {
+            if_match: input.if_match.clone(),
+            if_none_match: input.if_none_match.clone(),
+            if_modified_since: input.if_modified_since.clone(),
+            if_unmodified_since: input.if_unmodified_since.clone(),
+        };
+        let wants = wants_checksums(input.checksum_mode.as_ref());
+        let range = input.range;
+        let hit = cache.entries().get(&key, Instant::now());
+        if let Some(hit) = hit {
+            cache.metrics.hits.inc();
+            *backend = cache.costs().estimate(Op::Get, hit.meta.size);
+            return answer_get(hit, &conditions, range.as_ref(), wants);
+        }
+        // Not in memory, so not dirty: the backing store has the latest version.
+        if range.is_some() || !admit {
+            cache.metrics.bypassed.inc();
+            let mut out = cache.backend.get_object(req).await?;
+            strip_reserved(&mut out.output.metadata);
+            return Ok(out);
+        }
+        cache.metrics.misses.inc();
+        let miss = Miss::begin(cache);
+        // The whole object, unconditionally, with its checksums: the cache answers for it.
+        let input = &mut req.input;
+        input.if_match = None;
+        input.if_none_match = None;
+        input.if_modified_since = None;
+        input.if_unmodified_since = None;
+        input.checksum_mode = Some(ChecksumMode::from_static(ChecksumMode::ENABLED));
+        let fetching = Instant::now();
+        let mut out = cache.backend.get_object(req).await?;
+        let size = out.output.content_length.unwrap_or(-1);
+        let capacity = cache.usage().capacity;
+        if size >= 0 && (size as u64) <= cache.config.max_object_bytes.min(capacity) {
+            let size = size as u64;
+            let media = out
+                .output
+                .metadata
+                .as_ref()
+                .and_then(|m| m.get(MEDIA_METADATA))
+                .and_then(|v| crate::objects::media::Media::decode(v));
+            let meta = meta_of(&out.output, size);
+            let body = collect(out.output.body.take(), size).await?;
+            cache
+                .costs()
+                .sample(Op::Get, size, fetching.elapsed().as_nanos() as u64);
+            cache.learn_object(
+                key.clone(),
+                ObjectFeatures {
+                    size,
+                    media: media.or_else(|| crate::objects::media::Media::of(&body)),
+                },
+            );
+            miss.end(Some((key, body.clone(), meta.clone())));
+            return answer_get(
+                Hit {
+                    body,
+                    meta: Arc::new(meta),
+                },
+                &conditions,
+                None,
+                wants,
+            );
+        }
+        miss.end(None);
+        // Too large to cache: streamed through, preconditions applied here.
+        let meta = meta_of(&out.output, size.max(0) as u64);
+        check_read(&meta, &conditions, None)?;
+        strip_reserved(&mut out.output.metadata);
+        if !wants {
+            set_checksums!(out.output, &crate::objects::checksum::Checksums::default());
+            out.output.checksum_type = None;
+        }
+        Ok(out)
+    }
+
+    /// PutObject; sets `backend` to what the write would have cost at the backing store when
+    /// it did not go there (acknowledged by the cache).
+    async fn put(
+        &self,
+        mut req: S3Request<PutObjectInput>,
+        function: Option<&str>,
+        backend: &mut Option<u64>,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
+        let cache = &self.cache;
+        strip_reserved(&mut req.input.metadata);
+        let key = ObjectKey::new(&req.input.bucket, &req.input.key);
+        let length = content_length(req.input.content_length, &req.headers);
+        let small = length.is_some_and(|n| n >= 0 && n as u64 <= cache.config.max_object_bytes);
+        if !cache.admits(function)
+            || !plain_write(&req.input)
+            || !small
+            || !cache.entries().could_hold(&key, length.unwrap_or(0) as u64)
+        {
+            let backend = &cache.backend;
+            return cache
+                .write_through(vec![key], backend.put_object(req))
+                .await;
+        }
+        cache.require_bucket(&key.bucket).await?;
+        let tag = req
+            .extensions
+            .get::<InvocationSlot>()
+            .and_then(InvocationSlot::get);
+        let S3Request {
+            input,
+            headers,
+            trailing_headers,
+            ..
+        } = req;
+        let length = check_length(length, cache.config.max_object_bytes)?;
+        let mut declared = declared!(input, &headers)?;
+        let mut hasher = BodyHasher::new(&declared.algorithms);
+        let mut buf = BytesMut::with_capacity(length as usize);
+        if let Some(mut body) = input.body {
+            while let Some(chunk) = body.next().await {
+                let chunk = chunk.map_err(|e| body_error(&e))?;
+                if (buf.len() + chunk.len()) as u64 > length {
+                    return Err(incomplete_body());
+                }
+                hasher.update(&chunk);
+                buf.extend_from_slice(&chunk);
+            }
+        }
+        if buf.len() as u64 != length {
+            return Err(incomplete_body());
+        }
+        let (md5, computed) = hasher.finish();
+        verify_content_md5(input.content_md5.as_deref(), &md5)?;
+        let trailers = trailing_headers.as_ref().and_then(|t| t.take());
+        declared.add_trailer(trailers.as_ref())?;
+        declared.verify(&computed)?;
+        let attrs = object_attrs!(input);
+        let meta = Meta {
+            etag: hex(&md5),
+            modified_ms: now_ms(),
+            size: length,
+            attrs,
+            checksums: computed,
+        };
+        let mut output = PutObjectOutput {
+            e_tag: Some(ETag::Strong(meta.etag.clone())),
+            size: Some(length as i64),
+            checksum_type: checksum_type(&meta.checksums),
+            ..Default::default()
+        };
+        set_checksums!(output, &meta.checksums);
+
+        let body = buf.freeze();
+        // On a task of its own: once the journal has the version, the entry must follow, even
+        // if the client goes away meanwhile.
+        let committing = cache.clone();
+        let ephemeral =
+            tokio::spawn(
+                async move { committing.commit_write(key, body, meta, tag, length).await },
+            )
+            .await
+            .map_err(|e| internal("the object cache", e))??;
+        if ephemeral {
+            cache.metrics.ephemeral_writes.inc();
+        } else {
+            cache.metrics.cached_writes.inc();
+        }
+        cache.refresh_gauges();
+        *backend = cache.costs().estimate(Op::Put, length);
+        Ok(S3Response::new(output))
+    }
+}
+
+#[async_trait::async_trait]
+impl S3 for CachedStore {
+    async fn head_bucket(
+        &self,
+        req: S3Request<HeadBucketInput>,
+    ) -> S3Result<S3Response<HeadBucketOutput>> {
+        self.cache.backend.head_bucket(req).await
+    }
+
+    async fn get_bucket_location(
+        &self,
+        req: S3Request<GetBucketLocationInput>,
+    ) -> S3Result<S3Response<GetBucketLocationOutput>> {
+        self.cache.backend.get_bucket_location(req).await
+    }
+
+    async fn list_buckets(
+        &self,
+        req: S3Request<ListBucketsInput>,
+    ) -> S3Result<S3Response<ListBucketsOutput>> {
+        self.cache.backend.list_buckets(req).await
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        self.cache.backend.create_multipart_upload(req).await
+    }
+
+    async fn upload_part(
+        &self,
+        req: S3Request<UploadPartInput>,
+    ) -> S3Result<S3Response<UploadPartOutput>> {
+        self.cache.backend.upload_part(req).await
+    }
+
+    async fn list_parts(
+        &self,
+        req: S3Request<ListPartsInput>,
+    ) -> S3Result<S3Response<ListPartsOutput>> {
+        self.cache.backend.list_parts(req).await
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        self.cache.backend.abort_multipart_upload(req).await
+    }
+
+    async fn create_bucket(
+        &self,
+        req: S3Request<CreateBucketInput>,
+    ) -> S3Result<S3Response<CreateBucketOutput>> {
+        let bucket = req.input.bucket.clone();
+        let out = self.cache.backend.create_bucket(req).await?;
+        self.cache.remember_bucket(&bucket, true);
+        Ok(out)
+    }
+
+    async fn delete_bucket(
+        &self,
+        req: S3Request<DeleteBucketInput>,
+    ) -> S3Result<S3Response<DeleteBucketOutput>> {
+        let bucket = req.input.bucket.clone();
+        self.cache.until_bucket_settled(&bucket).await;
+        let out = self.cache.backend.delete_bucket(req).await?;
+        self.cache.remember_bucket(&bucket, false);
+        self.cache.entries().invalidate_bucket(&bucket);
+        self.cache.refresh_gauges();
+        Ok(out)
+    }
+
+    async fn list_objects_v2(
+        &self,
+        req: S3Request<ListObjectsV2Input>,
+    ) -> S3Result<S3Response<ListObjectsV2Output>> {
+        self.cache.until_bucket_settled(&req.input.bucket).await;
+        self.cache.backend.list_objects_v2(req).await
+    }
+
+    async fn list_objects(
+        &self,
+        req: S3Request<ListObjectsInput>,
+    ) -> S3Result<S3Response<ListObjectsOutput>> {
+        self.cache.until_bucket_settled(&req.input.bucket).await;
+        self.cache.backend.list_objects(req).await
+    }
+
+    async fn get_object(
+        &self,
+        req: S3Request<GetObjectInput>,
+    ) -> S3Result<S3Response<GetObjectOutput>> {
+        let function = function_of(&req);
+        let admit = self.cache.admits(function.as_deref());
+        let started = Instant::now();
+        let mut backend = None;
+        let result = self.get(req, admit, &mut backend).await;
+        if let Some(function) = function {
+            let served = started.elapsed().as_nanos() as u64;
+            self.cache
+                .costs()
+                .account(&function, served, backend.unwrap_or(served));
+        }
+        result
+    }
+
+    async fn head_object(
+        &self,
+        req: S3Request<HeadObjectInput>,
+    ) -> S3Result<S3Response<HeadObjectOutput>> {
+        let cache = &self.cache;
+        let input = &req.input;
+        let key = ObjectKey::new(&input.bucket, &input.key);
+        let plain = plain_read(
+            &input.version_id,
+            &input.part_number,
+            &input.sse_customer_algorithm,
+        );
+        let hit = if plain {
+            cache.entries().get(&key, Instant::now())
+        } else {
+            cache.until_clean(&key).await;
+            None
+        };
+        if let Some(hit) = hit {
+            cache.metrics.hits.inc();
+            let conditions = ReadConditions {
+                if_match: input.if_match.clone(),
+                if_none_match: input.if_none_match.clone(),
+                if_modified_since: input.if_modified_since.clone(),
+                if_unmodified_since: input.if_unmodified_since.clone(),
+            };
+            let span = check_read(&hit.meta, &conditions, input.range.as_ref())?;
+            let wants = wants_checksums(input.checksum_mode.as_ref());
+            let output = answer_from!(
+                HeadObjectOutput,
+                &hit.meta,
+                &span,
+                input.range.is_some(),
+                wants
+            );
+            return Ok(S3Response::new(output));
+        }
+        cache.metrics.bypassed.inc();
+        let mut out = cache.backend.head_object(req).await?;
+        strip_reserved(&mut out.output.metadata);
+        Ok(out)
+    }
+
+    async fn put_object(
+        &self,
+        req: S3Request<PutObjectInput>,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
+        let function = function_of(&req);
+        let started = Instant::now();
+        let mut backend = None;
+        let result = self.put(req, function.as_deref(), &mut backend).await;
+        if let Some(function) = function {
+            let served = started.elapsed().as_nanos() as u64;
+            self.cache
+                .costs()
+                .account(&function, served, backend.unwrap_or(served));
+        }
+        result
+    }
+
+    async fn delete_object(
+        &self,
+        req: S3Request<DeleteObjectInput>,
+    ) -> S3Result<S3Response<DeleteObjectOutput>> {
+        let key = ObjectKey::new(&req.input.bucket, &req.input.key);
+        let backend = &self.cache.backend;
+        self.cache
+            .write_through(vec![key], backend.delete_object(req))
+            .await
+    }
+
+    async fn delete_objects(
+        &self,
+        req: S3Request<DeleteObjectsInput>,
+    ) -> S3Result<S3Response<DeleteObjectsOutput>> {
+        let keys = req
+            .input
+            .delete
+            .objects
+            .iter()
+            .map(|o| ObjectKey::new(&req.input.bucket, &o.key))
+            .collect();
+        let backend = &self.cache.backend;
+        self.cache
+            .write_through(keys, backend.delete_objects(req))
+            .await
+    }
+
+    async fn copy_object(
+        &self,
+        req: S3Request<CopyObjectInput>,
+    ) -> S3Result<S3Response<CopyObjectOutput>> {
+        if let CopySource::Bucket { bucket, key, .. } = &req.input.copy_source {
+            self.cache
+                .until_clean(&ObjectKey::new(bucket.as_ref(), key.as_ref()))
+                .await;
+        }
+        let key = ObjectKey::new(&req.input.bucket, &req.input.key);
+        let backend = &self.cache.backend;
+        self.cache
+            .write_through(vec![key], backend.copy_object(req))
+            .await
+    }
+
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        if let CopySource::Bucket { bucket, key, .. } = &req.input.copy_source {
+            self.cache
+                .until_clean(&ObjectKey::new(bucket.as_ref(), key.as_ref()))
+                .await;
+        }
+        self.cache.backend.upload_part_copy(req).await
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        let key = ObjectKey::new(&req.input.bucket, &req.input.key);
+        let backend = &self.cache.backend;
+        self.cache
+            .write_through(vec![key], backend.complete_multipart_upload(req))
+            .await
+    }
+}
