@@ -96,15 +96,9 @@ macro_rules! answer_from {
             last_modified: Some(timestamp(meta.modified_ms)),
             metadata: (!attrs.metadata.is_empty())
                 .then(|| attrs.metadata.clone().into_iter().collect()),
-            content_type: attrs.content_type.clone(),
-            content_encoding: attrs.content_encoding.clone(),
-            content_disposition: attrs.content_disposition.clone(),
-            content_language: attrs.content_language.clone(),
-            cache_control: attrs.cache_control.clone(),
-            expires: attrs.expires_ms.map(timestamp),
-            website_redirect_location: attrs.website_redirect_location.clone(),
             ..Default::default()
         };
+        crate::objects::local::set_attrs!(output, attrs);
         if $wants && !$ranged {
             set_checksums!(output, &meta.checksums);
             output.checksum_type = checksum_type(&meta.checksums);

@@ -161,16 +161,10 @@ impl ObjectCache {
             key: key.key.clone(),
             body: Some(StreamingBlob::from(s3s::Body::from(dirty.body.clone()))),
             content_length: Some(dirty.body.len() as i64),
-            content_type: attrs.content_type.clone(),
-            content_encoding: attrs.content_encoding.clone(),
-            content_disposition: attrs.content_disposition.clone(),
-            content_language: attrs.content_language.clone(),
-            cache_control: attrs.cache_control.clone(),
-            expires: attrs.expires_ms.map(crate::objects::local::timestamp),
-            website_redirect_location: attrs.website_redirect_location.clone(),
             metadata: Some(metadata),
             ..Default::default()
         };
+        crate::objects::local::set_attrs!(input, attrs);
         set_checksums!(input, &meta.checksums);
         let mut request = internal_request(input);
         request.method = http::Method::PUT;

@@ -274,6 +274,22 @@ macro_rules! declared {
 }
 pub(crate) use declared;
 
+/// Copies stored HTTP attributes (`ObjectAttrs`) into an output's or input's fields of the same
+/// names (GetObject, HeadObject, and a write-back's PutObject).
+macro_rules! set_attrs {
+    ($out:expr, $attrs:expr) => {{
+        let attrs: &$crate::objects::local::meta::ObjectAttrs = $attrs;
+        $out.content_type = attrs.content_type.clone();
+        $out.content_encoding = attrs.content_encoding.clone();
+        $out.content_disposition = attrs.content_disposition.clone();
+        $out.content_language = attrs.content_language.clone();
+        $out.cache_control = attrs.cache_control.clone();
+        $out.expires = attrs.expires_ms.map($crate::objects::local::timestamp);
+        $out.website_redirect_location = attrs.website_redirect_location.clone();
+    }};
+}
+pub(crate) use set_attrs;
+
 /// Copies stored checksums into an output's `checksum_*` fields.
 macro_rules! set_checksums {
     ($out:expr, $sums:expr) => {{

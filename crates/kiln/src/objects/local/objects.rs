@@ -11,7 +11,7 @@ use super::files::{read_all, stream_file};
 use super::meta::{Lookup, ObjectAttrs, ObjectRow};
 use super::{
     blocking, check_length, checksum_type, content_length, declared, internal, now_ms,
-    object_attrs, set_checksums, timestamp, write_error, LocalStore, UploadBody,
+    object_attrs, set_attrs, set_checksums, timestamp, write_error, LocalStore, UploadBody,
 };
 use crate::objects::checksum::{hex, ChecksumKind};
 use crate::objects::conditions::{
@@ -269,15 +269,9 @@ impl LocalStore {
             e_tag: Some(etag(&row.etag)),
             last_modified: Some(timestamp(row.modified_ms)),
             metadata: metadata_of(attrs),
-            content_type: attrs.content_type.clone(),
-            content_encoding: attrs.content_encoding.clone(),
-            content_disposition: attrs.content_disposition.clone(),
-            content_language: attrs.content_language.clone(),
-            cache_control: attrs.cache_control.clone(),
-            expires: attrs.expires_ms.map(timestamp),
-            website_redirect_location: attrs.website_redirect_location.clone(),
             ..Default::default()
         };
+        set_attrs!(output, attrs);
         // Like S3: checksums only when asked for, and only for the whole object.
         if wants_checksums(input.checksum_mode.as_ref()) && !ranged {
             set_checksums!(output, &row.checksums);
@@ -317,15 +311,9 @@ impl LocalStore {
             e_tag: Some(etag(&row.etag)),
             last_modified: Some(timestamp(row.modified_ms)),
             metadata: metadata_of(attrs),
-            content_type: attrs.content_type.clone(),
-            content_encoding: attrs.content_encoding.clone(),
-            content_disposition: attrs.content_disposition.clone(),
-            content_language: attrs.content_language.clone(),
-            cache_control: attrs.cache_control.clone(),
-            expires: attrs.expires_ms.map(timestamp),
-            website_redirect_location: attrs.website_redirect_location.clone(),
             ..Default::default()
         };
+        set_attrs!(output, attrs);
         if wants_checksums(input.checksum_mode.as_ref()) && !ranged {
             set_checksums!(output, &row.checksums);
             output.checksum_type = checksum_type(&row.checksums);
