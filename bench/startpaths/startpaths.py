@@ -71,6 +71,10 @@ FUNCTIONS = {
 }
 FUNCTION_ORDER = ["noop", "markdown", "big"]
 WARM_AFTER_COLD = 5
+# Before each warm (steady) invocation the driver pauses this long and wakes kiln, as before the
+# cold one: long enough for the machine's idle penalty (which saturates by 10 ms, see
+# idle_probe), short enough that the reaper (every 0.5 s) rarely takes the instance in between.
+STEADY_GAP_S = 0.02
 # Targets and anchors from the brief and the thesis (ms).
 TARGETS = {"python_hot_e2e_p50_ms": 5.0, "big_hot_speedup": 10.0, "first_within_pct": 10.0,
            "wasm_hot_e2e_p50_ms": 0.5, "node_best_e2e_p50_ms": 10.0}
@@ -157,6 +161,13 @@ class Client:
             raise RuntimeError(f"invoke {name}: {status} {data[:300]!r}")
         tail = base64.b64decode(resp.getheader("X-Amz-Log-Result") or "").decode(errors="replace")
         return (t1 - t0) / 1e6, parse_report(tail)
+
+    def wake(self, name):
+        """A GetFunctionConfiguration of `name`: it runs kiln's HTTP, SigV4 and registry code, so
+        that the Invoke right after it does not pay for a machine that has been idle."""
+        status, _, data = self.request("GET", f"/2015-03-31/functions/{name}/configuration")
+        if status != 200:
+            raise RuntimeError(f"wake {name}: {status} {data[:300]!r}")
 
     def sign_only(self, n):
         """The client's SigV4 signing cost alone (ms per request), part of every end-to-end."""
@@ -317,6 +328,7 @@ def latency(args, client):
         out["floor"][rt] = [client.invoke(name, {})[0] for _ in range(args.floor_n)]
         log(f"floor {rt}: warm NoOp end-to-end p50 {np.median(out['floor'][rt]):.3f} ms")
     out["sign_ms"] = client.sign_only(args.floor_n)
+    out["idle_probe"] = idle_probe(client, fname("wasm", "noop", "hot"), args.floor_n, args.settle_ms)
     order = cases(args.paths)
     before = core.cpu_account()
     others_before = others_cpu()
@@ -336,9 +348,12 @@ def latency(args, client):
                 # So is a runtime standby.
                 wait_standby(client, RUNTIMES[rt]["runtime"])
             time.sleep(args.settle_ms / 1000)  # the reaped sandbox's teardown
+            client.wake(name)
             e2e, rep = client.invoke(name, {})
             sample = {"e2e_ms": e2e, **rep, "warm": []}
             for _ in range(WARM_AFTER_COLD):
+                time.sleep(STEADY_GAP_S)
+                client.wake(name)
                 w_e2e, w_rep = client.invoke(name, {})
                 if "init_ms" in w_rep:  # reaped in between: not the same instance any more
                     break
@@ -357,6 +372,56 @@ def latency(args, client):
 
 
 # ------------------------------------------------------------------------------------ probe
+def idle_probe(client, wasm_name, n, idle_ms):
+    """The machine's idle penalty: a request that follows idle time runs slower, everywhere.
+
+    Every wasm request is a fresh instance of the pre-initialised module (a cold start on the
+    hot path), so the same Invoke is timed back to back, after `idle_ms` of idle time, and after
+    idle time and a wake request. A TCP echo between two processes on loopback (no kiln) is
+    timed back to back and after the same idle time: the penalty of the machine alone.
+    """
+    out = {"idle_ms": idle_ms, "wasm": {"back_to_back": [], "after_idle": [], "after_idle_wake": []},
+           "echo_us": {"back_to_back": [], "after_idle": []}}
+    for _ in range(50):
+        client.invoke(wasm_name, {})
+    wasm = out["wasm"]
+    for _ in range(n):
+        wasm["back_to_back"].append(client.invoke(wasm_name, {})[0])
+    for _ in range(n // 3):
+        time.sleep(idle_ms / 1000)
+        wasm["after_idle"].append(client.invoke(wasm_name, {})[0])
+        time.sleep(idle_ms / 1000)
+        client.wake(wasm_name)
+        wasm["after_idle_wake"].append(client.invoke(wasm_name, {})[0])
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    address = srv.getsockname()
+    pid = os.fork()
+    if pid == 0:  # the echo server: a process of its own, as kiln is
+        conn, _ = srv.accept()
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        while data := conn.recv(4096):
+            conn.sendall(data)
+        os._exit(0)
+    srv.close()
+    try:
+        with socket.create_connection(address) as conn:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for gap, series in ((0, "back_to_back"), (idle_ms / 1000, "after_idle")):
+                for i in range(n if gap == 0 else n // 3):
+                    if gap:
+                        time.sleep(gap)
+                    t0 = time.perf_counter_ns()
+                    conn.sendall(b"x" * 512)
+                    conn.recv(4096)
+                    if i or gap:  # the first round trip sets the connection up
+                        out["echo_us"][series].append((time.perf_counter_ns() - t0) / 1e3)
+    finally:
+        os.waitpid(pid, 0)
+    return out
+
+
 def cgroup_migration_probe(reps=30):
     """What moving a process into fresh cgroups costs on this host, per controller, in the order
     kiln writes them (memory, pids, cpu on v1). The hot path moves each fork into its own cgroup

@@ -5,7 +5,8 @@
 //! bench/results/startpaths.md). So the agent keeps one fork per function ready, already in its
 //! cgroup with the function's limits: a cold start takes it and is served at once, and the next
 //! spare is forked once that start's first invocation has been answered
-//! (`Inner::after_cold_start`), off the critical path. A spare belongs to its zygote's revision
+//! (`Inner::after_cold_start`), off the critical path. A function that allows warm-up
+//! invocations gets one on its spare too, before the spare is offered. A spare belongs to its zygote's revision
 //! and goes with it (update, eviction, a failed fork, shutdown).
 
 use std::sync::Arc;
@@ -69,7 +70,21 @@ impl Inner {
         let inner = self.clone();
         let spec = spec.clone();
         tokio::spawn(async move {
-            let forked = Instance::fork(&inner.ctx, &zygote, &spec, id).await;
+            let forked = match Instance::fork(&inner.ctx, &zygote, &spec, id).await {
+                // A fork's first request copies every page it writes (reference counts, caches)
+                // from the zygote. Where the function allows warm-up, one warm-up invocation
+                // pays that here, so that the cold start's first request runs as the next ones.
+                Ok(mut instance) if spec.prebake.warmup_invocations > 0 => {
+                    match super::zygote::warm_up(&mut instance, &spec, 1).await {
+                        Ok(()) => Ok(instance),
+                        Err(error) => {
+                            instance.destroy().await;
+                            Err(error)
+                        }
+                    }
+                }
+                forked => forked,
+            };
             let leftover = {
                 let mut state = inner.state();
                 let mine =

@@ -79,6 +79,20 @@ pub async fn warmed_up(ctx: &AgentContext, spec: &SharedSpec, id: u64) -> Result
             StartError::Platform(message) => message,
         })?;
     instance.init_output = None;
+    if let Err(error) = warm_up(&mut instance, spec, spec.prebake.warmup_invocations).await {
+        instance.destroy().await;
+        return Err(error);
+    }
+    Ok(instance)
+}
+
+/// Runs `rounds` warm-up invocations of `spec`'s sample event on `instance`, dropping their
+/// answers. An invocation that ends the instance is an error; the caller destroys it.
+pub async fn warm_up(
+    instance: &mut Instance,
+    spec: &SharedSpec,
+    rounds: u32,
+) -> Result<(), String> {
     let payload = Bytes::from(
         spec.prebake
             .warmup_event
@@ -86,7 +100,7 @@ pub async fn warmed_up(ctx: &AgentContext, spec: &SharedSpec, id: u64) -> Result
             .map(|event| event.to_string())
             .unwrap_or_else(|| "{}".to_string()),
     );
-    for round in 1..=spec.prebake.warmup_invocations {
+    for round in 1..=rounds {
         let request = InvokeRequest {
             request_id: crate::function::new_request_id().to_string(),
             payload: payload.clone(),
@@ -98,14 +112,13 @@ pub async fn warmed_up(ctx: &AgentContext, spec: &SharedSpec, id: u64) -> Result
         };
         let invocation = instance.invoke(&request, None).await;
         if !invocation.healthy {
-            instance.destroy().await;
             return Err(format!(
                 "warm-up invocation {round} ended the instance: {}",
                 String::from_utf8_lossy(&invocation.body)
             ));
         }
     }
-    Ok(instance)
+    Ok(())
 }
 
 impl Zygote {
