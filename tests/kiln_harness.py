@@ -97,10 +97,11 @@ class Kiln:
             "--data-dir", str(self.data_dir),
             "--no-aws-profile",
             "--async-retry-delay-ms", "300",
-            "--memory-budget-mb", "8192",
             "--shutdown-grace", "10",
             *self.extra_args,
         ]
+        if "--memory-budget-mb" not in self.extra_args:
+            args += ["--memory-budget-mb", "8192"]
         self.proc, self.endpoint = launch(args, r"listening on (http://\S+)", self.output, timeout)
         creds = json.loads((self.data_dir / "credentials.json").read_text())
         self.access_key = creds["accessKeyId"]

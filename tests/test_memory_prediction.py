@@ -4,8 +4,9 @@ raises its limit, or kiln runs it again at once at MemorySize. The fixture alloc
 """
 
 import re
+import threading
 
-from kiln_harness import FUNCTIONS, PYTHON_RUNTIME, zip_dir
+from kiln_harness import FUNCTIONS, PYTHON_RUNTIME, node_status, wait_for, zip_dir
 
 
 def limit_of(report):
@@ -79,3 +80,35 @@ def test_models_survive_a_restart_and_new_code_starts_afresh(fresh_kiln):
     assert "FunctionError" not in response, result
     assert not models(server)[name]["mature"]
     assert models(server)[name]["invocations"] == 1
+
+
+def test_sized_instances_reserve_their_predicted_limits_of_the_node_budget(fresh_kiln):
+    # A node budget of 1536 MB holds one instance booked at 1024 MB, or many sized ones.
+    server = fresh_kiln(extra_args=["--prediction-min-samples", "20", "--memory-budget-mb", "1536"])
+    name = "mp-budget"
+    server.deploy(name, PYTHON_RUNTIME, "app.handler", code="memory_hog", MemorySize=1024, Timeout=30)
+    event = {"mb": 16, "hold_s": 0}
+    for _ in range(25):
+        result, response = server.invoke(name, event)
+        assert "FunctionError" not in response, result
+    assert models(server)[name]["mature"]
+    answers = []
+    held = dict(event, hold_s=3)
+    threads = [threading.Thread(target=lambda: answers.append(server.invoke(name, held))) for _ in range(3)]
+    for t in threads:
+        t.start()
+    def all_busy():
+        status = node_status(server)
+        busy = [i for i in status["instances"] if i["function"] == name and i["state"] == "busy"]
+        return status if len(busy) == 3 else None
+
+    try:
+        # All three run at once, each in an instance of its own, and the node counts their limits.
+        status = wait_for(all_busy, timeout=20, interval=0.05, what="three busy instances")
+        assert status["memory_reserved_mb"] < 1024, status["memory_reserved_mb"]
+    finally:
+        for t in threads:
+            t.join(timeout=60)
+    assert [r for r, _ in answers] == [{"allocated_mb": 16}] * 3
+    # Idle again: the reservation is what the instances' limits are now, below any one booking.
+    assert node_status(server)["memory_reserved_mb"] < 1024

@@ -17,8 +17,8 @@ import time
 
 import requests
 
-from kiln_harness import (FUNCTIONS, NODE_RUNTIME, PYTHON_RUNTIME, node_status, snapshot_of, start_path, wait_for,
-                          wait_ready, wait_spare, wait_standby)
+from kiln_harness import (FUNCTIONS, NODE_RUNTIME, PYTHON_RUNTIME, cgroup_parent, node_status, snapshot_of, start_path,
+                          wait_for, wait_ready, wait_spare, wait_standby)
 
 
 def deploy_cli(server, tmp_path, name, *flags, version="v1", files=None, runtime=PYTHON_RUNTIME):
@@ -361,11 +361,16 @@ def test_a_dead_spare_fork_is_replaced_and_the_invocation_still_answers(kiln, tm
     snapshot = wait_spare(kiln, "sp-spare")
     spare = snapshot["spare"]
     # Kill the spare's process through its cgroup, unseen by kiln until it is taken.
-    procs = [p for p in glob.glob(f"/sys/fs/cgroup/**/i{spare}/cgroup.procs", recursive=True)]
-    assert procs, f"no cgroup of the spare {spare}"
-    for pid in set(open(procs[0]).read().split()):
+    cgroups = glob.glob(f"/sys/fs/cgroup/*/{cgroup_parent(kiln)}/i{spare}") + glob.glob(
+        f"/sys/fs/cgroup/{cgroup_parent(kiln)}/i{spare}")
+    assert cgroups, f"no cgroup of the spare {spare}"
+    pids = {int(pid) for pid in open(f"{cgroups[0]}/cgroup.procs").read().split()}
+    assert pids, f"no process in the spare's cgroup {cgroups[0]}"
+    for pid in pids:
         os.kill(int(pid), signal.SIGKILL)
     result, response, report = invoke(kiln, "sp-spare", {"n": 1})
     assert "FunctionError" not in response, result
     assert start_path(report) == "hot"
     assert wait_spare(kiln, "sp-spare")["spare"] != spare
+    # The dead spare's cgroup goes with it.
+    wait_for(lambda: not any(os.path.isdir(c) for c in cgroups), what="the dead spare's cgroup to be removed")

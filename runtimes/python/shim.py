@@ -680,14 +680,16 @@ def zygote(transport, handler):
                 os.close(wake_w)
                 sock.detach()
                 os.close(transport.sock_fd)
-                os.dup2(output, 1)
-                os.dup2(output, 2)
-                os.close(output)
                 for key, value in (header.get("env") or {}).items():
                     os.environ[key] = value
                 LambdaContext._env = LambdaContext._read_env()
                 random.seed()
                 _fork_transport = FrameTransport(control)
+                if header.get("warmup"):
+                    _warm_up(_fork_transport, handler)
+                os.dup2(output, 1)
+                os.dup2(output, 2)
+                os.close(output)
                 try:
                     _run_hooks("get_after_restore")
                 except Exception as e:
@@ -701,6 +703,34 @@ def zygote(transport, handler):
             os.close(control)
             os.close(output)
             transport.send_json({"type": "forked", "pid": pid})
+
+
+class _DropAnswers:
+    """A transport for a warm-up invocation: its answer goes nowhere."""
+
+    def respond(self, request_id, body):
+        pass
+
+    def error(self, request_id, body, error_type):
+        pass
+
+    def commit(self, body):
+        pass
+
+
+def _warm_up(transport, handler):
+    """A spare fork's warm-up (docs/shim-protocol.md, "Fork server"): the agent sends one invocation once the fork
+    is in its own cgroup; it runs with its answer and output dropped, so that the pages a request writes are copied
+    from the zygote now rather than during the first real request. The after-restore hooks run after it."""
+    invocation = transport.next()
+    if invocation is None:
+        os._exit(0)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+    handle(_DropAnswers(), handler, *invocation)
+    flush_stdio()
 
 
 def _run_hooks(getter):

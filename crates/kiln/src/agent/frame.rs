@@ -72,6 +72,11 @@ pub enum Header {
     /// instance's agent socket, the write end of its output pipe) and environment overrides.
     Fork {
         env: std::collections::BTreeMap<String, String>,
+        /// The fork waits for one `invoke` frame (the agent sends it once the fork is in its own
+        /// cgroup), runs it as a warm-up with its answer and output dropped, and only then runs
+        /// its after-restore hooks and answers `ready`.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        warmup: bool,
     },
     /// Fork server to agent: the fork's pid, in the sandbox's PID namespace.
     Forked {

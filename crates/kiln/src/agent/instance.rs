@@ -281,6 +281,24 @@ fn exit_description(code: i32) -> String {
     }
 }
 
+/// The frame of one invocation of `spec`.
+fn invoke_header(
+    spec: &SharedSpec,
+    request: &InvokeRequest,
+    deadline_ms: u64,
+    session_id: Option<String>,
+) -> Header {
+    Header::Invoke {
+        request_id: request.request_id.clone(),
+        deadline_ms,
+        function_arn: spec.arn.clone(),
+        trace_id: request.trace_id.clone(),
+        client_context: request.client_context.clone(),
+        cognito_identity: None,
+        session_id,
+    }
+}
+
 impl Instance {
     /// What its sandbox services know of the invocations in flight.
     pub fn invocation_slot(&self) -> crate::function::InvocationSlot {
@@ -626,15 +644,12 @@ impl Instance {
         let mut output = Vec::new();
         let sent = match &mut self.transport {
             Transport::Shim(conn) => {
-                let header = Header::Invoke {
-                    request_id: request.request_id.clone(),
+                let header = invoke_header(
+                    &self.spec,
+                    request,
                     deadline_ms,
-                    function_arn: self.spec.arn.clone(),
-                    trace_id: request.trace_id.clone(),
-                    client_context: request.client_context.clone(),
-                    cognito_identity: None,
-                    session_id: session.map(|s| s.log.id.clone()),
-                };
+                    session.map(|s| s.log.id.clone()),
+                );
                 sync_sessions(conn, &mut self.held, session).await.is_ok()
                     && conn.send(&header, &request.payload).await.is_ok()
             }
@@ -795,7 +810,9 @@ impl Instance {
     /// Stops the instance and removes its cgroup. Nothing of it is left afterwards.
     pub async fn destroy(mut self) {
         self.kill();
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.process.wait()).await;
+        if self.exit_status.is_none() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), self.process.wait()).await;
+        }
         let cgroup = self.cgroup.clone();
         if let Ok(Err(e)) = tokio::task::spawn_blocking(move || cgroup.remove()).await {
             tracing::warn!(
@@ -856,11 +873,14 @@ fn socket_pair() -> std::io::Result<(tokio::net::UnixStream, std::os::fd::OwnedF
 
 impl Instance {
     /// The hot start path: a fork of the function's zygote, moved into a cgroup of its own.
+    /// With `warm_up`, the fork runs one warm-up invocation, in its own cgroup, before its
+    /// after-restore hooks and its `ready` (Init Duration includes it).
     pub async fn fork(
         ctx: &AgentContext,
         zygote: &Arc<Zygote>,
         spec: &SharedSpec,
         id: u64,
+        warm_up: bool,
     ) -> Result<Instance, String> {
         let begin = Instant::now();
         let cgroup = Arc::new(
@@ -879,7 +899,7 @@ impl Instance {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
-        let forked = zygote.fork(theirs, out_fd, env, &cgroup).await;
+        let forked = zygote.fork(theirs, out_fd, env, warm_up, &cgroup).await;
         let (pid, exit) = match forked {
             Ok(forked) => forked,
             Err(e) => {
@@ -916,11 +936,24 @@ impl Instance {
             code_slot: None,
             held: Default::default(),
         };
+        let mut deadline = Instant::now() + INIT_TIMEOUT;
+        if warm_up {
+            let timeout = Duration::from_secs(u64::from(spec.timeout_s));
+            let deadline_ms = (chrono::Utc::now() + timeout).timestamp_millis() as u64;
+            let request = super::zygote::warmup_request(spec);
+            let header = invoke_header(spec, &request, deadline_ms, None);
+            let sent = match &mut instance.transport {
+                Transport::Shim(conn) => conn.send(&header, &request.payload).await.is_ok(),
+                _ => false,
+            };
+            if !sent {
+                instance.destroy().await;
+                return Err("the fork did not take its warm-up invocation".into());
+            }
+            deadline += timeout;
+        }
         let mut output = Vec::new();
-        match instance
-            .step(Instant::now() + INIT_TIMEOUT, &mut output)
-            .await
-        {
+        match instance.step(deadline, &mut output).await {
             Step::Message(Message::Ready) if instance.exit_status.is_none() => {
                 instance.init_duration = begin.elapsed();
                 instance.init_output = Some(String::from_utf8_lossy(&output).into_owned());
@@ -1038,17 +1071,27 @@ impl Instance {
 
     /// False once the runtime is known to be gone (checked without waiting).
     pub fn alive(&mut self) -> bool {
-        self.exit_status.is_none()
-            && match &mut self.process {
-                Process::Sandbox(child) => matches!(child.try_wait(), Ok(None)),
-                // Its zygote reports its exit; a zygote that is gone took its forks with it.
-                Process::Forked { exit, .. } => exit.as_mut().is_some_and(|receiver| {
-                    matches!(
-                        receiver.try_recv(),
-                        Err(oneshot::error::TryRecvError::Empty)
-                    )
-                }),
+        if self.exit_status.is_some() {
+            return false;
+        }
+        match &mut self.process {
+            Process::Sandbox(child) => matches!(child.try_wait(), Ok(None)),
+            // Its zygote reports its exit; a zygote that is gone took its forks with it.
+            Process::Forked { exit, .. } => {
+                let Some(receiver) = exit else {
+                    return false;
+                };
+                let code = match receiver.try_recv() {
+                    Err(oneshot::error::TryRecvError::Empty) => return true,
+                    Ok(code) => code,
+                    Err(oneshot::error::TryRecvError::Closed) => 128 + 9,
+                };
+                // The exit is taken: a later `wait` must not poll the spent receiver.
+                *exit = None;
+                self.exit_status = Some(code);
+                false
             }
+        }
     }
 
     /// The host pid of a forked instance's process.

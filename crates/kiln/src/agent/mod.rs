@@ -254,7 +254,8 @@ pub trait NodeAgent: Send + Sync + 'static {
     fn prepare(&self, spec: SharedSpec);
     fn status(&self) -> NodeStatus;
     /// Memory booked by live instances that their current limits leave unused (Σ MemorySize −
-    /// limit, in MB): what per-invocation sizing lends to the object cache.
+    /// limit, in MB), at most the node's budget that the limits leave free: what per-invocation
+    /// sizing lends to the object cache.
     fn lendable_memory_mb(&self) -> u64 {
         0
     }
@@ -521,6 +522,12 @@ impl Inner {
             (Some(id), Some(config)) => Some((id.as_str(), config)),
             _ => None,
         };
+        // The node's budget counts what an instance may use now: the limit predicted for its
+        // invocation, else its MemorySize (OFC: the rest is lent to the object cache).
+        let need = hints
+            .memory_mb
+            .filter(|&mb| mb < spec.memory_mb)
+            .unwrap_or(spec.memory_mb);
         loop {
             let (waiter, victims) = 'decide: {
                 let mut guard = self.state();
@@ -559,6 +566,7 @@ impl Inner {
                     let instance = pool.idle.remove(index);
                     if let Some(live) = state.live.get_mut(&instance.id) {
                         live.state = InstanceState::Busy;
+                        reserve(&mut state.memory_reserved_mb, live, need);
                     }
                     if let Some((session, _)) = session {
                         sessions::bind(state, spec, session, instance.id);
@@ -577,17 +585,11 @@ impl Inner {
                     return Err(AgentError::ThrottledReserved);
                 }
                 if pool.live < spec.max_instances as usize {
-                    let victims = make_room(
-                        state,
-                        u64::from(spec.memory_mb),
-                        self.config.memory_budget_mb,
-                    );
-                    if state.memory_reserved_mb + u64::from(spec.memory_mb)
-                        <= self.config.memory_budget_mb
-                    {
+                    let victims = make_room(state, u64::from(need), self.config.memory_budget_mb);
+                    if state.memory_reserved_mb + u64::from(need) <= self.config.memory_budget_mb {
                         state.next_id += 1;
                         let id = state.next_id;
-                        state.memory_reserved_mb += u64::from(spec.memory_mb);
+                        state.memory_reserved_mb += u64::from(need);
                         state
                             .pools
                             .get_mut(&spec.function)
@@ -602,7 +604,7 @@ impl Inner {
                                 start_path: StartPath::Coldest,
                                 created: Instant::now(),
                                 memory_mb: spec.memory_mb,
-                                limit_mb: spec.memory_mb,
+                                limit_mb: need,
                                 cgroup: None,
                                 pid: None,
                                 sessions: 0,
@@ -707,7 +709,11 @@ impl Inner {
             }
             if let Some(live) = state.live.get_mut(&instance.id) {
                 live.state = InstanceState::Idle;
-                live.limit_mb = instance.memory_limit_mb();
+                reserve(
+                    &mut state.memory_reserved_mb,
+                    live,
+                    instance.memory_limit_mb(),
+                );
             }
             pool.idle.push(instance);
             return None;
@@ -746,7 +752,7 @@ impl Inner {
             return Ok(instance);
         }
         if let Some(zygote) = self.ready_zygote(spec) {
-            match Instance::fork(&self.ctx, &zygote, spec, id).await {
+            match Instance::fork(&self.ctx, &zygote, spec, id, false).await {
                 Ok(instance) => return Ok(instance),
                 Err(reason) => {
                     tracing::warn!(
@@ -1155,11 +1161,18 @@ fn forget(state: &mut State, id: u64) {
     if let Some(live) = state.live.remove(&id) {
         state.memory_reserved_mb = state
             .memory_reserved_mb
-            .saturating_sub(u64::from(live.memory_mb));
+            .saturating_sub(u64::from(live.limit_mb));
         if let Some(pool) = state.pools.get_mut(&live.function) {
             pool.live = pool.live.saturating_sub(1);
         }
     }
+}
+
+/// Sets what a live instance holds of the node's memory budget (`reserved_mb`, the sum) to
+/// `limit_mb`: the limit it runs (or last ran) under.
+fn reserve(reserved_mb: &mut u64, live: &mut LiveInstance, limit_mb: u32) {
+    *reserved_mb = (*reserved_mb + u64::from(limit_mb)).saturating_sub(u64::from(live.limit_mb));
+    live.limit_mb = limit_mb;
 }
 
 /// Removes ready snapshots, least recently used first, until `needed` more bytes fit in the
@@ -1364,12 +1377,20 @@ impl NodeAgent for LocalAgent {
     }
 
     fn lendable_memory_mb(&self) -> u64 {
-        self.inner
-            .state()
+        let state = self.inner.state();
+        let unused: u64 = state
             .live
             .values()
             .map(|live| u64::from(live.memory_mb.saturating_sub(live.limit_mb)))
-            .sum()
+            .sum();
+        // Instances reserve their limits, not their bookings: what they leave unused may be
+        // taken by new instances, so the cache has no more than the budget they leave free.
+        let free = self
+            .inner
+            .config
+            .memory_budget_mb
+            .saturating_sub(state.memory_reserved_mb);
+        unused.min(free)
     }
 
     fn status(&self) -> NodeStatus {

@@ -70,21 +70,11 @@ impl Inner {
         let inner = self.clone();
         let spec = spec.clone();
         tokio::spawn(async move {
-            let forked = match Instance::fork(&inner.ctx, &zygote, &spec, id).await {
-                // A fork's first request copies every page it writes (reference counts, caches)
-                // from the zygote. Where the function allows warm-up, one warm-up invocation
-                // pays that here, so that the cold start's first request runs as the next ones.
-                Ok(mut instance) if spec.prebake.warmup_invocations > 0 => {
-                    match super::zygote::warm_up(&mut instance, &spec, 1).await {
-                        Ok(()) => Ok(instance),
-                        Err(error) => {
-                            instance.destroy().await;
-                            Err(error)
-                        }
-                    }
-                }
-                forked => forked,
-            };
+            // A fork's first request copies every page it writes (reference counts, caches)
+            // from the zygote. Where the function allows warm-up, the spare pays that with one
+            // warm-up invocation before it is offered.
+            let warm_up = spec.prebake.warmup_invocations > 0;
+            let forked = Instance::fork(&inner.ctx, &zygote, &spec, id, warm_up).await;
             let leftover = {
                 let mut state = inner.state();
                 let mine =

@@ -378,7 +378,12 @@ impl Inner {
             _ => None,
         };
         // Every wasm request is a fresh instance: there is no instance for a session to stick to.
-        let id = match self.acquire(&spec, &RouteHints::default()).await? {
+        // It holds its predicted memory bound of the node's budget.
+        let hints = RouteHints {
+            memory_mb: request.memory_limit_mb,
+            ..RouteHints::default()
+        };
+        let id = match self.acquire(&spec, &hints).await? {
             Acquired::Cold(id) => id,
             Acquired::Warm(instance) => {
                 // Never happens: a wasm request leaves no idle instance behind.

@@ -93,24 +93,8 @@ pub async fn warm_up(
     spec: &SharedSpec,
     rounds: u32,
 ) -> Result<(), String> {
-    let payload = Bytes::from(
-        spec.prebake
-            .warmup_event
-            .as_ref()
-            .map(|event| event.to_string())
-            .unwrap_or_else(|| "{}".to_string()),
-    );
     for round in 1..=rounds {
-        let request = InvokeRequest {
-            request_id: crate::function::new_request_id().to_string(),
-            payload: payload.clone(),
-            trace_id: String::new(),
-            client_context: None,
-            hints: Default::default(),
-            memory_limit_mb: None,
-            storage: None,
-        };
-        let invocation = instance.invoke(&request, None).await;
+        let invocation = instance.invoke(&warmup_request(spec), None).await;
         if !invocation.healthy {
             return Err(format!(
                 "warm-up invocation {round} ended the instance: {}",
@@ -119,6 +103,25 @@ pub async fn warm_up(
         }
     }
     Ok(())
+}
+
+/// A warm-up invocation of `spec`: its sample event (`{}` by default).
+pub fn warmup_request(spec: &SharedSpec) -> InvokeRequest {
+    InvokeRequest {
+        request_id: crate::function::new_request_id().to_string(),
+        payload: Bytes::from(
+            spec.prebake
+                .warmup_event
+                .as_ref()
+                .map(|event| event.to_string())
+                .unwrap_or_else(|| "{}".to_string()),
+        ),
+        trace_id: String::new(),
+        client_context: None,
+        hints: Default::default(),
+        memory_limit_mb: None,
+        storage: None,
+    }
 }
 
 impl Zygote {
@@ -182,13 +185,15 @@ impl Zygote {
     }
 
     /// Forks a new instance that takes over `control` (its agent socket) and `output` (its
-    /// stdout and stderr), applies `env`, and is moved into `cgroup`. Returns the fork's host pid
+    /// stdout and stderr), applies `env`, and is moved into `cgroup` (with `warmup`, it then
+    /// waits for a warm-up invocation on `control` before its hooks run). Returns the fork's host pid
     /// and the receiver of its exit code.
     pub async fn fork(
         &self,
         control: OwnedFd,
         output: OwnedFd,
         env: BTreeMap<String, String>,
+        warmup: bool,
         cgroup: &Cgroup,
     ) -> Result<(u32, oneshot::Receiver<i32>), String> {
         let _one_at_a_time = self.fork_lock.lock().await;
@@ -198,7 +203,7 @@ impl Zygote {
         let (tx, rx) = oneshot::channel();
         *lock(&self.channel.reply) = Some(tx);
         let mut frame = Vec::with_capacity(256);
-        frame::encode(&Header::Fork { env }, b"", &mut frame);
+        frame::encode(&Header::Fork { env, warmup }, b"", &mut frame);
         send_with_fds(&self.stream, &frame, [control.as_fd(), output.as_fd()])
             .await
             .map_err(|e| format!("fork request: {e}"))?;

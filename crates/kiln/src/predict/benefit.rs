@@ -11,6 +11,8 @@
 
 use std::collections::VecDeque;
 
+use serde::{Deserialize, Serialize};
+
 use super::features::{Features, Schema};
 use super::memory::Classifier;
 
@@ -49,11 +51,14 @@ impl Etl {
     }
 }
 
-#[derive(Default)]
+/// What is saved of a model is its training set; the tree is fitted again when it is read.
+#[derive(Default, Serialize, Deserialize)]
 pub struct BenefitModel {
     schema: Schema,
     samples: VecDeque<(Features, bool)>,
+    #[serde(skip)]
     classifier: Option<Classifier>,
+    #[serde(skip)]
     fresh: usize,
     pub seen: u64,
 }
@@ -72,8 +77,9 @@ impl BenefitModel {
     }
 
     /// Learns one invocation's label; retrains every few samples (a tree over at most a few
-    /// hundred rows: well under a millisecond).
-    pub fn observe(&mut self, features: Features, etl: Etl) {
+    /// hundred rows: well under a millisecond). True if it retrained (the model is worth
+    /// saving).
+    pub fn observe(&mut self, features: Features, etl: Etl) -> bool {
         self.seen += 1;
         self.schema.learn(&features);
         if self.samples.len() == MAX_SAMPLES {
@@ -82,18 +88,31 @@ impl BenefitModel {
         self.samples.push_back((features, etl.benefits()));
         self.fresh += 1;
         if self.fresh >= RETRAIN_EVERY || self.classifier.is_none() {
-            self.fresh = 0;
-            let width = self.schema.width();
-            let mut rows = Vec::with_capacity(self.samples.len());
-            let mut classes = Vec::with_capacity(self.samples.len());
-            for (features, label) in &self.samples {
-                let mut row = Vec::with_capacity(width);
-                self.schema.row(features, &mut row);
-                rows.push(row);
-                classes.push(u32::from(*label));
-            }
-            self.classifier = Classifier::train(&rows, &classes, width);
+            self.retrain();
+            return true;
         }
+        false
+    }
+
+    /// Ready to predict after being read back: the schema's index and the tree are rebuilt.
+    pub fn loaded(mut self) -> Self {
+        self.schema = std::mem::take(&mut self.schema).loaded();
+        self.retrain();
+        self
+    }
+
+    fn retrain(&mut self) {
+        self.fresh = 0;
+        let width = self.schema.width();
+        let mut rows = Vec::with_capacity(self.samples.len());
+        let mut classes = Vec::with_capacity(self.samples.len());
+        for (features, label) in &self.samples {
+            let mut row = Vec::with_capacity(width);
+            self.schema.row(features, &mut row);
+            rows.push(row);
+            classes.push(u32::from(*label));
+        }
+        self.classifier = Classifier::train(&rows, &classes, width);
     }
 
     /// The share of recent invocations that benefited.

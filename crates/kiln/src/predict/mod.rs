@@ -9,8 +9,10 @@
 //! memory under a predicted limit is retried at once with the booked size (the controller does
 //! it, `controller::Controller::run`), so a user never sees an under-prediction fail.
 //!
-//! Models live in memory and in `DATA_DIR/models/FUNCTION.json` (written after each training),
-//! so a restarted kiln keeps what it learnt. A new code or memory size starts a model afresh.
+//! Models live in memory and in `DATA_DIR/models/FUNCTION.json` (the memory model) and
+//! `FUNCTION.benefit.json` (the cache-benefit model's training set), written after each
+//! training, so a restarted kiln keeps what it learnt. A new code or memory size starts a
+//! function's models afresh.
 
 pub mod benefit;
 pub mod features;
@@ -170,18 +172,49 @@ impl Predictor {
         })
     }
 
+    fn benefit_path(&self, function: &str) -> PathBuf {
+        self.dir.join(format!("{function}.benefit.json"))
+    }
+
+    /// Runs `f` on `function`'s cache-benefit model: the one in memory, else the one on disk,
+    /// else a new one.
+    fn with_benefit<R>(&self, function: &str, f: impl FnOnce(&mut BenefitModel) -> R) -> R {
+        let mut models = lock(&self.benefit);
+        let model = models.entry(function.to_string()).or_insert_with(|| {
+            std::fs::read(self.benefit_path(function))
+                .ok()
+                .and_then(|bytes| serde_json::from_slice::<BenefitModel>(&bytes).ok())
+                .map(BenefitModel::loaded)
+                .unwrap_or_default()
+        });
+        f(model)
+    }
+
     /// Whether caching the objects of an invocation of `function` with `features` pays off;
     /// `None` until its cache-benefit model has seen enough invocations.
     pub fn benefits(&self, function: &str, features: &Features) -> Option<bool> {
-        lock(&self.benefit).get(function)?.predict(features)
+        self.with_benefit(function, |m| m.predict(features))
     }
 
-    /// Teaches `function`'s cache-benefit model one invocation's phases.
+    /// Teaches `function`'s cache-benefit model one invocation's phases. After a retraining the
+    /// model is saved, off the caller's path.
     pub fn observe_benefit(&self, function: &str, features: Features, etl: Etl) {
-        lock(&self.benefit)
-            .entry(function.to_string())
-            .or_default()
-            .observe(features, etl);
+        let saved = self.with_benefit(function, |m| {
+            m.observe(features, etl)
+                .then(|| serde_json::to_vec(m).ok())
+                .flatten()
+        });
+        let Some(json) = saved else { return };
+        let (dir, path) = (self.dir.clone(), self.benefit_path(function));
+        let save = move || {
+            if let Err(e) = write_atomically(&dir, &path, &json) {
+                tracing::warn!(path = %path.display(), "the cache-benefit model could not be saved: {e}");
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn_blocking(save)),
+            Err(_) => save(),
+        }
     }
 
     /// Forgets `function`'s models (its code or memory changed, or it was deleted).
@@ -189,6 +222,7 @@ impl Predictor {
         lock(&self.benefit).remove(function);
         lock(&self.models).remove(function);
         let _ = std::fs::remove_file(self.path(function));
+        let _ = std::fs::remove_file(self.benefit_path(function));
     }
 
     /// The models in memory.
@@ -306,5 +340,28 @@ mod tests {
         );
         assert!(off.observe("g", 512, features(1), 30, false).is_none());
         assert!(off.status().is_empty());
+    }
+
+    #[test]
+    fn a_cache_benefit_model_is_kept_across_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let predictor = Predictor::new(PredictorConfig::default(), dir.path());
+        // Small inputs are dominated by the store, large ones by the transform.
+        let etl = |mb: u32| Etl {
+            extract_load_ms: 10.0,
+            transform_ms: f64::from(mb),
+        };
+        for i in 0..40u32 {
+            let mb = if i % 2 == 0 { 1 } else { 100 };
+            predictor.observe_benefit("f", features(mb), etl(mb));
+        }
+        assert_eq!(predictor.benefits("f", &features(1)), Some(true));
+        assert_eq!(predictor.benefits("f", &features(100)), Some(false));
+        let restarted = Predictor::new(PredictorConfig::default(), dir.path());
+        assert_eq!(restarted.benefits("f", &features(1)), Some(true));
+        assert_eq!(restarted.benefits("f", &features(100)), Some(false));
+        restarted.forget("f");
+        let again = Predictor::new(PredictorConfig::default(), dir.path());
+        assert_eq!(again.benefits("f", &features(1)), None);
     }
 }
