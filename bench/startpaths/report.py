@@ -318,8 +318,11 @@ def markdown(s, an, comp, floor, mrows, lat, mem):
         cells = {k: median_ci(v, "probe-w" + k) for k, v in w.items()}
         echo = {k: median_ci(v, "probe-e" + k) for k, v in e.items()}
         L.append("### The machine's idle penalty\n")
+        slow_wasm = cells['after_idle']['median'] / cells['back_to_back']['median']
+        slow_echo = echo['after_idle']['median'] / echo['back_to_back']['median']
         L.append(f"On this machine (a KVM guest on a shared host) a request that follows {idle} ms of "
-                 "idle time runs about three times slower than one that follows another, whatever "
+                 f"idle time runs several times slower than one that follows another ({slow_wasm:.1f}× "
+                 f"for kiln's wasm Invoke below, {slow_echo:.1f}× for a bare TCP echo), whatever "
                  "serves it: caches and the host's scheduling, not kiln. Every cold sample above "
                  "follows a reap and a pause, so the driver sends a wake request (a "
                  "GetFunctionConfiguration) right before each Invoke it times, cold and steady "
