@@ -11,6 +11,7 @@ import hashlib
 import os
 import re
 import struct
+import threading
 import time
 import uuid
 import zlib
@@ -387,7 +388,9 @@ s3 = boto3.client("s3")
 
 
 def handler(event, context):
-    body = s3.get_object(Bucket=event["bucket"], Key=event["key"])["Body"].read()
+    time.sleep(event.get("delay_ms", 0) / 1000)
+    for _ in range(event.get("reads", 1)):
+        body = s3.get_object(Bucket=event["bucket"], Key=event["key"])["Body"].read()
     end = time.perf_counter() + event["spin_ms"] / 1000
     while time.perf_counter() < end:
         pass
@@ -448,6 +451,51 @@ def test_admission_follows_each_functions_cache_benefit(remote, tmp_path):
         features = {m["function"]: m["features"] for m in
                     front.signed_request("GET", "/kiln/v1/status", "", {}).json()["memoryModels"]}
         assert "object.size" in features["oc-io"] and "arg.key" not in features["oc-io"], features
+    finally:
+        front.cleanup()
+
+
+def test_admission_is_decided_per_invocation(remote, tmp_path):
+    """One function whose invocations differ: each invocation's objects follow its own benefit prediction, even while
+    another invocation of the function, predicted otherwise, runs beside it."""
+    from test_s3_functions import vendored_boto3
+    front = start_front(remote)
+    try:
+        code = tmp_path / "code"
+        code.mkdir()
+        (code / "app.py").write_text(READER)
+        vendored_boto3(code)
+        # Without a snapshot, each instance has a sandbox of its own (forks of one zygote share theirs).
+        front.cli("deploy", "oc-mixed", "--runtime", PYTHON_RUNTIME, "--handler", "app.handler", "--code", str(code),
+                  "--memory", "256", "--timeout", "60", "--prebake", "off", timeout=180)
+        bucket = f"c-{uuid.uuid4().hex[:12]}"
+        s3_client(front).create_bucket(Bucket=bucket)
+        outside = remote.client()
+        for i in range(30):
+            outside.put_object(Bucket=bucket, Key=f"o/{i}", Body=os.urandom(8 * KiB))
+        lam = front.client(read_timeout=120)
+
+        def read(key, spin_ms, **more):
+            response = lam.invoke(FunctionName="oc-mixed", Payload=json.dumps(
+                {"bucket": bucket, "key": key, "spin_ms": spin_ms, "delay_ms": 0, "reads": 1, **more}))
+            assert "FunctionError" not in response
+            return json.loads(response["Payload"].read())
+
+        # The model learns that invocations that read and return benefit, and those that compute do not.
+        for i in range(12):
+            read(f"o/{i}", 0)
+            read(f"o/{i + 12}", 300)
+        bypassed, misses = metric(front, "bypassed"), metric(front, "misses")
+        # A computing invocation waits, then reads its object twice; meanwhile a reading one runs in another instance,
+        # and is the function's latest decision when the first one reads.
+        slow = threading.Thread(target=read, args=("o/26", 300), kwargs={"delay_ms": 2500, "reads": 2})
+        slow.start()
+        time.sleep(0.3)
+        read("o/27", 0)
+        assert metric(front, "misses") == misses + 1, "the reading invocation's object is admitted"
+        slow.join(timeout=60)
+        assert metric(front, "bypassed") == bypassed + 2, "the computing invocation's reads are not"
+        assert metric(front, "misses") == misses + 1
     finally:
         front.cleanup()
 

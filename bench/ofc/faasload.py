@@ -251,10 +251,11 @@ def report(args, meta, results, out):
                          f"{f['exec_ms_total'] / 1e3:.1f} | {f['scale_downs']} | {limit} | {f['scale_ups']} |")
         lines.append("")
     lines += ["Failed invocations are counted as they happen (a throttle, 429, included). kiln's node budget "
-              "(here 8192 MB) counts each instance's booked MemorySize, not its predicted limit: the naive "
-              "profile's 2048 MB per instance fits four instances at a time, so its tenants evict one another "
-              "(cold starts) and, at 24 tenants, are throttled. The cache takes the memory that sized instances "
-              "leave unused, but the node does not yet start more instances on it.", "",
+              "(here 8192 MB) counts each instance's current limit: the limit predicted for its invocation once "
+              "the function's model is mature, its booked MemorySize before that (the baseline always books "
+              "MemorySize). Until the models mature, the naive profile's 2048 MB per instance fits four "
+              "instances at a time, so its tenants evict one another (cold starts). The cache has the memory "
+              "that sized instances leave unused, as far as the budget their limits leave free allows.", "",
               "`faasload.png` plots the cache's capacity and contents over time for each run of kiln as OFC; raw "
               "records are in `faasload.json`."]
     (out / "faasload.md").write_text("\n".join(lines) + "\n")

@@ -242,39 +242,59 @@ pub enum Stage {
     Final,
 }
 
-/// The storage tags of the invocations an instance (or the forks of one zygote, which share its
+/// What one invocation tells the object store about itself: the sequence stage it runs as,
+/// and whether the object cache admits its objects (its cache-benefit prediction, OFC §5.2).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InvocationTags {
+    pub storage: Option<StorageTag>,
+    pub admit: Option<bool>,
+}
+
+/// The tags of the invocations an instance (or the forks of one zygote, which share its
 /// sandbox and so its services) is serving, shared with its sandbox services, whose requests
-/// carry it. A request has a tag only when every invocation in flight has that same tag: with
+/// carry them. A request has a tag only when every invocation in flight has that same tag: with
 /// two invocations of different runs (or one with none) behind one listener, nobody's writes
-/// are treated as a sequence's, and they are simply durable.
+/// are treated as a sequence's, and they are simply durable; with two that disagree on
+/// admission, the function's latest decision holds.
 #[derive(Debug, Clone, Default)]
-pub struct InvocationSlot(Arc<std::sync::Mutex<Vec<Option<StorageTag>>>>);
+pub struct InvocationSlot(Arc<std::sync::Mutex<Vec<InvocationTags>>>);
 
 impl InvocationSlot {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Option<StorageTag>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<InvocationTags>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// An invocation with `tag` begins.
-    pub fn enter(&self, tag: Option<StorageTag>) {
-        self.lock().push(tag);
+    /// An invocation with `tags` begins.
+    pub fn enter(&self, tags: InvocationTags) {
+        self.lock().push(tags);
     }
 
-    /// An invocation with `tag` ended.
-    pub fn leave(&self, tag: &Option<StorageTag>) {
+    /// An invocation with `tags` ended.
+    pub fn leave(&self, tags: &InvocationTags) {
         let mut active = self.lock();
-        if let Some(i) = active.iter().position(|t| t == tag) {
+        if let Some(i) = active.iter().position(|t| t == tags) {
             active.swap_remove(i);
         }
     }
 
-    /// The tag the requests arriving now have.
+    /// The storage tag the requests arriving now have.
     pub fn get(&self) -> Option<StorageTag> {
+        self.agreed(|t| t.storage.clone())
+    }
+
+    /// Whether the requests arriving now have their objects admitted, if their invocations
+    /// were told.
+    pub fn admit(&self) -> Option<bool> {
+        self.agreed(|t| t.admit)
+    }
+
+    /// `field` of the invocations in flight, if every one has the same, and it is set.
+    fn agreed<T: PartialEq>(&self, field: impl Fn(&InvocationTags) -> Option<T>) -> Option<T> {
         let active = self.lock();
-        let first = active.first()?.clone()?;
+        let first = field(active.first()?)?;
         active
             .iter()
-            .all(|t| t.as_ref() == Some(&first))
+            .all(|t| field(t).as_ref() == Some(&first))
             .then_some(first)
     }
 }
@@ -286,27 +306,50 @@ mod slot_tests {
     #[test]
     fn a_tag_holds_only_while_every_invocation_in_flight_has_it() {
         let slot = InvocationSlot::default();
-        let tag = |run: &str| {
-            Some(StorageTag {
+        let tag = |run: &str| InvocationTags {
+            storage: Some(StorageTag {
                 run: run.into(),
                 stage: Stage::Intermediate,
-            })
+            }),
+            admit: None,
         };
+        let none = InvocationTags::default();
         assert_eq!(slot.get(), None);
         slot.enter(tag("a"));
-        assert_eq!(slot.get(), tag("a"));
-        slot.enter(None);
+        assert_eq!(slot.get(), tag("a").storage);
+        slot.enter(none.clone());
         assert_eq!(
             slot.get(),
             None,
             "a request of the other invocation could be anyone's"
         );
-        slot.leave(&None);
+        slot.leave(&none);
         slot.enter(tag("b"));
         assert_eq!(slot.get(), None);
         slot.leave(&tag("a"));
-        assert_eq!(slot.get(), tag("b"));
+        assert_eq!(slot.get(), tag("b").storage);
         slot.leave(&tag("b"));
         assert_eq!(slot.get(), None);
+    }
+
+    #[test]
+    fn admission_holds_only_while_every_invocation_in_flight_agrees() {
+        let slot = InvocationSlot::default();
+        let admit = |a: Option<bool>| InvocationTags {
+            storage: None,
+            admit: a,
+        };
+        assert_eq!(slot.admit(), None);
+        slot.enter(admit(Some(false)));
+        assert_eq!(slot.admit(), Some(false));
+        slot.enter(admit(Some(false)));
+        assert_eq!(slot.admit(), Some(false));
+        slot.enter(admit(Some(true)));
+        assert_eq!(slot.admit(), None);
+        slot.leave(&admit(Some(false)));
+        slot.leave(&admit(Some(false)));
+        assert_eq!(slot.admit(), Some(true));
+        slot.enter(admit(None));
+        assert_eq!(slot.admit(), None);
     }
 }

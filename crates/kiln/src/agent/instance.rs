@@ -637,7 +637,8 @@ impl Instance {
             booked,
         );
         let memory_limit_mb = self.limit_mb;
-        self.invocation_slot.enter(request.storage.clone());
+        let tags = request.tags();
+        self.invocation_slot.enter(tags.clone());
         let monitor = memory_limit_mb
             .map(|limit| super::resize::Monitor::start(self.cgroup.clone(), limit, booked));
         self.cgroup.reset_peak();
@@ -765,7 +766,7 @@ impl Instance {
             }
             None => (body, function_error),
         };
-        self.invocation_slot.leave(&request.storage);
+        self.invocation_slot.leave(&tags);
         Invocation {
             body,
             function_error,

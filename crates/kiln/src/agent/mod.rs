@@ -65,6 +65,19 @@ pub struct InvokeRequest {
     pub memory_limit_mb: Option<u32>,
     /// How the object store treats its writes (a sequence's stage).
     pub storage: Option<crate::function::StorageTag>,
+    /// Whether the object cache admits its objects (its cache-benefit prediction); None leaves
+    /// it to the function's latest decision.
+    pub admit_objects: Option<bool>,
+}
+
+impl InvokeRequest {
+    /// What the invocation tells its sandbox's object store about itself.
+    pub fn tags(&self) -> crate::function::InvocationTags {
+        crate::function::InvocationTags {
+            storage: self.storage.clone(),
+            admit: self.admit_objects,
+        }
+    }
 }
 
 /// How an instance came to exist. kiln takes the most advanced path that exists.

@@ -121,6 +121,7 @@ pub fn warmup_request(spec: &SharedSpec) -> InvokeRequest {
         hints: Default::default(),
         memory_limit_mb: None,
         storage: None,
+        admit_objects: None,
     }
 }
 

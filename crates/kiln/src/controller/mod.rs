@@ -884,6 +884,7 @@ impl Controller {
                     hints,
                     memory_limit_mb: None,
                     storage: None,
+                    admit_objects: None,
                 };
                 let outcome = self.run(&entry.spec, request).await?;
                 Ok(Invoked::Done {
@@ -922,8 +923,11 @@ impl Controller {
         request.hints.memory_mb = request.memory_limit_mb;
         let io_before = match (cache, &features) {
             (Some(cache), Some(features)) => {
+                // The invocation's own decision travels with it to its sandbox's object store;
+                // the function's latest one covers requests that cannot be told apart.
                 let admit = self.predictor.benefits(&spec.function, features);
                 cache.set_admission(&spec.function, admit.unwrap_or(true));
+                request.admit_objects = admit;
                 Some(cache.io_times(&spec.function))
             }
             _ => None,

@@ -124,6 +124,7 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
             .unwrap_or_default(),
         memory_limit_mb: None,
         storage: None,
+        admit_objects: None,
     };
     let error = match controller.run(&entry.spec, request).await {
         Ok(outcome) if !outcome.function_error => {

@@ -139,6 +139,7 @@ impl Controller {
                         Stage::Intermediate
                     },
                 }),
+                admit_objects: None,
             };
             let request_id = request.request_id.clone();
             let outcome = self.run(&entry.spec, request).await?;

@@ -438,18 +438,24 @@ impl ObjectCache {
         self.known().insert(key, features);
     }
 
-    fn admits(&self, function: Option<&str>) -> bool {
+    /// Whether a request's objects are admitted: by the configuration, else by the decision its
+    /// invocation carries (`invocation`), else by its function's latest one.
+    fn admits(&self, function: Option<&str>, invocation: Option<bool>) -> bool {
         if self.config.admit_none {
             return false;
         }
-        self.config.admit_all
-            || function.is_none_or(|f| {
+        if self.config.admit_all {
+            return true;
+        }
+        invocation.unwrap_or_else(|| {
+            function.is_none_or(|f| {
                 !self
                     .refused
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .contains(f)
             })
+        })
     }
 
     pub fn usage(&self) -> Usage {
@@ -731,6 +737,13 @@ fn internal_request<T>(input: T) -> S3Request<T> {
 /// The function whose key signed a request, if a function's did.
 fn function_of<T>(req: &S3Request<T>) -> Option<String> {
     super::keys::function_named_by(&req.credentials.as_ref()?.access_key)
+}
+
+/// The admission decision that the invocation behind a sandbox's request carries, if any.
+fn invocation_admits<T>(req: &S3Request<T>) -> Option<bool> {
+    req.extensions
+        .get::<InvocationSlot>()
+        .and_then(InvocationSlot::admit)
 }
 
 fn is_not_found(e: &S3Error) -> bool {

@@ -321,7 +321,7 @@ impl CachedStore {
         let key = ObjectKey::new(&req.input.bucket, &req.input.key);
         let length = content_length(req.input.content_length, &req.headers);
         let small = length.is_some_and(|n| n >= 0 && n as u64 <= cache.config.max_object_bytes);
-        if !cache.admits(function)
+        if !cache.admits(function, invocation_admits(&req))
             || !plain_write(&req.input)
             || !small
             || !cache.entries().could_hold(&key, length.unwrap_or(0) as u64)
@@ -496,7 +496,9 @@ impl S3 for CachedStore {
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let function = function_of(&req);
-        let admit = self.cache.admits(function.as_deref());
+        let admit = self
+            .cache
+            .admits(function.as_deref(), invocation_admits(&req));
         let started = Instant::now();
         let mut backend = None;
         let result = self.get(req, admit, &mut backend).await;
