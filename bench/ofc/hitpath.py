@@ -1,0 +1,155 @@
+"""Where a cache hit's time goes, against Redis: the floor of a transparent, durable S3 cache.
+
+OFC's functions reach its cache as they reach Redis; kiln's reach it through the S3 API, with the
+unmodified AWS SDK, and a cached write is durable (journaled with fdatasync) before it is
+acknowledged. This measures, side by side in one run, from one Python client on loopback:
+
+- boto3 GetObject of a cached 2 KiB object, and PutObject of 2 KiB into the cache, with kiln's
+  own CPU time per request (from /proc: the server's share);
+- the same GET signed with botocore's SigV4 and sent with http.client, without boto3's request
+  building and response parsing (the SDK's share is the difference);
+- redis-py GET and SET of 2 KiB on a real redis-server;
+- an fdatasync of a 2 KiB append on the data dir's file system (the journal's floor).
+
+Run as root: `.venv/bin/python bench/ofc/hitpath.py` (after `cargo build --release -p kiln`).
+Writes bench/results/ofc-hitpath.md.
+"""
+
+import datetime
+import http.client
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench" / "sessions"))
+os.environ.setdefault("KILN_BIN", str(ROOT / "target" / "release" / "kiln"))
+from kiln_harness import Kiln  # noqa: E402
+from s3_harness import s3_client, s3_endpoint  # noqa: E402
+from xfaas import start_redis  # noqa: E402
+
+N = 3000
+SIZE = 2048
+BUCKET = "hitpath"
+
+
+def median_ms(fn, n=N):
+    for _ in range(50):
+        fn()
+    out = []
+    for _ in range(n):
+        t = time.perf_counter_ns()
+        fn()
+        out.append((time.perf_counter_ns() - t) / 1e6)
+    return statistics.median(out)
+
+
+def cpu_s(pid):
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def with_server_cpu(pid, fn, n=N):
+    """fn's median latency, and the server's CPU per call over the same calls."""
+    before = cpu_s(pid)
+    p50 = median_ms(fn, n)
+    return p50, (cpu_s(pid) - before) / (n + 50) * 1e3
+
+
+def raw_get(server, endpoint):
+    """A GetObject signed by botocore and sent by http.client on one keep-alive connection."""
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+    from urllib.parse import urlparse
+    u = urlparse(endpoint)
+    conn = http.client.HTTPConnection(u.hostname, u.port)
+    auth = S3SigV4Auth(Credentials(server.access_key, server.secret_key), "s3", server.region)
+    url = f"{endpoint}/{BUCKET}/in"
+
+    def get():
+        req = AWSRequest(method="GET", url=url)
+        auth.add_auth(req)
+        conn.request("GET", f"/{BUCKET}/in", headers=dict(req.headers.items()))
+        resp = conn.getresponse()
+        body = resp.read()
+        assert resp.status == 200 and len(body) == SIZE, resp.status
+    return get
+
+
+def fdatasync_ms(directory):
+    fd, path = tempfile.mkstemp(dir=directory)
+    try:
+        body = os.urandom(SIZE)
+        return median_ms(lambda: (os.write(fd, body), os.fdatasync(fd)), 500)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
+def main():
+    import redis
+    work = Path(tempfile.mkdtemp(prefix="kiln-hitpath-"))
+    redis_proc, redis_port, redis_version = start_redis(work)
+    server = Kiln(data_dir=work / "kiln", extra_args=[
+        "--object-cache", "on", "--object-cache-admission", "all", "--object-cache-sizing", "fixed"]).start()
+    try:
+        s3 = s3_client(server)
+        s3.create_bucket(Bucket=BUCKET)
+        body = os.urandom(SIZE)
+        s3.put_object(Bucket=BUCKET, Key="in", Body=body)
+        pid = server.proc.pid
+        rows = {}
+        rows["boto3 GetObject (hit)"] = with_server_cpu(
+            pid, lambda: s3.get_object(Bucket=BUCKET, Key="in")["Body"].read())
+        rows["SigV4 + http.client GET (hit)"] = with_server_cpu(pid, raw_get(server, s3_endpoint(server)))
+        rows["boto3 PutObject (cached, journaled)"] = with_server_cpu(
+            pid, lambda: s3.put_object(Bucket=BUCKET, Key="out", Body=body), n=1000)
+        r = redis.Redis(port=redis_port)
+        r.set("in", body)
+        rows["redis-py GET"] = with_server_cpu(redis_proc.pid, lambda: r.get("in"))
+        rows["redis-py SET"] = with_server_cpu(redis_proc.pid, lambda: r.set("out", body))
+        sync = fdatasync_ms(work)
+    finally:
+        server.cleanup()
+        redis_proc.terminate()
+        redis_proc.wait()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip()
+    get, raw, put = (rows[k][0] for k in ("boto3 GetObject (hit)", "SigV4 + http.client GET (hit)",
+                                          "boto3 PutObject (cached, journaled)"))
+    lines = [
+        "# Where an object-cache hit's time goes, against Redis", "",
+        f"Command: `.venv/bin/python bench/ofc/hitpath.py` (git {commit}), "
+        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC. {os.cpu_count()} cores; kiln release "
+        f"build, object cache on over the local store; {redis_version}; one Python client on loopback; "
+        f"{SIZE} B objects; medians of {N} calls (PUT: 1000). Server CPU: the server process's user + system time "
+        "over the same calls, per call.", "",
+        "| call | latency p50 (ms) | server CPU per call (ms) |", "|---|---:|---:|",
+    ]
+    for name, (p50, server_cpu) in rows.items():
+        lines.append(f"| {name} | {p50:.3f} | {server_cpu:.3f} |")
+    lines += [
+        f"| fdatasync of a {SIZE} B append (the journal's floor) | {sync:.3f} | – |", "",
+        f"- A GET hit costs kiln {rows['boto3 GetObject (hit)'][1]:.3f} ms of CPU. Of boto3's {get:.3f} ms, "
+        f"{get - raw:.3f} ms is boto3's own request building and response parsing (the same signed GET by "
+        f"http.client takes {raw:.3f} ms).",
+        f"- A cached PUT is acknowledged after its journal record is synced ({sync:.3f} ms here); its server CPU "
+        "includes the write-back to the local store (files and SQLite, synced), off the request's path.",
+        f"- Redis answers in {rows['redis-py GET'][0]:.3f} ms (GET) and {rows['redis-py SET'][0]:.3f} ms (SET), "
+        "with a small client, no HTTP and no fsync. OFC's \"within 5% of Redis\" compares its cache, reached "
+        "like Redis, with Redis. A transparent cache behind the unmodified S3 SDK pays the SDK and, for writes, "
+        "durability: that is the floor of kiln's hit path, not kiln's server time.",
+    ]
+    out = ROOT / "bench" / "results" / "ofc-hitpath.md"
+    out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
