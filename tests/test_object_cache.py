@@ -398,33 +398,41 @@ def handler(event, context):
 """
 
 
+def deploy_readers(front, remote, tmp_path, names, *flags):
+    """Deploys READER as each of `names` and puts 30 objects of 8 KiB (o/0 … o/29) into a new bucket in the
+    remote; returns invoke(name, **event), which invokes with that bucket and returns the result."""
+    from test_s3_functions import vendored_boto3
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "app.py").write_text(READER)
+    vendored_boto3(code)
+    for name in names:
+        front.cli("deploy", name, "--runtime", PYTHON_RUNTIME, "--handler", "app.handler", "--code", str(code),
+                  "--memory", "256", "--timeout", "60", *flags, timeout=180)
+    bucket = f"c-{uuid.uuid4().hex[:12]}"
+    s3_client(front).create_bucket(Bucket=bucket)
+    outside = remote.client()
+    for i in range(30):
+        outside.put_object(Bucket=bucket, Key=f"o/{i}", Body=os.urandom(8 * KiB))
+    lam = front.client(read_timeout=120)
+
+    def invoke(name, **event):
+        response = lam.invoke(FunctionName=name, Payload=json.dumps({"bucket": bucket, **event}))
+        assert "FunctionError" not in response
+        return json.loads(response["Payload"].read())
+    return invoke
+
+
 def test_admission_follows_each_functions_cache_benefit(remote, tmp_path):
     """OFC's cache-benefit model: a function that spends most of its time on the object store gets its objects
     cached; one that spends it computing does not, once its model has learnt that (from kiln's own timing of its
     object-store calls, priced at what the backing store takes)."""
-    from test_s3_functions import vendored_boto3
     front = start_front(remote)
     try:
-        code = tmp_path / "code"
-        code.mkdir()
-        (code / "app.py").write_text(READER)
-        vendored_boto3(code)
-        for name in ("oc-io", "oc-cpu"):
-            front.cli("deploy", name, "--runtime", PYTHON_RUNTIME, "--handler", "app.handler", "--code", str(code),
-                      "--memory", "256", "--timeout", "60", timeout=180)
-        bucket = f"c-{uuid.uuid4().hex[:12]}"
-        s3 = s3_client(front)
-        s3.create_bucket(Bucket=bucket)
-        outside = remote.client()
-        for i in range(30):
-            outside.put_object(Bucket=bucket, Key=f"o/{i}", Body=os.urandom(8 * KiB))
-        lam = front.client(read_timeout=120)
+        invoke = deploy_readers(front, remote, tmp_path, ["oc-io", "oc-cpu"])
 
         def read(name, key, spin_ms):
-            response = lam.invoke(FunctionName=name, Payload=json.dumps(
-                {"bucket": bucket, "key": key, "spin_ms": spin_ms}))
-            assert "FunctionError" not in response
-            return json.loads(response["Payload"].read())
+            return invoke(name, key=key, spin_ms=spin_ms)
 
         # Each invocation reads an object it has not read before (a miss at the backing store, 5 ms away).
         for i in range(12):
@@ -458,28 +466,13 @@ def test_admission_follows_each_functions_cache_benefit(remote, tmp_path):
 def test_admission_is_decided_per_invocation(remote, tmp_path):
     """One function whose invocations differ: each invocation's objects follow its own benefit prediction, even while
     another invocation of the function, predicted otherwise, runs beside it."""
-    from test_s3_functions import vendored_boto3
     front = start_front(remote)
     try:
-        code = tmp_path / "code"
-        code.mkdir()
-        (code / "app.py").write_text(READER)
-        vendored_boto3(code)
         # Without a snapshot, each instance has a sandbox of its own (forks of one zygote share theirs).
-        front.cli("deploy", "oc-mixed", "--runtime", PYTHON_RUNTIME, "--handler", "app.handler", "--code", str(code),
-                  "--memory", "256", "--timeout", "60", "--prebake", "off", timeout=180)
-        bucket = f"c-{uuid.uuid4().hex[:12]}"
-        s3_client(front).create_bucket(Bucket=bucket)
-        outside = remote.client()
-        for i in range(30):
-            outside.put_object(Bucket=bucket, Key=f"o/{i}", Body=os.urandom(8 * KiB))
-        lam = front.client(read_timeout=120)
+        invoke = deploy_readers(front, remote, tmp_path, ["oc-mixed"], "--prebake", "off")
 
         def read(key, spin_ms, **more):
-            response = lam.invoke(FunctionName="oc-mixed", Payload=json.dumps(
-                {"bucket": bucket, "key": key, "spin_ms": spin_ms, "delay_ms": 0, "reads": 1, **more}))
-            assert "FunctionError" not in response
-            return json.loads(response["Payload"].read())
+            return invoke("oc-mixed", key=key, spin_ms=spin_ms, delay_ms=0, reads=1, **more)
 
         # The model learns that invocations that read and return benefit, and those that compute do not.
         for i in range(12):
