@@ -472,7 +472,7 @@ def test_admission_is_decided_per_invocation(remote, tmp_path):
         invoke = deploy_readers(front, remote, tmp_path, ["oc-mixed"], "--prebake", "off")
 
         def read(key, spin_ms, **more):
-            return invoke("oc-mixed", key=key, spin_ms=spin_ms, delay_ms=0, reads=1, **more)
+            return invoke("oc-mixed", **{"key": key, "spin_ms": spin_ms, "delay_ms": 0, "reads": 1, **more})
 
         # The model learns that invocations that read and return benefit, and those that compute do not.
         for i in range(12):
