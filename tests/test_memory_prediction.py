@@ -14,8 +14,8 @@ def limit_of(report):
     return (int(found.group(1)), bool(found.group(2))) if found else (None, False)
 
 
-def invoke(server, name, mb):
-    result, response = server.invoke(name, {"mb": mb}, LogType="Tail")
+def invoke(server, name, mb, **event):
+    result, response = server.invoke(name, {"mb": mb, **event}, LogType="Tail")
     report = [line for line in server.log_tail(response).splitlines() if line.startswith("REPORT")][-1]
     assert "FunctionError" not in response, (result, report)
     assert result == {"allocated_mb": mb}

@@ -124,6 +124,43 @@ def test_capacity_follows_the_memory_that_sized_instances_lend(remote):
         front.cleanup()
 
 
+def test_a_raised_limit_takes_its_memory_back_from_the_cache_first(remote):
+    front = start_front(remote, "--prediction-min-samples", "20", "--object-cache-slack-mb", "50",
+                        sizing="lent")
+    try:
+        name = "oc-raise"
+        front.deploy(name, PYTHON_RUNTIME, "app.handler", code="memory_hog", MemorySize=512, Timeout=30)
+        limit = None
+        for _ in range(30):
+            (limit, _), _ = invoke_hog(front, name, 16)
+        assert limit is not None and limit < 512, "the model matured and sized the invocations"
+        lent = (512 - limit - 50) * 1024 * KiB
+        wait_until(lambda: metric(front, "capacity_bytes") == lent, 10, "the cache to grow")
+        # Objects in the cache, written back (so evictable): the memory the instance lent holds data.
+        s3 = s3_client(front)
+        bucket = f"c-{uuid.uuid4().hex[:12]}"
+        s3.create_bucket(Bucket=bucket)
+        bodies = {f"k{i}": os.urandom(512 * KiB) for i in range(8)}
+        for key, body in bodies.items():
+            s3.put_object(Bucket=bucket, Key=key, Body=body)
+        wait_until(lambda: metric(front, "dirty_bytes") == 0, 30, "the objects written back")
+        assert metric(front, "bytes") >= 4 * 1024 * KiB
+        reclaims = metric(front, "reclaims")
+        # An invocation that grows slowly past its predicted limit: the monitor raises it to the
+        # booking, and the cache gives the memory back on the spot, not at the next sizing tick.
+        (limit_now, raised), used = invoke_hog(front, name, 96, pace_s=0.2)
+        assert raised, (limit_now, used)
+        assert used >= 96
+        assert metric(front, "reclaims") > reclaims
+        # The one instance now reserves its booking: nothing is left to lend, and nothing is cached.
+        assert metric(front, "capacity_bytes") == 0
+        assert metric(front, "bytes") == 0
+        for key, body in bodies.items():
+            assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == body
+    finally:
+        front.cleanup()
+
+
 def test_writes_are_transparent_and_reach_the_remote(front, remote, bucket):
     s3 = s3_client(front)
     body = os.urandom(200 * KiB)

@@ -2,14 +2,16 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use axum::serve::ListenerExt;
 use kiln_sandbox::CgroupManager;
 
-use crate::agent::{wasm_cache_dir, AgentConfig, AgentContext, LocalAgent, NodeAgent, WasmHost};
+use crate::agent::{
+    wasm_cache_dir, AgentConfig, AgentContext, LocalAgent, MemoryLender, NodeAgent, WasmHost,
+};
 use crate::api::{self, AppState};
 use crate::auth::{StoredCredentials, Verifier};
 use crate::controller::{Controller, ControllerConfig};
@@ -249,7 +251,8 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
 }
 
 /// Keeps the object cache's capacity at what instances lend it (OFC §4): every tick, the
-/// memory their predicted limits leave unused, minus the slack pool.
+/// memory their predicted limits leave unused, minus the slack pool; and at once, before an
+/// instance takes memory back (the agent asks through [`MemoryLender`]).
 fn size_object_cache(
     cache: Arc<objects::cache::ObjectCache>,
     agent: Arc<dyn NodeAgent>,
@@ -258,9 +261,13 @@ fn size_object_cache(
 ) {
     use objects::cache::sizing::{Sizing, SizingConfig};
     let config = SizingConfig::new(max_bytes, slack_bytes);
-    let mut sizing = Sizing::new(config);
+    let sizing = Arc::new(Mutex::new(Sizing::new(config)));
     let weak = Arc::downgrade(&cache);
     drop(cache);
+    agent.lend_to(Arc::new(CacheLender {
+        cache: weak.clone(),
+        sizing: sizing.clone(),
+    }));
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(config.tick);
         loop {
@@ -269,12 +276,31 @@ fn size_object_cache(
                 return;
             };
             let lendable = agent.lendable_memory_mb() * 1024 * 1024;
-            let capacity = sizing.tick(lendable);
+            let capacity = lock(&sizing).tick(lendable);
             if capacity != cache.usage().capacity {
                 cache.set_capacity(capacity);
             }
         }
     });
+}
+
+/// The object cache as the borrower of the node's unused bookings.
+struct CacheLender {
+    cache: std::sync::Weak<objects::cache::ObjectCache>,
+    sizing: Arc<Mutex<objects::cache::sizing::Sizing>>,
+}
+
+impl MemoryLender for CacheLender {
+    fn reclaim(&self, lendable_mb: u64) {
+        if let Some(cache) = self.cache.upgrade() {
+            let bound = lock(&self.sizing).bound(lendable_mb * 1024 * 1024);
+            cache.give_back(bound);
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// `kiln up --store-only`: the object store alone, e.g. as another kiln's remote store.

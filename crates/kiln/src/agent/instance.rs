@@ -622,6 +622,7 @@ impl Instance {
         &mut self,
         request: &InvokeRequest,
         session: Option<&SessionCtx>,
+        before_raise: super::resize::BeforeRaise,
     ) -> Invocation {
         let timeout = Duration::from_secs(u64::from(self.spec.timeout_s));
         let deadline = Instant::now() + timeout;
@@ -639,8 +640,9 @@ impl Instance {
         let memory_limit_mb = self.limit_mb;
         let tags = request.tags();
         self.invocation_slot.enter(tags.clone());
-        let monitor = memory_limit_mb
-            .map(|limit| super::resize::Monitor::start(self.cgroup.clone(), limit, booked));
+        let monitor = memory_limit_mb.map(|limit| {
+            super::resize::Monitor::start(self.cgroup.clone(), limit, booked, before_raise)
+        });
         self.cgroup.reset_peak();
         let mut output = Vec::new();
         let sent = match &mut self.transport {

@@ -6,6 +6,7 @@
 
 mod frame;
 mod instance;
+mod memory;
 mod resize;
 mod routing;
 mod runtime_api;
@@ -33,6 +34,8 @@ use tokio::sync::oneshot;
 pub use frame::MAX_FRAME_BYTES;
 use instance::SessionCtx;
 pub use instance::{Instance, StartError, MAX_RESPONSE_BYTES};
+pub use memory::MemoryLender;
+use memory::{make_room, reserve};
 pub use routing::{ClosestMemory, RoutingPolicy, WarmFirst};
 pub use sessions::SessionStatus;
 pub use wasm::{cache_dir as wasm_cache_dir, WasmHost};
@@ -272,6 +275,9 @@ pub trait NodeAgent: Send + Sync + 'static {
     fn lendable_memory_mb(&self) -> u64 {
         0
     }
+    /// Gives `lender` the memory that instances' limits leave unused of their bookings, and
+    /// asks it back whenever they reserve more.
+    fn lend_to(&self, _lender: Arc<dyn MemoryLender>) {}
     /// The sessions of `function`, most recently used first.
     fn sessions(&self, function: &str) -> Vec<SessionStatus>;
     /// Ends a session; false if there was none.
@@ -457,6 +463,8 @@ struct Inner {
     /// Instances being destroyed in the background; shutdown waits for them, so that no
     /// sandbox or cgroup outlives kiln.
     destroying: Arc<AtomicUsize>,
+    /// Who borrows the memory instances' limits leave unused (the object cache).
+    lender: std::sync::OnceLock<Arc<dyn MemoryLender>>,
 }
 
 impl LocalAgent {
@@ -469,6 +477,7 @@ impl LocalAgent {
                 routing: Box::new(ClosestMemory),
                 state: Mutex::new(State::default()),
                 destroying: Arc::new(AtomicUsize::new(0)),
+                lender: std::sync::OnceLock::new(),
             }),
         };
         agent.inner.refill_standbys();
@@ -1038,6 +1047,7 @@ impl Inner {
         let (mut instance, cold, invocation, duration) = loop {
             attempts += 1;
             let acquired = self.acquire(&spec, &request.hints).await?;
+            self.reclaim_lent();
             let begin = Instant::now();
             let (mut instance, cold) = match acquired {
                 Acquired::Warm(instance) => (*instance, false),
@@ -1085,7 +1095,16 @@ impl Inner {
                 },
             };
             let invoke_begin = Instant::now();
-            let invocation = instance.invoke(&request, session.as_ref()).await;
+            let inner = Arc::downgrade(&self);
+            let id = instance.id;
+            let before_raise = Box::new(move || {
+                if let Some(inner) = inner.upgrade() {
+                    inner.take_back(id);
+                }
+            });
+            let invocation = instance
+                .invoke(&request, session.as_ref(), before_raise)
+                .await;
             let duration = invoke_begin.elapsed();
             // An instance that never took the event may be replaced: a warm one that died while
             // idle, or one made ahead of demand (a spare fork, a standby) that died unseen, e.g.
@@ -1181,13 +1200,6 @@ fn forget(state: &mut State, id: u64) {
     }
 }
 
-/// Sets what a live instance holds of the node's memory budget (`reserved_mb`, the sum) to
-/// `limit_mb`: the limit it runs (or last ran) under.
-fn reserve(reserved_mb: &mut u64, live: &mut LiveInstance, limit_mb: u32) {
-    *reserved_mb = (*reserved_mb + u64::from(limit_mb)).saturating_sub(u64::from(live.limit_mb));
-    live.limit_mb = limit_mb;
-}
-
 /// Removes ready snapshots, least recently used first, until `needed` more bytes fit in the
 /// snapshot memory budget. A removed zygote lives on until its last fork is gone.
 fn evict_snapshots(state: &mut State, needed: u64, budget_mb: u64) -> Vec<SnapshotSlot> {
@@ -1212,29 +1224,6 @@ fn evict_snapshots(state: &mut State, needed: u64, budget_mb: u64) -> Vec<Snapsh
         }
     }
     evicted
-}
-
-/// Evicts idle instances, least recently used first across all functions, until `needed_mb`
-/// fits in the budget or nothing idle is left.
-fn make_room(state: &mut State, needed_mb: u64, budget_mb: u64) -> Vec<Instance> {
-    let mut victims = Vec::new();
-    while state.memory_reserved_mb + needed_mb > budget_mb {
-        let oldest = state
-            .pools
-            .iter()
-            .filter_map(|(name, pool)| pool.idle.first().map(|i| (i.last_used, name.clone())))
-            .min_by_key(|(used, _)| *used);
-        let Some((_, name)) = oldest else { break };
-        let victim = state
-            .pools
-            .get_mut(&name)
-            .expect("pool exists")
-            .idle
-            .remove(0);
-        forget(state, victim.id);
-        victims.push(victim);
-    }
-    victims
 }
 
 /// Lambda's START / END / REPORT framing of an invocation's output.
@@ -1390,20 +1379,13 @@ impl NodeAgent for LocalAgent {
     }
 
     fn lendable_memory_mb(&self) -> u64 {
-        let state = self.inner.state();
-        let unused: u64 = state
-            .live
-            .values()
-            .map(|live| u64::from(live.memory_mb.saturating_sub(live.limit_mb)))
-            .sum();
-        // Instances reserve their limits, not their bookings: what they leave unused may be
-        // taken by new instances, so the cache has no more than the budget they leave free.
-        let free = self
-            .inner
-            .config
-            .memory_budget_mb
-            .saturating_sub(state.memory_reserved_mb);
-        unused.min(free)
+        memory::lendable_mb(&self.inner.state(), self.inner.config.memory_budget_mb)
+    }
+
+    fn lend_to(&self, lender: Arc<dyn MemoryLender>) {
+        if self.inner.lender.set(lender).is_err() {
+            tracing::warn!("the node's memory is already lent; a second lender is ignored");
+        }
     }
 
     fn status(&self) -> NodeStatus {

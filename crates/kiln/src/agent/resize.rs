@@ -35,6 +35,10 @@ pub fn apply(cgroup: &Cgroup, current: &mut Option<u32>, requested: Option<u32>,
     }
 }
 
+/// Called before a monitor raises a limit: the node takes the memory back from what it lent
+/// (the object cache) first, as OFC's scale-up does.
+pub type BeforeRaise = Box<dyn FnOnce() + Send>;
+
 /// Watches one invocation that runs under a predicted limit.
 pub struct Monitor {
     raised: Arc<AtomicBool>,
@@ -42,9 +46,14 @@ pub struct Monitor {
 }
 
 impl Monitor {
-    /// Starts watching `cgroup`, whose limit is `limit_mb`: at 90% of it, the limit goes back
-    /// to `booked_mb`.
-    pub fn start(cgroup: Arc<Cgroup>, limit_mb: u32, booked_mb: u32) -> Monitor {
+    /// Starts watching `cgroup`, whose limit is `limit_mb`: at 90% of it, `before_raise` runs
+    /// and the limit goes back to `booked_mb`.
+    pub fn start(
+        cgroup: Arc<Cgroup>,
+        limit_mb: u32,
+        booked_mb: u32,
+        before_raise: BeforeRaise,
+    ) -> Monitor {
         let raised = Arc::new(AtomicBool::new(false));
         let flag = raised.clone();
         let task = tokio::spawn(async move {
@@ -55,6 +64,7 @@ impl Monitor {
             loop {
                 tick.tick().await;
                 if cgroup.memory_current() * 10 >= limit * 9 {
+                    before_raise();
                     if cgroup.set_memory_limit(u64::from(booked_mb) * MIB).is_ok() {
                         flag.store(true, Ordering::Relaxed);
                     }

@@ -94,7 +94,9 @@ pub async fn warm_up(
     rounds: u32,
 ) -> Result<(), String> {
     for round in 1..=rounds {
-        let invocation = instance.invoke(&warmup_request(spec), None).await;
+        let invocation = instance
+            .invoke(&warmup_request(spec), None, Box::new(|| {}))
+            .await;
         if !invocation.healthy {
             return Err(format!(
                 "warm-up invocation {round} ended the instance: {}",

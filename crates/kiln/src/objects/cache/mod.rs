@@ -168,6 +168,8 @@ pub struct CacheMetrics {
     pub shadows: Counter,
     pub shadow_errors: Counter,
     pub evictions: Counter,
+    /// Times the capacity fell at once because instances took back memory they had lent.
+    pub reclaims: Counter,
     pub bytes: Gauge,
     pub dirty_bytes: Gauge,
     pub capacity_bytes: Gauge,
@@ -191,6 +193,7 @@ impl Default for CacheMetrics {
             shadows: Counter::default(),
             shadow_errors: Counter::default(),
             evictions: Counter::default(),
+            reclaims: Counter::default(),
             bytes: Gauge::default(),
             dirty_bytes: Gauge::default(),
             capacity_bytes: Gauge::default(),
@@ -216,6 +219,7 @@ impl CacheMetrics {
             ("object_cache_shadows", "Shadow placeholders written to the backing store before acknowledging a cached write", &self.shadows),
             ("object_cache_shadow_errors", "Shadow placeholders that could not be written (the write was acknowledged all the same)", &self.shadow_errors),
             ("object_cache_evictions", "Objects evicted from the object cache", &self.evictions),
+            ("object_cache_reclaims", "Times the object cache's capacity fell at once because instances took back memory they had lent it", &self.reclaims),
         ];
         for (name, help, counter) in counters {
             registry.register(name, help, counter.clone());
@@ -473,6 +477,15 @@ impl ObjectCache {
         self.metrics.capacity_bytes.set(bytes as i64);
         if evicted > 0 {
             self.refresh_gauges();
+        }
+    }
+
+    /// Instances took memory back: the capacity falls to `bound` at once if it is above it
+    /// (the next sizing tick may raise it again).
+    pub fn give_back(&self, bound: u64) {
+        if bound < self.usage().capacity {
+            self.set_capacity(bound);
+            self.metrics.reclaims.inc();
         }
     }
 

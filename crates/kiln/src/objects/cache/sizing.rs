@@ -79,6 +79,11 @@ impl Sizing {
                 self.windows.clear();
             }
         }
+        self.bound(lendable)
+    }
+
+    /// The capacity `lendable` bytes allow now, without taking a sample.
+    pub fn bound(&self, lendable: u64) -> u64 {
         lendable
             .saturating_sub(self.slack)
             .min(self.config.max_bytes)

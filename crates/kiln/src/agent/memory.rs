@@ -1,0 +1,95 @@
+//! The node's memory budget (`--memory-budget-mb`) and what instances lend out of it (OFC §4).
+//!
+//! A live instance reserves the limit its cgroup runs under: its booked MemorySize, or the
+//! limit predicted for its invocation. What its booking leaves unused is lent to a
+//! [`MemoryLender`] (the object cache), up to the budget the reservations leave free. When an
+//! instance takes memory back (a warm instance given a request predicted higher, a new
+//! instance, or the monitor raising a limit mid-invocation), the lender gives it back first.
+
+use std::sync::Arc;
+
+use super::{forget, Inner, Instance, LiveInstance, State};
+
+/// Memory lent out of instances' bookings. The node asks for it back whenever instances
+/// reserve more.
+pub trait MemoryLender: Send + Sync {
+    /// What the node can lend fell to `lendable_mb`: give back what is held above it.
+    fn reclaim(&self, lendable_mb: u64);
+}
+
+/// Sets what a live instance holds of the node's memory budget (`reserved_mb`, the sum) to
+/// `limit_mb`: the limit it runs (or last ran) under.
+pub(super) fn reserve(reserved_mb: &mut u64, live: &mut LiveInstance, limit_mb: u32) {
+    *reserved_mb = (*reserved_mb + u64::from(limit_mb)).saturating_sub(u64::from(live.limit_mb));
+    live.limit_mb = limit_mb;
+}
+
+/// Evicts idle instances, least recently used first across all functions, until `needed_mb`
+/// fits in the budget or nothing idle is left.
+pub(super) fn make_room(state: &mut State, needed_mb: u64, budget_mb: u64) -> Vec<Instance> {
+    let mut victims = Vec::new();
+    while state.memory_reserved_mb + needed_mb > budget_mb {
+        let oldest = state
+            .pools
+            .iter()
+            .filter_map(|(name, pool)| pool.idle.first().map(|i| (i.last_used, name.clone())))
+            .min_by_key(|(used, _)| *used);
+        let Some((_, name)) = oldest else { break };
+        let victim = state
+            .pools
+            .get_mut(&name)
+            .expect("pool exists")
+            .idle
+            .remove(0);
+        forget(state, victim.id);
+        victims.push(victim);
+    }
+    victims
+}
+
+/// Memory booked by live instances that their limits leave unused, at most the budget their
+/// limits leave free (new instances may take that).
+pub(super) fn lendable_mb(state: &State, budget_mb: u64) -> u64 {
+    let unused: u64 = state
+        .live
+        .values()
+        .map(|live| u64::from(live.memory_mb.saturating_sub(live.limit_mb)))
+        .sum();
+    unused.min(budget_mb.saturating_sub(state.memory_reserved_mb))
+}
+
+impl Inner {
+    /// The monitor is about to raise instance `id`'s limit to its booking: the instance
+    /// reserves it now, idle instances make room in the budget if it is over, and the lender
+    /// gives back what it holds beyond what is left to lend, before the limit rises.
+    pub(super) fn take_back(&self, id: u64) {
+        let (victims, lendable) = {
+            let mut guard = self.state();
+            let state = &mut *guard;
+            let Some(live) = state.live.get_mut(&id) else {
+                return;
+            };
+            let booked = live.memory_mb;
+            reserve(&mut state.memory_reserved_mb, live, booked);
+            let victims = make_room(state, 0, self.config.memory_budget_mb);
+            (victims, lendable_mb(state, self.config.memory_budget_mb))
+        };
+        for victim in victims {
+            self.destroy_later(victim);
+        }
+        if let Some(lender) = self.lender.get() {
+            lender.reclaim(lendable);
+        }
+    }
+
+    /// After instances reserved more of the budget: the lender gives back what it holds beyond
+    /// what is left to lend, off the caller's path.
+    pub(super) fn reclaim_lent(&self) {
+        let Some(lender) = self.lender.get() else {
+            return;
+        };
+        let lendable = lendable_mb(&self.state(), self.config.memory_budget_mb);
+        let lender: Arc<dyn MemoryLender> = lender.clone();
+        tokio::spawn(async move { lender.reclaim(lendable) });
+    }
+}
