@@ -553,20 +553,24 @@ def finish(event, context):
 """
 
 
+def deploy_stages(front, tmp_path):
+    from test_s3_functions import vendored_boto3
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "app.py").write_text(STAGES)
+    vendored_boto3(code)
+    for name, handler in (("seq-halve", "app.halve"), ("seq-finish", "app.finish")):
+        front.cli("deploy", name, "--runtime", PYTHON_RUNTIME, "--handler", handler, "--code", str(code),
+                  "--memory", "256", "--timeout", "60", timeout=180)
+
+
 def test_a_sequence_keeps_its_intermediate_objects_in_memory_only(remote, tmp_path):
     """OpenWhisk-style sequences, with OFC's handling of their objects: what the intermediate stage writes is
     read by the next stage from memory, never written back, and gone when the run ends; the final output is
     written back, then dropped from the cache."""
-    from test_s3_functions import vendored_boto3
     front = start_front(remote)
     try:
-        code = tmp_path / "code"
-        code.mkdir()
-        (code / "app.py").write_text(STAGES)
-        vendored_boto3(code)
-        for name, handler in (("seq-halve", "app.halve"), ("seq-finish", "app.finish")):
-            front.cli("deploy", name, "--runtime", PYTHON_RUNTIME, "--handler", handler, "--code", str(code),
-                      "--memory", "256", "--timeout", "60", timeout=180)
+        deploy_stages(front, tmp_path)
         shown = front.cli("sequence", "pipe", "seq-halve", "seq-finish").stdout
         assert "pipe: seq-halve → seq-finish" in shown
         assert "pipe" in front.cli("sequence").stdout
@@ -597,14 +601,53 @@ def test_a_sequence_keeps_its_intermediate_objects_in_memory_only(remote, tmp_pa
             {"bucket": bucket, "key": "in/a", "id": "r2", "fail": True}))
         assert response["FunctionError"] == "Unhandled"
         assert json.loads(response["Payload"].read())["errorMessage"] == "stage one failed"
-        # Sequences are synchronous; names are shared with functions.
-        with pytest.raises(botocore.exceptions.ClientError) as e:
-            lam.invoke(FunctionName="pipe", InvocationType="Event", Payload=b"{}")
-        assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+        # Names are shared with functions.
         taken = front.cli("sequence", "seq-halve", "seq-finish", check=False)
         assert taken.returncode != 0 and "seq-halve" in taken.stderr
         front.cli("sequence", "pipe", "--rm")
         with pytest.raises(lam.exceptions.ResourceNotFoundException):
             lam.invoke(FunctionName="pipe", Payload=b"{}")
+    finally:
+        front.cleanup()
+
+
+def test_sequences_run_as_events_and_nest(remote, tmp_path):
+    """A sequence invoked as an Event is queued durably and runs like a synchronous one, intermediates in memory
+    only; a sequence may name other sequences, which run in its place, and none may lead back to itself."""
+    front = start_front(remote)
+    try:
+        deploy_stages(front, tmp_path)
+        front.cli("sequence", "halves", "seq-halve")
+        shown = front.cli("sequence", "nested", "halves", "seq-finish").stdout
+        assert "nested: halves → seq-finish" in shown
+        bucket = f"c-{uuid.uuid4().hex[:12]}"
+        s3 = s3_client(front)
+        s3.create_bucket(Bucket=bucket)
+        remote.client().put_object(Bucket=bucket, Key="in/a", Body=b"abcdefgh" * 512)
+        lam = front.client(read_timeout=120)
+        ephemeral = metric(front, "ephemeral_writes")
+
+        response = lam.invoke(FunctionName="nested", Payload=json.dumps({"bucket": bucket, "key": "in/a", "id": "n1"}))
+        assert json.loads(response["Payload"].read()) == {"out": "out/n1", "intermediate": "tmp/n1", "bytes": 2048}
+
+        response = lam.invoke(FunctionName="nested", InvocationType="Event",
+                              Payload=json.dumps({"bucket": bucket, "key": "in/a", "id": "e1"}))
+        assert response["StatusCode"] == 202
+        wait_for_remote(remote, bucket, "out/e1", b"ABCDEFGH" * 256, timeout=60)
+        assert metric(front, "ephemeral_writes") == ephemeral + 2
+        for run in ("n1", "e1"):
+            assert in_remote(remote, bucket, f"tmp/{run}") is None
+            with pytest.raises(s3.exceptions.NoSuchKey):
+                s3.get_object(Bucket=bucket, Key=f"tmp/{run}")
+
+        # A cycle is refused, directly or through another sequence.
+        for stages in (["halves", "nested"], ["halves"]):
+            refused = front.cli("sequence", "halves", *stages, check=False)
+            assert refused.returncode != 0 and "leads back to itself" in refused.stderr, refused.stderr
+        # A nested sequence deleted later: the outer one answers that it is gone.
+        front.cli("sequence", "halves", "--rm")
+        with pytest.raises(lam.exceptions.ResourceNotFoundException) as e:
+            lam.invoke(FunctionName="nested", Payload=b"{}")
+        assert "halves" in str(e.value)
     finally:
         front.cleanup()

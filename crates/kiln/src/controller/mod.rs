@@ -839,14 +839,20 @@ impl Controller {
             if !self.table().contains_key(name) {
                 return match kind {
                     InvocationType::DryRun => Ok(Invoked::DryRun),
-                    InvocationType::Event => Err(ControllerError::InvalidParameter(format!(
-                        "{name} is a sequence: sequences are invoked with RequestResponse"
-                    ))),
+                    InvocationType::Event => {
+                        let payload = checked_payload(payload, MAX_ASYNC_PAYLOAD, "Event")?;
+                        self.enqueue_event(&sequence.name, &payload)
+                    }
                     InvocationType::RequestResponse => {
                         let payload =
                             checked_payload(payload, MAX_SYNC_PAYLOAD, "RequestResponse")?;
-                        self.invoke_sequence(&sequence, payload, client_context)
-                            .await
+                        let ran = self
+                            .invoke_sequence(&sequence, payload, client_context)
+                            .await?;
+                        Ok(Invoked::Done {
+                            outcome: ran.outcome,
+                            request_id: ran.request_id,
+                        })
                     }
                 };
             }
@@ -861,20 +867,7 @@ impl Controller {
         let request_id = function::new_request_id().to_string();
         match kind {
             InvocationType::DryRun => Ok(Invoked::DryRun),
-            InvocationType::Event => {
-                let function = entry.function.name.clone();
-                let id = request_id.clone();
-                let registry = &self.registry;
-                tokio::task::block_in_place(|| registry.enqueue(&id, &function, &payload))?;
-                self.metrics
-                    .async_events
-                    .get_or_create(&crate::metrics::OutcomeLabels {
-                        outcome: "queued".into(),
-                    })
-                    .inc();
-                self.queue_wakeup.notify_one();
-                Ok(Invoked::Queued { request_id })
-            }
+            InvocationType::Event => self.enqueue_event(&entry.function.name, &payload),
             InvocationType::RequestResponse => {
                 let request = InvokeRequest {
                     request_id: request_id.clone(),
@@ -893,6 +886,22 @@ impl Controller {
                 })
             }
         }
+    }
+
+    /// Queues an Event invocation of `target` (a function or a sequence) durably: it is
+    /// acknowledged once it is in SQLite, and delivered by the queue.
+    fn enqueue_event(&self, target: &str, payload: &[u8]) -> Result<Invoked, ControllerError> {
+        let request_id = function::new_request_id().to_string();
+        let registry = &self.registry;
+        tokio::task::block_in_place(|| registry.enqueue(&request_id, target, payload))?;
+        self.metrics
+            .async_events
+            .get_or_create(&crate::metrics::OutcomeLabels {
+                outcome: "queued".into(),
+            })
+            .inc();
+        self.queue_wakeup.notify_one();
+        Ok(Invoked::Queued { request_id })
     }
 
     /// Runs one invocation on the agent, at the memory its function's model predicts, and

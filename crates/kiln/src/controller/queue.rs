@@ -80,15 +80,22 @@ pub(super) fn start(controller: Arc<Controller>) {
 impl Controller {
     /// How many of a function's events may be delivered at once: more than it can run would
     /// only wait inside the agent, holding delivery slots the other functions need.
-    fn async_cap(&self, function: &str) -> usize {
-        self.table()
-            .get(function)
-            .map(|e| {
+    /// A sequence's events, as many as its tightest stage allows.
+    fn async_cap(&self, target: &str) -> usize {
+        let cap = |function: &str| {
+            self.table().get(function).map(|e| {
                 e.function
                     .reserved_concurrency
                     .unwrap_or(self.config.node_max_instances)
                     .max(1) as usize
             })
+        };
+        if let Some(cap) = cap(target) {
+            return cap;
+        }
+        self.sequence(target)
+            .and_then(|s| self.stages_of(&s.name, &s.functions).ok())
+            .and_then(|stages| stages.iter().filter_map(|f| cap(f)).min())
             .unwrap_or(1)
     }
 }
@@ -104,29 +111,34 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
             .inc();
     };
     let registry = &controller.registry;
-    let entry = match controller.entry(&event.function) {
-        Ok(entry) => entry,
-        Err(_) => {
-            // The function was deleted; its events go with it.
-            let _ = tokio::task::block_in_place(|| registry.complete_event(event.id));
-            count("dropped");
-            return;
-        }
+    let ran = if let Ok(entry) = controller.entry(&event.function) {
+        let request = InvokeRequest {
+            request_id: event.request_id.clone(),
+            payload: event.payload.clone().into(),
+            trace_id: super::trace_id(),
+            client_context: None,
+            // An async event keeps only its payload: a `json:` session hint still applies; an
+            // event whose session id is unusable runs sessionless.
+            hints: super::route_hints(&entry.spec, Default::default(), &event.payload)
+                .unwrap_or_default(),
+            memory_limit_mb: None,
+            storage: None,
+            admit_objects: None,
+        };
+        controller.run(&entry.spec, request).await
+    } else if let Some(sequence) = controller.sequence(&event.function) {
+        // A sequence's event runs all of it again on a retry (at least once, as a function's).
+        controller
+            .invoke_sequence(&sequence, event.payload.clone().into(), None)
+            .await
+            .map(|ran| ran.outcome)
+    } else {
+        // The function (or sequence) was deleted; its events go with it.
+        let _ = tokio::task::block_in_place(|| registry.complete_event(event.id));
+        count("dropped");
+        return;
     };
-    let request = InvokeRequest {
-        request_id: event.request_id.clone(),
-        payload: event.payload.clone().into(),
-        trace_id: super::trace_id(),
-        client_context: None,
-        // An async event keeps only its payload: a `json:` session hint still applies; an event
-        // whose session id is unusable runs sessionless.
-        hints: super::route_hints(&entry.spec, Default::default(), &event.payload)
-            .unwrap_or_default(),
-        memory_limit_mb: None,
-        storage: None,
-        admit_objects: None,
-    };
-    let error = match controller.run(&entry.spec, request).await {
+    let error = match ran {
         Ok(outcome) if !outcome.function_error => {
             let _ = tokio::task::block_in_place(|| registry.complete_event(event.id));
             count("succeeded");

@@ -1,6 +1,6 @@
-//! Sequences (OpenWhisk's): a name for a list of functions, invoked as one function. Each
-//! function's answer is the next one's event; the last answer is the sequence's; a function
-//! error stops it. The objects the intermediate stages write go to the object cache only and
+//! Sequences (OpenWhisk's): a name for a list of functions (or of other sequences, expanded in
+//! place), invoked as one function, synchronously or as an Event. Each function's answer is the
+//! next one's event; the last answer is the sequence's; a function error stops it. The objects the intermediate stages write go to the object cache only and
 //! are dropped when the run ends, and the final stage's outputs are dropped from the cache once
 //! written back (OFC §6.3): the run's storage tag rides with each stage's invocation
 //! (`InvokeRequest::storage`).
@@ -11,8 +11,8 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use super::{Controller, ControllerError, Invoked};
-use crate::agent::InvokeRequest;
+use super::{Controller, ControllerError};
+use crate::agent::{InvokeOutcome, InvokeRequest};
 use crate::function::{self, Stage, StorageTag};
 
 /// Functions in one sequence, at most (OpenWhisk's default limit).
@@ -26,9 +26,17 @@ pub struct Sequence {
     pub last_modified: DateTime<Utc>,
 }
 
+/// The answer of a sequence's run: its last stage's, or the stage's that failed.
+pub(super) struct Ran {
+    pub outcome: InvokeOutcome,
+    /// The request id of the stage that answered.
+    pub request_id: String,
+}
+
 impl Controller {
-    /// Creates or replaces sequence `name`. Its functions must exist (and not be sequences);
-    /// the name must not be a function's.
+    /// Creates or replaces sequence `name`. Its stages must exist, as functions or as other
+    /// sequences (which run in its place, as OpenWhisk's nested sequences do), and must not
+    /// lead back to `name`; the name must not be a function's.
     pub fn put_sequence(
         &self,
         name: &str,
@@ -52,12 +60,14 @@ impl Controller {
             )));
         }
         for f in &functions {
-            if !self.table().contains_key(f.as_str()) {
+            if !self.table().contains_key(f.as_str()) && !self.sequences().contains_key(f) {
                 return Err(ControllerError::InvalidParameter(format!(
-                    "Sequence {name} names function {f}, which does not exist"
+                    "Sequence {name} names {f}, which is neither a function nor a sequence"
                 )));
             }
         }
+        // The stages as they will run, with the new definition in place of the old one.
+        self.stages_of(name, &functions)?;
         let sequence = Sequence {
             name: name.to_string(),
             functions,
@@ -88,13 +98,13 @@ impl Controller {
         Ok(existed)
     }
 
-    /// Runs `sequence` on `payload`, synchronously.
+    /// Runs `sequence` on `payload`: its last stage's answer, or the stage's that failed.
     pub(super) async fn invoke_sequence(
         &self,
         sequence: &Sequence,
         payload: Bytes,
         client_context: Option<String>,
-    ) -> Result<Invoked, ControllerError> {
+    ) -> Result<Ran, ControllerError> {
         let run = function::new_request_id().to_string();
         let result = self
             .run_stages(sequence, &run, payload, client_context)
@@ -108,16 +118,72 @@ impl Controller {
         result
     }
 
+    /// The functions sequence `name` (whose stages are `stages`) runs, in order: nested
+    /// sequences expanded, at most [`MAX_STAGES`] in all.
+    pub(super) fn stages_of(
+        &self,
+        name: &str,
+        stages: &[String],
+    ) -> Result<Vec<String>, ControllerError> {
+        fn expand(
+            sequences: &std::collections::HashMap<String, Arc<Sequence>>,
+            table_has: &dyn Fn(&str) -> bool,
+            path: &mut Vec<String>,
+            stages: &[String],
+            out: &mut Vec<String>,
+        ) -> Result<(), ControllerError> {
+            for stage in stages {
+                if table_has(stage) {
+                    out.push(stage.clone());
+                } else if path.contains(stage) {
+                    return Err(ControllerError::InvalidParameter(format!(
+                        "Sequence {} leads back to itself: {} → {stage}",
+                        path[0],
+                        path.join(" → ")
+                    )));
+                } else if let Some(inner) = sequences.get(stage) {
+                    path.push(stage.clone());
+                    expand(sequences, table_has, path, &inner.functions, out)?;
+                    path.pop();
+                } else {
+                    return Err(ControllerError::NotFound(format!(
+                        "Sequence {} names {stage}, which is neither a function nor a sequence",
+                        path.last().map(String::as_str).unwrap_or_default()
+                    )));
+                }
+                if out.len() > MAX_STAGES {
+                    return Err(ControllerError::InvalidParameter(format!(
+                        "Sequence {} runs more than {MAX_STAGES} functions",
+                        path[0]
+                    )));
+                }
+            }
+            Ok(())
+        }
+        let table = self.table();
+        let table_has = |f: &str| table.contains_key(f);
+        let mut out = Vec::new();
+        expand(
+            &self.sequences(),
+            &table_has,
+            &mut vec![name.to_string()],
+            stages,
+            &mut out,
+        )?;
+        Ok(out)
+    }
+
     async fn run_stages(
         &self,
         sequence: &Sequence,
         run: &str,
         mut payload: Bytes,
         client_context: Option<String>,
-    ) -> Result<Invoked, ControllerError> {
-        let last = sequence.functions.len() - 1;
+    ) -> Result<Ran, ControllerError> {
+        let functions = self.stages_of(&sequence.name, &sequence.functions)?;
+        let last = functions.len() - 1;
         let mut answer = None;
-        for (i, name) in sequence.functions.iter().enumerate() {
+        for (i, name) in functions.iter().enumerate() {
             let entry = self.entry(name)?;
             let source = crate::session::HintSource {
                 json: Some(&payload),
@@ -149,7 +215,7 @@ impl Controller {
             } else {
                 outcome.body.clone()
             };
-            answer = Some(Invoked::Done {
+            answer = Some(Ran {
                 outcome,
                 request_id,
             });
@@ -157,6 +223,11 @@ impl Controller {
                 break;
             }
         }
-        Ok(answer.expect("a sequence has a function"))
+        answer.ok_or_else(|| {
+            ControllerError::InvalidParameter(format!(
+                "Sequence {} runs no function",
+                sequence.name
+            ))
+        })
     }
 }
