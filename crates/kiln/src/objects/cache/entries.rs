@@ -4,7 +4,7 @@
 //! write-back workers decide, this table remembers. An entry is *dirty* while its latest
 //! acknowledged version has not reached the backing store; dirty entries are never evicted.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -68,9 +68,24 @@ struct Entry {
     accesses: u32,
     inserted: Instant,
     last_access: Instant,
+    /// Its place in the eviction order: the table's clock at its last access.
+    seq: u64,
+}
+
+/// Persisted outputs are evicted before inputs (OFC §6.4).
+fn rank(origin: Origin) -> u8 {
+    match origin {
+        Origin::Output => 0,
+        Origin::Input => 1,
+    }
 }
 
 impl Entry {
+    /// Its key in [`Entries::evictable`].
+    fn order(&self) -> (u8, u64) {
+        (rank(self.origin), self.seq)
+    }
+
     fn dirty(&self) -> bool {
         self.persisted < self.version
     }
@@ -127,6 +142,12 @@ pub struct Entries {
     misses_in_flight: usize,
     /// Keys changed while misses were in flight, with the generation of the change.
     changed: HashMap<ObjectKey, u64>,
+    /// Counts accesses: an entry's `seq`.
+    clock: u64,
+    /// The entries that may be evicted (not pinned), in eviction order: persisted outputs
+    /// before inputs, each least recently used first. Eviction takes from the front, so its
+    /// cost follows what it evicts, not the table's size.
+    evictable: BTreeMap<(u8, u64), ObjectKey>,
 }
 
 impl Entries {
@@ -140,7 +161,14 @@ impl Entries {
             generation: 0,
             misses_in_flight: 0,
             changed: HashMap::new(),
+            clock: 0,
+            evictable: BTreeMap::new(),
         }
+    }
+
+    fn tick(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
     }
 
     pub fn usage(&self) -> Usage {
@@ -155,9 +183,15 @@ impl Entries {
 
     /// A read: counts the access.
     pub fn get(&mut self, key: &ObjectKey, now: Instant) -> Option<Hit> {
+        self.clock += 1;
         let entry = self.map.get_mut(key)?;
         entry.accesses = entry.accesses.saturating_add(1);
         entry.last_access = now;
+        let before = entry.order();
+        entry.seq = self.clock;
+        if let Some(key) = self.evictable.remove(&before) {
+            self.evictable.insert(entry.order(), key);
+        }
         Some(Hit {
             body: entry.body.clone(),
             meta: entry.meta.clone(),
@@ -209,6 +243,9 @@ impl Entries {
                     && self.changed.get(&key).is_none_or(|g| *g <= since);
                 if fresh && self.make_room(body.len() as u64) {
                     self.bytes += body.len() as u64;
+                    let seq = self.tick();
+                    self.evictable
+                        .insert((rank(Origin::Input), seq), key.clone());
                     self.map.insert(
                         key,
                         Entry {
@@ -223,6 +260,7 @@ impl Entries {
                             accesses: 1,
                             inserted: now,
                             last_access: now,
+                            seq,
                         },
                     );
                     true
@@ -254,6 +292,7 @@ impl Entries {
     /// Removes `key`'s entry, whatever its state, and its bytes from every count.
     fn take(&mut self, key: &ObjectKey) -> Option<Entry> {
         let entry = self.map.remove(key)?;
+        self.evictable.remove(&entry.order());
         let size = entry.body.len() as u64;
         self.bytes -= size;
         if entry.dirty() {
@@ -286,6 +325,7 @@ impl Entries {
         self.make_room(size);
         self.bytes += size;
         self.dirty_bytes += size;
+        let seq = self.tick();
         self.map.insert(
             key,
             Entry {
@@ -300,6 +340,7 @@ impl Entries {
                 accesses: 0,
                 inserted: now,
                 last_access: now,
+                seq,
             },
         );
         !queued
@@ -326,6 +367,7 @@ impl Entries {
         self.make_room(size);
         self.bytes += size;
         self.ephemeral_bytes += size;
+        let seq = self.tick();
         self.map.insert(
             key,
             Entry {
@@ -340,6 +382,7 @@ impl Entries {
                 accesses: 0,
                 inserted: now,
                 last_access: now,
+                seq,
             },
         );
         true
@@ -380,10 +423,14 @@ impl Entries {
             return false;
         };
         if version > entry.persisted {
+            let was_pinned = entry.pinned();
             let was_dirty = entry.dirty();
             entry.persisted = version;
             if was_dirty && !entry.dirty() {
                 self.dirty_bytes -= entry.body.len() as u64;
+            }
+            if was_pinned && !entry.pinned() {
+                self.evictable.insert(entry.order(), key.clone());
             }
         }
         entry.queued = entry.dirty();
@@ -444,23 +491,10 @@ impl Entries {
         if self.bytes + size <= self.capacity {
             return true;
         }
-        let mut victims: Vec<(u8, Instant, ObjectKey)> = self
-            .map
-            .iter()
-            .filter(|(_, e)| !e.pinned())
-            .map(|(k, e)| {
-                let rank = match e.origin {
-                    Origin::Output => 0,
-                    Origin::Input => 1,
-                };
-                (rank, e.last_access, k.clone())
-            })
-            .collect();
-        victims.sort();
-        for (_, _, key) in victims {
-            if self.bytes + size <= self.capacity {
+        while self.bytes + size > self.capacity {
+            let Some((_, key)) = self.evictable.pop_first() else {
                 break;
-            }
+            };
             self.remove_clean(&key);
         }
         self.bytes + size <= self.capacity
@@ -616,6 +650,107 @@ mod tests {
             t.get(&key("out"), now).is_none(),
             "a final output goes once written back"
         );
+    }
+
+    impl Entries {
+        /// The index holds exactly the entries that are not pinned, each at its order.
+        fn check_index(&self) {
+            let expected: BTreeMap<(u8, u64), ObjectKey> = self
+                .map
+                .iter()
+                .filter(|(_, e)| !e.pinned())
+                .map(|(k, e)| (e.order(), k.clone()))
+                .collect();
+            assert_eq!(self.evictable, expected);
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Miss(u8, u8),
+        Get(u8),
+        Write(u8, u8, bool),
+        Ephemeral(u8, u8),
+        Persist(u8),
+        EndRun,
+        Invalidate(u8),
+        Capacity(u16),
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (0..8u8, 1..40u8).prop_map(|(k, n)| Op::Miss(k, n)),
+            (0..8u8).prop_map(Op::Get),
+            (0..8u8, 1..40u8, any::<bool>()).prop_map(|(k, n, d)| Op::Write(k, n, d)),
+            (0..8u8, 1..40u8).prop_map(|(k, n)| Op::Ephemeral(k, n)),
+            (0..8u8).prop_map(Op::Persist),
+            Just(Op::EndRun),
+            (0..8u8).prop_map(Op::Invalidate),
+            (0..200u16).prop_map(Op::Capacity),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Whatever happens to the table, the eviction index stays exact, and a shrink evicts
+        /// what sorting the clean entries would: persisted outputs, then inputs, by LRU.
+        #[test]
+        fn the_eviction_index_follows_every_change(ops in proptest::collection::vec(op(), 1..60)) {
+            let now = Instant::now();
+            let mut t = Entries::new(150);
+            let mut version = 0;
+            for op in ops {
+                match op {
+                    Op::Miss(k, n) => {
+                        let since = t.begin_miss();
+                        t.end_miss(since, fetched(&k.to_string(), n.into()), now);
+                    }
+                    Op::Get(k) => {
+                        t.get(&key(&k.to_string()), now);
+                    }
+                    Op::Write(k, n, discard) => {
+                        version += 1;
+                        let body = Bytes::from(vec![0; n.into()]);
+                        t.write(key(&k.to_string()), body, meta(n.into()), version, discard, now);
+                    }
+                    Op::Ephemeral(k, n) => {
+                        let body = Bytes::from(vec![0; n.into()]);
+                        t.write_ephemeral(key(&k.to_string()), body, meta(n.into()), "run", now);
+                    }
+                    Op::Persist(k) => {
+                        t.persisted(&key(&k.to_string()), version);
+                    }
+                    Op::EndRun => {
+                        t.end_run("run");
+                    }
+                    Op::Invalidate(k) => t.invalidate(&key(&k.to_string())),
+                    Op::Capacity(c) => {
+                        let mut sorted: Vec<((u8, u64), ObjectKey)> = t
+                            .map
+                            .iter()
+                            .filter(|(_, e)| !e.pinned())
+                            .map(|(k, e)| (e.order(), k.clone()))
+                            .collect();
+                        sorted.sort();
+                        let mut left = t.bytes;
+                        let mut expected = Vec::new();
+                        for (_, k) in sorted {
+                            if left <= u64::from(c) {
+                                break;
+                            }
+                            left -= t.map[&k].body.len() as u64;
+                            expected.push(k);
+                        }
+                        t.set_capacity(c.into());
+                        for k in &expected {
+                            proptest::prop_assert!(!t.map.contains_key(k), "{k:?} was not evicted");
+                        }
+                        proptest::prop_assert_eq!(t.bytes, left);
+                    }
+                }
+                t.check_index();
+            }
+        }
     }
 
     #[test]
