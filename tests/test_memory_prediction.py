@@ -112,3 +112,63 @@ def test_sized_instances_reserve_their_predicted_limits_of_the_node_budget(fresh
     assert [r for r, _ in answers] == [{"allocated_mb": 16}] * 3
     # Idle again: the reservation is what the instances' limits are now, below any one booking.
     assert node_status(server)["memory_reserved_mb"] < 1024
+
+
+IMAGE_HOG = '''
+import struct
+
+import boto3
+
+s3 = boto3.client("s3")
+
+
+def handler(event, context):
+    head = s3.get_object(Bucket=event["bucket"], Key=event["key"], Range="bytes=0-63")["Body"].read()
+    width, height = struct.unpack(">II", head[16:24])
+    pixels = b"\\x5a" * (width * height * 8)  # a decoded image, 8 bytes a pixel
+    return {"pixels": len(pixels) // 8}
+'''
+
+
+def test_an_input_image_in_the_local_store_sizes_its_invocation(fresh_kiln, tmp_path):
+    """The models' object features come from the local store too: an object's size, and an image's format and
+    dimensions, extracted in the background after it was written. So a function whose memory follows the
+    image it reads is sized by the image an event names, without the cache and without reading it."""
+    from test_object_cache import png
+    from test_s3_functions import vendored_boto3
+    from s3_harness import s3_client
+    server = fresh_kiln(extra_args=["--prediction-min-samples", "20"])
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "app.py").write_text(IMAGE_HOG)
+    vendored_boto3(code)
+    name = "mp-image"
+    server.deploy(name, PYTHON_RUNTIME, "app.handler", code=str(code), MemorySize=512, Timeout=60)
+    s3 = s3_client(server)
+    s3.create_bucket(Bucket="images")
+    small, large = png(32, 32), png(2048, 2048)
+    for i in range(40):
+        s3.put_object(Bucket="images", Key=f"small/{i}.png", Body=small)
+        s3.put_object(Bucket="images", Key=f"large/{i}.png", Body=large)
+
+    def run(key):
+        result, response = server.invoke(name, {"bucket": "images", "key": key}, LogType="Tail")
+        assert "FunctionError" not in response, result
+        report = [line for line in server.log_tail(response).splitlines() if line.startswith("REPORT")][-1]
+        return limit_of(report), int(re.search(r"Max Memory Used: (\d+) MB", report).group(1))
+
+    for i in range(39):
+        run(f"small/{i}.png")
+        run(f"large/{i}.png")
+        model = models(server)[name]
+        if i >= 12 and model["mature"]:
+            break
+    assert model["mature"], model
+    assert {"object.size", "object.width", "object.height", "object.format"} <= set(model["features"]), model
+    assert not any(f.startswith("arg.key") for f in model["features"]), model
+    # Objects the functions never read before: their stored features size each invocation.
+    (small_limit, small_raised), small_used = run("small/39.png")
+    (large_limit, large_raised), large_used = run("large/39.png")
+    assert not small_raised and not large_raised
+    assert small_used < small_limit < large_limit < 512, (small_used, small_limit, large_limit)
+    assert large_used < large_limit

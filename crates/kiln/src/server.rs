@@ -185,6 +185,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
             async_concurrency: 16,
             prediction: config.prediction.clone(),
             object_cache: s3.store.cache().cloned(),
+            object_features: s3.store.features(),
         },
         agent.clone(),
     )?;

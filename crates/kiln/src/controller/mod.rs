@@ -100,7 +100,7 @@ impl From<AgentError> for ControllerError {
 /// An input object's model features: `object.size`, and for images `object.width`,
 /// `object.height`, `object.format`.
 fn object_features(
-    known: &crate::objects::cache::ObjectFeatures,
+    known: &crate::objects::ObjectFeatures,
 ) -> Vec<(String, predict::features::Value)> {
     use predict::features::Value;
     let mut out = vec![("size".to_string(), Value::Number(known.size as f64))];
@@ -151,6 +151,8 @@ pub struct ControllerConfig {
     /// The object cache, when the store has one: its metrics are exposed with kiln's own, and
     /// each invocation's object-store time teaches the function's cache-benefit model.
     pub object_cache: Option<Arc<crate::objects::cache::ObjectCache>>,
+    /// Where input objects' features come from.
+    pub object_features: crate::objects::FeatureLookup,
 }
 
 /// Fields of UpdateFunctionConfiguration; `None` leaves a field unchanged.
@@ -916,11 +918,10 @@ impl Controller {
         let cache = self.config.object_cache.as_ref();
         let features = (self.predictor.applies(spec.memory_mb) || cache.is_some()).then(|| {
             let (mut features, object) = predict::Features::of_event(&request.payload);
-            // The input object's size and media metadata, as far as the object cache knows
-            // them (it asks the backing store nothing on the invocation's path).
-            if let Some(known) = object
-                .zip(cache)
-                .and_then(|(o, cache)| cache.object_features(&o.bucket, &o.key))
+            // The input object's size and media metadata, as far as kiln knows them (a remote
+            // backing store is asked nothing on the invocation's path).
+            if let Some(known) =
+                object.and_then(|o| self.config.object_features.object(&o.bucket, &o.key))
             {
                 features.add_object(object_features(&known));
             }

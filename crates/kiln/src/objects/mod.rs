@@ -37,6 +37,7 @@ use s3s::S3;
 
 use crate::auth::Credentials;
 
+pub use cache::ObjectFeatures;
 pub use keys::{Principal, Scope};
 pub use serve::{serve_on, ServeHandle};
 
@@ -128,6 +129,54 @@ pub struct ObjectStore {
     keys: Arc<keys::KeyRing>,
     region: String,
     cache: Option<Arc<cache::ObjectCache>>,
+    features: FeatureLookup,
+}
+
+/// Where an invocation's input object's features come from (OFC §5.1), without asking a
+/// remote store: what the object cache knows, else the local store's metadata (its size, and
+/// the media metadata extracted after it was written).
+#[derive(Clone, Default)]
+pub struct FeatureLookup {
+    cache: Option<Arc<cache::ObjectCache>>,
+    local: Option<Arc<local::meta::Meta>>,
+}
+
+impl std::fmt::Debug for FeatureLookup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FeatureLookup")
+            .field("cache", &self.cache.is_some())
+            .field("local", &self.local.is_some())
+            .finish()
+    }
+}
+
+impl FeatureLookup {
+    pub fn object(&self, bucket: &str, key: &str) -> Option<ObjectFeatures> {
+        let cached = self
+            .cache
+            .as_ref()
+            .and_then(|c| c.object_features(bucket, key));
+        if cached.as_ref().is_some_and(|f| f.media.is_some()) {
+            return cached;
+        }
+        let stored = self
+            .local
+            .as_ref()
+            .and_then(|meta| match meta.features(bucket, key) {
+                Ok(found) => found,
+                Err(e) => {
+                    tracing::warn!(%bucket, %key, "object features: {e}");
+                    None
+                }
+            });
+        match stored {
+            Some((size, media)) => Some(ObjectFeatures {
+                size,
+                media: media.as_deref().and_then(media::Media::decode),
+            }),
+            None => cached,
+        }
+    }
 }
 
 /// The service over `backend`, behind the cache if there is one.
@@ -157,12 +206,13 @@ impl ObjectStore {
     pub fn open(config: ObjectStoreConfig, admin: Credentials) -> Result<Self, ObjectStoreError> {
         let keys = Arc::new(keys::KeyRing::new(admin));
         let cache = config.cache.as_ref();
+        let mut local_meta = None;
         let (mut builder, cache) = match &config.backend {
-            Backend::Local { data_dir } => service_over(
-                local::LocalStore::open(data_dir, config.limits)?,
-                cache,
-                config.limits,
-            )?,
+            Backend::Local { data_dir } => {
+                let store = local::LocalStore::open(data_dir, config.limits)?;
+                local_meta = Some(store.meta());
+                service_over(store, cache, config.limits)?
+            }
             Backend::Remote(remote) => service_over(
                 remote::RemoteStore::new(remote, config.limits)?,
                 cache,
@@ -176,8 +226,17 @@ impl ObjectStore {
             service: builder.build(),
             keys,
             region: config.region,
+            features: FeatureLookup {
+                cache: cache.clone(),
+                local: local_meta,
+            },
             cache,
         })
+    }
+
+    /// Input objects' features, for the memory and cache-benefit models.
+    pub fn features(&self) -> FeatureLookup {
+        self.features.clone()
     }
 
     /// The object cache, when the store has one.

@@ -56,6 +56,42 @@ impl LocalStore {
     }
 }
 
+impl LocalStore {
+    /// The metadata database, for lookups of objects' features.
+    pub fn meta(&self) -> Arc<Meta> {
+        self.meta.clone()
+    }
+
+    /// Extracts an image's format and size from an object just committed, in the background,
+    /// and stores them with it (OFC §5.1's media features). Reads 64 bytes of anything that is
+    /// not an image.
+    fn learn_media(&self, bucket: String, row: &meta::ObjectRow) {
+        use std::io::Read;
+        let (meta, files) = (self.meta.clone(), self.files.clone());
+        let (key, file_id) = (row.key.clone(), row.file_id.clone());
+        tokio::task::spawn_blocking(move || {
+            let Ok(file) = files.open_file(&file_id) else {
+                return; // replaced and removed already
+            };
+            let mut head = Vec::new();
+            let mut reader = file.take(super::media::HEADER_BYTES as u64);
+            if (&mut reader).take(64).read_to_end(&mut head).is_err()
+                || imagesize::image_type(&head).is_err()
+            {
+                return;
+            }
+            if reader.read_to_end(&mut head).is_err() {
+                return;
+            }
+            if let Some(media) = super::media::Media::of(&head) {
+                if let Err(e) = meta.set_media(&bucket, &key, &file_id, &media.encode()) {
+                    tracing::warn!(%bucket, %key, "media metadata not stored: {e}");
+                }
+            }
+        });
+    }
+}
+
 pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

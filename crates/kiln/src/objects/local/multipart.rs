@@ -518,6 +518,7 @@ impl LocalStore {
             }
         })
         .await?;
+        self.learn_media(upload.bucket.clone(), &row);
         let mut output = CompleteMultipartUploadOutput {
             bucket: Some(upload.bucket.clone()),
             key: Some(upload.key.clone()),

@@ -107,7 +107,8 @@ impl LocalStore {
             checksums,
             parts: None,
         };
-        let row = self.commit(bucket, row, condition).await?;
+        let row = self.commit(bucket.clone(), row, condition).await?;
+        self.learn_media(bucket, &row);
         let mut output = PutObjectOutput {
             e_tag: Some(etag(&row.etag)),
             size: Some(row.size as i64),
@@ -434,6 +435,7 @@ impl LocalStore {
         let new_attrs = replace.then(|| object_attrs!(input));
         let (meta, files) = (self.meta.clone(), self.files.clone());
         let (bucket, key) = (input.bucket, input.key);
+        let destination = bucket.clone();
         let row = blocking(move || {
             for _ in 0..READ_ATTEMPTS {
                 let source = match meta.object(&source_bucket, &source_key) {
@@ -477,6 +479,7 @@ impl LocalStore {
             Err(internal("copying an object", "the source kept changing"))
         })
         .await?;
+        self.learn_media(destination, &row);
         let mut result = CopyObjectResult {
             e_tag: Some(etag(&row.etag)),
             last_modified: Some(timestamp(row.modified_ms)),

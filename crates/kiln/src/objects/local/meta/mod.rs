@@ -160,6 +160,9 @@ const OBJECT_COLUMNS: &str = "key, file_id, size, etag, modified_ms, attrs, chec
 
 pub struct Meta {
     db: Mutex<Connection>,
+    /// A second connection for lookups on invocations' paths (an input object's features),
+    /// which WAL lets read while a write on `db` waits for its sync.
+    reader: Mutex<Connection>,
 }
 
 fn to_json<T: Serialize>(value: &T) -> Result<String, MetaError> {
@@ -201,7 +204,52 @@ impl Meta {
         db.pragma_update(None, "synchronous", "FULL")?;
         db.busy_timeout(std::time::Duration::from_secs(5))?;
         db.execute_batch(SCHEMA)?;
-        Ok(Self { db: Mutex::new(db) })
+        // Added after the first release: an image's format and size (`png 640x480`).
+        let has_media = db
+            .prepare("SELECT 1 FROM pragma_table_info('objects') WHERE name = 'media'")?
+            .exists([])?;
+        if !has_media {
+            db.execute_batch("ALTER TABLE objects ADD COLUMN media TEXT")?;
+        }
+        let reader = Connection::open_with_flags(
+            path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        reader.busy_timeout(std::time::Duration::from_secs(5))?;
+        Ok(Self {
+            db: Mutex::new(db),
+            reader: Mutex::new(reader),
+        })
+    }
+
+    /// An object's size and media metadata (`FORMAT WxH`, once extracted), if it exists.
+    pub fn features(
+        &self,
+        bucket: &str,
+        key: &str,
+    ) -> Result<Option<(u64, Option<String>)>, MetaError> {
+        let reader = self.reader.lock().unwrap_or_else(|p| p.into_inner());
+        let found = reader
+            .prepare_cached("SELECT size, media FROM objects WHERE bucket = ?1 AND key = ?2")?
+            .query_row(params![bucket, key], |row| Ok((row.get(0)?, row.get(1)?)))
+            .optional()?;
+        Ok(found)
+    }
+
+    /// Records the media metadata of an object's contents `file_id`; false if the object has
+    /// other contents by now.
+    pub fn set_media(
+        &self,
+        bucket: &str,
+        key: &str,
+        file_id: &str,
+        media: &str,
+    ) -> Result<bool, MetaError> {
+        let changed = self.db().execute(
+            "UPDATE objects SET media = ?4 WHERE bucket = ?1 AND key = ?2 AND file_id = ?3",
+            params![bucket, key, file_id, media],
+        )?;
+        Ok(changed == 1)
     }
 
     fn db(&self) -> MutexGuard<'_, Connection> {
@@ -412,6 +460,35 @@ mod tests {
             },
             parts: None,
         }
+    }
+
+    #[test]
+    fn media_metadata_belongs_to_the_contents_it_was_read_from() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("objects.db");
+        {
+            // A database from before the media column (SCHEMA has not changed since).
+            let old = Connection::open(&path).unwrap();
+            old.execute_batch(SCHEMA).unwrap();
+        }
+        let meta = Meta::open(&path).unwrap();
+        meta.create_bucket("b", 1).unwrap();
+        meta.put_object("b", &object("k", "f1"), &WriteCondition::Always)
+            .unwrap();
+        assert_eq!(meta.features("b", "k").unwrap(), Some((3, None)));
+        assert!(meta.set_media("b", "k", "f1", "png 3x2").unwrap());
+        assert_eq!(
+            meta.features("b", "k").unwrap(),
+            Some((3, Some("png 3x2".into())))
+        );
+        // New contents: the old contents' metadata neither stays nor can be set late.
+        meta.put_object("b", &object("k", "f2"), &WriteCondition::Always)
+            .unwrap();
+        assert_eq!(meta.features("b", "k").unwrap(), Some((3, None)));
+        assert!(!meta.set_media("b", "k", "f1", "png 3x2").unwrap());
+        assert_eq!(meta.features("b", "missing").unwrap(), None);
+        drop(meta);
+        Meta::open(&path).expect("the column is added once");
     }
 
     #[test]
