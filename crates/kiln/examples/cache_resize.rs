@@ -56,7 +56,7 @@ fn main() {
             evicting.push(t.elapsed().as_secs_f64() * 1e6);
         }
         let mut batches = Vec::new();
-        for _ in 0..50 {
+        while batches.len() < 50 && table.usage().entries >= 100 {
             capacity -= 100 * object as u64;
             let t = Instant::now();
             table.set_capacity(capacity);
