@@ -172,3 +172,25 @@ def test_an_input_image_in_the_local_store_sizes_its_invocation(fresh_kiln, tmp_
     assert not small_raised and not large_raised
     assert small_used < small_limit < large_limit < 512, (small_used, small_limit, large_limit)
     assert large_used < large_limit
+
+
+def test_booked_sizing_keeps_every_invocation_at_memory_size(fresh_kiln):
+    """`KilnMemorySizing: booked` (`--memory-sizing booked`): the model learns, nothing is sized, so no handler
+    ever runs twice after an under-prediction; switching to `predicted` uses what it learnt."""
+    server = fresh_kiln(extra_args=["--prediction-min-samples", "20"])
+    name = "mp-booked"
+    code = str(FUNCTIONS / "memory_hog")
+    deploy = ["deploy", name, "--runtime", PYTHON_RUNTIME, "--handler", "app.handler", "--code", code,
+              "--memory", "512", "--timeout", "30"]
+    server.cli(*deploy, "--memory-sizing", "booked")
+    config = server.signed_request("GET", f"/2015-03-31/functions/{name}/configuration", "", {}).json()
+    assert config["KilnMemorySizing"] == "booked"
+    for _ in range(25):
+        (limit, _), _ = invoke(server, name, 16)
+        assert limit is None
+    assert models(server)[name]["mature"]
+    (limit, _), _ = invoke(server, name, 320)
+    assert limit is None and retries(server, name) == 0
+    server.cli(*deploy, "--memory-sizing", "predicted")
+    (limit, _), _ = invoke(server, name, 16)
+    assert limit is not None and limit < 512

@@ -58,6 +58,22 @@ pub struct FunctionConfig {
     /// function has no sessions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sessions: Option<crate::session::SessionConfig>,
+    #[serde(default)]
+    pub memory_sizing: MemorySizing,
+}
+
+/// How each invocation's memory limit is set: kiln's extension `KilnMemorySizing` of the
+/// function configuration.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemorySizing {
+    /// At what the function's memory model predicts, once it is mature (OFC); an invocation
+    /// killed for memory under a predicted limit runs again at once at MemorySize, so its
+    /// handler runs twice.
+    #[default]
+    Predicted,
+    /// Always at MemorySize (the model still learns): for handlers that must not run twice.
+    Booked,
 }
 
 /// When kiln builds a function-specific snapshot (the hot start path), and how it warms the
@@ -154,6 +170,8 @@ pub struct InstanceSpec {
     pub reserved_concurrency: Option<u32>,
     pub prebake: Prebake,
     pub sessions: Option<crate::session::SessionConfig>,
+    #[serde(default)]
+    pub memory_sizing: MemorySizing,
 }
 
 pub type SharedSpec = Arc<InstanceSpec>;

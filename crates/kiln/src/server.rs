@@ -390,6 +390,7 @@ async fn deploy_demo(controller: &Controller) -> anyhow::Result<()> {
         ephemeral_storage_mb: 512,
         role: "arn:aws:iam::000000000000:role/kiln-function".into(),
         prebake: Default::default(),
+        memory_sizing: Default::default(),
         sessions: None,
     };
     controller.create(DEMO_NAME, config, zip).await?;

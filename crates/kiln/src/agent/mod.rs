@@ -1616,6 +1616,7 @@ mod tests {
             max_instances: 1,
             reserved_concurrency: None,
             prebake: Default::default(),
+            memory_sizing: Default::default(),
             sessions: None,
         });
         let log = report(

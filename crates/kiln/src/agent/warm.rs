@@ -57,6 +57,7 @@ fn standby_spec(runtime: &str) -> SharedSpec {
         max_instances: 1,
         reserved_concurrency: None,
         prebake: Prebake::default(),
+        memory_sizing: Default::default(),
         sessions: None,
     })
 }

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use super::{authenticate, base_url, parse_json, qualified, ApiError, SharedState};
 use crate::controller::code::StoredCode;
 use crate::controller::{ConfigPatch, Controller};
-use crate::function::{Function, FunctionConfig, NetworkMode, Prebake};
+use crate::function::{Function, FunctionConfig, MemorySizing, NetworkMode, Prebake};
 use crate::session::SessionConfig;
 
 #[derive(Deserialize, Default)]
@@ -60,6 +60,8 @@ struct CreateInput {
     kiln_prebake: Option<Prebake>,
     /// kiln's extension: where a request's session id comes from, and session placement.
     kiln_sessions: Option<SessionConfig>,
+    /// kiln's extension: `predicted` (default) or `booked` memory limits.
+    kiln_memory_sizing: Option<MemorySizing>,
 }
 
 #[derive(Deserialize)]
@@ -78,6 +80,7 @@ struct UpdateConfigInput {
     /// `null` turns sessions off.
     #[serde(default, deserialize_with = "present")]
     kiln_sessions: Option<Option<SessionConfig>>,
+    kiln_memory_sizing: Option<MemorySizing>,
     revision_id: Option<String>,
 }
 
@@ -169,6 +172,7 @@ pub fn configuration(controller: &Controller, f: &Function) -> Value {
         "SnapStart": { "ApplyOn": "None", "OptimizationStatus": "Off" },
         "KilnNetwork": f.config.network,
         "KilnPrebake": f.config.prebake,
+        "KilnMemorySizing": f.config.memory_sizing,
     });
     if let Some(sessions) = &f.config.sessions {
         config["KilnSessions"] = json!(sessions);
@@ -211,6 +215,7 @@ pub async fn create(
         role: String::new(),
         prebake: input.kiln_prebake.unwrap_or_default(),
         sessions: input.kiln_sessions,
+        memory_sizing: input.kiln_memory_sizing.unwrap_or_default(),
     };
     if let Some(role) = input.role {
         config.role = role;
@@ -362,6 +367,7 @@ pub async fn update_configuration(
         network: input.kiln_network,
         prebake: input.kiln_prebake,
         sessions: input.kiln_sessions,
+        memory_sizing: input.kiln_memory_sizing,
     };
     let function = state
         .controller

@@ -110,6 +110,11 @@ pub struct DeployArgs {
     /// The warm-up event: inline JSON, or @file (default `{}`).
     #[arg(long)]
     pub warmup_event: Option<String>,
+    /// Each invocation's memory limit: `predicted` (default: what the function's memory model
+    /// predicts once it is mature; an invocation killed under it runs again at --memory) or
+    /// `booked` (always --memory: for handlers that must not run twice).
+    #[arg(long, value_parser = ["predicted", "booked"])]
+    pub memory_sizing: Option<String>,
     /// Turn sessions on: where a request's session id comes from, `header:NAME`,
     /// `cookie:NAME`, `query:NAME` or `json:PATH` (e.g. `json:$.user.id`); `off` turns them off.
     #[arg(long, value_name = "SOURCE")]
@@ -312,6 +317,9 @@ fn deploy(client: &Client, args: DeployArgs, json_output: bool) -> anyhow::Resul
             prebake["WarmupEvent"] = event;
         }
         config["KilnPrebake"] = prebake;
+    }
+    if let Some(sizing) = &args.memory_sizing {
+        config["KilnMemorySizing"] = sizing.clone().into();
     }
     match args.session_hint.as_deref() {
         Some("off") => config["KilnSessions"] = Value::Null,

@@ -20,7 +20,7 @@ use tokio::sync::Notify;
 
 use crate::agent::{AgentError, InvokeOutcome, InvokeRequest, NodeAgent, RouteHints};
 use crate::function::{
-    self, Function, FunctionConfig, InstanceSpec, NetworkMode, SharedSpec, UrlAuth,
+    self, Function, FunctionConfig, InstanceSpec, MemorySizing, NetworkMode, SharedSpec, UrlAuth,
 };
 use crate::logs::LogStore;
 use crate::metrics::Metrics;
@@ -170,6 +170,7 @@ pub struct ConfigPatch {
     pub prebake: Option<crate::function::Prebake>,
     /// `Some(None)` turns sessions off.
     pub sessions: Option<Option<crate::session::SessionConfig>>,
+    pub memory_sizing: Option<crate::function::MemorySizing>,
 }
 
 /// A change to a function URL config.
@@ -329,6 +330,7 @@ impl Controller {
             reserved_concurrency: f.reserved_concurrency,
             prebake: f.config.prebake.clone(),
             sessions: f.config.sessions.clone(),
+            memory_sizing: f.config.memory_sizing,
         })
     }
 
@@ -654,6 +656,9 @@ impl Controller {
             if let Some(v) = patch.sessions {
                 config.sessions = v;
             }
+            if let Some(v) = patch.memory_sizing {
+                config.memory_sizing = v;
+            }
             if let Some(v) = patch.network {
                 config.network = v;
             }
@@ -929,6 +934,7 @@ impl Controller {
         });
         request.memory_limit_mb = features
             .as_ref()
+            .filter(|_| spec.memory_sizing == MemorySizing::Predicted)
             .and_then(|f| self.predictor.predict(&spec.function, spec.memory_mb, f));
         request.hints.memory_mb = request.memory_limit_mb;
         let io_before = match (cache, &features) {

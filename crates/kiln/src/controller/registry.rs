@@ -560,6 +560,7 @@ mod tests {
                 ephemeral_storage_mb: 512,
                 role: "r".into(),
                 prebake: Default::default(),
+                memory_sizing: Default::default(),
                 sessions: None,
             },
             code_sha256: "ab".into(),
