@@ -13,8 +13,10 @@ mod runtime_api;
 mod session_log;
 mod session_txn;
 mod sessions;
+mod snapshots;
 mod spare;
 mod spawner;
+mod status;
 mod warm;
 mod wasm;
 mod zygote;
@@ -38,8 +40,9 @@ pub use memory::MemoryLender;
 use memory::{make_room, reserve};
 pub use routing::{ClosestMemory, RoutingPolicy, WarmFirst};
 pub use sessions::SessionStatus;
+use snapshots::SnapshotSlot;
+pub use status::{InstanceStatus, MemorySharing, NodeStatus, SnapshotStatus};
 pub use wasm::{cache_dir as wasm_cache_dir, WasmHost};
-use zygote::Zygote;
 
 use crate::function::SharedSpec;
 use crate::runtime::Runtimes;
@@ -163,97 +166,6 @@ impl InstanceState {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct InstanceStatus {
-    pub id: u64,
-    pub function: String,
-    pub revision: u64,
-    pub state: InstanceState,
-    pub start_path: StartPath,
-    pub age_s: f64,
-    pub memory_limit_mb: u32,
-    pub memory_used_bytes: u64,
-    /// The host pid of the instance's runtime process, where kiln knows it (forks).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pid: Option<u32>,
-    /// Memory the process shares with its zygote and what is its own, from `smaps_rollup`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sharing: Option<MemorySharing>,
-    /// Sessions whose primary this instance is.
-    #[serde(default)]
-    pub sessions: u32,
-}
-
-/// How much of a process's memory is shared: RSS counts shared pages in full, PSS divides them
-/// among the processes that map them, and USS counts only the process's private pages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MemorySharing {
-    pub rss_bytes: u64,
-    pub pss_bytes: u64,
-    pub uss_bytes: u64,
-}
-
-impl MemorySharing {
-    /// Reads `/proc/PID/smaps_rollup`.
-    pub fn of(pid: u32) -> Option<Self> {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
-        let field = |name: &str| -> u64 {
-            text.lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-                .unwrap_or(0)
-                * 1024
-        };
-        Some(Self {
-            rss_bytes: field("Rss:"),
-            pss_bytes: field("Pss:"),
-            uss_bytes: field("Private_Clean:") + field("Private_Dirty:"),
-        })
-    }
-}
-
-/// A function-specific snapshot kept by the node (today: a Python fork server).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct SnapshotStatus {
-    pub function: String,
-    /// The id of the zygote's instance (its cgroup is `i<id>`), once there is one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub id: Option<u64>,
-    pub revision: u64,
-    pub kind: String,
-    /// `building`, `ready` or `failed`.
-    pub state: String,
-    pub memory_bytes: u64,
-    pub forks: u64,
-    pub build_ms: f64,
-    pub idle_s: f64,
-    /// The fork server's host pid.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pid: Option<u32>,
-    /// A fork server's spare fork (made ahead of demand): its instance id, and whether it is
-    /// ready or still being forked.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub spare: Option<u64>,
-    #[serde(default)]
-    pub spare_ready: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct NodeStatus {
-    pub instances: Vec<InstanceStatus>,
-    #[serde(default)]
-    pub snapshots: Vec<SnapshotStatus>,
-    pub memory_budget_mb: u64,
-    pub memory_reserved_mb: u64,
-    /// Disk used by snapshots kept across restarts (compiled and pre-initialised wasm modules).
-    #[serde(default)]
-    pub snapshot_disk_bytes: u64,
-    pub cgroup_version: String,
-    pub runtimes: Vec<String>,
-}
-
 /// The controller's view of a node.
 pub trait NodeAgent: Send + Sync + 'static {
     /// Runs an invocation on an idle instance of `spec`, or a new one.
@@ -367,51 +279,6 @@ struct LiveInstance {
     pid: Option<u32>,
     /// Sessions whose primary this instance is.
     sessions: u32,
-}
-
-/// The function-specific snapshot of one function.
-enum SnapshotSlot {
-    Building {
-        revision: u64,
-        id: u64,
-    },
-    /// A fork server (runtimes that can fork).
-    Ready(Arc<Zygote>),
-    /// An initialised, warmed-up instance held back for the next cold start (runtimes that
-    /// cannot fork), with the time it took to build.
-    Standby(Box<Instance>, Duration),
-    Failed {
-        revision: u64,
-        error: String,
-    },
-}
-
-impl SnapshotSlot {
-    fn revision(&self) -> u64 {
-        match self {
-            SnapshotSlot::Building { revision, .. } | SnapshotSlot::Failed { revision, .. } => {
-                *revision
-            }
-            SnapshotSlot::Ready(z) => z.spec.revision,
-            SnapshotSlot::Standby(i, _) => i.spec.revision,
-        }
-    }
-
-    fn memory_bytes(&self) -> u64 {
-        match self {
-            SnapshotSlot::Ready(z) => z.memory_bytes(),
-            SnapshotSlot::Standby(i, _) => i.cgroup.memory_current(),
-            _ => 0,
-        }
-    }
-
-    fn last_used(&self) -> Option<Instant> {
-        match self {
-            SnapshotSlot::Ready(z) => Some(z.last_used()),
-            SnapshotSlot::Standby(i, _) => Some(i.last_used),
-            _ => None,
-        }
-    }
 }
 
 #[derive(Default)]
@@ -856,140 +723,6 @@ impl Inner {
     }
 
     /// Lets a snapshot go: a standby instance is destroyed, a zygote goes with its last fork.
-    fn discard(&self, slot: SnapshotSlot) {
-        match slot {
-            SnapshotSlot::Standby(instance, _) => self.destroy_later(*instance),
-            SnapshotSlot::Ready(zygote) => {
-                let revision = zygote.spec.revision;
-                self.drop_spare(&zygote.spec.function, |r| r == revision, false);
-            }
-            _ => {}
-        }
-    }
-
-    fn ready_zygote(&self, spec: &SharedSpec) -> Option<Arc<Zygote>> {
-        match self.state().zygotes.get(&spec.function) {
-            Some(SnapshotSlot::Ready(z)) if z.spec.revision == spec.revision && z.alive() => {
-                Some(z.clone())
-            }
-            _ => None,
-        }
-    }
-
-    /// Forgets a zygote that failed; the next cold start builds a new one.
-    fn drop_zygote(&self, function: &str, zygote: &Arc<Zygote>) {
-        let mut state = self.state();
-        if matches!(state.zygotes.get(function), Some(SnapshotSlot::Ready(z)) if Arc::ptr_eq(z, zygote))
-        {
-            state.zygotes.remove(function);
-        }
-        drop(state);
-        let revision = zygote.spec.revision;
-        self.drop_spare(function, |r| r == revision, false);
-    }
-
-    /// Builds the function-specific snapshot of `spec` in the background (a fork server where
-    /// the runtime can fork, else a standby instance), unless it exists, is being built, failed
-    /// for this revision, or prebaking is off.
-    fn build_zygote(self: &Arc<Self>, spec: &SharedSpec) {
-        use crate::function::PrebakeMode;
-        if spec.prebake.mode == PrebakeMode::Off {
-            return;
-        }
-        let Some(can_fork) = self.ctx.runtimes.get(&spec.runtime).map(|r| r.can_fork()) else {
-            return;
-        };
-        let id = {
-            let mut state = self.state();
-            if state.shutting_down || outdated(&state, spec) {
-                return;
-            }
-            match state.zygotes.get(&spec.function) {
-                Some(SnapshotSlot::Ready(z)) if z.spec.revision == spec.revision && z.alive() => {
-                    return
-                }
-                Some(
-                    slot @ (SnapshotSlot::Building { .. }
-                    | SnapshotSlot::Failed { .. }
-                    | SnapshotSlot::Standby(..)),
-                ) if slot.revision() == spec.revision => return,
-                _ => {}
-            }
-            state.next_id += 1;
-            let id = state.next_id;
-            state.zygotes.insert(
-                spec.function.clone(),
-                SnapshotSlot::Building {
-                    revision: spec.revision,
-                    id,
-                },
-            );
-            id
-        };
-        let inner = self.clone();
-        let spec = spec.clone();
-        tokio::spawn(async move {
-            let begin = Instant::now();
-            let built = if can_fork {
-                Zygote::build(&inner.ctx, &spec, id, inner.destroying.clone())
-                    .await
-                    .map(SnapshotSlot::Ready)
-            } else {
-                zygote::warmed_up(&inner.ctx, &spec, id)
-                    .await
-                    .map(|i| SnapshotSlot::Standby(Box::new(i), begin.elapsed()))
-            };
-            let mut evicted = Vec::new();
-            {
-                let mut state = inner.state();
-                let current = matches!(
-                    state.zygotes.get(&spec.function),
-                    Some(SnapshotSlot::Building { revision, id: building }) if *revision == spec.revision && *building == id
-                );
-                match built {
-                    Ok(slot) if current && !state.shutting_down => {
-                        tracing::info!(
-                            function = %spec.function,
-                            revision = spec.revision,
-                            "snapshot ready ({}, built in {:.1} ms)",
-                            if can_fork { "fork server" } else { "standby instance" },
-                            begin.elapsed().as_secs_f64() * 1000.0
-                        );
-                        evicted = evict_snapshots(
-                            &mut state,
-                            slot.memory_bytes(),
-                            inner.config.snapshot_memory_mb,
-                        );
-                        state.zygotes.insert(spec.function.clone(), slot);
-                    }
-                    Ok(outdated) => evicted.push(outdated),
-                    Err(error) => {
-                        tracing::warn!(
-                            function = %spec.function,
-                            "no snapshot, cold starts take the coldest path: {error}"
-                        );
-                        if current {
-                            state.zygotes.insert(
-                                spec.function.clone(),
-                                SnapshotSlot::Failed {
-                                    revision: spec.revision,
-                                    error,
-                                },
-                            );
-                        }
-                    }
-                }
-            }
-            // Outside the lock: the last reference to a zygote tears its sandbox down.
-            for slot in evicted {
-                inner.discard(slot);
-            }
-            if can_fork {
-                inner.refill_spare(&spec);
-            }
-        });
-    }
-
     /// The session `id` of `spec`'s function, its log opened and replayed if it was not open.
     async fn open_session(
         &self,
@@ -1200,32 +933,6 @@ fn forget(state: &mut State, id: u64) {
     }
 }
 
-/// Removes ready snapshots, least recently used first, until `needed` more bytes fit in the
-/// snapshot memory budget. A removed zygote lives on until its last fork is gone.
-fn evict_snapshots(state: &mut State, needed: u64, budget_mb: u64) -> Vec<SnapshotSlot> {
-    let mut evicted = Vec::new();
-    loop {
-        let used: u64 = state.zygotes.values().map(SnapshotSlot::memory_bytes).sum();
-        if used + needed <= budget_mb * 1024 * 1024 {
-            break;
-        }
-        let Some(name) = state
-            .zygotes
-            .iter()
-            .filter_map(|(name, slot)| slot.last_used().map(|used| (used, name)))
-            .min()
-            .map(|(_, name)| name.clone())
-        else {
-            break;
-        };
-        if let Some(slot) = state.zygotes.remove(&name) {
-            tracing::info!(function = %name, "snapshot evicted (snapshot memory budget)");
-            evicted.push(slot);
-        }
-    }
-    evicted
-}
-
 /// Lambda's START / END / REPORT framing of an invocation's output.
 fn report(
     spec: &SharedSpec,
@@ -1382,140 +1089,13 @@ impl NodeAgent for LocalAgent {
         memory::lendable_mb(&self.inner.state(), self.inner.config.memory_budget_mb)
     }
 
+    fn status(&self) -> NodeStatus {
+        self.inner.status()
+    }
+
     fn lend_to(&self, lender: Arc<dyn MemoryLender>) {
         if self.inner.lender.set(lender).is_err() {
             tracing::warn!("the node's memory is already lent; a second lender is ignored");
-        }
-    }
-
-    fn status(&self) -> NodeStatus {
-        // Outside the state lock: this reads the cache directory.
-        let (wasm_snapshots, snapshot_disk_bytes) = match &self.inner.ctx.wasm {
-            Some(host) => (host.status(), host.disk_usage_bytes()),
-            None => (Vec::new(), 0),
-        };
-        let state = self.inner.state();
-        let now = Instant::now();
-        let mut instances: Vec<InstanceStatus> = state
-            .live
-            .iter()
-            .map(|(id, live)| InstanceStatus {
-                id: *id,
-                function: live.function.clone(),
-                revision: live.revision,
-                state: live.state,
-                start_path: live.start_path,
-                age_s: now.duration_since(live.created).as_secs_f64(),
-                memory_limit_mb: live.memory_mb,
-                memory_used_bytes: live
-                    .cgroup
-                    .as_ref()
-                    .map(|c| c.memory_current())
-                    .unwrap_or(0),
-                pid: live.pid,
-                sharing: live.pid.and_then(MemorySharing::of),
-                sessions: live.sessions,
-            })
-            .collect();
-        let mut snapshots: Vec<SnapshotStatus> = state
-            .zygotes
-            .iter()
-            .map(|(function, slot)| {
-                let mut status = SnapshotStatus {
-                    function: function.clone(),
-                    revision: slot.revision(),
-                    kind: "fork-server".into(),
-                    state: "building".into(),
-                    memory_bytes: 0,
-                    forks: 0,
-                    build_ms: 0.0,
-                    idle_s: 0.0,
-                    id: None,
-                    pid: None,
-                    spare: None,
-                    spare_ready: false,
-                    error: None,
-                };
-                match slot {
-                    SnapshotSlot::Building { id, .. } => status.id = Some(*id),
-                    SnapshotSlot::Ready(z) => {
-                        status.state = "ready".into();
-                        status.memory_bytes = z.memory_bytes();
-                        status.forks = z.forks();
-                        status.build_ms = z.build_time.as_secs_f64() * 1000.0;
-                        status.idle_s = now.duration_since(z.last_used()).as_secs_f64();
-                        status.pid = z.pid;
-                        status.id = Some(z.id);
-                        if let Some(spare) = state.spares.get(function) {
-                            status.spare = Some(spare.id());
-                            status.spare_ready = matches!(spare, spare::Spare::Ready(_));
-                        }
-                    }
-                    SnapshotSlot::Standby(i, build_time) => {
-                        status.kind = "standby".into();
-                        status.state = "ready".into();
-                        status.memory_bytes = i.cgroup.memory_current();
-                        status.build_ms = build_time.as_secs_f64() * 1000.0;
-                        status.idle_s = now.duration_since(i.last_used).as_secs_f64();
-                        status.id = Some(i.id);
-                    }
-                    SnapshotSlot::Failed { error, .. } => {
-                        status.state = "failed".into();
-                        status.error = Some(error.clone());
-                    }
-                }
-                status
-            })
-            .collect();
-        for (runtime, pool) in &state.warm {
-            let standby = |state: &str| SnapshotStatus {
-                function: runtime.clone(),
-                id: None,
-                revision: 0,
-                kind: "runtime-standby".into(),
-                state: state.into(),
-                memory_bytes: 0,
-                forks: pool.taken,
-                build_ms: 0.0,
-                idle_s: 0.0,
-                pid: None,
-                spare: None,
-                spare_ready: false,
-                error: None,
-            };
-            for id in &pool.starting {
-                snapshots.push(SnapshotStatus {
-                    id: Some(*id),
-                    ..standby("building")
-                });
-            }
-            for instance in &pool.ready {
-                snapshots.push(SnapshotStatus {
-                    id: Some(instance.id),
-                    memory_bytes: instance.cgroup.memory_current(),
-                    build_ms: instance.init_duration.as_secs_f64() * 1000.0,
-                    idle_s: now.duration_since(instance.created).as_secs_f64(),
-                    ..standby("ready")
-                });
-            }
-            if let (true, Some(error)) = (pool.ready.is_empty(), &pool.last_error) {
-                snapshots.push(SnapshotStatus {
-                    error: Some(error.clone()),
-                    ..standby("failed")
-                });
-            }
-        }
-        snapshots.extend(wasm_snapshots);
-        snapshots.sort_by(|a, b| a.function.cmp(&b.function));
-        instances.sort_by(|a, b| a.function.cmp(&b.function).then(a.id.cmp(&b.id)));
-        NodeStatus {
-            instances,
-            snapshots,
-            memory_budget_mb: self.inner.config.memory_budget_mb,
-            memory_reserved_mb: state.memory_reserved_mb,
-            snapshot_disk_bytes,
-            cgroup_version: self.inner.ctx.cgroups.version().to_string(),
-            runtimes: self.inner.ctx.runtimes.names(),
         }
     }
 

@@ -1,0 +1,217 @@
+//! Function-specific snapshots (the hot path): a fork server (Python) or a held-back, warmed-up
+//! instance (runtimes that cannot fork) per function, built ahead of demand, and evicted least
+//! recently used first beyond the snapshot memory budget.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::zygote::{self, Zygote};
+use super::{outdated, Inner, Instance, State};
+use crate::function::SharedSpec;
+
+/// The function-specific snapshot of one function.
+pub(super) enum SnapshotSlot {
+    Building {
+        revision: u64,
+        id: u64,
+    },
+    /// A fork server (runtimes that can fork).
+    Ready(Arc<Zygote>),
+    /// An initialised, warmed-up instance held back for the next cold start (runtimes that
+    /// cannot fork), with the time it took to build.
+    Standby(Box<Instance>, Duration),
+    Failed {
+        revision: u64,
+        error: String,
+    },
+}
+
+impl SnapshotSlot {
+    pub(super) fn revision(&self) -> u64 {
+        match self {
+            SnapshotSlot::Building { revision, .. } | SnapshotSlot::Failed { revision, .. } => {
+                *revision
+            }
+            SnapshotSlot::Ready(z) => z.spec.revision,
+            SnapshotSlot::Standby(i, _) => i.spec.revision,
+        }
+    }
+
+    pub(super) fn memory_bytes(&self) -> u64 {
+        match self {
+            SnapshotSlot::Ready(z) => z.memory_bytes(),
+            SnapshotSlot::Standby(i, _) => i.cgroup.memory_current(),
+            _ => 0,
+        }
+    }
+
+    pub(super) fn last_used(&self) -> Option<Instant> {
+        match self {
+            SnapshotSlot::Ready(z) => Some(z.last_used()),
+            SnapshotSlot::Standby(i, _) => Some(i.last_used),
+            _ => None,
+        }
+    }
+}
+
+impl Inner {
+    pub(super) fn discard(&self, slot: SnapshotSlot) {
+        match slot {
+            SnapshotSlot::Standby(instance, _) => self.destroy_later(*instance),
+            SnapshotSlot::Ready(zygote) => {
+                let revision = zygote.spec.revision;
+                self.drop_spare(&zygote.spec.function, |r| r == revision, false);
+            }
+            _ => {}
+        }
+    }
+
+    pub(super) fn ready_zygote(&self, spec: &SharedSpec) -> Option<Arc<Zygote>> {
+        match self.state().zygotes.get(&spec.function) {
+            Some(SnapshotSlot::Ready(z)) if z.spec.revision == spec.revision && z.alive() => {
+                Some(z.clone())
+            }
+            _ => None,
+        }
+    }
+
+    /// Forgets a zygote that failed; the next cold start builds a new one.
+    pub(super) fn drop_zygote(&self, function: &str, zygote: &Arc<Zygote>) {
+        let mut state = self.state();
+        if matches!(state.zygotes.get(function), Some(SnapshotSlot::Ready(z)) if Arc::ptr_eq(z, zygote))
+        {
+            state.zygotes.remove(function);
+        }
+        drop(state);
+        let revision = zygote.spec.revision;
+        self.drop_spare(function, |r| r == revision, false);
+    }
+
+    /// Builds the function-specific snapshot of `spec` in the background (a fork server where
+    /// the runtime can fork, else a standby instance), unless it exists, is being built, failed
+    /// for this revision, or prebaking is off.
+    pub(super) fn build_zygote(self: &Arc<Self>, spec: &SharedSpec) {
+        use crate::function::PrebakeMode;
+        if spec.prebake.mode == PrebakeMode::Off {
+            return;
+        }
+        let Some(can_fork) = self.ctx.runtimes.get(&spec.runtime).map(|r| r.can_fork()) else {
+            return;
+        };
+        let id = {
+            let mut state = self.state();
+            if state.shutting_down || outdated(&state, spec) {
+                return;
+            }
+            match state.zygotes.get(&spec.function) {
+                Some(SnapshotSlot::Ready(z)) if z.spec.revision == spec.revision && z.alive() => {
+                    return
+                }
+                Some(
+                    slot @ (SnapshotSlot::Building { .. }
+                    | SnapshotSlot::Failed { .. }
+                    | SnapshotSlot::Standby(..)),
+                ) if slot.revision() == spec.revision => return,
+                _ => {}
+            }
+            state.next_id += 1;
+            let id = state.next_id;
+            state.zygotes.insert(
+                spec.function.clone(),
+                SnapshotSlot::Building {
+                    revision: spec.revision,
+                    id,
+                },
+            );
+            id
+        };
+        let inner = self.clone();
+        let spec = spec.clone();
+        tokio::spawn(async move {
+            let begin = Instant::now();
+            let built = if can_fork {
+                Zygote::build(&inner.ctx, &spec, id, inner.destroying.clone())
+                    .await
+                    .map(SnapshotSlot::Ready)
+            } else {
+                zygote::warmed_up(&inner.ctx, &spec, id)
+                    .await
+                    .map(|i| SnapshotSlot::Standby(Box::new(i), begin.elapsed()))
+            };
+            let mut evicted = Vec::new();
+            {
+                let mut state = inner.state();
+                let current = matches!(
+                    state.zygotes.get(&spec.function),
+                    Some(SnapshotSlot::Building { revision, id: building }) if *revision == spec.revision && *building == id
+                );
+                match built {
+                    Ok(slot) if current && !state.shutting_down => {
+                        tracing::info!(
+                            function = %spec.function,
+                            revision = spec.revision,
+                            "snapshot ready ({}, built in {:.1} ms)",
+                            if can_fork { "fork server" } else { "standby instance" },
+                            begin.elapsed().as_secs_f64() * 1000.0
+                        );
+                        evicted = evict_snapshots(
+                            &mut state,
+                            slot.memory_bytes(),
+                            inner.config.snapshot_memory_mb,
+                        );
+                        state.zygotes.insert(spec.function.clone(), slot);
+                    }
+                    Ok(outdated) => evicted.push(outdated),
+                    Err(error) => {
+                        tracing::warn!(
+                            function = %spec.function,
+                            "no snapshot, cold starts take the coldest path: {error}"
+                        );
+                        if current {
+                            state.zygotes.insert(
+                                spec.function.clone(),
+                                SnapshotSlot::Failed {
+                                    revision: spec.revision,
+                                    error,
+                                },
+                            );
+                        }
+                    }
+                }
+            }
+            // Outside the lock: the last reference to a zygote tears its sandbox down.
+            for slot in evicted {
+                inner.discard(slot);
+            }
+            if can_fork {
+                inner.refill_spare(&spec);
+            }
+        });
+    }
+}
+
+/// Removes ready snapshots, least recently used first, until `needed` more bytes fit in the
+/// snapshot memory budget. A removed zygote lives on until its last fork is gone.
+pub(super) fn evict_snapshots(state: &mut State, needed: u64, budget_mb: u64) -> Vec<SnapshotSlot> {
+    let mut evicted = Vec::new();
+    loop {
+        let used: u64 = state.zygotes.values().map(SnapshotSlot::memory_bytes).sum();
+        if used + needed <= budget_mb * 1024 * 1024 {
+            break;
+        }
+        let Some(name) = state
+            .zygotes
+            .iter()
+            .filter_map(|(name, slot)| slot.last_used().map(|used| (used, name)))
+            .min()
+            .map(|(_, name)| name.clone())
+        else {
+            break;
+        };
+        if let Some(slot) = state.zygotes.remove(&name) {
+            tracing::info!(function = %name, "snapshot evicted (snapshot memory budget)");
+            evicted.push(slot);
+        }
+    }
+    evicted
+}

@@ -1,0 +1,233 @@
+//! What the node reports of itself (`kiln status`, `/kiln/v1/status`): its instances with their
+//! memory, its snapshots (fork servers, standbys, wasm modules) and its memory budget.
+
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use super::{spare, Inner, InstanceState, SnapshotSlot, StartPath};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct InstanceStatus {
+    pub id: u64,
+    pub function: String,
+    pub revision: u64,
+    pub state: InstanceState,
+    pub start_path: StartPath,
+    pub age_s: f64,
+    pub memory_limit_mb: u32,
+    pub memory_used_bytes: u64,
+    /// The host pid of the instance's runtime process, where kiln knows it (forks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// Memory the process shares with its zygote and what is its own, from `smaps_rollup`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sharing: Option<MemorySharing>,
+    /// Sessions whose primary this instance is.
+    #[serde(default)]
+    pub sessions: u32,
+}
+
+/// How much of a process's memory is shared: RSS counts shared pages in full, PSS divides them
+/// among the processes that map them, and USS counts only the process's private pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemorySharing {
+    pub rss_bytes: u64,
+    pub pss_bytes: u64,
+    pub uss_bytes: u64,
+}
+
+impl MemorySharing {
+    /// Reads `/proc/PID/smaps_rollup`.
+    pub fn of(pid: u32) -> Option<Self> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+        let field = |name: &str| -> u64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                .unwrap_or(0)
+                * 1024
+        };
+        Some(Self {
+            rss_bytes: field("Rss:"),
+            pss_bytes: field("Pss:"),
+            uss_bytes: field("Private_Clean:") + field("Private_Dirty:"),
+        })
+    }
+}
+
+/// A function-specific snapshot kept by the node (today: a Python fork server).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SnapshotStatus {
+    pub function: String,
+    /// The id of the zygote's instance (its cgroup is `i<id>`), once there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<u64>,
+    pub revision: u64,
+    pub kind: String,
+    /// `building`, `ready` or `failed`.
+    pub state: String,
+    pub memory_bytes: u64,
+    pub forks: u64,
+    pub build_ms: f64,
+    pub idle_s: f64,
+    /// The fork server's host pid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// A fork server's spare fork (made ahead of demand): its instance id, and whether it is
+    /// ready or still being forked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spare: Option<u64>,
+    #[serde(default)]
+    pub spare_ready: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeStatus {
+    pub instances: Vec<InstanceStatus>,
+    #[serde(default)]
+    pub snapshots: Vec<SnapshotStatus>,
+    pub memory_budget_mb: u64,
+    pub memory_reserved_mb: u64,
+    /// Disk used by snapshots kept across restarts (compiled and pre-initialised wasm modules).
+    #[serde(default)]
+    pub snapshot_disk_bytes: u64,
+    pub cgroup_version: String,
+    pub runtimes: Vec<String>,
+}
+
+impl Inner {
+    /// What the node runs and keeps: instances, snapshots, memory.
+    pub(super) fn status(&self) -> NodeStatus {
+        // Outside the state lock: this reads the cache directory.
+        let (wasm_snapshots, snapshot_disk_bytes) = match &self.ctx.wasm {
+            Some(host) => (host.status(), host.disk_usage_bytes()),
+            None => (Vec::new(), 0),
+        };
+        let state = self.state();
+        let now = Instant::now();
+        let mut instances: Vec<InstanceStatus> = state
+            .live
+            .iter()
+            .map(|(id, live)| InstanceStatus {
+                id: *id,
+                function: live.function.clone(),
+                revision: live.revision,
+                state: live.state,
+                start_path: live.start_path,
+                age_s: now.duration_since(live.created).as_secs_f64(),
+                memory_limit_mb: live.memory_mb,
+                memory_used_bytes: live
+                    .cgroup
+                    .as_ref()
+                    .map(|c| c.memory_current())
+                    .unwrap_or(0),
+                pid: live.pid,
+                sharing: live.pid.and_then(MemorySharing::of),
+                sessions: live.sessions,
+            })
+            .collect();
+        let mut snapshots: Vec<SnapshotStatus> = state
+            .zygotes
+            .iter()
+            .map(|(function, slot)| {
+                let mut status = SnapshotStatus {
+                    function: function.clone(),
+                    revision: slot.revision(),
+                    kind: "fork-server".into(),
+                    state: "building".into(),
+                    memory_bytes: 0,
+                    forks: 0,
+                    build_ms: 0.0,
+                    idle_s: 0.0,
+                    id: None,
+                    pid: None,
+                    spare: None,
+                    spare_ready: false,
+                    error: None,
+                };
+                match slot {
+                    SnapshotSlot::Building { id, .. } => status.id = Some(*id),
+                    SnapshotSlot::Ready(z) => {
+                        status.state = "ready".into();
+                        status.memory_bytes = z.memory_bytes();
+                        status.forks = z.forks();
+                        status.build_ms = z.build_time.as_secs_f64() * 1000.0;
+                        status.idle_s = now.duration_since(z.last_used()).as_secs_f64();
+                        status.pid = z.pid;
+                        status.id = Some(z.id);
+                        if let Some(spare) = state.spares.get(function) {
+                            status.spare = Some(spare.id());
+                            status.spare_ready = matches!(spare, spare::Spare::Ready(_));
+                        }
+                    }
+                    SnapshotSlot::Standby(i, build_time) => {
+                        status.kind = "standby".into();
+                        status.state = "ready".into();
+                        status.memory_bytes = i.cgroup.memory_current();
+                        status.build_ms = build_time.as_secs_f64() * 1000.0;
+                        status.idle_s = now.duration_since(i.last_used).as_secs_f64();
+                        status.id = Some(i.id);
+                    }
+                    SnapshotSlot::Failed { error, .. } => {
+                        status.state = "failed".into();
+                        status.error = Some(error.clone());
+                    }
+                }
+                status
+            })
+            .collect();
+        for (runtime, pool) in &state.warm {
+            let standby = |state: &str| SnapshotStatus {
+                function: runtime.clone(),
+                id: None,
+                revision: 0,
+                kind: "runtime-standby".into(),
+                state: state.into(),
+                memory_bytes: 0,
+                forks: pool.taken,
+                build_ms: 0.0,
+                idle_s: 0.0,
+                pid: None,
+                spare: None,
+                spare_ready: false,
+                error: None,
+            };
+            for id in &pool.starting {
+                snapshots.push(SnapshotStatus {
+                    id: Some(*id),
+                    ..standby("building")
+                });
+            }
+            for instance in &pool.ready {
+                snapshots.push(SnapshotStatus {
+                    id: Some(instance.id),
+                    memory_bytes: instance.cgroup.memory_current(),
+                    build_ms: instance.init_duration.as_secs_f64() * 1000.0,
+                    idle_s: now.duration_since(instance.created).as_secs_f64(),
+                    ..standby("ready")
+                });
+            }
+            if let (true, Some(error)) = (pool.ready.is_empty(), &pool.last_error) {
+                snapshots.push(SnapshotStatus {
+                    error: Some(error.clone()),
+                    ..standby("failed")
+                });
+            }
+        }
+        snapshots.extend(wasm_snapshots);
+        snapshots.sort_by(|a, b| a.function.cmp(&b.function));
+        instances.sort_by(|a, b| a.function.cmp(&b.function).then(a.id.cmp(&b.id)));
+        NodeStatus {
+            instances,
+            snapshots,
+            memory_budget_mb: self.config.memory_budget_mb,
+            memory_reserved_mb: state.memory_reserved_mb,
+            snapshot_disk_bytes,
+            cgroup_version: self.ctx.cgroups.version().to_string(),
+            runtimes: self.ctx.runtimes.names(),
+        }
+    }
+}
