@@ -104,38 +104,39 @@ def test_the_cache_is_announced_and_on_by_default_over_a_remote(front, remote):
     assert metric(front, "capacity_bytes") == 512 * 1024 * KiB
 
 
-def test_capacity_follows_the_memory_that_sized_instances_lend(remote):
+def start_lending(remote, name):
+    """A kiln whose cache is sized by what instances lend (50 MB of slack), and a 512 MB memory hog `name` whose
+    model has matured: its one idle instance lends 512 MB less its predicted limit to the cache."""
     front = start_front(remote, "--prediction-min-samples", "20", "--object-cache-slack-mb", "50",
                         sizing="lent")
     try:
-        assert any("object cache of up to 512 MiB, lent by instances" in line for line in front.output)
-        assert metric(front, "capacity_bytes") == 0
-        name = "oc-hog"
+        assert metric(front, "capacity_bytes") == 0, "no instance lends anything yet"
         front.deploy(name, PYTHON_RUNTIME, "app.handler", code="memory_hog", MemorySize=512, Timeout=30)
         limit = None
         for _ in range(30):
             (limit, _), _ = invoke_hog(front, name, 16)
         assert limit is not None and limit < 512, "the model matured and sized the invocations"
-        # One idle instance at its predicted limit lends 512 - limit MB; 50 MB stay as slack.
         lent = (512 - limit - 50) * 1024 * KiB
         wait_until(lambda: metric(front, "capacity_bytes") == lent, 10, "the cache to grow")
+        return front
+    except BaseException:
+        front.cleanup()
+        raise
+
+
+def test_capacity_follows_the_memory_that_sized_instances_lend(remote):
+    front = start_lending(remote, "oc-hog")
+    try:
+        assert any("object cache of up to 512 MiB, lent by instances" in line for line in front.output)
         assert metric(front, "resize_seconds_count") >= 1
     finally:
         front.cleanup()
 
 
 def test_a_raised_limit_takes_its_memory_back_from_the_cache_first(remote):
-    front = start_front(remote, "--prediction-min-samples", "20", "--object-cache-slack-mb", "50",
-                        sizing="lent")
+    name = "oc-raise"
+    front = start_lending(remote, name)
     try:
-        name = "oc-raise"
-        front.deploy(name, PYTHON_RUNTIME, "app.handler", code="memory_hog", MemorySize=512, Timeout=30)
-        limit = None
-        for _ in range(30):
-            (limit, _), _ = invoke_hog(front, name, 16)
-        assert limit is not None and limit < 512, "the model matured and sized the invocations"
-        lent = (512 - limit - 50) * 1024 * KiB
-        wait_until(lambda: metric(front, "capacity_bytes") == lent, 10, "the cache to grow")
         # Objects in the cache, written back (so evictable): the memory the instance lent holds data.
         s3 = s3_client(front)
         bucket = f"c-{uuid.uuid4().hex[:12]}"
