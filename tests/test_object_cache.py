@@ -19,7 +19,7 @@ import zlib
 import botocore.exceptions
 import pytest
 
-from kiln_harness import PYTHON_RUNTIME, Kiln
+from kiln_harness import PYTHON_RUNTIME, Kiln, node_status
 from test_memory_prediction import invoke as invoke_hog
 from s3_harness import StoreOnlyKiln, WanLink, s3_client, wait_until
 
@@ -432,6 +432,7 @@ def handler(event, context):
     end = time.perf_counter() + event["spin_ms"] / 1000
     while time.perf_counter() < end:
         pass
+    time.sleep(event.get("after_ms", 0) / 1000)
     return {"bytes": len(body)}
 """
 
@@ -501,13 +502,15 @@ def test_admission_follows_each_functions_cache_benefit(remote, tmp_path):
         front.cleanup()
 
 
-def test_admission_is_decided_per_invocation(remote, tmp_path):
+@pytest.mark.parametrize("prebake", ["off", "deploy"])
+def test_admission_is_decided_per_invocation(remote, tmp_path, prebake):
     """One function whose invocations differ: each invocation's objects follow its own benefit prediction, even while
-    another invocation of the function, predicted otherwise, runs beside it."""
+    another invocation of the function, predicted otherwise, runs beside it: in a sandbox of its own (no snapshot),
+    or as another fork of the same zygote, behind the same listener (told apart by the process that holds the
+    connection)."""
     front = start_front(remote)
     try:
-        # Without a snapshot, each instance has a sandbox of its own (forks of one zygote share theirs).
-        invoke = deploy_readers(front, remote, tmp_path, ["oc-mixed"], "--prebake", "off")
+        invoke = deploy_readers(front, remote, tmp_path, ["oc-mixed"], "--prebake", prebake)
 
         def read(key, spin_ms, **more):
             return invoke("oc-mixed", **{"key": key, "spin_ms": spin_ms, "delay_ms": 0, "reads": 1, **more})
@@ -517,21 +520,22 @@ def test_admission_is_decided_per_invocation(remote, tmp_path):
             read(f"o/{i}", 0)
             read(f"o/{i + 12}", 300)
         bypassed, misses = metric(front, "bypassed"), metric(front, "misses")
-        # A computing invocation waits, then reads its object twice; meanwhile a reading one runs in another instance,
-        # and is the function's latest decision when the first one reads.
-        slow = threading.Thread(target=read, args=("o/26", 300), kwargs={"delay_ms": 2500, "reads": 2})
+        # A computing invocation waits, then reads its object twice; meanwhile a reading one runs in another instance:
+        # it reads at once and stays in flight while the first one reads, and it is the function's latest decision.
+        slow = threading.Thread(target=read, args=("o/26", 300), kwargs={"delay_ms": 1200, "reads": 2})
         slow.start()
         time.sleep(0.3)
-        read("o/27", 0)
-        assert metric(front, "misses") == misses + 1, "the reading invocation's object is admitted"
+        read("o/27", 0, after_ms=2500)
         slow.join(timeout=60)
+        assert metric(front, "misses") == misses + 1, "the reading invocation's object is admitted"
         assert metric(front, "bypassed") == bypassed + 2, "the computing invocation's reads are not"
-        assert metric(front, "misses") == misses + 1
     finally:
         front.cleanup()
 
 
 STAGES = """
+import time
+
 import boto3
 
 s3 = boto3.client("s3")
@@ -541,6 +545,7 @@ def halve(event, context):
     data = s3.get_object(Bucket=event["bucket"], Key=event["key"])["Body"].read()
     if event.get("fail"):
         raise ValueError("stage one failed")
+    time.sleep(event.get("hold_s", 0))
     key = f"tmp/{event['id']}"
     s3.put_object(Bucket=event["bucket"], Key=key, Body=data[: len(data) // 2])
     return {"bucket": event["bucket"], "key": key, "id": event["id"]}
@@ -650,5 +655,42 @@ def test_sequences_run_as_events_and_nest(remote, tmp_path):
         with pytest.raises(lam.exceptions.ResourceNotFoundException) as e:
             lam.invoke(FunctionName="nested", Payload=b"{}")
         assert "halves" in str(e.value)
+    finally:
+        front.cleanup()
+
+
+def test_concurrent_runs_keep_their_own_intermediates(remote, tmp_path):
+    """Two runs of one sequence at once: their first stages are two forks of one zygote, behind one listener, and
+    each one's intermediate object is still its own run's, in memory only."""
+    front = start_front(remote)
+    try:
+        deploy_stages(front, tmp_path)
+        front.cli("sequence", "pipe", "seq-halve", "seq-finish")
+        bucket = f"c-{uuid.uuid4().hex[:12]}"
+        s3_client(front).create_bucket(Bucket=bucket)
+        remote.client().put_object(Bucket=bucket, Key="in/a", Body=b"abcdefgh" * 512)
+        lam = front.client(read_timeout=120)
+        lam.invoke(FunctionName="pipe", Payload=json.dumps({"bucket": bucket, "key": "in/a", "id": "warm"}))
+        ephemeral, writes = metric(front, "ephemeral_writes"), metric(front, "writes")
+        answers = {}
+
+        def run(run_id):
+            response = lam.invoke(FunctionName="pipe", Payload=json.dumps(
+                {"bucket": bucket, "key": "in/a", "id": run_id, "hold_s": 1.5}))
+            answers[run_id] = json.loads(response["Payload"].read())
+
+        threads = [threading.Thread(target=run, args=(r,)) for r in ("c1", "c2")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert answers == {r: {"out": f"out/{r}", "intermediate": f"tmp/{r}", "bytes": 2048} for r in ("c1", "c2")}
+        halves = [i for i in node_status(front)["instances"] if i["function"] == "seq-halve"]
+        assert len(halves) == 2 and all(i["start_path"] == "hot" for i in halves), halves
+        assert metric(front, "ephemeral_writes") == ephemeral + 2
+        assert metric(front, "writes") == writes + 2, "only the final outputs are written back"
+        for r in ("c1", "c2"):
+            wait_for_remote(remote, bucket, f"out/{r}", b"ABCDEFGH" * 256)
+            assert in_remote(remote, bucket, f"tmp/{r}") is None
     finally:
         front.cleanup()

@@ -270,50 +270,74 @@ pub struct InvocationTags {
 
 /// The tags of the invocations an instance (or the forks of one zygote, which share its
 /// sandbox and so its services) is serving, shared with its sandbox services, whose requests
-/// carry them. A request has a tag only when every invocation in flight has that same tag: with
-/// two invocations of different runs (or one with none) behind one listener, nobody's writes
-/// are treated as a sequence's, and they are simply durable; with two that disagree on
-/// admission, the function's latest decision holds.
+/// carry them. A request gets the tags every invocation in flight agrees on; where they
+/// disagree, those of the invocation whose process owns the request's connection, when the
+/// listener can tell (forks know their pid); else none: with two invocations of different runs
+/// (or one with none) behind one listener and no owner known, nobody's writes are treated as a
+/// sequence's, and they are simply durable; with two that disagree on admission, the
+/// function's latest decision holds.
 #[derive(Debug, Clone, Default)]
-pub struct InvocationSlot(Arc<std::sync::Mutex<Vec<InvocationTags>>>);
+pub struct InvocationSlot(Arc<std::sync::Mutex<Vec<InFlight>>>);
+
+/// An invocation in flight: its tags, and its process where kiln knows it (a fork's pid).
+type InFlight = (InvocationTags, Option<u32>);
 
 impl InvocationSlot {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<InvocationTags>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<InFlight>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// An invocation with `tags` begins.
-    pub fn enter(&self, tags: InvocationTags) {
-        self.lock().push(tags);
+    /// An invocation with `tags` begins, in process `pid` if kiln knows it.
+    pub fn enter(&self, tags: InvocationTags, pid: Option<u32>) {
+        self.lock().push((tags, pid));
     }
 
-    /// An invocation with `tags` ended.
-    pub fn leave(&self, tags: &InvocationTags) {
+    /// An invocation with `tags` in process `pid` ended.
+    pub fn leave(&self, tags: &InvocationTags, pid: Option<u32>) {
         let mut active = self.lock();
-        if let Some(i) = active.iter().position(|t| t == tags) {
+        if let Some(i) = active.iter().position(|(t, p)| t == tags && *p == pid) {
             active.swap_remove(i);
         }
     }
 
-    /// The storage tag the requests arriving now have.
-    pub fn get(&self) -> Option<StorageTag> {
-        self.agreed(|t| t.storage.clone())
-    }
-
-    /// Whether the requests arriving now have their objects admitted, if their invocations
-    /// were told.
-    pub fn admit(&self) -> Option<bool> {
-        self.agreed(|t| t.admit)
-    }
-
-    /// `field` of the invocations in flight, if every one has the same, and it is set.
-    fn agreed<T: PartialEq>(&self, field: impl Fn(&InvocationTags) -> Option<T>) -> Option<T> {
+    /// The tags of a request arriving now. Where the invocations in flight disagree, `owner`
+    /// is asked (once) which of their processes sent it.
+    pub fn tags_for(&self, owner: impl FnOnce(&[u32]) -> Option<u32>) -> InvocationTags {
         let active = self.lock();
-        let first = field(active.first()?)?;
-        active
-            .iter()
-            .all(|t| field(t).as_ref() == Some(&first))
-            .then_some(first)
+        let storage = agreed(&active, |t| t.storage.clone());
+        let admit = agreed(&active, |t| t.admit);
+        if storage.is_ok() && admit.is_ok() {
+            return InvocationTags {
+                storage: storage.unwrap_or_default(),
+                admit: admit.unwrap_or_default(),
+            };
+        }
+        let pids: Vec<u32> = active.iter().filter_map(|(_, pid)| *pid).collect();
+        let own = owner(&pids)
+            .and_then(|pid| active.iter().find(|(_, p)| *p == Some(pid)))
+            .map(|(tags, _)| tags.clone())
+            .unwrap_or_default();
+        InvocationTags {
+            storage: storage.unwrap_or(own.storage),
+            admit: admit.unwrap_or(own.admit),
+        }
+    }
+}
+
+/// `field` of the invocations in flight if every one has the same (`Ok(None)`: none in
+/// flight, or all without it); `Err` if they differ.
+fn agreed<T: PartialEq>(
+    active: &[InFlight],
+    field: impl Fn(&InvocationTags) -> Option<T>,
+) -> Result<Option<T>, ()> {
+    let Some((first, _)) = active.first() else {
+        return Ok(None);
+    };
+    let first = field(first);
+    if active.iter().all(|(t, _)| field(t) == first) {
+        Ok(first)
+    } else {
+        Err(())
     }
 }
 
@@ -321,33 +345,40 @@ impl InvocationSlot {
 mod slot_tests {
     use super::*;
 
-    #[test]
-    fn a_tag_holds_only_while_every_invocation_in_flight_has_it() {
-        let slot = InvocationSlot::default();
-        let tag = |run: &str| InvocationTags {
+    fn tag(run: &str) -> InvocationTags {
+        InvocationTags {
             storage: Some(StorageTag {
                 run: run.into(),
                 stage: Stage::Intermediate,
             }),
             admit: None,
-        };
+        }
+    }
+
+    fn nobody(_: &[u32]) -> Option<u32> {
+        None
+    }
+
+    #[test]
+    fn a_tag_holds_only_while_every_invocation_in_flight_has_it() {
+        let slot = InvocationSlot::default();
         let none = InvocationTags::default();
-        assert_eq!(slot.get(), None);
-        slot.enter(tag("a"));
-        assert_eq!(slot.get(), tag("a").storage);
-        slot.enter(none.clone());
+        assert_eq!(slot.tags_for(nobody), none);
+        slot.enter(tag("a"), None);
+        assert_eq!(slot.tags_for(nobody), tag("a"));
+        slot.enter(none.clone(), None);
         assert_eq!(
-            slot.get(),
-            None,
+            slot.tags_for(nobody),
+            none,
             "a request of the other invocation could be anyone's"
         );
-        slot.leave(&none);
-        slot.enter(tag("b"));
-        assert_eq!(slot.get(), None);
-        slot.leave(&tag("a"));
-        assert_eq!(slot.get(), tag("b").storage);
-        slot.leave(&tag("b"));
-        assert_eq!(slot.get(), None);
+        slot.leave(&none, None);
+        slot.enter(tag("b"), None);
+        assert_eq!(slot.tags_for(nobody), none);
+        slot.leave(&tag("a"), None);
+        assert_eq!(slot.tags_for(nobody), tag("b"));
+        slot.leave(&tag("b"), None);
+        assert_eq!(slot.tags_for(nobody), none);
     }
 
     #[test]
@@ -357,17 +388,49 @@ mod slot_tests {
             storage: None,
             admit: a,
         };
-        assert_eq!(slot.admit(), None);
-        slot.enter(admit(Some(false)));
-        assert_eq!(slot.admit(), Some(false));
-        slot.enter(admit(Some(false)));
-        assert_eq!(slot.admit(), Some(false));
-        slot.enter(admit(Some(true)));
-        assert_eq!(slot.admit(), None);
-        slot.leave(&admit(Some(false)));
-        slot.leave(&admit(Some(false)));
-        assert_eq!(slot.admit(), Some(true));
-        slot.enter(admit(None));
-        assert_eq!(slot.admit(), None);
+        let admits = |slot: &InvocationSlot| slot.tags_for(nobody).admit;
+        assert_eq!(admits(&slot), None);
+        slot.enter(admit(Some(false)), None);
+        assert_eq!(admits(&slot), Some(false));
+        slot.enter(admit(Some(false)), None);
+        assert_eq!(admits(&slot), Some(false));
+        slot.enter(admit(Some(true)), None);
+        assert_eq!(admits(&slot), None);
+        slot.leave(&admit(Some(false)), None);
+        slot.leave(&admit(Some(false)), None);
+        assert_eq!(admits(&slot), Some(true));
+        slot.enter(admit(None), None);
+        assert_eq!(admits(&slot), None);
+    }
+
+    #[test]
+    fn where_invocations_disagree_the_connections_owner_decides() {
+        let slot = InvocationSlot::default();
+        let both = |run: &str, admit: bool| InvocationTags {
+            admit: Some(admit),
+            ..tag(run)
+        };
+        slot.enter(both("a", true), Some(10));
+        slot.enter(both("b", true), Some(11));
+        // Asked only where they disagree, and given the processes in flight.
+        let mut asked = None;
+        let tags = slot.tags_for(|pids| {
+            asked = Some(pids.to_vec());
+            Some(11)
+        });
+        assert_eq!(tags, both("b", true));
+        assert_eq!(asked, Some(vec![10, 11]));
+        // An owner that is not in flight (a child process), or none known: nobody's.
+        assert_eq!(slot.tags_for(|_| Some(12)).storage, None);
+        assert_eq!(
+            slot.tags_for(nobody).admit,
+            Some(true),
+            "they agree on this"
+        );
+        slot.leave(&both("b", true), Some(11));
+        assert_eq!(
+            slot.tags_for(|_| panic!("nothing to decide")),
+            both("a", true)
+        );
     }
 }

@@ -639,7 +639,7 @@ impl Instance {
         );
         let memory_limit_mb = self.limit_mb;
         let tags = request.tags();
-        self.invocation_slot.enter(tags.clone());
+        self.invocation_slot.enter(tags.clone(), self.pid());
         let monitor = memory_limit_mb.map(|limit| {
             super::resize::Monitor::start(self.cgroup.clone(), limit, booked, before_raise)
         });
@@ -768,7 +768,7 @@ impl Instance {
             }
             None => (body, function_error),
         };
-        self.invocation_slot.leave(&tags);
+        self.invocation_slot.leave(&tags, self.pid());
         Invocation {
             body,
             function_error,

@@ -143,8 +143,9 @@ pub fn serve_on(
     serve_tagged(listener, store, scope, None)
 }
 
-/// [`serve_on`] for one sandbox: its requests carry `slot` (the storage tag of the invocation
-/// in flight) in their extensions, where the object cache finds it.
+/// [`serve_on`] for one sandbox: its requests carry the tags of the invocation in flight that
+/// sent them (from `slot`: its sequence stage, its admission) in their extensions, where the
+/// object cache finds them.
 pub(crate) fn serve_tagged(
     listener: std::net::TcpListener,
     store: &ObjectStore,
@@ -163,8 +164,8 @@ pub(crate) fn serve_tagged(
                 accepted = listener.accept() => accepted,
                 _ = stopped.changed() => break,
             };
-            let tcp = match accepted {
-                Ok((tcp, _)) => tcp,
+            let (tcp, peer) = match accepted {
+                Ok(accepted) => accepted,
                 Err(e) => {
                     // Out of file descriptors, most likely: back off instead of spinning.
                     tracing::warn!("object store: accept failed: {e}");
@@ -176,10 +177,19 @@ pub(crate) fn serve_tagged(
             let service = service.clone();
             let scope = scope.clone();
             let slot = slot.clone();
+            // The process that holds the connection's other end, once known.
+            let owner = Arc::new(std::sync::Mutex::new(None::<u32>));
             let handler = service_fn(move |mut req: hyper::Request<Incoming>| {
                 req.extensions_mut().insert(scope.clone());
                 if let Some(slot) = &slot {
-                    req.extensions_mut().insert(slot.clone());
+                    let tags = slot.tags_for(|pids| {
+                        let mut known = owner.lock().unwrap_or_else(|p| p.into_inner());
+                        if known.is_none() {
+                            *known = super::peer::owner(peer, local_addr, pids);
+                        }
+                        *known
+                    });
+                    req.extensions_mut().insert(tags);
                 }
                 let service = service.clone();
                 let expects_continue = req

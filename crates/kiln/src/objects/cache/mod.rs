@@ -54,7 +54,7 @@ use super::local::{
     incomplete_body, internal, now_ms, object_attrs, set_checksums, timestamp,
 };
 use super::ObjectStoreError;
-use crate::function::{InvocationSlot, Stage, StorageTag};
+use crate::function::{InvocationTags, Stage, StorageTag};
 
 /// The user-metadata key that carries a version in the backing store. Reserved: it is not
 /// accepted from clients nor shown to them through kiln.
@@ -754,9 +754,7 @@ fn function_of<T>(req: &S3Request<T>) -> Option<String> {
 
 /// The admission decision that the invocation behind a sandbox's request carries, if any.
 fn invocation_admits<T>(req: &S3Request<T>) -> Option<bool> {
-    req.extensions
-        .get::<InvocationSlot>()
-        .and_then(InvocationSlot::admit)
+    req.extensions.get::<InvocationTags>()?.admit
 }
 
 fn is_not_found(e: &S3Error) -> bool {

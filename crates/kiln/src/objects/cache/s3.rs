@@ -334,8 +334,8 @@ impl CachedStore {
         cache.require_bucket(&key.bucket).await?;
         let tag = req
             .extensions
-            .get::<InvocationSlot>()
-            .and_then(InvocationSlot::get);
+            .get::<InvocationTags>()
+            .and_then(|t| t.storage.clone());
         let S3Request {
             input,
             headers,
