@@ -47,6 +47,8 @@ pub struct Metrics {
     pub async_queue_depth: Gauge,
     pub sized_invocations: Family<FunctionLabels, Counter>,
     pub prediction_retries: Family<FunctionLabels, Counter>,
+    /// Writes of an invocation's memory limit to its cgroup, on the request's path.
+    pub memory_limit_writes: Histogram,
     instances: Family<StateLabels, Gauge>,
     memory: Family<KindLabels, Gauge>,
     snapshots: Family<KindLabels, Gauge>,
@@ -68,6 +70,8 @@ impl Default for Metrics {
         let async_queue_depth = Gauge::default();
         let sized_invocations = Family::<FunctionLabels, Counter>::default();
         let prediction_retries = Family::<FunctionLabels, Counter>::default();
+        // 1 µs to ~1 s.
+        let memory_limit_writes = Histogram::new(exponential_buckets(0.000_001, 2.5, 16));
         let instances = Family::<StateLabels, Gauge>::default();
         let memory = Family::<KindLabels, Gauge>::default();
         let snapshots = Family::<KindLabels, Gauge>::default();
@@ -118,6 +122,11 @@ impl Default for Metrics {
             prediction_retries.clone(),
         );
         registry.register(
+            "memory_limit_write_seconds",
+            "Time to write an invocation's memory limit to its cgroup, when it changed",
+            memory_limit_writes.clone(),
+        );
+        registry.register(
             "instances",
             "Instances by function and state",
             instances.clone(),
@@ -148,6 +157,7 @@ impl Default for Metrics {
             async_queue_depth,
             sized_invocations,
             prediction_retries,
+            memory_limit_writes,
             instances,
             memory,
             snapshots,

@@ -139,6 +139,8 @@ pub struct Invocation {
     /// monitor raised it back to the booked size meanwhile.
     pub memory_limit_mb: Option<u32>,
     pub limit_raised: bool,
+    /// How long writing the invocation's memory limit to the cgroup took, if it changed.
+    pub limit_write: Option<Duration>,
 }
 
 /// The process an instance runs in.
@@ -631,7 +633,7 @@ impl Instance {
         // for no more than the peak-memory reset and read.
         let oom_before = self.oom_kills_seen;
         let booked = self.spec.memory_mb;
-        super::resize::apply(
+        let limit_write = super::resize::apply(
             &self.cgroup,
             &mut self.limit_mb,
             request.memory_limit_mb,
@@ -780,6 +782,7 @@ impl Instance {
             out_of_memory,
             memory_limit_mb,
             limit_raised,
+            limit_write,
         }
     }
 

@@ -126,6 +126,9 @@ pub struct InvokeOutcome {
     /// The predicted limit the invocation ran at to its end (None: MemorySize, also when the
     /// monitor raised it on the way).
     pub memory_limit_mb: Option<u32>,
+    /// How long writing the invocation's memory limit to its cgroup took, when it changed
+    /// (per-invocation sizing on the request's path).
+    pub limit_write: Option<Duration>,
 }
 
 /// Why the agent did not run an invocation.
@@ -823,6 +826,7 @@ impl Inner {
                             max_memory_mb: 0,
                             out_of_memory: false,
                             memory_limit_mb: None,
+                            limit_write: None,
                         });
                     }
                 },
@@ -896,6 +900,7 @@ impl Inner {
             memory_limit_mb: invocation
                 .memory_limit_mb
                 .filter(|_| !invocation.limit_raised),
+            limit_write: invocation.limit_write,
         })
     }
 }

@@ -17,12 +17,19 @@ const MONITOR_PERIOD: Duration = Duration::from_millis(50);
 
 /// Sets `cgroup`'s limit for an invocation that asked for `requested` MB (if below `booked`),
 /// where `current` is the predicted limit the instance has now (`None`: booked). A limit the
-/// kernel refuses (the instance already uses more) leaves the booked size.
-pub fn apply(cgroup: &Cgroup, current: &mut Option<u32>, requested: Option<u32>, booked: u32) {
+/// kernel refuses (the instance already uses more) leaves the booked size. Returns how long
+/// the writes took, if the limit had to change.
+pub fn apply(
+    cgroup: &Cgroup,
+    current: &mut Option<u32>,
+    requested: Option<u32>,
+    booked: u32,
+) -> Option<Duration> {
     let wanted = requested.filter(|&mb| mb < booked);
     if wanted == *current {
-        return;
+        return None;
     }
+    let started = std::time::Instant::now();
     let bytes = u64::from(wanted.unwrap_or(booked)) * MIB;
     match cgroup.set_memory_limit(bytes) {
         Ok(()) => *current = wanted,
@@ -33,6 +40,7 @@ pub fn apply(cgroup: &Cgroup, current: &mut Option<u32>, requested: Option<u32>,
             }
         }
     }
+    Some(started.elapsed())
 }
 
 /// Called before a monitor raises a limit: the node takes the memory back from what it lent

@@ -465,6 +465,7 @@ impl Inner {
                     max_memory_mb: 0,
                     out_of_memory: false,
                     memory_limit_mb: None,
+                    limit_write: None,
                 });
             }
         };
@@ -572,6 +573,7 @@ impl Inner {
                 .as_ref()
                 .is_some_and(|e| e.error_type == "Runtime.OutOfMemory"),
             memory_limit_mb,
+            limit_write: None,
         })
     }
 }

@@ -953,6 +953,9 @@ impl Controller {
             if request.memory_limit_mb.is_some() {
                 self.metrics.sized_invocations.get_or_create(&labels).inc();
             }
+            if let Some(write) = outcome.limit_write {
+                self.metrics.memory_limit_writes.observe(write.as_secs_f64());
+            }
             if outcome.out_of_memory && request.memory_limit_mb.is_some() {
                 tracing::info!(
                     function = %spec.function,

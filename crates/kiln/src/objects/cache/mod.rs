@@ -168,8 +168,9 @@ pub struct CacheMetrics {
     pub shadows: Counter,
     pub shadow_errors: Counter,
     pub evictions: Counter,
-    /// Times the capacity fell at once because instances took back memory they had lent.
-    pub reclaims: Counter,
+    /// Capacity changes made at once because instances took back memory they had lent, and
+    /// their time (evictions included).
+    pub reclaim_seconds: Histogram,
     pub bytes: Gauge,
     pub dirty_bytes: Gauge,
     pub capacity_bytes: Gauge,
@@ -193,7 +194,8 @@ impl Default for CacheMetrics {
             shadows: Counter::default(),
             shadow_errors: Counter::default(),
             evictions: Counter::default(),
-            reclaims: Counter::default(),
+            // 1 µs to ~1 s.
+            reclaim_seconds: Histogram::new(exponential_buckets(0.000_001, 2.5, 16)),
             bytes: Gauge::default(),
             dirty_bytes: Gauge::default(),
             capacity_bytes: Gauge::default(),
@@ -219,7 +221,6 @@ impl CacheMetrics {
             ("object_cache_shadows", "Shadow placeholders written to the backing store before acknowledging a cached write", &self.shadows),
             ("object_cache_shadow_errors", "Shadow placeholders that could not be written (the write was acknowledged all the same)", &self.shadow_errors),
             ("object_cache_evictions", "Objects evicted from the object cache", &self.evictions),
-            ("object_cache_reclaims", "Times the object cache's capacity fell at once because instances took back memory they had lent it", &self.reclaims),
         ];
         for (name, help, counter) in counters {
             registry.register(name, help, counter.clone());
@@ -243,6 +244,11 @@ impl CacheMetrics {
             "object_cache_writeback_seconds",
             "Time from acknowledging a write to its version being in the backing store",
             self.writeback_seconds.clone(),
+        );
+        registry.register(
+            "object_cache_reclaim_seconds",
+            "Time the object cache took to give back memory at once because instances reserved more of their bookings (evictions included)",
+            self.reclaim_seconds.clone(),
         );
         registry.register(
             "object_cache_resize_seconds",
@@ -484,8 +490,11 @@ impl ObjectCache {
     /// (the next sizing tick may raise it again).
     pub fn give_back(&self, bound: u64) {
         if bound < self.usage().capacity {
+            let started = Instant::now();
             self.set_capacity(bound);
-            self.metrics.reclaims.inc();
+            self.metrics
+                .reclaim_seconds
+                .observe(started.elapsed().as_secs_f64());
         }
     }
 
