@@ -146,7 +146,7 @@ def test_a_raised_limit_takes_its_memory_back_from_the_cache_first(remote):
             s3.put_object(Bucket=bucket, Key=key, Body=body)
         wait_until(lambda: metric(front, "dirty_bytes") == 0, 30, "the objects written back")
         assert metric(front, "bytes") >= 4 * 1024 * KiB
-        reclaims = metric(front, "reclaim_seconds_count")
+        reclaims, evictions = metric(front, "reclaim_seconds_count"), metric(front, "evictions")
         # An invocation that grows slowly past its predicted limit: the monitor raises it to the
         # booking, and the cache gives the memory back on the spot, not at the next sizing tick.
         (limit_now, raised), used = invoke_hog(front, name, 96, pace_s=0.2)
@@ -156,6 +156,7 @@ def test_a_raised_limit_takes_its_memory_back_from_the_cache_first(remote):
         # The one instance now reserves its booking: nothing is left to lend, and nothing is cached.
         assert metric(front, "capacity_bytes") == 0
         assert metric(front, "bytes") == 0
+        assert metric(front, "evictions") == evictions + len(bodies)
         for key, body in bodies.items():
             assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == body
     finally:

@@ -144,6 +144,8 @@ pub struct Entries {
     changed: HashMap<ObjectKey, u64>,
     /// Counts accesses: an entry's `seq`.
     clock: u64,
+    /// Entries evicted since [`Entries::drain_evicted`] last asked.
+    evicted: u64,
     /// The entries that may be evicted (not pinned), in eviction order: persisted outputs
     /// before inputs, each least recently used first. Eviction takes from the front, so its
     /// cost follows what it evicts, not the table's size.
@@ -162,6 +164,7 @@ impl Entries {
             misses_in_flight: 0,
             changed: HashMap::new(),
             clock: 0,
+            evicted: 0,
             evictable: BTreeMap::new(),
         }
     }
@@ -500,8 +503,14 @@ impl Entries {
         self.bytes + size <= self.capacity
     }
 
+    /// How many entries were evicted (to fit, or by the sweep) since the last call.
+    pub fn drain_evicted(&mut self) -> u64 {
+        std::mem::take(&mut self.evicted)
+    }
+
     fn remove_clean(&mut self, key: &ObjectKey) {
         if self.take(key).is_some() {
+            self.evicted += 1;
             self.generation += 1;
             self.note_change(key);
         }

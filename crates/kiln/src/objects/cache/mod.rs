@@ -508,13 +508,16 @@ impl ObjectCache {
     /// One periodic sweep (OFC §6.3); returns how many objects went.
     pub fn sweep(&self) -> usize {
         let evicted = self.entries().sweep(&self.config.sweep, Instant::now());
-        self.metrics.evictions.inc_by(evicted as u64);
         self.refresh_gauges();
         evicted
     }
 
     fn refresh_gauges(&self) {
-        let usage = self.usage();
+        let (usage, evicted) = {
+            let mut entries = self.entries();
+            (entries.usage(), entries.drain_evicted())
+        };
+        self.metrics.evictions.inc_by(evicted);
         self.metrics.bytes.set(usage.bytes as i64);
         self.metrics.dirty_bytes.set(usage.dirty_bytes as i64);
     }
