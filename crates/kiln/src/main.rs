@@ -146,6 +146,10 @@ struct S3Args {
     /// The slack pool the lent sizing starts with, in MiB; it then follows the churn.
     #[arg(long, default_value_t = 100)]
     object_cache_slack_mb: u64,
+    /// The window over which the lent sizing measures the churn of lendable memory; every two
+    /// windows the slack pool becomes the larger churn. 0 keeps --object-cache-slack-mb.
+    #[arg(long, default_value_t = 60)]
+    object_cache_slack_window_secs: u64,
     /// Which objects are cached: those of functions whose cache-benefit model says it pays
     /// (benefit), or every one (all).
     #[arg(long, value_enum, default_value = "benefit")]
@@ -198,6 +202,7 @@ impl S3Args {
                 self.object_cache_sizing
             },
             cache_slack_bytes: self.object_cache_slack_mb.saturating_mul(1024 * 1024),
+            cache_slack_window: Duration::from_secs(self.object_cache_slack_window_secs),
             cache_config: kiln::objects::cache::CacheConfig {
                 capacity_bytes: self.object_cache_mb.saturating_mul(1024 * 1024),
                 max_object_bytes: self.object_cache_max_object_kb.saturating_mul(1024),

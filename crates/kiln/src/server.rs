@@ -168,12 +168,14 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     if let (Some(cache), objects::CacheSizing::Lent) =
         (s3.store.cache(), config.objects.cache_sizing)
     {
-        size_object_cache(
-            cache.clone(),
-            agent.clone(),
+        let mut sizing = objects::cache::sizing::SizingConfig::new(
             config.objects.cache_config.capacity_bytes,
             config.objects.cache_slack_bytes,
         );
+        sizing.window_ticks = (config.objects.cache_slack_window.as_secs_f64()
+            / sizing.tick.as_secs_f64())
+        .ceil() as usize;
+        size_object_cache(cache.clone(), agent.clone(), sizing);
     }
     let controller = Controller::open(
         ControllerConfig {
@@ -257,11 +259,9 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
 fn size_object_cache(
     cache: Arc<objects::cache::ObjectCache>,
     agent: Arc<dyn NodeAgent>,
-    max_bytes: u64,
-    slack_bytes: u64,
+    config: objects::cache::sizing::SizingConfig,
 ) {
-    use objects::cache::sizing::{Sizing, SizingConfig};
-    let config = SizingConfig::new(max_bytes, slack_bytes);
+    use objects::cache::sizing::Sizing;
     let sizing = Arc::new(Mutex::new(Sizing::new(config)));
     let weak = Arc::downgrade(&cache);
     drop(cache);

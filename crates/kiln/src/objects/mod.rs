@@ -286,6 +286,8 @@ pub struct ObjectsSettings {
     pub cache_sizing: CacheSizing,
     /// The slack pool the lent sizing starts with, in bytes.
     pub cache_slack_bytes: u64,
+    /// The churn window of the slack's estimate; zero keeps the slack as configured.
+    pub cache_slack_window: std::time::Duration,
 }
 
 /// An opened store and its bound (not yet served) listener.

@@ -18,7 +18,7 @@ pub struct SizingConfig {
     pub initial_slack_bytes: u64,
     /// How often the lendable memory is sampled and the capacity set.
     pub tick: Duration,
-    /// Churn is measured over windows of this many ticks.
+    /// Churn is measured over windows of this many ticks; 0: the slack stays as configured.
     pub window_ticks: usize,
 }
 
@@ -60,10 +60,13 @@ impl Sizing {
 
     /// One sample of the lendable memory; returns the capacity the cache should have.
     pub fn tick(&mut self, lendable: u64) -> u64 {
+        if self.config.window_ticks == 0 {
+            return self.bound(lendable);
+        }
         let (lo, hi) = self.current.unwrap_or((lendable, lendable));
         self.current = Some((lo.min(lendable), hi.max(lendable)));
         self.ticks_in_window += 1;
-        if self.ticks_in_window >= self.config.window_ticks.max(1) {
+        if self.ticks_in_window >= self.config.window_ticks {
             if let Some(window) = self.current.take() {
                 self.windows.push_back(window);
             }
@@ -113,6 +116,19 @@ mod tests {
         assert_eq!(s.tick(400 * MB), 300 * MB);
         let mut big = sizing();
         assert_eq!(big.tick(5000 * MB), 1000 * MB);
+    }
+
+    #[test]
+    fn a_window_of_zero_keeps_the_configured_slack() {
+        let mut s = Sizing::new(SizingConfig {
+            window_ticks: 0,
+            ..sizing().config
+        });
+        for lendable in [400, 0, 400, 0, 400, 0, 400] {
+            s.tick(lendable * MB);
+        }
+        assert_eq!(s.slack(), 100 * MB);
+        assert_eq!(s.tick(400 * MB), 300 * MB);
     }
 
     #[test]
