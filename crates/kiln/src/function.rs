@@ -313,9 +313,17 @@ impl InvocationSlot {
             };
         }
         let pids: Vec<u32> = active.iter().filter_map(|(_, pid)| *pid).collect();
+        // The owner is looked up in /proc without the lock, which invocations take to begin
+        // and end.
+        drop(active);
         let own = owner(&pids)
-            .and_then(|pid| active.iter().find(|(_, p)| *p == Some(pid)))
-            .map(|(tags, _)| tags.clone())
+            .and_then(|pid| {
+                let active = self.lock();
+                active
+                    .iter()
+                    .find(|(_, p)| *p == Some(pid))
+                    .map(|(tags, _)| tags.clone())
+            })
             .unwrap_or_default();
         InvocationTags {
             storage: storage.unwrap_or(own.storage),

@@ -699,7 +699,10 @@ impl Instance {
                 _ => true,
             };
         self.invocations += 1;
-        let limit_raised = monitor.is_some_and(super::resize::Monitor::finish);
+        let limit_raised = match monitor {
+            Some(monitor) => monitor.finish().await,
+            None => false,
+        };
         if limit_raised {
             self.limit_mb = None;
         }

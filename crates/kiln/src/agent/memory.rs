@@ -6,8 +6,6 @@
 //! instance takes memory back (a warm instance given a request predicted higher, a new
 //! instance, or the monitor raising a limit mid-invocation), the lender gives it back first.
 
-use std::sync::Arc;
-
 use super::{forget, Inner, Instance, LiveInstance, State};
 
 /// Memory lent out of instances' bookings. The node asks for it back whenever instances
@@ -82,14 +80,14 @@ impl Inner {
         }
     }
 
-    /// After instances reserved more of the budget: the lender gives back what it holds beyond
-    /// what is left to lend, off the caller's path.
+    /// After an acquisition reserved its instance's limit, before the limit is written: the
+    /// lender gives back what it holds beyond what is left to lend. With nothing to give back
+    /// that is a comparison; evicting costs what it evicts (bench/results/ofc-scaling.md).
     pub(super) fn reclaim_lent(&self) {
         let Some(lender) = self.lender.get() else {
             return;
         };
         let lendable = lendable_mb(&self.state(), self.config.memory_budget_mb);
-        let lender: Arc<dyn MemoryLender> = lender.clone();
-        tokio::spawn(async move { lender.reclaim(lendable) });
+        lender.reclaim(lendable);
     }
 }

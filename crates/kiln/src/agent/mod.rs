@@ -725,7 +725,6 @@ impl Inner {
         }
     }
 
-    /// Lets a snapshot go: a standby instance is destroyed, a zygote goes with its last fork.
     /// The session `id` of `spec`'s function, its log opened and replayed if it was not open.
     async fn open_session(
         &self,

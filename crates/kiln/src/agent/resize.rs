@@ -83,9 +83,11 @@ impl Monitor {
         Monitor { raised, task }
     }
 
-    /// Stops watching; true if the limit was raised meanwhile.
-    pub fn finish(self) -> bool {
+    /// Stops watching; true if the limit was raised meanwhile. A raise under way (it has no
+    /// await point) completes before this returns, so nothing is raised or reserved after it.
+    pub async fn finish(self) -> bool {
         self.task.abort();
+        let _ = self.task.await;
         self.raised.load(Ordering::Relaxed)
     }
 }

@@ -55,6 +55,7 @@ impl SnapshotSlot {
 }
 
 impl Inner {
+    /// Lets a snapshot go: a standby instance is destroyed, a zygote goes with its last fork.
     pub(super) fn discard(&self, slot: SnapshotSlot) {
         match slot {
             SnapshotSlot::Standby(instance, _) => self.destroy_later(*instance),

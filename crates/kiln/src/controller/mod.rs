@@ -954,7 +954,9 @@ impl Controller {
                 self.metrics.sized_invocations.get_or_create(&labels).inc();
             }
             if let Some(write) = outcome.limit_write {
-                self.metrics.memory_limit_writes.observe(write.as_secs_f64());
+                self.metrics
+                    .memory_limit_writes
+                    .observe(write.as_secs_f64());
             }
             if outcome.out_of_memory && request.memory_limit_mb.is_some() {
                 tracing::info!(

@@ -282,11 +282,15 @@ impl Registry {
         Ok(())
     }
 
+    /// Deletes a sequence and its queued events (a function of the same name created later
+    /// must not run them).
     pub fn delete_sequence(&self, name: &str) -> Result<bool, RegistryError> {
-        Ok(self
-            .db()
-            .execute("DELETE FROM sequences WHERE name = ?1", [name])?
-            == 1)
+        let mut db = self.db();
+        let tx = db.transaction()?;
+        let deleted = tx.execute("DELETE FROM sequences WHERE name = ?1", [name])? == 1;
+        tx.execute("DELETE FROM async_queue WHERE function = ?1", [name])?;
+        tx.commit()?;
+        Ok(deleted)
     }
 
     pub fn sequences(&self) -> Result<Vec<super::sequences::Sequence>, RegistryError> {
@@ -685,5 +689,24 @@ mod tests {
         // The limit holds across functions, oldest first.
         let due = reg.due_events_capped(1, &[], &|_| 100).unwrap();
         assert_eq!(due.iter().map(|e| e.id).collect::<Vec<_>>(), vec![slow[0]]);
+    }
+
+    #[test]
+    fn a_deleted_sequence_takes_its_queued_events_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = Registry::open(&dir.path().join("kiln.db")).unwrap();
+        reg.put_sequence("pipe", &["a".into(), "b".into()], &Utc::now())
+            .unwrap();
+        reg.enqueue("r1", "pipe", b"{}").unwrap();
+        reg.enqueue("r2", "other", b"{}").unwrap();
+        assert_eq!(reg.queue_depth().unwrap(), 2);
+        assert!(reg.delete_sequence("pipe").unwrap());
+        assert_eq!(
+            reg.queue_depth().unwrap(),
+            1,
+            "the other function's event stays"
+        );
+        assert!(reg.sequences().unwrap().is_empty());
+        assert!(!reg.delete_sequence("pipe").unwrap());
     }
 }

@@ -181,7 +181,7 @@ impl Controller {
         client_context: Option<String>,
     ) -> Result<Ran, ControllerError> {
         let functions = self.stages_of(&sequence.name, &sequence.functions)?;
-        let last = functions.len() - 1;
+        let last = functions.len().saturating_sub(1);
         let mut answer = None;
         for (i, name) in functions.iter().enumerate() {
             let entry = self.entry(name)?;

@@ -152,30 +152,26 @@ impl std::fmt::Debug for FeatureLookup {
 }
 
 impl FeatureLookup {
+    /// What the cache knows of the object (it may hold a version the store does not have
+    /// yet), else the local store's row: one point query on a read-only connection.
     pub fn object(&self, bucket: &str, key: &str) -> Option<ObjectFeatures> {
-        let cached = self
+        if let Some(known) = self
             .cache
             .as_ref()
-            .and_then(|c| c.object_features(bucket, key));
-        if cached.as_ref().is_some_and(|f| f.media.is_some()) {
-            return cached;
+            .and_then(|c| c.object_features(bucket, key))
+        {
+            return Some(known);
         }
-        let stored = self
-            .local
-            .as_ref()
-            .and_then(|meta| match meta.features(bucket, key) {
-                Ok(found) => found,
-                Err(e) => {
-                    tracing::warn!(%bucket, %key, "object features: {e}");
-                    None
-                }
-            });
-        match stored {
-            Some((size, media)) => Some(ObjectFeatures {
+        let meta = self.local.as_ref()?;
+        match meta.features(bucket, key) {
+            Ok(found) => found.map(|(size, media)| ObjectFeatures {
                 size,
                 media: media.as_deref().and_then(media::Media::decode),
             }),
-            None => cached,
+            Err(e) => {
+                tracing::warn!(%bucket, %key, "object features: {e}");
+                None
+            }
         }
     }
 }

@@ -489,12 +489,21 @@ impl ObjectCache {
     /// Instances took memory back: the capacity falls to `bound` at once if it is above it
     /// (the next sizing tick may raise it again).
     pub fn give_back(&self, bound: u64) {
-        if bound < self.usage().capacity {
-            let started = Instant::now();
-            self.set_capacity(bound);
-            self.metrics
-                .reclaim_seconds
-                .observe(started.elapsed().as_secs_f64());
+        let started = Instant::now();
+        let evicted = {
+            // Checked and lowered under one lock: a sizing tick cannot slip in between.
+            let mut entries = self.entries();
+            if bound >= entries.usage().capacity {
+                return;
+            }
+            entries.set_capacity(bound)
+        };
+        let elapsed = started.elapsed().as_secs_f64();
+        self.metrics.reclaim_seconds.observe(elapsed);
+        self.metrics.resize_seconds.observe(elapsed);
+        self.metrics.capacity_bytes.set(bound as i64);
+        if evicted > 0 {
+            self.refresh_gauges();
         }
     }
 

@@ -163,6 +163,10 @@ pub struct Meta {
     /// A second connection for lookups on invocations' paths (an input object's features),
     /// which WAL lets read while a write on `db` waits for its sync.
     reader: Mutex<Connection>,
+    /// A connection for derived data written in the background (media metadata), whose
+    /// commits are not synced (the next synced commit carries them to disk; one lost to a power
+    /// failure only loses an object's media features), so they cost objects' writes no sync.
+    background: Mutex<Connection>,
 }
 
 fn to_json<T: Serialize>(value: &T) -> Result<String, MetaError> {
@@ -216,9 +220,13 @@ impl Meta {
             rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;
         reader.busy_timeout(std::time::Duration::from_secs(5))?;
+        let background = Connection::open(path)?;
+        background.pragma_update(None, "synchronous", "NORMAL")?;
+        background.busy_timeout(std::time::Duration::from_secs(5))?;
         Ok(Self {
             db: Mutex::new(db),
             reader: Mutex::new(reader),
+            background: Mutex::new(background),
         })
     }
 
@@ -245,10 +253,12 @@ impl Meta {
         file_id: &str,
         media: &str,
     ) -> Result<bool, MetaError> {
-        let changed = self.db().execute(
-            "UPDATE objects SET media = ?4 WHERE bucket = ?1 AND key = ?2 AND file_id = ?3",
-            params![bucket, key, file_id, media],
-        )?;
+        let background = self.background.lock().unwrap_or_else(|p| p.into_inner());
+        let changed = background
+            .prepare_cached(
+                "UPDATE objects SET media = ?4 WHERE bucket = ?1 AND key = ?2 AND file_id = ?3",
+            )?
+            .execute(params![bucket, key, file_id, media])?;
         Ok(changed == 1)
     }
 
