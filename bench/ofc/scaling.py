@@ -178,7 +178,10 @@ def main():
 
 def summary(runs, field):
     values = [r[field] for r in runs if r[field] is not None]
-    return f"{statistics.median(values):.0f} µs ({len(values)}/{len(runs)})" if values else "–"
+    if not values:
+        return "–"
+    median = statistics.median(values)
+    return f"{median:.1f} µs ({len(values)}/{len(runs)})" if median < 10 else f"{median:.0f} µs ({len(values)}/{len(runs)})"
 
 
 def rewrite(path):
