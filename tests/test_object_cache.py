@@ -133,17 +133,24 @@ def test_capacity_follows_the_memory_that_sized_instances_lend(remote):
         front.cleanup()
 
 
+def put_objects(front, count, size):
+    """A new bucket through `front` with `count` random objects of `size` bytes (k0, k1, …); returns the client,
+    the bucket and the bodies by key."""
+    s3 = s3_client(front)
+    bucket = f"c-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=bucket)
+    bodies = {f"k{i}": os.urandom(size) for i in range(count)}
+    for key, body in bodies.items():
+        s3.put_object(Bucket=bucket, Key=key, Body=body)
+    return s3, bucket, bodies
+
+
 def test_a_raised_limit_takes_its_memory_back_from_the_cache_first(remote):
     name = "oc-raise"
     front = start_lending(remote, name)
     try:
         # Objects in the cache, written back (so evictable): the memory the instance lent holds data.
-        s3 = s3_client(front)
-        bucket = f"c-{uuid.uuid4().hex[:12]}"
-        s3.create_bucket(Bucket=bucket)
-        bodies = {f"k{i}": os.urandom(512 * KiB) for i in range(8)}
-        for key, body in bodies.items():
-            s3.put_object(Bucket=bucket, Key=key, Body=body)
+        s3, bucket, bodies = put_objects(front, 8, 512 * KiB)
         wait_until(lambda: metric(front, "dirty_bytes") == 0, 30, "the objects written back")
         assert metric(front, "bytes") >= 4 * 1024 * KiB
         reclaims, evictions = metric(front, "reclaim_seconds_count"), metric(front, "evictions")
@@ -366,12 +373,7 @@ def test_the_sweep_evicts_rarely_read_objects(remote):
 def test_capacity_evicts_least_recently_used_and_never_dirty_data(remote):
     front = start_front(remote, "--object-cache-mb", "1")
     try:
-        s3 = s3_client(front)
-        bucket = f"c-{uuid.uuid4().hex[:12]}"
-        s3.create_bucket(Bucket=bucket)
-        bodies = {f"k{i}": os.urandom(300 * KiB) for i in range(6)}
-        for key, body in bodies.items():
-            s3.put_object(Bucket=bucket, Key=key, Body=body)
+        s3, bucket, bodies = put_objects(front, 6, 300 * KiB)
         assert metric(front, "bytes") <= 1024 * KiB
         for key, body in bodies.items():
             assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == body

@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 os.environ.setdefault("KILN_BIN", str(ROOT / "target" / "release" / "kiln"))
 from kiln_harness import FUNCTIONS, PYTHON_RUNTIME, Kiln  # noqa: E402
-from s3_harness import s3_client  # noqa: E402
+from s3_harness import s3_client, wait_until  # noqa: E402
 
 MiB = 1 << 20
 BOOKED = 1024
@@ -76,15 +76,6 @@ def invoke(server, mb):
     limit = re.search(r"Memory Limit: (\d+) MB", report)
     return {"latency_ms": latency, "duration_ms": float(re.search(r"Duration: ([\d.]+) ms", report).group(1)),
             "limit_mb": int(limit.group(1)) if limit else None, "raised": "(raised)" in report}
-
-
-def wait_for(check, what, timeout=30):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"timed out waiting for {what}")
 
 
 def main():
@@ -125,7 +116,7 @@ def main():
                 keys.append(key)
             for key in keys:
                 s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()
-            wait_for(lambda: metrics(server)["kiln_object_cache_dirty_bytes"] == 0, "the objects written back", 120)
+            wait_until(lambda: metrics(server)["kiln_object_cache_dirty_bytes"] == 0, 120, "the objects written back")
 
         def empty():
             for key in keys:
@@ -144,9 +135,9 @@ def main():
                         raise RuntimeError(f"the instance was not sized as predicted: {prep}")
                     if scenario != "Scb":
                         try:
-                            wait_for(lambda: metrics(server)["kiln_object_cache_capacity_bytes"] == lent_capacity(),
-                                     "the cache to grow")
-                        except RuntimeError:
+                            wait_until(lambda: metrics(server)["kiln_object_cache_capacity_bytes"] == lent_capacity(),
+                                       30, "the cache to grow")
+                        except AssertionError:
                             status = server.signed_request("GET", "/kiln/v1/status", "", {}).json()
                             log(f"capacity {metrics(server)['kiln_object_cache_capacity_bytes'] / MiB} MiB, "
                                 f"expected {lent_capacity() / MiB}; node {json.dumps(status.get('node', status))[:3000]}")
