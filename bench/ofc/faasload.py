@@ -74,7 +74,7 @@ def sample_metrics(server, stop, series):
     while not stop.is_set():
         text = server.signed_request("GET", "/metrics", "", {}).text
         point = {"t": time.time()}
-        for name in ("capacity_bytes", "bytes"):
+        for name in ("capacity_bytes", "bytes", "lendable_bytes", "slack_bytes"):
             found = re.search(rf"^kiln_object_cache_{name} (\d+)", text, re.M)
             point[name] = int(found.group(1)) if found else 0
         series.append(point)
@@ -89,6 +89,10 @@ def cache_counts(server):
         out[name] = int(found.group(1)) if found else 0
     retries = sum(int(v) for v in re.findall(r"^kiln_prediction_retries_total\{[^}]*\} (\d+)", text, re.M))
     out["retries"] = retries
+    for decision in ("admit", "bypass", "learning"):
+        out[f"admission_{decision}"] = sum(int(v) for v in re.findall(
+            rf'^kiln_object_cache_admissions_total\{{[^}}]*decision="{decision}"[^}}]*\}} (\d+)', text, re.M))
+    out["cold_starts"] = sum(int(v) for v in re.findall(r"^kiln_cold_starts_total\{[^}]*\} (\d+)", text, re.M))
     return out
 
 
@@ -296,6 +300,8 @@ def main():
     parser.add_argument("--min-samples", type=int, default=20)
     parser.add_argument("--tenants", default="8,24")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--runs", default="baseline:normal,ofc:naive,ofc:advanced,ofc:normal",
+                        help="setup:profile pairs to run for each number of tenants")
     args = parser.parse_args()
     if args.quick:
         args.window, args.warmup, args.tenants = 20, 3, "4"
@@ -314,8 +320,7 @@ def main():
             for index, (w, h) in enumerate(INPUTS):
                 remote.put_object(Bucket=BUCKET, Key=f"ds/{w}x{h}.png", Body=png(w, h, seed=100 + index))
             for n in [int(x) for x in args.tenants.split(",")]:
-                for setup, profile in [("baseline", "normal"), ("ofc", "naive"), ("ofc", "advanced"),
-                                       ("ofc", "normal")]:
+                for setup, profile in [pair.split(":") for pair in args.runs.split(",")]:
                     log(f"{n} tenants, {setup}, {profile}")
                     result = run(args, remote_args, args.functions, setup, profile, n, booked)
                     result["summary"] = summarise(result)

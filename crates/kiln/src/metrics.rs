@@ -27,6 +27,12 @@ pub struct StateLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    pub function: String,
+    pub decision: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
     pub outcome: String,
 }
@@ -47,6 +53,8 @@ pub struct Metrics {
     pub async_queue_depth: Gauge,
     pub sized_invocations: Family<FunctionLabels, Counter>,
     pub prediction_retries: Family<FunctionLabels, Counter>,
+    /// Invocations by the object cache's admission decision for their objects.
+    pub cache_admissions: Family<DecisionLabels, Counter>,
     /// Writes of an invocation's memory limit to its cgroup, on the request's path.
     pub memory_limit_writes: Histogram,
     instances: Family<StateLabels, Gauge>,
@@ -70,6 +78,7 @@ impl Default for Metrics {
         let async_queue_depth = Gauge::default();
         let sized_invocations = Family::<FunctionLabels, Counter>::default();
         let prediction_retries = Family::<FunctionLabels, Counter>::default();
+        let cache_admissions = Family::<DecisionLabels, Counter>::default();
         // 1 µs to ~1 s.
         let memory_limit_writes = Histogram::new(exponential_buckets(0.000_001, 2.5, 16));
         let instances = Family::<StateLabels, Gauge>::default();
@@ -122,6 +131,11 @@ impl Default for Metrics {
             prediction_retries.clone(),
         );
         registry.register(
+            "object_cache_admissions",
+            "Invocations by the object cache's decision for their objects: admit or bypass (the function's benefit model), or learning (a young model: admitted)",
+            cache_admissions.clone(),
+        );
+        registry.register(
             "memory_limit_write_seconds",
             "Time to write an invocation's memory limit to its cgroup, when it changed",
             memory_limit_writes.clone(),
@@ -157,6 +171,7 @@ impl Default for Metrics {
             async_queue_depth,
             sized_invocations,
             prediction_retries,
+            cache_admissions,
             memory_limit_writes,
             instances,
             memory,

@@ -277,7 +277,13 @@ fn size_object_cache(
                 return;
             };
             let lendable = agent.lendable_memory_mb() * 1024 * 1024;
-            let capacity = lock(&sizing).tick(lendable);
+            let (capacity, slack) = {
+                let mut sizing = lock(&sizing);
+                (sizing.tick(lendable), sizing.slack())
+            };
+            let metrics = cache.metrics();
+            metrics.lendable_bytes.set(lendable as i64);
+            metrics.slack_bytes.set(slack as i64);
             if capacity != cache.usage().capacity {
                 cache.set_capacity(capacity);
             }

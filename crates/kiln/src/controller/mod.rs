@@ -944,6 +944,18 @@ impl Controller {
                 let admit = self.predictor.benefits(&spec.function, features);
                 cache.set_admission(&spec.function, admit.unwrap_or(true));
                 request.admit_objects = admit;
+                let decision = match admit {
+                    Some(true) => "admit",
+                    Some(false) => "bypass",
+                    None => "learning",
+                };
+                self.metrics
+                    .cache_admissions
+                    .get_or_create(&crate::metrics::DecisionLabels {
+                        function: spec.function.clone(),
+                        decision: decision.into(),
+                    })
+                    .inc();
                 Some(cache.io_times(&spec.function))
             }
             _ => None,
@@ -972,8 +984,12 @@ impl Controller {
                 result = self.agent.invoke(spec.clone(), request).await;
             }
         }
-        if let (Ok(outcome), Some(cache), Some(before), Some(features)) =
-            (&result, cache, io_before, &features)
+        // A new instance's first invocation is no sample of the benefit: its handler's first run
+        // also loads what it loads lazily and opens its connections, which says nothing of how
+        // the function splits its time once warm.
+        let sample = result.as_ref().is_ok_and(|o| o.cold_start.is_none());
+        if let (Ok(outcome), Some(cache), Some(before), Some(features), true) =
+            (&result, cache, io_before, &features, sample)
         {
             // The invocation's Extract + Load, as the backing store would have served them, and
             // the rest of its time (concurrent invocations of the function share the counters).

@@ -64,6 +64,9 @@ pub struct ModelStatus {
     /// cache-benefit model), when there is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_benefit: Option<f64>,
+    /// The invocations the cache-benefit model learnt from (warm ones only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_benefit_samples: Option<u64>,
     /// The features the model has seen (`payload_bytes`, `arg.NAME`, `object.size`, …).
     pub features: Vec<String>,
 }
@@ -240,6 +243,7 @@ impl Predictor {
                     samples: m.samples.len(),
                     exact_or_over: m.exact_or_over(),
                     cache_benefit: benefit.get(function).and_then(BenefitModel::benefiting),
+                    cache_benefit_samples: benefit.get(function).map(|b| b.seen),
                     features: m.schema.names().to_vec(),
                 }
             })

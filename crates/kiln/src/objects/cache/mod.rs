@@ -174,6 +174,9 @@ pub struct CacheMetrics {
     pub bytes: Gauge,
     pub dirty_bytes: Gauge,
     pub capacity_bytes: Gauge,
+    /// What the node could lend when the capacity was last set, and the slack kept from it.
+    pub lendable_bytes: Gauge,
+    pub slack_bytes: Gauge,
     /// Time from acknowledging a write to its version being in the backing store.
     pub writeback_seconds: Histogram,
     /// Time a capacity change took (evictions included).
@@ -199,6 +202,8 @@ impl Default for CacheMetrics {
             bytes: Gauge::default(),
             dirty_bytes: Gauge::default(),
             capacity_bytes: Gauge::default(),
+            lendable_bytes: Gauge::default(),
+            slack_bytes: Gauge::default(),
             // 100 µs to ~100 s.
             writeback_seconds: Histogram::new(exponential_buckets(0.000_1, 2.5, 16)),
             // 1 µs to ~1 s.
@@ -239,6 +244,16 @@ impl CacheMetrics {
             "object_cache_capacity_bytes",
             "The object cache's capacity",
             self.capacity_bytes.clone(),
+        );
+        registry.register(
+            "object_cache_lendable_bytes",
+            "Memory that live instances booked and their limits leave unused, as far as the node's budget allows: what the cache may borrow",
+            self.lendable_bytes.clone(),
+        );
+        registry.register(
+            "object_cache_slack_bytes",
+            "The slack pool kept out of the lendable memory for instances coming, going and growing",
+            self.slack_bytes.clone(),
         );
         registry.register(
             "object_cache_writeback_seconds",

@@ -3,9 +3,12 @@
 //! and growing.
 //!
 //! The slack starts at a configured size (OFC: 100 MB). The lendable memory is sampled every
-//! tick; its churn in a window (OFC: 60 s) is how far it moved (max − min); every two windows
-//! (OFC: 120 s) the slack becomes the largest churn of the last two windows. A sudden drop in
-//! lendable memory shrinks the cache at the next tick, whatever the slack.
+//! tick; its churn in a window (OFC: 60 s) is the most it fell from a high within the window
+//! (memory instances took back: growing, or new instances taking budget), and every two windows
+//! (OFC: 120 s) the slack becomes the larger churn of the last two. A rise needs no slack:
+//! instances sized below their bookings lend more, and nothing must be taken back for that.
+//! A sudden drop in lendable memory shrinks the cache at once (the node's give-back) or at the
+//! next tick, whatever the slack.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -37,9 +40,12 @@ impl SizingConfig {
 pub struct Sizing {
     config: SizingConfig,
     slack: u64,
-    /// (min, max) of the lendable memory per finished window, newest last.
-    windows: VecDeque<(u64, u64)>,
-    current: Option<(u64, u64)>,
+    /// The largest fall of the lendable memory per finished window, newest last.
+    windows: VecDeque<u64>,
+    /// The highest sample since the current window began (the last one before it included),
+    /// and the largest fall from such a high so far in the window.
+    high: Option<u64>,
+    fall: u64,
     ticks_in_window: usize,
 }
 
@@ -49,7 +55,8 @@ impl Sizing {
             slack: config.initial_slack_bytes,
             config,
             windows: VecDeque::new(),
-            current: None,
+            high: None,
+            fall: 0,
             ticks_in_window: 0,
         }
     }
@@ -63,23 +70,18 @@ impl Sizing {
         if self.config.window_ticks == 0 {
             return self.bound(lendable);
         }
-        let (lo, hi) = self.current.unwrap_or((lendable, lendable));
-        self.current = Some((lo.min(lendable), hi.max(lendable)));
+        let high = self.high.map_or(lendable, |h| h.max(lendable));
+        self.high = Some(high);
+        self.fall = self.fall.max(high - lendable);
         self.ticks_in_window += 1;
         if self.ticks_in_window >= self.config.window_ticks {
-            if let Some(window) = self.current.take() {
-                self.windows.push_back(window);
-            }
+            self.windows.push_back(std::mem::take(&mut self.fall));
+            // The next window's falls count from where this one ended.
+            self.high = Some(lendable);
             self.ticks_in_window = 0;
             if self.windows.len() >= 2 {
                 // Every second window: the slack is the larger churn of the last two.
-                self.slack = self
-                    .windows
-                    .iter()
-                    .map(|(lo, hi)| hi - lo)
-                    .max()
-                    .unwrap_or(self.slack);
-                self.windows.clear();
+                self.slack = self.windows.drain(..).max().unwrap_or(self.slack);
             }
         }
         self.bound(lendable)
@@ -132,20 +134,37 @@ mod tests {
     }
 
     #[test]
-    fn the_slack_follows_the_churn_of_the_last_two_windows() {
+    fn the_slack_follows_the_falls_of_the_last_two_windows() {
         let mut s = sizing();
-        // Two windows of steady memory, moving by 10 MB and 30 MB.
+        // Two windows of steady memory: the second falls 10 MB from the first's last sample.
         for lendable in [400, 405, 410, 400, 420, 430] {
             s.tick(lendable * MB);
         }
-        assert_eq!(s.slack(), 30 * MB);
-        assert_eq!(s.tick(430 * MB), 400 * MB);
+        assert_eq!(s.slack(), 10 * MB);
+        assert_eq!(s.tick(430 * MB), 420 * MB);
         // A burst: instances take their memory back, the cache shrinks at once.
-        assert_eq!(s.tick(100 * MB), 70 * MB);
+        assert_eq!(s.tick(100 * MB), 90 * MB);
         s.tick(100 * MB);
         for _ in 0..3 {
             s.tick(100 * MB);
         }
-        assert_eq!(s.slack(), 330 * MB, "the burst's churn becomes the slack");
+        assert_eq!(s.slack(), 330 * MB, "the burst's fall becomes the slack");
+        // Two quiet windows: the slack follows them down.
+        for _ in 0..6 {
+            s.tick(100 * MB);
+        }
+        assert_eq!(s.slack(), 0);
+    }
+
+    #[test]
+    fn rising_lendable_memory_needs_no_slack() {
+        let mut s = sizing();
+        // Instances sized below their bookings, one after another: the cache may have it all.
+        for lendable in [0, 2000, 4000, 4000, 6000, 8000] {
+            s.tick(lendable * MB);
+        }
+        assert_eq!(s.slack(), 0);
+        // A fall shrinks the cache at once; the slack learns it when the window ends.
+        assert_eq!(s.tick(800 * MB), 800 * MB);
     }
 }
