@@ -9,6 +9,13 @@
 //! every record in them is settled, so a `done` never outlives the `put` it settles. On start,
 //! the latest unsettled version of each key is read back and written back again.
 //!
+//! A `put` is answered once synced. A `done` is answered once written: a lost one only makes
+//! a restart write its version back again, which the write-back's version check skips (the
+//! backing store already holds that version). That holds until something else changes the key
+//! in the backing store, so whatever passes through to it first calls [`Journal::sync`]. Dones
+//! ride on the next put's sync, or are synced [`FLUSH_AFTER`] after the last record when
+//! nothing else comes; a write-back thus costs the disk no sync of its own.
+//!
 //! Frame: `u32 length · u32 crc32 · payload`, little-endian; payload: `u8 kind · u64 version ·
 //! u32 header length · header (JSON: bucket, key, attributes) · bytes`. A torn or corrupt frame
 //! ends its segment's replay.
@@ -18,6 +25,9 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
+use std::time::Duration;
+
+use prometheus_client::metrics::counter::Counter;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -29,6 +39,9 @@ use super::entries::{Meta, ObjectKey};
 const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 /// Records committed by one sync, at most.
 const GROUP: usize = 512;
+/// Dones written and not yet synced are synced once no record came for this long: the window
+/// in which a crash makes a restart write those versions back again (and skip them).
+pub const FLUSH_AFTER: Duration = Duration::from_millis(100);
 
 const PUT: u8 = 1;
 const DONE: u8 = 2;
@@ -70,6 +83,10 @@ enum Command {
     Done {
         key: ObjectKey,
         version: u64,
+        reply: oneshot::Sender<io::Result<()>>,
+    },
+    /// Syncs what was written and not yet synced.
+    Sync {
         reply: oneshot::Sender<io::Result<()>>,
     },
 }
@@ -162,6 +179,9 @@ struct Writer {
     segments: BTreeMap<u64, usize>,
     /// Unsettled records per key: (version, segment).
     unsettled: HashMap<ObjectKey, Vec<(u64, u64)>>,
+    /// Dones written to the active segment since its last sync.
+    unsynced: bool,
+    syncs: Counter,
 }
 
 impl Writer {
@@ -205,7 +225,18 @@ impl Writer {
         }
     }
 
+    fn sync(&mut self) -> io::Result<()> {
+        self.active.sync_data()?;
+        self.syncs.inc();
+        self.unsynced = false;
+        Ok(())
+    }
+
     fn rotate(&mut self) -> io::Result<()> {
+        // The closed segment's dones are synced before it stops being the active one.
+        if self.unsynced {
+            self.sync()?;
+        }
         let next = self.active_no + 1;
         let file = OpenOptions::new()
             .create(true)
@@ -220,7 +251,24 @@ impl Writer {
     }
 
     fn run(mut self, rx: mpsc::Receiver<Command>) {
-        while let Ok(first) = rx.recv() {
+        loop {
+            let first = if self.unsynced {
+                match rx.recv_timeout(FLUSH_AFTER) {
+                    Ok(command) => command,
+                    Err(mpsc::RecvTimeoutError::Timeout) => {
+                        if let Err(e) = self.sync() {
+                            tracing::error!("object cache: syncing the journal: {e}");
+                        }
+                        continue;
+                    }
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                }
+            } else {
+                match rx.recv() {
+                    Ok(command) => command,
+                    Err(_) => break,
+                }
+            };
             let mut batch = vec![first];
             while batch.len() < GROUP {
                 match rx.try_recv() {
@@ -253,6 +301,7 @@ impl Writer {
                         }
                         (reply, clone_result(&result))
                     }
+                    Command::Sync { reply } => (reply, clone_result(&result)),
                 };
                 let _ = reply.send(outcome);
             }
@@ -263,13 +312,25 @@ impl Writer {
                 }
             }
         }
+        // The last handle is gone: what was written is synced before the thread ends.
+        if self.unsynced {
+            if let Err(e) = self.sync() {
+                tracing::error!("object cache: syncing the journal: {e}");
+            }
+        }
     }
 
+    /// Writes the batch's records; syncs if it holds a put or a sync (dones alone wait).
     fn commit(&mut self, batch: &[Command]) -> io::Result<()> {
         let mut buf = Vec::new();
+        let mut must_sync = false;
         for command in batch {
             match command {
-                Command::Put { frame, .. } => buf.extend_from_slice(frame),
+                Command::Put { frame, .. } => {
+                    buf.extend_from_slice(frame);
+                    must_sync = true;
+                }
+                Command::Sync { .. } => must_sync = true,
                 Command::Done { key, version, .. } => buf.extend_from_slice(&encode(
                     DONE,
                     *version,
@@ -281,9 +342,14 @@ impl Writer {
                 )),
             }
         }
-        self.active.write_all(&buf)?;
-        self.active.sync_data()?;
-        self.active_bytes += buf.len() as u64;
+        if !buf.is_empty() {
+            self.active.write_all(&buf)?;
+            self.active_bytes += buf.len() as u64;
+            self.unsynced = true;
+        }
+        if must_sync && self.unsynced {
+            self.sync()?;
+        }
         Ok(())
     }
 }
@@ -388,7 +454,7 @@ pub fn pending_writes(dir: &Path) -> usize {
 
 impl Journal {
     /// Opens (creating) the journal in `dir`, replaying what it holds.
-    pub fn open(dir: &Path) -> io::Result<(Journal, Recovered)> {
+    pub fn open(dir: &Path, syncs: Counter) -> io::Result<(Journal, Recovered)> {
         fs::create_dir_all(dir)?;
         let Replay {
             numbers,
@@ -410,6 +476,8 @@ impl Journal {
             active_bytes: 0,
             segments: writer_segments,
             unsettled,
+            unsynced: false,
+            syncs,
         };
         writer.delete_settled();
         let (tx, rx) = mpsc::channel();
@@ -457,8 +525,8 @@ impl Journal {
         .await
     }
 
-    /// Records that `version` of `key` is in the backing store (durably: a restart does not
-    /// write it again).
+    /// Records that `version` of `key` is in the backing store. Answered once written; synced
+    /// with the next put or [`Journal::sync`], or after [`FLUSH_AFTER`].
     pub async fn done(&self, key: &ObjectKey, version: u64) -> io::Result<()> {
         let (reply, rx) = oneshot::channel();
         self.ask(
@@ -470,6 +538,13 @@ impl Journal {
             rx,
         )
         .await
+    }
+
+    /// Makes every record written so far durable: dones included, so that a restart does not
+    /// write their versions back over what changes the backing store next.
+    pub async fn sync(&self) -> io::Result<()> {
+        let (reply, rx) = oneshot::channel();
+        self.ask(Command::Sync { reply }, rx).await
     }
 }
 
@@ -504,14 +579,14 @@ mod tests {
         let a = ObjectKey::new("b", "a");
         let c = ObjectKey::new("b", "c");
         {
-            let (j, recovered) = Journal::open(dir.path()).unwrap();
+            let (j, recovered) = Journal::open(dir.path(), Counter::default()).unwrap();
             assert!(recovered.pending.is_empty());
             j.put(&a, 1, &meta("a1"), b"one").await.unwrap();
             j.put(&a, 2, &meta("a2"), b"two").await.unwrap();
             j.put(&c, 3, &meta("c3"), b"three").await.unwrap();
             j.done(&c, 3).await.unwrap();
         }
-        let (_j, recovered) = Journal::open(dir.path()).unwrap();
+        let (_j, recovered) = Journal::open(dir.path(), Counter::default()).unwrap();
         assert_eq!(recovered.last_version, 3);
         assert_eq!(recovered.pending.len(), 1);
         let p = &recovered.pending[0];
@@ -524,7 +599,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(pending_writes(&dir.path().join("absent")), 0);
         let a = ObjectKey::new("b", "a");
-        let (j, _) = Journal::open(dir.path()).unwrap();
+        let (j, _) = Journal::open(dir.path(), Counter::default()).unwrap();
         j.put(&a, 1, &meta("a1"), b"one").await.unwrap();
         assert_eq!(pending_writes(dir.path()), 1);
         j.done(&a, 1).await.unwrap();
@@ -536,19 +611,19 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let a = ObjectKey::new("b", "a");
         {
-            let (j, _) = Journal::open(dir.path()).unwrap();
+            let (j, _) = Journal::open(dir.path(), Counter::default()).unwrap();
             j.put(&a, 1, &meta("a1"), b"one").await.unwrap();
         }
         {
             // Segment 1 holds an unsettled put, so it stays; segment 2 is the new active one.
-            let (j, recovered) = Journal::open(dir.path()).unwrap();
+            let (j, recovered) = Journal::open(dir.path(), Counter::default()).unwrap();
             assert_eq!(recovered.pending.len(), 1);
             assert_eq!(segments(dir.path()).len(), 2);
             j.done(&a, 1).await.unwrap();
         }
         // Reopened: segment 1 is settled and deleted; segment 2 (with the done) too, being
         // older than the new active segment 3.
-        let (_j, recovered) = Journal::open(dir.path()).unwrap();
+        let (_j, recovered) = Journal::open(dir.path(), Counter::default()).unwrap();
         assert!(recovered.pending.is_empty());
         assert_eq!(segments(dir.path()), vec!["0000000000000003.log"]);
     }
@@ -558,7 +633,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let a = ObjectKey::new("b", "a");
         {
-            let (j, _) = Journal::open(dir.path()).unwrap();
+            let (j, _) = Journal::open(dir.path(), Counter::default()).unwrap();
             j.put(&a, 1, &meta("a1"), b"one").await.unwrap();
         }
         // A crash in the middle of the next write: half a frame at the end.
@@ -574,7 +649,7 @@ mod tests {
         );
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
         f.write_all(&frame[..frame.len() / 2]).unwrap();
-        let (_j, recovered) = Journal::open(dir.path()).unwrap();
+        let (_j, recovered) = Journal::open(dir.path(), Counter::default()).unwrap();
         assert_eq!(recovered.bad_frames, 1);
         assert_eq!(recovered.pending.len(), 1);
         assert_eq!(recovered.pending[0].version, 1);
@@ -583,7 +658,7 @@ mod tests {
     #[tokio::test]
     async fn many_writers_share_syncs() {
         let dir = tempfile::tempdir().unwrap();
-        let (j, _) = Journal::open(dir.path()).unwrap();
+        let (j, _) = Journal::open(dir.path(), Counter::default()).unwrap();
         let j = std::sync::Arc::new(j);
         let mut tasks = Vec::new();
         for i in 0..200u64 {
@@ -597,8 +672,57 @@ mod tests {
             t.await.unwrap().unwrap();
         }
         drop(j);
-        let (_j, recovered) = Journal::open(dir.path()).unwrap();
+        let (_j, recovered) = Journal::open(dir.path(), Counter::default()).unwrap();
         assert_eq!(recovered.pending.len(), 200);
         assert_eq!(recovered.last_version, 200);
+    }
+
+    #[tokio::test]
+    async fn dones_ride_on_the_next_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let syncs = Counter::default();
+        let (j, _) = Journal::open(dir.path(), syncs.clone()).unwrap();
+        let (a, b) = (ObjectKey::new("b", "a"), ObjectKey::new("b", "b"));
+        j.put(&a, 1, &meta("a1"), b"one").await.unwrap();
+        assert_eq!(syncs.get(), 1, "a put is answered once synced");
+        j.done(&a, 1).await.unwrap();
+        assert_eq!(syncs.get(), 1, "a done is answered once written");
+        // Settled (in the journal's file) though not synced yet.
+        assert_eq!(pending_writes(dir.path()), 0);
+        // The next put's sync covers the done.
+        j.put(&b, 2, &meta("b2"), b"two").await.unwrap();
+        assert_eq!(syncs.get(), 2);
+        // An explicit sync with nothing unsynced costs nothing; with a done, one sync.
+        j.sync().await.unwrap();
+        assert_eq!(syncs.get(), 2);
+        j.done(&b, 2).await.unwrap();
+        j.sync().await.unwrap();
+        assert_eq!(syncs.get(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_lone_done_is_synced_soon_after_and_when_the_journal_closes() {
+        let dir = tempfile::tempdir().unwrap();
+        let syncs = Counter::default();
+        let (j, _) = Journal::open(dir.path(), syncs.clone()).unwrap();
+        let a = ObjectKey::new("b", "a");
+        j.put(&a, 1, &meta("a1"), b"one").await.unwrap();
+        j.done(&a, 1).await.unwrap();
+        assert_eq!(syncs.get(), 1);
+        let deadline = std::time::Instant::now() + FLUSH_AFTER * 20;
+        while syncs.get() < 2 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(FLUSH_AFTER / 4).await;
+        }
+        assert_eq!(syncs.get(), 2, "the done was synced once nothing else came");
+        // A done written just before the last handle goes is synced by the ending thread.
+        j.put(&a, 2, &meta("a2"), b"two").await.unwrap();
+        j.done(&a, 2).await.unwrap();
+        assert_eq!(syncs.get(), 3);
+        drop(j);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while syncs.get() < 4 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(syncs.get(), 4);
     }
 }

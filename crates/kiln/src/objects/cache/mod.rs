@@ -168,6 +168,8 @@ pub struct CacheMetrics {
     pub shadows: Counter,
     pub shadow_errors: Counter,
     pub evictions: Counter,
+    /// `fdatasync`s of the write-back journal (a group of puts, or dones on their own).
+    pub journal_syncs: Counter,
     /// Capacity changes made at once because instances took back memory they had lent, and
     /// their time (evictions included).
     pub reclaim_seconds: Histogram,
@@ -197,6 +199,7 @@ impl Default for CacheMetrics {
             shadows: Counter::default(),
             shadow_errors: Counter::default(),
             evictions: Counter::default(),
+            journal_syncs: Counter::default(),
             // 1 µs to ~1 s.
             reclaim_seconds: Histogram::new(exponential_buckets(0.000_001, 2.5, 16)),
             bytes: Gauge::default(),
@@ -226,6 +229,7 @@ impl CacheMetrics {
             ("object_cache_shadows", "Shadow placeholders written to the backing store before acknowledging a cached write", &self.shadows),
             ("object_cache_shadow_errors", "Shadow placeholders that could not be written (the write was acknowledged all the same)", &self.shadow_errors),
             ("object_cache_evictions", "Objects evicted from the object cache", &self.evictions),
+            ("object_cache_journal_syncs", "Syncs of the write-back journal: each commits a group of writes, or write-back records on their own", &self.journal_syncs),
         ];
         for (name, help, counter) in counters {
             registry.register(name, help, counter.clone());
@@ -363,10 +367,11 @@ impl ObjectCache {
         config: CacheConfig,
         backend: Box<dyn S3>,
     ) -> Result<Arc<Self>, ObjectStoreError> {
-        let (journal, recovered) = Journal::open(&dir.join("journal"))
-            .map_err(|e| ObjectStoreError::Io(dir.clone(), e))?;
-        let (queue, rx) = mpsc::unbounded_channel();
         let metrics = CacheMetrics::default();
+        let (journal, recovered) =
+            Journal::open(&dir.join("journal"), metrics.journal_syncs.clone())
+                .map_err(|e| ObjectStoreError::Io(dir.clone(), e))?;
+        let (queue, rx) = mpsc::unbounded_channel();
         metrics.capacity_bytes.set(config.capacity_bytes as i64);
         let cache = Arc::new(Self {
             entries: Mutex::new(Entries::new(config.capacity_bytes)),
@@ -609,6 +614,18 @@ impl ObjectCache {
         }
     }
 
+    /// Makes the journal's records of past write-backs durable before something else changes
+    /// the backing store: a restart must not write those versions back over it.
+    pub(super) async fn sync_journal(&self) -> S3Result<()> {
+        self.journal.sync().await.map_err(|e| {
+            tracing::error!("object cache: syncing the journal: {e}");
+            s3s::s3_error!(
+                InternalError,
+                "the object cache's journal could not be synced"
+            )
+        })
+    }
+
     /// Runs an operation that changes `keys` on the backing store, then drops what the cache
     /// held of them.
     async fn write_through<T>(
@@ -618,6 +635,7 @@ impl ObjectCache {
     ) -> S3Result<T> {
         self.metrics.bypassed.inc();
         let guards = self.exclusive(keys.clone()).await;
+        self.sync_journal().await?;
         let result = operation.await;
         {
             let mut entries = self.entries();

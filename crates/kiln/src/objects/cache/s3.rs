@@ -468,6 +468,7 @@ impl S3 for CachedStore {
     ) -> S3Result<S3Response<DeleteBucketOutput>> {
         let bucket = req.input.bucket.clone();
         self.cache.until_bucket_settled(&bucket).await;
+        self.cache.sync_journal().await?;
         let out = self.cache.backend.delete_bucket(req).await?;
         self.cache.remember_bucket(&bucket, false);
         self.cache.entries().invalidate_bucket(&bucket);
