@@ -292,12 +292,22 @@ def report(args, meta, rows, out):
     pipe_gain = []
     for r in pipes:
         no = find(kind="pipeline", pipeline=r["pipeline"], size=r["size"], setup="nocache")
-        pipe_gain.append((f"{r['pipeline']} {r['size']}", less(r["exec_ms"][0], no["exec_ms"][0])))
-    worst = min(g for _, g in pipe_gain)
+        rd = find(kind="pipeline", pipeline=r["pipeline"], size=r["size"], setup="redis")
+        pipe_gain.append((f"{r['pipeline']} {r['size']}", less(r["exec_ms"][0], no["exec_ms"][0]),
+                          less(rd["exec_ms"][0], no["exec_ms"][0]) if rd else None))
+    worst = min(g for _, g, _ in pipe_gain)
     lines.append(f"| pipelines, execution time vs no cache | ≥ {TARGETS['pipeline_vs_nocache']:.0f}% less | "
                  f"{OFC['pipeline_vs_nocache']:.0f}% less | "
-                 + "; ".join(f"{name}: {g:.0f}% less" for name, g in pipe_gain)
+                 + "; ".join(f"{name}: {g:.0f}% less" + (f" (Redis: {floor:.0f}%)" if floor is not None else "")
+                             for name, g, floor in pipe_gain)
                  + f" | {'met' if worst >= TARGETS['pipeline_vs_nocache'] else '**missed**'} |")
+    short = [(name, floor) for name, g, floor in pipe_gain
+             if g < TARGETS["pipeline_vs_nocache"] and floor is not None and floor < TARGETS["pipeline_vs_nocache"]]
+    if short:
+        lines += ["", "Where a pipeline misses the target, the same functions on Redis (no S3 API, no durability, "
+                  "the floor of any cache reached from the function) miss it too: "
+                  + "; ".join(f"{name}, {floor:.0f}% less" for name, floor in short)
+                  + ". Their transform dominates: no cache can take more than the object store's share."]
     lines += ["", "## Single-stage functions: execution time (ms, p50) and its breakdown", "",
               "| language | function | input | no cache | Redis | hit | miss | hit vs no cache | hit vs Redis | "
               "E / T / L (hit) | E / T / L (no cache) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -389,10 +399,17 @@ def main():
     parser.add_argument("--command", default="bench/ofc/run.sh")
     parser.add_argument("--n", type=int, default=20)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--report", action="store_true",
+                        help="only write ofc.md and ofc.png again from the ofc.json in --out")
     args = parser.parse_args()
     if args.quick:
         args.n = 3
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.report:
+        saved = json.loads((args.out / "ofc.json").read_text())
+        report(args, saved["meta"], saved["rows"], args.out)
+        plot(saved["rows"], args.out)
+        return
     load_start = open("/proc/loadavg").read().split()[0]
     redis_proc, redis_port, redis_version = start_redis(args.work)
     samples = []
