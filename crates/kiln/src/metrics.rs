@@ -132,7 +132,7 @@ impl Default for Metrics {
         );
         registry.register(
             "object_cache_admissions",
-            "Invocations by the object cache's decision for their objects: admit or bypass (the function's benefit model), or learning (a young model: admitted)",
+            "Invocations by the object cache's decision for their objects: admit or bypass (the function's benefit model), learning (a young model: admitted), or all or none (fixed by the configuration)",
             cache_admissions.clone(),
         );
         registry.register(

@@ -941,13 +941,20 @@ impl Controller {
             (Some(cache), Some(features)) => {
                 // The invocation's own decision travels with it to its sandbox's object store;
                 // the function's latest one covers requests that cannot be told apart.
-                let admit = self.predictor.benefits(&spec.function, features);
-                cache.set_admission(&spec.function, admit.unwrap_or(true));
-                request.admit_objects = admit;
-                let decision = match admit {
-                    Some(true) => "admit",
-                    Some(false) => "bypass",
-                    None => "learning",
+                let decision = match cache.configured_admission() {
+                    // The configuration decides (`--object-cache-admission all`, a draining cache).
+                    Some(true) => "all",
+                    Some(false) => "none",
+                    None => {
+                        let admit = self.predictor.benefits(&spec.function, features);
+                        cache.set_admission(&spec.function, admit.unwrap_or(true));
+                        request.admit_objects = admit;
+                        match admit {
+                            Some(true) => "admit",
+                            Some(false) => "bypass",
+                            None => "learning",
+                        }
+                    }
                 };
                 self.metrics
                     .cache_admissions
@@ -984,12 +991,8 @@ impl Controller {
                 result = self.agent.invoke(spec.clone(), request).await;
             }
         }
-        // A new instance's first invocation is no sample of the benefit: its handler's first run
-        // also loads what it loads lazily and opens its connections, which says nothing of how
-        // the function splits its time once warm.
-        let sample = result.as_ref().is_ok_and(|o| o.cold_start.is_none());
-        if let (Ok(outcome), Some(cache), Some(before), Some(features), true) =
-            (&result, cache, io_before, &features, sample)
+        if let (Ok(outcome), Some(cache), Some(before), Some(features)) =
+            (&result, cache, io_before, &features)
         {
             // The invocation's Extract + Load, as the backing store would have served them, and
             // the rest of its time (concurrent invocations of the function share the counters).
@@ -1004,6 +1007,10 @@ impl Controller {
                     extract_load_ms: backend_ms,
                     transform_ms: (duration_ms - served_ms).max(0.0),
                 },
+                // The first run in a new instance. A hot fork's zygote ran the function's
+                // init and warm-up, but not its handler's first calls (an SDK client's first
+                // request resolves and connects): it counts as a first run too.
+                outcome.cold_start.is_some(),
             );
         }
         if let (Ok(outcome), Some(features)) = (&result, features) {

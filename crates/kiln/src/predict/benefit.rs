@@ -22,6 +22,9 @@ pub const MIN_SAMPLES: usize = 10;
 const RETRAIN_EVERY: usize = 10;
 /// The training set's bound: the oldest samples go first.
 const MAX_SAMPLES: usize = 500;
+/// First runs of new processes skipped in a row before they are taken as samples after all:
+/// a function that starts cold every time runs like that.
+const FIRST_RUNS_SKIPPED: u32 = 10;
 
 /// OFC's threshold on the share of an invocation spent on the object store.
 pub const THRESHOLD: f64 = 0.5;
@@ -60,6 +63,9 @@ pub struct BenefitModel {
     classifier: Option<Classifier>,
     #[serde(skip)]
     fresh: usize,
+    /// First runs skipped since the last sample that was not one.
+    #[serde(skip)]
+    first_runs: u32,
     pub seen: u64,
 }
 
@@ -78,8 +84,18 @@ impl BenefitModel {
 
     /// Learns one invocation's label; retrains every few samples (a tree over at most a few
     /// hundred rows: well under a millisecond). True if it retrained (the model is worth
-    /// saving).
-    pub fn observe(&mut self, features: Features, etl: Etl) -> bool {
+    /// saving). `first_run`: the invocation was the first in a new runtime process, whose
+    /// handler also loaded what it loads lazily and opened its connections (time that says
+    /// nothing of how the function splits its time once warm): not a sample, unless the
+    /// function has had nothing but first runs for a while.
+    pub fn observe(&mut self, features: Features, etl: Etl, first_run: bool) -> bool {
+        if first_run && self.first_runs < FIRST_RUNS_SKIPPED {
+            self.first_runs += 1;
+            return false;
+        }
+        if !first_run {
+            self.first_runs = 0;
+        }
         self.seen += 1;
         self.schema.learn(&features);
         if self.samples.len() == MAX_SAMPLES {
@@ -170,10 +186,31 @@ mod tests {
                 }
             };
             assert!(i < MIN_SAMPLES || model.predict(&features(size)).is_some());
-            model.observe(features(size), etl);
+            model.observe(features(size), etl, false);
         }
         assert_eq!(model.predict(&features(10)), Some(true));
         assert_eq!(model.predict(&features(10_000)), Some(false));
         assert_eq!(model.benefiting(), Some(0.5));
+    }
+
+    #[test]
+    fn first_runs_are_skipped_unless_a_function_has_nothing_else() {
+        let mut model = BenefitModel::default();
+        let etl = Etl {
+            extract_load_ms: 25.0,
+            transform_ms: 2.0,
+        };
+        model.observe(features(10), etl, true);
+        model.observe(features(10), etl, false);
+        assert_eq!(model.seen, 1, "a first run is no sample");
+        // A function that starts cold every time: after FIRST_RUNS_SKIPPED, they count.
+        for _ in 0..FIRST_RUNS_SKIPPED + 5 {
+            model.observe(features(10), etl, true);
+        }
+        assert_eq!(model.seen, 1 + 5);
+        // One warm run, and first runs are skipped again.
+        model.observe(features(10), etl, false);
+        model.observe(features(10), etl, true);
+        assert_eq!(model.seen, 1 + 5 + 1);
     }
 }

@@ -64,7 +64,8 @@ pub struct ModelStatus {
     /// cache-benefit model), when there is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_benefit: Option<f64>,
-    /// The invocations the cache-benefit model learnt from (warm ones only).
+    /// The invocations the cache-benefit model learnt from (first runs of new processes are
+    /// skipped while the function has others).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_benefit_samples: Option<u64>,
     /// The features the model has seen (`payload_bytes`, `arg.NAME`, `object.size`, …).
@@ -201,9 +202,9 @@ impl Predictor {
 
     /// Teaches `function`'s cache-benefit model one invocation's phases. After a retraining the
     /// model is saved, off the caller's path.
-    pub fn observe_benefit(&self, function: &str, features: Features, etl: Etl) {
+    pub fn observe_benefit(&self, function: &str, features: Features, etl: Etl, first_run: bool) {
         let saved = self.with_benefit(function, |m| {
-            m.observe(features, etl)
+            m.observe(features, etl, first_run)
                 .then(|| serde_json::to_vec(m).ok())
                 .flatten()
         });
@@ -357,7 +358,7 @@ mod tests {
         };
         for i in 0..40u32 {
             let mb = if i % 2 == 0 { 1 } else { 100 };
-            predictor.observe_benefit("f", features(mb), etl(mb));
+            predictor.observe_benefit("f", features(mb), etl(mb), false);
         }
         assert_eq!(predictor.benefits("f", &features(1)), Some(true));
         assert_eq!(predictor.benefits("f", &features(100)), Some(false));

@@ -5,7 +5,7 @@
 //! records: `put` (an object version: key, attributes, bytes) and `done` (a version reached
 //! the backing store, which settles it and every older version of the key). One thread owns
 //! the files and commits in groups: it writes every record that arrived while the previous
-//! `fdatasync` ran, syncs once, and answers them all. Segments are deleted oldest first, once
+//! `fdatasync` ran, syncs once if the group holds a put, and answers them all. Segments are deleted oldest first, once
 //! every record in them is settled, so a `done` never outlives the `put` it settles. On start,
 //! the latest unsettled version of each key is read back and written back again.
 //!
@@ -13,8 +13,13 @@
 //! a restart write its version back again, which the write-back's version check skips (the
 //! backing store already holds that version). That holds until something else changes the key
 //! in the backing store, so whatever passes through to it first calls [`Journal::sync`]. Dones
-//! ride on the next put's sync, or are synced [`FLUSH_AFTER`] after the last record when
-//! nothing else comes; a write-back thus costs the disk no sync of its own.
+//! ride on the next put's sync, or are synced at most [`FLUSH_AFTER`] after the first of them
+//! was written; a write-back thus costs the disk no sync of its own.
+//!
+//! A failed write or sync is final: the kernel may have dropped the pages it could not write
+//! and report the next sync as a success, so the journal answers every later request with an
+//! error (cached writes are refused, operations that need a sync fail) until kiln restarts
+//! and replays what reached the disk.
 //!
 //! Frame: `u32 length · u32 crc32 · payload`, little-endian; payload: `u8 kind · u64 version ·
 //! u32 header length · header (JSON: bucket, key, attributes) · bytes`. A torn or corrupt frame
@@ -24,8 +29,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
 
 use prometheus_client::metrics::counter::Counter;
 
@@ -39,8 +45,8 @@ use super::entries::{Meta, ObjectKey};
 const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 /// Records committed by one sync, at most.
 const GROUP: usize = 512;
-/// Dones written and not yet synced are synced once no record came for this long: the window
-/// in which a crash makes a restart write those versions back again (and skip them).
+/// Dones written and not yet synced are synced at most this long after the first of them: the
+/// window in which a crash makes a restart write those versions back again (and skip them).
 pub const FLUSH_AFTER: Duration = Duration::from_millis(100);
 
 const PUT: u8 = 1;
@@ -94,6 +100,8 @@ enum Command {
 /// The handle; the journal's thread ends when the last handle is dropped.
 pub struct Journal {
     tx: mpsc::Sender<Command>,
+    /// Records written and not yet synced (see `Writer::unsynced`).
+    unsynced: Arc<AtomicBool>,
 }
 
 fn encode(kind: u8, version: u64, header: &Header, body: &[u8]) -> Vec<u8> {
@@ -179,8 +187,14 @@ struct Writer {
     segments: BTreeMap<u64, usize>,
     /// Unsettled records per key: (version, segment).
     unsettled: HashMap<ObjectKey, Vec<(u64, u64)>>,
-    /// Dones written to the active segment since its last sync.
-    unsynced: bool,
+    /// When the oldest record written to the active segment since its last sync was written.
+    unsynced_since: Option<Instant>,
+    /// Shared with the handles: set before a written record is answered, cleared by a sync, so
+    /// that [`Journal::sync`] skips the thread when there is nothing to sync.
+    unsynced: Arc<AtomicBool>,
+    flush_after: Duration,
+    /// The first write or sync that failed: every later request fails with it.
+    failed: Option<String>,
     syncs: Counter,
 }
 
@@ -226,15 +240,37 @@ impl Writer {
     }
 
     fn sync(&mut self) -> io::Result<()> {
-        self.active.sync_data()?;
+        if let Err(e) = self.active.sync_data() {
+            return Err(self.fail(e));
+        }
         self.syncs.inc();
-        self.unsynced = false;
+        self.unsynced_since = None;
+        self.unsynced.store(false, Ordering::Release);
         Ok(())
+    }
+
+    /// Records the journal's first failure; from now on every request fails.
+    fn fail(&mut self, e: io::Error) -> io::Error {
+        if self.failed.is_none() {
+            tracing::error!(
+                "object cache: the journal failed, and refuses writes until kiln restarts: {e}"
+            );
+            self.failed = Some(e.to_string());
+        }
+        self.broken().unwrap_or(e)
+    }
+
+    fn broken(&self) -> Option<io::Error> {
+        self.failed.as_ref().map(|e| {
+            io::Error::other(format!(
+                "the object cache's journal failed earlier ({e}); restart kiln"
+            ))
+        })
     }
 
     fn rotate(&mut self) -> io::Result<()> {
         // The closed segment's dones are synced before it stops being the active one.
-        if self.unsynced {
+        if self.unsynced_since.is_some() {
             self.sync()?;
         }
         let next = self.active_no + 1;
@@ -250,17 +286,25 @@ impl Writer {
         Ok(())
     }
 
+    /// Syncs what was written if it has waited long enough; else how much longer it may wait
+    /// (`None`: nothing waits).
+    fn flush_due(&mut self) -> Option<Duration> {
+        let since = self.unsynced_since.filter(|_| self.failed.is_none())?;
+        let waited = since.elapsed();
+        if waited < self.flush_after {
+            return Some(self.flush_after - waited);
+        }
+        // A failure is recorded by `sync` and answered to every later request.
+        let _ = self.sync();
+        None
+    }
+
     fn run(mut self, rx: mpsc::Receiver<Command>) {
         loop {
-            let first = if self.unsynced {
-                match rx.recv_timeout(FLUSH_AFTER) {
+            let first = if let Some(wait) = self.flush_due() {
+                match rx.recv_timeout(wait) {
                     Ok(command) => command,
-                    Err(mpsc::RecvTimeoutError::Timeout) => {
-                        if let Err(e) = self.sync() {
-                            tracing::error!("object cache: syncing the journal: {e}");
-                        }
-                        continue;
-                    }
+                    Err(mpsc::RecvTimeoutError::Timeout) => continue,
                     Err(mpsc::RecvTimeoutError::Disconnected) => break,
                 }
             } else {
@@ -313,15 +357,17 @@ impl Writer {
             }
         }
         // The last handle is gone: what was written is synced before the thread ends.
-        if self.unsynced {
-            if let Err(e) = self.sync() {
-                tracing::error!("object cache: syncing the journal: {e}");
-            }
+        if self.unsynced_since.is_some() && self.failed.is_none() {
+            let _ = self.sync();
         }
     }
 
-    /// Writes the batch's records; syncs if it holds a put or a sync (dones alone wait).
+    /// Writes the batch's records; syncs if it holds a put or a sync (dones alone wait, at most
+    /// [`FLUSH_AFTER`]).
     fn commit(&mut self, batch: &[Command]) -> io::Result<()> {
+        if let Some(e) = self.broken() {
+            return Err(e);
+        }
         let mut buf = Vec::new();
         let mut must_sync = false;
         for command in batch {
@@ -343,11 +389,20 @@ impl Writer {
             }
         }
         if !buf.is_empty() {
-            self.active.write_all(&buf)?;
+            if let Err(e) = self.active.write_all(&buf) {
+                return Err(self.fail(e));
+            }
             self.active_bytes += buf.len() as u64;
-            self.unsynced = true;
+            self.unsynced_since.get_or_insert_with(Instant::now);
+            self.unsynced.store(true, Ordering::Release);
         }
-        if must_sync && self.unsynced {
+        if must_sync && self.unsynced_since.is_some() {
+            self.sync()?;
+        } else if self
+            .unsynced_since
+            .is_some_and(|since| since.elapsed() >= self.flush_after)
+        {
+            // Dones that keep coming do not keep the first of them waiting.
             self.sync()?;
         }
         Ok(())
@@ -455,6 +510,15 @@ pub fn pending_writes(dir: &Path) -> usize {
 impl Journal {
     /// Opens (creating) the journal in `dir`, replaying what it holds.
     pub fn open(dir: &Path, syncs: Counter) -> io::Result<(Journal, Recovered)> {
+        Self::open_flushing(dir, syncs, FLUSH_AFTER)
+    }
+
+    /// [`Journal::open`], syncing lone dones `flush_after` after the first of them.
+    fn open_flushing(
+        dir: &Path,
+        syncs: Counter,
+        flush_after: Duration,
+    ) -> io::Result<(Journal, Recovered)> {
         fs::create_dir_all(dir)?;
         let Replay {
             numbers,
@@ -469,6 +533,7 @@ impl Journal {
             .open(segment_path(dir, active_no))?;
         sync_dir(dir)?;
         writer_segments.insert(active_no, 0);
+        let unsynced = Arc::new(AtomicBool::new(false));
         let mut writer = Writer {
             dir: dir.to_path_buf(),
             active,
@@ -476,7 +541,10 @@ impl Journal {
             active_bytes: 0,
             segments: writer_segments,
             unsettled,
-            unsynced: false,
+            unsynced_since: None,
+            unsynced: unsynced.clone(),
+            flush_after,
+            failed: None,
             syncs,
         };
         writer.delete_settled();
@@ -484,7 +552,7 @@ impl Journal {
         std::thread::Builder::new()
             .name("kiln-cache-journal".into())
             .spawn(move || writer.run(rx))?;
-        Ok((Journal { tx }, recovered))
+        Ok((Journal { tx, unsynced }, recovered))
     }
 
     async fn ask(&self, command: Command, rx: oneshot::Receiver<io::Result<()>>) -> io::Result<()> {
@@ -543,6 +611,11 @@ impl Journal {
     /// Makes every record written so far durable: dones included, so that a restart does not
     /// write their versions back over what changes the backing store next.
     pub async fn sync(&self) -> io::Result<()> {
+        // The flag is set before a written record is answered: a done this caller waited for
+        // is seen here.
+        if !self.unsynced.load(Ordering::Acquire) {
+            return Ok(());
+        }
         let (reply, rx) = oneshot::channel();
         self.ask(Command::Sync { reply }, rx).await
     }
@@ -677,11 +750,14 @@ mod tests {
         assert_eq!(recovered.last_version, 200);
     }
 
+    /// Long enough that no lone done is synced by the timer during a test.
+    const NEVER: Duration = Duration::from_secs(3600);
+
     #[tokio::test]
     async fn dones_ride_on_the_next_sync() {
         let dir = tempfile::tempdir().unwrap();
         let syncs = Counter::default();
-        let (j, _) = Journal::open(dir.path(), syncs.clone()).unwrap();
+        let (j, _) = Journal::open_flushing(dir.path(), syncs.clone(), NEVER).unwrap();
         let (a, b) = (ObjectKey::new("b", "a"), ObjectKey::new("b", "b"));
         j.put(&a, 1, &meta("a1"), b"one").await.unwrap();
         assert_eq!(syncs.get(), 1, "a put is answered once synced");
@@ -700,29 +776,59 @@ mod tests {
         assert_eq!(syncs.get(), 3);
     }
 
+    async fn wait_for(syncs: &Counter, n: u64) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while syncs.get() < n && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     #[tokio::test]
-    async fn a_lone_done_is_synced_soon_after_and_when_the_journal_closes() {
+    async fn a_lone_done_is_synced_soon_after() {
         let dir = tempfile::tempdir().unwrap();
         let syncs = Counter::default();
-        let (j, _) = Journal::open(dir.path(), syncs.clone()).unwrap();
+        let flush = Duration::from_millis(30);
+        let (j, _) = Journal::open_flushing(dir.path(), syncs.clone(), flush).unwrap();
+        let a = ObjectKey::new("b", "a");
+        j.put(&a, 1, &meta("a1"), b"one").await.unwrap();
+        j.done(&a, 1).await.unwrap();
+        wait_for(&syncs, 2).await;
+        assert_eq!(syncs.get(), 2, "the done was synced once nothing else came");
+    }
+
+    #[tokio::test]
+    async fn dones_that_keep_coming_are_synced_all_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let syncs = Counter::default();
+        let flush = Duration::from_millis(40);
+        let (j, _) = Journal::open_flushing(dir.path(), syncs.clone(), flush).unwrap();
+        let a = ObjectKey::new("b", "a");
+        j.put(&a, 1, &meta("a1"), b"one").await.unwrap();
+        // A done every 5 ms for 0.4 s: never 40 ms without one.
+        let started = std::time::Instant::now();
+        while started.elapsed() < flush * 10 {
+            j.done(&a, 1).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(
+            // The put's sync, then at least five of the dones' (0.4 s / 40 ms = 10 due).
+            syncs.get() > 5,
+            "synced {} times: the first unsynced done waits at most {flush:?}",
+            syncs.get()
+        );
+    }
+
+    #[tokio::test]
+    async fn the_last_handle_going_syncs_what_was_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let syncs = Counter::default();
+        let (j, _) = Journal::open_flushing(dir.path(), syncs.clone(), NEVER).unwrap();
         let a = ObjectKey::new("b", "a");
         j.put(&a, 1, &meta("a1"), b"one").await.unwrap();
         j.done(&a, 1).await.unwrap();
         assert_eq!(syncs.get(), 1);
-        let deadline = std::time::Instant::now() + FLUSH_AFTER * 20;
-        while syncs.get() < 2 && std::time::Instant::now() < deadline {
-            tokio::time::sleep(FLUSH_AFTER / 4).await;
-        }
-        assert_eq!(syncs.get(), 2, "the done was synced once nothing else came");
-        // A done written just before the last handle goes is synced by the ending thread.
-        j.put(&a, 2, &meta("a2"), b"two").await.unwrap();
-        j.done(&a, 2).await.unwrap();
-        assert_eq!(syncs.get(), 3);
         drop(j);
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while syncs.get() < 4 && std::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        assert_eq!(syncs.get(), 4);
+        wait_for(&syncs, 2).await;
+        assert_eq!(syncs.get(), 2);
     }
 }

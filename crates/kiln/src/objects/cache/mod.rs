@@ -468,6 +468,45 @@ impl ObjectCache {
         self.known().insert(key, features);
     }
 
+    /// Records the features of a whole object the backing store answered for and the cache
+    /// passed through (not admitted, or too large): its size, and the media metadata kiln
+    /// stored with it when it wrote it back. Free: both are in the answer's headers. Call it
+    /// before the reserved metadata is stripped.
+    pub(super) fn learn_passing(
+        &self,
+        key: &ObjectKey,
+        size: Option<i64>,
+        metadata: Option<&s3s::dto::Metadata>,
+    ) {
+        let Some(size) = size.and_then(|s| u64::try_from(s).ok()) else {
+            return;
+        };
+        let media = metadata
+            .and_then(|m| m.get(MEDIA_METADATA))
+            .and_then(|v| super::media::Media::decode(v));
+        // What a read through the cache learnt from the bytes themselves is kept while the
+        // size agrees: the headers only carry what kiln wrote.
+        let mut known = self.known();
+        if let Some(seen) = known.map.get(key) {
+            if seen.size == size && (media.is_none() || seen.media == media) {
+                return;
+            }
+        }
+        known.insert(key.clone(), ObjectFeatures { size, media });
+    }
+
+    /// The admission the configuration fixes for every object, if it does: all (up to the size
+    /// limit), or none (a draining cache); else the functions' benefit models decide.
+    pub fn configured_admission(&self) -> Option<bool> {
+        if self.config.admit_none {
+            Some(false)
+        } else if self.config.admit_all {
+            Some(true)
+        } else {
+            None
+        }
+    }
+
     /// Whether a request's objects are admitted: by the configuration, else by the decision its
     /// invocation carries (`invocation`), else by its function's latest one.
     fn admits(&self, function: Option<&str>, invocation: Option<bool>) -> bool {

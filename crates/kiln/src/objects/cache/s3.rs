@@ -249,6 +249,13 @@ impl CachedStore {
         if range.is_some() || !admit {
             cache.metrics.bypassed.inc();
             let mut out = cache.backend.get_object(req).await?;
+            if range.is_none() {
+                cache.learn_passing(
+                    &key,
+                    out.output.content_length,
+                    out.output.metadata.as_ref(),
+                );
+            }
             strip_reserved(&mut out.output.metadata);
             return Ok(out);
         }
@@ -298,6 +305,11 @@ impl CachedStore {
         }
         miss.end(None);
         // Too large to cache: streamed through, preconditions applied here.
+        cache.learn_passing(
+            &key,
+            out.output.content_length,
+            out.output.metadata.as_ref(),
+        );
         let meta = meta_of(&out.output, size.max(0) as u64);
         check_read(&meta, &conditions, None)?;
         strip_reserved(&mut out.output.metadata);
@@ -550,7 +562,15 @@ impl S3 for CachedStore {
             return Ok(S3Response::new(output));
         }
         cache.metrics.bypassed.inc();
+        let whole = plain && req.input.range.is_none();
         let mut out = cache.backend.head_object(req).await?;
+        if whole {
+            cache.learn_passing(
+                &key,
+                out.output.content_length,
+                out.output.metadata.as_ref(),
+            );
+        }
         strip_reserved(&mut out.output.metadata);
         Ok(out)
     }

@@ -42,10 +42,12 @@ pub struct Sizing {
     slack: u64,
     /// The largest fall of the lendable memory per finished window, newest last.
     windows: VecDeque<u64>,
-    /// The highest sample since the current window began (the last one before it included),
-    /// and the largest fall from such a high so far in the window.
+    /// The highest sample since the previous window began: a fall that starts in one window
+    /// and goes on in the next counts whole in the next. The largest fall from it so far in
+    /// the current window, and the current window's own highest sample (carried into the next).
     high: Option<u64>,
     fall: u64,
+    own_high: u64,
     ticks_in_window: usize,
 }
 
@@ -57,6 +59,7 @@ impl Sizing {
             windows: VecDeque::new(),
             high: None,
             fall: 0,
+            own_high: 0,
             ticks_in_window: 0,
         }
     }
@@ -73,11 +76,13 @@ impl Sizing {
         let high = self.high.map_or(lendable, |h| h.max(lendable));
         self.high = Some(high);
         self.fall = self.fall.max(high - lendable);
+        self.own_high = self.own_high.max(lendable);
         self.ticks_in_window += 1;
         if self.ticks_in_window >= self.config.window_ticks {
             self.windows.push_back(std::mem::take(&mut self.fall));
-            // The next window's falls count from where this one ended.
-            self.high = Some(lendable);
+            // The next window's falls count from this one's high (a fall across the boundary
+            // counts whole; the slack takes the larger of two windows, so twice is harmless).
+            self.high = Some(std::mem::take(&mut self.own_high));
             self.ticks_in_window = 0;
             if self.windows.len() >= 2 {
                 // Every second window: the slack is the larger churn of the last two.
@@ -136,7 +141,7 @@ mod tests {
     #[test]
     fn the_slack_follows_the_falls_of_the_last_two_windows() {
         let mut s = sizing();
-        // Two windows of steady memory: the second falls 10 MB from the first's last sample.
+        // Two windows of steady memory: the second falls 10 MB from the first's high.
         for lendable in [400, 405, 410, 400, 420, 430] {
             s.tick(lendable * MB);
         }
@@ -154,6 +159,16 @@ mod tests {
             s.tick(100 * MB);
         }
         assert_eq!(s.slack(), 0);
+    }
+
+    #[test]
+    fn a_fall_across_windows_counts_whole() {
+        let mut s = sizing();
+        // 900 → 300 in steps, from the end of one window into the next.
+        for lendable in [900, 900, 700, 500, 300, 300] {
+            s.tick(lendable * MB);
+        }
+        assert_eq!(s.slack(), 600 * MB);
     }
 
     #[test]
