@@ -211,13 +211,14 @@ def test_writes_are_transparent_and_reach_the_remote(front, remote, bucket):
     assert s3.get_object(Bucket=bucket, Key="out/a.bin")["Body"].read() == body
 
 
-def png(width, height):
-    """A real PNG (one grey row repeated), made with zlib alone."""
+def png(width, height, comment=b""):
+    """A real PNG (one grey row repeated), made with zlib alone; `comment` in a tEXt chunk makes it larger."""
     def chunk(kind, data):
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
     rows = b"".join(b"\0" + b"\x80" * width for _ in range(height))
+    text = chunk(b"tEXt", b"Comment\0" + comment) if comment else b""
     return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+            + chunk(b"IDAT", zlib.compress(rows)) + text + chunk(b"IEND", b""))
 
 
 def test_image_metadata_is_extracted_and_stored_with_the_object(front, remote, bucket):
@@ -468,25 +469,32 @@ def deploy_readers(front, remote, tmp_path, names, *flags):
 
 def test_objects_passed_through_still_inform_the_models(remote, tmp_path):
     """An object the cache does not hold (here: larger than it caches) is still known to the models once it passed
-    through: its size from the backing store's answer, and its media metadata as kiln writes it back. The next
-    invocation that names it is predicted with them."""
+    through: its size from the backing store's answer, and its media metadata as kiln writes it back, or else from
+    the image header in its first bytes as they streamed past. The next invocation that names it is predicted with
+    them."""
     front = start_front(remote, "--object-cache-max-object-kb", "4")
     try:
-        invoke = deploy_readers(front, remote, tmp_path, ["oc-through"])
+        invoke = deploy_readers(front, remote, tmp_path, ["oc-through", "oc-photo"])
+        outside = remote.client()
         # As kiln's write-back leaves an image: its format and size in the reserved metadata.
-        remote.client().put_object(Bucket=invoke.bucket, Key="img", Body=os.urandom(8 * KiB),
-                                   Metadata={"kiln-media": "png 640x480"})
+        outside.put_object(Bucket=invoke.bucket, Key="img", Body=os.urandom(8 * KiB),
+                           Metadata={"kiln-media": "png 640x480"})
+        # An image someone else wrote: nothing but its bytes.
+        photo = png(320, 200, comment=b"x" * (8 * KiB))
+        outside.put_object(Bucket=invoke.bucket, Key="photo.png", Body=photo)
 
-        def features():
+        def features(name):
             models = front.signed_request("GET", "/kiln/v1/status", "", {}).json()["memoryModels"]
-            return next(m["features"] for m in models if m["function"] == "oc-through")
+            return next(m["features"] for m in models if m["function"] == name)
 
         hits = metric(front, "hits")
-        assert invoke("oc-through", key="img", spin_ms=0) == {"bytes": 8 * KiB}
-        assert not any(f.startswith("object.") for f in features()), "the first invocation knew nothing of it"
-        invoke("oc-through", key="img", spin_ms=0)
-        assert {"object.size", "object.width", "object.height", "object.format"} <= set(features()), features()
-        assert metric(front, "hits") == hits, "too large to cache: both reads passed through"
+        media = {"object.size", "object.width", "object.height", "object.format"}
+        for name, key, size in [("oc-through", "img", 8 * KiB), ("oc-photo", "photo.png", len(photo))]:
+            assert invoke(name, key=key, spin_ms=0) == {"bytes": size}
+            assert not any(f.startswith("object.") for f in features(name)), "the first invocation knew nothing"
+            invoke(name, key=key, spin_ms=0)
+            assert media <= set(features(name)), (name, features(name))
+        assert metric(front, "hits") == hits, "too large to cache: every read passed through"
     finally:
         front.cleanup()
 

@@ -20,6 +20,7 @@
 pub mod cost;
 pub mod entries;
 mod journal;
+mod peek;
 mod s3;
 pub mod sizing;
 mod writeback;
@@ -80,15 +81,20 @@ pub struct ObjectFeatures {
 struct Known {
     map: std::collections::HashMap<ObjectKey, ObjectFeatures>,
     order: std::collections::VecDeque<ObjectKey>,
+    /// Objects whose first bytes were looked at as they streamed through, and held no image
+    /// header (or the one they held is in `map`): not worth another look.
+    looked: HashSet<ObjectKey>,
 }
 
 impl Known {
     fn insert(&mut self, key: ObjectKey, features: ObjectFeatures) {
+        self.looked.remove(&key);
         if self.map.insert(key.clone(), features).is_none() {
             self.order.push_back(key);
             while self.order.len() > KNOWN_OBJECTS {
                 if let Some(old) = self.order.pop_front() {
                     self.map.remove(&old);
+                    self.looked.remove(&old);
                 }
             }
         }
@@ -493,6 +499,33 @@ impl ObjectCache {
             }
         }
         known.insert(key.clone(), ObjectFeatures { size, media });
+    }
+
+    /// Whether the cache knows `key`'s size but not whether it is an image: a body streamed
+    /// through is then worth a look at its first bytes.
+    pub(super) fn wants_media(&self, key: &ObjectKey) -> bool {
+        let known = self.known();
+        known.map.get(key).is_some_and(|k| k.media.is_none()) && !known.looked.contains(key)
+    }
+
+    /// Records what the first bytes of `key`'s body, of `size` bytes, held: an image's media
+    /// metadata, or none.
+    pub(super) fn learn_media(
+        &self,
+        key: &ObjectKey,
+        size: u64,
+        media: Option<super::media::Media>,
+    ) {
+        let mut known = self.known();
+        let Some(features) = known.map.get_mut(key) else {
+            return;
+        };
+        if features.size == size {
+            if media.is_some() {
+                features.media = media;
+            }
+            known.looked.insert(key.clone());
+        }
     }
 
     /// The admission the configuration fixes for every object, if it does: all (up to the size

@@ -209,6 +209,28 @@ impl CachedStore {
 }
 
 impl CachedStore {
+    /// Learns what a whole object streamed through tells of it: its size and `kiln-media` from
+    /// the headers, and when those say nothing of media, the image header in its first bytes as
+    /// they pass. Before the reserved metadata is stripped.
+    fn learn_passing(&self, key: &ObjectKey, output: &mut GetObjectOutput) {
+        let cache = &self.cache;
+        cache.learn_passing(key, output.content_length, output.metadata.as_ref());
+        let Some(size) = output.content_length.and_then(|s| u64::try_from(s).ok()) else {
+            return;
+        };
+        if !cache.wants_media(key) {
+            return;
+        }
+        if let Some(body) = output.body.take() {
+            let (cache, key) = (cache.clone(), key.clone());
+            output.body = Some(StreamingBlob::new(super::peek::Peeked::new(
+                body,
+                size,
+                move |media| cache.learn_media(&key, size, media),
+            )));
+        }
+    }
+
     /// GetObject; sets `backend` to what the read would have cost at the backing store when
     /// it did not go there (a hit).
     async fn get(
@@ -250,11 +272,7 @@ impl CachedStore {
             cache.metrics.bypassed.inc();
             let mut out = cache.backend.get_object(req).await?;
             if range.is_none() {
-                cache.learn_passing(
-                    &key,
-                    out.output.content_length,
-                    out.output.metadata.as_ref(),
-                );
+                self.learn_passing(&key, &mut out.output);
             }
             strip_reserved(&mut out.output.metadata);
             return Ok(out);
@@ -305,11 +323,7 @@ impl CachedStore {
         }
         miss.end(None);
         // Too large to cache: streamed through, preconditions applied here.
-        cache.learn_passing(
-            &key,
-            out.output.content_length,
-            out.output.metadata.as_ref(),
-        );
+        self.learn_passing(&key, &mut out.output);
         let meta = meta_of(&out.output, size.max(0) as u64);
         check_read(&meta, &conditions, None)?;
         strip_reserved(&mut out.output.metadata);
