@@ -5,7 +5,8 @@
 //! records: `put` (an object version: key, attributes, bytes) and `done` (a version reached
 //! the backing store, which settles it and every older version of the key). One thread owns
 //! the files and commits in groups: it writes every record that arrived while the previous
-//! `fdatasync` ran, syncs once if the group holds a put, and answers them all. Segments are deleted oldest first, once
+//! `fdatasync` ran, syncs once if the group holds a put or a sync request (or its oldest
+//! unsynced record is due, below), and answers them all. Segments are deleted oldest first, once
 //! every record in them is settled, so a `done` never outlives the `put` it settles. On start,
 //! the latest unsettled version of each key is read back and written back again.
 //!
@@ -256,6 +257,8 @@ impl Writer {
                 "object cache: the journal failed, and refuses writes until kiln restarts: {e}"
             );
             self.failed = Some(e.to_string());
+            // Every later `Journal::sync` goes to the thread, which answers with the failure.
+            self.unsynced.store(true, Ordering::Release);
         }
         self.broken().unwrap_or(e)
     }

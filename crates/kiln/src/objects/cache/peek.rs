@@ -64,7 +64,9 @@ impl Stream for Peeked {
                     this.finish();
                 }
             }
-            Poll::Ready(None) => this.finish(),
+            // A body that ended short of its length teaches nothing (the head may be cut).
+            Poll::Ready(None) if this.head.len() >= this.want => this.finish(),
+            Poll::Ready(None) => this.learn = None,
             Poll::Ready(Some(Err(_))) => this.learn = None,
             _ => {}
         }
@@ -98,6 +100,10 @@ mod tests {
 
     async fn pass(chunks: Vec<Vec<u8>>) -> (Vec<u8>, Option<Option<Media>>) {
         let size: usize = chunks.iter().map(Vec::len).sum();
+        pass_declaring(chunks, size as u64).await
+    }
+
+    async fn pass_declaring(chunks: Vec<Vec<u8>>, size: u64) -> (Vec<u8>, Option<Option<Media>>) {
         let stream = futures_util::stream::iter(
             chunks
                 .into_iter()
@@ -105,7 +111,7 @@ mod tests {
         );
         let found = Arc::new(Mutex::new(None));
         let seen = found.clone();
-        let mut body = Peeked::new(StreamingBlob::wrap(stream), size as u64, move |m| {
+        let mut body = Peeked::new(StreamingBlob::wrap(stream), size, move |m| {
             *seen.lock().unwrap() = Some(m);
         });
         let mut out = Vec::new();
@@ -133,6 +139,14 @@ mod tests {
             (found.format.as_str(), found.width, found.height),
             ("png", 640, 480)
         );
+    }
+
+    #[tokio::test]
+    async fn a_body_cut_short_teaches_nothing() {
+        let head = png_header(64, 48);
+        let (out, found) = pass_declaring(vec![head.clone()], 1000).await;
+        assert_eq!(out, head);
+        assert_eq!(found, None, "not even that it is no image");
     }
 
     #[tokio::test]

@@ -3,9 +3,11 @@
 //! and growing.
 //!
 //! The slack starts at a configured size (OFC: 100 MB). The lendable memory is sampled every
-//! tick; its churn in a window (OFC: 60 s) is the most it fell from a high within the window
-//! (memory instances took back: growing, or new instances taking budget), and every two windows
-//! (OFC: 120 s) the slack becomes the larger churn of the last two. A rise needs no slack:
+//! tick; its churn in a window (OFC: 60 s) is the most it fell within the window from its
+//! highest sample since the previous window began (memory instances took back: growing, or new
+//! instances taking budget; a fall across a window's start counts whole, and may count in two
+//! windows, which keeps its slack up to 240 s rather than 120 s), and every two windows (OFC:
+//! 120 s) the slack becomes the larger churn of the last two. A rise needs no slack:
 //! instances sized below their bookings lend more, and nothing must be taken back for that.
 //! A sudden drop in lendable memory shrinks the cache at once (the node's give-back) or at the
 //! next tick, whatever the slack.
