@@ -43,22 +43,23 @@ impl Media {
     }
 }
 
+/// A PNG's header: signature, then the IHDR chunk (the rest is not needed for the size).
+#[cfg(test)]
+pub(crate) fn png_header(width: u32, height: u32) -> Vec<u8> {
+    let mut data = b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR".to_vec();
+    data.extend_from_slice(&width.to_be_bytes());
+    data.extend_from_slice(&height.to_be_bytes());
+    data.extend_from_slice(&[8, 2, 0, 0, 0, 0, 0, 0, 0]);
+    data
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A 3×2 PNG: signature, then the IHDR chunk (the rest is not needed for the size).
-    fn png(width: u32, height: u32) -> Vec<u8> {
-        let mut data = b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR".to_vec();
-        data.extend_from_slice(&width.to_be_bytes());
-        data.extend_from_slice(&height.to_be_bytes());
-        data.extend_from_slice(&[8, 2, 0, 0, 0, 0, 0, 0, 0]);
-        data
-    }
-
     #[test]
     fn images_give_their_format_and_size() {
-        let media = Media::of(&png(3, 2)).unwrap();
+        let media = Media::of(&png_header(3, 2)).unwrap();
         assert_eq!(
             media,
             Media {

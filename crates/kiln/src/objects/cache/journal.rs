@@ -807,17 +807,17 @@ mod tests {
         let (j, _) = Journal::open_flushing(dir.path(), syncs.clone(), flush).unwrap();
         let a = ObjectKey::new("b", "a");
         j.put(&a, 1, &meta("a1"), b"one").await.unwrap();
-        // A done every 5 ms for 0.4 s: never 40 ms without one.
-        let started = std::time::Instant::now();
-        while started.elapsed() < flush * 10 {
+        assert_eq!(syncs.get(), 1);
+        // A done every 5 ms, never a pause as long as the flush delay: they are synced all the
+        // same (a delay that started again at each record would never come).
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while syncs.get() == 1 && std::time::Instant::now() < deadline {
             j.done(&a, 1).await.unwrap();
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         assert!(
-            // The put's sync, then at least five of the dones' (0.4 s / 40 ms = 10 due).
-            syncs.get() > 5,
-            "synced {} times: the first unsynced done waits at most {flush:?}",
-            syncs.get()
+            syncs.get() >= 2,
+            "the dones were synced while more kept coming"
         );
     }
 

@@ -478,7 +478,7 @@ impl ObjectCache {
     /// passed through (not admitted, or too large): its size, and the media metadata kiln
     /// stored with it when it wrote it back. Free: both are in the answer's headers. Call it
     /// before the reserved metadata is stripped.
-    pub(super) fn learn_passing(
+    pub(super) fn learn_from_headers(
         &self,
         key: &ObjectKey,
         size: Option<i64>,
@@ -543,11 +543,8 @@ impl ObjectCache {
     /// Whether a request's objects are admitted: by the configuration, else by the decision its
     /// invocation carries (`invocation`), else by its function's latest one.
     fn admits(&self, function: Option<&str>, invocation: Option<bool>) -> bool {
-        if self.config.admit_none {
-            return false;
-        }
-        if self.config.admit_all {
-            return true;
+        if let Some(fixed) = self.configured_admission() {
+            return fixed;
         }
         invocation.unwrap_or_else(|| {
             function.is_none_or(|f| {

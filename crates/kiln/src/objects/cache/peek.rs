@@ -87,16 +87,9 @@ impl ByteStream for Peeked {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::objects::media::png_header;
     use futures_util::StreamExt;
     use std::sync::{Arc, Mutex};
-
-    fn png_header(width: u32, height: u32) -> Vec<u8> {
-        let mut out = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR".to_vec();
-        out.extend_from_slice(&width.to_be_bytes());
-        out.extend_from_slice(&height.to_be_bytes());
-        out.extend_from_slice(&[8, 2, 0, 0, 0, 0, 0, 0, 0]);
-        out
-    }
 
     async fn pass(chunks: Vec<Vec<u8>>) -> (Vec<u8>, Option<Option<Media>>) {
         let size: usize = chunks.iter().map(Vec::len).sum();

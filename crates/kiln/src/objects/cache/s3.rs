@@ -214,7 +214,7 @@ impl CachedStore {
     /// they pass. Before the reserved metadata is stripped.
     fn learn_passing(&self, key: &ObjectKey, output: &mut GetObjectOutput) {
         let cache = &self.cache;
-        cache.learn_passing(key, output.content_length, output.metadata.as_ref());
+        cache.learn_from_headers(key, output.content_length, output.metadata.as_ref());
         let Some(size) = output.content_length.and_then(|s| u64::try_from(s).ok()) else {
             return;
         };
@@ -579,7 +579,7 @@ impl S3 for CachedStore {
         let whole = plain && req.input.range.is_none();
         let mut out = cache.backend.head_object(req).await?;
         if whole {
-            cache.learn_passing(
+            cache.learn_from_headers(
                 &key,
                 out.output.content_length,
                 out.output.metadata.as_ref(),
