@@ -233,7 +233,7 @@ def test_out_of_memory_during_init(kiln):
 def test_orphans_are_reaped(kiln, probe_fn):
     result = probe(kiln, "sbx-probe", {"op": "zombies", "count": 50})
     assert result["zombies"] == 0, result
-    assert result["processes"] <= 4, result
+    assert result["processes"] <= result["before"] <= 4, result
 
 
 def test_fork_bomb_is_contained(kiln, probe_fn):

@@ -148,8 +148,25 @@ def hijack(api):
         return {"error": errname(reason) if isinstance(reason, OSError) else repr(reason)}
 
 
+def process_states():
+    """Each process this sandbox can see, with its state letter."""
+    states = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open("/proc/%s/stat" % name) as f:
+                    states[name] = f.read().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                pass
+    return states
+
+
 def zombies(count):
-    """Leaves `count` orphans that exit at once (double fork); the sandbox's init must reap them."""
+    """Leaves `count` orphans that exit at once (double fork); the sandbox's init must reap them.
+
+    Waits (up to 10 s) until no zombie is left and no more processes run than before: an orphan
+    may still be running when its parent has been waited for."""
+    before = len(process_states())
     for _ in range(count):
         pid = os.fork()
         if pid == 0:
@@ -159,17 +176,10 @@ def zombies(count):
         os.waitpid(pid, 0)
     deadline = time.time() + 10
     while True:
-        states = {}
-        for name in os.listdir("/proc"):
-            if name.isdigit():
-                try:
-                    with open("/proc/%s/stat" % name) as f:
-                        states[name] = f.read().rsplit(")", 1)[1].split()[0]
-                except OSError:
-                    pass
+        states = process_states()
         left = [pid for pid, state in states.items() if state == "Z"]
-        if not left or time.time() > deadline:
-            return {"zombies": len(left), "processes": len(states)}
+        if (not left and len(states) <= before) or time.time() > deadline:
+            return {"zombies": len(left), "processes": len(states), "before": before}
         time.sleep(0.05)
 
 
