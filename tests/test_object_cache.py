@@ -605,13 +605,13 @@ def finish(event, context):
 """
 
 
-def deploy_stages(front, tmp_path):
+def deploy_stages(front, tmp_path, source=STAGES, handlers=(("seq-halve", "app.halve"), ("seq-finish", "app.finish"))):
     from test_s3_functions import vendored_boto3
     code = tmp_path / "code"
     code.mkdir()
-    (code / "app.py").write_text(STAGES)
+    (code / "app.py").write_text(source)
     vendored_boto3(code)
-    for name, handler in (("seq-halve", "app.halve"), ("seq-finish", "app.finish")):
+    for name, handler in handlers:
         front.cli("deploy", name, "--runtime", PYTHON_RUNTIME, "--handler", handler, "--code", str(code),
                   "--memory", "256", "--timeout", "60", timeout=180)
 
@@ -659,6 +659,82 @@ def test_a_sequence_keeps_its_intermediate_objects_in_memory_only(remote, tmp_pa
         front.cli("sequence", "pipe", "--rm")
         with pytest.raises(lam.exceptions.ResourceNotFoundException):
             lam.invoke(FunctionName="pipe", Payload=b"{}")
+    finally:
+        front.cleanup()
+
+
+SCATTER_GATHER = """
+import boto3
+
+s3 = boto3.client("s3")
+
+
+def scatter(event, context):
+    parts = event["prefix"]
+    for name in event["names"]:
+        s3.put_object(Bucket=event["bucket"], Key=parts + name, Body=name.encode() * 100)
+    return event
+
+
+def gather(event, context):
+    bucket, parts = event["bucket"], event["prefix"]
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=parts, PaginationConfig={"PageSize": 2})
+    listed = [o for page in pages for o in page.get("Contents", [])]
+    v1 = []
+    marker = ""
+    while True:
+        page = s3.list_objects(Bucket=bucket, Prefix=parts, Marker=marker, MaxKeys=2)
+        v1 += [o["Key"] for o in page.get("Contents", [])]
+        if not page["IsTruncated"]:
+            break
+        marker = v1[-1]
+    top = s3.list_objects_v2(Bucket=bucket, Prefix=parts, Delimiter="/")
+    read = {}
+    for o in listed:
+        got = s3.get_object(Bucket=bucket, Key=o["Key"])
+        assert got["ETag"] == o["ETag"] and got["ContentLength"] == o["Size"], (o, got)
+        read[o["Key"]] = len(got["Body"].read())
+    return {"v2": [o["Key"] for o in listed], "v1": v1, "read": read,
+            "top": [o["Key"] for o in top.get("Contents", [])],
+            "dirs": [p["Prefix"] for p in top.get("CommonPrefixes", [])]}
+"""
+
+
+def test_a_later_stage_lists_what_an_earlier_one_wrote(remote, tmp_path):
+    """A MapReduce-style sequence: the first stage writes its parts, the next lists the prefix and reads what it
+    finds. The intermediate parts are only in memory, yet listings through kiln show them beside the backing
+    store's objects, in order, page by page (v2 with tokens, v1 with markers, with a delimiter, URL-encoded as
+    boto3 asks), with the ETags and sizes a GET answers; once the run is over they are in no listing."""
+    front = start_front(remote)
+    try:
+        deploy_stages(front, tmp_path, SCATTER_GATHER, (("seq-scatter", "app.scatter"), ("seq-gather", "app.gather")))
+        front.cli("sequence", "mapreduce", "seq-scatter", "seq-gather")
+        bucket = f"c-{uuid.uuid4().hex[:12]}"
+        s3_client(front).create_bucket(Bucket=bucket)
+        stored = ["parts/r1/b", "parts/r1/d/9", "parts/r1/f"]
+        for key in stored:
+            remote.client().put_object(Bucket=bucket, Key=key, Body=b"stored")
+        names = ["a", "c", "d/1", "e+1 x", "g", "h/2"]
+        lam = front.client(read_timeout=120)
+        ephemeral = metric(front, "ephemeral_writes")
+
+        response = lam.invoke(FunctionName="mapreduce", Payload=json.dumps(
+            {"bucket": bucket, "prefix": "parts/r1/", "names": names}))
+        assert "FunctionError" not in response
+        got = json.loads(response["Payload"].read())
+        everything = sorted(stored + ["parts/r1/" + n for n in names])
+        assert got["v2"] == everything, got
+        assert got["v1"] == everything, got
+        assert got["read"] == {k: 6 if k in stored else len(k.rsplit("/r1/", 1)[1]) * 100 for k in everything}
+        assert got["top"] == ["parts/r1/a", "parts/r1/b", "parts/r1/c", "parts/r1/e+1 x", "parts/r1/f",
+                              "parts/r1/g"], got
+        assert got["dirs"] == ["parts/r1/d/", "parts/r1/h/"], got
+        assert metric(front, "ephemeral_writes") == ephemeral + len(names)
+
+        # The run is over: its parts are in no listing, through kiln or of the backing store.
+        outside = s3_client(front).list_objects_v2(Bucket=bucket, Prefix="parts/")
+        assert [o["Key"] for o in outside["Contents"]] == stored
+        assert [o["Key"] for o in remote.client().list_objects_v2(Bucket=bucket)["Contents"]] == stored
     finally:
         front.cleanup()
 

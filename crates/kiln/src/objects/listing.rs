@@ -5,6 +5,10 @@
 //! straight past every key under it, so a listing of `photos/` with a million keys below
 //! `photos/2024/` costs one lookup for that prefix, not a million.
 
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::ops::Bound;
+
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
@@ -134,6 +138,117 @@ pub fn list<T, E>(
     }
 }
 
+/// An item of a merged listing: an object, or a common prefix the other source rolled up.
+#[derive(Clone)]
+enum Merged<T> {
+    Object(T),
+    Prefix,
+}
+
+/// A page listed from `start` that ended after `last`: `last` was a common prefix or a key.
+fn past(last: &str, prefix: bool) -> Option<Cursor> {
+    if prefix {
+        successor(last).map(Cursor::From)
+    } else {
+        Some(Cursor::After(last.to_string()))
+    }
+}
+
+/// Whether `key` comes before `cursor` (a page that ended there covered it).
+fn before(cursor: &Cursor, key: &str) -> bool {
+    match cursor {
+        Cursor::From(k) => key < k.as_str(),
+        Cursor::After(k) => key <= k.as_str(),
+    }
+}
+
+/// One page of a listing over two sources: a page another store listed with `request` (its
+/// objects, its common prefixes, whether it was truncated), and `extra`, items held apart
+/// (in any order) that take the place of the other store's item of the same key. Those past
+/// what the other store's page covered wait for the next page, so paging through the merged
+/// listing, each page from its predecessor's `next`, lists the union once.
+pub fn merge<T: Clone>(
+    request: &ListRequest,
+    objects: Vec<T>,
+    common_prefixes: Vec<String>,
+    truncated: bool,
+    extra: Vec<T>,
+    key_of: impl Fn(&T) -> &str,
+) -> Page<T> {
+    // Where the other store's next page starts: everything before it is covered here.
+    let last_object = objects.last().map(|o| key_of(o).to_string());
+    let last_prefix = common_prefixes.last().cloned();
+    let end = match (last_object, last_prefix) {
+        _ if !truncated => None,
+        (Some(k), Some(p)) if p > k => past(&p, true),
+        (Some(k), _) => past(&k, false),
+        (None, Some(p)) => past(&p, true),
+        // A truncated page with nothing on it: nothing more can be learnt from that store.
+        (None, None) => None,
+    };
+    let mut items: BTreeMap<String, Merged<T>> = BTreeMap::new();
+    for object in objects {
+        items.insert(key_of(&object).to_string(), Merged::Object(object));
+    }
+    for prefix in common_prefixes {
+        items.insert(prefix, Merged::Prefix);
+    }
+    for item in extra {
+        let key = key_of(&item);
+        if end.as_ref().is_none_or(|end| before(end, key)) {
+            items.insert(key.to_string(), Merged::Object(item));
+        }
+    }
+    let fetch = |cursor: &Cursor, below: Option<&str>, limit: usize| {
+        let lower = match cursor {
+            Cursor::From(k) => Bound::Included(k.clone()),
+            Cursor::After(k) => Bound::Excluded(k.clone()),
+        };
+        Ok::<_, Infallible>(
+            items
+                .range::<String, _>((lower, Bound::Unbounded))
+                .take_while(|(k, _)| below.is_none_or(|b| k.as_str() < b))
+                .take(limit)
+                .collect::<Vec<_>>(),
+        )
+    };
+    let Ok(page) = list(request, fetch, |(k, _)| k.as_str());
+    Page {
+        objects: page
+            .objects
+            .into_iter()
+            .filter_map(|(_, item)| match item {
+                Merged::Object(o) => Some(o.clone()),
+                // A common prefix ends with the delimiter: `list` always rolls it up.
+                Merged::Prefix => None,
+            })
+            .collect(),
+        common_prefixes: page.common_prefixes,
+        last: page.last,
+        next: page.next.or(end),
+    }
+}
+
+/// What to ask a store that knows only `start-after` (S3's ListObjectsV2) for a listing from
+/// `cursor`: the same keys, and perhaps some before them (those with a prefix of the returned
+/// value and below the cursor), which [`merge`] leaves out.
+pub fn start_after(cursor: &Cursor) -> Option<String> {
+    match cursor {
+        Cursor::After(k) => Some(k.clone()),
+        Cursor::From(k) => {
+            let mut chars: Vec<char> = k.chars().collect();
+            let last = chars.pop()?;
+            let below = match last as u32 {
+                0 => None,
+                0xE000 => Some('\u{D7FF}'),
+                n => char::from_u32(n - 1),
+            };
+            chars.extend(below);
+            Some(chars.into_iter().collect()).filter(|s: &String| !s.is_empty())
+        }
+    }
+}
+
 /// The smallest string greater than every string that starts with `prefix` (None for "" or a
 /// prefix of only U+10FFFF). UTF-8 preserves code-point order, so this bounds byte order too.
 pub fn successor(prefix: &str) -> Option<String> {
@@ -241,6 +356,90 @@ mod tests {
         panic!("listing did not terminate");
     }
 
+    /// Pages through the union of `store` and `extra` as the object cache does: the store is
+    /// asked from [`start_after`] of each page's cursor, and again from its own next page while
+    /// a merged page comes out empty. Objects carry where they came from (`true`: extra).
+    fn merged_all(
+        store: &BTreeSet<String>,
+        extra: &BTreeSet<String>,
+        prefix: &str,
+        delimiter: Option<&str>,
+        max_keys: usize,
+    ) -> (Vec<(String, bool)>, Vec<String>) {
+        let request = |start: Cursor| ListRequest {
+            prefix: prefix.into(),
+            delimiter: delimiter.map(str::to_string),
+            start,
+            max_keys,
+        };
+        let mut objects = Vec::new();
+        let mut prefixes = Vec::new();
+        let mut start = Cursor::start(prefix, None);
+        for _ in 0..10_000 {
+            let mut store_start = Cursor::start(prefix, start_after(&start).as_deref());
+            let page = loop {
+                let got = list(&request(store_start), source(store), |k| k.as_str()).unwrap();
+                let page = merge(
+                    &request(start.clone()),
+                    got.objects.into_iter().map(|k| (k, false)).collect(),
+                    got.common_prefixes,
+                    got.next.is_some(),
+                    extra.iter().map(|k| (k.clone(), true)).collect(),
+                    |(k, _)| k.as_str(),
+                );
+                match got.next {
+                    Some(next) if page.objects.is_empty() && page.common_prefixes.is_empty() => {
+                        store_start = next
+                    }
+                    _ => break page,
+                }
+            };
+            assert!(page.objects.len() + page.common_prefixes.len() <= max_keys);
+            objects.extend(page.objects);
+            prefixes.extend(page.common_prefixes);
+            match page.next {
+                Some(next) => start = Cursor::from_token(&next.token()).unwrap(),
+                None => return (objects, prefixes),
+            }
+        }
+        panic!("merged listing did not terminate");
+    }
+
+    #[test]
+    fn a_merged_listing_pages_through_both_sources() {
+        let set = |keys: &[&str]| keys.iter().map(|k| k.to_string()).collect::<BTreeSet<_>>();
+        let store = set(&["a", "b/1", "b/2", "c", "d/1", "e"]);
+        let extra = set(&["b/3", "c", "c/1", "f"]);
+        let (objects, prefixes) = merged_all(&store, &extra, "", Some("/"), 2);
+        assert_eq!(
+            objects,
+            vec![
+                ("a".to_string(), false),
+                ("c".to_string(), true),
+                ("e".to_string(), false),
+                ("f".to_string(), true)
+            ]
+        );
+        assert_eq!(prefixes, vec!["b/", "c/", "d/"]);
+        assert_eq!(
+            start_after(&Cursor::From("a0".into())).as_deref(),
+            Some("a/")
+        );
+        assert_eq!(
+            start_after(&Cursor::From("a\0".into())).as_deref(),
+            Some("a")
+        );
+        assert_eq!(
+            start_after(&Cursor::From("\u{E000}".into())).as_deref(),
+            Some("\u{D7FF}")
+        );
+        assert_eq!(start_after(&Cursor::From("\0".into())), None);
+        assert_eq!(
+            start_after(&Cursor::After("k".into())).as_deref(),
+            Some("k")
+        );
+    }
+
     #[test]
     fn delimiter_groups_and_pages() {
         let keys: BTreeSet<String> = ["a", "b/1", "b/2", "b/c/3", "c", "d/1"]
@@ -286,6 +485,27 @@ mod tests {
         ) {
             let got = list_all(&keys, &prefix, delimiter.as_deref(), max_keys);
             prop_assert_eq!(got, reference(&keys, &prefix, delimiter.as_deref()));
+        }
+
+        /// A listing merged from a store and items held apart, paged with any page size,
+        /// returns what one pass over their union would, the items held apart winning.
+        #[test]
+        fn merged_paging_matches_reference(
+            store in proptest::collection::btree_set("[ab/é\u{10FFFF}]{0,4}", 0..30),
+            extra in proptest::collection::btree_set("[ab/é\u{10FFFF}]{0,4}", 0..8),
+            prefix in "[ab/]{0,2}",
+            delimiter in proptest::option::of("[/b]{1,2}"),
+            max_keys in 1usize..6,
+        ) {
+            let (objects, prefixes) = merged_all(&store, &extra, &prefix, delimiter.as_deref(), max_keys);
+            let union: BTreeSet<String> = store.union(&extra).cloned().collect();
+            let (want_objects, want_prefixes) = reference(&union, &prefix, delimiter.as_deref());
+            let want_objects: Vec<(String, bool)> = want_objects
+                .into_iter()
+                .map(|k| { let held = extra.contains(&k); (k, held) })
+                .collect();
+            prop_assert_eq!(objects, want_objects);
+            prop_assert_eq!(prefixes, want_prefixes);
         }
 
         #[test]

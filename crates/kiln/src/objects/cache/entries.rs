@@ -4,7 +4,7 @@
 //! write-back workers decide, this table remembers. An entry is *dirty* while its latest
 //! acknowledged version has not reached the backing store; dirty entries are never evicted.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -150,6 +150,8 @@ pub struct Entries {
     /// before inputs, each least recently used first. Eviction takes from the front, so its
     /// cost follows what it evicts, not the table's size.
     evictable: BTreeMap<(u8, u64), ObjectKey>,
+    /// The keys of sequences' intermediate outputs, in order, for listings and `end_run`.
+    intermediates: BTreeSet<ObjectKey>,
 }
 
 impl Entries {
@@ -166,6 +168,7 @@ impl Entries {
             clock: 0,
             evicted: 0,
             evictable: BTreeMap::new(),
+            intermediates: BTreeSet::new(),
         }
     }
 
@@ -303,6 +306,7 @@ impl Entries {
         }
         if entry.run.is_some() {
             self.ephemeral_bytes -= size;
+            self.intermediates.remove(key);
         }
         Some(entry)
     }
@@ -370,6 +374,7 @@ impl Entries {
         self.make_room(size);
         self.bytes += size;
         self.ephemeral_bytes += size;
+        self.intermediates.insert(key.clone());
         let seq = self.tick();
         self.map.insert(
             key,
@@ -394,10 +399,14 @@ impl Entries {
     /// Sequence run `run` ended: its intermediate outputs go. Returns how many.
     pub fn end_run(&mut self, run: &str) -> usize {
         let keys: Vec<ObjectKey> = self
-            .map
+            .intermediates
             .iter()
-            .filter(|(_, e)| e.run.as_deref() == Some(run))
-            .map(|(k, _)| k.clone())
+            .filter(|k| {
+                self.map
+                    .get(k)
+                    .is_some_and(|e| e.run.as_deref() == Some(run))
+            })
+            .cloned()
             .collect();
         for key in &keys {
             self.generation += 1;
@@ -405,6 +414,17 @@ impl Entries {
             self.take(key);
         }
         keys.len()
+    }
+
+    /// The intermediate outputs of sequence runs in `bucket` whose keys start with `prefix`, in
+    /// key order, for listings: they are nowhere else.
+    pub fn intermediates(&self, bucket: &str, prefix: &str) -> Vec<(String, Arc<Meta>)> {
+        let from = ObjectKey::new(bucket, prefix);
+        self.intermediates
+            .range(from..)
+            .take_while(|k| k.bucket == bucket && k.key.starts_with(prefix))
+            .filter_map(|k| self.map.get(k).map(|e| (k.key.clone(), e.meta.clone())))
+            .collect()
     }
 
     /// The latest dirty version of `key`, for write-back.
@@ -641,6 +661,14 @@ mod tests {
         let mut t = Entries::new(100);
         assert!(t.write_ephemeral(key("mid"), Bytes::from(vec![0; 30]), meta(30), "run1", now));
         assert_eq!(t.usage().ephemeral_bytes, 30);
+        let listed = |t: &Entries, prefix| -> Vec<String> {
+            t.intermediates("b", prefix)
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect()
+        };
+        assert_eq!(listed(&t, "m"), vec!["mid".to_string()]);
+        assert!(listed(&t, "n").is_empty() && t.intermediates("c", "").is_empty());
         assert!(!t.could_hold(&key("x"), 80), "intermediates are pinned");
         assert_eq!(t.set_capacity(0), 0);
         assert!(t.get(&key("mid"), now).is_some());
@@ -648,6 +676,7 @@ mod tests {
         assert_eq!(t.end_run("other"), 0);
         assert_eq!(t.end_run("run1"), 1);
         assert!(t.get(&key("mid"), now).is_none());
+        assert!(listed(&t, "").is_empty());
         assert_eq!(t.usage(), Usage::default());
 
         t.set_capacity(100);

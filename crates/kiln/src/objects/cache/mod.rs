@@ -20,6 +20,7 @@
 pub mod cost;
 pub mod entries;
 mod journal;
+mod lists;
 mod peek;
 mod s3;
 pub mod sizing;

@@ -507,7 +507,7 @@ impl S3 for CachedStore {
         req: S3Request<ListObjectsV2Input>,
     ) -> S3Result<S3Response<ListObjectsV2Output>> {
         self.cache.until_bucket_settled(&req.input.bucket).await;
-        self.cache.backend.list_objects_v2(req).await
+        self.cache.list_objects_v2(req).await
     }
 
     async fn list_objects(
@@ -515,7 +515,7 @@ impl S3 for CachedStore {
         req: S3Request<ListObjectsInput>,
     ) -> S3Result<S3Response<ListObjectsOutput>> {
         self.cache.until_bucket_settled(&req.input.bucket).await;
-        self.cache.backend.list_objects(req).await
+        self.cache.list_objects(req).await
     }
 
     async fn get_object(

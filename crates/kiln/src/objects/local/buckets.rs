@@ -5,6 +5,7 @@ use s3s::{s3_error, S3Request, S3Response, S3Result};
 
 use super::meta::{BucketDeletion, ObjectRow};
 use super::{blocking, internal, now_ms, timestamp, LocalStore};
+use crate::objects::checksum::Checksums;
 use crate::objects::listing::{self, url_encode, Cursor, ListRequest, Page};
 
 /// S3's ceiling on keys per listing page.
@@ -234,7 +235,7 @@ impl LocalStore {
     }
 }
 
-fn max_keys(requested: Option<i32>) -> S3Result<i32> {
+pub(crate) fn max_keys(requested: Option<i32>) -> S3Result<i32> {
     match requested {
         Some(n) if n < 0 => Err(s3_error!(
             InvalidArgument,
@@ -245,7 +246,7 @@ fn max_keys(requested: Option<i32>) -> S3Result<i32> {
     }
 }
 
-fn encodes_url(encoding: Option<&EncodingType>) -> S3Result<bool> {
+pub(crate) fn encodes_url(encoding: Option<&EncodingType>) -> S3Result<bool> {
     match encoding.map(EncodingType::as_str) {
         None => Ok(false),
         Some(EncodingType::URL) => Ok(true),
@@ -257,16 +258,32 @@ fn encodes_url(encoding: Option<&EncodingType>) -> S3Result<bool> {
 }
 
 fn object_entry(row: ObjectRow, encode: impl Fn(String) -> String) -> Object {
-    let algorithms: Vec<ChecksumAlgorithm> = row
-        .checksums
+    listed_object(
+        encode(row.key),
+        row.size,
+        row.etag,
+        row.modified_ms,
+        &row.checksums,
+    )
+}
+
+/// An object's entry in a listing (`etag` unquoted).
+pub(crate) fn listed_object(
+    key: String,
+    size: u64,
+    etag: String,
+    modified_ms: i64,
+    checksums: &Checksums,
+) -> Object {
+    let algorithms: Vec<ChecksumAlgorithm> = checksums
         .algorithms()
         .map(|a| ChecksumAlgorithm::from(a.name().to_string()))
         .collect();
     Object {
-        key: Some(encode(row.key)),
-        size: Some(row.size as i64),
-        e_tag: Some(ETag::Strong(row.etag)),
-        last_modified: Some(timestamp(row.modified_ms)),
+        key: Some(key),
+        size: Some(size as i64),
+        e_tag: Some(ETag::Strong(etag)),
+        last_modified: Some(timestamp(modified_ms)),
         storage_class: Some(ObjectStorageClass::from_static(
             ObjectStorageClass::STANDARD,
         )),

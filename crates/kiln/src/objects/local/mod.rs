@@ -5,6 +5,7 @@
 //! Every blocking step (file I/O, SQLite with its fsyncs) runs on tokio's blocking pool.
 
 mod buckets;
+pub(crate) use buckets::{encodes_url, listed_object, max_keys};
 mod files;
 pub(crate) mod meta;
 mod multipart;

@@ -1,0 +1,246 @@
+//! Listings through the cache. A sequence's intermediate outputs live only in memory (OFC
+//! §6.3), so a listing of a prefix that holds some merges them into the backing store's pages
+//! ([`listing::merge`]), as a GET finds them: a stage that lists what the previous one wrote
+//! sees it. A merged page's continuation token is the cache's own (a position in the listing);
+//! a listing with nothing to merge passes through untouched.
+
+use super::*;
+use crate::objects::listing::{self, url_encode, Cursor, ListRequest, Page};
+use crate::objects::local::{encodes_url, listed_object, max_keys};
+
+/// Continuation tokens of merged listings: this, then a [`Cursor`] token.
+const TOKEN_PREFIX: &str = "kiln~";
+
+fn token_of(cursor: &Cursor) -> String {
+    format!("{TOKEN_PREFIX}{}", cursor.token())
+}
+
+fn common_prefixes(prefixes: Option<CommonPrefixList>) -> Vec<String> {
+    prefixes
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|p| p.prefix)
+        .collect()
+}
+
+fn key_of(object: &Object) -> &str {
+    object.key.as_deref().unwrap_or_default()
+}
+
+/// The last key or common prefix on a backing store's page.
+fn last_of(objects: &[Object], prefixes: &[String]) -> Option<String> {
+    let key = objects.last().map(key_of);
+    let prefix = prefixes.last().map(String::as_str);
+    key.max(prefix).map(str::to_string)
+}
+
+/// What a merged page answers, its keys URL-encoded when the client asked for that.
+struct Answer {
+    contents: Vec<Object>,
+    common_prefixes: Vec<CommonPrefix>,
+}
+
+impl Answer {
+    fn of(page: Page<Object>, encode: &impl Fn(String) -> String) -> Self {
+        Self {
+            contents: page
+                .objects
+                .into_iter()
+                .map(|mut o| {
+                    o.key = o.key.map(encode);
+                    o
+                })
+                .collect(),
+            common_prefixes: page
+                .common_prefixes
+                .into_iter()
+                .map(|p| CommonPrefix {
+                    prefix: Some(encode(p)),
+                })
+                .collect(),
+        }
+    }
+
+    fn count(&self) -> i32 {
+        (self.contents.len() + self.common_prefixes.len()) as i32
+    }
+}
+
+impl ObjectCache {
+    /// The intermediate outputs under `prefix` in `bucket`, as listing entries.
+    fn listed_intermediates(&self, bucket: &str, prefix: &str) -> Vec<Object> {
+        self.entries()
+            .intermediates(bucket, prefix)
+            .into_iter()
+            .map(|(key, meta)| {
+                listed_object(
+                    key,
+                    meta.size,
+                    meta.etag.clone(),
+                    meta.modified_ms,
+                    &meta.checksums,
+                )
+            })
+            .collect()
+    }
+
+    pub(super) async fn list_objects_v2(
+        &self,
+        req: S3Request<ListObjectsV2Input>,
+    ) -> S3Result<S3Response<ListObjectsV2Output>> {
+        let asked = &req.input;
+        let prefix = asked.prefix.clone().unwrap_or_default();
+        let ours = asked
+            .continuation_token
+            .as_deref()
+            .and_then(|t| t.strip_prefix(TOKEN_PREFIX));
+        let extra = self.listed_intermediates(&asked.bucket, &prefix);
+        if extra.is_empty() && ours.is_none() {
+            return self.backend.list_objects_v2(req).await;
+        }
+        let start = match ours {
+            Some(token) => Cursor::from_token(token).ok_or_else(|| {
+                s3_error!(
+                    InvalidArgument,
+                    "The continuation token provided is incorrect"
+                )
+            })?,
+            // A token of the backing store's: its listing began before these intermediates
+            // were written, so they are listed from where the listing began.
+            None => Cursor::start(&prefix, asked.start_after.as_deref()),
+        };
+        let max_keys = max_keys(asked.max_keys)?;
+        let url = encodes_url(asked.encoding_type.as_ref())?;
+        let request = ListRequest {
+            prefix,
+            delimiter: asked.delimiter.clone(),
+            start,
+            max_keys: max_keys as usize,
+        };
+        let mut input = asked.clone();
+        input.encoding_type = None;
+        input.continuation_token = None;
+        input.start_after = listing::start_after(&request.start);
+        let page = loop {
+            let out = self
+                .backend
+                .list_objects_v2(internal_request(input.clone()))
+                .await?
+                .output;
+            let objects = out.contents.unwrap_or_default();
+            let prefixes = common_prefixes(out.common_prefixes);
+            let truncated = out.is_truncated.unwrap_or(false);
+            let page = listing::merge(
+                &request,
+                objects,
+                prefixes,
+                truncated,
+                extra.clone(),
+                key_of,
+            );
+            // The store's page held only what comes before the cursor (rolled up under a
+            // common prefix this listing is past): ask for its next one.
+            match out.next_continuation_token {
+                Some(token)
+                    if truncated && page.objects.is_empty() && page.common_prefixes.is_empty() =>
+                {
+                    input.continuation_token = Some(token)
+                }
+                _ => break page,
+            }
+        };
+        let next = page.next.as_ref().map(token_of);
+        let encode = |s: String| if url { url_encode(&s) } else { s };
+        let answer = Answer::of(page, &encode);
+        let asked = req.input;
+        Ok(S3Response::new(ListObjectsV2Output {
+            name: Some(asked.bucket),
+            prefix: asked.prefix.map(encode),
+            delimiter: asked.delimiter.map(encode),
+            start_after: asked.start_after.map(encode),
+            continuation_token: asked.continuation_token,
+            max_keys: Some(max_keys),
+            key_count: Some(answer.count()),
+            is_truncated: Some(next.is_some()),
+            next_continuation_token: next,
+            encoding_type: asked.encoding_type,
+            contents: Some(answer.contents),
+            common_prefixes: Some(answer.common_prefixes),
+            ..Default::default()
+        }))
+    }
+
+    pub(super) async fn list_objects(
+        &self,
+        req: S3Request<ListObjectsInput>,
+    ) -> S3Result<S3Response<ListObjectsOutput>> {
+        let asked = &req.input;
+        let prefix = asked.prefix.clone().unwrap_or_default();
+        let extra = self.listed_intermediates(&asked.bucket, &prefix);
+        if extra.is_empty() {
+            return self.backend.list_objects(req).await;
+        }
+        let max_keys = max_keys(asked.max_keys)?;
+        let url = encodes_url(asked.encoding_type.as_ref())?;
+        let request = ListRequest {
+            start: Cursor::start(&prefix, asked.marker.as_deref()),
+            prefix,
+            delimiter: asked.delimiter.clone(),
+            max_keys: max_keys as usize,
+        };
+        let mut input = asked.clone();
+        input.encoding_type = None;
+        let page = loop {
+            let out = self
+                .backend
+                .list_objects(internal_request(input.clone()))
+                .await?
+                .output;
+            let objects = out.contents.unwrap_or_default();
+            let prefixes = common_prefixes(out.common_prefixes);
+            let truncated = out.is_truncated.unwrap_or(false);
+            let last = last_of(&objects, &prefixes);
+            let page = listing::merge(
+                &request,
+                objects,
+                prefixes,
+                truncated,
+                extra.clone(),
+                key_of,
+            );
+            match last {
+                Some(last)
+                    if truncated
+                        && page.objects.is_empty()
+                        && page.common_prefixes.is_empty()
+                        && input.marker.as_ref().is_none_or(|m| last > *m) =>
+                {
+                    input.marker = Some(last)
+                }
+                _ => break page,
+            }
+        };
+        let truncated = page.next.is_some();
+        let encode = |s: String| if url { url_encode(&s) } else { s };
+        // S3 only returns NextMarker with a delimiter; without one, clients use the last key.
+        let next_marker = (truncated && asked.delimiter.is_some())
+            .then(|| page.last.clone())
+            .flatten()
+            .map(encode);
+        let answer = Answer::of(page, &encode);
+        let asked = req.input;
+        Ok(S3Response::new(ListObjectsOutput {
+            name: Some(asked.bucket),
+            prefix: asked.prefix.map(encode),
+            delimiter: asked.delimiter.map(encode),
+            marker: Some(asked.marker.map(encode).unwrap_or_default()),
+            next_marker,
+            max_keys: Some(max_keys),
+            is_truncated: Some(truncated),
+            encoding_type: asked.encoding_type,
+            contents: Some(answer.contents),
+            common_prefixes: Some(answer.common_prefixes),
+            ..Default::default()
+        }))
+    }
+}
