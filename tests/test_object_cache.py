@@ -673,6 +673,9 @@ def scatter(event, context):
     parts = event["prefix"]
     for name in event["names"]:
         s3.put_object(Bucket=event["bucket"], Key=parts + name, Body=name.encode() * 100)
+    first = parts + event["names"][0]
+    s3.copy_object(Bucket=event["bucket"], Key=parts + "z-copy", CopySource={"Bucket": event["bucket"], "Key": first},
+                   MetadataDirective="REPLACE", ContentType="text/x-copied")
     return event
 
 
@@ -689,12 +692,15 @@ def gather(event, context):
             break
         marker = v1[-1]
     top = s3.list_objects_v2(Bucket=bucket, Prefix=parts, Delimiter="/")
+    copied = s3.head_object(Bucket=bucket, Key=parts + "z-copy")["ContentType"]
+    out = s3.copy_object(Bucket=bucket, Key=event["out"], CopySource={"Bucket": bucket, "Key": parts + "z-copy"})
     read = {}
     for o in listed:
         got = s3.get_object(Bucket=bucket, Key=o["Key"])
         assert got["ETag"] == o["ETag"] and got["ContentLength"] == o["Size"], (o, got)
         read[o["Key"]] = len(got["Body"].read())
-    return {"v2": [o["Key"] for o in listed], "v1": v1, "read": read,
+    return {"v2": [o["Key"] for o in listed], "v1": v1, "read": read, "copied": copied,
+            "out": out["CopyObjectResult"]["ETag"],
             "top": [o["Key"] for o in top.get("Contents", [])],
             "dirs": [p["Prefix"] for p in top.get("CommonPrefixes", [])]}
 """
@@ -704,7 +710,8 @@ def test_a_later_stage_lists_what_an_earlier_one_wrote(remote, tmp_path):
     """A MapReduce-style sequence: the first stage writes its parts, the next lists the prefix and reads what it
     finds. The intermediate parts are only in memory, yet listings through kiln show them beside the backing
     store's objects, in order, page by page (v2 with tokens, v1 with markers, with a delimiter, URL-encoded as
-    boto3 asks), with the ETags and sizes a GET answers; once the run is over they are in no listing."""
+    boto3 asks), with the ETags and sizes a GET answers; once the run is over they are in no listing. A copy of
+    one is another intermediate in the first stage, and the final output, written back, in the last."""
     front = start_front(remote)
     try:
         deploy_stages(front, tmp_path, SCATTER_GATHER, (("seq-scatter", "app.scatter"), ("seq-gather", "app.gather")))
@@ -719,22 +726,29 @@ def test_a_later_stage_lists_what_an_earlier_one_wrote(remote, tmp_path):
         ephemeral = metric(front, "ephemeral_writes")
 
         response = lam.invoke(FunctionName="mapreduce", Payload=json.dumps(
-            {"bucket": bucket, "prefix": "parts/r1/", "names": names}))
-        assert "FunctionError" not in response
+            {"bucket": bucket, "prefix": "parts/r1/", "names": names, "out": "out/r1"}))
         got = json.loads(response["Payload"].read())
+        assert "FunctionError" not in response, got
+        names.append("z-copy")
         everything = sorted(stored + ["parts/r1/" + n for n in names])
         assert got["v2"] == everything, got
         assert got["v1"] == everything, got
-        assert got["read"] == {k: 6 if k in stored else len(k.rsplit("/r1/", 1)[1]) * 100 for k in everything}
+        sizes = {k: 6 if k in stored else len(k.rsplit("/r1/", 1)[1]) * 100 for k in everything}
+        assert got["read"] == {**sizes, "parts/r1/z-copy": 100}
         assert got["top"] == ["parts/r1/a", "parts/r1/b", "parts/r1/c", "parts/r1/e+1 x", "parts/r1/f",
-                              "parts/r1/g"], got
+                              "parts/r1/g", "parts/r1/z-copy"], got
         assert got["dirs"] == ["parts/r1/d/", "parts/r1/h/"], got
+        assert got["copied"] == "text/x-copied"
+        assert got["out"] == '"%s"' % hashlib.md5(b"a" * 100).hexdigest()
         assert metric(front, "ephemeral_writes") == ephemeral + len(names)
+        wait_for_remote(remote, bucket, "out/r1", b"a" * 100)
+        assert in_remote(remote, bucket, "out/r1")["ContentType"] == "text/x-copied"
 
         # The run is over: its parts are in no listing, through kiln or of the backing store.
         outside = s3_client(front).list_objects_v2(Bucket=bucket, Prefix="parts/")
         assert [o["Key"] for o in outside["Contents"]] == stored
-        assert [o["Key"] for o in remote.client().list_objects_v2(Bucket=bucket)["Contents"]] == stored
+        everything_stored = [o["Key"] for o in remote.client().list_objects_v2(Bucket=bucket)["Contents"]]
+        assert everything_stored == ["out/r1", *stored]
     finally:
         front.cleanup()
 

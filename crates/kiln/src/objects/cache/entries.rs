@@ -427,6 +427,14 @@ impl Entries {
             .collect()
     }
 
+    /// `key`'s contents if it is a sequence's intermediate output (no access is counted).
+    pub fn intermediate(&self, key: &ObjectKey) -> Option<Hit> {
+        self.map.get(key).filter(|e| e.run.is_some()).map(|e| Hit {
+            body: e.body.clone(),
+            meta: e.meta.clone(),
+        })
+    }
+
     /// The latest dirty version of `key`, for write-back.
     pub fn dirty_version(&self, key: &ObjectKey) -> Option<DirtyVersion> {
         self.map
@@ -668,6 +676,7 @@ mod tests {
                 .collect()
         };
         assert_eq!(listed(&t, "m"), vec!["mid".to_string()]);
+        assert_eq!(t.intermediate(&key("mid")).unwrap().body.len(), 30);
         assert!(listed(&t, "n").is_empty() && t.intermediates("c", "").is_empty());
         assert!(!t.could_hold(&key("x"), 80), "intermediates are pinned");
         assert_eq!(t.set_capacity(0), 0);

@@ -358,10 +358,7 @@ impl CachedStore {
                 .await;
         }
         cache.require_bucket(&key.bucket).await?;
-        let tag = req
-            .extensions
-            .get::<InvocationTags>()
-            .and_then(|t| t.storage.clone());
+        let tag = storage_tag(&req);
         let S3Request {
             input,
             headers,
@@ -406,10 +403,23 @@ impl CachedStore {
         };
         set_checksums!(output, &meta.checksums);
 
-        let body = buf.freeze();
-        // On a task of its own: once the journal has the version, the entry must follow, even
-        // if the client goes away meanwhile.
+        self.commit(key, buf.freeze(), meta, tag).await?;
+        *backend = cache.costs().estimate(Op::Put, length);
+        Ok(S3Response::new(output))
+    }
+
+    /// Makes a write visible, on a task of its own: once the journal has the version, the
+    /// entry must follow, even if the client goes away meanwhile.
+    async fn commit(
+        &self,
+        key: ObjectKey,
+        body: Bytes,
+        meta: Meta,
+        tag: Option<StorageTag>,
+    ) -> S3Result<()> {
+        let cache = &self.cache;
         let committing = cache.clone();
+        let length = meta.size;
         let ephemeral =
             tokio::spawn(
                 async move { committing.commit_write(key, body, meta, tag, length).await },
@@ -422,9 +432,91 @@ impl CachedStore {
             cache.metrics.cached_writes.inc();
         }
         cache.refresh_gauges();
-        *backend = cache.costs().estimate(Op::Put, length);
-        Ok(S3Response::new(output))
+        Ok(())
     }
+
+    /// CopyObject from a sequence's intermediate output, which only the cache holds: the copy
+    /// is a write of its bytes through the cache, as the invocation behind the request would
+    /// PUT them (another intermediate in an intermediate stage, a final output in the last).
+    async fn copy_intermediate(
+        &self,
+        req: S3Request<CopyObjectInput>,
+        source: ObjectKey,
+        held: entries::Hit,
+    ) -> S3Result<S3Response<CopyObjectOutput>> {
+        let tag = storage_tag(&req);
+        let mut input = req.input;
+        strip_reserved(&mut input.metadata);
+        let replace = input
+            .metadata_directive
+            .as_ref()
+            .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
+        let key = ObjectKey::new(&input.bucket, &input.key);
+        if key == source && !replace {
+            return Err(s3_error!(
+                InvalidRequest,
+                "This copy request is illegal because it is trying to copy an object to itself \
+                 without changing the object's metadata, storage class, website redirect location \
+                 or encryption attributes."
+            ));
+        }
+        let conditions = ReadConditions {
+            if_match: input.copy_source_if_match.take(),
+            if_none_match: input.copy_source_if_none_match.take(),
+            if_modified_since: input.copy_source_if_modified_since.take(),
+            if_unmodified_since: input.copy_source_if_unmodified_since.take(),
+        };
+        if conditions.evaluate(&held.meta.etag, held.meta.modified_ms) != Verdict::Proceed {
+            return Err(precondition_failed());
+        }
+        self.cache.require_bucket(&key.bucket).await?;
+        let meta = Meta {
+            modified_ms: now_ms(),
+            attrs: if replace {
+                object_attrs!(input)
+            } else {
+                held.meta.attrs.clone()
+            },
+            ..(*held.meta).clone()
+        };
+        let mut result = CopyObjectResult {
+            e_tag: Some(ETag::Strong(meta.etag.clone())),
+            last_modified: Some(timestamp(meta.modified_ms)),
+            checksum_type: checksum_type(&meta.checksums),
+            ..Default::default()
+        };
+        set_checksums!(result, &meta.checksums);
+        self.commit(key, held.body, meta, tag).await?;
+        Ok(S3Response::new(CopyObjectOutput {
+            copy_object_result: Some(result),
+            ..Default::default()
+        }))
+    }
+}
+
+/// The sequence stage of the invocation behind a request, if any.
+fn storage_tag<T>(req: &S3Request<T>) -> Option<StorageTag> {
+    req.extensions
+        .get::<InvocationTags>()
+        .and_then(|t| t.storage.clone())
+}
+
+/// The intermediate output a copy reads from, if that is what its source is.
+fn intermediate_source(
+    cache: &ObjectCache,
+    source: &CopySource,
+) -> Option<(ObjectKey, entries::Hit)> {
+    let CopySource::Bucket {
+        bucket,
+        key,
+        version_id: None,
+    } = source
+    else {
+        return None;
+    };
+    let key = ObjectKey::new(bucket.as_ref(), key.as_ref());
+    let held = cache.entries().intermediate(&key)?;
+    Some((key, held))
 }
 
 #[async_trait::async_trait]
@@ -638,6 +730,9 @@ impl S3 for CachedStore {
         &self,
         req: S3Request<CopyObjectInput>,
     ) -> S3Result<S3Response<CopyObjectOutput>> {
+        if let Some((source, held)) = intermediate_source(&self.cache, &req.input.copy_source) {
+            return self.copy_intermediate(req, source, held).await;
+        }
         if let CopySource::Bucket { bucket, key, .. } = &req.input.copy_source {
             self.cache
                 .until_clean(&ObjectKey::new(bucket.as_ref(), key.as_ref()))
@@ -654,6 +749,13 @@ impl S3 for CachedStore {
         &self,
         req: S3Request<UploadPartCopyInput>,
     ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        if intermediate_source(&self.cache, &req.input.copy_source).is_some() {
+            return Err(s3_error!(
+                InvalidRequest,
+                "The copy source is an intermediate output of a sequence, held in memory only: \
+                 copy it whole with CopyObject"
+            ));
+        }
         if let CopySource::Bucket { bucket, key, .. } = &req.input.copy_source {
             self.cache
                 .until_clean(&ObjectKey::new(bucket.as_ref(), key.as_ref()))
