@@ -57,7 +57,7 @@ NODE_FILES = {
         };
         exports.noWait = (event, context, callback) => {
           context.callbackWaitsForEmptyEventLoop = false;
-          setTimeout(() => console.log('timer fired'), 300);
+          setTimeout(() => console.log('timer fired'), 5000);
           callback(null, 'early');
         };
         exports.succeed = (event, context) => context.succeed({ via: 'succeed' });

@@ -330,7 +330,8 @@ def test_graceful_shutdown_finishes_in_flight_work_and_leaves_nothing(own_kiln):
              what="the invocation to be running")
     wait_for(lambda: processes_with(marker), timeout=30, what="the function's background process")
     assert len(status(server)["instances"]) == 2
-    assert cgroup_dirs(server) == expected_cgroups(server)
+    # Snapshots and standbys may still be starting (or going), their cgroups a moment behind status.
+    wait_for(lambda: cgroup_dirs(server) == expected_cgroups(server), what="each instance's cgroups")
     assert processes_in_cgroups_of(server)
     server.proc.send_signal(signal.SIGTERM)
     thread.join(timeout=60)

@@ -56,8 +56,10 @@ def test_a_mature_model_sizes_invocations_and_an_under_prediction_never_fails(fr
     assert raised or retries(server, name) == before + 1
     # The model learnt it: the same request is never sized below what it uses again (it may run at MemorySize
     # while the retraining that the under-prediction started is still on the blocking pool).
-    (limit, raised), used = invoke(server, name, 320)
-    assert limit is None or (limit > used and not raised), (limit, used)
+    def sized_right():
+        (limit, raised), used = invoke(server, name, 320)
+        return limit is None or (limit > used and not raised)
+    wait_for(sized_right, timeout=60, what="the retrained model to size the request above its use")
 
 
 def test_models_survive_a_restart_and_new_code_starts_afresh(fresh_kiln):

@@ -140,7 +140,7 @@ def test_invalid_session_settings_are_refused(kiln):
 
 
 def test_sessions_end_by_api_and_after_their_ttl(kiln):
-    deploy(kiln, "ss-end", "--session-hint", "json:$.session", "--session-ttl", "1")
+    deploy(kiln, "ss-end", "--session-hint", "json:$.session", "--session-ttl", "3")
     kiln.invoke("ss-end", {"session": "e1"})
     assert [s["session"] for s in sessions(kiln, "ss-end")] == ["e1"]
     wait_for(lambda: sessions(kiln, "ss-end") == [], timeout=10, what="the idle session to end")
