@@ -677,12 +677,15 @@ s3 = boto3.client("s3")
 
 def scatter(event, context):
     parts = event["prefix"]
+    # A listing that begins before the parts exist and goes on after.
+    opening = s3.list_objects_v2(Bucket=event["bucket"], Prefix=parts, MaxKeys=1)
     for name in event["names"]:
         s3.put_object(Bucket=event["bucket"], Key=parts + name, Body=name.encode() * 100)
     first = parts + event["names"][0]
     s3.copy_object(Bucket=event["bucket"], Key=parts + "z-copy", CopySource={"Bucket": event["bucket"], "Key": first},
                    MetadataDirective="REPLACE", ContentType="text/x-copied")
-    return event
+    rest = s3.list_objects_v2(Bucket=event["bucket"], Prefix=parts, ContinuationToken=opening["NextContinuationToken"])
+    return {**event, "first": [o["Key"] for o in opening["Contents"]], "rest": [o["Key"] for o in rest["Contents"]]}
 
 
 def gather(event, context):
@@ -698,6 +701,19 @@ def gather(event, context):
             break
         marker = v1[-1]
     top = s3.list_objects_v2(Bucket=bucket, Prefix=parts, Delimiter="/")
+    by_marker, marker = [], ""
+    while True:
+        page = s3.list_objects(Bucket=bucket, Prefix=parts, Delimiter="/", Marker=marker, MaxKeys=1)
+        by_marker += [o["Key"] for o in page.get("Contents", [])] + [p["Prefix"] for p in page.get("CommonPrefixes", [])]
+        if not page["IsTruncated"]:
+            break
+        marker = page["NextMarker"]
+    upload = s3.create_multipart_upload(Bucket=bucket, Key=event["out"] + "-part")
+    part = s3.upload_part_copy(Bucket=bucket, Key=event["out"] + "-part", UploadId=upload["UploadId"], PartNumber=1,
+                               CopySource={"Bucket": bucket, "Key": parts + "z-copy"}, CopySourceRange="bytes=0-49")
+    s3.complete_multipart_upload(Bucket=bucket, Key=event["out"] + "-part", UploadId=upload["UploadId"],
+                                 MultipartUpload={"Parts": [{"PartNumber": 1,
+                                                             "ETag": part["CopyPartResult"]["ETag"]}]})
     copied = s3.head_object(Bucket=bucket, Key=parts + "z-copy")["ContentType"]
     out = s3.copy_object(Bucket=bucket, Key=event["out"], CopySource={"Bucket": bucket, "Key": parts + "z-copy"})
     read = {}
@@ -705,7 +721,8 @@ def gather(event, context):
         got = s3.get_object(Bucket=bucket, Key=o["Key"])
         assert got["ETag"] == o["ETag"] and got["ContentLength"] == o["Size"], (o, got)
         read[o["Key"]] = len(got["Body"].read())
-    return {"v2": [o["Key"] for o in listed], "v1": v1, "read": read, "copied": copied,
+    return {"v2": [o["Key"] for o in listed], "v1": v1, "read": read, "copied": copied, "by_marker": by_marker,
+            "first": event["first"], "rest": event["rest"],
             "out": out["CopyObjectResult"]["ETag"],
             "top": [o["Key"] for o in top.get("Contents", [])],
             "dirs": [p["Prefix"] for p in top.get("CommonPrefixes", [])]}
@@ -717,14 +734,15 @@ def test_a_later_stage_lists_what_an_earlier_one_wrote(remote, tmp_path):
     finds. The intermediate parts are only in memory, yet listings through kiln show them beside the backing
     store's objects, in order, page by page (v2 with tokens, v1 with markers, with a delimiter, URL-encoded as
     boto3 asks), with the ETags and sizes a GET answers; once the run is over they are in no listing. A copy of
-    one is another intermediate in the first stage, and the final output, written back, in the last."""
+    one is another intermediate in the first stage, and the final output, written back, in the last; a part copied
+    from one goes into the backing store's multipart upload."""
     front = start_front(remote)
     try:
         deploy_stages(front, tmp_path, SCATTER_GATHER, (("seq-scatter", "app.scatter"), ("seq-gather", "app.gather")))
         front.cli("sequence", "mapreduce", "seq-scatter", "seq-gather")
         bucket = f"c-{uuid.uuid4().hex[:12]}"
         s3_client(front).create_bucket(Bucket=bucket)
-        stored = ["parts/r1/b", "parts/r1/d/9", "parts/r1/f"]
+        stored = ["parts/r1/b", "parts/r1/b+%", "parts/r1/d/9", "parts/r1/f"]
         for key in stored:
             remote.client().put_object(Bucket=bucket, Key=key, Body=b"stored")
         names = ["a", "c", "d/1", "e+1 x", "g", "h/2"]
@@ -741,20 +759,86 @@ def test_a_later_stage_lists_what_an_earlier_one_wrote(remote, tmp_path):
         assert got["v1"] == everything, got
         sizes = {k: 6 if k in stored else len(k.rsplit("/r1/", 1)[1]) * 100 for k in everything}
         assert got["read"] == {**sizes, "parts/r1/z-copy": 100}
-        assert got["top"] == ["parts/r1/a", "parts/r1/b", "parts/r1/c", "parts/r1/e+1 x", "parts/r1/f",
-                              "parts/r1/g", "parts/r1/z-copy"], got
+        top = ["parts/r1/a", "parts/r1/b", "parts/r1/b+%", "parts/r1/c", "parts/r1/e+1 x", "parts/r1/f",
+               "parts/r1/g", "parts/r1/z-copy"]
+        assert got["top"] == top, got
         assert got["dirs"] == ["parts/r1/d/", "parts/r1/h/"], got
+        # Page by page with v1's NextMarker, one key or common prefix at a time.
+        assert got["by_marker"] == sorted(top + ["parts/r1/d/", "parts/r1/h/"]), got
+        # The listing that began before the parts were written went on from where it was, with them.
+        assert got["first"] == ["parts/r1/b"] and got["rest"] == [k for k in everything if k > "parts/r1/b"], got
         assert got["copied"] == "text/x-copied"
         assert got["out"] == '"%s"' % hashlib.md5(b"a" * 100).hexdigest()
         assert metric(front, "ephemeral_writes") == ephemeral + len(names)
         wait_for_remote(remote, bucket, "out/r1", b"a" * 100)
+        assert in_remote(remote, bucket, "out/r1-part")["Body"].read() == b"a" * 50
         assert in_remote(remote, bucket, "out/r1")["ContentType"] == "text/x-copied"
 
         # The run is over: its parts are in no listing, through kiln or of the backing store.
         outside = s3_client(front).list_objects_v2(Bucket=bucket, Prefix="parts/")
         assert [o["Key"] for o in outside["Contents"]] == stored
         everything_stored = [o["Key"] for o in remote.client().list_objects_v2(Bucket=bucket)["Contents"]]
-        assert everything_stored == ["out/r1", *stored]
+        assert everything_stored == ["out/r1", "out/r1-part", *stored]
+    finally:
+        front.cleanup()
+
+
+RESUMED = """
+import json
+import uuid
+
+import boto3
+
+s3 = boto3.client("s3")
+
+
+def mark(event, context):
+    key = f"tmp/{event['id']}"
+    nonce = uuid.uuid4().hex
+    s3.put_object(Bucket=event["bucket"], Key=key, Body=nonce.encode() * 10)
+    return {**event, "key": key, "nonce": nonce}
+
+
+def flaky(event, context):
+    data = s3.get_object(Bucket=event["bucket"], Key=event["key"])["Body"].read().decode()
+    flag = f"flags/{event['id']}"
+    try:
+        first = s3.get_object(Bucket=event["bucket"], Key=flag)["Body"].read().decode()
+    except s3.exceptions.NoSuchKey:
+        s3.put_object(Bucket=event["bucket"], Key=flag, Body=event["nonce"].encode())
+        raise RuntimeError("the first attempt fails")
+    out = {"same_input": first == event["nonce"], "read": data == event["nonce"] * 10}
+    s3.put_object(Bucket=event["bucket"], Key=f"out/{event['id']}", Body=json.dumps(out).encode())
+    return out
+"""
+
+
+def test_a_retried_event_resumes_its_sequence_at_the_stage_that_failed(remote, tmp_path):
+    """A queued sequence whose second stage fails once: the retry runs that stage again, with the input it had,
+    and the intermediate object the first stage wrote is still there for it (the first stage does not run again,
+    so its random output is the same); then the run ends and its intermediates go."""
+    front = start_front(remote)
+    try:
+        deploy_stages(front, tmp_path, RESUMED, (("seq-mark", "app.mark"), ("seq-flaky", "app.flaky")))
+        front.cli("sequence", "resumed", "seq-mark", "seq-flaky")
+        bucket = f"c-{uuid.uuid4().hex[:12]}"
+        s3 = s3_client(front)
+        s3.create_bucket(Bucket=bucket)
+        lam = front.client(read_timeout=120)
+        ephemeral = metric(front, "ephemeral_writes")
+        response = lam.invoke(FunctionName="resumed", InvocationType="Event",
+                              Payload=json.dumps({"bucket": bucket, "id": "q1"}))
+        assert response["StatusCode"] == 202
+        wait_until(lambda: in_remote(remote, bucket, "out/q1") is not None, 60, "the retried run's output")
+        assert json.loads(in_remote(remote, bucket, "out/q1")["Body"].read()) == {"same_input": True, "read": True}
+        assert metric(front, "ephemeral_writes") == ephemeral + 1, "the first stage ran once"
+        wait_until(lambda: front.signed_request("GET", "/kiln/v1/status", "", {}).json()["asyncQueueDepth"] == 0,
+                   what="the queued run to end")
+        with pytest.raises(s3.exceptions.NoSuchKey):
+            s3.get_object(Bucket=bucket, Key="tmp/q1")
+        assert in_remote(remote, bucket, "tmp/q1") is None
+        text = front.signed_request("GET", "/metrics", "", {}).text
+        assert re.search(r'^kiln_async_events_total\{outcome="retried"\} 1$', text, re.M), text
     finally:
         front.cleanup()
 

@@ -278,6 +278,16 @@ def test_list_objects_v1(s3, bucket):
     assert grouped["IsTruncated"] and grouped["NextMarker"] == "b/"
     rest = s3.list_objects(Bucket=bucket, Delimiter="/", Marker=grouped["NextMarker"])
     assert [o["Key"] for o in rest["Contents"]] == ["c"]
+    assert not rest.get("CommonPrefixes"), "past the marker's common prefix"
+    # Paged by NextMarker one entry at a time: each key and common prefix once, and an end.
+    seen, marker = [], ""
+    for _ in range(10):
+        page = s3.list_objects(Bucket=bucket, Delimiter="/", Marker=marker, MaxKeys=1)
+        seen += [o["Key"] for o in page.get("Contents", [])] + [p["Prefix"] for p in page.get("CommonPrefixes", [])]
+        if not page["IsTruncated"]:
+            break
+        marker = page["NextMarker"]
+    assert seen == ["a", "b/", "c"]
 
 
 # --- addressing ----------------------------------------------------------------------------

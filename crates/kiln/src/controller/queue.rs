@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 
-use super::registry::{QueuedEvent, Requeue};
+use super::registry::{Progress, QueuedEvent, Requeue};
 use super::{Controller, ControllerError, ASYNC_ATTEMPTS};
 use crate::agent::InvokeRequest;
 use crate::metrics::OutcomeLabels;
@@ -111,6 +111,8 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
             .inc();
     };
     let registry = &controller.registry;
+    // Where a sequence's run stopped after its first stage, if it did.
+    let mut stopped = None;
     let ran = if let Ok(entry) = controller.entry(&event.function) {
         let request = InvokeRequest {
             request_id: event.request_id.clone(),
@@ -127,16 +129,43 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
         };
         controller.run(&entry.spec, request).await
     } else if let Some(sequence) = controller.sequence(&event.function) {
-        // A sequence's event runs all of it again on a retry (at least once, as a function's).
-        controller
-            .invoke_sequence(&sequence, event.payload.clone().into(), None)
-            .await
-            .map(|ran| ran.outcome)
+        // At least once, as a function's event: a retry runs again the stage that stopped,
+        // or the whole sequence.
+        let (ran, at) = controller.deliver_sequence(&sequence, event).await;
+        stopped = at;
+        ran.map(|ran| ran.outcome)
     } else {
         // The function (or sequence) was deleted; its events go with it.
+        if let Some(progress) = &event.resume {
+            controller.end_run(&progress.run);
+        }
         let _ = tokio::task::block_in_place(|| registry.complete_event(event.id));
         count("dropped");
         return;
+    };
+    // The event goes back to the queue: a stopped run waits for the retry if it is due soon
+    // enough, and resumes there; otherwise the retry starts over.
+    let requeue = |retry_at: chrono::DateTime<Utc>, why: Requeue, stopped: Option<&Progress>| {
+        let retry_in = (retry_at - Utc::now()).to_std().unwrap_or_default();
+        let resume = match (stopped, Controller::kept_until(retry_in)) {
+            (Some(progress), Some(until)) => {
+                controller.keep_run(&progress.run, until);
+                Some(progress)
+            }
+            (Some(progress), None) => {
+                controller.end_run(&progress.run);
+                None
+            }
+            (None, _) => None,
+        };
+        let _ =
+            tokio::task::block_in_place(|| registry.retry_event(event.id, retry_at, why, resume));
+    };
+    // The event is done with: a stopped run's intermediates go.
+    let end = || {
+        if let Some(progress) = &stopped {
+            controller.end_run(&progress.run);
+        }
     };
     let error = match ran {
         Ok(outcome) if !outcome.function_error => {
@@ -153,22 +182,27 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
                     MAX_EVENT_AGE.num_hours()
                 );
                 tracing::warn!(function = %event.function, request_id = %event.request_id, "{error}");
+                end();
                 let _ = tokio::task::block_in_place(|| registry.fail_event(event, &error));
                 count("expired");
                 return;
             }
-            let retry_at = now + throttle_backoff(event.throttles);
-            let _ = tokio::task::block_in_place(|| {
-                registry.retry_event(event.id, retry_at, Requeue::Throttled)
-            });
+            requeue(
+                now + throttle_backoff(event.throttles),
+                Requeue::Throttled,
+                stopped.as_ref(),
+            );
             count("throttled");
             return;
         }
         Err(ControllerError::ShuttingDown) => {
-            let retry_at = Utc::now() + chrono::Duration::seconds(1);
-            let _ = tokio::task::block_in_place(|| {
-                registry.retry_event(event.id, retry_at, Requeue::Interrupted)
-            });
+            // Memory does not outlive kiln: the retry starts over.
+            end();
+            requeue(
+                Utc::now() + chrono::Duration::seconds(1),
+                Requeue::Interrupted,
+                None,
+            );
             return;
         }
         Err(e) => e.to_string(),
@@ -176,14 +210,16 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
     let attempt = event.attempts + 1;
     if attempt >= ASYNC_ATTEMPTS {
         tracing::warn!(function = %event.function, request_id = %event.request_id, "async invocation failed {attempt} times: {error}");
+        end();
         let _ = tokio::task::block_in_place(|| registry.fail_event(event, &error));
         count("failed");
     } else {
         let delay = controller.config.async_retry_delay * attempt;
-        let retry_at = Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default();
-        let _ = tokio::task::block_in_place(|| {
-            registry.retry_event(event.id, retry_at, Requeue::Failed)
-        });
+        requeue(
+            Utc::now() + chrono::Duration::from_std(delay).unwrap_or_default(),
+            Requeue::Failed,
+            stopped.as_ref(),
+        );
         count("retried");
     }
 }

@@ -36,6 +36,20 @@ pub struct QueuedEvent {
     /// When the event was accepted (events of databases from before this was kept: when
     /// kiln started).
     pub enqueued_at: DateTime<Utc>,
+    /// A sequence's event: where its last delivery stopped, to resume there.
+    pub resume: Option<Progress>,
+}
+
+/// Where a delivery of a sequence's event stopped: the stage that failed or was throttled,
+/// the input it had, and the run whose intermediate outputs the stages before it wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Progress {
+    pub run: String,
+    /// Its index among the sequence's functions (nested sequences expanded).
+    pub stage: u32,
+    /// The function at that index then: a sequence changed since runs from the start.
+    pub function: String,
+    pub payload: Vec<u8>,
 }
 
 /// Why an event goes back to the queue.
@@ -128,6 +142,10 @@ impl Registry {
             ("functions", "url_cors", "TEXT"),
             ("async_queue", "throttles", "INTEGER NOT NULL DEFAULT 0"),
             ("async_queue", "enqueued_at", "TEXT"),
+            ("async_queue", "resume_run", "TEXT"),
+            ("async_queue", "resume_stage", "INTEGER"),
+            ("async_queue", "resume_function", "TEXT"),
+            ("async_queue", "resume_payload", "BLOB"),
         ] {
             let present: bool = db
                 .prepare(&format!(
@@ -449,7 +467,8 @@ impl Registry {
             }
         }
         let mut stmt = db.prepare_cached(
-            "SELECT id, request_id, function, payload, attempts, not_before, throttles, enqueued_at
+            "SELECT id, request_id, function, payload, attempts, not_before, throttles, enqueued_at,
+                    resume_run, resume_stage, resume_function, resume_payload
              FROM async_queue WHERE id = ?1",
         )?;
         let time = |text: Option<String>| {
@@ -470,6 +489,17 @@ impl Registry {
                         not_before: time(row.get(5)?),
                         throttles: row.get(6)?,
                         enqueued_at: time(row.get(7)?),
+                        resume: match (row.get(8)?, row.get(9)?, row.get(10)?, row.get(11)?) {
+                            (Some(run), Some(stage), Some(function), Some(payload)) => {
+                                Some(Progress {
+                                    run,
+                                    stage,
+                                    function,
+                                    payload,
+                                })
+                            }
+                            _ => None,
+                        },
                     })
                 })
                 .optional()?;
@@ -491,12 +521,14 @@ impl Registry {
         Ok(())
     }
 
-    /// Puts an event back, due at `not_before`, counting what `why` says.
+    /// Puts an event back, due at `not_before`, counting what `why` says; a sequence's
+    /// resumes at `resume` (None: from the start).
     pub fn retry_event(
         &self,
         id: i64,
         not_before: DateTime<Utc>,
         why: Requeue,
+        resume: Option<&Progress>,
     ) -> Result<(), RegistryError> {
         let (attempts, throttles) = match why {
             Requeue::Failed => (1, 0),
@@ -505,8 +537,18 @@ impl Registry {
         };
         self.db().execute(
             "UPDATE async_queue SET attempts = attempts + ?2, throttles = throttles + ?3,
-             not_before = ?4 WHERE id = ?1",
-            params![id, attempts, throttles, not_before.to_rfc3339()],
+             not_before = ?4, resume_run = ?5, resume_stage = ?6, resume_function = ?7,
+             resume_payload = ?8 WHERE id = ?1",
+            params![
+                id,
+                attempts,
+                throttles,
+                not_before.to_rfc3339(),
+                resume.map(|p| &p.run),
+                resume.map(|p| p.stage),
+                resume.map(|p| &p.function),
+                resume.map(|p| &p.payload),
+            ],
         )?;
         Ok(())
     }
@@ -708,5 +750,34 @@ mod tests {
         );
         assert!(reg.sequences().unwrap().is_empty());
         assert!(!reg.delete_sequence("pipe").unwrap());
+    }
+
+    #[test]
+    fn a_sequence_event_keeps_where_it_stopped_until_it_is_retried_without() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kiln.db");
+        let reg = Registry::open(&path).unwrap();
+        let id = reg.enqueue("r1", "pipe", b"{}").unwrap();
+        assert_eq!(reg.due_events(10, &[]).unwrap()[0].resume, None);
+        let progress = Progress {
+            run: "run-1".into(),
+            stage: 2,
+            function: "c".into(),
+            payload: b"{\"n\": 1}".to_vec(),
+        };
+        let past = Utc::now() - chrono::TimeDelta::seconds(1);
+        reg.retry_event(id, past, Requeue::Failed, Some(&progress))
+            .unwrap();
+        drop(reg);
+        // Durable, like the event.
+        let reg = Registry::open(&path).unwrap();
+        let due = reg.due_events(10, &[]).unwrap();
+        assert_eq!(
+            (due[0].attempts, due[0].resume.as_ref()),
+            (1, Some(&progress))
+        );
+        reg.retry_event(id, past, Requeue::Throttled, None).unwrap();
+        let due = reg.due_events(10, &[]).unwrap();
+        assert_eq!((due[0].throttles, due[0].resume.as_ref()), (1, None));
     }
 }

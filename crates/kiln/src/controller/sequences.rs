@@ -4,19 +4,31 @@
 //! are dropped when the run ends, and the final stage's outputs are dropped from the cache once
 //! written back (OFC §6.3): the run's storage tag rides with each stage's invocation
 //! (`InvokeRequest::storage`).
+//!
+//! A queued (Event) run that fails or is throttled after its first stage resumes at that
+//! stage on its retry, with the input it had, when the run's intermediate outputs are still
+//! held for it ([`RESUME_WITHIN`]); else the retry runs the whole sequence again.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
+use super::registry::{Progress, QueuedEvent};
 use super::{Controller, ControllerError};
 use crate::agent::{InvokeOutcome, InvokeRequest};
 use crate::function::{self, Stage, StorageTag};
 
 /// Functions in one sequence, at most (OpenWhisk's default limit).
 pub const MAX_STAGES: usize = 50;
+
+/// A queued run's intermediate outputs wait in memory for a retry due at most this far
+/// ahead; a later retry runs the sequence again from the start.
+pub const RESUME_WITHIN: Duration = Duration::from_secs(600);
+/// How long past its due time a retry may still find them (the queue may be behind).
+const RESUME_GRACE: Duration = Duration::from_secs(300);
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "PascalCase")]
@@ -106,16 +118,78 @@ impl Controller {
         client_context: Option<String>,
     ) -> Result<Ran, ControllerError> {
         let run = function::new_request_id().to_string();
-        let result = self
-            .run_stages(sequence, &run, payload, client_context)
+        let (result, _) = self
+            .run_stages(sequence, &run, 0, payload, client_context)
             .await;
+        self.end_run(&run);
+        result
+    }
+
+    /// Delivers a queued event of `sequence`: from where its last delivery stopped if that
+    /// run can resume (its stage is the same function, its intermediates still held), else
+    /// from the start. Returns the answer and, if the run stopped after its first stage,
+    /// where: the caller keeps the run for the retry ([`Controller::keep_run`]) or ends it.
+    pub(super) async fn deliver_sequence(
+        &self,
+        sequence: &Sequence,
+        event: &QueuedEvent,
+    ) -> (Result<Ran, ControllerError>, Option<Progress>) {
+        let resume = event.resume.as_ref().filter(|p| {
+            let same = self
+                .stages_of(&sequence.name, &sequence.functions)
+                .is_ok_and(|f| f.get(p.stage as usize) == Some(&p.function));
+            let held = self
+                .config
+                .object_cache
+                .as_ref()
+                .is_none_or(|c| c.holds_run(&p.run));
+            same && held
+        });
+        if let Some(gone) = event.resume.as_ref().filter(|_| resume.is_none()) {
+            self.end_run(&gone.run);
+        }
+        let (run, from, payload) = match resume {
+            Some(p) => {
+                tracing::info!(sequence = %sequence.name, run = %p.run, "resuming at stage {} ({})", p.stage, p.function);
+                // Held while it runs: a sweep must not end it meanwhile.
+                self.keep_run(&p.run, Instant::now() + RESUME_WITHIN + RESUME_GRACE);
+                (p.run.clone(), p.stage as usize, p.payload.clone())
+            }
+            None => (
+                function::new_request_id().to_string(),
+                0,
+                event.payload.clone(),
+            ),
+        };
+        let (result, stopped) = self
+            .run_stages(sequence, &run, from, payload.into(), None)
+            .await;
+        if stopped.is_none() {
+            self.end_run(&run);
+        }
+        (result, stopped)
+    }
+
+    /// A run's intermediate outputs go (OFC §6.3).
+    pub(super) fn end_run(&self, run: &str) {
         if let Some(cache) = &self.config.object_cache {
-            let dropped = cache.end_run(&run);
+            let dropped = cache.end_run(run);
             if dropped > 0 {
-                tracing::debug!(sequence = %sequence.name, run = %run, "dropped {dropped} intermediate objects");
+                tracing::debug!(run = %run, "dropped {dropped} intermediate objects");
             }
         }
-        result
+    }
+
+    /// A run stopped for a retry due at `retry_in`: its intermediate outputs wait for it.
+    pub(super) fn keep_run(&self, run: &str, until: Instant) {
+        if let Some(cache) = &self.config.object_cache {
+            cache.keep_run(run, until);
+        }
+    }
+
+    /// What a stopped run keeps for a retry due in `retry_in`: `RESUME_WITHIN` and a grace.
+    pub(super) fn kept_until(retry_in: Duration) -> Option<Instant> {
+        (retry_in <= RESUME_WITHIN).then(|| Instant::now() + retry_in + RESUME_GRACE)
     }
 
     /// The functions sequence `name` (whose stages are `stages`) runs, in order: nested
@@ -173,17 +247,52 @@ impl Controller {
         Ok(out)
     }
 
+    /// Runs `sequence`'s stages from `from` on `payload`. On a failure or an error at a
+    /// stage after the first, also returns where it stopped.
     async fn run_stages(
         &self,
         sequence: &Sequence,
         run: &str,
-        mut payload: Bytes,
+        from: usize,
+        payload: Bytes,
+        client_context: Option<String>,
+    ) -> (Result<Ran, ControllerError>, Option<Progress>) {
+        let functions = match self.stages_of(&sequence.name, &sequence.functions) {
+            Ok(functions) => functions,
+            Err(e) => return (Err(e), None),
+        };
+        let mut at = (from, payload);
+        let result = self
+            .run_from(sequence, &functions, run, &mut at, client_context)
+            .await;
+        let failed = result
+            .as_ref()
+            .map_or(true, |ran| ran.outcome.function_error);
+        let (stage, input) = at;
+        let stopped = (failed && stage > 0 && stage < functions.len()).then(|| Progress {
+            run: run.to_string(),
+            stage: stage as u32,
+            function: functions[stage].clone(),
+            payload: input.to_vec(),
+        });
+        (result, stopped)
+    }
+
+    /// Runs `functions` from stage `at.0` on input `at.1`; leaves in `at` the last stage
+    /// that ran and its input.
+    async fn run_from(
+        &self,
+        sequence: &Sequence,
+        functions: &[String],
+        run: &str,
+        at: &mut (usize, Bytes),
         client_context: Option<String>,
     ) -> Result<Ran, ControllerError> {
-        let functions = self.stages_of(&sequence.name, &sequence.functions)?;
         let last = functions.len().saturating_sub(1);
         let mut answer = None;
-        for (i, name) in functions.iter().enumerate() {
+        for (i, name) in functions.iter().enumerate().skip(at.0) {
+            at.0 = i;
+            let payload = at.1.clone();
             let entry = self.entry(name)?;
             let source = crate::session::HintSource {
                 json: Some(&payload),
@@ -192,7 +301,7 @@ impl Controller {
             let hints = super::route_hints(&entry.spec, source, &payload)?;
             let request = InvokeRequest {
                 request_id: function::new_request_id().to_string(),
-                payload: payload.clone(),
+                payload,
                 trace_id: super::trace_id(),
                 client_context: client_context.clone(),
                 hints,
@@ -210,11 +319,13 @@ impl Controller {
             let request_id = request.request_id.clone();
             let outcome = self.run(&entry.spec, request).await?;
             let stop = outcome.function_error;
-            payload = if outcome.body.iter().all(u8::is_ascii_whitespace) {
-                Bytes::from_static(b"{}")
-            } else {
-                outcome.body.clone()
-            };
+            if !stop {
+                at.1 = if outcome.body.iter().all(u8::is_ascii_whitespace) {
+                    Bytes::from_static(b"{}")
+                } else {
+                    outcome.body.clone()
+                };
+            }
             answer = Some(Ran {
                 outcome,
                 request_id,

@@ -89,10 +89,19 @@ pub fn list<T, E>(
     if request.max_keys == 0 {
         return Ok(page);
     }
+    let delimiter = request.delimiter.as_deref().filter(|d| !d.is_empty());
     let mut cursor = match &request.start {
         // A token from another listing may point before this prefix.
         Cursor::From(k) | Cursor::After(k) if k.as_str() < request.prefix.as_str() => {
             Cursor::From(request.prefix.clone())
+        }
+        // After a common prefix (a v1 NextMarker): past every key under it, as S3 does, or a
+        // client paging by NextMarker would get it back forever.
+        Cursor::After(k) if delimiter.is_some_and(|d| rolls_up(&request.prefix, d, k)) => {
+            match successor(k) {
+                Some(next) => Cursor::From(next),
+                None => return Ok(page),
+            }
         }
         start => start.clone(),
     };
@@ -113,7 +122,7 @@ pub fn list<T, E>(
                 page.next = Some(cursor);
                 return Ok(page);
             }
-            if let Some(delimiter) = request.delimiter.as_deref().filter(|d| !d.is_empty()) {
+            if let Some(delimiter) = delimiter {
                 let rest = &key[request.prefix.len()..];
                 if let Some(pos) = rest.find(delimiter) {
                     let common = key[..request.prefix.len() + pos + delimiter.len()].to_string();
@@ -138,6 +147,17 @@ pub fn list<T, E>(
     }
 }
 
+/// Whether `key` is itself a common prefix of a listing of `prefix` by `delimiter`: it ends at
+/// the first delimiter after the prefix.
+fn rolls_up(prefix: &str, delimiter: &str, key: &str) -> bool {
+    key.strip_prefix(prefix)
+        .and_then(|rest| {
+            rest.find(delimiter)
+                .map(|at| at + delimiter.len() == rest.len())
+        })
+        .unwrap_or(false)
+}
+
 /// An item of a merged listing: an object, or a common prefix the other source rolled up.
 #[derive(Clone)]
 enum Merged<T> {
@@ -151,6 +171,17 @@ fn past(last: &str, prefix: bool) -> Option<Cursor> {
         successor(last).map(Cursor::From)
     } else {
         Some(Cursor::After(last.to_string()))
+    }
+}
+
+/// Where a listing goes on after a page whose last key and last common prefix are these
+/// (None: nothing follows).
+pub fn after_page(last_key: Option<&str>, last_prefix: Option<&str>) -> Option<Cursor> {
+    match (last_key, last_prefix) {
+        (Some(k), Some(p)) if p > k => past(p, true),
+        (Some(k), _) => past(k, false),
+        (None, Some(p)) => past(p, true),
+        (None, None) => None,
     }
 }
 
@@ -175,16 +206,15 @@ pub fn merge<T: Clone>(
     extra: Vec<T>,
     key_of: impl Fn(&T) -> &str,
 ) -> Page<T> {
-    // Where the other store's next page starts: everything before it is covered here.
-    let last_object = objects.last().map(|o| key_of(o).to_string());
-    let last_prefix = common_prefixes.last().cloned();
-    let end = match (last_object, last_prefix) {
-        _ if !truncated => None,
-        (Some(k), Some(p)) if p > k => past(&p, true),
-        (Some(k), _) => past(&k, false),
-        (None, Some(p)) => past(&p, true),
-        // A truncated page with nothing on it: nothing more can be learnt from that store.
-        (None, None) => None,
+    // Where the other store's next page starts: everything before it is covered here. (A
+    // truncated page with nothing on it teaches nothing: the caller asks for the next one.)
+    let end = if truncated {
+        after_page(
+            objects.last().map(&key_of),
+            common_prefixes.last().map(String::as_str),
+        )
+    } else {
+        None
     };
     let mut items: BTreeMap<String, Merged<T>> = BTreeMap::new();
     for object in objects {
@@ -463,6 +493,23 @@ mod tests {
         let page = list(&request, source(&keys), |k| k.as_str()).unwrap();
         assert_eq!(page.objects, vec!["b/c/3".to_string(), "c".to_string()]);
         assert_eq!(page.next, Some(Cursor::After("c".into())));
+        // A v1 NextMarker that is a common prefix: the next page starts past everything under it.
+        let request = ListRequest {
+            prefix: String::new(),
+            delimiter: Some("/".into()),
+            start: Cursor::start("", Some("b/")),
+            max_keys: 1,
+        };
+        let page = list(&request, source(&keys), |k| k.as_str()).unwrap();
+        assert_eq!(page.objects, vec!["c".to_string()]);
+        assert!(page.common_prefixes.is_empty());
+        // A marker inside one still gets it (keys past the marker are under it).
+        let request = ListRequest {
+            start: Cursor::start("", Some("b/1")),
+            ..request
+        };
+        let page = list(&request, source(&keys), |k| k.as_str()).unwrap();
+        assert_eq!(page.common_prefixes, vec!["b/".to_string()]);
     }
 
     #[test]

@@ -1,12 +1,14 @@
 //! Listings through the cache. A sequence's intermediate outputs live only in memory (OFC
 //! §6.3), so a listing of a prefix that holds some merges them into the backing store's pages
 //! ([`listing::merge`]), as a GET finds them: a stage that lists what the previous one wrote
-//! sees it. A merged page's continuation token is the cache's own (a position in the listing);
-//! a listing with nothing to merge passes through untouched.
+//! sees it. Continuation tokens are the cache's own (a position in the listing), so that a
+//! listing that began with nothing to merge picks intermediates up from where it is; a page
+//! with nothing to merge passes through otherwise untouched.
 
 use super::*;
 use crate::objects::listing::{self, url_encode, Cursor, ListRequest, Page};
 use crate::objects::local::{encodes_url, listed_object, max_keys};
+use percent_encoding::percent_decode_str;
 
 /// Continuation tokens of merged listings: this, then a [`Cursor`] token.
 const TOKEN_PREFIX: &str = "kiln~";
@@ -25,6 +27,29 @@ fn common_prefixes(prefixes: Option<CommonPrefixList>) -> Vec<String> {
 
 fn key_of(object: &Object) -> &str {
     object.key.as_deref().unwrap_or_default()
+}
+
+/// Where the listing goes on after a page the backing store answered, in the cache's terms.
+fn after(output: &ListObjectsV2Output, url: bool) -> Option<Cursor> {
+    let decode = |s: &str| -> String {
+        if url {
+            percent_decode_str(s).decode_utf8_lossy().into_owned()
+        } else {
+            s.to_string()
+        }
+    };
+    let key = output
+        .contents
+        .as_ref()
+        .and_then(|c| c.last())
+        .map(|o| decode(key_of(o)));
+    let prefix = output
+        .common_prefixes
+        .as_ref()
+        .and_then(|p| p.last())
+        .and_then(|p| p.prefix.as_deref())
+        .map(decode);
+    listing::after_page(key.as_deref(), prefix.as_deref())
 }
 
 /// The last key or common prefix on a backing store's page.
@@ -95,22 +120,32 @@ impl ObjectCache {
             .as_deref()
             .and_then(|t| t.strip_prefix(TOKEN_PREFIX));
         let extra = self.listed_intermediates(&asked.bucket, &prefix);
-        if extra.is_empty() && ours.is_none() {
-            return self.backend.list_objects_v2(req).await;
-        }
-        let start = match ours {
-            Some(token) => Cursor::from_token(token).ok_or_else(|| {
-                s3_error!(
-                    InvalidArgument,
-                    "The continuation token provided is incorrect"
-                )
-            })?,
-            // A token of the backing store's: its listing began before these intermediates
-            // were written, so they are listed from where the listing began.
-            None => Cursor::start(&prefix, asked.start_after.as_deref()),
-        };
         let max_keys = max_keys(asked.max_keys)?;
         let url = encodes_url(asked.encoding_type.as_ref())?;
+        let Some(start) = ours
+            .map(|token| {
+                Cursor::from_token(token).ok_or_else(|| {
+                    s3_error!(
+                        InvalidArgument,
+                        "The continuation token provided is incorrect"
+                    )
+                })
+            })
+            .transpose()?
+            // Nothing to merge, or a token the backing store gave out: its page as it is.
+            .or_else(|| {
+                (!extra.is_empty() && asked.continuation_token.is_none())
+                    .then(|| Cursor::start(&prefix, asked.start_after.as_deref()))
+            })
+        else {
+            let mut out = self.backend.list_objects_v2(req).await?;
+            if out.output.is_truncated == Some(true) {
+                if let Some(next) = after(&out.output, url) {
+                    out.output.next_continuation_token = Some(token_of(&next));
+                }
+            }
+            return Ok(out);
+        };
         let request = ListRequest {
             prefix,
             delimiter: asked.delimiter.clone(),
@@ -142,7 +177,11 @@ impl ObjectCache {
             // common prefix this listing is past): ask for its next one.
             match out.next_continuation_token {
                 Some(token)
-                    if truncated && page.objects.is_empty() && page.common_prefixes.is_empty() =>
+                    if truncated
+                        && max_keys > 0
+                        && page.objects.is_empty()
+                        && page.common_prefixes.is_empty()
+                        && input.continuation_token.as_ref() != Some(&token) =>
                 {
                     input.continuation_token = Some(token)
                 }
@@ -199,7 +238,7 @@ impl ObjectCache {
             let objects = out.contents.unwrap_or_default();
             let prefixes = common_prefixes(out.common_prefixes);
             let truncated = out.is_truncated.unwrap_or(false);
-            let last = last_of(&objects, &prefixes);
+            let last = last_of(&objects, &prefixes).or(out.next_marker);
             let page = listing::merge(
                 &request,
                 objects,

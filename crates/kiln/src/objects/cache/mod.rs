@@ -348,6 +348,9 @@ pub struct ObjectCache {
     /// pay off).
     refused: Mutex<HashSet<String>>,
     known: Mutex<Known>,
+    /// Sequence runs whose intermediate outputs wait for a retry that resumes the run, and
+    /// until when they may wait.
+    kept_runs: Mutex<std::collections::HashMap<String, Instant>>,
     metrics: CacheMetrics,
 }
 
@@ -394,6 +397,7 @@ impl ObjectCache {
             costs: Mutex::default(),
             refused: Mutex::default(),
             known: Mutex::default(),
+            kept_runs: Mutex::default(),
             metrics,
         });
         if !recovered.pending.is_empty() {
@@ -599,14 +603,46 @@ impl ObjectCache {
 
     /// Sequence run `run` ended: its intermediate outputs are dropped (OFC §6.3).
     pub fn end_run(&self, run: &str) -> usize {
+        self.kept_runs().remove(run);
         let dropped = self.entries().end_run(run);
         self.refresh_gauges();
         dropped
     }
 
-    /// One periodic sweep (OFC §6.3); returns how many objects went.
+    /// Run `run` stopped at a stage that will be retried: its intermediate outputs stay for
+    /// the retry until `until` (then the next sweep drops them, and the retry starts over).
+    pub fn keep_run(&self, run: &str, until: Instant) {
+        self.kept_runs().insert(run.to_string(), until);
+    }
+
+    /// Whether run `run`'s intermediate outputs are still held for its retry: kept, not
+    /// past their time, and not lost with a restart.
+    pub fn holds_run(&self, run: &str) -> bool {
+        self.kept_runs()
+            .get(run)
+            .is_some_and(|until| *until > Instant::now())
+    }
+
+    fn kept_runs(&self) -> MutexGuard<'_, std::collections::HashMap<String, Instant>> {
+        self.kept_runs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// One periodic sweep (OFC §6.3); returns how many objects went. Runs kept for a retry
+    /// past their time end here.
     pub fn sweep(&self) -> usize {
-        let evicted = self.entries().sweep(&self.config.sweep, Instant::now());
+        let now = Instant::now();
+        let mut expired = Vec::new();
+        self.kept_runs().retain(|run, until| {
+            let keep = *until > now;
+            if !keep {
+                expired.push(run.clone());
+            }
+            keep
+        });
+        for run in expired {
+            self.entries().end_run(&run);
+        }
+        let evicted = self.entries().sweep(&self.config.sweep, now);
         self.refresh_gauges();
         evicted
     }

@@ -436,23 +436,29 @@ impl CachedStore {
     }
 
     /// CopyObject from a sequence's intermediate output, which only the cache holds: the copy
-    /// is a write of its bytes through the cache, as the invocation behind the request would
-    /// PUT them (another intermediate in an intermediate stage, a final output in the last).
+    /// is a PUT of its bytes, as the invocation behind the request would send it (another
+    /// intermediate in an intermediate stage, a final output in the last; through to the
+    /// backing store when the cache would not take such a PUT).
     async fn copy_intermediate(
         &self,
         req: S3Request<CopyObjectInput>,
         source: ObjectKey,
         held: entries::Hit,
     ) -> S3Result<S3Response<CopyObjectOutput>> {
-        let tag = storage_tag(&req);
-        let mut input = req.input;
-        strip_reserved(&mut input.metadata);
+        let S3Request {
+            input,
+            uri,
+            extensions,
+            credentials,
+            region,
+            service,
+            ..
+        } = req;
         let replace = input
             .metadata_directive
             .as_ref()
             .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
-        let key = ObjectKey::new(&input.bucket, &input.key);
-        if key == source && !replace {
+        if ObjectKey::new(&input.bucket, &input.key) == source && !replace {
             return Err(s3_error!(
                 InvalidRequest,
                 "This copy request is illegal because it is trying to copy an object to itself \
@@ -461,34 +467,134 @@ impl CachedStore {
             ));
         }
         let conditions = ReadConditions {
-            if_match: input.copy_source_if_match.take(),
-            if_none_match: input.copy_source_if_none_match.take(),
-            if_modified_since: input.copy_source_if_modified_since.take(),
-            if_unmodified_since: input.copy_source_if_unmodified_since.take(),
+            if_match: input.copy_source_if_match.clone(),
+            if_none_match: input.copy_source_if_none_match.clone(),
+            if_modified_since: input.copy_source_if_modified_since.clone(),
+            if_unmodified_since: input.copy_source_if_unmodified_since.clone(),
         };
         if conditions.evaluate(&held.meta.etag, held.meta.modified_ms) != Verdict::Proceed {
             return Err(precondition_failed());
         }
-        self.cache.require_bucket(&key.bucket).await?;
-        let meta = Meta {
-            modified_ms: now_ms(),
-            attrs: if replace {
-                object_attrs!(input)
-            } else {
-                held.meta.attrs.clone()
-            },
-            ..(*held.meta).clone()
+        let attrs = if replace {
+            object_attrs!(input)
+        } else {
+            held.meta.attrs.clone()
         };
-        let mut result = CopyObjectResult {
-            e_tag: Some(ETag::Strong(meta.etag.clone())),
-            last_modified: Some(timestamp(meta.modified_ms)),
-            checksum_type: checksum_type(&meta.checksums),
+        let replace_tags = input
+            .tagging_directive
+            .as_ref()
+            .is_some_and(|d| d.as_str() == TaggingDirective::REPLACE);
+        let mut put = PutObjectInput {
+            bucket: input.bucket,
+            key: input.key,
+            content_length: Some(held.body.len() as i64),
+            body: Some(StreamingBlob::from(s3s::Body::from(held.body))),
+            metadata: Some(attrs.metadata.clone().into_iter().collect()),
+            // An intermediate has no tags of its own to copy.
+            tagging: input.tagging.filter(|_| replace_tags),
+            acl: input.acl,
+            grant_full_control: input.grant_full_control,
+            grant_read: input.grant_read,
+            grant_read_acp: input.grant_read_acp,
+            grant_write_acp: input.grant_write_acp,
+            server_side_encryption: input.server_side_encryption,
+            ssekms_key_id: input.ssekms_key_id,
+            sse_customer_algorithm: input.sse_customer_algorithm,
+            sse_customer_key: input.sse_customer_key,
+            sse_customer_key_md5: input.sse_customer_key_md5,
+            storage_class: input.storage_class,
+            object_lock_mode: input.object_lock_mode,
+            object_lock_legal_hold_status: input.object_lock_legal_hold_status,
+            object_lock_retain_until_date: input.object_lock_retain_until_date,
             ..Default::default()
         };
-        set_checksums!(result, &meta.checksums);
-        self.commit(key, held.body, meta, tag).await?;
+        crate::objects::local::set_attrs!(put, &attrs);
+        set_checksums!(put, &held.meta.checksums);
+        let put = S3Request {
+            input: put,
+            method: http::Method::PUT,
+            uri,
+            headers: http::HeaderMap::new(),
+            extensions,
+            credentials,
+            region,
+            service,
+            trailing_headers: None,
+        };
+        let function = function_of(&put);
+        let out = self.put(put, function.as_deref(), &mut None).await?.output;
+        let mut result = CopyObjectResult {
+            e_tag: out.e_tag,
+            last_modified: Some(timestamp(now_ms())),
+            checksum_type: out.checksum_type,
+            ..Default::default()
+        };
+        set_checksums!(result, &held.meta.checksums);
         Ok(S3Response::new(CopyObjectOutput {
             copy_object_result: Some(result),
+            server_side_encryption: out.server_side_encryption,
+            ..Default::default()
+        }))
+    }
+}
+
+impl CachedStore {
+    /// UploadPartCopy from a sequence's intermediate output: the part is uploaded with its
+    /// bytes (a multipart upload is the backing store's; SDKs copy large objects this way).
+    async fn part_from_intermediate(
+        &self,
+        input: UploadPartCopyInput,
+        held: entries::Hit,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        let conditions = ReadConditions {
+            if_match: input.copy_source_if_match,
+            if_none_match: input.copy_source_if_none_match,
+            if_modified_since: input.copy_source_if_modified_since,
+            if_unmodified_since: input.copy_source_if_unmodified_since,
+        };
+        if conditions.evaluate(&held.meta.etag, held.meta.modified_ms) != Verdict::Proceed {
+            return Err(precondition_failed());
+        }
+        let span = match input.copy_source_range.as_deref() {
+            Some(text) => Range::parse(text)
+                .map_err(|_| {
+                    s3_error!(
+                        InvalidArgument,
+                        "The x-amz-copy-source-range value must be of the form bytes=first-last"
+                    )
+                })?
+                .check(held.body.len() as u64)?,
+            None => 0..held.body.len() as u64,
+        };
+        let body = held.body.slice(span.start as usize..span.end as usize);
+        let part = UploadPartInput {
+            bucket: input.bucket,
+            key: input.key,
+            upload_id: input.upload_id,
+            part_number: input.part_number,
+            content_length: Some(body.len() as i64),
+            body: Some(StreamingBlob::from(s3s::Body::from(body))),
+            sse_customer_algorithm: input.sse_customer_algorithm,
+            sse_customer_key: input.sse_customer_key,
+            sse_customer_key_md5: input.sse_customer_key_md5,
+            ..Default::default()
+        };
+        let mut request = internal_request(part);
+        request.method = http::Method::PUT;
+        let out = self.cache.backend.upload_part(request).await?.output;
+        let mut result = CopyPartResult {
+            e_tag: out.e_tag,
+            last_modified: Some(timestamp(now_ms())),
+            ..Default::default()
+        };
+        result.checksum_crc32 = out.checksum_crc32;
+        result.checksum_crc32c = out.checksum_crc32c;
+        result.checksum_crc64nvme = out.checksum_crc64nvme;
+        result.checksum_sha1 = out.checksum_sha1;
+        result.checksum_sha256 = out.checksum_sha256;
+        Ok(S3Response::new(UploadPartCopyOutput {
+            copy_part_result: Some(result),
+            server_side_encryption: out.server_side_encryption,
             ..Default::default()
         }))
     }
@@ -749,12 +855,8 @@ impl S3 for CachedStore {
         &self,
         req: S3Request<UploadPartCopyInput>,
     ) -> S3Result<S3Response<UploadPartCopyOutput>> {
-        if intermediate_source(&self.cache, &req.input.copy_source).is_some() {
-            return Err(s3_error!(
-                InvalidRequest,
-                "The copy source is an intermediate output of a sequence, held in memory only: \
-                 copy it whole with CopyObject"
-            ));
+        if let Some((_, held)) = intermediate_source(&self.cache, &req.input.copy_source) {
+            return self.part_from_intermediate(req.input, held).await;
         }
         if let CopySource::Bucket { bucket, key, .. } = &req.input.copy_source {
             self.cache
