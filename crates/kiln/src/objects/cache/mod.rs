@@ -77,26 +77,36 @@ pub struct ObjectFeatures {
     pub media: Option<super::media::Media>,
 }
 
-/// The features of the objects that passed through, most recent last (bounded).
-#[derive(Default)]
+/// The features of the objects that passed through (bounded: the least recently written or
+/// read is forgotten first).
 struct Known {
-    map: std::collections::HashMap<ObjectKey, ObjectFeatures>,
-    order: std::collections::VecDeque<ObjectKey>,
+    map: lru::LruCache<ObjectKey, ObjectFeatures>,
     /// Objects whose first bytes were looked at as they streamed through, and held no image
     /// header (or the one they held is in `map`): not worth another look.
     looked: HashSet<ObjectKey>,
 }
 
+impl Default for Known {
+    fn default() -> Self {
+        Self::bounded(KNOWN_OBJECTS)
+    }
+}
+
 impl Known {
+    fn bounded(objects: usize) -> Self {
+        Self {
+            map: lru::LruCache::new(
+                std::num::NonZeroUsize::new(objects).unwrap_or(std::num::NonZeroUsize::MIN),
+            ),
+            looked: HashSet::new(),
+        }
+    }
+
     fn insert(&mut self, key: ObjectKey, features: ObjectFeatures) {
         self.looked.remove(&key);
-        if self.map.insert(key.clone(), features).is_none() {
-            self.order.push_back(key);
-            while self.order.len() > KNOWN_OBJECTS {
-                if let Some(old) = self.order.pop_front() {
-                    self.map.remove(&old);
-                    self.looked.remove(&old);
-                }
+        if let Some((old, _)) = self.map.push(key.clone(), features) {
+            if old != key {
+                self.looked.remove(&old);
             }
         }
     }
@@ -460,6 +470,7 @@ impl ObjectCache {
     pub fn object_features(&self, bucket: &str, key: &str) -> Option<ObjectFeatures> {
         let key = ObjectKey::new(bucket, key);
         if let Some(known) = self.known().map.get(&key) {
+            // Asked for by an invocation: it stays known the longest.
             return Some(known.clone());
         }
         let entries = self.entries();
@@ -510,7 +521,7 @@ impl ObjectCache {
     /// through is then worth a look at its first bytes.
     pub(super) fn wants_media(&self, key: &ObjectKey) -> bool {
         let known = self.known();
-        known.map.get(key).is_some_and(|k| k.media.is_none()) && !known.looked.contains(key)
+        known.map.peek(key).is_some_and(|k| k.media.is_none()) && !known.looked.contains(key)
     }
 
     /// Records what the first bytes of `key`'s body, of `size` bytes, held: an image's media
@@ -931,5 +942,29 @@ fn strip_reserved(metadata: &mut Option<Metadata>) {
         if m.is_empty() {
             *metadata = None;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_objects_forget_the_least_recently_used_first() {
+        let key = |k: &str| ObjectKey::new("b", k);
+        let features = |size| ObjectFeatures { size, media: None };
+        let mut known = Known::bounded(2);
+        known.insert(key("a"), features(1));
+        known.insert(key("b"), features(2));
+        known.looked.insert(key("b"));
+        // Read since: "a" outlives "b", which was written later.
+        assert_eq!(known.map.get(&key("a")), Some(&features(1)));
+        known.insert(key("c"), features(3));
+        assert!(known.map.peek(&key("b")).is_none() && !known.looked.contains(&key("b")));
+        assert_eq!(known.map.peek(&key("a")), Some(&features(1)));
+        // Written again: the same entry, nothing forgotten.
+        known.insert(key("c"), features(4));
+        assert_eq!(known.map.len(), 2);
+        assert_eq!(known.map.peek(&key("c")), Some(&features(4)));
     }
 }
