@@ -146,20 +146,10 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
     // The event goes back to the queue: a stopped run waits for the retry if it is due soon
     // enough, and resumes there; otherwise the retry starts over.
     let requeue = |retry_at: chrono::DateTime<Utc>, why: Requeue, stopped: Option<&Progress>| {
-        let retry_in = (retry_at - Utc::now()).to_std().unwrap_or_default();
-        let resume = match (stopped, Controller::kept_until(retry_in)) {
-            (Some(progress), Some(until)) => {
-                controller.keep_run(&progress.run, until);
-                Some(progress)
-            }
-            (Some(progress), None) => {
-                controller.end_run(&progress.run);
-                None
-            }
-            (None, _) => None,
-        };
-        let _ =
-            tokio::task::block_in_place(|| registry.retry_event(event.id, retry_at, why, resume));
+        let resume = stopped.and_then(|p| controller.keep_for_retry(p, retry_at));
+        let _ = tokio::task::block_in_place(|| {
+            registry.retry_event(event.id, retry_at, why, resume.as_ref())
+        });
     };
     // The event is done with: a stopped run's intermediates go.
     let end = || {

@@ -47,9 +47,17 @@ pub struct Progress {
     pub run: String,
     /// Its index among the sequence's functions (nested sequences expanded).
     pub stage: u32,
-    /// The function at that index then: a sequence changed since runs from the start.
-    pub function: String,
+    /// The functions up to and including that stage then: a sequence changed since runs
+    /// from the start.
+    pub path: Vec<String>,
     pub payload: Vec<u8>,
+    /// A retry after this runs from the start (what the earlier stages wrote may be gone).
+    pub until: DateTime<Utc>,
+}
+
+/// A stored stage path: function names, one per line.
+fn path_of(text: String) -> Vec<String> {
+    text.split('\n').map(str::to_string).collect()
 }
 
 /// Why an event goes back to the queue.
@@ -144,8 +152,9 @@ impl Registry {
             ("async_queue", "enqueued_at", "TEXT"),
             ("async_queue", "resume_run", "TEXT"),
             ("async_queue", "resume_stage", "INTEGER"),
-            ("async_queue", "resume_function", "TEXT"),
+            ("async_queue", "resume_path", "TEXT"),
             ("async_queue", "resume_payload", "BLOB"),
+            ("async_queue", "resume_until", "TEXT"),
         ] {
             let present: bool = db
                 .prepare(&format!(
@@ -302,13 +311,22 @@ impl Registry {
 
     /// Deletes a sequence and its queued events (a function of the same name created later
     /// must not run them).
-    pub fn delete_sequence(&self, name: &str) -> Result<bool, RegistryError> {
+    /// Deletes a sequence and its queued events; returns whether it existed, and the runs
+    /// those events would have resumed (their intermediates can go).
+    pub fn delete_sequence(&self, name: &str) -> Result<(bool, Vec<String>), RegistryError> {
         let mut db = self.db();
         let tx = db.transaction()?;
         let deleted = tx.execute("DELETE FROM sequences WHERE name = ?1", [name])? == 1;
+        let runs = {
+            let mut stmt = tx.prepare(
+                "SELECT resume_run FROM async_queue WHERE function = ?1 AND resume_run IS NOT NULL",
+            )?;
+            let runs = stmt.query_map([name], |row| row.get(0))?;
+            runs.collect::<Result<Vec<String>, _>>()?
+        };
         tx.execute("DELETE FROM async_queue WHERE function = ?1", [name])?;
         tx.commit()?;
-        Ok(deleted)
+        Ok((deleted, runs))
     }
 
     pub fn sequences(&self) -> Result<Vec<super::sequences::Sequence>, RegistryError> {
@@ -468,7 +486,7 @@ impl Registry {
         }
         let mut stmt = db.prepare_cached(
             "SELECT id, request_id, function, payload, attempts, not_before, throttles, enqueued_at,
-                    resume_run, resume_stage, resume_function, resume_payload
+                    resume_run, resume_stage, resume_path, resume_payload, resume_until
              FROM async_queue WHERE id = ?1",
         )?;
         let time = |text: Option<String>| {
@@ -490,14 +508,13 @@ impl Registry {
                         throttles: row.get(6)?,
                         enqueued_at: time(row.get(7)?),
                         resume: match (row.get(8)?, row.get(9)?, row.get(10)?, row.get(11)?) {
-                            (Some(run), Some(stage), Some(function), Some(payload)) => {
-                                Some(Progress {
-                                    run,
-                                    stage,
-                                    function,
-                                    payload,
-                                })
-                            }
+                            (Some(run), Some(stage), Some(path), Some(payload)) => Some(Progress {
+                                run,
+                                stage,
+                                path: path_of(path),
+                                payload,
+                                until: time(row.get(12)?),
+                            }),
                             _ => None,
                         },
                     })
@@ -537,8 +554,8 @@ impl Registry {
         };
         self.db().execute(
             "UPDATE async_queue SET attempts = attempts + ?2, throttles = throttles + ?3,
-             not_before = ?4, resume_run = ?5, resume_stage = ?6, resume_function = ?7,
-             resume_payload = ?8 WHERE id = ?1",
+             not_before = ?4, resume_run = ?5, resume_stage = ?6, resume_path = ?7,
+             resume_payload = ?8, resume_until = ?9 WHERE id = ?1",
             params![
                 id,
                 attempts,
@@ -546,8 +563,9 @@ impl Registry {
                 not_before.to_rfc3339(),
                 resume.map(|p| &p.run),
                 resume.map(|p| p.stage),
-                resume.map(|p| &p.function),
+                resume.map(|p| p.path.join("\n")),
                 resume.map(|p| &p.payload),
+                resume.map(|p| p.until.to_rfc3339()),
             ],
         )?;
         Ok(())
@@ -742,14 +760,29 @@ mod tests {
         reg.enqueue("r1", "pipe", b"{}").unwrap();
         reg.enqueue("r2", "other", b"{}").unwrap();
         assert_eq!(reg.queue_depth().unwrap(), 2);
-        assert!(reg.delete_sequence("pipe").unwrap());
+        let past = Utc::now() - chrono::TimeDelta::seconds(1);
+        let progress = Progress {
+            run: "run-1".into(),
+            stage: 1,
+            path: vec!["a".into(), "b".into()],
+            payload: b"{}".to_vec(),
+            until: Utc::now(),
+        };
+        let id = reg.due_events(10, &[]).unwrap()[0].id;
+        reg.retry_event(id, past, Requeue::Failed, Some(&progress))
+            .unwrap();
+        assert_eq!(
+            reg.delete_sequence("pipe").unwrap(),
+            (true, vec!["run-1".to_string()]),
+            "the run its event would have resumed can go"
+        );
         assert_eq!(
             reg.queue_depth().unwrap(),
             1,
             "the other function's event stays"
         );
         assert!(reg.sequences().unwrap().is_empty());
-        assert!(!reg.delete_sequence("pipe").unwrap());
+        assert_eq!(reg.delete_sequence("pipe").unwrap(), (false, vec![]));
     }
 
     #[test]
@@ -762,8 +795,10 @@ mod tests {
         let progress = Progress {
             run: "run-1".into(),
             stage: 2,
-            function: "c".into(),
+            path: vec!["a".into(), "b".into(), "c".into()],
             payload: b"{\"n\": 1}".to_vec(),
+            // Whole seconds: what RFC 3339 with the default precision keeps exactly.
+            until: DateTime::from_timestamp(Utc::now().timestamp() + 60, 0).unwrap(),
         };
         let past = Utc::now() - chrono::TimeDelta::seconds(1);
         reg.retry_event(id, past, Requeue::Failed, Some(&progress))

@@ -105,8 +105,11 @@ impl Controller {
     /// Deletes sequence `name` (its functions stay); false if there was none.
     pub fn delete_sequence(&self, name: &str) -> Result<bool, ControllerError> {
         let _mutation = self.mutation.lock().unwrap_or_else(|p| p.into_inner());
-        let existed = self.registry.delete_sequence(name)?;
+        let (existed, kept) = self.registry.delete_sequence(name)?;
         self.sequences_mut().remove(name);
+        for run in kept {
+            self.end_run(&run);
+        }
         Ok(existed)
     }
 
@@ -134,25 +137,21 @@ impl Controller {
         sequence: &Sequence,
         event: &QueuedEvent,
     ) -> (Result<Ran, ControllerError>, Option<Progress>) {
+        let functions = self.stages_of(&sequence.name, &sequence.functions).ok();
         let resume = event.resume.as_ref().filter(|p| {
-            let same = self
-                .stages_of(&sequence.name, &sequence.functions)
-                .is_ok_and(|f| f.get(p.stage as usize) == Some(&p.function));
-            let held = self
-                .config
-                .object_cache
-                .as_ref()
-                .is_none_or(|c| c.holds_run(&p.run));
-            same && held
+            p.until > Utc::now()
+                && functions
+                    .as_ref()
+                    .and_then(|f| f.get(..=p.stage as usize))
+                    .is_some_and(|path| path == p.path.as_slice())
+                && self.claim_run(&p.run)
         });
         if let Some(gone) = event.resume.as_ref().filter(|_| resume.is_none()) {
             self.end_run(&gone.run);
         }
         let (run, from, payload) = match resume {
             Some(p) => {
-                tracing::info!(sequence = %sequence.name, run = %p.run, "resuming at stage {} ({})", p.stage, p.function);
-                // Held while it runs: a sweep must not end it meanwhile.
-                self.keep_run(&p.run, Instant::now() + RESUME_WITHIN + RESUME_GRACE);
+                tracing::info!(sequence = %sequence.name, run = %p.run, "resuming at stage {}", p.stage);
                 (p.run.clone(), p.stage as usize, p.payload.clone())
             }
             None => (
@@ -180,16 +179,33 @@ impl Controller {
         }
     }
 
-    /// A run stopped for a retry due at `retry_in`: its intermediate outputs wait for it.
-    pub(super) fn keep_run(&self, run: &str, until: Instant) {
-        if let Some(cache) = &self.config.object_cache {
-            cache.keep_run(run, until);
-        }
+    /// Takes a kept run for the retry that resumes it, if what it kept is all still there
+    /// (without a cache, intermediates are in the backing store).
+    fn claim_run(&self, run: &str) -> bool {
+        let cache = self.config.object_cache.as_ref();
+        cache.is_none_or(|c| c.claim_run(run))
     }
 
-    /// What a stopped run keeps for a retry due in `retry_in`: `RESUME_WITHIN` and a grace.
-    pub(super) fn kept_until(retry_in: Duration) -> Option<Instant> {
-        (retry_in <= RESUME_WITHIN).then(|| Instant::now() + retry_in + RESUME_GRACE)
+    /// Keeps a run that stopped for its retry, due at `retry_at`: the progress to record, or
+    /// None, the run ended, when the retry is further off than [`RESUME_WITHIN`] or the
+    /// cache has no room to keep it (the retry then starts over).
+    pub(super) fn keep_for_retry(
+        &self,
+        stopped: &Progress,
+        retry_at: DateTime<Utc>,
+    ) -> Option<Progress> {
+        let retry_in = (retry_at - Utc::now()).to_std().unwrap_or_default();
+        let until = Instant::now() + retry_in + RESUME_GRACE;
+        let cache = self.config.object_cache.as_ref();
+        if retry_in > RESUME_WITHIN || !cache.is_none_or(|c| c.keep_run(&stopped.run, until)) {
+            self.end_run(&stopped.run);
+            return None;
+        }
+        let grace = chrono::TimeDelta::from_std(RESUME_GRACE).unwrap_or_default();
+        Some(Progress {
+            until: retry_at + grace,
+            ..stopped.clone()
+        })
     }
 
     /// The functions sequence `name` (whose stages are `stages`) runs, in order: nested
@@ -272,8 +288,10 @@ impl Controller {
         let stopped = (failed && stage > 0 && stage < functions.len()).then(|| Progress {
             run: run.to_string(),
             stage: stage as u32,
-            function: functions[stage].clone(),
+            path: functions[..=stage].to_vec(),
             payload: input.to_vec(),
+            // Set when the run is kept for its retry.
+            until: Utc::now(),
         });
         (result, stopped)
     }

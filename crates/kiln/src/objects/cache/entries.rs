@@ -427,6 +427,15 @@ impl Entries {
             .collect()
     }
 
+    /// How many intermediate outputs sequence run `run` holds, and their bytes.
+    pub fn run_footprint(&self, run: &str) -> (usize, u64) {
+        self.intermediates
+            .iter()
+            .filter_map(|k| self.map.get(k))
+            .filter(|e| e.run.as_deref() == Some(run))
+            .fold((0, 0), |(n, bytes), e| (n + 1, bytes + e.body.len() as u64))
+    }
+
     /// `key`'s contents if it is a sequence's intermediate output (no access is counted).
     pub fn intermediate(&self, key: &ObjectKey) -> Option<Hit> {
         self.map.get(key).filter(|e| e.run.is_some()).map(|e| Hit {
@@ -677,6 +686,8 @@ mod tests {
         };
         assert_eq!(listed(&t, "m"), vec!["mid".to_string()]);
         assert_eq!(t.intermediate(&key("mid")).unwrap().body.len(), 30);
+        assert_eq!(t.run_footprint("run1"), (1, 30));
+        assert_eq!(t.run_footprint("other"), (0, 0));
         assert!(listed(&t, "n").is_empty() && t.intermediates("c", "").is_empty());
         assert!(!t.could_hold(&key("x"), 80), "intermediates are pinned");
         assert_eq!(t.set_capacity(0), 0);

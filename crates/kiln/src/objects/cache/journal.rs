@@ -184,6 +184,9 @@ struct Writer {
     active: File,
     active_no: u64,
     active_bytes: u64,
+    /// The active segment's size at which a new one is started: [`SEGMENT_BYTES`], or
+    /// further on after a failed attempt (the segment grows meanwhile; nothing is at risk).
+    rotate_at: u64,
     /// Unsettled records per segment.
     segments: BTreeMap<u64, usize>,
     /// Unsettled records per key: (version, segment).
@@ -285,6 +288,7 @@ impl Writer {
         self.active = file;
         self.active_no = next;
         self.active_bytes = 0;
+        self.rotate_at = SEGMENT_BYTES;
         self.segments.entry(next).or_default();
         Ok(())
     }
@@ -353,9 +357,21 @@ impl Writer {
                 let _ = reply.send(outcome);
             }
             self.delete_settled();
-            if self.active_bytes >= SEGMENT_BYTES {
-                if let Err(e) = self.rotate() {
-                    tracing::error!("object cache: starting a journal segment: {e}");
+            if self.active_bytes >= self.rotate_at {
+                let failing = self.rotate_at > SEGMENT_BYTES;
+                match self.rotate() {
+                    Ok(()) if failing => {
+                        tracing::info!("object cache: journal segments rotate again")
+                    }
+                    Ok(()) => {}
+                    Err(e) => {
+                        // Tried again once another sixteenth of a segment is written, not at
+                        // every batch (each attempt syncs what waits), and logged once.
+                        if !failing {
+                            tracing::error!("object cache: starting a journal segment: {e}; the current one grows until one can be started");
+                        }
+                        self.rotate_at = self.active_bytes + SEGMENT_BYTES / 16;
+                    }
                 }
             }
         }
@@ -542,6 +558,7 @@ impl Journal {
             active,
             active_no,
             active_bytes: 0,
+            rotate_at: SEGMENT_BYTES,
             segments: writer_segments,
             unsettled,
             unsynced_since: None,

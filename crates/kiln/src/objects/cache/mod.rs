@@ -112,6 +112,18 @@ impl Known {
     }
 }
 
+/// A sequence run kept for the retry that resumes it.
+struct Kept {
+    /// When the sweep may end it (None: the retry is running it).
+    until: Option<Instant>,
+    /// Its intermediate outputs when it stopped (how many, and their bytes): the retry
+    /// resumes only if they are all still there.
+    objects: (usize, u64),
+}
+
+/// Kept runs' intermediate outputs take at most this share of the cache's capacity.
+const KEPT_RUNS_SHARE: u64 = 4;
+
 /// The cache's settings.
 #[derive(Debug, Clone)]
 pub struct CacheConfig {
@@ -358,9 +370,8 @@ pub struct ObjectCache {
     /// pay off).
     refused: Mutex<HashSet<String>>,
     known: Mutex<Known>,
-    /// Sequence runs whose intermediate outputs wait for a retry that resumes the run, and
-    /// until when they may wait.
-    kept_runs: Mutex<std::collections::HashMap<String, Instant>>,
+    /// Sequence runs whose intermediate outputs wait for a retry that resumes the run.
+    kept_runs: Mutex<std::collections::HashMap<String, Kept>>,
     metrics: CacheMetrics,
 }
 
@@ -621,20 +632,50 @@ impl ObjectCache {
     }
 
     /// Run `run` stopped at a stage that will be retried: its intermediate outputs stay for
-    /// the retry until `until` (then the next sweep drops them, and the retry starts over).
-    pub fn keep_run(&self, run: &str, until: Instant) {
-        self.kept_runs().insert(run.to_string(), until);
+    /// the retry until `until` (then the next sweep drops them, and the retry starts over),
+    /// if the kept runs' outputs stay within a quarter of the capacity. False: not kept (the
+    /// caller ends the run).
+    pub fn keep_run(&self, run: &str, until: Instant) -> bool {
+        let (objects, capacity) = {
+            let entries = self.entries();
+            (entries.run_footprint(run), entries.usage().capacity)
+        };
+        let mut kept = self.kept_runs();
+        let others: u64 = kept
+            .iter()
+            .filter(|(r, _)| r.as_str() != run)
+            .map(|(_, k)| k.objects.1)
+            .sum();
+        if others + objects.1 > capacity / KEPT_RUNS_SHARE {
+            kept.remove(run);
+            return false;
+        }
+        kept.insert(
+            run.to_string(),
+            Kept {
+                until: Some(until),
+                objects,
+            },
+        );
+        true
     }
 
-    /// Whether run `run`'s intermediate outputs are still held for its retry: kept, not
-    /// past their time, and not lost with a restart.
-    pub fn holds_run(&self, run: &str) -> bool {
-        self.kept_runs()
-            .get(run)
-            .is_some_and(|until| *until > Instant::now())
+    /// Takes run `run` for the retry that resumes it, if everything it kept is still held:
+    /// kept (not lost with a restart), not past its time, none of its outputs replaced or
+    /// dropped since. While the retry runs, no sweep ends it.
+    pub fn claim_run(&self, run: &str) -> bool {
+        let objects = self.entries().run_footprint(run);
+        let mut kept = self.kept_runs();
+        match kept.get_mut(run) {
+            Some(k) if k.until.is_some_and(|u| u > Instant::now()) && k.objects == objects => {
+                k.until = None;
+                true
+            }
+            _ => false,
+        }
     }
 
-    fn kept_runs(&self) -> MutexGuard<'_, std::collections::HashMap<String, Instant>> {
+    fn kept_runs(&self) -> MutexGuard<'_, std::collections::HashMap<String, Kept>> {
         self.kept_runs.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -643,8 +684,8 @@ impl ObjectCache {
     pub fn sweep(&self) -> usize {
         let now = Instant::now();
         let mut expired = Vec::new();
-        self.kept_runs().retain(|run, until| {
-            let keep = *until > now;
+        self.kept_runs().retain(|run, kept| {
+            let keep = kept.until.is_none_or(|until| until > now);
             if !keep {
                 expired.push(run.clone());
             }
