@@ -216,6 +216,29 @@ pub fn merge<T: Clone>(
     } else {
         None
     };
+    if extra.is_empty() {
+        // Nothing to merge: the page as it is, but for what lies before the cursor (a common
+        // prefix the other store rolled up again), without copying it.
+        let objects: Vec<T> = objects
+            .into_iter()
+            .filter(|o| !before(&request.start, key_of(o)))
+            .collect();
+        let common_prefixes: Vec<String> = common_prefixes
+            .into_iter()
+            .filter(|p| !before(&request.start, p))
+            .collect();
+        let last = objects
+            .last()
+            .map(&key_of)
+            .max(common_prefixes.last().map(String::as_str))
+            .map(str::to_string);
+        return Page {
+            objects,
+            common_prefixes,
+            last,
+            next: end,
+        };
+    }
     let mut items: BTreeMap<String, Merged<T>> = BTreeMap::new();
     for object in objects {
         items.insert(key_of(&object).to_string(), Merged::Object(object));
@@ -389,12 +412,16 @@ mod tests {
     /// Pages through the union of `store` and `extra` as the object cache does: the store is
     /// asked from [`start_after`] of each page's cursor, and again from its own next page while
     /// a merged page comes out empty. Objects carry where they came from (`true`: extra).
+    ///
+    /// A `naive` store rolls up every key past `start-after`, even under a common prefix the
+    /// listing is already past, as another S3 store may: its pages hold such prefixes again.
     fn merged_all(
         store: &BTreeSet<String>,
         extra: &BTreeSet<String>,
         prefix: &str,
         delimiter: Option<&str>,
         max_keys: usize,
+        naive: bool,
     ) -> (Vec<(String, bool)>, Vec<String>) {
         let request = |start: Cursor| ListRequest {
             prefix: prefix.into(),
@@ -402,26 +429,55 @@ mod tests {
             start,
             max_keys,
         };
+        // The store's pages from `start-after`: objects, common prefixes, truncated.
+        type StorePage = (Vec<String>, Vec<String>, bool);
+        let store_pages = |after: Option<String>| -> Box<dyn Iterator<Item = StorePage>> {
+            if naive {
+                let all = naive_listing(store, prefix, delimiter, after.as_deref());
+                let pages: Vec<StorePage> = all
+                    .chunks(max_keys)
+                    .enumerate()
+                    .map(|(i, chunk)| {
+                        let pick = |common: bool| {
+                            chunk
+                                .iter()
+                                .filter(move |(_, p)| *p == common)
+                                .map(|(k, _)| k.clone())
+                        };
+                        (
+                            pick(false).collect(),
+                            pick(true).collect(),
+                            (i + 1) * max_keys < all.len(),
+                        )
+                    })
+                    .collect();
+                return Box::new(pages.into_iter());
+            }
+            let mut next = Some(Cursor::start(prefix, after.as_deref()));
+            Box::new(std::iter::from_fn(move || {
+                let got = list(&request(next.take()?), source(store), |k| k.as_str()).unwrap();
+                next = got.next.clone();
+                Some((got.objects, got.common_prefixes, got.next.is_some()))
+            }))
+        };
         let mut objects = Vec::new();
         let mut prefixes = Vec::new();
         let mut start = Cursor::start(prefix, None);
         for _ in 0..10_000 {
-            let mut store_start = Cursor::start(prefix, start_after(&start).as_deref());
+            let mut pages = store_pages(start_after(&start));
             let page = loop {
-                let got = list(&request(store_start), source(store), |k| k.as_str()).unwrap();
+                let (got, common, truncated) = pages.next().unwrap_or_default();
                 let page = merge(
                     &request(start.clone()),
-                    got.objects.into_iter().map(|k| (k, false)).collect(),
-                    got.common_prefixes,
-                    got.next.is_some(),
+                    got.into_iter().map(|k| (k, false)).collect(),
+                    common,
+                    truncated,
                     extra.iter().map(|k| (k.clone(), true)).collect(),
                     |(k, _)| k.as_str(),
                 );
-                match got.next {
-                    Some(next) if page.objects.is_empty() && page.common_prefixes.is_empty() => {
-                        store_start = next
-                    }
-                    _ => break page,
+                // As the cache does: a merged page that came out empty asks for the next one.
+                if !(truncated && page.objects.is_empty() && page.common_prefixes.is_empty()) {
+                    break page;
                 }
             };
             assert!(page.objects.len() + page.common_prefixes.len() <= max_keys);
@@ -435,12 +491,37 @@ mod tests {
         panic!("merged listing did not terminate");
     }
 
+    /// What a store that rolls up every key past `start_after` lists, whole: keys and common
+    /// prefixes (true), in order.
+    fn naive_listing(
+        keys: &BTreeSet<String>,
+        prefix: &str,
+        delimiter: Option<&str>,
+        start_after: Option<&str>,
+    ) -> Vec<(String, bool)> {
+        let mut out: Vec<(String, bool)> = Vec::new();
+        let past = |k: &String| start_after.is_none_or(|s| k.as_str() > s);
+        for key in keys.iter().filter(|k| k.starts_with(prefix) && past(k)) {
+            let rest = &key[prefix.len()..];
+            match delimiter.and_then(|d| rest.find(d).map(|p| p + d.len())) {
+                Some(end) => {
+                    let common = key[..prefix.len() + end].to_string();
+                    if out.last() != Some(&(common.clone(), true)) {
+                        out.push((common, true));
+                    }
+                }
+                None => out.push((key.clone(), false)),
+            }
+        }
+        out
+    }
+
     #[test]
     fn a_merged_listing_pages_through_both_sources() {
         let set = |keys: &[&str]| keys.iter().map(|k| k.to_string()).collect::<BTreeSet<_>>();
         let store = set(&["a", "b/1", "b/2", "c", "d/1", "e"]);
         let extra = set(&["b/3", "c", "c/1", "f"]);
-        let (objects, prefixes) = merged_all(&store, &extra, "", Some("/"), 2);
+        let (objects, prefixes) = merged_all(&store, &extra, "", Some("/"), 2, false);
         assert_eq!(
             objects,
             vec![
@@ -543,8 +624,10 @@ mod tests {
             prefix in "[ab/]{0,2}",
             delimiter in proptest::option::of("[/b]{1,2}"),
             max_keys in 1usize..6,
+            naive in any::<bool>(),
         ) {
-            let (objects, prefixes) = merged_all(&store, &extra, &prefix, delimiter.as_deref(), max_keys);
+            let (objects, prefixes) =
+                merged_all(&store, &extra, &prefix, delimiter.as_deref(), max_keys, naive);
             let union: BTreeSet<String> = store.union(&extra).cloned().collect();
             let (want_objects, want_prefixes) = reference(&union, &prefix, delimiter.as_deref());
             let want_objects: Vec<(String, bool)> = want_objects
