@@ -152,6 +152,9 @@ pub struct Entries {
     evictable: BTreeMap<(u8, u64), ObjectKey>,
     /// The keys of sequences' intermediate outputs, in order, for listings and `end_run`.
     intermediates: BTreeSet<ObjectKey>,
+    /// The keys with a version not yet written back, in order: a listing waits for its
+    /// bucket's without looking at every entry.
+    dirty: BTreeSet<ObjectKey>,
 }
 
 impl Entries {
@@ -169,6 +172,7 @@ impl Entries {
             evicted: 0,
             evictable: BTreeMap::new(),
             intermediates: BTreeSet::new(),
+            dirty: BTreeSet::new(),
         }
     }
 
@@ -216,10 +220,10 @@ impl Entries {
 
     /// The dirty keys of `bucket` with their latest versions.
     pub fn dirty_in(&self, bucket: &str) -> Vec<(ObjectKey, u64)> {
-        self.map
-            .iter()
-            .filter(|(k, e)| k.bucket == bucket && e.dirty())
-            .map(|(k, e)| (k.clone(), e.version))
+        self.dirty
+            .range(ObjectKey::new(bucket, "")..)
+            .take_while(|k| k.bucket == bucket)
+            .filter_map(|k| self.map.get(k).map(|e| (k.clone(), e.version)))
             .collect()
     }
 
@@ -303,6 +307,7 @@ impl Entries {
         self.bytes -= size;
         if entry.dirty() {
             self.dirty_bytes -= size;
+            self.dirty.remove(key);
         }
         if entry.run.is_some() {
             self.ephemeral_bytes -= size;
@@ -332,6 +337,7 @@ impl Entries {
         self.make_room(size);
         self.bytes += size;
         self.dirty_bytes += size;
+        self.dirty.insert(key.clone());
         let seq = self.tick();
         self.map.insert(
             key,
@@ -468,6 +474,7 @@ impl Entries {
             entry.persisted = version;
             if was_dirty && !entry.dirty() {
                 self.dirty_bytes -= entry.body.len() as u64;
+                self.dirty.remove(key);
             }
             if was_pinned && !entry.pinned() {
                 self.evictable.insert(entry.order(), key.clone());
@@ -711,7 +718,8 @@ mod tests {
     }
 
     impl Entries {
-        /// The index holds exactly the entries that are not pinned, each at its order.
+        /// The indexes hold exactly the entries that are not pinned (each at its order), the dirty
+        /// ones, and the intermediates.
         fn check_index(&self) {
             let expected: BTreeMap<(u8, u64), ObjectKey> = self
                 .map
@@ -720,6 +728,20 @@ mod tests {
                 .map(|(k, e)| (e.order(), k.clone()))
                 .collect();
             assert_eq!(self.evictable, expected);
+            let dirty: BTreeSet<ObjectKey> = self
+                .map
+                .iter()
+                .filter(|(_, e)| e.dirty())
+                .map(|(k, _)| k.clone())
+                .collect();
+            assert_eq!(self.dirty, dirty);
+            let intermediates: BTreeSet<ObjectKey> = self
+                .map
+                .iter()
+                .filter(|(_, e)| e.run.is_some())
+                .map(|(k, _)| k.clone())
+                .collect();
+            assert_eq!(self.intermediates, intermediates);
         }
     }
 
