@@ -386,17 +386,29 @@ mod tests {
         delimiter: Option<&str>,
         max_keys: usize,
     ) -> (Vec<String>, Vec<String>) {
+        all_pages(prefix, max_keys, |start| {
+            let request = ListRequest {
+                prefix: prefix.into(),
+                delimiter: delimiter.map(str::to_string),
+                start,
+                max_keys,
+            };
+            list(&request, source(keys), |k| k.as_str()).unwrap()
+        })
+    }
+
+    /// Every page of a listing from the top, each from its predecessor's token: the objects
+    /// and common prefixes, each page at most `max_keys` of them.
+    fn all_pages<T>(
+        prefix: &str,
+        max_keys: usize,
+        mut page_at: impl FnMut(Cursor) -> Page<T>,
+    ) -> (Vec<T>, Vec<String>) {
         let mut objects = Vec::new();
         let mut prefixes = Vec::new();
         let mut start = Cursor::start(prefix, None);
         for _ in 0..10_000 {
-            let request = ListRequest {
-                prefix: prefix.into(),
-                delimiter: delimiter.map(str::to_string),
-                start: start.clone(),
-                max_keys,
-            };
-            let page = list(&request, source(keys), |k| k.as_str()).unwrap();
+            let page = page_at(start);
             assert!(page.objects.len() + page.common_prefixes.len() <= max_keys);
             objects.extend(page.objects);
             prefixes.extend(page.common_prefixes);
@@ -460,12 +472,9 @@ mod tests {
                 Some((got.objects, got.common_prefixes, got.next.is_some()))
             }))
         };
-        let mut objects = Vec::new();
-        let mut prefixes = Vec::new();
-        let mut start = Cursor::start(prefix, None);
-        for _ in 0..10_000 {
+        all_pages(prefix, max_keys, |start| {
             let mut pages = store_pages(start_after(&start));
-            let page = loop {
+            loop {
                 let (got, common, truncated) = pages.next().unwrap_or_default();
                 let page = merge(
                     &request(start.clone()),
@@ -479,16 +488,8 @@ mod tests {
                 if !(truncated && page.objects.is_empty() && page.common_prefixes.is_empty()) {
                     break page;
                 }
-            };
-            assert!(page.objects.len() + page.common_prefixes.len() <= max_keys);
-            objects.extend(page.objects);
-            prefixes.extend(page.common_prefixes);
-            match page.next {
-                Some(next) => start = Cursor::from_token(&next.token()).unwrap(),
-                None => return (objects, prefixes),
             }
-        }
-        panic!("merged listing did not terminate");
+        })
     }
 
     /// What a store that rolls up every key past `start_after` lists, whole: keys and common

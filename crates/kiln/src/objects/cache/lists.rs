@@ -53,10 +53,30 @@ fn after(output: &ListObjectsV2Output, url: bool) -> Option<Cursor> {
 }
 
 /// The last key or common prefix on a backing store's page.
-fn last_of(objects: &[Object], prefixes: &[String]) -> Option<String> {
-    let key = objects.last().map(key_of);
-    let prefix = prefixes.last().map(String::as_str);
+fn last_of(objects: Option<&[Object]>, prefixes: Option<&[CommonPrefix]>) -> Option<String> {
+    let key = objects.and_then(<[Object]>::last).map(key_of);
+    let prefix = prefixes
+        .and_then(<[CommonPrefix]>::last)
+        .and_then(|p| p.prefix.as_deref());
     key.max(prefix).map(str::to_string)
+}
+
+/// A backing store's page, merged with `extra`.
+fn merged(
+    request: &ListRequest,
+    objects: Option<Vec<Object>>,
+    prefixes: Option<CommonPrefixList>,
+    truncated: bool,
+    extra: &[Object],
+) -> Page<Object> {
+    listing::merge(
+        request,
+        objects.unwrap_or_default(),
+        common_prefixes(prefixes),
+        truncated,
+        extra.to_vec(),
+        key_of,
+    )
 }
 
 /// What a merged page answers, its keys URL-encoded when the client asked for that.
@@ -162,16 +182,13 @@ impl ObjectCache {
                 .list_objects_v2(internal_request(input.clone()))
                 .await?
                 .output;
-            let objects = out.contents.unwrap_or_default();
-            let prefixes = common_prefixes(out.common_prefixes);
             let truncated = out.is_truncated.unwrap_or(false);
-            let page = listing::merge(
+            let page = merged(
                 &request,
-                objects,
-                prefixes,
+                out.contents,
+                out.common_prefixes,
                 truncated,
-                extra.clone(),
-                key_of,
+                &extra,
             );
             // The store's page held only what comes before the cursor (rolled up under a
             // common prefix this listing is past): ask for its next one.
@@ -235,17 +252,15 @@ impl ObjectCache {
                 .list_objects(internal_request(input.clone()))
                 .await?
                 .output;
-            let objects = out.contents.unwrap_or_default();
-            let prefixes = common_prefixes(out.common_prefixes);
             let truncated = out.is_truncated.unwrap_or(false);
-            let last = last_of(&objects, &prefixes).or(out.next_marker);
-            let page = listing::merge(
+            let last = last_of(out.contents.as_deref(), out.common_prefixes.as_deref())
+                .or(out.next_marker);
+            let page = merged(
                 &request,
-                objects,
-                prefixes,
+                out.contents,
+                out.common_prefixes,
                 truncated,
-                extra.clone(),
-                key_of,
+                &extra,
             );
             match last {
                 Some(last)

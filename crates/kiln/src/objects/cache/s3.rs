@@ -3,6 +3,7 @@
 //! clean.
 
 use super::*;
+use crate::objects::local::{copy_to_itself, replaces_metadata};
 
 fn wants_checksums(mode: Option<&ChecksumMode>) -> bool {
     mode.is_some_and(|m| m.as_str().eq_ignore_ascii_case(ChecksumMode::ENABLED))
@@ -454,17 +455,9 @@ impl CachedStore {
             service,
             ..
         } = req;
-        let replace = input
-            .metadata_directive
-            .as_ref()
-            .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
+        let replace = replaces_metadata(input.metadata_directive.as_ref());
         if ObjectKey::new(&input.bucket, &input.key) == source && !replace {
-            return Err(s3_error!(
-                InvalidRequest,
-                "This copy request is illegal because it is trying to copy an object to itself \
-                 without changing the object's metadata, storage class, website redirect location \
-                 or encryption attributes."
-            ));
+            return Err(copy_to_itself());
         }
         let conditions = ReadConditions {
             if_match: input.copy_source_if_match.clone(),

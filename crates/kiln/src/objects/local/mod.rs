@@ -100,6 +100,21 @@ pub(crate) fn now_ms() -> i64 {
         .unwrap_or_default()
 }
 
+/// Whether a CopyObject replaces the source's metadata (else it copies it).
+pub(crate) fn replaces_metadata(directive: Option<&MetadataDirective>) -> bool {
+    directive.is_some_and(|d| d.as_str() == MetadataDirective::REPLACE)
+}
+
+/// S3's answer to a CopyObject onto its own source that changes nothing.
+pub(crate) fn copy_to_itself() -> S3Error {
+    s3_error!(
+        InvalidRequest,
+        "This copy request is illegal because it is trying to copy an object to itself without \
+         changing the object's metadata, storage class, website redirect location or encryption \
+         attributes."
+    )
+}
+
 pub(crate) fn timestamp(ms: i64) -> Timestamp {
     Timestamp::from(UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64))
 }

@@ -10,8 +10,9 @@ use s3s::{s3_error, S3Request, S3Response, S3Result};
 use super::files::{read_all, stream_file};
 use super::meta::{Lookup, ObjectAttrs, ObjectRow};
 use super::{
-    blocking, check_length, checksum_type, content_length, declared, internal, now_ms,
-    object_attrs, set_attrs, set_checksums, timestamp, write_error, LocalStore, UploadBody,
+    blocking, check_length, checksum_type, content_length, copy_to_itself, declared, internal,
+    now_ms, object_attrs, replaces_metadata, set_attrs, set_checksums, timestamp, write_error,
+    LocalStore, UploadBody,
 };
 use crate::objects::checksum::{hex, ChecksumKind};
 use crate::objects::conditions::{
@@ -414,17 +415,9 @@ impl LocalStore {
                 ))
             }
         };
-        let replace = input
-            .metadata_directive
-            .as_ref()
-            .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
+        let replace = replaces_metadata(input.metadata_directive.as_ref());
         if source_bucket == input.bucket && source_key == input.key && !replace {
-            return Err(s3_error!(
-                InvalidRequest,
-                "This copy request is illegal because it is trying to copy an object to itself \
-                 without changing the object's metadata, storage class, website redirect location \
-                 or encryption attributes."
-            ));
+            return Err(copy_to_itself());
         }
         let conditions = ReadConditions {
             if_match: input.copy_source_if_match,
