@@ -216,7 +216,10 @@ pub fn merge<T: Clone>(
     } else {
         None
     };
-    if extra.is_empty() {
+    if extra.is_empty()
+        && request.max_keys > 0
+        && objects.len() + common_prefixes.len() <= request.max_keys
+    {
         // Nothing to merge: the page as it is, but for what lies before the cursor (a common
         // prefix the other store rolled up again), without copying it.
         let objects: Vec<T> = objects

@@ -357,7 +357,7 @@ impl Writer {
                 let _ = reply.send(outcome);
             }
             self.delete_settled();
-            if self.active_bytes >= self.rotate_at {
+            if self.active_bytes >= self.rotate_at && self.failed.is_none() {
                 let failing = self.rotate_at > SEGMENT_BYTES;
                 match self.rotate() {
                     Ok(()) if failing => {
@@ -367,8 +367,8 @@ impl Writer {
                     Err(e) => {
                         // Tried again once another sixteenth of a segment is written, not at
                         // every batch (each attempt syncs what waits), and logged once.
-                        if !failing {
-                            tracing::error!("object cache: starting a journal segment: {e}; the current one grows until one can be started");
+                        if !failing && self.failed.is_none() {
+                            tracing::error!("object cache: starting a journal segment: {e}; the current one grows (its space is not freed) until one can be started");
                         }
                         self.rotate_at = self.active_bytes + SEGMENT_BYTES / 16;
                     }

@@ -174,6 +174,7 @@ impl ObjectCache {
         };
         let mut input = asked.clone();
         input.encoding_type = None;
+        input.max_keys = Some(max_keys);
         input.continuation_token = None;
         input.start_after = listing::start_after(&request.start);
         let page = loop {
@@ -246,6 +247,7 @@ impl ObjectCache {
         };
         let mut input = asked.clone();
         input.encoding_type = None;
+        input.max_keys = Some(max_keys);
         let page = loop {
             let out = self
                 .backend
