@@ -69,6 +69,13 @@ pub struct Page<T> {
     pub next: Option<Cursor>,
 }
 
+impl<T> Page<T> {
+    /// Neither an object nor a common prefix.
+    pub fn is_empty(&self) -> bool {
+        self.objects.is_empty() && self.common_prefixes.is_empty()
+    }
+}
+
 /// Keys fetched per round trip to the source, at most.
 const BATCH: usize = 1000;
 
@@ -488,7 +495,7 @@ mod tests {
                     |(k, _)| k.as_str(),
                 );
                 // As the cache does: a merged page that came out empty asks for the next one.
-                if !(truncated && page.objects.is_empty() && page.common_prefixes.is_empty()) {
+                if !(truncated && page.is_empty()) {
                     break page;
                 }
             }

@@ -197,8 +197,7 @@ impl ObjectCache {
                 Some(token)
                     if truncated
                         && max_keys > 0
-                        && page.objects.is_empty()
-                        && page.common_prefixes.is_empty()
+                        && page.is_empty()
                         && input.continuation_token.as_ref() != Some(&token) =>
                 {
                     input.continuation_token = Some(token)
@@ -267,8 +266,7 @@ impl ObjectCache {
             match last {
                 Some(last)
                     if truncated
-                        && page.objects.is_empty()
-                        && page.common_prefixes.is_empty()
+                        && page.is_empty()
                         && input.marker.as_ref().is_none_or(|m| last > *m) =>
                 {
                     input.marker = Some(last)

@@ -22,6 +22,7 @@ pub mod entries;
 mod journal;
 mod lists;
 mod peek;
+mod runs;
 mod s3;
 pub mod sizing;
 mod writeback;
@@ -111,18 +112,6 @@ impl Known {
         }
     }
 }
-
-/// A sequence run kept for the retry that resumes it.
-struct Kept {
-    /// When the sweep may end it (None: the retry is running it).
-    until: Option<Instant>,
-    /// Its intermediate outputs when it stopped (how many, and their bytes): the retry
-    /// resumes only if they are all still there.
-    objects: (usize, u64),
-}
-
-/// Kept runs' intermediate outputs take at most this share of the cache's capacity.
-const KEPT_RUNS_SHARE: u64 = 4;
 
 /// The cache's settings.
 #[derive(Debug, Clone)]
@@ -371,7 +360,7 @@ pub struct ObjectCache {
     refused: Mutex<HashSet<String>>,
     known: Mutex<Known>,
     /// Sequence runs whose intermediate outputs wait for a retry that resumes the run.
-    kept_runs: Mutex<std::collections::HashMap<String, Kept>>,
+    kept_runs: Mutex<std::collections::HashMap<String, runs::Kept>>,
     metrics: CacheMetrics,
 }
 
@@ -623,77 +612,11 @@ impl ObjectCache {
         }
     }
 
-    /// Sequence run `run` ended: its intermediate outputs are dropped (OFC §6.3).
-    pub fn end_run(&self, run: &str) -> usize {
-        self.kept_runs().remove(run);
-        let dropped = self.entries().end_run(run);
-        self.refresh_gauges();
-        dropped
-    }
-
-    /// Run `run` stopped at a stage that will be retried: its intermediate outputs stay for
-    /// the retry until `until` (then the next sweep drops them, and the retry starts over),
-    /// if the kept runs' outputs stay within a quarter of the capacity. False: not kept (the
-    /// caller ends the run).
-    pub fn keep_run(&self, run: &str, until: Instant) -> bool {
-        let (objects, capacity) = {
-            let entries = self.entries();
-            (entries.run_footprint(run), entries.usage().capacity)
-        };
-        let mut kept = self.kept_runs();
-        let others: u64 = kept
-            .iter()
-            .filter(|(r, _)| r.as_str() != run)
-            .map(|(_, k)| k.objects.1)
-            .sum();
-        if others + objects.1 > capacity / KEPT_RUNS_SHARE {
-            kept.remove(run);
-            return false;
-        }
-        kept.insert(
-            run.to_string(),
-            Kept {
-                until: Some(until),
-                objects,
-            },
-        );
-        true
-    }
-
-    /// Takes run `run` for the retry that resumes it, if everything it kept is still held:
-    /// kept (not lost with a restart), not past its time, none of its outputs replaced or
-    /// dropped since. While the retry runs, no sweep ends it.
-    pub fn claim_run(&self, run: &str) -> bool {
-        let objects = self.entries().run_footprint(run);
-        let mut kept = self.kept_runs();
-        match kept.get_mut(run) {
-            Some(k) if k.until.is_some_and(|u| u > Instant::now()) && k.objects == objects => {
-                k.until = None;
-                true
-            }
-            _ => false,
-        }
-    }
-
-    fn kept_runs(&self) -> MutexGuard<'_, std::collections::HashMap<String, Kept>> {
-        self.kept_runs.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// One periodic sweep (OFC §6.3); returns how many objects went. Runs kept for a retry
     /// past their time end here.
     pub fn sweep(&self) -> usize {
         let now = Instant::now();
-        let mut expired = Vec::new();
-        self.kept_runs().retain(|run, kept| {
-            let keep = kept.until.is_none_or(|until| until > now);
-            if !keep {
-                expired.push(run.clone());
-            }
-            keep
-        });
-        for run in expired {
-            self.entries().end_run(&run);
-        }
+        self.end_expired_runs(now);
         let evicted = self.entries().sweep(&self.config.sweep, now);
         self.refresh_gauges();
         evicted
