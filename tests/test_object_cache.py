@@ -813,27 +813,39 @@ def flaky(event, context):
 """
 
 
+def wait_queue_drained(front):
+    """Waits until the async queue is empty: its last run ended (and dropped its intermediates)."""
+    wait_until(lambda: front.signed_request("GET", "/kiln/v1/status", "", {}).json()["asyncQueueDepth"] == 0,
+               what="the queued run to end")
+
+
+def run_resumed(front, remote, tmp_path, run_id, **event):
+    """Deploys RESUMED as sequence `resumed`, queues one run of it in a new bucket, and waits for the output of its
+    retry; returns the bucket, that output, and how many intermediate writes the run made."""
+    deploy_stages(front, tmp_path, RESUMED, (("seq-mark", "app.mark"), ("seq-flaky", "app.flaky")))
+    front.cli("sequence", "resumed", "seq-mark", "seq-flaky")
+    bucket = f"c-{uuid.uuid4().hex[:12]}"
+    s3_client(front).create_bucket(Bucket=bucket)
+    ephemeral = metric(front, "ephemeral_writes")
+    response = front.client(read_timeout=120).invoke(
+        FunctionName="resumed", InvocationType="Event", Payload=json.dumps({"bucket": bucket, "id": run_id, **event}))
+    assert response["StatusCode"] == 202
+    out = f"out/{run_id}"
+    wait_until(lambda: in_remote(remote, bucket, out) is not None, 60, "the retried run's output")
+    wait_queue_drained(front)
+    return bucket, json.loads(in_remote(remote, bucket, out)["Body"].read()), metric(front, "ephemeral_writes") - ephemeral
+
+
 def test_a_retried_event_resumes_its_sequence_at_the_stage_that_failed(remote, tmp_path):
     """A queued sequence whose second stage fails once: the retry runs that stage again, with the input it had,
     and the intermediate object the first stage wrote is still there for it (the first stage does not run again,
     so its random output is the same); then the run ends and its intermediates go."""
     front = start_front(remote)
     try:
-        deploy_stages(front, tmp_path, RESUMED, (("seq-mark", "app.mark"), ("seq-flaky", "app.flaky")))
-        front.cli("sequence", "resumed", "seq-mark", "seq-flaky")
-        bucket = f"c-{uuid.uuid4().hex[:12]}"
+        bucket, out, intermediate_writes = run_resumed(front, remote, tmp_path, "q1")
+        assert out == {"same_input": True, "read": True}
+        assert intermediate_writes == 1, "the first stage ran once"
         s3 = s3_client(front)
-        s3.create_bucket(Bucket=bucket)
-        lam = front.client(read_timeout=120)
-        ephemeral = metric(front, "ephemeral_writes")
-        response = lam.invoke(FunctionName="resumed", InvocationType="Event",
-                              Payload=json.dumps({"bucket": bucket, "id": "q1"}))
-        assert response["StatusCode"] == 202
-        wait_until(lambda: in_remote(remote, bucket, "out/q1") is not None, 60, "the retried run's output")
-        assert json.loads(in_remote(remote, bucket, "out/q1")["Body"].read()) == {"same_input": True, "read": True}
-        assert metric(front, "ephemeral_writes") == ephemeral + 1, "the first stage ran once"
-        wait_until(lambda: front.signed_request("GET", "/kiln/v1/status", "", {}).json()["asyncQueueDepth"] == 0,
-                   what="the queued run to end")
         with pytest.raises(s3.exceptions.NoSuchKey):
             s3.get_object(Bucket=bucket, Key="tmp/q1")
         assert in_remote(remote, bucket, "tmp/q1") is None
@@ -849,20 +861,9 @@ def test_a_run_too_large_to_keep_for_its_retry_starts_over(remote, tmp_path):
     either run stays in memory."""
     front = start_front(remote, "--object-cache-mb", "1")
     try:
-        deploy_stages(front, tmp_path, RESUMED, (("seq-mark", "app.mark"), ("seq-flaky", "app.flaky")))
-        front.cli("sequence", "resumed", "seq-mark", "seq-flaky")
-        bucket = f"c-{uuid.uuid4().hex[:12]}"
-        s3_client(front).create_bucket(Bucket=bucket)
-        ephemeral = metric(front, "ephemeral_writes")
-        response = front.client(read_timeout=120).invoke(
-            FunctionName="resumed", InvocationType="Event",
-            Payload=json.dumps({"bucket": bucket, "id": "big", "pad": 300 * KiB}))
-        assert response["StatusCode"] == 202
-        wait_until(lambda: in_remote(remote, bucket, "out/big") is not None, 60, "the retried run's output")
-        assert json.loads(in_remote(remote, bucket, "out/big")["Body"].read()) == {"same_input": False, "read": True}
-        assert metric(front, "ephemeral_writes") == ephemeral + 2, "the first stage ran again"
-        wait_until(lambda: front.signed_request("GET", "/kiln/v1/status", "", {}).json()["asyncQueueDepth"] == 0,
-                   what="the queued run to end")
+        _, out, intermediate_writes = run_resumed(front, remote, tmp_path, "big", pad=300 * KiB)
+        assert out == {"same_input": False, "read": True}
+        assert intermediate_writes == 2, "the first stage ran again"
         wait_until(lambda: metric(front, "bytes") < 300 * KiB, what="both runs' intermediates to go")
     finally:
         front.cleanup()
@@ -892,8 +893,7 @@ def test_sequences_run_as_events_and_nest(remote, tmp_path):
         assert response["StatusCode"] == 202
         wait_for_remote(remote, bucket, "out/e1", b"ABCDEFGH" * 256, timeout=60)
         # The run ends (and drops its intermediate) after its last stage wrote, and then leaves the queue.
-        wait_until(lambda: front.signed_request("GET", "/kiln/v1/status", "", {}).json()["asyncQueueDepth"] == 0,
-                   what="the queued run to end")
+        wait_queue_drained(front)
         assert metric(front, "ephemeral_writes") == ephemeral + 2
         for run in ("n1", "e1"):
             assert in_remote(remote, bucket, f"tmp/{run}") is None
