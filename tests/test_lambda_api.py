@@ -348,6 +348,53 @@ def test_delete_function(kiln):
     assert invoke(kiln, name)[0] == "again"
 
 
+def test_delete_function_with_a_qualifier_leaves_the_function(kiln):
+    """As on Lambda: a qualifier names one version, never the whole function."""
+    name = unique("delq")
+    create(kiln, name)
+    lam = kiln.client()
+    with pytest.raises(lam.exceptions.InvalidParameterValueException) as excinfo:
+        lam.delete_function(FunctionName=name, Qualifier="$LATEST")
+    assert "$LATEST version cannot be deleted without deleting the function" in str(excinfo.value)
+    with pytest.raises(lam.exceptions.InvalidParameterValueException) as excinfo:
+        lam.delete_function(FunctionName=f"{name}:$LATEST")
+    assert http_status(excinfo) == 400
+    with pytest.raises(lam.exceptions.InvalidParameterValueException):
+        lam.delete_function(FunctionName=name, Qualifier="prod")
+    # A version that does not exist: nothing to delete, and nothing deleted.
+    assert lam.delete_function(FunctionName=name, Qualifier="7")["ResponseMetadata"]["HTTPStatusCode"] == 204
+    assert lam.delete_function(FunctionName=f"{name}:3")["ResponseMetadata"]["HTTPStatusCode"] == 204
+    assert invoke(kiln, name, {"still": "here"})[0]["event"] == {"still": "here"}
+    with pytest.raises(lam.exceptions.ResourceNotFoundException):
+        lam.delete_function(FunctionName=unique("nothere"), Qualifier="1")
+
+
+FOREIGN_ARNS = [
+    "arn:aws:lambda:eu-west-1:000000000000:function:{}",
+    "arn:aws:lambda:us-east-1:123456789012:function:{}",
+    "123456789012:function:{}",
+]
+
+
+@pytest.mark.parametrize("arn", FOREIGN_ARNS, ids=["other-region", "other-account", "partial-other-account"])
+def test_an_arn_of_another_region_or_account_names_no_local_function(kiln, arn):
+    name = unique("foreign")
+    create(kiln, name)
+    lam = kiln.client()
+    foreign = arn.format(name)
+    for call in (lambda: lam.get_function(FunctionName=foreign),
+                 lambda: lam.get_function_configuration(FunctionName=foreign),
+                 lambda: lam.invoke(FunctionName=foreign, Payload=b"{}"),
+                 lambda: lam.update_function_configuration(FunctionName=foreign, Timeout=9),
+                 lambda: lam.delete_function(FunctionName=foreign)):
+        with pytest.raises(lam.exceptions.ResourceNotFoundException) as excinfo:
+            call()
+        assert http_status(excinfo) == 404
+    # Untouched, and reachable by its own ARN in either form.
+    assert lam.get_function(FunctionName=f"arn:aws:lambda:us-east-1:000000000000:function:{name}")
+    assert lam.get_function(FunctionName=f"000000000000:function:{name}")["Configuration"]["Timeout"] == 3
+
+
 # --- Invoke -----------------------------------------------------------------------------------
 
 

@@ -422,6 +422,53 @@ def test_acknowledged_writes_survive_kill_9_while_the_remote_is_down(remote, res
         front.cleanup()
 
 
+def test_a_failing_write_back_is_surfaced_and_bounds_what_waits_for_it(remote):
+    """The backing store refuses every write-back (it is down): the write stays acknowledged
+    and readable, kiln status and /metrics name it, and a listing, a delete or a copy that must
+    wait for it answers ServiceUnavailable within the bound instead of hanging."""
+    front = start_front(remote, "--object-cache-writeback-wait-secs", "2")
+    try:
+        s3 = s3_client(front)
+        bucket = f"c-{uuid.uuid4().hex[:12]}"
+        s3.create_bucket(Bucket=bucket)
+        remote.store.stop()
+        s3.put_object(Bucket=bucket, Key="stuck", Body=b"kept")
+        wait_until(lambda: metric(front, "writebacks_failing") == 1, 30, "the failing write-back")
+        status = json.loads(front.cli("--json", "status").stdout)["objectCache"]
+        [failing] = status["failing"]
+        assert (failing["bucket"], failing["key"]) == (bucket, "stuck")
+        assert failing["attempts"] >= 1 and failing["error"]
+        assert status["dirty_bytes"] == 4
+        assert f"{bucket}/\"stuck\"" in front.cli("status").stdout
+        waits = {
+            "list": lambda: s3.list_objects_v2(Bucket=bucket),
+            "delete": lambda: s3.delete_object(Bucket=bucket, Key="stuck"),
+            "copy": lambda: s3.copy_object(Bucket=bucket, Key="copy", CopySource={"Bucket": bucket, "Key": "stuck"}),
+        }
+        for what, call in waits.items():
+            started = time.monotonic()
+            with pytest.raises(botocore.exceptions.ClientError) as raised:
+                call()
+            took = time.monotonic() - started
+            error = raised.value.response["Error"]
+            assert error["Code"] == "ServiceUnavailable", (what, error)
+            assert '"stuck"' in error["Message"] and bucket in error["Message"], (what, error)
+            assert raised.value.response["ResponseMetadata"]["HTTPStatusCode"] == 503
+            assert 1.5 < took < 10, (what, took)
+        # Kept: readable through kiln, and written back once the store is back.
+        assert s3.get_object(Bucket=bucket, Key="stuck")["Body"].read() == b"kept"
+        remote.store.start()
+        wait_for_remote(remote, bucket, "stuck", b"kept", timeout=90)
+        wait_until(lambda: metric(front, "writebacks_failing") == 0, 30, "the write-back to recover")
+        assert json.loads(front.cli("--json", "status").stdout)["objectCache"]["failing"] == []
+        assert [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]] == ["stuck"]
+        s3.delete_object(Bucket=bucket, Key="stuck")
+    finally:
+        if remote.store.proc is None or remote.store.proc.poll() is not None:
+            remote.store.start()
+        front.cleanup()
+
+
 READER = """
 import time
 import boto3

@@ -66,6 +66,21 @@ def test_kiln_s3_commands(kiln, tmp_path):
     assert bucket not in [b["name"] for b in json.loads(kiln_s3(kiln, "--json", "ls").stdout)["buckets"]]
 
 
+def test_kiln_s3_takes_blank_keys(kiln):
+    """Keys of whitespace only are S3 keys like any other (the SDK underneath refuses them)."""
+    bucket = f"cli-{uuid.uuid4().hex[:12]}"
+    kiln_s3(kiln, "mb", f"s3://{bucket}")
+    for key in [" ", "\t", "  "]:
+        kiln_s3(kiln, "cp", "-", f"s3://{bucket}/{key}", stdin=key.encode() * 3)
+        assert kiln_s3(kiln, "cp", f"s3://{bucket}/{key}", "-").stdout == key.encode() * 3
+        assert s3_client(kiln).get_object(Bucket=bucket, Key=key)["Body"].read() == key.encode() * 3
+        url = kiln_s3(kiln, "presign", f"s3://{bucket}/{key}").stdout.decode().strip()
+        assert urllib.request.urlopen(url).read() == key.encode() * 3
+        kiln_s3(kiln, "rm", f"s3://{bucket}/{key}")
+    assert json.loads(kiln_s3(kiln, "--json", "ls", f"s3://{bucket}").stdout)["objects"] == []
+    kiln_s3(kiln, "rb", f"s3://{bucket}")
+
+
 def test_kiln_s3_uploads_large_files_in_parts(kiln, tmp_path):
     bucket = f"cli-{uuid.uuid4().hex[:12]}"
     kiln_s3(kiln, "mb", f"s3://{bucket}")

@@ -191,22 +191,56 @@ pub fn valid_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
-/// Turns a FunctionName parameter (a name, a partial ARN `123456789012:function:name` or a
-/// full ARN, each optionally with `:qualifier`) into the bare name and its qualifier.
-pub fn parse_function_ref(raw: &str) -> Option<(String, Option<String>)> {
+/// A FunctionName parameter, taken apart: a name, a partial ARN `123456789012:function:name` or
+/// a full ARN, each optionally with `:qualifier`. The region and account are those the caller
+/// wrote, to be checked against the node's own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FunctionRef {
+    pub name: String,
+    pub qualifier: Option<String>,
+    pub region: Option<String>,
+    pub account: Option<String>,
+}
+
+/// Parses a FunctionName parameter; `None` if it matches none of Lambda's forms.
+pub fn parse_function_ref(raw: &str) -> Option<FunctionRef> {
     let parts: Vec<&str> = raw.split(':').collect();
-    let (name, qualifier) = match parts.as_slice() {
-        [name] => (*name, None),
-        [name, qualifier] => (*name, Some(*qualifier)),
-        [_account, "function", name] => (*name, None),
-        [_account, "function", name, qualifier] => (*name, Some(*qualifier)),
-        ["arn", _partition, "lambda", _region, _account, "function", name] => (*name, None),
-        ["arn", _partition, "lambda", _region, _account, "function", name, qualifier] => {
-            (*name, Some(*qualifier))
+    let (name, qualifier, region, account) = match parts.as_slice() {
+        [name] => (*name, None, None, None),
+        [name, qualifier] => (*name, Some(*qualifier), None, None),
+        [account, "function", name] => (*name, None, None, Some(*account)),
+        [account, "function", name, qualifier] => (*name, Some(*qualifier), None, Some(*account)),
+        ["arn", _partition, "lambda", region, account, "function", name] => {
+            (*name, None, Some(*region), Some(*account))
+        }
+        ["arn", _partition, "lambda", region, account, "function", name, qualifier] => {
+            (*name, Some(*qualifier), Some(*region), Some(*account))
         }
         _ => return None,
     };
-    valid_name(name).then(|| (name.to_string(), qualifier.map(str::to_string)))
+    let qualifier_ok = |q: &str| {
+        q == "$LATEST"
+            || (!q.is_empty()
+                && q.len() <= 128
+                && q.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
+    };
+    let account_ok = |a: &str| a.len() == 12 && a.bytes().all(|b| b.is_ascii_digit());
+    let region_ok = |r: &str| {
+        !r.is_empty()
+            && r.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    };
+    let valid = valid_name(name)
+        && qualifier.is_none_or(qualifier_ok)
+        && account.is_none_or(account_ok)
+        && region.is_none_or(region_ok);
+    valid.then(|| FunctionRef {
+        name: name.to_string(),
+        qualifier: qualifier.map(str::to_string),
+        region: region.map(str::to_string),
+        account: account.map(str::to_string),
+    })
 }
 
 #[cfg(test)]
@@ -214,31 +248,45 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    type Parts = (String, Option<String>, Option<String>, Option<String>);
+
+    fn parsed(raw: &str) -> Option<Parts> {
+        parse_function_ref(raw).map(|r| (r.name, r.qualifier, r.region, r.account))
+    }
+
     #[test]
     fn function_refs_in_every_form() {
-        assert_eq!(parse_function_ref("f"), Some(("f".into(), None)));
+        let s = |v: &str| Some(v.to_string());
+        assert_eq!(parsed("f"), Some(("f".into(), None, None, None)));
         assert_eq!(
-            parse_function_ref("f:$LATEST"),
-            Some(("f".into(), Some("$LATEST".into())))
+            parsed("f:$LATEST"),
+            Some(("f".into(), s("$LATEST"), None, None))
         );
         assert_eq!(
-            parse_function_ref("123456789012:function:f"),
-            Some(("f".into(), None))
+            parsed("123456789012:function:f"),
+            Some(("f".into(), None, None, s("123456789012")))
         );
         assert_eq!(
-            parse_function_ref("arn:aws:lambda:us-east-1:123456789012:function:my_fn:prod"),
-            Some(("my_fn".into(), Some("prod".into())))
+            parsed("arn:aws:lambda:us-east-1:123456789012:function:my_fn:prod"),
+            Some(("my_fn".into(), s("prod"), s("us-east-1"), s("123456789012")))
         );
-        assert_eq!(parse_function_ref("bad name"), None);
-        assert_eq!(parse_function_ref("a:b:c:d:e"), None);
-        assert_eq!(parse_function_ref(&"x".repeat(65)), None);
+        assert_eq!(parsed("bad name"), None);
+        assert_eq!(parsed("a:b:c:d:e"), None);
+        assert_eq!(parsed(&"x".repeat(65)), None);
+        assert_eq!(parsed("f:"), None);
+        assert_eq!(parsed("f:bad qualifier"), None);
+        assert_eq!(parsed("12345:function:f"), None);
+        assert_eq!(
+            parsed("arn:aws:lambda:US-EAST-1:123456789012:function:f"),
+            None
+        );
     }
 
     proptest! {
         #[test]
         fn parsing_never_panics_and_names_stay_valid(raw in ".{0,200}") {
-            if let Some((name, _)) = parse_function_ref(&raw) {
-                prop_assert!(valid_name(&name));
+            if let Some(r) = parse_function_ref(&raw) {
+                prop_assert!(valid_name(&r.name));
             }
         }
     }

@@ -172,6 +172,10 @@ struct S3Args {
     /// The sweep evicts objects not read for this long, in seconds.
     #[arg(long, default_value_t = 1800)]
     object_cache_max_idle_secs: u64,
+    /// The longest, in seconds, that a listing, delete or copy waits for a cached write to
+    /// reach the backing store before it answers ServiceUnavailable (the write is kept).
+    #[arg(long, default_value_t = 10)]
+    object_cache_writeback_wait_secs: u64,
 }
 
 impl S3Args {
@@ -211,6 +215,7 @@ impl S3Args {
                     min_accesses: self.object_cache_min_reads,
                     max_idle: Duration::from_secs(self.object_cache_max_idle_secs),
                 },
+                writeback_wait: Duration::from_secs(self.object_cache_writeback_wait_secs.max(1)),
                 admit_all: self.object_cache_admission == Admission::All,
                 shadow_buckets: self.object_cache_shadow.into_iter().collect(),
                 ..Default::default()

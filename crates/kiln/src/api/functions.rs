@@ -317,7 +317,7 @@ pub async fn delete(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     authenticate(&state, &method, &uri, &headers, &body)?;
-    state.controller.delete(&name)?;
+    state.controller.delete(&qualified(&name, &uri))?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

@@ -35,6 +35,7 @@ pub async fn status(
         "node": status,
         "asyncQueueDepth": state.controller.queue_depth(),
         "memoryModels": state.controller.models(),
+        "objectCache": state.controller.object_cache_status(),
     }))
     .into_response())
 }

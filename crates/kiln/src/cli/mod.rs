@@ -723,5 +723,26 @@ fn status(client: &Client, json_output: bool) -> anyhow::Result<i32> {
     if disk > 0.0 {
         println!("\nsnapshots on disk: {:.1} MB", disk / 1048576.0);
     }
+    let cache = &status["objectCache"];
+    if cache.is_object() {
+        let failing = cache["failing"].as_array().cloned().unwrap_or_default();
+        println!(
+            "\nobject cache: {:.1} MB to write back, {} write-backs failing",
+            cache["dirty_bytes"].as_f64().unwrap_or(0.0) / 1048576.0,
+            failing.len()
+        );
+        let now_ms = chrono::Utc::now().timestamp_millis().max(0) as u64;
+        for f in failing {
+            let since = f["since_ms"].as_u64().unwrap_or(now_ms);
+            println!(
+                "  {}/{:?}: failing for {:.0}s, {} attempts: {}",
+                f["bucket"].as_str().unwrap_or(""),
+                f["key"].as_str().unwrap_or(""),
+                now_ms.saturating_sub(since) as f64 / 1000.0,
+                f["attempts"],
+                f["error"].as_str().unwrap_or("")
+            );
+        }
+    }
     Ok(0)
 }

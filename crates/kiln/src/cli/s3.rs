@@ -16,6 +16,7 @@ use serde_json::json;
 
 use super::Connection;
 use crate::auth::{Credentials, StoredCredentials};
+use crate::objects::sdk_keys::{sdk_key, KeyLabels};
 
 /// Files above this size are uploaded in parts.
 const MULTIPART_THRESHOLD: u64 = 64 * 1024 * 1024;
@@ -158,6 +159,7 @@ pub fn run(connection: Connection, args: S3Args) -> anyhow::Result<i32> {
             "kiln",
         ))
         .force_path_style(true)
+        .interceptor(KeyLabels)
         .build();
     let client = Client::from_conf(config);
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -207,7 +209,7 @@ async fn command(client: &Client, command: S3Command, json_output: bool) -> anyh
             client
                 .delete_object()
                 .bucket(&bucket)
-                .key(&key)
+                .key(sdk_key(&key))
                 .send()
                 .await
                 .map_err(|e| failure("delete", e))?;
@@ -226,7 +228,7 @@ async fn command(client: &Client, command: S3Command, json_output: bool) -> anyh
             let request = client
                 .get_object()
                 .bucket(bucket)
-                .key(key)
+                .key(sdk_key(&key))
                 .presigned(presigning)
                 .await
                 .map_err(|e| failure("presign", e))?;
@@ -393,7 +395,7 @@ async fn cp(
             client
                 .copy_object()
                 .bucket(&bucket)
-                .key(&key)
+                .key(sdk_key(&key))
                 .copy_source(copy_source)
                 .send()
                 .await
@@ -423,7 +425,7 @@ async fn upload(
         client
             .put_object()
             .bucket(bucket)
-            .key(key)
+            .key(sdk_key(key))
             .set_content_type(content_type)
             .body(ByteStream::from(data))
             .send()
@@ -441,7 +443,7 @@ async fn upload(
         client
             .put_object()
             .bucket(bucket)
-            .key(key)
+            .key(sdk_key(key))
             .set_content_type(content_type)
             .body(body)
             .send()
@@ -452,7 +454,7 @@ async fn upload(
     let upload = client
         .create_multipart_upload()
         .bucket(bucket)
-        .key(key)
+        .key(sdk_key(key))
         .set_content_type(content_type)
         .send()
         .await
@@ -474,7 +476,7 @@ async fn upload(
             let part = client
                 .upload_part()
                 .bucket(bucket)
-                .key(key)
+                .key(sdk_key(key))
                 .upload_id(&upload_id)
                 .part_number(number)
                 .body(body)
@@ -493,7 +495,7 @@ async fn upload(
         client
             .complete_multipart_upload()
             .bucket(bucket)
-            .key(key)
+            .key(sdk_key(key))
             .upload_id(&upload_id)
             .multipart_upload(
                 CompletedMultipartUpload::builder()
@@ -510,7 +512,7 @@ async fn upload(
         let _ = client
             .abort_multipart_upload()
             .bucket(bucket)
-            .key(key)
+            .key(sdk_key(key))
             .upload_id(&upload_id)
             .send()
             .await;
@@ -523,7 +525,7 @@ async fn download(client: &Client, bucket: &str, key: &str, target: &Path) -> an
     let out = client
         .get_object()
         .bucket(bucket)
-        .key(key)
+        .key(sdk_key(key))
         .send()
         .await
         .map_err(|e| failure("download", e))?;

@@ -378,22 +378,42 @@ impl Controller {
         function
     }
 
-    fn entry(&self, name: &str) -> Result<Arc<Entry>, ControllerError> {
-        let (name, qualifier) = function::parse_function_ref(name).ok_or_else(|| {
+    /// Parses a FunctionName parameter and checks that it names this node's region and
+    /// account: an ARN of another region or account names a function kiln does not have.
+    fn function_ref(&self, raw: &str) -> Result<function::FunctionRef, ControllerError> {
+        let r = function::parse_function_ref(raw).ok_or_else(|| {
             ControllerError::InvalidParameter(format!(
-                "1 validation error detected: Value '{name}' at 'functionName' failed to satisfy constraint: Member must satisfy regular expression pattern: (arn:(aws[a-zA-Z-]*)?:lambda:)?([a-z]{{2}}(-gov)?-[a-z]+-\\d{{1}}:)?(\\d{{12}}:)?(function:)?([a-zA-Z0-9-_]+)(:(\\$LATEST|[a-zA-Z0-9-_]+))?"
+                "1 validation error detected: Value '{raw}' at 'functionName' failed to satisfy constraint: Member must satisfy regular expression pattern: (arn:(aws[a-zA-Z-]*)?:lambda:)?([a-z]{{2}}(-gov)?-[a-z]+-\\d{{1}}:)?(\\d{{12}}:)?(function:)?([a-zA-Z0-9-_]+)(:(\\$LATEST|[a-zA-Z0-9-_]+))?"
             ))
         })?;
+        let region = r.region.as_deref().unwrap_or(&self.config.region);
+        let account = r.account.as_deref().unwrap_or(&self.config.account_id);
+        if region != self.config.region || account != self.config.account_id {
+            let qualifier = r
+                .qualifier
+                .as_deref()
+                .map(|q| format!(":{q}"))
+                .unwrap_or_default();
+            return Err(ControllerError::NotFound(format!(
+                "Function not found: arn:aws:lambda:{region}:{account}:function:{}{qualifier}",
+                r.name
+            )));
+        }
+        Ok(r)
+    }
+
+    fn entry(&self, name: &str) -> Result<Arc<Entry>, ControllerError> {
+        let r = self.function_ref(name)?;
         let entry = self
             .table()
-            .get(&name)
+            .get(&r.name)
             .cloned()
-            .ok_or_else(|| self.not_found(&name))?;
-        match qualifier.as_deref() {
+            .ok_or_else(|| self.not_found(&r.name))?;
+        match r.qualifier.as_deref() {
             None | Some("$LATEST") => Ok(entry),
             Some(other) => Err(ControllerError::NotFound(format!(
                 "Function not found: {}:{other} (kiln serves only $LATEST)",
-                self.arn(&name)
+                self.arn(&r.name)
             ))),
         }
     }
@@ -671,8 +691,26 @@ impl Controller {
     }
 
     /// DeleteFunction. Its queued async invocations go with it, as on Lambda.
+    /// DeleteFunction. With a qualifier (in the name or the `Qualifier` parameter) only that
+    /// version would go, as on Lambda: `$LATEST` is refused, an alias is refused, and a version
+    /// number deletes nothing (kiln publishes no versions), so the function is left alone.
     pub fn delete(&self, name: &str) -> Result<(), ControllerError> {
         let _mutation = self.lock_mutations();
+        let r = self.function_ref(name)?;
+        if let Some(qualifier) = r.qualifier.as_deref() {
+            if !self.table().contains_key(&r.name) {
+                return Err(self.not_found(&r.name));
+            }
+            return match qualifier {
+                "$LATEST" => Err(ControllerError::InvalidParameter(
+                    "$LATEST version cannot be deleted without deleting the function.".into(),
+                )),
+                q if q.bytes().all(|b| b.is_ascii_digit()) => Ok(()),
+                _ => Err(ControllerError::InvalidParameter(
+                    "Deletion of aliases is not currently supported.".into(),
+                )),
+            };
+        }
         let entry = self.entry(name)?;
         let name = entry.function.name.clone();
         if !self.registry.delete(&name)? {
@@ -1073,6 +1111,14 @@ impl Controller {
     /// The memory models of the node's functions.
     pub fn models(&self) -> Vec<predict::ModelStatus> {
         self.predictor.status()
+    }
+
+    /// The object cache's write-back state, if the node has a cache.
+    pub fn object_cache_status(&self) -> Option<crate::objects::cache::WritebackStatus> {
+        self.config
+            .object_cache
+            .as_ref()
+            .map(|c| c.writeback_status())
     }
 
     pub fn queue_depth(&self) -> u64 {

@@ -27,6 +27,7 @@ mod peer;
 pub mod profile;
 mod remote;
 pub mod sandbox;
+pub mod sdk_keys;
 mod serve;
 
 use std::net::{SocketAddr, TcpListener};

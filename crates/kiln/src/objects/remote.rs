@@ -22,6 +22,7 @@ use s3s::{S3Error, S3Request, S3Response, S3Result, StdError, TrailingHeaders, S
 
 use super::checksum::{verify_content_md5, BodyHasher, Declared};
 use super::local::{check_length, checksums_from, content_length};
+use super::sdk_keys::{to_sdk, KeyLabels};
 use super::{Limits, ObjectStoreError, RemoteConfig};
 
 /// S3's limit on one part.
@@ -61,6 +62,8 @@ impl RemoteStore {
             // Checksums travel end to end: kiln adds none of its own.
             .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
             .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
+            // Keys the SDK would refuse (blank ones) go through with their real names.
+            .interceptor(KeyLabels)
             .build();
         Ok(Self {
             proxy: s3s_aws::Proxy::from(aws_sdk_s3::Client::from_conf(sdk)),
@@ -196,8 +199,36 @@ fn after_upload<T>(result: S3Result<T>, failure: Option<Failure>) -> S3Result<T>
     }
 }
 
-#[async_trait::async_trait]
-impl S3 for RemoteStore {
+/// The `S3` implementation: the methods written out, then the operations the proxy carries as
+/// they are, and those whose object key goes to the SDK in a form it accepts (see
+/// [`sdk_keys`](super::sdk_keys)). The attribute goes on the expanded impl, where
+/// `async_trait` sees every method.
+macro_rules! remote_s3 {
+    (
+        { $($written:tt)* }
+        plain { $($op:ident($input:ty) -> $output:ty;)* }
+        keyed { $($kop:ident($kinput:ty) -> $koutput:ty;)* }
+    ) => {
+        #[async_trait::async_trait]
+        impl S3 for RemoteStore {
+            $($written)*
+            $(
+                async fn $op(&self, req: S3Request<$input>) -> S3Result<S3Response<$output>> {
+                    self.proxy.$op(req).await
+                }
+            )*
+            $(
+                async fn $kop(&self, mut req: S3Request<$kinput>) -> S3Result<S3Response<$koutput>> {
+                    to_sdk(&mut req.input.key);
+                    self.proxy.$kop(req).await
+                }
+            )*
+        }
+    };
+}
+
+remote_s3! {
+{
     async fn put_object(
         &self,
         mut req: S3Request<PutObjectInput>,
@@ -224,6 +255,7 @@ impl S3 for RemoteStore {
             req.trailing_headers.clone(),
         );
         input.body = body;
+        to_sdk(&mut req.input.key);
         after_upload(self.proxy.put_object(req).await, failure)
     }
 
@@ -256,125 +288,30 @@ impl S3 for RemoteStore {
             req.trailing_headers.clone(),
         );
         input.body = body;
+        to_sdk(&mut req.input.key);
         after_upload(self.proxy.upload_part(req).await, failure)
     }
 
-    async fn create_bucket(
-        &self,
-        req: S3Request<CreateBucketInput>,
-    ) -> S3Result<S3Response<CreateBucketOutput>> {
-        self.proxy.create_bucket(req).await
+}
+    plain {
+        create_bucket(CreateBucketInput) -> CreateBucketOutput;
+        head_bucket(HeadBucketInput) -> HeadBucketOutput;
+        get_bucket_location(GetBucketLocationInput) -> GetBucketLocationOutput;
+        delete_bucket(DeleteBucketInput) -> DeleteBucketOutput;
+        list_buckets(ListBucketsInput) -> ListBucketsOutput;
+        list_objects_v2(ListObjectsV2Input) -> ListObjectsV2Output;
+        list_objects(ListObjectsInput) -> ListObjectsOutput;
+        delete_objects(DeleteObjectsInput) -> DeleteObjectsOutput;
     }
-
-    async fn head_bucket(
-        &self,
-        req: S3Request<HeadBucketInput>,
-    ) -> S3Result<S3Response<HeadBucketOutput>> {
-        self.proxy.head_bucket(req).await
-    }
-
-    async fn get_bucket_location(
-        &self,
-        req: S3Request<GetBucketLocationInput>,
-    ) -> S3Result<S3Response<GetBucketLocationOutput>> {
-        self.proxy.get_bucket_location(req).await
-    }
-
-    async fn delete_bucket(
-        &self,
-        req: S3Request<DeleteBucketInput>,
-    ) -> S3Result<S3Response<DeleteBucketOutput>> {
-        self.proxy.delete_bucket(req).await
-    }
-
-    async fn list_buckets(
-        &self,
-        req: S3Request<ListBucketsInput>,
-    ) -> S3Result<S3Response<ListBucketsOutput>> {
-        self.proxy.list_buckets(req).await
-    }
-
-    async fn list_objects_v2(
-        &self,
-        req: S3Request<ListObjectsV2Input>,
-    ) -> S3Result<S3Response<ListObjectsV2Output>> {
-        self.proxy.list_objects_v2(req).await
-    }
-
-    async fn list_objects(
-        &self,
-        req: S3Request<ListObjectsInput>,
-    ) -> S3Result<S3Response<ListObjectsOutput>> {
-        self.proxy.list_objects(req).await
-    }
-
-    async fn get_object(
-        &self,
-        req: S3Request<GetObjectInput>,
-    ) -> S3Result<S3Response<GetObjectOutput>> {
-        self.proxy.get_object(req).await
-    }
-
-    async fn head_object(
-        &self,
-        req: S3Request<HeadObjectInput>,
-    ) -> S3Result<S3Response<HeadObjectOutput>> {
-        self.proxy.head_object(req).await
-    }
-
-    async fn delete_object(
-        &self,
-        req: S3Request<DeleteObjectInput>,
-    ) -> S3Result<S3Response<DeleteObjectOutput>> {
-        self.proxy.delete_object(req).await
-    }
-
-    async fn delete_objects(
-        &self,
-        req: S3Request<DeleteObjectsInput>,
-    ) -> S3Result<S3Response<DeleteObjectsOutput>> {
-        self.proxy.delete_objects(req).await
-    }
-
-    async fn copy_object(
-        &self,
-        req: S3Request<CopyObjectInput>,
-    ) -> S3Result<S3Response<CopyObjectOutput>> {
-        self.proxy.copy_object(req).await
-    }
-
-    async fn create_multipart_upload(
-        &self,
-        req: S3Request<CreateMultipartUploadInput>,
-    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
-        self.proxy.create_multipart_upload(req).await
-    }
-
-    async fn upload_part_copy(
-        &self,
-        req: S3Request<UploadPartCopyInput>,
-    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
-        self.proxy.upload_part_copy(req).await
-    }
-
-    async fn list_parts(
-        &self,
-        req: S3Request<ListPartsInput>,
-    ) -> S3Result<S3Response<ListPartsOutput>> {
-        self.proxy.list_parts(req).await
-    }
-
-    async fn complete_multipart_upload(
-        &self,
-        req: S3Request<CompleteMultipartUploadInput>,
-    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
-        self.proxy.complete_multipart_upload(req).await
-    }
-
-    async fn abort_multipart_upload(
-        &self,
-        req: S3Request<AbortMultipartUploadInput>,
-    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
-        self.proxy.abort_multipart_upload(req).await
+    keyed {
+        get_object(GetObjectInput) -> GetObjectOutput;
+        head_object(HeadObjectInput) -> HeadObjectOutput;
+        delete_object(DeleteObjectInput) -> DeleteObjectOutput;
+        copy_object(CopyObjectInput) -> CopyObjectOutput;
+        create_multipart_upload(CreateMultipartUploadInput) -> CreateMultipartUploadOutput;
+        upload_part_copy(UploadPartCopyInput) -> UploadPartCopyOutput;
+        list_parts(ListPartsInput) -> ListPartsOutput;
+        complete_multipart_upload(CompleteMultipartUploadInput) -> CompleteMultipartUploadOutput;
+        abort_multipart_upload(AbortMultipartUploadInput) -> AbortMultipartUploadOutput;
     }
 }

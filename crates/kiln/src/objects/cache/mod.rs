@@ -49,6 +49,7 @@ use entries::{Entries, Hit, Meta};
 pub use entries::{ObjectKey, SweepRules, Usage};
 use journal::Journal;
 pub use s3::CachedStore;
+pub use writeback::{FailingWriteback, WritebackStatus};
 
 use super::checksum::{hex, verify_content_md5, BodyHasher};
 use super::conditions::{not_modified, precondition_failed, ReadConditions, Verdict};
@@ -123,6 +124,10 @@ pub struct CacheConfig {
     pub sweep: SweepRules,
     /// Concurrent write-backs.
     pub writeback_workers: usize,
+    /// The longest an operation waits for a key's write-back (listings, deletes, copies and
+    /// the other operations passed to the backing store) before it answers
+    /// `ServiceUnavailable`; the write stays acknowledged and its write-back goes on.
+    pub writeback_wait: Duration,
     /// Admit every object (up to the size limit) rather than what the functions' benefit
     /// models choose.
     pub admit_all: bool,
@@ -144,6 +149,7 @@ impl Default for CacheConfig {
                 max_idle: Duration::from_secs(30 * 60),
             },
             writeback_workers: 8,
+            writeback_wait: Duration::from_secs(10),
             admit_all: false,
             admit_none: false,
             shadow_buckets: HashSet::new(),
@@ -182,6 +188,8 @@ pub struct CacheMetrics {
     /// Write-backs that skipped a version because the backing store held a newer one.
     pub superseded: Counter,
     pub writeback_errors: Counter,
+    /// Keys whose write-back is failing now (each retried until it succeeds).
+    pub writebacks_failing: Gauge,
     /// Shadow placeholders written, and those that failed (the write stayed acknowledged).
     pub shadows: Counter,
     pub shadow_errors: Counter,
@@ -214,6 +222,7 @@ impl Default for CacheMetrics {
             written_back: Counter::default(),
             superseded: Counter::default(),
             writeback_errors: Counter::default(),
+            writebacks_failing: Gauge::default(),
             shadows: Counter::default(),
             shadow_errors: Counter::default(),
             evictions: Counter::default(),
@@ -261,6 +270,11 @@ impl CacheMetrics {
             "object_cache_dirty_bytes",
             "Bytes held by the object cache that are not yet in the backing store",
             self.dirty_bytes.clone(),
+        );
+        registry.register(
+            "object_cache_writebacks_failing",
+            "Keys whose write-back to the backing store is failing now (retried until it succeeds; `kiln status` names them)",
+            self.writebacks_failing.clone(),
         );
         registry.register(
             "object_cache_capacity_bytes",
@@ -361,6 +375,8 @@ pub struct ObjectCache {
     known: Mutex<Known>,
     /// Sequence runs whose intermediate outputs wait for a retry that resumes the run.
     kept_runs: Mutex<std::collections::HashMap<String, runs::Kept>>,
+    /// Keys whose write-back is failing, with what it failed with.
+    failing: Mutex<std::collections::HashMap<ObjectKey, writeback::Failure>>,
     metrics: CacheMetrics,
 }
 
@@ -408,6 +424,7 @@ impl ObjectCache {
             refused: Mutex::default(),
             known: Mutex::default(),
             kept_runs: Mutex::default(),
+            failing: Mutex::default(),
             metrics,
         });
         if !recovered.pending.is_empty() {
@@ -645,56 +662,6 @@ impl ObjectCache {
         (previous + 1).max(floor)
     }
 
-    /// Waits until `key` has no version that is not in the backing store.
-    async fn until_clean(&self, key: &ObjectKey) {
-        loop {
-            let notified = self.persisted.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if !self.entries().is_dirty(key) {
-                return;
-            }
-            notified.await;
-        }
-    }
-
-    /// Waits until every version of `bucket` acknowledged so far is in the backing store.
-    async fn until_bucket_settled(&self, bucket: &str) {
-        let dirty = self.entries().dirty_in(bucket);
-        for (key, version) in dirty {
-            loop {
-                let notified = self.persisted.notified();
-                tokio::pin!(notified);
-                notified.as_mut().enable();
-                if self.entries().settled(&key, version) {
-                    break;
-                }
-                notified.await;
-            }
-        }
-    }
-
-    /// Takes `keys` for an operation on the backing store: once none of them is dirty, holds
-    /// them so that no cached write can be acknowledged until the operation ended.
-    async fn exclusive(&self, mut keys: Vec<ObjectKey>) -> Vec<KeyGuard<'_>> {
-        keys.sort();
-        keys.dedup();
-        loop {
-            for key in &keys {
-                self.until_clean(key).await;
-            }
-            let mut guards = Vec::with_capacity(keys.len());
-            for key in &keys {
-                guards.push(self.locks.lock(key).await);
-            }
-            let entries = self.entries();
-            if keys.iter().all(|k| !entries.is_dirty(k)) {
-                drop(entries);
-                return guards;
-            }
-        }
-    }
-
     /// Makes the journal's records of past write-backs durable before something else changes
     /// the backing store: a restart must not write those versions back over it.
     pub(super) async fn sync_journal(&self) -> S3Result<()> {
@@ -715,7 +682,7 @@ impl ObjectCache {
         operation: impl std::future::Future<Output = S3Result<T>>,
     ) -> S3Result<T> {
         self.metrics.bypassed.inc();
-        let guards = self.exclusive(keys.clone()).await;
+        let guards = self.exclusive(keys.clone()).await?;
         self.sync_journal().await?;
         let result = operation.await;
         {

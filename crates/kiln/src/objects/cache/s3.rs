@@ -249,7 +249,7 @@ impl CachedStore {
             &input.sse_customer_algorithm,
         ) {
             cache.metrics.bypassed.inc();
-            cache.until_clean(&key).await;
+            cache.until_clean(&key).await?;
             let mut out = cache.backend.get_object(req).await?;
             strip_reserved(&mut out.output.metadata);
             return Ok(out);
@@ -684,7 +684,7 @@ impl S3 for CachedStore {
         req: S3Request<DeleteBucketInput>,
     ) -> S3Result<S3Response<DeleteBucketOutput>> {
         let bucket = req.input.bucket.clone();
-        self.cache.until_bucket_settled(&bucket).await;
+        self.cache.until_bucket_settled(&bucket).await?;
         self.cache.sync_journal().await?;
         let out = self.cache.backend.delete_bucket(req).await?;
         self.cache.remember_bucket(&bucket, false);
@@ -697,7 +697,7 @@ impl S3 for CachedStore {
         &self,
         req: S3Request<ListObjectsV2Input>,
     ) -> S3Result<S3Response<ListObjectsV2Output>> {
-        self.cache.until_bucket_settled(&req.input.bucket).await;
+        self.cache.until_bucket_settled(&req.input.bucket).await?;
         self.cache.list_objects_v2(req).await
     }
 
@@ -705,7 +705,7 @@ impl S3 for CachedStore {
         &self,
         req: S3Request<ListObjectsInput>,
     ) -> S3Result<S3Response<ListObjectsOutput>> {
-        self.cache.until_bucket_settled(&req.input.bucket).await;
+        self.cache.until_bucket_settled(&req.input.bucket).await?;
         self.cache.list_objects(req).await
     }
 
@@ -744,7 +744,7 @@ impl S3 for CachedStore {
         let hit = if plain {
             cache.entries().get(&key, Instant::now())
         } else {
-            cache.until_clean(&key).await;
+            cache.until_clean(&key).await?;
             None
         };
         if let Some(hit) = hit {
@@ -835,7 +835,7 @@ impl S3 for CachedStore {
         if let CopySource::Bucket { bucket, key, .. } = &req.input.copy_source {
             self.cache
                 .until_clean(&ObjectKey::new(bucket.as_ref(), key.as_ref()))
-                .await;
+                .await?;
         }
         let key = ObjectKey::new(&req.input.bucket, &req.input.key);
         let backend = &self.cache.backend;
@@ -854,7 +854,7 @@ impl S3 for CachedStore {
         if let CopySource::Bucket { bucket, key, .. } = &req.input.copy_source {
             self.cache
                 .until_clean(&ObjectKey::new(bucket.as_ref(), key.as_ref()))
-                .await;
+                .await?;
         }
         self.cache.backend.upload_part_copy(req).await
     }

@@ -6,16 +6,24 @@
 //! travels as user metadata (`kiln-version`), and a worker does not overwrite a newer version
 //! it finds there (the version check). A failed write-back is retried with backoff, for as long
 //! as it takes: an acknowledged write is never dropped.
+//!
+//! A write-back that keeps failing is surfaced: logged when it starts failing and when it
+//! recovers, counted in `kiln_object_cache_writebacks_failing`, listed by `kiln status`. An
+//! operation that must wait for a key's write-back (a listing, a delete, a copy) waits at most
+//! `writeback_wait`, then answers `ServiceUnavailable` naming the key: nothing waits forever
+//! on a backing store that refuses a write.
 
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use s3s::dto::*;
-use s3s::S3Result;
+use s3s::{S3Error, S3Result};
+use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use super::entries::{DirtyVersion, ObjectKey};
-use super::{internal_request, is_not_found, ObjectCache, VERSION_METADATA};
+use super::{internal_request, is_not_found, KeyGuard, ObjectCache, VERSION_METADATA};
 use crate::objects::local::set_checksums;
 
 const FIRST_RETRY: Duration = Duration::from_millis(100);
@@ -55,6 +63,43 @@ pub(super) fn start(cache: &Arc<ObjectCache>, rx: mpsc::UnboundedReceiver<Object
     });
 }
 
+/// A key whose write-back is failing.
+#[derive(Debug, Clone)]
+pub(super) struct Failure {
+    since: SystemTime,
+    attempts: u64,
+    version: u64,
+    error: String,
+}
+
+/// A write-back that is failing, as `kiln status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailingWriteback {
+    pub bucket: String,
+    pub key: String,
+    pub version: u64,
+    pub attempts: u64,
+    /// When the first attempt of this spell failed, in milliseconds since the epoch.
+    pub since_ms: u64,
+    /// What the last attempt failed with.
+    pub error: String,
+}
+
+/// What the cache has yet to write back, and what of it is failing.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WritebackStatus {
+    pub dirty_bytes: u64,
+    pub failing: Vec<FailingWriteback>,
+}
+
+/// An S3 error in one line: its code and message.
+fn describe(e: &S3Error) -> String {
+    match e.message() {
+        Some(m) if !m.is_empty() => format!("{}: {m}", e.code().as_str()),
+        _ => e.code().as_str().to_string(),
+    }
+}
+
 /// The version a backing-store object carries, if kiln wrote it.
 fn version_of(metadata: Option<&Metadata>) -> Option<u64> {
     metadata?.get(VERSION_METADATA)?.parse().ok()
@@ -72,19 +117,14 @@ impl ObjectCache {
         let dirty = loop {
             let Some(dirty) = self.entries().dirty_version(&key) else {
                 self.entries().unqueue(&key);
+                self.recovered(&key);
                 return;
             };
             match self.persist(&key, &dirty).await {
                 Ok(()) => break dirty,
                 Err(e) => {
                     self.metrics.writeback_errors.inc();
-                    tracing::warn!(
-                        "object cache: writing back {}/{} (version {}) failed, retrying in {:?}: {e}",
-                        key.bucket,
-                        key.key,
-                        dirty.version,
-                        retry
-                    );
+                    self.failed(&key, dirty.version, &e, retry);
                     tokio::time::sleep(retry).await;
                     retry = (retry * 2).min(LAST_RETRY);
                 }
@@ -95,6 +135,7 @@ impl ObjectCache {
             // version check makes harmless.
             tracing::error!("object cache: recording a write-back in the journal: {e}");
         }
+        self.recovered(&key);
         let requeue = self.entries().persisted(&key, dirty.version);
         // From the oldest acknowledgement this write-back covers (it wrote the latest version).
         let covered = {
@@ -114,6 +155,178 @@ impl ObjectCache {
         self.persisted.notify_waiters();
         if requeue {
             let _ = self.queue.send(key);
+        }
+    }
+
+    /// Records a failed attempt; the first of a spell is logged as a warning.
+    fn failed(&self, key: &ObjectKey, version: u64, e: &S3Error, retry: Duration) {
+        let error = describe(e);
+        let first = {
+            let mut failing = self.failing();
+            let first = !failing.contains_key(key);
+            let failure = failing.entry(key.clone()).or_insert_with(|| Failure {
+                since: SystemTime::now(),
+                attempts: 0,
+                version,
+                error: String::new(),
+            });
+            failure.attempts += 1;
+            failure.version = version;
+            failure.error.clone_from(&error);
+            self.metrics.writebacks_failing.set(failing.len() as i64);
+            first
+        };
+        if first {
+            tracing::warn!(
+                "object cache: writing back {:?} in bucket {} (version {version}) failed; the write \
+                 stays acknowledged and is retried until it succeeds (kiln status lists it): {error}",
+                key.key,
+                key.bucket,
+            );
+        } else {
+            tracing::debug!(
+                "object cache: writing back {:?} in bucket {} failed again, next try in {retry:?}: {error}",
+                key.key,
+                key.bucket,
+            );
+        }
+    }
+
+    /// Ends a spell of failures of `key`'s write-back, if there was one.
+    fn recovered(&self, key: &ObjectKey) {
+        let ended = {
+            let mut failing = self.failing();
+            let ended = failing.remove(key);
+            if ended.is_some() {
+                self.metrics.writebacks_failing.set(failing.len() as i64);
+            }
+            ended
+        };
+        if let Some(f) = ended {
+            tracing::info!(
+                "object cache: {:?} in bucket {} written back after {} failed attempts",
+                key.key,
+                key.bucket,
+                f.attempts
+            );
+        }
+    }
+
+    fn failing(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, Failure>> {
+        self.failing.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What is still to be written back, and the write-backs that are failing (oldest first).
+    pub fn writeback_status(&self) -> WritebackStatus {
+        let mut failing: Vec<FailingWriteback> = self
+            .failing()
+            .iter()
+            .map(|(key, f)| FailingWriteback {
+                bucket: key.bucket.clone(),
+                key: key.key.clone(),
+                version: f.version,
+                attempts: f.attempts,
+                since_ms: f
+                    .since
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64),
+                error: f.error.clone(),
+            })
+            .collect();
+        failing
+            .sort_by(|a, b| (a.since_ms, &a.bucket, &a.key).cmp(&(b.since_ms, &b.bucket, &b.key)));
+        WritebackStatus {
+            dirty_bytes: self.usage().dirty_bytes,
+            failing,
+        }
+    }
+
+    /// The error of an operation that waited for `key`'s write-back past its bound.
+    fn not_written_back(&self, key: &ObjectKey) -> S3Error {
+        let cause = match self.failing().get(key) {
+            Some(f) => format!(
+                "; it has failed {} times, last with {}",
+                f.attempts, f.error
+            ),
+            None => String::new(),
+        };
+        let mut e = S3Error::with_message(
+            s3s::S3ErrorCode::ServiceUnavailable,
+            format!(
+                "the object cache has not yet written {:?} in bucket {} back to the backing store \
+                 within {:?}{cause}; the write is kept and retried, try again later",
+                key.key, key.bucket, self.config.writeback_wait
+            ),
+        );
+        e.set_status_code(http::StatusCode::SERVICE_UNAVAILABLE);
+        e
+    }
+
+    fn wait_deadline(&self) -> tokio::time::Instant {
+        tokio::time::Instant::now() + self.config.writeback_wait
+    }
+
+    /// Waits until `key` has no version that is not in the backing store, at most until
+    /// `deadline`.
+    async fn clean_by(&self, key: &ObjectKey, deadline: tokio::time::Instant) -> S3Result<()> {
+        loop {
+            let notified = self.persisted.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if !self.entries().is_dirty(key) {
+                return Ok(());
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return Err(self.not_written_back(key));
+            }
+        }
+    }
+
+    /// Waits until `key` has no version that is not in the backing store (within the bound).
+    pub(super) async fn until_clean(&self, key: &ObjectKey) -> S3Result<()> {
+        self.clean_by(key, self.wait_deadline()).await
+    }
+
+    /// Waits until every version of `bucket` acknowledged so far is in the backing store
+    /// (within the bound).
+    pub(super) async fn until_bucket_settled(&self, bucket: &str) -> S3Result<()> {
+        let deadline = self.wait_deadline();
+        let dirty = self.entries().dirty_in(bucket);
+        for (key, version) in dirty {
+            loop {
+                let notified = self.persisted.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                if self.entries().settled(&key, version) {
+                    break;
+                }
+                if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                    return Err(self.not_written_back(&key));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes `keys` for an operation on the backing store: once none of them is dirty, holds
+    /// them so that no cached write can be acknowledged until the operation ended.
+    pub(super) async fn exclusive(&self, mut keys: Vec<ObjectKey>) -> S3Result<Vec<KeyGuard<'_>>> {
+        keys.sort();
+        keys.dedup();
+        let deadline = self.wait_deadline();
+        loop {
+            for key in &keys {
+                self.clean_by(key, deadline).await?;
+            }
+            let mut guards = Vec::with_capacity(keys.len());
+            for key in &keys {
+                guards.push(self.locks.lock(key).await);
+            }
+            let entries = self.entries();
+            if keys.iter().all(|k| !entries.is_dirty(k)) {
+                drop(entries);
+                return Ok(guards);
+            }
         }
     }
 
