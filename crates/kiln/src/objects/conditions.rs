@@ -84,7 +84,7 @@ pub fn not_modified(etag: &str, modified_ms: i64) -> S3Error {
         headers.insert(http::header::ETAG, v);
     }
     let mut date = Vec::new();
-    if crate::objects::local::timestamp(modified_ms)
+    if crate::objects::shared::timestamp(modified_ms)
         .format(TimestampFormat::HttpDate, &mut date)
         .is_ok()
     {

@@ -29,6 +29,7 @@ mod remote;
 pub mod sandbox;
 pub mod sdk_keys;
 mod serve;
+pub(crate) mod shared;
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};

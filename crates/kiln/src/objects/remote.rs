@@ -21,9 +21,9 @@ use s3s::stream::{ByteStream, RemainingLength};
 use s3s::{S3Error, S3Request, S3Response, S3Result, StdError, TrailingHeaders, S3};
 
 use super::checksum::{verify_content_md5, BodyHasher, Declared};
-use super::local::{check_length, checksums_from, content_length};
 use super::sdk_keys::{to_sdk, KeyLabels};
 use super::{Limits, ObjectStoreError, RemoteConfig};
+use crate::objects::shared::{check_length, checksums_from, content_length};
 
 /// S3's limit on one part.
 const MAX_PART_BYTES: u64 = 5 * 1024 * 1024 * 1024;

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::objects::checksum::Checksums;
-use crate::objects::local::meta::ObjectAttrs;
+use crate::objects::shared::ObjectAttrs;
 
 /// An object's address.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

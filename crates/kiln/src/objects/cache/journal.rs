@@ -645,7 +645,7 @@ impl Journal {
 mod tests {
     use super::*;
     use crate::objects::checksum::Checksums;
-    use crate::objects::local::meta::ObjectAttrs;
+    use crate::objects::shared::ObjectAttrs;
 
     fn meta(etag: &str) -> Meta {
         Meta {

@@ -5,9 +5,12 @@
 //! listing that began with nothing to merge picks intermediates up from where it is; a page
 //! with nothing to merge passes through otherwise untouched.
 
-use super::*;
+use s3s::dto::*;
+use s3s::{s3_error, S3Request, S3Response, S3Result};
+
+use super::{internal_request, ObjectCache};
 use crate::objects::listing::{self, url_encode, Cursor, ListRequest, Page};
-use crate::objects::local::{encodes_url, listed_object, max_keys};
+use crate::objects::shared::{encodes_url, listed_object, max_keys};
 use percent_encoding::percent_decode_str;
 
 /// Continuation tokens of merged listings: this, then a [`Cursor`] token.

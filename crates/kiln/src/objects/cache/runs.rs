@@ -2,7 +2,10 @@
 //! first stage keeps its intermediate outputs in memory until its retry claims them, or
 //! until its time is up and the sweep ends it.
 
-use super::*;
+use std::sync::MutexGuard;
+use std::time::Instant;
+
+use super::ObjectCache;
 
 /// A sequence run kept for the retry that resumes it.
 pub(super) struct Kept {

@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 
 use super::entries::{DirtyVersion, ObjectKey};
 use super::{internal_request, is_not_found, KeyGuard, ObjectCache, VERSION_METADATA};
-use crate::objects::local::set_checksums;
+use crate::objects::shared::set_checksums;
 
 const FIRST_RETRY: Duration = Duration::from_millis(100);
 const LAST_RETRY: Duration = Duration::from_secs(30);
@@ -377,7 +377,7 @@ impl ObjectCache {
             metadata: Some(metadata),
             ..Default::default()
         };
-        crate::objects::local::set_attrs!(input, attrs);
+        crate::objects::shared::set_attrs!(input, attrs);
         set_checksums!(input, &meta.checksums);
         let mut request = internal_request(input);
         request.method = http::Method::PUT;

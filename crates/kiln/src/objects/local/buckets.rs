@@ -4,20 +4,13 @@ use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
 
 use super::meta::{BucketDeletion, ObjectRow};
-use super::{blocking, internal, now_ms, timestamp, LocalStore};
-use crate::objects::checksum::Checksums;
+use super::{blocking, LocalStore};
 use crate::objects::listing::{self, url_encode, Cursor, ListRequest, Page};
+use crate::objects::shared::{
+    encodes_url, internal, listed_object, max_keys, now_ms, owner, timestamp,
+};
 
 /// S3's ceiling on keys per listing page.
-const MAX_KEYS: i32 = 1000;
-
-fn owner() -> Owner {
-    Owner {
-        display_name: Some("kiln".into()),
-        id: Some("kiln".into()),
-    }
-}
-
 impl LocalStore {
     pub(super) async fn create_bucket_op(
         &self,
@@ -235,28 +228,6 @@ impl LocalStore {
     }
 }
 
-pub(crate) fn max_keys(requested: Option<i32>) -> S3Result<i32> {
-    match requested {
-        Some(n) if n < 0 => Err(s3_error!(
-            InvalidArgument,
-            "max-keys must be a non-negative integer"
-        )),
-        Some(n) => Ok(n.min(MAX_KEYS)),
-        None => Ok(MAX_KEYS),
-    }
-}
-
-pub(crate) fn encodes_url(encoding: Option<&EncodingType>) -> S3Result<bool> {
-    match encoding.map(EncodingType::as_str) {
-        None => Ok(false),
-        Some(EncodingType::URL) => Ok(true),
-        Some(_) => Err(s3_error!(
-            InvalidArgument,
-            "Invalid Encoding Method specified in Request"
-        )),
-    }
-}
-
 fn object_entry(row: ObjectRow, encode: impl Fn(String) -> String) -> Object {
     listed_object(
         encode(row.key),
@@ -265,30 +236,4 @@ fn object_entry(row: ObjectRow, encode: impl Fn(String) -> String) -> Object {
         row.modified_ms,
         &row.checksums,
     )
-}
-
-/// An object's entry in a listing (`etag` unquoted).
-pub(crate) fn listed_object(
-    key: String,
-    size: u64,
-    etag: String,
-    modified_ms: i64,
-    checksums: &Checksums,
-) -> Object {
-    let algorithms: Vec<ChecksumAlgorithm> = checksums
-        .algorithms()
-        .map(|a| ChecksumAlgorithm::from(a.name().to_string()))
-        .collect();
-    Object {
-        key: Some(key),
-        size: Some(size as i64),
-        e_tag: Some(ETag::Strong(etag)),
-        last_modified: Some(timestamp(modified_ms)),
-        storage_class: Some(ObjectStorageClass::from_static(
-            ObjectStorageClass::STANDARD,
-        )),
-        checksum_algorithm: (!algorithms.is_empty()).then_some(algorithms),
-        owner: Some(owner()),
-        ..Default::default()
-    }
 }

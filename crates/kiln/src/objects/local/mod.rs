@@ -5,25 +5,23 @@
 //! Every blocking step (file I/O, SQLite with its fsyncs) runs on tokio's blocking pool.
 
 mod buckets;
-pub(crate) use buckets::{encodes_url, listed_object, max_keys};
 mod files;
 pub(crate) mod meta;
 mod multipart;
 mod objects;
 
-use std::fmt::Display;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use futures_util::StreamExt;
 use s3s::dto::*;
-use s3s::{s3_error, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, StdError, S3};
+use s3s::{s3_error, S3Error, S3Request, S3Response, S3Result, S3};
 
 use self::files::{DataFiles, Writer, Written};
 use self::meta::{Meta, WriteError};
-use super::checksum::{verify_content_md5, Checksums, Declared};
+use super::checksum::{verify_content_md5, Declared};
+use super::shared::{body_error, check_length, incomplete_body, internal};
 use super::{Limits, ObjectStoreError};
 
 pub struct LocalStore {
@@ -93,36 +91,6 @@ impl LocalStore {
     }
 }
 
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
-}
-
-/// Whether a CopyObject replaces the source's metadata (else it copies it).
-pub(crate) fn replaces_metadata(directive: Option<&MetadataDirective>) -> bool {
-    directive.is_some_and(|d| d.as_str() == MetadataDirective::REPLACE)
-}
-
-/// S3's answer to a CopyObject onto its own source that changes nothing.
-pub(crate) fn copy_to_itself() -> S3Error {
-    s3_error!(
-        InvalidRequest,
-        "This copy request is illegal because it is trying to copy an object to itself without \
-         changing the object's metadata, storage class, website redirect location or encryption \
-         attributes."
-    )
-}
-
-pub(crate) fn timestamp(ms: i64) -> Timestamp {
-    Timestamp::from(UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64))
-}
-
-pub(crate) fn ms_of(ts: &Timestamp) -> i64 {
-    (time::OffsetDateTime::from(ts.clone()).unix_timestamp_nanos() / 1_000_000) as i64
-}
-
 /// Runs blocking work (files, SQLite) off the async workers.
 async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> S3Result<T> + Send + 'static,
@@ -130,15 +98,6 @@ async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(work)
         .await
         .map_err(|e| internal("blocking task", e))?
-}
-
-/// An unexpected failure: logged in full, reported as S3's InternalError.
-pub(crate) fn internal(what: &str, e: impl Display) -> S3Error {
-    tracing::error!("object store: {what}: {e}");
-    S3Error::with_message(
-        S3ErrorCode::InternalError,
-        "We encountered an internal error. Please try again.",
-    )
 }
 
 fn write_error(e: WriteError) -> S3Error {
@@ -151,69 +110,6 @@ fn write_error(e: WriteError) -> S3Error {
             "At least one of the pre-conditions you specified did not hold"
         ),
         WriteError::Meta(e) => internal("metadata", e),
-    }
-}
-
-/// Maps a failed request body to S3's code. s3s's stream errors are private types, so their
-/// messages are what tells them apart.
-pub(crate) fn body_error(e: &StdError) -> S3Error {
-    let text = e.to_string();
-    if text.contains("Sha256Mismatch") {
-        // Not in s3s's list of codes; S3 answers it with 400.
-        let mut e = S3Error::with_message(
-            S3ErrorCode::Custom("XAmzContentSHA256Mismatch".into()),
-            "The provided 'x-amz-content-sha256' header does not match what was computed.",
-        );
-        e.set_status_code(http::StatusCode::BAD_REQUEST);
-        e
-    } else if text.contains("SignatureMismatch") {
-        s3_error!(
-            SignatureDoesNotMatch,
-            "The chunk signature we calculated does not match the signature you provided."
-        )
-    } else {
-        tracing::debug!("request body failed: {text}");
-        incomplete_body()
-    }
-}
-
-pub(crate) fn incomplete_body() -> S3Error {
-    s3_error!(
-        IncompleteBody,
-        "You did not provide the number of bytes specified by the Content-Length HTTP header."
-    )
-}
-
-pub(crate) fn entity_too_large(limit: u64) -> S3Error {
-    s3_error!(
-        EntityTooLarge,
-        "Your proposed upload exceeds the maximum allowed size of {limit} bytes"
-    )
-}
-
-/// The length of an upload's content: Content-Length, or for aws-chunked bodies sent with
-/// `Transfer-Encoding: chunked` (as the JS SDK streams them), x-amz-decoded-content-length.
-pub(crate) fn content_length(length: Option<i64>, headers: &http::HeaderMap) -> Option<i64> {
-    length.or_else(|| {
-        headers
-            .get("x-amz-decoded-content-length")?
-            .to_str()
-            .ok()?
-            .parse()
-            .ok()
-    })
-}
-
-/// An upload's length, if it has one within `limit`.
-pub(crate) fn check_length(length: Option<i64>, limit: u64) -> S3Result<u64> {
-    match length {
-        None => Err(s3_error!(MissingContentLength)),
-        Some(n) if n < 0 => Err(s3_error!(
-            InvalidArgument,
-            "Content-Length must not be negative"
-        )),
-        Some(n) if n as u64 > limit => Err(entity_too_large(limit)),
-        Some(n) => Ok(n as u64),
     }
 }
 
@@ -265,103 +161,6 @@ impl LocalStore {
         }
         Ok(written)
     }
-}
-
-/// The stored attributes from an input with S3's object attribute fields (PutObject,
-/// CreateMultipartUpload, CopyObject with `REPLACE`).
-macro_rules! object_attrs {
-    ($input:expr) => {
-        $crate::objects::local::meta::ObjectAttrs {
-            // S3's default for objects stored without a type.
-            content_type: Some(
-                $input
-                    .content_type
-                    .unwrap_or_else(|| "binary/octet-stream".into()),
-            ),
-            content_encoding: $input.content_encoding,
-            content_disposition: $input.content_disposition,
-            content_language: $input.content_language,
-            cache_control: $input.cache_control,
-            expires_ms: $input.expires.as_ref().map($crate::objects::local::ms_of),
-            website_redirect_location: $input.website_redirect_location,
-            metadata: $input.metadata.unwrap_or_default().into_iter().collect(),
-        }
-    };
-}
-pub(crate) use object_attrs;
-
-pub(crate) fn checksums_from(
-    crc32: Option<String>,
-    crc32c: Option<String>,
-    crc64nvme: Option<String>,
-    sha1: Option<String>,
-    sha256: Option<String>,
-) -> Checksums {
-    Checksums {
-        crc32,
-        crc32c,
-        crc64nvme,
-        sha1,
-        sha256,
-        kind: None,
-    }
-}
-
-/// The digests an upload input (PutObject, UploadPart) declares, in its fields, its
-/// `x-amz-sdk-checksum-algorithm` and the trailer it announces in `$headers`.
-macro_rules! declared {
-    ($input:expr, $headers:expr) => {
-        $crate::objects::checksum::Declared::new(
-            $crate::objects::local::checksums_from(
-                $input.checksum_crc32,
-                $input.checksum_crc32c,
-                $input.checksum_crc64nvme,
-                $input.checksum_sha1,
-                $input.checksum_sha256,
-            ),
-            $input.checksum_algorithm.as_ref().map(|a| a.as_str()),
-            $headers,
-        )
-    };
-}
-pub(crate) use declared;
-
-/// Copies stored HTTP attributes (`ObjectAttrs`) into an output's or input's fields of the same
-/// names (GetObject, HeadObject, and a write-back's PutObject).
-macro_rules! set_attrs {
-    ($out:expr, $attrs:expr) => {{
-        let attrs: &$crate::objects::local::meta::ObjectAttrs = $attrs;
-        $out.content_type = attrs.content_type.clone();
-        $out.content_encoding = attrs.content_encoding.clone();
-        $out.content_disposition = attrs.content_disposition.clone();
-        $out.content_language = attrs.content_language.clone();
-        $out.cache_control = attrs.cache_control.clone();
-        $out.expires = attrs.expires_ms.map($crate::objects::local::timestamp);
-        $out.website_redirect_location = attrs.website_redirect_location.clone();
-    }};
-}
-pub(crate) use set_attrs;
-
-/// Copies stored checksums into an output's `checksum_*` fields.
-macro_rules! set_checksums {
-    ($out:expr, $sums:expr) => {{
-        let sums: &$crate::objects::checksum::Checksums = $sums;
-        $out.checksum_crc32 = sums.crc32.clone();
-        $out.checksum_crc32c = sums.crc32c.clone();
-        $out.checksum_crc64nvme = sums.crc64nvme.clone();
-        $out.checksum_sha1 = sums.sha1.clone();
-        $out.checksum_sha256 = sums.sha256.clone();
-    }};
-}
-pub(crate) use set_checksums;
-
-pub(crate) fn checksum_type(sums: &Checksums) -> Option<ChecksumType> {
-    let kind = sums
-        .kind
-        .unwrap_or(super::checksum::ChecksumKind::FullObject);
-    sums.algorithms()
-        .next()
-        .map(|_| ChecksumType::from(kind.name().to_string()))
 }
 
 #[async_trait::async_trait]

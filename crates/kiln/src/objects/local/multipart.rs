@@ -9,15 +9,16 @@ use s3s::dto::*;
 use s3s::{s3_error, S3Error, S3Request, S3Response, S3Result};
 
 use super::meta::{Lookup, ObjectRow, PartRow, UploadRow};
-use super::{
-    blocking, check_length, checksums_from, content_length, declared, internal, now_ms,
-    set_checksums, timestamp, write_error, LocalStore, UploadBody,
-};
+use super::{blocking, write_error, LocalStore, UploadBody};
 use crate::objects::checksum::{
     bad_digest, composite, hex, multipart_etag, Algorithm, BodyHasher, ChecksumKind, Checksums,
 };
 use crate::objects::conditions::{ReadConditions, Verdict, WriteCondition};
-use crate::objects::local::object_attrs;
+use crate::objects::shared::object_attrs;
+use crate::objects::shared::{
+    check_length, checksums_from, content_length, declared, internal, now_ms, set_checksums,
+    timestamp,
+};
 
 /// S3's limits on parts.
 const MAX_PART_NUMBER: i32 = 10_000;
@@ -433,7 +434,9 @@ impl LocalStore {
         }
         let total: u64 = rest.iter().map(|p| p.size).sum::<u64>() + last.size;
         if total > self.limits.max_object_bytes {
-            return Err(super::entity_too_large(self.limits.max_object_bytes));
+            return Err(crate::objects::shared::entity_too_large(
+                self.limits.max_object_bytes,
+            ));
         }
         if input.mpu_object_size.is_some_and(|s| s != total as i64) {
             return Err(s3_error!(

@@ -9,14 +9,14 @@ use s3s::{s3_error, S3Request, S3Response, S3Result};
 
 use super::files::{read_all, stream_file};
 use super::meta::{Lookup, ObjectAttrs, ObjectRow};
-use super::{
-    blocking, check_length, checksum_type, content_length, copy_to_itself, declared, internal,
-    now_ms, object_attrs, replaces_metadata, set_attrs, set_checksums, timestamp, write_error,
-    LocalStore, UploadBody,
-};
+use super::{blocking, write_error, LocalStore, UploadBody};
 use crate::objects::checksum::{hex, ChecksumKind};
 use crate::objects::conditions::{
     not_modified, precondition_failed, ReadConditions, Verdict, WriteCondition,
+};
+use crate::objects::shared::{
+    check_length, checksum_type, content_length, copy_to_itself, declared, internal, now_ms,
+    object_attrs, replaces_metadata, set_attrs, set_checksums, timestamp,
 };
 
 /// Bodies up to this size are read in the same blocking step as the lookup.

@@ -7,7 +7,6 @@
 
 mod uploads;
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
@@ -54,20 +53,7 @@ impl From<rusqlite::Error> for WriteError {
     }
 }
 
-/// The HTTP attributes and user metadata stored with an object.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ObjectAttrs {
-    pub content_type: Option<String>,
-    pub content_encoding: Option<String>,
-    pub content_disposition: Option<String>,
-    pub content_language: Option<String>,
-    pub cache_control: Option<String>,
-    /// The `Expires` header, in ms since the epoch.
-    pub expires_ms: Option<i64>,
-    pub website_redirect_location: Option<String>,
-    pub metadata: BTreeMap<String, String>,
-}
+pub use crate::objects::shared::ObjectAttrs;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ObjectRow {
@@ -450,6 +436,8 @@ fn insert_object(tx: &Transaction<'_>, bucket: &str, o: &ObjectRow) -> Result<()
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
 
     pub(super) fn object(key: &str, file: &str) -> ObjectRow {

@@ -2,8 +2,28 @@
 //! through the journal, and passes the rest to the backing store once the keys it touches are
 //! clean.
 
-use super::*;
-use crate::objects::local::{copy_to_itself, replaces_metadata};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
+use s3s::dto::*;
+use s3s::{s3_error, S3Request, S3Response, S3Result, S3};
+
+use super::cost::Op;
+use super::entries::{self, Hit, Meta, ObjectKey};
+use super::{
+    function_of, internal_request, invocation_admits, strip_reserved, ObjectCache, ObjectFeatures,
+    MEDIA_METADATA,
+};
+use crate::function::{InvocationTags, StorageTag};
+use crate::objects::checksum::{hex, verify_content_md5, BodyHasher};
+use crate::objects::conditions::{not_modified, precondition_failed, ReadConditions, Verdict};
+use crate::objects::shared::{
+    body_error, check_length, checksum_type, checksums_from, content_length, copy_to_itself,
+    declared, incomplete_body, internal, now_ms, object_attrs, replaces_metadata, set_checksums,
+    timestamp,
+};
 
 fn wants_checksums(mode: Option<&ChecksumMode>) -> bool {
     mode.is_some_and(|m| m.as_str().eq_ignore_ascii_case(ChecksumMode::ENABLED))
@@ -66,15 +86,15 @@ fn meta_of(output: &GetObjectOutput, size: u64) -> Meta {
         modified_ms: output
             .last_modified
             .as_ref()
-            .map_or_else(now_ms, crate::objects::local::ms_of),
+            .map_or_else(now_ms, crate::objects::shared::ms_of),
         size,
-        attrs: crate::objects::local::meta::ObjectAttrs {
+        attrs: crate::objects::shared::ObjectAttrs {
             content_type: output.content_type.clone(),
             content_encoding: output.content_encoding.clone(),
             content_disposition: output.content_disposition.clone(),
             content_language: output.content_language.clone(),
             cache_control: output.cache_control.clone(),
-            expires_ms: output.expires.as_ref().map(crate::objects::local::ms_of),
+            expires_ms: output.expires.as_ref().map(crate::objects::shared::ms_of),
             website_redirect_location: output.website_redirect_location.clone(),
             metadata: metadata.unwrap_or_default().into_iter().collect(),
         },
@@ -99,7 +119,7 @@ macro_rules! answer_from {
                 .then(|| attrs.metadata.clone().into_iter().collect()),
             ..Default::default()
         };
-        crate::objects::local::set_attrs!(output, attrs);
+        crate::objects::shared::set_attrs!(output, attrs);
         if $wants && !$ranged {
             set_checksums!(output, &meta.checksums);
             output.checksum_type = checksum_type(&meta.checksums);
@@ -501,7 +521,7 @@ impl CachedStore {
             object_lock_retain_until_date: input.object_lock_retain_until_date,
             ..Default::default()
         };
-        crate::objects::local::set_attrs!(put, &attrs);
+        crate::objects::shared::set_attrs!(put, &attrs);
         set_checksums!(put, &held.meta.checksums);
         let put = S3Request {
             input: put,
