@@ -186,7 +186,10 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
             async_retry_delay: config.async_retry_delay,
             async_concurrency: 16,
             prediction: config.prediction.clone(),
-            object_cache: s3.store.cache().cloned(),
+            object_cache: s3
+                .store
+                .cache()
+                .map(|c| c.clone() as Arc<dyn crate::controller::InvocationCache>),
             object_features: s3.store.features(),
         },
         agent.clone(),
@@ -378,8 +381,7 @@ async fn deploy_demo(controller: &Controller) -> anyhow::Result<()> {
         return Ok(());
     }
     let runtime = controller
-        .agent()
-        .status()
+        .node_status()
         .runtimes
         .into_iter()
         .find(|r| r.starts_with("python"))

@@ -246,10 +246,29 @@ fn parse_path(text: &str) -> Result<Vec<Step>, String> {
     Ok(steps)
 }
 
+/// A request's headers, as a session hint reads them. The API layer implements it for its HTTP
+/// header map, so the controller, which carries a [`HintSource`] to [`extract`], sees no HTTP
+/// type.
+pub trait Headers: Sync {
+    /// The first value of header `name` (in any case), as sent.
+    fn first(&self, name: &str) -> Option<&[u8]>;
+    /// Every value of header `name` (in any case), as sent.
+    fn all(&self, name: &str) -> Vec<&[u8]>;
+}
+
+/// A header value as text, if it is what HTTP allows (visible ASCII, spaces and tabs).
+fn header_text(value: &[u8]) -> Option<&str> {
+    value
+        .iter()
+        .all(|&b| (32..127).contains(&b) || b == b'\t')
+        .then(|| std::str::from_utf8(value).ok())
+        .flatten()
+}
+
 /// What a session id may be taken from.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Default, Clone, Copy)]
 pub struct HintSource<'a> {
-    pub headers: Option<&'a http::HeaderMap>,
+    pub headers: Option<&'a dyn Headers>,
     /// The raw query string.
     pub query: Option<&'a str>,
     /// The JSON a `json:` path reads: the event, or a function URL's request body.
@@ -260,21 +279,20 @@ pub struct HintSource<'a> {
 /// `Err` (a 400) for an id that is there but unusable.
 pub fn extract(hint: &SessionHint, source: &HintSource<'_>) -> Result<Option<String>, String> {
     let raw = match hint {
-        SessionHint::Header(name) => match source.headers.and_then(|h| h.get(name.as_str())) {
+        SessionHint::Header(name) => match source.headers.and_then(|h| h.first(name.as_str())) {
             None => None,
             Some(value) => Some(
-                value
-                    .to_str()
-                    .map_err(|_| format!("the session header {name} is not valid text"))?
+                header_text(value)
+                    .ok_or_else(|| format!("the session header {name} is not valid text"))?
                     .trim()
                     .to_string(),
             ),
         },
         SessionHint::Cookie(name) => source.headers.and_then(|headers| {
             headers
-                .get_all(http::header::COOKIE)
-                .iter()
-                .filter_map(|v| v.to_str().ok())
+                .all("cookie")
+                .into_iter()
+                .filter_map(header_text)
                 .flat_map(|v| v.split(';'))
                 .filter_map(|pair| pair.trim().split_once('='))
                 .find(|(k, _)| k == name)

@@ -23,7 +23,7 @@ pub async fn status(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     authenticate(&state, &method, &uri, &headers, &body)?;
-    let status = state.controller.agent().status();
+    let status = state.controller.node_status();
     let functions: Vec<String> = state
         .controller
         .list()
@@ -51,8 +51,7 @@ pub async fn sessions(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     authenticate(&state, &method, &uri, &headers, &body)?;
-    let function = state.controller.get(&name)?;
-    let sessions = state.controller.agent().sessions(&function.name);
+    let sessions = state.controller.sessions(&name)?;
     Ok(Json(serde_json::json!({ "Sessions": sessions })).into_response())
 }
 
@@ -67,11 +66,7 @@ pub async fn end_session(
 ) -> Result<Response, ApiError> {
     authenticate(&state, &method, &uri, &headers, &body)?;
     let function = state.controller.get(&name)?;
-    if state
-        .controller
-        .agent()
-        .end_session(&function.name, &session)
-    {
+    if state.controller.end_session(&function.name, &session)? {
         Ok(StatusCode::NO_CONTENT.into_response())
     } else {
         Err(ApiError::new(

@@ -300,6 +300,17 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, Api
     })
 }
 
+/// The session hint reads headers through this, so nothing below the API sees an HTTP type.
+impl crate::session::Headers for HeaderMap {
+    fn first(&self, name: &str) -> Option<&[u8]> {
+        self.get(name).map(|v| v.as_bytes())
+    }
+
+    fn all(&self, name: &str) -> Vec<&[u8]> {
+        self.get_all(name).iter().map(|v| v.as_bytes()).collect()
+    }
+}
+
 /// Folds the `Qualifier` query parameter into the function reference.
 pub fn qualified(name: &str, uri: &Uri) -> String {
     let qualifier = uri.query().and_then(|q| {

@@ -1,32 +1,36 @@
 //! The controller: the function registry, scheduling onto the node agent, and the async queue.
 //!
 //! The HTTP layer turns each request into a call on [`Controller`]; the controller never sees
-//! HTTP. Every metadata change is committed to SQLite before it is acknowledged and then
-//! mirrored in an in-memory table, which is all the invoke path reads.
+//! HTTP (a session hint reads headers through `session::Headers`), and the API reaches the
+//! node agent only through it. Every metadata change is committed to SQLite before it is
+//! acknowledged and then mirrored in an in-memory table, which is all the invoke path reads.
 
+mod cache;
 pub mod code;
+mod functions;
+mod invoke;
 mod queue;
 pub mod registry;
 pub mod sequences;
+mod urls;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use bytes::Bytes;
-use chrono::Utc;
 use tokio::sync::Notify;
 
-use crate::agent::{AgentError, InvokeOutcome, InvokeRequest, NodeAgent, RouteHints};
-use crate::function::{
-    self, Function, FunctionConfig, InstanceSpec, MemorySizing, NetworkMode, SharedSpec, UrlAuth,
-};
+use crate::agent::{AgentError, InvokeOutcome, NodeAgent};
+use crate::function::{self, Function, InstanceSpec, NetworkMode, SharedSpec, UrlAuth};
 use crate::logs::LogStore;
 use crate::metrics::Metrics;
 use crate::predict;
-use crate::runtime::RESERVED_ENV;
+pub use cache::InvocationCache;
 use code::{CodeError, CodeStore};
+pub use functions::revision_id;
+pub(crate) use invoke::route_hints;
+use invoke::trace_id;
 pub use registry::{Cors, UrlSettings};
 use registry::{Registry, RegistryError};
 
@@ -97,43 +101,6 @@ impl From<AgentError> for ControllerError {
     }
 }
 
-/// An input object's model features: `object.size`, and for images `object.width`,
-/// `object.height`, `object.format`.
-fn object_features(
-    known: &crate::objects::ObjectFeatures,
-) -> Vec<(String, predict::features::Value)> {
-    use predict::features::Value;
-    let mut out = vec![("size".to_string(), Value::Number(known.size as f64))];
-    if let Some(media) = &known.media {
-        out.push(("width".into(), Value::Number(media.width as f64)));
-        out.push(("height".into(), Value::Number(media.height as f64)));
-        out.push(("format".into(), Value::Nominal(media.format.clone())));
-    }
-    out
-}
-
-/// An invocation's payload, checked: within `limit` bytes (for invocation type `kind`), and
-/// JSON; an empty one is `{}`.
-fn checked_payload(payload: Bytes, limit: usize, kind: &str) -> Result<Bytes, ControllerError> {
-    if payload.len() > limit {
-        return Err(ControllerError::TooLarge(format!(
-            "{} byte payload is too large for the {kind} invocation type (limit {limit} bytes)",
-            payload.len()
-        )));
-    }
-    let payload = if payload.iter().all(u8::is_ascii_whitespace) {
-        Bytes::from_static(b"{}")
-    } else {
-        payload
-    };
-    if serde_json::from_slice::<serde::de::IgnoredAny>(&payload).is_err() {
-        return Err(ControllerError::InvalidRequestContent(
-            "Could not parse request body into json: Could not parse payload into json: Unexpected character".into(),
-        ));
-    }
-    Ok(payload)
-}
-
 /// Settings of the controller.
 #[derive(Debug, Clone)]
 pub struct ControllerConfig {
@@ -150,7 +117,7 @@ pub struct ControllerConfig {
     pub prediction: predict::PredictorConfig,
     /// The object cache, when the store has one: its metrics are exposed with kiln's own, and
     /// each invocation's object-store time teaches the function's cache-benefit model.
-    pub object_cache: Option<Arc<crate::objects::cache::ObjectCache>>,
+    pub object_cache: Option<Arc<dyn InvocationCache>>,
     /// Where input objects' features come from.
     pub object_features: crate::objects::FeatureLookup,
 }
@@ -288,10 +255,6 @@ impl Controller {
         controller.code.collect_garbage(&live_code);
         queue::start(controller.clone());
         Ok(controller)
-    }
-
-    pub fn agent(&self) -> &Arc<dyn NodeAgent> {
-        &self.agent
     }
 
     pub fn config(&self) -> &ControllerConfig {
@@ -432,680 +395,24 @@ impl Controller {
         all
     }
 
-    fn validate(&self, config: &FunctionConfig) -> Result<(), ControllerError> {
-        let invalid = |m: String| Err(ControllerError::InvalidParameter(m));
-        if !self.runtimes.contains(&config.runtime) {
-            return invalid(format!(
-                "Value {} at 'runtime' failed to satisfy constraint: Member must satisfy enum value set: [{}]",
-                config.runtime,
-                self.runtimes.join(", ")
-            ));
-        }
-        if config.handler.is_empty()
-            || config.handler.len() > 128
-            || config.handler.chars().any(char::is_whitespace)
-        {
-            return invalid(format!(
-                "Value '{}' at 'handler' failed to satisfy constraint",
-                config.handler
-            ));
-        }
-        if config.prebake.warmup_invocations > function::MAX_WARMUPS {
-            return invalid(format!(
-                "Value {} at 'kilnPrebake.warmupInvocations' failed to satisfy constraint: Member must have value less than or equal to {}",
-                config.prebake.warmup_invocations,
-                function::MAX_WARMUPS
-            ));
-        }
-        if let Some(sessions) = &config.sessions {
-            sessions.validate().or_else(invalid)?;
-        }
-        if let Some(event) = &config.prebake.warmup_event {
-            if event.to_string().len() > function::MAX_WARMUP_EVENT_BYTES {
-                return invalid(format!(
-                    "Value at 'kilnPrebake.warmupEvent' failed to satisfy constraint: Member must have length less than or equal to {}",
-                    function::MAX_WARMUP_EVENT_BYTES
-                ));
-            }
-        }
-        if !(function::MIN_MEMORY_MB..=function::MAX_MEMORY_MB).contains(&config.memory_mb) {
-            return invalid(format!(
-                "Value {} at 'memorySize' failed to satisfy constraint: Member must have value between {} and {}",
-                config.memory_mb,
-                function::MIN_MEMORY_MB,
-                function::MAX_MEMORY_MB
-            ));
-        }
-        if !(1..=function::MAX_TIMEOUT_S).contains(&config.timeout_s) {
-            return invalid(format!(
-                "Value {} at 'timeout' failed to satisfy constraint: Member must have value between 1 and {}",
-                config.timeout_s,
-                function::MAX_TIMEOUT_S
-            ));
-        }
-        if !(512..=10_240).contains(&config.ephemeral_storage_mb) {
-            return invalid("EphemeralStorage size must be between 512 and 10240 MB".into());
-        }
-        let mut env_bytes = 0;
-        for (key, value) in &config.env {
-            let valid_key = key.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
-                && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-            if !valid_key {
-                return invalid(format!("Environment variable name '{key}' is invalid: it must match [a-zA-Z]([a-zA-Z0-9_])+"));
-            }
-            if RESERVED_ENV.contains(&key.as_str()) {
-                return invalid(format!(
-                    "Lambda was unable to configure your environment variables because the environment variables you have provided contains reserved keys that are currently not supported for modification. Reserved keys used in this request: {key}"
-                ));
-            }
-            env_bytes += key.len() + value.len();
-        }
-        if env_bytes > function::MAX_ENV_BYTES {
-            return invalid("Lambda was unable to configure your environment variables because the environment variables you have provided exceeded the 4KB limit.".into());
-        }
-        Ok(())
+    /// What the node runs and keeps (`kiln status`).
+    pub fn node_status(&self) -> crate::agent::NodeStatus {
+        self.agent.status()
     }
 
-    /// CreateFunction.
-    pub async fn create(
+    /// The open sessions of `name`, most recently used first.
+    pub fn sessions(
         &self,
         name: &str,
-        config: FunctionConfig,
-        zip: Vec<u8>,
-    ) -> Result<Function, ControllerError> {
-        if !function::valid_name(name) {
-            return Err(ControllerError::InvalidParameter(format!(
-                "1 validation error detected: Value '{name}' at 'functionName' failed to satisfy constraint: Member must satisfy regular expression pattern: [a-zA-Z0-9-_]+ and have length between 1 and 64"
-            )));
-        }
-        self.validate(&config)?;
-        if self.table().contains_key(name) {
-            return Err(ControllerError::Conflict(format!(
-                "Function already exist: {name}"
-            )));
-        }
-        if self.sequences().contains_key(name) {
-            return Err(ControllerError::Conflict(format!(
-                "A sequence is named {name}: a function cannot be"
-            )));
-        }
-        let (code, _mutation) = self.store_code(zip).await?;
-        if self.table().contains_key(name) {
-            return Err(ControllerError::Conflict(format!(
-                "Function already exist: {name}"
-            )));
-        }
-        let function = Function {
-            name: name.to_string(),
-            config,
-            code_sha256: code.sha256_hex,
-            code_size: code.size,
-            revision: 1,
-            last_modified: Utc::now(),
-            reserved_concurrency: None,
-            url_auth: None,
-        };
-        if !self.registry.insert(&function)? {
-            return Err(ControllerError::Conflict(format!(
-                "Function already exist: {name}"
-            )));
-        }
-        Ok(self.publish(function))
-    }
-
-    /// Stores a package and returns with the mutation lock held, so that no concurrent
-    /// DeleteFunction can collect the package before the caller has committed a reference to it.
-    async fn store_code(
-        &self,
-        zip: Vec<u8>,
-    ) -> Result<(code::StoredCode, MutexGuard<'_, ()>), ControllerError> {
-        let zip = Arc::new(zip);
-        loop {
-            let store = self.code.clone();
-            let bytes = zip.clone();
-            let code = tokio::task::spawn_blocking(move || store.put_zip(&bytes))
-                .await
-                .map_err(|e| ControllerError::Internal(e.to_string()))??;
-            let guard = self.lock_mutations();
-            if self.code.contains(&code.sha256_hex) {
-                return Ok((code, guard));
-            }
-            // A DeleteFunction collected these very bytes meanwhile: store them again.
-        }
-    }
-
-    fn lock_mutations(&self) -> MutexGuard<'_, ()> {
-        self.mutation.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Applies a change to a stored function and commits it; the next invocation sees it.
-    fn modify(
-        &self,
-        name: &str,
-        change: impl FnOnce(&mut Function) -> Result<(), ControllerError>,
-    ) -> Result<Function, ControllerError> {
-        let guard = self.lock_mutations();
-        self.modify_locked(&guard, name, change)
-    }
-
-    /// [`Self::modify`] for a caller that holds the mutation lock.
-    fn modify_locked(
-        &self,
-        _mutation: &MutexGuard<'_, ()>,
-        name: &str,
-        change: impl FnOnce(&mut Function) -> Result<(), ControllerError>,
-    ) -> Result<Function, ControllerError> {
-        let mut function = self.entry(name)?.function.clone();
-        change(&mut function)?;
-        if !self.registry.update(&function)? {
-            return Err(self.not_found(&function.name));
-        }
-        Ok(self.publish(function))
-    }
-
-    /// UpdateFunctionCode with DryRun: checks the function, the RevisionId and the package, and
-    /// changes nothing.
-    pub fn check_code(
-        &self,
-        name: &str,
-        zip: &[u8],
-        expected_revision: Option<&str>,
-    ) -> Result<Function, ControllerError> {
-        let function = self.get(name)?;
-        check_revision(&function, expected_revision)?;
-        code::check_zip(zip)?;
-        Ok(function)
-    }
-
-    /// UpdateFunctionCode.
-    pub async fn update_code(
-        &self,
-        name: &str,
-        zip: Vec<u8>,
-        expected_revision: Option<&str>,
-    ) -> Result<Function, ControllerError> {
-        check_revision(&self.get(name)?, expected_revision)?;
-        let (code, mutation) = self.store_code(zip).await?;
-        self.modify_locked(&mutation, name, |f| {
-            check_revision(f, expected_revision)?;
-            f.code_sha256 = code.sha256_hex;
-            f.code_size = code.size;
-            f.revision += 1;
-            f.last_modified = Utc::now();
-            Ok(())
-        })
-    }
-
-    /// UpdateFunctionConfiguration.
-    pub fn update_config(
-        &self,
-        name: &str,
-        patch: ConfigPatch,
-        expected_revision: Option<&str>,
-    ) -> Result<Function, ControllerError> {
-        self.modify(name, |f| {
-            check_revision(f, expected_revision)?;
-            let mut config = f.config.clone();
-            if let Some(v) = patch.runtime {
-                config.runtime = v;
-            }
-            if let Some(v) = patch.handler {
-                config.handler = v;
-            }
-            if let Some(v) = patch.memory_mb {
-                config.memory_mb = v;
-            }
-            if let Some(v) = patch.timeout_s {
-                config.timeout_s = v;
-            }
-            if let Some(v) = patch.env {
-                config.env = v;
-            }
-            if let Some(v) = patch.description {
-                config.description = v;
-            }
-            if let Some(v) = patch.role {
-                config.role = v;
-            }
-            if let Some(v) = patch.ephemeral_storage_mb {
-                config.ephemeral_storage_mb = v;
-            }
-            if let Some(v) = patch.prebake {
-                config.prebake = v;
-            }
-            if let Some(v) = patch.sessions {
-                config.sessions = v;
-            }
-            if let Some(v) = patch.memory_sizing {
-                config.memory_sizing = v;
-            }
-            if let Some(v) = patch.network {
-                config.network = v;
-            }
-            self.validate(&config)?;
-            f.config = config;
-            f.revision += 1;
-            f.last_modified = Utc::now();
-            Ok(())
-        })
-    }
-
-    /// DeleteFunction. Its queued async invocations go with it, as on Lambda.
-    /// DeleteFunction. With a qualifier (in the name or the `Qualifier` parameter) only that
-    /// version would go, as on Lambda: `$LATEST` is refused, an alias is refused, and a version
-    /// number deletes nothing (kiln publishes no versions), so the function is left alone.
-    pub fn delete(&self, name: &str) -> Result<(), ControllerError> {
-        let _mutation = self.lock_mutations();
-        let r = self.function_ref(name)?;
-        if let Some(qualifier) = r.qualifier.as_deref() {
-            if !self.table().contains_key(&r.name) {
-                return Err(self.not_found(&r.name));
-            }
-            return match qualifier {
-                "$LATEST" => Err(ControllerError::InvalidParameter(
-                    "$LATEST version cannot be deleted without deleting the function.".into(),
-                )),
-                q if q.bytes().all(|b| b.is_ascii_digit()) => Ok(()),
-                _ => Err(ControllerError::InvalidParameter(
-                    "Deletion of aliases is not currently supported.".into(),
-                )),
-            };
-        }
+    ) -> Result<Vec<crate::agent::SessionStatus>, ControllerError> {
         let entry = self.entry(name)?;
-        let name = entry.function.name.clone();
-        if !self.registry.delete(&name)? {
-            return Err(self.not_found(&name));
-        }
-        self.functions
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&name);
-        self.url_settings
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&name);
-        self.agent.retire(&name, None);
-        self.logs.remove(&name);
-        self.predictor.forget(&name);
-        let live: Vec<String> = self
-            .table()
-            .values()
-            .map(|e| e.function.code_sha256.clone())
-            .collect();
-        if !live.contains(&entry.function.code_sha256) {
-            // Only this package, and unlinked under the lock: packages that creates and updates
-            // in flight have stored are not referenced yet, but are not garbage.
-            if let Some(doomed) = self.code.unlink(&entry.function.code_sha256) {
-                tokio::task::spawn_blocking(move || {
-                    let _ = std::fs::remove_dir_all(doomed);
-                });
-            }
-        }
-        Ok(())
+        Ok(self.agent.sessions(&entry.function.name))
     }
 
-    /// PutFunctionConcurrency (`Some`) and DeleteFunctionConcurrency (`None`).
-    pub fn set_concurrency(
-        &self,
-        name: &str,
-        reserved: Option<u32>,
-    ) -> Result<Function, ControllerError> {
-        if let Some(n) = reserved {
-            if n > self.config.node_max_instances {
-                return Err(ControllerError::InvalidParameter(format!(
-                    "Specified ReservedConcurrentExecutions for function decreases account's UnreservedConcurrentExecution below its minimum value of [0]. ({n} exceeds this node's limit of {})",
-                    self.config.node_max_instances
-                )));
-            }
-        }
-        self.modify(name, |f| {
-            f.reserved_concurrency = reserved;
-            // The agent keys instances by revision: warm instances of the old spec must not
-            // keep serving past a lowered (or zero) reservation.
-            f.revision += 1;
-            Ok(())
-        })
-    }
-
-    /// Create/UpdateFunctionUrlConfig (`Some`) and DeleteFunctionUrlConfig (`None`), with no
-    /// CORS settings given.
-    pub fn set_url_auth(
-        &self,
-        name: &str,
-        auth: Option<UrlAuth>,
-        create: bool,
-    ) -> Result<(Function, Option<UrlSettings>), ControllerError> {
-        let change = match (auth, create) {
-            (None, _) => UrlChange::Delete,
-            (Some(auth), true) => UrlChange::Create { auth, cors: None },
-            (Some(auth), false) => UrlChange::Update {
-                auth: Some(auth),
-                cors: None,
-            },
-        };
-        self.change_url(name, change)
-    }
-
-    /// Create/Update/DeleteFunctionUrlConfig.
-    pub fn change_url(
-        &self,
-        name: &str,
-        change: UrlChange,
-    ) -> Result<(Function, Option<UrlSettings>), ControllerError> {
-        let _mutation = self.lock_mutations();
-        let mut function = self.entry(name)?.function.clone();
-        let current = function.url_auth.map(|_| self.url_settings_of(&function));
-        let now = Utc::now();
-        let (auth, settings) = match (change, current) {
-            (UrlChange::Create { .. }, Some(_)) => {
-                return Err(ControllerError::Conflict(format!(
-                    "Failed to create function url config for [functionArn = {}]. Error message:  FunctionUrlConfig exists for this Lambda function",
-                    self.arn(&function.name)
-                )))
-            }
-            (UrlChange::Update { .. } | UrlChange::Delete, None) => {
-                return Err(self.url_not_found(&function.name))
-            }
-            (UrlChange::Create { auth, cors }, None) => (
-                Some(auth),
-                Some(UrlSettings {
-                    created: now,
-                    modified: now,
-                    cors,
-                }),
-            ),
-            (UrlChange::Update { auth, cors }, Some(current)) => (
-                Some(auth.or(function.url_auth).unwrap_or(UrlAuth::None)),
-                Some(UrlSettings {
-                    created: current.created,
-                    modified: now,
-                    cors: cors.or(current.cors),
-                }),
-            ),
-            (UrlChange::Delete, Some(_)) => (None, None),
-        };
-        function.url_auth = auth;
-        if !self.registry.update_url(&function, settings.as_ref())? {
-            return Err(self.not_found(&function.name));
-        }
-        {
-            let mut all = self.url_settings.write().unwrap_or_else(|p| p.into_inner());
-            match &settings {
-                Some(s) => all.insert(function.name.clone(), s.clone()),
-                None => all.remove(&function.name),
-            };
-        }
-        Ok((self.publish(function), settings))
-    }
-
-    /// GetFunctionUrlConfig: the function and its URL settings.
-    pub fn url_config(&self, name: &str) -> Result<(Function, UrlSettings), ControllerError> {
-        let function = self.get(name)?;
-        if function.url_auth.is_none() {
-            return Err(self.url_not_found(&function.name));
-        }
-        let settings = self.url_settings_of(&function);
-        Ok((function, settings))
-    }
-
-    fn url_settings_of(&self, function: &Function) -> UrlSettings {
-        self.url_settings
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&function.name)
-            .cloned()
-            // Databases from before URL settings were kept have none: the function's time
-            // stands in.
-            .unwrap_or(UrlSettings {
-                created: function.last_modified,
-                modified: function.last_modified,
-                cors: None,
-            })
-    }
-
-    fn url_not_found(&self, name: &str) -> ControllerError {
-        ControllerError::NotFound(format!(
-            "The resource you requested does not exist. (Service: Lambda, function URL config of {})",
-            self.arn(name)
-        ))
-    }
-
-    /// Invoke. `source` is where a function with sessions finds the request's session id (its
-    /// `json` defaults to the payload).
-    pub async fn invoke(
-        &self,
-        name: &str,
-        payload: Bytes,
-        kind: InvocationType,
-        client_context: Option<String>,
-        source: crate::session::HintSource<'_>,
-    ) -> Result<Invoked, ControllerError> {
-        if let Some(sequence) = self.sequence(name) {
-            if !self.table().contains_key(name) {
-                return match kind {
-                    InvocationType::DryRun => Ok(Invoked::DryRun),
-                    InvocationType::Event => {
-                        let payload = checked_payload(payload, MAX_ASYNC_PAYLOAD, "Event")?;
-                        self.enqueue_event(&sequence.name, &payload)
-                    }
-                    InvocationType::RequestResponse => {
-                        let payload =
-                            checked_payload(payload, MAX_SYNC_PAYLOAD, "RequestResponse")?;
-                        let ran = self
-                            .invoke_sequence(&sequence, payload, client_context)
-                            .await?;
-                        Ok(Invoked::Done {
-                            outcome: ran.outcome,
-                            request_id: ran.request_id,
-                        })
-                    }
-                };
-            }
-        }
+    /// Ends one session of `name`: false if the function has no such session.
+    pub fn end_session(&self, name: &str, session: &str) -> Result<bool, ControllerError> {
         let entry = self.entry(name)?;
-        let payload = if kind == InvocationType::Event {
-            checked_payload(payload, MAX_ASYNC_PAYLOAD, "Event")?
-        } else {
-            checked_payload(payload, MAX_SYNC_PAYLOAD, "RequestResponse")?
-        };
-        let hints = route_hints(&entry.spec, source, &payload)?;
-        let request_id = function::new_request_id().to_string();
-        match kind {
-            InvocationType::DryRun => Ok(Invoked::DryRun),
-            InvocationType::Event => self.enqueue_event(&entry.function.name, &payload),
-            InvocationType::RequestResponse => {
-                let request = InvokeRequest {
-                    request_id: request_id.clone(),
-                    payload,
-                    trace_id: trace_id(),
-                    client_context,
-                    hints,
-                    memory_limit_mb: None,
-                    storage: None,
-                    admit_objects: None,
-                };
-                let outcome = self.run(&entry.spec, request).await?;
-                Ok(Invoked::Done {
-                    outcome,
-                    request_id,
-                })
-            }
-        }
-    }
-
-    /// Queues an Event invocation of `target` (a function or a sequence) durably: it is
-    /// acknowledged once it is in SQLite, and delivered by the queue.
-    fn enqueue_event(&self, target: &str, payload: &[u8]) -> Result<Invoked, ControllerError> {
-        let request_id = function::new_request_id().to_string();
-        let registry = &self.registry;
-        tokio::task::block_in_place(|| registry.enqueue(&request_id, target, payload))?;
-        self.metrics
-            .async_events
-            .get_or_create(&crate::metrics::OutcomeLabels {
-                outcome: "queued".into(),
-            })
-            .inc();
-        self.queue_wakeup.notify_one();
-        Ok(Invoked::Queued { request_id })
-    }
-
-    /// Runs one invocation on the agent, at the memory its function's model predicts, and
-    /// records its log and metrics. An invocation killed for memory under a predicted limit is
-    /// run again at once at MemorySize: the caller never sees an under-prediction.
-    async fn run(
-        &self,
-        spec: &SharedSpec,
-        mut request: InvokeRequest,
-    ) -> Result<InvokeOutcome, ControllerError> {
-        let labels = Metrics::function(&spec.function);
-        let cache = self.config.object_cache.as_ref();
-        let features = (self.predictor.applies(spec.memory_mb) || cache.is_some()).then(|| {
-            let (mut features, object) = predict::Features::of_event(&request.payload);
-            // The input object's size and media metadata, as far as kiln knows them (a remote
-            // backing store is asked nothing on the invocation's path).
-            if let Some(known) =
-                object.and_then(|o| self.config.object_features.object(&o.bucket, &o.key))
-            {
-                features.add_object(object_features(&known));
-            }
-            features
-        });
-        request.memory_limit_mb = features
-            .as_ref()
-            .filter(|_| spec.memory_sizing == MemorySizing::Predicted)
-            .and_then(|f| self.predictor.predict(&spec.function, spec.memory_mb, f));
-        request.hints.memory_mb = request.memory_limit_mb;
-        let io_before = match (cache, &features) {
-            (Some(cache), Some(features)) => {
-                // The invocation's own decision travels with it to its sandbox's object store;
-                // the function's latest one covers requests that cannot be told apart.
-                let decision = match cache.configured_admission() {
-                    // The configuration decides (`--object-cache-admission all`, a draining cache).
-                    Some(true) => "all",
-                    Some(false) => "none",
-                    None => {
-                        let admit = self.predictor.benefits(&spec.function, features);
-                        cache.set_admission(&spec.function, admit.unwrap_or(true));
-                        request.admit_objects = admit;
-                        match admit {
-                            Some(true) => "admit",
-                            Some(false) => "bypass",
-                            None => "learning",
-                        }
-                    }
-                };
-                self.metrics
-                    .cache_admissions
-                    .get_or_create(&crate::metrics::DecisionLabels {
-                        function: spec.function.clone(),
-                        decision: decision.into(),
-                    })
-                    .inc();
-                Some(cache.io_times(&spec.function))
-            }
-            _ => None,
-        };
-        let mut result = self.agent.invoke(spec.clone(), request.clone()).await;
-        if let Ok(outcome) = &result {
-            if request.memory_limit_mb.is_some() {
-                self.metrics.sized_invocations.get_or_create(&labels).inc();
-            }
-            if let Some(write) = outcome.limit_write {
-                self.metrics
-                    .memory_limit_writes
-                    .observe(write.as_secs_f64());
-            }
-            if outcome.out_of_memory && request.memory_limit_mb.is_some() {
-                tracing::info!(
-                    function = %spec.function,
-                    request_id = %request.request_id,
-                    "killed for memory at the predicted {} MB; running it again at {} MB",
-                    request.memory_limit_mb.unwrap_or_default(),
-                    spec.memory_mb
-                );
-                self.metrics.prediction_retries.get_or_create(&labels).inc();
-                self.learn(spec, features.clone(), outcome);
-                request.memory_limit_mb = None;
-                result = self.agent.invoke(spec.clone(), request).await;
-            }
-        }
-        if let (Ok(outcome), Some(cache), Some(before), Some(features)) =
-            (&result, cache, io_before, &features)
-        {
-            // The invocation's Extract + Load, as the backing store would have served them, and
-            // the rest of its time (concurrent invocations of the function share the counters).
-            let after = cache.io_times(&spec.function);
-            let served_ms = after.served_ns.saturating_sub(before.served_ns) as f64 / 1e6;
-            let backend_ms = after.backend_ns.saturating_sub(before.backend_ns) as f64 / 1e6;
-            let duration_ms = outcome.duration.as_secs_f64() * 1e3;
-            self.predictor.observe_benefit(
-                &spec.function,
-                features.clone(),
-                predict::Etl {
-                    extract_load_ms: backend_ms,
-                    transform_ms: (duration_ms - served_ms).max(0.0),
-                },
-                // The first run in a new instance. A hot fork's zygote ran the function's
-                // init and warm-up, but not its handler's first calls (an SDK client's first
-                // request resolves and connects): it counts as a first run too.
-                outcome.cold_start.is_some(),
-            );
-        }
-        if let (Ok(outcome), Some(features)) = (&result, features) {
-            self.learn(spec, Some(features), outcome);
-        }
-        match result {
-            Ok(outcome) => {
-                self.metrics.invocations.get_or_create(&labels).inc();
-                if outcome.function_error {
-                    self.metrics.errors.get_or_create(&labels).inc();
-                }
-                if let Some(path) = outcome.cold_start {
-                    self.metrics
-                        .cold_starts
-                        .get_or_create(&crate::metrics::StartLabels {
-                            function: spec.function.clone(),
-                            path: path.as_str().into(),
-                        })
-                        .inc();
-                }
-                self.metrics
-                    .duration
-                    .get_or_create(&labels)
-                    .observe(outcome.duration.as_secs_f64());
-                self.logs.append(&spec.function, outcome.log.clone());
-                Ok(outcome)
-            }
-            Err(e) => {
-                if matches!(e, AgentError::ThrottledNode | AgentError::ThrottledReserved) {
-                    self.metrics.throttles.get_or_create(&labels).inc();
-                }
-                Err(e.into())
-            }
-        }
-    }
-
-    /// Tells the function's memory model what an invocation used; a training it calls for runs
-    /// on the blocking pool.
-    fn learn(
-        &self,
-        spec: &SharedSpec,
-        features: Option<predict::Features>,
-        outcome: &InvokeOutcome,
-    ) {
-        let Some(features) = features else {
-            return;
-        };
-        let training = self.predictor.observe(
-            &spec.function,
-            spec.memory_mb,
-            features,
-            outcome.max_memory_mb,
-            outcome.out_of_memory,
-        );
-        if let Some(training) = training {
-            tokio::task::spawn_blocking(move || training.run());
-        }
+        Ok(self.agent.end_session(&entry.function.name, session))
     }
 
     /// The memory models of the node's functions.
@@ -1137,68 +444,5 @@ impl Controller {
     }
 }
 
-/// Lambda's RevisionId: a UUID-shaped digest of everything UpdateFunctionCode and
-/// UpdateFunctionConfiguration change, so it changes with each of them and nothing else.
-pub fn revision_id(f: &Function) -> String {
-    use sha2::{Digest, Sha256};
-    let config = serde_json::to_string(&f.config).unwrap_or_default();
-    let digest = Sha256::digest(format!(
-        "{}\n{}\n{}\n{}",
-        f.name,
-        f.code_sha256,
-        f.last_modified.to_rfc3339(),
-        config
-    ));
-    let h = hex::encode(&digest[..16]);
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
-}
-
-/// Optimistic locking: an update that names a RevisionId applies only to that revision.
-fn check_revision(f: &Function, expected: Option<&str>) -> Result<(), ControllerError> {
-    match expected {
-        Some(expected) if expected != revision_id(f) => Err(ControllerError::PreconditionFailed(
-            "The Revision Id provided does not match the latest Revision Id. Call the GetFunction/GetAlias API to retrieve the latest Revision Id".into(),
-        )),
-        _ => Ok(()),
-    }
-}
-
-/// An X-Ray style trace header, which Lambda hands every invocation.
-fn trace_id() -> String {
-    let id = function::new_request_id().simple().to_string();
-    format!(
-        "Root=1-{:08x}-{};Parent={};Sampled=0",
-        Utc::now().timestamp(),
-        &id[..24],
-        &id[16..32]
-    )
-}
-
-/// The routing hints of a request to `spec`: its session id, if the function has sessions and
-/// the request names one.
-pub(crate) fn route_hints(
-    spec: &InstanceSpec,
-    source: crate::session::HintSource<'_>,
-    payload: &[u8],
-) -> Result<RouteHints, ControllerError> {
-    let Some(sessions) = &spec.sessions else {
-        return Ok(RouteHints::default());
-    };
-    let source = crate::session::HintSource {
-        json: Some(source.json.unwrap_or(payload)),
-        ..source
-    };
-    let session = crate::session::extract(&sessions.hint, &source)
-        .map_err(|e| ControllerError::InvalidParameter(format!("Invalid session id: {e}")))?;
-    Ok(RouteHints {
-        session,
-        memory_mb: None,
-    })
-}
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,381 @@
+//! The function registry's calls: CreateFunction, UpdateFunctionCode and
+//! UpdateFunctionConfiguration (with RevisionId checks), DeleteFunction, concurrency; and the
+//! validation of a function's configuration.
+
+use std::sync::{Arc, MutexGuard};
+
+use chrono::Utc;
+
+use super::code;
+use super::{ConfigPatch, Controller, ControllerError};
+use crate::function::{self, Function, FunctionConfig};
+use crate::runtime::RESERVED_ENV;
+
+impl Controller {
+    fn validate(&self, config: &FunctionConfig) -> Result<(), ControllerError> {
+        let invalid = |m: String| Err(ControllerError::InvalidParameter(m));
+        if !self.runtimes.contains(&config.runtime) {
+            return invalid(format!(
+                "Value {} at 'runtime' failed to satisfy constraint: Member must satisfy enum value set: [{}]",
+                config.runtime,
+                self.runtimes.join(", ")
+            ));
+        }
+        if config.handler.is_empty()
+            || config.handler.len() > 128
+            || config.handler.chars().any(char::is_whitespace)
+        {
+            return invalid(format!(
+                "Value '{}' at 'handler' failed to satisfy constraint",
+                config.handler
+            ));
+        }
+        if config.prebake.warmup_invocations > function::MAX_WARMUPS {
+            return invalid(format!(
+                "Value {} at 'kilnPrebake.warmupInvocations' failed to satisfy constraint: Member must have value less than or equal to {}",
+                config.prebake.warmup_invocations,
+                function::MAX_WARMUPS
+            ));
+        }
+        if let Some(sessions) = &config.sessions {
+            sessions.validate().or_else(invalid)?;
+        }
+        if let Some(event) = &config.prebake.warmup_event {
+            if event.to_string().len() > function::MAX_WARMUP_EVENT_BYTES {
+                return invalid(format!(
+                    "Value at 'kilnPrebake.warmupEvent' failed to satisfy constraint: Member must have length less than or equal to {}",
+                    function::MAX_WARMUP_EVENT_BYTES
+                ));
+            }
+        }
+        if !(function::MIN_MEMORY_MB..=function::MAX_MEMORY_MB).contains(&config.memory_mb) {
+            return invalid(format!(
+                "Value {} at 'memorySize' failed to satisfy constraint: Member must have value between {} and {}",
+                config.memory_mb,
+                function::MIN_MEMORY_MB,
+                function::MAX_MEMORY_MB
+            ));
+        }
+        if !(1..=function::MAX_TIMEOUT_S).contains(&config.timeout_s) {
+            return invalid(format!(
+                "Value {} at 'timeout' failed to satisfy constraint: Member must have value between 1 and {}",
+                config.timeout_s,
+                function::MAX_TIMEOUT_S
+            ));
+        }
+        if !(512..=10_240).contains(&config.ephemeral_storage_mb) {
+            return invalid("EphemeralStorage size must be between 512 and 10240 MB".into());
+        }
+        let mut env_bytes = 0;
+        for (key, value) in &config.env {
+            let valid_key = key.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+                && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid_key {
+                return invalid(format!("Environment variable name '{key}' is invalid: it must match [a-zA-Z]([a-zA-Z0-9_])+"));
+            }
+            if RESERVED_ENV.contains(&key.as_str()) {
+                return invalid(format!(
+                    "Lambda was unable to configure your environment variables because the environment variables you have provided contains reserved keys that are currently not supported for modification. Reserved keys used in this request: {key}"
+                ));
+            }
+            env_bytes += key.len() + value.len();
+        }
+        if env_bytes > function::MAX_ENV_BYTES {
+            return invalid("Lambda was unable to configure your environment variables because the environment variables you have provided exceeded the 4KB limit.".into());
+        }
+        Ok(())
+    }
+
+    /// CreateFunction.
+    pub async fn create(
+        &self,
+        name: &str,
+        config: FunctionConfig,
+        zip: Vec<u8>,
+    ) -> Result<Function, ControllerError> {
+        if !function::valid_name(name) {
+            return Err(ControllerError::InvalidParameter(format!(
+                "1 validation error detected: Value '{name}' at 'functionName' failed to satisfy constraint: Member must satisfy regular expression pattern: [a-zA-Z0-9-_]+ and have length between 1 and 64"
+            )));
+        }
+        self.validate(&config)?;
+        if self.table().contains_key(name) {
+            return Err(ControllerError::Conflict(format!(
+                "Function already exist: {name}"
+            )));
+        }
+        if self.sequences().contains_key(name) {
+            return Err(ControllerError::Conflict(format!(
+                "A sequence is named {name}: a function cannot be"
+            )));
+        }
+        let (code, _mutation) = self.store_code(zip).await?;
+        if self.table().contains_key(name) {
+            return Err(ControllerError::Conflict(format!(
+                "Function already exist: {name}"
+            )));
+        }
+        let function = Function {
+            name: name.to_string(),
+            config,
+            code_sha256: code.sha256_hex,
+            code_size: code.size,
+            revision: 1,
+            last_modified: Utc::now(),
+            reserved_concurrency: None,
+            url_auth: None,
+        };
+        if !self.registry.insert(&function)? {
+            return Err(ControllerError::Conflict(format!(
+                "Function already exist: {name}"
+            )));
+        }
+        Ok(self.publish(function))
+    }
+
+    /// Stores a package and returns with the mutation lock held, so that no concurrent
+    /// DeleteFunction can collect the package before the caller has committed a reference to it.
+    async fn store_code(
+        &self,
+        zip: Vec<u8>,
+    ) -> Result<(code::StoredCode, MutexGuard<'_, ()>), ControllerError> {
+        let zip = Arc::new(zip);
+        loop {
+            let store = self.code.clone();
+            let bytes = zip.clone();
+            let code = tokio::task::spawn_blocking(move || store.put_zip(&bytes))
+                .await
+                .map_err(|e| ControllerError::Internal(e.to_string()))??;
+            let guard = self.lock_mutations();
+            if self.code.contains(&code.sha256_hex) {
+                return Ok((code, guard));
+            }
+            // A DeleteFunction collected these very bytes meanwhile: store them again.
+        }
+    }
+
+    pub(super) fn lock_mutations(&self) -> MutexGuard<'_, ()> {
+        self.mutation.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Applies a change to a stored function and commits it; the next invocation sees it.
+    pub(super) fn modify(
+        &self,
+        name: &str,
+        change: impl FnOnce(&mut Function) -> Result<(), ControllerError>,
+    ) -> Result<Function, ControllerError> {
+        let guard = self.lock_mutations();
+        self.modify_locked(&guard, name, change)
+    }
+
+    /// [`Self::modify`] for a caller that holds the mutation lock.
+    pub(super) fn modify_locked(
+        &self,
+        _mutation: &MutexGuard<'_, ()>,
+        name: &str,
+        change: impl FnOnce(&mut Function) -> Result<(), ControllerError>,
+    ) -> Result<Function, ControllerError> {
+        let mut function = self.entry(name)?.function.clone();
+        change(&mut function)?;
+        if !self.registry.update(&function)? {
+            return Err(self.not_found(&function.name));
+        }
+        Ok(self.publish(function))
+    }
+
+    /// UpdateFunctionCode with DryRun: checks the function, the RevisionId and the package, and
+    /// changes nothing.
+    pub fn check_code(
+        &self,
+        name: &str,
+        zip: &[u8],
+        expected_revision: Option<&str>,
+    ) -> Result<Function, ControllerError> {
+        let function = self.get(name)?;
+        check_revision(&function, expected_revision)?;
+        code::check_zip(zip)?;
+        Ok(function)
+    }
+
+    /// UpdateFunctionCode.
+    pub async fn update_code(
+        &self,
+        name: &str,
+        zip: Vec<u8>,
+        expected_revision: Option<&str>,
+    ) -> Result<Function, ControllerError> {
+        check_revision(&self.get(name)?, expected_revision)?;
+        let (code, mutation) = self.store_code(zip).await?;
+        self.modify_locked(&mutation, name, |f| {
+            check_revision(f, expected_revision)?;
+            f.code_sha256 = code.sha256_hex;
+            f.code_size = code.size;
+            f.revision += 1;
+            f.last_modified = Utc::now();
+            Ok(())
+        })
+    }
+
+    /// UpdateFunctionConfiguration.
+    pub fn update_config(
+        &self,
+        name: &str,
+        patch: ConfigPatch,
+        expected_revision: Option<&str>,
+    ) -> Result<Function, ControllerError> {
+        self.modify(name, |f| {
+            check_revision(f, expected_revision)?;
+            let mut config = f.config.clone();
+            if let Some(v) = patch.runtime {
+                config.runtime = v;
+            }
+            if let Some(v) = patch.handler {
+                config.handler = v;
+            }
+            if let Some(v) = patch.memory_mb {
+                config.memory_mb = v;
+            }
+            if let Some(v) = patch.timeout_s {
+                config.timeout_s = v;
+            }
+            if let Some(v) = patch.env {
+                config.env = v;
+            }
+            if let Some(v) = patch.description {
+                config.description = v;
+            }
+            if let Some(v) = patch.role {
+                config.role = v;
+            }
+            if let Some(v) = patch.ephemeral_storage_mb {
+                config.ephemeral_storage_mb = v;
+            }
+            if let Some(v) = patch.prebake {
+                config.prebake = v;
+            }
+            if let Some(v) = patch.sessions {
+                config.sessions = v;
+            }
+            if let Some(v) = patch.memory_sizing {
+                config.memory_sizing = v;
+            }
+            if let Some(v) = patch.network {
+                config.network = v;
+            }
+            self.validate(&config)?;
+            f.config = config;
+            f.revision += 1;
+            f.last_modified = Utc::now();
+            Ok(())
+        })
+    }
+
+    /// DeleteFunction. Its queued async invocations go with it, as on Lambda. With a qualifier (in the name or the `Qualifier` parameter) only that
+    /// version would go, as on Lambda: `$LATEST` is refused, an alias is refused, and a version
+    /// number deletes nothing (kiln publishes no versions), so the function is left alone.
+    pub fn delete(&self, name: &str) -> Result<(), ControllerError> {
+        let _mutation = self.lock_mutations();
+        let r = self.function_ref(name)?;
+        if let Some(qualifier) = r.qualifier.as_deref() {
+            if !self.table().contains_key(&r.name) {
+                return Err(self.not_found(&r.name));
+            }
+            return match qualifier {
+                "$LATEST" => Err(ControllerError::InvalidParameter(
+                    "$LATEST version cannot be deleted without deleting the function.".into(),
+                )),
+                q if q.bytes().all(|b| b.is_ascii_digit()) => Ok(()),
+                _ => Err(ControllerError::InvalidParameter(
+                    "Deletion of aliases is not currently supported.".into(),
+                )),
+            };
+        }
+        let entry = self.entry(name)?;
+        let name = entry.function.name.clone();
+        if !self.registry.delete(&name)? {
+            return Err(self.not_found(&name));
+        }
+        self.functions
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&name);
+        self.url_settings
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&name);
+        self.agent.retire(&name, None);
+        self.logs.remove(&name);
+        self.predictor.forget(&name);
+        let live: Vec<String> = self
+            .table()
+            .values()
+            .map(|e| e.function.code_sha256.clone())
+            .collect();
+        if !live.contains(&entry.function.code_sha256) {
+            // Only this package, and unlinked under the lock: packages that creates and updates
+            // in flight have stored are not referenced yet, but are not garbage.
+            if let Some(doomed) = self.code.unlink(&entry.function.code_sha256) {
+                tokio::task::spawn_blocking(move || {
+                    let _ = std::fs::remove_dir_all(doomed);
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// PutFunctionConcurrency (`Some`) and DeleteFunctionConcurrency (`None`).
+    pub fn set_concurrency(
+        &self,
+        name: &str,
+        reserved: Option<u32>,
+    ) -> Result<Function, ControllerError> {
+        if let Some(n) = reserved {
+            if n > self.config.node_max_instances {
+                return Err(ControllerError::InvalidParameter(format!(
+                    "Specified ReservedConcurrentExecutions for function decreases account's UnreservedConcurrentExecution below its minimum value of [0]. ({n} exceeds this node's limit of {})",
+                    self.config.node_max_instances
+                )));
+            }
+        }
+        self.modify(name, |f| {
+            f.reserved_concurrency = reserved;
+            // The agent keys instances by revision: warm instances of the old spec must not
+            // keep serving past a lowered (or zero) reservation.
+            f.revision += 1;
+            Ok(())
+        })
+    }
+}
+
+/// Lambda's RevisionId: a UUID-shaped digest of everything UpdateFunctionCode and
+/// UpdateFunctionConfiguration change, so it changes with each of them and nothing else.
+pub fn revision_id(f: &Function) -> String {
+    use sha2::{Digest, Sha256};
+    let config = serde_json::to_string(&f.config).unwrap_or_default();
+    let digest = Sha256::digest(format!(
+        "{}\n{}\n{}\n{}",
+        f.name,
+        f.code_sha256,
+        f.last_modified.to_rfc3339(),
+        config
+    ));
+    let h = hex::encode(&digest[..16]);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+/// Optimistic locking: an update that names a RevisionId applies only to that revision.
+pub(super) fn check_revision(f: &Function, expected: Option<&str>) -> Result<(), ControllerError> {
+    match expected {
+        Some(expected) if expected != revision_id(f) => Err(ControllerError::PreconditionFailed(
+            "The Revision Id provided does not match the latest Revision Id. Call the GetFunction/GetAlias API to retrieve the latest Revision Id".into(),
+        )),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,111 @@
+//! Function URL configs: Create/Update/Get/DeleteFunctionUrlConfig.
+
+use chrono::Utc;
+
+use super::{Controller, ControllerError, UrlChange, UrlSettings};
+use crate::function::{Function, UrlAuth};
+
+impl Controller {
+    /// Create/UpdateFunctionUrlConfig (`Some`) and DeleteFunctionUrlConfig (`None`), with no
+    /// CORS settings given.
+    pub fn set_url_auth(
+        &self,
+        name: &str,
+        auth: Option<UrlAuth>,
+        create: bool,
+    ) -> Result<(Function, Option<UrlSettings>), ControllerError> {
+        let change = match (auth, create) {
+            (None, _) => UrlChange::Delete,
+            (Some(auth), true) => UrlChange::Create { auth, cors: None },
+            (Some(auth), false) => UrlChange::Update {
+                auth: Some(auth),
+                cors: None,
+            },
+        };
+        self.change_url(name, change)
+    }
+
+    /// Create/Update/DeleteFunctionUrlConfig.
+    pub fn change_url(
+        &self,
+        name: &str,
+        change: UrlChange,
+    ) -> Result<(Function, Option<UrlSettings>), ControllerError> {
+        let _mutation = self.lock_mutations();
+        let mut function = self.entry(name)?.function.clone();
+        let current = function.url_auth.map(|_| self.url_settings_of(&function));
+        let now = Utc::now();
+        let (auth, settings) = match (change, current) {
+            (UrlChange::Create { .. }, Some(_)) => {
+                return Err(ControllerError::Conflict(format!(
+                    "Failed to create function url config for [functionArn = {}]. Error message:  FunctionUrlConfig exists for this Lambda function",
+                    self.arn(&function.name)
+                )))
+            }
+            (UrlChange::Update { .. } | UrlChange::Delete, None) => {
+                return Err(self.url_not_found(&function.name))
+            }
+            (UrlChange::Create { auth, cors }, None) => (
+                Some(auth),
+                Some(UrlSettings {
+                    created: now,
+                    modified: now,
+                    cors,
+                }),
+            ),
+            (UrlChange::Update { auth, cors }, Some(current)) => (
+                Some(auth.or(function.url_auth).unwrap_or(UrlAuth::None)),
+                Some(UrlSettings {
+                    created: current.created,
+                    modified: now,
+                    cors: cors.or(current.cors),
+                }),
+            ),
+            (UrlChange::Delete, Some(_)) => (None, None),
+        };
+        function.url_auth = auth;
+        if !self.registry.update_url(&function, settings.as_ref())? {
+            return Err(self.not_found(&function.name));
+        }
+        {
+            let mut all = self.url_settings.write().unwrap_or_else(|p| p.into_inner());
+            match &settings {
+                Some(s) => all.insert(function.name.clone(), s.clone()),
+                None => all.remove(&function.name),
+            };
+        }
+        Ok((self.publish(function), settings))
+    }
+
+    /// GetFunctionUrlConfig: the function and its URL settings.
+    pub fn url_config(&self, name: &str) -> Result<(Function, UrlSettings), ControllerError> {
+        let function = self.get(name)?;
+        if function.url_auth.is_none() {
+            return Err(self.url_not_found(&function.name));
+        }
+        let settings = self.url_settings_of(&function);
+        Ok((function, settings))
+    }
+
+    fn url_settings_of(&self, function: &Function) -> UrlSettings {
+        self.url_settings
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&function.name)
+            .cloned()
+            // Databases from before URL settings were kept have none: the function's time
+            // stands in.
+            .unwrap_or(UrlSettings {
+                created: function.last_modified,
+                modified: function.last_modified,
+                cors: None,
+            })
+    }
+
+    fn url_not_found(&self, name: &str) -> ControllerError {
+        ControllerError::NotFound(format!(
+            "The resource you requested does not exist. (Service: Lambda, function URL config of {})",
+            self.arn(name)
+        ))
+    }
+}
