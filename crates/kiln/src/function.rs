@@ -7,6 +7,8 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::sync::LockExt;
+
 /// Lambda's limits, checked where configuration enters kiln.
 pub const MIN_MEMORY_MB: u32 = 128;
 pub const MAX_MEMORY_MB: u32 = 10_240;
@@ -332,7 +334,7 @@ type InFlight = (InvocationTags, Option<u32>);
 
 impl InvocationSlot {
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<InFlight>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.0.locked()
     }
 
     /// An invocation with `tags` begins, in process `pid` if kiln knows it.

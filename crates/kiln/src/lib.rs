@@ -17,4 +17,5 @@ pub mod predict;
 pub mod runtime;
 pub mod server;
 pub mod session;
+pub mod sync;
 pub mod zip_util;

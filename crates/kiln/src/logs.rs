@@ -15,6 +15,8 @@ use std::time::Duration;
 
 use tokio::sync::broadcast;
 
+use crate::sync::LockExt;
+
 const ROTATE_BYTES: u64 = 8 * 1024 * 1024;
 const KEEP_ROTATED: usize = 3;
 /// How long a log may wait in memory before it is written.
@@ -40,11 +42,11 @@ struct Shared {
 
 impl Shared {
     fn lock_batch(&self) -> std::sync::MutexGuard<'_, Batch> {
-        self.batch.lock().unwrap_or_else(|p| p.into_inner())
+        self.batch.locked()
     }
 
     fn flush(&self) {
-        let _writing = self.writing.lock().unwrap_or_else(|p| p.into_inner());
+        let _writing = self.writing.locked();
         let entries = std::mem::take(&mut *self.lock_batch()).entries;
         // Consecutive logs of one function become one write.
         let mut merged: Vec<(String, String)> = Vec::new();
@@ -96,11 +98,7 @@ impl LogStore {
 
     pub fn append(&self, function: &str, text: String) {
         if self.shared.has_followers.load(Ordering::Relaxed) {
-            let followers = self
-                .shared
-                .followers
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
+            let followers = self.shared.followers.locked();
             if let Some(tx) = followers.get(function) {
                 let _ = tx.send(Arc::from(text.as_str()));
             }
@@ -119,11 +117,7 @@ impl LogStore {
     /// name right after starts with an empty log.
     pub fn remove(&self, function: &str) {
         self.shared.flush();
-        let _writing = self
-            .shared
-            .writing
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let _writing = self.shared.writing.locked();
         let _ = fs::remove_dir_all(self.shared.dir.join(function));
     }
 
@@ -165,11 +159,7 @@ impl LogStore {
 
     /// New log text of a function as it is written.
     pub fn follow(&self, function: &str) -> broadcast::Receiver<Arc<str>> {
-        let mut followers = self
-            .shared
-            .followers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut followers = self.shared.followers.locked();
         self.shared.has_followers.store(true, Ordering::Relaxed);
         followers
             .entry(function.to_string())

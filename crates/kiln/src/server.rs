@@ -18,6 +18,7 @@ use crate::controller::{Controller, ControllerConfig};
 use crate::function::{FunctionConfig, NetworkMode, UrlAuth};
 use crate::objects::{self, ObjectsSettings, Scope};
 use crate::runtime::Runtimes;
+use crate::sync::LockExt;
 
 /// Settings of `kiln up`, validated.
 #[derive(Debug, Clone)]
@@ -310,7 +311,7 @@ impl MemoryLender for CacheLender {
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
+    mutex.locked()
 }
 
 /// `kiln up --store-only`: the object store alone, e.g. as another kiln's remote store.

@@ -46,6 +46,7 @@ pub use wasm::{cache_dir as wasm_cache_dir, WasmHost};
 
 use crate::function::SharedSpec;
 use crate::runtime::Runtimes;
+use crate::sync::LockExt;
 
 /// Hints the controller extracts from a request for routing (session affinity and data
 /// locality build on this).
@@ -386,7 +387,7 @@ impl Inner {
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.locked()
     }
 
     fn reap_idle(&self, now: Instant) -> Vec<Instance> {

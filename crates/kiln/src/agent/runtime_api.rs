@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, Mutex};
 
 use super::session_log::{CommitError, Entry, Kind, Limits, SessionLog};
 use super::session_txn::Txn;
+use crate::sync::LockExt;
 
 /// The largest response a function may return synchronously (Lambda's 6 MB).
 pub const MAX_RESPONSE_BYTES: usize = 6 * 1024 * 1024;
@@ -69,7 +70,7 @@ struct Shared {
 impl Shared {
     /// Claims the right to answer `request_id`; true once per delivered event.
     fn claim(&self, request_id: &str) -> bool {
-        let mut awaiting = self.awaiting.lock().unwrap_or_else(|p| p.into_inner());
+        let mut awaiting = self.awaiting.locked();
         if awaiting.as_deref() == Some(request_id) {
             *awaiting = None;
             true
@@ -244,11 +245,7 @@ async fn handle(
                 .map(str::to_string);
             let body = collected.to_bytes();
             // The invocation's session writes are in the log before its answer is passed on.
-            let txn = shared
-                .session
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take();
+            let txn = shared.session.locked().take();
             if let Some((_, txn)) = txn {
                 if let Err(error) = txn.commit() {
                     let _ = shared.messages.send(RuntimeMessage::Error {
@@ -339,8 +336,8 @@ async fn next(shared: &Shared) -> Response<Full<Bytes>> {
             "the instance is shutting down",
         );
     };
-    *shared.awaiting.lock().unwrap_or_else(|p| p.into_inner()) = Some(event.request_id.clone());
-    *shared.session.lock().unwrap_or_else(|p| p.into_inner()) = event
+    *shared.awaiting.locked() = Some(event.request_id.clone());
+    *shared.session.locked() = event
         .session
         .map(|(log, limits)| (event.request_id.clone(), Txn::new(log, limits)));
     let mut builder = Response::builder()
@@ -373,8 +370,7 @@ async fn session_call(
 ) -> Response<Full<Bytes>> {
     let max = shared
         .session
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
+        .locked()
         .as_ref()
         .filter(|(current, _)| current == id)
         .map(|(_, txn)| txn.max_request_bytes());
@@ -396,7 +392,7 @@ async fn session_call(
             )
         }
     };
-    let mut guard = shared.session.lock().unwrap_or_else(|p| p.into_inner());
+    let mut guard = shared.session.locked();
     let Some((_, txn)) = guard.as_mut().filter(|(current, _)| current == id) else {
         return error_reply(
             StatusCode::BAD_REQUEST,

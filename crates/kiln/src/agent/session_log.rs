@@ -25,6 +25,7 @@ use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
 use crate::session::MAX_KEY_BYTES;
+use crate::sync::LockExt;
 
 const MAGIC: &[u8; 8] = b"KILNSES1";
 const OP_PUT: u8 = 1;
@@ -334,7 +335,7 @@ impl SessionLog {
     }
 
     fn inner(&self) -> std::sync::MutexGuard<'_, LogInner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.locked()
     }
 
     /// The version of the state the log holds now.

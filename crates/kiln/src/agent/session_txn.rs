@@ -10,6 +10,7 @@ use bytes::Bytes;
 
 use super::session_log::{encode_delete, encode_put, CommitError, Entry, Kind, Limits, SessionLog};
 use crate::session::MAX_KEY_BYTES;
+use crate::sync::LockExt;
 
 /// One invocation's view of a session whose state the agent holds (runtimes that reach it
 /// through the agent: `provided` over the Runtime API, wasm through host calls): reads see the
@@ -181,7 +182,7 @@ impl WasmSession {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Txn>> {
-        self.txn.lock().unwrap_or_else(|p| p.into_inner())
+        self.txn.locked()
     }
 
     fn with<T>(

@@ -28,6 +28,7 @@ use super::{
 };
 use crate::function::{PrebakeMode, SharedSpec};
 use crate::runtime;
+use crate::sync::LockExt;
 
 /// The most memory a wasm32 instance can address.
 const WASM32_MAX_MB: u32 = 4096;
@@ -129,7 +130,7 @@ impl WasmHost {
     }
 
     fn modules(&self) -> std::sync::MutexGuard<'_, Modules> {
-        self.modules.lock().unwrap_or_else(|p| p.into_inner())
+        self.modules.locked()
     }
 
     /// The slot of `spec`'s revision, replacing one of another revision.

@@ -23,6 +23,7 @@ use super::frame::{self, Header};
 use super::instance::{Instance, StartError};
 use super::{AgentContext, InvokeRequest};
 use crate::function::SharedSpec;
+use crate::sync::LockExt;
 
 /// How long the zygote may take to answer a fork request.
 const FORK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -40,7 +41,7 @@ struct Channel {
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    m.locked()
 }
 
 pub struct Zygote {

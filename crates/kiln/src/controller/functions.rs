@@ -10,6 +10,7 @@ use super::code;
 use super::{ConfigPatch, Controller, ControllerError};
 use crate::function::{self, Function, FunctionConfig};
 use crate::runtime::RESERVED_ENV;
+use crate::sync::{LockExt, RwLockExt};
 
 impl Controller {
     fn validate(&self, config: &FunctionConfig) -> Result<(), ControllerError> {
@@ -155,7 +156,7 @@ impl Controller {
     }
 
     pub(super) fn lock_mutations(&self) -> MutexGuard<'_, ()> {
-        self.mutation.lock().unwrap_or_else(|p| p.into_inner())
+        self.mutation.locked()
     }
 
     /// Applies a change to a stored function and commits it; the next invocation sees it.
@@ -295,14 +296,8 @@ impl Controller {
         if !self.registry.delete(&name)? {
             return Err(self.not_found(&name));
         }
-        self.functions
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&name);
-        self.url_settings
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&name);
+        self.functions.write_locked().remove(&name);
+        self.url_settings.write_locked().remove(&name);
         self.agent.retire(&name, None);
         self.logs.remove(&name);
         self.predictor.forget(&name);

@@ -26,6 +26,7 @@ use crate::function::{self, Function, InstanceSpec, NetworkMode, SharedSpec, Url
 use crate::logs::LogStore;
 use crate::metrics::Metrics;
 use crate::predict;
+use crate::sync::RwLockExt;
 pub use cache::InvocationCache;
 use code::{CodeError, CodeStore};
 pub use functions::revision_id;
@@ -243,14 +244,8 @@ impl Controller {
             controller.agent.prepare(spec.clone());
             table.insert(function.name.clone(), Arc::new(Entry { function, spec }));
         }
-        *controller
-            .functions
-            .write()
-            .unwrap_or_else(|p| p.into_inner()) = table;
-        *controller
-            .url_settings
-            .write()
-            .unwrap_or_else(|p| p.into_inner()) =
+        *controller.functions.write_locked() = table;
+        *controller.url_settings.write_locked() =
             controller.registry.url_settings()?.into_iter().collect();
         controller.code.collect_garbage(&live_code);
         queue::start(controller.clone());
@@ -300,33 +295,29 @@ impl Controller {
     fn sequences(
         &self,
     ) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<sequences::Sequence>>> {
-        self.sequences.read().unwrap_or_else(|p| p.into_inner())
+        self.sequences.read_locked()
     }
 
     fn sequences_mut(
         &self,
     ) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Arc<sequences::Sequence>>> {
-        self.sequences.write().unwrap_or_else(|p| p.into_inner())
+        self.sequences.write_locked()
     }
 
     fn table(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<Entry>>> {
-        self.functions.read().unwrap_or_else(|p| p.into_inner())
+        self.functions.read_locked()
     }
 
     fn publish(&self, function: Function) -> Function {
         let spec = self.spec_for(&function);
         let name = function.name.clone();
-        let previous = self
-            .functions
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(
-                name.clone(),
-                Arc::new(Entry {
-                    function: function.clone(),
-                    spec,
-                }),
-            );
+        let previous = self.functions.write_locked().insert(
+            name.clone(),
+            Arc::new(Entry {
+                function: function.clone(),
+                spec,
+            }),
+        );
         // New code uses memory its own way: its model starts afresh. (A new MemorySize is a
         // new model already.)
         if previous.is_some_and(|p| {

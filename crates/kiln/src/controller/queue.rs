@@ -14,6 +14,7 @@ use super::registry::{Progress, QueuedEvent, Requeue};
 use super::{Controller, ControllerError, ASYNC_ATTEMPTS};
 use crate::agent::InvokeRequest;
 use crate::metrics::OutcomeLabels;
+use crate::sync::LockExt;
 
 /// Lambda keeps retrying an event it cannot run for lack of concurrency for up to six hours,
 /// backing off exponentially from one second to five minutes.
@@ -37,8 +38,7 @@ pub(super) fn start(controller: Arc<Controller>) {
                 return;
             };
             let busy: Vec<(i64, String)> = in_flight
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
+                .locked()
                 .iter()
                 .map(|(id, function)| (*id, function.clone()))
                 .collect();
@@ -55,18 +55,12 @@ pub(super) fn start(controller: Arc<Controller>) {
                 Vec::new()
             };
             for event in due {
-                in_flight
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(event.id, event.function.clone());
+                in_flight.locked().insert(event.id, event.function.clone());
                 let controller = controller.clone();
                 let in_flight = in_flight.clone();
                 tokio::spawn(async move {
                     deliver(&controller, &event).await;
-                    in_flight
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .remove(&event.id);
+                    in_flight.locked().remove(&event.id);
                     controller.queue_wakeup.notify_one();
                 });
             }

@@ -10,6 +10,7 @@ use chrono::{DateTime, Utc};
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::function::{Function, FunctionConfig, UrlAuth};
+use crate::sync::LockExt;
 
 /// Why the metadata database failed.
 #[derive(Debug, thiserror::Error)]
@@ -247,7 +248,7 @@ impl Registry {
     fn db(&self) -> std::sync::MutexGuard<'_, Connection> {
         // A panic while holding the lock cannot leave SQLite inconsistent: every change is a
         // transaction.
-        self.db.lock().unwrap_or_else(|p| p.into_inner())
+        self.db.locked()
     }
 
     /// Inserts a new function; false if the name is taken.

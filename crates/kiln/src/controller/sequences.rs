@@ -20,6 +20,7 @@ use super::registry::{Progress, QueuedEvent};
 use super::{Controller, ControllerError};
 use crate::agent::{InvokeOutcome, InvokeRequest};
 use crate::function::{self, Stage, StorageTag};
+use crate::sync::LockExt;
 
 /// Functions in one sequence, at most (OpenWhisk's default limit).
 pub const MAX_STAGES: usize = 50;
@@ -65,7 +66,7 @@ impl Controller {
                 functions.len()
             )));
         }
-        let _mutation = self.mutation.lock().unwrap_or_else(|p| p.into_inner());
+        let _mutation = self.mutation.locked();
         if self.table().contains_key(name) {
             return Err(ControllerError::Conflict(format!(
                 "A function is named {name}: a sequence cannot be"
@@ -104,7 +105,7 @@ impl Controller {
 
     /// Deletes sequence `name` (its functions stay); false if there was none.
     pub fn delete_sequence(&self, name: &str) -> Result<bool, ControllerError> {
-        let _mutation = self.mutation.lock().unwrap_or_else(|p| p.into_inner());
+        let _mutation = self.mutation.locked();
         let (existed, kept) = self.registry.delete_sequence(name)?;
         self.sequences_mut().remove(name);
         for run in kept {

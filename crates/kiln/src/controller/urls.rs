@@ -4,6 +4,7 @@ use chrono::Utc;
 
 use super::{Controller, ControllerError, UrlChange, UrlSettings};
 use crate::function::{Function, UrlAuth};
+use crate::sync::RwLockExt;
 
 impl Controller {
     /// Create/UpdateFunctionUrlConfig (`Some`) and DeleteFunctionUrlConfig (`None`), with no
@@ -68,7 +69,7 @@ impl Controller {
             return Err(self.not_found(&function.name));
         }
         {
-            let mut all = self.url_settings.write().unwrap_or_else(|p| p.into_inner());
+            let mut all = self.url_settings.write_locked();
             match &settings {
                 Some(s) => all.insert(function.name.clone(), s.clone()),
                 None => all.remove(&function.name),
@@ -89,8 +90,7 @@ impl Controller {
 
     fn url_settings_of(&self, function: &Function) -> UrlSettings {
         self.url_settings
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
+            .read_locked()
             .get(&function.name)
             .cloned()
             // Databases from before URL settings were kept have none: the function's time

@@ -24,6 +24,7 @@ use super::checksum::{verify_content_md5, BodyHasher, Declared};
 use super::sdk_keys::{to_sdk, KeyLabels};
 use super::{Limits, ObjectStoreError, RemoteConfig};
 use crate::objects::shared::{check_length, checksums_from, content_length};
+use crate::sync::LockExt;
 
 /// S3's limit on one part.
 const MAX_PART_BYTES: u64 = 5 * 1024 * 1024 * 1024;
@@ -136,7 +137,7 @@ impl Stream for VerifiedBody {
                         Err(e) => {
                             this.held = None;
                             let message = e.to_string();
-                            *this.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                            *this.failure.locked() = Some(e);
                             return Poll::Ready(Some(Err(message.into())));
                         }
                     }
@@ -192,7 +193,7 @@ fn verified(
 
 /// The remote's answer, unless the body failed our own check first.
 fn after_upload<T>(result: S3Result<T>, failure: Option<Failure>) -> S3Result<T> {
-    let ours = failure.and_then(|f| f.lock().unwrap_or_else(|p| p.into_inner()).take());
+    let ours = failure.and_then(|f| f.locked().take());
     match (result, ours) {
         (Err(_), Some(e)) => Err(e),
         (result, _) => result,

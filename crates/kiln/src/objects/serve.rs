@@ -19,6 +19,7 @@ use tokio::task::JoinHandle;
 
 use super::keys::Scope;
 use super::ObjectStore;
+use crate::sync::LockExt;
 
 /// A client that sends no complete request head in this long is disconnected.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
@@ -183,7 +184,7 @@ pub(crate) fn serve_tagged(
                 req.extensions_mut().insert(scope.clone());
                 if let Some(slot) = &slot {
                     let tags = slot.tags_for(|pids| {
-                        let mut known = owner.lock().unwrap_or_else(|p| p.into_inner());
+                        let mut known = owner.locked();
                         if known.is_none() {
                             *known = super::peer::owner(peer, local_addr, pids);
                         }

@@ -29,6 +29,8 @@ pub use benefit::Etl;
 pub use features::Features;
 use memory::{Classifier, MemoryModel};
 
+use crate::sync::LockExt;
+
 /// How the node predicts.
 #[derive(Debug, Clone)]
 pub struct PredictorConfig {
@@ -81,7 +83,7 @@ pub struct Predictor {
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    m.locked()
 }
 
 impl Predictor {

@@ -51,6 +51,7 @@ pub use writeback::{FailingWriteback, WritebackStatus};
 use super::ObjectStoreError;
 use crate::function::{InvocationTags, Stage, StorageTag};
 use crate::objects::shared::internal;
+use crate::sync::LockExt;
 
 /// The user-metadata key that carries a version in the backing store. Reserved: it is not
 /// accepted from clients nor shown to them through kiln.
@@ -184,7 +185,7 @@ struct KeyGuard<'a> {
 impl Drop for KeyGuard<'_> {
     fn drop(&mut self) {
         self.guard.take();
-        let mut map = self.locks.map.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.locks.map.locked();
         // The map's reference and ours: nobody else holds or waits for the lock.
         if Arc::strong_count(&self.lock) == 2 {
             map.remove(&self.key);
@@ -195,7 +196,7 @@ impl Drop for KeyGuard<'_> {
 impl KeyLocks {
     async fn lock(&self, key: &ObjectKey) -> KeyGuard<'_> {
         let lock = {
-            let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+            let mut map = self.map.locked();
             map.entry(key.clone()).or_default().clone()
         };
         let guard = lock.clone().lock_owned().await;
@@ -311,7 +312,7 @@ impl ObjectCache {
     }
 
     fn entries(&self) -> MutexGuard<'_, Entries> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+        self.entries.locked()
     }
 
     pub fn metrics(&self) -> &CacheMetrics {
@@ -319,7 +320,7 @@ impl ObjectCache {
     }
 
     fn costs(&self) -> MutexGuard<'_, Costs> {
-        self.costs.lock().unwrap_or_else(|p| p.into_inner())
+        self.costs.locked()
     }
 
     /// The time `function`'s object-store calls took so far, and what they would have taken at
@@ -331,7 +332,7 @@ impl ObjectCache {
     /// Whether objects `function` reads or writes are admitted (by default they are): the
     /// decision of its cache-benefit model, for its current invocations.
     pub fn set_admission(&self, function: &str, admit: bool) {
-        let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        let mut refused = self.refused.locked();
         if admit {
             refused.remove(function);
         } else if !refused.contains(function) {
@@ -356,7 +357,7 @@ impl ObjectCache {
     }
 
     fn known(&self) -> MutexGuard<'_, Known> {
-        self.known.lock().unwrap_or_else(|p| p.into_inner())
+        self.known.locked()
     }
 
     /// Records an object's features.
@@ -436,15 +437,7 @@ impl ObjectCache {
         if let Some(fixed) = self.configured_admission() {
             return fixed;
         }
-        invocation.unwrap_or_else(|| {
-            function.is_none_or(|f| {
-                !self
-                    .refused
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .contains(f)
-            })
-        })
+        invocation.unwrap_or_else(|| function.is_none_or(|f| !self.refused.locked().contains(f)))
     }
 
     pub fn usage(&self) -> Usage {
@@ -597,8 +590,7 @@ impl ObjectCache {
             self.put_shadow(&key, &meta, version).await;
         }
         self.acknowledged
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .locked()
             .entry(key.clone())
             .or_insert((version, Instant::now()));
         self.learn_object(
@@ -675,14 +667,11 @@ impl ObjectCache {
     }
 
     fn known_bucket(&self, bucket: &str) -> bool {
-        self.buckets
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(bucket)
+        self.buckets.locked().contains(bucket)
     }
 
     fn remember_bucket(&self, bucket: &str, exists: bool) {
-        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        let mut buckets = self.buckets.locked();
         if exists {
             buckets.insert(bucket.to_string());
         } else {

@@ -6,6 +6,7 @@ use std::sync::MutexGuard;
 use std::time::Instant;
 
 use super::ObjectCache;
+use crate::sync::LockExt;
 
 /// A sequence run kept for the retry that resumes it.
 pub(super) struct Kept {
@@ -73,7 +74,7 @@ impl ObjectCache {
     }
 
     fn kept_runs(&self) -> MutexGuard<'_, std::collections::HashMap<String, Kept>> {
-        self.kept_runs.lock().unwrap_or_else(|p| p.into_inner())
+        self.kept_runs.locked()
     }
 
     /// Ends the runs kept past their time (the sweep's part).

@@ -25,6 +25,7 @@ use tokio::sync::mpsc;
 use super::entries::{DirtyVersion, ObjectKey};
 use super::{internal_request, is_not_found, KeyGuard, ObjectCache, VERSION_METADATA};
 use crate::objects::shared::set_checksums;
+use crate::sync::LockExt;
 
 const FIRST_RETRY: Duration = Duration::from_millis(100);
 const LAST_RETRY: Duration = Duration::from_secs(30);
@@ -139,7 +140,7 @@ impl ObjectCache {
         let requeue = self.entries().persisted(&key, dirty.version);
         // From the oldest acknowledgement this write-back covers (it wrote the latest version).
         let covered = {
-            let mut acknowledged = self.acknowledged.lock().unwrap_or_else(|p| p.into_inner());
+            let mut acknowledged = self.acknowledged.locked();
             match acknowledged.get(&key) {
                 Some((oldest, _)) if *oldest <= dirty.version => acknowledged.remove(&key),
                 _ => None,
@@ -213,7 +214,7 @@ impl ObjectCache {
     }
 
     fn failing(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, Failure>> {
-        self.failing.lock().unwrap_or_else(|p| p.into_inner())
+        self.failing.locked()
     }
 
     /// What is still to be written back, and the write-backs that are failing (oldest first).

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::objects::checksum::{Algorithm, ChecksumKind, Checksums};
 use crate::objects::conditions::WriteCondition;
 use crate::objects::listing::Cursor;
+use crate::sync::LockExt;
 
 /// Why the object metadata database failed.
 #[derive(Debug, thiserror::Error)]
@@ -222,7 +223,7 @@ impl Meta {
         bucket: &str,
         key: &str,
     ) -> Result<Option<(u64, Option<String>)>, MetaError> {
-        let reader = self.reader.lock().unwrap_or_else(|p| p.into_inner());
+        let reader = self.reader.locked();
         let found = reader
             .prepare_cached("SELECT size, media FROM objects WHERE bucket = ?1 AND key = ?2")?
             .query_row(params![bucket, key], |row| Ok((row.get(0)?, row.get(1)?)))
@@ -239,7 +240,7 @@ impl Meta {
         file_id: &str,
         media: &str,
     ) -> Result<bool, MetaError> {
-        let background = self.background.lock().unwrap_or_else(|p| p.into_inner());
+        let background = self.background.locked();
         let changed = background
             .prepare_cached(
                 "UPDATE objects SET media = ?4 WHERE bucket = ?1 AND key = ?2 AND file_id = ?3",
@@ -250,7 +251,7 @@ impl Meta {
 
     fn db(&self) -> MutexGuard<'_, Connection> {
         // Every change is a transaction, so a panic while holding the lock leaves SQLite consistent.
-        self.db.lock().unwrap_or_else(|p| p.into_inner())
+        self.db.locked()
     }
 
     /// Creates a bucket; false if it exists.
