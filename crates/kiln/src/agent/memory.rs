@@ -6,6 +6,7 @@
 //! instance takes memory back (a warm instance given a request predicted higher, a new
 //! instance, or the monitor raising a limit mid-invocation), the lender gives it back first.
 
+use super::pools::fit;
 use super::{forget, Inner, Instance, LiveInstance, State};
 
 /// Memory lent out of instances' bookings. The node asks for it back whenever instances
@@ -22,27 +23,59 @@ pub(super) fn reserve(reserved_mb: &mut u64, live: &mut LiveInstance, limit_mb: 
     live.limit_mb = limit_mb;
 }
 
-/// Evicts idle instances, least recently used first across all functions, until `needed_mb`
-/// fits in the budget or nothing idle is left.
-pub(super) fn make_room(state: &mut State, needed_mb: u64, budget_mb: u64) -> Vec<Instance> {
-    let mut victims = Vec::new();
-    while state.memory_reserved_mb + needed_mb > budget_mb {
-        let oldest = state
-            .pools
+/// Idle instances in eviction order, least recently used first across all functions: each
+/// function's idle list is oldest first, so the next victim is the oldest of their heads.
+/// Yields each one's function, id and booked memory (what evicting it frees).
+pub(super) fn eviction_order(state: &State) -> impl Iterator<Item = (&str, u64, u32)> + '_ {
+    let mut heads: Vec<(&str, &[Instance])> = state
+        .pools
+        .iter()
+        .map(|(name, pool)| (name.as_str(), pool.idle.as_slice()))
+        .collect();
+    std::iter::from_fn(move || {
+        let (at, _) = heads
             .iter()
-            .filter_map(|(name, pool)| pool.idle.first().map(|i| (i.last_used, name.clone())))
-            .min_by_key(|(used, _)| *used);
-        let Some((_, name)) = oldest else { break };
-        let victim = state
-            .pools
-            .get_mut(&name)
-            .expect("pool exists")
-            .idle
-            .remove(0);
-        forget(state, victim.id);
-        victims.push(victim);
+            .enumerate()
+            .filter_map(|(at, (_, idle))| idle.first().map(|i| (at, i.last_used)))
+            .min_by_key(|(_, used)| *used)?;
+        let (name, idle) = &mut heads[at];
+        let victim = &idle[0];
+        *idle = &idle[1..];
+        let booked = state.live.get(&victim.id).map_or(0, |l| l.limit_mb);
+        Some((*name, victim.id, booked))
+    })
+}
+
+/// Evicts idle instances, least recently used first across all functions, until `needed_mb`
+/// fits in the budget or nothing idle is left; returns them, and whether it fits now.
+pub(super) fn make_room(
+    state: &mut State,
+    needed_mb: u64,
+    budget_mb: u64,
+) -> (Vec<Instance>, bool) {
+    if state.memory_reserved_mb + needed_mb <= budget_mb {
+        return (Vec::new(), true);
     }
-    victims
+    let booked = eviction_order(state).map(|(_, _, mb)| u64::from(mb));
+    let (count, fits) = match fit(state.memory_reserved_mb, needed_mb, budget_mb, booked) {
+        Ok(count) => (count, true),
+        Err(count) => (count, false),
+    };
+    let chosen: Vec<(String, u64)> = eviction_order(state)
+        .take(count)
+        .map(|(name, id, _)| (name.to_string(), id))
+        .collect();
+    let mut victims = Vec::with_capacity(chosen.len());
+    for (name, id) in chosen {
+        let Some(pool) = state.pools.get_mut(&name) else {
+            continue;
+        };
+        if let Some(at) = pool.idle.iter().position(|i| i.id == id) {
+            victims.push(pool.idle.remove(at));
+            forget(state, id);
+        }
+    }
+    (victims, fits)
 }
 
 /// Memory booked by live instances that their limits leave unused, at most the budget their
@@ -69,7 +102,7 @@ impl Inner {
             };
             let booked = live.memory_mb;
             reserve(&mut state.memory_reserved_mb, live, booked);
-            let victims = make_room(state, 0, self.config.memory_budget_mb);
+            let (victims, _) = make_room(state, 0, self.config.memory_budget_mb);
             (victims, lendable_mb(state, self.config.memory_budget_mb))
         };
         for victim in victims {

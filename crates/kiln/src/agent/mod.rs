@@ -7,6 +7,7 @@
 mod frame;
 mod instance;
 mod memory;
+mod pools;
 mod resize;
 mod routing;
 mod runtime_api;
@@ -38,6 +39,7 @@ use instance::SessionCtx;
 pub use instance::{Instance, StartError, MAX_RESPONSE_BYTES};
 pub use memory::MemoryLender;
 use memory::{make_room, reserve};
+use pools::Pool;
 pub use routing::{ClosestMemory, RoutingPolicy, WarmFirst};
 pub use sessions::SessionStatus;
 use snapshots::SnapshotSlot;
@@ -286,15 +288,6 @@ struct LiveInstance {
 }
 
 #[derive(Default)]
-struct Pool {
-    /// Most recently used last.
-    idle: Vec<Instance>,
-    /// Instances of any state, counted against the function's concurrency.
-    live: usize,
-    waiters: VecDeque<oneshot::Sender<Wake>>,
-}
-
-#[derive(Default)]
 struct State {
     pools: HashMap<String, Pool>,
     live: HashMap<u64, LiveInstance>,
@@ -441,95 +434,77 @@ impl Inner {
                     self.destroy_later(old);
                 }
                 // A session's request goes to its primary, or where placement puts the session.
-                let mut target = None;
-                if let Some((session, config)) = session {
+                let target = session.and_then(|(session, config)| {
                     match sessions::target(state, spec, session, config) {
-                        sessions::Target::Instance(id) => target = Some(id),
-                        sessions::Target::New => {}
+                        sessions::Target::Instance(id) => Some(id),
+                        sessions::Target::New => None,
                     }
-                }
+                });
                 let pool = state.pools.get_mut(&spec.function).expect("pool exists");
-                let chosen = match (session, target) {
-                    (Some(_), Some(id)) => pool.idle.iter().position(|i| i.id == id),
-                    // A new session waits for no one: a new instance, when the function may have one.
-                    (Some(_), None) if pool.live < spec.max_instances as usize => None,
-                    _ => self.routing.choose(&pool.idle, hints),
+                let ask = pools::Ask {
+                    routed: self.routing.choose(&pool.idle, hints),
+                    session: session.map(|_| match target {
+                        Some(id) => match pool.idle.iter().position(|i| i.id == id) {
+                            Some(index) => pools::Primary::Idle(index),
+                            None => pools::Primary::Busy(id),
+                        },
+                        None => pools::Primary::None,
+                    }),
+                    live: pool.live,
+                    max_instances: spec.max_instances,
+                    reserved_concurrency: spec.reserved_concurrency.is_some(),
+                    waiters: {
+                        // Requests that gave up waiting (queue timeout, caller gone) hold no place.
+                        pool.waiters.retain(|w| !w.is_closed());
+                        pool.waiters.len()
+                    },
+                    queue_depth: self.config.queue_depth,
                 };
-                if let Some(index) = chosen {
-                    let instance = pool.idle.remove(index);
-                    if let Some(live) = state.live.get_mut(&instance.id) {
-                        live.state = InstanceState::Busy;
-                        reserve(&mut state.memory_reserved_mb, live, need);
+                match pools::decide(&ask) {
+                    pools::Decision::Take(index) => {
+                        let instance = pool.idle.remove(index);
+                        if let Some(live) = state.live.get_mut(&instance.id) {
+                            live.state = InstanceState::Busy;
+                            reserve(&mut state.memory_reserved_mb, live, need);
+                        }
+                        if let Some((session, _)) = session {
+                            sessions::bind(state, spec, session, instance.id);
+                        }
+                        return Ok(Acquired::Warm(Box::new(instance)));
                     }
-                    if let Some((session, _)) = session {
-                        sessions::bind(state, spec, session, instance.id);
-                    }
-                    return Ok(Acquired::Warm(Box::new(instance)));
-                }
-                if let (Some((session, _)), Some(id)) = (session, target) {
-                    // The primary is busy (or starting): the request queues on it.
-                    sessions::bind(state, spec, session, id);
-                    let (tx, rx) = oneshot::channel();
-                    state.bound_waiters.entry(id).or_default().push_back(tx);
-                    break 'decide (Some(rx), Vec::new());
-                }
-                let pool = state.pools.get_mut(&spec.function).expect("pool exists");
-                if spec.max_instances == 0 {
-                    return Err(AgentError::ThrottledReserved);
-                }
-                if pool.live < spec.max_instances as usize {
-                    let victims = make_room(state, u64::from(need), self.config.memory_budget_mb);
-                    if state.memory_reserved_mb + u64::from(need) <= self.config.memory_budget_mb {
-                        state.next_id += 1;
-                        let id = state.next_id;
-                        state.memory_reserved_mb += u64::from(need);
-                        state
-                            .pools
-                            .get_mut(&spec.function)
-                            .expect("pool exists")
-                            .live += 1;
-                        state.live.insert(
-                            id,
-                            LiveInstance {
-                                function: spec.function.clone(),
-                                revision: spec.revision,
-                                state: InstanceState::Starting,
-                                start_path: StartPath::Coldest,
-                                created: Instant::now(),
-                                memory_mb: spec.memory_mb,
-                                limit_mb: need,
-                                cgroup: None,
-                                pid: None,
-                                sessions: 0,
-                            },
-                        );
+                    pools::Decision::WaitForPrimary(id) => {
+                        // The primary is busy (or starting): the request queues on it.
                         if let Some((session, _)) = session {
                             sessions::bind(state, spec, session, id);
                         }
-                        drop(guard);
-                        for victim in victims {
-                            self.destroy_later(victim);
-                        }
-                        return Ok(Acquired::Cold(id));
+                        let (tx, rx) = oneshot::channel();
+                        state.bound_waiters.entry(id).or_default().push_back(tx);
+                        break 'decide (Some(rx), Vec::new());
                     }
-                    if victims.is_empty() && pool_is_empty(state, &spec.function) {
-                        return Err(AgentError::ThrottledNode);
+                    pools::Decision::Throttle(e) => return Err(e),
+                    pools::Decision::Queue => {
+                        let (tx, rx) = oneshot::channel();
+                        pool.waiters.push_back(tx);
+                        (Some(rx), Vec::new())
                     }
-                    (None, victims)
-                } else {
-                    let pool = state.pools.get_mut(&spec.function).expect("pool exists");
-                    // Requests that gave up waiting (queue timeout, caller gone) hold no place.
-                    pool.waiters.retain(|w| !w.is_closed());
-                    if pool.waiters.len() >= self.config.queue_depth {
-                        return Err(if spec.reserved_concurrency.is_some() {
-                            AgentError::ThrottledReserved
+                    pools::Decision::Start => {
+                        let (victims, fits) =
+                            make_room(state, u64::from(need), self.config.memory_budget_mb);
+                        if !fits {
+                            // Not even with every idle instance gone: the node is full.
+                            (None, victims)
                         } else {
-                            AgentError::ThrottledNode
-                        });
+                            let id = self.reserve_new(state, spec, need);
+                            if let Some((session, _)) = session {
+                                sessions::bind(state, spec, session, id);
+                            }
+                            drop(guard);
+                            for victim in victims {
+                                self.destroy_later(victim);
+                            }
+                            return Ok(Acquired::Cold(id));
+                        }
                     }
-                    let (tx, rx) = oneshot::channel();
-                    pool.waiters.push_back(tx);
-                    (Some(rx), Vec::new())
                 }
             };
             for victim in victims {
@@ -569,6 +544,35 @@ impl Inner {
                 Err(_) => return Err(AgentError::ShuttingDown),
             }
         }
+    }
+
+    /// Books a new instance of `spec` (its id, its memory, its place in the pool's count),
+    /// starting on the coldest path until a faster one adopts it.
+    fn reserve_new(&self, state: &mut State, spec: &SharedSpec, need: u32) -> u64 {
+        state.next_id += 1;
+        let id = state.next_id;
+        state.memory_reserved_mb += u64::from(need);
+        state
+            .pools
+            .get_mut(&spec.function)
+            .expect("pool exists")
+            .live += 1;
+        state.live.insert(
+            id,
+            LiveInstance {
+                function: spec.function.clone(),
+                revision: spec.revision,
+                state: InstanceState::Starting,
+                start_path: StartPath::Coldest,
+                created: Instant::now(),
+                memory_mb: spec.memory_mb,
+                limit_mb: need,
+                cgroup: None,
+                pid: None,
+                sessions: 0,
+            },
+        );
+        id
     }
 
     /// Returns an instance after an invocation: to a waiting request, to the idle pool, or to
@@ -912,14 +916,6 @@ fn outdated(state: &State, spec: &SharedSpec) -> bool {
         .newest
         .get(&spec.function)
         .is_some_and(|newest| spec.revision < *newest)
-}
-
-fn pool_is_empty(state: &State, function: &str) -> bool {
-    state
-        .pools
-        .get(function)
-        .map(|p| p.live == 0)
-        .unwrap_or(true)
 }
 
 /// Drops the bookkeeping of an instance that is gone or going. Requests queued on it for their
