@@ -1,0 +1,204 @@
+//! [`LocalAgent`] as the controller sees it: the [`NodeAgent`] calls (invoke, retire, prepare,
+//! status, sessions, shutdown) carried out on this host.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::future::BoxFuture;
+use kiln_sandbox::Cgroup;
+
+use super::snapshots::SnapshotSlot;
+use super::{
+    forget, memory, session_log, sessions, AgentError, Instance, InvokeOutcome, InvokeRequest,
+    LocalAgent, MemoryLender, NodeAgent, NodeStatus, SessionStatus,
+};
+use crate::function::SharedSpec;
+
+impl NodeAgent for LocalAgent {
+    fn invoke(
+        &self,
+        spec: SharedSpec,
+        request: InvokeRequest,
+    ) -> BoxFuture<'static, Result<InvokeOutcome, AgentError>> {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            // The invocation runs to completion even if the caller goes away, as on Lambda; the
+            // instance is then returned to its pool instead of being lost with the future.
+            match tokio::spawn(inner.invoke(spec, request)).await {
+                Ok(result) => result,
+                Err(e) => Err(AgentError::Sandbox(format!("invocation task failed: {e}"))),
+            }
+        })
+    }
+
+    fn retire(&self, function: &str, keep_revision: Option<u64>) {
+        if let Some(host) = &self.inner.ctx.wasm {
+            host.retire(function, keep_revision);
+        }
+        let (victims, zygote) = {
+            let mut guard = self.inner.state();
+            let state = &mut *guard;
+            match keep_revision {
+                None => {
+                    sessions::end_all(state, function);
+                    state.newest.remove(function);
+                }
+                Some(revision) => {
+                    let newest = state.newest.entry(function.to_string()).or_default();
+                    *newest = (*newest).max(revision);
+                }
+            }
+            let zygote = match state.zygotes.get(function) {
+                Some(slot) if Some(slot.revision()) != keep_revision => {
+                    state.zygotes.remove(function)
+                }
+                _ => None,
+            };
+            let mut retire = Vec::new();
+            if let Some(pool) = state.pools.get_mut(function) {
+                let (keep, old): (Vec<_>, Vec<_>) = pool
+                    .idle
+                    .drain(..)
+                    .partition(|i| Some(i.spec.revision) == keep_revision);
+                pool.idle = keep;
+                retire = old;
+            }
+            for instance in &retire {
+                forget(state, instance.id);
+            }
+            (retire, zygote)
+        };
+        if let Some(slot) = zygote {
+            self.inner.discard(slot);
+        }
+        if keep_revision.is_none() {
+            // The function is gone, and the state of its sessions with it.
+            let dir = self.inner.config.session_dir.join(function);
+            if let Err(e) = std::fs::remove_dir_all(&dir) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(function, "its sessions' logs could not be removed: {e}");
+                }
+            }
+        }
+        self.inner
+            .drop_spare(function, |r| Some(r) != keep_revision, true);
+        for victim in victims {
+            self.inner.destroy_later(victim);
+        }
+    }
+
+    fn prepare(&self, spec: SharedSpec) {
+        use crate::function::PrebakeMode;
+        let open_logs: Vec<String> = {
+            let mut state = self.inner.state();
+            let newest = state.newest.entry(spec.function.clone()).or_default();
+            *newest = (*newest).max(spec.revision);
+            state
+                .sessions
+                .keys()
+                .filter(|(f, _)| *f == spec.function)
+                .map(|(_, id)| session_log::file_name(id))
+                .collect()
+        };
+        if let Some(config) = &spec.sessions {
+            // Sessions that expired while kiln was down (their logs were not used for a TTL).
+            let dir = self.inner.config.session_dir.join(&spec.function);
+            let ttl = Duration::from_secs(u64::from(config.idle_ttl_seconds));
+            tokio::task::spawn_blocking(move || sessions::sweep(&dir, &open_logs, ttl));
+        }
+        match self.inner.wasm_host(&spec) {
+            // A plain module is compiled at deploy time too: only its snapshot is off.
+            Some(Ok(host)) if spec.prebake.mode != PrebakeMode::Lazy => host.prepare(spec),
+            Some(_) => {}
+            None if spec.prebake.mode == PrebakeMode::Deploy => self.inner.build_zygote(&spec),
+            None => {}
+        }
+    }
+
+    fn lendable_memory_mb(&self) -> u64 {
+        memory::lendable_mb(&self.inner.state(), self.inner.config.memory_budget_mb)
+    }
+
+    fn status(&self) -> NodeStatus {
+        self.inner.status()
+    }
+
+    fn lend_to(&self, lender: Arc<dyn MemoryLender>) {
+        if self.inner.lender.set(lender).is_err() {
+            tracing::warn!("the node's memory is already lent; a second lender is ignored");
+        }
+    }
+
+    fn sessions(&self, function: &str) -> Vec<SessionStatus> {
+        sessions::list(&self.inner.state(), function, Instant::now())
+    }
+
+    fn end_session(&self, function: &str, session: &str) -> bool {
+        let ended = sessions::end(
+            &mut self.inner.state(),
+            &(function.to_string(), session.to_string()),
+        );
+        // A session not used since kiln started has only its log on disk.
+        let path = self
+            .inner
+            .config
+            .session_dir
+            .join(function)
+            .join(session_log::file_name(session));
+        ended || std::fs::remove_file(path).is_ok()
+    }
+
+    fn shutdown(&self, grace: Duration) -> BoxFuture<'static, ()> {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            let idle: Vec<Instance> = {
+                let mut state = inner.state();
+                state.shutting_down = true;
+                let mut idle = Vec::new();
+                for pool in state.pools.values_mut() {
+                    idle.append(&mut pool.idle);
+                    pool.waiters.clear();
+                }
+                for instance in &idle {
+                    forget(&mut state, instance.id);
+                }
+                // A zygote goes once its last fork is gone; standby instances go with the idle ones.
+                for (_, slot) in state.zygotes.drain() {
+                    if let SnapshotSlot::Standby(instance, _) = slot {
+                        idle.push(*instance);
+                    }
+                }
+                idle
+            };
+            let mut idle = idle;
+            idle.extend(inner.drain_standbys());
+            idle.extend(inner.drain_spares());
+            futures_util::future::join_all(idle.into_iter().map(Instance::destroy)).await;
+            let deadline = Instant::now() + grace;
+            while Instant::now() < deadline && !inner.state().live.is_empty() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            // Whatever is still running is killed through its cgroup.
+            let stragglers: Vec<Arc<Cgroup>> = inner
+                .state()
+                .live
+                .values()
+                .filter_map(|l| l.cgroup.clone())
+                .collect();
+            for cgroup in stragglers {
+                cgroup.kill_all();
+                let _ = tokio::task::spawn_blocking(move || cgroup.remove()).await;
+            }
+            // Instances that finished or failed meanwhile are being destroyed in the background.
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while Instant::now() < deadline && inner.destroying.load(Ordering::SeqCst) > 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            inner.ctx.cgroups.remove_parents();
+            if let Some(slots) = &inner.ctx.code_slots {
+                slots.close();
+            }
+        })
+    }
+}

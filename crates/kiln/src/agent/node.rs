@@ -1,0 +1,224 @@
+//! The agent's boundary: what the controller hands it ([`InvokeRequest`] with [`RouteHints`],
+//! against a resolved spec), what it answers ([`InvokeOutcome`], [`AgentError`]), the
+//! [`NodeAgent`] trait itself, the node's settings, and the services kiln offers inside
+//! sandboxes ([`SandboxService`]).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+use kiln_sandbox::CgroupManager;
+use serde::{Deserialize, Serialize};
+
+use super::{MemoryLender, NodeStatus, SessionStatus, WasmHost};
+use crate::function::SharedSpec;
+use crate::runtime::Runtimes;
+
+/// Hints the controller extracts from a request for routing (session affinity and data
+/// locality build on this).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouteHints {
+    pub session: Option<String>,
+    /// The memory limit predicted for the request, in MB: an idle instance whose current limit
+    /// is closest to it is preferred (OFC §6.5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u32>,
+}
+
+/// One invocation, as the agent receives it.
+#[derive(Debug, Clone)]
+pub struct InvokeRequest {
+    pub request_id: String,
+    pub payload: Bytes,
+    pub trace_id: String,
+    pub client_context: Option<String>,
+    pub hints: RouteHints,
+    /// The memory limit predicted for this invocation, in MB (below the function's
+    /// MemorySize); None runs it at MemorySize.
+    pub memory_limit_mb: Option<u32>,
+    /// How the object store treats its writes (a sequence's stage).
+    pub storage: Option<crate::function::StorageTag>,
+    /// Whether the object cache admits its objects (its cache-benefit prediction); None leaves
+    /// it to the function's latest decision.
+    pub admit_objects: Option<bool>,
+}
+
+impl InvokeRequest {
+    /// What the invocation tells its sandbox's object store about itself.
+    pub fn tags(&self) -> crate::function::InvocationTags {
+        crate::function::InvocationTags {
+            storage: self.storage.clone(),
+            admit: self.admit_objects,
+        }
+    }
+}
+
+/// How an instance came to exist. kiln takes the most advanced path that exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StartPath {
+    /// A new sandbox, the runtime started from scratch, the function loaded and initialised.
+    Coldest,
+    /// A runtime-generic standby (booted, pre-warmed) that the function's code was loaded into.
+    Warm,
+    /// From a function-specific snapshot taken after init and warm-up (a fork of a zygote).
+    Hot,
+}
+
+impl StartPath {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StartPath::Coldest => "coldest",
+            StartPath::Warm => "warm",
+            StartPath::Hot => "hot",
+        }
+    }
+}
+
+/// The result of an invocation that reached the function (successfully or not).
+#[derive(Debug, Clone)]
+pub struct InvokeOutcome {
+    pub body: Bytes,
+    /// The function failed: Lambda's `X-Amz-Function-Error: Unhandled`.
+    pub function_error: bool,
+    /// The invocation's log, from `START` to `REPORT`.
+    pub log: String,
+    /// The start path, when this invocation found no idle instance.
+    pub cold_start: Option<StartPath>,
+    pub init_duration: Option<Duration>,
+    pub duration: Duration,
+    pub max_memory_mb: u64,
+    /// The runtime was killed for memory (`Runtime.OutOfMemory`).
+    pub out_of_memory: bool,
+    /// The predicted limit the invocation ran at to its end (None: MemorySize, also when the
+    /// monitor raised it on the way).
+    pub memory_limit_mb: Option<u32>,
+    /// How long writing the invocation's memory limit to its cgroup took, when it changed
+    /// (per-invocation sizing on the request's path).
+    pub limit_write: Option<Duration>,
+}
+
+/// Why the agent did not run an invocation.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum AgentError {
+    /// the function's reserved concurrency is exhausted
+    #[error("Rate Exceeded.")]
+    ThrottledReserved,
+    /// the node has no memory or instance capacity left
+    #[error("Rate Exceeded.")]
+    ThrottledNode,
+    /// a sandbox could not be created
+    #[error("kiln could not create a sandbox: {0}")]
+    Sandbox(String),
+    /// a session's state could not be read from its log
+    #[error("{0}")]
+    Session(String),
+    /// the node is shutting down
+    #[error("kiln is shutting down")]
+    ShuttingDown,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InstanceState {
+    Starting,
+    Idle,
+    Busy,
+}
+
+impl InstanceState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InstanceState::Starting => "starting",
+            InstanceState::Idle => "idle",
+            InstanceState::Busy => "busy",
+        }
+    }
+}
+
+/// The controller's view of a node.
+pub trait NodeAgent: Send + Sync + 'static {
+    /// Runs an invocation on an idle instance of `spec`, or a new one.
+    fn invoke(
+        &self,
+        spec: SharedSpec,
+        request: InvokeRequest,
+    ) -> BoxFuture<'static, Result<InvokeOutcome, AgentError>>;
+    /// Drops the idle instances of `function` (all of them, or those older than `revision`),
+    /// and its snapshots of other revisions.
+    fn retire(&self, function: &str, keep_revision: Option<u64>);
+    /// Called when a function version is deployed (and for every function when kiln starts):
+    /// builds what its start paths need ahead of the first invocation.
+    fn prepare(&self, spec: SharedSpec);
+    fn status(&self) -> NodeStatus;
+    /// Memory booked by live instances that their current limits leave unused (Σ MemorySize −
+    /// limit, in MB), at most the node's budget that the limits leave free: what per-invocation
+    /// sizing lends to the object cache.
+    fn lendable_memory_mb(&self) -> u64 {
+        0
+    }
+    /// Gives `lender` the memory that instances' limits leave unused of their bookings, and
+    /// asks it back whenever they reserve more.
+    fn lend_to(&self, _lender: Arc<dyn MemoryLender>) {}
+    /// The sessions of `function`, most recently used first.
+    fn sessions(&self, function: &str) -> Vec<SessionStatus>;
+    /// Ends a session; false if there was none.
+    fn end_session(&self, function: &str, session: &str) -> bool;
+    /// Lets busy instances finish within `grace`, then removes every instance.
+    fn shutdown(&self, grace: Duration) -> BoxFuture<'static, ()>;
+}
+
+/// Node-level limits.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// The memory all instances together may book.
+    pub memory_budget_mb: u64,
+    /// Idle instances older than this are reaped.
+    pub idle_ttl: Duration,
+    /// Requests that may wait per function when all its instances are busy.
+    pub queue_depth: usize,
+    /// Where sandboxes mount their root (an empty directory).
+    pub sandbox_root: PathBuf,
+    /// Memory the node's snapshots (zygotes) may hold together; the least recently used ones
+    /// are evicted beyond it.
+    pub snapshot_memory_mb: u64,
+    /// Runtime-generic standby instances kept ready per runtime (the warm path); 0 turns the
+    /// warm path off.
+    pub warm_standbys: usize,
+    /// Where sessions' logs are kept, a directory per function.
+    pub session_dir: PathBuf,
+}
+
+/// What instances need from the agent to start.
+pub struct AgentContext {
+    pub cgroups: CgroupManager,
+    pub runtimes: Runtimes,
+    pub sandbox_root: PathBuf,
+    /// What kiln serves to functions inside their sandboxes (the object store).
+    pub services: Vec<Arc<dyn SandboxService>>,
+    /// The engine of the `wasm` runtime, if it could be created.
+    pub wasm: Option<Arc<WasmHost>>,
+    /// Where warm standbys get their code (None: mounts could not be prepared, no warm path).
+    pub code_slots: Option<kiln_sandbox::SlotDir>,
+}
+
+/// A service kiln offers to every instance: environment variables for its SDKs and, in an
+/// isolated sandbox, a server on a listener inside the sandbox's network namespace.
+pub trait SandboxService: Send + Sync {
+    /// `slot` holds the storage tag of the invocation the instance is serving.
+    fn attach(
+        &self,
+        spec: &crate::function::InstanceSpec,
+        netns: Option<&kiln_sandbox::NetNs>,
+        slot: &crate::function::InvocationSlot,
+    ) -> Result<Attachment, String>;
+}
+
+/// What a [`SandboxService`] gives one instance. The guard keeps its server alive; it is
+/// dropped with the instance.
+pub struct Attachment {
+    pub env: Vec<(String, String)>,
+    pub guard: Option<Box<dyn std::any::Any + Send + Sync>>,
+}

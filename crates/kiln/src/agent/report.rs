@@ -1,0 +1,105 @@
+//! Lambda's framing of an invocation's log: `START`, the function's output, `END`, and the
+//! `REPORT` line with its durations, memory, and on a cold start the init duration and path.
+
+use std::time::Duration;
+
+use super::StartPath;
+use crate::function::SharedSpec;
+
+/// Lambda's START / END / REPORT framing of an invocation's output.
+pub(super) fn report(
+    spec: &SharedSpec,
+    request_id: &str,
+    output: &str,
+    duration: Duration,
+    start_path: Option<StartPath>,
+    init_duration: Option<Duration>,
+    max_memory_mb: u64,
+) -> String {
+    use std::fmt::Write;
+    let millis = duration.as_secs_f64() * 1000.0;
+    let mut log = String::with_capacity(output.len() + 256);
+    let _ = writeln!(log, "START RequestId: {request_id} Version: $LATEST");
+    log.push_str(output);
+    if !output.is_empty() && !output.ends_with('\n') {
+        log.push('\n');
+    }
+    let _ = writeln!(log, "END RequestId: {request_id}");
+    let _ = write!(
+        log,
+        "REPORT RequestId: {request_id}\tDuration: {millis:.2} ms\tBilled Duration: {} ms\tMemory Size: {} MB\tMax Memory Used: {max_memory_mb} MB",
+        millis.ceil().max(1.0) as u64,
+        spec.memory_mb,
+    );
+    if let Some(init) = init_duration {
+        let _ = write!(
+            log,
+            "\tInit Duration: {:.2} ms",
+            init.as_secs_f64() * 1000.0
+        );
+    }
+    if let Some(path) = start_path {
+        let _ = write!(log, "\tStart Path: {}", path.as_str());
+    }
+    log.push('\n');
+    log
+}
+
+/// Adds `name: value` to the end of `log`'s REPORT line.
+pub(super) fn report_field(log: &mut String, name: &str, value: &str) {
+    if log.ends_with('\n') {
+        log.pop();
+    }
+    log.push('\t');
+    log.push_str(name);
+    log.push_str(": ");
+    log.push_str(value);
+    log.push('\n');
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::function::{InstanceSpec, NetworkMode};
+
+    #[test]
+    fn report_has_lambda_fields() {
+        let spec = Arc::new(InstanceSpec {
+            function: "f".into(),
+            arn: "arn".into(),
+            revision: 1,
+            runtime: "python3.11".into(),
+            handler: "h".into(),
+            memory_mb: 256,
+            timeout_s: 3,
+            env: Default::default(),
+            network: NetworkMode::Isolated,
+            tmp_mb: 512,
+            code_dir: PathBuf::new(),
+            code_sha256: String::new(),
+            region: "us-east-1".into(),
+            max_instances: 1,
+            reserved_concurrency: None,
+            prebake: Default::default(),
+            memory_sizing: Default::default(),
+            sessions: None,
+        });
+        let log = report(
+            &spec,
+            "id-1",
+            "hello",
+            Duration::from_micros(1500),
+            Some(StartPath::Coldest),
+            Some(Duration::from_millis(80)),
+            40,
+        );
+        let lines: Vec<&str> = log.lines().collect();
+        assert_eq!(lines[0], "START RequestId: id-1 Version: $LATEST");
+        assert_eq!(lines[1], "hello");
+        assert_eq!(lines[2], "END RequestId: id-1");
+        assert!(lines[3].starts_with("REPORT RequestId: id-1\tDuration: 1.50 ms\tBilled Duration: 2 ms\tMemory Size: 256 MB\tMax Memory Used: 40 MB\tInit Duration: 80.00 ms\tStart Path: coldest"), "{}", lines[3]);
+    }
+}
