@@ -13,15 +13,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
+use futures_util::future::BoxFuture;
 use kiln_sandbox::Cgroup;
 use tokio::io::Interest;
 use tokio::net::UnixStream;
 use tokio::sync::oneshot;
 
 use super::frame::{self, Header};
-use super::instance::{Instance, StartError};
-use super::{AgentContext, InvokeRequest};
+use super::instance::{warmup_request, ForkServer, Instance, StartError};
+use super::AgentContext;
 use crate::function::SharedSpec;
 use crate::sync::LockExt;
 
@@ -61,7 +62,6 @@ pub struct Zygote {
     pub build_time: Duration,
     /// The sandbox's services' view of the invocations in flight: every fork's.
     pub invocation_slot: crate::function::InvocationSlot,
-    pub created: Instant,
     last_used: Mutex<Instant>,
     forks: AtomicU64,
     /// The agent's count of sandboxes being torn down, which shutdown waits for.
@@ -108,26 +108,6 @@ pub async fn warm_up(
     Ok(())
 }
 
-/// A warm-up invocation of `spec`: its sample event (`{}` by default).
-pub fn warmup_request(spec: &SharedSpec) -> InvokeRequest {
-    InvokeRequest {
-        request_id: crate::function::new_request_id().to_string(),
-        payload: Bytes::from(
-            spec.prebake
-                .warmup_event
-                .as_ref()
-                .map(|event| event.to_string())
-                .unwrap_or_else(|| "{}".to_string()),
-        ),
-        trace_id: String::new(),
-        client_context: None,
-        hints: Default::default(),
-        memory_limit_mb: None,
-        storage: None,
-        admit_objects: None,
-    }
-}
-
 impl Zygote {
     /// Warms an instance of `spec` up and turns it into a fork server.
     pub async fn build(
@@ -163,7 +143,6 @@ impl Zygote {
             channel,
             fork_lock: tokio::sync::Mutex::new(()),
             build_time: begin.elapsed(),
-            created: now,
             last_used: Mutex::new(now),
             forks: AtomicU64::new(0),
             destroying,
@@ -227,6 +206,23 @@ impl Zygote {
         *lock(&self.last_used) = Instant::now();
         self.forks.fetch_add(1, Ordering::Relaxed);
         Ok((pid, exit))
+    }
+}
+
+impl ForkServer for Zygote {
+    fn fork<'a>(
+        &'a self,
+        control: OwnedFd,
+        output: OwnedFd,
+        env: BTreeMap<String, String>,
+        warmup: bool,
+        cgroup: &'a Cgroup,
+    ) -> BoxFuture<'a, Result<(u32, oneshot::Receiver<i32>), String>> {
+        Box::pin(Zygote::fork(self, control, output, env, warmup, cgroup))
+    }
+
+    fn invocation_slot(&self) -> crate::function::InvocationSlot {
+        self.invocation_slot.clone()
     }
 }
 
