@@ -56,6 +56,18 @@ def function_credentials(server, function):
     return out["accessKeyId"], out["secretAccessKey"]
 
 
+def vendored_boto3(target):
+    """boto3 and its dependencies, with botocore's models cut down to s3 and lambda."""
+    site = Path(boto3.__file__).resolve().parent.parent
+    for name in ["boto3", "s3transfer", "jmespath", "dateutil", "urllib3"]:
+        shutil.copytree(site / name, target / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(site / "six.py", target / "six.py")
+    data = site / "botocore" / "data"
+    shutil.copytree(site / "botocore", target / "botocore",
+                    ignore=lambda d, names: [n for n in names if n == "__pycache__" or (
+                        Path(d) == data and (data / n).is_dir() and n not in ("s3", "lambda"))])
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -285,8 +285,8 @@ def markdown(rows, meta, clients, startup=None):
                          f"({size} B, peak over clients) | {ratio:.2f}× ({peak:.0f} vs {peak_redis:.0f} req/s) | "
                          f"{'met' if ratio >= TARGETS['rmw_throughput_vs_redis'] else '**missed**'} |")
     lines += ["| RMW_Linear correct under 30 concurrent clients | "
-              "tests/test_session_state.py::test_concurrent_read_modify_writes_lose_no_update, "
-              "tests/test_wasm_sessions.py::test_concurrent_read_modify_writes_lose_no_update | tested |", ""]
+              "tests/sessions/test_session_state.py::test_concurrent_read_modify_writes_lose_no_update, "
+              "tests/sessions/test_wasm_sessions.py::test_concurrent_read_modify_writes_lose_no_update | tested |", ""]
     # Figure 7: state access.
     lines += ["## State access inside the function (XFaaS Figure 7)", "",
               f"p50 µs [95% CI] at {one} client; RO reads one key, RMW reads then writes a counter, "

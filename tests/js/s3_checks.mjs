@@ -1,5 +1,5 @@
 // The object store as @aws-sdk/client-s3 sees it. Shared by the test driver (s3_test.mjs, run
-// from tests/test_s3_js.py) and by the function that runs the same checks inside a sandbox.
+// from tests/s3/test_s3_js.py) and by the function that runs the same checks inside a sandbox.
 
 import { createHash } from "node:crypto";
 import { Readable } from "node:stream";

@@ -1,5 +1,5 @@
 'use strict';
-// CommonJS handlers of tests/test_runtimes.py.
+// CommonJS handlers of tests/lambda/test_runtimes.py.
 const ENV_NAMES = ['AWS_LAMBDA_FUNCTION_NAME', '_HANDLER', 'LAMBDA_TASK_ROOT', 'AWS_REGION',
   'AWS_LAMBDA_FUNCTION_MEMORY_SIZE', 'AWS_LAMBDA_FUNCTION_VERSION', 'AWS_EXECUTION_ENV', 'KILN_SHIM_FD'];
 

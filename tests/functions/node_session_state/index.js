@@ -1,4 +1,4 @@
-// Session state (tests/test_session_state.py): each action uses context.session's API and says what it saw.
+// Session state (tests/sessions/test_session_state.py): each action uses context.session's API and says what it saw.
 'use strict';
 
 const show = (value) => (Buffer.isBuffer(value) ? { bytes: value.toString('base64') } : value);

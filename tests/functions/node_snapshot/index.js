@@ -1,4 +1,4 @@
-// Start-path semantics of tests/test_start_paths.py for runtimes that cannot fork: a standby instance ran
+// Start-path semantics of tests/startpaths/test_start_paths.py for runtimes that cannot fork: a standby instance ran
 // init and the warm-up invocations before it served its first real invocation.
 const fs = require("fs");
 const path = require("path");

@@ -1,5 +1,5 @@
 'use strict';
-// Node.js side of tests/test_instances.py: a module-level id shows which instance served a request.
+// Node.js side of tests/startpaths/test_instances.py: a module-level id shows which instance served a request.
 const crypto = require('crypto');
 
 const INSTANCE_ID = crypto.randomUUID();

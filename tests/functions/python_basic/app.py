@@ -1,4 +1,4 @@
-"""Python handlers of tests/test_runtimes.py."""
+"""Python handlers of tests/lambda/test_runtimes.py."""
 import logging
 import os
 import sys

@@ -1,4 +1,4 @@
-"""Session state (tests/test_session_state.py): each action uses context.session's API and says what it saw."""
+"""Session state (tests/sessions/test_session_state.py): each action uses context.session's API and says what it saw."""
 import base64
 import os
 

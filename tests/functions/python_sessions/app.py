@@ -1,4 +1,4 @@
-"""Session semantics of tests/test_sessions.py: what one process saw of each session, kept in its memory."""
+"""Session semantics of tests/sessions/test_sessions.py: what one process saw of each session, kept in its memory."""
 import json
 import os
 import time

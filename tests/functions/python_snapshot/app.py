@@ -1,4 +1,4 @@
-"""Start-path semantics of tests/test_start_paths.py: what ran at init, in warm-up invocations and in the
+"""Start-path semantics of tests/startpaths/test_start_paths.py: what ran at init, in warm-up invocations and in the
 snapshot hooks, and what an instance holds in memory."""
 import os
 

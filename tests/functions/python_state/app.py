@@ -1,4 +1,4 @@
-"""Instance semantics of tests/test_instances.py: a module-level id and counter show which instance served a
+"""Instance semantics of tests/startpaths/test_instances.py: a module-level id and counter show which instance served a
 request and whether it was warm."""
 import os
 import subprocess

@@ -1,4 +1,4 @@
-"""Probes the sandbox from the inside for tests/test_sandbox.py. Each op reports what it saw; errors are
+"""Probes the sandbox from the inside for tests/sandbox/test_sandbox.py. Each op reports what it saw; errors are
 returned as errno names so that the test asserts on the exact failure."""
 import ctypes
 import errno

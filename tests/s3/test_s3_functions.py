@@ -11,13 +11,11 @@ API with the function's key."""
 import json
 import shutil
 import uuid
-from pathlib import Path
 
-import boto3
 import pytest
 
 from kiln_harness import NODE_RUNTIME, PYTHON_RUNTIME
-from s3_harness import JS_DIR, function_credentials, s3_client, s3_endpoint
+from s3_harness import JS_DIR, function_credentials, s3_client, s3_endpoint, vendored_boto3
 
 PYTHON_APP = r'''
 import hashlib
@@ -113,18 +111,6 @@ export async function LambdaClientProbe(endpoint, credentials) {
   return response.status;
 }
 '''
-
-
-def vendored_boto3(target):
-    """boto3 and its dependencies, with botocore's models cut down to s3 and lambda."""
-    site = Path(boto3.__file__).resolve().parent.parent
-    for name in ["boto3", "s3transfer", "jmespath", "dateutil", "urllib3"]:
-        shutil.copytree(site / name, target / name, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(site / "six.py", target / "six.py")
-    data = site / "botocore" / "data"
-    shutil.copytree(site / "botocore", target / "botocore",
-                    ignore=lambda d, names: [n for n in names if n == "__pycache__" or (
-                        Path(d) == data and (data / n).is_dir() and n not in ("s3", "lambda"))])
 
 
 def invoke(kiln, name, event):

@@ -162,7 +162,10 @@ def test_redeploy_starts_a_new_instance(kiln):
     assert "Init Duration" in log
 
 
-def test_instance_busy_during_a_redeploy_is_retired_afterwards(kiln):
+def test_instance_busy_during_a_redeploy_is_retired_afterwards(fresh_kiln):
+    # A kiln of its own: its memory accounting must not see other tests' functions, whose
+    # mature memory models make their idle instances reserve less than their MemorySize.
+    kiln = fresh_kiln()
     kiln.deploy("inst-rev", PYTHON_RUNTIME, "app.handler", code="python_state", Timeout=30)
     thread, box = in_background(kiln.invoke, "inst-rev", {"action": "sleep", "seconds": 3})
     wait_for(lambda: [i for i in instances_of(kiln, "inst-rev") if i["state"] == "busy"],

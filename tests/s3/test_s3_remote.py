@@ -71,7 +71,7 @@ def remote(request):
 
 @pytest.fixture(scope="module")
 def front(remote):
-    # The remote as it is, without the object cache (tests/test_object_cache.py has it).
+    # The remote as it is, without the object cache (tests/cache/test_object_cache.py has it).
     server = Kiln(extra_args=["--object-cache", "off", "--s3-backend", remote.endpoint,
                               "--s3-backend-access-key", remote.access_key,
                               "--s3-backend-secret-key", remote.secret_key]).start()

@@ -137,8 +137,7 @@ def test_an_input_image_in_the_local_store_sizes_its_invocation(fresh_kiln, tmp_
     dimensions, extracted in the background after it was written. So a function whose memory follows the
     image it reads is sized by the image an event names, without the cache and without reading it."""
     from test_object_cache import png
-    from test_s3_functions import vendored_boto3
-    from s3_harness import s3_client
+    from s3_harness import s3_client, vendored_boto3
     server = fresh_kiln(extra_args=["--prediction-min-samples", "20"])
     code = tmp_path / "code"
     code.mkdir()

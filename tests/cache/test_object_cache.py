@@ -491,7 +491,7 @@ def handler(event, context):
 def deploy_readers(front, remote, tmp_path, names, *flags):
     """Deploys READER as each of `names` and puts 30 objects of 8 KiB (o/00 … o/29) into a new bucket in the
     remote; returns invoke(name, **event), which invokes with that bucket and returns the result."""
-    from test_s3_functions import vendored_boto3
+    from s3_harness import vendored_boto3
     code = tmp_path / "code"
     code.mkdir()
     (code / "app.py").write_text(READER)
@@ -656,7 +656,7 @@ def finish(event, context):
 
 
 def deploy_stages(front, tmp_path, source=STAGES, handlers=(("seq-halve", "app.halve"), ("seq-finish", "app.finish"))):
-    from test_s3_functions import vendored_boto3
+    from s3_harness import vendored_boto3
     code = tmp_path / "code"
     code.mkdir()
     (code / "app.py").write_text(source)

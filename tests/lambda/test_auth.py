@@ -21,10 +21,10 @@ import botocore.exceptions
 import pytest
 import requests
 
-from kiln_harness import KILN_BIN, PYTHON_RUNTIME, launch, zip_files
+from kiln_harness import KILN_BIN, PYTHON_RUNTIME, ROOT, launch, zip_files
 
 ROLE = "arn:aws:iam::000000000000:role/test"
-AWS_CLI = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "aws"
+AWS_CLI = ROOT / ".venv" / "bin" / "aws"
 
 
 def unique(prefix):
