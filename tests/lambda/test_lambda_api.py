@@ -17,6 +17,7 @@ import botocore.auth
 import botocore.config
 import botocore.awsrequest
 import botocore.credentials
+import botocore.exceptions
 import pytest
 import requests
 
@@ -367,6 +368,48 @@ def test_delete_function_with_a_qualifier_leaves_the_function(kiln):
     assert invoke(kiln, name, {"still": "here"})[0]["event"] == {"still": "here"}
     with pytest.raises(lam.exceptions.ResourceNotFoundException):
         lam.delete_function(FunctionName=unique("nothere"), Qualifier="1")
+
+
+def test_operations_infrastructure_tools_read_on_every_refresh(kiln):
+    """ListVersionsByFunction and GetFunctionCodeSigningConfig, which a Terraform refresh calls."""
+    name = unique("refresh")
+    create(kiln, name)
+    lam = kiln.client()
+    versions = lam.list_versions_by_function(FunctionName=name)
+    assert [v["Version"] for v in versions["Versions"]] == ["$LATEST"]
+    assert versions["Versions"][0]["FunctionArn"] == f"arn:aws:lambda:us-east-1:000000000000:function:{name}:$LATEST"
+    assert "NextMarker" not in versions
+    paged = lam.get_paginator("list_versions_by_function").paginate(FunctionName=name, PaginationConfig={"PageSize": 1})
+    assert [v["Version"] for page in paged for v in page["Versions"]] == ["$LATEST"]
+    signing = lam.get_function_code_signing_config(FunctionName=name)
+    assert "CodeSigningConfigArn" not in signing
+    for call in (lambda: lam.list_versions_by_function(FunctionName=unique("nothere")),
+                 lambda: lam.get_function_code_signing_config(FunctionName=unique("nothere"))):
+        with pytest.raises(lam.exceptions.ResourceNotFoundException):
+            call()
+
+
+def test_architectures_are_the_hosts_or_refused(kiln):
+    import platform
+    host = "arm64" if platform.machine() in ("aarch64", "arm64") else "x86_64"
+    other = "x86_64" if host == "arm64" else "arm64"
+    lam = unvalidated_client(kiln)
+    name = unique("arch")
+    created = create(kiln, name, Architectures=[host])
+    assert created["Architectures"] == [host]
+    with pytest.raises(lam.exceptions.InvalidParameterValueException) as excinfo:
+        create(kiln, unique("arch"), Architectures=[other])
+    assert host in str(excinfo.value) and other in str(excinfo.value)
+    for wrong in ([host, other], ["sparc"], []):
+        with pytest.raises(botocore.exceptions.ClientError) as excinfo:
+            lam.create_function(FunctionName=unique("arch"), Runtime=PYTHON_RUNTIME, Role=ROLE,
+                                Handler="app.handler", Code={"ZipFile": zip_files({"app.py": ECHO_PY})},
+                                Architectures=wrong)
+        assert error_code(excinfo) == "ValidationException", wrong
+        assert http_status(excinfo) == 400
+    with pytest.raises(lam.exceptions.InvalidParameterValueException):
+        lam.update_function_code(FunctionName=name, ZipFile=zip_files({"app.py": ECHO_PY}), Architectures=[other])
+    assert lam.get_function(FunctionName=name)["Configuration"]["Architectures"] == [host]
 
 
 FOREIGN_ARNS = [

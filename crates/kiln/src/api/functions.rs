@@ -54,6 +54,7 @@ struct CreateInput {
     environment: Option<EnvironmentInput>,
     ephemeral_storage: Option<StorageInput>,
     package_type: Option<String>,
+    architectures: Option<Vec<String>>,
     /// kiln's extension: `isolated` (default) or `host`.
     kiln_network: Option<NetworkMode>,
     /// kiln's extension: when to build the function's snapshot, and how to warm it up.
@@ -102,6 +103,7 @@ struct UpdateCodeInput {
     #[serde(default)]
     dry_run: bool,
     revision_id: Option<String>,
+    architectures: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -146,6 +148,50 @@ fn decode_zip(
         })
 }
 
+/// This host's architecture, as Lambda names it.
+fn host_architecture() -> &'static str {
+    match std::env::consts::ARCH {
+        "aarch64" => "arm64",
+        other => other,
+    }
+}
+
+/// `Architectures`: one of Lambda's, and the one this host runs (kiln does not emulate).
+fn check_architectures(requested: Option<&[String]>) -> Result<(), ApiError> {
+    let Some(requested) = requested else {
+        return Ok(());
+    };
+    let listed = format!("[{}]", requested.join(", "));
+    let validation = |constraint: &str| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "ValidationException",
+            format!("1 validation error detected: Value '{listed}' at 'architectures' failed to satisfy constraint: {constraint}"),
+        )
+    };
+    match requested {
+        [] => Err(validation(
+            "Member must have length greater than or equal to 1",
+        )),
+        [one] if one == "x86_64" || one == "arm64" => {
+            if one == host_architecture() {
+                Ok(())
+            } else {
+                Err(invalid(format!(
+                    "kiln runs functions on its host's architecture, {}; {one} is not available here",
+                    host_architecture()
+                )))
+            }
+        }
+        [_] => Err(validation(
+            "Member must satisfy constraint: [Member must satisfy enum value set: [x86_64, arm64]]",
+        )),
+        _ => Err(validation(
+            "Member must have length less than or equal to 1",
+        )),
+    }
+}
+
 /// Lambda's FunctionConfiguration shape.
 pub fn configuration(controller: &Controller, f: &Function) -> Value {
     let mut config = json!({
@@ -166,7 +212,7 @@ pub fn configuration(controller: &Controller, f: &Function) -> Value {
         "State": "Active",
         "LastUpdateStatus": "Successful",
         "PackageType": "Zip",
-        "Architectures": [std::env::consts::ARCH.replace("aarch64", "arm64")],
+        "Architectures": [host_architecture()],
         "EphemeralStorage": { "Size": f.config.ephemeral_storage_mb },
         "LoggingConfig": { "LogFormat": "Text", "LogGroup": format!("/aws/lambda/{}", f.name) },
         "SnapStart": { "ApplyOn": "None", "OptimizationStatus": "Off" },
@@ -192,6 +238,7 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     authenticate(&state, &method, &uri, &headers, &body)?;
     let input: CreateInput = parse_json(&body)?;
+    check_architectures(input.architectures.as_deref())?;
     if input.package_type.as_deref().is_some_and(|p| p != "Zip") {
         return Err(invalid("kiln supports PackageType Zip only"));
     }
@@ -274,6 +321,56 @@ pub async fn get_configuration(
     Ok(Json(configuration(&state.controller, &function)).into_response())
 }
 
+/// ListVersionsByFunction: kiln publishes no versions, so a function has `$LATEST` alone, with
+/// its qualified ARN (as Lambda lists it).
+pub async fn list_versions(
+    State(state): State<SharedState>,
+    Path(name): Path<String>,
+    Query(query): Query<ListQuery>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    authenticate(&state, &method, &uri, &headers, &body)?;
+    max_items(query.max_items.as_deref())?;
+    let function = state.controller.get(&name)?;
+    let mut latest = configuration(&state.controller, &function);
+    latest["FunctionArn"] = format!("{}:$LATEST", state.controller.arn(&function.name)).into();
+    // The marker names the last version of the previous page; nothing follows `$LATEST`.
+    let versions = match query.marker.as_deref() {
+        Some(_) => Vec::new(),
+        None => vec![latest],
+    };
+    Ok(Json(json!({ "Versions": versions })).into_response())
+}
+
+/// GetFunctionCodeSigningConfig: kiln checks no code signatures, so no function has a
+/// configuration (Lambda then answers an empty object).
+pub async fn get_code_signing_config(
+    State(state): State<SharedState>,
+    Path(name): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    authenticate(&state, &method, &uri, &headers, &body)?;
+    state.controller.get(&name)?;
+    Ok(Json(json!({})).into_response())
+}
+
+/// A `MaxItems` parameter: 1 to 10000, at most 50 used.
+fn max_items(raw: Option<&str>) -> Result<usize, ApiError> {
+    match raw {
+        None => Ok(50),
+        Some(raw) => match raw.parse::<usize>() {
+            Ok(n) if (1..=10_000).contains(&n) => Ok(n.min(50)),
+            _ => Err(invalid(format!("Value '{raw}' at 'maxItems' failed to satisfy constraint: Member must have value between 1 and 10000"))),
+        },
+    }
+}
+
 pub async fn list(
     State(state): State<SharedState>,
     Query(query): Query<ListQuery>,
@@ -283,13 +380,7 @@ pub async fn list(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     authenticate(&state, &method, &uri, &headers, &body)?;
-    let max_items = match query.max_items.as_deref() {
-        None => 50,
-        Some(raw) => match raw.parse::<usize>() {
-            Ok(n) if (1..=10_000).contains(&n) => n.min(50),
-            _ => return Err(invalid(format!("Value '{raw}' at 'maxItems' failed to satisfy constraint: Member must have value between 1 and 10000"))),
-        },
-    };
+    let max_items = max_items(query.max_items.as_deref())?;
     let all = state.controller.list();
     // The marker is the name of the last function of the previous page.
     let start = match &query.marker {
@@ -331,6 +422,7 @@ pub async fn update_code(
 ) -> Result<Response, ApiError> {
     authenticate(&state, &method, &uri, &headers, &body)?;
     let input: UpdateCodeInput = parse_json(&body)?;
+    check_architectures(input.architectures.as_deref())?;
     let zip = decode_zip(input.zip_file, input.s3_bucket, input.image_uri)?;
     let function = if input.dry_run {
         state

@@ -59,6 +59,14 @@ pub fn router(state: SharedState) -> Router {
             post(invoke::invoke),
         )
         .route(
+            "/2015-03-31/functions/{name}/versions",
+            get(functions::list_versions),
+        )
+        .route(
+            "/2020-06-30/functions/{name}/code-signing-config",
+            get(functions::get_code_signing_config),
+        )
+        .route(
             "/2017-10-31/functions/{name}/concurrency",
             put(functions::put_concurrency).delete(functions::delete_concurrency),
         )
