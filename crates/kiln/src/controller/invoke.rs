@@ -262,7 +262,9 @@ impl Controller {
         );
         self.metrics.prediction_retries.get_or_create(&labels).inc();
         self.learn(spec, features.cloned(), outcome);
+        // At MemorySize, and booked at it: the routing hint and the reservation follow the limit.
         request.memory_limit_mb = None;
+        request.hints.memory_mb = None;
         self.agent.invoke(spec.clone(), request).await
     }
 

@@ -177,6 +177,14 @@ struct Node {
 }
 
 fn node_with(cache: Option<Arc<FakeCache>>, prediction: bool) -> Node {
+    node_predicting(
+        cache,
+        prediction,
+        predict::PredictorConfig::default().min_samples,
+    )
+}
+
+fn node_predicting(cache: Option<Arc<FakeCache>>, prediction: bool, min_samples: usize) -> Node {
     let dir = tempfile::tempdir().unwrap();
     let agent = Arc::new(FakeAgent::default());
     let controller = Controller::open(
@@ -189,6 +197,7 @@ fn node_with(cache: Option<Arc<FakeCache>>, prediction: bool) -> Node {
             async_concurrency: 2,
             prediction: predict::PredictorConfig {
                 enabled: prediction,
+                min_samples,
                 ..Default::default()
             },
             object_cache: cache.map(|c| c as Arc<dyn InvocationCache>),
@@ -539,4 +548,44 @@ async fn qualifiers_and_foreign_arns_never_reach_the_live_function() {
         .is_ok());
     node.controller.delete("000000000000:function:f").unwrap();
     assert!(node.controller.get("f").is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_under_a_prediction_runs_again_at_memory_size_and_is_booked_so() {
+    let node = node_predicting(None, true, 5);
+    let f = deploy(&node, "f").await;
+    assert_eq!(f.config.memory_mb, 128);
+    // Invocations that peak at 40 MB teach the model until it predicts below 128 MB.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        invoke(&node, "f", "{}").await.unwrap();
+        let (_, last) = node.agent.invoked().pop().unwrap();
+        if last.memory_limit_mb.is_some() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the model never matured");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let before = node.agent.invoked().len();
+    node.agent.answer_next(Ok(InvokeOutcome {
+        out_of_memory: true,
+        function_error: true,
+        ..outcome(Bytes::from_static(b"{}"))
+    }));
+    let answer = body(invoke(&node, "f", r#"{"again":1}"#).await.unwrap());
+    assert_eq!(answer, r#"{"again":1}"#);
+    let invoked = node.agent.invoked();
+    assert_eq!(invoked.len(), before + 2);
+    let (predicted, retried) = (&invoked[before].1, &invoked[before + 1].1);
+    assert!(predicted.memory_limit_mb.is_some());
+    assert_eq!(predicted.hints.memory_mb, predicted.memory_limit_mb);
+    assert_eq!(
+        (retried.memory_limit_mb, retried.hints.memory_mb),
+        (None, None)
+    );
+    assert_eq!(retried.request_id, predicted.request_id);
+    assert!(node
+        .controller
+        .render_metrics()
+        .contains("kiln_prediction_retries_total{function=\"f\"} 1"));
 }
