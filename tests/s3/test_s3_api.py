@@ -70,6 +70,20 @@ def test_errors_are_s3_xml(kiln, bucket):
     assert body.startswith("<?xml") and "<Code>AccessDenied</Code>" in body
 
 
+def test_every_error_carries_s3s_message(s3, bucket):
+    """S3 sends a Message with every error code; clients print it."""
+    calls = {
+        "NoSuchKey": lambda: s3.get_object(Bucket=bucket, Key="absent"),
+        "NoSuchBucket": lambda: s3.list_objects_v2(Bucket="no-such-bucket-here"),
+        "NoSuchUpload": lambda: s3.list_parts(Bucket=bucket, Key="k", UploadId="nope"),
+    }
+    for code, call in calls.items():
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            call()
+        assert error_code(e) == code
+        assert e.value.response["Error"]["Message"], (code, e.value.response["Error"])
+
+
 # --- objects -------------------------------------------------------------------------------
 
 

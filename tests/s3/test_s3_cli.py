@@ -81,6 +81,21 @@ def test_kiln_s3_takes_blank_keys(kiln):
     kiln_s3(kiln, "rb", f"s3://{bucket}")
 
 
+def test_kiln_s3_errors_say_what_is_wrong(kiln, tmp_path):
+    bucket = f"cli-{uuid.uuid4().hex[:12]}"
+    kiln_s3(kiln, "mb", f"s3://{bucket}")
+    # A bucket you own already is there, as asked.
+    again = kiln_s3(kiln, "mb", f"s3://{bucket}")
+    assert again.stdout.decode().strip() == f"make_bucket: {bucket} (you own it already)"
+    assert json.loads(kiln_s3(kiln, "--json", "mb", f"s3://{bucket}").stdout) == {"bucket": bucket, "alreadyOwned": True}
+    missing = kiln_s3(kiln, "cp", f"s3://{bucket}/nope", str(tmp_path / "nope"), check=False)
+    assert missing.returncode != 0
+    assert b"NoSuchKey: The specified key does not exist." in missing.stderr, missing.stderr
+    gone = kiln_s3(kiln, "ls", f"s3://{bucket}-gone", check=False)
+    assert gone.returncode != 0 and b"NoSuchBucket: The specified bucket does not exist" in gone.stderr, gone.stderr
+    kiln_s3(kiln, "rb", f"s3://{bucket}")
+
+
 def test_kiln_s3_uploads_large_files_in_parts(kiln, tmp_path):
     bucket = f"cli-{uuid.uuid4().hex[:12]}"
     kiln_s3(kiln, "mb", f"s3://{bucket}")

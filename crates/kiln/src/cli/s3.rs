@@ -173,16 +173,27 @@ async fn command(client: &Client, command: S3Command, json_output: bool) -> anyh
         S3Command::Ls { target, recursive } => ls(client, target, recursive, json_output).await,
         S3Command::Mb { target } => {
             let (bucket, _) = parse_url(&target)?;
-            client
-                .create_bucket()
-                .bucket(&bucket)
-                .send()
-                .await
-                .map_err(|e| failure("make_bucket", e))?;
+            let created = client.create_bucket().bucket(&bucket).send().await;
+            // Making a bucket you own already leaves it as it is: the bucket is there, as asked.
+            let owned = matches!(
+                &created,
+                Err(e) if e.code() == Some("BucketAlreadyOwnedByYou")
+            );
+            if !owned {
+                created.map_err(|e| failure("make_bucket", e))?;
+            }
             report(
                 json_output,
-                json!({ "created": bucket }),
-                format!("make_bucket: {bucket}"),
+                if owned {
+                    json!({ "bucket": bucket, "alreadyOwned": true })
+                } else {
+                    json!({ "created": bucket })
+                },
+                if owned {
+                    format!("make_bucket: {bucket} (you own it already)")
+                } else {
+                    format!("make_bucket: {bucket}")
+                },
             );
             Ok(0)
         }

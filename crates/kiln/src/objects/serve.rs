@@ -107,6 +107,26 @@ impl Drop for DrainOnDrop {
     }
 }
 
+/// Gives an error response S3's message for its code when kiln answered the code alone: S3
+/// always sends one, and clients print it.
+fn add_error_message(response: &mut http::Response<s3s::Body>) {
+    let Some(xml) = response.body().bytes() else {
+        return;
+    };
+    let Some(filled) = super::shared::with_default_message(&xml) else {
+        return;
+    };
+    if response
+        .headers()
+        .contains_key(http::header::CONTENT_LENGTH)
+    {
+        response
+            .headers_mut()
+            .insert(http::header::CONTENT_LENGTH, filled.len().into());
+    }
+    *response.body_mut() = s3s::Body::from(bytes::Bytes::from(filled));
+}
+
 /// A running S3 endpoint. Dropping it stops accepting connections; requests in flight finish.
 pub struct ServeHandle {
     stop: watch::Sender<bool>,
@@ -209,6 +229,9 @@ pub(crate) fn serve_tagged(
                 });
                 async move {
                     let mut response = service.call(req).await?;
+                    if response.status().as_u16() >= 400 {
+                        add_error_message(&mut response);
+                    }
                     if abandoned.load(Ordering::SeqCst) {
                         response.headers_mut().insert(
                             http::header::CONNECTION,

@@ -284,3 +284,80 @@ pub(crate) fn checksum_type(sums: &Checksums) -> Option<ChecksumType> {
         .next()
         .map(|_| ChecksumType::from(kind.name().to_string()))
 }
+
+/// S3's message for an error code, where kiln answers the code without one of its own: clients
+/// show the message (`kiln s3`, the AWS CLI), and S3 always sends one.
+pub(crate) fn default_message(code: &str) -> Option<&'static str> {
+    Some(match code {
+        "AccessDenied" => "Access Denied",
+        "BucketAlreadyExists" => "The requested bucket name is not available. The bucket namespace is shared by all users of the system. Please select a different name and try again.",
+        "BucketAlreadyOwnedByYou" => "Your previous request to create the named bucket succeeded and you already own it.",
+        "BucketNotEmpty" => "The bucket you tried to delete is not empty",
+        "EntityTooLarge" => "Your proposed upload exceeds the maximum allowed size",
+        "EntityTooSmall" => "Your proposed upload is smaller than the minimum allowed object size.",
+        "IncompleteBody" => "You did not provide the number of bytes specified by the Content-Length HTTP header.",
+        "InternalError" => "We encountered an internal error. Please try again.",
+        "InvalidArgument" => "Invalid Argument",
+        "InvalidBucketName" => "The specified bucket is not valid.",
+        "InvalidDigest" => "The Content-MD5 you specified is not valid.",
+        "InvalidPart" => "One or more of the specified parts could not be found. The part may not have been uploaded, or the specified entity tag may not match the part's entity tag.",
+        "InvalidPartOrder" => "The list of parts was not in ascending order. The parts list must be specified in order by part number.",
+        "InvalidRange" => "The requested range is not satisfiable",
+        "InvalidRequest" => "Invalid Request",
+        "KeyTooLongError" => "Your key is too long",
+        "MalformedXML" => "The XML you provided was not well-formed or did not validate against our published schema",
+        "MethodNotAllowed" => "The specified method is not allowed against this resource.",
+        "MissingContentLength" => "You must provide the Content-Length HTTP header.",
+        "NoSuchBucket" => "The specified bucket does not exist",
+        "NoSuchKey" => "The specified key does not exist.",
+        "NoSuchUpload" => "The specified upload does not exist. The upload ID may be invalid, or the upload may have been aborted or completed.",
+        "NotImplemented" => "A header you provided implies functionality that is not implemented",
+        "PreconditionFailed" => "At least one of the pre-conditions you specified did not hold",
+        "ServiceUnavailable" => "Please reduce your request rate.",
+        "SignatureDoesNotMatch" => "The request signature we calculated does not match the signature you provided. Check your key and signing method.",
+        "SlowDown" => "Please reduce your request rate.",
+        _ => return None,
+    })
+}
+
+/// An error document (`<Error><Code>…</Code>…</Error>`) with S3's message for its code added
+/// when it has none; `None` when it has one already, or S3 has none for its code.
+pub(crate) fn with_default_message(xml: &[u8]) -> Option<Vec<u8>> {
+    let text = std::str::from_utf8(xml).ok()?;
+    if text.contains("<Message>") {
+        return None;
+    }
+    let start = text.find("<Error><Code>")? + "<Error><Code>".len();
+    let end = start + text[start..].find("</Code>")?;
+    let message = default_message(&text[start..end])?;
+    let at = end + "</Code>".len();
+    let mut out = String::with_capacity(text.len() + message.len() + 20);
+    out.push_str(&text[..at]);
+    out.push_str("<Message>");
+    out.push_str(message);
+    out.push_str("</Message>");
+    out.push_str(&text[at..]);
+    Some(out.into_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_without_a_message_gets_s3s() {
+        let bare = br#"<?xml version="1.0" encoding="UTF-8"?><Error><Code>NoSuchKey</Code><RequestId>1</RequestId></Error>"#;
+        let filled = String::from_utf8(with_default_message(bare).unwrap()).unwrap();
+        assert_eq!(
+            filled,
+            r#"<?xml version="1.0" encoding="UTF-8"?><Error><Code>NoSuchKey</Code><Message>The specified key does not exist.</Message><RequestId>1</RequestId></Error>"#
+        );
+        let own = br#"<Error><Code>NoSuchKey</Code><Message>mine</Message></Error>"#;
+        assert_eq!(with_default_message(own), None);
+        assert_eq!(
+            with_default_message(b"<Error><Code>Unheard</Code></Error>"),
+            None
+        );
+        assert_eq!(with_default_message(b"not xml \xff"), None);
+    }
+}
