@@ -84,6 +84,27 @@ def test_every_error_carries_s3s_message(s3, bucket):
         assert e.value.response["Error"]["Message"], (code, e.value.response["Error"])
 
 
+def test_listings_read_requests_as_s3_does(s3, bucket):
+    for key in ["a b/1", "a b/2", "c"]:
+        s3.put_object(Bucket=bucket, Key=key, Body=b"x")
+    # An empty continuation token or delimiter is absent, and not echoed back.
+    empty = s3.list_objects_v2(Bucket=bucket, ContinuationToken="", Delimiter="")
+    assert [o["Key"] for o in empty["Contents"]] == ["a b/1", "a b/2", "c"]
+    assert "Delimiter" not in empty and "CommonPrefixes" not in empty
+    # V2 names owners only when asked; v1 always does.
+    assert all("Owner" not in o for o in s3.list_objects_v2(Bucket=bucket)["Contents"])
+    assert all(o["Owner"]["ID"] for o in s3.list_objects_v2(Bucket=bucket, FetchOwner=True)["Contents"])
+    assert all(o["Owner"]["ID"] for o in s3.list_objects(Bucket=bucket)["Contents"])
+    # boto3 asks for encoding-type=url and decodes what S3 encodes: v1 leaves its own Prefix as
+    # sent (boto3 decodes it in v2 only).
+    v1 = s3.list_objects(Bucket=bucket, Prefix="a b/")
+    assert v1["Prefix"] == "a b/"
+    assert [o["Key"] for o in v1["Contents"]] == ["a b/1", "a b/2"]
+    assert s3.list_objects_v2(Bucket=bucket, Prefix="a b/")["Prefix"] == "a b/"
+    raw = s3.list_objects(Bucket=bucket, Prefix="a b/", EncodingType="url")
+    assert raw["Prefix"] == "a b/" and raw["Contents"][0]["Key"] == "a%20b/1"
+
+
 # --- objects -------------------------------------------------------------------------------
 
 

@@ -285,6 +285,33 @@ pub(crate) fn checksum_type(sums: &Checksums) -> Option<ChecksumType> {
         .map(|_| ChecksumType::from(kind.name().to_string()))
 }
 
+/// A ListObjectsV2 request as S3 reads it: an empty continuation token or delimiter is absent
+/// (SDKs send both empty), and is not echoed back.
+pub(crate) fn read_list_v2(input: &mut ListObjectsV2Input) {
+    if input.continuation_token.as_deref() == Some("") {
+        input.continuation_token = None;
+    }
+    if input.delimiter.as_deref() == Some("") {
+        input.delimiter = None;
+    }
+}
+
+/// A ListObjects (v1) request as S3 reads it: an empty delimiter is absent.
+pub(crate) fn read_list_v1(input: &mut ListObjectsInput) {
+    if input.delimiter.as_deref() == Some("") {
+        input.delimiter = None;
+    }
+}
+
+/// ListObjectsV2 names each object's owner only when asked (`fetch-owner=true`).
+pub(crate) fn owners_if_fetched(contents: &mut Option<Vec<Object>>, fetch_owner: Option<bool>) {
+    if fetch_owner != Some(true) {
+        for object in contents.iter_mut().flatten() {
+            object.owner = None;
+        }
+    }
+}
+
 /// S3's message for an error code, where kiln answers the code without one of its own: clients
 /// show the message (`kiln s3`, the AWS CLI), and S3 always sends one.
 pub(crate) fn default_message(code: &str) -> Option<&'static str> {

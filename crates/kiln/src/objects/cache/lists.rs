@@ -10,7 +10,7 @@ use s3s::{s3_error, S3Request, S3Response, S3Result};
 
 use super::{internal_request, ObjectCache};
 use crate::objects::listing::{self, url_encode, Cursor, ListRequest, Page};
-use crate::objects::shared::{encodes_url, listed_object, max_keys};
+use crate::objects::shared::{encodes_url, listed_object, max_keys, owners_if_fetched};
 use percent_encoding::percent_decode_str;
 
 /// Continuation tokens of merged listings: this, then a [`Cursor`] token.
@@ -212,6 +212,9 @@ impl ObjectCache {
         let encode = |s: String| if url { url_encode(&s) } else { s };
         let answer = Answer::of(page, &encode);
         let asked = req.input;
+        let key_count = answer.count();
+        let mut contents = Some(answer.contents);
+        owners_if_fetched(&mut contents, asked.fetch_owner);
         Ok(S3Response::new(ListObjectsV2Output {
             name: Some(asked.bucket),
             prefix: asked.prefix.map(encode),
@@ -219,11 +222,11 @@ impl ObjectCache {
             start_after: asked.start_after.map(encode),
             continuation_token: asked.continuation_token,
             max_keys: Some(max_keys),
-            key_count: Some(answer.count()),
+            key_count: Some(key_count),
             is_truncated: Some(next.is_some()),
             next_continuation_token: next,
             encoding_type: asked.encoding_type,
-            contents: Some(answer.contents),
+            contents,
             common_prefixes: Some(answer.common_prefixes),
             ..Default::default()
         }))
@@ -288,7 +291,8 @@ impl ObjectCache {
         let asked = req.input;
         Ok(S3Response::new(ListObjectsOutput {
             name: Some(asked.bucket),
-            prefix: asked.prefix.map(encode),
+            // S3 leaves v1's own Prefix as sent, encoding type or not (SDKs decode it in v2 only).
+            prefix: asked.prefix,
             delimiter: asked.delimiter.map(encode),
             marker: Some(asked.marker.map(encode).unwrap_or_default()),
             next_marker,

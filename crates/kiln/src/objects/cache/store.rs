@@ -21,8 +21,8 @@ use crate::objects::checksum::{hex, verify_content_md5, BodyHasher};
 use crate::objects::conditions::{not_modified, precondition_failed, ReadConditions, Verdict};
 use crate::objects::shared::{
     body_error, check_length, checksum_type, checksums_from, content_length, copy_to_itself,
-    declared, incomplete_body, internal, now_ms, object_attrs, replaces_metadata, set_checksums,
-    timestamp,
+    declared, incomplete_body, internal, now_ms, object_attrs, read_list_v1, read_list_v2,
+    replaces_metadata, set_checksums, timestamp,
 };
 
 fn wants_checksums(mode: Option<&ChecksumMode>) -> bool {
@@ -715,16 +715,18 @@ impl S3 for CachedStore {
 
     async fn list_objects_v2(
         &self,
-        req: S3Request<ListObjectsV2Input>,
+        mut req: S3Request<ListObjectsV2Input>,
     ) -> S3Result<S3Response<ListObjectsV2Output>> {
+        read_list_v2(&mut req.input);
         self.cache.until_bucket_settled(&req.input.bucket).await?;
         self.cache.list_objects_v2(req).await
     }
 
     async fn list_objects(
         &self,
-        req: S3Request<ListObjectsInput>,
+        mut req: S3Request<ListObjectsInput>,
     ) -> S3Result<S3Response<ListObjectsOutput>> {
+        read_list_v1(&mut req.input);
         self.cache.until_bucket_settled(&req.input.bucket).await?;
         self.cache.list_objects(req).await
     }

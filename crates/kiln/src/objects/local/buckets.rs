@@ -7,7 +7,8 @@ use super::meta::{BucketDeletion, ObjectRow};
 use super::{blocking, LocalStore};
 use crate::objects::listing::{self, url_encode, Cursor, ListRequest, Page};
 use crate::objects::shared::{
-    encodes_url, internal, listed_object, max_keys, now_ms, owner, timestamp,
+    encodes_url, internal, listed_object, max_keys, now_ms, owner, owners_if_fetched, read_list_v1,
+    read_list_v2, timestamp,
 };
 
 /// S3's ceiling on keys per listing page.
@@ -119,7 +120,8 @@ impl LocalStore {
         &self,
         req: S3Request<ListObjectsV2Input>,
     ) -> S3Result<S3Response<ListObjectsV2Output>> {
-        let input = req.input;
+        let mut input = req.input;
+        read_list_v2(&mut input);
         let prefix = input.prefix.clone().unwrap_or_default();
         let start = match &input.continuation_token {
             Some(token) => Cursor::from_token(token).ok_or_else(|| {
@@ -145,6 +147,13 @@ impl LocalStore {
             .await?;
         let encode = |s: String| if url { url_encode(&s) } else { s };
         let key_count = (page.objects.len() + page.common_prefixes.len()) as i32;
+        let mut contents = Some(
+            page.objects
+                .into_iter()
+                .map(|row| object_entry(row, encode))
+                .collect(),
+        );
+        owners_if_fetched(&mut contents, input.fetch_owner);
         Ok(S3Response::new(ListObjectsV2Output {
             name: Some(input.bucket),
             prefix: input.prefix.map(encode),
@@ -156,12 +165,7 @@ impl LocalStore {
             is_truncated: Some(page.next.is_some()),
             next_continuation_token: page.next.as_ref().map(Cursor::token),
             encoding_type: input.encoding_type,
-            contents: Some(
-                page.objects
-                    .into_iter()
-                    .map(|row| object_entry(row, encode))
-                    .collect(),
-            ),
+            contents,
             common_prefixes: Some(
                 page.common_prefixes
                     .into_iter()
@@ -178,7 +182,8 @@ impl LocalStore {
         &self,
         req: S3Request<ListObjectsInput>,
     ) -> S3Result<S3Response<ListObjectsOutput>> {
-        let input = req.input;
+        let mut input = req.input;
+        read_list_v1(&mut input);
         let prefix = input.prefix.clone().unwrap_or_default();
         let max_keys = max_keys(input.max_keys)?;
         let url = encodes_url(input.encoding_type.as_ref())?;
@@ -202,7 +207,8 @@ impl LocalStore {
             .map(encode);
         Ok(S3Response::new(ListObjectsOutput {
             name: Some(input.bucket),
-            prefix: input.prefix.map(encode),
+            // S3 leaves v1's own Prefix as sent, encoding type or not (SDKs decode it in v2 only).
+            prefix: input.prefix,
             delimiter: input.delimiter.map(encode),
             marker: Some(input.marker.map(encode).unwrap_or_default()),
             next_marker,
