@@ -13,7 +13,9 @@ use tokio::sync::oneshot;
 
 use super::launch::{attach_services, limits, output_pipe, socket_pair};
 use super::transport::{Message, Transport};
-use super::{invoke_header, warmup_request, Instance, Process, StartError, Step, INIT_TIMEOUT};
+use super::{
+    invoke_header, warmup_request, Instance, Parts, Process, StartError, Step, INIT_TIMEOUT,
+};
 use crate::agent::frame::{Frame, Header, ShimConn};
 use crate::agent::{AgentContext, StartPath};
 use crate::function::{InvocationSlot, SharedSpec};
@@ -72,19 +74,11 @@ impl Instance {
                 return Err(e);
             }
         };
-        let now = Instant::now();
-        let mut instance = Instance {
+        let mut instance = Instance::new(Parts {
             id,
             spec: spec.clone(),
             start_path: StartPath::Hot,
-            created: now,
-            last_used: now,
-            init_duration: Duration::ZERO,
-            init_output: None,
             cgroup,
-            invocations: 0,
-            oom_kills_seen: 0,
-            limit_mb: None,
             process: Process::Forked {
                 _server: zygote.clone(),
                 exit: Some(exit),
@@ -92,15 +86,12 @@ impl Instance {
             },
             output: out_rx,
             output_direct,
-            output_open: true,
-            exit_status: None,
             transport: Transport::Shim(ShimConn::new(ours)),
-            _netns: None,
-            _service_guards: Vec::new(),
+            netns: None,
+            service_guards: Vec::new(),
             invocation_slot: zygote.invocation_slot(),
             code_slot: None,
-            held: Default::default(),
-        };
+        });
         let mut deadline = Instant::now() + INIT_TIMEOUT;
         if warm_up {
             let timeout = Duration::from_secs(u64::from(spec.timeout_s));

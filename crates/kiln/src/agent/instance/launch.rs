@@ -11,7 +11,7 @@ use tokio::net::unix::pipe;
 
 use super::transport::{Message, Transport};
 use super::{
-    error_json, exit_description, Instance, Process, StartError, Step, INIT_TIMEOUT,
+    error_json, exit_description, Instance, Parts, Process, StartError, Step, INIT_TIMEOUT,
     RUNTIME_API_ADDR,
 };
 use crate::agent::frame::ShimConn;
@@ -156,31 +156,20 @@ impl Instance {
             platform("sandbox", &e)
         })?;
         let process = Process::Sandbox(process);
-        let now = Instant::now();
-        let instance = Instance {
+        let instance = Instance::new(Parts {
             id,
             spec: spec.clone(),
             start_path: StartPath::Coldest,
-            created: now,
-            last_used: now,
-            init_duration: Duration::ZERO,
-            init_output: None,
             cgroup,
-            invocations: 0,
-            oom_kills_seen: 0,
-            limit_mb: None,
             process,
             output: out_rx,
             output_direct,
-            output_open: true,
-            exit_status: None,
             transport,
-            _netns: netns,
-            _service_guards: service_guards,
+            netns,
+            service_guards,
             invocation_slot,
             code_slot: slot,
-            held: Default::default(),
-        };
+        });
         instance.finish_init(begin).await
     }
 

@@ -161,6 +161,54 @@ pub struct Instance {
     held: std::collections::HashMap<String, (Arc<SessionLog>, u64)>,
 }
 
+/// What sets one start path's new instance apart from another's; [`Instance::new`] gives the rest
+/// its starting value.
+struct Parts {
+    id: u64,
+    spec: SharedSpec,
+    start_path: StartPath,
+    cgroup: Arc<Cgroup>,
+    process: Process,
+    output: pipe::Receiver,
+    output_direct: std::fs::File,
+    transport: Transport,
+    netns: Option<NetNs>,
+    service_guards: Vec<Box<dyn std::any::Any + Send + Sync>>,
+    invocation_slot: crate::function::InvocationSlot,
+    code_slot: Option<kiln_sandbox::CodeSlot>,
+}
+
+impl Instance {
+    /// A new instance, before its runtime's init: never invoked, at its booked size.
+    fn new(parts: Parts) -> Instance {
+        let now = Instant::now();
+        Instance {
+            id: parts.id,
+            spec: parts.spec,
+            start_path: parts.start_path,
+            created: now,
+            last_used: now,
+            init_duration: Duration::ZERO,
+            init_output: None,
+            cgroup: parts.cgroup,
+            invocations: 0,
+            oom_kills_seen: 0,
+            limit_mb: None,
+            process: parts.process,
+            output: parts.output,
+            output_direct: parts.output_direct,
+            output_open: true,
+            exit_status: None,
+            transport: parts.transport,
+            _netns: parts.netns,
+            _service_guards: parts.service_guards,
+            invocation_slot: parts.invocation_slot,
+            code_slot: parts.code_slot,
+            held: Default::default(),
+        }
+    }
+}
+
 /// Brings the sessions a runtime holds up to date before an invocation: the copies of ended
 /// sessions, and of sessions changed elsewhere since, are dropped; the invocation's own
 /// session is loaded unless the runtime holds its latest state.
