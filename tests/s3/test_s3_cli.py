@@ -4,6 +4,7 @@
 import hashlib
 import json
 import os
+import re
 import subprocess
 import urllib.request
 import uuid
@@ -93,6 +94,23 @@ def test_kiln_s3_errors_say_what_is_wrong(kiln, tmp_path):
     assert b"NoSuchKey: The specified key does not exist." in missing.stderr, missing.stderr
     gone = kiln_s3(kiln, "ls", f"s3://{bucket}-gone", check=False)
     assert gone.returncode != 0 and b"NoSuchBucket: The specified bucket does not exist" in gone.stderr, gone.stderr
+    kiln_s3(kiln, "rb", f"s3://{bucket}")
+
+
+def test_kiln_s3_ls_lines_up_its_columns(kiln):
+    bucket = f"cli-{uuid.uuid4().hex[:12]}"
+    kiln_s3(kiln, "mb", f"s3://{bucket}")
+    for key, size in [("a", 1), ("dir/b", 12345), ("c", 1234567)]:
+        kiln_s3(kiln, "cp", "-", f"s3://{bucket}/{key}", stdin=b"x" * size)
+    lines = kiln_s3(kiln, "ls", f"s3://{bucket}").stdout.decode().splitlines()
+    assert len(lines) == 3, lines
+    # PRE, and every object's name, start in the same column; times are YYYY-MM-DD HH:MM:SS.
+    assert len({line.rindex(" ") for line in lines}) == 1, lines
+    for line in lines:
+        if "PRE" not in line:
+            assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d +\d+ +\S+", line), line
+    for key in ["a", "dir/b", "c"]:
+        kiln_s3(kiln, "rm", f"s3://{bucket}/{key}")
     kiln_s3(kiln, "rb", f"s3://{bucket}")
 
 

@@ -293,8 +293,8 @@ async fn ls(
             println!("{}", json!({ "buckets": buckets }));
         } else {
             for b in out.buckets() {
-                let created = b.creation_date().map(|d| d.to_string()).unwrap_or_default();
-                println!("{created:>20}  {}", b.name().unwrap_or_default());
+                let created = column_time(b.creation_date());
+                println!("{created:19}  {}", b.name().unwrap_or_default());
             }
         }
         return Ok(0);
@@ -308,6 +308,7 @@ async fn ls(
         .into_paginator()
         .send();
     let mut objects = Vec::new();
+    let mut rows = Vec::new();
     let mut prefixes = Vec::new();
     while let Some(page) = pages.next().await {
         let page = page.map_err(|e| failure("ls", e))?;
@@ -321,24 +322,32 @@ async fn ls(
                 "etag": o.e_tag(),
                 "lastModified": o.last_modified().map(|d| d.to_string()),
             }));
+            rows.push((
+                column_time(o.last_modified()),
+                o.size().unwrap_or_default(),
+                o.key().unwrap_or_default().to_string(),
+            ));
         }
     }
     if json_output {
         println!("{}", json!({ "prefixes": prefixes, "objects": objects }));
     } else {
         for p in &prefixes {
-            println!("{:>20}  {:>12}  {p}", "", "PRE");
+            println!("{:19}  {:>12}  {p}", "", "PRE");
         }
-        for o in &objects {
-            println!(
-                "{:>20}  {:>12}  {}",
-                o["lastModified"].as_str().unwrap_or_default(),
-                o["size"],
-                o["key"].as_str().unwrap_or_default()
-            );
+        for (time, size, key) in &rows {
+            println!("{time:19}  {size:>12}  {key}");
         }
     }
     Ok(0)
+}
+
+/// A listing's time column: always 19 characters wide (`YYYY-MM-DD HH:MM:SS`, UTC), as the AWS
+/// CLI's `s3 ls` shows it, so the columns after it line up whatever the store's precision.
+fn column_time(time: Option<&aws_sdk_s3::primitives::DateTime>) -> String {
+    time.and_then(|t| chrono::DateTime::from_timestamp(t.secs(), 0))
+        .map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
+        .unwrap_or_default()
 }
 
 fn file_name(path: &str) -> anyhow::Result<String> {
