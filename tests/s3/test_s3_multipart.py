@@ -122,3 +122,22 @@ def test_multipart_copy(s3, bucket):
     head = s3.head_object(Bucket=bucket, Key="dst")
     assert head["ETag"].endswith('-2"')
     assert s3.get_object(Bucket=bucket, Key="dst")["Body"].read() == data
+
+
+def test_a_copy_source_range_must_lie_within_the_source(s3, bucket):
+    s3.put_object(Bucket=bucket, Key="src", Body=b"0123456789")
+    upload = s3.create_multipart_upload(Bucket=bucket, Key="dst")["UploadId"]
+    part = {"Bucket": bucket, "Key": "dst", "UploadId": upload, "PartNumber": 1,
+            "CopySource": {"Bucket": bucket, "Key": "src"}}
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.upload_part_copy(**part, CopySourceRange="bytes=5-10")
+    assert error_code(e) == "InvalidRange"
+    assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 416
+    for malformed in ["bytes=-3", "bytes=4-"]:
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            s3.upload_part_copy(**part, CopySourceRange=malformed)
+        assert error_code(e) == "InvalidArgument", malformed
+    etag = s3.upload_part_copy(**part, CopySourceRange="bytes=2-9")["CopyPartResult"]["ETag"]
+    s3.complete_multipart_upload(Bucket=bucket, Key="dst", UploadId=upload,
+                                 MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": etag}]})
+    assert s3.get_object(Bucket=bucket, Key="dst")["Body"].read() == b"23456789"

@@ -285,6 +285,36 @@ pub(crate) fn checksum_type(sums: &Checksums) -> Option<ChecksumType> {
         .map(|_| ChecksumType::from(kind.name().to_string()))
 }
 
+/// The bytes an UploadPartCopy takes from a source of `size` bytes: all of it, or
+/// `x-amz-copy-source-range: bytes=first-last`, which S3 requires to lie within the source (unlike
+/// a GET's range, it is not clamped, and a suffix range is not one).
+pub(crate) fn copy_source_span(range: Option<&str>, size: u64) -> S3Result<std::ops::Range<u64>> {
+    let Some(text) = range else {
+        return Ok(0..size);
+    };
+    let malformed = || {
+        s3_error!(
+            InvalidArgument,
+            "The x-amz-copy-source-range value must be of the form bytes=first-last where first and last are the zero-based offsets of the first and last bytes to copy"
+        )
+    };
+    match Range::parse(text).map_err(|_| malformed())? {
+        Range::Int {
+            first,
+            last: Some(last),
+        } if first <= last => {
+            if last >= size {
+                return Err(s3_error!(
+                    InvalidRange,
+                    "The specified copy source range bytes={first}-{last} is not satisfiable for an object of {size} bytes"
+                ));
+            }
+            Ok(first..last + 1)
+        }
+        _ => Err(malformed()),
+    }
+}
+
 /// A ListObjectsV2 request as S3 reads it: an empty continuation token or delimiter is absent
 /// (SDKs send both empty), and is not echoed back.
 pub(crate) fn read_list_v2(input: &mut ListObjectsV2Input) {
@@ -370,6 +400,19 @@ pub(crate) fn with_default_message(xml: &[u8]) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_copy_source_range_lies_within_the_source() {
+        assert_eq!(copy_source_span(None, 10).unwrap(), 0..10);
+        assert_eq!(copy_source_span(Some("bytes=2-5"), 10).unwrap(), 2..6);
+        assert_eq!(copy_source_span(Some("bytes=0-9"), 10).unwrap(), 0..10);
+        let past = copy_source_span(Some("bytes=5-10"), 10).unwrap_err();
+        assert_eq!(past.code(), &S3ErrorCode::InvalidRange);
+        for malformed in ["bytes=-3", "bytes=4-", "bytes=5-2", "4-5"] {
+            let e = copy_source_span(Some(malformed), 10).unwrap_err();
+            assert_eq!(e.code(), &S3ErrorCode::InvalidArgument, "{malformed}");
+        }
+    }
 
     #[test]
     fn an_error_without_a_message_gets_s3s() {

@@ -8,7 +8,7 @@ use std::time::Instant;
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use s3s::dto::*;
-use s3s::{s3_error, S3Request, S3Response, S3Result, S3};
+use s3s::{S3Request, S3Response, S3Result, S3};
 
 use super::cost::Op;
 use super::entries::{self, Hit, Meta, ObjectKey};
@@ -20,9 +20,9 @@ use crate::function::{InvocationTags, StorageTag};
 use crate::objects::checksum::{hex, verify_content_md5, BodyHasher};
 use crate::objects::conditions::{not_modified, precondition_failed, ReadConditions, Verdict};
 use crate::objects::shared::{
-    body_error, check_length, checksum_type, checksums_from, content_length, copy_to_itself,
-    declared, incomplete_body, internal, now_ms, object_attrs, read_list_v1, read_list_v2,
-    replaces_metadata, set_checksums, timestamp,
+    body_error, check_length, checksum_type, checksums_from, content_length, copy_source_span,
+    copy_to_itself, declared, incomplete_body, internal, now_ms, object_attrs, read_list_v1,
+    read_list_v2, replaces_metadata, set_checksums, timestamp,
 };
 
 fn wants_checksums(mode: Option<&ChecksumMode>) -> bool {
@@ -568,17 +568,7 @@ impl CachedStore {
         if conditions.evaluate(&held.meta.etag, held.meta.modified_ms) != Verdict::Proceed {
             return Err(precondition_failed());
         }
-        let span = match input.copy_source_range.as_deref() {
-            Some(text) => Range::parse(text)
-                .map_err(|_| {
-                    s3_error!(
-                        InvalidArgument,
-                        "The x-amz-copy-source-range value must be of the form bytes=first-last"
-                    )
-                })?
-                .check(held.body.len() as u64)?,
-            None => 0..held.body.len() as u64,
-        };
+        let span = copy_source_span(input.copy_source_range.as_deref(), held.body.len() as u64)?;
         let body = held.body.slice(span.start as usize..span.end as usize);
         let part = UploadPartInput {
             bucket: input.bucket,

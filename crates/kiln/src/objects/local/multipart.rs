@@ -14,10 +14,9 @@ use crate::objects::checksum::{
     bad_digest, composite, hex, multipart_etag, Algorithm, BodyHasher, ChecksumKind, Checksums,
 };
 use crate::objects::conditions::{ReadConditions, Verdict, WriteCondition};
-use crate::objects::shared::object_attrs;
 use crate::objects::shared::{
-    check_length, checksums_from, content_length, declared, internal, now_ms, set_checksums,
-    timestamp,
+    check_length, checksums_from, content_length, copy_source_span, declared, internal, now_ms,
+    object_attrs, set_checksums, timestamp,
 };
 
 /// S3's limits on parts.
@@ -244,15 +243,7 @@ impl LocalStore {
             if_modified_since: input.copy_source_if_modified_since,
             if_unmodified_since: input.copy_source_if_unmodified_since,
         };
-        let range = match input.copy_source_range.as_deref() {
-            Some(text) => Some(Range::parse(text).map_err(|_| {
-                s3_error!(
-                    InvalidArgument,
-                    "The x-amz-copy-source-range value must be of the form bytes=first-last"
-                )
-            })?),
-            None => None,
-        };
+        let range = input.copy_source_range.clone();
         let algorithms: Vec<Algorithm> = upload.algorithm.into_iter().collect();
         let (meta, files) = (self.meta.clone(), self.files.clone());
         let written = blocking(move || {
@@ -266,10 +257,7 @@ impl LocalStore {
                 if conditions.evaluate(&source.etag, source.modified_ms) != Verdict::Proceed {
                     return Err(s3_error!(PreconditionFailed));
                 }
-                let span = match &range {
-                    Some(r) => r.check(source.size)?,
-                    None => 0..source.size,
-                };
+                let span = copy_source_span(range.as_deref(), source.size)?;
                 if span.end - span.start > MAX_PART_BYTES {
                     return Err(s3_error!(InvalidArgument, "A part may be at most 5 GiB"));
                 }
