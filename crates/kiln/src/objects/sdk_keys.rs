@@ -20,6 +20,10 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 /// The stand-in's prefix: a noncharacter (U+10FFFF) that no text a client sends should hold.
 const PREFIX: &str = "\u{10FFFF}kiln-key-";
 
+/// A part of the stand-in's prefix that stays as it is when percent-encoded: a request whose URI
+/// lacks it holds no stand-in.
+const ENCODED_MARK: &str = "kiln-key-";
+
 /// What a key's path segment keeps unescaped: RFC 3986's unreserved characters and `/` (the SDK's
 /// "greedy" label encoding, which S3's SigV4 signs as it is).
 const PATH: &AsciiSet = &NON_ALPHANUMERIC
@@ -94,6 +98,10 @@ impl Intercept for KeyLabels {
         _cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
         let request = context.request_mut();
+        // Most requests carry no stand-in: they are left as they are, unparsed.
+        if !request.uri().contains(ENCODED_MARK) {
+            return Ok(());
+        }
         let uri: http::Uri = request.uri().parse()?;
         let Some(path) = uri.path_and_query().and_then(|p| restore(p.as_str())) else {
             return Ok(());
