@@ -12,6 +12,7 @@ matching rule over a sample's whole stack, in the order below, so e.g. a `read` 
 import argparse
 import collections
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -50,6 +51,7 @@ def own_name(frame):
 
 def classify(script_text):
     counts, syscalls, n = collections.Counter(), collections.Counter(), 0
+    leaves, innermost = collections.Counter(), collections.Counter()
 
     def flush(frames):
         nonlocal n
@@ -67,6 +69,9 @@ def classify(script_text):
                 break
         else:
             counts[REST] += 1
+        leaves[own_name(frames[0])[:100]] += 1
+        inner = next((own_name(f) for f in frames if f.startswith(("kiln", "<kiln"))), "(no kiln frame)")
+        innermost[inner[:100]] += 1
         for f in frames:
             if "__x64_sys_" in f:
                 syscalls[f.split("__x64_sys_")[1].split()[0]] += 1
@@ -82,7 +87,7 @@ def classify(script_text):
             if len(parts) == 2:
                 frames.append(parts[1])
     flush(frames)
-    return n, counts, syscalls
+    return n, counts, syscalls, leaves, innermost
 
 
 def main():
@@ -124,8 +129,9 @@ def main():
             load.communicate()
             script = subprocess.run(["perf", "script", "-i", str(data), "-F", "comm,tid,period,ip,sym",
                                      "--no-inline"], capture_output=True, text=True).stdout
-            data.unlink()
-            n, counts, syscalls = classify(script)
+            if not os.environ.get("BENCH_KEEP_PERF"):  # set it to look further with `perf report`
+                data.unlink()
+            n, counts, syscalls, leaves, innermost = classify(script)
             report.append(f"perf samples: {n:,} (cpu-clock, 2999 Hz, DWARF stacks). Share of kiln's "
                           f"CPU and, scaled to the unprofiled figure, µs per invocation:\n")
             report.append("| part of the hot path | share | ≈ µs / invocation |\n|---|---|---|")
@@ -133,6 +139,12 @@ def main():
                 report.append(f"| {label} | {100 * k / n:.1f}% | {ref_us * k / n:.1f} |")
             report.append("\nSamples inside a system call, by call (share of all samples): "
                           + ", ".join(f"{name} {100 * k / n:.1f}%" for name, k in syscalls.most_common(10)) + "\n")
+            for title, counter in (("symbol the sample was taken in (self time)", leaves),
+                                   ("innermost kiln function on the sample's stack", innermost)):
+                report.append(f"Top 20 by {title}:\n\n| symbol | share | ≈ µs |\n|---|---|---|")
+                for name, k in counter.most_common(20):
+                    report.append(f"| `{name}` | {100 * k / n:.1f}% | {ref_us * k / n:.1f} |")
+                report.append("")
         if shutil.which("strace"):
             calls = 2000
             trace = out / f"strace-{function}.txt"

@@ -6,6 +6,12 @@
 #   bench/run.sh --debug    debug build of kiln and loadgen (results in bench/work/)
 #   bench/run.sh --perf     instead of the benchmark: where kiln's CPU goes per invocation
 #                           (perf + strace; report in bench/work/profile/report.md)
+#   bench/run.sh --guard    instead of the benchmark, in about a minute: kiln's CPU per warm
+#                           invoke as a ratio to the bare servers' in the same run, against the
+#                           committed bench/results/guard/baseline.json (--guard --baseline
+#                           writes it); report in bench/work/guard/guard.md
+#   BENCH_KILN_ARGS="--object-cache on" bench/run.sh ...   extra `kiln up` flags for any mode
+#   BENCH_KILN_BIN=/path/to/kiln bench/run.sh ...           another kiln binary (A/B runs)
 #
 # It installs what it needs (the repo venv plus bench/requirements.txt), builds kiln and
 # bench/loadgen, starts its own kiln (data dir bench/work/kiln) and the three floor servers, runs
@@ -21,12 +27,16 @@ WORK=$BENCH/work
 PROFILE=release
 QUICK=()
 PERF=0
+GUARD=()
+BASELINE=()
 for arg in "$@"; do
     case $arg in
         --quick) QUICK=(--quick) ;;
         --debug) PROFILE=debug ;;
         --perf) PERF=1 ;;
-        -h | --help) sed -n '2,13p' "$SELF" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --guard) GUARD=(--command "bench/run.sh $*") ;;
+        --baseline) BASELINE=(--baseline) ;;
+        -h | --help) sed -n '2,19p' "$SELF" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "bench/run.sh: unknown argument $arg (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -144,11 +154,16 @@ start() {
     say "$name: $SERVER_URL (pid $SERVER_PID)"
 }
 
-start kiln "$BIN/kiln" up --listen 127.0.0.1:0 --data-dir "$KILN_DATA" --no-aws-profile \
-    --idle-ttl 3600 --memory-budget-mb 8192 --shutdown-grace 5
+KILN=${BENCH_KILN_BIN:-$BIN/kiln}
+start kiln "$KILN" up --listen 127.0.0.1:0 --data-dir "$KILN_DATA" --no-aws-profile \
+    --idle-ttl 3600 --memory-budget-mb 8192 --shutdown-grace 5 ${BENCH_KILN_ARGS:-}
 KILN_URL=$SERVER_URL KILN_PID=$SERVER_PID
 start floor-node node "$BENCH/floors/node_http.js"
 NODE_URL=$SERVER_URL NODE_PID=$SERVER_PID
+start floor-node-relay node "$BENCH/floors/node_relay.js"
+RELAY_URL=$SERVER_URL RELAY_PID=$SERVER_PID
+start floor-rust-relay "$BIN/relay" "$BENCH/floors/node_relay.js"
+RSRELAY_URL=$SERVER_URL RSRELAY_PID=$SERVER_PID
 start floor-py-httpserver python3 "$BENCH/floors/py_httpserver.py"
 PYH_URL=$SERVER_URL PYH_PID=$SERVER_PID
 start floor-py-asyncio python3 "$BENCH/floors/py_asyncio.py"
@@ -158,6 +173,8 @@ cat >"$WORK/servers.json" <<EOF
 {
   "kiln": {"url": "$KILN_URL", "pid": $KILN_PID, "data_dir": "$KILN_DATA"},
   "floor-node": {"url": "$NODE_URL", "pid": $NODE_PID},
+  "floor-node-relay": {"url": "$RELAY_URL", "pid": $RELAY_PID},
+  "floor-rust-relay": {"url": "$RSRELAY_URL", "pid": $RSRELAY_PID},
   "floor-py-httpserver": {"url": "$PYH_URL", "pid": $PYH_PID},
   "floor-py-asyncio": {"url": "$PYA_URL", "pid": $PYA_PID}
 }
@@ -166,15 +183,19 @@ EOF
 # ------------------------------------------------------------------ measure
 # In the background and waited for, so that a SIGTERM to this script runs the trap at once
 # (bash defers traps while a foreground command runs); the trap stops the driver first.
-if [ "$PERF" = 1 ]; then
+if [ ${#GUARD[@]} -gt 0 ]; then
+    .venv/bin/python "$BENCH/guard.py" --servers "$WORK/servers.json" --loadgen "$BIN/loadgen" \
+        --kiln-bin "$KILN" "${GUARD[@]}" "${BASELINE[@]}" &
+elif [ "$PERF" = 1 ]; then
     .venv/bin/python "$BENCH/profile.py" --servers "$WORK/servers.json" --loadgen "$BIN/loadgen" \
         --out "$WORK/profile" &
 else
     .venv/bin/python "$BENCH/bench.py" --servers "$WORK/servers.json" --loadgen "$BIN/loadgen" \
-        --kiln-bin "$BIN/kiln" --profile "$PROFILE" --out "$OUT" --command "$COMMAND" "${QUICK[@]}" &
+        --kiln-bin "$KILN" --profile "$PROFILE" --out "$OUT" --command "$COMMAND" "${QUICK[@]}" &
 fi
 DRIVER=$!
 wait "$DRIVER"
 DRIVER=
 [ "$PERF" = 1 ] && OUT=$WORK/profile
+[ ${#GUARD[@]} -gt 0 ] && OUT=$WORK/guard
 say "results in ${OUT#"$ROOT"/}/"

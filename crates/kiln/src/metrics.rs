@@ -1,5 +1,7 @@
 //! Prometheus metrics, exposed at `/metrics`.
 
+use std::sync::OnceLock;
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -9,7 +11,7 @@ use prometheus_client::registry::Registry;
 
 use crate::agent::NodeStatus;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FunctionLabels {
     pub function: String,
 }
@@ -178,6 +180,51 @@ impl Default for Metrics {
             snapshots,
             disk,
         }
+    }
+}
+
+/// One function's series of the per-invocation metrics, bound on first use and then updated
+/// without a label lookup (no allocation, no lock of the family's map). A series appears in
+/// the exposition only once it is first used, as with `get_or_create`.
+#[derive(Default)]
+pub struct FunctionSeries {
+    labels: FunctionLabels,
+    invocations: OnceLock<Counter>,
+    errors: OnceLock<Counter>,
+    duration: OnceLock<Histogram>,
+    sized: OnceLock<Counter>,
+}
+
+impl FunctionSeries {
+    pub fn new(function: &str) -> Self {
+        Self {
+            labels: Metrics::function(function),
+            ..Self::default()
+        }
+    }
+
+    pub fn invocations(&self, metrics: &Metrics) -> &Counter {
+        self.invocations
+            .get_or_init(|| metrics.invocations.get_or_create(&self.labels).clone())
+    }
+
+    pub fn errors(&self, metrics: &Metrics) -> &Counter {
+        self.errors
+            .get_or_init(|| metrics.errors.get_or_create(&self.labels).clone())
+    }
+
+    pub fn duration(&self, metrics: &Metrics) -> &Histogram {
+        self.duration
+            .get_or_init(|| metrics.duration.get_or_create(&self.labels).clone())
+    }
+
+    pub fn sized(&self, metrics: &Metrics) -> &Counter {
+        self.sized.get_or_init(|| {
+            metrics
+                .sized_invocations
+                .get_or_create(&self.labels)
+                .clone()
+        })
     }
 }
 

@@ -108,10 +108,13 @@ pub enum FrameError {
 
 /// Appends one encoded frame to `out`.
 pub fn encode(header: &Header, body: &[u8], out: &mut Vec<u8>) {
-    let header = serde_json::to_vec(header).expect("headers always serialize");
-    out.extend_from_slice(&(header.len() as u32).to_be_bytes());
+    // The header is written in place and its length filled in after: no copy of it.
+    let at = out.len();
+    out.extend_from_slice(&[0; 4]);
     out.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    out.extend_from_slice(&header);
+    serde_json::to_writer(&mut *out, header).expect("headers always serialize");
+    let header_len = (out.len() - at - 8) as u32;
+    out[at..at + 4].copy_from_slice(&header_len.to_be_bytes());
     out.extend_from_slice(body);
 }
 

@@ -5,7 +5,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
 use futures_util::future::BoxFuture;
+use futures_util::FutureExt;
 use kiln_sandbox::Cgroup;
 
 use super::snapshots::SnapshotSlot;
@@ -15,19 +21,44 @@ use super::{
 };
 use crate::function::SharedSpec;
 
+/// A future that, dropped before it is done, finishes on a task of its own.
+struct RunsToCompletion<F: Future<Output: Send + 'static> + Send + 'static>(Option<Pin<Box<F>>>);
+
+impl<F: Future<Output: Send + 'static> + Send + 'static> Future for RunsToCompletion<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let future = self.0.as_mut().expect("polled after completion");
+        let output = std::task::ready!(future.as_mut().poll(cx));
+        self.0 = None;
+        Poll::Ready(output)
+    }
+}
+
+impl<F: Future<Output: Send + 'static> + Send + 'static> Drop for RunsToCompletion<F> {
+    fn drop(&mut self) {
+        if let (Some(future), Ok(runtime)) = (self.0.take(), tokio::runtime::Handle::try_current())
+        {
+            runtime.spawn(future);
+        }
+    }
+}
+
 impl NodeAgent for LocalAgent {
     fn invoke(
         &self,
         spec: SharedSpec,
         request: InvokeRequest,
     ) -> BoxFuture<'static, Result<InvokeOutcome, AgentError>> {
-        let inner = self.inner.clone();
+        // The invocation runs to completion even if the caller goes away, as on Lambda; the
+        // instance is then returned to its pool instead of being lost with the future. It runs
+        // in the caller's task (no task of its own, no wake-up to hand its answer back) and
+        // moves to a task of its own only if the caller drops it unfinished.
+        let invocation = AssertUnwindSafe(self.inner.clone().invoke(spec, request)).catch_unwind();
         Box::pin(async move {
-            // The invocation runs to completion even if the caller goes away, as on Lambda; the
-            // instance is then returned to its pool instead of being lost with the future.
-            match tokio::spawn(inner.invoke(spec, request)).await {
+            match (RunsToCompletion(Some(Box::pin(invocation)))).await {
                 Ok(result) => result,
-                Err(e) => Err(AgentError::Sandbox(format!("invocation task failed: {e}"))),
+                Err(_) => Err(AgentError::Sandbox("the invocation panicked".into())),
             }
         })
     }

@@ -218,12 +218,18 @@ impl Inner {
                     return Err(AgentError::ShuttingDown);
                 }
                 let pool = state.pools.entry(spec.function.clone()).or_default();
-                // An instance of an older revision must never serve a newer spec.
-                let (current, stale): (Vec<_>, Vec<_>) = pool
-                    .idle
-                    .drain(..)
-                    .partition(|i| i.spec.revision == spec.revision);
-                pool.idle = current;
+                // An instance of an older revision must never serve a newer spec. (Checked
+                // first: the split allocates, and there is rarely anything to split.)
+                let stale = if pool.idle.iter().any(|i| i.spec.revision != spec.revision) {
+                    let (current, stale): (Vec<_>, Vec<_>) = pool
+                        .idle
+                        .drain(..)
+                        .partition(|i| i.spec.revision == spec.revision);
+                    pool.idle = current;
+                    stale
+                } else {
+                    Vec::new()
+                };
                 // Retired for good: their bookkeeping, booked memory and cgroups go with them.
                 for old in stale {
                     forget(state, old.id);

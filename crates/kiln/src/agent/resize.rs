@@ -4,9 +4,8 @@
 //! close to it. An invocation killed for memory anyway is retried by the controller at the
 //! booked size.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kiln_sandbox::Cgroup;
 
@@ -47,47 +46,65 @@ pub fn apply(
 /// (the object cache) first, as OFC's scale-up does.
 pub type BeforeRaise = Box<dyn FnOnce() + Send>;
 
-/// Watches one invocation that runs under a predicted limit.
+/// Watches one invocation that runs under a predicted limit. It is no task of its own: the
+/// invocation's wait for its runtime wakes at [`Monitor::next_check`] and calls
+/// [`Monitor::check`], so an invocation over before the first check (most are) costs nothing
+/// beyond this struct.
 pub struct Monitor {
-    raised: Arc<AtomicBool>,
-    task: tokio::task::JoinHandle<()>,
+    cgroup: Arc<Cgroup>,
+    limit_bytes: u64,
+    booked_mb: u32,
+    before_raise: Option<BeforeRaise>,
+    next: Instant,
+    raised: bool,
 }
 
 impl Monitor {
-    /// Starts watching `cgroup`, whose limit is `limit_mb`: at 90% of it, `before_raise` runs
-    /// and the limit goes back to `booked_mb`.
+    /// Watches `cgroup`, whose limit is `limit_mb`: at 90% of it, `before_raise` runs and the
+    /// limit goes back to `booked_mb`.
     pub fn start(
         cgroup: Arc<Cgroup>,
         limit_mb: u32,
         booked_mb: u32,
         before_raise: BeforeRaise,
     ) -> Monitor {
-        let raised = Arc::new(AtomicBool::new(false));
-        let flag = raised.clone();
-        let task = tokio::spawn(async move {
-            let limit = u64::from(limit_mb) * MIB;
-            let start = tokio::time::Instant::now() + MONITOR_PERIOD;
-            let mut tick = tokio::time::interval_at(start, MONITOR_PERIOD);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-            loop {
-                tick.tick().await;
-                if cgroup.memory_current() * 10 >= limit * 9 {
-                    before_raise();
-                    if cgroup.set_memory_limit(u64::from(booked_mb) * MIB).is_ok() {
-                        flag.store(true, Ordering::Relaxed);
-                    }
-                    return;
-                }
-            }
-        });
-        Monitor { raised, task }
+        Monitor {
+            cgroup,
+            limit_bytes: u64::from(limit_mb) * MIB,
+            booked_mb,
+            before_raise: Some(before_raise),
+            next: Instant::now() + MONITOR_PERIOD,
+            raised: false,
+        }
     }
 
-    /// Stops watching; true if the limit was raised meanwhile. A raise under way (it has no
-    /// await point) completes before this returns, so nothing is raised or reserved after it.
-    pub async fn finish(self) -> bool {
-        self.task.abort();
-        let _ = self.task.await;
-        self.raised.load(Ordering::Relaxed)
+    /// When the next check is due; `None` once the limit is raised (nothing left to watch).
+    pub fn next_check(&self) -> Option<Instant> {
+        (!self.raised).then_some(self.next)
+    }
+
+    /// Checks the invocation's memory if a check is due: at 90% of the predicted limit, the
+    /// limit goes back to the booked size.
+    pub fn check(&mut self, now: Instant) {
+        if self.raised || now < self.next {
+            return;
+        }
+        // Checks missed while the thread was busy are skipped, not caught up.
+        self.next = now + MONITOR_PERIOD;
+        if self.cgroup.memory_current() * 10 < self.limit_bytes * 9 {
+            return;
+        }
+        if let Some(before_raise) = self.before_raise.take() {
+            before_raise();
+        }
+        self.raised = self
+            .cgroup
+            .set_memory_limit(u64::from(self.booked_mb) * MIB)
+            .is_ok();
+    }
+
+    /// Whether the limit was raised during the invocation.
+    pub fn raised(&self) -> bool {
+        self.raised
     }
 }

@@ -216,7 +216,8 @@ impl Verifier {
         let cached = keys.get(&cache_id).copied();
         drop(keys);
         let key = cached.unwrap_or_else(|| derive_key(secret, scope));
-        let provided = hex::decode(signature).map_err(|_| AuthError::SignatureMismatch)?;
+        let mut provided = [0u8; 32];
+        hex::decode_to_slice(signature, &mut provided).map_err(|_| AuthError::SignatureMismatch)?;
         let mut mac = new_mac(&key);
         mac.update(string_to_sign.as_bytes());
         // verify_slice compares in constant time, so timing leaks nothing about the expected value.
@@ -232,6 +233,23 @@ impl Verifier {
         }
         Ok(())
     }
+}
+
+/// `YYYYMMDDTHHMMSSZ`, read by hand: it is on every request's path, and chrono's format-string
+/// parser costs more than the rest of the date check.
+fn parse_amz_date(text: &str) -> Option<DateTime<Utc>> {
+    let b = text.as_bytes();
+    if b.len() != 16 || b[8] != b'T' || b[15] != b'Z' {
+        return None;
+    }
+    let number = |range: std::ops::Range<usize>| {
+        b[range].iter().try_fold(0u32, |n, &d| {
+            d.is_ascii_digit().then(|| n * 10 + u32::from(d - b'0'))
+        })
+    };
+    let date = chrono::NaiveDate::from_ymd_opt(number(0..4)? as i32, number(4..6)?, number(6..8)?)?;
+    let time = chrono::NaiveTime::from_hms_opt(number(9..11)?, number(11..13)?, number(13..15)?)?;
+    Some(NaiveDateTime::new(date, time).and_utc())
 }
 
 /// The signing parameters a request claims, wherever it carried them.
@@ -319,8 +337,7 @@ impl Claim {
     }
 
     fn check_time(&self, scope_date: &str, now: DateTime<Utc>) -> Result<(), AuthError> {
-        let at = NaiveDateTime::parse_from_str(&self.amz_date, AMZ_DATE_FORMAT);
-        let at = at.map_err(|_| malformed(BAD_DATE))?.and_utc();
+        let at = parse_amz_date(&self.amz_date).ok_or_else(|| malformed(BAD_DATE))?;
         let date = &self.amz_date;
         if date.get(..8) != Some(scope_date) {
             return Err(malformed(format!("Date in Credential scope does not match YYYYMMDD from ISO-8601 version of date from HTTP: '{scope_date}' != '{}', from '{date}'.", &date[..8])));
@@ -433,24 +450,52 @@ fn canonical_request(
     payload: &str,
     double_encode: bool,
 ) -> Vec<u8> {
+    // Written in place, piece by piece: this runs on every request.
     let mut pairs: Vec<_> = query.iter().map(|(k, v)| (encode(k), encode(v))).collect();
     pairs.sort_unstable();
-    let pairs: Vec<String> = pairs.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
     let path = canonical_uri(uri.path(), double_encode);
-    let mut out = format!("{method}\n{path}\n{}\n", pairs.join("&")).into_bytes();
+    let mut out = Vec::with_capacity(256 + path.len());
+    out.extend_from_slice(method.as_str().as_bytes());
+    out.push(b'\n');
+    out.extend_from_slice(path.as_bytes());
+    out.push(b'\n');
+    for (i, (k, v)) in pairs.iter().enumerate() {
+        if i > 0 {
+            out.push(b'&');
+        }
+        out.extend_from_slice(k.as_bytes());
+        out.push(b'=');
+        out.extend_from_slice(v.as_bytes());
+    }
+    out.push(b'\n');
     for &name in signed {
         out.extend_from_slice(name.as_bytes());
         out.push(b':');
-        let values = headers.get_all(name).iter().map(|v| trim_all(v.as_bytes()));
-        let mut values: Vec<Vec<u8>> = values.collect();
-        if name == "host" && values.is_empty() {
-            // HTTP/2 carries the host as :authority, which lands in the URI instead.
-            values.extend(default_host(uri).map(String::into_bytes));
+        let mut any = false;
+        for value in headers.get_all(name) {
+            if any {
+                out.push(b',');
+            }
+            trim_all_into(value.as_bytes(), &mut out);
+            any = true;
         }
-        out.extend_from_slice(&values.join(&b","[..]));
+        if name == "host" && !any {
+            // HTTP/2 carries the host as :authority, which lands in the URI instead.
+            if let Some(host) = default_host(uri) {
+                out.extend_from_slice(host.as_bytes());
+            }
+        }
         out.push(b'\n');
     }
-    out.extend_from_slice(format!("\n{}\n{payload}", signed.join(";")).as_bytes());
+    out.push(b'\n');
+    for (i, name) in signed.iter().enumerate() {
+        if i > 0 {
+            out.push(b';');
+        }
+        out.extend_from_slice(name.as_bytes());
+    }
+    out.push(b'\n');
+    out.extend_from_slice(payload.as_bytes());
     out
 }
 
@@ -483,18 +528,32 @@ fn remove_dot_segments(path: &str) -> String {
     format!("/{}{}", kept.join("/"), if trailing { "/" } else { "" })
 }
 
-/// Trims and collapses runs of spaces, as botocore's `' '.join(value.split())` does.
-fn trim_all(value: &[u8]) -> Vec<u8> {
+/// Appends `value` trimmed, with runs of spaces collapsed, as botocore's
+/// `' '.join(value.split())` does.
+fn trim_all_into(value: &[u8], out: &mut Vec<u8>) {
     let words = value
         .split(u8::is_ascii_whitespace)
         .filter(|w| !w.is_empty());
-    words.collect::<Vec<_>>().join(&b' ')
+    for (i, word) in words.enumerate() {
+        if i > 0 {
+            out.push(b' ');
+        }
+        out.extend_from_slice(word);
+    }
 }
 
 /// `scope` is (date, region, service), as in the two functions below.
 fn string_to_sign(amz_date: &str, scope: [&str; 3], canonical_request: &[u8]) -> String {
-    let (scope, hash) = (scope.join("/"), sha256_hex(canonical_request));
-    format!("{ALGORITHM}\n{amz_date}\n{scope}/aws4_request\n{hash}")
+    let hash = Sha256::digest(canonical_request);
+    let mut out = String::with_capacity(ALGORITHM.len() + amz_date.len() + 64 + 128);
+    for part in [
+        ALGORITHM, "\n", amz_date, "\n", scope[0], "/", scope[1], "/", scope[2],
+    ] {
+        out.push_str(part);
+    }
+    out.push_str("/aws4_request\n");
+    push_hex(&mut out, &hash);
+    out
 }
 
 fn derive_key(secret: &str, scope: [&str; 3]) -> [u8; 32] {
@@ -516,7 +575,19 @@ fn hmac(key: &[u8], message: &[u8]) -> [u8; 32] {
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
+    let mut out = String::with_capacity(64);
+    push_hex(&mut out, &Sha256::digest(bytes));
+    out
+}
+
+/// Appends `bytes` in lowercase hex (a table lookup per nibble, no per-char iterator).
+fn push_hex(out: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    out.reserve(bytes.len() * 2);
+    for &b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 15)]));
+    }
 }
 
 fn is_sha256_hex(value: &str) -> bool {
@@ -679,6 +750,27 @@ bad-scope|20150830T123600Z|IncompleteSignatureException: Credential should be sc
                 Err(e) => format!("{}: {e}", e.aws_code()),
             };
             assert!(outcome.starts_with(expected), "{name}: {outcome}");
+        }
+    }
+
+    #[test]
+    fn amz_dates_parse_as_chrono_parses_them() {
+        for text in [
+            "20150830T123600Z",
+            "20241231T235959Z",
+            "20240229T000000Z",
+            "20230229T000000Z",
+            "20150830T123600",
+            "2015083OT123600Z",
+            "20150830T246000Z",
+            "20151330T123600Z",
+            "+0150830T123600Z",
+            "20150830 123600Z",
+            "",
+            "20150830T123600ZZ",
+        ] {
+            let chrono = NaiveDateTime::parse_from_str(text, AMZ_DATE_FORMAT).map(|d| d.and_utc());
+            assert_eq!(parse_amz_date(text), chrono.ok(), "{text:?}");
         }
     }
 

@@ -8,7 +8,7 @@
 use bytes::Bytes;
 use chrono::Utc;
 
-use super::{Controller, ControllerError, InvocationType, Invoked};
+use super::{Controller, ControllerError, Entry, InvocationType, Invoked};
 use super::{MAX_ASYNC_PAYLOAD, MAX_SYNC_PAYLOAD};
 use crate::agent::{AgentError, InvokeOutcome, InvokeRequest, RouteHints};
 use crate::function::{self, InstanceSpec, MemorySizing, SharedSpec};
@@ -112,7 +112,7 @@ impl Controller {
                     storage: None,
                     admit_objects: None,
                 };
-                let outcome = self.run(&entry.spec, request).await?;
+                let outcome = self.run(&entry, request).await?;
                 Ok(Invoked::Done {
                     outcome,
                     request_id,
@@ -150,18 +150,19 @@ impl Controller {
     /// what the models learn → metrics and logs.
     pub(super) async fn run(
         &self,
-        spec: &SharedSpec,
+        entry: &Entry,
         mut request: InvokeRequest,
     ) -> Result<InvokeOutcome, ControllerError> {
+        let spec = &entry.spec;
         let features = self.features(spec, &request.payload);
         self.predict(spec, features.as_ref(), &mut request);
         let io_before = self.admit(spec, features.as_ref(), &mut request);
-        let result = self.call(spec, request, features.as_ref()).await;
+        let result = self.call(entry, request, features.as_ref()).await;
         if let Ok(outcome) = &result {
             self.learn_benefit(spec, features.as_ref(), io_before, outcome);
             self.learn(spec, features, outcome);
         }
-        self.record(spec, result)
+        self.record(entry, result)
     }
 
     /// The event's model features, where a model or the cache will read them.
@@ -233,17 +234,17 @@ impl Controller {
     /// under a predicted limit (the model learns from the kill).
     async fn call(
         &self,
-        spec: &SharedSpec,
+        entry: &Entry,
         mut request: InvokeRequest,
         features: Option<&predict::Features>,
     ) -> Result<InvokeOutcome, AgentError> {
-        let labels = Metrics::function(&spec.function);
+        let spec = &entry.spec;
         let result = self.agent.invoke(spec.clone(), request.clone()).await;
         let Ok(outcome) = &result else {
             return result;
         };
         if request.memory_limit_mb.is_some() {
-            self.metrics.sized_invocations.get_or_create(&labels).inc();
+            entry.series.sized(&self.metrics).inc();
         }
         if let Some(write) = outcome.limit_write {
             self.metrics
@@ -260,7 +261,10 @@ impl Controller {
             request.memory_limit_mb.unwrap_or_default(),
             spec.memory_mb
         );
-        self.metrics.prediction_retries.get_or_create(&labels).inc();
+        self.metrics
+            .prediction_retries
+            .get_or_create(&Metrics::function(&spec.function))
+            .inc();
         self.learn(spec, features.cloned(), outcome);
         // At MemorySize, and booked at it: the routing hint and the reservation follow the limit.
         request.memory_limit_mb = None;
@@ -305,15 +309,15 @@ impl Controller {
     /// Counts the invocation in the metrics and hands its log to the log writer.
     fn record(
         &self,
-        spec: &SharedSpec,
+        entry: &Entry,
         result: Result<InvokeOutcome, AgentError>,
     ) -> Result<InvokeOutcome, ControllerError> {
-        let labels = Metrics::function(&spec.function);
+        let spec = &entry.spec;
         match result {
             Ok(outcome) => {
-                self.metrics.invocations.get_or_create(&labels).inc();
+                entry.series.invocations(&self.metrics).inc();
                 if outcome.function_error {
-                    self.metrics.errors.get_or_create(&labels).inc();
+                    entry.series.errors(&self.metrics).inc();
                 }
                 if let Some(path) = outcome.cold_start {
                     self.metrics
@@ -324,16 +328,19 @@ impl Controller {
                         })
                         .inc();
                 }
-                self.metrics
-                    .duration
-                    .get_or_create(&labels)
+                entry
+                    .series
+                    .duration(&self.metrics)
                     .observe(outcome.duration.as_secs_f64());
                 self.logs.append(&spec.function, outcome.log.clone());
                 Ok(outcome)
             }
             Err(e) => {
                 if matches!(e, AgentError::ThrottledNode | AgentError::ThrottledReserved) {
-                    self.metrics.throttles.get_or_create(&labels).inc();
+                    self.metrics
+                        .throttles
+                        .get_or_create(&Metrics::function(&spec.function))
+                        .inc();
                 }
                 Err(e.into())
             }
@@ -366,7 +373,8 @@ impl Controller {
 
 /// An X-Ray style trace header, which Lambda hands every invocation.
 pub(super) fn trace_id() -> String {
-    let id = function::new_request_id().simple().to_string();
+    let mut buf = uuid::Uuid::encode_buffer();
+    let id = function::new_request_id().simple().encode_lower(&mut buf);
     format!(
         "Root=1-{:08x}-{};Parent={};Sampled=0",
         Utc::now().timestamp(),

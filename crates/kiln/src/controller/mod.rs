@@ -179,6 +179,19 @@ pub enum Invoked {
 struct Entry {
     function: Function,
     spec: SharedSpec,
+    /// Its per-invocation metrics, bound once.
+    series: crate::metrics::FunctionSeries,
+}
+
+impl Entry {
+    fn new(function: Function, spec: SharedSpec) -> Self {
+        let series = crate::metrics::FunctionSeries::new(&function.name);
+        Self {
+            function,
+            spec,
+            series,
+        }
+    }
 }
 
 pub struct Controller {
@@ -242,7 +255,7 @@ impl Controller {
             live_code.push(function.code_sha256.clone());
             let spec = controller.spec_for(&function);
             controller.agent.prepare(spec.clone());
-            table.insert(function.name.clone(), Arc::new(Entry { function, spec }));
+            table.insert(function.name.clone(), Arc::new(Entry::new(function, spec)));
         }
         *controller.functions.write_locked() = table;
         *controller.url_settings.write_locked() =
@@ -311,13 +324,10 @@ impl Controller {
     fn publish(&self, function: Function) -> Function {
         let spec = self.spec_for(&function);
         let name = function.name.clone();
-        let previous = self.functions.write_locked().insert(
-            name.clone(),
-            Arc::new(Entry {
-                function: function.clone(),
-                spec,
-            }),
-        );
+        let previous = self
+            .functions
+            .write_locked()
+            .insert(name.clone(), Arc::new(Entry::new(function.clone(), spec)));
         // New code uses memory its own way: its model starts afresh. (A new MemorySize is a
         // new model already.)
         if previous.is_some_and(|p| {

@@ -121,7 +121,7 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
             storage: None,
             admit_objects: None,
         };
-        controller.run(&entry.spec, request).await
+        controller.run(&entry, request).await
     } else if let Some(sequence) = controller.sequence(&event.function) {
         // At least once, as a function's event: a retry runs again the stage that stopped,
         // or the whole sequence.

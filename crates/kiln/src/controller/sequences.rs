@@ -336,7 +336,7 @@ impl Controller {
                 admit_objects: None,
             };
             let request_id = request.request_id.clone();
-            let outcome = self.run(&entry.spec, request).await?;
+            let outcome = self.run(&entry, request).await?;
             let stop = outcome.function_error;
             if !stop {
                 at.1 = if outcome.body.iter().all(u8::is_ascii_whitespace) {

@@ -109,7 +109,7 @@ impl Instance {
             deadline += timeout;
         }
         let mut output = Vec::new();
-        match instance.step(deadline, &mut output).await {
+        match instance.step(deadline, &mut output, None).await {
             Step::Message(Message::Ready) if instance.exit_status.is_none() => {
                 instance.init_duration = begin.elapsed();
                 instance.init_output = Some(String::from_utf8_lossy(&output).into_owned());

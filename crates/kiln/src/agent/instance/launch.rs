@@ -181,7 +181,7 @@ impl Instance {
         let init_timeout = INIT_TIMEOUT.max(Duration::from_secs(u64::from(spec.timeout_s)));
         let mut output = Vec::new();
         let mut step = instance
-            .step(Instant::now() + init_timeout, &mut output)
+            .step(Instant::now() + init_timeout, &mut output, None)
             .await;
         if let (Step::Message(Message::Ready), Some(code)) = (&step, instance.exit_status) {
             step = Step::Exited(code); // ready, and gone before anyone could use it

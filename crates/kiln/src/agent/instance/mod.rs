@@ -292,10 +292,17 @@ impl Instance {
         self.limit_mb.unwrap_or(self.spec.memory_mb)
     }
 
-    /// Waits for the runtime's next message, collecting its output meanwhile.
-    async fn step(&mut self, deadline: Instant, output: &mut Vec<u8>) -> Step {
-        let deadline = tokio::time::Instant::from_std(deadline);
+    /// Waits for the runtime's next message, collecting its output meanwhile; checks the
+    /// invocation's memory when `monitor`'s next check is due.
+    async fn step(
+        &mut self,
+        deadline: Instant,
+        output: &mut Vec<u8>,
+        mut monitor: Option<&mut super::resize::Monitor>,
+    ) -> Step {
         loop {
+            let check = monitor.as_ref().and_then(|m| m.next_check());
+            let wake = tokio::time::Instant::from_std(check.map_or(deadline, |c| c.min(deadline)));
             // Biased: an answer that is already there wins over the exit that may follow it, and
             // the deadline is checked before output, so that a function printing without pause
             // still times out.
@@ -310,7 +317,14 @@ impl Instance {
                         None => Step::Exited(self.exit_code(output).await),
                     };
                 }
-                _ = tokio::time::sleep_until(deadline) => {
+                _ = tokio::time::sleep_until(wake) => {
+                    let now = Instant::now();
+                    if now < deadline {
+                        if let Some(monitor) = monitor.as_deref_mut() {
+                            monitor.check(now);
+                        }
+                        continue;
+                    }
                     self.drain_output(output);
                     return Step::TimedOut;
                 }
@@ -392,7 +406,7 @@ impl Instance {
         let memory_limit_mb = self.limit_mb;
         let tags = request.tags();
         self.invocation_slot.enter(tags.clone(), self.pid());
-        let monitor = memory_limit_mb.map(|limit| {
+        let mut monitor = memory_limit_mb.map(|limit| {
             super::resize::Monitor::start(self.cgroup.clone(), limit, booked, before_raise)
         });
         self.cgroup.reset_peak();
@@ -426,7 +440,7 @@ impl Instance {
         let mut commit_error = None;
         let step = if sent {
             loop {
-                match self.step(deadline, &mut output).await {
+                match self.step(deadline, &mut output, monitor.as_mut()).await {
                     Step::Message(Message::SessionCommit(body)) => {
                         if let Err(e) = self.commit(session, &body) {
                             commit_error = Some(e);
@@ -449,10 +463,7 @@ impl Instance {
                 _ => true,
             };
         self.invocations += 1;
-        let limit_raised = match monitor {
-            Some(monitor) => monitor.finish().await,
-            None => false,
-        };
+        let limit_raised = monitor.is_some_and(|m| m.raised());
         if limit_raised {
             self.limit_mb = None;
         }
