@@ -706,8 +706,6 @@ def test_create_twice_is_409(kiln):
     {"Timeout": 901},
     {"Runtime": "python2.0"},
     {"Runtime": ""},
-    {"FunctionName": "bad name!"},
-    {"FunctionName": "x" * 65},
     {"Environment": {"Variables": {"AWS_REGION": "eu-west-1"}}},
     {"Environment": {"Variables": {"AWS_LAMBDA_FUNCTION_NAME": "x"}}},
     {"Environment": {"Variables": {"1BAD": "x"}}},
@@ -727,6 +725,59 @@ def test_invalid_create_parameters_are_400(kiln, override):
     if override.get("FunctionName") is None:
         with pytest.raises(lam.exceptions.ResourceNotFoundException):
             lam.get_function(FunctionName=params["FunctionName"])
+
+
+NAME_PATTERN = ("(arn:(aws[a-zA-Z-]*)?:lambda:)?([a-z]{2}(-gov)?-[a-z]+-\\d{1}:)?(\\d{12}:)?(function:)?"
+                "([a-zA-Z0-9-_]+)(:(\\$LATEST|[a-zA-Z0-9-_]+))?")
+
+
+@pytest.mark.parametrize("name,constraint", [
+    ("bad name!", "Member must satisfy regular expression pattern: " + NAME_PATTERN),
+    ("a:b:c:d:e", "Member must satisfy regular expression pattern: " + NAME_PATTERN),
+    ("f:", "Member must satisfy regular expression pattern: " + NAME_PATTERN),
+    ("arn:aws:lambda:us-east-1:000000000000:function:bad.name",
+     "Member must satisfy regular expression pattern: " + NAME_PATTERN),
+    ("x" * 65, "Member must have length less than or equal to 64"),
+], ids=["space", "too-many-parts", "empty-qualifier", "arn-with-a-dot", "65-chars"])
+def test_malformed_function_names_are_validation_errors(kiln, name, constraint):
+    """AWS checks a FunctionName against its input model first: 400 ValidationException, for
+    every operation, never InvalidParameterValueException and never 404."""
+    lam = unvalidated_client(kiln)
+    code = {"ZipFile": zip_files({"app.py": ECHO_PY})}
+    calls = {
+        "create": lambda: lam.create_function(FunctionName=name, Runtime=PYTHON_RUNTIME, Role=ROLE,
+                                              Handler="app.handler", Code=code),
+        "get": lambda: lam.get_function(FunctionName=name),
+        "get-configuration": lambda: lam.get_function_configuration(FunctionName=name),
+        "invoke": lambda: lam.invoke(FunctionName=name, Payload=b"{}"),
+        "update-configuration": lambda: lam.update_function_configuration(FunctionName=name, Timeout=5),
+        "update-code": lambda: lam.update_function_code(FunctionName=name, ZipFile=code["ZipFile"]),
+        "delete": lambda: lam.delete_function(FunctionName=name),
+        "url-config": lambda: lam.get_function_url_config(FunctionName=name),
+        "concurrency": lambda: lam.put_function_concurrency(FunctionName=name, ReservedConcurrentExecutions=1),
+    }
+    for call_name, call in calls.items():
+        with pytest.raises(botocore.exceptions.ClientError) as excinfo:
+            call()
+        assert error_code(excinfo) == "ValidationException", call_name
+        assert http_status(excinfo) == 400, call_name
+        assert excinfo.value.response["Error"]["Message"] == (
+            f"1 validation error detected: Value '{name}' at 'functionName' failed to satisfy constraint: {constraint}"
+        ), call_name
+
+
+@pytest.mark.parametrize("form", [
+    "arn:aws:lambda:us-east-1:000000000000:function:{}",
+    "000000000000:function:{}",
+], ids=["full-arn", "partial-arn"])
+def test_create_function_takes_a_full_or_partial_arn(kiln, form):
+    name = unique("byarn")
+    created = create(kiln, form.format(name))
+    assert created["FunctionName"] == name
+    assert created["FunctionArn"] == f"arn:aws:lambda:us-east-1:000000000000:function:{name}"
+    assert kiln.client().get_function(FunctionName=name)["Configuration"]["FunctionName"] == name
+    with pytest.raises(kiln.client().exceptions.ResourceConflictException):
+        create(kiln, name)
 
 
 def test_function_name_of_64_chars_is_fine(kiln):

@@ -204,8 +204,33 @@ pub struct FunctionRef {
     pub account: Option<String>,
 }
 
-/// Parses a FunctionName parameter; `None` if it matches none of Lambda's forms.
-pub fn parse_function_ref(raw: &str) -> Option<FunctionRef> {
+/// Lambda's pattern for a FunctionName parameter, as its validation errors quote it.
+pub const FUNCTION_NAME_PATTERN: &str = "(arn:(aws[a-zA-Z-]*)?:lambda:)?([a-z]{2}(-gov)?-[a-z]+-\\d{1}:)?(\\d{12}:)?(function:)?([a-zA-Z0-9-_]+)(:(\\$LATEST|[a-zA-Z0-9-_]+))?";
+
+/// Why a FunctionName parameter is none of Lambda's forms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameError {
+    /// It does not match [`FUNCTION_NAME_PATTERN`].
+    Pattern,
+    /// The name itself is longer than 64 characters.
+    TooLong,
+}
+
+impl NameError {
+    /// Lambda's ValidationException message for `raw`.
+    pub fn message(self, raw: &str) -> String {
+        let constraint = match self {
+            NameError::Pattern => {
+                format!("Member must satisfy regular expression pattern: {FUNCTION_NAME_PATTERN}")
+            }
+            NameError::TooLong => "Member must have length less than or equal to 64".to_string(),
+        };
+        format!("1 validation error detected: Value '{raw}' at 'functionName' failed to satisfy constraint: {constraint}")
+    }
+}
+
+/// Parses a FunctionName parameter in any of Lambda's forms.
+pub fn parse_function_ref(raw: &str) -> Result<FunctionRef, NameError> {
     let parts: Vec<&str> = raw.split(':').collect();
     let (name, qualifier, region, account) = match parts.as_slice() {
         [name] => (*name, None, None, None),
@@ -218,7 +243,7 @@ pub fn parse_function_ref(raw: &str) -> Option<FunctionRef> {
         ["arn", _partition, "lambda", region, account, "function", name, qualifier] => {
             (*name, Some(*qualifier), Some(*region), Some(*account))
         }
-        _ => return None,
+        _ => return Err(NameError::Pattern),
     };
     let qualifier_ok = |q: &str| {
         q == "$LATEST"
@@ -233,11 +258,21 @@ pub fn parse_function_ref(raw: &str) -> Option<FunctionRef> {
             && r.bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
     };
-    let valid = valid_name(name)
+    let name_chars_ok = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    let valid = name_chars_ok
         && qualifier.is_none_or(qualifier_ok)
         && account.is_none_or(account_ok)
         && region.is_none_or(region_ok);
-    valid.then(|| FunctionRef {
+    if !valid {
+        return Err(NameError::Pattern);
+    }
+    if !valid_name(name) {
+        return Err(NameError::TooLong);
+    }
+    Ok(FunctionRef {
         name: name.to_string(),
         qualifier: qualifier.map(str::to_string),
         region: region.map(str::to_string),
@@ -253,7 +288,9 @@ mod tests {
     type Parts = (String, Option<String>, Option<String>, Option<String>);
 
     fn parsed(raw: &str) -> Option<Parts> {
-        parse_function_ref(raw).map(|r| (r.name, r.qualifier, r.region, r.account))
+        parse_function_ref(raw)
+            .ok()
+            .map(|r| (r.name, r.qualifier, r.region, r.account))
     }
 
     #[test]
@@ -275,6 +312,14 @@ mod tests {
         assert_eq!(parsed("bad name"), None);
         assert_eq!(parsed("a:b:c:d:e"), None);
         assert_eq!(parsed(&"x".repeat(65)), None);
+        assert_eq!(
+            parse_function_ref(&"x".repeat(65)).unwrap_err(),
+            NameError::TooLong
+        );
+        assert_eq!(
+            parse_function_ref("bad name").unwrap_err(),
+            NameError::Pattern
+        );
         assert_eq!(parsed("f:"), None);
         assert_eq!(parsed("f:bad qualifier"), None);
         assert_eq!(parsed("12345:function:f"), None);
@@ -287,7 +332,7 @@ mod tests {
     proptest! {
         #[test]
         fn parsing_never_panics_and_names_stay_valid(raw in ".{0,200}") {
-            if let Some(r) = parse_function_ref(&raw) {
+            if let Ok(r) = parse_function_ref(&raw) {
                 prop_assert!(valid_name(&r.name));
             }
         }

@@ -202,6 +202,9 @@ impl From<ControllerError> for ApiError {
                 "InvalidParameterValueException",
                 None,
             ),
+            ControllerError::Validation(_) => {
+                (StatusCode::BAD_REQUEST, "ValidationException", None)
+            }
             ControllerError::InvalidRequestContent(_) => (
                 StatusCode::BAD_REQUEST,
                 "InvalidRequestContentException",

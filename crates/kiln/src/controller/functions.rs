@@ -94,11 +94,14 @@ impl Controller {
         config: FunctionConfig,
         zip: Vec<u8>,
     ) -> Result<Function, ControllerError> {
-        if !function::valid_name(name) {
+        // A full or partial ARN names the function as well as its name does.
+        let r = self.function_ref(name)?;
+        if r.qualifier.is_some() {
             return Err(ControllerError::InvalidParameter(format!(
-                "1 validation error detected: Value '{name}' at 'functionName' failed to satisfy constraint: Member must satisfy regular expression pattern: [a-zA-Z0-9-_]+ and have length between 1 and 64"
+                "Function name '{name}' has a qualifier: a function is created unqualified"
             )));
         }
+        let name = r.name.as_str();
         self.validate(&config)?;
         if self.table().contains_key(name) {
             return Err(ControllerError::Conflict(format!(

@@ -53,6 +53,9 @@ pub enum ControllerError {
     /// a parameter is invalid
     #[error("{0}")]
     InvalidParameter(String),
+    /// a parameter fails Lambda's input model (a pattern, a length, an enum)
+    #[error("{0}")]
+    Validation(String),
     /// the request body is not what the call expects
     #[error("{0}")]
     InvalidRequestContent(String),
@@ -335,11 +338,8 @@ impl Controller {
     /// Parses a FunctionName parameter and checks that it names this node's region and
     /// account: an ARN of another region or account names a function kiln does not have.
     fn function_ref(&self, raw: &str) -> Result<function::FunctionRef, ControllerError> {
-        let r = function::parse_function_ref(raw).ok_or_else(|| {
-            ControllerError::InvalidParameter(format!(
-                "1 validation error detected: Value '{raw}' at 'functionName' failed to satisfy constraint: Member must satisfy regular expression pattern: (arn:(aws[a-zA-Z-]*)?:lambda:)?([a-z]{{2}}(-gov)?-[a-z]+-\\d{{1}}:)?(\\d{{12}}:)?(function:)?([a-zA-Z0-9-_]+)(:(\\$LATEST|[a-zA-Z0-9-_]+))?"
-            ))
-        })?;
+        let r = function::parse_function_ref(raw)
+            .map_err(|e| ControllerError::Validation(e.message(raw)))?;
         let region = r.region.as_deref().unwrap_or(&self.config.region);
         let account = r.account.as_deref().unwrap_or(&self.config.account_id);
         if region != self.config.region || account != self.config.account_id {

@@ -289,7 +289,7 @@ async fn create_validates_and_prepares_the_function() {
         node.controller
             .create("bad name", config(), package())
             .await,
-        Err(ControllerError::InvalidParameter(_))
+        Err(ControllerError::Validation(_))
     ));
     assert!(node.agent.prepared.lock().unwrap().is_empty());
     let f = deploy(&node, "f").await;
