@@ -652,6 +652,49 @@ def test_function_url_config_bad_auth_type(kiln):
     assert raw.json()
 
 
+def test_function_url_config_qualifier_is_an_alias_or_nothing(kiln):
+    """A function URL belongs to the function or to an alias. AWS's pattern for the qualifier
+    refuses `$LATEST` and version numbers (ValidationException); kiln has no aliases, so any
+    other qualifier names nothing (404), and no URL appears on the plain function meanwhile."""
+    name = unique("urlqual")
+    create(kiln, name)
+    lam = kiln.client()
+
+    def calls(**target):
+        return [
+            lambda: lam.create_function_url_config(AuthType="NONE", **target),
+            lambda: lam.get_function_url_config(**target),
+            lambda: lam.update_function_url_config(AuthType="AWS_IAM", **target),
+            lambda: lam.delete_function_url_config(**target),
+        ]
+
+    for qualifier in ("$LATEST", "1", "42"):
+        for target in ({"FunctionName": name, "Qualifier": qualifier}, {"FunctionName": f"{name}:{qualifier}"}):
+            for call in calls(**target):
+                with pytest.raises(botocore.exceptions.ClientError) as excinfo:
+                    call()
+                assert error_code(excinfo) == "ValidationException", (qualifier, target)
+                assert http_status(excinfo) == 400
+                assert excinfo.value.response["Error"]["Message"] == (
+                    f"1 validation error detected: Value '{qualifier}' at 'qualifier' failed to satisfy "
+                    "constraint: Member must satisfy regular expression pattern: ((?!^\\d+$)^[0-9a-zA-Z-_]+$)"
+                )
+    for target in ({"FunctionName": name, "Qualifier": "prod"}, {"FunctionName": f"{name}:prod"}):
+        for call in calls(**target):
+            with pytest.raises(lam.exceptions.ResourceNotFoundException) as excinfo:
+                call()
+            assert http_status(excinfo) == 404
+    with pytest.raises(lam.exceptions.ResourceNotFoundException):
+        lam.get_function_url_config(FunctionName=name)
+    with pytest.raises(lam.exceptions.ResourceNotFoundException):
+        lam.create_function_url_config(FunctionName=unique("nope"), Qualifier="prod", AuthType="NONE")
+    # The plain function's URL is unaffected by the refused calls.
+    lam.create_function_url_config(FunctionName=name, AuthType="NONE")
+    with pytest.raises(lam.exceptions.ResourceNotFoundException):
+        lam.delete_function_url_config(FunctionName=name, Qualifier="prod")
+    assert lam.get_function_url_config(FunctionName=name)["AuthType"] == "NONE"
+
+
 def test_deleting_a_function_deletes_its_url(kiln):
     name = unique("urldel")
     create(kiln, name)

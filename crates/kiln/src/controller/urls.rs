@@ -33,7 +33,7 @@ impl Controller {
         change: UrlChange,
     ) -> Result<(Function, Option<UrlSettings>), ControllerError> {
         let _mutation = self.lock_mutations();
-        let mut function = self.entry(name)?.function.clone();
+        let mut function = self.url_function(name)?;
         let current = function.url_auth.map(|_| self.url_settings_of(&function));
         let now = Utc::now();
         let (auth, settings) = match (change, current) {
@@ -80,12 +80,34 @@ impl Controller {
 
     /// GetFunctionUrlConfig: the function and its URL settings.
     pub fn url_config(&self, name: &str) -> Result<(Function, UrlSettings), ControllerError> {
-        let function = self.get(name)?;
+        let function = self.url_function(name)?;
         if function.url_auth.is_none() {
             return Err(self.url_not_found(&function.name));
         }
         let settings = self.url_settings_of(&function);
         Ok((function, settings))
+    }
+
+    /// The function a URL config call names. A URL belongs to the unqualified function or to an
+    /// alias: Lambda's pattern for the qualifier refuses `$LATEST` and version numbers, and kiln
+    /// has no aliases yet, so any other qualifier names a resource that does not exist.
+    fn url_function(&self, name: &str) -> Result<Function, ControllerError> {
+        let r = self.function_ref(name)?;
+        let Some(qualifier) = r.qualifier.as_deref() else {
+            return Ok(self.entry(name)?.function.clone());
+        };
+        if qualifier == "$LATEST" || qualifier.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(ControllerError::Validation(format!(
+                "1 validation error detected: Value '{qualifier}' at 'qualifier' failed to satisfy constraint: Member must satisfy regular expression pattern: ((?!^\\d+$)^[0-9a-zA-Z-_]+$)"
+            )));
+        }
+        if !self.table().contains_key(&r.name) {
+            return Err(self.not_found(&r.name));
+        }
+        Err(ControllerError::NotFound(format!(
+            "Function not found: {}:{qualifier} (kiln has no aliases yet)",
+            self.arn(&r.name)
+        )))
     }
 
     fn url_settings_of(&self, function: &Function) -> UrlSettings {
