@@ -438,6 +438,87 @@ def test_an_arn_of_another_region_or_account_names_no_local_function(kiln, arn):
     assert lam.get_function(FunctionName=f"000000000000:function:{name}")["Configuration"]["Timeout"] == 3
 
 
+def test_settings_kiln_does_not_act_on_are_kept_and_returned(fresh_kiln):
+    """Tracing, logging, VPC, dead-letter and KMS settings, and an empty Environment, come back
+    from every call in AWS's shape, across a restart, so that infrastructure tools see no drift."""
+    server = fresh_kiln()
+    lam = server.client()
+    name = unique("settings")
+    created = create(
+        server, name,
+        TracingConfig={"Mode": "Active"},
+        LoggingConfig={"LogFormat": "JSON", "ApplicationLogLevel": "DEBUG", "LogGroup": "/custom/group"},
+        VpcConfig={"SubnetIds": ["subnet-1", "subnet-2"], "SecurityGroupIds": ["sg-1"]},
+        DeadLetterConfig={"TargetArn": "arn:aws:sqs:us-east-1:000000000000:dlq"},
+        KMSKeyArn="arn:aws:kms:us-east-1:000000000000:key/k",
+        Environment={"Variables": {}},
+    )
+    expected = {
+        "TracingConfig": {"Mode": "Active"},
+        "LoggingConfig": {"LogFormat": "JSON", "ApplicationLogLevel": "DEBUG", "SystemLogLevel": "INFO",
+                          "LogGroup": "/custom/group"},
+        "VpcConfig": {"SubnetIds": ["subnet-1", "subnet-2"], "SecurityGroupIds": ["sg-1"], "VpcId": "",
+                      "Ipv6AllowedForDualStack": False},
+        "DeadLetterConfig": {"TargetArn": "arn:aws:sqs:us-east-1:000000000000:dlq"},
+        "KMSKeyArn": "arn:aws:kms:us-east-1:000000000000:key/k",
+        "Environment": {"Variables": {}},
+    }
+
+    def check(config):
+        for key, value in expected.items():
+            assert config.get(key) == value, (key, config.get(key))
+        assert re.fullmatch(r"arn:aws:lambda:us-east-1::runtime:[0-9a-f]{64}",
+                            config["RuntimeVersionConfig"]["RuntimeVersionArn"])
+
+    check(created)
+    check(lam.get_function(FunctionName=name)["Configuration"])
+    check(lam.get_function_configuration(FunctionName=name))
+    check(next(f for f in lam.list_functions()["Functions"] if f["FunctionName"] == name))
+    server.restart()
+    lam = server.client()
+    check(lam.get_function_configuration(FunctionName=name))
+    assert invoke(server, name, {"a": 1})[0]["event"] == {"a": 1}
+
+    updated = lam.update_function_configuration(
+        FunctionName=name, TracingConfig={"Mode": "PassThrough"}, LoggingConfig={"LogFormat": "Text"},
+        DeadLetterConfig={"TargetArn": ""}, KMSKeyArn="", Environment={"Variables": {"K": "V"}})
+    assert updated["TracingConfig"] == {"Mode": "PassThrough"}
+    assert updated["LoggingConfig"] == {"LogFormat": "Text", "LogGroup": "/custom/group"}
+    assert "DeadLetterConfig" not in updated and "KMSKeyArn" not in updated
+    assert updated["VpcConfig"] == expected["VpcConfig"]
+    assert updated["Environment"] == {"Variables": {"K": "V"}}
+    assert lam.update_function_configuration(FunctionName=name, Environment={})["Environment"] == {"Variables": {}}
+
+    plain_name = unique("plain")
+    plain = create(server, plain_name)
+    assert plain["TracingConfig"] == {"Mode": "PassThrough"}
+    assert plain["LoggingConfig"] == {"LogFormat": "Text", "LogGroup": f"/aws/lambda/{plain_name}"}
+    for absent in ("Environment", "VpcConfig", "DeadLetterConfig", "KMSKeyArn"):
+        assert absent not in plain, absent
+
+
+@pytest.mark.parametrize("override,field", [
+    ({"TracingConfig": {"Mode": "Sometimes"}}, "tracingConfig.mode"),
+    ({"LoggingConfig": {"LogFormat": "XML"}}, "loggingConfig.logFormat"),
+    ({"LoggingConfig": {"LogFormat": "JSON", "SystemLogLevel": "TRACE"}}, "loggingConfig.systemLogLevel"),
+    ({"KMSKeyArn": "my-key"}, "kMSKeyArn"),
+    ({"DeadLetterConfig": {"TargetArn": "queue"}}, "deadLetterConfig.targetArn"),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_settings_outside_lambdas_model_are_validation_errors(kiln, override, field):
+    lam = unvalidated_client(kiln)
+    name = unique("badsetting")
+    with pytest.raises(botocore.exceptions.ClientError) as excinfo:
+        lam.create_function(
+            FunctionName=name, Runtime=PYTHON_RUNTIME, Role=ROLE, Handler="app.handler",
+            Code={"ZipFile": zip_files({"app.py": ECHO_PY})}, **override)
+    assert error_code(excinfo) == "ValidationException"
+    assert f"at '{field}' failed to satisfy constraint" in excinfo.value.response["Error"]["Message"]
+    create(kiln, name)
+    with pytest.raises(botocore.exceptions.ClientError) as excinfo:
+        lam.update_function_configuration(FunctionName=name, **override)
+    assert error_code(excinfo) == "ValidationException"
+
+
 # --- Invoke -----------------------------------------------------------------------------------
 
 

@@ -9,6 +9,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::sync::LockExt;
 
+pub mod settings;
+pub use settings::LambdaSettings;
+
 /// Lambda's limits, checked where configuration enters kiln.
 pub const MIN_MEMORY_MB: u32 = 128;
 pub const MAX_MEMORY_MB: u32 = 10_240;
@@ -62,6 +65,10 @@ pub struct FunctionConfig {
     pub sessions: Option<crate::session::SessionConfig>,
     #[serde(default)]
     pub memory_sizing: MemorySizing,
+    /// Lambda settings kiln keeps and returns but does not act on. Skipped when empty, so that
+    /// the RevisionId of a function stored before they were kept does not change.
+    #[serde(default, skip_serializing_if = "LambdaSettings::is_empty")]
+    pub settings: LambdaSettings,
 }
 
 /// How each invocation's memory limit is set: kiln's extension `KilnMemorySizing` of the

@@ -41,6 +41,10 @@ impl Controller {
         if let Some(sessions) = &config.sessions {
             sessions.validate().or_else(invalid)?;
         }
+        config
+            .settings
+            .validate()
+            .map_err(ControllerError::Validation)?;
         if let Some(event) = &config.prebake.warmup_event {
             if event.to_string().len() > function::MAX_WARMUP_EVENT_BYTES {
                 return invalid(format!(
@@ -244,7 +248,9 @@ impl Controller {
             }
             if let Some(v) = patch.env {
                 config.env = v;
+                config.settings.environment_set = true;
             }
+            config.settings.apply(patch.settings);
             if let Some(v) = patch.description {
                 config.description = v;
             }

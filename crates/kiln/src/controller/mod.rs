@@ -142,6 +142,8 @@ pub struct ConfigPatch {
     /// `Some(None)` turns sessions off.
     pub sessions: Option<Option<crate::session::SessionConfig>>,
     pub memory_sizing: Option<crate::function::MemorySizing>,
+    /// Tracing, logging, VPC, dead-letter and KMS settings, stored and returned.
+    pub settings: crate::function::settings::SettingsInput,
 }
 
 /// A change to a function URL config.

@@ -627,6 +627,7 @@ mod tests {
                 prebake: Default::default(),
                 memory_sizing: Default::default(),
                 sessions: None,
+                settings: Default::default(),
             },
             code_sha256: "ab".into(),
             code_size: 10,
