@@ -407,6 +407,12 @@ def test_architectures_are_the_hosts_or_refused(kiln):
                                 Architectures=wrong)
         assert error_code(excinfo) == "ValidationException", wrong
         assert http_status(excinfo) == 400
+        constraint = {1: "Member must satisfy constraint: [Member must satisfy enum value set: [x86_64, arm64]]",
+                      2: "Member must have length less than or equal to 1",
+                      0: "Member must have length greater than or equal to 1"}[len(wrong)]
+        assert excinfo.value.response["Error"]["Message"] == (
+            f"1 validation error detected: Value '[{', '.join(wrong)}]' at 'architectures' failed to satisfy "
+            f"constraint: {constraint}")
     with pytest.raises(lam.exceptions.InvalidParameterValueException):
         lam.update_function_code(FunctionName=name, ZipFile=zip_files({"app.py": ECHO_PY}), Architectures=[other])
     assert lam.get_function(FunctionName=name)["Configuration"]["Architectures"] == [host]
@@ -902,6 +908,81 @@ def test_create_function_takes_a_full_or_partial_arn(kiln, form):
     assert kiln.client().get_function(FunctionName=name)["Configuration"]["FunctionName"] == name
     with pytest.raises(kiln.client().exceptions.ResourceConflictException):
         create(kiln, name)
+
+
+ROLE_PATTERN = "arn:(aws[a-zA-Z-]*)?:iam::\\d{12}:role/?[a-zA-Z_0-9+=,.@\\-_/]+"
+
+
+def test_role_must_be_an_iam_role_arn(kiln):
+    lam = unvalidated_client(kiln)
+    for role in ("my-role", "arn:aws:iam::000000000000:user/someone", "arn:aws:iam::123:role/r"):
+        with pytest.raises(botocore.exceptions.ClientError) as excinfo:
+            lam.create_function(FunctionName=unique("role"), Runtime=PYTHON_RUNTIME, Role=role,
+                                Handler="app.handler", Code={"ZipFile": zip_files({"app.py": ECHO_PY})})
+        assert error_code(excinfo) == "ValidationException", role
+        assert http_status(excinfo) == 400
+        assert excinfo.value.response["Error"]["Message"] == (
+            f"1 validation error detected: Value '{role}' at 'role' failed to satisfy constraint: "
+            f"Member must satisfy regular expression pattern: {ROLE_PATTERN}")
+    name = unique("role")
+    create(kiln, name)
+    with pytest.raises(botocore.exceptions.ClientError) as excinfo:
+        lam.update_function_configuration(FunctionName=name, Role="my-role")
+    assert error_code(excinfo) == "ValidationException"
+    other = "arn:aws:iam::000000000000:role/service-role/other"
+    assert lam.update_function_configuration(FunctionName=name, Role=other)["Role"] == other
+
+
+def test_environment_limit_is_4kb_of_the_variables_json(kiln):
+    """Lambda measures the JSON of the Variables map (`{"K":"V"}`), not the keys and values alone."""
+    lam = unvalidated_client(kiln)
+
+    def measured(variables):
+        return len(json.dumps(variables, separators=(",", ":")))
+
+    exactly = {"K": "v" * (4096 - len('{"K":""}'))}
+    assert measured(exactly) == 4096
+    name = unique("env4k")
+    assert create(kiln, name, Environment={"Variables": exactly})["Environment"]["Variables"] == exactly
+    one_over = {"K": exactly["K"] + "v"}
+    # Keys and values alone are 2520 bytes; their JSON is over 4 KB.
+    many = {f"V{i:03}": "ab" for i in range(420)}
+    assert sum(len(k) + len(v) for k, v in many.items()) < 4096 < measured(many)
+    for variables in (one_over, many):
+        with pytest.raises(lam.exceptions.InvalidParameterValueException) as excinfo:
+            lam.update_function_configuration(FunctionName=name, Environment={"Variables": variables})
+        message = excinfo.value.response["Error"]["Message"]
+        assert "exceeded the 4KB limit" in message
+        assert message.endswith("String measured: " + json.dumps(variables, separators=(",", ":")))
+    assert lam.get_function_configuration(FunctionName=name)["Environment"]["Variables"] == exactly
+
+
+def zip_of_size(unzipped_bytes):
+    """A zip of app.py and zeros, unzipping to exactly `unzipped_bytes`."""
+    app = ECHO_PY.encode()
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("app.py", app)
+        with zf.open("zeros.bin", "w", force_zip64=True) as out:
+            left = unzipped_bytes - len(app)
+            chunk = bytes(1024 * 1024)
+            while left:
+                n = min(left, len(chunk))
+                out.write(chunk[:n])
+                left -= n
+    return buf.getvalue()
+
+
+def test_unzipped_size_must_be_smaller_than_262144000_bytes(kiln):
+    lam = kiln.client()
+    limit = 262_144_000
+    with pytest.raises(lam.exceptions.InvalidParameterValueException) as excinfo:
+        create(kiln, unique("unzipped"), zip_bytes=zip_of_size(limit))
+    assert excinfo.value.response["Error"]["Message"] == "Unzipped size must be smaller than 262144000 bytes"
+    name = unique("unzipped")
+    create(kiln, name, zip_bytes=zip_of_size(limit - 1))
+    assert invoke(kiln, name, {"k": 1})[0]["event"] == {"k": 1}
+    lam.delete_function(FunctionName=name)
 
 
 def test_function_name_of_64_chars_is_fine(kiln):

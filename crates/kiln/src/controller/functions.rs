@@ -71,8 +71,7 @@ impl Controller {
         if !(512..=10_240).contains(&config.ephemeral_storage_mb) {
             return invalid("EphemeralStorage size must be between 512 and 10240 MB".into());
         }
-        let mut env_bytes = 0;
-        for (key, value) in &config.env {
+        for key in config.env.keys() {
             let valid_key = key.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
                 && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
             if !valid_key {
@@ -83,10 +82,11 @@ impl Controller {
                     "Lambda was unable to configure your environment variables because the environment variables you have provided contains reserved keys that are currently not supported for modification. Reserved keys used in this request: {key}"
                 ));
             }
-            env_bytes += key.len() + value.len();
         }
-        if env_bytes > function::MAX_ENV_BYTES {
-            return invalid("Lambda was unable to configure your environment variables because the environment variables you have provided exceeded the 4KB limit.".into());
+        // Lambda measures the variables as the JSON of their map.
+        let measured = serde_json::to_string(&config.env).unwrap_or_default();
+        if measured.len() > function::MAX_ENV_BYTES {
+            return invalid(format!("Lambda was unable to configure your environment variables because the environment variables you have provided exceeded the 4KB limit. String measured: {measured}"));
         }
         Ok(())
     }
@@ -106,6 +106,7 @@ impl Controller {
             )));
         }
         let name = r.name.as_str();
+        check_role(&config.role)?;
         self.validate(&config)?;
         if self.table().contains_key(name) {
             return Err(ControllerError::Conflict(format!(
@@ -255,6 +256,7 @@ impl Controller {
                 config.description = v;
             }
             if let Some(v) = patch.role {
+                check_role(&v)?;
                 config.role = v;
             }
             if let Some(v) = patch.ephemeral_storage_mb {
@@ -374,6 +376,38 @@ pub fn revision_id(f: &Function) -> String {
     )
 }
 
+/// Lambda's pattern for an execution role: an IAM role's ARN. kiln assumes no role, but a
+/// value that could not be one is refused as Lambda refuses it.
+const ROLE_PATTERN: &str = r"arn:(aws[a-zA-Z-]*)?:iam::\d{12}:role/?[a-zA-Z_0-9+=,.@\-_/]+";
+
+fn check_role(role: &str) -> Result<(), ControllerError> {
+    let valid = (|| {
+        let rest = role.strip_prefix("arn:")?;
+        let (partition, rest) = rest.split_once(':')?;
+        let partition_ok = partition.is_empty()
+            || partition
+                .strip_prefix("aws")
+                .is_some_and(|p| p.bytes().all(|b| b.is_ascii_alphabetic() || b == b'-'));
+        let rest = rest.strip_prefix("iam::")?;
+        let (account, rest) = rest.split_at_checked(12)?;
+        // `role/?` then one or more of a class that holds `/` itself: one or more of the class.
+        let path = rest.strip_prefix(":role")?;
+        let path_ok = !path.is_empty()
+            && path
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_+=,.@-/".contains(&b));
+        Some(partition_ok && account.bytes().all(|b| b.is_ascii_digit()) && path_ok)
+    })()
+    .unwrap_or(false);
+    if valid {
+        Ok(())
+    } else {
+        Err(ControllerError::Validation(format!(
+            "1 validation error detected: Value '{role}' at 'role' failed to satisfy constraint: Member must satisfy regular expression pattern: {ROLE_PATTERN}"
+        )))
+    }
+}
+
 /// Optimistic locking: an update that names a RevisionId applies only to that revision.
 pub(super) fn check_revision(f: &Function, expected: Option<&str>) -> Result<(), ControllerError> {
     match expected {
@@ -381,5 +415,32 @@ pub(super) fn check_revision(f: &Function, expected: Option<&str>) -> Result<(),
             "The Revision Id provided does not match the latest Revision Id. Call the GetFunction/GetAlias API to retrieve the latest Revision Id".into(),
         )),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod role_tests {
+    use super::check_role;
+
+    #[test]
+    fn roles_are_iam_role_arns() {
+        for good in [
+            "arn:aws:iam::000000000000:role/test",
+            "arn:aws-cn:iam::123456789012:role/path/to/r+=,.@-_",
+            "arn::iam::123456789012:roleX",
+        ] {
+            assert!(check_role(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "my-role",
+            "arn:aws:iam::0000:role/test",
+            "arn:aws:iam::000000000000:user/test",
+            "arn:aws:iam::000000000000:role",
+            "arn:aws:iam::000000000000:role/has space",
+            "arn:gcp:iam::000000000000:role/test",
+        ] {
+            assert!(check_role(bad).is_err(), "{bad}");
+        }
     }
 }
