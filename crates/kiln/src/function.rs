@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::sync::LockExt;
 
 pub mod settings;
+pub mod tags;
 pub use settings::LambdaSettings;
 
 /// Lambda's limits, checked where configuration enters kiln.
@@ -153,6 +154,9 @@ pub struct Function {
     pub last_modified: DateTime<Utc>,
     pub reserved_concurrency: Option<u32>,
     pub url_auth: Option<UrlAuth>,
+    /// Its tags; `kiln:` ones also set kiln's extension settings (see `tags`).
+    #[serde(default)]
+    pub tags: BTreeMap<String, String>,
 }
 
 /// The resolved, versioned spec the controller hands the node agent. The agent never looks

@@ -66,6 +66,9 @@ struct CreateInput {
     kiln_sessions: Option<SessionConfig>,
     /// kiln's extension: `predicted` (default) or `booked` memory limits.
     kiln_memory_sizing: Option<MemorySizing>,
+    /// `kiln:` tags set kiln's extension settings too.
+    #[serde(default)]
+    tags: BTreeMap<String, String>,
     #[serde(flatten)]
     settings: SettingsInput,
 }
@@ -348,7 +351,7 @@ pub async fn create(
     }
     let function = state
         .controller
-        .create(&input.function_name, config, zip)
+        .create_tagged(&input.function_name, config, zip, input.tags)
         .await?;
     Ok((
         StatusCode::CREATED,
@@ -374,7 +377,7 @@ pub async fn get(
             "RepositoryType": "S3",
             "Location": format!("{}/kiln/v1/code/{}.zip?{query}", base_url(&headers), function.code_sha256),
         },
-        "Tags": {},
+        "Tags": function.tags,
     });
     if let Some(n) = function.reserved_concurrency {
         out["Concurrency"] = json!({ "ReservedConcurrentExecutions": n });

@@ -6,6 +6,7 @@
 mod functions;
 mod invoke;
 mod kiln;
+mod tags;
 mod urls;
 
 use std::sync::Arc;
@@ -80,6 +81,10 @@ pub fn router(state: SharedState) -> Router {
                 .post(urls::create_config)
                 .put(urls::update_config)
                 .delete(urls::delete_config),
+        )
+        .route(
+            "/2017-03-31/tags/{resource}",
+            get(tags::list).post(tags::tag).delete(tags::untag),
         )
         .route("/fn/{name}", any(urls::call))
         .route("/fn/{name}/", any(urls::call))

@@ -2,6 +2,7 @@
 //! UpdateFunctionConfiguration (with RevisionId checks), DeleteFunction, concurrency; and the
 //! validation of a function's configuration.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, MutexGuard};
 
 use chrono::Utc;
@@ -13,7 +14,7 @@ use crate::runtime::RESERVED_ENV;
 use crate::sync::{LockExt, RwLockExt};
 
 impl Controller {
-    fn validate(&self, config: &FunctionConfig) -> Result<(), ControllerError> {
+    pub(super) fn validate(&self, config: &FunctionConfig) -> Result<(), ControllerError> {
         let invalid = |m: String| Err(ControllerError::InvalidParameter(m));
         if !self.runtimes.contains(&config.runtime) {
             return invalid(format!(
@@ -91,12 +92,23 @@ impl Controller {
         Ok(())
     }
 
-    /// CreateFunction.
+    /// CreateFunction without tags.
     pub async fn create(
         &self,
         name: &str,
         config: FunctionConfig,
         zip: Vec<u8>,
+    ) -> Result<Function, ControllerError> {
+        self.create_tagged(name, config, zip, BTreeMap::new()).await
+    }
+
+    /// CreateFunction; `kiln:` tags set kiln's extension settings over the configuration's.
+    pub async fn create_tagged(
+        &self,
+        name: &str,
+        mut config: FunctionConfig,
+        zip: Vec<u8>,
+        tags: BTreeMap<String, String>,
     ) -> Result<Function, ControllerError> {
         // A full or partial ARN names the function as well as its name does.
         let r = self.function_ref(name)?;
@@ -107,6 +119,7 @@ impl Controller {
         }
         let name = r.name.as_str();
         check_role(&config.role)?;
+        self.tags_for_create(&mut config, &tags)?;
         self.validate(&config)?;
         if self.table().contains_key(name) {
             return Err(ControllerError::Conflict(format!(
@@ -133,6 +146,7 @@ impl Controller {
             last_modified: Utc::now(),
             reserved_concurrency: None,
             url_auth: None,
+            tags,
         };
         if !self.registry.insert(&function)? {
             return Err(ControllerError::Conflict(format!(

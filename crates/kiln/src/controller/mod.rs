@@ -12,6 +12,7 @@ mod invoke;
 mod queue;
 pub mod registry;
 pub mod sequences;
+mod tags;
 mod urls;
 
 use std::collections::{BTreeMap, HashMap};
