@@ -1163,7 +1163,9 @@ def test_node_function_error(kiln):
     assert response["FunctionError"] == "Unhandled"
     assert payload["errorType"] == "TypeError"
     assert payload["errorMessage"] == "bad type"
-    assert isinstance(payload["stackTrace"], list)
+    # As Lambda's Node runtime: `trace`, where its Python runtime says `stackTrace`.
+    assert isinstance(payload["trace"], list) and payload["trace"][0] == "TypeError: bad type"
+    assert "stackTrace" not in payload
 
 
 def test_handler_not_found(kiln):

@@ -113,8 +113,9 @@ def test_node_thrown_error(kiln):
     result, response = kiln.invoke(name, LogType="Tail")
     assert_unhandled(result, response, "TypeError")
     assert result["errorMessage"] == "kaboom from node"
-    assert isinstance(result["stackTrace"], list) and result["stackTrace"]
-    assert any("index.js" in line for line in result["stackTrace"]), result["stackTrace"]
+    assert isinstance(result["trace"], list) and result["trace"]
+    assert any("index.js" in line for line in result["trace"]), result["trace"]
+    assert "stackTrace" not in result
     tail = kiln.log_tail(response)
     assert "Invoke Error" in tail and "kaboom from node" in tail
 
