@@ -833,15 +833,20 @@ def test_function_url_config_qualifier_is_an_alias_or_nothing(kiln):
         ]
 
     for qualifier in ("$LATEST", "1", "42"):
-        for target in ({"FunctionName": name, "Qualifier": qualifier}, {"FunctionName": f"{name}:{qualifier}"}):
+        # As the Qualifier parameter, and in the name (whose pattern, FunctionUrlFunctionName,
+        # refuses the same).
+        for target, value, field, pattern in (
+                ({"FunctionName": name, "Qualifier": qualifier}, qualifier, "qualifier",
+                 "((?!^\\d+$)^[0-9a-zA-Z-_]+$)"),
+                ({"FunctionName": f"{name}:{qualifier}"}, f"{name}:{qualifier}", "functionName", URL_NAME_PATTERN)):
             for call in calls(**target):
                 with pytest.raises(botocore.exceptions.ClientError) as excinfo:
                     call()
                 assert error_code(excinfo) == "ValidationException", (qualifier, target)
                 assert http_status(excinfo) == 400
                 assert excinfo.value.response["Error"]["Message"] == (
-                    f"1 validation error detected: Value '{qualifier}' at 'qualifier' failed to satisfy "
-                    "constraint: Member must satisfy regular expression pattern: ((?!^\\d+$)^[0-9a-zA-Z-_]+$)"
+                    f"1 validation error detected: Value '{value}' at '{field}' failed to satisfy "
+                    f"constraint: Member must satisfy regular expression pattern: {pattern}"
                 )
     for target in ({"FunctionName": name, "Qualifier": "prod"}, {"FunctionName": f"{name}:prod"}):
         for call in calls(**target):
@@ -934,43 +939,64 @@ def test_invalid_create_parameters_are_400(kiln, override):
             lam.get_function(FunctionName=params["FunctionName"])
 
 
-NAME_PATTERN = ("(arn:(aws[a-zA-Z-]*)?:lambda:)?([a-z]{2}(-gov)?-[a-z]+-\\d{1}:)?(\\d{12}:)?(function:)?"
-                "([a-zA-Z0-9-_]+)(:(\\$LATEST|[a-zA-Z0-9-_]+))?")
+# botocore's model of the Lambda API (the service's own): each operation's pattern.
+REGION_ACCOUNT = r"(arn:(aws[a-zA-Z-]*)?:lambda:)?((eusc-)?[a-z]{2}((-gov)|(-iso([a-z]?)))?-[a-z]+-\d{1}:)?(\d{12}:)?(function:)?"
+NAME_PATTERN = REGION_ACCOUNT + r"([a-zA-Z0-9-_]+)(:(\$LATEST|[a-zA-Z0-9-_]+))?"
+NAMESPACED_PATTERN = REGION_ACCOUNT + r"([a-zA-Z0-9-_\.]+)(:(\$LATEST(\.PUBLISHED)?|[a-zA-Z0-9-_]+))?"
+URL_NAME_PATTERN = REGION_ACCOUNT + r"([a-zA-Z0-9-_]{1,64})(:((?!\d+$)[0-9a-zA-Z-_]+))?"
 
 
-@pytest.mark.parametrize("name,constraint", [
-    ("bad name!", "Member must satisfy regular expression pattern: " + NAME_PATTERN),
-    ("a:b:c:d:e", "Member must satisfy regular expression pattern: " + NAME_PATTERN),
-    ("f:", "Member must satisfy regular expression pattern: " + NAME_PATTERN),
-    ("arn:aws:lambda:us-east-1:000000000000:function:bad.name",
-     "Member must satisfy regular expression pattern: " + NAME_PATTERN),
-    ("x" * 65, "Member must have length less than or equal to 64"),
-], ids=["space", "too-many-parts", "empty-qualifier", "arn-with-a-dot", "65-chars"])
-def test_malformed_function_names_are_validation_errors(kiln, name, constraint):
-    """AWS checks a FunctionName against its input model first: 400 ValidationException, for
-    every operation, never InvalidParameterValueException and never 404."""
-    lam = unvalidated_client(kiln)
+def name_calls(lam, name):
+    """Each operation taking a FunctionName, with the pattern its model checks it against."""
     code = {"ZipFile": zip_files({"app.py": ECHO_PY})}
-    calls = {
-        "create": lambda: lam.create_function(FunctionName=name, Runtime=PYTHON_RUNTIME, Role=ROLE,
-                                              Handler="app.handler", Code=code),
-        "get": lambda: lam.get_function(FunctionName=name),
-        "get-configuration": lambda: lam.get_function_configuration(FunctionName=name),
-        "invoke": lambda: lam.invoke(FunctionName=name, Payload=b"{}"),
-        "update-configuration": lambda: lam.update_function_configuration(FunctionName=name, Timeout=5),
-        "update-code": lambda: lam.update_function_code(FunctionName=name, ZipFile=code["ZipFile"]),
-        "delete": lambda: lam.delete_function(FunctionName=name),
-        "url-config": lambda: lam.get_function_url_config(FunctionName=name),
-        "concurrency": lambda: lam.put_function_concurrency(FunctionName=name, ReservedConcurrentExecutions=1),
+    return {
+        "create": (NAME_PATTERN, lambda: lam.create_function(
+            FunctionName=name, Runtime=PYTHON_RUNTIME, Role=ROLE, Handler="app.handler", Code=code)),
+        "update-configuration": (NAME_PATTERN, lambda: lam.update_function_configuration(FunctionName=name, Timeout=5)),
+        "update-code": (NAME_PATTERN, lambda: lam.update_function_code(FunctionName=name, ZipFile=code["ZipFile"])),
+        "concurrency": (NAME_PATTERN, lambda: lam.put_function_concurrency(
+            FunctionName=name, ReservedConcurrentExecutions=1)),
+        "get": (NAMESPACED_PATTERN, lambda: lam.get_function(FunctionName=name)),
+        "get-configuration": (NAMESPACED_PATTERN, lambda: lam.get_function_configuration(FunctionName=name)),
+        "invoke": (NAMESPACED_PATTERN, lambda: lam.invoke(FunctionName=name, Payload=b"{}")),
+        "delete": (NAMESPACED_PATTERN, lambda: lam.delete_function(FunctionName=name)),
+        "url-config": (URL_NAME_PATTERN, lambda: lam.get_function_url_config(FunctionName=name)),
     }
-    for call_name, call in calls.items():
+
+
+@pytest.mark.parametrize("name", ["bad name!", "a:b:c:d:e", "f:", "x" * 65],
+                         ids=["space", "too-many-parts", "empty-qualifier", "65-chars"])
+def test_malformed_function_names_are_validation_errors(kiln, name):
+    """AWS checks a FunctionName against its input model first: 400 ValidationException with
+    the operation's pattern, never InvalidParameterValueException and never 404."""
+    lam = unvalidated_client(kiln)
+    for call_name, (pattern, call) in name_calls(lam, name).items():
         with pytest.raises(botocore.exceptions.ClientError) as excinfo:
             call()
         assert error_code(excinfo) == "ValidationException", call_name
         assert http_status(excinfo) == 400, call_name
+        too_long = len(name) > 64 and call_name != "url-config"
+        constraint = ("Member must have length less than or equal to 64" if too_long
+                      else "Member must satisfy regular expression pattern: " + pattern)
         assert excinfo.value.response["Error"]["Message"] == (
             f"1 validation error detected: Value '{name}' at 'functionName' failed to satisfy constraint: {constraint}"
         ), call_name
+
+
+def test_a_dotted_name_is_malformed_only_where_the_model_says_so(kiln):
+    """GetFunction, Invoke and DeleteFunction take a `NamespacedFunctionName`, which allows dots:
+    there a dotted name is a function that does not exist."""
+    lam = unvalidated_client(kiln)
+    name = "arn:aws:lambda:us-east-1:000000000000:function:bad.name"
+    for call_name, (pattern, call) in name_calls(lam, name).items():
+        with pytest.raises(botocore.exceptions.ClientError) as excinfo:
+            call()
+        if pattern == NAMESPACED_PATTERN:
+            assert error_code(excinfo) == "ResourceNotFoundException", call_name
+            assert http_status(excinfo) == 404
+        else:
+            assert error_code(excinfo) == "ValidationException", call_name
+            assert excinfo.value.response["Error"]["Message"].endswith(pattern), call_name
 
 
 @pytest.mark.parametrize("form", [

@@ -327,9 +327,9 @@ impl crate::session::Headers for HeaderMap {
     }
 }
 
-/// Folds the `Qualifier` query parameter into the function reference.
-pub fn qualified(name: &str, uri: &Uri) -> String {
-    let qualifier = uri.query().and_then(|q| {
+/// The `Qualifier` query parameter.
+pub fn qualifier(uri: &Uri) -> Option<String> {
+    uri.query().and_then(|q| {
         q.split('&')
             .find_map(|pair| pair.strip_prefix("Qualifier="))
             .map(|v| {
@@ -337,8 +337,12 @@ pub fn qualified(name: &str, uri: &Uri) -> String {
                     .decode_utf8_lossy()
                     .into_owned()
             })
-    });
-    match qualifier {
+    })
+}
+
+/// Folds the `Qualifier` query parameter into the function reference.
+pub fn qualified(name: &str, uri: &Uri) -> String {
+    match qualifier(uri) {
         Some(q) if !q.is_empty() => format!("{name}:{q}"),
         _ => name.to_string(),
     }

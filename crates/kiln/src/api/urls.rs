@@ -12,7 +12,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::{authenticate, base_url, parse_json, qualified, ApiError, SharedState};
+use super::{authenticate, base_url, parse_json, qualifier, ApiError, SharedState};
 use crate::controller::{Cors, InvocationType, Invoked, UrlChange, UrlSettings};
 use crate::function::{Function, UrlAuth};
 use crate::session::HintSource;
@@ -117,7 +117,7 @@ pub async fn create_config(
     };
     let written_config = state
         .controller
-        .change_url(&qualified(&name, &uri), change)?;
+        .change_url(&name, qualifier(&uri).as_deref(), change)?;
     let config = written(&state, &headers, written_config)?;
     Ok((StatusCode::CREATED, Json(config)).into_response())
 }
@@ -138,7 +138,7 @@ pub async fn update_config(
     };
     let written_config = state
         .controller
-        .change_url(&qualified(&name, &uri), change)?;
+        .change_url(&name, qualifier(&uri).as_deref(), change)?;
     Ok(Json(written(&state, &headers, written_config)?).into_response())
 }
 
@@ -151,7 +151,9 @@ pub async fn get_config(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     authenticate(&state, &method, &uri, &headers, &body)?;
-    let (f, settings) = state.controller.url_config(&qualified(&name, &uri))?;
+    let (f, settings) = state
+        .controller
+        .url_config(&name, qualifier(&uri).as_deref())?;
     Ok(Json(url_config(&state, &headers, &f, &settings)).into_response())
 }
 
@@ -166,7 +168,7 @@ pub async fn delete_config(
     authenticate(&state, &method, &uri, &headers, &body)?;
     state
         .controller
-        .set_url_auth(&qualified(&name, &uri), None, false)?;
+        .change_url(&name, qualifier(&uri).as_deref(), UrlChange::Delete)?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -188,7 +190,7 @@ pub async fn call(
         Some(i) => (&path[..i], &path[i..]),
         None => (path, "/"),
     };
-    let (function, settings) = match state.controller.url_config(name) {
+    let (function, settings) = match state.controller.url_config(name, None) {
         Ok(config) => config,
         _ => return plain(StatusCode::NOT_FOUND, "Not Found"),
     };

@@ -111,7 +111,7 @@ impl Controller {
         tags: BTreeMap<String, String>,
     ) -> Result<Function, ControllerError> {
         // A full or partial ARN names the function as well as its name does.
-        let r = self.function_ref(name)?;
+        let r = self.strict_function_ref(name)?;
         if r.qualifier.is_some() {
             return Err(ControllerError::InvalidParameter(format!(
                 "Function name '{name}' has a qualifier: a function is created unqualified"
@@ -214,6 +214,7 @@ impl Controller {
         zip: &[u8],
         expected_revision: Option<&str>,
     ) -> Result<Function, ControllerError> {
+        self.strict_function_ref(name)?;
         let function = self.get(name)?;
         check_revision(&function, expected_revision)?;
         code::check_zip(zip)?;
@@ -227,6 +228,7 @@ impl Controller {
         zip: Vec<u8>,
         expected_revision: Option<&str>,
     ) -> Result<Function, ControllerError> {
+        self.strict_function_ref(name)?;
         check_revision(&self.get(name)?, expected_revision)?;
         let (code, mutation) = self.store_code(zip).await?;
         self.modify_locked(&mutation, name, |f| {
@@ -246,6 +248,7 @@ impl Controller {
         patch: ConfigPatch,
         expected_revision: Option<&str>,
     ) -> Result<Function, ControllerError> {
+        self.strict_function_ref(name)?;
         self.modify(name, |f| {
             check_revision(f, expected_revision)?;
             let mut config = f.config.clone();
@@ -349,6 +352,7 @@ impl Controller {
         name: &str,
         reserved: Option<u32>,
     ) -> Result<Function, ControllerError> {
+        self.strict_function_ref(name)?;
         if let Some(n) = reserved {
             if n > self.config.node_max_instances {
                 return Err(ControllerError::InvalidParameter(format!(

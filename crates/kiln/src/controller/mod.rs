@@ -341,8 +341,29 @@ impl Controller {
     /// Parses a FunctionName parameter and checks that it names this node's region and
     /// account: an ARN of another region or account names a function kiln does not have.
     fn function_ref(&self, raw: &str) -> Result<function::FunctionRef, ControllerError> {
+        self.function_ref_against(raw, function::NAMESPACED_FUNCTION_NAME_PATTERN)
+    }
+
+    /// [`Self::function_ref`] for the operations whose model calls the parameter `FunctionName`
+    /// (create, updates, concurrency): a dotted name is malformed there.
+    fn strict_function_ref(&self, raw: &str) -> Result<function::FunctionRef, ControllerError> {
+        let r = self.function_ref_against(raw, function::FUNCTION_NAME_PATTERN)?;
+        if r.name.contains('.') {
+            return Err(ControllerError::Validation(
+                function::NameError::Pattern.message(raw, function::FUNCTION_NAME_PATTERN),
+            ));
+        }
+        Ok(r)
+    }
+
+    /// Parses a FunctionName parameter; a malformed one is refused quoting `pattern`.
+    fn function_ref_against(
+        &self,
+        raw: &str,
+        pattern: &str,
+    ) -> Result<function::FunctionRef, ControllerError> {
         let r = function::parse_function_ref(raw)
-            .map_err(|e| ControllerError::Validation(e.message(raw)))?;
+            .map_err(|e| ControllerError::Validation(e.message(raw, pattern)))?;
         let region = r.region.as_deref().unwrap_or(&self.config.region);
         let account = r.account.as_deref().unwrap_or(&self.config.account_id);
         if region != self.config.region || account != self.config.account_id {
