@@ -315,8 +315,11 @@ def test_update_configuration_validates(kiln):
     name = unique("updval")
     create(kiln, name)
     lam = unvalidated_client(kiln)
-    for bad in ({"MemorySize": 64}, {"Timeout": 0}, {"Runtime": "cobol85"},
-                {"Environment": {"Variables": {"AWS_REGION": "x"}}}):
+    for bad in ({"MemorySize": 64}, {"Timeout": 0}):
+        with pytest.raises(botocore.exceptions.ClientError) as excinfo:
+            lam.update_function_configuration(FunctionName=name, **bad)
+        assert error_code(excinfo) == "ValidationException"
+    for bad in ({"MemorySize": 20000}, {"Runtime": "cobol85"}, {"Environment": {"Variables": {"AWS_REGION": "x"}}}):
         with pytest.raises(lam.exceptions.InvalidParameterValueException):
             lam.update_function_configuration(FunctionName=name, **bad)
     assert lam.get_function_configuration(FunctionName=name)["MemorySize"] == 128
@@ -911,32 +914,50 @@ def test_create_twice_is_409(kiln):
     assert http_status(excinfo) == 409
 
 
-@pytest.mark.parametrize("override", [
-    {"MemorySize": 64},
-    {"MemorySize": 20000},
-    {"Timeout": 0},
-    {"Timeout": 901},
-    {"Runtime": "python2.0"},
-    {"Runtime": ""},
-    {"Environment": {"Variables": {"AWS_REGION": "eu-west-1"}}},
-    {"Environment": {"Variables": {"AWS_LAMBDA_FUNCTION_NAME": "x"}}},
-    {"Environment": {"Variables": {"1BAD": "x"}}},
-    {"Environment": {"Variables": {"BIG": "x" * 5000}}},
-    {"Handler": ""},
-    {"EphemeralStorage": {"Size": 100}},
-], ids=lambda o: next(iter(o)) + "=" + str(next(iter(o.values())))[:20])
-def test_invalid_create_parameters_are_400(kiln, override):
+VALIDATION = "ValidationException"
+INVALID = "InvalidParameterValueException"
+
+
+@pytest.mark.parametrize("override,code,message", [
+    # Outside Lambda's API model: its ValidationException, with the model's constraint.
+    ({"MemorySize": 64}, VALIDATION,
+     "1 validation error detected: Value '64' at 'memorySize' failed to satisfy constraint: "
+     "Member must have value greater than or equal to 128"),
+    ({"Timeout": 0}, VALIDATION,
+     "1 validation error detected: Value '0' at 'timeout' failed to satisfy constraint: "
+     "Member must have value greater than or equal to 1"),
+    ({"EphemeralStorage": {"Size": 100}}, VALIDATION,
+     "1 validation error detected: Value '100' at 'ephemeralStorage.size' failed to satisfy constraint: "
+     "Member must have value greater than or equal to 512"),
+    ({"Handler": ""}, VALIDATION,
+     "1 validation error detected: Value '' at 'handler' failed to satisfy constraint: "
+     "Member must satisfy regular expression pattern: [^\\s]+"),
+    ({"Handler": "has space"}, VALIDATION, None),
+    ({"Handler": "h" * 129}, VALIDATION, None),
+    ({"Description": "d" * 257}, VALIDATION, None),
+    # Within the model, beyond what Lambda runs (or what kiln has): InvalidParameterValueException.
+    ({"MemorySize": 20000}, INVALID, None),
+    ({"Timeout": 901}, INVALID, None),
+    ({"EphemeralStorage": {"Size": 20000}}, INVALID, None),
+    ({"Runtime": "python2.0"}, INVALID, None),
+    ({"Runtime": ""}, INVALID, None),
+    ({"Environment": {"Variables": {"AWS_REGION": "eu-west-1"}}}, INVALID, None),
+    ({"Environment": {"Variables": {"AWS_LAMBDA_FUNCTION_NAME": "x"}}}, INVALID, None),
+    ({"Environment": {"Variables": {"1BAD": "x"}}}, INVALID, None),
+    ({"Environment": {"Variables": {"BIG": "x" * 5000}}}, INVALID, None),
+], ids=lambda o: (next(iter(o)) + "=" + str(next(iter(o.values())))[:20]) if isinstance(o, dict) else None)
+def test_invalid_create_parameters_are_400(kiln, override, code, message):
     lam = unvalidated_client(kiln)
     params = dict(FunctionName=unique("invalid"), Runtime=PYTHON_RUNTIME, Role=ROLE, Handler="app.handler",
                   Code={"ZipFile": zip_files({"app.py": ECHO_PY})})
     params.update(override)
-    with pytest.raises(lam.exceptions.InvalidParameterValueException) as excinfo:
+    with pytest.raises(botocore.exceptions.ClientError) as excinfo:
         lam.create_function(**params)
+    assert error_code(excinfo) == code
     assert http_status(excinfo) == 400
-    assert excinfo.value.response["Error"]["Message"]
-    if override.get("FunctionName") is None:
-        with pytest.raises(lam.exceptions.ResourceNotFoundException):
-            lam.get_function(FunctionName=params["FunctionName"])
+    assert excinfo.value.response["Error"]["Message"] == message if message else excinfo.value.response["Error"]["Message"]
+    with pytest.raises(lam.exceptions.ResourceNotFoundException):
+        lam.get_function(FunctionName=params["FunctionName"])
 
 
 # botocore's model of the Lambda API (the service's own): each operation's pattern.
@@ -1271,6 +1292,10 @@ def test_every_error_has_json_body_and_error_type_header(kiln):
         ("POST", "/2015-03-31/functions", json.dumps({
             "FunctionName": unique("raw"), "Runtime": PYTHON_RUNTIME, "Role": ROLE, "Handler": "app.handler",
             "MemorySize": 64, "Code": {"ZipFile": base64.b64encode(zip_files({"app.py": ECHO_PY})).decode()}}).encode(),
+         {}, 400, "ValidationException"),
+        ("POST", "/2015-03-31/functions", json.dumps({
+            "FunctionName": unique("raw"), "Runtime": PYTHON_RUNTIME, "Role": ROLE, "Handler": "app.handler",
+            "MemorySize": 20000, "Code": {"ZipFile": base64.b64encode(zip_files({"app.py": ECHO_PY})).decode()}}).encode(),
          {}, 400, "InvalidParameterValueException"),
         ("POST", "/2015-03-31/functions", b"{not json", {}, 400, "InvalidRequestContentException"),
         ("POST", "/2015-03-31/functions", b'{"FunctionName": 5}', {}, 400, "InvalidRequestContentException"),

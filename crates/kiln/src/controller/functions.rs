@@ -23,14 +23,54 @@ impl Controller {
                 self.runtimes.join(", ")
             ));
         }
-        if config.handler.is_empty()
-            || config.handler.len() > 128
-            || config.handler.chars().any(char::is_whitespace)
-        {
-            return invalid(format!(
-                "Value '{}' at 'handler' failed to satisfy constraint",
-                config.handler
-            ));
+        // Below the bounds of Lambda's API model (or off its patterns) is its ValidationException;
+        // within the model but beyond what Lambda runs, its InvalidParameterValueException.
+        let model = |value: &dyn std::fmt::Display, field: &str, constraint: &str| {
+            Err(ControllerError::Validation(format!(
+                "1 validation error detected: Value '{value}' at '{field}' failed to satisfy constraint: {constraint}"
+            )))
+        };
+        if config.handler.is_empty() || config.handler.chars().any(char::is_whitespace) {
+            return model(
+                &config.handler,
+                "handler",
+                "Member must satisfy regular expression pattern: [^\\s]+",
+            );
+        }
+        if config.handler.chars().count() > 128 {
+            return model(
+                &config.handler,
+                "handler",
+                "Member must have length less than or equal to 128",
+            );
+        }
+        if config.description.chars().count() > 256 {
+            return model(
+                &config.description,
+                "description",
+                "Member must have length less than or equal to 256",
+            );
+        }
+        if config.memory_mb < function::MIN_MEMORY_MB {
+            return model(
+                &config.memory_mb,
+                "memorySize",
+                "Member must have value greater than or equal to 128",
+            );
+        }
+        if config.timeout_s < 1 {
+            return model(
+                &config.timeout_s,
+                "timeout",
+                "Member must have value greater than or equal to 1",
+            );
+        }
+        if config.ephemeral_storage_mb < 512 {
+            return model(
+                &config.ephemeral_storage_mb,
+                "ephemeralStorage.size",
+                "Member must have value greater than or equal to 512",
+            );
         }
         if config.prebake.warmup_invocations > function::MAX_WARMUPS {
             return invalid(format!(

@@ -284,7 +284,10 @@ async fn create_validates_and_prepares_the_function() {
     ];
     for config in bad {
         let refused = node.controller.create("f", config, package()).await;
-        assert!(matches!(refused, Err(ControllerError::InvalidParameter(_))));
+        assert!(matches!(
+            refused,
+            Err(ControllerError::InvalidParameter(_) | ControllerError::Validation(_))
+        ));
     }
     assert!(matches!(
         node.controller
