@@ -977,6 +977,7 @@ def name_calls(lam, name):
         "update-code": (NAME_PATTERN, lambda: lam.update_function_code(FunctionName=name, ZipFile=code["ZipFile"])),
         "concurrency": (NAME_PATTERN, lambda: lam.put_function_concurrency(
             FunctionName=name, ReservedConcurrentExecutions=1)),
+        "get-concurrency": (NAME_PATTERN, lambda: lam.get_function_concurrency(FunctionName=name)),
         "get": (NAMESPACED_PATTERN, lambda: lam.get_function(FunctionName=name)),
         "get-configuration": (NAMESPACED_PATTERN, lambda: lam.get_function_configuration(FunctionName=name)),
         "invoke": (NAMESPACED_PATTERN, lambda: lam.invoke(FunctionName=name, Payload=b"{}")),

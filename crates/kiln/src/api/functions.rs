@@ -583,8 +583,7 @@ pub async fn get_concurrency(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     authenticate(&state, &method, &uri, &headers, &body)?;
-    let function = state.controller.get(&name)?;
-    let body = match function.reserved_concurrency {
+    let body = match state.controller.reserved_concurrency(&name)? {
         Some(n) => json!({ "ReservedConcurrentExecutions": n }),
         None => json!({}),
     };

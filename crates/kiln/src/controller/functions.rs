@@ -386,6 +386,12 @@ impl Controller {
         Ok(())
     }
 
+    /// GetFunctionConcurrency.
+    pub fn reserved_concurrency(&self, name: &str) -> Result<Option<u32>, ControllerError> {
+        self.strict_function_ref(name)?;
+        Ok(self.get(name)?.reserved_concurrency)
+    }
+
     /// PutFunctionConcurrency (`Some`) and DeleteFunctionConcurrency (`None`).
     pub fn set_concurrency(
         &self,
