@@ -352,7 +352,9 @@ def test_init_errors(spawn, lang, handler, error_type, message):
     body, log = init_error(spawn, lang, handler)
     assert body["errorType"] == error_type
     assert body["errorMessage"].startswith(message), body
-    assert isinstance(body["stackTrace"], list)
+    # Lambda's runtimes disagree on the name of the stack lines: Node's `trace`, Python's `stackTrace`.
+    assert isinstance(body["trace" if lang == "node" else "stackTrace"], list)
+    assert ("stackTrace" if lang == "node" else "trace") not in body
     assert error_type in log  # the init failure is logged too, as on Lambda
 
 
@@ -446,11 +448,13 @@ def test_node_handler_errors(spawn, handler, error_type, message, has_stack):
     kind, body = shim.invoke({})
     assert kind == "error"
     assert (body["errorType"], body["errorMessage"]) == (error_type, message)
+    # Lambda's Node runtime names the stack lines `trace`, not `stackTrace`.
+    assert "stackTrace" not in body
     if has_stack:
-        assert body["stackTrace"][0] == "%s: %s" % (error_type, message)
-        assert any("index.js" in line for line in body["stackTrace"])
+        assert body["trace"][0] == "%s: %s" % (error_type, message)
+        assert any("index.js" in line for line in body["trace"])
     else:
-        assert body["stackTrace"] == []
+        assert body["trace"] == []
     assert re.search(r"\treq-1\tERROR\tInvoke Error \t\{", shim.output())
     assert shim.close() == 0
 
@@ -494,7 +498,7 @@ def test_node_promise_never_settles(spawn):
 
 def test_node_init_logs_and_syntax_error_location(spawn):
     body, log = init_error(spawn, "node", "syntax.handler")
-    assert any("syntax.js" in line for line in body["stackTrace"]), body
+    assert any("syntax.js" in line for line in body["trace"]), body
     assert re.search(r"\tundefined\tERROR\tUncaught Exception \t\{\"errorType\":\"Runtime.UserCodeSyntaxError\"",
                      log), log
 

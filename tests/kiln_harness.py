@@ -83,9 +83,10 @@ def launch(args, ready, output, timeout=30, env=None):
 class Kiln:
     """A real `kiln up` process on a free port with its own data dir."""
 
-    def __init__(self, data_dir=None, extra_args=()):
+    def __init__(self, data_dir=None, extra_args=(), env=None):
         self.data_dir = Path(data_dir or tempfile.mkdtemp(prefix="kiln-test-"))
         self.extra_args = list(extra_args)
+        self.env = env
         self.proc = None
         self.endpoint = None
         self.output = []
@@ -102,7 +103,7 @@ class Kiln:
         ]
         if "--memory-budget-mb" not in self.extra_args:
             args += ["--memory-budget-mb", "8192"]
-        self.proc, self.endpoint = launch(args, r"listening on (http://\S+)", self.output, timeout)
+        self.proc, self.endpoint = launch(args, r"listening on (http://\S+)", self.output, timeout, env=self.env)
         creds = json.loads((self.data_dir / "credentials.json").read_text())
         self.access_key = creds["accessKeyId"]
         self.secret_key = creds["secretAccessKey"]

@@ -50,19 +50,20 @@ function isErrorLike(e) {
     typeof e.message === 'string' && e.message !== '' && typeof e.stack === 'string' && e.stack !== '');
 }
 
-// The body of an error / init_error frame.
+// The body of an error / init_error frame. Lambda's Node runtime calls the stack lines `trace` (its
+// Python runtime, `stackTrace`).
 function errorBody(err) {
   try {
     if (isErrorLike(err)) {
       return {
         errorType: err.name || (err.constructor && err.constructor.name) || 'Error',
         errorMessage: err.message,
-        stackTrace: typeof err.stack === 'string' ? err.stack.split('\n') : [],
+        trace: typeof err.stack === 'string' ? err.stack.split('\n') : [],
       };
     }
-    return { errorType: typeof err, errorMessage: String(err), stackTrace: [] };
+    return { errorType: typeof err, errorMessage: String(err), trace: [] };
   } catch (_) { // a getter threw, or String() on a null-prototype object
-    return { errorType: 'handled', stackTrace: [], errorMessage: 'callback called with Error argument, but there ' +
+    return { errorType: 'handled', trace: [], errorMessage: 'callback called with Error argument, but there ' +
       'was a problem while retrieving one or more of its message, name, and stack' };
   }
 }

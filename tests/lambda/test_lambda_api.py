@@ -315,8 +315,11 @@ def test_update_configuration_validates(kiln):
     name = unique("updval")
     create(kiln, name)
     lam = unvalidated_client(kiln)
-    for bad in ({"MemorySize": 64}, {"Timeout": 0}, {"Runtime": "cobol85"},
-                {"Environment": {"Variables": {"AWS_REGION": "x"}}}):
+    for bad in ({"MemorySize": 64}, {"Timeout": 0}):
+        with pytest.raises(botocore.exceptions.ClientError) as excinfo:
+            lam.update_function_configuration(FunctionName=name, **bad)
+        assert error_code(excinfo) == "ValidationException"
+    for bad in ({"MemorySize": 20000}, {"Runtime": "cobol85"}, {"Environment": {"Variables": {"AWS_REGION": "x"}}}):
         with pytest.raises(lam.exceptions.InvalidParameterValueException):
             lam.update_function_configuration(FunctionName=name, **bad)
     assert lam.get_function_configuration(FunctionName=name)["MemorySize"] == 128
@@ -407,6 +410,12 @@ def test_architectures_are_the_hosts_or_refused(kiln):
                                 Architectures=wrong)
         assert error_code(excinfo) == "ValidationException", wrong
         assert http_status(excinfo) == 400
+        constraint = {1: "Member must satisfy constraint: [Member must satisfy enum value set: [x86_64, arm64]]",
+                      2: "Member must have length less than or equal to 1",
+                      0: "Member must have length greater than or equal to 1"}[len(wrong)]
+        assert excinfo.value.response["Error"]["Message"] == (
+            f"1 validation error detected: Value '[{', '.join(wrong)}]' at 'architectures' failed to satisfy "
+            f"constraint: {constraint}")
     with pytest.raises(lam.exceptions.InvalidParameterValueException):
         lam.update_function_code(FunctionName=name, ZipFile=zip_files({"app.py": ECHO_PY}), Architectures=[other])
     assert lam.get_function(FunctionName=name)["Configuration"]["Architectures"] == [host]
@@ -436,6 +445,164 @@ def test_an_arn_of_another_region_or_account_names_no_local_function(kiln, arn):
     # Untouched, and reachable by its own ARN in either form.
     assert lam.get_function(FunctionName=f"arn:aws:lambda:us-east-1:000000000000:function:{name}")
     assert lam.get_function(FunctionName=f"000000000000:function:{name}")["Configuration"]["Timeout"] == 3
+
+
+def test_settings_kiln_does_not_act_on_are_kept_and_returned(fresh_kiln):
+    """Tracing, logging, VPC, dead-letter and KMS settings, and an empty Environment, come back
+    from every call in AWS's shape, across a restart, so that infrastructure tools see no drift."""
+    server = fresh_kiln()
+    lam = server.client()
+    name = unique("settings")
+    created = create(
+        server, name,
+        TracingConfig={"Mode": "Active"},
+        LoggingConfig={"LogFormat": "JSON", "ApplicationLogLevel": "DEBUG", "LogGroup": "/custom/group"},
+        VpcConfig={"SubnetIds": ["subnet-1", "subnet-2"], "SecurityGroupIds": ["sg-1"]},
+        DeadLetterConfig={"TargetArn": "arn:aws:sqs:us-east-1:000000000000:dlq"},
+        KMSKeyArn="arn:aws:kms:us-east-1:000000000000:key/k",
+        Environment={"Variables": {}},
+    )
+    expected = {
+        "TracingConfig": {"Mode": "Active"},
+        "LoggingConfig": {"LogFormat": "JSON", "ApplicationLogLevel": "DEBUG", "SystemLogLevel": "INFO",
+                          "LogGroup": "/custom/group"},
+        "VpcConfig": {"SubnetIds": ["subnet-1", "subnet-2"], "SecurityGroupIds": ["sg-1"], "VpcId": "",
+                      "Ipv6AllowedForDualStack": False},
+        "DeadLetterConfig": {"TargetArn": "arn:aws:sqs:us-east-1:000000000000:dlq"},
+        "KMSKeyArn": "arn:aws:kms:us-east-1:000000000000:key/k",
+        "Environment": {"Variables": {}},
+    }
+
+    def check(config):
+        for key, value in expected.items():
+            assert config.get(key) == value, (key, config.get(key))
+        assert re.fullmatch(r"arn:aws:lambda:us-east-1::runtime:[0-9a-f]{64}",
+                            config["RuntimeVersionConfig"]["RuntimeVersionArn"])
+
+    check(created)
+    check(lam.get_function(FunctionName=name)["Configuration"])
+    check(lam.get_function_configuration(FunctionName=name))
+    check(next(f for f in lam.list_functions()["Functions"] if f["FunctionName"] == name))
+    server.restart()
+    lam = server.client()
+    check(lam.get_function_configuration(FunctionName=name))
+    assert invoke(server, name, {"a": 1})[0]["event"] == {"a": 1}
+
+    updated = lam.update_function_configuration(
+        FunctionName=name, TracingConfig={"Mode": "PassThrough"}, LoggingConfig={"LogFormat": "Text"},
+        DeadLetterConfig={"TargetArn": ""}, KMSKeyArn="", Environment={"Variables": {"K": "V"}})
+    assert updated["TracingConfig"] == {"Mode": "PassThrough"}
+    assert updated["LoggingConfig"] == {"LogFormat": "Text", "LogGroup": "/custom/group"}
+    assert "DeadLetterConfig" not in updated and "KMSKeyArn" not in updated
+    assert updated["VpcConfig"] == expected["VpcConfig"]
+    assert updated["Environment"] == {"Variables": {"K": "V"}}
+    assert lam.update_function_configuration(FunctionName=name, Environment={})["Environment"] == {"Variables": {}}
+
+    plain_name = unique("plain")
+    plain = create(server, plain_name)
+    assert plain["TracingConfig"] == {"Mode": "PassThrough"}
+    assert plain["LoggingConfig"] == {"LogFormat": "Text", "LogGroup": f"/aws/lambda/{plain_name}"}
+    for absent in ("Environment", "VpcConfig", "DeadLetterConfig", "KMSKeyArn"):
+        assert absent not in plain, absent
+
+
+@pytest.mark.parametrize("override,field", [
+    ({"TracingConfig": {"Mode": "Sometimes"}}, "tracingConfig.mode"),
+    ({"LoggingConfig": {"LogFormat": "XML"}}, "loggingConfig.logFormat"),
+    ({"LoggingConfig": {"LogFormat": "JSON", "SystemLogLevel": "TRACE"}}, "loggingConfig.systemLogLevel"),
+    ({"KMSKeyArn": "my-key"}, "kMSKeyArn"),
+    ({"DeadLetterConfig": {"TargetArn": "queue"}}, "deadLetterConfig.targetArn"),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_settings_outside_lambdas_model_are_validation_errors(kiln, override, field):
+    lam = unvalidated_client(kiln)
+    name = unique("badsetting")
+    with pytest.raises(botocore.exceptions.ClientError) as excinfo:
+        lam.create_function(
+            FunctionName=name, Runtime=PYTHON_RUNTIME, Role=ROLE, Handler="app.handler",
+            Code={"ZipFile": zip_files({"app.py": ECHO_PY})}, **override)
+    assert error_code(excinfo) == "ValidationException"
+    assert f"at '{field}' failed to satisfy constraint" in excinfo.value.response["Error"]["Message"]
+    create(kiln, name)
+    with pytest.raises(botocore.exceptions.ClientError) as excinfo:
+        lam.update_function_configuration(FunctionName=name, **override)
+    assert error_code(excinfo) == "ValidationException"
+
+
+# --- Tags -------------------------------------------------------------------------------------
+
+
+def test_tags_by_function_arn(kiln):
+    lam = kiln.client()
+    name = unique("tags")
+    arn = create(kiln, name, Tags={"team": "a", "env": "dev"})["FunctionArn"]
+    assert lam.list_tags(Resource=arn)["Tags"] == {"team": "a", "env": "dev"}
+    got = lam.get_function(FunctionName=name)
+    assert got["Tags"] == {"team": "a", "env": "dev"}
+    revision = got["Configuration"]["RevisionId"]
+    assert lam.tag_resource(Resource=arn, Tags={"team": "b", "cost": "1"})["ResponseMetadata"]["HTTPStatusCode"] == 204
+    assert lam.list_tags(Resource=arn)["Tags"] == {"team": "b", "env": "dev", "cost": "1"}
+    lam.untag_resource(Resource=arn, TagKeys=["env", "not-there"])
+    assert lam.list_tags(Resource=arn)["Tags"] == {"team": "b", "cost": "1"}
+    # Plain tags change nothing else: no new revision.
+    assert lam.get_function(FunctionName=name)["Configuration"]["RevisionId"] == revision
+    assert create(kiln, unique("untagged"))  # and a function without tags has none
+    with pytest.raises(lam.exceptions.ResourceNotFoundException):
+        lam.list_tags(Resource=arn.replace(name, unique("nothere")))
+    with pytest.raises(botocore.exceptions.ClientError) as excinfo:
+        lam.list_tags(Resource=name)
+    assert error_code(excinfo) == "ValidationException"
+    assert "at 'resource' failed to satisfy constraint" in str(excinfo.value)
+    for bad in ({"aws:reserved": "x"}, {"k": "v" * 257}, {f"t{i}": "v" for i in range(49)}):
+        with pytest.raises(lam.exceptions.InvalidParameterValueException):
+            lam.tag_resource(Resource=arn, Tags=bad)
+    assert lam.list_tags(Resource=arn)["Tags"] == {"team": "b", "cost": "1"}
+
+
+def test_kiln_tags_set_kilns_extension_settings(kiln):
+    """boto3's model refuses KilnPrebake and its siblings; `kiln:` tags set the same settings,
+    through the same checks."""
+    lam = kiln.client()
+    name = unique("kilntags")
+    arn = create(kiln, name, Tags={"kiln:prebake": "off", "kiln:warmup": "0",
+                                   "kiln:session-hint": "header:x-session-id"})["FunctionArn"]
+
+    def configuration():
+        # boto3 drops what its model does not know: kiln's extensions are read raw.
+        return kiln.signed_request("GET", f"/2015-03-31/functions/{name}/configuration").json()
+
+    created = configuration()
+    assert created["KilnPrebake"] == {"Mode": "off", "WarmupInvocations": 0}
+    assert created["KilnSessions"]["Hint"] == "header:x-session-id"
+    revision = created["RevisionId"]
+    lam.tag_resource(Resource=arn, Tags={"kiln:memory-sizing": "booked", "kiln:session-placement": "spread"})
+    config = configuration()
+    assert config["KilnMemorySizing"] == "booked"
+    assert config["KilnSessions"]["Placement"] == "spread"
+    assert config["RevisionId"] != revision
+    lam.untag_resource(Resource=arn, TagKeys=["kiln:session-hint", "kiln:prebake"])
+    config = configuration()
+    assert "KilnSessions" not in config
+    assert config["KilnPrebake"] == {"Mode": "deploy", "WarmupInvocations": 0}
+    assert invoke(kiln, name, {"tagged": True})[0]["event"] == {"tagged": True}
+
+    # The same errors as the extension parameters.
+    over = signed_request(kiln, "PUT", f"/2015-03-31/functions/{name}/configuration",
+                          json.dumps({"KilnPrebake": {"WarmupInvocations": 101}}).encode())
+    assert_lambda_error(over, 400, "InvalidParameterValueException")
+    with pytest.raises(lam.exceptions.InvalidParameterValueException) as excinfo:
+        lam.tag_resource(Resource=arn, Tags={"kiln:warmup": "101"})
+    assert excinfo.value.response["Error"]["Message"] == over.json()["message"]
+    for bad, needle in (({"kiln:session-hint": "body"}, "kilnSessions.hint"),
+                        ({"kiln:prebake": "sometimes"}, "unknown variant"),
+                        ({"kiln:session-ttl": "60"}, "kiln:session-hint"),
+                        ({"kiln:no-such-setting": "1"}, "kiln:prebake")):
+        with pytest.raises(lam.exceptions.InvalidParameterValueException) as excinfo:
+            lam.tag_resource(Resource=arn, Tags=bad)
+        assert needle in excinfo.value.response["Error"]["Message"], bad
+        with pytest.raises(lam.exceptions.InvalidParameterValueException):
+            create(kiln, unique("kilntags"), Tags=bad)
+    assert lam.list_tags(Resource=arn)["Tags"] == {"kiln:warmup": "0", "kiln:memory-sizing": "booked",
+                                                   "kiln:session-placement": "spread"}
 
 
 # --- Invoke -----------------------------------------------------------------------------------
@@ -652,6 +819,54 @@ def test_function_url_config_bad_auth_type(kiln):
     assert raw.json()
 
 
+def test_function_url_config_qualifier_is_an_alias_or_nothing(kiln):
+    """A function URL belongs to the function or to an alias. AWS's pattern for the qualifier
+    refuses `$LATEST` and version numbers (ValidationException); kiln has no aliases, so any
+    other qualifier names nothing (404), and no URL appears on the plain function meanwhile."""
+    name = unique("urlqual")
+    create(kiln, name)
+    lam = kiln.client()
+
+    def calls(**target):
+        return [
+            lambda: lam.create_function_url_config(AuthType="NONE", **target),
+            lambda: lam.get_function_url_config(**target),
+            lambda: lam.update_function_url_config(AuthType="AWS_IAM", **target),
+            lambda: lam.delete_function_url_config(**target),
+        ]
+
+    for qualifier in ("$LATEST", "1", "42"):
+        # As the Qualifier parameter, and in the name (whose pattern, FunctionUrlFunctionName,
+        # refuses the same).
+        for target, value, field, pattern in (
+                ({"FunctionName": name, "Qualifier": qualifier}, qualifier, "qualifier",
+                 "((?!^\\d+$)^[0-9a-zA-Z-_]+$)"),
+                ({"FunctionName": f"{name}:{qualifier}"}, f"{name}:{qualifier}", "functionName", URL_NAME_PATTERN)):
+            for call in calls(**target):
+                with pytest.raises(botocore.exceptions.ClientError) as excinfo:
+                    call()
+                assert error_code(excinfo) == "ValidationException", (qualifier, target)
+                assert http_status(excinfo) == 400
+                assert excinfo.value.response["Error"]["Message"] == (
+                    f"1 validation error detected: Value '{value}' at '{field}' failed to satisfy "
+                    f"constraint: Member must satisfy regular expression pattern: {pattern}"
+                )
+    for target in ({"FunctionName": name, "Qualifier": "prod"}, {"FunctionName": f"{name}:prod"}):
+        for call in calls(**target):
+            with pytest.raises(lam.exceptions.ResourceNotFoundException) as excinfo:
+                call()
+            assert http_status(excinfo) == 404
+    with pytest.raises(lam.exceptions.ResourceNotFoundException):
+        lam.get_function_url_config(FunctionName=name)
+    with pytest.raises(lam.exceptions.ResourceNotFoundException):
+        lam.create_function_url_config(FunctionName=unique("nope"), Qualifier="prod", AuthType="NONE")
+    # The plain function's URL is unaffected by the refused calls.
+    lam.create_function_url_config(FunctionName=name, AuthType="NONE")
+    with pytest.raises(lam.exceptions.ResourceNotFoundException):
+        lam.delete_function_url_config(FunctionName=name, Qualifier="prod")
+    assert lam.get_function_url_config(FunctionName=name)["AuthType"] == "NONE"
+
+
 def test_deleting_a_function_deletes_its_url(kiln):
     name = unique("urldel")
     create(kiln, name)
@@ -699,34 +914,200 @@ def test_create_twice_is_409(kiln):
     assert http_status(excinfo) == 409
 
 
-@pytest.mark.parametrize("override", [
-    {"MemorySize": 64},
-    {"MemorySize": 20000},
-    {"Timeout": 0},
-    {"Timeout": 901},
-    {"Runtime": "python2.0"},
-    {"Runtime": ""},
-    {"FunctionName": "bad name!"},
-    {"FunctionName": "x" * 65},
-    {"Environment": {"Variables": {"AWS_REGION": "eu-west-1"}}},
-    {"Environment": {"Variables": {"AWS_LAMBDA_FUNCTION_NAME": "x"}}},
-    {"Environment": {"Variables": {"1BAD": "x"}}},
-    {"Environment": {"Variables": {"BIG": "x" * 5000}}},
-    {"Handler": ""},
-    {"EphemeralStorage": {"Size": 100}},
-], ids=lambda o: next(iter(o)) + "=" + str(next(iter(o.values())))[:20])
-def test_invalid_create_parameters_are_400(kiln, override):
+VALIDATION = "ValidationException"
+INVALID = "InvalidParameterValueException"
+
+
+@pytest.mark.parametrize("override,code,message", [
+    # Outside Lambda's API model: its ValidationException, with the model's constraint.
+    ({"MemorySize": 64}, VALIDATION,
+     "1 validation error detected: Value '64' at 'memorySize' failed to satisfy constraint: "
+     "Member must have value greater than or equal to 128"),
+    ({"Timeout": 0}, VALIDATION,
+     "1 validation error detected: Value '0' at 'timeout' failed to satisfy constraint: "
+     "Member must have value greater than or equal to 1"),
+    ({"EphemeralStorage": {"Size": 100}}, VALIDATION,
+     "1 validation error detected: Value '100' at 'ephemeralStorage.size' failed to satisfy constraint: "
+     "Member must have value greater than or equal to 512"),
+    ({"Handler": ""}, VALIDATION,
+     "1 validation error detected: Value '' at 'handler' failed to satisfy constraint: "
+     "Member must satisfy regular expression pattern: [^\\s]+"),
+    ({"Handler": "has space"}, VALIDATION, None),
+    ({"Handler": "h" * 129}, VALIDATION, None),
+    ({"Description": "d" * 257}, VALIDATION, None),
+    # Within the model, beyond what Lambda runs (or what kiln has): InvalidParameterValueException.
+    ({"MemorySize": 20000}, INVALID, None),
+    ({"Timeout": 901}, INVALID, None),
+    ({"EphemeralStorage": {"Size": 20000}}, INVALID, None),
+    ({"Runtime": "python2.0"}, INVALID, None),
+    ({"Runtime": ""}, INVALID, None),
+    ({"Environment": {"Variables": {"AWS_REGION": "eu-west-1"}}}, INVALID, None),
+    ({"Environment": {"Variables": {"AWS_LAMBDA_FUNCTION_NAME": "x"}}}, INVALID, None),
+    ({"Environment": {"Variables": {"1BAD": "x"}}}, INVALID, None),
+    ({"Environment": {"Variables": {"BIG": "x" * 5000}}}, INVALID, None),
+], ids=lambda o: (next(iter(o)) + "=" + str(next(iter(o.values())))[:20]) if isinstance(o, dict) else None)
+def test_invalid_create_parameters_are_400(kiln, override, code, message):
     lam = unvalidated_client(kiln)
     params = dict(FunctionName=unique("invalid"), Runtime=PYTHON_RUNTIME, Role=ROLE, Handler="app.handler",
                   Code={"ZipFile": zip_files({"app.py": ECHO_PY})})
     params.update(override)
-    with pytest.raises(lam.exceptions.InvalidParameterValueException) as excinfo:
+    with pytest.raises(botocore.exceptions.ClientError) as excinfo:
         lam.create_function(**params)
+    assert error_code(excinfo) == code
     assert http_status(excinfo) == 400
-    assert excinfo.value.response["Error"]["Message"]
-    if override.get("FunctionName") is None:
-        with pytest.raises(lam.exceptions.ResourceNotFoundException):
-            lam.get_function(FunctionName=params["FunctionName"])
+    assert excinfo.value.response["Error"]["Message"] == message if message else excinfo.value.response["Error"]["Message"]
+    with pytest.raises(lam.exceptions.ResourceNotFoundException):
+        lam.get_function(FunctionName=params["FunctionName"])
+
+
+# botocore's model of the Lambda API (the service's own): each operation's pattern.
+REGION_ACCOUNT = r"(arn:(aws[a-zA-Z-]*)?:lambda:)?((eusc-)?[a-z]{2}((-gov)|(-iso([a-z]?)))?-[a-z]+-\d{1}:)?(\d{12}:)?(function:)?"
+NAME_PATTERN = REGION_ACCOUNT + r"([a-zA-Z0-9-_]+)(:(\$LATEST|[a-zA-Z0-9-_]+))?"
+NAMESPACED_PATTERN = REGION_ACCOUNT + r"([a-zA-Z0-9-_\.]+)(:(\$LATEST(\.PUBLISHED)?|[a-zA-Z0-9-_]+))?"
+URL_NAME_PATTERN = REGION_ACCOUNT + r"([a-zA-Z0-9-_]{1,64})(:((?!\d+$)[0-9a-zA-Z-_]+))?"
+
+
+def name_calls(lam, name):
+    """Each operation taking a FunctionName, with the pattern its model checks it against."""
+    code = {"ZipFile": zip_files({"app.py": ECHO_PY})}
+    return {
+        "create": (NAME_PATTERN, lambda: lam.create_function(
+            FunctionName=name, Runtime=PYTHON_RUNTIME, Role=ROLE, Handler="app.handler", Code=code)),
+        "update-configuration": (NAME_PATTERN, lambda: lam.update_function_configuration(FunctionName=name, Timeout=5)),
+        "update-code": (NAME_PATTERN, lambda: lam.update_function_code(FunctionName=name, ZipFile=code["ZipFile"])),
+        "concurrency": (NAME_PATTERN, lambda: lam.put_function_concurrency(
+            FunctionName=name, ReservedConcurrentExecutions=1)),
+        "get-concurrency": (NAME_PATTERN, lambda: lam.get_function_concurrency(FunctionName=name)),
+        "get": (NAMESPACED_PATTERN, lambda: lam.get_function(FunctionName=name)),
+        "get-configuration": (NAMESPACED_PATTERN, lambda: lam.get_function_configuration(FunctionName=name)),
+        "invoke": (NAMESPACED_PATTERN, lambda: lam.invoke(FunctionName=name, Payload=b"{}")),
+        "delete": (NAMESPACED_PATTERN, lambda: lam.delete_function(FunctionName=name)),
+        "url-config": (URL_NAME_PATTERN, lambda: lam.get_function_url_config(FunctionName=name)),
+    }
+
+
+@pytest.mark.parametrize("name", ["bad name!", "a:b:c:d:e", "f:", "x" * 65],
+                         ids=["space", "too-many-parts", "empty-qualifier", "65-chars"])
+def test_malformed_function_names_are_validation_errors(kiln, name):
+    """AWS checks a FunctionName against its input model first: 400 ValidationException with
+    the operation's pattern, never InvalidParameterValueException and never 404."""
+    lam = unvalidated_client(kiln)
+    for call_name, (pattern, call) in name_calls(lam, name).items():
+        with pytest.raises(botocore.exceptions.ClientError) as excinfo:
+            call()
+        assert error_code(excinfo) == "ValidationException", call_name
+        assert http_status(excinfo) == 400, call_name
+        too_long = len(name) > 64 and call_name != "url-config"
+        constraint = ("Member must have length less than or equal to 64" if too_long
+                      else "Member must satisfy regular expression pattern: " + pattern)
+        assert excinfo.value.response["Error"]["Message"] == (
+            f"1 validation error detected: Value '{name}' at 'functionName' failed to satisfy constraint: {constraint}"
+        ), call_name
+
+
+def test_a_dotted_name_is_malformed_only_where_the_model_says_so(kiln):
+    """GetFunction, Invoke and DeleteFunction take a `NamespacedFunctionName`, which allows dots:
+    there a dotted name is a function that does not exist."""
+    lam = unvalidated_client(kiln)
+    name = "arn:aws:lambda:us-east-1:000000000000:function:bad.name"
+    for call_name, (pattern, call) in name_calls(lam, name).items():
+        with pytest.raises(botocore.exceptions.ClientError) as excinfo:
+            call()
+        if pattern == NAMESPACED_PATTERN:
+            assert error_code(excinfo) == "ResourceNotFoundException", call_name
+            assert http_status(excinfo) == 404
+        else:
+            assert error_code(excinfo) == "ValidationException", call_name
+            assert excinfo.value.response["Error"]["Message"].endswith(pattern), call_name
+
+
+@pytest.mark.parametrize("form", [
+    "arn:aws:lambda:us-east-1:000000000000:function:{}",
+    "000000000000:function:{}",
+], ids=["full-arn", "partial-arn"])
+def test_create_function_takes_a_full_or_partial_arn(kiln, form):
+    name = unique("byarn")
+    created = create(kiln, form.format(name))
+    assert created["FunctionName"] == name
+    assert created["FunctionArn"] == f"arn:aws:lambda:us-east-1:000000000000:function:{name}"
+    assert kiln.client().get_function(FunctionName=name)["Configuration"]["FunctionName"] == name
+    with pytest.raises(kiln.client().exceptions.ResourceConflictException):
+        create(kiln, name)
+
+
+ROLE_PATTERN = "arn:(aws[a-zA-Z-]*)?:iam::\\d{12}:role/?[a-zA-Z_0-9+=,.@\\-_/]+"
+
+
+def test_role_must_be_an_iam_role_arn(kiln):
+    lam = unvalidated_client(kiln)
+    for role in ("my-role", "arn:aws:iam::000000000000:user/someone", "arn:aws:iam::123:role/r"):
+        with pytest.raises(botocore.exceptions.ClientError) as excinfo:
+            lam.create_function(FunctionName=unique("role"), Runtime=PYTHON_RUNTIME, Role=role,
+                                Handler="app.handler", Code={"ZipFile": zip_files({"app.py": ECHO_PY})})
+        assert error_code(excinfo) == "ValidationException", role
+        assert http_status(excinfo) == 400
+        assert excinfo.value.response["Error"]["Message"] == (
+            f"1 validation error detected: Value '{role}' at 'role' failed to satisfy constraint: "
+            f"Member must satisfy regular expression pattern: {ROLE_PATTERN}")
+    name = unique("role")
+    create(kiln, name)
+    with pytest.raises(botocore.exceptions.ClientError) as excinfo:
+        lam.update_function_configuration(FunctionName=name, Role="my-role")
+    assert error_code(excinfo) == "ValidationException"
+    other = "arn:aws:iam::000000000000:role/service-role/other"
+    assert lam.update_function_configuration(FunctionName=name, Role=other)["Role"] == other
+
+
+def test_environment_limit_is_4kb_of_the_variables_json(kiln):
+    """Lambda measures the JSON of the Variables map (`{"K":"V"}`), not the keys and values alone."""
+    lam = unvalidated_client(kiln)
+
+    def measured(variables):
+        return len(json.dumps(variables, separators=(",", ":")))
+
+    exactly = {"K": "v" * (4096 - len('{"K":""}'))}
+    assert measured(exactly) == 4096
+    name = unique("env4k")
+    assert create(kiln, name, Environment={"Variables": exactly})["Environment"]["Variables"] == exactly
+    one_over = {"K": exactly["K"] + "v"}
+    # Keys and values alone are 2520 bytes; their JSON is over 4 KB.
+    many = {f"V{i:03}": "ab" for i in range(420)}
+    assert sum(len(k) + len(v) for k, v in many.items()) < 4096 < measured(many)
+    for variables in (one_over, many):
+        with pytest.raises(lam.exceptions.InvalidParameterValueException) as excinfo:
+            lam.update_function_configuration(FunctionName=name, Environment={"Variables": variables})
+        message = excinfo.value.response["Error"]["Message"]
+        assert "exceeded the 4KB limit" in message
+        assert message.endswith("String measured: " + json.dumps(variables, separators=(",", ":")))
+    assert lam.get_function_configuration(FunctionName=name)["Environment"]["Variables"] == exactly
+
+
+def zip_of_size(unzipped_bytes):
+    """A zip of app.py and zeros, unzipping to exactly `unzipped_bytes`."""
+    app = ECHO_PY.encode()
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("app.py", app)
+        with zf.open("zeros.bin", "w", force_zip64=True) as out:
+            left = unzipped_bytes - len(app)
+            chunk = bytes(1024 * 1024)
+            while left:
+                n = min(left, len(chunk))
+                out.write(chunk[:n])
+                left -= n
+    return buf.getvalue()
+
+
+def test_unzipped_size_must_be_smaller_than_262144000_bytes(kiln):
+    lam = kiln.client()
+    limit = 262_144_000
+    with pytest.raises(lam.exceptions.InvalidParameterValueException) as excinfo:
+        create(kiln, unique("unzipped"), zip_bytes=zip_of_size(limit))
+    assert excinfo.value.response["Error"]["Message"] == "Unzipped size must be smaller than 262144000 bytes"
+    name = unique("unzipped")
+    create(kiln, name, zip_bytes=zip_of_size(limit - 1))
+    assert invoke(kiln, name, {"k": 1})[0]["event"] == {"k": 1}
+    lam.delete_function(FunctionName=name)
 
 
 def test_function_name_of_64_chars_is_fine(kiln):
@@ -830,7 +1211,9 @@ def test_node_function_error(kiln):
     assert response["FunctionError"] == "Unhandled"
     assert payload["errorType"] == "TypeError"
     assert payload["errorMessage"] == "bad type"
-    assert isinstance(payload["stackTrace"], list)
+    # As Lambda's Node runtime: `trace`, where its Python runtime says `stackTrace`.
+    assert isinstance(payload["trace"], list) and payload["trace"][0] == "TypeError: bad type"
+    assert "stackTrace" not in payload
 
 
 def test_handler_not_found(kiln):
@@ -910,6 +1293,10 @@ def test_every_error_has_json_body_and_error_type_header(kiln):
         ("POST", "/2015-03-31/functions", json.dumps({
             "FunctionName": unique("raw"), "Runtime": PYTHON_RUNTIME, "Role": ROLE, "Handler": "app.handler",
             "MemorySize": 64, "Code": {"ZipFile": base64.b64encode(zip_files({"app.py": ECHO_PY})).decode()}}).encode(),
+         {}, 400, "ValidationException"),
+        ("POST", "/2015-03-31/functions", json.dumps({
+            "FunctionName": unique("raw"), "Runtime": PYTHON_RUNTIME, "Role": ROLE, "Handler": "app.handler",
+            "MemorySize": 20000, "Code": {"ZipFile": base64.b64encode(zip_files({"app.py": ECHO_PY})).decode()}}).encode(),
          {}, 400, "InvalidParameterValueException"),
         ("POST", "/2015-03-31/functions", b"{not json", {}, 400, "InvalidRequestContentException"),
         ("POST", "/2015-03-31/functions", b'{"FunctionName": 5}', {}, 400, "InvalidRequestContentException"),

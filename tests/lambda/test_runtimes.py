@@ -6,6 +6,7 @@ context object, the reserved environment variables, error shapes, init failures 
 
 import base64
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -112,8 +113,9 @@ def test_node_thrown_error(kiln):
     result, response = kiln.invoke(name, LogType="Tail")
     assert_unhandled(result, response, "TypeError")
     assert result["errorMessage"] == "kaboom from node"
-    assert isinstance(result["stackTrace"], list) and result["stackTrace"]
-    assert any("index.js" in line for line in result["stackTrace"]), result["stackTrace"]
+    assert isinstance(result["trace"], list) and result["trace"]
+    assert any("index.js" in line for line in result["trace"]), result["trace"]
+    assert "stackTrace" not in result
     tail = kiln.log_tail(response)
     assert "Invoke Error" in tail and "kaboom from node" in tail
 
@@ -423,3 +425,42 @@ def test_provided_c_bootstrap(kiln, tmp_path):
         result, response = kiln.invoke("rt-c", {"n": n}, LogType="Tail")
         assert "FunctionError" not in response, (result, kiln.log_tail(response))
         assert result == {"lang": "c", "requestId": request_id_of(response), "event": {"n": n}}
+
+
+LAMBDA_PATH = "/usr/local/bin:/usr/bin/:/bin:/opt/bin"
+ENV_PY = """
+import os
+
+def handler(event, context):
+    return {name: os.environ.get(name) for name in ("PATH", "LANG", "TZ", "LD_LIBRARY_PATH")}
+"""
+ENV_NODE = """
+exports.handler = async () => Object.fromEntries(
+  ["PATH", "LANG", "TZ", "LD_LIBRARY_PATH"].map((name) => [name, process.env[name] ?? null]));
+"""
+
+
+def test_every_runtime_sees_lambdas_environment_not_the_shell_that_started_kiln(fresh_kiln):
+    shell = dict(os.environ, PATH="/shell/bin:" + os.environ["PATH"], LANG="C", TZ="America/New_York",
+                 LD_LIBRARY_PATH="/shell/lib")
+    server = fresh_kiln(env=shell)
+    functions = {
+        "env-provided": ("provided.al2023", "ignored.handler", {"code": "provided_manual"}),
+        "env-python": (PYTHON_RUNTIME, "app.handler", {"files": {"app.py": ENV_PY}}),
+        "env-node": (NODE_RUNTIME, "index.handler", {"files": {"index.js": ENV_NODE}}),
+    }
+    for name, (runtime, handler, code) in functions.items():
+        server.deploy(name, runtime, handler, **code)
+        result, response = server.invoke(name, {"mode": "echo"})
+        assert "FunctionError" not in response, result
+        env = result.get("env", result)
+        assert env["PATH"] == LAMBDA_PATH, (name, env)
+        assert env["LANG"] == "en_US.UTF-8", (name, env)
+        assert env["TZ"] == ":UTC", (name, env)
+        assert "/opt/lib" in env["LD_LIBRARY_PATH"].split(":") and "/shell/lib" not in env["LD_LIBRARY_PATH"], env
+    # PATH and LANG are a function's to set, as on Lambda.
+    server.client().update_function_configuration(
+        FunctionName="env-python", Environment={"Variables": {"PATH": "/var/task/bin:/usr/bin", "LANG": "C.UTF-8"}})
+    server.client().get_waiter("function_updated_v2").wait(FunctionName="env-python")
+    result, _ = server.invoke("env-python")
+    assert (result["PATH"], result["LANG"], result["TZ"]) == ("/var/task/bin:/usr/bin", "C.UTF-8", ":UTC")

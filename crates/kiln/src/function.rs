@@ -9,6 +9,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::sync::LockExt;
 
+pub mod settings;
+pub mod tags;
+pub use settings::LambdaSettings;
+
 /// Lambda's limits, checked where configuration enters kiln.
 pub const MIN_MEMORY_MB: u32 = 128;
 pub const MAX_MEMORY_MB: u32 = 10_240;
@@ -62,6 +66,10 @@ pub struct FunctionConfig {
     pub sessions: Option<crate::session::SessionConfig>,
     #[serde(default)]
     pub memory_sizing: MemorySizing,
+    /// Lambda settings kiln keeps and returns but does not act on. Skipped when empty, so that
+    /// the RevisionId of a function stored before they were kept does not change.
+    #[serde(default, skip_serializing_if = "LambdaSettings::is_empty")]
+    pub settings: LambdaSettings,
 }
 
 /// How each invocation's memory limit is set: kiln's extension `KilnMemorySizing` of the
@@ -146,6 +154,9 @@ pub struct Function {
     pub last_modified: DateTime<Utc>,
     pub reserved_concurrency: Option<u32>,
     pub url_auth: Option<UrlAuth>,
+    /// Its tags; `kiln:` ones also set kiln's extension settings (see `tags`).
+    #[serde(default)]
+    pub tags: BTreeMap<String, String>,
 }
 
 /// The resolved, versioned spec the controller hands the node agent. The agent never looks
@@ -204,8 +215,40 @@ pub struct FunctionRef {
     pub account: Option<String>,
 }
 
-/// Parses a FunctionName parameter; `None` if it matches none of Lambda's forms.
-pub fn parse_function_ref(raw: &str) -> Option<FunctionRef> {
+/// Lambda's patterns for a FunctionName parameter (its API model's `FunctionName`, of
+/// CreateFunction, the updates and the concurrency calls), as its validation errors quote them.
+pub const FUNCTION_NAME_PATTERN: &str = r"(arn:(aws[a-zA-Z-]*)?:lambda:)?((eusc-)?[a-z]{2}((-gov)|(-iso([a-z]?)))?-[a-z]+-\d{1}:)?(\d{12}:)?(function:)?([a-zA-Z0-9-_]+)(:(\$LATEST|[a-zA-Z0-9-_]+))?";
+/// `NamespacedFunctionName`, of GetFunction, GetFunctionConfiguration, Invoke, DeleteFunction:
+/// it allows dots, so a dotted name there is a function that does not exist (404).
+pub const NAMESPACED_FUNCTION_NAME_PATTERN: &str = r"(arn:(aws[a-zA-Z-]*)?:lambda:)?((eusc-)?[a-z]{2}((-gov)|(-iso([a-z]?)))?-[a-z]+-\d{1}:)?(\d{12}:)?(function:)?([a-zA-Z0-9-_\.]+)(:(\$LATEST(\.PUBLISHED)?|[a-zA-Z0-9-_]+))?";
+/// `FunctionUrlFunctionName`, of the function URL config calls: no version qualifier.
+pub const URL_FUNCTION_NAME_PATTERN: &str = r"(arn:(aws[a-zA-Z-]*)?:lambda:)?((eusc-)?[a-z]{2}((-gov)|(-iso([a-z]?)))?-[a-z]+-\d{1}:)?(\d{12}:)?(function:)?([a-zA-Z0-9-_]{1,64})(:((?!\d+$)[0-9a-zA-Z-_]+))?";
+
+/// Why a FunctionName parameter is none of Lambda's forms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameError {
+    /// It does not match the operation's pattern.
+    Pattern,
+    /// The name itself is longer than 64 characters.
+    TooLong,
+}
+
+impl NameError {
+    /// Lambda's ValidationException message for `raw`, against an operation's `pattern`.
+    pub fn message(self, raw: &str, pattern: &str) -> String {
+        let constraint = match self {
+            NameError::Pattern => {
+                format!("Member must satisfy regular expression pattern: {pattern}")
+            }
+            NameError::TooLong => "Member must have length less than or equal to 64".to_string(),
+        };
+        format!("1 validation error detected: Value '{raw}' at 'functionName' failed to satisfy constraint: {constraint}")
+    }
+}
+
+/// Parses a FunctionName parameter in any of Lambda's forms. The name may have dots
+/// (`NamespacedFunctionName`); no function kiln creates has one ([`valid_name`]).
+pub fn parse_function_ref(raw: &str) -> Result<FunctionRef, NameError> {
     let parts: Vec<&str> = raw.split(':').collect();
     let (name, qualifier, region, account) = match parts.as_slice() {
         [name] => (*name, None, None, None),
@@ -218,7 +261,7 @@ pub fn parse_function_ref(raw: &str) -> Option<FunctionRef> {
         ["arn", _partition, "lambda", region, account, "function", name, qualifier] => {
             (*name, Some(*qualifier), Some(*region), Some(*account))
         }
-        _ => return None,
+        _ => return Err(NameError::Pattern),
     };
     let qualifier_ok = |q: &str| {
         q == "$LATEST"
@@ -233,11 +276,21 @@ pub fn parse_function_ref(raw: &str) -> Option<FunctionRef> {
             && r.bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
     };
-    let valid = valid_name(name)
+    let name_chars_ok = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+    let valid = name_chars_ok
         && qualifier.is_none_or(qualifier_ok)
         && account.is_none_or(account_ok)
         && region.is_none_or(region_ok);
-    valid.then(|| FunctionRef {
+    if !valid {
+        return Err(NameError::Pattern);
+    }
+    if name.len() > 64 {
+        return Err(NameError::TooLong);
+    }
+    Ok(FunctionRef {
         name: name.to_string(),
         qualifier: qualifier.map(str::to_string),
         region: region.map(str::to_string),
@@ -253,7 +306,9 @@ mod tests {
     type Parts = (String, Option<String>, Option<String>, Option<String>);
 
     fn parsed(raw: &str) -> Option<Parts> {
-        parse_function_ref(raw).map(|r| (r.name, r.qualifier, r.region, r.account))
+        parse_function_ref(raw)
+            .ok()
+            .map(|r| (r.name, r.qualifier, r.region, r.account))
     }
 
     #[test]
@@ -273,8 +328,20 @@ mod tests {
             Some(("my_fn".into(), s("prod"), s("us-east-1"), s("123456789012")))
         );
         assert_eq!(parsed("bad name"), None);
+        assert_eq!(
+            parsed("bad.name"),
+            Some(("bad.name".into(), None, None, None))
+        );
         assert_eq!(parsed("a:b:c:d:e"), None);
         assert_eq!(parsed(&"x".repeat(65)), None);
+        assert_eq!(
+            parse_function_ref(&"x".repeat(65)).unwrap_err(),
+            NameError::TooLong
+        );
+        assert_eq!(
+            parse_function_ref("bad name").unwrap_err(),
+            NameError::Pattern
+        );
         assert_eq!(parsed("f:"), None);
         assert_eq!(parsed("f:bad qualifier"), None);
         assert_eq!(parsed("12345:function:f"), None);
@@ -287,8 +354,8 @@ mod tests {
     proptest! {
         #[test]
         fn parsing_never_panics_and_names_stay_valid(raw in ".{0,200}") {
-            if let Some(r) = parse_function_ref(&raw) {
-                prop_assert!(valid_name(&r.name));
+            if let Ok(r) = parse_function_ref(&raw) {
+                prop_assert!(valid_name(&r.name.replace('.', "-")));
             }
         }
     }

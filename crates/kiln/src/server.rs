@@ -401,6 +401,7 @@ async fn deploy_demo(controller: &Controller) -> anyhow::Result<()> {
         prebake: Default::default(),
         memory_sizing: Default::default(),
         sessions: None,
+        settings: Default::default(),
     };
     controller.create(DEMO_NAME, config, zip).await?;
     controller.set_url_auth(DEMO_NAME, Some(UrlAuth::None), true)?;

@@ -15,7 +15,10 @@ use serde_json::{json, Value};
 use super::{authenticate, base_url, parse_json, qualified, ApiError, SharedState};
 use crate::controller::code::StoredCode;
 use crate::controller::{ConfigPatch, Controller};
-use crate::function::{Function, FunctionConfig, MemorySizing, NetworkMode, Prebake};
+use crate::function::settings::SettingsInput;
+use crate::function::{
+    Function, FunctionConfig, LambdaSettings, MemorySizing, NetworkMode, Prebake,
+};
 use crate::session::SessionConfig;
 
 #[derive(Deserialize, Default)]
@@ -63,6 +66,11 @@ struct CreateInput {
     kiln_sessions: Option<SessionConfig>,
     /// kiln's extension: `predicted` (default) or `booked` memory limits.
     kiln_memory_sizing: Option<MemorySizing>,
+    /// `kiln:` tags set kiln's extension settings too.
+    #[serde(default)]
+    tags: BTreeMap<String, String>,
+    #[serde(flatten)]
+    settings: SettingsInput,
 }
 
 #[derive(Deserialize)]
@@ -83,6 +91,8 @@ struct UpdateConfigInput {
     kiln_sessions: Option<Option<SessionConfig>>,
     kiln_memory_sizing: Option<MemorySizing>,
     revision_id: Option<String>,
+    #[serde(flatten)]
+    settings: SettingsInput,
 }
 
 /// A field that is present, even as `null` (`Some(None)`), as opposed to absent (`None`).
@@ -207,14 +217,12 @@ pub fn configuration(controller: &Controller, f: &Function) -> Value {
         "LastModified": f.last_modified.format("%Y-%m-%dT%H:%M:%S%.3f%z").to_string(),
         "CodeSha256": StoredCode::sha256_base64(&f.code_sha256),
         "Version": "$LATEST",
-        "TracingConfig": { "Mode": "PassThrough" },
         "RevisionId": crate::controller::revision_id(f),
         "State": "Active",
         "LastUpdateStatus": "Successful",
         "PackageType": "Zip",
         "Architectures": [host_architecture()],
         "EphemeralStorage": { "Size": f.config.ephemeral_storage_mb },
-        "LoggingConfig": { "LogFormat": "Text", "LogGroup": format!("/aws/lambda/{}", f.name) },
         "SnapStart": { "ApplyOn": "None", "OptimizationStatus": "Off" },
         "KilnNetwork": f.config.network,
         "KilnPrebake": f.config.prebake,
@@ -223,10 +231,70 @@ pub fn configuration(controller: &Controller, f: &Function) -> Value {
     if let Some(sessions) = &f.config.sessions {
         config["KilnSessions"] = json!(sessions);
     }
-    if !f.config.env.is_empty() {
+    if !f.config.env.is_empty() || f.config.settings.environment_set {
         config["Environment"] = json!({ "Variables": f.config.env });
     }
+    lambda_settings(
+        &mut config,
+        &f.config.settings,
+        &f.name,
+        &f.config.runtime,
+        &controller.config().region,
+    );
     config
+}
+
+/// The settings kiln keeps but does not act on, in Lambda's shapes, with Lambda's defaults for
+/// those never set.
+fn lambda_settings(
+    config: &mut Value,
+    settings: &LambdaSettings,
+    name: &str,
+    runtime: &str,
+    region: &str,
+) {
+    config["TracingConfig"] = match &settings.tracing {
+        Some(tracing) => json!(tracing),
+        None => json!({ "Mode": "PassThrough" }),
+    };
+    let logging = settings.logging.clone().unwrap_or_default();
+    let mut logging_out = json!({
+        "LogFormat": settings.log_format(),
+        "LogGroup": logging.log_group.unwrap_or_else(|| format!("/aws/lambda/{name}")),
+    });
+    // Lambda reports log levels only for the JSON format, which they filter.
+    if settings.log_format() == "JSON" {
+        logging_out["ApplicationLogLevel"] = logging
+            .application_log_level
+            .unwrap_or_else(|| "INFO".into())
+            .into();
+        logging_out["SystemLogLevel"] = logging
+            .system_log_level
+            .unwrap_or_else(|| "INFO".into())
+            .into();
+    }
+    config["LoggingConfig"] = logging_out;
+    if let Some(vpc) = &settings.vpc {
+        // kiln has no VPCs: there is no VPC id to derive from the subnets.
+        config["VpcConfig"] = json!({
+            "SubnetIds": vpc.subnet_ids,
+            "SecurityGroupIds": vpc.security_group_ids,
+            "VpcId": "",
+            "Ipv6AllowedForDualStack": vpc.ipv6_allowed_for_dual_stack,
+        });
+    }
+    if let Some(target) = &settings.dead_letter_target {
+        config["DeadLetterConfig"] = json!({ "TargetArn": target });
+    }
+    if let Some(key) = &settings.kms_key_arn {
+        config["KMSKeyArn"] = key.as_str().into();
+    }
+    // A stable name for the runtime kiln runs (Lambda names a runtime version by a digest).
+    use sha2::{Digest, Sha256};
+    let digest = hex::encode(Sha256::digest(runtime.as_bytes()));
+    config["RuntimeVersionConfig"] = json!({
+        "RuntimeVersionArn": format!("arn:aws:lambda:{region}::runtime:{digest}"),
+    });
 }
 
 pub async fn create(
@@ -255,7 +323,11 @@ pub async fn create(
         handler,
         memory_mb: input.memory_size.unwrap_or(128),
         timeout_s: input.timeout.unwrap_or(3),
-        env: input.environment.unwrap_or_default().variables,
+        env: input
+            .environment
+            .as_ref()
+            .map(|e| e.variables.clone())
+            .unwrap_or_default(),
         description: input.description.unwrap_or_default(),
         network: input.kiln_network.unwrap_or_default(),
         ephemeral_storage_mb: input.ephemeral_storage.map(|s| s.size).unwrap_or(512),
@@ -263,7 +335,12 @@ pub async fn create(
         prebake: input.kiln_prebake.unwrap_or_default(),
         sessions: input.kiln_sessions,
         memory_sizing: input.kiln_memory_sizing.unwrap_or_default(),
+        settings: LambdaSettings {
+            environment_set: input.environment.is_some(),
+            ..LambdaSettings::default()
+        },
     };
+    config.settings.apply(input.settings);
     if let Some(role) = input.role {
         config.role = role;
     } else {
@@ -274,7 +351,7 @@ pub async fn create(
     }
     let function = state
         .controller
-        .create(&input.function_name, config, zip)
+        .create_tagged(&input.function_name, config, zip, input.tags)
         .await?;
     Ok((
         StatusCode::CREATED,
@@ -300,7 +377,7 @@ pub async fn get(
             "RepositoryType": "S3",
             "Location": format!("{}/kiln/v1/code/{}.zip?{query}", base_url(&headers), function.code_sha256),
         },
-        "Tags": {},
+        "Tags": function.tags,
     });
     if let Some(n) = function.reserved_concurrency {
         out["Concurrency"] = json!({ "ReservedConcurrentExecutions": n });
@@ -460,6 +537,7 @@ pub async fn update_configuration(
         prebake: input.kiln_prebake,
         sessions: input.kiln_sessions,
         memory_sizing: input.kiln_memory_sizing,
+        settings: input.settings,
     };
     let function = state
         .controller
@@ -505,8 +583,7 @@ pub async fn get_concurrency(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     authenticate(&state, &method, &uri, &headers, &body)?;
-    let function = state.controller.get(&name)?;
-    let body = match function.reserved_concurrency {
+    let body = match state.controller.reserved_concurrency(&name)? {
         Some(n) => json!({ "ReservedConcurrentExecutions": n }),
         None => json!({}),
     };

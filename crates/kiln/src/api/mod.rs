@@ -6,6 +6,7 @@
 mod functions;
 mod invoke;
 mod kiln;
+mod tags;
 mod urls;
 
 use std::sync::Arc;
@@ -80,6 +81,10 @@ pub fn router(state: SharedState) -> Router {
                 .post(urls::create_config)
                 .put(urls::update_config)
                 .delete(urls::delete_config),
+        )
+        .route(
+            "/2017-03-31/tags/{resource}",
+            get(tags::list).post(tags::tag).delete(tags::untag),
         )
         .route("/fn/{name}", any(urls::call))
         .route("/fn/{name}/", any(urls::call))
@@ -202,6 +207,9 @@ impl From<ControllerError> for ApiError {
                 "InvalidParameterValueException",
                 None,
             ),
+            ControllerError::Validation(_) => {
+                (StatusCode::BAD_REQUEST, "ValidationException", None)
+            }
             ControllerError::InvalidRequestContent(_) => (
                 StatusCode::BAD_REQUEST,
                 "InvalidRequestContentException",
@@ -319,9 +327,9 @@ impl crate::session::Headers for HeaderMap {
     }
 }
 
-/// Folds the `Qualifier` query parameter into the function reference.
-pub fn qualified(name: &str, uri: &Uri) -> String {
-    let qualifier = uri.query().and_then(|q| {
+/// The `Qualifier` query parameter.
+pub fn qualifier(uri: &Uri) -> Option<String> {
+    uri.query().and_then(|q| {
         q.split('&')
             .find_map(|pair| pair.strip_prefix("Qualifier="))
             .map(|v| {
@@ -329,8 +337,12 @@ pub fn qualified(name: &str, uri: &Uri) -> String {
                     .decode_utf8_lossy()
                     .into_owned()
             })
-    });
-    match qualifier {
+    })
+}
+
+/// Folds the `Qualifier` query parameter into the function reference.
+pub fn qualified(name: &str, uri: &Uri) -> String {
+    match qualifier(uri) {
         Some(q) if !q.is_empty() => format!("{name}:{q}"),
         _ => name.to_string(),
     }

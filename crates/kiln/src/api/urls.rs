@@ -12,7 +12,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::{authenticate, base_url, parse_json, ApiError, SharedState};
+use super::{authenticate, base_url, parse_json, qualifier, ApiError, SharedState};
 use crate::controller::{Cors, InvocationType, Invoked, UrlChange, UrlSettings};
 use crate::function::{Function, UrlAuth};
 use crate::session::HintSource;
@@ -115,7 +115,9 @@ pub async fn create_config(
         auth,
         cors: input.cors,
     };
-    let written_config = state.controller.change_url(&name, change)?;
+    let written_config = state
+        .controller
+        .change_url(&name, qualifier(&uri).as_deref(), change)?;
     let config = written(&state, &headers, written_config)?;
     Ok((StatusCode::CREATED, Json(config)).into_response())
 }
@@ -134,7 +136,9 @@ pub async fn update_config(
         auth: input.auth_type,
         cors: input.cors,
     };
-    let written_config = state.controller.change_url(&name, change)?;
+    let written_config = state
+        .controller
+        .change_url(&name, qualifier(&uri).as_deref(), change)?;
     Ok(Json(written(&state, &headers, written_config)?).into_response())
 }
 
@@ -147,7 +151,9 @@ pub async fn get_config(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     authenticate(&state, &method, &uri, &headers, &body)?;
-    let (f, settings) = state.controller.url_config(&name)?;
+    let (f, settings) = state
+        .controller
+        .url_config(&name, qualifier(&uri).as_deref())?;
     Ok(Json(url_config(&state, &headers, &f, &settings)).into_response())
 }
 
@@ -160,7 +166,9 @@ pub async fn delete_config(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     authenticate(&state, &method, &uri, &headers, &body)?;
-    state.controller.set_url_auth(&name, None, false)?;
+    state
+        .controller
+        .change_url(&name, qualifier(&uri).as_deref(), UrlChange::Delete)?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -182,7 +190,7 @@ pub async fn call(
         Some(i) => (&path[..i], &path[i..]),
         None => (path, "/"),
     };
-    let (function, settings) = match state.controller.url_config(name) {
+    let (function, settings) = match state.controller.url_config(name, None) {
         Ok(config) => config,
         _ => return plain(StatusCode::NOT_FOUND, "Not Found"),
     };

@@ -184,7 +184,8 @@ pub fn check_zip(zip: &[u8]) -> Result<(), CodeError> {
         }
         declared = declared.saturating_add(entry.size());
     }
-    if declared > MAX_UNZIPPED_BYTES {
+    // "Smaller than": a package of exactly the limit is refused, as on Lambda.
+    if declared >= MAX_UNZIPPED_BYTES {
         return Err(CodeError::TooLarge);
     }
     Ok(())
@@ -258,7 +259,7 @@ fn extract(zip: &[u8], dest: &Path) -> Result<(), CodeError> {
                 break;
             }
             total += n as u64;
-            if total > MAX_UNZIPPED_BYTES {
+            if total >= MAX_UNZIPPED_BYTES {
                 return Err(CodeError::TooLarge);
             }
             out.write_all(&buf[..n])?;

@@ -2,6 +2,7 @@
 //! UpdateFunctionConfiguration (with RevisionId checks), DeleteFunction, concurrency; and the
 //! validation of a function's configuration.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, MutexGuard};
 
 use chrono::Utc;
@@ -13,7 +14,7 @@ use crate::runtime::RESERVED_ENV;
 use crate::sync::{LockExt, RwLockExt};
 
 impl Controller {
-    fn validate(&self, config: &FunctionConfig) -> Result<(), ControllerError> {
+    pub(super) fn validate(&self, config: &FunctionConfig) -> Result<(), ControllerError> {
         let invalid = |m: String| Err(ControllerError::InvalidParameter(m));
         if !self.runtimes.contains(&config.runtime) {
             return invalid(format!(
@@ -22,14 +23,54 @@ impl Controller {
                 self.runtimes.join(", ")
             ));
         }
-        if config.handler.is_empty()
-            || config.handler.len() > 128
-            || config.handler.chars().any(char::is_whitespace)
-        {
-            return invalid(format!(
-                "Value '{}' at 'handler' failed to satisfy constraint",
-                config.handler
-            ));
+        // Below the bounds of Lambda's API model (or off its patterns) is its ValidationException;
+        // within the model but beyond what Lambda runs, its InvalidParameterValueException.
+        let model = |value: &dyn std::fmt::Display, field: &str, constraint: &str| {
+            Err(ControllerError::Validation(format!(
+                "1 validation error detected: Value '{value}' at '{field}' failed to satisfy constraint: {constraint}"
+            )))
+        };
+        if config.handler.is_empty() || config.handler.chars().any(char::is_whitespace) {
+            return model(
+                &config.handler,
+                "handler",
+                "Member must satisfy regular expression pattern: [^\\s]+",
+            );
+        }
+        if config.handler.chars().count() > 128 {
+            return model(
+                &config.handler,
+                "handler",
+                "Member must have length less than or equal to 128",
+            );
+        }
+        if config.description.chars().count() > 256 {
+            return model(
+                &config.description,
+                "description",
+                "Member must have length less than or equal to 256",
+            );
+        }
+        if config.memory_mb < function::MIN_MEMORY_MB {
+            return model(
+                &config.memory_mb,
+                "memorySize",
+                "Member must have value greater than or equal to 128",
+            );
+        }
+        if config.timeout_s < 1 {
+            return model(
+                &config.timeout_s,
+                "timeout",
+                "Member must have value greater than or equal to 1",
+            );
+        }
+        if config.ephemeral_storage_mb < 512 {
+            return model(
+                &config.ephemeral_storage_mb,
+                "ephemeralStorage.size",
+                "Member must have value greater than or equal to 512",
+            );
         }
         if config.prebake.warmup_invocations > function::MAX_WARMUPS {
             return invalid(format!(
@@ -41,6 +82,10 @@ impl Controller {
         if let Some(sessions) = &config.sessions {
             sessions.validate().or_else(invalid)?;
         }
+        config
+            .settings
+            .validate()
+            .map_err(ControllerError::Validation)?;
         if let Some(event) = &config.prebake.warmup_event {
             if event.to_string().len() > function::MAX_WARMUP_EVENT_BYTES {
                 return invalid(format!(
@@ -67,8 +112,7 @@ impl Controller {
         if !(512..=10_240).contains(&config.ephemeral_storage_mb) {
             return invalid("EphemeralStorage size must be between 512 and 10240 MB".into());
         }
-        let mut env_bytes = 0;
-        for (key, value) in &config.env {
+        for key in config.env.keys() {
             let valid_key = key.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
                 && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
             if !valid_key {
@@ -79,26 +123,43 @@ impl Controller {
                     "Lambda was unable to configure your environment variables because the environment variables you have provided contains reserved keys that are currently not supported for modification. Reserved keys used in this request: {key}"
                 ));
             }
-            env_bytes += key.len() + value.len();
         }
-        if env_bytes > function::MAX_ENV_BYTES {
-            return invalid("Lambda was unable to configure your environment variables because the environment variables you have provided exceeded the 4KB limit.".into());
+        // Lambda measures the variables as the JSON of their map.
+        let measured = serde_json::to_string(&config.env).unwrap_or_default();
+        if measured.len() > function::MAX_ENV_BYTES {
+            return invalid(format!("Lambda was unable to configure your environment variables because the environment variables you have provided exceeded the 4KB limit. String measured: {measured}"));
         }
         Ok(())
     }
 
-    /// CreateFunction.
+    /// CreateFunction without tags.
     pub async fn create(
         &self,
         name: &str,
         config: FunctionConfig,
         zip: Vec<u8>,
     ) -> Result<Function, ControllerError> {
-        if !function::valid_name(name) {
+        self.create_tagged(name, config, zip, BTreeMap::new()).await
+    }
+
+    /// CreateFunction; `kiln:` tags set kiln's extension settings over the configuration's.
+    pub async fn create_tagged(
+        &self,
+        name: &str,
+        mut config: FunctionConfig,
+        zip: Vec<u8>,
+        tags: BTreeMap<String, String>,
+    ) -> Result<Function, ControllerError> {
+        // A full or partial ARN names the function as well as its name does.
+        let r = self.strict_function_ref(name)?;
+        if r.qualifier.is_some() {
             return Err(ControllerError::InvalidParameter(format!(
-                "1 validation error detected: Value '{name}' at 'functionName' failed to satisfy constraint: Member must satisfy regular expression pattern: [a-zA-Z0-9-_]+ and have length between 1 and 64"
+                "Function name '{name}' has a qualifier: a function is created unqualified"
             )));
         }
+        let name = r.name.as_str();
+        check_role(&config.role)?;
+        self.tags_for_create(&mut config, &tags)?;
         self.validate(&config)?;
         if self.table().contains_key(name) {
             return Err(ControllerError::Conflict(format!(
@@ -125,6 +186,7 @@ impl Controller {
             last_modified: Utc::now(),
             reserved_concurrency: None,
             url_auth: None,
+            tags,
         };
         if !self.registry.insert(&function)? {
             return Err(ControllerError::Conflict(format!(
@@ -192,6 +254,7 @@ impl Controller {
         zip: &[u8],
         expected_revision: Option<&str>,
     ) -> Result<Function, ControllerError> {
+        self.strict_function_ref(name)?;
         let function = self.get(name)?;
         check_revision(&function, expected_revision)?;
         code::check_zip(zip)?;
@@ -205,6 +268,7 @@ impl Controller {
         zip: Vec<u8>,
         expected_revision: Option<&str>,
     ) -> Result<Function, ControllerError> {
+        self.strict_function_ref(name)?;
         check_revision(&self.get(name)?, expected_revision)?;
         let (code, mutation) = self.store_code(zip).await?;
         self.modify_locked(&mutation, name, |f| {
@@ -224,6 +288,7 @@ impl Controller {
         patch: ConfigPatch,
         expected_revision: Option<&str>,
     ) -> Result<Function, ControllerError> {
+        self.strict_function_ref(name)?;
         self.modify(name, |f| {
             check_revision(f, expected_revision)?;
             let mut config = f.config.clone();
@@ -241,11 +306,14 @@ impl Controller {
             }
             if let Some(v) = patch.env {
                 config.env = v;
+                config.settings.environment_set = true;
             }
+            config.settings.apply(patch.settings);
             if let Some(v) = patch.description {
                 config.description = v;
             }
             if let Some(v) = patch.role {
+                check_role(&v)?;
                 config.role = v;
             }
             if let Some(v) = patch.ephemeral_storage_mb {
@@ -318,12 +386,19 @@ impl Controller {
         Ok(())
     }
 
+    /// GetFunctionConcurrency.
+    pub fn reserved_concurrency(&self, name: &str) -> Result<Option<u32>, ControllerError> {
+        self.strict_function_ref(name)?;
+        Ok(self.get(name)?.reserved_concurrency)
+    }
+
     /// PutFunctionConcurrency (`Some`) and DeleteFunctionConcurrency (`None`).
     pub fn set_concurrency(
         &self,
         name: &str,
         reserved: Option<u32>,
     ) -> Result<Function, ControllerError> {
+        self.strict_function_ref(name)?;
         if let Some(n) = reserved {
             if n > self.config.node_max_instances {
                 return Err(ControllerError::InvalidParameter(format!(
@@ -365,6 +440,38 @@ pub fn revision_id(f: &Function) -> String {
     )
 }
 
+/// Lambda's pattern for an execution role: an IAM role's ARN. kiln assumes no role, but a
+/// value that could not be one is refused as Lambda refuses it.
+const ROLE_PATTERN: &str = r"arn:(aws[a-zA-Z-]*)?:iam::\d{12}:role/?[a-zA-Z_0-9+=,.@\-_/]+";
+
+fn check_role(role: &str) -> Result<(), ControllerError> {
+    let valid = (|| {
+        let rest = role.strip_prefix("arn:")?;
+        let (partition, rest) = rest.split_once(':')?;
+        let partition_ok = partition.is_empty()
+            || partition
+                .strip_prefix("aws")
+                .is_some_and(|p| p.bytes().all(|b| b.is_ascii_alphabetic() || b == b'-'));
+        let rest = rest.strip_prefix("iam::")?;
+        let (account, rest) = rest.split_at_checked(12)?;
+        // `role/?` then one or more of a class that holds `/` itself: one or more of the class.
+        let path = rest.strip_prefix(":role")?;
+        let path_ok = !path.is_empty()
+            && path
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_+=,.@-/".contains(&b));
+        Some(partition_ok && account.bytes().all(|b| b.is_ascii_digit()) && path_ok)
+    })()
+    .unwrap_or(false);
+    if valid {
+        Ok(())
+    } else {
+        Err(ControllerError::Validation(format!(
+            "1 validation error detected: Value '{role}' at 'role' failed to satisfy constraint: Member must satisfy regular expression pattern: {ROLE_PATTERN}"
+        )))
+    }
+}
+
 /// Optimistic locking: an update that names a RevisionId applies only to that revision.
 pub(super) fn check_revision(f: &Function, expected: Option<&str>) -> Result<(), ControllerError> {
     match expected {
@@ -372,5 +479,32 @@ pub(super) fn check_revision(f: &Function, expected: Option<&str>) -> Result<(),
             "The Revision Id provided does not match the latest Revision Id. Call the GetFunction/GetAlias API to retrieve the latest Revision Id".into(),
         )),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod role_tests {
+    use super::check_role;
+
+    #[test]
+    fn roles_are_iam_role_arns() {
+        for good in [
+            "arn:aws:iam::000000000000:role/test",
+            "arn:aws-cn:iam::123456789012:role/path/to/r+=,.@-_",
+            "arn::iam::123456789012:roleX",
+        ] {
+            assert!(check_role(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "my-role",
+            "arn:aws:iam::0000:role/test",
+            "arn:aws:iam::000000000000:user/test",
+            "arn:aws:iam::000000000000:role",
+            "arn:aws:iam::000000000000:role/has space",
+            "arn:gcp:iam::000000000000:role/test",
+        ] {
+            assert!(check_role(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -12,6 +12,7 @@ mod invoke;
 mod queue;
 pub mod registry;
 pub mod sequences;
+mod tags;
 mod urls;
 
 use std::collections::{BTreeMap, HashMap};
@@ -53,6 +54,9 @@ pub enum ControllerError {
     /// a parameter is invalid
     #[error("{0}")]
     InvalidParameter(String),
+    /// a parameter fails Lambda's input model (a pattern, a length, an enum)
+    #[error("{0}")]
+    Validation(String),
     /// the request body is not what the call expects
     #[error("{0}")]
     InvalidRequestContent(String),
@@ -139,6 +143,8 @@ pub struct ConfigPatch {
     /// `Some(None)` turns sessions off.
     pub sessions: Option<Option<crate::session::SessionConfig>>,
     pub memory_sizing: Option<crate::function::MemorySizing>,
+    /// Tracing, logging, VPC, dead-letter and KMS settings, stored and returned.
+    pub settings: crate::function::settings::SettingsInput,
 }
 
 /// A change to a function URL config.
@@ -345,11 +351,29 @@ impl Controller {
     /// Parses a FunctionName parameter and checks that it names this node's region and
     /// account: an ARN of another region or account names a function kiln does not have.
     fn function_ref(&self, raw: &str) -> Result<function::FunctionRef, ControllerError> {
-        let r = function::parse_function_ref(raw).ok_or_else(|| {
-            ControllerError::InvalidParameter(format!(
-                "1 validation error detected: Value '{raw}' at 'functionName' failed to satisfy constraint: Member must satisfy regular expression pattern: (arn:(aws[a-zA-Z-]*)?:lambda:)?([a-z]{{2}}(-gov)?-[a-z]+-\\d{{1}}:)?(\\d{{12}}:)?(function:)?([a-zA-Z0-9-_]+)(:(\\$LATEST|[a-zA-Z0-9-_]+))?"
-            ))
-        })?;
+        self.function_ref_against(raw, function::NAMESPACED_FUNCTION_NAME_PATTERN)
+    }
+
+    /// [`Self::function_ref`] for the operations whose model calls the parameter `FunctionName`
+    /// (create, updates, concurrency): a dotted name is malformed there.
+    fn strict_function_ref(&self, raw: &str) -> Result<function::FunctionRef, ControllerError> {
+        let r = self.function_ref_against(raw, function::FUNCTION_NAME_PATTERN)?;
+        if r.name.contains('.') {
+            return Err(ControllerError::Validation(
+                function::NameError::Pattern.message(raw, function::FUNCTION_NAME_PATTERN),
+            ));
+        }
+        Ok(r)
+    }
+
+    /// Parses a FunctionName parameter; a malformed one is refused quoting `pattern`.
+    fn function_ref_against(
+        &self,
+        raw: &str,
+        pattern: &str,
+    ) -> Result<function::FunctionRef, ControllerError> {
+        let r = function::parse_function_ref(raw)
+            .map_err(|e| ControllerError::Validation(e.message(raw, pattern)))?;
         let region = r.region.as_deref().unwrap_or(&self.config.region);
         let account = r.account.as_deref().unwrap_or(&self.config.account_id);
         if region != self.config.region || account != self.config.account_id {

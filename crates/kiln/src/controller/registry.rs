@@ -149,6 +149,7 @@ impl Registry {
             ("functions", "url_created", "TEXT"),
             ("functions", "url_modified", "TEXT"),
             ("functions", "url_cors", "TEXT"),
+            ("functions", "tags", "TEXT"),
             ("async_queue", "throttles", "INTEGER NOT NULL DEFAULT 0"),
             ("async_queue", "enqueued_at", "TEXT"),
             ("async_queue", "resume_run", "TEXT"),
@@ -187,7 +188,7 @@ impl Registry {
         let changed = self.db().execute(
             "UPDATE functions SET config = ?2, code_sha256 = ?3, code_size = ?4, revision = ?5,
              last_modified = ?6, reserved_concurrency = ?7, url_auth = ?8, url_created = ?9,
-             url_modified = ?10, url_cors = ?11 WHERE name = ?1",
+             url_modified = ?10, url_cors = ?11, tags = ?12 WHERE name = ?1",
             params![
                 f.name,
                 config,
@@ -200,6 +201,7 @@ impl Registry {
                 settings.map(|s| s.created.to_rfc3339()),
                 settings.map(|s| s.modified.to_rfc3339()),
                 cors,
+                tags_text(f)?,
             ],
         )?;
         Ok(changed == 1)
@@ -257,8 +259,8 @@ impl Registry {
             serde_json::to_string(&f.config).map_err(|e| RegistryError::Corrupt(e.to_string()))?;
         let changed = self.db().execute(
             "INSERT OR IGNORE INTO functions
-             (name, config, code_sha256, code_size, revision, last_modified, reserved_concurrency, url_auth)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+             (name, config, code_sha256, code_size, revision, last_modified, reserved_concurrency, url_auth, tags)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             params![
                 f.name,
                 config,
@@ -268,6 +270,7 @@ impl Registry {
                 f.last_modified.to_rfc3339(),
                 f.reserved_concurrency,
                 url_auth_text(f.url_auth),
+                tags_text(f)?,
             ],
         )?;
         Ok(changed == 1)
@@ -279,7 +282,7 @@ impl Registry {
             serde_json::to_string(&f.config).map_err(|e| RegistryError::Corrupt(e.to_string()))?;
         let changed = self.db().execute(
             "UPDATE functions SET config = ?2, code_sha256 = ?3, code_size = ?4, revision = ?5,
-             last_modified = ?6, reserved_concurrency = ?7, url_auth = ?8 WHERE name = ?1",
+             last_modified = ?6, reserved_concurrency = ?7, url_auth = ?8, tags = ?9 WHERE name = ?1",
             params![
                 f.name,
                 config,
@@ -289,6 +292,7 @@ impl Registry {
                 f.last_modified.to_rfc3339(),
                 f.reserved_concurrency,
                 url_auth_text(f.url_auth),
+                tags_text(f)?,
             ],
         )?;
         Ok(changed == 1)
@@ -368,7 +372,8 @@ impl Registry {
     pub fn all(&self) -> Result<Vec<Function>, RegistryError> {
         let db = self.db();
         let mut stmt = db.prepare(
-            "SELECT name, config, code_sha256, code_size, revision, last_modified, reserved_concurrency, url_auth
+            "SELECT name, config, code_sha256, code_size, revision, last_modified, reserved_concurrency, url_auth,
+                    tags
              FROM functions ORDER BY name",
         )?;
         let rows = stmt.query_map([], |row| {
@@ -381,11 +386,19 @@ impl Registry {
                 row.get::<_, String>(5)?,
                 row.get::<_, Option<u32>>(6)?,
                 row.get::<_, Option<String>>(7)?,
+                row.get::<_, Option<String>>(8)?,
             ))
         })?;
         let mut out = Vec::new();
         for row in rows {
-            let (name, config, code_sha256, code_size, revision, modified, reserved, url) = row?;
+            let (name, config, code_sha256, code_size, revision, modified, reserved, url, tags) =
+                row?;
+            // Rows from before tags were kept have none.
+            let tags = match tags {
+                Some(text) => serde_json::from_str(&text)
+                    .map_err(|e| RegistryError::Corrupt(format!("{name}: {e}")))?,
+                None => Default::default(),
+            };
             let config: FunctionConfig = serde_json::from_str(&config)
                 .map_err(|e| RegistryError::Corrupt(format!("{name}: {e}")))?;
             let last_modified = DateTime::parse_from_rfc3339(&modified)
@@ -405,6 +418,7 @@ impl Registry {
                 last_modified,
                 reserved_concurrency: reserved,
                 url_auth,
+                tags,
             });
         }
         Ok(out)
@@ -599,6 +613,10 @@ impl Registry {
     }
 }
 
+fn tags_text(f: &Function) -> Result<String, RegistryError> {
+    serde_json::to_string(&f.tags).map_err(|e| RegistryError::Corrupt(e.to_string()))
+}
+
 fn url_auth_text(auth: Option<UrlAuth>) -> Option<&'static str> {
     auth.map(|a| match a {
         UrlAuth::None => "NONE",
@@ -627,6 +645,7 @@ mod tests {
                 prebake: Default::default(),
                 memory_sizing: Default::default(),
                 sessions: None,
+                settings: Default::default(),
             },
             code_sha256: "ab".into(),
             code_size: 10,
@@ -634,6 +653,7 @@ mod tests {
             last_modified: Utc::now(),
             reserved_concurrency: Some(2),
             url_auth: Some(UrlAuth::None),
+            tags: BTreeMap::from([("team".into(), "a".into())]),
         }
     }
 
@@ -656,6 +676,7 @@ mod tests {
         assert_eq!(all.len(), 2);
         assert_eq!(all[1].revision, 2);
         assert_eq!(all[0].config, sample("a").config);
+        assert_eq!(all[0].tags, sample("a").tags);
         assert!(reg.delete("a").unwrap());
         assert!(!reg.delete("a").unwrap());
     }
@@ -711,7 +732,10 @@ mod tests {
                      request_id TEXT NOT NULL, function TEXT NOT NULL, payload BLOB NOT NULL,
                      attempts INTEGER NOT NULL DEFAULT 0, not_before TEXT NOT NULL);
                  INSERT INTO async_queue (request_id, function, payload, attempts, not_before)
-                     VALUES ('old', 'f', X'7B7D', 1, '2020-01-01T00:00:00+00:00');",
+                     VALUES ('old', 'f', X'7B7D', 1, '2020-01-01T00:00:00+00:00');
+                 INSERT INTO functions (name, config, code_sha256, code_size, revision, last_modified)
+                     VALUES ('old', '{\"runtime\":\"python3.11\",\"handler\":\"app.handler\",\"memory_mb\":128,\"timeout_s\":3}',
+                             'ab', 1, 1, '2020-01-01T00:00:00+00:00');",
             )
             .unwrap();
         }
@@ -723,6 +747,9 @@ mod tests {
         assert_eq!(due.len(), 1);
         assert_eq!((due[0].attempts, due[0].throttles), (1, 0));
         assert_eq!(due[0].payload, b"{}");
+        // A function stored before tags and Lambda's settings were kept has none of either.
+        let old = &reg.all().unwrap()[0];
+        assert!(old.tags.is_empty() && old.config.settings.is_empty());
         assert!(reg.insert(&sample("a")).unwrap());
         assert!(reg.url_settings().unwrap().is_empty());
     }

@@ -231,6 +231,7 @@ fn config() -> FunctionConfig {
         prebake: Default::default(),
         sessions: None,
         memory_sizing: Default::default(),
+        settings: Default::default(),
     }
 }
 
@@ -283,13 +284,16 @@ async fn create_validates_and_prepares_the_function() {
     ];
     for config in bad {
         let refused = node.controller.create("f", config, package()).await;
-        assert!(matches!(refused, Err(ControllerError::InvalidParameter(_))));
+        assert!(matches!(
+            refused,
+            Err(ControllerError::InvalidParameter(_) | ControllerError::Validation(_))
+        ));
     }
     assert!(matches!(
         node.controller
             .create("bad name", config(), package())
             .await,
-        Err(ControllerError::InvalidParameter(_))
+        Err(ControllerError::Validation(_))
     ));
     assert!(node.agent.prepared.lock().unwrap().is_empty());
     let f = deploy(&node, "f").await;

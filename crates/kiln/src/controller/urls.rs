@@ -3,7 +3,7 @@
 use chrono::Utc;
 
 use super::{Controller, ControllerError, UrlChange, UrlSettings};
-use crate::function::{Function, UrlAuth};
+use crate::function::{self, Function, UrlAuth};
 use crate::sync::RwLockExt;
 
 impl Controller {
@@ -23,17 +23,18 @@ impl Controller {
                 cors: None,
             },
         };
-        self.change_url(name, change)
+        self.change_url(name, None, change)
     }
 
-    /// Create/Update/DeleteFunctionUrlConfig.
+    /// Create/Update/DeleteFunctionUrlConfig, with the call's `Qualifier` parameter.
     pub fn change_url(
         &self,
         name: &str,
+        qualifier: Option<&str>,
         change: UrlChange,
     ) -> Result<(Function, Option<UrlSettings>), ControllerError> {
         let _mutation = self.lock_mutations();
-        let mut function = self.entry(name)?.function.clone();
+        let mut function = self.url_function(name, qualifier)?;
         let current = function.url_auth.map(|_| self.url_settings_of(&function));
         let now = Utc::now();
         let (auth, settings) = match (change, current) {
@@ -79,13 +80,65 @@ impl Controller {
     }
 
     /// GetFunctionUrlConfig: the function and its URL settings.
-    pub fn url_config(&self, name: &str) -> Result<(Function, UrlSettings), ControllerError> {
-        let function = self.get(name)?;
+    pub fn url_config(
+        &self,
+        name: &str,
+        qualifier: Option<&str>,
+    ) -> Result<(Function, UrlSettings), ControllerError> {
+        let function = self.url_function(name, qualifier)?;
         if function.url_auth.is_none() {
             return Err(self.url_not_found(&function.name));
         }
         let settings = self.url_settings_of(&function);
         Ok((function, settings))
+    }
+
+    /// The function a URL config call names, by its FunctionName and Qualifier parameters. A
+    /// URL belongs to the unqualified function or to an alias: Lambda's patterns refuse
+    /// `$LATEST` and version numbers in either, and kiln has no aliases yet, so any other
+    /// qualifier names a resource that does not exist.
+    fn url_function(
+        &self,
+        name: &str,
+        qualifier: Option<&str>,
+    ) -> Result<Function, ControllerError> {
+        let numeric_or_latest = |q: &str| q == "$LATEST" || q.bytes().all(|b| b.is_ascii_digit());
+        let malformed_name = || {
+            ControllerError::Validation(
+                function::NameError::Pattern.message(name, function::URL_FUNCTION_NAME_PATTERN),
+            )
+        };
+        let r = self
+            .function_ref_against(name, function::URL_FUNCTION_NAME_PATTERN)
+            .map_err(|e| match e {
+                ControllerError::Validation(_) => malformed_name(),
+                other => other,
+            })?;
+        if r.name.contains('.') || r.qualifier.as_deref().is_some_and(numeric_or_latest) {
+            return Err(malformed_name());
+        }
+        if let Some(q) = qualifier {
+            let valid = !q.is_empty()
+                && q.len() <= 128
+                && !numeric_or_latest(q)
+                && q.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+            if !valid {
+                return Err(ControllerError::Validation(format!(
+                    "1 validation error detected: Value '{q}' at 'qualifier' failed to satisfy constraint: Member must satisfy regular expression pattern: ((?!^\\d+$)^[0-9a-zA-Z-_]+$)"
+                )));
+            }
+        }
+        let Some(alias) = qualifier.or(r.qualifier.as_deref()) else {
+            return Ok(self.entry(name)?.function.clone());
+        };
+        if !self.table().contains_key(&r.name) {
+            return Err(self.not_found(&r.name));
+        }
+        Err(ControllerError::NotFound(format!(
+            "Function not found: {}:{alias} (kiln has no aliases yet)",
+            self.arn(&r.name)
+        )))
     }
 
     fn url_settings_of(&self, function: &Function) -> UrlSettings {

@@ -178,6 +178,16 @@ pub fn log_stream_name(instance_id: u64) -> String {
     format!("{date}/[$LATEST]{instance_id:016x}")
 }
 
+/// Variables every Lambda runtime has and a function may set itself (Lambda's own values).
+pub const LAMBDA_DEFAULT_ENV: [(&str, &str); 3] = [
+    ("PATH", "/usr/local/bin:/usr/bin/:/bin:/opt/bin"),
+    ("LANG", "en_US.UTF-8"),
+    (
+        "LD_LIBRARY_PATH",
+        "/var/task/lib:/opt/lib:/usr/local/lib:/usr/lib",
+    ),
+];
+
 /// Lambda's reserved environment variables for one instance.
 pub fn lambda_env(
     spec: &InstanceSpec,
@@ -209,15 +219,16 @@ pub fn lambda_env(
         ("AWS_REGION", spec.region.clone()),
         ("AWS_DEFAULT_REGION", spec.region.clone()),
         ("TZ", ":UTC".to_string()),
-        ("LANG", "en_US.UTF-8".to_string()),
-        (
-            "LD_LIBRARY_PATH",
-            "/var/task/lib:/opt/lib:/usr/local/lib:/usr/lib".to_string(),
-        ),
     ];
     for (key, value) in reserved {
         env.retain(|(k, _)| k != key);
         env.push((key.to_string(), value));
+    }
+    // Lambda's, never those of the process that started kiln; a function may set its own.
+    for (key, value) in LAMBDA_DEFAULT_ENV {
+        if !env.iter().any(|(k, _)| k == key) {
+            env.push((key.to_string(), value.to_string()));
+        }
     }
     for (key, value) in runtime.env(spec) {
         env.retain(|(k, _)| *k != key);

@@ -77,10 +77,6 @@ impl Runtime for Node {
     fn env(&self, _spec: &InstanceSpec) -> Vec<(String, String)> {
         vec![
             (
-                "PATH".into(),
-                "/usr/local/bin:/usr/bin:/bin:/opt/bin".into(),
-            ),
-            (
                 "NODE_PATH".into(),
                 "/opt/nodejs/node_modules:/var/runtime/node_modules:/var/task/node_modules".into(),
             ),

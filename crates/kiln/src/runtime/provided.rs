@@ -1,8 +1,9 @@
 //! `provided`, `provided.al2` and `provided.al2023`: an executable `bootstrap` in the package that
 //! speaks the Lambda Runtime API. kiln serves the API inside the sandbox.
 //!
-//! The sandbox sees the host's /usr and, when there is one, the Python installation, so that
-//! bootstraps written as scripts (e.g. `python3 -m awslambdaric`) run unmodified.
+//! The sandbox sees the host's /usr and, when there is one outside it, the Python installation
+//! kiln runs (by its own path: PATH is Lambda's, so `python3` in a bootstrap is the host's
+//! `/usr/bin/python3`, as a bootstrap on Lambda finds only what /usr and its package hold).
 
 use kiln_sandbox::Mount;
 
@@ -48,14 +49,7 @@ impl Runtime for Provided {
     }
 
     fn env(&self, _spec: &InstanceSpec) -> Vec<(String, String)> {
-        let python_bin = self
-            .python
-            .as_ref()
-            .map(|p| format!("{}:", p.bin_dir()))
-            .unwrap_or_default();
-        vec![(
-            "PATH".into(),
-            format!("{python_bin}/usr/local/bin:/usr/bin:/bin:/var/task/bin"),
-        )]
+        // Lambda's PATH (`runtime::LAMBDA_DEFAULT_ENV`), as on provided.al2023.
+        Vec::new()
     }
 }

@@ -43,13 +43,6 @@ impl Python {
     pub fn prefix_mount(&self) -> Option<Mount> {
         (!self.prefix.starts_with("/usr")).then(|| super::bind(&self.prefix, &self.prefix, false))
     }
-
-    pub fn bin_dir(&self) -> String {
-        self.executable
-            .parent()
-            .map(|p| p.display().to_string())
-            .unwrap_or_default()
-    }
 }
 
 impl Runtime for Python {
@@ -77,11 +70,9 @@ impl Runtime for Python {
     }
 
     fn env(&self, _spec: &InstanceSpec) -> Vec<(String, String)> {
+        // PATH is Lambda's (`runtime::LAMBDA_DEFAULT_ENV`): the shim is started by the
+        // interpreter's own path, so the interpreter's directory need not be on it.
         vec![
-            (
-                "PATH".into(),
-                format!("{}:/usr/local/bin:/usr/bin:/bin", self.bin_dir()),
-            ),
             ("PYTHONUNBUFFERED".into(), "1".into()),
             ("PYTHONDONTWRITEBYTECODE".into(), "1".into()),
             ("KILN_SHIM_FD".into(), "3".into()),
