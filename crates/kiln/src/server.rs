@@ -250,6 +250,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     })
     .await?;
     let _ = drain.await;
+    controller.save_models();
     // After the functions: they may use the store until their last invocation ends.
     // It kept serving during the agent's grace period; in-flight requests get a little more.
     s3_server.shutdown(Duration::from_secs(2)).await;

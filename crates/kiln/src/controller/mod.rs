@@ -421,6 +421,11 @@ impl Controller {
     }
 
     /// What the node runs and keeps (`kiln status`).
+    /// Saves what the models learned since their last save (at shutdown).
+    pub fn save_models(&self) {
+        self.predictor.save_models();
+    }
+
     pub fn node_status(&self) -> crate::agent::NodeStatus {
         self.agent.status()
     }

@@ -22,6 +22,10 @@ pub const MIN_SAMPLES: usize = 10;
 const RETRAIN_EVERY: usize = 10;
 /// The training set's bound: the oldest samples go first.
 const MAX_SAMPLES: usize = 500;
+/// A retrained model is saved at most this often: a save serializes the whole training set,
+/// and at every retraining (every ten invocations) it was a fifth of kiln's CPU per invocation.
+/// A crash loses at most this long of samples.
+const SAVE_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
 /// First runs of new processes skipped in a row before they are taken as samples after all:
 /// a function that starts cold every time runs like that.
 const FIRST_RUNS_SKIPPED: u32 = 10;
@@ -66,6 +70,12 @@ pub struct BenefitModel {
     /// First runs skipped since the last sample that was not one.
     #[serde(skip)]
     first_runs: u32,
+    /// When it was last saved (or read back).
+    #[serde(skip)]
+    saved_at: Option<std::time::Instant>,
+    /// Retrained since it was last saved.
+    #[serde(skip)]
+    unsaved: bool,
     pub seen: u64,
 }
 
@@ -108,6 +118,25 @@ impl BenefitModel {
             return true;
         }
         false
+    }
+
+    /// Whether a save is due at `now` (and if so, counts it as done).
+    pub fn save_due(&mut self, now: std::time::Instant) -> bool {
+        if self
+            .saved_at
+            .is_some_and(|at| now.duration_since(at) < SAVE_EVERY)
+        {
+            self.unsaved = true;
+            return false;
+        }
+        self.saved_at = Some(now);
+        self.unsaved = false;
+        true
+    }
+
+    /// Whether it was retrained since its last save (and if so, counts the save as done).
+    pub fn take_unsaved(&mut self) -> bool {
+        std::mem::take(&mut self.unsaved)
     }
 
     /// Ready to predict after being read back: the schema's index and the tree are rebuilt.

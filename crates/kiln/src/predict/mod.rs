@@ -203,10 +203,11 @@ impl Predictor {
     }
 
     /// Teaches `function`'s cache-benefit model one invocation's phases. After a retraining the
-    /// model is saved, off the caller's path.
+    /// model is saved, off the caller's path, at most every 30 s.
     pub fn observe_benefit(&self, function: &str, features: Features, etl: Etl, first_run: bool) {
         let saved = self.with_benefit(function, |m| {
-            m.observe(features, etl, first_run)
+            let retrained = m.observe(features, etl, first_run);
+            (retrained && m.save_due(std::time::Instant::now()))
                 .then(|| serde_json::to_vec(m).ok())
                 .flatten()
         });
@@ -220,6 +221,24 @@ impl Predictor {
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => drop(runtime.spawn_blocking(save)),
             Err(_) => save(),
+        }
+    }
+
+    /// Saves the cache-benefit models retrained since their last save (at shutdown: between
+    /// saves, a model is saved at most every 30 s).
+    pub fn save_models(&self) {
+        let unsaved: Vec<(String, Vec<u8>)> = lock(&self.benefit)
+            .iter_mut()
+            .filter_map(|(f, m)| {
+                let json = m.take_unsaved().then(|| serde_json::to_vec(&*m).ok())??;
+                Some((f.clone(), json))
+            })
+            .collect();
+        for (function, json) in unsaved {
+            let path = self.benefit_path(&function);
+            if let Err(e) = write_atomically(&self.dir, &path, &json) {
+                tracing::warn!(path = %path.display(), "the cache-benefit model could not be saved: {e}");
+            }
         }
     }
 
@@ -364,6 +383,7 @@ mod tests {
         }
         assert_eq!(predictor.benefits("f", &features(1)), Some(true));
         assert_eq!(predictor.benefits("f", &features(100)), Some(false));
+        predictor.save_models();
         let restarted = Predictor::new(PredictorConfig::default(), dir.path());
         assert_eq!(restarted.benefits("f", &features(1)), Some(true));
         assert_eq!(restarted.benefits("f", &features(100)), Some(false));
