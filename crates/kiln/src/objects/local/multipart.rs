@@ -6,9 +6,9 @@ use std::collections::HashMap;
 use std::io;
 
 use s3s::dto::*;
-use s3s::{s3_error, S3Error, S3Request, S3Response, S3Result};
+use s3s::{s3_error, S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
-use super::meta::{Lookup, ObjectRow, PartRow, UploadRow};
+use super::meta::{CompletedUpload, Lookup, ObjectRow, PartRow, StoredPart, UploadRow};
 use super::{blocking, write_error, LocalStore, UploadBody};
 use crate::objects::checksum::{
     bad_digest, composite, hex, multipart_etag, Algorithm, BodyHasher, ChecksumKind, Checksums,
@@ -18,6 +18,80 @@ use crate::objects::shared::{
     check_length, checksums_from, content_length, copy_source_span, declared, internal, now_ms,
     object_attrs, set_checksums, timestamp,
 };
+
+/// The stored parts a CompleteMultipartUpload names, in its order, if each exists with the
+/// ETag and checksums it names.
+fn choose_parts<'a>(
+    requested: &[CompletedPart],
+    stored: &'a HashMap<u32, PartRow>,
+) -> S3Result<Vec<&'a PartRow>> {
+    let mut chosen: Vec<&PartRow> = Vec::with_capacity(requested.len());
+    for requested_part in requested {
+        let number = requested_part.part_number.ok_or_else(invalid_part)?;
+        if chosen.last().is_some_and(|p| p.number as i32 >= number) {
+            return Err(s3_error!(
+                InvalidPartOrder,
+                "The list of parts was not in ascending order. Parts must be ordered by part number."
+            ));
+        }
+        let part = stored
+            .get(&(number.max(0) as u32))
+            .ok_or_else(invalid_part)?;
+        if requested_part
+            .e_tag
+            .as_ref()
+            .is_some_and(|e| e.value() != part.etag)
+        {
+            return Err(invalid_part());
+        }
+        let sent = checksums_from(
+            requested_part.checksum_crc32.clone(),
+            requested_part.checksum_crc32c.clone(),
+            requested_part.checksum_crc64nvme.clone(),
+            requested_part.checksum_sha1.clone(),
+            requested_part.checksum_sha256.clone(),
+        );
+        if sent
+            .algorithms()
+            .any(|a| sent.get(a) != part.checksums.get(a))
+        {
+            return Err(invalid_part());
+        }
+        chosen.push(part);
+    }
+    Ok(chosen)
+}
+
+/// Whether a repeated CompleteMultipartUpload names the parts the upload was completed with.
+fn names_the_same_parts(requested: &[CompletedPart], completed: &CompletedUpload) -> bool {
+    requested.len() == completed.parts.len()
+        && requested
+            .iter()
+            .zip(&completed.parts)
+            .all(|(asked, (number, etag))| {
+                asked.part_number == Some(*number as i32)
+                    && asked.e_tag.as_ref().is_none_or(|e| e.value() == etag)
+            })
+}
+
+/// CompleteMultipartUpload's answer for an object.
+fn completed_output(
+    bucket: String,
+    key: String,
+    etag: &str,
+    checksums: &Checksums,
+) -> S3Response<CompleteMultipartUploadOutput> {
+    let mut output = CompleteMultipartUploadOutput {
+        location: Some(format!("/{bucket}/{key}")),
+        bucket: Some(bucket),
+        key: Some(key),
+        e_tag: Some(ETag::Strong(etag.to_string())),
+        checksum_type: output_type(checksums.kind),
+        ..Default::default()
+    };
+    set_checksums!(output, checksums);
+    S3Response::new(output)
+}
 
 /// S3's limits on parts.
 const MAX_PART_NUMBER: i32 = 10_000;
@@ -355,9 +429,6 @@ impl LocalStore {
         let condition =
             WriteCondition::from_headers(input.if_match.as_ref(), input.if_none_match.as_ref())
                 .map_err(|m| s3_error!(InvalidRequest, "{m}"))?;
-        let upload = self
-            .upload_row(&input.upload_id, &input.bucket, &input.key)
-            .await?;
         let requested = input
             .multipart_upload
             .and_then(|m| m.parts)
@@ -368,6 +439,18 @@ impl LocalStore {
                 "You must specify at least one part"
             ));
         }
+        let upload = match self
+            .upload_row(&input.upload_id, &input.bucket, &input.key)
+            .await
+        {
+            Ok(upload) => upload,
+            Err(e) if *e.code() == S3ErrorCode::NoSuchUpload => {
+                return self
+                    .complete_again(input.upload_id, input.bucket, input.key, &requested)
+                    .await;
+            }
+            Err(e) => return Err(e),
+        };
         let meta = self.meta.clone();
         let upload_id = upload.upload_id.clone();
         let stored: HashMap<u32, PartRow> = blocking(move || {
@@ -378,41 +461,7 @@ impl LocalStore {
         .into_iter()
         .map(|p| (p.number, p))
         .collect();
-
-        let mut chosen: Vec<&PartRow> = Vec::with_capacity(requested.len());
-        for requested_part in &requested {
-            let number = requested_part.part_number.ok_or_else(invalid_part)?;
-            if chosen.last().is_some_and(|p| p.number as i32 >= number) {
-                return Err(s3_error!(
-                    InvalidPartOrder,
-                    "The list of parts was not in ascending order. Parts must be ordered by part number."
-                ));
-            }
-            let part = stored
-                .get(&(number.max(0) as u32))
-                .ok_or_else(invalid_part)?;
-            if requested_part
-                .e_tag
-                .as_ref()
-                .is_some_and(|e| e.value() != part.etag)
-            {
-                return Err(invalid_part());
-            }
-            let sent = checksums_from(
-                requested_part.checksum_crc32.clone(),
-                requested_part.checksum_crc32c.clone(),
-                requested_part.checksum_crc64nvme.clone(),
-                requested_part.checksum_sha1.clone(),
-                requested_part.checksum_sha256.clone(),
-            );
-            if sent
-                .algorithms()
-                .any(|a| sent.get(a) != part.checksums.get(a))
-            {
-                return Err(invalid_part());
-            }
-            chosen.push(part);
-        }
+        let chosen = choose_parts(&requested, &stored)?;
         let (last, rest) = chosen.split_last().expect("at least one part");
         if rest.iter().any(|p| p.size < MIN_PART_BYTES) {
             return Err(s3_error!(
@@ -489,6 +538,21 @@ impl LocalStore {
             attrs: upload.attrs.clone(),
             checksums,
             parts: Some(chosen.len() as u32),
+            part_list: Some(
+                chosen
+                    .iter()
+                    .map(|p| StoredPart {
+                        number: p.number,
+                        size: p.size,
+                        checksums: p.checksums.clone(),
+                    })
+                    .collect(),
+            ),
+        };
+        let completed = CompletedUpload {
+            parts: chosen.iter().map(|p| (p.number, p.etag.clone())).collect(),
+            etag: row.etag.clone(),
+            checksums: row.checksums.clone(),
         };
         let (meta, files) = (self.meta.clone(), self.files.clone());
         let (bucket, upload_id) = (upload.bucket.clone(), upload.upload_id.clone());
@@ -497,7 +561,7 @@ impl LocalStore {
                 files.remove_tmp(&row.file_id);
                 return Err(internal("publishing a multipart object", e));
             }
-            match meta.complete_upload(&upload_id, &bucket, &row, &condition) {
+            match meta.complete_upload(&upload_id, &bucket, &row, &completed, &condition) {
                 Ok((replaced, parts)) => {
                     files.remove(&replaced.into_iter().chain(parts).collect::<Vec<_>>());
                     Ok(row)
@@ -510,16 +574,40 @@ impl LocalStore {
         })
         .await?;
         self.learn_media(upload.bucket.clone(), &row);
-        let mut output = CompleteMultipartUploadOutput {
-            bucket: Some(upload.bucket.clone()),
-            key: Some(upload.key.clone()),
-            location: Some(format!("/{}/{}", upload.bucket, upload.key)),
-            e_tag: Some(ETag::Strong(row.etag.clone())),
-            checksum_type: output_type(row.checksums.kind),
-            ..Default::default()
-        };
-        set_checksums!(output, &row.checksums);
-        Ok(S3Response::new(output))
+        Ok(completed_output(
+            upload.bucket,
+            upload.key,
+            &row.etag,
+            &row.checksums,
+        ))
+    }
+
+    /// A CompleteMultipartUpload of an upload that is no longer open: S3's answer again if it
+    /// was completed with the same parts (a client whose first answer was lost retries).
+    async fn complete_again(
+        &self,
+        upload_id: String,
+        bucket: String,
+        key: String,
+        requested: &[CompletedPart],
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        let meta = self.meta.clone();
+        let (b, k) = (bucket.clone(), key.clone());
+        let completed = blocking(move || {
+            meta.completed_upload(&upload_id, &b, &k)
+                .map_err(|e| internal("metadata", e))
+        })
+        .await?
+        .ok_or_else(no_such_upload)?;
+        if !names_the_same_parts(requested, &completed) {
+            return Err(invalid_part());
+        }
+        Ok(completed_output(
+            bucket,
+            key,
+            &completed.etag,
+            &completed.checksums,
+        ))
     }
 
     pub(super) async fn abort_multipart_upload_op(

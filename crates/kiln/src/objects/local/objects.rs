@@ -107,6 +107,7 @@ impl LocalStore {
             attrs,
             checksums,
             parts: None,
+            part_list: None,
         };
         let row = self.commit(bucket.clone(), row, condition).await?;
         self.learn_media(bucket, &row);

@@ -3,11 +3,15 @@
 use rusqlite::{params, OptionalExtension, Transaction};
 
 use super::{
-    bucket_exists, check_write, from_json, insert_object, to_json, Meta, MetaError, ObjectRow,
-    PartRow, UploadRow, WriteError,
+    bucket_exists, check_write, from_json, insert_object, to_json, CompletedUpload, Meta,
+    MetaError, ObjectRow, PartRow, UploadRow, WriteError,
 };
 use crate::objects::checksum::{Algorithm, ChecksumKind, Checksums};
 use crate::objects::conditions::WriteCondition;
+
+/// How long a completed upload is remembered for a repeated CompleteMultipartUpload: longer
+/// than any client retries one request.
+const COMPLETED_KEPT_MS: i64 = 24 * 60 * 60 * 1000;
 
 impl Meta {
     pub fn create_upload(&self, upload: &UploadRow) -> Result<(), WriteError> {
@@ -141,13 +145,15 @@ impl Meta {
         .collect()
     }
 
-    /// Turns an upload into an object in one transaction. Returns the replaced object's file and
-    /// the files of every part of the upload, which the caller deletes.
+    /// Turns an upload into an object in one transaction, and remembers it as `completed`
+    /// (forgetting those completed long ago). Returns the replaced object's file and the files
+    /// of every part of the upload, which the caller deletes.
     pub fn complete_upload(
         &self,
         upload_id: &str,
         bucket: &str,
         object: &ObjectRow,
+        completed: &CompletedUpload,
         condition: &WriteCondition,
     ) -> Result<(Option<String>, Vec<String>), WriteError> {
         let mut db = self.db();
@@ -163,8 +169,36 @@ impl Meta {
         let replaced = check_write(&tx, bucket, &object.key, condition)?;
         insert_object(&tx, bucket, object)?;
         let files = take_upload(&tx, upload_id)?;
+        remember_completed(&tx, upload_id, bucket, object, completed)?;
         tx.commit()?;
         Ok((replaced, files))
+    }
+
+    /// The upload `upload_id` of `bucket`/`key`, if it was completed recently.
+    pub fn completed_upload(
+        &self,
+        upload_id: &str,
+        bucket: &str,
+        key: &str,
+    ) -> Result<Option<CompletedUpload>, MetaError> {
+        let db = self.db();
+        let row: Option<(String, String, String)> = db
+            .prepare_cached(
+                "SELECT parts, etag, checksums FROM completed_uploads
+                 WHERE upload_id = ?1 AND bucket = ?2 AND key = ?3",
+            )?
+            .query_row(params![upload_id, bucket, key], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .optional()?;
+        let Some((parts, etag, checksums)) = row else {
+            return Ok(None);
+        };
+        Ok(Some(CompletedUpload {
+            parts: from_json(&parts)?,
+            etag,
+            checksums: from_json(&checksums)?,
+        }))
     }
 
     /// Deletes an upload and its parts; returns the part files, or None if there is no such upload.
@@ -183,6 +217,32 @@ impl Meta {
         tx.commit()?;
         Ok(Some(files))
     }
+}
+
+fn remember_completed(
+    tx: &Transaction<'_>,
+    upload_id: &str,
+    bucket: &str,
+    object: &ObjectRow,
+    completed: &CompletedUpload,
+) -> Result<(), MetaError> {
+    tx.prepare_cached("DELETE FROM completed_uploads WHERE completed_ms < ?1")?
+        .execute([object.modified_ms - COMPLETED_KEPT_MS])?;
+    tx.prepare_cached(
+        "INSERT OR REPLACE INTO completed_uploads
+         (upload_id, bucket, key, completed_ms, parts, etag, checksums)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?
+    .execute(params![
+        upload_id,
+        bucket,
+        object.key,
+        object.modified_ms,
+        to_json(&completed.parts)?,
+        completed.etag,
+        to_json(&completed.checksums)?,
+    ])?;
+    Ok(())
 }
 
 fn take_upload(tx: &Transaction<'_>, upload_id: &str) -> Result<Vec<String>, MetaError> {
@@ -239,14 +299,31 @@ mod tests {
         let stored = meta.upload("u", "b", "k").unwrap().unwrap();
         assert_eq!(stored.algorithm, Some(Algorithm::Crc32));
         assert!(meta.upload("u", "b", "other").unwrap().is_none());
+        let completed = CompletedUpload {
+            parts: vec![(1, "e".into()), (2, "e".into())],
+            etag: "etag-whole".into(),
+            checksums: Checksums::default(),
+        };
+        let whole = object("k", "whole");
         let (replaced, mut files) = meta
-            .complete_upload("u", "b", &object("k", "whole"), &WriteCondition::Always)
+            .complete_upload("u", "b", &whole, &completed, &WriteCondition::Always)
             .unwrap();
         files.sort();
         assert_eq!((replaced, files), (None, vec!["p1b".into(), "p2".into()]));
+        assert_eq!(
+            meta.completed_upload("u", "b", "k").unwrap(),
+            Some(completed.clone())
+        );
+        assert_eq!(meta.completed_upload("u", "b", "other").unwrap(), None);
         assert!(meta.abort_upload("u").unwrap().is_none());
         assert!(matches!(
-            meta.complete_upload("u", "b", &object("k", "x"), &WriteCondition::Always),
+            meta.complete_upload(
+                "u",
+                "b",
+                &object("k", "x"),
+                &completed,
+                &WriteCondition::Always
+            ),
             Err(WriteError::NoSuchUpload)
         ));
     }
