@@ -139,6 +139,18 @@ def test_listings_and_batch_delete(front, bucket):
     assert keys(s3, bucket) == ["p/2", "p/q/3", "z"]
 
 
+def test_versions_listing_through_the_front(front, bucket):
+    s3 = s3_client(front)
+    for key in ["a", "p/1", "p/2", "z"]:
+        s3.put_object(Bucket=bucket, Key=key, Body=b".")
+    listed = s3.list_object_versions(Bucket=bucket, Delimiter="/")
+    assert [(v["Key"], v["VersionId"], v["IsLatest"]) for v in listed["Versions"]] == [
+        ("a", "null", True), ("z", "null", True)]
+    assert [p["Prefix"] for p in listed["CommonPrefixes"]] == ["p/"]
+    pages = s3.get_paginator("list_object_versions").paginate(Bucket=bucket, PaginationConfig={"PageSize": 2})
+    assert [v["Key"] for page in pages for v in page.get("Versions", [])] == ["a", "p/1", "p/2", "z"]
+
+
 def test_multipart_through_the_front(front, remote, bucket):
     s3 = s3_client(front)
     data = os.urandom(11 * MiB)

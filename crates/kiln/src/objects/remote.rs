@@ -302,6 +302,7 @@ remote_s3! {
         list_buckets(ListBucketsInput) -> ListBucketsOutput;
         list_objects_v2(ListObjectsV2Input) -> ListObjectsV2Output;
         list_objects(ListObjectsInput) -> ListObjectsOutput;
+        list_object_versions(ListObjectVersionsInput) -> ListObjectVersionsOutput;
         delete_objects(DeleteObjectsInput) -> DeleteObjectsOutput;
     }
     keyed {

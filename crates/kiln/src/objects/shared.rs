@@ -86,6 +86,33 @@ pub(crate) fn listed_object(
     }
 }
 
+/// An object's entry in ListObjectVersions on a bucket without versioning: its one version,
+/// `null`, the latest.
+pub(crate) fn listed_version(object: Object) -> ObjectVersion {
+    ObjectVersion {
+        checksum_algorithm: object.checksum_algorithm,
+        checksum_type: object.checksum_type,
+        e_tag: object.e_tag,
+        is_latest: Some(true),
+        key: object.key,
+        last_modified: object.last_modified,
+        owner: object.owner,
+        size: object.size,
+        storage_class: object
+            .storage_class
+            .map(|c| ObjectVersionStorageClass::from(c.as_str().to_string())),
+        version_id: Some("null".into()),
+        ..Default::default()
+    }
+}
+
+/// A ListObjectVersions request as S3 reads it: an empty delimiter is absent.
+pub(crate) fn read_list_versions(input: &mut ListObjectVersionsInput) {
+    if input.delimiter.as_deref() == Some("") {
+        input.delimiter = None;
+    }
+}
+
 pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -22,7 +22,7 @@ use crate::objects::conditions::{not_modified, precondition_failed, ReadConditio
 use crate::objects::shared::{
     body_error, check_length, checksum_type, checksums_from, content_length, copy_source_span,
     copy_to_itself, declared, incomplete_body, internal, now_ms, object_attrs, read_list_v1,
-    read_list_v2, replaces_metadata, set_checksums, timestamp,
+    read_list_v2, read_list_versions, replaces_metadata, set_checksums, timestamp,
 };
 
 fn wants_checksums(mode: Option<&ChecksumMode>) -> bool {
@@ -719,6 +719,17 @@ impl S3 for CachedStore {
         read_list_v1(&mut req.input);
         self.cache.until_bucket_settled(&req.input.bucket).await?;
         self.cache.list_objects(req).await
+    }
+
+    /// The backing store's listing, once the bucket's writes are there (a sequence's
+    /// intermediates, held in memory only, are not versions of anything stored).
+    async fn list_object_versions(
+        &self,
+        mut req: S3Request<ListObjectVersionsInput>,
+    ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+        read_list_versions(&mut req.input);
+        self.cache.until_bucket_settled(&req.input.bucket).await?;
+        self.cache.backend.list_object_versions(req).await
     }
 
     async fn get_object(

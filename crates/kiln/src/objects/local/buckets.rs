@@ -7,11 +7,10 @@ use super::meta::{BucketDeletion, ObjectRow};
 use super::{blocking, LocalStore};
 use crate::objects::listing::{self, url_encode, Cursor, ListRequest, Page};
 use crate::objects::shared::{
-    encodes_url, internal, listed_object, max_keys, now_ms, owner, owners_if_fetched, read_list_v1,
-    read_list_v2, timestamp,
+    encodes_url, internal, listed_object, listed_version, max_keys, now_ms, owner,
+    owners_if_fetched, read_list_v1, read_list_v2, read_list_versions, timestamp,
 };
 
-/// S3's ceiling on keys per listing page.
 impl LocalStore {
     pub(super) async fn create_bucket_op(
         &self,
@@ -166,14 +165,54 @@ impl LocalStore {
             next_continuation_token: page.next.as_ref().map(Cursor::token),
             encoding_type: input.encoding_type,
             contents,
-            common_prefixes: Some(
-                page.common_prefixes
+            common_prefixes: Some(common_prefix_list(page.common_prefixes, encode)),
+            ..Default::default()
+        }))
+    }
+
+    /// ListObjectVersions: kiln's buckets are unversioned, so each object is listed as its
+    /// one version, `null`; `key-marker` starts the listing after that key.
+    pub(super) async fn list_object_versions_op(
+        &self,
+        req: S3Request<ListObjectVersionsInput>,
+    ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+        let mut input = req.input;
+        read_list_versions(&mut input);
+        let prefix = input.prefix.clone().unwrap_or_default();
+        let max_keys = max_keys(input.max_keys)?;
+        let url = encodes_url(input.encoding_type.as_ref())?;
+        let page = self
+            .list_page(
+                input.bucket.clone(),
+                ListRequest {
+                    start: Cursor::start(&prefix, input.key_marker.as_deref()),
+                    prefix,
+                    delimiter: input.delimiter.clone(),
+                    max_keys: max_keys as usize,
+                },
+            )
+            .await?;
+        let encode = |s: String| if url { url_encode(&s) } else { s };
+        let truncated = page.next.is_some();
+        let last_is_key = page.objects.last().map(|o| &o.key) == page.last.as_ref();
+        Ok(S3Response::new(ListObjectVersionsOutput {
+            name: Some(input.bucket),
+            prefix: input.prefix.map(encode),
+            delimiter: input.delimiter.map(encode),
+            key_marker: Some(input.key_marker.map(encode).unwrap_or_default()),
+            version_id_marker: Some(input.version_id_marker.unwrap_or_default()),
+            next_key_marker: truncated.then_some(page.last).flatten().map(encode),
+            next_version_id_marker: (truncated && last_is_key).then(|| "null".to_string()),
+            max_keys: Some(max_keys),
+            is_truncated: Some(truncated),
+            encoding_type: input.encoding_type,
+            versions: Some(
+                page.objects
                     .into_iter()
-                    .map(|p| CommonPrefix {
-                        prefix: Some(encode(p)),
-                    })
+                    .map(|row| listed_version(object_entry(row, encode)))
                     .collect(),
             ),
+            common_prefixes: Some(common_prefix_list(page.common_prefixes, encode)),
             ..Default::default()
         }))
     }
@@ -221,17 +260,22 @@ impl LocalStore {
                     .map(|row| object_entry(row, encode))
                     .collect(),
             ),
-            common_prefixes: Some(
-                page.common_prefixes
-                    .into_iter()
-                    .map(|p| CommonPrefix {
-                        prefix: Some(encode(p)),
-                    })
-                    .collect(),
-            ),
+            common_prefixes: Some(common_prefix_list(page.common_prefixes, encode)),
             ..Default::default()
         }))
     }
+}
+
+fn common_prefix_list(
+    prefixes: Vec<String>,
+    encode: impl Fn(String) -> String,
+) -> CommonPrefixList {
+    prefixes
+        .into_iter()
+        .map(|p| CommonPrefix {
+            prefix: Some(encode(p)),
+        })
+        .collect()
 }
 
 fn object_entry(row: ObjectRow, encode: impl Fn(String) -> String) -> Object {

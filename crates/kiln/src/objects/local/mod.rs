@@ -214,6 +214,13 @@ impl S3 for LocalStore {
         self.list_objects_v1_op(req).await
     }
 
+    async fn list_object_versions(
+        &self,
+        req: S3Request<ListObjectVersionsInput>,
+    ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+        self.list_object_versions_op(req).await
+    }
+
     async fn put_object(
         &self,
         req: S3Request<PutObjectInput>,
