@@ -62,3 +62,62 @@ def test_versions_listing_through_the_paginator_and_errors(s3, bucket):
     assert error_code(e) == "InvalidArgument"
     odd = s3.list_object_versions(Bucket=bucket, Prefix="k1", EncodingType="url")
     assert [v["Key"] for v in odd["Versions"]] == ["k1"]
+
+
+# --- GetObjectAttributes -------------------------------------------------------------------
+
+ALL_ATTRIBUTES = ["ETag", "Checksum", "ObjectParts", "StorageClass", "ObjectSize"]
+
+
+def multipart_object(s3, bucket, key, sizes, **create):
+    """Completes an upload of parts of these sizes; returns their bytes and the answer."""
+    upload_id = s3.create_multipart_upload(Bucket=bucket, Key=key, **create)["UploadId"]
+    algorithm = {"ChecksumAlgorithm": create["ChecksumAlgorithm"]} if "ChecksumAlgorithm" in create else {}
+    datas, parts = [], []
+    for n, size in enumerate(sizes, start=1):
+        data = bytes([n]) * size
+        out = s3.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=n, Body=data, **algorithm)
+        part = {"PartNumber": n, "ETag": out["ETag"]}
+        part.update({k: v for k, v in out.items() if k.startswith("Checksum")})
+        datas.append(data)
+        parts.append(part)
+    done = s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id,
+                                        MultipartUpload={"Parts": parts})
+    return datas, done
+
+
+def test_attributes_of_a_single_part_object(s3, bucket):
+    put = s3.put_object(Bucket=bucket, Key="one", Body=b"hello", ChecksumAlgorithm="SHA256")
+    got = s3.get_object_attributes(Bucket=bucket, Key="one", ObjectAttributes=ALL_ATTRIBUTES)
+    assert got["ETag"].strip('"') == put["ETag"].strip('"')
+    assert got["Checksum"] == {"ChecksumSHA256": put["ChecksumSHA256"], "ChecksumType": "FULL_OBJECT"}
+    assert got["StorageClass"] == "STANDARD" and got["ObjectSize"] == 5
+    assert "ObjectParts" not in got and got["LastModified"]
+    only = s3.get_object_attributes(Bucket=bucket, Key="one", ObjectAttributes=["ObjectSize"])
+    assert only["ObjectSize"] == 5 and "ETag" not in only and "StorageClass" not in only
+    s3.put_object(Bucket=bucket, Key="plain", Body=b"x")
+    plain = s3.get_object_attributes(Bucket=bucket, Key="plain", ObjectAttributes=ALL_ATTRIBUTES)
+    # boto3 sends a CRC32 with every upload by default; without one there is no Checksum.
+    assert plain["Checksum"].get("ChecksumCRC32") and plain["ObjectSize"] == 1
+    with pytest.raises(s3.exceptions.NoSuchKey):
+        s3.get_object_attributes(Bucket=bucket, Key="missing", ObjectAttributes=["ETag"])
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.get_object_attributes(Bucket=bucket, Key="one", ObjectAttributes=["Colour"])
+    assert error_code(e) == "InvalidArgument"
+
+
+def test_attributes_of_a_multipart_object_list_its_parts(s3, bucket):
+    sizes = [5 * MiB, 5 * MiB, 3]
+    datas, done = multipart_object(s3, bucket, "mp", sizes, ChecksumAlgorithm="CRC32")
+    got = s3.get_object_attributes(Bucket=bucket, Key="mp", ObjectAttributes=ALL_ATTRIBUTES)
+    assert got["ETag"].strip('"') == done["ETag"].strip('"') and got["ObjectSize"] == sum(sizes)
+    assert got["Checksum"]["ChecksumType"] == "COMPOSITE"
+    parts = got["ObjectParts"]
+    assert parts["TotalPartsCount"] == 3 and parts["IsTruncated"] is False
+    assert [(p["PartNumber"], p["Size"]) for p in parts["Parts"]] == [(1, 5 * MiB), (2, 5 * MiB), (3, 3)]
+    assert all(p["ChecksumCRC32"] for p in parts["Parts"])
+    first = s3.get_object_attributes(Bucket=bucket, Key="mp", ObjectAttributes=["ObjectParts"], MaxParts=2)
+    assert first["ObjectParts"]["IsTruncated"] is True and first["ObjectParts"]["NextPartNumberMarker"] == 2
+    rest = s3.get_object_attributes(Bucket=bucket, Key="mp", ObjectAttributes=["ObjectParts"],
+                                    PartNumberMarker=2)
+    assert [p["PartNumber"] for p in rest["ObjectParts"]["Parts"]] == [3]

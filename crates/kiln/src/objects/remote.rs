@@ -308,6 +308,7 @@ remote_s3! {
     keyed {
         get_object(GetObjectInput) -> GetObjectOutput;
         head_object(HeadObjectInput) -> HeadObjectOutput;
+        get_object_attributes(GetObjectAttributesInput) -> GetObjectAttributesOutput;
         delete_object(DeleteObjectInput) -> DeleteObjectOutput;
         copy_object(CopyObjectInput) -> CopyObjectOutput;
         create_multipart_upload(CreateMultipartUploadInput) -> CreateMultipartUploadOutput;

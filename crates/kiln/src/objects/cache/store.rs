@@ -803,6 +803,18 @@ impl S3 for CachedStore {
         Ok(out)
     }
 
+    /// The backing store's answer, once the key's writes are there: it alone knows an
+    /// object's parts.
+    async fn get_object_attributes(
+        &self,
+        req: S3Request<GetObjectAttributesInput>,
+    ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
+        let key = ObjectKey::new(&req.input.bucket, &req.input.key);
+        self.cache.metrics.bypassed.inc();
+        self.cache.until_clean(&key).await?;
+        self.cache.backend.get_object_attributes(req).await
+    }
+
     async fn put_object(
         &self,
         req: S3Request<PutObjectInput>,

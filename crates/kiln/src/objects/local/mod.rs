@@ -4,6 +4,7 @@
 //! parsed, authenticated and validated the request, so each operation here is a typed command.
 //! Every blocking step (file I/O, SQLite with its fsyncs) runs on tokio's blocking pool.
 
+mod attributes;
 mod buckets;
 mod files;
 pub(crate) mod meta;
@@ -19,7 +20,7 @@ use s3s::dto::*;
 use s3s::{s3_error, S3Error, S3Request, S3Response, S3Result, S3};
 
 use self::files::{DataFiles, Writer, Written};
-use self::meta::{Meta, WriteError};
+use self::meta::{Lookup, Meta, MetaError, ObjectRow, WriteError};
 use super::checksum::{verify_content_md5, Declared};
 use super::shared::{body_error, check_length, incomplete_body, internal};
 use super::{Limits, ObjectStoreError};
@@ -98,6 +99,16 @@ async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(work)
         .await
         .map_err(|e| internal("blocking task", e))?
+}
+
+/// The object a lookup found, or S3's error for what it did not.
+fn found(lookup: Result<Lookup, MetaError>) -> S3Result<ObjectRow> {
+    match lookup {
+        Ok(Lookup::Found(row)) => Ok(*row),
+        Ok(Lookup::NoSuchKey) => Err(s3_error!(NoSuchKey)),
+        Ok(Lookup::NoSuchBucket) => Err(s3_error!(NoSuchBucket)),
+        Err(e) => Err(internal("metadata", e)),
+    }
 }
 
 fn write_error(e: WriteError) -> S3Error {
@@ -240,6 +251,13 @@ impl S3 for LocalStore {
         req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         self.head_object_op(req).await
+    }
+
+    async fn get_object_attributes(
+        &self,
+        req: S3Request<GetObjectAttributesInput>,
+    ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
+        self.get_object_attributes_op(req).await
     }
 
     async fn delete_object(

@@ -8,8 +8,8 @@ use std::io;
 use s3s::dto::*;
 use s3s::{s3_error, S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
-use super::meta::{CompletedUpload, Lookup, ObjectRow, PartRow, StoredPart, UploadRow};
-use super::{blocking, write_error, LocalStore, UploadBody};
+use super::meta::{CompletedUpload, ObjectRow, PartRow, StoredPart, UploadRow};
+use super::{blocking, found, write_error, LocalStore, UploadBody};
 use crate::objects::checksum::{
     bad_digest, composite, hex, multipart_etag, Algorithm, BodyHasher, ChecksumKind, Checksums,
 };
@@ -322,12 +322,7 @@ impl LocalStore {
         let (meta, files) = (self.meta.clone(), self.files.clone());
         let written = blocking(move || {
             for _ in 0..5 {
-                let source = match meta.object(&source_bucket, &source_key) {
-                    Ok(Lookup::Found(row)) => *row,
-                    Ok(Lookup::NoSuchKey) => return Err(s3_error!(NoSuchKey)),
-                    Ok(Lookup::NoSuchBucket) => return Err(s3_error!(NoSuchBucket)),
-                    Err(e) => return Err(internal("metadata", e)),
-                };
+                let source = found(meta.object(&source_bucket, &source_key))?;
                 if conditions.evaluate(&source.etag, source.modified_ms) != Verdict::Proceed {
                     return Err(s3_error!(PreconditionFailed));
                 }

@@ -8,8 +8,8 @@ use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
 
 use super::files::{read_all, stream_file};
-use super::meta::{Lookup, ObjectAttrs, ObjectRow};
-use super::{blocking, write_error, LocalStore, UploadBody};
+use super::meta::{ObjectAttrs, ObjectRow};
+use super::{blocking, found, write_error, LocalStore, UploadBody};
 use crate::objects::checksum::{hex, ChecksumKind};
 use crate::objects::conditions::{
     not_modified, precondition_failed, ReadConditions, Verdict, WriteCondition,
@@ -175,12 +175,7 @@ impl LocalStore {
         let (meta, files) = (self.meta.clone(), self.files.clone());
         blocking(move || {
             for _ in 0..READ_ATTEMPTS {
-                let row = match meta.object(&bucket, &key) {
-                    Ok(Lookup::Found(row)) => *row,
-                    Ok(Lookup::NoSuchKey) => return Err(s3_error!(NoSuchKey)),
-                    Ok(Lookup::NoSuchBucket) => return Err(s3_error!(NoSuchBucket)),
-                    Err(e) => return Err(internal("metadata", e)),
-                };
+                let row = found(meta.object(&bucket, &key))?;
                 match conditions.evaluate(&row.etag, row.modified_ms) {
                     Verdict::Proceed => {}
                     Verdict::NotModified => return Err(not_modified(&row.etag, row.modified_ms)),
@@ -432,12 +427,7 @@ impl LocalStore {
         let destination = bucket.clone();
         let row = blocking(move || {
             for _ in 0..READ_ATTEMPTS {
-                let source = match meta.object(&source_bucket, &source_key) {
-                    Ok(Lookup::Found(row)) => *row,
-                    Ok(Lookup::NoSuchKey) => return Err(s3_error!(NoSuchKey)),
-                    Ok(Lookup::NoSuchBucket) => return Err(s3_error!(NoSuchBucket)),
-                    Err(e) => return Err(internal("metadata", e)),
-                };
+                let source = found(meta.object(&source_bucket, &source_key))?;
                 if conditions.evaluate(&source.etag, source.modified_ms) != Verdict::Proceed {
                     return Err(precondition_failed());
                 }
