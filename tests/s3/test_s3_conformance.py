@@ -121,3 +121,49 @@ def test_attributes_of_a_multipart_object_list_its_parts(s3, bucket):
     rest = s3.get_object_attributes(Bucket=bucket, Key="mp", ObjectAttributes=["ObjectParts"],
                                     PartNumberMarker=2)
     assert [p["PartNumber"] for p in rest["ObjectParts"]["Parts"]] == [3]
+
+
+# --- reads by part number ------------------------------------------------------------------
+
+
+def test_reads_by_part_number(s3, bucket):
+    sizes = [5 * MiB, 5 * MiB + 7, 11]
+    datas, done = multipart_object(s3, bucket, "mp", sizes)
+    total = sum(sizes)
+    start = 0
+    for n, data in enumerate(datas, start=1):
+        got = s3.get_object(Bucket=bucket, Key="mp", PartNumber=n)
+        assert got["ResponseMetadata"]["HTTPStatusCode"] == 206
+        assert got["ContentRange"] == f"bytes {start}-{start + len(data) - 1}/{total}"
+        assert got["PartsCount"] == 3 and got["ContentLength"] == len(data)
+        assert got["ETag"] == done["ETag"]
+        assert got["Body"].read() == data
+        head = s3.head_object(Bucket=bucket, Key="mp", PartNumber=n)
+        assert head["PartsCount"] == 3 and head["ContentLength"] == len(data)
+        assert head["ContentRange"] == got["ContentRange"]
+        start += len(data)
+    assert "PartsCount" not in s3.head_object(Bucket=bucket, Key="mp")
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="mp", PartNumber=4)
+    assert error_code(e) == "InvalidPartNumber"
+    assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 416
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="mp", PartNumber=1, Range="bytes=0-1")
+    assert error_code(e) == "InvalidRequest"
+
+
+def test_part_one_of_a_single_part_object_is_the_whole_object(s3, bucket):
+    s3.put_object(Bucket=bucket, Key="one", Body=b"0123456789")
+    got = s3.get_object(Bucket=bucket, Key="one", PartNumber=1)
+    assert got["ResponseMetadata"]["HTTPStatusCode"] == 206
+    assert got["ContentRange"] == "bytes 0-9/10" and "PartsCount" not in got
+    assert got["Body"].read() == b"0123456789"
+    assert s3.head_object(Bucket=bucket, Key="one", PartNumber=1)["ContentLength"] == 10
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="one", PartNumber=2)
+    assert error_code(e) == "InvalidPartNumber"
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.head_object(Bucket=bucket, Key="one", PartNumber=2)
+    assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 416
+    with pytest.raises(s3.exceptions.NoSuchKey):
+        s3.get_object(Bucket=bucket, Key="missing", PartNumber=1)

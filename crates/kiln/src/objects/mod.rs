@@ -30,6 +30,7 @@ pub mod sandbox;
 pub mod sdk_keys;
 mod serve;
 pub(crate) mod shared;
+pub mod spans;
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};

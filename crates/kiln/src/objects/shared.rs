@@ -290,6 +290,49 @@ macro_rules! set_attrs {
 }
 pub(crate) use set_attrs;
 
+/// What GetObject and HeadObject answer of a stored object, whichever store holds it.
+pub(crate) struct StoredObject<'a> {
+    /// Unquoted.
+    pub etag: &'a str,
+    pub modified_ms: i64,
+    pub size: u64,
+    pub attrs: &'a ObjectAttrs,
+    pub checksums: &'a Checksums,
+}
+
+/// Whether a read asked for checksums (`x-amz-checksum-mode: ENABLED`).
+pub(crate) fn wants_checksums(mode: Option<&ChecksumMode>) -> bool {
+    mode.is_some_and(|m| m.as_str().eq_ignore_ascii_case(ChecksumMode::ENABLED))
+}
+
+/// The fields GetObject and HeadObject (`$output`) share, from a [`StoredObject`] and the
+/// bytes the read covers (a [`Covered`](super::spans::Covered)).
+macro_rules! read_output {
+    ($output:ident, $object:expr, $covered:expr, $wants_checksums:expr) => {{
+        let object: &$crate::objects::shared::StoredObject<'_> = $object;
+        let covered: &$crate::objects::spans::Covered = $covered;
+        let attrs = object.attrs;
+        let mut output = $output {
+            content_length: Some((covered.span.end - covered.span.start) as i64),
+            content_range: $crate::objects::spans::content_range(covered, object.size),
+            accept_ranges: Some("bytes".into()),
+            e_tag: Some(ETag::Strong(object.etag.to_string())),
+            last_modified: Some($crate::objects::shared::timestamp(object.modified_ms)),
+            metadata: (!attrs.metadata.is_empty())
+                .then(|| attrs.metadata.clone().into_iter().collect()),
+            ..Default::default()
+        };
+        $crate::objects::shared::set_attrs!(output, attrs);
+        // Like S3: checksums only when asked for, and only for the whole object.
+        if $wants_checksums && !covered.partial {
+            $crate::objects::shared::set_checksums!(output, object.checksums);
+            output.checksum_type = $crate::objects::shared::checksum_type(object.checksums);
+        }
+        output
+    }};
+}
+pub(crate) use read_output;
+
 /// Copies stored checksums into an output's `checksum_*` fields.
 macro_rules! set_checksums {
     ($out:expr, $sums:expr) => {{

@@ -22,12 +22,10 @@ use crate::objects::conditions::{not_modified, precondition_failed, ReadConditio
 use crate::objects::shared::{
     body_error, check_length, checksum_type, checksums_from, content_length, copy_source_span,
     copy_to_itself, declared, incomplete_body, internal, now_ms, object_attrs, read_list_v1,
-    read_list_v2, read_list_versions, replaces_metadata, set_checksums, timestamp,
+    read_list_v2, read_list_versions, read_output, replaces_metadata, set_checksums, timestamp,
+    wants_checksums, StoredObject,
 };
-
-fn wants_checksums(mode: Option<&ChecksumMode>) -> bool {
-    mode.is_some_and(|m| m.as_str().eq_ignore_ascii_case(ChecksumMode::ENABLED))
-}
+use crate::objects::spans::{Covered, Read};
 
 /// A read the cache can answer: no version, part, or customer key.
 fn plain_read(
@@ -102,30 +100,14 @@ fn meta_of(output: &GetObjectOutput, size: u64) -> Meta {
     }
 }
 
-/// Fills the fields GetObject and HeadObject share from cached metadata.
-macro_rules! answer_from {
-    ($output:ident, $meta:expr, $span:expr, $ranged:expr, $wants:expr) => {{
-        let meta: &Meta = $meta;
-        let span: &std::ops::Range<u64> = $span;
-        let attrs = &meta.attrs;
-        let mut output = $output {
-            content_length: Some((span.end - span.start) as i64),
-            content_range: $ranged
-                .then(|| format!("bytes {}-{}/{}", span.start, span.end - 1, meta.size)),
-            accept_ranges: Some("bytes".into()),
-            e_tag: Some(ETag::Strong(meta.etag.clone())),
-            last_modified: Some(timestamp(meta.modified_ms)),
-            metadata: (!attrs.metadata.is_empty())
-                .then(|| attrs.metadata.clone().into_iter().collect()),
-            ..Default::default()
-        };
-        crate::objects::shared::set_attrs!(output, attrs);
-        if $wants && !$ranged {
-            set_checksums!(output, &meta.checksums);
-            output.checksum_type = checksum_type(&meta.checksums);
-        }
-        output
-    }};
+fn stored(meta: &Meta) -> StoredObject<'_> {
+    StoredObject {
+        etag: &meta.etag,
+        modified_ms: meta.modified_ms,
+        size: meta.size,
+        attrs: &meta.attrs,
+        checksums: &meta.checksums,
+    }
 }
 
 /// Applies a read's preconditions and range to cached metadata.
@@ -133,16 +115,14 @@ fn check_read(
     meta: &Meta,
     conditions: &ReadConditions,
     range: Option<&Range>,
-) -> S3Result<std::ops::Range<u64>> {
+) -> S3Result<Covered> {
     match conditions.evaluate(&meta.etag, meta.modified_ms) {
         Verdict::Proceed => {}
         Verdict::NotModified => return Err(not_modified(&meta.etag, meta.modified_ms)),
         Verdict::PreconditionFailed => return Err(precondition_failed()),
     }
-    match range {
-        Some(r) => Ok(r.check(meta.size)?),
-        None => Ok(0..meta.size),
-    }
+    let read = range.map_or(Read::Whole, |r| Read::Range(*r));
+    read.cover(meta.size, None)
 }
 
 fn answer_get(
@@ -151,9 +131,10 @@ fn answer_get(
     range: Option<&Range>,
     wants: bool,
 ) -> S3Result<S3Response<GetObjectOutput>> {
-    let span = check_read(&hit.meta, conditions, range)?;
+    let covered = check_read(&hit.meta, conditions, range)?;
+    let span = &covered.span;
     let body = hit.body.slice(span.start as usize..span.end as usize);
-    let mut output = answer_from!(GetObjectOutput, &hit.meta, &span, range.is_some(), wants);
+    let mut output = read_output!(GetObjectOutput, &stored(&hit.meta), &covered, wants);
     output.body = Some(StreamingBlob::from(s3s::Body::from(body)));
     Ok(S3Response::new(output))
 }
@@ -778,15 +759,9 @@ impl S3 for CachedStore {
                 if_modified_since: input.if_modified_since.clone(),
                 if_unmodified_since: input.if_unmodified_since.clone(),
             };
-            let span = check_read(&hit.meta, &conditions, input.range.as_ref())?;
+            let covered = check_read(&hit.meta, &conditions, input.range.as_ref())?;
             let wants = wants_checksums(input.checksum_mode.as_ref());
-            let output = answer_from!(
-                HeadObjectOutput,
-                &hit.meta,
-                &span,
-                input.range.is_some(),
-                wants
-            );
+            let output = read_output!(HeadObjectOutput, &stored(&hit.meta), &covered, wants);
             return Ok(S3Response::new(output));
         }
         cache.metrics.bypassed.inc();

@@ -1,14 +1,13 @@
 //! PutObject, GetObject, HeadObject, DeleteObject(s) and CopyObject on the embedded store.
 
 use std::io;
-use std::ops::Range as Span;
 
 use bytes::Bytes;
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
 
 use super::files::{read_all, stream_file};
-use super::meta::{ObjectAttrs, ObjectRow};
+use super::meta::ObjectRow;
 use super::{blocking, found, write_error, LocalStore, UploadBody};
 use crate::objects::checksum::{hex, ChecksumKind};
 use crate::objects::conditions::{
@@ -16,8 +15,10 @@ use crate::objects::conditions::{
 };
 use crate::objects::shared::{
     check_length, checksum_type, content_length, copy_to_itself, declared, internal, now_ms,
-    object_attrs, replaces_metadata, set_attrs, set_checksums, timestamp,
+    object_attrs, read_output, replaces_metadata, set_checksums, timestamp, wants_checksums,
+    StoredObject,
 };
+use crate::objects::spans::{Covered, Read};
 
 /// Bodies up to this size are read in the same blocking step as the lookup.
 const SMALL_OBJECT: u64 = 256 * 1024;
@@ -37,8 +38,7 @@ enum Content {
 
 struct Fetched {
     row: ObjectRow,
-    span: Span<u64>,
-    ranged: bool,
+    covered: Covered,
     content: Option<Content>,
 }
 
@@ -46,12 +46,37 @@ fn etag(value: &str) -> ETag {
     ETag::Strong(value.to_string())
 }
 
-fn metadata_of(attrs: &ObjectAttrs) -> Option<Metadata> {
-    (!attrs.metadata.is_empty()).then(|| attrs.metadata.clone().into_iter().collect())
+fn stored(row: &ObjectRow) -> StoredObject<'_> {
+    StoredObject {
+        etag: &row.etag,
+        modified_ms: row.modified_ms,
+        size: row.size,
+        attrs: &row.attrs,
+        checksums: &row.checksums,
+    }
 }
 
-fn wants_checksums(mode: Option<&ChecksumMode>) -> bool {
-    mode.is_some_and(|m| m.as_str().eq_ignore_ascii_case(ChecksumMode::ENABLED))
+/// The sizes of a multipart object's parts, for a read by part number.
+fn part_sizes(row: &ObjectRow, read: &Read) -> S3Result<Option<Vec<u64>>> {
+    if !read.is_part() {
+        return Ok(None);
+    }
+    match (&row.part_list, row.parts) {
+        (Some(parts), _) => Ok(Some(parts.iter().map(|p| p.size).collect())),
+        (None, Some(_)) => Err(s3_error!(
+            NotImplemented,
+            "This object was completed before kiln recorded its parts' sizes: read it by range"
+        )),
+        (None, None) => Ok(None),
+    }
+}
+
+/// `x-amz-mp-parts-count`: a multipart object's number of parts, on reads by part number.
+fn parts_count(row: &ObjectRow, read: &Read) -> Option<i32> {
+    read.is_part()
+        .then_some(row.parts)
+        .flatten()
+        .map(|n| n as i32)
 }
 
 impl LocalStore {
@@ -163,13 +188,14 @@ impl LocalStore {
         .await
     }
 
-    /// Looks an object up, applies its preconditions and range, and opens its contents.
+    /// Looks an object up, applies its preconditions, finds the bytes the read covers, and
+    /// opens its contents.
     async fn fetch(
         &self,
         bucket: String,
         key: String,
         conditions: ReadConditions,
-        range: Option<Range>,
+        read: Read,
         with_body: bool,
     ) -> S3Result<Fetched> {
         let (meta, files) = (self.meta.clone(), self.files.clone());
@@ -181,16 +207,11 @@ impl LocalStore {
                     Verdict::NotModified => return Err(not_modified(&row.etag, row.modified_ms)),
                     Verdict::PreconditionFailed => return Err(precondition_failed()),
                 }
-                let span = match &range {
-                    Some(r) => r.check(row.size)?,
-                    None => 0..row.size,
-                };
-                let ranged = range.is_some();
+                let covered = read.cover(row.size, part_sizes(&row, &read)?.as_deref())?;
                 if !with_body {
                     return Ok(Fetched {
                         row,
-                        span,
-                        ranged,
+                        covered,
                         content: None,
                     });
                 }
@@ -200,6 +221,7 @@ impl LocalStore {
                     Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
                     Err(e) => return Err(internal("opening an object file", e)),
                 };
+                let span = &covered.span;
                 let len = span.end - span.start;
                 let content = if len <= SMALL_OBJECT {
                     Content::Bytes(
@@ -211,8 +233,7 @@ impl LocalStore {
                 };
                 return Ok(Fetched {
                     row,
-                    span,
-                    ranged,
+                    covered,
                     content: Some(content),
                 });
             }
@@ -229,52 +250,31 @@ impl LocalStore {
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let input = req.input;
-        if input.part_number.is_some() {
-            return Err(s3_error!(
-                NotImplemented,
-                "GetObject by partNumber is not supported"
-            ));
-        }
+        let read = Read::of(input.range, input.part_number)?;
         let conditions = ReadConditions {
             if_match: input.if_match,
             if_none_match: input.if_none_match,
             if_modified_since: input.if_modified_since,
             if_unmodified_since: input.if_unmodified_since,
         };
-        let fetched = self
-            .fetch(input.bucket, input.key, conditions, input.range, true)
-            .await?;
         let Fetched {
             row,
-            span,
-            ranged,
+            covered,
             content,
-        } = fetched;
+        } = self
+            .fetch(input.bucket, input.key, conditions, read.clone(), true)
+            .await?;
+        let span = &covered.span;
         let len = span.end - span.start;
         let body = match content {
             Some(Content::Bytes(bytes)) => StreamingBlob::from(s3s::Body::from(bytes)),
             Some(Content::File(file)) => StreamingBlob::new(stream_file(file, span.start, len)),
             None => StreamingBlob::from(s3s::Body::from(Bytes::new())),
         };
-        let ranged = &ranged;
-        let attrs = &row.attrs;
-        let mut output = GetObjectOutput {
-            body: Some(body),
-            content_length: Some(len as i64),
-            content_range: ranged
-                .then(|| format!("bytes {}-{}/{}", span.start, span.end - 1, row.size)),
-            accept_ranges: Some("bytes".into()),
-            e_tag: Some(etag(&row.etag)),
-            last_modified: Some(timestamp(row.modified_ms)),
-            metadata: metadata_of(attrs),
-            ..Default::default()
-        };
-        set_attrs!(output, attrs);
-        // Like S3: checksums only when asked for, and only for the whole object.
-        if wants_checksums(input.checksum_mode.as_ref()) && !ranged {
-            set_checksums!(output, &row.checksums);
-            output.checksum_type = checksum_type(&row.checksums);
-        }
+        let wants = wants_checksums(input.checksum_mode.as_ref());
+        let mut output = read_output!(GetObjectOutput, &stored(&row), &covered, wants);
+        output.body = Some(body);
+        output.parts_count = parts_count(&row, &read);
         Ok(S3Response::new(output))
     }
 
@@ -283,39 +283,19 @@ impl LocalStore {
         req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         let input = req.input;
-        if input.part_number.is_some() {
-            return Err(s3_error!(
-                NotImplemented,
-                "HeadObject by partNumber is not supported"
-            ));
-        }
+        let read = Read::of(input.range, input.part_number)?;
         let conditions = ReadConditions {
             if_match: input.if_match,
             if_none_match: input.if_none_match,
             if_modified_since: input.if_modified_since,
             if_unmodified_since: input.if_unmodified_since,
         };
-        let Fetched {
-            row, span, ranged, ..
-        } = self
-            .fetch(input.bucket, input.key, conditions, input.range, false)
+        let Fetched { row, covered, .. } = self
+            .fetch(input.bucket, input.key, conditions, read.clone(), false)
             .await?;
-        let attrs = &row.attrs;
-        let mut output = HeadObjectOutput {
-            content_length: Some((span.end - span.start) as i64),
-            content_range: ranged
-                .then(|| format!("bytes {}-{}/{}", span.start, span.end - 1, row.size)),
-            accept_ranges: Some("bytes".into()),
-            e_tag: Some(etag(&row.etag)),
-            last_modified: Some(timestamp(row.modified_ms)),
-            metadata: metadata_of(attrs),
-            ..Default::default()
-        };
-        set_attrs!(output, attrs);
-        if wants_checksums(input.checksum_mode.as_ref()) && !ranged {
-            set_checksums!(output, &row.checksums);
-            output.checksum_type = checksum_type(&row.checksums);
-        }
+        let wants = wants_checksums(input.checksum_mode.as_ref());
+        let mut output = read_output!(HeadObjectOutput, &stored(&row), &covered, wants);
+        output.parts_count = parts_count(&row, &read);
         Ok(S3Response::new(output))
     }
 
