@@ -167,3 +167,50 @@ def test_part_one_of_a_single_part_object_is_the_whole_object(s3, bucket):
     assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 416
     with pytest.raises(s3.exceptions.NoSuchKey):
         s3.get_object(Bucket=bucket, Key="missing", PartNumber=1)
+
+
+# --- ListMultipartUploads ------------------------------------------------------------------
+
+
+def test_list_multipart_uploads(s3, bucket):
+    began = {}
+    for key in ["a", "a", "b/1", "b/2", "c"]:
+        upload = s3.create_multipart_upload(Bucket=bucket, Key=key, ChecksumAlgorithm="SHA256")
+        began.setdefault(key, []).append(upload["UploadId"])
+    listed = s3.list_multipart_uploads(Bucket=bucket)
+    uploads = listed["Uploads"]
+    assert [(u["Key"], u["UploadId"]) for u in uploads] == [(k, u) for k, ids in began.items() for u in ids]
+    assert all(u["StorageClass"] == "STANDARD" and u["Initiated"] and u["Owner"]["ID"] and u["Initiator"]["ID"]
+               for u in uploads)
+    assert uploads[0]["ChecksumAlgorithm"] == "SHA256"
+    assert listed["IsTruncated"] is False
+
+    rolled = s3.list_multipart_uploads(Bucket=bucket, Delimiter="/")
+    assert [u["Key"] for u in rolled["Uploads"]] == ["a", "a", "c"]
+    assert [p["Prefix"] for p in rolled["CommonPrefixes"]] == ["b/"]
+    under = s3.list_multipart_uploads(Bucket=bucket, Prefix="b/")
+    assert [u["Key"] for u in under["Uploads"]] == ["b/1", "b/2"]
+
+    seen, markers = [], {}
+    while True:
+        page = s3.list_multipart_uploads(Bucket=bucket, MaxUploads=2, **markers)
+        seen += [u["UploadId"] for u in page.get("Uploads", [])]
+        if not page["IsTruncated"]:
+            break
+        markers = {"KeyMarker": page["NextKeyMarker"], "UploadIdMarker": page["NextUploadIdMarker"]}
+    assert seen == [u for ids in began.values() for u in ids]
+    pages = s3.get_paginator("list_multipart_uploads").paginate(Bucket=bucket, PaginationConfig={"PageSize": 3})
+    assert [u["UploadId"] for p in pages for u in p.get("Uploads", [])] == seen
+    after = s3.list_multipart_uploads(Bucket=bucket, KeyMarker="a")
+    assert [u["Key"] for u in after["Uploads"]] == ["b/1", "b/2", "c"]
+
+    # Completed and aborted uploads leave the list.
+    s3.abort_multipart_upload(Bucket=bucket, Key="c", UploadId=began["c"][0])
+    data = b"x"
+    part = s3.upload_part(Bucket=bucket, Key="b/1", UploadId=began["b/1"][0], PartNumber=1, Body=data,
+                          ChecksumAlgorithm="SHA256")
+    s3.complete_multipart_upload(Bucket=bucket, Key="b/1", UploadId=began["b/1"][0], MultipartUpload={"Parts": [
+        {"PartNumber": 1, "ETag": part["ETag"], "ChecksumSHA256": part["ChecksumSHA256"]}]})
+    assert [u["Key"] for u in s3.list_multipart_uploads(Bucket=bucket)["Uploads"]] == ["a", "a", "b/2"]
+    with pytest.raises(s3.exceptions.NoSuchBucket):
+        s3.list_multipart_uploads(Bucket=bucket + "-missing")

@@ -31,6 +31,7 @@ pub mod sdk_keys;
 mod serve;
 pub(crate) mod shared;
 pub mod spans;
+pub mod upload_list;
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};

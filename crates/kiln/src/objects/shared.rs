@@ -113,6 +113,26 @@ pub(crate) fn read_list_versions(input: &mut ListObjectVersionsInput) {
     }
 }
 
+/// The attribute names of GetObjectAttributes's `x-amz-object-attributes`, one each: s3s hands
+/// a comma-separated header over as one name, and aws-sdk-s3 quotes a name it forwards when
+/// that has a comma in it.
+pub(crate) fn object_attribute_names(names: &[ObjectAttributes]) -> Vec<ObjectAttributes> {
+    names
+        .iter()
+        .flat_map(|n| n.as_str().split(','))
+        .map(|n| n.trim().trim_matches('"').trim())
+        .filter(|n| !n.is_empty())
+        .map(|n| ObjectAttributes::from(n.to_string()))
+        .collect()
+}
+
+/// A ListMultipartUploads request as S3 reads it: an empty delimiter is absent.
+pub(crate) fn read_list_uploads(input: &mut ListMultipartUploadsInput) {
+    if input.delimiter.as_deref() == Some("") {
+        input.delimiter = None;
+    }
+}
+
 pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

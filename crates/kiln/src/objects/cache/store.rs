@@ -646,6 +646,13 @@ impl S3 for CachedStore {
         self.cache.backend.upload_part(req).await
     }
 
+    async fn list_multipart_uploads(
+        &self,
+        req: S3Request<ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+        self.cache.backend.list_multipart_uploads(req).await
+    }
+
     async fn list_parts(
         &self,
         req: S3Request<ListPartsInput>,

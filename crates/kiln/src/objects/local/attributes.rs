@@ -6,7 +6,7 @@ use s3s::{s3_error, S3Request, S3Response, S3Result};
 
 use super::meta::{ObjectRow, StoredPart};
 use super::{blocking, found, LocalStore};
-use crate::objects::shared::{checksum_type, set_checksums, timestamp};
+use crate::objects::shared::{checksum_type, object_attribute_names, set_checksums, timestamp};
 
 /// The most parts GetObjectAttributes lists at once.
 const MAX_PARTS_LISTED: i32 = 1000;
@@ -29,13 +29,8 @@ impl Wanted {
             storage_class: false,
             size: false,
         };
-        // s3s hands over the header's value as one name when the client separates them by commas.
-        let names = names
-            .iter()
-            .flat_map(|n| n.as_str().split(','))
-            .map(str::trim);
-        for name in names {
-            let flag = match name {
+        for name in object_attribute_names(names) {
+            let flag = match name.as_str() {
                 ObjectAttributes::ETAG => &mut wanted.etag,
                 ObjectAttributes::CHECKSUM => &mut wanted.checksum,
                 ObjectAttributes::OBJECT_PARTS => &mut wanted.parts,

@@ -3,13 +3,15 @@
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
 
-use super::meta::{BucketDeletion, ObjectRow};
+use super::meta::{BucketDeletion, ObjectRow, UploadRow};
 use super::{blocking, LocalStore};
-use crate::objects::listing::{self, url_encode, Cursor, ListRequest, Page};
+use crate::objects::listing::{self, successor, url_encode, Cursor, ListRequest, Page};
 use crate::objects::shared::{
     encodes_url, internal, listed_object, listed_version, max_keys, now_ms, owner,
-    owners_if_fetched, read_list_v1, read_list_v2, read_list_versions, timestamp,
+    owners_if_fetched, read_list_uploads, read_list_v1, read_list_v2, read_list_versions,
+    timestamp,
 };
+use crate::objects::upload_list::{list_uploads, UploadsRequest};
 
 impl LocalStore {
     pub(super) async fn create_bucket_op(
@@ -217,6 +219,66 @@ impl LocalStore {
         }))
     }
 
+    pub(super) async fn list_multipart_uploads_op(
+        &self,
+        req: S3Request<ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+        let mut input = req.input;
+        read_list_uploads(&mut input);
+        let url = encodes_url(input.encoding_type.as_ref())?;
+        let max_uploads = max_keys(input.max_uploads)?;
+        let request = UploadsRequest {
+            prefix: input.prefix.clone().unwrap_or_default(),
+            delimiter: input.delimiter.clone(),
+            key_marker: input.key_marker.clone(),
+            upload_id_marker: input.upload_id_marker.clone(),
+            max_uploads: max_uploads as usize,
+        };
+        self.require_bucket(&input.bucket).await?;
+        let meta = self.meta.clone();
+        let bucket = input.bucket.clone();
+        let page = blocking(move || {
+            let from = request.key_marker.as_deref().unwrap_or_default();
+            let from = from.max(request.prefix.as_str());
+            let below = successor(&request.prefix);
+            let uploads = meta
+                .uploads(&bucket, from, below.as_deref())
+                .map_err(|e| internal("metadata", e))?;
+            Ok(list_uploads(
+                &request,
+                uploads,
+                |u| u.key.as_str(),
+                |u| u.upload_id.as_str(),
+            ))
+        })
+        .await?;
+        let encode = |s: String| if url { url_encode(&s) } else { s };
+        let (next_key, next_upload) = match page.last.filter(|_| page.truncated) {
+            Some((key, upload)) => (Some(encode(key)), upload),
+            None => (None, None),
+        };
+        Ok(S3Response::new(ListMultipartUploadsOutput {
+            bucket: Some(input.bucket),
+            prefix: input.prefix.map(encode),
+            delimiter: input.delimiter.map(encode),
+            key_marker: Some(input.key_marker.map(encode).unwrap_or_default()),
+            upload_id_marker: Some(input.upload_id_marker.unwrap_or_default()),
+            next_key_marker: next_key,
+            next_upload_id_marker: next_upload,
+            max_uploads: Some(max_uploads),
+            is_truncated: Some(page.truncated),
+            encoding_type: input.encoding_type,
+            uploads: Some(
+                page.uploads
+                    .into_iter()
+                    .map(|row| upload_entry(row, encode))
+                    .collect(),
+            ),
+            common_prefixes: Some(common_prefix_list(page.common_prefixes, encode)),
+            ..Default::default()
+        }))
+    }
+
     pub(super) async fn list_objects_v1_op(
         &self,
         req: S3Request<ListObjectsInput>,
@@ -263,6 +325,25 @@ impl LocalStore {
             common_prefixes: Some(common_prefix_list(page.common_prefixes, encode)),
             ..Default::default()
         }))
+    }
+}
+
+fn upload_entry(row: UploadRow, encode: impl Fn(String) -> String) -> MultipartUpload {
+    let owner = owner();
+    MultipartUpload {
+        key: Some(encode(row.key)),
+        upload_id: Some(row.upload_id),
+        initiated: Some(timestamp(row.created_ms)),
+        initiator: Some(Initiator {
+            display_name: owner.display_name.clone(),
+            id: owner.id.clone(),
+        }),
+        owner: Some(owner),
+        storage_class: Some(StorageClass::from_static(StorageClass::STANDARD)),
+        checksum_algorithm: row
+            .algorithm
+            .map(|a| ChecksumAlgorithm::from(a.name().to_string())),
+        checksum_type: row.kind.map(|k| ChecksumType::from(k.name().to_string())),
     }
 }
 

@@ -302,6 +302,13 @@ impl S3 for LocalStore {
         self.upload_part_copy_op(req).await
     }
 
+    async fn list_multipart_uploads(
+        &self,
+        req: S3Request<ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+        self.list_multipart_uploads_op(req).await
+    }
+
     async fn list_parts(
         &self,
         req: S3Request<ListPartsInput>,

@@ -4,6 +4,8 @@
 
 use std::collections::HashMap;
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use s3s::dto::*;
 use s3s::{s3_error, S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
@@ -91,6 +93,24 @@ fn completed_output(
     };
     set_checksums!(output, checksums);
     S3Response::new(output)
+}
+
+/// A new upload id: the time it began (ns, hex, rising within this process) and 96 random
+/// bits. Ids sort in the order their uploads began, which is S3's order for a key's uploads in
+/// ListMultipartUploads, and `upload-id-marker` compares ids.
+fn new_upload_id() -> String {
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let previous = LAST
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| {
+            Some(now.max(last + 1))
+        })
+        .unwrap_or_default();
+    let began = now.max(previous + 1);
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    format!("{began:016x}{}", &random[..24])
 }
 
 /// S3's limits on parts.
@@ -188,11 +208,7 @@ impl LocalStore {
             }
         };
         let upload = UploadRow {
-            upload_id: format!(
-                "{}{}",
-                uuid::Uuid::new_v4().simple(),
-                uuid::Uuid::new_v4().simple()
-            ),
+            upload_id: new_upload_id(),
             bucket: input.bucket,
             key: input.key,
             created_ms: now_ms(),

@@ -46,34 +46,31 @@ impl Meta {
     ) -> Result<Option<UploadRow>, MetaError> {
         let db = self.db();
         let row = db
-            .prepare_cached(
-                "SELECT upload_id, bucket, key, created_ms, attrs, algorithm, kind FROM uploads
-                 WHERE upload_id = ?1 AND bucket = ?2 AND key = ?3",
-            )?
-            .query_row(params![upload_id, bucket, key], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, i64>(3)?,
-                    r.get::<_, String>(4)?,
-                    r.get::<_, Option<String>>(5)?,
-                    r.get::<_, Option<String>>(6)?,
-                ))
-            })
+            .prepare_cached(&format!(
+                "SELECT {UPLOAD_COLUMNS} FROM uploads
+                 WHERE upload_id = ?1 AND bucket = ?2 AND key = ?3"
+            ))?
+            .query_row(params![upload_id, bucket, key], upload_from_row)
             .optional()?;
-        let Some((upload_id, bucket, key, created_ms, attrs, algorithm, kind)) = row else {
-            return Ok(None);
-        };
-        Ok(Some(UploadRow {
-            upload_id,
-            bucket,
-            key,
-            created_ms,
-            attrs: from_json(&attrs)?,
-            algorithm: algorithm.as_deref().and_then(Algorithm::parse),
-            kind: kind.as_deref().and_then(ChecksumKind::parse),
-        }))
+        row.map(decode_upload).transpose()
+    }
+
+    /// The uploads of `bucket` whose keys are at least `from` and below `below` (no bound if
+    /// None), by key, then in the order they began.
+    pub fn uploads(
+        &self,
+        bucket: &str,
+        from: &str,
+        below: Option<&str>,
+    ) -> Result<Vec<UploadRow>, MetaError> {
+        let db = self.db();
+        let mut stmt = db.prepare_cached(&format!(
+            "SELECT {UPLOAD_COLUMNS} FROM uploads
+             WHERE bucket = ?1 AND key >= ?2 AND (?3 IS NULL OR key < ?3)
+             ORDER BY key, created_ms, upload_id"
+        ))?;
+        let rows = stmt.query_map(params![bucket, from, below], upload_from_row)?;
+        rows.map(|r| decode_upload(r?)).collect()
     }
 
     /// Records a part; returns the file of the part it replaced.
@@ -219,6 +216,36 @@ impl Meta {
     }
 }
 
+const UPLOAD_COLUMNS: &str = "upload_id, bucket, key, created_ms, attrs, algorithm, kind";
+
+/// An upload's row with its attributes still encoded.
+type RawUpload = (UploadRow, String, Option<String>, Option<String>);
+
+fn upload_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawUpload> {
+    Ok((
+        UploadRow {
+            upload_id: r.get(0)?,
+            bucket: r.get(1)?,
+            key: r.get(2)?,
+            created_ms: r.get(3)?,
+            attrs: Default::default(),
+            algorithm: None,
+            kind: None,
+        },
+        r.get(4)?,
+        r.get(5)?,
+        r.get(6)?,
+    ))
+}
+
+fn decode_upload(raw: RawUpload) -> Result<UploadRow, MetaError> {
+    let (mut upload, attrs, algorithm, kind) = raw;
+    upload.attrs = from_json(&attrs)?;
+    upload.algorithm = algorithm.as_deref().and_then(Algorithm::parse);
+    upload.kind = kind.as_deref().and_then(ChecksumKind::parse);
+    Ok(upload)
+}
+
 fn remember_completed(
     tx: &Transaction<'_>,
     upload_id: &str,
@@ -299,6 +326,8 @@ mod tests {
         let stored = meta.upload("u", "b", "k").unwrap().unwrap();
         assert_eq!(stored.algorithm, Some(Algorithm::Crc32));
         assert!(meta.upload("u", "b", "other").unwrap().is_none());
+        assert_eq!(meta.uploads("b", "", None).unwrap()[0].upload_id, "u");
+        assert!(meta.uploads("b", "k", Some("k")).unwrap().is_empty());
         let completed = CompletedUpload {
             parts: vec![(1, "e".into()), (2, "e".into())],
             etag: "etag-whole".into(),
