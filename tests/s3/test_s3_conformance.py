@@ -214,3 +214,68 @@ def test_list_multipart_uploads(s3, bucket):
     assert [u["Key"] for u in s3.list_multipart_uploads(Bucket=bucket)["Uploads"]] == ["a", "a", "b/2"]
     with pytest.raises(s3.exceptions.NoSuchBucket):
         s3.list_multipart_uploads(Bucket=bucket + "-missing")
+
+
+# --- storage classes -----------------------------------------------------------------------
+
+
+def test_storage_classes_are_stored_and_answered(s3, bucket):
+    s3.put_object(Bucket=bucket, Key="std", Body=b"x")
+    s3.put_object(Bucket=bucket, Key="explicit", Body=b"x", StorageClass="STANDARD")
+    s3.put_object(Bucket=bucket, Key="ia", Body=b"x", StorageClass="STANDARD_IA")
+    # S3 leaves STANDARD out of HEAD and GET.
+    assert "StorageClass" not in s3.head_object(Bucket=bucket, Key="std")
+    assert "StorageClass" not in s3.get_object(Bucket=bucket, Key="explicit")
+    assert s3.head_object(Bucket=bucket, Key="ia")["StorageClass"] == "STANDARD_IA"
+    assert s3.get_object(Bucket=bucket, Key="ia")["StorageClass"] == "STANDARD_IA"
+    classes = {o["Key"]: o["StorageClass"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]}
+    assert classes == {"std": "STANDARD", "explicit": "STANDARD", "ia": "STANDARD_IA"}
+    assert {o["Key"]: o["StorageClass"] for o in s3.list_objects(Bucket=bucket)["Contents"]} == classes
+    versions = s3.list_object_versions(Bucket=bucket)["Versions"]
+    assert {v["Key"]: v["StorageClass"] for v in versions} == classes
+    attributes = s3.get_object_attributes(Bucket=bucket, Key="ia", ObjectAttributes=["StorageClass"])
+    assert attributes["StorageClass"] == "STANDARD_IA"
+    for valid in ["REDUCED_REDUNDANCY", "ONEZONE_IA", "INTELLIGENT_TIERING", "GLACIER", "DEEP_ARCHIVE",
+                  "GLACIER_IR", "OUTPOSTS", "EXPRESS_ONEZONE"]:
+        s3.put_object(Bucket=bucket, Key=f"c-{valid}", Body=b"x", StorageClass=valid)
+        assert s3.head_object(Bucket=bucket, Key=f"c-{valid}")["StorageClass"] == valid
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.put_object(Bucket=bucket, Key="bad", Body=b"x", StorageClass="COLD")
+    assert error_code(e) == "InvalidStorageClass"
+    assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.copy_object(Bucket=bucket, Key="bad", CopySource={"Bucket": bucket, "Key": "std"}, StorageClass="COLD")
+    assert error_code(e) == "InvalidStorageClass"
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.create_multipart_upload(Bucket=bucket, Key="bad", StorageClass="COLD")
+    assert error_code(e) == "InvalidStorageClass"
+
+
+def test_multipart_uploads_keep_their_storage_class(s3, bucket):
+    upload_id = s3.create_multipart_upload(Bucket=bucket, Key="mp", StorageClass="GLACIER_IR")["UploadId"]
+    listed = s3.list_multipart_uploads(Bucket=bucket)["Uploads"]
+    assert [(u["UploadId"], u["StorageClass"]) for u in listed] == [(upload_id, "GLACIER_IR")]
+    etag = s3.upload_part(Bucket=bucket, Key="mp", UploadId=upload_id, PartNumber=1, Body=b"x")["ETag"]
+    s3.complete_multipart_upload(Bucket=bucket, Key="mp", UploadId=upload_id,
+                                 MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": etag}]})
+    assert s3.head_object(Bucket=bucket, Key="mp")["StorageClass"] == "GLACIER_IR"
+
+
+def test_copies_take_the_requests_storage_class(s3, bucket):
+    s3.put_object(Bucket=bucket, Key="k", Body=b"data", Metadata={"a": "1"}, ContentType="text/x")
+    source = {"Bucket": bucket, "Key": "k"}
+    # A copy onto itself must change something.
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.copy_object(Bucket=bucket, Key="k", CopySource=source)
+    assert error_code(e) == "InvalidRequest"
+    s3.copy_object(Bucket=bucket, Key="k", CopySource=source, StorageClass="ONEZONE_IA")
+    head = s3.head_object(Bucket=bucket, Key="k")
+    assert head["StorageClass"] == "ONEZONE_IA"
+    assert head["Metadata"] == {"a": "1"} and head["ContentType"] == "text/x"
+    # Another copy without one is STANDARD again, as on S3.
+    s3.copy_object(Bucket=bucket, Key="other", CopySource=source)
+    assert "StorageClass" not in s3.head_object(Bucket=bucket, Key="other")
+    s3.copy_object(Bucket=bucket, Key="k", CopySource=source, MetadataDirective="REPLACE", Metadata={"b": "2"})
+    head = s3.head_object(Bucket=bucket, Key="k")
+    assert head["Metadata"] == {"b": "2"} and "StorageClass" not in head
+    assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == b"data"

@@ -26,6 +26,49 @@ pub struct ObjectAttrs {
     pub expires_ms: Option<i64>,
     pub website_redirect_location: Option<String>,
     pub metadata: BTreeMap<String, String>,
+    /// The storage class, when not STANDARD.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub storage_class: Option<String>,
+}
+
+/// The storage classes S3 accepts on uploads and copies. kiln stores every one alike.
+const STORAGE_CLASSES: [&str; 10] = [
+    StorageClass::STANDARD,
+    StorageClass::REDUCED_REDUNDANCY,
+    StorageClass::STANDARD_IA,
+    StorageClass::ONEZONE_IA,
+    StorageClass::INTELLIGENT_TIERING,
+    StorageClass::GLACIER,
+    StorageClass::DEEP_ARCHIVE,
+    StorageClass::GLACIER_IR,
+    StorageClass::OUTPOSTS,
+    StorageClass::EXPRESS_ONEZONE,
+];
+
+/// Refuses a storage class S3 does not have.
+pub(crate) fn check_storage_class(class: Option<&StorageClass>) -> S3Result<()> {
+    match class {
+        Some(c) if !STORAGE_CLASSES.contains(&c.as_str()) => Err(s3_error!(
+            InvalidStorageClass,
+            "The storage class you specified is not valid"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The storage class to store: None for STANDARD, which S3 leaves out of HEAD and GET.
+pub(crate) fn stored_class(class: Option<&str>) -> Option<String> {
+    class
+        .filter(|c| *c != StorageClass::STANDARD)
+        .map(str::to_string)
+}
+
+/// An object's storage class as listings and GetObjectAttributes name it.
+pub(crate) fn class_name(attrs: &ObjectAttrs) -> &str {
+    attrs
+        .storage_class
+        .as_deref()
+        .unwrap_or(StorageClass::STANDARD)
 }
 
 /// The most keys one listing page holds.
@@ -60,25 +103,20 @@ pub(crate) fn encodes_url(encoding: Option<&EncodingType>) -> S3Result<bool> {
     }
 }
 
-/// An object's entry in a listing (`etag` unquoted).
-pub(crate) fn listed_object(
-    key: String,
-    size: u64,
-    etag: String,
-    modified_ms: i64,
-    checksums: &Checksums,
-) -> Object {
-    let algorithms: Vec<ChecksumAlgorithm> = checksums
+/// An object's entry in a listing, under `key` (encoded as the listing asks).
+pub(crate) fn listed_object(key: String, object: &StoredObject<'_>) -> Object {
+    let algorithms: Vec<ChecksumAlgorithm> = object
+        .checksums
         .algorithms()
         .map(|a| ChecksumAlgorithm::from(a.name().to_string()))
         .collect();
     Object {
         key: Some(key),
-        size: Some(size as i64),
-        e_tag: Some(ETag::Strong(etag)),
-        last_modified: Some(timestamp(modified_ms)),
-        storage_class: Some(ObjectStorageClass::from_static(
-            ObjectStorageClass::STANDARD,
+        size: Some(object.size as i64),
+        e_tag: Some(ETag::Strong(object.etag.to_string())),
+        last_modified: Some(timestamp(object.modified_ms)),
+        storage_class: Some(ObjectStorageClass::from(
+            class_name(object.attrs).to_string(),
         )),
         checksum_algorithm: (!algorithms.is_empty()).then_some(algorithms),
         owner: Some(owner()),
@@ -145,14 +183,23 @@ pub(crate) fn replaces_metadata(directive: Option<&MetadataDirective>) -> bool {
     directive.is_some_and(|d| d.as_str() == MetadataDirective::REPLACE)
 }
 
-/// S3's answer to a CopyObject onto its own source that changes nothing.
-pub(crate) fn copy_to_itself() -> S3Error {
-    s3_error!(
-        InvalidRequest,
-        "This copy request is illegal because it is trying to copy an object to itself without \
-         changing the object's metadata, storage class, website redirect location or encryption \
-         attributes."
-    )
+/// Refuses a CopyObject onto its own source (`to_itself`) that changes nothing, as S3 does: it
+/// must replace the metadata, or set a storage class, a website redirect or encryption.
+pub(crate) fn check_self_copy(input: &CopyObjectInput, to_itself: bool) -> S3Result<()> {
+    let changes = replaces_metadata(input.metadata_directive.as_ref())
+        || input.storage_class.is_some()
+        || input.website_redirect_location.is_some()
+        || input.server_side_encryption.is_some()
+        || input.sse_customer_algorithm.is_some();
+    if to_itself && !changes {
+        return Err(s3_error!(
+            InvalidRequest,
+            "This copy request is illegal because it is trying to copy an object to itself without \
+             changing the object's metadata, storage class, website redirect location or encryption \
+             attributes."
+        ));
+    }
+    Ok(())
 }
 
 pub(crate) fn timestamp(ms: i64) -> Timestamp {
@@ -253,6 +300,9 @@ macro_rules! object_attrs {
             expires_ms: $input.expires.as_ref().map($crate::objects::shared::ms_of),
             website_redirect_location: $input.website_redirect_location,
             metadata: $input.metadata.unwrap_or_default().into_iter().collect(),
+            storage_class: $crate::objects::shared::stored_class(
+                $input.storage_class.as_ref().map(|c| c.as_str()),
+            ),
         }
     };
 }
@@ -306,6 +356,10 @@ macro_rules! set_attrs {
         $out.cache_control = attrs.cache_control.clone();
         $out.expires = attrs.expires_ms.map($crate::objects::shared::timestamp);
         $out.website_redirect_location = attrs.website_redirect_location.clone();
+        $out.storage_class = attrs
+            .storage_class
+            .clone()
+            .map(s3s::dto::StorageClass::from);
     }};
 }
 pub(crate) use set_attrs;

@@ -20,10 +20,10 @@ use crate::function::{InvocationTags, StorageTag};
 use crate::objects::checksum::{hex, verify_content_md5, BodyHasher};
 use crate::objects::conditions::{not_modified, precondition_failed, ReadConditions, Verdict};
 use crate::objects::shared::{
-    body_error, check_length, checksum_type, checksums_from, content_length, copy_source_span,
-    copy_to_itself, declared, incomplete_body, internal, now_ms, object_attrs, read_list_v1,
-    read_list_v2, read_list_versions, read_output, replaces_metadata, set_checksums, timestamp,
-    wants_checksums, StoredObject,
+    body_error, check_length, check_self_copy, checksum_type, checksums_from, content_length,
+    copy_source_span, declared, incomplete_body, internal, now_ms, object_attrs, read_list_v1,
+    read_list_v2, read_list_versions, read_output, replaces_metadata, set_checksums, stored_class,
+    timestamp, wants_checksums, ObjectAttrs,
 };
 use crate::objects::spans::{Covered, Read};
 
@@ -95,18 +95,9 @@ fn meta_of(output: &GetObjectOutput, size: u64) -> Meta {
             expires_ms: output.expires.as_ref().map(crate::objects::shared::ms_of),
             website_redirect_location: output.website_redirect_location.clone(),
             metadata: metadata.unwrap_or_default().into_iter().collect(),
+            storage_class: stored_class(output.storage_class.as_ref().map(|c| c.as_str())),
         },
         checksums,
-    }
-}
-
-fn stored(meta: &Meta) -> StoredObject<'_> {
-    StoredObject {
-        etag: &meta.etag,
-        modified_ms: meta.modified_ms,
-        size: meta.size,
-        attrs: &meta.attrs,
-        checksums: &meta.checksums,
     }
 }
 
@@ -134,7 +125,7 @@ fn answer_get(
     let covered = check_read(&hit.meta, conditions, range)?;
     let span = &covered.span;
     let body = hit.body.slice(span.start as usize..span.end as usize);
-    let mut output = read_output!(GetObjectOutput, &stored(&hit.meta), &covered, wants);
+    let mut output = read_output!(GetObjectOutput, &hit.meta.stored(), &covered, wants);
     output.body = Some(StreamingBlob::from(s3s::Body::from(body)));
     Ok(S3Response::new(output))
 }
@@ -456,10 +447,8 @@ impl CachedStore {
             service,
             ..
         } = req;
+        check_self_copy(&input, ObjectKey::new(&input.bucket, &input.key) == source)?;
         let replace = replaces_metadata(input.metadata_directive.as_ref());
-        if ObjectKey::new(&input.bucket, &input.key) == source && !replace {
-            return Err(copy_to_itself());
-        }
         let conditions = ReadConditions {
             if_match: input.copy_source_if_match.clone(),
             if_none_match: input.copy_source_if_none_match.clone(),
@@ -469,10 +458,15 @@ impl CachedStore {
         if conditions.evaluate(&held.meta.etag, held.meta.modified_ms) != Verdict::Proceed {
             return Err(precondition_failed());
         }
-        let attrs = if replace {
-            object_attrs!(input)
-        } else {
-            held.meta.attrs.clone()
+        // The copy's storage class is the request's, whatever the source's.
+        let class = stored_class(input.storage_class.as_ref().map(|c| c.as_str()));
+        let attrs = ObjectAttrs {
+            storage_class: class,
+            ..if replace {
+                object_attrs!(input)
+            } else {
+                held.meta.attrs.clone()
+            }
         };
         let replace_tags = input
             .tagging_directive
@@ -768,7 +762,7 @@ impl S3 for CachedStore {
             };
             let covered = check_read(&hit.meta, &conditions, input.range.as_ref())?;
             let wants = wants_checksums(input.checksum_mode.as_ref());
-            let output = read_output!(HeadObjectOutput, &stored(&hit.meta), &covered, wants);
+            let output = read_output!(HeadObjectOutput, &hit.meta.stored(), &covered, wants);
             return Ok(S3Response::new(output));
         }
         cache.metrics.bypassed.inc();

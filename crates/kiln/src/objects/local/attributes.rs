@@ -6,7 +6,9 @@ use s3s::{s3_error, S3Request, S3Response, S3Result};
 
 use super::meta::{ObjectRow, StoredPart};
 use super::{blocking, found, LocalStore};
-use crate::objects::shared::{checksum_type, object_attribute_names, set_checksums, timestamp};
+use crate::objects::shared::{
+    checksum_type, class_name, object_attribute_names, set_checksums, timestamp,
+};
 
 /// The most parts GetObjectAttributes lists at once.
 const MAX_PARTS_LISTED: i32 = 1000;
@@ -113,7 +115,7 @@ impl LocalStore {
             object_parts,
             storage_class: wanted
                 .storage_class
-                .then(|| StorageClass::from_static(StorageClass::STANDARD)),
+                .then(|| StorageClass::from(class_name(&row.attrs).to_string())),
             object_size: wanted.size.then_some(row.size as i64),
             last_modified: Some(timestamp(row.modified_ms)),
             ..Default::default()

@@ -7,7 +7,7 @@ use super::meta::{BucketDeletion, ObjectRow, UploadRow};
 use super::{blocking, LocalStore};
 use crate::objects::listing::{self, successor, url_encode, Cursor, ListRequest, Page};
 use crate::objects::shared::{
-    encodes_url, internal, listed_object, listed_version, max_keys, now_ms, owner,
+    class_name, encodes_url, internal, listed_object, listed_version, max_keys, now_ms, owner,
     owners_if_fetched, read_list_uploads, read_list_v1, read_list_v2, read_list_versions,
     timestamp,
 };
@@ -339,7 +339,7 @@ fn upload_entry(row: UploadRow, encode: impl Fn(String) -> String) -> MultipartU
             id: owner.id.clone(),
         }),
         owner: Some(owner),
-        storage_class: Some(StorageClass::from_static(StorageClass::STANDARD)),
+        storage_class: Some(StorageClass::from(class_name(&row.attrs).to_string())),
         checksum_algorithm: row
             .algorithm
             .map(|a| ChecksumAlgorithm::from(a.name().to_string())),
@@ -360,11 +360,5 @@ fn common_prefix_list(
 }
 
 fn object_entry(row: ObjectRow, encode: impl Fn(String) -> String) -> Object {
-    listed_object(
-        encode(row.key),
-        row.size,
-        row.etag,
-        row.modified_ms,
-        &row.checksums,
-    )
+    listed_object(encode(row.key.clone()), &row.stored())
 }

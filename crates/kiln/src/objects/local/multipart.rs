@@ -17,8 +17,8 @@ use crate::objects::checksum::{
 };
 use crate::objects::conditions::{ReadConditions, Verdict, WriteCondition};
 use crate::objects::shared::{
-    check_length, checksums_from, content_length, copy_source_span, declared, internal, now_ms,
-    object_attrs, set_checksums, timestamp,
+    check_length, check_storage_class, checksums_from, content_length, copy_source_span, declared,
+    internal, now_ms, object_attrs, set_checksums, timestamp,
 };
 
 /// The stored parts a CompleteMultipartUpload names, in its order, if each exists with the
@@ -165,6 +165,7 @@ impl LocalStore {
         req: S3Request<CreateMultipartUploadInput>,
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
         let input = req.input;
+        check_storage_class(input.storage_class.as_ref())?;
         let algorithm = match &input.checksum_algorithm {
             Some(a) => Some(Algorithm::parse(a.as_str()).ok_or_else(|| {
                 s3_error!(

@@ -7,16 +7,16 @@ use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
 
 use super::files::{read_all, stream_file};
-use super::meta::ObjectRow;
+use super::meta::{ObjectAttrs, ObjectRow};
 use super::{blocking, found, write_error, LocalStore, UploadBody};
 use crate::objects::checksum::{hex, ChecksumKind};
 use crate::objects::conditions::{
     not_modified, precondition_failed, ReadConditions, Verdict, WriteCondition,
 };
 use crate::objects::shared::{
-    check_length, checksum_type, content_length, copy_to_itself, declared, internal, now_ms,
-    object_attrs, read_output, replaces_metadata, set_checksums, timestamp, wants_checksums,
-    StoredObject,
+    check_length, check_self_copy, check_storage_class, checksum_type, content_length, declared,
+    internal, now_ms, object_attrs, read_output, replaces_metadata, set_checksums, stored_class,
+    timestamp, wants_checksums,
 };
 use crate::objects::spans::{Covered, Read};
 
@@ -44,16 +44,6 @@ struct Fetched {
 
 fn etag(value: &str) -> ETag {
     ETag::Strong(value.to_string())
-}
-
-fn stored(row: &ObjectRow) -> StoredObject<'_> {
-    StoredObject {
-        etag: &row.etag,
-        modified_ms: row.modified_ms,
-        size: row.size,
-        attrs: &row.attrs,
-        checksums: &row.checksums,
-    }
 }
 
 /// The sizes of a multipart object's parts, for a read by part number.
@@ -99,6 +89,7 @@ impl LocalStore {
         let condition =
             WriteCondition::from_headers(input.if_match.as_ref(), input.if_none_match.as_ref())
                 .map_err(|m| s3_error!(InvalidRequest, "{m}"))?;
+        check_storage_class(input.storage_class.as_ref())?;
         let length = content_length(input.content_length, &headers);
         // Before anything that waits: a client holding its body for `100 Continue` gets the
         // refusal at once.
@@ -272,7 +263,7 @@ impl LocalStore {
             None => StreamingBlob::from(s3s::Body::from(Bytes::new())),
         };
         let wants = wants_checksums(input.checksum_mode.as_ref());
-        let mut output = read_output!(GetObjectOutput, &stored(&row), &covered, wants);
+        let mut output = read_output!(GetObjectOutput, &row.stored(), &covered, wants);
         output.body = Some(body);
         output.parts_count = parts_count(&row, &read);
         Ok(S3Response::new(output))
@@ -294,7 +285,7 @@ impl LocalStore {
             .fetch(input.bucket, input.key, conditions, read.clone(), false)
             .await?;
         let wants = wants_checksums(input.checksum_mode.as_ref());
-        let mut output = read_output!(HeadObjectOutput, &stored(&row), &covered, wants);
+        let mut output = read_output!(HeadObjectOutput, &row.stored(), &covered, wants);
         output.parts_count = parts_count(&row, &read);
         Ok(S3Response::new(output))
     }
@@ -372,7 +363,7 @@ impl LocalStore {
         req: S3Request<CopyObjectInput>,
     ) -> S3Result<S3Response<CopyObjectOutput>> {
         let input = req.input;
-        let (source_bucket, source_key) = match input.copy_source {
+        let (source_bucket, source_key) = match &input.copy_source {
             CopySource::Bucket {
                 bucket,
                 key,
@@ -391,10 +382,14 @@ impl LocalStore {
                 ))
             }
         };
+        check_storage_class(input.storage_class.as_ref())?;
+        check_self_copy(
+            &input,
+            source_bucket == input.bucket && source_key == input.key,
+        )?;
         let replace = replaces_metadata(input.metadata_directive.as_ref());
-        if source_bucket == input.bucket && source_key == input.key && !replace {
-            return Err(copy_to_itself());
-        }
+        // The copy's storage class is the request's, whatever the source's.
+        let class = stored_class(input.storage_class.as_ref().map(|c| c.as_str()));
         let conditions = ReadConditions {
             if_match: input.copy_source_if_match,
             if_none_match: input.copy_source_if_none_match,
@@ -426,7 +421,10 @@ impl LocalStore {
                     key: key.clone(),
                     file_id,
                     modified_ms: now_ms(),
-                    attrs: new_attrs.clone().unwrap_or(source.attrs),
+                    attrs: ObjectAttrs {
+                        storage_class: class.clone(),
+                        ..new_attrs.clone().unwrap_or(source.attrs)
+                    },
                     ..source
                 };
                 return match meta.put_object(&bucket, &row, &WriteCondition::Always) {

@@ -74,6 +74,19 @@ pub struct ObjectRow {
     pub part_list: Option<Vec<StoredPart>>,
 }
 
+impl ObjectRow {
+    /// What GetObject, HeadObject and listings answer of it.
+    pub(crate) fn stored(&self) -> crate::objects::shared::StoredObject<'_> {
+        crate::objects::shared::StoredObject {
+            etag: &self.etag,
+            modified_ms: self.modified_ms,
+            size: self.size,
+            attrs: &self.attrs,
+            checksums: &self.checksums,
+        }
+    }
+}
+
 /// One part of a multipart object, as the upload was completed with it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StoredPart {
