@@ -1,11 +1,17 @@
 """S3 operations beyond reading and writing objects: ListObjectVersions on unversioned
-buckets, GetObjectAttributes, reads by part number, ListMultipartUploads and storage classes,
-as boto3 and the AWS CLI call them."""
+buckets, GetObjectAttributes, reads by part number, ListMultipartUploads, storage classes and
+canned ACLs, as boto3 calls them."""
 
+import urllib.error
+import urllib.request
+
+import boto3
+import botocore
+import botocore.config
 import botocore.exceptions
 import pytest
 
-from s3_harness import bucket, error_code, s3
+from s3_harness import bucket, error_code, s3, s3_endpoint
 
 MiB = 1024 * 1024
 
@@ -279,3 +285,104 @@ def test_copies_take_the_requests_storage_class(s3, bucket):
     head = s3.head_object(Bucket=bucket, Key="k")
     assert head["Metadata"] == {"b": "2"} and "StorageClass" not in head
     assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == b"data"
+
+
+
+# --- canned ACLs ---------------------------------------------------------------------------
+
+ALL_USERS = "http://acs.amazonaws.com/groups/global/AllUsers"
+
+
+@pytest.fixture
+def unsigned(kiln):
+    """boto3 without credentials: S3's anonymous requests."""
+    return boto3.client("s3", endpoint_url=s3_endpoint(kiln), region_name="us-east-1",
+                        config=botocore.config.Config(signature_version=botocore.UNSIGNED,
+                                                      retries={"max_attempts": 0}))
+
+
+def grants_of(answer):
+    return sorted((g["Grantee"].get("ID") or g["Grantee"].get("URI"), g["Permission"]) for g in answer["Grants"])
+
+
+def test_object_acls_answer_the_owner_and_public_readers(s3, bucket):
+    s3.put_object(Bucket=bucket, Key="private", Body=b"x")
+    acl = s3.get_object_acl(Bucket=bucket, Key="private")
+    owner = acl["Owner"]["ID"]
+    assert grants_of(acl) == [(owner, "FULL_CONTROL")]
+    s3.put_object(Bucket=bucket, Key="public", Body=b"x", ACL="public-read")
+    assert grants_of(s3.get_object_acl(Bucket=bucket, Key="public")) == sorted(
+        [(owner, "FULL_CONTROL"), (ALL_USERS, "READ")])
+    s3.put_object_acl(Bucket=bucket, Key="public", ACL="private")
+    assert grants_of(s3.get_object_acl(Bucket=bucket, Key="public")) == [(owner, "FULL_CONTROL")]
+    # The policy GetObjectAcl answered, with AllUsers READ added, is one kiln takes back.
+    policy = s3.get_object_acl(Bucket=bucket, Key="private")
+    policy["Grants"].append({"Grantee": {"Type": "Group", "URI": ALL_USERS}, "Permission": "READ"})
+    s3.put_object_acl(Bucket=bucket, Key="private",
+                      AccessControlPolicy={"Grants": policy["Grants"], "Owner": policy["Owner"]})
+    assert (ALL_USERS, "READ") in grants_of(s3.get_object_acl(Bucket=bucket, Key="private"))
+    with pytest.raises(s3.exceptions.NoSuchKey):
+        s3.get_object_acl(Bucket=bucket, Key="missing")
+    # Grants kiln cannot enforce are refused, not stored.
+    for refused in [dict(ACL="public-read-write"), dict(GrantRead='id="someone-else"')]:
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            s3.put_object(Bucket=bucket, Key="refused", Body=b"x", **refused)
+        assert error_code(e) == "NotImplemented", refused
+        assert e.value.response["Error"]["Message"]
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.put_object_acl(Bucket=bucket, Key="public", ACL="public-read-write")
+    assert error_code(e) == "NotImplemented"
+    # Copies take the request's ACL, as on S3.
+    s3.copy_object(Bucket=bucket, Key="copy", CopySource={"Bucket": bucket, "Key": "private"})
+    assert grants_of(s3.get_object_acl(Bucket=bucket, Key="copy")) == [(owner, "FULL_CONTROL")]
+
+
+def test_bucket_acls(s3):
+    import uuid
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=name, ACL="public-read")
+    acl = s3.get_bucket_acl(Bucket=name)
+    assert grants_of(acl) == sorted([(acl["Owner"]["ID"], "FULL_CONTROL"), (ALL_USERS, "READ")])
+    s3.put_bucket_acl(Bucket=name, ACL="private")
+    assert grants_of(s3.get_bucket_acl(Bucket=name)) == [(acl["Owner"]["ID"], "FULL_CONTROL")]
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.put_bucket_acl(Bucket=name, ACL="log-delivery-write")
+    assert error_code(e) == "NotImplemented"
+    with pytest.raises(s3.exceptions.NoSuchBucket):
+        s3.get_bucket_acl(Bucket=name + "-missing")
+
+
+def test_unsigned_requests_read_public_objects_only(s3, bucket, unsigned, kiln):
+    s3.put_object(Bucket=bucket, Key="public", Body=b"for all", ACL="public-read")
+    s3.put_object(Bucket=bucket, Key="private", Body=b"mine")
+    assert unsigned.get_object(Bucket=bucket, Key="public")["Body"].read() == b"for all"
+    assert unsigned.head_object(Bucket=bucket, Key="public")["ContentLength"] == 7
+    url = f"{s3_endpoint(kiln)}/{bucket}/public"
+    with urllib.request.urlopen(url) as answer:  # a browser's GET
+        assert answer.read() == b"for all"
+    for key in ["private", "missing"]:
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            unsigned.get_object(Bucket=bucket, Key=key)
+        assert error_code(e) == "AccessDenied", key
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        unsigned.head_object(Bucket=bucket, Key="private")
+    assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
+    # Anything but reads is refused, public or not.
+    for call in [lambda: unsigned.put_object(Bucket=bucket, Key="public", Body=b"overwritten"),
+                 lambda: unsigned.delete_object(Bucket=bucket, Key="public"),
+                 lambda: unsigned.get_object_acl(Bucket=bucket, Key="public"),
+                 lambda: unsigned.list_objects_v2(Bucket=bucket)]:
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            call()
+        assert error_code(e) == "AccessDenied"
+    assert s3.get_object(Bucket=bucket, Key="public")["Body"].read() == b"for all"
+    # A public-read bucket lists to anyone; its objects stay as private as their own ACLs.
+    s3.put_bucket_acl(Bucket=bucket, ACL="public-read")
+    assert [o["Key"] for o in unsigned.list_objects_v2(Bucket=bucket)["Contents"]] == ["private", "public"]
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        unsigned.get_object(Bucket=bucket, Key="private")
+    assert error_code(e) == "AccessDenied"
+    s3.put_object_acl(Bucket=bucket, Key="public", ACL="private")
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        unsigned.get_object(Bucket=bucket, Key="public")
+    assert error_code(e) == "AccessDenied"

@@ -14,6 +14,9 @@ import uuid
 import zlib
 from dataclasses import dataclass
 
+import boto3
+import botocore
+import botocore.config
 import botocore.exceptions
 import pytest
 import requests
@@ -167,6 +170,20 @@ def test_attributes_parts_and_uploads_through_the_front(front, remote, bucket):
         assert attributes["ObjectParts"]["TotalPartsCount"] == 2
         got = s3.get_object(Bucket=bucket, Key="mp", PartNumber=2)
         assert got["Body"].read() == b"tail" and got["PartsCount"] == 2
+
+
+def test_acls_through_the_front(front, bucket):
+    """ACLs are the remote's; an unsigned request is refused by the front, which cannot tell
+    what the remote would let it read."""
+    s3 = s3_client(front)
+    s3.put_object(Bucket=bucket, Key="public", Body=b"x", ACL="public-read")
+    uris = [g["Grantee"].get("URI") for g in s3.get_object_acl(Bucket=bucket, Key="public")["Grants"]]
+    assert "http://acs.amazonaws.com/groups/global/AllUsers" in uris
+    unsigned = boto3.client("s3", endpoint_url=s3_endpoint(front), region_name="us-east-1",
+                            config=botocore.config.Config(signature_version=botocore.UNSIGNED))
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        unsigned.get_object(Bucket=bucket, Key="public")
+    assert e.value.response["Error"]["Code"] == "AccessDenied"
 
 
 def test_multipart_through_the_front(front, remote, bucket):

@@ -314,11 +314,15 @@ remote_s3! {
         list_objects(ListObjectsInput) -> ListObjectsOutput;
         list_object_versions(ListObjectVersionsInput) -> ListObjectVersionsOutput;
         list_multipart_uploads(ListMultipartUploadsInput) -> ListMultipartUploadsOutput;
+        get_bucket_acl(GetBucketAclInput) -> GetBucketAclOutput;
+        put_bucket_acl(PutBucketAclInput) -> PutBucketAclOutput;
         delete_objects(DeleteObjectsInput) -> DeleteObjectsOutput;
     }
     keyed {
         get_object(GetObjectInput) -> GetObjectOutput;
         head_object(HeadObjectInput) -> HeadObjectOutput;
+        get_object_acl(GetObjectAclInput) -> GetObjectAclOutput;
+        put_object_acl(PutObjectAclInput) -> PutObjectAclOutput;
         delete_object(DeleteObjectInput) -> DeleteObjectOutput;
         copy_object(CopyObjectInput) -> CopyObjectOutput;
         create_multipart_upload(CreateMultipartUploadInput) -> CreateMultipartUploadOutput;

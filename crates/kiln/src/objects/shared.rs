@@ -29,6 +29,9 @@ pub struct ObjectAttrs {
     /// The storage class, when not STANDARD.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub storage_class: Option<String>,
+    /// The canned ACL, when it opens reads to more than the owner (see `acl.rs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub acl: Option<String>,
 }
 
 /// The storage classes S3 accepts on uploads and copies. kiln stores every one alike.
@@ -303,6 +306,8 @@ macro_rules! object_attrs {
             storage_class: $crate::objects::shared::stored_class(
                 $input.storage_class.as_ref().map(|c| c.as_str()),
             ),
+            // Set by the store from `x-amz-acl`, which it checks (`acl::requested_acl`).
+            acl: None,
         }
     };
 }

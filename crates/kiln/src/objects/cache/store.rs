@@ -17,6 +17,7 @@ use super::{
     MEDIA_METADATA,
 };
 use crate::function::{InvocationTags, StorageTag};
+use crate::objects::acl::Anonymous;
 use crate::objects::checksum::{hex, verify_content_md5, BodyHasher};
 use crate::objects::conditions::{not_modified, precondition_failed, ReadConditions, Verdict};
 use crate::objects::shared::{
@@ -34,6 +35,12 @@ fn plain_read(
     sse_customer_algorithm: &Option<String>,
 ) -> bool {
     version_id.is_none() && part_number.is_none() && sse_customer_algorithm.is_none()
+}
+
+/// Whether a request came unsigned: the backing store decides what it may read (`public-read`),
+/// so the cache answers it from nothing it holds.
+fn unsigned<T>(req: &S3Request<T>) -> bool {
+    req.extensions.get::<Anonymous>().is_some()
 }
 
 /// A write the cache can take: none of encryption, locks, tags, ACLs, storage classes,
@@ -96,6 +103,8 @@ fn meta_of(output: &GetObjectOutput, size: u64) -> Meta {
             website_redirect_location: output.website_redirect_location.clone(),
             metadata: metadata.unwrap_or_default().into_iter().collect(),
             storage_class: stored_class(output.storage_class.as_ref().map(|c| c.as_str())),
+            // A GET does not tell: the cache answers no ACL, nor an unsigned request.
+            acl: None,
         },
         checksums,
     }
@@ -239,7 +248,8 @@ impl CachedStore {
             &input.version_id,
             &input.part_number,
             &input.sse_customer_algorithm,
-        ) {
+        ) || unsigned(&req)
+        {
             cache.metrics.bypassed.inc();
             cache.until_clean(&key).await?;
             let mut out = cache.backend.get_object(req).await?;
@@ -691,6 +701,9 @@ impl S3 for CachedStore {
     ) -> S3Result<S3Response<ListObjectsV2Output>> {
         read_list_v2(&mut req.input);
         self.cache.until_bucket_settled(&req.input.bucket).await?;
+        if unsigned(&req) {
+            return self.cache.backend.list_objects_v2(req).await;
+        }
         self.cache.list_objects_v2(req).await
     }
 
@@ -700,6 +713,9 @@ impl S3 for CachedStore {
     ) -> S3Result<S3Response<ListObjectsOutput>> {
         read_list_v1(&mut req.input);
         self.cache.until_bucket_settled(&req.input.bucket).await?;
+        if unsigned(&req) {
+            return self.cache.backend.list_objects(req).await;
+        }
         self.cache.list_objects(req).await
     }
 
@@ -745,7 +761,7 @@ impl S3 for CachedStore {
             &input.version_id,
             &input.part_number,
             &input.sse_customer_algorithm,
-        );
+        ) && !unsigned(&req);
         let hit = if plain {
             cache.entries().get(&key, Instant::now())
         } else {
@@ -789,6 +805,41 @@ impl S3 for CachedStore {
         self.cache.metrics.bypassed.inc();
         self.cache.until_clean(&key).await?;
         self.cache.backend.get_object_attributes(req).await
+    }
+
+    async fn get_bucket_acl(
+        &self,
+        req: S3Request<GetBucketAclInput>,
+    ) -> S3Result<S3Response<GetBucketAclOutput>> {
+        self.cache.backend.get_bucket_acl(req).await
+    }
+
+    async fn put_bucket_acl(
+        &self,
+        req: S3Request<PutBucketAclInput>,
+    ) -> S3Result<S3Response<PutBucketAclOutput>> {
+        self.cache.backend.put_bucket_acl(req).await
+    }
+
+    /// An object's ACL is the backing store's (the cache answers no ACL of its own).
+    async fn get_object_acl(
+        &self,
+        req: S3Request<GetObjectAclInput>,
+    ) -> S3Result<S3Response<GetObjectAclOutput>> {
+        let key = ObjectKey::new(&req.input.bucket, &req.input.key);
+        self.cache.until_clean(&key).await?;
+        self.cache.backend.get_object_acl(req).await
+    }
+
+    async fn put_object_acl(
+        &self,
+        req: S3Request<PutObjectAclInput>,
+    ) -> S3Result<S3Response<PutObjectAclOutput>> {
+        let key = ObjectKey::new(&req.input.bucket, &req.input.key);
+        let backend = &self.cache.backend;
+        self.cache
+            .write_through(vec![key], backend.put_object_acl(req))
+            .await
     }
 
     async fn put_object(

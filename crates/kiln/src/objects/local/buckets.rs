@@ -3,8 +3,10 @@
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
 
+use super::acls::{check_anonymous, hide_from_anonymous, is_anonymous};
 use super::meta::{BucketDeletion, ObjectRow, UploadRow};
 use super::{blocking, LocalStore};
+use crate::objects::acl::requested_acl;
 use crate::objects::listing::{self, successor, url_encode, Cursor, ListRequest, Page};
 use crate::objects::shared::{
     class_name, encodes_url, internal, listed_object, listed_version, max_keys, now_ms, owner,
@@ -18,11 +20,12 @@ impl LocalStore {
         &self,
         req: S3Request<CreateBucketInput>,
     ) -> S3Result<S3Response<CreateBucketOutput>> {
+        let acl = requested_acl!(req.input, grant_write)?;
         let bucket = req.input.bucket;
         let meta = self.meta.clone();
         let name = bucket.clone();
         let created = blocking(move || {
-            meta.create_bucket(&name, now_ms())
+            meta.create_bucket(&name, now_ms(), acl.as_deref())
                 .map_err(|e| internal("metadata", e))
         })
         .await?;
@@ -98,15 +101,23 @@ impl LocalStore {
         }))
     }
 
-    async fn list_page(&self, bucket: String, request: ListRequest) -> S3Result<Page<ObjectRow>> {
+    /// One page of a bucket's listing; an unsigned request (`anonymous`) only of a
+    /// `public-read` bucket.
+    async fn list_page(
+        &self,
+        bucket: String,
+        request: ListRequest,
+        anonymous: bool,
+    ) -> S3Result<Page<ObjectRow>> {
         let meta = self.meta.clone();
         blocking(move || {
-            if !meta
-                .bucket_exists(&bucket)
-                .map_err(|e| internal("metadata", e))?
-            {
-                return Err(s3_error!(NoSuchBucket));
-            }
+            let acl = meta
+                .bucket_acl(&bucket)
+                .map_err(|e| internal("metadata", e))?;
+            let Some(acl) = acl else {
+                return Err(hide_from_anonymous(anonymous, s3_error!(NoSuchBucket)));
+            };
+            check_anonymous(anonymous, acl.as_deref())?;
             listing::list(
                 &request,
                 |cursor, below, limit| meta.list_objects(&bucket, cursor, below, limit),
@@ -121,6 +132,7 @@ impl LocalStore {
         &self,
         req: S3Request<ListObjectsV2Input>,
     ) -> S3Result<S3Response<ListObjectsV2Output>> {
+        let anonymous = is_anonymous(&req);
         let mut input = req.input;
         read_list_v2(&mut input);
         let prefix = input.prefix.clone().unwrap_or_default();
@@ -144,6 +156,7 @@ impl LocalStore {
                     start,
                     max_keys: max_keys as usize,
                 },
+                anonymous,
             )
             .await?;
         let encode = |s: String| if url { url_encode(&s) } else { s };
@@ -178,6 +191,7 @@ impl LocalStore {
         &self,
         req: S3Request<ListObjectVersionsInput>,
     ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+        let anonymous = is_anonymous(&req);
         let mut input = req.input;
         read_list_versions(&mut input);
         let prefix = input.prefix.clone().unwrap_or_default();
@@ -192,6 +206,7 @@ impl LocalStore {
                     delimiter: input.delimiter.clone(),
                     max_keys: max_keys as usize,
                 },
+                anonymous,
             )
             .await?;
         let encode = |s: String| if url { url_encode(&s) } else { s };
@@ -283,6 +298,7 @@ impl LocalStore {
         &self,
         req: S3Request<ListObjectsInput>,
     ) -> S3Result<S3Response<ListObjectsOutput>> {
+        let anonymous = is_anonymous(&req);
         let mut input = req.input;
         read_list_v1(&mut input);
         let prefix = input.prefix.clone().unwrap_or_default();
@@ -297,6 +313,7 @@ impl LocalStore {
                     delimiter: input.delimiter.clone(),
                     max_keys: max_keys as usize,
                 },
+                anonymous,
             )
             .await?;
         let encode = |s: String| if url { url_encode(&s) } else { s };

@@ -4,6 +4,7 @@
 //! parsed, authenticated and validated the request, so each operation here is a typed command.
 //! Every blocking step (file I/O, SQLite with its fsyncs) runs on tokio's blocking pool.
 
+mod acls;
 mod attributes;
 mod buckets;
 mod files;
@@ -251,6 +252,34 @@ impl S3 for LocalStore {
         req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         self.head_object_op(req).await
+    }
+
+    async fn get_bucket_acl(
+        &self,
+        req: S3Request<GetBucketAclInput>,
+    ) -> S3Result<S3Response<GetBucketAclOutput>> {
+        self.get_bucket_acl_op(req).await
+    }
+
+    async fn put_bucket_acl(
+        &self,
+        req: S3Request<PutBucketAclInput>,
+    ) -> S3Result<S3Response<PutBucketAclOutput>> {
+        self.put_bucket_acl_op(req).await
+    }
+
+    async fn get_object_acl(
+        &self,
+        req: S3Request<GetObjectAclInput>,
+    ) -> S3Result<S3Response<GetObjectAclOutput>> {
+        self.get_object_acl_op(req).await
+    }
+
+    async fn put_object_acl(
+        &self,
+        req: S3Request<PutObjectAclInput>,
+    ) -> S3Result<S3Response<PutObjectAclOutput>> {
+        self.put_object_acl_op(req).await
     }
 
     async fn get_object_attributes(

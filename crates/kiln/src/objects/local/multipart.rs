@@ -12,10 +12,12 @@ use s3s::{s3_error, S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
 use super::meta::{CompletedUpload, ObjectRow, PartRow, StoredPart, UploadRow};
 use super::{blocking, found, write_error, LocalStore, UploadBody};
+use crate::objects::acl::requested_acl;
 use crate::objects::checksum::{
     bad_digest, composite, hex, multipart_etag, Algorithm, BodyHasher, ChecksumKind, Checksums,
 };
 use crate::objects::conditions::{ReadConditions, Verdict, WriteCondition};
+use crate::objects::shared::ObjectAttrs;
 use crate::objects::shared::{
     check_length, check_storage_class, checksums_from, content_length, copy_source_span, declared,
     internal, now_ms, object_attrs, set_checksums, timestamp,
@@ -166,6 +168,7 @@ impl LocalStore {
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
         let input = req.input;
         check_storage_class(input.storage_class.as_ref())?;
+        let acl = requested_acl!(input)?;
         let algorithm = match &input.checksum_algorithm {
             Some(a) => Some(Algorithm::parse(a.as_str()).ok_or_else(|| {
                 s3_error!(
@@ -213,7 +216,10 @@ impl LocalStore {
             bucket: input.bucket,
             key: input.key,
             created_ms: now_ms(),
-            attrs: object_attrs!(input),
+            attrs: ObjectAttrs {
+                acl,
+                ..object_attrs!(input)
+            },
             algorithm,
             kind,
         };

@@ -6,9 +6,11 @@ use bytes::Bytes;
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
 
+use super::acls::{check_anonymous, hide_from_anonymous, is_anonymous};
 use super::files::{read_all, stream_file};
 use super::meta::{ObjectAttrs, ObjectRow};
 use super::{blocking, found, write_error, LocalStore, UploadBody};
+use crate::objects::acl::requested_acl;
 use crate::objects::checksum::{hex, ChecksumKind};
 use crate::objects::conditions::{
     not_modified, precondition_failed, ReadConditions, Verdict, WriteCondition,
@@ -90,6 +92,7 @@ impl LocalStore {
             WriteCondition::from_headers(input.if_match.as_ref(), input.if_none_match.as_ref())
                 .map_err(|m| s3_error!(InvalidRequest, "{m}"))?;
         check_storage_class(input.storage_class.as_ref())?;
+        let acl = requested_acl!(input)?;
         let length = content_length(input.content_length, &headers);
         // Before anything that waits: a client holding its body for `100 Continue` gets the
         // refusal at once.
@@ -97,7 +100,10 @@ impl LocalStore {
         let bucket = input.bucket;
         self.require_bucket(&bucket).await?;
         let declared = declared!(input, &headers)?;
-        let attrs = object_attrs!(input);
+        let attrs = ObjectAttrs {
+            acl,
+            ..object_attrs!(input)
+        };
         let written = self
             .receive(
                 UploadBody {
@@ -180,7 +186,7 @@ impl LocalStore {
     }
 
     /// Looks an object up, applies its preconditions, finds the bytes the read covers, and
-    /// opens its contents.
+    /// opens its contents; for an unsigned request (`anonymous`), only a `public-read` object.
     async fn fetch(
         &self,
         bucket: String,
@@ -188,11 +194,14 @@ impl LocalStore {
         conditions: ReadConditions,
         read: Read,
         with_body: bool,
+        anonymous: bool,
     ) -> S3Result<Fetched> {
         let (meta, files) = (self.meta.clone(), self.files.clone());
         blocking(move || {
             for _ in 0..READ_ATTEMPTS {
-                let row = found(meta.object(&bucket, &key))?;
+                let row = found(meta.object(&bucket, &key))
+                    .map_err(|e| hide_from_anonymous(anonymous, e))?;
+                check_anonymous(anonymous, row.attrs.acl.as_deref())?;
                 match conditions.evaluate(&row.etag, row.modified_ms) {
                     Verdict::Proceed => {}
                     Verdict::NotModified => return Err(not_modified(&row.etag, row.modified_ms)),
@@ -240,6 +249,7 @@ impl LocalStore {
         &self,
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
+        let anonymous = is_anonymous(&req);
         let input = req.input;
         let read = Read::of(input.range, input.part_number)?;
         let conditions = ReadConditions {
@@ -253,7 +263,14 @@ impl LocalStore {
             covered,
             content,
         } = self
-            .fetch(input.bucket, input.key, conditions, read.clone(), true)
+            .fetch(
+                input.bucket,
+                input.key,
+                conditions,
+                read.clone(),
+                true,
+                anonymous,
+            )
             .await?;
         let span = &covered.span;
         let len = span.end - span.start;
@@ -273,6 +290,7 @@ impl LocalStore {
         &self,
         req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
+        let anonymous = is_anonymous(&req);
         let input = req.input;
         let read = Read::of(input.range, input.part_number)?;
         let conditions = ReadConditions {
@@ -282,7 +300,14 @@ impl LocalStore {
             if_unmodified_since: input.if_unmodified_since,
         };
         let Fetched { row, covered, .. } = self
-            .fetch(input.bucket, input.key, conditions, read.clone(), false)
+            .fetch(
+                input.bucket,
+                input.key,
+                conditions,
+                read.clone(),
+                false,
+                anonymous,
+            )
             .await?;
         let wants = wants_checksums(input.checksum_mode.as_ref());
         let mut output = read_output!(HeadObjectOutput, &row.stored(), &covered, wants);
@@ -383,12 +408,13 @@ impl LocalStore {
             }
         };
         check_storage_class(input.storage_class.as_ref())?;
+        // Neither the class nor the ACL is copied: the copy has the request's.
+        let acl = requested_acl!(input)?;
         check_self_copy(
             &input,
             source_bucket == input.bucket && source_key == input.key,
         )?;
         let replace = replaces_metadata(input.metadata_directive.as_ref());
-        // The copy's storage class is the request's, whatever the source's.
         let class = stored_class(input.storage_class.as_ref().map(|c| c.as_str()));
         let conditions = ReadConditions {
             if_match: input.copy_source_if_match,
@@ -423,6 +449,7 @@ impl LocalStore {
                     modified_ms: now_ms(),
                     attrs: ObjectAttrs {
                         storage_class: class.clone(),
+                        acl: acl.clone(),
                         ..new_attrs.clone().unwrap_or(source.attrs)
                     },
                     ..source

@@ -252,13 +252,69 @@ impl Meta {
         self.db.locked()
     }
 
-    /// Creates a bucket; false if it exists.
-    pub fn create_bucket(&self, name: &str, now_ms: i64) -> Result<bool, MetaError> {
+    /// Creates a bucket with a canned ACL (None: the owner alone); false if it exists.
+    pub fn create_bucket(
+        &self,
+        name: &str,
+        now_ms: i64,
+        acl: Option<&str>,
+    ) -> Result<bool, MetaError> {
         let changed = self.db().execute(
-            "INSERT OR IGNORE INTO buckets (name, created_ms) VALUES (?1, ?2)",
-            params![name, now_ms],
+            "INSERT OR IGNORE INTO buckets (name, created_ms, acl) VALUES (?1, ?2, ?3)",
+            params![name, now_ms, acl],
         )?;
         Ok(changed == 1)
+    }
+
+    /// A bucket's canned ACL: None if there is no such bucket, Some(None) for the owner alone.
+    pub fn bucket_acl(&self, name: &str) -> Result<Option<Option<String>>, MetaError> {
+        Ok(self
+            .db()
+            .prepare_cached("SELECT acl FROM buckets WHERE name = ?1")?
+            .query_row([name], |r| r.get(0))
+            .optional()?)
+    }
+
+    /// Sets a bucket's canned ACL; false if there is no such bucket.
+    pub fn set_bucket_acl(&self, name: &str, acl: Option<&str>) -> Result<bool, MetaError> {
+        let changed = self.db().execute(
+            "UPDATE buckets SET acl = ?2 WHERE name = ?1",
+            params![name, acl],
+        )?;
+        Ok(changed == 1)
+    }
+
+    /// Sets an object's canned ACL, kept with its attributes.
+    pub fn set_object_acl(
+        &self,
+        bucket: &str,
+        key: &str,
+        acl: Option<&str>,
+    ) -> Result<(), WriteError> {
+        let mut db = self.db();
+        let tx = db.transaction()?;
+        let attrs: Option<String> = tx
+            .query_row(
+                "SELECT attrs FROM objects WHERE bucket = ?1 AND key = ?2",
+                params![bucket, key],
+                |r| r.get(0),
+            )
+            .optional()?;
+        let Some(attrs) = attrs else {
+            return Err(if bucket_exists(&tx, bucket)? {
+                WriteError::NoSuchKey
+            } else {
+                WriteError::NoSuchBucket
+            });
+        };
+        let mut attrs: ObjectAttrs = from_json(&attrs)?;
+        attrs.acl = acl.map(str::to_string);
+        tx.execute(
+            "UPDATE objects SET attrs = ?3 WHERE bucket = ?1 AND key = ?2",
+            params![bucket, key, to_json(&attrs)?],
+        )?;
+        tx.commit()?;
+        Ok(())
     }
 
     pub fn bucket_exists(&self, name: &str) -> Result<bool, MetaError> {
@@ -472,7 +528,7 @@ mod tests {
             old.execute_batch(schema::FIRST).unwrap();
         }
         let meta = Meta::open(&path).unwrap();
-        meta.create_bucket("b", 1).unwrap();
+        meta.create_bucket("b", 1, None).unwrap();
         meta.put_object("b", &object("k", "f1"), &WriteCondition::Always)
             .unwrap();
         assert_eq!(meta.features("b", "k").unwrap(), Some((3, None)));
@@ -501,8 +557,14 @@ mod tests {
                 meta.put_object("b", &object("k", "f1"), &WriteCondition::Always),
                 Err(WriteError::NoSuchBucket)
             ));
-            assert!(meta.create_bucket("b", 1).unwrap());
-            assert!(!meta.create_bucket("b", 2).unwrap());
+            assert!(meta.create_bucket("b", 1, None).unwrap());
+            assert!(!meta.create_bucket("b", 2, None).unwrap());
+            assert!(meta.set_bucket_acl("b", Some("public-read")).unwrap());
+            assert_eq!(
+                meta.bucket_acl("b").unwrap(),
+                Some(Some("public-read".into()))
+            );
+            assert_eq!(meta.bucket_acl("none").unwrap(), None);
             assert_eq!(
                 meta.put_object("b", &object("k", "f1"), &WriteCondition::IfAbsent)
                     .unwrap(),

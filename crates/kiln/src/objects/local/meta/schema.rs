@@ -48,8 +48,12 @@ CREATE INDEX IF NOT EXISTS parts_by_file ON parts (file_id);
 
 /// Changes since the first release, in order; a database at `user_version` n has had the
 /// first n.
-const MIGRATIONS: &[fn(&Connection) -> rusqlite::Result<()>] =
-    &[add_media, add_completed_uploads, add_part_list];
+const MIGRATIONS: &[fn(&Connection) -> rusqlite::Result<()>] = &[
+    add_media,
+    add_completed_uploads,
+    add_part_list,
+    add_bucket_acl,
+];
 
 /// An image's format and size (`png 640x480`). Databases from before `user_version` existed
 /// may have the column already.
@@ -84,6 +88,11 @@ fn add_completed_uploads(db: &Connection) -> rusqlite::Result<()> {
 /// part number; NULL for other objects and those completed before.
 fn add_part_list(db: &Connection) -> rusqlite::Result<()> {
     db.execute_batch("ALTER TABLE objects ADD COLUMN part_list TEXT")
+}
+
+/// A bucket's canned ACL (`public-read`, `authenticated-read`); NULL for the owner alone.
+fn add_bucket_acl(db: &Connection) -> rusqlite::Result<()> {
+    db.execute_batch("ALTER TABLE buckets ADD COLUMN acl TEXT")
 }
 
 /// Creates the first release's tables if need be, then runs the migrations this database has

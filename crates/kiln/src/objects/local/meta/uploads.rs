@@ -293,7 +293,7 @@ mod tests {
     fn uploads_complete_atomically() {
         let dir = tempfile::tempdir().unwrap();
         let meta = Meta::open(&dir.path().join("objects.db")).unwrap();
-        meta.create_bucket("b", 1).unwrap();
+        meta.create_bucket("b", 1, None).unwrap();
         let upload = UploadRow {
             upload_id: "u".into(),
             bucket: "b".into(),
