@@ -7,6 +7,7 @@
 mod acls;
 mod attributes;
 mod buckets;
+mod completion;
 mod files;
 pub(crate) mod meta;
 mod multipart;
