@@ -162,10 +162,12 @@ def test_attributes_parts_and_uploads_through_the_front(front, remote, bucket):
     datas = [b"a" * (5 * MiB), b"tail"]
     parts = [{"PartNumber": n, "ETag": s3.upload_part(Bucket=bucket, Key="mp", UploadId=upload_id, PartNumber=n,
                                                       Body=d)["ETag"]} for n, d in enumerate(datas, start=1)]
-    s3.complete_multipart_upload(Bucket=bucket, Key="mp", UploadId=upload_id, MultipartUpload={"Parts": parts})
+    done = s3.complete_multipart_upload(Bucket=bucket, Key="mp", UploadId=upload_id,
+                                        MultipartUpload={"Parts": parts})
     assert "Uploads" not in s3.list_multipart_uploads(Bucket=bucket)
-    attributes = s3.get_object_attributes(Bucket=bucket, Key="mp", ObjectAttributes=["ObjectSize", "ObjectParts"])
-    assert attributes["ObjectSize"] == 5 * MiB + 4
+    attributes = s3.get_object_attributes(Bucket=bucket, Key="mp",
+                                          ObjectAttributes=["ETag", "ObjectSize", "ObjectParts"])
+    assert attributes["ObjectSize"] == 5 * MiB + 4 and attributes["ETag"] == done["ETag"].strip('"')
     if remote.kind != "moto":  # see MOTO_QUIRKS
         assert attributes["ObjectParts"]["TotalPartsCount"] == 2
         got = s3.get_object(Bucket=bucket, Key="mp", PartNumber=2)

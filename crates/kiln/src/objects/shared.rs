@@ -526,6 +526,34 @@ pub(crate) fn default_message(code: &str) -> Option<&'static str> {
     })
 }
 
+/// A document's first `<ETag>"…"</ETag>` without its quotes (None if it has none quoted).
+pub(crate) fn bare_etag(xml: &[u8]) -> Option<Vec<u8>> {
+    const OPEN: &[u8] = b"<ETag>&quot;";
+    const OPEN_RAW: &[u8] = b"<ETag>\"";
+    let find = |needle: &[u8]| xml.windows(needle.len()).position(|w| w == needle);
+    let (start, open) = match (find(OPEN_RAW), find(OPEN)) {
+        (Some(at), _) => (at, OPEN_RAW),
+        (None, Some(at)) => (at, OPEN),
+        (None, None) => return None,
+    };
+    let close: &[u8] = if open == OPEN {
+        b"&quot;</ETag>"
+    } else {
+        b"\"</ETag>"
+    };
+    let value_start = start + open.len();
+    let length = xml[value_start..]
+        .windows(close.len())
+        .position(|w| w == close)?;
+    let mut bare = Vec::with_capacity(xml.len());
+    bare.extend_from_slice(&xml[..start]);
+    bare.extend_from_slice(b"<ETag>");
+    bare.extend_from_slice(&xml[value_start..value_start + length]);
+    bare.extend_from_slice(b"</ETag>");
+    bare.extend_from_slice(&xml[value_start + length + close.len()..]);
+    Some(bare)
+}
+
 /// An error document (`<Error><Code>…</Code>…</Error>`) with S3's message for its code added
 /// when it has none; `None` when it has one already, or S3 has none for its code.
 pub(crate) fn with_default_message(xml: &[u8]) -> Option<Vec<u8>> {
@@ -561,6 +589,22 @@ mod tests {
             let e = copy_source_span(Some(malformed), 10).unwrap_err();
             assert_eq!(e.code(), &S3ErrorCode::InvalidArgument, "{malformed}");
         }
+    }
+
+    #[test]
+    fn an_attributes_etag_loses_its_quotes() {
+        let quoted = br#"<R><ETag>"abc-2"</ETag><ObjectSize>3</ObjectSize></R>"#;
+        assert_eq!(
+            bare_etag(quoted).unwrap(),
+            br#"<R><ETag>abc-2</ETag><ObjectSize>3</ObjectSize></R>"#.to_vec()
+        );
+        let escaped = b"<R><ETag>&quot;abc&quot;</ETag></R>";
+        assert_eq!(
+            bare_etag(escaped).unwrap(),
+            b"<R><ETag>abc</ETag></R>".to_vec()
+        );
+        assert_eq!(bare_etag(b"<R><ObjectSize>3</ObjectSize></R>"), None);
+        assert_eq!(bare_etag(br#"<R><ETag>"open</R>"#), None);
     }
 
     #[test]
