@@ -387,3 +387,20 @@ def test_unsigned_requests_read_public_objects_only(s3, bucket, unsigned, kiln):
     with pytest.raises(botocore.exceptions.ClientError) as e:
         unsigned.get_object(Bucket=bucket, Key="public")
     assert error_code(e) == "AccessDenied"
+
+
+# --- bucket versioning ---------------------------------------------------------------------
+
+
+def test_buckets_are_unversioned_and_may_be_suspended(s3, bucket):
+    got = s3.get_bucket_versioning(Bucket=bucket)
+    assert "Status" not in got and "MFADelete" not in got
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    assert error_code(e) == "NotImplemented" and e.value.response["Error"]["Message"]
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Suspended"})
+    assert s3.get_bucket_versioning(Bucket=bucket)["Status"] == "Suspended"
+    s3.put_object(Bucket=bucket, Key="k", Body=b"x")
+    assert [v["VersionId"] for v in s3.list_object_versions(Bucket=bucket)["Versions"]] == ["null"]
+    with pytest.raises(s3.exceptions.NoSuchBucket):
+        s3.get_bucket_versioning(Bucket=bucket + "-missing")

@@ -315,6 +315,8 @@ remote_s3! {
         list_object_versions(ListObjectVersionsInput) -> ListObjectVersionsOutput;
         list_multipart_uploads(ListMultipartUploadsInput) -> ListMultipartUploadsOutput;
         get_bucket_acl(GetBucketAclInput) -> GetBucketAclOutput;
+        get_bucket_versioning(GetBucketVersioningInput) -> GetBucketVersioningOutput;
+        put_bucket_versioning(PutBucketVersioningInput) -> PutBucketVersioningOutput;
         put_bucket_acl(PutBucketAclInput) -> PutBucketAclOutput;
         delete_objects(DeleteObjectsInput) -> DeleteObjectsOutput;
     }

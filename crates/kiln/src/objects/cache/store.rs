@@ -807,6 +807,20 @@ impl S3 for CachedStore {
         self.cache.backend.get_object_attributes(req).await
     }
 
+    async fn get_bucket_versioning(
+        &self,
+        req: S3Request<GetBucketVersioningInput>,
+    ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
+        self.cache.backend.get_bucket_versioning(req).await
+    }
+
+    async fn put_bucket_versioning(
+        &self,
+        req: S3Request<PutBucketVersioningInput>,
+    ) -> S3Result<S3Response<PutBucketVersioningOutput>> {
+        self.cache.backend.put_bucket_versioning(req).await
+    }
+
     async fn get_bucket_acl(
         &self,
         req: S3Request<GetBucketAclInput>,

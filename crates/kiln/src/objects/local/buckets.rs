@@ -40,6 +40,68 @@ impl LocalStore {
         }))
     }
 
+    /// GetBucketVersioning: no status for a bucket never versioned, else `Suspended` (kiln
+    /// keeps one version of each object, so a bucket cannot be `Enabled`).
+    pub(super) async fn get_bucket_versioning_op(
+        &self,
+        req: S3Request<GetBucketVersioningInput>,
+    ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
+        let meta = self.meta.clone();
+        let bucket = req.input.bucket;
+        let status = blocking(move || {
+            meta.bucket_versioning(&bucket)
+                .map_err(|e| internal("metadata", e))
+        })
+        .await?
+        .ok_or_else(|| s3_error!(NoSuchBucket))?;
+        Ok(S3Response::new(GetBucketVersioningOutput {
+            status: status.map(BucketVersioningStatus::from),
+            mfa_delete: None,
+        }))
+    }
+
+    /// PutBucketVersioning: `Suspended` is what kiln's buckets are, and is recorded; enabling
+    /// versioning or MFA delete is refused.
+    pub(super) async fn put_bucket_versioning_op(
+        &self,
+        req: S3Request<PutBucketVersioningInput>,
+    ) -> S3Result<S3Response<PutBucketVersioningOutput>> {
+        let input = req.input;
+        let config = input.versioning_configuration;
+        if config.mfa_delete.is_some() || input.mfa.is_some() {
+            return Err(s3_error!(
+                NotImplemented,
+                "kiln does not keep object versions, so it has no MFA delete"
+            ));
+        }
+        match config.status.as_ref().map(|s| s.as_str()) {
+            Some(BucketVersioningStatus::SUSPENDED) => {}
+            Some(BucketVersioningStatus::ENABLED) => {
+                return Err(s3_error!(
+                    NotImplemented,
+                    "kiln keeps one version of each object: bucket versioning cannot be enabled"
+                ))
+            }
+            _ => {
+                return Err(s3_error!(
+                    MalformedXML,
+                    "The versioning status must be Enabled or Suspended"
+                ))
+            }
+        }
+        let meta = self.meta.clone();
+        let bucket = input.bucket;
+        let exists = blocking(move || {
+            meta.set_bucket_versioning(&bucket, BucketVersioningStatus::SUSPENDED)
+                .map_err(|e| internal("metadata", e))
+        })
+        .await?;
+        if !exists {
+            return Err(s3_error!(NoSuchBucket));
+        }
+        Ok(S3Response::new(PutBucketVersioningOutput::default()))
+    }
+
     pub(super) async fn head_bucket_op(
         &self,
         req: S3Request<HeadBucketInput>,

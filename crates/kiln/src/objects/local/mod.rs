@@ -255,6 +255,20 @@ impl S3 for LocalStore {
         self.head_object_op(req).await
     }
 
+    async fn get_bucket_versioning(
+        &self,
+        req: S3Request<GetBucketVersioningInput>,
+    ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
+        self.get_bucket_versioning_op(req).await
+    }
+
+    async fn put_bucket_versioning(
+        &self,
+        req: S3Request<PutBucketVersioningInput>,
+    ) -> S3Result<S3Response<PutBucketVersioningOutput>> {
+        self.put_bucket_versioning_op(req).await
+    }
+
     async fn get_bucket_acl(
         &self,
         req: S3Request<GetBucketAclInput>,

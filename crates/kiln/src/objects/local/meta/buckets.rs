@@ -1,5 +1,5 @@
-//! Buckets and ACLs in the metadata database: bucket rows, the canned ACLs of buckets and
-//! objects, and a bucket's deletion with the uploads left in it.
+//! Buckets and ACLs in the metadata database: bucket rows, their versioning status, the canned
+//! ACLs of buckets and objects, and a bucket's deletion with the uploads left in it.
 
 use rusqlite::{params, OptionalExtension};
 
@@ -36,6 +36,25 @@ impl Meta {
         let changed = self.db().execute(
             "UPDATE buckets SET acl = ?2 WHERE name = ?1",
             params![name, acl],
+        )?;
+        Ok(changed == 1)
+    }
+
+    /// A bucket's versioning status: None if there is no such bucket, Some(None) if it was
+    /// never versioned.
+    pub fn bucket_versioning(&self, name: &str) -> Result<Option<Option<String>>, MetaError> {
+        Ok(self
+            .db()
+            .prepare_cached("SELECT versioning FROM buckets WHERE name = ?1")?
+            .query_row([name], |r| r.get(0))
+            .optional()?)
+    }
+
+    /// Records a bucket's versioning status; false if there is no such bucket.
+    pub fn set_bucket_versioning(&self, name: &str, status: &str) -> Result<bool, MetaError> {
+        let changed = self.db().execute(
+            "UPDATE buckets SET versioning = ?2 WHERE name = ?1",
+            params![name, status],
         )?;
         Ok(changed == 1)
     }

@@ -53,6 +53,7 @@ const MIGRATIONS: &[fn(&Connection) -> rusqlite::Result<()>] = &[
     add_completed_uploads,
     add_part_list,
     add_bucket_acl,
+    add_bucket_versioning,
 ];
 
 /// An image's format and size (`png 640x480`). Databases from before `user_version` existed
@@ -93,6 +94,12 @@ fn add_part_list(db: &Connection) -> rusqlite::Result<()> {
 /// A bucket's canned ACL (`public-read`, `authenticated-read`); NULL for the owner alone.
 fn add_bucket_acl(db: &Connection) -> rusqlite::Result<()> {
     db.execute_batch("ALTER TABLE buckets ADD COLUMN acl TEXT")
+}
+
+/// `Suspended` once a PutBucketVersioning said so; NULL for a bucket never versioned. kiln
+/// keeps one version of an object (`null`) either way.
+fn add_bucket_versioning(db: &Connection) -> rusqlite::Result<()> {
+    db.execute_batch("ALTER TABLE buckets ADD COLUMN versioning TEXT")
 }
 
 /// Creates the first release's tables if need be, then runs the migrations this database has
