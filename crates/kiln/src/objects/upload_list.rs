@@ -1,4 +1,5 @@
-//! ListMultipartUploads pages: uploads in key order (a key's uploads in the order they began),
+//! ListMultipartUploads pages: uploads in key order (a key's uploads by id, which is the order
+//! they began),
 //! under a prefix, rolled up by a delimiter, resumed after `key-marker` and `upload-id-marker`.
 //! A pure function over the uploads under the prefix, which a store hands over in that order.
 
@@ -39,19 +40,10 @@ pub fn list_uploads<T>(
         truncated: false,
         last: None,
     };
-    // Past the marker's upload once seen (a key's uploads are in order, not by id).
-    let mut past_marker = false;
     for upload in uploads {
         let key = key_of(&upload);
         if !key.starts_with(&request.prefix)
-            || !after_marker(
-                request,
-                delimiter,
-                &upload,
-                &key_of,
-                &id_of,
-                &mut past_marker,
-            )
+            || !after_marker(request, delimiter, key, id_of(&upload))
         {
             continue;
         }
@@ -74,36 +66,22 @@ pub fn list_uploads<T>(
 }
 
 /// Whether an upload comes after the request's markers: a key past `key-marker` (and past
-/// every key under it, when the marker is a common prefix), or `key-marker`'s own uploads
-/// after `upload-id-marker`'s.
-fn after_marker<T>(
-    request: &UploadsRequest,
-    delimiter: Option<&str>,
-    upload: &T,
-    key_of: &impl Fn(&T) -> &str,
-    id_of: &impl Fn(&T) -> &str,
-    past_marker: &mut bool,
-) -> bool {
+/// every key under it, when the marker is a common prefix), or one of `key-marker`'s uploads
+/// whose id is past `upload-id-marker` (ids sort in the order their uploads began).
+fn after_marker(request: &UploadsRequest, delimiter: Option<&str>, key: &str, id: &str) -> bool {
     let Some(marker) = request.key_marker.as_deref() else {
         return true;
     };
-    let key = key_of(upload);
     if delimiter.is_some_and(|d| rolls_up(&request.prefix, d, marker)) && key.starts_with(marker) {
         return false;
     }
     if key != marker {
         return key > marker;
     }
-    let Some(upload_marker) = request.upload_id_marker.as_deref() else {
-        return false;
-    };
-    if *past_marker {
-        return true;
-    }
-    if id_of(upload) == upload_marker {
-        *past_marker = true;
-    }
-    false
+    request
+        .upload_id_marker
+        .as_deref()
+        .is_some_and(|upload_marker| id > upload_marker)
 }
 
 /// The common prefix `key` rolls up into, if it has the delimiter after the prefix.
@@ -118,8 +96,8 @@ mod tests {
     use super::*;
 
     const UPLOADS: [(&str, &str); 7] = [
-        ("a", "u2"),
         ("a", "u1"),
+        ("a", "u2"),
         ("b/1", "u3"),
         ("b/2", "u4"),
         ("c", "u5"),
@@ -153,12 +131,15 @@ mod tests {
     fn pages_resume_within_a_keys_uploads() {
         let mut req = request(3);
         let (uploads, _, next) = list(&req);
-        assert_eq!(uploads, ["a:u2", "a:u1", "b/1:u3"]);
+        assert_eq!(uploads, ["a:u1", "a:u2", "b/1:u3"]);
         assert_eq!(next, Some(("b/1".into(), Some("u3".into()))));
         req.key_marker = Some("a".into());
-        req.upload_id_marker = Some("u2".into());
+        req.upload_id_marker = Some("u1".into());
         let (uploads, _, _) = list(&req);
-        assert_eq!(uploads, ["a:u1", "b/1:u3", "b/2:u4"]);
+        assert_eq!(uploads, ["a:u2", "b/1:u3", "b/2:u4"]);
+        // A marker whose upload has gone since still places the page.
+        req.upload_id_marker = Some("u1x".into());
+        assert_eq!(list(&req).0, ["a:u2", "b/1:u3", "b/2:u4"]);
         req.upload_id_marker = None;
         assert_eq!(list(&req).0, ["b/1:u3", "b/2:u4", "c:u5"]);
         let all = list(&request(100));
@@ -172,7 +153,7 @@ mod tests {
         let (uploads, prefixes, next) = list(&req);
         assert_eq!(
             (uploads, prefixes),
-            (vec!["a:u2".to_string(), "a:u1".into()], vec![])
+            (vec!["a:u1".to_string(), "a:u2".into()], vec![])
         );
         req.key_marker = next.clone().map(|n| n.0);
         req.upload_id_marker = next.and_then(|n| n.1);

@@ -56,7 +56,7 @@ impl Meta {
     }
 
     /// The uploads of `bucket` whose keys are at least `from` and below `below` (no bound if
-    /// None), by key, then in the order they began.
+    /// None), by key, then by id (the order they began).
     pub fn uploads(
         &self,
         bucket: &str,
@@ -67,7 +67,7 @@ impl Meta {
         let mut stmt = db.prepare_cached(&format!(
             "SELECT {UPLOAD_COLUMNS} FROM uploads
              WHERE bucket = ?1 AND key >= ?2 AND (?3 IS NULL OR key < ?3)
-             ORDER BY key, created_ms, upload_id"
+             ORDER BY key, upload_id"
         ))?;
         let rows = stmt.query_map(params![bucket, from, below], upload_from_row)?;
         rows.map(|r| decode_upload(r?)).collect()
