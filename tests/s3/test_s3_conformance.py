@@ -402,5 +402,15 @@ def test_buckets_are_unversioned_and_may_be_suspended(s3, bucket):
     assert s3.get_bucket_versioning(Bucket=bucket)["Status"] == "Suspended"
     s3.put_object(Bucket=bucket, Key="k", Body=b"x")
     assert [v["VersionId"] for v in s3.list_object_versions(Bucket=bucket)["Versions"]] == ["null"]
+    # The one version is `null`; no other exists.
+    assert s3.get_object(Bucket=bucket, Key="k", VersionId="null")["Body"].read() == b"x"
+    assert s3.head_object(Bucket=bucket, Key="k", VersionId="null")["ContentLength"] == 1
+    for call in [lambda: s3.get_object(Bucket=bucket, Key="k", VersionId="3HL4kqtJlcpXroDTDmJ"),
+                 lambda: s3.list_object_versions(Bucket=bucket, VersionIdMarker="null")]:
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            call()
+        assert error_code(e) == "InvalidArgument"
+    s3.delete_object(Bucket=bucket, Key="k", VersionId="null")
+    assert "Versions" not in s3.list_object_versions(Bucket=bucket)
     with pytest.raises(s3.exceptions.NoSuchBucket):
         s3.get_bucket_versioning(Bucket=bucket + "-missing")

@@ -167,6 +167,28 @@ pub(crate) fn object_attribute_names(names: &[ObjectAttributes]) -> Vec<ObjectAt
         .collect()
 }
 
+/// Refuses a version other than `null`, the one version kiln keeps of an object (S3's answer
+/// on a bucket never versioned).
+pub(crate) fn only_version(version_id: Option<&str>) -> S3Result<()> {
+    match version_id {
+        None | Some("null") => Ok(()),
+        Some(_) => Err(s3_error!(InvalidArgument, "Invalid version id specified")),
+    }
+}
+
+/// The markers of a ListObjectVersions request: a version marker only with a key marker, and
+/// only `null`.
+pub(crate) fn check_version_marker(input: &ListObjectVersionsInput) -> S3Result<()> {
+    let marker = input.version_id_marker.as_deref().filter(|m| !m.is_empty());
+    if marker.is_some() && input.key_marker.as_deref().is_none_or(str::is_empty) {
+        return Err(s3_error!(
+            InvalidArgument,
+            "A version-id marker cannot be specified without a key marker."
+        ));
+    }
+    only_version(marker)
+}
+
 /// A ListMultipartUploads request as S3 reads it: an empty delimiter is absent.
 pub(crate) fn read_list_uploads(input: &mut ListMultipartUploadsInput) {
     if input.delimiter.as_deref() == Some("") {

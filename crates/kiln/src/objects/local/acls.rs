@@ -7,7 +7,7 @@ use s3s::{s3_error, S3Error, S3Request, S3Response, S3Result};
 
 use super::{blocking, found, write_error, LocalStore};
 use crate::objects::acl::{self, from_policy, Anonymous};
-use crate::objects::shared::{internal, owner};
+use crate::objects::shared::{internal, only_version, owner};
 
 /// Whether a request came without credentials (let through to read what is public).
 pub(super) fn is_anonymous<T>(req: &S3Request<T>) -> bool {
@@ -37,13 +37,6 @@ macro_rules! acl_to_set {
             )),
         }
     }};
-}
-
-fn refuse_versions(version_id: Option<&str>) -> S3Result<()> {
-    match version_id {
-        None | Some("null") => Ok(()),
-        Some(_) => Err(s3_error!(InvalidArgument, "Invalid version id specified")),
-    }
 }
 
 impl LocalStore {
@@ -89,7 +82,7 @@ impl LocalStore {
         req: S3Request<GetObjectAclInput>,
     ) -> S3Result<S3Response<GetObjectAclOutput>> {
         let input = req.input;
-        refuse_versions(input.version_id.as_deref())?;
+        only_version(input.version_id.as_deref())?;
         let meta = self.meta.clone();
         let (bucket, key) = (input.bucket, input.key);
         let row = blocking(move || found(meta.object(&bucket, &key))).await?;
@@ -105,7 +98,7 @@ impl LocalStore {
         req: S3Request<PutObjectAclInput>,
     ) -> S3Result<S3Response<PutObjectAclOutput>> {
         let input = req.input;
-        refuse_versions(input.version_id.as_deref())?;
+        only_version(input.version_id.as_deref())?;
         let acl = acl_to_set!(input)?;
         let meta = self.meta.clone();
         let (bucket, key) = (input.bucket, input.key);

@@ -7,7 +7,7 @@ use s3s::{s3_error, S3Request, S3Response, S3Result};
 use super::meta::{ObjectRow, StoredPart};
 use super::{blocking, found, LocalStore};
 use crate::objects::shared::{
-    checksum_type, class_name, object_attribute_names, set_checksums, timestamp,
+    checksum_type, class_name, object_attribute_names, only_version, set_checksums, timestamp,
 };
 
 /// The most parts GetObjectAttributes lists at once.
@@ -94,6 +94,7 @@ impl LocalStore {
         req: S3Request<GetObjectAttributesInput>,
     ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
         let input = req.input;
+        only_version(input.version_id.as_deref())?;
         let wanted = Wanted::of(&input.object_attributes)?;
         let meta = self.meta.clone();
         let (bucket, key) = (input.bucket, input.key);

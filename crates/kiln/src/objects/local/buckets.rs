@@ -9,9 +9,9 @@ use super::{blocking, LocalStore};
 use crate::objects::acl::requested_acl;
 use crate::objects::listing::{self, successor, url_encode, Cursor, ListRequest, Page};
 use crate::objects::shared::{
-    class_name, encodes_url, internal, listed_object, listed_version, max_keys, now_ms, owner,
-    owners_if_fetched, read_list_uploads, read_list_v1, read_list_v2, read_list_versions,
-    timestamp,
+    check_version_marker, class_name, encodes_url, internal, listed_object, listed_version,
+    max_keys, now_ms, owner, owners_if_fetched, read_list_uploads, read_list_v1, read_list_v2,
+    read_list_versions, timestamp,
 };
 use crate::objects::upload_list::{list_uploads, UploadsRequest};
 
@@ -256,6 +256,7 @@ impl LocalStore {
         let anonymous = is_anonymous(&req);
         let mut input = req.input;
         read_list_versions(&mut input);
+        check_version_marker(&input)?;
         let prefix = input.prefix.clone().unwrap_or_default();
         let max_keys = max_keys(input.max_keys)?;
         let url = encodes_url(input.encoding_type.as_ref())?;

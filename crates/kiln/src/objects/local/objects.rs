@@ -17,8 +17,8 @@ use crate::objects::conditions::{
 };
 use crate::objects::shared::{
     check_length, check_self_copy, check_storage_class, checksum_type, content_length, declared,
-    internal, now_ms, object_attrs, read_output, replaces_metadata, set_checksums, stored_class,
-    timestamp, wants_checksums,
+    internal, now_ms, object_attrs, only_version, read_output, replaces_metadata, set_checksums,
+    stored_class, timestamp, wants_checksums,
 };
 use crate::objects::spans::{Covered, Read};
 
@@ -251,6 +251,7 @@ impl LocalStore {
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let anonymous = is_anonymous(&req);
         let input = req.input;
+        only_version(input.version_id.as_deref())?;
         let read = Read::of(input.range, input.part_number)?;
         let conditions = ReadConditions {
             if_match: input.if_match,
@@ -292,6 +293,7 @@ impl LocalStore {
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         let anonymous = is_anonymous(&req);
         let input = req.input;
+        only_version(input.version_id.as_deref())?;
         let read = Read::of(input.range, input.part_number)?;
         let conditions = ReadConditions {
             if_match: input.if_match,
@@ -320,6 +322,7 @@ impl LocalStore {
         req: S3Request<DeleteObjectInput>,
     ) -> S3Result<S3Response<DeleteObjectOutput>> {
         let input = req.input;
+        only_version(input.version_id.as_deref())?;
         let condition = WriteCondition::from_headers(input.if_match.as_ref(), None)
             .map_err(|m| s3_error!(InvalidRequest, "{m}"))?;
         let (meta, files) = (self.meta.clone(), self.files.clone());
