@@ -55,6 +55,34 @@ def test_acknowledged_puts_survive_kill9(fresh_kiln):
     assert tmp == [] and len(data) == len(expected)
 
 
+def test_what_kiln_records_of_objects_survives_kill9(fresh_kiln):
+    """A completed upload (for a repeated CompleteMultipartUpload), an object's parts, storage
+    class and ACL, and a bucket's ACL are committed with the object."""
+    server = fresh_kiln()
+    s3 = s3_client(server)
+    s3.create_bucket(Bucket="recorded", ACL="public-read")
+    upload = s3.create_multipart_upload(Bucket="recorded", Key="multi", StorageClass="STANDARD_IA",
+                                        ACL="public-read")["UploadId"]
+    parts = [{"PartNumber": n, "ETag": s3.upload_part(Bucket="recorded", Key="multi", UploadId=upload,
+                                                      PartNumber=n, Body=body)["ETag"]}
+             for n, body in enumerate([b"a" * (5 * MiB), b"end"], start=1)]
+    done = s3.complete_multipart_upload(Bucket="recorded", Key="multi", UploadId=upload,
+                                        MultipartUpload={"Parts": parts})
+
+    server.kill9()
+    server.start()
+    s3 = s3_client(server)
+    again = s3.complete_multipart_upload(Bucket="recorded", Key="multi", UploadId=upload,
+                                         MultipartUpload={"Parts": parts})
+    assert again["ETag"] == done["ETag"]
+    part = s3.get_object(Bucket="recorded", Key="multi", PartNumber=2)
+    assert part["Body"].read() == b"end" and part["PartsCount"] == 2
+    assert part["StorageClass"] == "STANDARD_IA"
+    public = "http://acs.amazonaws.com/groups/global/AllUsers"
+    for acl in [s3.get_object_acl(Bucket="recorded", Key="multi"), s3.get_bucket_acl(Bucket="recorded")]:
+        assert public in [g["Grantee"].get("URI") for g in acl["Grants"]]
+
+
 def test_kill9_during_concurrent_puts_loses_only_unacknowledged_ones(fresh_kiln):
     """Whenever the kill lands: every acknowledged PUT is there, whole; every other key is
     either absent or whole (never torn)."""

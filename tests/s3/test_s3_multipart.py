@@ -141,3 +141,31 @@ def test_a_copy_source_range_must_lie_within_the_source(s3, bucket):
     s3.complete_multipart_upload(Bucket=bucket, Key="dst", UploadId=upload,
                                  MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": etag}]})
     assert s3.get_object(Bucket=bucket, Key="dst")["Body"].read() == b"23456789"
+
+
+def test_a_repeated_complete_answers_the_objects_etag_again(s3, bucket):
+    """A client whose first CompleteMultipartUpload answer was lost retries it: S3 answers 200
+    with the object's ETag, and refuses a different list of parts."""
+    upload_id = s3.create_multipart_upload(Bucket=bucket, Key="r", ChecksumAlgorithm="CRC32")["UploadId"]
+    parts = []
+    for n, data in enumerate([b"a" * (5 * MiB), b"tail"], start=1):
+        out = s3.upload_part(Bucket=bucket, Key="r", UploadId=upload_id, PartNumber=n, Body=data,
+                             ChecksumAlgorithm="CRC32")
+        parts.append({"PartNumber": n, "ETag": out["ETag"], "ChecksumCRC32": out["ChecksumCRC32"]})
+    complete = dict(Bucket=bucket, Key="r", UploadId=upload_id)
+    first = s3.complete_multipart_upload(**complete, MultipartUpload={"Parts": parts})
+    again = s3.complete_multipart_upload(**complete, MultipartUpload={"Parts": parts})
+    assert again["ResponseMetadata"]["HTTPStatusCode"] == 200
+    assert again["ETag"] == first["ETag"] and again["ETag"].endswith('-2"')
+    assert again["ChecksumCRC32"] == first["ChecksumCRC32"]
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.complete_multipart_upload(**complete, MultipartUpload={"Parts": parts[:1]})
+    assert error_code(e) == "InvalidPart"
+    with pytest.raises(s3.exceptions.NoSuchUpload):
+        s3.complete_multipart_upload(Bucket=bucket, Key="other", UploadId=upload_id,
+                                     MultipartUpload={"Parts": parts})
+    aborted = s3.create_multipart_upload(Bucket=bucket, Key="gone")["UploadId"]
+    s3.abort_multipart_upload(Bucket=bucket, Key="gone", UploadId=aborted)
+    with pytest.raises(s3.exceptions.NoSuchUpload):
+        s3.complete_multipart_upload(Bucket=bucket, Key="gone", UploadId=aborted, MultipartUpload={"Parts": parts})
+    assert s3.get_object(Bucket=bucket, Key="r")["ETag"] == first["ETag"]

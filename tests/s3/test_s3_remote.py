@@ -14,6 +14,9 @@ import uuid
 import zlib
 from dataclasses import dataclass
 
+import boto3
+import botocore
+import botocore.config
 import botocore.exceptions
 import pytest
 import requests
@@ -28,9 +31,11 @@ from test_s3_js import run_checks
 MiB = 1024 * 1024
 
 # What moto 5.2.5 does differently from S3, found by these tests: its ListParts answer has a
-# <ListPartsResponse> root where S3 has <ListPartsResult> (boto3 does not mind, aws-sdk-rust,
-# which kiln uses to reach remotes, refuses it); and it neither checks nor stores flexible
-# checksums, which the JS checks read back.
+# <ListPartsResponse> root where S3 has <ListPartsResult>, and GetBucketVersioning's a
+# <GetBucketVersioningResponse> root where S3 has <VersioningConfiguration> (boto3 does not mind,
+# aws-sdk-rust, which kiln uses to reach remotes, refuses them); and it neither checks nor stores flexible
+# checksums, which the JS checks read back; a GET of a multipart object by part number answers
+# the whole object, and GetObjectAttributes leaves a multipart object's ObjectParts out.
 MOTO_QUIRKS = "moto's ListParts root element and missing checksum storage (see MOTO_QUIRKS)"
 
 
@@ -137,6 +142,53 @@ def test_listings_and_batch_delete(front, bucket):
     out = s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in ["a", "p/1", "copy"]]})
     assert sorted(d["Key"] for d in out["Deleted"]) == ["a", "copy", "p/1"]
     assert keys(s3, bucket) == ["p/2", "p/q/3", "z"]
+
+
+def test_versions_listing_through_the_front(front, remote, bucket):
+    s3 = s3_client(front)
+    for key in ["a", "p/1", "p/2", "z"]:
+        s3.put_object(Bucket=bucket, Key=key, Body=b".")
+    listed = s3.list_object_versions(Bucket=bucket, Delimiter="/")
+    assert [(v["Key"], v["VersionId"], v["IsLatest"]) for v in listed["Versions"]] == [
+        ("a", "null", True), ("z", "null", True)]
+    assert [p["Prefix"] for p in listed["CommonPrefixes"]] == ["p/"]
+    pages = s3.get_paginator("list_object_versions").paginate(Bucket=bucket, PaginationConfig={"PageSize": 2})
+    assert [v["Key"] for page in pages for v in page.get("Versions", [])] == ["a", "p/1", "p/2", "z"]
+    if remote.kind != "moto":  # see MOTO_QUIRKS
+        assert "Status" not in s3.get_bucket_versioning(Bucket=bucket)
+
+
+def test_attributes_parts_and_uploads_through_the_front(front, remote, bucket):
+    s3 = s3_client(front)
+    upload_id = s3.create_multipart_upload(Bucket=bucket, Key="mp")["UploadId"]
+    assert [u["UploadId"] for u in s3.list_multipart_uploads(Bucket=bucket)["Uploads"]] == [upload_id]
+    datas = [b"a" * (5 * MiB), b"tail"]
+    parts = [{"PartNumber": n, "ETag": s3.upload_part(Bucket=bucket, Key="mp", UploadId=upload_id, PartNumber=n,
+                                                      Body=d)["ETag"]} for n, d in enumerate(datas, start=1)]
+    done = s3.complete_multipart_upload(Bucket=bucket, Key="mp", UploadId=upload_id,
+                                        MultipartUpload={"Parts": parts})
+    assert "Uploads" not in s3.list_multipart_uploads(Bucket=bucket)
+    attributes = s3.get_object_attributes(Bucket=bucket, Key="mp",
+                                          ObjectAttributes=["ETag", "ObjectSize", "ObjectParts"])
+    assert attributes["ObjectSize"] == 5 * MiB + 4 and attributes["ETag"] == done["ETag"].strip('"')
+    if remote.kind != "moto":  # see MOTO_QUIRKS
+        assert attributes["ObjectParts"]["TotalPartsCount"] == 2
+        got = s3.get_object(Bucket=bucket, Key="mp", PartNumber=2)
+        assert got["Body"].read() == b"tail" and got["PartsCount"] == 2
+
+
+def test_acls_through_the_front(front, bucket):
+    """ACLs are the remote's; an unsigned request is refused by the front, which cannot tell
+    what the remote would let it read."""
+    s3 = s3_client(front)
+    s3.put_object(Bucket=bucket, Key="public", Body=b"x", ACL="public-read")
+    uris = [g["Grantee"].get("URI") for g in s3.get_object_acl(Bucket=bucket, Key="public")["Grants"]]
+    assert "http://acs.amazonaws.com/groups/global/AllUsers" in uris
+    unsigned = boto3.client("s3", endpoint_url=s3_endpoint(front), region_name="us-east-1",
+                            config=botocore.config.Config(signature_version=botocore.UNSIGNED))
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        unsigned.get_object(Bucket=bucket, Key="public")
+    assert e.value.response["Error"]["Code"] == "AccessDenied"
 
 
 def test_multipart_through_the_front(front, remote, bucket):

@@ -21,6 +21,7 @@ use s3s::host::{S3Host, VirtualHost};
 use s3s::{s3_error, S3Result};
 use sha2::Sha256;
 
+use super::acl::Anonymous;
 use crate::auth::Credentials;
 
 type HmacSha256 = Hmac<Sha256>;
@@ -142,8 +143,30 @@ impl S3Auth for Auth {
 }
 
 /// The checks after a valid signature: SigV4 scoped to `s3` (SigV2 only as a presigned URL),
-/// and a key the listener takes.
-pub(crate) struct Access(pub Arc<KeyRing>);
+/// and a key the listener takes. Unsigned requests only read (GET and HEAD of objects,
+/// listings) on the store's own listener, when the backend enforces `public-read` (the local
+/// store), marked [`Anonymous`] for it to check.
+pub(crate) struct Access {
+    pub keys: Arc<KeyRing>,
+    pub anonymous_reads: bool,
+}
+
+/// The operations an unsigned request may ask for, of what `public-read` opens.
+const ANONYMOUS_READS: [&str; 4] = ["GetObject", "HeadObject", "ListObjects", "ListObjectsV2"];
+
+impl Access {
+    fn let_anonymous_read(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
+        let on_own_listener = cx
+            .extensions_mut()
+            .get::<Scope>()
+            .is_none_or(|s| *s == Scope::All);
+        if self.anonymous_reads && on_own_listener && ANONYMOUS_READS.contains(&cx.s3_op().name()) {
+            cx.extensions_mut().insert(Anonymous);
+            return Ok(());
+        }
+        Err(s3_error!(AccessDenied, "Anonymous access is not allowed"))
+    }
+}
 
 /// How a request was signed.
 #[derive(Debug, PartialEq, Eq)]
@@ -194,7 +217,7 @@ fn signing(headers: &HeaderMap, uri: &Uri) -> Signing {
 impl S3Access for Access {
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
         let Some(credentials) = cx.credentials() else {
-            return Err(s3_error!(AccessDenied, "Anonymous access is not allowed"));
+            return self.let_anonymous_read(cx);
         };
         let access_key = credentials.access_key.clone();
         match signing(cx.headers(), cx.uri()) {
@@ -218,7 +241,7 @@ impl S3Access for Access {
             .get::<Scope>()
             .cloned()
             .unwrap_or(Scope::All);
-        let principal = self.0.lookup(&access_key).map(|(p, _)| p);
+        let principal = self.keys.lookup(&access_key).map(|(p, _)| p);
         match (&scope, principal) {
             (Scope::All, Some(_)) => Ok(()),
             (Scope::Function(f), Some(Principal::Function(g))) if *f == g => Ok(()),

@@ -156,7 +156,7 @@ pub fn list<T, E>(
 
 /// Whether `key` is itself a common prefix of a listing of `prefix` by `delimiter`: it ends at
 /// the first delimiter after the prefix.
-fn rolls_up(prefix: &str, delimiter: &str, key: &str) -> bool {
+pub(crate) fn rolls_up(prefix: &str, delimiter: &str, key: &str) -> bool {
     key.strip_prefix(prefix)
         .and_then(|rest| {
             rest.find(delimiter)

@@ -16,6 +16,7 @@
 //! backend by implementing the same trait: [`cache::CachedStore`] (OFC's opportunistic cache)
 //! does, around either backend.
 
+pub mod acl;
 pub mod cache;
 pub mod checksum;
 pub mod conditions;
@@ -30,6 +31,8 @@ pub mod sandbox;
 pub mod sdk_keys;
 mod serve;
 pub(crate) mod shared;
+pub mod spans;
+pub mod upload_list;
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -219,7 +222,10 @@ impl ObjectStore {
             )?,
         };
         builder.set_auth(keys::Auth(keys.clone()));
-        builder.set_access(keys::Access(keys.clone()));
+        builder.set_access(keys::Access {
+            keys: keys.clone(),
+            anonymous_reads: matches!(config.backend, Backend::Local { .. }),
+        });
         builder.set_host(keys::Hosts::new(&config.domains));
         Ok(Self {
             service: builder.build(),

@@ -23,7 +23,9 @@ use s3s::{S3Error, S3Request, S3Response, S3Result, StdError, TrailingHeaders, S
 use super::checksum::{verify_content_md5, BodyHasher, Declared};
 use super::sdk_keys::{to_sdk, KeyLabels};
 use super::{Limits, ObjectStoreError, RemoteConfig};
-use crate::objects::shared::{check_length, checksums_from, content_length};
+use crate::objects::shared::{
+    check_length, checksums_from, content_length, object_attribute_names,
+};
 use crate::sync::LockExt;
 
 /// S3's limit on one part.
@@ -293,6 +295,14 @@ remote_s3! {
         after_upload(self.proxy.upload_part(req).await, failure)
     }
 
+    async fn get_object_attributes(
+        &self,
+        mut req: S3Request<GetObjectAttributesInput>,
+    ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
+        req.input.object_attributes = object_attribute_names(&req.input.object_attributes);
+        to_sdk(&mut req.input.key);
+        self.proxy.get_object_attributes(req).await
+    }
 }
     plain {
         create_bucket(CreateBucketInput) -> CreateBucketOutput;
@@ -302,11 +312,19 @@ remote_s3! {
         list_buckets(ListBucketsInput) -> ListBucketsOutput;
         list_objects_v2(ListObjectsV2Input) -> ListObjectsV2Output;
         list_objects(ListObjectsInput) -> ListObjectsOutput;
+        list_object_versions(ListObjectVersionsInput) -> ListObjectVersionsOutput;
+        list_multipart_uploads(ListMultipartUploadsInput) -> ListMultipartUploadsOutput;
+        get_bucket_acl(GetBucketAclInput) -> GetBucketAclOutput;
+        get_bucket_versioning(GetBucketVersioningInput) -> GetBucketVersioningOutput;
+        put_bucket_versioning(PutBucketVersioningInput) -> PutBucketVersioningOutput;
+        put_bucket_acl(PutBucketAclInput) -> PutBucketAclOutput;
         delete_objects(DeleteObjectsInput) -> DeleteObjectsOutput;
     }
     keyed {
         get_object(GetObjectInput) -> GetObjectOutput;
         head_object(HeadObjectInput) -> HeadObjectOutput;
+        get_object_acl(GetObjectAclInput) -> GetObjectAclOutput;
+        put_object_acl(PutObjectAclInput) -> PutObjectAclOutput;
         delete_object(DeleteObjectInput) -> DeleteObjectOutput;
         copy_object(CopyObjectInput) -> CopyObjectOutput;
         create_multipart_upload(CreateMultipartUploadInput) -> CreateMultipartUploadOutput;

@@ -113,18 +113,42 @@ fn add_error_message(response: &mut http::Response<s3s::Body>) {
     let Some(xml) = response.body().bytes() else {
         return;
     };
-    let Some(filled) = super::shared::with_default_message(&xml) else {
-        return;
-    };
+    if let Some(filled) = super::shared::with_default_message(&xml) {
+        replace_body(response, filled);
+    }
+}
+
+/// Whether a request is GetObjectAttributes (`GET /bucket/key?attributes`).
+fn asks_attributes<B>(req: &hyper::Request<B>) -> bool {
+    req.method() == http::Method::GET
+        && req.uri().query().is_some_and(|q| {
+            q.split('&')
+                .any(|p| p == "attributes" || p.starts_with("attributes="))
+        })
+}
+
+/// Replaces a response's whole body with `bytes`.
+fn replace_body(response: &mut http::Response<s3s::Body>, bytes: Vec<u8>) {
     if response
         .headers()
         .contains_key(http::header::CONTENT_LENGTH)
     {
         response
             .headers_mut()
-            .insert(http::header::CONTENT_LENGTH, filled.len().into());
+            .insert(http::header::CONTENT_LENGTH, bytes.len().into());
     }
-    *response.body_mut() = s3s::Body::from(bytes::Bytes::from(filled));
+    *response.body_mut() = s3s::Body::from(bytes::Bytes::from(bytes));
+}
+
+/// GetObjectAttributes' ETag without the quotes s3s puts around every ETag in XML, as S3
+/// answers it.
+fn unquote_attributes_etag(response: &mut http::Response<s3s::Body>) {
+    let Some(xml) = response.body().bytes() else {
+        return;
+    };
+    if let Some(bare) = super::shared::bare_etag(&xml) {
+        replace_body(response, bare);
+    }
 }
 
 /// A running S3 endpoint. Dropping it stops accepting connections; requests in flight finish.
@@ -217,6 +241,7 @@ pub(crate) fn serve_tagged(
                     .headers()
                     .get(http::header::EXPECT)
                     .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+                let attributes = asks_attributes(&req);
                 let abandoned = Arc::new(AtomicBool::new(false));
                 let req = req.map(|body| {
                     s3s::Body::http_body_unsync(DrainOnDrop {
@@ -231,6 +256,8 @@ pub(crate) fn serve_tagged(
                     let mut response = service.call(req).await?;
                     if response.status().as_u16() >= 400 {
                         add_error_message(&mut response);
+                    } else if attributes {
+                        unquote_attributes_etag(&mut response);
                     }
                     if abandoned.load(Ordering::SeqCst) {
                         response.headers_mut().insert(

@@ -26,6 +26,52 @@ pub struct ObjectAttrs {
     pub expires_ms: Option<i64>,
     pub website_redirect_location: Option<String>,
     pub metadata: BTreeMap<String, String>,
+    /// The storage class, when not STANDARD.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub storage_class: Option<String>,
+    /// The canned ACL, when it opens reads to more than the owner (see `acl.rs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub acl: Option<String>,
+}
+
+/// The storage classes S3 accepts on uploads and copies. kiln stores every one alike.
+const STORAGE_CLASSES: [&str; 10] = [
+    StorageClass::STANDARD,
+    StorageClass::REDUCED_REDUNDANCY,
+    StorageClass::STANDARD_IA,
+    StorageClass::ONEZONE_IA,
+    StorageClass::INTELLIGENT_TIERING,
+    StorageClass::GLACIER,
+    StorageClass::DEEP_ARCHIVE,
+    StorageClass::GLACIER_IR,
+    StorageClass::OUTPOSTS,
+    StorageClass::EXPRESS_ONEZONE,
+];
+
+/// Refuses a storage class S3 does not have.
+pub(crate) fn check_storage_class(class: Option<&StorageClass>) -> S3Result<()> {
+    match class {
+        Some(c) if !STORAGE_CLASSES.contains(&c.as_str()) => Err(s3_error!(
+            InvalidStorageClass,
+            "The storage class you specified is not valid"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The storage class to store: None for STANDARD, which S3 leaves out of HEAD and GET.
+pub(crate) fn stored_class(class: Option<&str>) -> Option<String> {
+    class
+        .filter(|c| *c != StorageClass::STANDARD)
+        .map(str::to_string)
+}
+
+/// An object's storage class as listings and GetObjectAttributes name it.
+pub(crate) fn class_name(attrs: &ObjectAttrs) -> &str {
+    attrs
+        .storage_class
+        .as_deref()
+        .unwrap_or(StorageClass::STANDARD)
 }
 
 /// The most keys one listing page holds.
@@ -60,29 +106,93 @@ pub(crate) fn encodes_url(encoding: Option<&EncodingType>) -> S3Result<bool> {
     }
 }
 
-/// An object's entry in a listing (`etag` unquoted).
-pub(crate) fn listed_object(
-    key: String,
-    size: u64,
-    etag: String,
-    modified_ms: i64,
-    checksums: &Checksums,
-) -> Object {
-    let algorithms: Vec<ChecksumAlgorithm> = checksums
+/// An object's entry in a listing, under `key` (encoded as the listing asks).
+pub(crate) fn listed_object(key: String, object: &StoredObject<'_>) -> Object {
+    let algorithms: Vec<ChecksumAlgorithm> = object
+        .checksums
         .algorithms()
         .map(|a| ChecksumAlgorithm::from(a.name().to_string()))
         .collect();
     Object {
         key: Some(key),
-        size: Some(size as i64),
-        e_tag: Some(ETag::Strong(etag)),
-        last_modified: Some(timestamp(modified_ms)),
-        storage_class: Some(ObjectStorageClass::from_static(
-            ObjectStorageClass::STANDARD,
+        size: Some(object.size as i64),
+        e_tag: Some(ETag::Strong(object.etag.to_string())),
+        last_modified: Some(timestamp(object.modified_ms)),
+        storage_class: Some(ObjectStorageClass::from(
+            class_name(object.attrs).to_string(),
         )),
         checksum_algorithm: (!algorithms.is_empty()).then_some(algorithms),
         owner: Some(owner()),
         ..Default::default()
+    }
+}
+
+/// An object's entry in ListObjectVersions on a bucket without versioning: its one version,
+/// `null`, the latest.
+pub(crate) fn listed_version(object: Object) -> ObjectVersion {
+    ObjectVersion {
+        checksum_algorithm: object.checksum_algorithm,
+        checksum_type: object.checksum_type,
+        e_tag: object.e_tag,
+        is_latest: Some(true),
+        key: object.key,
+        last_modified: object.last_modified,
+        owner: object.owner,
+        size: object.size,
+        storage_class: object
+            .storage_class
+            .map(|c| ObjectVersionStorageClass::from(c.as_str().to_string())),
+        version_id: Some("null".into()),
+        ..Default::default()
+    }
+}
+
+/// A ListObjectVersions request as S3 reads it: an empty delimiter is absent.
+pub(crate) fn read_list_versions(input: &mut ListObjectVersionsInput) {
+    if input.delimiter.as_deref() == Some("") {
+        input.delimiter = None;
+    }
+}
+
+/// The attribute names of GetObjectAttributes's `x-amz-object-attributes`, one each: s3s hands
+/// a comma-separated header over as one name, and aws-sdk-s3 quotes a name it forwards when
+/// that has a comma in it.
+pub(crate) fn object_attribute_names(names: &[ObjectAttributes]) -> Vec<ObjectAttributes> {
+    names
+        .iter()
+        .flat_map(|n| n.as_str().split(','))
+        .map(|n| n.trim().trim_matches('"').trim())
+        .filter(|n| !n.is_empty())
+        .map(|n| ObjectAttributes::from(n.to_string()))
+        .collect()
+}
+
+/// Refuses a version other than `null`, the one version kiln keeps of an object (S3's answer
+/// on a bucket never versioned).
+pub(crate) fn only_version(version_id: Option<&str>) -> S3Result<()> {
+    match version_id {
+        None | Some("null") => Ok(()),
+        Some(_) => Err(s3_error!(InvalidArgument, "Invalid version id specified")),
+    }
+}
+
+/// The markers of a ListObjectVersions request: a version marker only with a key marker, and
+/// only `null`.
+pub(crate) fn check_version_marker(input: &ListObjectVersionsInput) -> S3Result<()> {
+    let marker = input.version_id_marker.as_deref().filter(|m| !m.is_empty());
+    if marker.is_some() && input.key_marker.as_deref().is_none_or(str::is_empty) {
+        return Err(s3_error!(
+            InvalidArgument,
+            "A version-id marker cannot be specified without a key marker."
+        ));
+    }
+    only_version(marker)
+}
+
+/// A ListMultipartUploads request as S3 reads it: an empty delimiter is absent.
+pub(crate) fn read_list_uploads(input: &mut ListMultipartUploadsInput) {
+    if input.delimiter.as_deref() == Some("") {
+        input.delimiter = None;
     }
 }
 
@@ -98,14 +208,23 @@ pub(crate) fn replaces_metadata(directive: Option<&MetadataDirective>) -> bool {
     directive.is_some_and(|d| d.as_str() == MetadataDirective::REPLACE)
 }
 
-/// S3's answer to a CopyObject onto its own source that changes nothing.
-pub(crate) fn copy_to_itself() -> S3Error {
-    s3_error!(
-        InvalidRequest,
-        "This copy request is illegal because it is trying to copy an object to itself without \
-         changing the object's metadata, storage class, website redirect location or encryption \
-         attributes."
-    )
+/// Refuses a CopyObject onto its own source (`to_itself`) that changes nothing, as S3 does: it
+/// must replace the metadata, or set a storage class, a website redirect or encryption.
+pub(crate) fn check_self_copy(input: &CopyObjectInput, to_itself: bool) -> S3Result<()> {
+    let changes = replaces_metadata(input.metadata_directive.as_ref())
+        || input.storage_class.is_some()
+        || input.website_redirect_location.is_some()
+        || input.server_side_encryption.is_some()
+        || input.sse_customer_algorithm.is_some();
+    if to_itself && !changes {
+        return Err(s3_error!(
+            InvalidRequest,
+            "This copy request is illegal because it is trying to copy an object to itself without \
+             changing the object's metadata, storage class, website redirect location or encryption \
+             attributes."
+        ));
+    }
+    Ok(())
 }
 
 pub(crate) fn timestamp(ms: i64) -> Timestamp {
@@ -206,6 +325,11 @@ macro_rules! object_attrs {
             expires_ms: $input.expires.as_ref().map($crate::objects::shared::ms_of),
             website_redirect_location: $input.website_redirect_location,
             metadata: $input.metadata.unwrap_or_default().into_iter().collect(),
+            storage_class: $crate::objects::shared::stored_class(
+                $input.storage_class.as_ref().map(|c| c.as_str()),
+            ),
+            // Set by the store from `x-amz-acl`, which it checks (`acl::requested_acl`).
+            acl: None,
         }
     };
 }
@@ -259,9 +383,56 @@ macro_rules! set_attrs {
         $out.cache_control = attrs.cache_control.clone();
         $out.expires = attrs.expires_ms.map($crate::objects::shared::timestamp);
         $out.website_redirect_location = attrs.website_redirect_location.clone();
+        $out.storage_class = attrs
+            .storage_class
+            .clone()
+            .map(s3s::dto::StorageClass::from);
     }};
 }
 pub(crate) use set_attrs;
+
+/// What GetObject and HeadObject answer of a stored object, whichever store holds it.
+pub(crate) struct StoredObject<'a> {
+    /// Unquoted.
+    pub etag: &'a str,
+    pub modified_ms: i64,
+    pub size: u64,
+    pub attrs: &'a ObjectAttrs,
+    pub checksums: &'a Checksums,
+}
+
+/// Whether a read asked for checksums (`x-amz-checksum-mode: ENABLED`).
+pub(crate) fn wants_checksums(mode: Option<&ChecksumMode>) -> bool {
+    mode.is_some_and(|m| m.as_str().eq_ignore_ascii_case(ChecksumMode::ENABLED))
+}
+
+/// The fields GetObject and HeadObject (`$output`) share, from a [`StoredObject`] and the
+/// bytes the read covers (a [`Covered`](super::spans::Covered)).
+macro_rules! read_output {
+    ($output:ident, $object:expr, $covered:expr, $wants_checksums:expr) => {{
+        let object: &$crate::objects::shared::StoredObject<'_> = $object;
+        let covered: &$crate::objects::spans::Covered = $covered;
+        let attrs = object.attrs;
+        let mut output = $output {
+            content_length: Some((covered.span.end - covered.span.start) as i64),
+            content_range: $crate::objects::spans::content_range(covered, object.size),
+            accept_ranges: Some("bytes".into()),
+            e_tag: Some(ETag::Strong(object.etag.to_string())),
+            last_modified: Some($crate::objects::shared::timestamp(object.modified_ms)),
+            metadata: (!attrs.metadata.is_empty())
+                .then(|| attrs.metadata.clone().into_iter().collect()),
+            ..Default::default()
+        };
+        $crate::objects::shared::set_attrs!(output, attrs);
+        // Like S3: checksums only when asked for, and only for the whole object.
+        if $wants_checksums && !covered.partial {
+            $crate::objects::shared::set_checksums!(output, object.checksums);
+            output.checksum_type = $crate::objects::shared::checksum_type(object.checksums);
+        }
+        output
+    }};
+}
+pub(crate) use read_output;
 
 /// Copies stored checksums into an output's `checksum_*` fields.
 macro_rules! set_checksums {
@@ -377,6 +548,34 @@ pub(crate) fn default_message(code: &str) -> Option<&'static str> {
     })
 }
 
+/// A document's first `<ETag>"…"</ETag>` without its quotes (None if it has none quoted).
+pub(crate) fn bare_etag(xml: &[u8]) -> Option<Vec<u8>> {
+    const OPEN: &[u8] = b"<ETag>&quot;";
+    const OPEN_RAW: &[u8] = b"<ETag>\"";
+    let find = |needle: &[u8]| xml.windows(needle.len()).position(|w| w == needle);
+    let (start, open) = match (find(OPEN_RAW), find(OPEN)) {
+        (Some(at), _) => (at, OPEN_RAW),
+        (None, Some(at)) => (at, OPEN),
+        (None, None) => return None,
+    };
+    let close: &[u8] = if open == OPEN {
+        b"&quot;</ETag>"
+    } else {
+        b"\"</ETag>"
+    };
+    let value_start = start + open.len();
+    let length = xml[value_start..]
+        .windows(close.len())
+        .position(|w| w == close)?;
+    let mut bare = Vec::with_capacity(xml.len());
+    bare.extend_from_slice(&xml[..start]);
+    bare.extend_from_slice(b"<ETag>");
+    bare.extend_from_slice(&xml[value_start..value_start + length]);
+    bare.extend_from_slice(b"</ETag>");
+    bare.extend_from_slice(&xml[value_start + length + close.len()..]);
+    Some(bare)
+}
+
 /// An error document (`<Error><Code>…</Code>…</Error>`) with S3's message for its code added
 /// when it has none; `None` when it has one already, or S3 has none for its code.
 pub(crate) fn with_default_message(xml: &[u8]) -> Option<Vec<u8>> {
@@ -412,6 +611,22 @@ mod tests {
             let e = copy_source_span(Some(malformed), 10).unwrap_err();
             assert_eq!(e.code(), &S3ErrorCode::InvalidArgument, "{malformed}");
         }
+    }
+
+    #[test]
+    fn an_attributes_etag_loses_its_quotes() {
+        let quoted = br#"<R><ETag>"abc-2"</ETag><ObjectSize>3</ObjectSize></R>"#;
+        assert_eq!(
+            bare_etag(quoted).unwrap(),
+            br#"<R><ETag>abc-2</ETag><ObjectSize>3</ObjectSize></R>"#.to_vec()
+        );
+        let escaped = b"<R><ETag>&quot;abc&quot;</ETag></R>";
+        assert_eq!(
+            bare_etag(escaped).unwrap(),
+            b"<R><ETag>abc</ETag></R>".to_vec()
+        );
+        assert_eq!(bare_etag(b"<R><ObjectSize>3</ObjectSize></R>"), None);
+        assert_eq!(bare_etag(br#"<R><ETag>"open</R>"#), None);
     }
 
     #[test]

@@ -41,6 +41,19 @@ pub struct Meta {
     pub checksums: Checksums,
 }
 
+impl Meta {
+    /// What GetObject, HeadObject and listings answer of it.
+    pub(crate) fn stored(&self) -> crate::objects::shared::StoredObject<'_> {
+        crate::objects::shared::StoredObject {
+            etag: &self.etag,
+            modified_ms: self.modified_ms,
+            size: self.size,
+            attrs: &self.attrs,
+            checksums: &self.checksums,
+        }
+    }
+}
+
 /// How an object came into the cache: shrinking evicts persisted outputs before inputs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Origin {

@@ -120,15 +120,7 @@ impl ObjectCache {
         self.entries()
             .intermediates(bucket, prefix)
             .into_iter()
-            .map(|(key, meta)| {
-                listed_object(
-                    key,
-                    meta.size,
-                    meta.etag.clone(),
-                    meta.modified_ms,
-                    &meta.checksums,
-                )
-            })
+            .map(|(key, meta)| listed_object(key, &meta.stored()))
             .collect()
     }
 

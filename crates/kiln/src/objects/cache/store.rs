@@ -17,17 +17,16 @@ use super::{
     MEDIA_METADATA,
 };
 use crate::function::{InvocationTags, StorageTag};
+use crate::objects::acl::Anonymous;
 use crate::objects::checksum::{hex, verify_content_md5, BodyHasher};
 use crate::objects::conditions::{not_modified, precondition_failed, ReadConditions, Verdict};
 use crate::objects::shared::{
-    body_error, check_length, checksum_type, checksums_from, content_length, copy_source_span,
-    copy_to_itself, declared, incomplete_body, internal, now_ms, object_attrs, read_list_v1,
-    read_list_v2, replaces_metadata, set_checksums, timestamp,
+    body_error, check_length, check_self_copy, checksum_type, checksums_from, content_length,
+    copy_source_span, declared, incomplete_body, internal, now_ms, object_attrs, read_list_v1,
+    read_list_v2, read_list_versions, read_output, replaces_metadata, set_checksums, stored_class,
+    timestamp, wants_checksums, ObjectAttrs,
 };
-
-fn wants_checksums(mode: Option<&ChecksumMode>) -> bool {
-    mode.is_some_and(|m| m.as_str().eq_ignore_ascii_case(ChecksumMode::ENABLED))
-}
+use crate::objects::spans::{Covered, Read};
 
 /// A read the cache can answer: no version, part, or customer key.
 fn plain_read(
@@ -36,6 +35,12 @@ fn plain_read(
     sse_customer_algorithm: &Option<String>,
 ) -> bool {
     version_id.is_none() && part_number.is_none() && sse_customer_algorithm.is_none()
+}
+
+/// Whether a request came unsigned: the backing store decides what it may read (`public-read`),
+/// so the cache answers it from nothing it holds.
+fn unsigned<T>(req: &S3Request<T>) -> bool {
+    req.extensions.get::<Anonymous>().is_some()
 }
 
 /// A write the cache can take: none of encryption, locks, tags, ACLs, storage classes,
@@ -97,35 +102,12 @@ fn meta_of(output: &GetObjectOutput, size: u64) -> Meta {
             expires_ms: output.expires.as_ref().map(crate::objects::shared::ms_of),
             website_redirect_location: output.website_redirect_location.clone(),
             metadata: metadata.unwrap_or_default().into_iter().collect(),
+            storage_class: stored_class(output.storage_class.as_ref().map(|c| c.as_str())),
+            // A GET does not tell: the cache answers no ACL, nor an unsigned request.
+            acl: None,
         },
         checksums,
     }
-}
-
-/// Fills the fields GetObject and HeadObject share from cached metadata.
-macro_rules! answer_from {
-    ($output:ident, $meta:expr, $span:expr, $ranged:expr, $wants:expr) => {{
-        let meta: &Meta = $meta;
-        let span: &std::ops::Range<u64> = $span;
-        let attrs = &meta.attrs;
-        let mut output = $output {
-            content_length: Some((span.end - span.start) as i64),
-            content_range: $ranged
-                .then(|| format!("bytes {}-{}/{}", span.start, span.end - 1, meta.size)),
-            accept_ranges: Some("bytes".into()),
-            e_tag: Some(ETag::Strong(meta.etag.clone())),
-            last_modified: Some(timestamp(meta.modified_ms)),
-            metadata: (!attrs.metadata.is_empty())
-                .then(|| attrs.metadata.clone().into_iter().collect()),
-            ..Default::default()
-        };
-        crate::objects::shared::set_attrs!(output, attrs);
-        if $wants && !$ranged {
-            set_checksums!(output, &meta.checksums);
-            output.checksum_type = checksum_type(&meta.checksums);
-        }
-        output
-    }};
 }
 
 /// Applies a read's preconditions and range to cached metadata.
@@ -133,16 +115,14 @@ fn check_read(
     meta: &Meta,
     conditions: &ReadConditions,
     range: Option<&Range>,
-) -> S3Result<std::ops::Range<u64>> {
+) -> S3Result<Covered> {
     match conditions.evaluate(&meta.etag, meta.modified_ms) {
         Verdict::Proceed => {}
         Verdict::NotModified => return Err(not_modified(&meta.etag, meta.modified_ms)),
         Verdict::PreconditionFailed => return Err(precondition_failed()),
     }
-    match range {
-        Some(r) => Ok(r.check(meta.size)?),
-        None => Ok(0..meta.size),
-    }
+    let read = range.map_or(Read::Whole, |r| Read::Range(*r));
+    read.cover(meta.size, None)
 }
 
 fn answer_get(
@@ -151,9 +131,10 @@ fn answer_get(
     range: Option<&Range>,
     wants: bool,
 ) -> S3Result<S3Response<GetObjectOutput>> {
-    let span = check_read(&hit.meta, conditions, range)?;
+    let covered = check_read(&hit.meta, conditions, range)?;
+    let span = &covered.span;
     let body = hit.body.slice(span.start as usize..span.end as usize);
-    let mut output = answer_from!(GetObjectOutput, &hit.meta, &span, range.is_some(), wants);
+    let mut output = read_output!(GetObjectOutput, &hit.meta.stored(), &covered, wants);
     output.body = Some(StreamingBlob::from(s3s::Body::from(body)));
     Ok(S3Response::new(output))
 }
@@ -267,7 +248,8 @@ impl CachedStore {
             &input.version_id,
             &input.part_number,
             &input.sse_customer_algorithm,
-        ) {
+        ) || unsigned(&req)
+        {
             cache.metrics.bypassed.inc();
             cache.until_clean(&key).await?;
             let mut out = cache.backend.get_object(req).await?;
@@ -475,10 +457,8 @@ impl CachedStore {
             service,
             ..
         } = req;
+        check_self_copy(&input, ObjectKey::new(&input.bucket, &input.key) == source)?;
         let replace = replaces_metadata(input.metadata_directive.as_ref());
-        if ObjectKey::new(&input.bucket, &input.key) == source && !replace {
-            return Err(copy_to_itself());
-        }
         let conditions = ReadConditions {
             if_match: input.copy_source_if_match.clone(),
             if_none_match: input.copy_source_if_none_match.clone(),
@@ -488,10 +468,15 @@ impl CachedStore {
         if conditions.evaluate(&held.meta.etag, held.meta.modified_ms) != Verdict::Proceed {
             return Err(precondition_failed());
         }
-        let attrs = if replace {
-            object_attrs!(input)
-        } else {
-            held.meta.attrs.clone()
+        // The copy's storage class is the request's, whatever the source's.
+        let class = stored_class(input.storage_class.as_ref().map(|c| c.as_str()));
+        let attrs = ObjectAttrs {
+            storage_class: class,
+            ..if replace {
+                object_attrs!(input)
+            } else {
+                held.meta.attrs.clone()
+            }
         };
         let replace_tags = input
             .tagging_directive
@@ -665,6 +650,13 @@ impl S3 for CachedStore {
         self.cache.backend.upload_part(req).await
     }
 
+    async fn list_multipart_uploads(
+        &self,
+        req: S3Request<ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+        self.cache.backend.list_multipart_uploads(req).await
+    }
+
     async fn list_parts(
         &self,
         req: S3Request<ListPartsInput>,
@@ -709,6 +701,9 @@ impl S3 for CachedStore {
     ) -> S3Result<S3Response<ListObjectsV2Output>> {
         read_list_v2(&mut req.input);
         self.cache.until_bucket_settled(&req.input.bucket).await?;
+        if unsigned(&req) {
+            return self.cache.backend.list_objects_v2(req).await;
+        }
         self.cache.list_objects_v2(req).await
     }
 
@@ -718,7 +713,21 @@ impl S3 for CachedStore {
     ) -> S3Result<S3Response<ListObjectsOutput>> {
         read_list_v1(&mut req.input);
         self.cache.until_bucket_settled(&req.input.bucket).await?;
+        if unsigned(&req) {
+            return self.cache.backend.list_objects(req).await;
+        }
         self.cache.list_objects(req).await
+    }
+
+    /// The backing store's listing, once the bucket's writes are there (a sequence's
+    /// intermediates, held in memory only, are not versions of anything stored).
+    async fn list_object_versions(
+        &self,
+        mut req: S3Request<ListObjectVersionsInput>,
+    ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+        read_list_versions(&mut req.input);
+        self.cache.until_bucket_settled(&req.input.bucket).await?;
+        self.cache.backend.list_object_versions(req).await
     }
 
     async fn get_object(
@@ -752,7 +761,7 @@ impl S3 for CachedStore {
             &input.version_id,
             &input.part_number,
             &input.sse_customer_algorithm,
-        );
+        ) && !unsigned(&req);
         let hit = if plain {
             cache.entries().get(&key, Instant::now())
         } else {
@@ -767,15 +776,9 @@ impl S3 for CachedStore {
                 if_modified_since: input.if_modified_since.clone(),
                 if_unmodified_since: input.if_unmodified_since.clone(),
             };
-            let span = check_read(&hit.meta, &conditions, input.range.as_ref())?;
+            let covered = check_read(&hit.meta, &conditions, input.range.as_ref())?;
             let wants = wants_checksums(input.checksum_mode.as_ref());
-            let output = answer_from!(
-                HeadObjectOutput,
-                &hit.meta,
-                &span,
-                input.range.is_some(),
-                wants
-            );
+            let output = read_output!(HeadObjectOutput, &hit.meta.stored(), &covered, wants);
             return Ok(S3Response::new(output));
         }
         cache.metrics.bypassed.inc();
@@ -790,6 +793,67 @@ impl S3 for CachedStore {
         }
         strip_reserved(&mut out.output.metadata);
         Ok(out)
+    }
+
+    /// The backing store's answer, once the key's writes are there: it alone knows an
+    /// object's parts.
+    async fn get_object_attributes(
+        &self,
+        req: S3Request<GetObjectAttributesInput>,
+    ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
+        let key = ObjectKey::new(&req.input.bucket, &req.input.key);
+        self.cache.metrics.bypassed.inc();
+        self.cache.until_clean(&key).await?;
+        self.cache.backend.get_object_attributes(req).await
+    }
+
+    async fn get_bucket_versioning(
+        &self,
+        req: S3Request<GetBucketVersioningInput>,
+    ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
+        self.cache.backend.get_bucket_versioning(req).await
+    }
+
+    async fn put_bucket_versioning(
+        &self,
+        req: S3Request<PutBucketVersioningInput>,
+    ) -> S3Result<S3Response<PutBucketVersioningOutput>> {
+        self.cache.backend.put_bucket_versioning(req).await
+    }
+
+    async fn get_bucket_acl(
+        &self,
+        req: S3Request<GetBucketAclInput>,
+    ) -> S3Result<S3Response<GetBucketAclOutput>> {
+        self.cache.backend.get_bucket_acl(req).await
+    }
+
+    async fn put_bucket_acl(
+        &self,
+        req: S3Request<PutBucketAclInput>,
+    ) -> S3Result<S3Response<PutBucketAclOutput>> {
+        self.cache.backend.put_bucket_acl(req).await
+    }
+
+    /// An object's ACL is the backing store's (the cache answers no ACL of its own).
+    async fn get_object_acl(
+        &self,
+        req: S3Request<GetObjectAclInput>,
+    ) -> S3Result<S3Response<GetObjectAclOutput>> {
+        let key = ObjectKey::new(&req.input.bucket, &req.input.key);
+        self.cache.until_clean(&key).await?;
+        self.cache.backend.get_object_acl(req).await
+    }
+
+    async fn put_object_acl(
+        &self,
+        req: S3Request<PutObjectAclInput>,
+    ) -> S3Result<S3Response<PutObjectAclOutput>> {
+        let key = ObjectKey::new(&req.input.bucket, &req.input.key);
+        let backend = &self.cache.backend;
+        self.cache
+            .write_through(vec![key], backend.put_object_acl(req))
+            .await
     }
 
     async fn put_object(

@@ -3,25 +3,29 @@
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
 
-use super::meta::{BucketDeletion, ObjectRow};
+use super::acls::{check_anonymous, hide_from_anonymous, is_anonymous};
+use super::meta::{BucketDeletion, ObjectRow, UploadRow};
 use super::{blocking, LocalStore};
-use crate::objects::listing::{self, url_encode, Cursor, ListRequest, Page};
+use crate::objects::acl::requested_acl;
+use crate::objects::listing::{self, successor, url_encode, Cursor, ListRequest, Page};
 use crate::objects::shared::{
-    encodes_url, internal, listed_object, max_keys, now_ms, owner, owners_if_fetched, read_list_v1,
-    read_list_v2, timestamp,
+    check_version_marker, class_name, encodes_url, internal, listed_object, listed_version,
+    max_keys, now_ms, owner, owners_if_fetched, read_list_uploads, read_list_v1, read_list_v2,
+    read_list_versions, timestamp,
 };
+use crate::objects::upload_list::{list_uploads, UploadsRequest};
 
-/// S3's ceiling on keys per listing page.
 impl LocalStore {
     pub(super) async fn create_bucket_op(
         &self,
         req: S3Request<CreateBucketInput>,
     ) -> S3Result<S3Response<CreateBucketOutput>> {
+        let acl = requested_acl!(req.input, grant_write)?;
         let bucket = req.input.bucket;
         let meta = self.meta.clone();
         let name = bucket.clone();
         let created = blocking(move || {
-            meta.create_bucket(&name, now_ms())
+            meta.create_bucket(&name, now_ms(), acl.as_deref())
                 .map_err(|e| internal("metadata", e))
         })
         .await?;
@@ -34,6 +38,68 @@ impl LocalStore {
         Ok(S3Response::new(CreateBucketOutput {
             location: Some(format!("/{bucket}")),
         }))
+    }
+
+    /// GetBucketVersioning: no status for a bucket never versioned, else `Suspended` (kiln
+    /// keeps one version of each object, so a bucket cannot be `Enabled`).
+    pub(super) async fn get_bucket_versioning_op(
+        &self,
+        req: S3Request<GetBucketVersioningInput>,
+    ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
+        let meta = self.meta.clone();
+        let bucket = req.input.bucket;
+        let status = blocking(move || {
+            meta.bucket_versioning(&bucket)
+                .map_err(|e| internal("metadata", e))
+        })
+        .await?
+        .ok_or_else(|| s3_error!(NoSuchBucket))?;
+        Ok(S3Response::new(GetBucketVersioningOutput {
+            status: status.map(BucketVersioningStatus::from),
+            mfa_delete: None,
+        }))
+    }
+
+    /// PutBucketVersioning: `Suspended` is what kiln's buckets are, and is recorded; enabling
+    /// versioning or MFA delete is refused.
+    pub(super) async fn put_bucket_versioning_op(
+        &self,
+        req: S3Request<PutBucketVersioningInput>,
+    ) -> S3Result<S3Response<PutBucketVersioningOutput>> {
+        let input = req.input;
+        let config = input.versioning_configuration;
+        if config.mfa_delete.is_some() || input.mfa.is_some() {
+            return Err(s3_error!(
+                NotImplemented,
+                "kiln does not keep object versions, so it has no MFA delete"
+            ));
+        }
+        match config.status.as_ref().map(|s| s.as_str()) {
+            Some(BucketVersioningStatus::SUSPENDED) => {}
+            Some(BucketVersioningStatus::ENABLED) => {
+                return Err(s3_error!(
+                    NotImplemented,
+                    "kiln keeps one version of each object: bucket versioning cannot be enabled"
+                ))
+            }
+            _ => {
+                return Err(s3_error!(
+                    MalformedXML,
+                    "The versioning status must be Enabled or Suspended"
+                ))
+            }
+        }
+        let meta = self.meta.clone();
+        let bucket = input.bucket;
+        let exists = blocking(move || {
+            meta.set_bucket_versioning(&bucket, BucketVersioningStatus::SUSPENDED)
+                .map_err(|e| internal("metadata", e))
+        })
+        .await?;
+        if !exists {
+            return Err(s3_error!(NoSuchBucket));
+        }
+        Ok(S3Response::new(PutBucketVersioningOutput::default()))
     }
 
     pub(super) async fn head_bucket_op(
@@ -97,15 +163,23 @@ impl LocalStore {
         }))
     }
 
-    async fn list_page(&self, bucket: String, request: ListRequest) -> S3Result<Page<ObjectRow>> {
+    /// One page of a bucket's listing; an unsigned request (`anonymous`) only of a
+    /// `public-read` bucket.
+    async fn list_page(
+        &self,
+        bucket: String,
+        request: ListRequest,
+        anonymous: bool,
+    ) -> S3Result<Page<ObjectRow>> {
         let meta = self.meta.clone();
         blocking(move || {
-            if !meta
-                .bucket_exists(&bucket)
-                .map_err(|e| internal("metadata", e))?
-            {
-                return Err(s3_error!(NoSuchBucket));
-            }
+            let acl = meta
+                .bucket_acl(&bucket)
+                .map_err(|e| internal("metadata", e))?;
+            let Some(acl) = acl else {
+                return Err(hide_from_anonymous(anonymous, s3_error!(NoSuchBucket)));
+            };
+            check_anonymous(anonymous, acl.as_deref())?;
             listing::list(
                 &request,
                 |cursor, below, limit| meta.list_objects(&bucket, cursor, below, limit),
@@ -120,6 +194,7 @@ impl LocalStore {
         &self,
         req: S3Request<ListObjectsV2Input>,
     ) -> S3Result<S3Response<ListObjectsV2Output>> {
+        let anonymous = is_anonymous(&req);
         let mut input = req.input;
         read_list_v2(&mut input);
         let prefix = input.prefix.clone().unwrap_or_default();
@@ -143,6 +218,7 @@ impl LocalStore {
                     start,
                     max_keys: max_keys as usize,
                 },
+                anonymous,
             )
             .await?;
         let encode = |s: String| if url { url_encode(&s) } else { s };
@@ -166,14 +242,117 @@ impl LocalStore {
             next_continuation_token: page.next.as_ref().map(Cursor::token),
             encoding_type: input.encoding_type,
             contents,
-            common_prefixes: Some(
-                page.common_prefixes
+            common_prefixes: Some(common_prefix_list(page.common_prefixes, encode)),
+            ..Default::default()
+        }))
+    }
+
+    /// ListObjectVersions: kiln's buckets are unversioned, so each object is listed as its
+    /// one version, `null`; `key-marker` starts the listing after that key.
+    pub(super) async fn list_object_versions_op(
+        &self,
+        req: S3Request<ListObjectVersionsInput>,
+    ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+        let anonymous = is_anonymous(&req);
+        let mut input = req.input;
+        read_list_versions(&mut input);
+        check_version_marker(&input)?;
+        let prefix = input.prefix.clone().unwrap_or_default();
+        let max_keys = max_keys(input.max_keys)?;
+        let url = encodes_url(input.encoding_type.as_ref())?;
+        let page = self
+            .list_page(
+                input.bucket.clone(),
+                ListRequest {
+                    start: Cursor::start(&prefix, input.key_marker.as_deref()),
+                    prefix,
+                    delimiter: input.delimiter.clone(),
+                    max_keys: max_keys as usize,
+                },
+                anonymous,
+            )
+            .await?;
+        let encode = |s: String| if url { url_encode(&s) } else { s };
+        let truncated = page.next.is_some();
+        let last_is_key = page.objects.last().map(|o| &o.key) == page.last.as_ref();
+        Ok(S3Response::new(ListObjectVersionsOutput {
+            name: Some(input.bucket),
+            prefix: input.prefix.map(encode),
+            delimiter: input.delimiter.map(encode),
+            key_marker: Some(input.key_marker.map(encode).unwrap_or_default()),
+            version_id_marker: Some(input.version_id_marker.unwrap_or_default()),
+            next_key_marker: truncated.then_some(page.last).flatten().map(encode),
+            next_version_id_marker: (truncated && last_is_key).then(|| "null".to_string()),
+            max_keys: Some(max_keys),
+            is_truncated: Some(truncated),
+            encoding_type: input.encoding_type,
+            versions: Some(
+                page.objects
                     .into_iter()
-                    .map(|p| CommonPrefix {
-                        prefix: Some(encode(p)),
-                    })
+                    .map(|row| listed_version(object_entry(row, encode)))
                     .collect(),
             ),
+            common_prefixes: Some(common_prefix_list(page.common_prefixes, encode)),
+            ..Default::default()
+        }))
+    }
+
+    pub(super) async fn list_multipart_uploads_op(
+        &self,
+        req: S3Request<ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+        let mut input = req.input;
+        read_list_uploads(&mut input);
+        let url = encodes_url(input.encoding_type.as_ref())?;
+        let max_uploads = max_keys(input.max_uploads)?;
+        let request = UploadsRequest {
+            prefix: input.prefix.clone().unwrap_or_default(),
+            delimiter: input.delimiter.clone(),
+            key_marker: input.key_marker.clone(),
+            upload_id_marker: input.upload_id_marker.clone(),
+            max_uploads: max_uploads as usize,
+        };
+        self.require_bucket(&input.bucket).await?;
+        let meta = self.meta.clone();
+        let bucket = input.bucket.clone();
+        let page = blocking(move || {
+            let from = request.key_marker.as_deref().unwrap_or_default();
+            let from = from.max(request.prefix.as_str());
+            let below = successor(&request.prefix);
+            let uploads = meta
+                .uploads(&bucket, from, below.as_deref())
+                .map_err(|e| internal("metadata", e))?;
+            Ok(list_uploads(
+                &request,
+                uploads,
+                |u| u.key.as_str(),
+                |u| u.upload_id.as_str(),
+            ))
+        })
+        .await?;
+        let encode = |s: String| if url { url_encode(&s) } else { s };
+        let (next_key, next_upload) = match page.last.filter(|_| page.truncated) {
+            Some((key, upload)) => (Some(encode(key)), upload),
+            None => (None, None),
+        };
+        Ok(S3Response::new(ListMultipartUploadsOutput {
+            bucket: Some(input.bucket),
+            prefix: input.prefix.map(encode),
+            delimiter: input.delimiter.map(encode),
+            key_marker: Some(input.key_marker.map(encode).unwrap_or_default()),
+            upload_id_marker: Some(input.upload_id_marker.unwrap_or_default()),
+            next_key_marker: next_key,
+            next_upload_id_marker: next_upload,
+            max_uploads: Some(max_uploads),
+            is_truncated: Some(page.truncated),
+            encoding_type: input.encoding_type,
+            uploads: Some(
+                page.uploads
+                    .into_iter()
+                    .map(|row| upload_entry(row, encode))
+                    .collect(),
+            ),
+            common_prefixes: Some(common_prefix_list(page.common_prefixes, encode)),
             ..Default::default()
         }))
     }
@@ -182,6 +361,7 @@ impl LocalStore {
         &self,
         req: S3Request<ListObjectsInput>,
     ) -> S3Result<S3Response<ListObjectsOutput>> {
+        let anonymous = is_anonymous(&req);
         let mut input = req.input;
         read_list_v1(&mut input);
         let prefix = input.prefix.clone().unwrap_or_default();
@@ -196,6 +376,7 @@ impl LocalStore {
                     delimiter: input.delimiter.clone(),
                     max_keys: max_keys as usize,
                 },
+                anonymous,
             )
             .await?;
         let encode = |s: String| if url { url_encode(&s) } else { s };
@@ -221,25 +402,43 @@ impl LocalStore {
                     .map(|row| object_entry(row, encode))
                     .collect(),
             ),
-            common_prefixes: Some(
-                page.common_prefixes
-                    .into_iter()
-                    .map(|p| CommonPrefix {
-                        prefix: Some(encode(p)),
-                    })
-                    .collect(),
-            ),
+            common_prefixes: Some(common_prefix_list(page.common_prefixes, encode)),
             ..Default::default()
         }))
     }
 }
 
+fn upload_entry(row: UploadRow, encode: impl Fn(String) -> String) -> MultipartUpload {
+    let owner = owner();
+    MultipartUpload {
+        key: Some(encode(row.key)),
+        upload_id: Some(row.upload_id),
+        initiated: Some(timestamp(row.created_ms)),
+        initiator: Some(Initiator {
+            display_name: owner.display_name.clone(),
+            id: owner.id.clone(),
+        }),
+        owner: Some(owner),
+        storage_class: Some(StorageClass::from(class_name(&row.attrs).to_string())),
+        checksum_algorithm: row
+            .algorithm
+            .map(|a| ChecksumAlgorithm::from(a.name().to_string())),
+        checksum_type: row.kind.map(|k| ChecksumType::from(k.name().to_string())),
+    }
+}
+
+fn common_prefix_list(
+    prefixes: Vec<String>,
+    encode: impl Fn(String) -> String,
+) -> CommonPrefixList {
+    prefixes
+        .into_iter()
+        .map(|p| CommonPrefix {
+            prefix: Some(encode(p)),
+        })
+        .collect()
+}
+
 fn object_entry(row: ObjectRow, encode: impl Fn(String) -> String) -> Object {
-    listed_object(
-        encode(row.key),
-        row.size,
-        row.etag,
-        row.modified_ms,
-        &row.checksums,
-    )
+    listed_object(encode(row.key.clone()), &row.stored())
 }

@@ -4,7 +4,10 @@
 //! parsed, authenticated and validated the request, so each operation here is a typed command.
 //! Every blocking step (file I/O, SQLite with its fsyncs) runs on tokio's blocking pool.
 
+mod acls;
+mod attributes;
 mod buckets;
+mod completion;
 mod files;
 pub(crate) mod meta;
 mod multipart;
@@ -19,7 +22,7 @@ use s3s::dto::*;
 use s3s::{s3_error, S3Error, S3Request, S3Response, S3Result, S3};
 
 use self::files::{DataFiles, Writer, Written};
-use self::meta::{Meta, WriteError};
+use self::meta::{Lookup, Meta, MetaError, ObjectRow, WriteError};
 use super::checksum::{verify_content_md5, Declared};
 use super::shared::{body_error, check_length, incomplete_body, internal};
 use super::{Limits, ObjectStoreError};
@@ -98,6 +101,16 @@ async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(work)
         .await
         .map_err(|e| internal("blocking task", e))?
+}
+
+/// The object a lookup found, or S3's error for what it did not.
+fn found(lookup: Result<Lookup, MetaError>) -> S3Result<ObjectRow> {
+    match lookup {
+        Ok(Lookup::Found(row)) => Ok(*row),
+        Ok(Lookup::NoSuchKey) => Err(s3_error!(NoSuchKey)),
+        Ok(Lookup::NoSuchBucket) => Err(s3_error!(NoSuchBucket)),
+        Err(e) => Err(internal("metadata", e)),
+    }
 }
 
 fn write_error(e: WriteError) -> S3Error {
@@ -214,6 +227,13 @@ impl S3 for LocalStore {
         self.list_objects_v1_op(req).await
     }
 
+    async fn list_object_versions(
+        &self,
+        req: S3Request<ListObjectVersionsInput>,
+    ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+        self.list_object_versions_op(req).await
+    }
+
     async fn put_object(
         &self,
         req: S3Request<PutObjectInput>,
@@ -233,6 +253,55 @@ impl S3 for LocalStore {
         req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         self.head_object_op(req).await
+    }
+
+    async fn get_bucket_versioning(
+        &self,
+        req: S3Request<GetBucketVersioningInput>,
+    ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
+        self.get_bucket_versioning_op(req).await
+    }
+
+    async fn put_bucket_versioning(
+        &self,
+        req: S3Request<PutBucketVersioningInput>,
+    ) -> S3Result<S3Response<PutBucketVersioningOutput>> {
+        self.put_bucket_versioning_op(req).await
+    }
+
+    async fn get_bucket_acl(
+        &self,
+        req: S3Request<GetBucketAclInput>,
+    ) -> S3Result<S3Response<GetBucketAclOutput>> {
+        self.get_bucket_acl_op(req).await
+    }
+
+    async fn put_bucket_acl(
+        &self,
+        req: S3Request<PutBucketAclInput>,
+    ) -> S3Result<S3Response<PutBucketAclOutput>> {
+        self.put_bucket_acl_op(req).await
+    }
+
+    async fn get_object_acl(
+        &self,
+        req: S3Request<GetObjectAclInput>,
+    ) -> S3Result<S3Response<GetObjectAclOutput>> {
+        self.get_object_acl_op(req).await
+    }
+
+    async fn put_object_acl(
+        &self,
+        req: S3Request<PutObjectAclInput>,
+    ) -> S3Result<S3Response<PutObjectAclOutput>> {
+        self.put_object_acl_op(req).await
+    }
+
+    async fn get_object_attributes(
+        &self,
+        req: S3Request<GetObjectAttributesInput>,
+    ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
+        self.get_object_attributes_op(req).await
     }
 
     async fn delete_object(
@@ -275,6 +344,13 @@ impl S3 for LocalStore {
         req: S3Request<UploadPartCopyInput>,
     ) -> S3Result<S3Response<UploadPartCopyOutput>> {
         self.upload_part_copy_op(req).await
+    }
+
+    async fn list_multipart_uploads(
+        &self,
+        req: S3Request<ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+        self.list_multipart_uploads_op(req).await
     }
 
     async fn list_parts(

@@ -1,38 +1,57 @@
 //! Multipart uploads on the embedded store. Parts are stored like objects (one immutable file
 //! each, a row in `parts`) until CompleteMultipartUpload concatenates them into the object's
-//! file and swaps the rows in one transaction, or AbortMultipartUpload drops them.
+//! file and swaps the rows in one transaction (`completion.rs`), or AbortMultipartUpload drops
+//! them.
 
-use std::collections::HashMap;
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use s3s::dto::*;
 use s3s::{s3_error, S3Error, S3Request, S3Response, S3Result};
 
-use super::meta::{Lookup, ObjectRow, PartRow, UploadRow};
-use super::{blocking, write_error, LocalStore, UploadBody};
-use crate::objects::checksum::{
-    bad_digest, composite, hex, multipart_etag, Algorithm, BodyHasher, ChecksumKind, Checksums,
-};
-use crate::objects::conditions::{ReadConditions, Verdict, WriteCondition};
+use super::meta::{PartRow, UploadRow};
+use super::{blocking, found, write_error, LocalStore, UploadBody};
+use crate::objects::acl::requested_acl;
+use crate::objects::checksum::{hex, Algorithm, BodyHasher, ChecksumKind};
+use crate::objects::conditions::{ReadConditions, Verdict};
+use crate::objects::shared::ObjectAttrs;
 use crate::objects::shared::{
-    check_length, checksums_from, content_length, copy_source_span, declared, internal, now_ms,
-    object_attrs, set_checksums, timestamp,
+    check_length, check_storage_class, content_length, copy_source_span, declared, internal,
+    now_ms, object_attrs, set_checksums, timestamp,
 };
+
+/// A new upload id: the time it began (ns, hex, rising within this process) and 96 random
+/// bits. Ids sort in the order their uploads began, which is S3's order for a key's uploads in
+/// ListMultipartUploads, and `upload-id-marker` compares ids.
+fn new_upload_id() -> String {
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let previous = LAST
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| {
+            Some(now.max(last + 1))
+        })
+        .unwrap_or_default();
+    let began = now.max(previous + 1);
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    format!("{began:016x}{}", &random[..24])
+}
 
 /// S3's limits on parts.
-const MAX_PART_NUMBER: i32 = 10_000;
+pub(super) const MAX_PART_NUMBER: i32 = 10_000;
 const MAX_PART_BYTES: u64 = 5 * 1024 * 1024 * 1024;
-const MIN_PART_BYTES: u64 = 5 * 1024 * 1024;
 const MAX_PARTS_LISTED: i32 = 1000;
 
-fn no_such_upload() -> S3Error {
+pub(super) fn no_such_upload() -> S3Error {
     s3_error!(
         NoSuchUpload,
         "The specified upload does not exist. The upload ID may be invalid, or the upload may have been aborted or completed."
     )
 }
 
-fn invalid_part() -> S3Error {
+pub(super) fn invalid_part() -> S3Error {
     s3_error!(
         InvalidPart,
         "One or more of the specified parts could not be found. The part may not have been uploaded, or the specified entity tag may not have matched the part's entity tag."
@@ -50,12 +69,17 @@ fn check_part_number(n: i32) -> S3Result<u32> {
     }
 }
 
-fn output_type(kind: Option<ChecksumKind>) -> Option<ChecksumType> {
+pub(super) fn output_type(kind: Option<ChecksumKind>) -> Option<ChecksumType> {
     kind.map(|k| ChecksumType::from(k.name().to_string()))
 }
 
 impl LocalStore {
-    async fn upload_row(&self, upload_id: &str, bucket: &str, key: &str) -> S3Result<UploadRow> {
+    pub(super) async fn upload_row(
+        &self,
+        upload_id: &str,
+        bucket: &str,
+        key: &str,
+    ) -> S3Result<UploadRow> {
         let meta = self.meta.clone();
         let (id, b, k) = (upload_id.to_string(), bucket.to_string(), key.to_string());
         blocking(move || {
@@ -71,6 +95,8 @@ impl LocalStore {
         req: S3Request<CreateMultipartUploadInput>,
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
         let input = req.input;
+        check_storage_class(input.storage_class.as_ref())?;
+        let acl = requested_acl!(input)?;
         let algorithm = match &input.checksum_algorithm {
             Some(a) => Some(Algorithm::parse(a.as_str()).ok_or_else(|| {
                 s3_error!(
@@ -114,15 +140,14 @@ impl LocalStore {
             }
         };
         let upload = UploadRow {
-            upload_id: format!(
-                "{}{}",
-                uuid::Uuid::new_v4().simple(),
-                uuid::Uuid::new_v4().simple()
-            ),
+            upload_id: new_upload_id(),
             bucket: input.bucket,
             key: input.key,
             created_ms: now_ms(),
-            attrs: object_attrs!(input),
+            attrs: ObjectAttrs {
+                acl,
+                ..object_attrs!(input)
+            },
             algorithm,
             kind,
         };
@@ -248,12 +273,7 @@ impl LocalStore {
         let (meta, files) = (self.meta.clone(), self.files.clone());
         let written = blocking(move || {
             for _ in 0..5 {
-                let source = match meta.object(&source_bucket, &source_key) {
-                    Ok(Lookup::Found(row)) => *row,
-                    Ok(Lookup::NoSuchKey) => return Err(s3_error!(NoSuchKey)),
-                    Ok(Lookup::NoSuchBucket) => return Err(s3_error!(NoSuchBucket)),
-                    Err(e) => return Err(internal("metadata", e)),
-                };
+                let source = found(meta.object(&source_bucket, &source_key))?;
                 if conditions.evaluate(&source.etag, source.modified_ms) != Verdict::Proceed {
                     return Err(s3_error!(PreconditionFailed));
                 }
@@ -345,181 +365,6 @@ impl LocalStore {
             ),
             ..Default::default()
         }))
-    }
-
-    pub(super) async fn complete_multipart_upload_op(
-        &self,
-        req: S3Request<CompleteMultipartUploadInput>,
-    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
-        let input = req.input;
-        let condition =
-            WriteCondition::from_headers(input.if_match.as_ref(), input.if_none_match.as_ref())
-                .map_err(|m| s3_error!(InvalidRequest, "{m}"))?;
-        let upload = self
-            .upload_row(&input.upload_id, &input.bucket, &input.key)
-            .await?;
-        let requested = input
-            .multipart_upload
-            .and_then(|m| m.parts)
-            .unwrap_or_default();
-        if requested.is_empty() {
-            return Err(s3_error!(
-                MalformedXML,
-                "You must specify at least one part"
-            ));
-        }
-        let meta = self.meta.clone();
-        let upload_id = upload.upload_id.clone();
-        let stored: HashMap<u32, PartRow> = blocking(move || {
-            meta.parts(&upload_id, 0, MAX_PART_NUMBER as usize)
-                .map_err(|e| internal("metadata", e))
-        })
-        .await?
-        .into_iter()
-        .map(|p| (p.number, p))
-        .collect();
-
-        let mut chosen: Vec<&PartRow> = Vec::with_capacity(requested.len());
-        for requested_part in &requested {
-            let number = requested_part.part_number.ok_or_else(invalid_part)?;
-            if chosen.last().is_some_and(|p| p.number as i32 >= number) {
-                return Err(s3_error!(
-                    InvalidPartOrder,
-                    "The list of parts was not in ascending order. Parts must be ordered by part number."
-                ));
-            }
-            let part = stored
-                .get(&(number.max(0) as u32))
-                .ok_or_else(invalid_part)?;
-            if requested_part
-                .e_tag
-                .as_ref()
-                .is_some_and(|e| e.value() != part.etag)
-            {
-                return Err(invalid_part());
-            }
-            let sent = checksums_from(
-                requested_part.checksum_crc32.clone(),
-                requested_part.checksum_crc32c.clone(),
-                requested_part.checksum_crc64nvme.clone(),
-                requested_part.checksum_sha1.clone(),
-                requested_part.checksum_sha256.clone(),
-            );
-            if sent
-                .algorithms()
-                .any(|a| sent.get(a) != part.checksums.get(a))
-            {
-                return Err(invalid_part());
-            }
-            chosen.push(part);
-        }
-        let (last, rest) = chosen.split_last().expect("at least one part");
-        if rest.iter().any(|p| p.size < MIN_PART_BYTES) {
-            return Err(s3_error!(
-                EntityTooSmall,
-                "Your proposed upload is smaller than the minimum allowed size"
-            ));
-        }
-        let total: u64 = rest.iter().map(|p| p.size).sum::<u64>() + last.size;
-        if total > self.limits.max_object_bytes {
-            return Err(crate::objects::shared::entity_too_large(
-                self.limits.max_object_bytes,
-            ));
-        }
-        if input.mpu_object_size.is_some_and(|s| s != total as i64) {
-            return Err(s3_error!(
-                InvalidRequest,
-                "The provided x-amz-mp-object-size header does not match the size of the object"
-            ));
-        }
-
-        let full_object = match (upload.algorithm, upload.kind) {
-            (Some(a), Some(ChecksumKind::FullObject)) => vec![a],
-            _ => Vec::new(),
-        };
-        let sources: Vec<(String, u64, u64)> = chosen
-            .iter()
-            .map(|p| (p.file_id.clone(), 0, p.size))
-            .collect();
-        let files = self.files.clone();
-        let written = blocking(move || {
-            files
-                .concat(&sources, BodyHasher::without_md5(&full_object))
-                .map_err(|e| internal("assembling a multipart object", e))
-        })
-        .await?;
-
-        let mut checksums = Checksums::default();
-        if let Some(algorithm) = upload.algorithm {
-            match upload.kind {
-                Some(ChecksumKind::FullObject) => {
-                    checksums = written.checksums.only(algorithm);
-                    checksums.kind = Some(ChecksumKind::FullObject);
-                }
-                _ => {
-                    let values: Option<Vec<String>> = chosen
-                        .iter()
-                        .map(|p| p.checksums.get(algorithm).map(str::to_string))
-                        .collect();
-                    checksums.set(algorithm, values.and_then(|v| composite(algorithm, &v)));
-                    checksums.kind = Some(ChecksumKind::Composite);
-                }
-            }
-            let sent = checksums_from(
-                input.checksum_crc32,
-                input.checksum_crc32c,
-                input.checksum_crc64nvme,
-                input.checksum_sha1,
-                input.checksum_sha256,
-            );
-            if let Some(expected) = sent.get(algorithm) {
-                if Some(expected) != checksums.get(algorithm) {
-                    self.files.remove_tmp(&written.id);
-                    return Err(bad_digest(algorithm));
-                }
-            }
-        }
-        let part_etags: Vec<String> = chosen.iter().map(|p| p.etag.clone()).collect();
-        let row = ObjectRow {
-            key: upload.key.clone(),
-            file_id: written.id,
-            size: written.size,
-            etag: multipart_etag(&part_etags),
-            modified_ms: now_ms(),
-            attrs: upload.attrs.clone(),
-            checksums,
-            parts: Some(chosen.len() as u32),
-        };
-        let (meta, files) = (self.meta.clone(), self.files.clone());
-        let (bucket, upload_id) = (upload.bucket.clone(), upload.upload_id.clone());
-        let row = blocking(move || {
-            if let Err(e) = files.publish(&row.file_id) {
-                files.remove_tmp(&row.file_id);
-                return Err(internal("publishing a multipart object", e));
-            }
-            match meta.complete_upload(&upload_id, &bucket, &row, &condition) {
-                Ok((replaced, parts)) => {
-                    files.remove(&replaced.into_iter().chain(parts).collect::<Vec<_>>());
-                    Ok(row)
-                }
-                Err(e) => {
-                    files.remove(std::slice::from_ref(&row.file_id));
-                    Err(write_error(e))
-                }
-            }
-        })
-        .await?;
-        self.learn_media(upload.bucket.clone(), &row);
-        let mut output = CompleteMultipartUploadOutput {
-            bucket: Some(upload.bucket.clone()),
-            key: Some(upload.key.clone()),
-            location: Some(format!("/{}/{}", upload.bucket, upload.key)),
-            e_tag: Some(ETag::Strong(row.etag.clone())),
-            checksum_type: output_type(row.checksums.kind),
-            ..Default::default()
-        };
-        set_checksums!(output, &row.checksums);
-        Ok(S3Response::new(output))
     }
 
     pub(super) async fn abort_multipart_upload_op(

@@ -1,23 +1,26 @@
 //! PutObject, GetObject, HeadObject, DeleteObject(s) and CopyObject on the embedded store.
 
 use std::io;
-use std::ops::Range as Span;
 
 use bytes::Bytes;
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
 
+use super::acls::{check_anonymous, hide_from_anonymous, is_anonymous};
 use super::files::{read_all, stream_file};
-use super::meta::{Lookup, ObjectAttrs, ObjectRow};
-use super::{blocking, write_error, LocalStore, UploadBody};
+use super::meta::{ObjectAttrs, ObjectRow};
+use super::{blocking, found, write_error, LocalStore, UploadBody};
+use crate::objects::acl::requested_acl;
 use crate::objects::checksum::{hex, ChecksumKind};
 use crate::objects::conditions::{
     not_modified, precondition_failed, ReadConditions, Verdict, WriteCondition,
 };
 use crate::objects::shared::{
-    check_length, checksum_type, content_length, copy_to_itself, declared, internal, now_ms,
-    object_attrs, replaces_metadata, set_attrs, set_checksums, timestamp,
+    check_length, check_self_copy, check_storage_class, checksum_type, content_length, declared,
+    internal, now_ms, object_attrs, only_version, read_output, replaces_metadata, set_checksums,
+    stored_class, timestamp, wants_checksums,
 };
+use crate::objects::spans::{Covered, Read};
 
 /// Bodies up to this size are read in the same blocking step as the lookup.
 const SMALL_OBJECT: u64 = 256 * 1024;
@@ -37,8 +40,7 @@ enum Content {
 
 struct Fetched {
     row: ObjectRow,
-    span: Span<u64>,
-    ranged: bool,
+    covered: Covered,
     content: Option<Content>,
 }
 
@@ -46,12 +48,27 @@ fn etag(value: &str) -> ETag {
     ETag::Strong(value.to_string())
 }
 
-fn metadata_of(attrs: &ObjectAttrs) -> Option<Metadata> {
-    (!attrs.metadata.is_empty()).then(|| attrs.metadata.clone().into_iter().collect())
+/// The sizes of a multipart object's parts, for a read by part number.
+fn part_sizes(row: &ObjectRow, read: &Read) -> S3Result<Option<Vec<u64>>> {
+    if !read.is_part() {
+        return Ok(None);
+    }
+    match (&row.part_list, row.parts) {
+        (Some(parts), _) => Ok(Some(parts.iter().map(|p| p.size).collect())),
+        (None, Some(_)) => Err(s3_error!(
+            NotImplemented,
+            "This object was completed before kiln recorded its parts' sizes: read it by range"
+        )),
+        (None, None) => Ok(None),
+    }
 }
 
-fn wants_checksums(mode: Option<&ChecksumMode>) -> bool {
-    mode.is_some_and(|m| m.as_str().eq_ignore_ascii_case(ChecksumMode::ENABLED))
+/// `x-amz-mp-parts-count`: a multipart object's number of parts, on reads by part number.
+fn parts_count(row: &ObjectRow, read: &Read) -> Option<i32> {
+    read.is_part()
+        .then_some(row.parts)
+        .flatten()
+        .map(|n| n as i32)
 }
 
 impl LocalStore {
@@ -74,6 +91,8 @@ impl LocalStore {
         let condition =
             WriteCondition::from_headers(input.if_match.as_ref(), input.if_none_match.as_ref())
                 .map_err(|m| s3_error!(InvalidRequest, "{m}"))?;
+        check_storage_class(input.storage_class.as_ref())?;
+        let acl = requested_acl!(input)?;
         let length = content_length(input.content_length, &headers);
         // Before anything that waits: a client holding its body for `100 Continue` gets the
         // refusal at once.
@@ -81,7 +100,10 @@ impl LocalStore {
         let bucket = input.bucket;
         self.require_bucket(&bucket).await?;
         let declared = declared!(input, &headers)?;
-        let attrs = object_attrs!(input);
+        let attrs = ObjectAttrs {
+            acl,
+            ..object_attrs!(input)
+        };
         let written = self
             .receive(
                 UploadBody {
@@ -107,6 +129,7 @@ impl LocalStore {
             attrs,
             checksums,
             parts: None,
+            part_list: None,
         };
         let row = self.commit(bucket.clone(), row, condition).await?;
         self.learn_media(bucket, &row);
@@ -162,39 +185,33 @@ impl LocalStore {
         .await
     }
 
-    /// Looks an object up, applies its preconditions and range, and opens its contents.
+    /// Looks an object up, applies its preconditions, finds the bytes the read covers, and
+    /// opens its contents; for an unsigned request (`anonymous`), only a `public-read` object.
     async fn fetch(
         &self,
         bucket: String,
         key: String,
         conditions: ReadConditions,
-        range: Option<Range>,
+        read: Read,
         with_body: bool,
+        anonymous: bool,
     ) -> S3Result<Fetched> {
         let (meta, files) = (self.meta.clone(), self.files.clone());
         blocking(move || {
             for _ in 0..READ_ATTEMPTS {
-                let row = match meta.object(&bucket, &key) {
-                    Ok(Lookup::Found(row)) => *row,
-                    Ok(Lookup::NoSuchKey) => return Err(s3_error!(NoSuchKey)),
-                    Ok(Lookup::NoSuchBucket) => return Err(s3_error!(NoSuchBucket)),
-                    Err(e) => return Err(internal("metadata", e)),
-                };
+                let row = found(meta.object(&bucket, &key))
+                    .map_err(|e| hide_from_anonymous(anonymous, e))?;
+                check_anonymous(anonymous, row.attrs.acl.as_deref())?;
                 match conditions.evaluate(&row.etag, row.modified_ms) {
                     Verdict::Proceed => {}
                     Verdict::NotModified => return Err(not_modified(&row.etag, row.modified_ms)),
                     Verdict::PreconditionFailed => return Err(precondition_failed()),
                 }
-                let span = match &range {
-                    Some(r) => r.check(row.size)?,
-                    None => 0..row.size,
-                };
-                let ranged = range.is_some();
+                let covered = read.cover(row.size, part_sizes(&row, &read)?.as_deref())?;
                 if !with_body {
                     return Ok(Fetched {
                         row,
-                        span,
-                        ranged,
+                        covered,
                         content: None,
                     });
                 }
@@ -204,6 +221,7 @@ impl LocalStore {
                     Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
                     Err(e) => return Err(internal("opening an object file", e)),
                 };
+                let span = &covered.span;
                 let len = span.end - span.start;
                 let content = if len <= SMALL_OBJECT {
                     Content::Bytes(
@@ -215,8 +233,7 @@ impl LocalStore {
                 };
                 return Ok(Fetched {
                     row,
-                    span,
-                    ranged,
+                    covered,
                     content: Some(content),
                 });
             }
@@ -232,53 +249,41 @@ impl LocalStore {
         &self,
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
+        let anonymous = is_anonymous(&req);
         let input = req.input;
-        if input.part_number.is_some() {
-            return Err(s3_error!(
-                NotImplemented,
-                "GetObject by partNumber is not supported"
-            ));
-        }
+        only_version(input.version_id.as_deref())?;
+        let read = Read::of(input.range, input.part_number)?;
         let conditions = ReadConditions {
             if_match: input.if_match,
             if_none_match: input.if_none_match,
             if_modified_since: input.if_modified_since,
             if_unmodified_since: input.if_unmodified_since,
         };
-        let fetched = self
-            .fetch(input.bucket, input.key, conditions, input.range, true)
-            .await?;
         let Fetched {
             row,
-            span,
-            ranged,
+            covered,
             content,
-        } = fetched;
+        } = self
+            .fetch(
+                input.bucket,
+                input.key,
+                conditions,
+                read.clone(),
+                true,
+                anonymous,
+            )
+            .await?;
+        let span = &covered.span;
         let len = span.end - span.start;
         let body = match content {
             Some(Content::Bytes(bytes)) => StreamingBlob::from(s3s::Body::from(bytes)),
             Some(Content::File(file)) => StreamingBlob::new(stream_file(file, span.start, len)),
             None => StreamingBlob::from(s3s::Body::from(Bytes::new())),
         };
-        let ranged = &ranged;
-        let attrs = &row.attrs;
-        let mut output = GetObjectOutput {
-            body: Some(body),
-            content_length: Some(len as i64),
-            content_range: ranged
-                .then(|| format!("bytes {}-{}/{}", span.start, span.end - 1, row.size)),
-            accept_ranges: Some("bytes".into()),
-            e_tag: Some(etag(&row.etag)),
-            last_modified: Some(timestamp(row.modified_ms)),
-            metadata: metadata_of(attrs),
-            ..Default::default()
-        };
-        set_attrs!(output, attrs);
-        // Like S3: checksums only when asked for, and only for the whole object.
-        if wants_checksums(input.checksum_mode.as_ref()) && !ranged {
-            set_checksums!(output, &row.checksums);
-            output.checksum_type = checksum_type(&row.checksums);
-        }
+        let wants = wants_checksums(input.checksum_mode.as_ref());
+        let mut output = read_output!(GetObjectOutput, &row.stored(), &covered, wants);
+        output.body = Some(body);
+        output.parts_count = parts_count(&row, &read);
         Ok(S3Response::new(output))
     }
 
@@ -286,40 +291,29 @@ impl LocalStore {
         &self,
         req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
+        let anonymous = is_anonymous(&req);
         let input = req.input;
-        if input.part_number.is_some() {
-            return Err(s3_error!(
-                NotImplemented,
-                "HeadObject by partNumber is not supported"
-            ));
-        }
+        only_version(input.version_id.as_deref())?;
+        let read = Read::of(input.range, input.part_number)?;
         let conditions = ReadConditions {
             if_match: input.if_match,
             if_none_match: input.if_none_match,
             if_modified_since: input.if_modified_since,
             if_unmodified_since: input.if_unmodified_since,
         };
-        let Fetched {
-            row, span, ranged, ..
-        } = self
-            .fetch(input.bucket, input.key, conditions, input.range, false)
+        let Fetched { row, covered, .. } = self
+            .fetch(
+                input.bucket,
+                input.key,
+                conditions,
+                read.clone(),
+                false,
+                anonymous,
+            )
             .await?;
-        let attrs = &row.attrs;
-        let mut output = HeadObjectOutput {
-            content_length: Some((span.end - span.start) as i64),
-            content_range: ranged
-                .then(|| format!("bytes {}-{}/{}", span.start, span.end - 1, row.size)),
-            accept_ranges: Some("bytes".into()),
-            e_tag: Some(etag(&row.etag)),
-            last_modified: Some(timestamp(row.modified_ms)),
-            metadata: metadata_of(attrs),
-            ..Default::default()
-        };
-        set_attrs!(output, attrs);
-        if wants_checksums(input.checksum_mode.as_ref()) && !ranged {
-            set_checksums!(output, &row.checksums);
-            output.checksum_type = checksum_type(&row.checksums);
-        }
+        let wants = wants_checksums(input.checksum_mode.as_ref());
+        let mut output = read_output!(HeadObjectOutput, &row.stored(), &covered, wants);
+        output.parts_count = parts_count(&row, &read);
         Ok(S3Response::new(output))
     }
 
@@ -328,6 +322,7 @@ impl LocalStore {
         req: S3Request<DeleteObjectInput>,
     ) -> S3Result<S3Response<DeleteObjectOutput>> {
         let input = req.input;
+        only_version(input.version_id.as_deref())?;
         let condition = WriteCondition::from_headers(input.if_match.as_ref(), None)
             .map_err(|m| s3_error!(InvalidRequest, "{m}"))?;
         let (meta, files) = (self.meta.clone(), self.files.clone());
@@ -396,7 +391,7 @@ impl LocalStore {
         req: S3Request<CopyObjectInput>,
     ) -> S3Result<S3Response<CopyObjectOutput>> {
         let input = req.input;
-        let (source_bucket, source_key) = match input.copy_source {
+        let (source_bucket, source_key) = match &input.copy_source {
             CopySource::Bucket {
                 bucket,
                 key,
@@ -415,10 +410,15 @@ impl LocalStore {
                 ))
             }
         };
+        check_storage_class(input.storage_class.as_ref())?;
+        // Neither the class nor the ACL is copied: the copy has the request's.
+        let acl = requested_acl!(input)?;
+        check_self_copy(
+            &input,
+            source_bucket == input.bucket && source_key == input.key,
+        )?;
         let replace = replaces_metadata(input.metadata_directive.as_ref());
-        if source_bucket == input.bucket && source_key == input.key && !replace {
-            return Err(copy_to_itself());
-        }
+        let class = stored_class(input.storage_class.as_ref().map(|c| c.as_str()));
         let conditions = ReadConditions {
             if_match: input.copy_source_if_match,
             if_none_match: input.copy_source_if_none_match,
@@ -431,12 +431,7 @@ impl LocalStore {
         let destination = bucket.clone();
         let row = blocking(move || {
             for _ in 0..READ_ATTEMPTS {
-                let source = match meta.object(&source_bucket, &source_key) {
-                    Ok(Lookup::Found(row)) => *row,
-                    Ok(Lookup::NoSuchKey) => return Err(s3_error!(NoSuchKey)),
-                    Ok(Lookup::NoSuchBucket) => return Err(s3_error!(NoSuchBucket)),
-                    Err(e) => return Err(internal("metadata", e)),
-                };
+                let source = found(meta.object(&source_bucket, &source_key))?;
                 if conditions.evaluate(&source.etag, source.modified_ms) != Verdict::Proceed {
                     return Err(precondition_failed());
                 }
@@ -455,7 +450,11 @@ impl LocalStore {
                     key: key.clone(),
                     file_id,
                     modified_ms: now_ms(),
-                    attrs: new_attrs.clone().unwrap_or(source.attrs),
+                    attrs: ObjectAttrs {
+                        storage_class: class.clone(),
+                        acl: acl.clone(),
+                        ..new_attrs.clone().unwrap_or(source.attrs)
+                    },
                     ..source
                 };
                 return match meta.put_object(&bucket, &row, &WriteCondition::Always) {

@@ -5,6 +5,8 @@
 //! a crash before the commit leaves at most an unreferenced file, which the next start deletes.
 //! Keys are compared with SQLite's BINARY collation (memcmp of UTF-8), which is S3's order.
 
+mod buckets;
+mod schema;
 mod uploads;
 
 use std::path::Path;
@@ -66,7 +68,35 @@ pub struct ObjectRow {
     pub modified_ms: i64,
     pub attrs: ObjectAttrs,
     pub checksums: Checksums,
+    /// A multipart object's number of parts.
     pub parts: Option<u32>,
+    /// A multipart object's parts, in order (None for objects completed before kiln recorded
+    /// them, and for single-part objects).
+    pub part_list: Option<Vec<StoredPart>>,
+}
+
+impl ObjectRow {
+    /// What GetObject, HeadObject and listings answer of it.
+    pub(crate) fn stored(&self) -> crate::objects::shared::StoredObject<'_> {
+        crate::objects::shared::StoredObject {
+            etag: &self.etag,
+            modified_ms: self.modified_ms,
+            size: self.size,
+            attrs: &self.attrs,
+            checksums: &self.checksums,
+        }
+    }
+}
+
+/// One part of a multipart object, as the upload was completed with it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredPart {
+    /// Its number in the upload (GetObjectAttributes names it); reads by part number count
+    /// parts by their place in the object instead.
+    pub number: u32,
+    pub size: u64,
+    #[serde(default)]
+    pub checksums: Checksums,
 }
 
 #[derive(Debug, Clone)]
@@ -78,6 +108,16 @@ pub struct UploadRow {
     pub attrs: ObjectAttrs,
     pub algorithm: Option<Algorithm>,
     pub kind: Option<ChecksumKind>,
+}
+
+/// What a completed upload is remembered by, for a repeated CompleteMultipartUpload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompletedUpload {
+    /// The parts it was completed with: numbers and unquoted ETags.
+    pub parts: Vec<(u32, String)>,
+    /// The object's ETag, unquoted.
+    pub etag: String,
+    pub checksums: Checksums,
 }
 
 #[derive(Debug, Clone)]
@@ -102,48 +142,11 @@ pub enum BucketDeletion {
     NotEmpty,
 }
 
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS buckets (
-    name TEXT PRIMARY KEY,
-    created_ms INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS objects (
-    bucket TEXT NOT NULL,
-    key TEXT NOT NULL,
-    file_id TEXT NOT NULL,
-    size INTEGER NOT NULL,
-    etag TEXT NOT NULL,
-    modified_ms INTEGER NOT NULL,
-    attrs TEXT NOT NULL,
-    checksums TEXT NOT NULL,
-    parts INTEGER,
-    PRIMARY KEY (bucket, key)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS objects_by_file ON objects (file_id);
-CREATE TABLE IF NOT EXISTS uploads (
-    upload_id TEXT PRIMARY KEY,
-    bucket TEXT NOT NULL,
-    key TEXT NOT NULL,
-    created_ms INTEGER NOT NULL,
-    attrs TEXT NOT NULL,
-    algorithm TEXT,
-    kind TEXT
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS uploads_by_bucket ON uploads (bucket, key);
-CREATE TABLE IF NOT EXISTS parts (
-    upload_id TEXT NOT NULL,
-    number INTEGER NOT NULL,
-    file_id TEXT NOT NULL,
-    size INTEGER NOT NULL,
-    etag TEXT NOT NULL,
-    modified_ms INTEGER NOT NULL,
-    checksums TEXT NOT NULL,
-    PRIMARY KEY (upload_id, number)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS parts_by_file ON parts (file_id);
-";
+const OBJECT_COLUMNS: &str =
+    "key, file_id, size, etag, modified_ms, attrs, checksums, parts, part_list";
 
-const OBJECT_COLUMNS: &str = "key, file_id, size, etag, modified_ms, attrs, checksums, parts";
+/// An object's row with its JSON columns (attributes, checksums, parts) still encoded.
+type RawObject = (ObjectRow, String, String, Option<String>);
 
 pub struct Meta {
     db: Mutex<Connection>,
@@ -164,7 +167,7 @@ fn from_json<T: for<'de> Deserialize<'de>>(text: &str) -> Result<T, MetaError> {
     serde_json::from_str(text).map_err(|e| MetaError::Corrupt(format!("{e}: {text}")))
 }
 
-fn object_from_row(row: &Row<'_>) -> rusqlite::Result<(ObjectRow, String, String)> {
+fn object_from_row(row: &Row<'_>) -> rusqlite::Result<RawObject> {
     Ok((
         ObjectRow {
             key: row.get(0)?,
@@ -175,16 +178,19 @@ fn object_from_row(row: &Row<'_>) -> rusqlite::Result<(ObjectRow, String, String
             attrs: ObjectAttrs::default(),
             checksums: Checksums::default(),
             parts: row.get(7)?,
+            part_list: None,
         },
         row.get(5)?,
         row.get(6)?,
+        row.get(8)?,
     ))
 }
 
-fn decode_object(raw: (ObjectRow, String, String)) -> Result<ObjectRow, MetaError> {
-    let (mut object, attrs, checksums) = raw;
+fn decode_object(raw: RawObject) -> Result<ObjectRow, MetaError> {
+    let (mut object, attrs, checksums, part_list) = raw;
     object.attrs = from_json(&attrs)?;
     object.checksums = from_json(&checksums)?;
+    object.part_list = part_list.as_deref().map(from_json).transpose()?;
     Ok(object)
 }
 
@@ -194,14 +200,7 @@ impl Meta {
         db.pragma_update(None, "journal_mode", "WAL")?;
         db.pragma_update(None, "synchronous", "FULL")?;
         db.busy_timeout(std::time::Duration::from_secs(5))?;
-        db.execute_batch(SCHEMA)?;
-        // Added after the first release: an image's format and size (`png 640x480`).
-        let has_media = db
-            .prepare("SELECT 1 FROM pragma_table_info('objects') WHERE name = 'media'")?
-            .exists([])?;
-        if !has_media {
-            db.execute_batch("ALTER TABLE objects ADD COLUMN media TEXT")?;
-        }
+        schema::migrate(&db)?;
         let reader = Connection::open_with_flags(
             path,
             rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -252,59 +251,6 @@ impl Meta {
     fn db(&self) -> MutexGuard<'_, Connection> {
         // Every change is a transaction, so a panic while holding the lock leaves SQLite consistent.
         self.db.locked()
-    }
-
-    /// Creates a bucket; false if it exists.
-    pub fn create_bucket(&self, name: &str, now_ms: i64) -> Result<bool, MetaError> {
-        let changed = self.db().execute(
-            "INSERT OR IGNORE INTO buckets (name, created_ms) VALUES (?1, ?2)",
-            params![name, now_ms],
-        )?;
-        Ok(changed == 1)
-    }
-
-    pub fn bucket_exists(&self, name: &str) -> Result<bool, MetaError> {
-        Ok(bucket_exists(&self.db(), name)?)
-    }
-
-    pub fn buckets(&self) -> Result<Vec<(String, i64)>, MetaError> {
-        let db = self.db();
-        let mut stmt = db.prepare_cached("SELECT name, created_ms FROM buckets ORDER BY name")?;
-        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
-        Ok(rows.collect::<Result<_, _>>()?)
-    }
-
-    /// Deletes an empty bucket and aborts its multipart uploads; returns their part files.
-    pub fn delete_bucket(&self, name: &str) -> Result<BucketDeletion, MetaError> {
-        let mut db = self.db();
-        let tx = db.transaction()?;
-        if !bucket_exists(&tx, name)? {
-            return Ok(BucketDeletion::NoSuchBucket);
-        }
-        let has_objects: bool = tx.query_row(
-            "SELECT EXISTS (SELECT 1 FROM objects WHERE bucket = ?1)",
-            [name],
-            |r| r.get(0),
-        )?;
-        if has_objects {
-            return Ok(BucketDeletion::NotEmpty);
-        }
-        let files = {
-            let mut stmt = tx.prepare(
-                "SELECT p.file_id FROM parts p JOIN uploads u ON p.upload_id = u.upload_id
-                 WHERE u.bucket = ?1",
-            )?;
-            let files = stmt.query_map([name], |r| r.get(0))?;
-            files.collect::<Result<Vec<String>, _>>()?
-        };
-        tx.execute(
-            "DELETE FROM parts WHERE upload_id IN (SELECT upload_id FROM uploads WHERE bucket = ?1)",
-            [name],
-        )?;
-        tx.execute("DELETE FROM uploads WHERE bucket = ?1", [name])?;
-        tx.execute("DELETE FROM buckets WHERE name = ?1", [name])?;
-        tx.commit()?;
-        Ok(BucketDeletion::Deleted { files })
     }
 
     pub fn object(&self, bucket: &str, key: &str) -> Result<Lookup, MetaError> {
@@ -418,8 +364,8 @@ fn check_write(
 fn insert_object(tx: &Transaction<'_>, bucket: &str, o: &ObjectRow) -> Result<(), WriteError> {
     tx.prepare_cached(
         "INSERT OR REPLACE INTO objects
-         (bucket, key, file_id, size, etag, modified_ms, attrs, checksums, parts)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+         (bucket, key, file_id, size, etag, modified_ms, attrs, checksums, parts, part_list)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
     )?
     .execute(params![
         bucket,
@@ -431,6 +377,7 @@ fn insert_object(tx: &Transaction<'_>, bucket: &str, o: &ObjectRow) -> Result<()
         to_json(&o.attrs)?,
         to_json(&o.checksums)?,
         o.parts,
+        o.part_list.as_ref().map(to_json).transpose()?,
     ])?;
     Ok(())
 }
@@ -458,6 +405,7 @@ mod tests {
                 ..Default::default()
             },
             parts: None,
+            part_list: None,
         }
     }
 
@@ -468,10 +416,10 @@ mod tests {
         {
             // A database from before the media column (SCHEMA has not changed since).
             let old = Connection::open(&path).unwrap();
-            old.execute_batch(SCHEMA).unwrap();
+            old.execute_batch(schema::FIRST).unwrap();
         }
         let meta = Meta::open(&path).unwrap();
-        meta.create_bucket("b", 1).unwrap();
+        meta.create_bucket("b", 1, None).unwrap();
         meta.put_object("b", &object("k", "f1"), &WriteCondition::Always)
             .unwrap();
         assert_eq!(meta.features("b", "k").unwrap(), Some((3, None)));
@@ -500,8 +448,14 @@ mod tests {
                 meta.put_object("b", &object("k", "f1"), &WriteCondition::Always),
                 Err(WriteError::NoSuchBucket)
             ));
-            assert!(meta.create_bucket("b", 1).unwrap());
-            assert!(!meta.create_bucket("b", 2).unwrap());
+            assert!(meta.create_bucket("b", 1, None).unwrap());
+            assert!(!meta.create_bucket("b", 2, None).unwrap());
+            assert!(meta.set_bucket_acl("b", Some("public-read")).unwrap());
+            assert_eq!(
+                meta.bucket_acl("b").unwrap(),
+                Some(Some("public-read".into()))
+            );
+            assert_eq!(meta.bucket_acl("none").unwrap(), None);
             assert_eq!(
                 meta.put_object("b", &object("k", "f1"), &WriteCondition::IfAbsent)
                     .unwrap(),

@@ -3,11 +3,15 @@
 use rusqlite::{params, OptionalExtension, Transaction};
 
 use super::{
-    bucket_exists, check_write, from_json, insert_object, to_json, Meta, MetaError, ObjectRow,
-    PartRow, UploadRow, WriteError,
+    bucket_exists, check_write, from_json, insert_object, to_json, CompletedUpload, Meta,
+    MetaError, ObjectRow, PartRow, UploadRow, WriteError,
 };
 use crate::objects::checksum::{Algorithm, ChecksumKind, Checksums};
 use crate::objects::conditions::WriteCondition;
+
+/// How long a completed upload is remembered for a repeated CompleteMultipartUpload: longer
+/// than any client retries one request.
+const COMPLETED_KEPT_MS: i64 = 24 * 60 * 60 * 1000;
 
 impl Meta {
     pub fn create_upload(&self, upload: &UploadRow) -> Result<(), WriteError> {
@@ -42,34 +46,31 @@ impl Meta {
     ) -> Result<Option<UploadRow>, MetaError> {
         let db = self.db();
         let row = db
-            .prepare_cached(
-                "SELECT upload_id, bucket, key, created_ms, attrs, algorithm, kind FROM uploads
-                 WHERE upload_id = ?1 AND bucket = ?2 AND key = ?3",
-            )?
-            .query_row(params![upload_id, bucket, key], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, i64>(3)?,
-                    r.get::<_, String>(4)?,
-                    r.get::<_, Option<String>>(5)?,
-                    r.get::<_, Option<String>>(6)?,
-                ))
-            })
+            .prepare_cached(&format!(
+                "SELECT {UPLOAD_COLUMNS} FROM uploads
+                 WHERE upload_id = ?1 AND bucket = ?2 AND key = ?3"
+            ))?
+            .query_row(params![upload_id, bucket, key], upload_from_row)
             .optional()?;
-        let Some((upload_id, bucket, key, created_ms, attrs, algorithm, kind)) = row else {
-            return Ok(None);
-        };
-        Ok(Some(UploadRow {
-            upload_id,
-            bucket,
-            key,
-            created_ms,
-            attrs: from_json(&attrs)?,
-            algorithm: algorithm.as_deref().and_then(Algorithm::parse),
-            kind: kind.as_deref().and_then(ChecksumKind::parse),
-        }))
+        row.map(decode_upload).transpose()
+    }
+
+    /// The uploads of `bucket` whose keys are at least `from` and below `below` (no bound if
+    /// None), by key, then by id (the order they began).
+    pub fn uploads(
+        &self,
+        bucket: &str,
+        from: &str,
+        below: Option<&str>,
+    ) -> Result<Vec<UploadRow>, MetaError> {
+        let db = self.db();
+        let mut stmt = db.prepare_cached(&format!(
+            "SELECT {UPLOAD_COLUMNS} FROM uploads
+             WHERE bucket = ?1 AND key >= ?2 AND (?3 IS NULL OR key < ?3)
+             ORDER BY key, upload_id"
+        ))?;
+        let rows = stmt.query_map(params![bucket, from, below], upload_from_row)?;
+        rows.map(|r| decode_upload(r?)).collect()
     }
 
     /// Records a part; returns the file of the part it replaced.
@@ -141,13 +142,15 @@ impl Meta {
         .collect()
     }
 
-    /// Turns an upload into an object in one transaction. Returns the replaced object's file and
-    /// the files of every part of the upload, which the caller deletes.
+    /// Turns an upload into an object in one transaction, and remembers it as `completed`
+    /// (forgetting those completed long ago). Returns the replaced object's file and the files
+    /// of every part of the upload, which the caller deletes.
     pub fn complete_upload(
         &self,
         upload_id: &str,
         bucket: &str,
         object: &ObjectRow,
+        completed: &CompletedUpload,
         condition: &WriteCondition,
     ) -> Result<(Option<String>, Vec<String>), WriteError> {
         let mut db = self.db();
@@ -163,8 +166,36 @@ impl Meta {
         let replaced = check_write(&tx, bucket, &object.key, condition)?;
         insert_object(&tx, bucket, object)?;
         let files = take_upload(&tx, upload_id)?;
+        remember_completed(&tx, upload_id, bucket, object, completed)?;
         tx.commit()?;
         Ok((replaced, files))
+    }
+
+    /// The upload `upload_id` of `bucket`/`key`, if it was completed recently.
+    pub fn completed_upload(
+        &self,
+        upload_id: &str,
+        bucket: &str,
+        key: &str,
+    ) -> Result<Option<CompletedUpload>, MetaError> {
+        let db = self.db();
+        let row: Option<(String, String, String)> = db
+            .prepare_cached(
+                "SELECT parts, etag, checksums FROM completed_uploads
+                 WHERE upload_id = ?1 AND bucket = ?2 AND key = ?3",
+            )?
+            .query_row(params![upload_id, bucket, key], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .optional()?;
+        let Some((parts, etag, checksums)) = row else {
+            return Ok(None);
+        };
+        Ok(Some(CompletedUpload {
+            parts: from_json(&parts)?,
+            etag,
+            checksums: from_json(&checksums)?,
+        }))
     }
 
     /// Deletes an upload and its parts; returns the part files, or None if there is no such upload.
@@ -183,6 +214,62 @@ impl Meta {
         tx.commit()?;
         Ok(Some(files))
     }
+}
+
+const UPLOAD_COLUMNS: &str = "upload_id, bucket, key, created_ms, attrs, algorithm, kind";
+
+/// An upload's row with its attributes still encoded.
+type RawUpload = (UploadRow, String, Option<String>, Option<String>);
+
+fn upload_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawUpload> {
+    Ok((
+        UploadRow {
+            upload_id: r.get(0)?,
+            bucket: r.get(1)?,
+            key: r.get(2)?,
+            created_ms: r.get(3)?,
+            attrs: Default::default(),
+            algorithm: None,
+            kind: None,
+        },
+        r.get(4)?,
+        r.get(5)?,
+        r.get(6)?,
+    ))
+}
+
+fn decode_upload(raw: RawUpload) -> Result<UploadRow, MetaError> {
+    let (mut upload, attrs, algorithm, kind) = raw;
+    upload.attrs = from_json(&attrs)?;
+    upload.algorithm = algorithm.as_deref().and_then(Algorithm::parse);
+    upload.kind = kind.as_deref().and_then(ChecksumKind::parse);
+    Ok(upload)
+}
+
+fn remember_completed(
+    tx: &Transaction<'_>,
+    upload_id: &str,
+    bucket: &str,
+    object: &ObjectRow,
+    completed: &CompletedUpload,
+) -> Result<(), MetaError> {
+    tx.prepare_cached("DELETE FROM completed_uploads WHERE completed_ms < ?1")?
+        .execute([object.modified_ms - COMPLETED_KEPT_MS])?;
+    tx.prepare_cached(
+        "INSERT OR REPLACE INTO completed_uploads
+         (upload_id, bucket, key, completed_ms, parts, etag, checksums)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?
+    .execute(params![
+        upload_id,
+        bucket,
+        object.key,
+        object.modified_ms,
+        to_json(&completed.parts)?,
+        completed.etag,
+        to_json(&completed.checksums)?,
+    ])?;
+    Ok(())
 }
 
 fn take_upload(tx: &Transaction<'_>, upload_id: &str) -> Result<Vec<String>, MetaError> {
@@ -206,7 +293,7 @@ mod tests {
     fn uploads_complete_atomically() {
         let dir = tempfile::tempdir().unwrap();
         let meta = Meta::open(&dir.path().join("objects.db")).unwrap();
-        meta.create_bucket("b", 1).unwrap();
+        meta.create_bucket("b", 1, None).unwrap();
         let upload = UploadRow {
             upload_id: "u".into(),
             bucket: "b".into(),
@@ -239,14 +326,33 @@ mod tests {
         let stored = meta.upload("u", "b", "k").unwrap().unwrap();
         assert_eq!(stored.algorithm, Some(Algorithm::Crc32));
         assert!(meta.upload("u", "b", "other").unwrap().is_none());
+        assert_eq!(meta.uploads("b", "", None).unwrap()[0].upload_id, "u");
+        assert!(meta.uploads("b", "k", Some("k")).unwrap().is_empty());
+        let completed = CompletedUpload {
+            parts: vec![(1, "e".into()), (2, "e".into())],
+            etag: "etag-whole".into(),
+            checksums: Checksums::default(),
+        };
+        let whole = object("k", "whole");
         let (replaced, mut files) = meta
-            .complete_upload("u", "b", &object("k", "whole"), &WriteCondition::Always)
+            .complete_upload("u", "b", &whole, &completed, &WriteCondition::Always)
             .unwrap();
         files.sort();
         assert_eq!((replaced, files), (None, vec!["p1b".into(), "p2".into()]));
+        assert_eq!(
+            meta.completed_upload("u", "b", "k").unwrap(),
+            Some(completed.clone())
+        );
+        assert_eq!(meta.completed_upload("u", "b", "other").unwrap(), None);
         assert!(meta.abort_upload("u").unwrap().is_none());
         assert!(matches!(
-            meta.complete_upload("u", "b", &object("k", "x"), &WriteCondition::Always),
+            meta.complete_upload(
+                "u",
+                "b",
+                &object("k", "x"),
+                &completed,
+                &WriteCondition::Always
+            ),
             Err(WriteError::NoSuchUpload)
         ));
     }
