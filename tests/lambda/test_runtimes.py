@@ -338,6 +338,16 @@ def test_provided_manual_chunked_response(kiln, manual_fn):
     assert result == [{"chunked": True, "part": i} for i in range(40)]
 
 
+def test_provided_streamed_error_uses_the_error_body_trailer(kiln, manual_fn):
+    """A runtime that fails midway through a streamed response (aws-lambda-go) sends the error's type and its
+    JSON, base64-encoded, as trailers: the error is that JSON, not the partial response."""
+    result, response = kiln.invoke("rt-manual", {"mode": "streamed_error"})
+    assert_unhandled(result, response, "Custom.Streamed")
+    assert result["errorMessage"] == "failed while streaming", result
+    ok, response = kiln.invoke("rt-manual", {"mode": "echo"})
+    assert "FunctionError" not in response and ok["event"] == {"mode": "echo"}
+
+
 def test_provided_answer_then_exit(kiln, manual_fn):
     for _ in range(4):  # the posted answer wins over the exit that follows it, every time
         result, response = kiln.invoke("rt-manual", {"mode": "error_exit"})

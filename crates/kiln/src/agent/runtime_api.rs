@@ -8,6 +8,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use base64::Engine;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
@@ -237,13 +238,25 @@ async fn handle(
                     ));
                 }
             };
-            // Streaming runtimes report a failure mid-response in trailers.
-            let trailer_type = collected
-                .trailers()
-                .and_then(|t| t.get("lambda-runtime-function-error-type"))
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string);
-            let body = collected.to_bytes();
+            // Streaming runtimes report a failure mid-response in trailers: its type, and the
+            // error's JSON in base64 (aws-lambda-go), which replaces the partial response.
+            let trailer = |name: &str| {
+                collected
+                    .trailers()
+                    .and_then(|t| t.get(name))
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string)
+            };
+            let trailer_type = trailer("lambda-runtime-function-error-type");
+            let trailer_body = trailer("lambda-runtime-function-error-body").and_then(|b64| {
+                base64::engine::general_purpose::STANDARD
+                    .decode(b64.trim())
+                    .ok()
+            });
+            let body = match trailer_body {
+                Some(error) if trailer_type.is_some() => Bytes::from(error),
+                _ => collected.to_bytes(),
+            };
             // The invocation's session writes are in the log before its answer is passed on.
             let txn = shared.session.locked().take();
             if let Some((_, txn)) = txn {
