@@ -4,15 +4,14 @@
 use std::collections::BTreeMap;
 
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use base64::Engine;
-use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{authenticate, base_url, parse_json, qualified, ApiError, SharedState};
+use super::{base_url, parse_json, qualified, ApiError, SharedState, Signed};
 use crate::controller::code::StoredCode;
 use crate::controller::{ConfigPatch, Controller};
 use crate::function::settings::SettingsInput;
@@ -299,12 +298,8 @@ fn lambda_settings(
 
 pub async fn create(
     State(state): State<SharedState>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    Signed { body, .. }: Signed,
 ) -> Result<Response, ApiError> {
-    authenticate(&state, &method, &uri, &headers, &body)?;
     let input: CreateInput = parse_json(&body)?;
     check_architectures(input.architectures.as_deref())?;
     if input.package_type.as_deref().is_some_and(|p| p != "Zip") {
@@ -363,12 +358,8 @@ pub async fn create(
 pub async fn get(
     State(state): State<SharedState>,
     Path(name): Path<String>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    Signed { uri, headers, .. }: Signed,
 ) -> Result<Response, ApiError> {
-    authenticate(&state, &method, &uri, &headers, &body)?;
     let function = state.controller.get(&qualified(&name, &uri))?;
     let query = super::kiln::code_query(&state.credentials, &function.code_sha256);
     let mut out = json!({
@@ -388,12 +379,8 @@ pub async fn get(
 pub async fn get_configuration(
     State(state): State<SharedState>,
     Path(name): Path<String>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    Signed { uri, .. }: Signed,
 ) -> Result<Response, ApiError> {
-    authenticate(&state, &method, &uri, &headers, &body)?;
     let function = state.controller.get(&qualified(&name, &uri))?;
     Ok(Json(configuration(&state.controller, &function)).into_response())
 }
@@ -404,12 +391,8 @@ pub async fn list_versions(
     State(state): State<SharedState>,
     Path(name): Path<String>,
     Query(query): Query<ListQuery>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    _: Signed,
 ) -> Result<Response, ApiError> {
-    authenticate(&state, &method, &uri, &headers, &body)?;
     max_items(query.max_items.as_deref())?;
     let function = state.controller.get(&name)?;
     let mut latest = configuration(&state.controller, &function);
@@ -427,12 +410,8 @@ pub async fn list_versions(
 pub async fn get_code_signing_config(
     State(state): State<SharedState>,
     Path(name): Path<String>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    _: Signed,
 ) -> Result<Response, ApiError> {
-    authenticate(&state, &method, &uri, &headers, &body)?;
     state.controller.get(&name)?;
     Ok(Json(json!({})).into_response())
 }
@@ -451,12 +430,8 @@ fn max_items(raw: Option<&str>) -> Result<usize, ApiError> {
 pub async fn list(
     State(state): State<SharedState>,
     Query(query): Query<ListQuery>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    _: Signed,
 ) -> Result<Response, ApiError> {
-    authenticate(&state, &method, &uri, &headers, &body)?;
     let max_items = max_items(query.max_items.as_deref())?;
     let all = state.controller.list();
     // The marker is the name of the last function of the previous page.
@@ -479,12 +454,8 @@ pub async fn list(
 pub async fn delete(
     State(state): State<SharedState>,
     Path(name): Path<String>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    Signed { uri, .. }: Signed,
 ) -> Result<Response, ApiError> {
-    authenticate(&state, &method, &uri, &headers, &body)?;
     state.controller.delete(&qualified(&name, &uri))?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
@@ -492,12 +463,8 @@ pub async fn delete(
 pub async fn update_code(
     State(state): State<SharedState>,
     Path(name): Path<String>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    Signed { body, .. }: Signed,
 ) -> Result<Response, ApiError> {
-    authenticate(&state, &method, &uri, &headers, &body)?;
     let input: UpdateCodeInput = parse_json(&body)?;
     check_architectures(input.architectures.as_deref())?;
     let zip = decode_zip(input.zip_file, input.s3_bucket, input.image_uri)?;
@@ -517,12 +484,8 @@ pub async fn update_code(
 pub async fn update_configuration(
     State(state): State<SharedState>,
     Path(name): Path<String>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    Signed { body, .. }: Signed,
 ) -> Result<Response, ApiError> {
-    authenticate(&state, &method, &uri, &headers, &body)?;
     let input: UpdateConfigInput = parse_json(&body)?;
     let patch = ConfigPatch {
         runtime: input.runtime,
@@ -548,12 +511,8 @@ pub async fn update_configuration(
 pub async fn put_concurrency(
     State(state): State<SharedState>,
     Path(name): Path<String>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    Signed { body, .. }: Signed,
 ) -> Result<Response, ApiError> {
-    authenticate(&state, &method, &uri, &headers, &body)?;
     let input: ConcurrencyInput = parse_json(&body)?;
     let n = u32::try_from(input.reserved_concurrent_executions)
         .map_err(|_| invalid("ReservedConcurrentExecutions must be a non-negative integer"))?;
@@ -564,12 +523,8 @@ pub async fn put_concurrency(
 pub async fn delete_concurrency(
     State(state): State<SharedState>,
     Path(name): Path<String>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    _: Signed,
 ) -> Result<Response, ApiError> {
-    authenticate(&state, &method, &uri, &headers, &body)?;
     state.controller.set_concurrency(&name, None)?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
@@ -577,12 +532,8 @@ pub async fn delete_concurrency(
 pub async fn get_concurrency(
     State(state): State<SharedState>,
     Path(name): Path<String>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    Signed { body: _, .. }: Signed,
 ) -> Result<Response, ApiError> {
-    authenticate(&state, &method, &uri, &headers, &body)?;
     let body = match state.controller.reserved_concurrency(&name)? {
         Some(n) => json!({ "ReservedConcurrentExecutions": n }),
         None => json!({}),

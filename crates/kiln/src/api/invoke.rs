@@ -5,7 +5,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 
-use super::{authenticate, qualified, ApiError, SharedState};
+use super::{qualified, ApiError, SharedState, Signed};
 use crate::agent::InvokeOutcome;
 use crate::controller::{InvocationType, Invoked};
 use crate::session::HintSource;
@@ -20,25 +20,9 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 pub async fn invoke(
     State(state): State<SharedState>,
     Path(name): Path<String>,
-    request: axum::extract::Request,
+    Signed { uri, headers, body }: Signed,
 ) -> Result<Response, ApiError> {
-    // The hot path: take the request apart instead of letting extractors clone its method,
-    // URI and headers.
-    let (parts, body) = request.into_parts();
-    let body = axum::body::to_bytes(body, super::MAX_BODY_BYTES)
-        .await
-        .map_err(|_| {
-            ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "RequestTooLargeException",
-                format!(
-                    "Request must be smaller than {} bytes",
-                    super::MAX_BODY_BYTES
-                ),
-            )
-        })?;
-    let (uri, headers) = (&parts.uri, &parts.headers);
-    authenticate(&state, &parts.method, uri, headers, &body)?;
+    let (uri, headers) = (&uri, &headers);
     let kind = match header(headers, "x-amz-invocation-type") {
         None | Some("RequestResponse") => InvocationType::RequestResponse,
         Some("Event") => InvocationType::Event,

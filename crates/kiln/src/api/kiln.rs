@@ -4,7 +4,7 @@ use std::convert::Infallible;
 
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use bytes::Bytes;
@@ -12,17 +12,10 @@ use hmac::{Hmac, Mac};
 use serde::Deserialize;
 use sha2::Sha256;
 
-use super::{authenticate, ApiError, SharedState};
+use super::{ApiError, SharedState, Signed};
 use crate::auth::Credentials;
 
-pub async fn status(
-    State(state): State<SharedState>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, ApiError> {
-    authenticate(&state, &method, &uri, &headers, &body)?;
+pub async fn status(State(state): State<SharedState>, _: Signed) -> Result<Response, ApiError> {
     let status = state.controller.node_status();
     let functions: Vec<String> = state
         .controller
@@ -45,12 +38,8 @@ pub async fn status(
 pub async fn sessions(
     State(state): State<SharedState>,
     Path(name): Path<String>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    _: Signed,
 ) -> Result<Response, ApiError> {
-    authenticate(&state, &method, &uri, &headers, &body)?;
     let sessions = state.controller.sessions(&name)?;
     Ok(Json(serde_json::json!({ "Sessions": sessions })).into_response())
 }
@@ -59,12 +48,8 @@ pub async fn sessions(
 pub async fn end_session(
     State(state): State<SharedState>,
     Path((name, session)): Path<(String, String)>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    _: Signed,
 ) -> Result<Response, ApiError> {
-    authenticate(&state, &method, &uri, &headers, &body)?;
     let function = state.controller.get(&name)?;
     if state.controller.end_session(&function.name, &session)? {
         Ok(StatusCode::NO_CONTENT.into_response())
@@ -88,12 +73,8 @@ pub async fn logs(
     State(state): State<SharedState>,
     Path(name): Path<String>,
     Query(query): Query<LogsQuery>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    _: Signed,
 ) -> Result<Response, ApiError> {
-    authenticate(&state, &method, &uri, &headers, &body)?;
     let function = state.controller.get(&name)?;
     // Subscribe before reading the tail so nothing written in between is missed.
     let follower = query
@@ -222,12 +203,8 @@ pub struct SequenceBody {
 pub async fn put_sequence(
     State(state): State<SharedState>,
     Path(name): Path<String>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    Signed { body, .. }: Signed,
 ) -> Result<Response, ApiError> {
-    authenticate(&state, &method, &uri, &headers, &body)?;
     let parsed: SequenceBody = serde_json::from_slice(&body).map_err(|e| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -242,12 +219,8 @@ pub async fn put_sequence(
 pub async fn get_sequence(
     State(state): State<SharedState>,
     Path(name): Path<String>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    _: Signed,
 ) -> Result<Response, ApiError> {
-    authenticate(&state, &method, &uri, &headers, &body)?;
     match state.controller.sequence(&name) {
         Some(sequence) => Ok(Json(&*sequence).into_response()),
         None => Err(no_sequence(&name)),
@@ -256,24 +229,16 @@ pub async fn get_sequence(
 
 pub async fn list_sequences(
     State(state): State<SharedState>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    _: Signed,
 ) -> Result<Response, ApiError> {
-    authenticate(&state, &method, &uri, &headers, &body)?;
     Ok(Json(serde_json::json!({ "Sequences": state.controller.list_sequences() })).into_response())
 }
 
 pub async fn delete_sequence(
     State(state): State<SharedState>,
     Path(name): Path<String>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    _: Signed,
 ) -> Result<Response, ApiError> {
-    authenticate(&state, &method, &uri, &headers, &body)?;
     if state.controller.delete_sequence(&name)? {
         Ok(StatusCode::NO_CONTENT.into_response())
     } else {

@@ -280,6 +280,43 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// A Lambda API request whose SigV4 signature verified, taken apart for its handler: the
+/// extractor every signed route ends with (it reads the body, so it comes last).
+pub struct Signed {
+    pub uri: Uri,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl axum::extract::FromRequest<SharedState> for Signed {
+    type Rejection = ApiError;
+
+    async fn from_request(
+        request: axum::extract::Request,
+        state: &SharedState,
+    ) -> Result<Self, ApiError> {
+        let (parts, body) = request.into_parts();
+        let body = axum::body::to_bytes(body, MAX_BODY_BYTES)
+            .await
+            .map_err(|_| too_large())?;
+        authenticate(state, &parts.method, &parts.uri, &parts.headers, &body)?;
+        Ok(Signed {
+            uri: parts.uri,
+            headers: parts.headers,
+            body,
+        })
+    }
+}
+
+/// Lambda's answer to a body over [`MAX_BODY_BYTES`].
+pub fn too_large() -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "RequestTooLargeException",
+        format!("Request must be smaller than {MAX_BODY_BYTES} bytes"),
+    )
+}
+
 /// Checks a request's SigV4 signature against kiln's credentials.
 pub fn authenticate(
     state: &AppState,

@@ -3,14 +3,13 @@
 use std::collections::BTreeMap;
 
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{authenticate, parse_json, ApiError, SharedState};
+use super::{parse_json, ApiError, SharedState, Signed};
 
 #[derive(Deserialize)]
 #[serde(rename_all = "PascalCase")]
@@ -21,12 +20,8 @@ struct TagInput {
 pub async fn list(
     State(state): State<SharedState>,
     Path(resource): Path<String>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    _: Signed,
 ) -> Result<Response, ApiError> {
-    authenticate(&state, &method, &uri, &headers, &body)?;
     let tags = state.controller.tags(&resource)?;
     Ok(Json(json!({ "Tags": tags })).into_response())
 }
@@ -34,12 +29,8 @@ pub async fn list(
 pub async fn tag(
     State(state): State<SharedState>,
     Path(resource): Path<String>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    Signed { body, .. }: Signed,
 ) -> Result<Response, ApiError> {
-    authenticate(&state, &method, &uri, &headers, &body)?;
     let input: TagInput = parse_json(&body)?;
     state.controller.tag(&resource, input.tags)?;
     Ok(StatusCode::NO_CONTENT.into_response())
@@ -48,12 +39,8 @@ pub async fn tag(
 pub async fn untag(
     State(state): State<SharedState>,
     Path(resource): Path<String>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    Signed { uri, .. }: Signed,
 ) -> Result<Response, ApiError> {
-    authenticate(&state, &method, &uri, &headers, &body)?;
     state.controller.untag(&resource, &tag_keys(&uri))?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::{authenticate, base_url, parse_json, qualifier, ApiError, SharedState};
+use super::{authenticate, base_url, parse_json, qualifier, ApiError, SharedState, Signed};
 use crate::controller::{Cors, InvocationType, Invoked, UrlChange, UrlSettings};
 use crate::function::{Function, UrlAuth};
 use crate::session::HintSource;
@@ -101,12 +101,8 @@ fn written(
 pub async fn create_config(
     State(state): State<SharedState>,
     Path(name): Path<String>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    Signed { uri, headers, body }: Signed,
 ) -> Result<Response, ApiError> {
-    authenticate(&state, &method, &uri, &headers, &body)?;
     let input = UrlConfigInput::parse(&body)?;
     let auth = input
         .auth_type
@@ -125,12 +121,8 @@ pub async fn create_config(
 pub async fn update_config(
     State(state): State<SharedState>,
     Path(name): Path<String>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    Signed { uri, headers, body }: Signed,
 ) -> Result<Response, ApiError> {
-    authenticate(&state, &method, &uri, &headers, &body)?;
     let input = UrlConfigInput::parse(&body)?;
     let change = UrlChange::Update {
         auth: input.auth_type,
@@ -145,12 +137,8 @@ pub async fn update_config(
 pub async fn get_config(
     State(state): State<SharedState>,
     Path(name): Path<String>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    Signed { uri, headers, .. }: Signed,
 ) -> Result<Response, ApiError> {
-    authenticate(&state, &method, &uri, &headers, &body)?;
     let (f, settings) = state
         .controller
         .url_config(&name, qualifier(&uri).as_deref())?;
@@ -160,12 +148,8 @@ pub async fn get_config(
 pub async fn delete_config(
     State(state): State<SharedState>,
     Path(name): Path<String>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    Signed { uri, .. }: Signed,
 ) -> Result<Response, ApiError> {
-    authenticate(&state, &method, &uri, &headers, &body)?;
     state
         .controller
         .change_url(&name, qualifier(&uri).as_deref(), UrlChange::Delete)?;
