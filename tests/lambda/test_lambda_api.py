@@ -939,8 +939,11 @@ INVALID = "InvalidParameterValueException"
     ({"MemorySize": 20000}, INVALID, None),
     ({"Timeout": 901}, INVALID, None),
     ({"EphemeralStorage": {"Size": 20000}}, INVALID, None),
-    ({"Runtime": "python2.0"}, INVALID, None),
-    ({"Runtime": ""}, INVALID, None),
+    ({"Runtime": "python2.0"}, VALIDATION,
+     "1 validation error detected: Value 'python2.0' at 'runtime' failed to satisfy constraint: "
+     "Member must satisfy enum value set: [nodejs, nodejs4.3, "),
+    ({"Runtime": ""}, VALIDATION, None),
+    ({"Runtime": "ruby3.3"}, INVALID, None),
     ({"Environment": {"Variables": {"AWS_REGION": "eu-west-1"}}}, INVALID, None),
     ({"Environment": {"Variables": {"AWS_LAMBDA_FUNCTION_NAME": "x"}}}, INVALID, None),
     ({"Environment": {"Variables": {"1BAD": "x"}}}, INVALID, None),
@@ -955,7 +958,7 @@ def test_invalid_create_parameters_are_400(kiln, override, code, message):
         lam.create_function(**params)
     assert error_code(excinfo) == code
     assert http_status(excinfo) == 400
-    assert excinfo.value.response["Error"]["Message"] == message if message else excinfo.value.response["Error"]["Message"]
+    assert excinfo.value.response["Error"]["Message"].startswith(message) if message else excinfo.value.response["Error"]["Message"]
     with pytest.raises(lam.exceptions.ResourceNotFoundException):
         lam.get_function(FunctionName=params["FunctionName"])
 

@@ -13,10 +13,78 @@ use crate::function::{self, Function, FunctionConfig};
 use crate::runtime::RESERVED_ENV;
 use crate::sync::{LockExt, RwLockExt};
 
+/// The `Runtime` values of Lambda's API model (its enum, retired runtimes included): a value
+/// outside it is a ValidationException, one inside it that kiln does not run an
+/// InvalidParameterValueException.
+const LAMBDA_RUNTIMES: &[&str] = &[
+    "nodejs",
+    "nodejs4.3",
+    "nodejs6.10",
+    "nodejs8.10",
+    "nodejs10.x",
+    "nodejs12.x",
+    "nodejs14.x",
+    "nodejs16.x",
+    "nodejs18.x",
+    "nodejs20.x",
+    "nodejs22.x",
+    "nodejs24.x",
+    "nodejs26.x",
+    "java8",
+    "java8.al2",
+    "java8.al2023",
+    "java11",
+    "java11.al2023",
+    "java17",
+    "java17.al2023",
+    "java21",
+    "java25",
+    "python2.7",
+    "python3.6",
+    "python3.7",
+    "python3.8",
+    "python3.9",
+    "python3.10",
+    "python3.11",
+    "python3.12",
+    "python3.13",
+    "python3.14",
+    "python3.15",
+    "dotnetcore1.0",
+    "dotnetcore2.0",
+    "dotnetcore2.1",
+    "dotnetcore3.1",
+    "dotnet6",
+    "dotnet8",
+    "dotnet10",
+    "nodejs4.3-edge",
+    "go1.x",
+    "ruby2.5",
+    "ruby2.7",
+    "ruby3.2",
+    "ruby3.3",
+    "ruby3.4",
+    "ruby4.0",
+    "provided",
+    "provided.al2",
+    "provided.al2023",
+];
+
 impl Controller {
     pub(super) fn validate(&self, config: &FunctionConfig) -> Result<(), ControllerError> {
         let invalid = |m: String| Err(ControllerError::InvalidParameter(m));
+        if !self.runtimes.contains(&config.runtime)
+            && !LAMBDA_RUNTIMES.contains(&config.runtime.as_str())
+        {
+            // Outside Lambda's API model: its ValidationException, naming the model's values.
+            return Err(ControllerError::Validation(format!(
+                "1 validation error detected: Value '{}' at 'runtime' failed to satisfy constraint: Member must satisfy enum value set: [{}]",
+                config.runtime,
+                LAMBDA_RUNTIMES.join(", ")
+            )));
+        }
         if !self.runtimes.contains(&config.runtime) {
+            // A runtime Lambda knows and this node does not run.
             return invalid(format!(
                 "Value {} at 'runtime' failed to satisfy constraint: Member must satisfy enum value set: [{}]",
                 config.runtime,
