@@ -315,11 +315,11 @@ def test_update_configuration_validates(kiln):
     name = unique("updval")
     create(kiln, name)
     lam = unvalidated_client(kiln)
-    for bad in ({"MemorySize": 64}, {"Timeout": 0}):
+    for bad in ({"MemorySize": 64}, {"Timeout": 0}, {"Runtime": "cobol85"}):
         with pytest.raises(botocore.exceptions.ClientError) as excinfo:
             lam.update_function_configuration(FunctionName=name, **bad)
         assert error_code(excinfo) == "ValidationException"
-    for bad in ({"MemorySize": 20000}, {"Runtime": "cobol85"}, {"Environment": {"Variables": {"AWS_REGION": "x"}}}):
+    for bad in ({"MemorySize": 20000}, {"Runtime": "ruby3.3"}, {"Environment": {"Variables": {"AWS_REGION": "x"}}}):
         with pytest.raises(lam.exceptions.InvalidParameterValueException):
             lam.update_function_configuration(FunctionName=name, **bad)
     assert lam.get_function_configuration(FunctionName=name)["MemorySize"] == 128
