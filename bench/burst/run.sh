@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# kiln's burst benchmark in one command. See bench/burst/README.md.
+#
+#   bench/burst/run.sh          bursts of 4, 16 and 64; writes bench/results/burst/burst.{md,json}
+#   bench/burst/run.sh --quick  bursts of 4 and 16 (results in bench/work/burst/)
+#   BURST_KILN_ARGS="--warm-standbys 0" bench/burst/run.sh ...   extra `kiln up` flags
+#
+# Installs what it needs (the repo venv plus bench/requirements.txt), builds kiln (release) only
+# if target/release/kiln is missing, starts its own kiln (data dir bench/work/burst/kiln), runs
+# bench/burst/burst.py against it, and stops every process it started on any exit (trap).
+# Must run as root, as `kiln up` does. Needs node and python3 on PATH (kiln's runtimes) and
+# clang with wasi-libc for the wasm function (skipped, with a note, without them).
+set -euo pipefail
+
+SELF=$(realpath "$0")
+HERE=$(dirname "$SELF")
+cd "$HERE/../.."
+ROOT=$PWD
+WORK=$ROOT/bench/work/burst
+QUICK=()
+for arg in "$@"; do
+    case $arg in
+        --quick) QUICK=(--quick) ;;
+        -h | --help) sed -n '2,12p' "$SELF" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "run.sh: unknown argument $arg (try --help)" >&2; exit 2 ;;
+    esac
+done
+if [ ${#QUICK[@]} -eq 0 ]; then OUT=$ROOT/bench/results/burst; else OUT=$WORK; fi
+COMMAND="bench/burst/run.sh${*:+ $*}"
+say() { echo "[burst/run.sh $(date +%H:%M:%S)] $*"; }
+[ "$(id -u)" = 0 ] || { echo "run.sh: must run as root (kiln up creates sandboxes)" >&2; exit 1; }
+
+# ------------------------------------------------------------------ cleanup, on every exit
+KILN_PID=
+DRIVER=
+KILN_DATA=$WORK/kiln
+stop_kiln() {
+    [ -n "$KILN_PID" ] || return 0
+    kill -TERM "$KILN_PID" 2>/dev/null || true
+    for _ in $(seq 200); do
+        kill -0 "$KILN_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$KILN_PID" 2>/dev/null; then
+        say "kiln (pid $KILN_PID) ignored SIGTERM, killing it and what is left in its cgroups"
+        kill -KILL "$KILN_PID" 2>/dev/null || true
+        local hash procs pid
+        hash=$(printf '%s' "$(realpath "$KILN_DATA")" | sha256sum | cut -c1-12)
+        for procs in /sys/fs/cgroup/pids/kiln-"$hash"/*/cgroup.procs /sys/fs/cgroup/kiln-"$hash"/*/cgroup.procs; do
+            [ -f "$procs" ] || continue
+            for pid in $(cat "$procs"); do kill -KILL "$pid" 2>/dev/null || true; done
+        done
+    fi
+    wait "$KILN_PID" 2>/dev/null || true
+    KILN_PID=
+}
+cleanup() {
+    local status=$?
+    trap - EXIT INT TERM
+    if [ -n "$DRIVER" ] && kill -0 "$DRIVER" 2>/dev/null; then
+        kill -TERM "$DRIVER" 2>/dev/null || true
+        wait "$DRIVER" 2>/dev/null || true
+    fi
+    stop_kiln
+    exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+mkdir -p "$WORK"
+exec 9>"$WORK/.lock"
+flock -n 9 || { echo "run.sh: another bench/burst/run.sh is running" >&2; exit 1; }
+
+# ------------------------------------------------------------------ dependencies and build
+say "load average: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs"
+for tool in node python3; do
+    command -v "$tool" >/dev/null || { echo "run.sh: $tool is not on PATH" >&2; exit 1; }
+done
+scripts/setup-test-env.sh
+if ! .venv/bin/python -c "import numpy, boto3" 2>/dev/null; then
+    say "installing bench/requirements.txt into .venv"
+    .venv/bin/pip install --quiet --disable-pip-version-check -r bench/requirements.txt
+fi
+BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release
+if [ ! -x "$BIN/kiln" ]; then
+    say "building kiln (release)"
+    cargo build --release --quiet -p kiln -p loadgen
+fi
+KILN_BIN=$BIN/kiln
+
+# ------------------------------------------------------------------ kiln
+# A long idle TTL, so the second burst finds the first one's instances; a budget that books 64
+# instances of each function with room to spare; kiln's defaults otherwise (one runtime standby
+# per runtime, spare forks, prebake at deploy).
+KILN_ARGS="--idle-ttl 600 --memory-budget-mb 16384 --shutdown-grace 5 ${BURST_KILN_ARGS:-}"
+# A kiln killed in an earlier run leaves its code-slot mount behind; detach it before removing.
+awk -v dir="$(realpath -m "$KILN_DATA")/" 'index($2 "/", dir) == 1 { print $2 }' /proc/self/mounts |
+    sort -r | xargs -r -n1 umount -l
+rm -rf "$KILN_DATA"
+LOG=$WORK/kiln.log
+# shellcheck disable=SC2086 # KILN_ARGS is a list of flags
+"$KILN_BIN" up --listen 127.0.0.1:0 --data-dir "$KILN_DATA" --no-aws-profile $KILN_ARGS >"$LOG" 2>&1 &
+KILN_PID=$!
+KILN_URL=
+for _ in $(seq 600); do
+    KILN_URL=$(grep -o 'listening on http://[0-9.:]*' "$LOG" | head -n1 | cut -d' ' -f3 || true)
+    [ -n "$KILN_URL" ] && break
+    kill -0 "$KILN_PID" 2>/dev/null || { cat "$LOG" >&2; exit 1; }
+    sleep 0.1
+done
+[ -n "$KILN_URL" ] || { echo "run.sh: kiln did not start:" >&2; cat "$LOG" >&2; exit 1; }
+say "kiln: $KILN_URL (pid $KILN_PID)"
+
+# ------------------------------------------------------------------ measure
+# In the background and waited for, so that a SIGTERM runs the trap at once (bash defers traps
+# during a foreground command); the trap stops the driver first.
+.venv/bin/python "$HERE/burst.py" --kiln "$KILN_URL" --pid "$KILN_PID" --data-dir "$KILN_DATA" \
+    --kiln-args "kiln up $KILN_ARGS" --work "$WORK" --out "$OUT" --command "$COMMAND" "${QUICK[@]}" &
+DRIVER=$!
+wait "$DRIVER"
+DRIVER=
+say "results in ${OUT#"$ROOT"/}/"
