@@ -4,6 +4,7 @@ canned ACLs, as boto3 calls them."""
 
 import urllib.error
 import urllib.request
+import uuid
 
 import boto3
 import botocore
@@ -414,3 +415,31 @@ def test_buckets_are_unversioned_and_may_be_suspended(s3, bucket):
     assert "Versions" not in s3.list_object_versions(Bucket=bucket)
     with pytest.raises(s3.exceptions.NoSuchBucket):
         s3.get_bucket_versioning(Bucket=bucket + "-missing")
+
+
+def test_list_buckets_pages_by_max_buckets_and_prefix(s3):
+    """ListBuckets with `max-buckets` answers a page and a continuation token while more follow; `prefix` keeps
+    the names that start with it, and comes back in the answer."""
+    prefix = f"lbp-{uuid.uuid4().hex[:8]}-"
+    names = [f"{prefix}{i}" for i in range(5)]
+    for name in names:
+        s3.create_bucket(Bucket=name)
+    try:
+        seen, token, pages = [], None, 0
+        while True:
+            extra = {"ContinuationToken": token} if token else {}
+            page = s3.list_buckets(MaxBuckets=2, Prefix=prefix, **extra)
+            assert page["Prefix"] == prefix
+            assert len(page["Buckets"]) <= 2
+            seen += [b["Name"] for b in page["Buckets"]]
+            pages += 1
+            token = page.get("ContinuationToken")
+            if not token:
+                break
+        assert seen == names and pages == 3
+        everything = [b["Name"] for b in s3.list_buckets()["Buckets"]]
+        assert set(names) <= set(everything)
+        assert "ContinuationToken" not in s3.list_buckets(Prefix=prefix)
+    finally:
+        for name in names:
+            s3.delete_bucket(Bucket=name)

@@ -141,25 +141,50 @@ impl LocalStore {
         Ok(S3Response::new(DeleteBucketOutput::default()))
     }
 
+    /// ListBuckets, in name order: with `prefix`, only names that start with it; with
+    /// `max-buckets` (1 to 10,000), a page, and a continuation token (the page's last name)
+    /// while more follow.
     pub(super) async fn list_buckets_op(
         &self,
-        _req: S3Request<ListBucketsInput>,
+        req: S3Request<ListBucketsInput>,
     ) -> S3Result<S3Response<ListBucketsOutput>> {
+        let input = req.input;
+        if input
+            .max_buckets
+            .is_some_and(|n| !(1..=10_000).contains(&n))
+        {
+            return Err(s3_error!(
+                InvalidArgument,
+                "max-buckets must be between 1 and 10000"
+            ));
+        }
         let meta = self.meta.clone();
         let buckets = blocking(move || meta.buckets().map_err(|e| internal("metadata", e))).await?;
+        let prefix = input.prefix.filter(|p| !p.is_empty());
+        let after = input.continuation_token.filter(|t| !t.is_empty());
+        let mut matching = buckets.into_iter().filter(|(name, _)| {
+            prefix.as_deref().is_none_or(|p| name.starts_with(p))
+                && after.as_deref().is_none_or(|a| name.as_str() > a)
+        });
+        let limit = input.max_buckets.map_or(usize::MAX, |n| n as usize);
+        let page: Vec<Bucket> = matching
+            .by_ref()
+            .take(limit)
+            .map(|(name, created)| Bucket {
+                name: Some(name),
+                creation_date: Some(timestamp(created)),
+                bucket_region: None,
+            })
+            .collect();
+        let more = matching.next().is_some();
+        let continuation_token = more
+            .then(|| page.last().and_then(|b| b.name.clone()))
+            .flatten();
         Ok(S3Response::new(ListBucketsOutput {
-            buckets: Some(
-                buckets
-                    .into_iter()
-                    .map(|(name, created)| Bucket {
-                        name: Some(name),
-                        creation_date: Some(timestamp(created)),
-                        bucket_region: None,
-                    })
-                    .collect(),
-            ),
+            buckets: Some(page),
             owner: Some(owner()),
-            ..Default::default()
+            continuation_token,
+            prefix,
         }))
     }
 
