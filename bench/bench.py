@@ -105,6 +105,24 @@ def loadavg():
     return open("/proc/loadavg").read().split()[:3]
 
 
+def proc_stats():
+    """Every process's parent, start time, and CPU ticks (its own utime+stime, and those of the
+    children it reaped), from /proc/PID/stat."""
+    stats = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            text = open(f"/proc/{entry}/stat").read()
+        except OSError:
+            continue
+        rest = text[text.rfind(")") + 2:].split()
+        stats[int(entry)] = {"ppid": int(rest[1]), "start": int(rest[19]),
+                             "own_ticks": int(rest[11]) + int(rest[12]),
+                             "children_ticks": int(rest[13]) + int(rest[14])}
+    return stats
+
+
 def cpu_account():
     """CPU ticks so far: the whole machine's busy time and steal, and our own process tree's.
 
@@ -116,17 +134,9 @@ def cpu_account():
     fields = [int(x) for x in open("/proc/stat").readline().split()[1:9]]
     user, nice, system, idle, iowait, irq, softirq, steal = fields
     procs, children = {}, {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            text = open(f"/proc/{entry}/stat").read()
-        except OSError:
-            continue
-        rest = text[text.rfind(")") + 2:].split()
-        ppid, ticks = int(rest[1]), sum(int(x) for x in rest[11:15])
-        procs[int(entry)] = ticks
-        children.setdefault(ppid, []).append(int(entry))
+    for pid, p in proc_stats().items():
+        procs[pid] = p["own_ticks"] + p["children_ticks"]
+        children.setdefault(p["ppid"], []).append(pid)
     ours, stack = {}, [os.getppid()]
     while stack:
         pid = stack.pop()

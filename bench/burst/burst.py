@@ -109,16 +109,8 @@ def others_cpu():
     to the second in which its `make` or `cargo` reaped it; children born and gone between two
     reads are missed instead, so this is a lower bound."""
     ours = set(core.cpu_account()["ours"])
-    ticks = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) in ours or entry == "1":
-            continue
-        try:
-            text = open(f"/proc/{entry}/stat").read()
-        except OSError:
-            continue
-        rest = text[text.rfind(")") + 2:].split()
-        ticks[int(entry)] = (int(rest[19]), int(rest[11]) + int(rest[12]))  # starttime, own ticks
+    ticks = {pid: (p["start"], p["own_ticks"]) for pid, p in core.proc_stats().items()
+             if pid not in ours and pid != 1}
     return {"t": time.time(), "ticks": ticks}
 
 
