@@ -204,19 +204,27 @@ impl Cgroup {
             self.write(dir, "pids.max", &limits.pids_max.to_string())?;
             // Swap would let an instance exceed its memory size silently.
             let _ = self.write(dir, "memory.swap.max", "0");
-            // systemd's conversion from v1 shares to v2 weights.
-            let weight = 1 + (limits.cpu_shares.clamp(2, 262_144) - 2) * 9999 / 262_142;
-            let _ = self.write(dir, "cpu.weight", &weight.to_string());
+            // cpu may be missing on some hosts.
+            let _ = self.set_cpu_shares(limits.cpu_shares);
         } else {
             self.write(&self.dirs[1], "pids.max", &limits.pids_max.to_string())?;
             let _ = self.write(self.memory_dir(), "memory.swappiness", "0");
-            self.write(
-                &self.dirs[2],
-                "cpu.shares",
-                &limits.cpu_shares.clamp(2, 262_144).to_string(),
-            )?;
+            self.set_cpu_shares(limits.cpu_shares)?;
         }
         Ok(())
+    }
+
+    /// Sets the CPU share alone (v1 `cpu.shares`; v2 `cpu.weight`, converted): how an instance
+    /// made ahead of demand at a low share joins the requests' share when it is taken.
+    pub fn set_cpu_shares(&self, shares: u64) -> Result<(), CgroupError> {
+        let shares = shares.clamp(2, 262_144);
+        if self.v2 {
+            // systemd's conversion from v1 shares to v2 weights.
+            let weight = 1 + (shares - 2) * 9999 / 262_142;
+            self.write(&self.dirs[0], "cpu.weight", &weight.to_string())
+        } else {
+            self.write(&self.dirs[2], "cpu.shares", &shares.to_string())
+        }
     }
 
     /// Sets the memory limit. Safe to call while the instance runs: this is how an instance is resized.

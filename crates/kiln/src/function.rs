@@ -100,10 +100,20 @@ pub struct Prebake {
     /// The sample event of the warm-up invocations; `{}` when not set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warmup_event: Option<serde_json::Value>,
+    /// Instances kept made ahead of demand at least (like provisioned concurrency), whatever the
+    /// function's recent demand sizes them at; 0: by demand alone.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub standbys: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// The most warm-up invocations a snapshot may take.
 pub const MAX_WARMUPS: u32 = 100;
+/// The largest fixed number of standbys a function may ask for.
+pub const MAX_STANDBYS: u32 = 64;
 /// The largest warm-up event, as serialized JSON (Lambda's async payload limit).
 pub const MAX_WARMUP_EVENT_BYTES: usize = 256 * 1024;
 
@@ -117,6 +127,7 @@ impl Default for Prebake {
             mode: PrebakeMode::default(),
             warmup_invocations: default_warmups(),
             warmup_event: None,
+            standbys: 0,
         }
     }
 }

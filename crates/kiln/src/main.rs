@@ -63,6 +63,14 @@ struct UpArgs {
     /// the warm path off.
     #[arg(long, default_value_t = 1)]
     warm_standbys: usize,
+    /// The most instances made ahead of demand per function (standbys of runtimes that cannot
+    /// fork, spare forks of those that can), however high its demand.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    max_standbys: u32,
+    /// Seconds a function's peak concurrency is remembered whole; it then halves every further
+    /// window. Its standbys are sized by it.
+    #[arg(long, default_value_t = 600)]
+    standby_window: u64,
     /// Size each invocation's memory limit by its function's memory model, once mature (OFC):
     /// `on` or `off`.
     #[arg(long, default_value = "on", value_parser = ["on", "off"])]
@@ -254,6 +262,8 @@ fn main() {
                 snapshot_memory_mb: args.snapshot_memory_mb,
                 snapshot_disk_mb: args.snapshot_disk_mb,
                 warm_standbys: args.warm_standbys,
+                max_standbys: args.max_standbys as usize,
+                standby_window: Duration::from_secs(args.standby_window),
                 prediction: kiln::predict::PredictorConfig {
                     enabled: args.memory_prediction == "on",
                     min_samples: args.prediction_min_samples.max(1),

@@ -40,6 +40,12 @@ pub struct OutcomeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FunctionKindLabels {
+    pub function: String,
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
     pub kind: String,
 }
@@ -63,6 +69,9 @@ pub struct Metrics {
     memory: Family<KindLabels, Gauge>,
     snapshots: Family<KindLabels, Gauge>,
     disk: Family<KindLabels, Gauge>,
+    standbys: Family<FunctionKindLabels, Gauge>,
+    standby_memory: Family<FunctionLabels, Gauge>,
+    standby_refill: Family<FunctionLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
 }
 
 impl Default for Metrics {
@@ -87,6 +96,10 @@ impl Default for Metrics {
         let memory = Family::<KindLabels, Gauge>::default();
         let snapshots = Family::<KindLabels, Gauge>::default();
         let disk = Family::<KindLabels, Gauge>::default();
+        let standbys = Family::<FunctionKindLabels, Gauge>::default();
+        let standby_memory = Family::<FunctionLabels, Gauge>::default();
+        let standby_refill =
+            Family::<FunctionLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
         registry.register(
             "invocations",
             "Invocations that reached a function",
@@ -162,6 +175,21 @@ impl Default for Metrics {
             "Node disk used by snapshots kept across restarts (compiled and pre-initialised wasm modules)",
             disk.clone(),
         );
+        registry.register(
+            "standbys",
+            "Instances made ahead of demand per function (standbys, spare forks): the target its demand sets, ready, being made",
+            standbys.clone(),
+        );
+        registry.register(
+            "standby_memory_bytes",
+            "Memory held by a function's ready standbys and spare forks",
+            standby_memory.clone(),
+        );
+        registry.register(
+            "standby_refill_seconds",
+            "How long the last standby or spare fork of a function took to make",
+            standby_refill.clone(),
+        );
         Self {
             registry,
             invocations,
@@ -179,6 +207,9 @@ impl Default for Metrics {
             memory,
             snapshots,
             disk,
+            standbys,
+            standby_memory,
+            standby_refill,
         }
     }
 }
@@ -276,14 +307,48 @@ impl Metrics {
             .get_or_create(&KindLabels {
                 kind: "snapshots".into(),
             })
-            .set(status.snapshots.iter().map(|s| s.memory_bytes).sum::<u64>() as i64);
+            .set(
+                status
+                    .snapshots
+                    .iter()
+                    .map(|s| s.memory_bytes + s.standbys_memory_bytes)
+                    .sum::<u64>() as i64,
+            );
         self.disk
             .get_or_create(&KindLabels {
                 kind: "snapshots".into(),
             })
             .set(status.snapshot_disk_bytes as i64);
         self.snapshots.clear();
+        self.standbys.clear();
+        self.standby_memory.clear();
+        self.standby_refill.clear();
         for snapshot in &status.snapshots {
+            if snapshot.standbys_target > 0 || snapshot.standbys_ready > 0 {
+                for (kind, n) in [
+                    ("target", snapshot.standbys_target),
+                    ("ready", snapshot.standbys_ready),
+                    ("making", snapshot.standbys_making),
+                ] {
+                    self.standbys
+                        .get_or_create(&FunctionKindLabels {
+                            function: snapshot.function.clone(),
+                            kind: kind.into(),
+                        })
+                        .set(n as i64);
+                }
+                let function = FunctionLabels {
+                    function: snapshot.function.clone(),
+                };
+                self.standby_memory
+                    .get_or_create(&function)
+                    .set(snapshot.standbys_memory_bytes as i64);
+                if let Some(ms) = snapshot.refill_ms {
+                    self.standby_refill
+                        .get_or_create(&function)
+                        .set(ms / 1000.0);
+                }
+            }
             self.snapshots
                 .get_or_create(&KindLabels {
                     kind: snapshot.state.clone(),

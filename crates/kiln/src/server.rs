@@ -32,6 +32,10 @@ pub struct ServerConfig {
     pub snapshot_memory_mb: u64,
     pub snapshot_disk_mb: u64,
     pub warm_standbys: usize,
+    /// The most instances made ahead of demand per function (standbys, spare forks).
+    pub max_standbys: usize,
+    /// How long a function's peak concurrency is remembered whole (then halved every window).
+    pub standby_window: Duration,
     /// Per-invocation memory prediction.
     pub prediction: crate::predict::PredictorConfig,
     pub max_instances: Option<u32>,
@@ -161,6 +165,8 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
             queue_depth: config.queue_depth,
             snapshot_memory_mb: config.snapshot_memory_mb,
             warm_standbys: config.warm_standbys,
+            max_standbys: config.max_standbys,
+            standby_window: config.standby_window,
             session_dir: data_dir.join("sessions"),
             sandbox_root,
         },

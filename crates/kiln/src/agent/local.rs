@@ -113,7 +113,7 @@ impl NodeAgent for LocalAgent {
             }
         }
         self.inner
-            .drop_spare(function, |r| Some(r) != keep_revision, true);
+            .drop_spare(function, |r| Some(r) != keep_revision);
         for victim in victims {
             self.inner.destroy_later(victim);
         }

@@ -4,6 +4,7 @@
 //! data in both directions, so that a later multi-node mode can put the agent on another host
 //! behind the same trait. [`LocalAgent`] is the in-process implementation.
 
+mod demand;
 mod frame;
 mod instance;
 mod local;
@@ -35,7 +36,7 @@ use tokio::sync::oneshot;
 
 pub use frame::MAX_FRAME_BYTES;
 use instance::SessionCtx;
-pub use instance::{Instance, StartError, MAX_RESPONSE_BYTES};
+pub use instance::{Instance, Priority, StartError, MAX_RESPONSE_BYTES};
 pub use memory::MemoryLender;
 use memory::{make_room, reserve};
 pub use node::{
@@ -90,8 +91,9 @@ struct State {
     zygotes: HashMap<String, SnapshotSlot>,
     /// Runtime-generic standbys, per runtime (the warm path).
     warm: HashMap<String, warm::WarmPool>,
-    /// A fork per function made ahead of demand (the hot path of runtimes that fork).
-    spares: HashMap<String, spare::Spare>,
+    /// Instances made ahead of demand per function (the hot path): spare forks of runtimes
+    /// that fork, standbys beside the snapshot of those that cannot.
+    spares: HashMap<String, spare::Spares>,
     /// The newest revision of each function the node was told of (by `prepare` or `retire`):
     /// nothing is built ahead of demand for an older one.
     newest: HashMap<String, u64>,
@@ -125,6 +127,8 @@ struct Inner {
     destroying: Arc<AtomicUsize>,
     /// Who borrows the memory instances' limits leave unused (the object cache).
     lender: std::sync::OnceLock<Arc<dyn MemoryLender>>,
+    /// Instances made ahead of demand are made a few at a time node-wide (one per CPU).
+    makers: tokio::sync::Semaphore,
 }
 
 impl LocalAgent {
@@ -138,6 +142,9 @@ impl LocalAgent {
                 state: Mutex::new(State::default()),
                 destroying: Arc::new(AtomicUsize::new(0)),
                 lender: std::sync::OnceLock::new(),
+                makers: tokio::sync::Semaphore::new(
+                    std::thread::available_parallelism().map_or(1, |n| n.get()),
+                ),
             }),
         };
         agent.inner.refill_standbys();
@@ -154,6 +161,7 @@ impl LocalAgent {
                 for victim in inner.reap_idle(now) {
                     inner.destroy_later(victim);
                 }
+                inner.rebalance_spares();
                 if now.duration_since(touched) >= SESSION_TOUCH_INTERVAL {
                     sessions::touch_used(&inner.state(), touched);
                     touched = now;
@@ -297,6 +305,12 @@ impl Inner {
                             (None, victims)
                         } else {
                             let id = self.reserve_new(state, spec, need);
+                            let pool = state.pools.get_mut(&spec.function).expect("pool exists");
+                            pool.demand.observe(
+                                Instant::now(),
+                                pool.live,
+                                self.config.standby_window,
+                            );
                             if let Some((session, _)) = session {
                                 sessions::bind(state, spec, session, id);
                             }
@@ -451,7 +465,7 @@ impl Inner {
             return Ok(instance);
         }
         if let Some(zygote) = self.ready_zygote(spec) {
-            match Instance::fork(&self.ctx, &zygote, spec, id, false).await {
+            match Instance::fork(&self.ctx, &zygote, spec, id, false, Priority::Request).await {
                 Ok(instance) => return Ok(instance),
                 Err(reason) => {
                     tracing::warn!(
@@ -502,6 +516,7 @@ impl Inner {
             self.destroy_later(*instance);
             return None;
         }
+        instance.join_requests();
         instance.start_path = StartPath::Hot;
         instance.init_duration = begin.elapsed();
         instance.last_used = Instant::now();

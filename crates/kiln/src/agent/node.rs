@@ -187,6 +187,11 @@ pub struct AgentConfig {
     /// Runtime-generic standby instances kept ready per runtime (the warm path); 0 turns the
     /// warm path off.
     pub warm_standbys: usize,
+    /// The most instances made ahead of demand per function (standbys, spare forks).
+    pub max_standbys: usize,
+    /// How long a function's peak concurrency is remembered whole before it decays (halved
+    /// every further window): what sizes its standbys.
+    pub standby_window: Duration,
     /// Where sessions' logs are kept, a directory per function.
     pub session_dir: PathBuf,
 }

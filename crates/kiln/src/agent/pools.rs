@@ -19,6 +19,8 @@ pub(super) struct Pool {
     /// Instances of any state, counted against the function's concurrency.
     pub live: usize,
     pub waiters: VecDeque<oneshot::Sender<Wake>>,
+    /// Its recent peak of `live`: what its instances made ahead of demand are sized by.
+    pub demand: super::demand::Demand,
 }
 
 /// What a request arriving at a pool comes with, gathered under the state lock.

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::instance::Priority;
 use super::zygote::{self, Zygote};
 use super::{outdated, Inner, Instance, State};
 use crate::function::SharedSpec;
@@ -61,7 +62,7 @@ impl Inner {
             SnapshotSlot::Standby(instance, _) => self.destroy_later(*instance),
             SnapshotSlot::Ready(zygote) => {
                 let revision = zygote.spec.revision;
-                self.drop_spare(&zygote.spec.function, |r| r == revision, false);
+                self.drop_spare(&zygote.spec.function, |r| r == revision);
             }
             _ => {}
         }
@@ -85,7 +86,7 @@ impl Inner {
         }
         drop(state);
         let revision = zygote.spec.revision;
-        self.drop_spare(function, |r| r == revision, false);
+        self.drop_spare(function, |r| r == revision);
     }
 
     /// Builds the function-specific snapshot of `spec` in the background (a fork server where
@@ -135,7 +136,7 @@ impl Inner {
                     .await
                     .map(SnapshotSlot::Ready)
             } else {
-                zygote::warmed_up(&inner.ctx, &spec, id)
+                zygote::warmed_up(&inner.ctx, &spec, id, Priority::Ahead)
                     .await
                     .map(|i| SnapshotSlot::Standby(Box::new(i), begin.elapsed()))
             };
@@ -184,19 +185,18 @@ impl Inner {
             for slot in evicted {
                 inner.discard(slot);
             }
-            if can_fork {
-                inner.refill_spare(&spec);
-            }
+            inner.refill_spare(&spec);
         });
     }
 }
 
 /// Removes ready snapshots, least recently used first, until `needed` more bytes fit in the
-/// snapshot memory budget. A removed zygote lives on until its last fork is gone.
+/// snapshot memory budget (which the spares share). A removed zygote lives on until its last
+/// fork is gone.
 pub(super) fn evict_snapshots(state: &mut State, needed: u64, budget_mb: u64) -> Vec<SnapshotSlot> {
     let mut evicted = Vec::new();
     loop {
-        let used: u64 = state.zygotes.values().map(SnapshotSlot::memory_bytes).sum();
+        let used = super::spare::snapshot_bytes(state);
         if used + needed <= budget_mb * 1024 * 1024 {
             break;
         }

@@ -1,131 +1,310 @@
-//! Spare forks: the hot path of runtimes that fork, made ahead of demand.
+//! Instances made ahead of demand (the hot path), as many per function as its demand predicts.
 //!
-//! Forking an instance from a zygote is quick; moving the fork into a cgroup of its own is not
-//! (on cgroup v1 the first `cgroup.procs` write waits for an RCU grace period, several ms; see
-//! bench/results/startpaths.md). So the agent keeps one fork per function ready, already in its
-//! cgroup with the function's limits: a cold start takes it and is served at once, and the next
-//! spare is forked once that start's first invocation has been answered
-//! (`Inner::after_cold_start`), off the critical path. A function that allows warm-up
-//! invocations gets one on its spare too, before the spare is offered. A spare belongs to its zygote's revision
-//! and goes with it (update, eviction, a failed fork, shutdown).
+//! A cold start that finds one ready takes it and is served at once. Runtimes that fork make
+//! them by forking the function's zygote (spare forks: the fork and its move into a cgroup of
+//! its own, several ms on cgroup v1, see bench/results/startpaths.md, happen before the
+//! request); runtimes that cannot fork boot and warm up whole instances (standbys), the first
+//! of which is the function's snapshot (`SnapshotSlot::Standby`). A function that allows
+//! warm-up invocations gets one on each spare fork before it is offered.
+//!
+//! How many: [`demand::standbys`]: the instances the function's recent peak concurrency
+//! predicts and it does not have, at least its `KilnPrebake.Standbys` and at least one, at most
+//! the node's cap, within the snapshot memory budget. They are made in the background, a few
+//! at a time node-wide, in cgroups at the lowest CPU share, so that making them never slows the
+//! requests being served (the one taken joins its function's share). The reaper's tick tops
+//! them up as instances go and lets the surplus go as the predicted demand decays. They belong
+//! to one revision and go with it (update, eviction, a failed fork, shutdown).
 
+use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use super::instance::Instance;
-use super::{Inner, SnapshotSlot};
-use crate::function::SharedSpec;
+use super::demand;
+use super::instance::{Instance, Priority};
+use super::zygote::{self, Zygote};
+use super::{Inner, SnapshotSlot, State};
+use crate::function::{PrebakeMode, SharedSpec};
 
-/// The spare fork of one function.
-pub(super) enum Spare {
-    /// Being forked, as instance `id`.
-    Forking(u64),
-    Ready(Box<Instance>),
+/// The instances made ahead of demand for one function.
+pub(super) struct Spares {
+    /// The revision they are made of.
+    pub spec: SharedSpec,
+    /// Ready, oldest first, with the memory each held once made.
+    pub ready: VecDeque<(Box<Instance>, u64)>,
+    /// Ids of those being made.
+    pub making: Vec<u64>,
+    /// How long the last one took to make.
+    pub last_made: Option<Duration>,
+    /// How many instances made ahead the last decision asked for, the standby snapshot of a
+    /// runtime that cannot fork included.
+    pub target: usize,
 }
 
-impl Spare {
-    pub fn id(&self) -> u64 {
-        match self {
-            Spare::Forking(id) => *id,
-            Spare::Ready(instance) => instance.id,
+impl Spares {
+    fn new(spec: &SharedSpec) -> Self {
+        Self {
+            spec: spec.clone(),
+            ready: VecDeque::new(),
+            making: Vec::new(),
+            last_made: None,
+            target: 0,
         }
     }
+
+    pub fn memory_bytes(&self) -> u64 {
+        self.ready.iter().map(|(_, bytes)| bytes).sum()
+    }
+
+    /// Adds them to their function's snapshot status.
+    pub fn report(&self, status: &mut super::SnapshotStatus) {
+        status.spare = self
+            .ready
+            .front()
+            .map(|(i, _)| i.id)
+            .or(self.making.first().copied());
+        status.spare_ready = !self.ready.is_empty();
+        status.standbys_target = self.target;
+        status.standbys_ready += self.ready.len();
+        status.standbys_making = self.making.len();
+        status.standbys_memory_bytes += self
+            .ready
+            .iter()
+            .map(|(i, _)| i.cgroup.memory_current())
+            .sum::<u64>();
+        status.refill_ms = self.last_made.map(|d| d.as_secs_f64() * 1000.0);
+    }
+}
+
+/// How a function's spares are made.
+enum Maker {
+    Fork(Arc<Zygote>),
+    /// A whole instance, booted and warmed up (runtimes that cannot fork).
+    Boot,
 }
 
 impl Inner {
-    /// The function's spare fork, if one of `spec`'s revision is ready.
+    /// A ready spare of `spec`'s revision, if there is one.
     pub(super) fn take_spare(&self, spec: &SharedSpec) -> Option<Box<Instance>> {
         let mut state = self.state();
-        match state.spares.get(&spec.function) {
-            Some(Spare::Ready(i)) if i.spec.revision == spec.revision => {
-                match state.spares.remove(&spec.function) {
-                    Some(Spare::Ready(instance)) => Some(instance),
-                    _ => None,
-                }
+        let spares = state.spares.get_mut(&spec.function)?;
+        if spares.spec.revision != spec.revision {
+            return None;
+        }
+        spares.ready.pop_front().map(|(instance, _)| instance)
+    }
+
+    /// How many spares of `spec`'s function to keep now: where its runtime cannot fork, its
+    /// standby snapshot (ready or being built) is one of the instances made ahead.
+    /// Returns the target of instances made ahead and how many of them are spares.
+    fn spare_target(&self, state: &State, spec: &SharedSpec, now: Instant) -> (usize, usize) {
+        if spec.prebake.mode == PrebakeMode::Off {
+            return (0, 0);
+        }
+        let (predicted, live) = state.pools.get(&spec.function).map_or((0, 0), |pool| {
+            (
+                pool.demand.predicted(now, self.config.standby_window),
+                pool.live,
+            )
+        });
+        let target = demand::standbys(
+            spec.prebake.standbys as usize,
+            predicted,
+            live,
+            self.config.max_standbys,
+        );
+        let standby = match state.zygotes.get(&spec.function) {
+            Some(SnapshotSlot::Standby(i, _)) => i.spec.revision == spec.revision,
+            Some(SnapshotSlot::Building { revision, .. }) => {
+                *revision == spec.revision
+                    && self
+                        .ctx
+                        .runtimes
+                        .get(&spec.runtime)
+                        .is_some_and(|r| !r.can_fork())
             }
-            _ => None,
+            _ => false,
+        };
+        (target, target - usize::from(standby))
+    }
+
+    /// How `spec`'s spares are made now, if they can be: from its ready zygote, or by booting
+    /// whole instances where its runtime cannot fork and its snapshot did not fail.
+    fn maker(&self, spec: &SharedSpec) -> Option<Maker> {
+        if spec.prebake.mode == PrebakeMode::Off {
+            return None;
+        }
+        if self.ctx.runtimes.get(&spec.runtime)?.can_fork() {
+            return self.ready_zygote(spec).map(Maker::Fork);
+        }
+        match self.state().zygotes.get(&spec.function) {
+            Some(SnapshotSlot::Failed { revision, .. }) if *revision == spec.revision => None,
+            _ => Some(Maker::Boot),
         }
     }
 
-    /// Forks the function's next spare in the background, if its zygote is ready and it has
-    /// none (ready or being forked).
+    /// Makes as many spares of `spec` in the background as its target lacks, within the
+    /// snapshot memory budget.
     pub(super) fn refill_spare(self: &Arc<Self>, spec: &SharedSpec) {
-        let Some(zygote) = self.ready_zygote(spec) else {
+        let Some(maker) = self.maker(spec) else {
             return;
         };
-        let id = {
-            let mut state = self.state();
-            if state.shutting_down
-                || state.spares.contains_key(&spec.function)
-                || super::outdated(&state, spec)
-            {
+        let maker = Arc::new(maker);
+        let (ids, replaced) = {
+            let mut guard = self.state();
+            let state = &mut *guard;
+            if state.shutting_down || super::outdated(state, spec) {
                 return;
             }
-            state.next_id += 1;
-            let id = state.next_id;
-            state
+            let (target, spare_target) = self.spare_target(state, spec, Instant::now());
+            let used = snapshot_bytes(state);
+            let budget = self.config.snapshot_memory_mb * 1024 * 1024;
+            let spares = state
                 .spares
-                .insert(spec.function.clone(), Spare::Forking(id));
-            id
-        };
-        let inner = self.clone();
-        let spec = spec.clone();
-        tokio::spawn(async move {
-            // A fork's first request copies every page it writes (reference counts, caches)
-            // from the zygote. Where the function allows warm-up, the spare pays that with one
-            // warm-up invocation before it is offered.
-            let warm_up = spec.prebake.warmup_invocations > 0;
-            let forked = Instance::fork(&inner.ctx, &zygote, &spec, id, warm_up).await;
-            let leftover = {
-                let mut state = inner.state();
-                let mine =
-                    matches!(state.spares.get(&spec.function), Some(Spare::Forking(f)) if *f == id);
-                let current = !state.shutting_down
-                    && matches!(state.zygotes.get(&spec.function), Some(SnapshotSlot::Ready(z)) if Arc::ptr_eq(z, &zygote));
-                if mine {
-                    state.spares.remove(&spec.function);
-                }
-                match forked {
-                    Ok(instance) if mine && current => {
-                        state
-                            .spares
-                            .insert(spec.function.clone(), Spare::Ready(Box::new(instance)));
-                        None
-                    }
-                    Ok(instance) => Some(instance),
-                    Err(reason) => {
-                        tracing::warn!(function = %spec.function, "no spare fork: {reason}");
-                        None
-                    }
-                }
-            };
-            if let Some(instance) = leftover {
-                inner.destroy_later(instance);
+                .entry(spec.function.clone())
+                .or_insert_with(|| Spares::new(spec));
+            let mut replaced = VecDeque::new();
+            if spares.spec.revision < spec.revision {
+                // The makers of the old revision find themselves replaced and let theirs go.
+                replaced = std::mem::take(&mut spares.ready);
+                *spares = Spares::new(spec);
+            } else if spares.spec.revision > spec.revision {
+                return;
             }
-        });
+            spares.target = target;
+            let have = spares.ready.len() + spares.making.len();
+            let mut wanted = spare_target.saturating_sub(have);
+            // Each is about as large as the last one made; the first is not limited.
+            if let Some(unit) = spares.ready.back().map(|(_, bytes)| *bytes).filter(|b| *b > 0) {
+                wanted = wanted.min((budget.saturating_sub(used) / unit) as usize);
+            }
+            let mut ids = Vec::with_capacity(wanted);
+            for _ in 0..wanted {
+                state.next_id += 1;
+                ids.push(state.next_id);
+            }
+            let spares = state.spares.get_mut(&spec.function).expect("inserted above");
+            spares.making.extend(&ids);
+            (ids, replaced)
+        };
+        for (instance, _) in replaced {
+            self.destroy_later(*instance);
+        }
+        for id in ids {
+            let inner = self.clone();
+            let spec = spec.clone();
+            let maker = maker.clone();
+            tokio::spawn(async move { inner.make_spare(&spec, &maker, id).await });
+        }
     }
 
-    /// Lets the spare of `function` go if `drop(its revision)` says so (a fork in progress,
-    /// whose revision is not known yet, goes if `drop_forking`; its task destroys it when it
-    /// finds itself replaced).
-    pub(super) fn drop_spare(
-        &self,
-        function: &str,
-        drop: impl Fn(u64) -> bool,
-        drop_forking: bool,
-    ) {
-        let spare = {
+    /// Makes spare `id` of `spec` and offers it, unless it is no longer wanted.
+    async fn make_spare(self: Arc<Self>, spec: &SharedSpec, maker: &Maker, id: u64) {
+        // A few at a time node-wide: each boots a runtime or copies a zygote's pages.
+        let Ok(_permit) = self.makers.acquire().await else {
+            return;
+        };
+        let wanted = |state: &State| {
+            state
+                .spares
+                .get(&spec.function)
+                .is_some_and(|s| s.spec.revision == spec.revision && s.making.contains(&id))
+        };
+        if !wanted(&self.state()) {
+            return;
+        }
+        let begin = Instant::now();
+        let made = match maker {
+            Maker::Fork(zygote) => {
+                let warm_up = spec.prebake.warmup_invocations > 0;
+                Instance::fork(&self.ctx, zygote, spec, id, warm_up, Priority::Ahead).await
+            }
+            Maker::Boot => zygote::warmed_up(&self.ctx, spec, id, Priority::Ahead).await,
+        };
+        let took = begin.elapsed();
+        let leftover = {
             let mut state = self.state();
-            let gone = match state.spares.get(function) {
-                Some(Spare::Ready(i)) => drop(i.spec.revision),
-                Some(Spare::Forking(_)) => drop_forking,
-                None => false,
-            };
-            match gone.then(|| state.spares.remove(function)).flatten() {
-                Some(Spare::Ready(instance)) => Some(instance),
+            let mine = wanted(&state);
+            // A fork is offered only while its zygote is the function's snapshot.
+            let current = !state.shutting_down
+                && match maker {
+                    Maker::Fork(zygote) => matches!(
+                        state.zygotes.get(&spec.function),
+                        Some(SnapshotSlot::Ready(z)) if Arc::ptr_eq(z, zygote)
+                    ),
+                    Maker::Boot => true,
+                };
+            if let Some(spares) = state.spares.get_mut(&spec.function) {
+                spares.making.retain(|m| *m != id);
+            }
+            match made {
+                Ok(instance) if mine && current => {
+                    let bytes = instance.cgroup.memory_current();
+                    let spares = state.spares.get_mut(&spec.function).expect("mine");
+                    spares.ready.push_back((Box::new(instance), bytes));
+                    spares.last_made = Some(took);
+                    None
+                }
+                Ok(instance) => Some(instance),
+                Err(reason) => {
+                    tracing::warn!(function = %spec.function, "no spare: {reason}");
+                    None
+                }
+            }
+        };
+        if let Some(instance) = leftover {
+            self.destroy_later(instance);
+        }
+    }
+
+    /// Brings every function's spares to its target as demand changes (the reaper's tick):
+    /// lets the surplus go, newest first, and makes what is missing.
+    pub(super) fn rebalance_spares(self: &Arc<Self>) {
+        let now = Instant::now();
+        let (surplus, short) = {
+            let mut guard = self.state();
+            let state = &mut *guard;
+            if state.shutting_down {
+                return;
+            }
+            let mut surplus = Vec::new();
+            let mut short = Vec::new();
+            let functions: Vec<String> = state.spares.keys().cloned().collect();
+            for function in functions {
+                let spec = state.spares[&function].spec.clone();
+                let (target, spare_target) = self.spare_target(state, &spec, now);
+                let spares = state.spares.get_mut(&function).expect("listed");
+                spares.target = target;
+                while spares.ready.len() + spares.making.len() > spare_target {
+                    let Some((instance, _)) = spares.ready.pop_back() else {
+                        break;
+                    };
+                    surplus.push(*instance);
+                }
+                if spares.ready.len() + spares.making.len() < spare_target {
+                    short.push(spec);
+                }
+            }
+            (surplus, short)
+        };
+        for instance in surplus {
+            self.destroy_later(instance);
+        }
+        for spec in short {
+            self.refill_spare(&spec);
+        }
+    }
+
+    /// Lets the spares of `function` go if `drop(their revision)` says so (those being made go
+    /// too: their makers destroy them when they find themselves replaced).
+    pub(super) fn drop_spare(&self, function: &str, drop: impl Fn(u64) -> bool) {
+        let gone = {
+            let mut state = self.state();
+            match state.spares.get(function) {
+                Some(spares) if drop(spares.spec.revision) => state.spares.remove(function),
                 _ => None,
             }
         };
-        if let Some(instance) = spare {
+        for (instance, _) in gone.map(|s| s.ready).unwrap_or_default() {
             self.destroy_later(*instance);
         }
     }
@@ -136,10 +315,15 @@ impl Inner {
         state
             .spares
             .drain()
-            .filter_map(|(_, spare)| match spare {
-                Spare::Ready(instance) => Some(*instance),
-                Spare::Forking(_) => None,
-            })
+            .flat_map(|(_, spares)| spares.ready)
+            .map(|(instance, _)| *instance)
             .collect()
     }
+}
+
+/// The memory the node's snapshots and spares hold.
+pub(super) fn snapshot_bytes(state: &State) -> u64 {
+    let snapshots: u64 = state.zygotes.values().map(SnapshotSlot::memory_bytes).sum();
+    let spares: u64 = state.spares.values().map(Spares::memory_bytes).sum();
+    snapshots + spares
 }

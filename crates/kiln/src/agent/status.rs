@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::{spare, Inner, InstanceState, SnapshotSlot, StartPath};
+use super::{Inner, InstanceState, SnapshotSlot, StartPath};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct InstanceStatus {
@@ -80,8 +80,48 @@ pub struct SnapshotStatus {
     pub spare: Option<u64>,
     #[serde(default)]
     pub spare_ready: bool,
+    /// Instances made ahead of demand for the function (spare forks; standbys, the standby
+    /// snapshot included): how many its demand asks for, how many are ready and being made,
+    /// the memory the ready ones hold beside `memory_bytes`, and how long the last one took
+    /// to make.
+    #[serde(default)]
+    pub standbys_target: usize,
+    #[serde(default)]
+    pub standbys_ready: usize,
+    #[serde(default)]
+    pub standbys_making: usize,
+    #[serde(default)]
+    pub standbys_memory_bytes: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refill_ms: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+impl SnapshotStatus {
+    /// A snapshot of `function` with nothing measured yet.
+    pub fn new(function: &str, kind: &str, state: &str, revision: u64) -> Self {
+        Self {
+            function: function.to_string(),
+            id: None,
+            revision,
+            kind: kind.into(),
+            state: state.into(),
+            memory_bytes: 0,
+            forks: 0,
+            build_ms: 0.0,
+            idle_s: 0.0,
+            pid: None,
+            spare: None,
+            spare_ready: false,
+            standbys_target: 0,
+            standbys_ready: 0,
+            standbys_making: 0,
+            standbys_memory_bytes: 0,
+            refill_ms: None,
+            error: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -133,21 +173,8 @@ impl Inner {
             .zygotes
             .iter()
             .map(|(function, slot)| {
-                let mut status = SnapshotStatus {
-                    function: function.clone(),
-                    revision: slot.revision(),
-                    kind: "fork-server".into(),
-                    state: "building".into(),
-                    memory_bytes: 0,
-                    forks: 0,
-                    build_ms: 0.0,
-                    idle_s: 0.0,
-                    id: None,
-                    pid: None,
-                    spare: None,
-                    spare_ready: false,
-                    error: None,
-                };
+                let mut status =
+                    SnapshotStatus::new(function, "fork-server", "building", slot.revision());
                 match slot {
                     SnapshotSlot::Building { id, .. } => status.id = Some(*id),
                     SnapshotSlot::Ready(z) => {
@@ -158,10 +185,6 @@ impl Inner {
                         status.idle_s = now.duration_since(z.last_used()).as_secs_f64();
                         status.pid = z.pid;
                         status.id = Some(z.id);
-                        if let Some(spare) = state.spares.get(function) {
-                            status.spare = Some(spare.id());
-                            status.spare_ready = matches!(spare, spare::Spare::Ready(_));
-                        }
                     }
                     SnapshotSlot::Standby(i, build_time) => {
                         status.kind = "standby".into();
@@ -170,30 +193,34 @@ impl Inner {
                         status.build_ms = build_time.as_secs_f64() * 1000.0;
                         status.idle_s = now.duration_since(i.last_used).as_secs_f64();
                         status.id = Some(i.id);
+                        status.standbys_ready = 1;
                     }
                     SnapshotSlot::Failed { error, .. } => {
                         status.state = "failed".into();
                         status.error = Some(error.clone());
                     }
                 }
+                if let Some(spares) = state.spares.get(function) {
+                    spares.report(&mut status);
+                }
                 status
             })
             .collect();
+        // Spares of a function whose standby snapshot was taken (and is not being rebuilt).
+        for (function, spares) in &state.spares {
+            if state.zygotes.contains_key(function) {
+                continue;
+            }
+            let ready = if spares.ready.is_empty() { "building" } else { "ready" };
+            let mut status =
+                SnapshotStatus::new(function, "standby", ready, spares.spec.revision);
+            spares.report(&mut status);
+            snapshots.push(status);
+        }
         for (runtime, pool) in &state.warm {
             let standby = |state: &str| SnapshotStatus {
-                function: runtime.clone(),
-                id: None,
-                revision: 0,
-                kind: "runtime-standby".into(),
-                state: state.into(),
-                memory_bytes: 0,
                 forks: pool.taken,
-                build_ms: 0.0,
-                idle_s: 0.0,
-                pid: None,
-                spare: None,
-                spare_ready: false,
-                error: None,
+                ..SnapshotStatus::new(runtime, "runtime-standby", state, 0)
             };
             for id in &pool.starting {
                 snapshots.push(SnapshotStatus {

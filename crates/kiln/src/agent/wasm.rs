@@ -259,14 +259,7 @@ impl WasmHost {
             .iter()
             .map(|(function, slot)| {
                 let mut status = SnapshotStatus {
-                    function: function.clone(),
-                    id: None,
-                    revision: slot.revision,
-                    kind: "wasm-module".into(),
-                    state: "building".into(),
-                    memory_bytes: 0,
                     forks: slot.requests.load(Ordering::Relaxed),
-                    build_ms: 0.0,
                     idle_s: slot
                         .created
                         .elapsed()
@@ -274,10 +267,7 @@ impl WasmHost {
                             slot.last_used_ms.load(Ordering::Relaxed),
                         ))
                         .as_secs_f64(),
-                    pid: None,
-                    spare: None,
-                    spare_ready: false,
-                    error: None,
+                    ..SnapshotStatus::new(function, "wasm-module", "building", slot.revision)
                 };
                 match slot.cell.get() {
                     None => {}

@@ -21,7 +21,7 @@ use tokio::net::UnixStream;
 use tokio::sync::oneshot;
 
 use super::frame::{self, Header};
-use super::instance::{warmup_request, ForkServer, Instance, StartError};
+use super::instance::{warmup_request, ForkServer, Instance, Priority, StartError};
 use super::AgentContext;
 use crate::function::SharedSpec;
 use crate::sync::LockExt;
@@ -69,10 +69,19 @@ pub struct Zygote {
 }
 
 /// Starts an instance of `spec` the coldest way and warms it up with the configured sample
-/// event: what a snapshot is taken of (Prebaking). Output of init and warm-up is dropped.
-pub async fn warmed_up(ctx: &AgentContext, spec: &SharedSpec, id: u64) -> Result<Instance, String> {
-    let mut instance = Instance::start_cold(ctx, spec, id)
-        .await
+/// event: what a snapshot is taken of (Prebaking), or a standby made ahead of demand. Output
+/// of init and warm-up is dropped.
+pub async fn warmed_up(
+    ctx: &AgentContext,
+    spec: &SharedSpec,
+    id: u64,
+    priority: Priority,
+) -> Result<Instance, String> {
+    let started = match priority {
+        Priority::Request => Instance::start_cold(ctx, spec, id).await,
+        Priority::Ahead => Instance::start_ahead(ctx, spec, id).await,
+    };
+    let mut instance = started
         .map_err(|e| match e {
             StartError::Function { body, .. } => {
                 format!("init failed: {}", String::from_utf8_lossy(&body))
@@ -117,7 +126,8 @@ impl Zygote {
         destroying: Arc<AtomicUsize>,
     ) -> Result<Arc<Zygote>, String> {
         let begin = Instant::now();
-        let mut instance = warmed_up(ctx, spec, id).await?;
+        // At its function's share: its forks run in it until each is moved to its own cgroup.
+        let mut instance = warmed_up(ctx, spec, id, Priority::Request).await?;
         let (stream, leftover, ns_pid) = match instance.become_zygote().await {
             Ok(parts) => parts,
             Err(e) => {

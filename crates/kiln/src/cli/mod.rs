@@ -110,6 +110,10 @@ pub struct DeployArgs {
     /// The warm-up event: inline JSON, or @file (default `{}`).
     #[arg(long)]
     pub warmup_event: Option<String>,
+    /// Instances kept made ahead of demand at least, whatever the function's recent demand
+    /// sizes them at (like provisioned concurrency; default 0: by demand alone).
+    #[arg(long)]
+    pub standbys: Option<u32>,
     /// Each invocation's memory limit: `predicted` (default: what the function's memory model
     /// predicts once it is mature; an invocation killed under it runs again at --memory) or
     /// `booked` (always --memory: for handlers that must not run twice).
@@ -299,7 +303,11 @@ fn deploy(client: &Client, args: DeployArgs, json_output: bool) -> anyhow::Resul
         }
         config["KilnNetwork"] = n.clone().into();
     }
-    if args.prebake.is_some() || args.warmup.is_some() || args.warmup_event.is_some() {
+    if args.prebake.is_some()
+        || args.warmup.is_some()
+        || args.warmup_event.is_some()
+        || args.standbys.is_some()
+    {
         let mut prebake = json!({});
         if let Some(mode) = &args.prebake {
             if !["deploy", "lazy", "off"].contains(&mode.as_str()) {
@@ -309,6 +317,9 @@ fn deploy(client: &Client, args: DeployArgs, json_output: bool) -> anyhow::Resul
         }
         if let Some(n) = args.warmup {
             prebake["WarmupInvocations"] = n.into();
+        }
+        if let Some(n) = args.standbys {
+            prebake["Standbys"] = n.into();
         }
         if let Some(event) = &args.warmup_event {
             let text = read_inline_or_file(event)?;

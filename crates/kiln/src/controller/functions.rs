@@ -147,6 +147,19 @@ impl Controller {
                 function::MAX_WARMUPS
             ));
         }
+        if config.prebake.standbys > function::MAX_STANDBYS {
+            return invalid(format!(
+                "Value {} at 'kilnPrebake.standbys' failed to satisfy constraint: Member must have value less than or equal to {}",
+                config.prebake.standbys,
+                function::MAX_STANDBYS
+            ));
+        }
+        if config.prebake.standbys > 0 && config.prebake.mode == function::PrebakeMode::Off {
+            return invalid(
+                "KilnPrebake.Standbys needs a snapshot to make them from: Mode must be deploy or lazy"
+                    .into(),
+            );
+        }
         if let Some(sessions) = &config.sessions {
             sessions.validate().or_else(invalid)?;
         }

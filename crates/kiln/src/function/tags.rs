@@ -39,6 +39,12 @@ const KILN_TAGS: &[(&str, &str, Option<&str>, Kind)] = &[
         Kind::Number,
     ),
     (
+        "kiln:standbys",
+        "KilnPrebake",
+        Some("Standbys"),
+        Kind::Number,
+    ),
+    (
         "kiln:warmup-event",
         "KilnPrebake",
         Some("WarmupEvent"),

@@ -11,10 +11,11 @@ use futures_util::future::BoxFuture;
 use kiln_sandbox::Cgroup;
 use tokio::sync::oneshot;
 
-use super::launch::{attach_services, limits, output_pipe, socket_pair};
+use super::launch::{attach_services, limits, limits_at, output_pipe, socket_pair};
 use super::transport::{Message, Transport};
 use super::{
-    invoke_header, warmup_request, Instance, Parts, Process, StartError, Step, INIT_TIMEOUT,
+    invoke_header, warmup_request, Instance, Parts, Priority, Process, StartError, Step,
+    INIT_TIMEOUT,
 };
 use crate::agent::frame::{Frame, Header, ShimConn};
 use crate::agent::{AgentContext, StartPath};
@@ -48,11 +49,12 @@ impl Instance {
         spec: &SharedSpec,
         id: u64,
         warm_up: bool,
+        priority: Priority,
     ) -> Result<Instance, String> {
         let begin = Instant::now();
         let cgroup = Arc::new(
             ctx.cgroups
-                .create(&format!("i{id}"), limits(spec))
+                .create(&format!("i{id}"), limits_at(spec, priority))
                 .map_err(|e| format!("cgroup: {e}"))?,
         );
         let (out_rx, output_direct, out_fd) =

@@ -11,7 +11,7 @@ use tokio::net::unix::pipe;
 
 use super::transport::{Message, Transport};
 use super::{
-    error_json, exit_description, Instance, Parts, Process, StartError, Step, INIT_TIMEOUT,
+    error_json, exit_description, Instance, Parts, Priority, Process, StartError, Step, INIT_TIMEOUT,
     RUNTIME_API_ADDR,
 };
 use crate::agent::frame::ShimConn;
@@ -27,7 +27,24 @@ impl Instance {
         spec: &SharedSpec,
         id: u64,
     ) -> Result<Instance, StartError> {
-        Self::launch(ctx, spec, id, None).await
+        Self::launch(ctx, spec, id, None, Priority::Request).await
+    }
+
+    /// The coldest path, ahead of demand (a standby of a runtime that cannot fork): made at
+    /// the lowest CPU share.
+    pub async fn start_ahead(
+        ctx: &AgentContext,
+        spec: &SharedSpec,
+        id: u64,
+    ) -> Result<Instance, StartError> {
+        Self::launch(ctx, spec, id, None, Priority::Ahead).await
+    }
+
+    /// Gives an instance made ahead of demand its function's CPU share, as a request takes it.
+    pub fn join_requests(&self) {
+        if let Err(e) = self.cgroup.set_cpu_shares(limits(&self.spec).cpu_shares) {
+            tracing::warn!(instance = self.id, "its CPU share stays low: {e}");
+        }
     }
 
     /// A runtime-generic standby for the warm path: a sandbox whose runtime has booted and waits,
@@ -39,7 +56,7 @@ impl Instance {
         id: u64,
         slot: kiln_sandbox::CodeSlot,
     ) -> Result<Instance, StartError> {
-        Self::launch(ctx, spec, id, Some(slot)).await
+        Self::launch(ctx, spec, id, Some(slot), Priority::Request).await
     }
 
     pub(super) async fn launch(
@@ -47,6 +64,7 @@ impl Instance {
         spec: &SharedSpec,
         id: u64,
         slot: Option<kiln_sandbox::CodeSlot>,
+        priority: Priority,
     ) -> Result<Instance, StartError> {
         let begin = Instant::now();
         let platform =
@@ -61,7 +79,7 @@ impl Instance {
         }
         let cgroup = Arc::new(
             ctx.cgroups
-                .create(&format!("i{id}"), limits(spec))
+                .create(&format!("i{id}"), limits_at(spec, priority))
                 .map_err(|e| platform("cgroup", &e))?,
         );
         let netns = match spec.network {
@@ -271,6 +289,17 @@ pub(in crate::agent) fn limits(spec: &SharedSpec) -> Limits {
         pids_max: 1024,
         // Lambda gives one vCPU at 1769 MB and scales CPU with memory.
         cpu_shares: (u64::from(spec.memory_mb) * 1024 / 1769).max(2),
+    }
+}
+
+/// The cgroup limits of an instance of `spec` made at `priority`.
+pub(in crate::agent) fn limits_at(spec: &SharedSpec, priority: Priority) -> Limits {
+    match priority {
+        Priority::Request => limits(spec),
+        Priority::Ahead => Limits {
+            cpu_shares: 2,
+            ..limits(spec)
+        },
     }
 }
 

@@ -34,6 +34,16 @@ const RUNTIME_API_ADDR: &str = "127.0.0.1:9001";
 pub const MAX_RESPONSE_BYTES: usize = 6 * 1024 * 1024;
 
 /// The session an invocation belongs to: its log, and the limits its writes are held to.
+/// At what CPU share an instance is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Priority {
+    /// For a request that waits for it: its function's share.
+    Request,
+    /// Ahead of demand: the lowest share, so that making it never slows the requests being
+    /// served; [`Instance::join_requests`] gives it its function's share when one takes it.
+    Ahead,
+}
+
 pub struct SessionCtx {
     pub log: Arc<SessionLog>,
     pub limits: super::session_log::Limits,

@@ -1,0 +1,127 @@
+"""Bursts start hot: a function keeps as many instances made ahead of demand (Python spare forks, Node standbys)
+as its recent peak concurrency predicts, or its `KilnPrebake.Standbys` floor, made at the lowest CPU share and
+given the function's share when a request takes one; the surplus goes as the prediction decays.
+"""
+
+import glob
+import threading
+
+import pytest
+import requests
+
+from kiln_harness import NODE_RUNTIME, cgroup_parent, node_status, snapshot_of, start_path, wait_for
+from test_start_paths import deploy_cli, invoke
+
+
+def burst(server, name, n, seconds=0.5):
+    """`n` concurrent invocations that each hold their instance for `seconds`; returns their REPORT lines."""
+    clients = [server.client() for _ in range(n)]
+    barrier = threading.Barrier(n)
+    reports = [None] * n
+
+    def one(i):
+        barrier.wait()
+        response = clients[i].invoke(FunctionName=name, LogType="Tail",
+                                     Payload=b'{"action": "sleep", "seconds": %f}' % seconds)
+        log = server.log_tail(response)
+        if "FunctionError" not in response:
+            reports[i] = [l for l in log.splitlines() if l.startswith("REPORT")][-1]
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert all(reports), "every request of the burst was answered"
+    return reports
+
+
+def standbys(server, name, ready, revision=None, timeout=120):
+    """Waits for `ready` instances made ahead of `name` (of `revision`), none being made; returns its status."""
+    def done():
+        s = snapshot_of(server, name)
+        if s and s.get("standbys_ready") == ready and s.get("standbys_making") == 0 \
+                and (revision is None or s["revision"] == revision):
+            return s
+        return None
+    return wait_for(done, timeout=timeout, what=f"{ready} standbys of {name}")
+
+
+def cpu_shares(server, instance_id):
+    """The instance's CPU share (cgroup v1 cpu.shares, or v2 cpu.weight)."""
+    parent = cgroup_parent(server)
+    v1 = glob.glob(f"/sys/fs/cgroup/cpu*/{parent}/i{instance_id}/cpu.shares")
+    if v1:
+        return ("shares", int(open(v1[0]).read()))
+    v2 = glob.glob(f"/sys/fs/cgroup/{parent}/i{instance_id}/cpu.weight")
+    return ("weight", int(open(v2[0]).read())) if v2 else None
+
+
+def test_a_fixed_floor_keeps_that_many_spare_forks_and_a_burst_takes_them_all(kiln, tmp_path):
+    deploy_cli(kiln, tmp_path, "burst-floor", "--standbys", "4", "--warmup", "0", "--memory", "256")
+    status = standbys(kiln, "burst-floor", 4)
+    assert status["standbys_target"] == 4 and status["standbys_memory_bytes"] > 0
+    assert status["refill_ms"] > 0
+    # Made ahead at the lowest CPU share, so that making them never slows a request.
+    share = cpu_shares(kiln, status["spare"])
+    assert share in (("shares", 2), ("weight", 1)), share
+    reports = burst(kiln, "burst-floor", 4)
+    assert [start_path(r) for r in reports] == ["hot"] * 4, reports
+    # Each started with its function's share (256 MB: 148 of 1024 on cgroup v1).
+    instances = [i for i in kiln_status_instances(kiln) if i["function"] == "burst-floor"]
+    assert len(instances) == 4
+    for instance in instances:
+        assert cpu_shares(kiln, instance["id"]) in (("shares", 148), ("weight", 6)), instance
+    # The floor is kept whatever the demand: four more are made behind the burst.
+    standbys(kiln, "burst-floor", 4)
+    metrics = kiln_metrics(kiln)
+    assert 'kiln_standbys{function="burst-floor",kind="target"} 4' in metrics
+    assert 'kiln_standbys{function="burst-floor",kind="ready"} 4' in metrics
+    assert 'kiln_standby_memory_bytes{function="burst-floor"}' in metrics
+
+
+def test_node_standbys_are_sized_by_the_functions_recent_peak(kiln, tmp_path):
+    deploy_cli(kiln, tmp_path, "burst-node", "--warmup", "1", runtime=NODE_RUNTIME)
+    first = standbys(kiln, "burst-node", 1)
+    assert first["kind"] == "standby" and first["standbys_target"] == 1
+    # A first burst of 3: one standby, the rest on slower paths. It sets the function's peak.
+    reports = burst(kiln, "burst-node", 3)
+    assert sorted(start_path(r) for r in reports).count("hot") >= 1
+    # A new revision has no instances: its standbys are made for the peak.
+    kiln.client().update_function_configuration(FunctionName="burst-node", Description="v2")
+    revision = first["revision"] + 1
+    status = standbys(kiln, "burst-node", 3, revision=revision)
+    assert status["standbys_target"] == 3
+    reports = burst(kiln, "burst-node", 3)
+    assert [start_path(r) for r in reports] == ["hot"] * 3, reports
+
+
+def test_spares_are_let_go_as_the_peak_decays(fresh_kiln, tmp_path):
+    server = fresh_kiln(extra_args=["--standby-window", "2"])
+    deploy_cli(server, tmp_path, "burst-decay", "--warmup", "0")
+    standbys(server, "burst-decay", 1)
+    burst(server, "burst-decay", 3, seconds=0.3)
+    server.client().update_function_configuration(FunctionName="burst-decay", Description="v2")
+    # Held for one window (2 s), then halved every window: 3, 2, 1.
+    status = standbys(server, "burst-decay", 3, timeout=60)
+    assert status["standbys_target"] == 3
+    status = standbys(server, "burst-decay", 1, timeout=30)
+    assert status["standbys_target"] == 1 and "standbys_memory_bytes" in status
+
+
+@pytest.mark.parametrize("flags, error", [
+    (["--standbys", "65"], "less than or equal to 64"),
+    (["--prebake", "off", "--standbys", "2"], "Mode must be deploy or lazy"),
+])
+def test_standbys_out_of_range_are_refused(kiln, tmp_path, flags, error):
+    with pytest.raises(AssertionError) as refused:
+        deploy_cli(kiln, tmp_path, "burst-bad", *flags)
+    assert error in str(refused.value)
+
+
+def kiln_status_instances(server):
+    return node_status(server)["instances"]
+
+
+def kiln_metrics(server):
+    return requests.get(server.endpoint + "/metrics", timeout=10).text
