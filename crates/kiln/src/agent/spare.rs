@@ -174,7 +174,12 @@ impl Inner {
             let have = spares.ready.len() + spares.making.len();
             let mut wanted = spare_target.saturating_sub(have);
             // Each is about as large as the last one made; the first is not limited.
-            if let Some(unit) = spares.ready.back().map(|(_, bytes)| *bytes).filter(|b| *b > 0) {
+            if let Some(unit) = spares
+                .ready
+                .back()
+                .map(|(_, bytes)| *bytes)
+                .filter(|b| *b > 0)
+            {
                 wanted = wanted.min((budget.saturating_sub(used) / unit) as usize);
             }
             let mut ids = Vec::with_capacity(wanted);
@@ -182,7 +187,10 @@ impl Inner {
                 state.next_id += 1;
                 ids.push(state.next_id);
             }
-            let spares = state.spares.get_mut(&spec.function).expect("inserted above");
+            let spares = state
+                .spares
+                .get_mut(&spec.function)
+                .expect("inserted above");
             spares.making.extend(&ids);
             (ids, replaced)
         };

@@ -211,9 +211,12 @@ impl Inner {
             if state.zygotes.contains_key(function) {
                 continue;
             }
-            let ready = if spares.ready.is_empty() { "building" } else { "ready" };
-            let mut status =
-                SnapshotStatus::new(function, "standby", ready, spares.spec.revision);
+            let ready = if spares.ready.is_empty() {
+                "building"
+            } else {
+                "ready"
+            };
+            let mut status = SnapshotStatus::new(function, "standby", ready, spares.spec.revision);
             spares.report(&mut status);
             snapshots.push(status);
         }

@@ -81,13 +81,12 @@ pub async fn warmed_up(
         Priority::Request => Instance::start_cold(ctx, spec, id).await,
         Priority::Ahead => Instance::start_ahead(ctx, spec, id).await,
     };
-    let mut instance = started
-        .map_err(|e| match e {
-            StartError::Function { body, .. } => {
-                format!("init failed: {}", String::from_utf8_lossy(&body))
-            }
-            StartError::Platform(message) => message,
-        })?;
+    let mut instance = started.map_err(|e| match e {
+        StartError::Function { body, .. } => {
+            format!("init failed: {}", String::from_utf8_lossy(&body))
+        }
+        StartError::Platform(message) => message,
+    })?;
     instance.init_output = None;
     if let Err(error) = warm_up(&mut instance, spec, spec.prebake.warmup_invocations).await {
         instance.destroy().await;

@@ -11,8 +11,8 @@ use tokio::net::unix::pipe;
 
 use super::transport::{Message, Transport};
 use super::{
-    error_json, exit_description, Instance, Parts, Priority, Process, StartError, Step, INIT_TIMEOUT,
-    RUNTIME_API_ADDR,
+    error_json, exit_description, Instance, Parts, Priority, Process, StartError, Step,
+    INIT_TIMEOUT, RUNTIME_API_ADDR,
 };
 use crate::agent::frame::ShimConn;
 use crate::agent::runtime_api::RuntimeApi;
