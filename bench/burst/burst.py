@@ -6,14 +6,17 @@ every start is hot. Per runtime (NoOp function) and burst size N:
 
   1. UpdateFunctionConfiguration with a new environment variable: a new revision, so kiln
      retires the old instances and builds the new revision's snapshot; the driver waits (kiln's
-     status) until that snapshot is ready (a fork server with its spare fork), no instance of
-     the function is left, and the runtime's generic standby is back.
+     status) until that snapshot is ready with every instance its demand asks kiln to make
+     ahead (spare forks, standbys), no instance of the function is left, and the runtime's
+     generic standby is back.
   2. The first burst: N threads, each with its own connection (opened and used once before)
      and its own Invoke (LogType=Tail), signed beforehand, released together by a barrier.
   3. The second burst, 1 s after the first one ended: the same N, now onto its instances.
 
-That is one round; a full run makes 3 per runtime and N (--rounds), --quick one, and the report
-pools the requests of a row's rounds.
+That is one round. Each runtime and N gets a new function (no demand history) and 3 rounds
+(--rounds; --quick 1): round 1's first burst meets a function with no history, the later ones a
+function whose recent peak is N. A second new function, deployed with a fixed floor of N standbys
+(KilnPrebake.Standbys), gets one round. The report pools the requests of a row's rounds.
 
 Per request: client latency (send to last byte), and from the REPORT line Duration, Init
 Duration (present: the request started an instance; absent: it was served by an instance that
@@ -135,15 +138,19 @@ def function_state(client, name):
     return st, snap, insts
 
 
-def wait_fresh(client, name, standby_runtime, after_revision, timeout_s=120):
+def wait_fresh(client, name, standby_runtime, after_revision, timeout_s=300):
     """Waits until the function's snapshot of a revision newer than `after_revision` is ready
-    (a fork server with its spare fork), no instance of an older revision is left, and the
-    runtime-generic standby (if the runtime has one) is ready. Returns the snapshot."""
+    with every instance its demand asks to make ahead (spare forks, standbys) ready, no instance
+    of an older revision is left, and the runtime-generic standby (if the runtime has one) is
+    ready. Returns the snapshot."""
     deadline = time.time() + timeout_s
     while True:
         st, snap, insts = function_state(client, name)
+        made_ahead = snap is not None and (snap["kind"] == "wasm-module" or (
+            snap.get("standbys_making", 0) == 0
+            and snap.get("standbys_ready", 0) >= max(1, snap.get("standbys_target", 0))))
         snap_ok = (snap is not None and snap["state"] == "ready" and snap["revision"] > after_revision
-                   and (snap["kind"] != "fork-server" or snap.get("spare_ready")))
+                   and made_ahead)
         if snap is not None and snap["state"] == "failed":
             raise RuntimeError(f"{name}: snapshot build failed: {snap.get('error')}")
         old = [i for i in insts if i["revision"] <= after_revision]
@@ -235,14 +242,43 @@ def sequential(args, name, n=20):
     return out
 
 
-def run_case(args, lam, client, rt, name, n):
-    """`args.rounds` rounds of: a new revision, the first burst, 1 s, the second burst."""
+def deploy(lam, client, rt, name, code, standbys=0):
+    """A new function `name` (none of that name before it, so no demand history), with a fixed
+    floor of `standbys` (the `kiln:standbys` tag sets `KilnPrebake.Standbys`)."""
+    runtime, handler, _ = RUNTIMES[rt]
+    remove(lam, client, name)
+    lam.create_function(FunctionName=name, Runtime=runtime, Handler=handler, MemorySize=128,
+                        Timeout=30, Role="arn:aws:iam::000000000000:role/bench",
+                        Code={"ZipFile": code},
+                        Tags={"kiln:standbys": str(standbys)} if standbys else {})
+
+
+def remove(lam, client, name):
+    """Deletes the function and waits for its instances to go."""
+    try:
+        lam.delete_function(FunctionName=name)
+    except lam.exceptions.ResourceNotFoundException:
+        return
+    deadline = time.time() + 60
+    while function_state(client, name)[2] and time.time() < deadline:
+        time.sleep(0.1)
+
+
+def run_case(args, lam, client, rt, name, n, code, standbys=0):
+    """A new function, then `args.rounds` rounds (one with a fixed floor of standbys) of: a new
+    revision, the first burst, 1 s, the second burst. The first round's first burst meets a
+    function with no history; the later rounds' first bursts meet one whose peak is known."""
     standby = RUNTIMES[rt][2]
-    case = {"runtime": rt, "n": n, "rounds": []}
-    for _ in range(args.rounds):
+    case = {"runtime": rt, "n": n, "standbys": standbys, "rounds": []}
+    deploy(lam, client, rt, name, code, standbys)
+    for round_no in range(1 if standbys else args.rounds):
         snap, spare = new_revision(lam, client, name, standby)
         quiet_pct = wait_round_quiet()
+        _, snap, _ = function_state(client, name)
         rnd = {"snapshot": snap, "instances_before": len(spare), "others_before_pct": quiet_pct,
+               "standby_memory_mb": (snap.get("memory_bytes", 0) + snap.get("standbys_memory_bytes", 0))
+               / 2**20 if snap and snap["kind"] != "wasm-module" else 0.0,
+               "standbys_ready": snap.get("standbys_ready", 0) if snap else 0,
                "bursts": {}}
         for which in ("first", "second"):
             if which == "second":
@@ -255,17 +291,26 @@ def run_case(args, lam, client, rt, name, n):
             rnd["bursts"][which] = {"requests": reqs, "loadavg": load, "others_pct": others,
                                     "instances_after": len(insts), "summary": summarize(reqs)}
             s = rnd["bursts"][which]["summary"]
-            log(f"{rt:8} N={n:<3} {which:6}: starts hot {s['hot']} warm {s['warm']} coldest {s['coldest']}, "
+            log(f"{rt:8} N={n:<3} round {round_no + 1} {which:6}: {rnd['standbys_ready']} made ahead; starts hot {s['hot']} warm {s['warm']} coldest {s['coldest']}, "
                 f"reused {s['reused']}, errors {s['errors']}; e2e p50 {s['e2e_p50']:.1f} p99 {s['e2e_p99']:.1f} "
                 f"ms; beyond Duration p99 {s['over_p99']:.1f} ms; Init p50 {s['init_p50']:.1f} "
                 f"max {s['init_max']:.1f} ms; {len(insts)} instances after; others {others:.0f}%")
         case["rounds"].append(rnd)
     # Pooled over the rounds: the rows of the report.
+    rounds = case["rounds"]
+    rows = ([(f"first, new function, Standbys {standbys}", rounds, "first")] if standbys else
+            [("first, new function", rounds[:1], "first"),
+             ("first, after a burst", rounds[1:], "first")])
+    rows.append(("second", rounds, "second"))
     case["bursts"] = []
-    for which in ("first", "second"):
-        bursts = [r["bursts"][which] for r in case["rounds"]]
+    for label, chosen, which in rows:
+        if not chosen:
+            continue
+        bursts = [r["bursts"][which] for r in chosen]
         reqs = [q for b in bursts for q in b["requests"]]
-        case["bursts"].append({"burst": which, "summary": summarize(reqs),
+        case["bursts"].append({"burst": label, "summary": summarize(reqs), "bursts": len(bursts),
+                               "made_ahead": max(r["standbys_ready"] for r in chosen),
+                               "standby_memory_mb": max(r["standby_memory_mb"] for r in chosen),
                                "others_pct": max(b["others_pct"] for b in bursts)})
     return case
 
@@ -332,17 +377,23 @@ def write_report(out, meta, cases, skipped, sequential_ref):
         f"other tenants took {meta['quiet']['others_pct']:.0f}% of the machine in the 5 s before "
         f"measuring{'' if meta['quiet']['quiet'] else ' (not quiet: measured anyway)'}  ",
         f"kiln: `{meta['kiln_args']}` (otherwise its defaults: one runtime standby per runtime, "
-        "`KilnPrebake` mode `deploy`, spare forks)",
+        "`KilnPrebake` mode `deploy`, instances made ahead sized by demand, `--standby-window 600`, "
+        "`--max-standbys 64`)",
         "",
-        (f"A row is {rounds} bursts of N Invokes of a NoOp function (`LogType=Tail`), pooled: the "
-           f"counts are over all {rounds} × N requests and the percentiles (nearest-rank) over them "
-           "too. " if rounds > 1 else "A row is one burst of N Invokes of a NoOp function "
-           "(`LogType=Tail`); percentiles are nearest-rank. ")
-        + "Each burst is "
+        f"Each (runtime, N) deploys a new function and makes {rounds} rounds. A round is a new "
+        "revision (UpdateFunctionConfiguration with a new environment value; no instance of the "
+        "function is left), a wait until its snapshot and every instance its demand asks kiln to "
+        "make ahead (spare forks, standbys) are ready, then the *first* burst of N Invokes of a "
+        "NoOp function (`LogType=Tail`) and, 1 s after it ended, the *second*. *first, new "
+        "function*: round 1, a function with no history (kiln makes one instance ahead); *first, "
+        "after a burst*: the later rounds, where the function's recent peak (N) sizes what is made "
+        "ahead; *Standbys N*: a new function deployed with a fixed floor of N "
+        "(`KilnPrebake.Standbys`, here by the `kiln:standbys` tag), one round. A row pools its "
+        "bursts (their number in parentheses): counts over all their requests, nearest-rank "
+        "percentiles over them too. *Made ahead*: instances ready before the burst (the most of "
+        "the row's rounds), with the memory they held with the snapshot. Each burst is "
         "sent from N threads (own connections, opened before, requests signed before) released by a "
-        "barrier. *first*: onto a new revision (UpdateFunctionConfiguration with a new environment "
-        "value) whose snapshot is ready (for Python, with its spare fork) and which has no instance; "
-        "*second*: the same N again, 1 s after the first burst ended. *Starts* are requests whose "
+        "barrier. *Starts* are requests whose "
         "REPORT has an `Init Duration`, by its `Start Path`; *reused* requests had none (served by an "
         "instance that existed, after waiting for it if it was busy). *Beyond Duration* is the "
         "client's latency minus the REPORT's `Duration`. Times in ms. *Others*: the largest share of "
@@ -353,16 +404,17 @@ def write_report(out, meta, cases, skipped, sequential_ref):
         f"Targets: {TARGETS_TEXT}. *Every start hot* is checked for N ≤ 16, the 90% for N = 64; "
         "a request that failed fails the start target.",
         "",
-        "| runtime | N | burst | starts hot / warm / coldest | reused | errors | e2e p50 / p99 / max "
+        "| runtime | N | burst (bursts pooled) | made ahead (MB) | starts hot / warm / coldest | reused | errors | e2e p50 / p99 / max "
         "| beyond Duration p50 / p99 / max | Init p50 / max | others % | targets: met? |",
-        "|---|---:|---|---|---:|---:|---|---|---|---:|---|",
+        "|---|---:|---|---|---|---:|---:|---|---|---|---:|---|",
     ]
     for case in cases:
         for b in case["bursts"]:
             s = b["summary"]
             verdicts = "; ".join(f"{what}: {'yes' if ok else '**no**'}" for what, ok in targets(case["n"], s))
             lines.append(
-                f"| {case['runtime']} | {case['n']} | {b['burst']} | {s['hot']} / {s['warm']} / {s['coldest']}"
+                f"| {case['runtime']} | {case['n']} | {b['burst']} ({b['bursts']}) "
+                f"| {b['made_ahead']} ({b['standby_memory_mb']:.0f}) | {s['hot']} / {s['warm']} / {s['coldest']}"
                 + (f" (+{s['other_paths']} other)" if s["other_paths"] else "")
                 + f" | {s['reused']} | {s['errors']} | {fmt(s['e2e_p50'])} / {fmt(s['e2e_p99'])} / "
                 f"{fmt(s['e2e_max'])} | {fmt(s['over_p50'])} / {fmt(s['over_p99'])} / {fmt(s['over_max'])} "
@@ -436,22 +488,21 @@ def main():
             log(f"skipping {rt}: {skipped[rt]}")
             lam.delete_function(FunctionName=name)
             continue
-        ready[rt] = name
+        ready[rt] = (name, code)
         log(f"deployed {name} ({runtime})")
 
     cfg = {"quiet_wait_s": float(os.environ.get("BENCH_QUIET_WAIT_S", "10" if args.quick else "30")),
            "max_others_pct": 10.0}
     meta["quiet"] = core.wait_for_quiet(cfg)
     cases, seq = [], {}
-    for rt, name in ready.items():
+    for rt, (name, code) in ready.items():
         for n in sizes:
-            cases.append(run_case(args, lam, client, rt, name, n))
+            cases.append(run_case(args, lam, client, rt, name, n, code))
+            if rt != "wasm":
+                cases.append(run_case(args, lam, client, rt, name, n, code, standbys=n))
         seq[rt] = sequential(args, name)
         # Retire this function's instances before the next runtime's bursts.
-        lam.delete_function(FunctionName=name)
-        deadline = time.time() + 60
-        while function_state(client, name)[2] and time.time() < deadline:
-            time.sleep(0.1)
+        remove(lam, client, name)
     meta["loadavg_end"] = core.loadavg()
     write_report(out, meta, cases, skipped, seq)
     log(f"wrote {out / 'burst.md'}")

@@ -93,7 +93,7 @@ KILN_BIN=$BIN/kiln
 # A long idle TTL, so the second burst finds the first one's instances; a budget that books 64
 # instances of each function with room to spare; kiln's defaults otherwise (one runtime standby
 # per runtime, spare forks, prebake at deploy).
-KILN_ARGS="--idle-ttl 600 --memory-budget-mb 16384 --shutdown-grace 5 ${BURST_KILN_ARGS:-}"
+KILN_ARGS="--idle-ttl 600 --memory-budget-mb 16384 --snapshot-memory-mb 8192 --shutdown-grace 5 ${BURST_KILN_ARGS:-}"
 # A kiln killed in an earlier run leaves its code-slot mount behind; detach it before removing.
 awk -v dir="$(realpath -m "$KILN_DATA")/" 'index($2 "/", dir) == 1 { print $2 }' /proc/self/mounts |
     sort -r | xargs -r -n1 umount -l

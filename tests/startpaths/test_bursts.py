@@ -125,3 +125,10 @@ def kiln_status_instances(server):
 
 def kiln_metrics(server):
     return requests.get(server.endpoint + "/metrics", timeout=10).text
+
+
+def test_kiln_turns_the_kernels_favordynmods_on(kiln):
+    # Moving a fork into its cgroup then takes no RCU grace period (several ms on cgroup v1).
+    mounts = open("/proc/self/mountinfo").read().splitlines()
+    favoured = [m for m in mounts if " - cgroup" in m and "favordynmods" in m.split(" - ")[1].split()[2].split(",")]
+    assert favoured, "no cgroup hierarchy is mounted with favordynmods"

@@ -63,6 +63,12 @@ struct UpArgs {
     /// the warm path off.
     #[arg(long, default_value_t = 1)]
     warm_standbys: usize,
+    /// Turn the kernel's cgroup `favordynmods` on (an empty named cgroup hierarchy mounted with
+    /// it at /run/kiln-dynmods), so that moving a sandbox or a fork into its cgroup does not wait
+    /// for an RCU grace period (several ms), for a few atomic operations more per fork and exit
+    /// on the host: `on` or `off`.
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    cgroup_favordynmods: String,
     /// The most instances made ahead of demand per function (standbys of runtimes that cannot
     /// fork, spare forks of those that can), however high its demand.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1024))]
@@ -263,6 +269,7 @@ fn main() {
                 snapshot_disk_mb: args.snapshot_disk_mb,
                 warm_standbys: args.warm_standbys,
                 max_standbys: args.max_standbys as usize,
+                favor_dynamic_moves: args.cgroup_favordynmods == "on",
                 standby_window: Duration::from_secs(args.standby_window),
                 prediction: kiln::predict::PredictorConfig {
                     enabled: args.memory_prediction == "on",

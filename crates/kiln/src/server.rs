@@ -32,6 +32,9 @@ pub struct ServerConfig {
     pub snapshot_memory_mb: u64,
     pub snapshot_disk_mb: u64,
     pub warm_standbys: usize,
+    /// Turn the kernel's `favordynmods` on, so that moving a process into its cgroup (every
+    /// start, every fork) does not wait for an RCU grace period.
+    pub favor_dynamic_moves: bool,
     /// The most instances made ahead of demand per function (standbys, spare forks).
     pub max_standbys: usize,
     /// How long a function's peak concurrency is remembered whole (then halved every window).
@@ -122,6 +125,13 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     }
 
     let cgroups = CgroupManager::detect(&cgroup_parent(&data_dir)).context("cgroups")?;
+    if config.favor_dynamic_moves {
+        if let Err(e) = CgroupManager::favor_dynamic_moves(Path::new(DYNMODS_MOUNT)) {
+            eprintln!(
+                "kiln: moving a process into its cgroup waits for the kernel (several ms): {e}"
+            );
+        }
+    }
     let sandbox_root = data_dir.join("run/rootfs");
     std::fs::create_dir_all(&sandbox_root)?;
     let runtimes = Runtimes::detect(&data_dir.join("runtime"))?;
@@ -371,6 +381,9 @@ async fn shutdown_signal() {
         _ = int.recv() => {}
     }
 }
+
+/// Where kiln mounts the empty cgroup hierarchy that turns the kernel's `favordynmods` on.
+const DYNMODS_MOUNT: &str = "/run/kiln-dynmods";
 
 const DEMO_NAME: &str = "hello";
 const DEMO_CODE: &str = r#"import json

@@ -74,6 +74,10 @@ impl NodeAgent for LocalAgent {
                 None => {
                     sessions::end_all(state, function);
                     state.newest.remove(function);
+                    // A function made again under its name starts with no demand of its own.
+                    if let Some(pool) = state.pools.get_mut(function) {
+                        pool.demand = Default::default();
+                    }
                 }
                 Some(revision) => {
                     let newest = state.newest.entry(function.to_string()).or_default();
