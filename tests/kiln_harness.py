@@ -247,6 +247,7 @@ def owned_cgroups(node, instances=True):
     for), its snapshots (fork servers, standbys, runtime standbys) and their spare forks."""
     snapshots = node.get("snapshots", [])
     owned = {f"i{s['id']}" for s in snapshots if s.get("id")} | {f"i{s['spare']}" for s in snapshots if s.get("spare")}
+    owned |= {f"i{i}" for s in snapshots for i in s.get("standby_ids", [])}
     if instances:
         owned |= {f"i{i['id']}" for i in node["instances"]}
     return owned

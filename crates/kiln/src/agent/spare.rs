@@ -72,6 +72,9 @@ impl Spares {
             .map(|(i, _)| i.cgroup.memory_current())
             .sum::<u64>();
         status.refill_ms = self.last_made.map(|d| d.as_secs_f64() * 1000.0);
+        status.standby_ids = (self.ready.iter().map(|(i, _)| i.id))
+            .chain(self.making.iter().copied())
+            .collect();
     }
 }
 

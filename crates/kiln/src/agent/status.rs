@@ -94,6 +94,9 @@ pub struct SnapshotStatus {
     pub standbys_memory_bytes: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refill_ms: Option<f64>,
+    /// The instance ids of the spares and standbys beside the snapshot, ready and being made.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub standby_ids: Vec<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
@@ -119,6 +122,7 @@ impl SnapshotStatus {
             standbys_making: 0,
             standbys_memory_bytes: 0,
             refill_ms: None,
+            standby_ids: Vec::new(),
             error: None,
         }
     }
