@@ -14,7 +14,7 @@ every start is hot. Per runtime (NoOp function) and burst size N:
   3. The second burst, 1 s after the first one ended: the same N, now onto its instances.
 
 That is one round. Each runtime and N gets a new function (no demand history) and 3 rounds
-(--rounds; --quick 1): round 1's first burst meets a function with no history, the later ones a
+(--rounds; --quick 2): round 1's first burst meets a function with no history, the later ones a
 function whose recent peak is N. A second new function, deployed with a fixed floor of N standbys
 (KilnPrebake.Standbys), gets one round. The report pools the requests of a row's rounds.
 
@@ -450,12 +450,12 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--command", default="bench/burst/run.sh")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--rounds", type=int, help="rounds per runtime and N (default 3; --quick 1)")
+    ap.add_argument("--rounds", type=int, help="rounds per runtime and N (default 3; --quick 2)")
     ap.add_argument("--runtimes", default=",".join(RUNTIMES))
     args = ap.parse_args()
     work, out = Path(args.work), Path(args.out)
     sizes = QUICK_SIZES if args.quick else SIZES
-    args.rounds = args.rounds or (1 if args.quick else 3)
+    args.rounds = args.rounds or (2 if args.quick else 3)
     kiln = core.Kiln({"url": args.kiln, "pid": args.pid, "data_dir": args.data_dir})
     lam = kiln.client()
     client = sp.Client(args.kiln, args.data_dir)

@@ -53,11 +53,13 @@ pub(super) fn decayed(peak: usize, since: Duration, window: Duration) -> usize {
 
 /// How many instances to keep made ahead of demand for a function with `floor` fixed standbys
 /// (`KilnPrebake.Standbys`), a `predicted` concurrency and `live` instances (which serve before
-/// any standby is taken): the predicted instances it does not have, at least the floor and at
-/// least one, at most `cap`.
+/// any standby is taken): the predicted instances it does not have, with a quarter more (a
+/// burst's requests that found an instance freed by another did not count in its peak, and the
+/// next burst's timing differs), at least the floor and at least one, at most `cap`.
 pub(super) fn standbys(floor: usize, predicted: usize, live: usize, cap: usize) -> usize {
+    let wanted = predicted + predicted / 4;
     floor
-        .max(predicted.saturating_sub(live))
+        .max(wanted.saturating_sub(live))
         .max(1)
         .min(cap.max(1))
 }
@@ -98,9 +100,10 @@ mod tests {
     #[test]
     fn the_target_is_what_demand_lacks_within_floor_and_cap() {
         assert_eq!(standbys(0, 0, 0, 64), 1, "one, as a cold start needs");
-        assert_eq!(standbys(0, 16, 0, 64), 16);
-        assert_eq!(standbys(0, 16, 16, 64), 1, "the instances serve first");
-        assert_eq!(standbys(0, 16, 10, 64), 6);
+        assert_eq!(standbys(0, 1, 0, 64), 1);
+        assert_eq!(standbys(0, 16, 0, 64), 20, "a quarter more");
+        assert_eq!(standbys(0, 16, 20, 64), 1, "the instances serve first");
+        assert_eq!(standbys(0, 16, 10, 64), 10);
         assert_eq!(standbys(8, 2, 0, 64), 8, "the floor holds");
         assert_eq!(standbys(0, 100, 0, 32), 32, "the cap holds");
         assert_eq!(standbys(0, 100, 0, 0), 1);

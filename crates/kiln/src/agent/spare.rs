@@ -35,9 +35,6 @@ pub(super) struct Spares {
     pub making: Vec<u64>,
     /// How long the last one took to make.
     pub last_made: Option<Duration>,
-    /// How many instances made ahead the last decision asked for, the standby snapshot of a
-    /// runtime that cannot fork included.
-    pub target: usize,
 }
 
 impl Spares {
@@ -47,7 +44,6 @@ impl Spares {
             ready: VecDeque::new(),
             making: Vec::new(),
             last_made: None,
-            target: 0,
         }
     }
 
@@ -55,15 +51,14 @@ impl Spares {
         self.ready.iter().map(|(_, bytes)| bytes).sum()
     }
 
-    /// Adds them to their function's snapshot status.
-    pub fn report(&self, status: &mut super::SnapshotStatus) {
+    /// Adds the ready and making ones to their function's snapshot status.
+    fn report(&self, status: &mut super::SnapshotStatus) {
         status.spare = self
             .ready
             .front()
             .map(|(i, _)| i.id)
             .or(self.making.first().copied());
         status.spare_ready = !self.ready.is_empty();
-        status.standbys_target = self.target;
         status.standbys_ready += self.ready.len();
         status.standbys_making = self.making.len();
         status.standbys_memory_bytes += self
@@ -86,6 +81,26 @@ enum Maker {
 }
 
 impl Inner {
+    /// Adds what is made ahead of `function`'s demand to its snapshot status: the target its
+    /// demand sets now (for `spec`, the revision of its snapshot, else of its spares) and the
+    /// spares of that revision.
+    pub(super) fn report_made_ahead(
+        &self,
+        state: &State,
+        function: &str,
+        spec: Option<&SharedSpec>,
+        status: &mut super::SnapshotStatus,
+    ) {
+        let spares = state.spares.get(function);
+        let Some(spec) = spec.or(spares.map(|s| &s.spec)) else {
+            return;
+        };
+        status.standbys_target = self.spare_target(state, spec, Instant::now()).0;
+        if let Some(spares) = spares.filter(|s| s.spec.revision == spec.revision) {
+            spares.report(status);
+        }
+    }
+
     /// A ready spare of `spec`'s revision, if there is one.
     pub(super) fn take_spare(&self, spec: &SharedSpec) -> Option<Box<Instance>> {
         let mut state = self.state();
@@ -158,7 +173,7 @@ impl Inner {
             if state.shutting_down || super::outdated(state, spec) {
                 return;
             }
-            let (target, spare_target) = self.spare_target(state, spec, Instant::now());
+            let (_, spare_target) = self.spare_target(state, spec, Instant::now());
             let used = snapshot_bytes(state);
             let budget = self.config.snapshot_memory_mb * 1024 * 1024;
             let spares = state
@@ -173,7 +188,6 @@ impl Inner {
             } else if spares.spec.revision > spec.revision {
                 return;
             }
-            spares.target = target;
             let have = spares.ready.len() + spares.making.len();
             let mut wanted = spare_target.saturating_sub(have);
             // Each is about as large as the last one made; the first is not limited.
@@ -282,9 +296,8 @@ impl Inner {
             let functions: Vec<String> = state.spares.keys().cloned().collect();
             for function in functions {
                 let spec = state.spares[&function].spec.clone();
-                let (target, spare_target) = self.spare_target(state, &spec, now);
+                let (_, spare_target) = self.spare_target(state, &spec, now);
                 let spares = state.spares.get_mut(&function).expect("listed");
-                spares.target = target;
                 while spares.ready.len() + spares.making.len() > spare_target {
                     let Some((instance, _)) = spares.ready.pop_back() else {
                         break;

@@ -204,9 +204,12 @@ impl Inner {
                         status.error = Some(error.clone());
                     }
                 }
-                if let Some(spares) = state.spares.get(function) {
-                    spares.report(&mut status);
-                }
+                let spec = match slot {
+                    SnapshotSlot::Ready(z) => Some(&z.spec),
+                    SnapshotSlot::Standby(i, _) => Some(&i.spec),
+                    _ => None,
+                };
+                self.report_made_ahead(&state, function, spec, &mut status);
                 status
             })
             .collect();
@@ -221,7 +224,7 @@ impl Inner {
                 "ready"
             };
             let mut status = SnapshotStatus::new(function, "standby", ready, spares.spec.revision);
-            spares.report(&mut status);
+            self.report_made_ahead(&state, function, Some(&spares.spec), &mut status);
             snapshots.push(status);
         }
         for (runtime, pool) in &state.warm {
