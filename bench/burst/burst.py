@@ -146,7 +146,7 @@ def wait_fresh(client, name, standby_runtime, after_revision, timeout_s=300):
     deadline = time.time() + timeout_s
     while True:
         st, snap, insts = function_state(client, name)
-        made_ahead = snap is not None and (snap["kind"] == "wasm-module" or (
+        made_ahead = snap is not None and (snap["kind"].startswith("wasm") or (
             snap.get("standbys_making", 0) == 0
             and snap.get("standbys_ready", 0) >= max(1, snap.get("standbys_target", 0))))
         snap_ok = (snap is not None and snap["state"] == "ready" and snap["revision"] > after_revision
@@ -277,7 +277,7 @@ def run_case(args, lam, client, rt, name, n, code, standbys=0):
         _, snap, _ = function_state(client, name)
         rnd = {"snapshot": snap, "instances_before": len(spare), "others_before_pct": quiet_pct,
                "standby_memory_mb": (snap.get("memory_bytes", 0) + snap.get("standbys_memory_bytes", 0))
-               / 2**20 if snap and snap["kind"] != "wasm-module" else 0.0,
+               / 2**20 if snap and not snap["kind"].startswith("wasm") else 0.0,
                "standbys_ready": snap.get("standbys_ready", 0) if snap else 0,
                "bursts": {}}
         for which in ("first", "second"):
