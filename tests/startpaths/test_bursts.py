@@ -132,3 +132,17 @@ def test_kiln_turns_the_kernels_favordynmods_on(kiln):
     mounts = open("/proc/self/mountinfo").read().splitlines()
     favoured = [m for m in mounts if " - cgroup" in m and "favordynmods" in m.split(" - ")[1].split()[2].split(",")]
     assert favoured, "no cgroup hierarchy is mounted with favordynmods"
+
+
+def test_a_function_made_again_under_its_name_gets_its_own_standbys(kiln, tmp_path):
+    # Deleted while its snapshot is still being built: nothing of the old function may keep the
+    # new one from having its standbys.
+    deploy_cli(kiln, tmp_path, "burst-again", "--standbys", "2", runtime=NODE_RUNTIME)
+    lam = kiln.client()
+    lam.update_function_configuration(FunctionName="burst-again", Description="revision 2")
+    lam.delete_function(FunctionName="burst-again")
+    deploy_cli(kiln, tmp_path, "burst-again", "--standbys", "2", runtime=NODE_RUNTIME)
+    status = standbys(kiln, "burst-again", 2, timeout=60)
+    assert status["revision"] == 1 and status["standbys_target"] == 2
+    reports = burst(kiln, "burst-again", 2)
+    assert [start_path(r) for r in reports] == ["hot"] * 2, reports

@@ -141,6 +141,7 @@ impl Inner {
                     .map(|i| SnapshotSlot::Standby(Box::new(i), begin.elapsed()))
             };
             let mut evicted = Vec::new();
+            let mut installed = false;
             {
                 let mut state = inner.state();
                 let current = matches!(
@@ -162,6 +163,7 @@ impl Inner {
                             inner.config.snapshot_memory_mb,
                         );
                         state.zygotes.insert(spec.function.clone(), slot);
+                        installed = true;
                     }
                     Ok(outdated) => evicted.push(outdated),
                     Err(error) => {
@@ -185,7 +187,9 @@ impl Inner {
             for slot in evicted {
                 inner.discard(slot);
             }
-            inner.refill_spare(&spec);
+            if installed {
+                inner.refill_spare(&spec);
+            }
         });
     }
 }

@@ -35,6 +35,10 @@ pub(super) struct Spares {
     pub making: Vec<u64>,
     /// How long the last one took to make.
     pub last_made: Option<Duration>,
+    /// Makes that failed in a row, and when the next may be tried: a function whose spares
+    /// cannot be made (its init fails, its code is gone) is not retried every tick.
+    failures: u32,
+    retry_at: Option<Instant>,
 }
 
 impl Spares {
@@ -44,6 +48,8 @@ impl Spares {
             ready: VecDeque::new(),
             making: Vec::new(),
             last_made: None,
+            failures: 0,
+            retry_at: None,
         }
     }
 
@@ -170,10 +176,12 @@ impl Inner {
         let (ids, replaced) = {
             let mut guard = self.state();
             let state = &mut *guard;
-            if state.shutting_down || super::outdated(state, spec) {
+            // Only for the function's newest revision (not for one deleted meanwhile).
+            if state.shutting_down || state.newest.get(&spec.function) != Some(&spec.revision) {
                 return;
             }
-            let (_, spare_target) = self.spare_target(state, spec, Instant::now());
+            let now = Instant::now();
+            let (_, spare_target) = self.spare_target(state, spec, now);
             let used = snapshot_bytes(state);
             let budget = self.config.snapshot_memory_mb * 1024 * 1024;
             let spares = state
@@ -181,11 +189,12 @@ impl Inner {
                 .entry(spec.function.clone())
                 .or_insert_with(|| Spares::new(spec));
             let mut replaced = VecDeque::new();
-            if spares.spec.revision < spec.revision {
+            if spares.spec.revision != spec.revision {
                 // The makers of the old revision find themselves replaced and let theirs go.
                 replaced = std::mem::take(&mut spares.ready);
                 *spares = Spares::new(spec);
-            } else if spares.spec.revision > spec.revision {
+            }
+            if spares.retry_at.is_some_and(|at| now < at) {
                 return;
             }
             let have = spares.ready.len() + spares.making.len();
@@ -258,8 +267,23 @@ impl Inner {
                     ),
                     Maker::Boot => true,
                 };
-            if let Some(spares) = state.spares.get_mut(&spec.function) {
+            let spares = state
+                .spares
+                .get_mut(&spec.function)
+                .filter(|s| s.spec.revision == spec.revision);
+            if let Some(spares) = spares {
                 spares.making.retain(|m| *m != id);
+                match &made {
+                    Ok(_) => {
+                        spares.failures = 0;
+                        spares.retry_at = None;
+                    }
+                    Err(_) => {
+                        spares.failures += 1;
+                        let backoff = Duration::from_secs(1 << spares.failures.min(8));
+                        spares.retry_at = Some(Instant::now() + backoff);
+                    }
+                }
             }
             match made {
                 Ok(instance) if mine && current => {
