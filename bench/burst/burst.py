@@ -315,6 +315,42 @@ def run_case(args, lam, client, rt, name, n, code, standbys=0):
     return case
 
 
+def idle_phase(args, lam, client, ready, n=16):
+    """Per runtime a new function and a burst of n onto it (its peak), then `args.idle` seconds
+    with no request to any of them (past kiln's idle TTL: their instances are reaped), then the
+    same burst again onto each, once what its demand asks is made ahead again."""
+    names = {}
+    for rt, (name, code) in ready.items():
+        iname = f"{name}-idle"
+        deploy(lam, client, rt, iname, code)
+        new_revision(lam, client, iname, RUNTIMES[rt][2])
+        burst(args, n, iname)
+        names[rt] = iname
+    log(f"idle for {args.idle:.0f} s")
+    time.sleep(args.idle)
+    rows = []
+    for rt, iname in names.items():
+        _, snap, insts = function_state(client, iname)
+        instances_left = len(insts)
+        snap, _ = wait_fresh(client, iname, RUNTIMES[rt][2], snap["revision"] - 1)
+        quiet_pct = wait_round_quiet()
+        before = others_cpu()
+        reqs = burst(args, n, iname)
+        others = sp.others_share(before, others_cpu())
+        s = summarize(reqs)
+        made = snap.get("standbys_ready", 0) if not snap["kind"].startswith("wasm") else 0
+        mem = (snap.get("memory_bytes", 0) + snap.get("standbys_memory_bytes", 0)) / 2**20 \
+            if not snap["kind"].startswith("wasm") else 0.0
+        log(f"{rt:8} N={n:<3} after {args.idle:.0f} s idle: {instances_left} instances left, {made} made ahead; "
+            f"starts hot {s['hot']} warm {s['warm']} coldest {s['coldest']}, reused {s['reused']}; "
+            f"e2e p50 {s['e2e_p50']:.1f} p99 {s['e2e_p99']:.1f} ms")
+        rows.append({"runtime": rt, "n": n, "instances_left": instances_left, "made_ahead": made,
+                     "standby_memory_mb": mem, "summary": s, "requests": reqs,
+                     "others_pct": max(others, quiet_pct)})
+        remove(lam, client, iname)
+    return rows
+
+
 # ------------------------------------------------------------------------------------ statistics
 def pct(values, q):
     return float(np.percentile(values, q, method="inverted_cdf")) if len(values) else float("nan")
@@ -359,10 +395,11 @@ def fmt(v, digits=1):
     return "–" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v:.{digits}f}"
 
 
-def write_report(out, meta, cases, skipped, sequential_ref):
+def write_report(out, meta, cases, skipped, sequential_ref, idle_rows):
     out.mkdir(parents=True, exist_ok=True)
     (out / "burst.json").write_text(json.dumps({"meta": meta, "cases": cases, "skipped": skipped,
-                                                "sequential": sequential_ref}, indent=1))
+                                                "sequential": sequential_ref, "idle": idle_rows},
+                                               indent=1))
     m, rounds = meta["machine"], meta["rounds"]
     lines = [
         "# Bursts of concurrent first requests",
@@ -423,6 +460,24 @@ def write_report(out, meta, cases, skipped, sequential_ref):
                   for w in r["bursts"]), default=0.0)
     lines += ["", f"The N sends of a burst left the client within {spread:.1f} ms of each other "
               "(the largest spread of any burst).", ""]
+    if idle_rows:
+        lines += [f"After {meta['idle_s']:.0f} s idle (a burst of N onto a new function, then no "
+                  "request for that long, past the idle TTL, then the same burst again, once what "
+                  "the function's demand asks is made ahead again):", "",
+                  "| runtime | N | instances left | made ahead (MB) | starts hot / warm / coldest | reused "
+                  "| errors | e2e p50 / p99 / max | beyond Duration p50 / p99 / max | Init p50 / max | others % "
+                  "| targets: met? |",
+                  "|---|---:|---:|---|---|---:|---:|---|---|---|---:|---|"]
+        for r in idle_rows:
+            s = r["summary"]
+            verdicts = "; ".join(f"{what}: {'yes' if ok else '**no**'}" for what, ok in targets(r["n"], s))
+            lines.append(
+                f"| {r['runtime']} | {r['n']} | {r['instances_left']} | {r['made_ahead']} "
+                f"({r['standby_memory_mb']:.0f}) | {s['hot']} / {s['warm']} / {s['coldest']} | {s['reused']} "
+                f"| {s['errors']} | {fmt(s['e2e_p50'])} / {fmt(s['e2e_p99'])} / {fmt(s['e2e_max'])} "
+                f"| {fmt(s['over_p50'])} / {fmt(s['over_p99'])} / {fmt(s['over_max'])} "
+                f"| {fmt(s['init_p50'])} / {fmt(s['init_max'])} | {r['others_pct']:.0f} | {verdicts} |")
+        lines.append("")
     lines += ["Single requests for scale (20 sequential Invokes on one connection onto a warm "
               "instance, after the bursts):", "", "| runtime | e2e p50 | Duration p50 |", "|---|---:|---:|"]
     for rt, reqs in sequential_ref.items():
@@ -452,6 +507,8 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--rounds", type=int, help="rounds per runtime and N (default 3; --quick 2)")
     ap.add_argument("--runtimes", default=",".join(RUNTIMES))
+    ap.add_argument("--idle", type=float, default=0.0,
+                    help="seconds of idleness before the idle phase's second burst (0: no idle phase)")
     args = ap.parse_args()
     work, out = Path(args.work), Path(args.out)
     sizes = QUICK_SIZES if args.quick else SIZES
@@ -503,8 +560,12 @@ def main():
         seq[rt] = sequential(args, name)
         # Retire this function's instances before the next runtime's bursts.
         remove(lam, client, name)
+    idle_rows = []
+    if args.idle > 0:
+        meta["idle_s"] = args.idle
+        idle_rows = idle_phase(args, lam, client, ready)
     meta["loadavg_end"] = core.loadavg()
-    write_report(out, meta, cases, skipped, seq)
+    write_report(out, meta, cases, skipped, seq, idle_rows)
     log(f"wrote {out / 'burst.md'}")
 
 

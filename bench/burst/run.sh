@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # kiln's burst benchmark in one command. See bench/burst/README.md.
 #
-#   bench/burst/run.sh          bursts of 4, 16 and 64; writes bench/results/burst/burst.{md,json}
+#   bench/burst/run.sh          bursts of 4, 16 and 64, and of 16 after 620 s idle
+#                               (BURST_IDLE_S); writes bench/results/burst/burst.{md,json}
 #   bench/burst/run.sh --quick  bursts of 4 and 16 (results in bench/work/burst/)
 #   BURST_KILN_ARGS="--warm-standbys 0" bench/burst/run.sh ...   extra `kiln up` flags
 #
@@ -25,7 +26,14 @@ for arg in "$@"; do
         *) echo "run.sh: unknown argument $arg (try --help)" >&2; exit 2 ;;
     esac
 done
-if [ ${#QUICK[@]} -eq 0 ]; then OUT=$ROOT/bench/results/burst; else OUT=$WORK; fi
+if [ ${#QUICK[@]} -eq 0 ]; then
+    OUT=$ROOT/bench/results/burst
+    # The idle phase: a burst of 16 again after this long without requests (past the idle TTL).
+    IDLE=(--idle "${BURST_IDLE_S:-620}")
+else
+    OUT=$WORK
+    IDLE=()
+fi
 COMMAND="bench/burst/run.sh${*:+ $*}"
 say() { echo "[burst/run.sh $(date +%H:%M:%S)] $*"; }
 [ "$(id -u)" = 0 ] || { echo "run.sh: must run as root (kiln up creates sandboxes)" >&2; exit 1; }
@@ -116,7 +124,7 @@ say "kiln: $KILN_URL (pid $KILN_PID)"
 # In the background and waited for, so that a SIGTERM runs the trap at once (bash defers traps
 # during a foreground command); the trap stops the driver first.
 .venv/bin/python "$HERE/burst.py" --kiln "$KILN_URL" --pid "$KILN_PID" --data-dir "$KILN_DATA" \
-    --kiln-args "kiln up $KILN_ARGS" --work "$WORK" --out "$OUT" --command "$COMMAND" "${QUICK[@]}" &
+    --kiln-args "kiln up $KILN_ARGS" --work "$WORK" --out "$OUT" --command "$COMMAND" "${QUICK[@]}" "${IDLE[@]}" &
 DRIVER=$!
 wait "$DRIVER"
 DRIVER=
