@@ -47,6 +47,14 @@ def standbys(server, name, ready, revision=None, timeout=120):
     return wait_for(done, timeout=timeout, what=f"{ready} standbys of {name}")
 
 
+def cpu_idle(server, instance_id):
+    """The instance cgroup's `cpu.idle` (SCHED_IDLE), or None where the kernel has none."""
+    parent = cgroup_parent(server)
+    files = glob.glob(f"/sys/fs/cgroup/cpu*/{parent}/i{instance_id}/cpu.idle") + \
+        glob.glob(f"/sys/fs/cgroup/{parent}/i{instance_id}/cpu.idle")
+    return int(open(files[0]).read()) if files else None
+
+
 def cpu_shares(server, instance_id):
     """The instance's CPU share (cgroup v1 cpu.shares, or v2 cpu.weight)."""
     parent = cgroup_parent(server)
@@ -64,7 +72,8 @@ def test_a_fixed_floor_keeps_that_many_spare_forks_and_a_burst_takes_them_all(ki
     assert status["refill_ms"] > 0
     # Made ahead at the lowest CPU share, so that making them never slows a request.
     share = cpu_shares(kiln, status["spare"])
-    assert share in (("shares", 2), ("weight", 1)), share
+    assert share in (("shares", 2), ("shares", 3), ("weight", 1)), share  # 3: the weight of SCHED_IDLE
+    assert cpu_idle(kiln, status["spare"]) in (1, None)
     reports = burst(kiln, "burst-floor", 4)
     assert [start_path(r) for r in reports] == ["hot"] * 4, reports
     # Each started with its function's share (256 MB: 148 of 1024 on cgroup v1).
@@ -72,6 +81,7 @@ def test_a_fixed_floor_keeps_that_many_spare_forks_and_a_burst_takes_them_all(ki
     assert len(instances) == 4
     for instance in instances:
         assert cpu_shares(kiln, instance["id"]) in (("shares", 148), ("weight", 6)), instance
+        assert cpu_idle(kiln, instance["id"]) in (0, None)
     # The floor is kept whatever the demand: four more are made behind the burst.
     standbys(kiln, "burst-floor", 4)
     metrics = kiln_metrics(kiln)

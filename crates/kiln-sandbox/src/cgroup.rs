@@ -18,6 +18,9 @@ pub struct Limits {
     pub pids_max: u64,
     /// Relative CPU share, on cgroup v1's `cpu.shares` scale (2..=262144, 1024 = default).
     pub cpu_shares: u64,
+    /// The cgroup runs as SCHED_IDLE (`cpu.idle`, Linux ≥ 5.15): only on CPU time no one else
+    /// wants, and preempted at once when another task wakes.
+    pub cpu_idle: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -262,26 +265,40 @@ impl Cgroup {
             // Swap would let an instance exceed its memory size silently.
             let _ = self.write(dir, "memory.swap.max", "0");
             // cpu may be missing on some hosts.
-            let _ = self.set_cpu_shares(limits.cpu_shares);
+            let _ = self.set_cpu(limits.cpu_shares, limits.cpu_idle);
         } else {
             self.write(&self.dirs[1], "pids.max", &limits.pids_max.to_string())?;
             let _ = self.write(self.memory_dir(), "memory.swappiness", "0");
-            self.set_cpu_shares(limits.cpu_shares)?;
+            self.set_cpu(limits.cpu_shares, limits.cpu_idle)?;
         }
         Ok(())
     }
 
-    /// Sets the CPU share alone (v1 `cpu.shares`; v2 `cpu.weight`, converted): how an instance
-    /// made ahead of demand at a low share joins the requests' share when it is taken.
-    pub fn set_cpu_shares(&self, shares: u64) -> Result<(), CgroupError> {
+    /// Sets the CPU share and idleness alone (v1 `cpu.shares`; v2 `cpu.weight`, converted; both
+    /// `cpu.idle`, where the kernel has it): how an instance made ahead of demand at the lowest
+    /// priority joins the requests' when it is taken.
+    pub fn set_cpu(&self, shares: u64, idle: bool) -> Result<(), CgroupError> {
         let shares = shares.clamp(2, 262_144);
+        let dir = if self.v2 {
+            &self.dirs[0]
+        } else {
+            &self.dirs[2]
+        };
+        // Not idle first: a weight written while idle is ignored by some kernels until then.
+        if !idle && dir.join("cpu.idle").exists() {
+            self.write(dir, "cpu.idle", "0")?;
+        }
         if self.v2 {
             // systemd's conversion from v1 shares to v2 weights.
             let weight = 1 + (shares - 2) * 9999 / 262_142;
-            self.write(&self.dirs[0], "cpu.weight", &weight.to_string())
+            self.write(dir, "cpu.weight", &weight.to_string())?;
         } else {
-            self.write(&self.dirs[2], "cpu.shares", &shares.to_string())
+            self.write(dir, "cpu.shares", &shares.to_string())?;
         }
+        if idle && dir.join("cpu.idle").exists() {
+            self.write(dir, "cpu.idle", "1")?;
+        }
+        Ok(())
     }
 
     /// Sets the memory limit. Safe to call while the instance runs: this is how an instance is resized.

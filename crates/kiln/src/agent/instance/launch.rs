@@ -31,7 +31,7 @@ impl Instance {
     }
 
     /// The coldest path, ahead of demand (a standby of a runtime that cannot fork): made at
-    /// the lowest CPU share.
+    /// the lowest CPU priority.
     pub async fn start_ahead(
         ctx: &AgentContext,
         spec: &SharedSpec,
@@ -42,7 +42,7 @@ impl Instance {
 
     /// Gives an instance made ahead of demand its function's CPU share, as a request takes it.
     pub fn join_requests(&self) {
-        if let Err(e) = self.cgroup.set_cpu_shares(limits(&self.spec).cpu_shares) {
+        if let Err(e) = self.cgroup.set_cpu(limits(&self.spec).cpu_shares, false) {
             tracing::warn!(instance = self.id, "its CPU share stays low: {e}");
         }
     }
@@ -289,6 +289,7 @@ pub(in crate::agent) fn limits(spec: &SharedSpec) -> Limits {
         pids_max: 1024,
         // Lambda gives one vCPU at 1769 MB and scales CPU with memory.
         cpu_shares: (u64::from(spec.memory_mb) * 1024 / 1769).max(2),
+        cpu_idle: false,
     }
 }
 
@@ -298,6 +299,7 @@ pub(in crate::agent) fn limits_at(spec: &SharedSpec, priority: Priority) -> Limi
         Priority::Request => limits(spec),
         Priority::Ahead => Limits {
             cpu_shares: 2,
+            cpu_idle: true,
             ..limits(spec)
         },
     }

@@ -39,8 +39,10 @@ pub const MAX_RESPONSE_BYTES: usize = 6 * 1024 * 1024;
 pub enum Priority {
     /// For a request that waits for it: its function's share.
     Request,
-    /// Ahead of demand: the lowest share, so that making it never slows the requests being
-    /// served; [`Instance::join_requests`] gives it its function's share when one takes it.
+    /// Ahead of demand: the lowest share, and SCHED_IDLE where the kernel has `cpu.idle`, so
+    /// that making it never slows the requests being served (an idle task is preempted at once
+    /// when another wakes; a low share alone still delays a request by a wake-up's latency);
+    /// [`Instance::join_requests`] gives it its function's share when one takes it.
     Ahead,
 }
 
