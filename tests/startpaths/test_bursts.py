@@ -156,3 +156,17 @@ def test_a_function_made_again_under_its_name_gets_its_own_standbys(kiln, tmp_pa
     assert status["revision"] == 1 and status["standbys_target"] == 2
     reports = burst(kiln, "burst-again", 2)
     assert [start_path(r) for r in reports] == ["hot"] * 2, reports
+
+
+def test_a_fork_server_outlives_what_its_many_forks_leave_charged_to_it(kiln, tmp_path):
+    # Each fork leaves the pages it copied before its move to its own cgroup charged to the fork
+    # server's (about 1 MB for this function): 64 spares taken by a burst and 64 made again
+    # would fill a 128 MB limit, and the fork server would be killed for memory.
+    deploy_cli(kiln, tmp_path, "burst-many", "--standbys", "64", "--memory", "128", "--warmup", "0")
+    status = standbys(kiln, "burst-many", 64)
+    reports = burst(kiln, "burst-many", 64, seconds=0.5)
+    assert all(start_path(r) == "hot" for r in reports if "Init Duration" in r), reports
+    standbys(kiln, "burst-many", 64)
+    after = snapshot_of(kiln, "burst-many")
+    assert after["state"] == "ready" and after["id"] == status["id"], "the fork server lived"
+    assert after["forks"] >= 128, after

@@ -134,7 +134,13 @@ impl Inner {
             let built = if can_fork {
                 Zygote::build(&inner.ctx, &spec, id, inner.destroying.clone())
                     .await
-                    .map(SnapshotSlot::Ready)
+                    .map(|zygote| {
+                        // Every fork alive at once: the function's instances and its spares.
+                        let forks =
+                            u64::from(spec.max_instances) + inner.config.max_standbys as u64;
+                        zygote.allow_fork_charges(forks);
+                        SnapshotSlot::Ready(zygote)
+                    })
             } else {
                 zygote::warmed_up(&inner.ctx, &spec, id, Priority::Ahead)
                     .await

@@ -18,6 +18,7 @@ mod launch;
 mod transport;
 
 pub use fork::ForkServer;
+pub(in crate::agent) use launch::limits;
 use transport::{Message, Transport};
 
 use super::frame::{FrameError, Header, ShimConn};
