@@ -8,12 +8,16 @@
 //! - [`check`]: the support check. It parses every JavaScript file of a package with oxc and
 //!   lists each construct outside the supported subset as a [`Site`]: `kiln breakout check`.
 //!
-//! Not yet: normalisation to the paper's Fig. 2 fragment, instrumentation, the trace IR and its
-//! validator, the compiler to wasm (`docs/breakout.md`).
+//! - [`normalise`]: the first step of instrumentation, source to source: loops become `while`,
+//!   `switch` becomes `if`s, destructuring declarations become one declarator per name.
+//!
+//! Not yet: the rest of normalisation (classes, destructuring parameters), instrumentation, the
+//! trace IR and its validator, the compiler to wasm (`docs/breakout.md`).
 
 #![forbid(unsafe_code)]
 
 pub mod check;
+pub mod normalise;
 mod position;
 mod site;
 
