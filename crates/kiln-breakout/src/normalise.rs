@@ -33,10 +33,16 @@ pub enum NormaliseError {
     /// The source does not parse.
     #[error("the source does not parse: {0}")]
     Parse(String),
+    /// The source nests deeper than the rewrite follows (the support check's bound).
+    #[error("the source nests deeper than {} levels", crate::check::MAX_NESTING)]
+    TooDeep,
 }
 
 /// The file's text with its loops, `switch`es and destructuring declarations rewritten.
 pub fn normalise(text: &str, kind: SourceKind) -> Result<String, NormaliseError> {
+    if crate::check::too_deep(text).is_some() {
+        return Err(NormaliseError::TooDeep);
+    }
     let allocator = Allocator::default();
     let source_type = match kind {
         SourceKind::Module => SourceType::mjs(),

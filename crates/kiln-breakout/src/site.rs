@@ -92,7 +92,7 @@ pub enum Construct {
     Syntax(String),
     /// The file is not UTF-8.
     NotUtf8,
-    /// Brackets nested deeper than the checker follows (see `check::MAX_NESTING`).
+    /// Nesting deeper than the checker follows (see `check::MAX_NESTING`).
     TooDeep,
     /// The file is larger than the checker reads (see `check::MAX_FILE_BYTES`).
     TooLarge,
@@ -223,7 +223,7 @@ impl Construct {
         let text = match self {
             Syntax(message) => return format!("the file does not parse: {message}"),
             NotUtf8 => "the file is not UTF-8 text",
-            TooDeep => "brackets are nested deeper than the checker follows (1000 levels)",
+            TooDeep => "it nests deeper than the checker follows (1000 levels)",
             TooLarge => "the file is larger than the checker reads (16 MiB)",
             NativeAddon => "a native addon runs machine code outside the traced JavaScript",
             Eval => "eval runs code made at run time, which cannot be traced ahead",

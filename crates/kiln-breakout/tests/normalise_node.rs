@@ -246,6 +246,11 @@ fn text_outside_rewritten_forms_is_kept_as_written() {
     let code = "// a comment\nconst x = 1; /* kept */\nfunction f(a) { return a * 2; }\n";
     assert_eq!(normalise(code, SourceKind::CommonJs).unwrap(), code);
     assert!(normalise("const = ;", SourceKind::CommonJs).is_err());
+    let deep = format!("x = {}1;", "!".repeat(100_000));
+    assert!(matches!(
+        normalise(&deep, SourceKind::CommonJs),
+        Err(kiln_breakout::normalise::NormaliseError::TooDeep)
+    ));
 }
 
 #[test]

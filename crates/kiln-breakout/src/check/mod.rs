@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 pub use modules::{classify, Target, INTRINSIC_PACKAGES, SDK_SCOPES};
+pub(crate) use source::too_deep;
 pub use source::{check_source, FileCheck, PackageUse, SourceKind};
 
 use crate::site::{Construct, ModuleRefusal, Site};
@@ -32,8 +33,9 @@ use crate::site::{Construct, ModuleRefusal, Site};
 /// Files larger than this are one site, unread: no function's own source is this large.
 pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
 
-/// Brackets nested deeper than this make a file one site, unparsed: the parser and the
-/// checker recurse once per level, and a forged file must not exhaust the stack.
+/// Nesting deeper than this (brackets, and chains of prefix operators, `?`, assignments and
+/// arrows within them) makes a file one site, unparsed: the parser and the checker recurse
+/// once per level, and a forged file must not exhaust the stack.
 pub const MAX_NESTING: usize = 1000;
 
 /// The stack of the thread the check runs on. Deep but legal nesting below [`MAX_NESTING`]

@@ -125,21 +125,139 @@ fn diagnostic(error: &oxc_diagnostics::OxcDiagnostic) -> (u32, String) {
     (offset, error.message.to_string())
 }
 
-/// The offset where brackets first nest deeper than [`MAX_NESTING`], if they do. Brackets in
-/// strings and comments count too: a file that trips this on its strings alone is rare enough.
-fn too_deep(text: &str) -> Option<u32> {
-    let mut depth = 0usize;
-    for (i, b) in text.bytes().enumerate() {
+/// The offset where the file first nests deeper than [`MAX_NESTING`], if it does.
+///
+/// The parser and every walk of the tree recurse once per level of brackets; once per prefix
+/// operator (`!`, `~`, unary `+`/`-`, `typeof`, `void`, `await`, `new`, `delete`, `yield`) in
+/// a row; and once per operator of a chain (`a + b + …` is a tree as deep as it is long,
+/// `a ? b : c ? d : …`, `x = y = …`, `a => b => …`). A forged file of a million of them would
+/// exhaust any stack. This counts levels the same way, skipping strings and comments, without
+/// a full lexer: it may count an operator or two too many, never a level too few.
+pub(crate) fn too_deep(text: &str) -> Option<u32> {
+    let bytes = text.as_bytes();
+    // Per enclosing bracket, the chain it interrupted and the levels it added; their sum.
+    let mut outer: Vec<(usize, usize)> = Vec::new();
+    let mut outer_levels = 0usize;
+    // Operators since the last `,` or `;` at this bracket level.
+    let mut chain = 0usize;
+    // Prefix operators since the last operand.
+    let mut prefix = 0usize;
+    // The previous byte that is not white space: whether a `+` or `-` is a prefix operator.
+    let mut previous = b';';
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        let start = i;
+        let next = bytes.get(i + 1).copied();
         match b {
+            b'/' if next == Some(b'/') => {
+                while i < bytes.len() && bytes[i] != b'\n' {
+                    i += 1;
+                }
+                continue;
+            }
+            b'/' if next == Some(b'*') => {
+                i += 2;
+                while i < bytes.len() && !(bytes[i] == b'*' && bytes.get(i + 1) == Some(&b'/')) {
+                    i += 1;
+                }
+                i += 2;
+                continue;
+            }
+            b'\'' | b'"' | b'`' => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != b {
+                    if bytes[i] == b'\\' {
+                        i += 1;
+                    }
+                    i += 1;
+                }
+                prefix = 0;
+            }
             b'(' | b'[' | b'{' => {
-                depth += 1;
-                if depth > MAX_NESTING {
-                    return Some(u32::try_from(i).unwrap_or(u32::MAX));
+                // The bracket's own level, and the chain and prefixes it sits in.
+                let levels = chain + prefix + 1;
+                outer.push((chain, levels));
+                outer_levels += levels;
+                chain = 0;
+                prefix = 0;
+            }
+            b')' | b']' | b'}' => {
+                let (restored, levels) = outer.pop().unwrap_or((0, 0));
+                outer_levels -= levels;
+                chain = restored;
+                // The bracket was the operand of the prefixes before it.
+                prefix = 0;
+            }
+            b',' | b';' => {
+                chain = 0;
+                prefix = 0;
+            }
+            b'!' | b'~' => prefix += 1,
+            b'+' | b'-' if operand_expected(previous) => prefix += 1,
+            b'?' | b'+' | b'-' | b'*' | b'/' | b'%' | b'&' | b'|' | b'^' | b'<' | b'>' => {
+                chain += 1
+            }
+            b'=' => {
+                let arrow = next == Some(b'>');
+                let assignment =
+                    next != Some(b'=') && !matches!(previous, b'=' | b'!' | b'<' | b'>');
+                if arrow || assignment {
+                    chain += 1;
                 }
             }
-            b')' | b']' | b'}' => depth = depth.saturating_sub(1),
+            b if b.is_ascii_alphanumeric() || b == b'_' || b == b'$' => {
+                while i + 1 < bytes.len()
+                    && (bytes[i + 1].is_ascii_alphanumeric()
+                        || bytes[i + 1] == b'_'
+                        || bytes[i + 1] == b'$')
+                {
+                    i += 1;
+                }
+                match &bytes[start..=i] {
+                    b"typeof" | b"void" | b"await" | b"new" | b"delete" | b"yield" => prefix += 1,
+                    b"in" | b"instanceof" => chain += 1,
+                    _ => prefix = 0,
+                }
+            }
             _ => {}
         }
+        if outer_levels + chain + prefix > MAX_NESTING {
+            return Some(u32::try_from(start).unwrap_or(u32::MAX));
+        }
+        if let Some(&last) = bytes.get(i) {
+            if !last.is_ascii_whitespace() {
+                previous = last;
+            }
+        }
+        i += 1;
     }
     None
+}
+
+/// Whether, after `previous`, an operand (not an operator) comes next: a `+` or `-` there is
+/// a prefix operator.
+fn operand_expected(previous: u8) -> bool {
+    matches!(
+        previous,
+        b'(' | b'['
+            | b'{'
+            | b','
+            | b';'
+            | b':'
+            | b'?'
+            | b'='
+            | b'+'
+            | b'-'
+            | b'*'
+            | b'/'
+            | b'%'
+            | b'!'
+            | b'~'
+            | b'&'
+            | b'|'
+            | b'^'
+            | b'<'
+            | b'>'
+    )
 }

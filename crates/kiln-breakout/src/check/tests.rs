@@ -251,7 +251,44 @@ fn brackets_nested_too_deep_are_one_site() {
     let found = check_source("t.js", &text, SourceKind::CommonJs);
     assert_eq!(found.sites.len(), 1);
     assert_eq!(found.sites[0].construct, Construct::TooDeep);
-    assert_eq!(found.sites[0].col, 5 + MAX_NESTING as u32);
+    // The assignment is one level, each bracket another: the 1000th bracket is one too many.
+    assert_eq!(found.sites[0].col, 4 + MAX_NESTING as u32);
+}
+
+#[test]
+fn long_chains_of_prefix_operators_ternaries_and_assignments_are_one_site() {
+    for text in [
+        format!("x = {}1;", "!".repeat(200_000)),
+        format!("x = {}1;", "- ".repeat(200_000)),
+        format!("x = {}1;", "a ? b : ".repeat(100_000)),
+        format!("{}1;", "x = ".repeat(100_000)),
+        format!("f = {}1;", "a => ".repeat(100_000)),
+        format!("x = {}1;", "typeof ".repeat(100_000)),
+        format!("s = 'a'{};", " + 'a'".repeat(100_000)),
+        // Chains inside brackets add up.
+        format!("x = {}1{};", "!!!(".repeat(300), ")".repeat(300)),
+    ] {
+        let found = check_source("t.js", &text, SourceKind::CommonJs);
+        assert_eq!(found.sites.len(), 1, "{}", &text[..40]);
+        assert_eq!(found.sites[0].construct, Construct::TooDeep);
+    }
+}
+
+#[test]
+fn long_flat_code_is_not_too_deep() {
+    // Statements, arguments and elements do not nest; nor do strings and comments.
+    let statements = "x = !a ? -b + 1 : c * 2;\n".repeat(10_000);
+    let arguments = format!("f({});", "a + 1, ".repeat(10_000));
+    let banner = format!(
+        "/*{}*/\n// {}\nconst s = '{}';",
+        "*".repeat(5_000),
+        "-".repeat(5_000),
+        "!".repeat(5_000)
+    );
+    for text in [statements, arguments, banner] {
+        let found = check_source("t.js", &text, SourceKind::CommonJs);
+        assert!(found.sites.is_empty(), "{:?}", found.sites);
+    }
 }
 
 #[test]
