@@ -15,7 +15,8 @@ use crate::site::{Construct, ModuleSyntax, Site};
 
 /// How Node loads a file: as an ES module (`.mjs`, or `.js` under `"type": "module"`) or as
 /// CommonJS (`.cjs`, other `.js`: sloppy mode unless `"use strict"`, `return` allowed at the
-/// top level, `require` and `module` in scope).
+/// top level, `require` and `module` in scope). A CommonJS file that parses only as a module
+/// is checked as one, as Node 22 detects it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SourceKind {
     Module,
@@ -66,7 +67,19 @@ pub fn check_source(file: &str, text: &str, kind: SourceKind) -> FileCheck {
     if let Some(offset) = too_deep(text) {
         return one_site(offset, Construct::TooDeep);
     }
-    match catch_unwind(AssertUnwindSafe(|| check_parsed(file, text, kind, &index))) {
+    let check = || {
+        let first = check_parsed(file, text, kind, &index);
+        // A `.js` file with `import`/`export` outside a `"type": "module"` package: Node 22
+        // loads it as an ES module (syntax detection); Node 20 cannot load it at all, so it is
+        // dead code there (packages ship such files for bundlers). Either way, not an error.
+        match first {
+            Err(_) if kind == SourceKind::CommonJs => {
+                check_parsed(file, text, SourceKind::Module, &index).or(first)
+            }
+            _ => first,
+        }
+    };
+    match catch_unwind(AssertUnwindSafe(check)) {
         Ok(Ok(found)) => found,
         Ok(Err((offset, message))) => one_site(offset, Construct::Syntax(message)),
         Err(_) => one_site(

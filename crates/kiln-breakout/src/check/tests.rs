@@ -242,6 +242,21 @@ fn a_file_that_does_not_parse_is_one_site_with_the_parsers_message() {
 }
 
 #[test]
+fn a_commonjs_file_with_module_syntax_is_checked_as_a_module() {
+    // Packages ship ES module builds as `.js` for bundlers; Node 22 detects them.
+    let found = check_source(
+        "dist-es/index.js",
+        "export * from './a.js';\nimport fs from 'fs';\nexport const x = eval('1');",
+        SourceKind::CommonJs,
+    );
+    let names: Vec<String> = found.sites.iter().map(|s| s.construct.name()).collect();
+    assert_eq!(names, ["import 'fs'", "eval"]);
+    // A file that parses neither way keeps the CommonJS parser's message.
+    let broken = check_source("t.js", "export const = 1;", SourceKind::CommonJs);
+    assert!(matches!(broken.sites[0].construct, Construct::Syntax(_)));
+}
+
+#[test]
 fn brackets_nested_too_deep_are_one_site() {
     let text = format!(
         "x = {}1{};",
