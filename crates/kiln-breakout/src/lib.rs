@@ -9,10 +9,11 @@
 //!   lists each construct outside the supported subset as a [`Site`]: `kiln breakout check`.
 //!
 //! - [`normalise`]: the first step of instrumentation, source to source: loops become `while`,
-//!   `switch` becomes `if`s, destructuring declarations become one declarator per name.
+//!   `switch` becomes `if`s, destructuring declarations and parameters become one declarator
+//!   per name.
 //!
-//! Not yet: the rest of normalisation (classes, destructuring parameters), instrumentation, the
-//! trace IR and its validator, the compiler to wasm (`docs/breakout.md`).
+//! Not yet: the rest of normalisation (classes, destructuring assignments, branches as `if`s),
+//! instrumentation, the trace IR and its validator, the compiler to wasm (`docs/breakout.md`).
 
 #![forbid(unsafe_code)]
 

@@ -6,9 +6,11 @@
 //!   labelled block around the loop's body (Fig. 2 has labels and `break`, no `continue`);
 //! - `switch` becomes `if`s over the index of the matching case, fall-through included;
 //! - destructuring declarations (`const {a, b: [c = 1, ...d]} = e`, and in `for…of` heads)
-//!   become one declarator per name.
+//!   become one declarator per name;
+//! - parameters with a pattern or a default become plain ones, destructured by a `let` at the
+//!   start of the body (an arrow's expression body becomes a block).
 //!
-//! Not yet (left as written): destructuring parameters and assignments, classes. Where the
+//! Not yet (left as written): destructuring assignments, classes. Where the
 //! rewrite still differs from JavaScript (`docs/breakout.md` lists it): a closure made in a
 //! `for (let …)` loop sees the variable's last value, not its iteration's copy; a `let` in one
 //! `case` is not visible in the next; leaving a `for…of` early does not call the iterator's
@@ -256,6 +258,49 @@ impl<'s> Rewriter<'s> {
     }
 }
 
+impl Rewriter<'_> {
+    /// Parameters with a pattern or a default become fresh names; returns the `let` that
+    /// binds what they held, for the start of the body (empty when every parameter is plain).
+    fn parameters(&mut self, params: &FormalParameters<'_>) -> String {
+        let mut parts = Vec::new();
+        let mut renamed = Vec::new();
+        for param in &params.items {
+            let plain = matches!(param.pattern, BindingPattern::BindingIdentifier(_));
+            if plain && param.initializer.is_none() {
+                continue;
+            }
+            let name = self.fresh("p");
+            let value = match &param.initializer {
+                Some(default) => {
+                    format!(
+                        "({name} === undefined ? ({}) : {name})",
+                        self.text(default.span())
+                    )
+                }
+                None => name.clone(),
+            };
+            self.declarators(&param.pattern, value, &mut parts);
+            renamed.push((param.span, name));
+        }
+        if let Some(rest) = &params.rest {
+            let argument = &rest.rest.argument;
+            if !matches!(argument, BindingPattern::BindingIdentifier(_)) {
+                let name = self.fresh("p");
+                self.declarators(argument, name.clone(), &mut parts);
+                renamed.push((argument.span(), name));
+            }
+        }
+        for (span, name) in renamed {
+            self.replace(span, name);
+        }
+        if parts.is_empty() {
+            String::new()
+        } else {
+            format!("let {};", parts.join(", "))
+        }
+    }
+}
+
 fn kind_text(kind: VariableDeclarationKind) -> &'static str {
     match kind {
         VariableDeclarationKind::Var => "var",
@@ -293,6 +338,14 @@ impl<'a> Visit<'a> for Rewriter<'_> {
         self.with_target(TargetKind::Function, |this| {
             walk::walk_function(this, it, flags)
         });
+        if let Some(body) = &it.body {
+            let declarations = self.parameters(&it.params);
+            if !declarations.is_empty() {
+                // After the `{`: a function with such parameters cannot have a directive.
+                let at = body.span.start + 1;
+                self.replace(Span::new(at, at), format!(" {declarations}"));
+            }
+        }
     }
 
     fn visit_arrow_function_expression(&mut self, it: &ArrowFunctionExpression<'a>) {
@@ -300,6 +353,21 @@ impl<'a> Visit<'a> for Rewriter<'_> {
         self.with_target(TargetKind::Function, |this| {
             walk::walk_arrow_function_expression(this, it)
         });
+        let declarations = self.parameters(&it.params);
+        if declarations.is_empty() {
+            return;
+        }
+        match &it.body {
+            ArrowFunctionBody::FunctionBody(body) => {
+                let at = body.span.start + 1;
+                self.replace(Span::new(at, at), format!(" {declarations}"));
+            }
+            expression => {
+                let span = expression.span();
+                let value = self.text(span);
+                self.replace(span, format!("{{ {declarations} return ({value}); }}"));
+            }
+        }
     }
 
     fn visit_continue_statement(&mut self, it: &ContinueStatement<'a>) {

@@ -64,6 +64,12 @@ impl<'a> Visit<'a> for Leftovers {
         self.0.push("continue");
         walk::walk_continue_statement(self, it);
     }
+    fn visit_formal_parameter(&mut self, it: &FormalParameter<'a>) {
+        if it.initializer.is_some() || !matches!(it.pattern, BindingPattern::BindingIdentifier(_)) {
+            self.0.push("parameter pattern or default");
+        }
+        walk::walk_formal_parameter(self, it);
+    }
     fn visit_variable_declarator(&mut self, it: &VariableDeclarator<'a>) {
         if it.init.is_some() && !matches!(it.id, BindingPattern::BindingIdentifier(_)) {
             self.0.push("destructuring");
@@ -211,6 +217,25 @@ console.log(a, first, third, others.length, d, ef, g, JSON.stringify(rest), p, q
 }
 
 #[test]
+fn parameters_with_patterns_and_defaults_become_plain() {
+    same_in_node(
+        r#"
+function f({ a, b: [c, d = 4] = [] }, e = a + 1, ...[g, h]) {
+  return [a, c, d, e, g, h].join();
+}
+const arrow = async ({ prefix = "x" } = {}) => prefix.toUpperCase();
+const object = ({ x }) => ({ x, twice: x * 2 });
+const plain = (a, b) => a + b;
+class K { m({ v } = { v: "m" }) { return v; } }
+(async () => {
+  console.log(f({ a: 1, b: [2] }), f({ a: 5 }, 0, 7, 8), await arrow(), await arrow({ prefix: "ab" }));
+  console.log(JSON.stringify(object({ x: 3 })), plain(1, 2), new K().m(), new K().m({ v: 9 }));
+})();
+"#,
+    );
+}
+
+#[test]
 fn the_maze_autocomplete_and_shift_handlers_answer_the_same() {
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     for (name, inputs) in [
@@ -332,6 +357,7 @@ fn running_programs() -> impl Strategy<Value = String> {
         Just("{ const { p, ...q } = o; out.push(p, Object.keys(q).join()); }"),
         Just("{ let [m = 1, , ...n] = xs; out.push(m.length, n.length); }"),
         Just("f(() => { for (;;) { out.push('f'); break; } });"),
+        Just("out.push((({ p: z }, [w = 2] = [], k = z) => z + w + k)(o));"),
     ]
     .prop_map(String::from);
     let statements = leaf.prop_recursive(3, 32, 4, |inner| {
