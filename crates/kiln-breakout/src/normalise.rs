@@ -10,11 +10,12 @@
 //! - parameters with a pattern or a default become plain ones, destructured by a `let` at the
 //!   start of the body (an arrow's expression body becomes a block).
 //!
-//! Not yet (left as written): destructuring assignments, classes. Where the
-//! rewrite still differs from JavaScript (`docs/breakout.md` lists it): a closure made in a
-//! `for (let …)` loop sees the variable's last value, not its iteration's copy; a `let` in one
-//! `case` is not visible in the next; leaving a `for…of` early does not call the iterator's
-//! `return`.
+//! A `for (let …)` loop whose body makes closures keeps JavaScript's per-iteration copies of
+//! its variables.
+//!
+//! Not yet (left as written): destructuring assignments, classes. Where the rewrite still
+//! differs from JavaScript (`docs/breakout.md` lists it): a `let` in one `case` is not visible
+//! in the next; leaving a `for…of` early does not call the iterator's `return`.
 //!
 //! The rewrite works on the source text: each rewritten node's new text is built from its
 //! children's text (rewritten first, bottom-up) and the rest is copied as written, comments and
@@ -119,6 +120,8 @@ struct Rewriter<'s> {
     /// Labels seen on the way to the statement being visited.
     pending_labels: Vec<String>,
     rest_helper: bool,
+    /// Functions (and arrows) visited so far: whether a loop's body made closures.
+    functions: usize,
 }
 
 impl<'s> Rewriter<'s> {
@@ -135,6 +138,7 @@ impl<'s> Rewriter<'s> {
             targets: Vec::new(),
             pending_labels: Vec::new(),
             rest_helper: false,
+            functions: 0,
         }
     }
 
@@ -301,6 +305,30 @@ impl Rewriter<'_> {
     }
 }
 
+/// The names a binding pattern declares.
+fn bound_names(pattern: &BindingPattern<'_>, out: &mut Vec<String>) {
+    match pattern {
+        BindingPattern::BindingIdentifier(ident) => out.push(ident.name.to_string()),
+        BindingPattern::AssignmentPattern(assign) => bound_names(&assign.left, out),
+        BindingPattern::ObjectPattern(object) => {
+            for property in &object.properties {
+                bound_names(&property.value, out);
+            }
+            if let Some(rest) = &object.rest {
+                bound_names(&rest.argument, out);
+            }
+        }
+        BindingPattern::ArrayPattern(array) => {
+            for element in array.elements.iter().flatten() {
+                bound_names(element, out);
+            }
+            if let Some(rest) = &array.rest {
+                bound_names(&rest.argument, out);
+            }
+        }
+    }
+}
+
 fn kind_text(kind: VariableDeclarationKind) -> &'static str {
     match kind {
         VariableDeclarationKind::Var => "var",
@@ -334,6 +362,7 @@ impl<'a> Visit<'a> for Rewriter<'_> {
     }
 
     fn visit_function(&mut self, it: &Function<'a>, flags: ScopeFlags) {
+        self.functions += 1;
         self.pending_labels.clear();
         self.with_target(TargetKind::Function, |this| {
             walk::walk_function(this, it, flags)
@@ -349,6 +378,7 @@ impl<'a> Visit<'a> for Rewriter<'_> {
     }
 
     fn visit_arrow_function_expression(&mut self, it: &ArrowFunctionExpression<'a>) {
+        self.functions += 1;
         self.pending_labels.clear();
         self.with_target(TargetKind::Function, |this| {
             walk::walk_arrow_function_expression(this, it)
@@ -412,6 +442,7 @@ impl<'a> Visit<'a> for Rewriter<'_> {
     }
 
     fn visit_for_statement(&mut self, it: &ForStatement<'a>) {
+        let functions = self.functions;
         let target = self.with_target(TargetKind::Loop, |this| walk::walk_for_statement(this, it));
         let init = it
             .init
@@ -425,12 +456,55 @@ impl<'a> Visit<'a> for Rewriter<'_> {
         let update = it
             .update
             .as_ref()
-            .map(|u| format!(" {};", self.text(u.span())))
+            .map(|u| format!("{};", self.text(u.span())))
             .unwrap_or_default();
         let body = self.body(&it.body, &target);
+        // A closure made in the loop sees its iteration's copy of a `let` of the head: each
+        // iteration gets fresh bindings, copied from the last before the update runs.
+        let mut names = Vec::new();
+        if let Some(ForStatementInit::VariableDeclaration(declaration)) = &it.init {
+            if declaration.kind == VariableDeclarationKind::Let && self.functions > functions {
+                for declarator in &declaration.declarations {
+                    bound_names(&declarator.id, &mut names);
+                }
+            }
+        }
+        if names.is_empty() {
+            self.replace(
+                it.span,
+                format!("{{ {init}; while ({test}) {{ {body} {update} }} }}"),
+            );
+            return;
+        }
+        let carried: Vec<String> = names.iter().map(|_| self.fresh("carried")).collect();
+        let first = self.fresh("first");
+        let assign = |from: &[String], to: &[String]| -> String {
+            from.iter()
+                .zip(to)
+                .map(|(f, t)| format!("{t} = {f};"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let declare_carried = names
+            .iter()
+            .zip(&carried)
+            .map(|(n, c)| format!("{c} = {n}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let fresh_copies = carried
+            .iter()
+            .zip(&names)
+            .map(|(c, n)| format!("{n} = {c}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let carry_out = assign(&names, &carried);
         self.replace(
             it.span,
-            format!("{{ {init}; while ({test}) {{ {body}{update} }} }}"),
+            format!(
+                "{{ {init}; let {declare_carried}; let {first} = true; while (true) {{ \
+                 let {fresh_copies}; if ({first}) {{ {first} = false; }} else {{ {update} }} \
+                 if (!({test})) {{ break; }} {body} {carry_out} }} }}"
+            ),
         );
     }
 

@@ -134,6 +134,27 @@ console.log(JSON.stringify(out), j);
 }
 
 #[test]
+fn closures_made_in_a_for_let_loop_see_their_iterations_copy() {
+    same_in_node(
+        r#"
+const fns = [];
+for (let i = 0, j = 10; i < 4; i++, j--) {
+  if (i === 1) continue;
+  fns.push(() => [i, j]);
+  i += 0;
+}
+const later = [];
+for (let k = 0; k < 3; k++) {
+  later.push(() => k);
+  if (k === 1) break;
+}
+for (let [a, b] = [0, 1]; a < 2; a++) later.push(() => a + b);
+console.log(JSON.stringify(fns.map((f) => f())), later.map((f) => f()).join());
+"#,
+    );
+}
+
+#[test]
 fn do_while_runs_its_body_once_and_continue_goes_to_the_test() {
     same_in_node(
         r#"
