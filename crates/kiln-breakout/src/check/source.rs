@@ -47,7 +47,10 @@ pub struct PackageUse {
 
 /// Checks one file's text; `file` is the name its sites carry.
 ///
-/// Never panics: a file that does not parse, or that the parser gives up on, is one site.
+/// Never panics: a file that does not parse, or that the parser gives up on, is one site. It
+/// recurses up to [`MAX_NESTING`] levels (deeper files are one site, unparsed), which can take
+/// more than a default thread's 2 MiB of stack: [`super::check_dir`] runs it on a thread of
+/// 256 MiB.
 pub fn check_source(file: &str, text: &str, kind: SourceKind) -> FileCheck {
     // A byte-order mark is not part of the source (and editors do not count it as a column).
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
