@@ -1,5 +1,6 @@
 //! The `kiln` command line: talks to a running kiln over its signed HTTP API.
 
+pub mod breakout;
 mod client;
 pub mod s3;
 
@@ -72,6 +73,8 @@ pub enum Command {
     },
     /// Use the object store: ls, cp, mb, rb, rm, presign, credentials.
     S3(s3::S3Args),
+    /// The BREAKOUT fast path: `check DIR` lists a package's unsupported constructs.
+    Breakout(breakout::BreakoutArgs),
 }
 
 #[derive(Args, Debug)]
@@ -159,9 +162,12 @@ pub struct InvokeArgs {
 }
 
 pub fn run(connection: Connection, command: Command) -> anyhow::Result<i32> {
-    if let Command::S3(args) = command {
-        return s3::run(connection, args);
-    }
+    let command = match command {
+        Command::S3(args) => return s3::run(connection, args),
+        // Local: no server, no credentials.
+        Command::Breakout(args) => return breakout::run(args, connection.json),
+        other => other,
+    };
     let client = Client::connect(&connection)?;
     let json_output = connection.json;
     match command {
@@ -205,7 +211,7 @@ pub fn run(connection: Connection, command: Command) -> anyhow::Result<i32> {
             functions,
             rm,
         } => sequence(&client, name.as_deref(), functions, rm, json_output),
-        Command::S3(_) => unreachable!("handled above"),
+        Command::S3(_) | Command::Breakout(_) => unreachable!("handled above"),
     }
 }
 

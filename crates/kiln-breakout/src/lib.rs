@@ -1,0 +1,26 @@
+//! BREAKOUT for kiln: trace-compiled fast paths for Node functions (Herbert and Guha, "A
+//! Language-based Serverless Function Accelerator"). A function is instrumented, traced while
+//! it runs in its sandbox, and the trace compiled; later requests run the compiled trace, and a
+//! request that leaves the traced paths (☠, "unknown behaviour") runs in the sandbox.
+//!
+//! This crate takes untrusted input (a tenant's package, later its traces), so it is pure,
+//! safe Rust, and its parsers are fuzzed. What is here so far:
+//! - [`check`]: the support check. It parses every JavaScript file of a package with oxc and
+//!   lists each construct outside the supported subset as a [`Site`]: `kiln breakout check`.
+//!
+//! - [`normalise`]: the first step of instrumentation, source to source: loops become `while`,
+//!   `switch` becomes `if`s, destructuring declarations and parameters become one declarator
+//!   per name.
+//!
+//! Not yet: the rest of normalisation (classes, destructuring assignments, branches as `if`s),
+//! instrumentation, the trace IR and its validator, the compiler to wasm (`docs/breakout.md`).
+
+#![forbid(unsafe_code)]
+
+pub mod check;
+pub mod normalise;
+mod position;
+mod site;
+
+pub use check::{check_dir, check_source, CheckError, Report, SourceKind};
+pub use site::{Construct, ModuleRefusal, ModuleSyntax, Site};

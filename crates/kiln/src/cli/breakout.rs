@@ -1,0 +1,70 @@
+//! `kiln breakout …`: the BREAKOUT fast path's tools that need no server.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+
+#[derive(Args, Debug)]
+pub struct BreakoutArgs {
+    #[command(subcommand)]
+    pub command: BreakoutCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum BreakoutCommand {
+    /// List the constructs of a function's package outside the subset the fast path supports,
+    /// as `file:line:col: construct: reason` (docs/breakout.md). Exit status: 0 when there
+    /// are none, 1 when there are, 2 when DIR cannot be checked.
+    Check {
+        /// The function's package: the directory `kiln deploy --code` would zip.
+        dir: PathBuf,
+    },
+}
+
+/// Exit status of a check that found unsupported constructs.
+const FOUND: i32 = 1;
+/// Exit status of a check that could not run.
+const CANNOT_CHECK: i32 = 2;
+
+pub fn run(args: BreakoutArgs, json_output: bool) -> anyhow::Result<i32> {
+    match args.command {
+        BreakoutCommand::Check { dir } => check(&dir, json_output),
+    }
+}
+
+fn check(dir: &std::path::Path, json_output: bool) -> anyhow::Result<i32> {
+    let report = match kiln_breakout::check::check_dir(dir) {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("kiln: {}", error_chain(&e));
+            return Ok(CANNOT_CHECK);
+        }
+    };
+    if json_output {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        for site in &report.sites {
+            println!("{site}");
+        }
+        eprintln!(
+            "{} unsupported construct{} in {} file{} checked",
+            report.sites.len(),
+            if report.sites.len() == 1 { "" } else { "s" },
+            report.files_checked,
+            if report.files_checked == 1 { "" } else { "s" },
+        );
+    }
+    Ok(if report.sites.is_empty() { 0 } else { FOUND })
+}
+
+/// An error and its sources, `: `-separated.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        source = e.source();
+    }
+    text
+}
