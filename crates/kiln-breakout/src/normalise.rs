@@ -24,9 +24,9 @@
 use oxc_allocator::Allocator;
 use oxc_ast::ast::*;
 use oxc_ast_visit::{walk, Visit};
-use oxc_parser::{ParseOptions, Parser};
+use oxc_parser::Parser;
 use oxc_semantic::ScopeFlags;
-use oxc_span::{GetSpan, SourceType, Span};
+use oxc_span::{GetSpan, Span};
 
 use crate::check::SourceKind;
 
@@ -47,14 +47,7 @@ pub fn normalise(text: &str, kind: SourceKind) -> Result<String, NormaliseError>
         return Err(NormaliseError::TooDeep);
     }
     let allocator = Allocator::default();
-    let source_type = match kind {
-        SourceKind::Module => SourceType::mjs(),
-        SourceKind::CommonJs => SourceType::cjs(),
-    };
-    let options = ParseOptions {
-        allow_return_outside_function: kind == SourceKind::CommonJs,
-        ..ParseOptions::default()
-    };
+    let (source_type, options) = kind.parse_setup();
     let parsed = Parser::new(&allocator, text, source_type)
         .with_options(options)
         .parse();

@@ -23,6 +23,22 @@ pub enum SourceKind {
     CommonJs,
 }
 
+impl SourceKind {
+    /// How oxc parses a file of this kind: its source type, and the options every parse of it
+    /// shares (a CommonJS module's top level is a function body, so `return` is allowed).
+    pub(crate) fn parse_setup(self) -> (SourceType, ParseOptions) {
+        let source_type = match self {
+            SourceKind::Module => SourceType::mjs(),
+            SourceKind::CommonJs => SourceType::cjs(),
+        };
+        let options = ParseOptions {
+            allow_return_outside_function: self == SourceKind::CommonJs,
+            ..ParseOptions::default()
+        };
+        (source_type, options)
+    }
+}
+
 /// What checking one file found.
 #[derive(Debug, Default)]
 pub struct FileCheck {
@@ -100,17 +116,13 @@ fn check_parsed(
     index: &LineIndex<'_>,
 ) -> Result<FileCheck, (u32, String)> {
     let allocator = Allocator::default();
-    let source_type = match kind {
-        SourceKind::Module => SourceType::mjs(),
-        SourceKind::CommonJs => SourceType::cjs(),
-    };
+    let (source_type, options) = kind.parse_setup();
     let options = ParseOptions {
-        allow_return_outside_function: kind == SourceKind::CommonJs,
         // A pattern Node would refuse is a syntax error here too.
         parse_regular_expression: true,
         // `require(('fs'))` is `require('fs')`.
         preserve_parens: false,
-        ..ParseOptions::default()
+        ..options
     };
     let parsed = Parser::new(&allocator, text, source_type)
         .with_options(options)
