@@ -139,6 +139,9 @@ def kiln_metrics(server):
 
 def test_kiln_turns_the_kernels_favordynmods_on(kiln):
     # Moving a fork into its cgroup then takes no RCU grace period (several ms on cgroup v1).
+    refused = [line for line in kiln.output if "waits for the kernel" in line]
+    if refused:
+        pytest.skip(f"this kernel has no favordynmods: {refused[0]}")
     mounts = open("/proc/self/mountinfo").read().splitlines()
     favoured = [m for m in mounts if " - cgroup" in m and "favordynmods" in m.split(" - ")[1].split()[2].split(",")]
     assert favoured, "no cgroup hierarchy is mounted with favordynmods"
