@@ -71,7 +71,8 @@ def test_metrics_expose_invocations_and_instances(kiln):
         return int(match.group(1))
     assert value(r'kiln_invocations_total\{function="metered"\}') >= 2
     assert value(r'kiln_errors_total\{function="metered"\}') >= 1
-    assert value(r'kiln_cold_starts_total\{function="metered",path="(?:coldest|warm)"\}') >= 1
+    # Whichever path the first start took (hot once the snapshot was ready in time).
+    assert value(r'kiln_cold_starts_total\{function="metered",path="(?:coldest|warm|hot)"\}') >= 1
     assert value(r'kiln_instances\{function="metered",state="idle"\}') >= 1
     assert 'kiln_invocation_duration_seconds_bucket{' in text
     assert 'kiln_memory_bytes{kind="budget"}' in text
