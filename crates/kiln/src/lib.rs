@@ -7,9 +7,11 @@
 pub mod agent;
 pub mod api;
 pub mod auth;
+pub mod burst;
 pub mod cli;
 pub mod controller;
 pub mod function;
+pub mod http_event;
 pub mod logs;
 pub mod metrics;
 pub mod objects;

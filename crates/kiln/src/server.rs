@@ -219,8 +219,10 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     let verifier = Verifier::new(move |key: &str| {
         (key == lookup.access_key_id).then(|| lookup.secret_access_key.clone())
     });
+    let apps = crate::burst::Apps::open(controller.clone(), &data_dir).await?;
     let state = Arc::new(AppState {
         controller: controller.clone(),
+        apps: apps.clone(),
         verifier,
         credentials,
     });
@@ -266,6 +268,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     })
     .await?;
     let _ = drain.await;
+    apps.stop();
     controller.save_models();
     // After the functions: they may use the store until their last invocation ends.
     // It kept serving during the agent's grace period; in-flight requests get a little more.

@@ -184,7 +184,11 @@ pub async fn metrics(State(state): State<SharedState>) -> Response {
             "content-type",
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        state.controller.render_metrics(),
+        {
+            let mut text = state.controller.render_metrics();
+            crate::burst::render_metrics(&state.apps.statuses(), &mut text);
+            text
+        },
     )
         .into_response()
 }

@@ -3,6 +3,7 @@
 //! Handlers parse and authenticate; the [`Controller`] decides. [`ApiError`] maps every
 //! controller error to Lambda's status code and error body in one place.
 
+mod apps;
 mod functions;
 mod invoke;
 mod kiln;
@@ -24,6 +25,8 @@ use crate::controller::{Controller, ControllerError};
 /// Shared state of all handlers.
 pub struct AppState {
     pub controller: Arc<Controller>,
+    /// Burst offloading's apps, each with its gateway.
+    pub apps: Arc<crate::burst::Apps>,
     pub verifier: Verifier,
     pub credentials: Credentials,
 }
@@ -104,6 +107,13 @@ pub fn router(state: SharedState) -> Router {
                 .put(kiln::put_sequence)
                 .delete(kiln::delete_sequence),
         )
+        .route("/kiln/v1/apps", get(apps::list))
+        .route(
+            "/kiln/v1/apps/{name}",
+            get(apps::get).put(apps::put).delete(apps::delete),
+        )
+        .route("/kiln/v1/apps/{name}/routes", get(apps::routes))
+        .route("/kiln/v1/apps/{name}/status", get(apps::status))
         .route("/metrics", get(kiln::metrics))
         .route("/health", get(kiln::health))
         .fallback(not_found)

@@ -1,5 +1,6 @@
 //! The `kiln` command line: talks to a running kiln over its signed HTTP API.
 
+mod app;
 pub mod breakout;
 mod client;
 pub mod s3;
@@ -75,6 +76,9 @@ pub enum Command {
     S3(s3::S3Args),
     /// The BREAKOUT fast path: `check DIR` lists a package's unsupported constructs.
     Breakout(breakout::BreakoutArgs),
+    /// Burst offloading: a web app's gateway, which serves part of its heavy routes from a
+    /// function during bursts (create, set, get, routes, status, rm).
+    App(Box<app::AppArgs>),
 }
 
 #[derive(Args, Debug)]
@@ -211,6 +215,7 @@ pub fn run(connection: Connection, command: Command) -> anyhow::Result<i32> {
             functions,
             rm,
         } => sequence(&client, name.as_deref(), functions, rm, json_output),
+        Command::App(args) => app::run(&client, *args, json_output),
         Command::S3(_) | Command::Breakout(_) => unreachable!("handled above"),
     }
 }

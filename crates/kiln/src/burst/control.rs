@@ -1,0 +1,390 @@
+//! The offload controller: for each offloadable request, the monolith or a function.
+//!
+//! Pure over its inputs (the clock is passed in), so its rules are unit- and property-tested.
+//! The gateway calls [`Control::decide`] per request, [`Control::observe`] per answer from the
+//! monolith, and [`Control::tick`] every [`TICK`].
+//!
+//! - `spill` (default): a limit L of requests in flight per upstream. A request that would pass
+//!   it goes to a function, decided per request. L is set (`--max-inflight`) or learned by a
+//!   gradient rule on the slowdown (Envoy's adaptive concurrency): each tick,
+//!   `L ← L·clamp(TARGET_SLOWDOWN / p90 slowdown, ½, 2) (+ √L when growing)`.
+//! - `ratio`: during a burst, exactly that share of offloadable requests goes to functions.
+//! - `slo`: the share follows a PI controller on the monolith's p99 against a target.
+//!
+//! A burst begins when L is reached, or the slowdown (or, for `slo`, the p99) trips for one
+//! tick; it ends `cooldown` after the last of these. A failing upstream spills everything
+//! offloadable in every mode.
+
+use std::time::{Duration, Instant};
+
+use super::profile::Histogram;
+
+/// How often the controller learns.
+pub const TICK: Duration = Duration::from_millis(100);
+/// The slowdown the learned limit aims at.
+pub const TARGET_SLOWDOWN: f64 = 1.25;
+/// A tick whose p90 slowdown is over this starts a burst.
+pub const TRIP_SLOWDOWN: f64 = 2.0;
+/// The learned limit before anything is learned, and its bounds.
+pub const INITIAL_LIMIT: f64 = 8.0;
+const MAX_LIMIT: f64 = 10_000.0;
+
+/// How an app chooses between the monolith and its function.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Policy {
+    Spill { max_inflight: Option<u32> },
+    Ratio { ratio: f64 },
+    Slo { p99_ms: f64 },
+}
+
+/// Where one request goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    Monolith,
+    Function,
+}
+
+/// What the controller shows in `kiln app status`.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ControlStatus {
+    pub in_burst: bool,
+    pub limit: f64,
+    pub share: f64,
+    pub offloadable_in_burst: u64,
+    pub offloaded: u64,
+    /// The share of offloadable requests actually served by functions during bursts.
+    pub offload_ratio: f64,
+    pub bursts: u64,
+}
+
+pub struct Control {
+    policy: Policy,
+    cooldown: Duration,
+    limit: f64,
+    /// The `slo` policy's share, and its integral term.
+    share: f64,
+    integral: f64,
+    /// Deficit-based rounding of the share: exactly `share` of the requests over time.
+    credit: f64,
+    burst: bool,
+    last_trigger: Option<Instant>,
+    bursts: u64,
+    // This tick's observations.
+    slowdowns: Vec<f64>,
+    latencies: Histogram,
+    peak_inflight: u32,
+    // Totals.
+    offloadable_in_burst: u64,
+    offloaded: u64,
+}
+
+impl Control {
+    pub fn new(policy: Policy, cooldown: Duration) -> Self {
+        let limit = match policy {
+            Policy::Spill {
+                max_inflight: Some(l),
+            } => l as f64,
+            _ => INITIAL_LIMIT,
+        };
+        Self {
+            policy,
+            cooldown,
+            limit,
+            share: 0.0,
+            integral: 0.0,
+            credit: 0.0,
+            burst: false,
+            last_trigger: None,
+            bursts: 0,
+            slowdowns: Vec::new(),
+            latencies: Histogram::default(),
+            peak_inflight: 0,
+            offloadable_in_burst: 0,
+            offloaded: 0,
+        }
+    }
+
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// Changes the policy; what was learned of the limit is kept unless it is now set.
+    pub fn set_policy(&mut self, policy: Policy) {
+        if let Policy::Spill {
+            max_inflight: Some(l),
+        } = policy
+        {
+            self.limit = l as f64;
+        }
+        self.policy = policy;
+        self.credit = 0.0;
+    }
+
+    /// The limit of requests in flight per upstream.
+    pub fn limit(&self) -> u32 {
+        self.limit.round().max(1.0) as u32
+    }
+
+    fn trigger(&mut self, now: Instant) {
+        if !self.burst {
+            self.burst = true;
+            self.bursts += 1;
+            self.credit = 0.0;
+        }
+        self.last_trigger = Some(now);
+    }
+
+    /// Where an offloadable request goes. `inflight` is what its upstream (the least loaded)
+    /// has in flight before it; `failing`, that every upstream is failing.
+    pub fn decide(&mut self, now: Instant, inflight: u32, failing: bool) -> Target {
+        self.peak_inflight = self.peak_inflight.max(inflight + 1);
+        let at_limit = inflight >= self.limit();
+        if at_limit || failing {
+            self.trigger(now);
+        }
+        if self.burst {
+            self.offloadable_in_burst += 1;
+        }
+        let target = if failing {
+            Target::Function
+        } else {
+            match self.policy {
+                Policy::Spill { .. } if at_limit => Target::Function,
+                Policy::Spill { .. } => Target::Monolith,
+                Policy::Ratio { ratio } if self.burst => self.share_out(ratio),
+                Policy::Slo { .. } if self.burst => self.share_out(self.share),
+                Policy::Ratio { .. } | Policy::Slo { .. } => Target::Monolith,
+            }
+        };
+        if target == Target::Function {
+            self.offloaded += 1;
+        }
+        target
+    }
+
+    fn share_out(&mut self, share: f64) -> Target {
+        self.credit += share.clamp(0.0, 1.0);
+        if self.credit >= 1.0 - 1e-9 {
+            self.credit -= 1.0;
+            Target::Function
+        } else {
+            Target::Monolith
+        }
+    }
+
+    /// A request the monolith answered: its server time and its route's low-load baseline.
+    pub fn observe(&mut self, server_time: Duration, baseline: Option<Duration>) {
+        self.latencies.record(server_time);
+        if let Some(b) = baseline.filter(|b| !b.is_zero()) {
+            if self.slowdowns.len() < 65_536 {
+                self.slowdowns
+                    .push(server_time.as_secs_f64() / b.as_secs_f64());
+            }
+        }
+    }
+
+    /// Learns from this tick's observations; ends a burst after its cooldown.
+    pub fn tick(&mut self, now: Instant) {
+        let slowdown = p90(&mut self.slowdowns);
+        if let Some(s) = slowdown {
+            if s > TRIP_SLOWDOWN {
+                self.trigger(now);
+            }
+            let learned = !matches!(
+                self.policy,
+                Policy::Spill {
+                    max_inflight: Some(_)
+                }
+            );
+            if learned {
+                let gradient = (TARGET_SLOWDOWN / s).clamp(0.5, 2.0);
+                if gradient < 1.0 {
+                    self.limit = (self.limit * gradient).max(1.0);
+                } else if self.peak_inflight as f64 >= 0.8 * self.limit {
+                    // Grow only a limit that was used: an idle monolith teaches nothing.
+                    self.limit = (self.limit * gradient + self.limit.sqrt()).min(MAX_LIMIT);
+                }
+            }
+        }
+        if let Policy::Slo { p99_ms } = self.policy {
+            let dt = TICK.as_secs_f64();
+            if self.latencies.count() > 0 {
+                let p99 = self.latencies.quantile(0.99).as_secs_f64() * 1e3;
+                let error = p99 / p99_ms - 1.0;
+                if error > 0.0 {
+                    self.trigger(now);
+                }
+                self.integral = (self.integral + error * dt).clamp(0.0, 2.0);
+                self.share = (0.5 * error + 2.0 * self.integral).clamp(0.0, 1.0);
+            } else if !self.burst {
+                self.integral = 0.0;
+                self.share = 0.0;
+            }
+        }
+        if self.burst
+            && self
+                .last_trigger
+                .is_some_and(|t| now.duration_since(t) >= self.cooldown)
+        {
+            self.burst = false;
+            self.share = 0.0;
+            self.integral = 0.0;
+        }
+        self.slowdowns.clear();
+        self.latencies = Histogram::default();
+        self.peak_inflight = 0;
+    }
+
+    pub fn status(&self) -> ControlStatus {
+        ControlStatus {
+            in_burst: self.burst,
+            limit: (self.limit * 10.0).round() / 10.0,
+            share: match self.policy {
+                Policy::Ratio { ratio } => ratio,
+                Policy::Slo { .. } => self.share,
+                Policy::Spill { .. } => 0.0,
+            },
+            offloadable_in_burst: self.offloadable_in_burst,
+            offloaded: self.offloaded,
+            offload_ratio: if self.offloadable_in_burst == 0 {
+                0.0
+            } else {
+                self.offloaded as f64 / self.offloadable_in_burst as f64
+            },
+            bursts: self.bursts,
+        }
+    }
+}
+
+fn p90(samples: &mut [f64]) -> Option<f64> {
+    if samples.is_empty() {
+        return None;
+    }
+    let k = ((samples.len() as f64 * 0.9).ceil() as usize).clamp(1, samples.len()) - 1;
+    let (_, v, _) = samples.select_nth_unstable_by(k, f64::total_cmp);
+    Some(*v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn spill_sends_what_would_pass_the_limit_to_a_function() {
+        let t0 = Instant::now();
+        let mut c = Control::new(
+            Policy::Spill {
+                max_inflight: Some(4),
+            },
+            Duration::from_secs(30),
+        );
+        assert_eq!(c.decide(t0, 3, false), Target::Monolith);
+        assert!(!c.status().in_burst);
+        assert_eq!(c.decide(t0, 4, false), Target::Function);
+        assert!(c.status().in_burst);
+        // Decided per request: under the limit again, the monolith.
+        assert_eq!(c.decide(t0, 2, false), Target::Monolith);
+        // A failing upstream spills everything offloadable.
+        assert_eq!(c.decide(t0, 0, true), Target::Function);
+        // The burst ends a cooldown after its last trigger.
+        c.tick(t0 + Duration::from_secs(29));
+        assert!(c.status().in_burst);
+        c.tick(t0 + Duration::from_secs(30));
+        assert!(!c.status().in_burst);
+        assert_eq!(c.status().bursts, 1);
+    }
+
+    #[test]
+    fn ratio_offloads_an_exact_share_during_a_burst_only() {
+        let t0 = Instant::now();
+        let mut c = Control::new(Policy::Ratio { ratio: 0.5 }, Duration::from_secs(30));
+        for _ in 0..10 {
+            assert_eq!(c.decide(t0, 0, false), Target::Monolith);
+        }
+        // The limit (8 before anything is learned) starts the burst.
+        c.decide(t0, 8, false);
+        let offloaded = (0..100)
+            .filter(|_| c.decide(t0, 0, false) == Target::Function)
+            .count();
+        assert_eq!(offloaded, 50);
+    }
+
+    #[test]
+    fn the_learned_limit_shrinks_when_the_monolith_slows_and_grows_when_used() {
+        let t0 = Instant::now();
+        let mut c = Control::new(
+            Policy::Spill { max_inflight: None },
+            Duration::from_secs(30),
+        );
+        for _ in 0..20 {
+            c.observe(10 * MS, Some(2 * MS)); // 5× slower than at low load
+        }
+        c.tick(t0);
+        assert_eq!(c.limit(), 4);
+        assert!(
+            c.status().in_burst,
+            "a slowdown over {TRIP_SLOWDOWN} trips a burst"
+        );
+        // Unused, a fast monolith does not grow the limit ...
+        c.observe(2 * MS, Some(2 * MS));
+        c.tick(t0 + TICK);
+        assert_eq!(c.limit(), 4);
+        // ... used to its limit, it does.
+        c.decide(t0, 3, false);
+        c.observe(2 * MS, Some(2 * MS));
+        c.tick(t0 + 2 * TICK);
+        assert!(c.limit() > 4, "{}", c.limit());
+    }
+
+    #[test]
+    fn slo_offloads_more_while_the_p99_is_over_its_target() {
+        let t0 = Instant::now();
+        let mut c = Control::new(Policy::Slo { p99_ms: 10.0 }, Duration::from_secs(1));
+        let mut shares = Vec::new();
+        for i in 0..5 {
+            c.observe(40 * MS, None);
+            c.tick(t0 + TICK * i);
+            shares.push(c.status().share);
+        }
+        assert!(c.status().in_burst);
+        assert!(shares.windows(2).all(|w| w[1] >= w[0]), "{shares:?}");
+        assert!(shares[4] > 0.0);
+        // Back under target and past the cooldown: the burst ends and nothing is offloaded.
+        c.observe(MS, None);
+        c.tick(t0 + Duration::from_secs(10));
+        assert!(!c.status().in_burst);
+        assert_eq!(
+            c.decide(t0 + Duration::from_secs(10), 0, false),
+            Target::Monolith
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn a_ratio_is_served_exactly(ratio in 0.0f64..=1.0, n in 1usize..2000) {
+            let t0 = Instant::now();
+            let mut c = Control::new(Policy::Ratio { ratio }, Duration::from_secs(30));
+            c.decide(t0, 100, false);
+            let before = c.status().offloaded;
+            let got = (0..n).filter(|_| c.decide(t0, 0, false) == Target::Function).count() as f64;
+            prop_assert!((got - ratio * n as f64).abs() <= 1.0 + 1e-6, "{} of {}", got, n);
+            prop_assert!(c.status().offloaded >= before);
+        }
+
+        #[test]
+        fn the_learned_limit_stays_in_bounds(obs in proptest::collection::vec((1u64..100_000, 1u64..100_000, 0u32..200), 1..200)) {
+            let t0 = Instant::now();
+            let mut c = Control::new(Policy::Spill { max_inflight: None }, Duration::from_secs(1));
+            for (i, (t, b, inflight)) in obs.into_iter().enumerate() {
+                c.decide(t0, inflight, false);
+                c.observe(Duration::from_micros(t), Some(Duration::from_micros(b)));
+                c.tick(t0 + TICK * i as u32);
+                prop_assert!(c.limit() >= 1 && c.limit() as f64 <= MAX_LIMIT);
+            }
+        }
+    }
+}

@@ -1,0 +1,978 @@
+//! One app's gateway: its listener, the pass-through to the monolith, and the offload of
+//! eligible requests to the app's function.
+//!
+//! A request goes to the monolith unless it is *offloadable* (an eligible route, a body of at
+//! most [`MAX_OFFLOAD_BODY`] with a known length, not an upgrade) and [`Control`] sends it to
+//! the function. Pass-through requests and answers stream; offloadable ones are buffered, so
+//! that either side can serve them. Every answer says who served it in `X-Kiln-Served-By`:
+//! `monolith`, `function`, or `fallback` (the monolith, after the function could not).
+//!
+//! Fallback without the database proxy's ledger (not wired in yet): a request the function
+//! never ran (throttled, no capacity, too large an event) goes to the monolith; one it ran and
+//! failed goes to the monolith again only if its method is safe (GET, HEAD, OPTIONS), and is
+//! otherwise answered 502 with the request id: it may have written, and is never run twice.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
+use axum::response::Response;
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde::Serialize;
+
+use super::control::{Control, ControlStatus, Target, TICK};
+use super::profile::{eligibility, Eligibility, RouteFacts, RouteStats};
+use super::routes::Pattern;
+use super::{upstream_authority, AppError, AppSpec};
+use crate::controller::{Controller, ControllerError, InvocationType, Invoked};
+use crate::http_event::{event, map_response, plain};
+use crate::session::HintSource;
+use crate::sync::{LockExt, RwLockExt};
+
+/// The largest request body an offloaded request may have (a function URL's limit).
+pub const MAX_OFFLOAD_BODY: u64 = 6 * 1024 * 1024;
+/// The longest request target the gateway accepts.
+pub const MAX_URI: usize = 8 * 1024;
+/// How long an upstream counts as failing after a connection error, reset, timeout or 502–504.
+const FAILING_FOR: Duration = Duration::from_secs(2);
+
+const SERVED_BY: &str = "x-kiln-served-by";
+/// Why a request the function could not serve went back to the monolith.
+const FALLBACK_REASON: &str = "x-kiln-fallback-reason";
+
+/// Where a route in the table comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RouteSource {
+    /// `Pin`: kept on the monolith.
+    Pin,
+    /// `Offload`: named by the operator.
+    Offload,
+}
+
+struct RouteEntry {
+    pattern: Pattern,
+    source: RouteSource,
+    stats: RouteStats,
+    eligible: Eligibility,
+    offloaded: u64,
+}
+
+/// The profile of every route, in matching order, and of requests no route matches.
+#[derive(Default)]
+struct Profile {
+    routes: Vec<RouteEntry>,
+    other: RouteStats,
+}
+
+impl Profile {
+    /// The table for `spec`: pins first (they win), then the routes to offload. A route that
+    /// stays keeps its profile.
+    fn rebuild(&mut self, spec: &AppSpec) {
+        let mut old: HashMap<String, RouteEntry> = self
+            .routes
+            .drain(..)
+            .map(|r| (r.pattern.to_string(), r))
+            .collect();
+        let wanted = spec
+            .pin
+            .iter()
+            .map(|p| (p, RouteSource::Pin))
+            .chain(spec.offload.iter().map(|p| (p, RouteSource::Offload)));
+        for (text, source) in wanted {
+            let Ok(pattern) = Pattern::parse(text) else {
+                continue; // validated when the spec was made
+            };
+            let entry = match old.remove(pattern.as_str()) {
+                Some(mut e) => {
+                    e.source = source;
+                    e
+                }
+                None => RouteEntry {
+                    pattern,
+                    source,
+                    stats: RouteStats::default(),
+                    eligible: Eligibility::No("no requests profiled yet".into()),
+                    offloaded: 0,
+                },
+            };
+            self.routes.push(entry);
+        }
+    }
+
+    fn find(&self, method: &str, path: &str) -> Option<usize> {
+        self.routes
+            .iter()
+            .position(|r| r.pattern.matches(method, path))
+    }
+
+    fn stats(&mut self, route: Option<usize>) -> &mut RouteStats {
+        match route {
+            Some(i) => &mut self.routes[i].stats,
+            None => &mut self.other,
+        }
+    }
+
+    fn reassess(&mut self, cover: f64) {
+        let facts: Vec<RouteFacts> = self
+            .routes
+            .iter()
+            .map(|r| RouteFacts {
+                pinned: r.source == RouteSource::Pin,
+                candidate: r.source == RouteSource::Offload,
+                count: r.stats.count,
+                total: r.stats.total,
+                streams: r.stats.streams,
+            })
+            .chain(std::iter::once(RouteFacts {
+                pinned: true,
+                candidate: false,
+                count: self.other.count,
+                total: self.other.total,
+                streams: self.other.streams,
+            }))
+            .collect();
+        for (route, e) in self.routes.iter_mut().zip(eligibility(&facts, cover)) {
+            route.eligible = e;
+        }
+    }
+}
+
+struct Upstream {
+    url: String,
+    authority: String,
+    inflight: AtomicU32,
+    failing_until: Mutex<Option<Instant>>,
+    served: AtomicU64,
+    errors: AtomicU64,
+}
+
+impl Upstream {
+    fn failing(&self, now: Instant) -> bool {
+        self.failing_until.locked().is_some_and(|t| now < t)
+    }
+
+    fn failed(&self) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        *self.failing_until.locked() = Some(Instant::now() + FAILING_FOR);
+    }
+}
+
+/// Counts a request in flight at an upstream until dropped.
+struct InFlight(Arc<Upstream>);
+
+impl InFlight {
+    fn new(upstream: Arc<Upstream>) -> Self {
+        upstream.inflight.fetch_add(1, Ordering::Relaxed);
+        Self(upstream)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.inflight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[derive(Default)]
+struct Served {
+    monolith: AtomicU64,
+    function: AtomicU64,
+    fallback: AtomicU64,
+    /// Answered by the gateway itself: an upstream unreachable, a request refused.
+    gateway: AtomicU64,
+}
+
+pub struct Gateway {
+    controller: Arc<Controller>,
+    spec: RwLock<AppSpec>,
+    upstreams: RwLock<Vec<Arc<Upstream>>>,
+    profile: Mutex<Profile>,
+    control: Mutex<Control>,
+    served: Served,
+    client: Client<HttpConnector, Body>,
+    listening: AtomicBool,
+    error: Mutex<Option<String>>,
+    stop: tokio::sync::watch::Sender<bool>,
+}
+
+/// A route as `kiln app routes` shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct RouteView {
+    pub route: String,
+    pub source: String,
+    pub requests: u64,
+    pub mean_ms: f64,
+    pub total_ms: f64,
+    pub p99_ms: f64,
+    pub baseline_ms: Option<f64>,
+    pub eligible: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub offloaded: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct UpstreamStatus {
+    pub url: String,
+    pub in_flight: u32,
+    pub failing: bool,
+    pub served: u64,
+    pub errors: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ServedStatus {
+    pub monolith: u64,
+    pub function: u64,
+    pub fallback: u64,
+    pub gateway: u64,
+}
+
+/// An app as `kiln app status` shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct AppStatus {
+    pub name: String,
+    pub listen: SocketAddr,
+    pub listening: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub function: String,
+    pub policy: String,
+    pub control: ControlStatus,
+    pub upstreams: Vec<UpstreamStatus>,
+    pub served: ServedStatus,
+}
+
+fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
+}
+
+impl Gateway {
+    pub fn new(spec: AppSpec, controller: Arc<Controller>) -> Result<Arc<Self>, AppError> {
+        let policy = spec.policy()?;
+        let mut profile = Profile::default();
+        profile.rebuild(&spec);
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(Duration::from_secs(5)));
+        let client = Client::builder(TokioExecutor::new()).build(connector);
+        let gateway = Arc::new(Self {
+            controller,
+            upstreams: RwLock::new(Vec::new()),
+            profile: Mutex::new(profile),
+            control: Mutex::new(Control::new(policy, spec.cooldown())),
+            served: Served::default(),
+            client,
+            listening: AtomicBool::new(false),
+            error: Mutex::new(None),
+            stop: tokio::sync::watch::channel(false).0,
+            spec: RwLock::new(spec.clone()),
+        });
+        gateway.set_upstreams(&spec.upstreams)?;
+        Ok(gateway)
+    }
+
+    pub fn spec(&self) -> AppSpec {
+        self.spec.read_locked().clone()
+    }
+
+    pub fn is_listening(&self) -> bool {
+        self.listening.load(Ordering::Relaxed)
+    }
+
+    pub fn set_error(&self, error: String) {
+        *self.error.locked() = Some(error);
+    }
+
+    fn set_upstreams(&self, urls: &[String]) -> Result<(), AppError> {
+        let mut upstreams = self.upstreams.write_locked();
+        let mut next = Vec::with_capacity(urls.len());
+        for url in urls {
+            let kept = upstreams.iter().find(|u| &u.url == url).cloned();
+            next.push(match kept {
+                Some(u) => u,
+                None => Arc::new(Upstream {
+                    url: url.clone(),
+                    authority: upstream_authority(url)?,
+                    inflight: AtomicU32::new(0),
+                    failing_until: Mutex::new(None),
+                    served: AtomicU64::new(0),
+                    errors: AtomicU64::new(0),
+                }),
+            });
+        }
+        *upstreams = next;
+        Ok(())
+    }
+
+    /// Applies a changed spec with the same listener, keeping what was learned.
+    pub fn update(&self, spec: AppSpec) -> Result<(), AppError> {
+        let policy = spec.policy()?;
+        self.set_upstreams(&spec.upstreams)?;
+        self.profile.locked().rebuild(&spec);
+        self.control.locked().set_policy(policy);
+        *self.spec.write_locked() = spec;
+        Ok(())
+    }
+
+    /// Serves `listener` until [`Gateway::stop`], and runs the controller's tick.
+    pub fn serve(self: &Arc<Self>, listener: tokio::net::TcpListener) {
+        self.listening.store(true, Ordering::Relaxed);
+        *self.error.locked() = None;
+        let app = axum::Router::new()
+            .fallback(handle)
+            .with_state(self.clone())
+            .into_make_service_with_connect_info::<SocketAddr>();
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+        let mut stop = self.stop.subscribe();
+        let gateway = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let served = axum::serve(listener, app).with_graceful_shutdown(async move {
+                let _ = stop.wait_for(|s| *s).await;
+            });
+            if let Err(e) = served.await {
+                if let Some(g) = gateway.upgrade() {
+                    g.set_error(format!("the listener failed: {e}"));
+                }
+            }
+            if let Some(g) = gateway.upgrade() {
+                g.listening.store(false, Ordering::Relaxed);
+            }
+        });
+        let weak = Arc::downgrade(self);
+        let mut stop = self.stop.subscribe();
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(TICK);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = ticks.tick() => {}
+                    _ = stop.wait_for(|s| *s) => return,
+                }
+                let Some(g) = weak.upgrade() else { return };
+                g.tick();
+            }
+        });
+    }
+
+    pub fn stop(&self) {
+        let _ = self.stop.send(true);
+        self.listening.store(false, Ordering::Relaxed);
+    }
+
+    fn tick(&self) {
+        self.control.locked().tick(Instant::now());
+        let cover = self.spec.read_locked().cover;
+        self.profile.locked().reassess(cover);
+    }
+
+    pub fn routes(&self) -> Vec<RouteView> {
+        let profile = self.profile.locked();
+        let view =
+            |route: String, source: &str, s: &RouteStats, e: Option<&Eligibility>, offloaded| {
+                RouteView {
+                    route,
+                    source: source.to_string(),
+                    requests: s.count,
+                    mean_ms: ms(s.mean()),
+                    total_ms: ms(s.total),
+                    p99_ms: ms(s.histogram.quantile(0.99)),
+                    baseline_ms: s.baseline().map(ms),
+                    eligible: matches!(e, Some(Eligibility::Eligible)),
+                    reason: match e {
+                        Some(Eligibility::No(r)) => Some(r.clone()),
+                        Some(Eligibility::Eligible) => None,
+                        None => Some("matches no route".into()),
+                    },
+                    offloaded,
+                }
+            };
+        let mut out: Vec<RouteView> = profile
+            .routes
+            .iter()
+            .map(|r| {
+                let source = match r.source {
+                    RouteSource::Pin => "pin",
+                    RouteSource::Offload => "offload",
+                };
+                view(
+                    r.pattern.to_string(),
+                    source,
+                    &r.stats,
+                    Some(&r.eligible),
+                    r.offloaded,
+                )
+            })
+            .collect();
+        out.push(view("(other)".into(), "none", &profile.other, None, 0));
+        out
+    }
+
+    pub fn status(&self) -> AppStatus {
+        let spec = self.spec();
+        let now = Instant::now();
+        AppStatus {
+            name: spec.name.clone(),
+            listen: spec.listen,
+            listening: self.is_listening(),
+            error: self.error.locked().clone(),
+            function: spec.function.clone(),
+            policy: spec.policy.clone(),
+            control: self.control.locked().status(),
+            upstreams: self
+                .upstreams
+                .read_locked()
+                .iter()
+                .map(|u| UpstreamStatus {
+                    url: u.url.clone(),
+                    in_flight: u.inflight.load(Ordering::Relaxed),
+                    failing: u.failing(now),
+                    served: u.served.load(Ordering::Relaxed),
+                    errors: u.errors.load(Ordering::Relaxed),
+                })
+                .collect(),
+            served: ServedStatus {
+                monolith: self.served.monolith.load(Ordering::Relaxed),
+                function: self.served.function.load(Ordering::Relaxed),
+                fallback: self.served.fallback.load(Ordering::Relaxed),
+                gateway: self.served.gateway.load(Ordering::Relaxed),
+            },
+        }
+    }
+
+    /// The least loaded upstream that is not failing, or the least loaded of all and `true`
+    /// when every one is failing.
+    fn pick(&self, now: Instant) -> (Arc<Upstream>, bool) {
+        let upstreams = self.upstreams.read_locked();
+        let healthy = upstreams
+            .iter()
+            .filter(|u| !u.failing(now))
+            .min_by_key(|u| u.inflight.load(Ordering::Relaxed));
+        match healthy {
+            Some(u) => (u.clone(), false),
+            None => (
+                upstreams
+                    .iter()
+                    .min_by_key(|u| u.inflight.load(Ordering::Relaxed))
+                    .expect("an app has at least one upstream")
+                    .clone(),
+                true,
+            ),
+        }
+    }
+
+    fn answer(&self, mut response: Response, by: &'static str) -> Response {
+        let counter = match by {
+            "monolith" => &self.served.monolith,
+            "function" => &self.served.function,
+            "fallback" => &self.served.fallback,
+            _ => &self.served.gateway,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        response
+            .headers_mut()
+            .insert(SERVED_BY, HeaderValue::from_static(by));
+        response
+    }
+
+    /// Sends a request to the monolith and records what it cost.
+    async fn forward(
+        &self,
+        upstream: Arc<Upstream>,
+        request: http::Request<Body>,
+        route: Option<usize>,
+    ) -> Result<Response, Unreached> {
+        let timeout = self.spec.read_locked().upstream_timeout();
+        let inflight = InFlight::new(upstream.clone());
+        let started = Instant::now();
+        let sent = tokio::time::timeout(timeout, self.client.request(request)).await;
+        let elapsed = started.elapsed();
+        drop(inflight);
+        let response = match sent {
+            Err(_) => {
+                upstream.failed();
+                return Ok(plain(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    &format!(
+                        "the app's server {} did not answer within {:.0} s",
+                        upstream.url,
+                        timeout.as_secs_f64()
+                    ),
+                ));
+            }
+            Ok(Err(e)) if e.is_connect() => {
+                upstream.failed();
+                return Err(Unreached(format!("{}: {e}", upstream.url)));
+            }
+            Ok(Err(e)) => {
+                upstream.failed();
+                return Ok(plain(
+                    StatusCode::BAD_GATEWAY,
+                    &format!(
+                        "the app's server {} failed: {}",
+                        upstream.url,
+                        error_chain(&e)
+                    ),
+                ));
+            }
+            Ok(Ok(r)) => r,
+        };
+        if matches!(response.status().as_u16(), 502..=504) {
+            upstream.failed();
+        } else {
+            *upstream.failing_until.locked() = None;
+        }
+        upstream.served.fetch_add(1, Ordering::Relaxed);
+        let streams = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|t| t.starts_with("text/event-stream"));
+        let baseline = {
+            let mut profile = self.profile.locked();
+            let stats = profile.stats(route);
+            stats.record(elapsed, monotonic_second());
+            if streams {
+                stats.streams += 1;
+            }
+            stats.baseline()
+        };
+        self.control.locked().observe(elapsed, baseline);
+        let (mut parts, body) = response.into_parts();
+        strip_hop_by_hop(&mut parts.headers, false);
+        Ok(Response::from_parts(parts, Body::new(body)))
+    }
+
+    /// Runs an offloadable request in the function.
+    async fn offload(&self, head: &http::request::Parts, body: &Bytes, peer: SocketAddr) -> Ran {
+        let function = self.spec.read_locked().function.clone();
+        let raw_path = head.uri.path();
+        let query = head.uri.query();
+        let payload = event(
+            &function,
+            &head.method,
+            raw_path,
+            query.unwrap_or(""),
+            &head.headers,
+            body,
+            peer,
+        );
+        let source = HintSource {
+            headers: Some(&head.headers),
+            query,
+            json: Some(body),
+        };
+        let invoked = self
+            .controller
+            .invoke(
+                &function,
+                Bytes::from(payload.to_string()),
+                InvocationType::RequestResponse,
+                None,
+                source,
+            )
+            .await;
+        match invoked {
+            Ok(Invoked::Done {
+                outcome,
+                request_id,
+            }) if !outcome.function_error => {
+                let mut response = map_response(&outcome.body);
+                if let Ok(id) = HeaderValue::from_str(&request_id) {
+                    response.headers_mut().insert("x-amzn-requestid", id);
+                }
+                Ran::Answered(response)
+            }
+            Ok(Invoked::Done { request_id, .. }) => Ran::Failed(request_id),
+            Ok(_) => Ran::Failed(String::new()),
+            Err(
+                e @ (ControllerError::Throttled { .. }
+                | ControllerError::TooLarge(_)
+                | ControllerError::NotFound(_)
+                | ControllerError::ShuttingDown),
+            ) => Ran::Never(e.to_string()),
+            Err(e) => Ran::Failed(format!("({e})")),
+        }
+    }
+}
+
+/// The monolith could not be reached: the request was not sent, so it may go elsewhere.
+struct Unreached(String);
+
+/// What became of a request sent to the function.
+enum Ran {
+    Answered(Response),
+    /// The function never ran it.
+    Never(String),
+    /// It ran and failed; the request id, if any.
+    Failed(String),
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+fn monotonic_second() -> u64 {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_secs()
+}
+
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+];
+
+/// Drops hop-by-hop headers (RFC 9110 §7.6.1): the fixed ones and those `Connection` names;
+/// `Upgrade` too unless the connection is being upgraded.
+fn strip_hop_by_hop(headers: &mut HeaderMap, upgrading: bool) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| HeaderName::try_from(t.trim()).ok())
+        .filter(|n| !(upgrading && n == header::UPGRADE))
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in HOP_BY_HOP {
+        if !(upgrading && name == "connection") {
+            headers.remove(name);
+        }
+    }
+    if !upgrading {
+        headers.remove(header::UPGRADE);
+    }
+}
+
+fn is_upgrade(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::UPGRADE)
+        && headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| {
+                v.split(',')
+                    .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+            })
+}
+
+/// The request to send to `upstream`: its own target, hop-by-hop headers dropped, Host kept,
+/// `X-Forwarded-For` and `X-Forwarded-Proto` added.
+fn upstream_request(
+    head: &http::request::Parts,
+    upstream: &Upstream,
+    peer: SocketAddr,
+    body: Body,
+    upgrading: bool,
+) -> Result<http::Request<Body>, BadTarget> {
+    let target = head.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    let uri: Uri = format!("http://{}{target}", upstream.authority)
+        .parse()
+        .map_err(|_| BadTarget)?;
+    let mut headers = head.headers.clone();
+    strip_hop_by_hop(&mut headers, upgrading);
+    let forwarded_for = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+        Some(before) => format!("{before}, {}", peer.ip()),
+        None => peer.ip().to_string(),
+    };
+    if let Ok(v) = HeaderValue::from_str(&forwarded_for) {
+        headers.insert("x-forwarded-for", v);
+    }
+    if !headers.contains_key("x-forwarded-proto") {
+        headers.insert("x-forwarded-proto", HeaderValue::from_static("http"));
+    }
+    if !headers.contains_key(header::HOST) {
+        if let Some(host) = head.uri.authority() {
+            if let Ok(v) = HeaderValue::from_str(host.as_str()) {
+                headers.insert(header::HOST, v);
+            }
+        }
+    }
+    let mut request = http::Request::new(body);
+    *request.method_mut() = head.method.clone();
+    *request.uri_mut() = uri;
+    *request.headers_mut() = headers;
+    Ok(request)
+}
+
+/// A request target that makes no upstream URL.
+struct BadTarget;
+
+impl BadTarget {
+    fn response() -> Response {
+        plain(StatusCode::BAD_REQUEST, "the request target is invalid")
+    }
+}
+
+fn safe_method(m: &Method) -> bool {
+    matches!(*m, Method::GET | Method::HEAD | Method::OPTIONS)
+}
+
+async fn handle(
+    State(gateway): State<Arc<Gateway>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    request: Request,
+) -> Response {
+    if request
+        .uri()
+        .path_and_query()
+        .map_or(0, |p| p.as_str().len())
+        > MAX_URI
+    {
+        return gateway.answer(
+            plain(
+                StatusCode::URI_TOO_LONG,
+                &format!("the request target is longer than {MAX_URI} bytes"),
+            ),
+            "gateway",
+        );
+    }
+    let (mut head, body) = request.into_parts();
+    let path = percent_encoding::percent_decode_str(head.uri.path())
+        .decode_utf8_lossy()
+        .into_owned();
+    let (route, eligible) = {
+        let profile = gateway.profile.locked();
+        let route = profile.find(head.method.as_str(), &path);
+        let eligible = route.is_some_and(|i| profile.routes[i].eligible == Eligibility::Eligible);
+        (route, eligible)
+    };
+    let upgrading = is_upgrade(&head.headers);
+    let length = head
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let chunked = head.headers.contains_key(header::TRANSFER_ENCODING);
+    let bounded = match (length, chunked) {
+        (Some(n), _) => n <= MAX_OFFLOAD_BODY,
+        (None, false) => true,
+        (None, true) => false,
+    };
+    let now = Instant::now();
+    if !eligible || upgrading || !bounded {
+        let (upstream, _) = gateway.pick(now);
+        if upgrading {
+            return pass_upgrade(gateway, head, peer, upstream, route).await;
+        }
+        let request = match upstream_request(&head, &upstream, peer, Body::new(body), false) {
+            Ok(r) => r,
+            Err(BadTarget) => return gateway.answer(BadTarget::response(), "gateway"),
+        };
+        return match gateway.forward(upstream, request, route).await {
+            Ok(response) => gateway.answer(response, "monolith"),
+            Err(Unreached(why)) => gateway.answer(
+                plain(
+                    StatusCode::BAD_GATEWAY,
+                    &format!("the app's server is unreachable: {why}"),
+                ),
+                "gateway",
+            ),
+        };
+    }
+    // Offloadable: buffered, so that either side can serve it.
+    let body = match http_body_util::Limited::new(body, MAX_OFFLOAD_BODY as usize)
+        .collect()
+        .await
+    {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) => {
+            return gateway.answer(
+                plain(
+                    StatusCode::BAD_REQUEST,
+                    &format!("the request body could not be read: {e}"),
+                ),
+                "gateway",
+            )
+        }
+    };
+    head.headers.remove(header::EXPECT);
+    let (upstream, failing) = gateway.pick(now);
+    let target =
+        gateway
+            .control
+            .locked()
+            .decide(now, upstream.inflight.load(Ordering::Relaxed), failing);
+    if target == Target::Monolith {
+        let request =
+            match upstream_request(&head, &upstream, peer, Body::from(body.clone()), false) {
+                Ok(r) => r,
+                Err(BadTarget) => return gateway.answer(BadTarget::response(), "gateway"),
+            };
+        // Unreached, the request was never sent: the function may serve it.
+        if let Ok(response) = gateway.forward(upstream, request, route).await {
+            return gateway.answer(response, "monolith");
+        }
+    }
+    if let Some(i) = route {
+        if let Some(r) = gateway.profile.locked().routes.get_mut(i) {
+            r.offloaded += 1;
+        }
+    }
+    match gateway.offload(&head, &body, peer).await {
+        Ran::Answered(response) => gateway.answer(response, "function"),
+        Ran::Failed(request_id) if !safe_method(&head.method) => {
+            let mut response = plain(
+                StatusCode::BAD_GATEWAY,
+                &format!(
+                    "the function failed on this request after it started; it may have \
+                     written, so it is not run again (request id {request_id})"
+                ),
+            );
+            if let Ok(id) = HeaderValue::from_str(&request_id) {
+                response.headers_mut().insert("x-amzn-requestid", id);
+            }
+            gateway.answer(response, "gateway")
+        }
+        ran @ (Ran::Failed(_) | Ran::Never(_)) => {
+            let why = match ran {
+                Ran::Never(why) => format!("the function did not run it: {why}"),
+                Ran::Failed(id) => format!("the function failed (request id {id})"),
+                Ran::Answered(_) => unreachable!("matched above"),
+            };
+            let (upstream, _) = gateway.pick(Instant::now());
+            let request = match upstream_request(&head, &upstream, peer, Body::from(body), false) {
+                Ok(r) => r,
+                Err(BadTarget) => return gateway.answer(BadTarget::response(), "gateway"),
+            };
+            match gateway.forward(upstream, request, route).await {
+                Ok(mut response) => {
+                    if let Ok(v) = HeaderValue::from_str(&why) {
+                        response.headers_mut().insert(FALLBACK_REASON, v);
+                    }
+                    gateway.answer(response, "fallback")
+                }
+                Err(Unreached(unreached)) => gateway.answer(
+                    plain(
+                        StatusCode::BAD_GATEWAY,
+                        &format!(
+                            "neither the function nor the app's server could serve this request: {why}; {unreached}"
+                        ),
+                    ),
+                    "gateway",
+                ),
+            }
+        }
+    }
+}
+
+/// An upgrade (WebSocket) goes to the monolith and, once both sides agree, the two
+/// connections are joined.
+async fn pass_upgrade(
+    gateway: Arc<Gateway>,
+    mut head: http::request::Parts,
+    peer: SocketAddr,
+    upstream: Arc<Upstream>,
+    route: Option<usize>,
+) -> Response {
+    let client_side = head.extensions.remove::<hyper::upgrade::OnUpgrade>();
+    let request = match upstream_request(&head, &upstream, peer, Body::empty(), true) {
+        Ok(r) => r,
+        Err(BadTarget) => return gateway.answer(BadTarget::response(), "gateway"),
+    };
+    let timeout = gateway.spec.read_locked().upstream_timeout();
+    let started = Instant::now();
+    let sent = tokio::time::timeout(timeout, gateway.client.request(request)).await;
+    let mut response = match sent {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => {
+            upstream.failed();
+            return gateway.answer(
+                plain(
+                    StatusCode::BAD_GATEWAY,
+                    &format!("the app's server failed: {}", error_chain(&e)),
+                ),
+                "gateway",
+            );
+        }
+        Err(_) => {
+            upstream.failed();
+            return gateway.answer(
+                plain(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "the app's server did not answer",
+                ),
+                "gateway",
+            );
+        }
+    };
+    gateway
+        .profile
+        .locked()
+        .stats(route)
+        .record(started.elapsed(), monotonic_second());
+    if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+        let server_side = hyper::upgrade::on(&mut response);
+        if let Some(client_side) = client_side {
+            tokio::spawn(async move {
+                if let (Ok(client), Ok(server)) = (client_side.await, server_side.await) {
+                    let mut client = TokioIo::new(client);
+                    let mut server = TokioIo::new(server);
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                }
+            });
+        }
+    }
+    let (mut parts, body) = response.into_parts();
+    let upgrading = parts.status == StatusCode::SWITCHING_PROTOCOLS;
+    strip_hop_by_hop(&mut parts.headers, upgrading);
+    gateway.answer(Response::from_parts(parts, Body::new(body)), "monolith")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_are_dropped() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "connection",
+            HeaderValue::from_static("keep-alive, x-private"),
+        );
+        h.insert("x-private", HeaderValue::from_static("1"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert("transfer-encoding", HeaderValue::from_static("chunked"));
+        h.insert("upgrade", HeaderValue::from_static("websocket"));
+        h.insert("x-kept", HeaderValue::from_static("1"));
+        let mut stripped = h.clone();
+        strip_hop_by_hop(&mut stripped, false);
+        assert_eq!(stripped.len(), 1);
+        assert!(stripped.contains_key("x-kept"));
+        h.insert("connection", HeaderValue::from_static("Upgrade"));
+        assert!(is_upgrade(&h));
+        strip_hop_by_hop(&mut h, true);
+        assert!(h.contains_key("upgrade") && h.contains_key("connection"));
+    }
+}
