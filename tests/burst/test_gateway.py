@@ -22,8 +22,10 @@ import json, time
 def handler(event, context):
     path = event["rawPath"]
     method = event["requestContext"]["http"]["method"]
-    if "crash" in path:
+    if "crash" in (event.get("body") or "") or "crash" in event.get("rawQueryString", ""):
         raise RuntimeError("the handler crashed")
+    if "differ" in path:
+        return {"statusCode": 500, "body": "the function differs"}
     time.sleep(0.005)
     body = {"served": "function", "path": path, "method": method,
             "host": event["headers"].get("host"), "body": event.get("body")}
@@ -172,8 +174,14 @@ def profile(url, path, method="GET", n=10):
         assert requests.request(method, url + path, timeout=30).status_code == 200
 
 
-def wait_eligible(kiln, name, route):
-    wait_for(lambda: app_routes(kiln, name)[route]["Eligible"], timeout=10, what=f"{route} eligible")
+def wait_eligible(kiln, name, route, url, path, method="GET"):
+    """Until the route passed its shadow runs (requests served by the monolith start them)."""
+    def eligible():
+        if app_routes(kiln, name)[route]["Eligible"]:
+            return True
+        requests.request(method, url + path, data="ok" if method == "POST" else None, timeout=30)
+        return False
+    wait_for(eligible, timeout=20, interval=0.05, what=f"{route} eligible")
 
 
 def test_bad_app_configuration_names_the_field(kiln, monolith, web_function):
@@ -247,10 +255,11 @@ def test_routes_are_profiled_and_chosen_by_the_papers_heuristics(kiln, monolith,
         profile(url, "/fast")
         profile(url, "/comment/", method="POST", n=3)
         profile(url, "/elsewhere", n=2)
-        wait_eligible(kiln, name, "GET /work/{n}")
+        wait_eligible(kiln, name, "GET /work/{n}", url, "/work/1")
         routes = app_routes(kiln, name)
         work = routes["GET /work/{n}"]
-        assert work["Requests"] == 10 and work["MeanMs"] >= 20 and work["P99Ms"] >= 20
+        assert work["ShadowMatched"] >= 3 and work["ShadowRuns"] >= 3
+        assert work["Requests"] >= 10 and work["MeanMs"] >= 20 and work["P99Ms"] >= 20
         # A light route is left out: under 1 ms, or outside the 80% of server time.
         assert not routes["GET /fast"]["Eligible"]
         assert any(why in routes["GET /fast"]["Reason"] for why in ("under 1 ms", "80%"))
@@ -270,8 +279,8 @@ def test_spill_sends_requests_over_the_limit_to_the_function(kiln, monolith, web
     try:
         profile(url, "/work/1")
         profile(url, "/comment/", method="POST", n=5)
-        wait_eligible(kiln, name, "GET /work/{n}")
-        wait_eligible(kiln, name, "POST /comment/")
+        wait_eligible(kiln, name, "GET /work/{n}", url, "/work/1")
+        wait_eligible(kiln, name, "POST /comment/", url, "/comment/", "POST")
 
         def one(i):
             if i % 2:
@@ -304,7 +313,7 @@ def test_ratio_offloads_its_share_during_a_burst(kiln, monolith, web_function):
     name, url = make_app(kiln, monolith, web_function, Offload=["GET /work/{n}"], Policy="ratio", Ratio=0.5)
     try:
         profile(url, "/work/1")
-        wait_eligible(kiln, name, "GET /work/{n}")
+        wait_eligible(kiln, name, "GET /work/{n}", url, "/work/1")
         with ThreadPoolExecutor(12) as pool:
             results = list(pool.map(lambda i: requests.get(url + f"/work/{i}", timeout=60), range(120)))
         assert all(r.status_code == 200 for r in results)
@@ -322,8 +331,9 @@ def test_fallback_never_runs_a_request_twice(kiln, monolith, web_function):
     try:
         for path, method in [("/work/1", "GET"), ("/crash/", "POST"), ("/crash/", "GET")]:
             profile(url, path, method=method, n=5)
-        for route in ["GET /work/{n}", "POST /crash/", "GET /crash/"]:
-            wait_eligible(kiln, name, route)
+        for route, path, method in [("GET /work/{n}", "/work/1", "GET"), ("POST /crash/", "/crash/", "POST"),
+                                    ("GET /crash/", "/crash/", "GET")]:
+            wait_eligible(kiln, name, route, url, path, method)
         # A function that cannot run (no concurrency): the monolith serves, once.
         lam.put_function_concurrency(FunctionName=web_function, ReservedConcurrentExecutions=0)
         try:
@@ -339,17 +349,17 @@ def test_fallback_never_runs_a_request_twice(kiln, monolith, web_function):
         # A function that ran and failed: a GET goes back to the monolith; a POST does not.
         before = len(monolith.seen)
         with ThreadPoolExecutor(4) as pool:
-            posts = list(pool.map(lambda i: requests.post(url + "/crash/", data=f"p{i}", timeout=60), range(8)))
-            gets = list(pool.map(lambda i: requests.get(url + "/crash/", timeout=60), range(8)))
+            posts = list(pool.map(lambda i: requests.post(url + "/crash/", data=f"crash {i}", timeout=60), range(8)))
+            gets = list(pool.map(lambda i: requests.get(url + "/crash/?crash=1", timeout=60), range(8)))
         for r in posts:
             assert r.status_code in (200, 502), r.text
             if r.status_code == 502:
                 assert r.headers["x-kiln-served-by"] == "gateway"
                 assert r.headers["x-amzn-requestid"] in r.json()["Message"]
         failed = [r for r in posts if r.status_code == 502]
-        assert failed, ("some POSTs went to the crashing function",
+        assert failed, ("some POSTs went to the crashing function", json.dumps(app_routes(kiln, name)["POST /crash/"]),
                         [(r.status_code, r.headers.get("x-kiln-served-by"), r.text[:200]) for r in posts],
-                        app_routes(kiln, name), app_status(kiln, name))
+                        app_routes(kiln, name)["POST /crash/"], app_status(kiln, name)["Control"])
         bodies = [body for _, path, _, body in monolith.seen[before:] if path == "/crash/"]
         for r in failed:
             # The failed POST never reached the monolith.
@@ -364,7 +374,7 @@ def test_a_failing_upstream_spills_what_can_be_offloaded(kiln, monolith, web_fun
     name, url = make_app(kiln, monolith, web_function, Offload=["GET /work/{n}"])
     try:
         profile(url, "/work/1")
-        wait_eligible(kiln, name, "GET /work/{n}")
+        wait_eligible(kiln, name, "GET /work/{n}", url, "/work/1")
         dead = f"http://127.0.0.1:{free_port()}"
         kiln.cli("app", "set", name, "--add-upstream", dead, "--remove-upstream", monolith.url)
         assert app_status(kiln, name)["Upstreams"][0]["Url"] == dead
@@ -397,3 +407,76 @@ def test_apps_come_back_after_a_restart(fresh_kiln, monolith):
     server.cli("app", "rm", "blog")
     with pytest.raises(requests.ConnectionError):
         requests.get(f"http://127.0.0.1:{port}/fast", timeout=5)
+
+
+# Writes each comment it is posted to the object store; lists them on GET.
+WRITER = """
+import json, os
+import boto3
+
+s3 = boto3.client("s3")
+
+def handler(event, context):
+    bucket = os.environ["BUCKET"]
+    if event["requestContext"]["http"]["method"] == "POST":
+        s3.put_object(Bucket=bucket, Key="comments/" + event["body"], Body=b"x")
+        s3.delete_object(Bucket=bucket, Key="seed")
+        return {"statusCode": 201, "body": json.dumps({"served": "function"})}
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])]
+    return {"statusCode": 200, "body": json.dumps({"served": "function", "keys": keys})}
+"""
+
+
+def test_shadow_runs_leave_no_trace(kiln, monolith, tmp_path):
+    from s3_harness import s3_client, vendored_boto3
+    s3 = s3_client(kiln)
+    bucket = unique("shadow")
+    s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="seed", Body=b"seed")
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "app.py").write_text(WRITER)
+    vendored_boto3(code)
+    function = unique("writer")
+    kiln.cli("deploy", function, "--runtime", PYTHON_RUNTIME, "--handler", "app.handler", "--code", str(code),
+             "--memory", "256", "--env", f"BUCKET={bucket}", timeout=180)
+    name, url = make_app(kiln, monolith, function, Offload=["POST /comment/"], MaxInflight=1, Cover=1.0)
+    try:
+        for i in range(5):
+            assert requests.post(url + "/comment/", data=f"shadow-{i}", timeout=60).status_code == 200
+        wait_eligible(kiln, name, "POST /comment/", url, "/comment/", "POST")
+        routes = app_routes(kiln, name)
+        assert routes["POST /comment/"]["ShadowRuns"] >= 3
+        keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])]
+        assert keys == ["seed"], "shadow runs' writes and deletes were dropped"
+        logs = kiln.cli("logs", function).stdout
+        assert "Shadow: true" in logs
+        with ThreadPoolExecutor(6) as pool:
+            results = list(pool.map(
+                lambda i: requests.post(url + "/comment/", data=f"real-{i}", timeout=60), range(24)))
+        by_function = {f"comments/real-{i}" for i, r in enumerate(results)
+                       if r.headers["x-kiln-served-by"] == "function"}
+        assert by_function, [r.headers["x-kiln-served-by"] for r in results]
+        keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])}
+        # Exactly what real offloaded requests wrote (one of them deleted the seed).
+        assert keys == by_function
+    finally:
+        delete_app(kiln, name)
+
+
+def test_a_route_whose_function_differs_is_never_offloaded(kiln, monolith, web_function):
+    name, url = make_app(kiln, monolith, web_function, Offload=["GET /differ/"], MaxInflight=1, Cover=1.0)
+    try:
+        def differed():
+            route = app_routes(kiln, name)["GET /differ/"]
+            if route["ShadowRuns"] >= 3:
+                return route
+            requests.get(url + "/differ/", timeout=30)
+            return None
+        route = wait_for(differed, timeout=20, interval=0.05, what="three shadow runs")
+        assert not route["Eligible"] and "differed" in route["Reason"], route
+        with ThreadPoolExecutor(6) as pool:
+            results = list(pool.map(lambda i: requests.get(url + "/differ/", timeout=60), range(12)))
+        assert all(r.headers["x-kiln-served-by"] == "monolith" for r in results)
+    finally:
+        delete_app(kiln, name)

@@ -389,11 +389,25 @@ pub enum Stage {
 }
 
 /// What one invocation tells the object store about itself: the sequence stage it runs as,
-/// and whether the object cache admits its objects (its cache-benefit prediction, OFC §5.2).
+/// whether the object cache admits its objects (its cache-benefit prediction, OFC §5.2), and
+/// whether it is a shadow run, whose writes must have no visible effect.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct InvocationTags {
     pub storage: Option<StorageTag>,
     pub admit: Option<bool>,
+    pub shadow: Shadow,
+}
+
+/// Whether a request comes from a shadow run (burst offloading's copy of a real request, run
+/// for its answer only).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Shadow {
+    #[default]
+    No,
+    Yes,
+    /// A shadow run and a real one share the listener and the request's process is not
+    /// known: its writes can be neither applied nor dropped, and are refused for a retry.
+    Unknown,
 }
 
 /// The tags of the invocations an instance (or the forks of one zygote, which share its
@@ -434,28 +448,35 @@ impl InvocationSlot {
         let active = self.lock();
         let storage = agreed(&active, |t| t.storage.clone());
         let admit = agreed(&active, |t| t.admit);
-        if storage.is_ok() && admit.is_ok() {
+        let shadow = agreed(&active, |t| Some(t.shadow));
+        if storage.is_ok() && admit.is_ok() && shadow.is_ok() {
             return InvocationTags {
                 storage: storage.unwrap_or_default(),
                 admit: admit.unwrap_or_default(),
+                shadow: shadow.unwrap_or_default().unwrap_or_default(),
             };
         }
         let pids: Vec<u32> = active.iter().filter_map(|(_, pid)| *pid).collect();
         // The owner is looked up in /proc without the lock, which invocations take to begin
         // and end.
         drop(active);
-        let own = owner(&pids)
-            .and_then(|pid| {
-                let active = self.lock();
-                active
-                    .iter()
-                    .find(|(_, p)| *p == Some(pid))
-                    .map(|(tags, _)| tags.clone())
-            })
-            .unwrap_or_default();
+        let own = owner(&pids).and_then(|pid| {
+            let active = self.lock();
+            active
+                .iter()
+                .find(|(_, p)| *p == Some(pid))
+                .map(|(tags, _)| tags.clone())
+        });
+        let shadow = match (shadow, &own) {
+            (Ok(agreed), _) => agreed.unwrap_or_default(),
+            (Err(()), Some(own)) => own.shadow,
+            (Err(()), None) => Shadow::Unknown,
+        };
+        let own = own.unwrap_or_default();
         InvocationTags {
             storage: storage.unwrap_or(own.storage),
             admit: admit.unwrap_or(own.admit),
+            shadow,
         }
     }
 }
@@ -488,6 +509,7 @@ mod slot_tests {
                 stage: Stage::Intermediate,
             }),
             admit: None,
+            shadow: Shadow::No,
         }
     }
 
@@ -523,6 +545,7 @@ mod slot_tests {
         let admit = |a: Option<bool>| InvocationTags {
             storage: None,
             admit: a,
+            shadow: Shadow::No,
         };
         let admits = |slot: &InvocationSlot| slot.tags_for(nobody).admit;
         assert_eq!(admits(&slot), None);
@@ -568,5 +591,23 @@ mod slot_tests {
             slot.tags_for(|_| panic!("nothing to decide")),
             both("a", true)
         );
+    }
+
+    #[test]
+    fn a_shadow_is_known_only_where_every_invocation_or_the_owner_says_so() {
+        let slot = InvocationSlot::default();
+        let shadow = |s: Shadow| InvocationTags {
+            shadow: s,
+            ..InvocationTags::default()
+        };
+        slot.enter(shadow(Shadow::Yes), Some(10));
+        assert_eq!(slot.tags_for(nobody).shadow, Shadow::Yes);
+        slot.enter(shadow(Shadow::No), Some(11));
+        // Behind one listener with no owner known, a write can be neither applied nor dropped.
+        assert_eq!(slot.tags_for(nobody).shadow, Shadow::Unknown);
+        assert_eq!(slot.tags_for(|_| Some(10)).shadow, Shadow::Yes);
+        assert_eq!(slot.tags_for(|_| Some(11)).shadow, Shadow::No);
+        slot.leave(&shadow(Shadow::Yes), Some(10));
+        assert_eq!(slot.tags_for(nobody).shadow, Shadow::No);
     }
 }

@@ -702,6 +702,9 @@ impl Inner {
             };
             report_field(&mut log, "Memory Limit", &format!("{limit} MB{raised}"));
         }
+        if request.shadow {
+            report_field(&mut log, "Shadow", "true");
+        }
         let start_path = instance.start_path;
         if let Some(dead) = self.release(instance, invocation.healthy) {
             self.destroy_later(dead);

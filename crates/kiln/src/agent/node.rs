@@ -43,6 +43,8 @@ pub struct InvokeRequest {
     /// Whether the object cache admits its objects (its cache-benefit prediction); None leaves
     /// it to the function's latest decision.
     pub admit_objects: Option<bool>,
+    /// A shadow run: its answer is compared and dropped, its writes have no visible effect.
+    pub shadow: bool,
 }
 
 impl InvokeRequest {
@@ -51,6 +53,11 @@ impl InvokeRequest {
         crate::function::InvocationTags {
             storage: self.storage.clone(),
             admit: self.admit_objects,
+            shadow: if self.shadow {
+                crate::function::Shadow::Yes
+            } else {
+                crate::function::Shadow::No
+            },
         }
     }
 }

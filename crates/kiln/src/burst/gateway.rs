@@ -32,8 +32,9 @@ use serde::Serialize;
 use super::control::{Control, ControlStatus, Target, TICK};
 use super::profile::{eligibility, Eligibility, RouteFacts, RouteStats};
 use super::routes::Pattern;
+use super::shadow;
 use super::{upstream_authority, AppError, AppSpec};
-use crate::controller::{Controller, ControllerError, InvocationType, Invoked};
+use crate::controller::{Controller, ControllerError, InvocationType, InvokeOptions, Invoked};
 use crate::http_event::{event, map_response, plain};
 use crate::session::HintSource;
 use crate::sync::{LockExt, RwLockExt};
@@ -63,7 +64,11 @@ struct RouteEntry {
     pattern: Pattern,
     source: RouteSource,
     stats: RouteStats,
+    /// What the profile says (the paper's heuristics), before shadow runs.
+    profiled: Eligibility,
+    /// Both: the profile and the shadow runs.
     eligible: Eligibility,
+    shadow: shadow::Record,
     offloaded: u64,
 }
 
@@ -101,7 +106,9 @@ impl Profile {
                     pattern,
                     source,
                     stats: RouteStats::default(),
+                    profiled: Eligibility::No("no requests profiled yet".into()),
                     eligible: Eligibility::No("no requests profiled yet".into()),
+                    shadow: shadow::Record::default(),
                     offloaded: 0,
                 },
             };
@@ -142,7 +149,21 @@ impl Profile {
             }))
             .collect();
         for (route, e) in self.routes.iter_mut().zip(eligibility(&facts, cover)) {
-            route.eligible = e;
+            route.eligible = match (&e, route.shadow.reason()) {
+                (Eligibility::Eligible, Some(why)) => Eligibility::No(why),
+                _ => e.clone(),
+            };
+            route.profiled = e;
+        }
+    }
+
+    /// A new revision of the function: every route's shadow runs start again.
+    fn reset_shadows(&mut self) {
+        for route in &mut self.routes {
+            route.shadow.reset();
+            if route.eligible == Eligibility::Eligible {
+                route.eligible = Eligibility::No(route.shadow.reason().unwrap_or_default());
+            }
         }
     }
 }
@@ -203,6 +224,8 @@ pub struct Gateway {
     listening: AtomicBool,
     error: Mutex<Option<String>>,
     stop: tokio::sync::watch::Sender<bool>,
+    /// The function's code and configuration the shadow runs were made against.
+    revision: Mutex<Option<String>>,
 }
 
 /// A route as `kiln app routes` shows it.
@@ -220,6 +243,8 @@ pub struct RouteView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     pub offloaded: u64,
+    pub shadow_runs: u64,
+    pub shadow_matched: u32,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -257,6 +282,25 @@ pub struct AppStatus {
     pub served: ServedStatus,
 }
 
+impl RouteView {
+    fn of(route: String, source: &str, s: &RouteStats) -> Self {
+        RouteView {
+            route,
+            source: source.to_string(),
+            requests: s.count,
+            mean_ms: ms(s.mean()),
+            total_ms: ms(s.total),
+            p99_ms: ms(s.histogram.quantile(0.99)),
+            baseline_ms: s.baseline().map(ms),
+            eligible: false,
+            reason: None,
+            offloaded: 0,
+            shadow_runs: 0,
+            shadow_matched: 0,
+        }
+    }
+}
+
 fn ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1e6).round() / 1e3
 }
@@ -280,6 +324,7 @@ impl Gateway {
             listening: AtomicBool::new(false),
             error: Mutex::new(None),
             stop: tokio::sync::watch::channel(false).0,
+            revision: Mutex::new(None),
             spec: RwLock::new(spec.clone()),
         });
         gateway.set_upstreams(&spec.upstreams)?;
@@ -378,31 +423,33 @@ impl Gateway {
 
     fn tick(&self) {
         self.control.locked().tick(Instant::now());
-        let cover = self.spec.read_locked().cover;
-        self.profile.locked().reassess(cover);
+        let (cover, function) = {
+            let spec = self.spec.read_locked();
+            (spec.cover, spec.function.clone())
+        };
+        // Its code and configuration, not its revision: reserved concurrency changes that.
+        let revision = self.controller.get(&function).ok().map(|f| {
+            format!(
+                "{} {}",
+                f.code_sha256,
+                serde_json::to_string(&f.config).unwrap_or_default()
+            )
+        });
+        let changed = {
+            let mut known = self.revision.locked();
+            let changed = known.is_some() && *known != revision;
+            *known = revision;
+            changed
+        };
+        let mut profile = self.profile.locked();
+        if changed {
+            profile.reset_shadows();
+        }
+        profile.reassess(cover);
     }
 
     pub fn routes(&self) -> Vec<RouteView> {
         let profile = self.profile.locked();
-        let view =
-            |route: String, source: &str, s: &RouteStats, e: Option<&Eligibility>, offloaded| {
-                RouteView {
-                    route,
-                    source: source.to_string(),
-                    requests: s.count,
-                    mean_ms: ms(s.mean()),
-                    total_ms: ms(s.total),
-                    p99_ms: ms(s.histogram.quantile(0.99)),
-                    baseline_ms: s.baseline().map(ms),
-                    eligible: matches!(e, Some(Eligibility::Eligible)),
-                    reason: match e {
-                        Some(Eligibility::No(r)) => Some(r.clone()),
-                        Some(Eligibility::Eligible) => None,
-                        None => Some("matches no route".into()),
-                    },
-                    offloaded,
-                }
-            };
         let mut out: Vec<RouteView> = profile
             .routes
             .iter()
@@ -411,16 +458,21 @@ impl Gateway {
                     RouteSource::Pin => "pin",
                     RouteSource::Offload => "offload",
                 };
-                view(
-                    r.pattern.to_string(),
-                    source,
-                    &r.stats,
-                    Some(&r.eligible),
-                    r.offloaded,
-                )
+                let mut view = RouteView::of(r.pattern.to_string(), source, &r.stats);
+                view.eligible = r.eligible == Eligibility::Eligible;
+                view.reason = match &r.eligible {
+                    Eligibility::No(why) => Some(why.clone()),
+                    Eligibility::Eligible => None,
+                };
+                view.offloaded = r.offloaded;
+                view.shadow_runs = r.shadow.runs;
+                view.shadow_matched = r.shadow.matched;
+                view
             })
             .collect();
-        out.push(view("(other)".into(), "none", &profile.other, None, 0));
+        let mut other = RouteView::of("(other)".into(), "none", &profile.other);
+        other.reason = Some("matches no route".into());
+        out.push(other);
         out
     }
 
@@ -560,7 +612,13 @@ impl Gateway {
     }
 
     /// Runs an offloadable request in the function.
-    async fn offload(&self, head: &http::request::Parts, body: &Bytes, peer: SocketAddr) -> Ran {
+    async fn offload(
+        &self,
+        head: &http::request::Parts,
+        body: &Bytes,
+        peer: SocketAddr,
+        shadow: bool,
+    ) -> Ran {
         let function = self.spec.read_locked().function.clone();
         let raw_path = head.uri.path();
         let query = head.uri.query();
@@ -580,12 +638,13 @@ impl Gateway {
         };
         let invoked = self
             .controller
-            .invoke(
+            .invoke_with(
                 &function,
                 Bytes::from(payload.to_string()),
                 InvocationType::RequestResponse,
                 None,
                 source,
+                InvokeOptions { shadow },
             )
             .await;
         match invoked {
@@ -609,6 +668,53 @@ impl Gateway {
             ) => Ran::Never(e.to_string()),
             Err(e) => Ran::Failed(format!("({e})")),
         }
+    }
+}
+
+impl Gateway {
+    /// Runs a copy of a request the monolith answered with `status` in the function, as a
+    /// shadow, if its route wants one now; the outcome goes to the route's record.
+    fn maybe_shadow(
+        self: &Arc<Self>,
+        route: usize,
+        head: http::request::Parts,
+        body: Bytes,
+        peer: SocketAddr,
+        status: u16,
+    ) {
+        if matches!(status, 502..=504) {
+            return; // the monolith failed: nothing to compare with
+        }
+        let pattern = {
+            let mut profile = self.profile.locked();
+            let Some(entry) = profile.routes.get_mut(route) else {
+                return;
+            };
+            if entry.source != RouteSource::Offload || !entry.shadow.wants_run() {
+                return;
+            }
+            entry.shadow.begin();
+            entry.pattern.to_string()
+        };
+        let gateway = self.clone();
+        tokio::spawn(async move {
+            let outcome = match gateway.offload(&head, &body, peer, true).await {
+                Ran::Answered(response) => shadow::compare(status, Ok(response.status().as_u16())),
+                Ran::Failed(id) => shadow::compare(
+                    status,
+                    Err(format!("the function failed (request id {id})")),
+                ),
+                Ran::Never(_) => shadow::Outcome::NotRun,
+            };
+            let mut profile = gateway.profile.locked();
+            if let Some(entry) = profile
+                .routes
+                .iter_mut()
+                .find(|r| r.pattern.as_str() == pattern)
+            {
+                entry.shadow.end(outcome);
+            }
+        });
     }
 }
 
@@ -762,11 +868,17 @@ async fn handle(
     let path = percent_encoding::percent_decode_str(head.uri.path())
         .decode_utf8_lossy()
         .into_owned();
-    let (route, eligible) = {
+    // Eligible: may be offloaded. Profiled: may be shadowed (its profile says it is worth
+    // offloading; shadow runs decide the rest).
+    let (route, eligible, profiled) = {
         let profile = gateway.profile.locked();
         let route = profile.find(head.method.as_str(), &path);
-        let eligible = route.is_some_and(|i| profile.routes[i].eligible == Eligibility::Eligible);
-        (route, eligible)
+        let entry = route.map(|i| &profile.routes[i]);
+        (
+            route,
+            entry.is_some_and(|r| r.eligible == Eligibility::Eligible),
+            entry.is_some_and(|r| r.profiled == Eligibility::Eligible),
+        )
     };
     let upgrading = is_upgrade(&head.headers);
     let length = head
@@ -781,7 +893,7 @@ async fn handle(
         (None, true) => false,
     };
     let now = Instant::now();
-    if !eligible || upgrading || !bounded {
+    if !profiled || upgrading || !bounded {
         let (upstream, _) = gateway.pick(now);
         if upgrading {
             return pass_upgrade(gateway, head, peer, upstream, route).await;
@@ -819,20 +931,39 @@ async fn handle(
     };
     head.headers.remove(header::EXPECT);
     let (upstream, failing) = gateway.pick(now);
-    let target =
+    let target = if eligible {
         gateway
             .control
             .locked()
-            .decide(now, upstream.inflight.load(Ordering::Relaxed), failing);
+            .decide(now, upstream.inflight.load(Ordering::Relaxed), failing)
+    } else {
+        Target::Monolith
+    };
     if target == Target::Monolith {
         let request =
             match upstream_request(&head, &upstream, peer, Body::from(body.clone()), false) {
                 Ok(r) => r,
                 Err(BadTarget) => return gateway.answer(BadTarget::response(), "gateway"),
             };
-        // Unreached, the request was never sent: the function may serve it.
-        if let Ok(response) = gateway.forward(upstream, request, route).await {
-            return gateway.answer(response, "monolith");
+        match gateway.forward(upstream, request, route).await {
+            Ok(response) => {
+                if let Some(i) = route {
+                    gateway.maybe_shadow(i, head, body, peer, response.status().as_u16());
+                }
+                return gateway.answer(response, "monolith");
+            }
+            // Unreached, the request was never sent: the function may serve it, if it may
+            // serve the route at all.
+            Err(Unreached(why)) if !eligible => {
+                return gateway.answer(
+                    plain(
+                        StatusCode::BAD_GATEWAY,
+                        &format!("the app's server is unreachable: {why}"),
+                    ),
+                    "gateway",
+                )
+            }
+            Err(Unreached(_)) => {}
         }
     }
     if let Some(i) = route {
@@ -840,7 +971,7 @@ async fn handle(
             r.offloaded += 1;
         }
     }
-    match gateway.offload(&head, &body, peer).await {
+    match gateway.offload(&head, &body, peer, false).await {
         Ran::Answered(response) => gateway.answer(response, "function"),
         Ran::Failed(request_id) if !safe_method(&head.method) => {
             let mut response = plain(

@@ -11,6 +11,7 @@ pub mod control;
 pub mod gateway;
 pub mod profile;
 pub mod routes;
+pub mod shadow;
 pub mod store;
 
 use std::collections::BTreeMap;
@@ -278,6 +279,31 @@ impl AppSpec {
     }
 }
 
+/// Whether `f` can serve an app: what a shadow run of it can reach must be what kiln contains.
+pub fn check_function(f: &crate::function::Function) -> Result<(), AppError> {
+    if f.config.network == crate::function::NetworkMode::Host {
+        return Err(invalid(
+            "Function",
+            format!(
+                "{} uses the host network: a shadow run could reach services kiln cannot \
+                 contain, so an app's function must use the isolated network",
+                f.name
+            ),
+        ));
+    }
+    if f.config.sessions.is_some() {
+        return Err(invalid(
+            "Function",
+            format!(
+                "{} uses kiln's sessions, which an unmodified web app does not: deploy it \
+                 without KilnSessions",
+                f.name
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn parse_patterns(field: &'static str, texts: &[String]) -> Result<Vec<Pattern>, AppError> {
     texts
         .iter()
@@ -401,9 +427,11 @@ impl Apps {
     pub async fn put(&self, name: &str, input: AppInput) -> Result<AppSpec, AppError> {
         let current = self.running.locked().get(name).map(|g| g.spec());
         let (spec, password) = AppSpec::merge(name, current.as_ref(), input)?;
-        self.controller
+        let function = self
+            .controller
             .get(&spec.function)
             .map_err(|_| invalid("Function", format!("{} does not exist", spec.function)))?;
+        check_function(&function)?;
         let existing = self.running.locked().get(name).cloned();
         match existing {
             Some(gateway) if gateway.spec().listen == spec.listen && gateway.is_listening() => {

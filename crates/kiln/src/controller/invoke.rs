@@ -57,6 +57,13 @@ pub(super) fn checked_payload(
     Ok(payload)
 }
 
+/// How an invocation runs, beyond its type.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct InvokeOptions {
+    /// A shadow run: its writes have no visible effect (burst offloading).
+    pub shadow: bool,
+}
+
 impl Controller {
     /// Invoke. `source` is where a function with sessions finds the request's session id (its
     /// `json` defaults to the payload).
@@ -68,6 +75,34 @@ impl Controller {
         client_context: Option<String>,
         source: crate::session::HintSource<'_>,
     ) -> Result<Invoked, ControllerError> {
+        self.invoke_with(
+            name,
+            payload,
+            kind,
+            client_context,
+            source,
+            InvokeOptions::default(),
+        )
+        .await
+    }
+
+    /// [`Controller::invoke`] with options. A shadow run of a sequence or an Event is refused.
+    pub async fn invoke_with(
+        &self,
+        name: &str,
+        payload: Bytes,
+        kind: InvocationType,
+        client_context: Option<String>,
+        source: crate::session::HintSource<'_>,
+        options: InvokeOptions,
+    ) -> Result<Invoked, ControllerError> {
+        if options.shadow
+            && (kind != InvocationType::RequestResponse || self.sequence(name).is_some())
+        {
+            return Err(ControllerError::InvalidParameter(
+                "only a function's synchronous invocation can be a shadow run".into(),
+            ));
+        }
         if let Some(sequence) = self.sequence(name) {
             if !self.table().contains_key(name) {
                 return match kind {
@@ -111,6 +146,7 @@ impl Controller {
                     memory_limit_mb: None,
                     storage: None,
                     admit_objects: None,
+                    shadow: options.shadow,
                 };
                 let outcome = self.run(&entry, request).await?;
                 Ok(Invoked::Done {

@@ -33,6 +33,7 @@ use code::{CodeError, CodeStore};
 pub use functions::revision_id;
 pub(crate) use invoke::route_hints;
 use invoke::trace_id;
+pub use invoke::InvokeOptions;
 pub use registry::{Cors, UrlSettings};
 use registry::{Registry, RegistryError};
 

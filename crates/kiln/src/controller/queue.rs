@@ -120,6 +120,7 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
             memory_limit_mb: None,
             storage: None,
             admit_objects: None,
+            shadow: false,
         };
         controller.run(&entry, request).await
     } else if let Some(sequence) = controller.sequence(&event.function) {

@@ -334,6 +334,7 @@ impl Controller {
                     },
                 }),
                 admit_objects: None,
+                shadow: false,
             };
             let request_id = request.request_id.clone();
             let outcome = self.run(&entry, request).await?;

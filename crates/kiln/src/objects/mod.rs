@@ -30,6 +30,7 @@ mod remote;
 pub mod sandbox;
 pub mod sdk_keys;
 mod serve;
+mod shadow;
 pub(crate) mod shared;
 pub mod spans;
 pub mod upload_list;

@@ -226,6 +226,7 @@ pub(crate) fn serve_tagged(
             let owner = Arc::new(std::sync::Mutex::new(None::<u32>));
             let handler = service_fn(move |mut req: hyper::Request<Incoming>| {
                 req.extensions_mut().insert(scope.clone());
+                let mut contained = None;
                 if let Some(slot) = &slot {
                     let tags = slot.tags_for(|pids| {
                         let mut known = owner.locked();
@@ -234,7 +235,20 @@ pub(crate) fn serve_tagged(
                         }
                         *known
                     });
+                    contained = super::shadow::contain(tags.shadow, &req);
                     req.extensions_mut().insert(tags);
+                }
+                if let Some(contained) = contained {
+                    return futures_util::future::Either::Left(async move {
+                        let answer = match contained {
+                            super::shadow::Contained::Refuse(r) => r,
+                            super::shadow::Contained::Answer(kind) => {
+                                let body = super::shadow::read_body(req.into_body(), 1 << 20).await;
+                                super::shadow::answer(kind, &body)
+                            }
+                        };
+                        Ok::<_, s3s::HttpError>(answer.map(s3s::Body::from))
+                    });
                 }
                 let service = service.clone();
                 let expects_continue = req
@@ -252,7 +266,7 @@ pub(crate) fn serve_tagged(
                         abandoned: abandoned.clone(),
                     })
                 });
-                async move {
+                futures_util::future::Either::Right(async move {
                     let mut response = service.call(req).await?;
                     if response.status().as_u16() >= 400 {
                         add_error_message(&mut response);
@@ -266,7 +280,7 @@ pub(crate) fn serve_tagged(
                         );
                     }
                     Ok::<_, s3s::HttpError>(response)
-                }
+                })
             });
             let connection = http1::Builder::new()
                 .timer(TokioTimer::new())

@@ -641,7 +641,8 @@ impl Instance {
     }
 }
 
-/// A warm-up invocation of `spec`: its sample event (`{}` by default).
+/// A warm-up invocation of `spec`: its sample event (`{}` by default), run as a shadow so that
+/// its writes have no visible effect.
 pub fn warmup_request(spec: &SharedSpec) -> InvokeRequest {
     InvokeRequest {
         request_id: crate::function::new_request_id().to_string(),
@@ -658,5 +659,6 @@ pub fn warmup_request(spec: &SharedSpec) -> InvokeRequest {
         memory_limit_mb: None,
         storage: None,
         admit_objects: None,
+        shadow: true,
     }
 }
