@@ -70,6 +70,7 @@ impl Runtimes {
         std::fs::create_dir_all(shim_dir)?;
         std::fs::write(shim_dir.join("shim.js"), nodejs::SHIM)?;
         std::fs::write(shim_dir.join("shim.py"), python::SHIM)?;
+        std::fs::write(shim_dir.join("kiln_web.py"), python::WEB_ADAPTER)?;
         std::fs::create_dir_all(shim_dir.join("python"))?;
         std::fs::write(
             shim_dir.join("python/snapshot_restore_py.py"),
@@ -230,6 +231,9 @@ pub fn lambda_env(
             env.push((key.to_string(), value.to_string()));
         }
     }
+    if let Some(web) = &spec.web {
+        env.extend(crate::function::web::env(web));
+    }
     for (key, value) in runtime.env(spec) {
         env.retain(|(k, _)| *k != key);
         env.push((key, value));
@@ -255,4 +259,8 @@ pub const RESERVED_ENV: &[&str] = &[
     "AWS_ACCESS_KEY_ID",
     "AWS_SECRET_ACCESS_KEY",
     "AWS_SESSION_TOKEN",
+    "KILN_WEB_APP",
+    "KILN_WEB_START",
+    "KILN_WEB_COMMAND",
+    "KILN_WEB_PORT",
 ];

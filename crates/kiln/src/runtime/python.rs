@@ -9,6 +9,8 @@ use super::{Protocol, Runtime, RUNTIME_DIR};
 use crate::function::InstanceSpec;
 
 pub const SHIM: &str = include_str!("../../../../runtimes/python/shim.py");
+/// The web adapter (`KilnWeb`), at `/opt/kiln/kiln_web.py`, loaded by the shim by its path.
+pub const WEB_ADAPTER: &str = include_str!("../../../../runtimes/python/kiln_web.py");
 /// Lambda SnapStart's hook module, at `/opt/kiln/python/snapshot_restore_py.py`.
 pub const SNAPSHOT_HOOKS: &str =
     include_str!("../../../../runtimes/python/lib/snapshot_restore_py.py");

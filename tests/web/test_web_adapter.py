@@ -1,0 +1,340 @@
+"""KilnWeb: unmodified web apps served as functions, through function URLs and plain Invoke with a payload 2.0
+event (docs/web-adapter.md). Real frameworks: Flask (bundled from the test venv into the function's package), a
+raw ASGI app, and Express 5 (tests/web/express, its own package-lock).
+
+What is checked is what users report broken in other adapters: binary bodies both ways, multipart uploads, several
+Set-Cookie, repeated headers and query keys, non-ASCII paths, HEAD, redirects with the original Host, the 6 MB
+limits, an app that fails, and a web function served by forks of its zygote.
+"""
+
+import base64
+import hashlib
+import http.client
+import importlib.util
+import json
+import shutil
+import struct
+import uuid
+import zlib
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import requests
+
+from kiln_harness import FUNCTIONS, NODE_RUNTIME, PYTHON_RUNTIME, start_path, wait_spare
+
+FLASK_PACKAGES = ("flask", "werkzeug", "jinja2", "markupsafe", "itsdangerous", "click", "blinker")
+MB = 1024 * 1024
+
+
+def unique(prefix):
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def flask_code(tmp_path_factory):
+    """The Flask fixture with Flask and its dependencies copied in from the test venv (setup-test-env.sh installs
+    flask==3.1.3), as `pip install --target` would vendor them."""
+    code = tmp_path_factory.mktemp("web_flask")
+    shutil.copytree(FUNCTIONS / "web_flask", code, dirs_exist_ok=True)
+    for name in FLASK_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        assert spec and spec.origin, f"{name} is not installed in the test venv: run scripts/setup-test-env.sh"
+        source = Path(spec.origin).parent
+        shutil.copytree(source, code / name, ignore=shutil.ignore_patterns("__pycache__"))
+    return code
+
+
+def deploy_web(kiln, name, code, *flags, runtime=PYTHON_RUNTIME):
+    """`kiln deploy NAME --web-… --url public`; returns the function URL."""
+    out = kiln.cli("--json", "deploy", name, "--runtime", runtime, "--code", str(code), "--timeout", "20",
+                   "--memory", "256", "--url", "public", *flags)
+    return json.loads(out.stdout)["FunctionUrl"]
+
+
+@pytest.fixture(scope="module")
+def flask_url(kiln, tmp_path_factory):
+    name = unique("flask")
+    url = deploy_web(kiln, name, flask_code(tmp_path_factory), "--web-app", "webapp:app")
+    return name, url
+
+
+def raw_request(method, url, headers, body=None):
+    """A request with headers repeated as given (requests merges them); returns (status, headers, body)."""
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
+    conn.putrequest(method, parts.path + ("?" + parts.query if parts.query else ""))
+    for name, value in headers:
+        conn.putheader(name, value)
+    conn.endheaders(body)
+    response = conn.getresponse()
+    out = (response.status, response.getheaders(), response.read())
+    conn.close()
+    return out
+
+
+def png(width, height):
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    rows = b"".join(b"\x00" + bytes((x * 7 + y * 3) % 256 for x in range(width * 3)) for y in range(height))
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+
+
+# ------------------------------------------------------------------------------------------------ configuration
+def test_kiln_web_is_stored_echoed_and_checked(kiln, tmp_path):
+    name = unique("webcfg")
+    (tmp_path / "app.py").write_text("def app(environ, start_response):\n    start_response('204 No Content', [])\n"
+                                     "    return []\n")
+    kiln.cli("deploy", name, "--runtime", PYTHON_RUNTIME, "--code", str(tmp_path), "--web-app", "app:app")
+    config = kiln.client().get_function_configuration(FunctionName=name)
+    raw = kiln.signed_request("GET", f"/2015-03-31/functions/{name}/configuration").json()
+    assert raw["KilnWeb"] == {"App": "app:app"}
+    assert config["Handler"] == "kiln.web", "a web function needs no handler; the placeholder is not used"
+
+    def refused(body):
+        r = kiln.signed_request("PUT", f"/2015-03-31/functions/{name}/configuration", json.dumps(body))
+        assert r.status_code == 400, r.text
+        assert r.json()["__type"].endswith("ValidationException"), r.text
+        return r.json()["message"]
+
+    assert "MODULE:CALLABLE" in refused({"KilnWeb": {"App": "app"}})
+    assert "MODULE:CALLABLE" in refused({"KilnWeb": {"App": "my-app:app"}})
+    assert "App alone" in refused({"KilnWeb": {"Start": "server.js", "Port": 3000}})
+    assert "between 1 and 65535" in refused({"Runtime": NODE_RUNTIME, "KilnWeb": {"Start": "s.js", "Port": 70000}})
+    assert "kiln's own services" in refused({"Runtime": NODE_RUNTIME, "KilnWeb": {"Start": "s.js", "Port": 9000}})
+    assert "isolated network" in refused({"Runtime": NODE_RUNTIME, "KilnNetwork": "host",
+                                          "KilnWeb": {"Start": "s.js", "Port": 3000}})
+    assert "not available for the wasm runtime" in refused({"Runtime": "wasm", "KilnWeb": {"App": "a:b"}})
+    assert "wasm" in refused({"Runtime": "wasm"}), "changing the runtime is checked against the stored KilnWeb"
+    # The CLI's own checks.
+    r = kiln.cli("deploy", name, "--runtime", NODE_RUNTIME, "--code", str(tmp_path), "--web-start", "s.js",
+                 check=False)
+    assert r.returncode != 0 and "--web-port" in r.stderr
+    # Tags set it too (boto3 cannot send KilnWeb), and null turns it off.
+    arn = config["FunctionArn"]
+    kiln.client().tag_resource(Resource=arn, Tags={"kiln:web-app": "app:application"})
+    assert kiln.signed_request("GET", f"/2015-03-31/functions/{name}/configuration").json()["KilnWeb"] == \
+        {"App": "app:application"}
+    r = kiln.signed_request("PUT", f"/2015-03-31/functions/{name}/configuration",
+                            json.dumps({"KilnWeb": None, "Handler": "app.app"}))
+    assert r.status_code == 200 and "KilnWeb" not in r.json(), r.text
+
+
+# ------------------------------------------------------------------------------------------------ Flask
+def test_flask_request_mapping(kiln, flask_url):
+    _, url = flask_url
+    status, _, body = raw_request("GET", url + "echo?q=1&q=2&z=%20&empty=",
+                                  [("X-Multi", "a"), ("X-Multi", "b"), ("Cookie", "s=v; t=w")])
+    assert status == 200, body
+    echo = json.loads(body)
+    assert echo["method"] == "GET" and echo["path"] == "/echo"
+    assert echo["args"] == {"q": ["1", "2"], "z": [" "], "empty": [""]}
+    assert echo["multi"] in (["a,b"], ["a", "b"]), "a repeated header reaches the app whole"
+    assert echo["cookies"] == {"s": "v", "t": "w"}
+    assert echo["scheme"] == "http" and echo["remote_addr"] == "127.0.0.1"
+    forwarded = requests.get(url + "echo", headers={"Host": "blog.example:8080", "X-Forwarded-Proto": "https"},
+                             timeout=60).json()
+    assert forwarded["host"] == "blog.example:8080" and forwarded["scheme"] == "https"
+    assert forwarded["url"] == "https://blog.example:8080/echo"
+
+
+def test_flask_non_ascii_paths(kiln, flask_url):
+    _, url = flask_url
+    r = requests.get(url + "h%C3%A9llo/w%C3%B6rld%20x", timeout=60)
+    assert r.status_code == 200, r.text
+    assert r.json() == {"path": "/héllo/wörld x", "name": "wörld x"}
+
+
+def test_binary_bodies_both_ways_byte_exact(kiln, flask_url):
+    _, url = flask_url
+    image = requests.get(url + "image.png", timeout=60)
+    assert image.status_code == 200 and image.headers["content-type"] == "image/png"
+    assert image.content == png(64, 48)
+    data = png(200, 100) + bytes(range(256)) * 64
+    back = requests.post(url + "image.png", data=data, headers={"Content-Type": "image/png"}, timeout=60)
+    assert back.status_code == 200 and back.content == data
+    # A body that is not UTF-8, sent as text: still byte-exact.
+    raw = b"\xff\xfe\x00text\x80"
+    echo = requests.post(url + "echo", data=raw, headers={"Content-Type": "text/plain"}, timeout=60).json()
+    assert echo["sha256"] == hashlib.sha256(raw).hexdigest() and echo["length"] == len(raw)
+
+
+def test_multipart_upload(kiln, flask_url):
+    _, url = flask_url
+    image = png(30, 30)
+    blob = bytes(range(256)) * 40
+    r = requests.post(url + "upload", files={"image": ("cat.png", image, "image/png"),
+                                             "blob": ("b.bin", blob, "application/octet-stream")},
+                      data={"title": ["café", "two"]}, timeout=60)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["files"]["image"] == {"filename": "cat.png", "type": "image/png",
+                                     "sha256": hashlib.sha256(image).hexdigest()}
+    assert out["files"]["blob"]["sha256"] == hashlib.sha256(blob).hexdigest()
+    assert out["form"] == {"title": ["café", "two"]}
+
+
+def test_several_set_cookies_and_repeated_response_headers(kiln, flask_url):
+    _, url = flask_url
+    r = requests.get(url + "cookies", timeout=60)
+    cookies = r.raw.headers.getlist("Set-Cookie")
+    assert len(cookies) == 3, cookies
+    assert cookies[0].startswith("a=1;") and "HttpOnly" in cookies[1] and "Path=/echo" in cookies[2]
+    assert r.headers["X-Repeated"] == "one, two"
+
+
+def test_head_answers_headers_without_a_body(kiln, flask_url):
+    _, url = flask_url
+    r = requests.head(url + "image.png", timeout=60)
+    assert r.status_code == 200 and r.content == b""
+    assert r.headers["content-type"] == "image/png"
+    assert int(r.headers["content-length"]) == len(png(64, 48))
+
+
+def test_redirects_keep_the_original_host(kiln, flask_url):
+    _, url = flask_url
+    r = requests.get(url + "go", headers={"Host": "shop.example"}, allow_redirects=False, timeout=60)
+    assert r.status_code == 302
+    assert r.headers["Location"] == "http://shop.example/echo?q=1"
+
+
+def test_six_mb_limits_are_clear_errors(kiln, flask_url):
+    name, url = flask_url
+    ok = requests.get(url + "bytes?n=%d" % (4 * MB), timeout=60)
+    assert ok.status_code == 200 and len(ok.content) == 4 * MB
+    over = requests.get(url + "bytes?n=%d" % (5 * MB), timeout=60)  # 6.7 MB once base64-encoded
+    assert over.status_code == 502
+    assert "6291456" in over.text or "too large" in over.text.lower(), over.text
+    big = requests.post(url + "echo", data=b"x" * (7 * MB), headers={"Content-Type": "application/octet-stream"},
+                        timeout=60)
+    assert big.status_code == 413, big.text
+    assert "6291456" in big.text or "too large" in big.text.lower(), big.text
+
+
+def test_an_app_error_is_the_apps_500(kiln, flask_url):
+    _, url = flask_url
+    r = requests.get(url + "boom", timeout=60)
+    assert r.status_code == 500 and "Internal Server Error" in r.text
+    assert "x-amzn-requestid" in r.headers
+
+
+def test_plain_invoke_with_a_payload_2_event(kiln, flask_url):
+    name, url = flask_url
+    event = {
+        "version": "2.0", "routeKey": "$default", "rawPath": "/echo", "rawQueryString": "a=1&a=2",
+        "headers": {"host": "api.example", "content-type": "application/octet-stream", "x-multi": "x"},
+        "cookies": ["k=v"],
+        "requestContext": {"http": {"method": "PUT", "path": "/echo", "protocol": "HTTP/1.1",
+                                    "sourceIp": "10.1.2.3"}},
+        "body": base64.b64encode(b"\x00\x01\x02").decode(), "isBase64Encoded": True,
+    }
+    result, response = kiln.invoke(name, event)
+    assert "FunctionError" not in response, result
+    assert result["statusCode"] == 200 and result["isBase64Encoded"] is False
+    echo = json.loads(result["body"])
+    assert echo["method"] == "PUT" and echo["args"] == {"a": ["1", "2"]} and echo["cookies"] == {"k": "v"}
+    assert echo["host"] == "api.example" and echo["remote_addr"] == "10.1.2.3"
+    assert echo["sha256"] == hashlib.sha256(b"\x00\x01\x02").hexdigest()
+    # Not an HTTP event (a warm-up's `{}`): answered without calling the app.
+    result, response = kiln.invoke(name, {})
+    assert "FunctionError" not in response and result["statusCode"] == 400
+
+
+def test_forks_of_the_zygote_serve_the_app(kiln, tmp_path_factory):
+    name = unique("flaskhot")
+    deploy_web(kiln, name, flask_code(tmp_path_factory), "--web-app", "webapp:app")
+    wait_spare(kiln, name)
+    event = {"version": "2.0", "rawPath": "/echo", "rawQueryString": "", "headers": {"host": "h"},
+             "requestContext": {"http": {"method": "GET", "path": "/echo", "sourceIp": "1.2.3.4"}},
+             "isBase64Encoded": False}
+    result, response = kiln.invoke(name, event, LogType="Tail")
+    report = [line for line in kiln.log_tail(response).splitlines() if line.startswith("REPORT")][-1]
+    assert start_path(report) == "hot", report
+    echo = json.loads(result["body"])
+    assert echo["pid"] != echo["started_in"], "the app was imported in the zygote, and this fork inherited it"
+
+
+# ------------------------------------------------------------------------------------------------ WSGI and ASGI
+RAW_WSGI = """
+def app(environ, start_response):
+    raise ValueError("no server would catch this for me")
+"""
+
+RAW_ASGI = """
+import hashlib, json
+
+started = []
+
+async def app(scope, receive, send):
+    if scope["type"] == "lifespan":
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                started.append(True)
+                await send({"type": "lifespan.startup.complete"})
+            else:
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    if scope["path"] == "/binary":
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/octet-stream")]})
+        await send({"type": "http.response.body", "body": body[:3], "more_body": True})
+        await send({"type": "http.response.body", "body": body[3:]})
+        return
+    if scope["path"] == "/fail":
+        raise RuntimeError("the ASGI app failed")
+    out = {"method": scope["method"], "path": scope["path"], "raw_path": scope["raw_path"].decode("latin-1"),
+           "query": scope["query_string"].decode(), "scheme": scope["scheme"], "server": list(scope["server"]),
+           "headers": [[k.decode(), v.decode()] for k, v in scope["headers"]], "started": started,
+           "sha256": hashlib.sha256(body).hexdigest()}
+    await send({"type": "http.response.start", "status": 201,
+                "headers": [(b"content-type", b"application/json"), (b"set-cookie", b"x=1"),
+                            (b"set-cookie", b"y=2")]})
+    await send({"type": "http.response.body", "body": json.dumps(out).encode()})
+"""
+
+
+def test_a_raw_asgi_app(kiln, tmp_path):
+    (tmp_path / "asgiapp.py").write_text(RAW_ASGI)
+    url = deploy_web(kiln, unique("asgi"), tmp_path, "--web-app", "asgiapp:app")
+    r = requests.post(url + "caf%C3%A9/x?a=1&a=2", data=b"hello", headers={"Host": "asgi.example:81"}, timeout=60)
+    assert r.status_code == 201, r.text
+    out = r.json()
+    assert out["path"] == "/café/x" and out["raw_path"] == "/caf%C3%A9/x" and out["query"] == "a=1&a=2"
+    assert out["server"] == ["asgi.example", 81] and out["scheme"] == "http"
+    assert ["host", "asgi.example:81"] in out["headers"]
+    assert out["started"] == [True], "the lifespan startup ran once in this process"
+    assert out["sha256"] == hashlib.sha256(b"hello").hexdigest()
+    assert r.raw.headers.getlist("Set-Cookie") == ["x=1", "y=2"]
+    data = bytes(range(256)) * 100
+    r = requests.post(url + "binary", data=data, timeout=60)
+    assert r.status_code == 200 and r.content == data
+    r = requests.get(url + "fail", timeout=60)
+    assert r.status_code == 502, "an app that answers nothing is a function error"
+
+
+def test_an_exception_out_of_a_wsgi_app_is_a_function_error(kiln, tmp_path):
+    (tmp_path / "raw.py").write_text(RAW_WSGI)
+    name = unique("rawwsgi")
+    url = deploy_web(kiln, name, tmp_path, "--web-app", "raw:app")
+    assert requests.get(url, timeout=60).status_code == 502
+    event = {"version": "2.0", "rawPath": "/", "headers": {}, "requestContext": {"http": {"method": "GET"}}}
+    result, response = kiln.invoke(name, event)
+    assert response["FunctionError"] == "Unhandled"
+    assert result["errorType"] == "ValueError" and "no server" in result["errorMessage"]
+
+
+def test_a_missing_app_is_an_init_error(kiln, tmp_path):
+    (tmp_path / "app.py").write_text("application = None\n")
+    name = unique("noapp")
+    deploy_web(kiln, name, tmp_path, "--web-app", "app:app")
+    result, response = kiln.invoke(name, {"version": "2.0", "rawPath": "/", "requestContext": {"http": {}}})
+    assert response.get("FunctionError") == "Unhandled"
+    assert result["errorType"] == "Runtime.HandlerNotFound" and "app" in result["errorMessage"]
