@@ -63,7 +63,8 @@ def raw_request(method, url, headers, body=None):
     """A request with headers repeated as given (requests merges them); returns (status, headers, body)."""
     parts = urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
-    conn.putrequest(method, parts.path + ("?" + parts.query if parts.query else ""))
+    conn.putrequest(method, parts.path + ("?" + parts.query if parts.query else ""),
+                    skip_host=any(name.lower() == "host" for name, _ in headers))
     for name, value in headers:
         conn.putheader(name, value)
     conn.endheaders(body)
@@ -338,3 +339,83 @@ def test_a_missing_app_is_an_init_error(kiln, tmp_path):
     result, response = kiln.invoke(name, {"version": "2.0", "rawPath": "/", "requestContext": {"http": {}}})
     assert response.get("FunctionError") == "Unhandled"
     assert result["errorType"] == "Runtime.HandlerNotFound" and "app" in result["errorMessage"]
+
+
+# ------------------------------------------------------------------------------------------------ Express 5
+EXPRESS = Path(__file__).resolve().parent / "express"
+
+
+@pytest.fixture(scope="module", params=["start", "app"])
+def express_url(request, kiln):
+    if not (EXPRESS / "node_modules" / "express").is_dir():
+        pytest.fail("Express is not installed: run scripts/setup-test-env.sh (npm ci in tests/web/express)")
+    flags = ("--web-start", "server.js", "--web-port", "3000") if request.param == "start" \
+        else ("--web-app", "app.js#app")
+    name = unique("express-" + request.param)
+    return name, deploy_web(kiln, name, EXPRESS, *flags, runtime=NODE_RUNTIME)
+
+
+def test_express_request_mapping(kiln, express_url):
+    _, url = express_url
+    status, _, body = raw_request("GET", url + "echo?q=1&q=2&z=%20",
+                                  [("X-Multi", "a"), ("X-Multi", "b"), ("Cookie", "s=v; t=w"), ("Host", "web.example")])
+    assert status == 200, body
+    echo = json.loads(body)
+    assert echo["method"] == "GET" and echo["path"] == "/echo" and echo["url"] == "/echo?q=1&q=2&z=%20"
+    assert echo["query"] == {"q": ["1", "2"], "z": " "}
+    assert echo["multi"] in (["a,b"], ["a", "b"])
+    assert echo["cookie"] == "s=v; t=w" and echo["host"] == "web.example"
+    r = requests.get(url + "h%C3%A9llo/w%C3%B6rld", timeout=60)
+    assert r.status_code == 200 and r.json() == {"path": "/héllo/wörld", "name": "wörld"}
+
+
+def test_express_binary_multipart_and_head(kiln, express_url):
+    _, url = express_url
+    image = requests.get(url + "image.png", timeout=60)
+    assert image.status_code == 200 and image.content == png(64, 48)
+    data = png(200, 100) + bytes(range(256)) * 64
+    back = requests.post(url + "image.png", data=data, headers={"Content-Type": "image/png"}, timeout=60)
+    assert back.status_code == 200 and back.content == data
+    upload = requests.Request("POST", url + "upload", files={"f": ("cat.png", data, "image/png")},
+                              data={"title": "café"}).prepare()
+    r = requests.Session().send(upload, timeout=60)
+    assert r.status_code == 200, r.text
+    assert r.json() == {"type": upload.headers["Content-Type"], "sha256": hashlib.sha256(upload.body).hexdigest()}
+    head = requests.head(url + "image.png", timeout=60)
+    assert head.status_code == 200 and head.content == b""
+    assert int(head.headers["content-length"]) == len(png(64, 48))
+
+
+def test_express_cookies_redirects_errors_and_limits(kiln, express_url):
+    name, url = express_url
+    r = requests.get(url + "cookies", timeout=60)
+    cookies = r.raw.headers.getlist("Set-Cookie")
+    assert [c.split(";")[0] for c in cookies] == ["a=1", "b=2", "c=3"] and "HttpOnly" in cookies[1]
+    assert r.headers["X-Repeated"] == "one, two"
+    assert "keep-alive" not in {k.lower() for k in r.headers}, "hop-by-hop headers stay inside the sandbox"
+    r = requests.get(url + "go", headers={"Host": "shop.example"}, allow_redirects=False, timeout=60)
+    assert r.status_code == 302 and r.headers["Location"] == "http://shop.example/echo?q=1"
+    r = requests.get(url + "boom", timeout=60)
+    assert r.status_code == 500 and "the app failed" in r.text, "Express's own error page"
+
+    over = requests.get(url + "bytes?n=%d" % (5 * MB), timeout=60)
+    assert over.status_code == 502 and "too large" in over.text
+    event = {"version": "2.0", "rawPath": "/echo", "rawQueryString": "a=1", "headers": {"host": "api.example"},
+             "cookies": ["k=v"], "requestContext": {"http": {"method": "DELETE", "path": "/echo"}},
+             "body": base64.b64encode(b"\xff\x00").decode(), "isBase64Encoded": True}
+    result, response = kiln.invoke(name, event)
+    assert "FunctionError" not in response, result
+    echo = json.loads(result["body"])
+    assert echo["method"] == "DELETE" and echo["cookie"] == "k=v" and echo["host"] == "api.example"
+    assert echo["sha256"] == hashlib.sha256(b"\xff\x00").hexdigest()
+    result, response = kiln.invoke(name, {})
+    assert "FunctionError" not in response and result["statusCode"] == 400
+
+
+def test_a_node_server_that_never_listens_is_an_init_error(kiln, tmp_path):
+    (tmp_path / "server.js").write_text("require('http').createServer(() => {}).listen(4000);\n")
+    name = unique("nolisten")
+    deploy_web(kiln, name, tmp_path, "--web-start", "server.js", "--web-port", "3000", runtime=NODE_RUNTIME)
+    result, response = kiln.invoke(name, {"version": "2.0", "rawPath": "/", "requestContext": {"http": {}}})
+    assert response.get("FunctionError") == "Unhandled"
+    assert "did not listen on port 3000" in result["errorMessage"]

@@ -69,6 +69,7 @@ impl Runtimes {
     pub fn detect(shim_dir: &Path) -> std::io::Result<Self> {
         std::fs::create_dir_all(shim_dir)?;
         std::fs::write(shim_dir.join("shim.js"), nodejs::SHIM)?;
+        std::fs::write(shim_dir.join("web.js"), nodejs::WEB_ADAPTER)?;
         std::fs::write(shim_dir.join("shim.py"), python::SHIM)?;
         std::fs::write(shim_dir.join("kiln_web.py"), python::WEB_ADAPTER)?;
         std::fs::create_dir_all(shim_dir.join("python"))?;

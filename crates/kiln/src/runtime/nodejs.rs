@@ -9,6 +9,8 @@ use super::{Protocol, Runtime, RUNTIME_DIR};
 use crate::function::InstanceSpec;
 
 pub const SHIM: &str = include_str!("../../../../runtimes/nodejs/shim.js");
+/// The web adapter (`KilnWeb`), at `/opt/kiln/web.js`, required by the shim.
+pub const WEB_ADAPTER: &str = include_str!("../../../../runtimes/nodejs/web.js");
 
 pub struct Node {
     name: String,
