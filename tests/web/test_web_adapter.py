@@ -419,3 +419,70 @@ def test_a_node_server_that_never_listens_is_an_init_error(kiln, tmp_path):
     result, response = kiln.invoke(name, {"version": "2.0", "rawPath": "/", "requestContext": {"http": {}}})
     assert response.get("FunctionError") == "Unhandled"
     assert "did not listen on port 3000" in result["errorMessage"]
+
+
+# ------------------------------------------------------------------------------------------------ provided
+PORT_SERVER = """
+import hashlib, json, os
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+hits = []
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def answer(self, status, body, ctype="application/json", cookies=()):
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        for cookie in cookies:
+            self.send_header("Set-Cookie", cookie)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def do_GET(self):
+        hits.append(self.path)
+        if self.path == "/health":
+            return self.answer(204, b"")
+        if self.path == "/binary":
+            return self.answer(200, bytes(range(256)) * 10, "application/octet-stream")
+        self.reply(b"")
+
+    def do_POST(self):
+        hits.append(self.path)
+        self.reply(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+
+    def reply(self, body):
+        out = {"path": self.path, "host": self.headers["Host"], "hits": hits, "port": self.server.server_port,
+               "sha256": hashlib.sha256(body).hexdigest(), "cookie": self.headers.get("Cookie")}
+        self.answer(200, json.dumps(out).encode(), cookies=("a=1", "b=2"))
+
+HTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler).serve_forever()
+"""
+
+
+def test_provided_port_mode_with_a_tcp_readiness_check(kiln, tmp_path):
+    (tmp_path / "server.py").write_text(PORT_SERVER)
+    url = deploy_web(kiln, unique("portmode"), tmp_path, "--web-command", "exec python3 server.py",
+                     "--web-port", "8080", runtime="provided.al2023")
+    r = requests.post(url + "caf%C3%A9?x=1", data=b"\x00\xff", headers={"Host": "port.example"},
+                      cookies={"s": "1"}, timeout=60)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["hits"] == ["/caf%C3%A9?x=1"], "the readiness check ran none of the app's code"
+    assert out["host"] == "port.example" and out["port"] == 8080 and out["cookie"] == "s=1"
+    assert out["sha256"] == hashlib.sha256(b"\x00\xff").hexdigest()
+    assert r.raw.headers.getlist("Set-Cookie") == ["a=1", "b=2"]
+    binary = requests.get(url + "binary", timeout=60)
+    assert binary.content == bytes(range(256)) * 10
+
+
+def test_provided_port_mode_honours_lambda_web_adapters_variables(kiln, tmp_path):
+    (tmp_path / "server.py").write_text(PORT_SERVER)
+    url = deploy_web(kiln, unique("lwa"), tmp_path, "--web-command", "exec python3 server.py", "--web-port", "8080",
+                     "--env", "AWS_LWA_PORT=8081", "--env", "AWS_LWA_READINESS_CHECK_PATH=/health",
+                     "--env", "AWS_LWA_READINESS_CHECK_HEALTHY_STATUS=204", runtime="provided")
+    out = requests.get(url + "x", timeout=60).json()
+    assert out["port"] == 8081
+    assert out["hits"][-1] == "/x" and set(out["hits"][:-1]) == {"/health"}

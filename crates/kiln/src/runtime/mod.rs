@@ -46,8 +46,9 @@ pub trait Runtime: Send + Sync {
     fn protocol(&self) -> Protocol;
     /// Host paths this runtime needs beyond the base system (/usr, /lib, /etc basics).
     fn mounts(&self) -> Vec<Mount>;
-    /// The command that starts the runtime process, with absolute paths inside the sandbox.
-    fn argv(&self) -> Vec<String>;
+    /// The command that starts the runtime process for `spec`, with absolute paths inside the
+    /// sandbox.
+    fn argv(&self, spec: &InstanceSpec) -> Vec<String>;
     /// Environment variables of this runtime, on top of Lambda's common ones.
     fn env(&self, spec: &InstanceSpec) -> Vec<(String, String)>;
     /// Whether an initialised instance can become a fork server (the hot start path).
@@ -72,6 +73,7 @@ impl Runtimes {
         std::fs::write(shim_dir.join("web.js"), nodejs::WEB_ADAPTER)?;
         std::fs::write(shim_dir.join("shim.py"), python::SHIM)?;
         std::fs::write(shim_dir.join("kiln_web.py"), python::WEB_ADAPTER)?;
+        std::fs::write(shim_dir.join("web_bootstrap.py"), provided::WEB_BOOTSTRAP)?;
         std::fs::create_dir_all(shim_dir.join("python"))?;
         std::fs::write(
             shim_dir.join("python/snapshot_restore_py.py"),

@@ -69,7 +69,7 @@ impl Runtime for Node {
         }
     }
 
-    fn argv(&self) -> Vec<String> {
+    fn argv(&self, _spec: &InstanceSpec) -> Vec<String> {
         vec![
             self.binary.display().to_string(),
             format!("{RUNTIME_DIR}/shim.js"),

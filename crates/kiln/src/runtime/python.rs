@@ -41,6 +41,11 @@ impl Python {
         })
     }
 
+    /// The interpreter, by its path on the host (and so in sandboxes).
+    pub fn executable(&self) -> String {
+        self.executable.display().to_string()
+    }
+
     /// The interpreter's installation, which sandboxes that run Python need.
     pub fn prefix_mount(&self) -> Option<Mount> {
         (!self.prefix.starts_with("/usr")).then(|| super::bind(&self.prefix, &self.prefix, false))
@@ -60,7 +65,7 @@ impl Runtime for Python {
         self.prefix_mount().into_iter().collect()
     }
 
-    fn argv(&self) -> Vec<String> {
+    fn argv(&self, _spec: &InstanceSpec) -> Vec<String> {
         vec![
             self.executable.display().to_string(),
             format!("{RUNTIME_DIR}/shim.py"),
