@@ -486,3 +486,53 @@ def test_provided_port_mode_honours_lambda_web_adapters_variables(kiln, tmp_path
     out = requests.get(url + "x", timeout=60).json()
     assert out["port"] == 8081
     assert out["hits"][-1] == "/x" and set(out["hits"][:-1]) == {"/health"}
+
+
+# ------------------------------------------------------------------------------------------------ zygote and connections
+# Stand-ins for Django's and SQLAlchemy's connection handling, recording what the adapter does to them and in which
+# process: the zygote closes what is open before it forks, and each fork drops what it holds without closing it.
+FAKE_DB = {
+    "calls.py": "CALLS = []\n",
+    "django/__init__.py": "",
+    "django/db.py": "import os, calls\n\nclass Connections:\n    def close_all(self):\n"
+                    "        calls.CALLS.append(['django.close_all', os.getpid()])\n\nconnections = Connections()\n",
+    "sqlalchemy/__init__.py": "",
+    "sqlalchemy/engine.py": "import os, calls\n\nclass Engine:\n    def dispose(self, close=True):\n"
+                            "        calls.CALLS.append(['engine.dispose', close, os.getpid()])\n",
+    "dbapp.py": "import json, os, calls, django.db, sqlalchemy.engine\n\nengine = sqlalchemy.engine.Engine()\n"
+                "IMPORTED_IN = os.getpid()\n\n"
+                "def app(environ, start_response):\n"
+                "    start_response('200 OK', [('Content-Type', 'application/json')])\n"
+                "    return [json.dumps({'calls': calls.CALLS, 'pid': os.getpid(), 'imported_in': IMPORTED_IN}).encode()]\n",
+}
+
+
+def test_a_fork_of_the_zygote_starts_without_the_zygotes_connections(kiln, tmp_path):
+    for path, text in FAKE_DB.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    name = unique("dbfork")
+    deploy_web(kiln, name, tmp_path, "--web-app", "dbapp:app")
+    wait_spare(kiln, name)
+    event = {"version": "2.0", "rawPath": "/", "headers": {}, "requestContext": {"http": {"method": "GET"}}}
+    result, response = kiln.invoke(name, event, LogType="Tail")
+    report = [line for line in kiln.log_tail(response).splitlines() if line.startswith("REPORT")][-1]
+    assert start_path(report) == "hot", report
+    out = json.loads(result["body"])
+    zygote, fork = out["imported_in"], out["pid"]
+    assert zygote != fork
+    assert out["calls"] == [["django.close_all", zygote], ["engine.dispose", True, zygote],
+                            ["django.close_all", fork], ["engine.dispose", False, fork]]
+
+
+def test_a_web_function_on_the_warm_path(kiln, tmp_path):
+    (tmp_path / "asgiapp.py").write_text(RAW_ASGI)
+    name = unique("asgiwarm")
+    url = deploy_web(kiln, name, tmp_path, "--web-app", "asgiapp:app", "--prebake", "off")
+    event = {"version": "2.0", "rawPath": "/x", "rawQueryString": "", "headers": {"host": "w"},
+             "requestContext": {"http": {"method": "GET"}}}
+    result, response = kiln.invoke(name, event, LogType="Tail")
+    report = [line for line in kiln.log_tail(response).splitlines() if line.startswith("REPORT")][-1]
+    assert start_path(report) in ("warm", "coldest"), report
+    assert result["statusCode"] == 201 and json.loads(result["body"])["path"] == "/x"
+    assert requests.get(url + "y", timeout=60).json()["path"] == "/y"
