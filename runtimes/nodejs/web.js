@@ -195,7 +195,9 @@ async function startApp(taskRoot, spec) {
   return { socketPath };
 }
 
-async function startScript(taskRoot, script, port) {
+async function startScript(env, taskRoot, script, port) {
+  // Most entry scripts read their port from PORT; one the function sets itself is left alone.
+  if (env.PORT === undefined) env.PORT = String(port);
   await load(taskRoot, script);
   const host = await waitForPort(port);
   return { host, port };
@@ -204,7 +206,7 @@ async function startScript(taskRoot, script, port) {
 // The handler the shim calls for each invocation, once the app is listening.
 async function loadWebApp(env, taskRoot) {
   const target = env.KILN_WEB_APP ? await startApp(taskRoot, env.KILN_WEB_APP)
-    : await startScript(taskRoot, env.KILN_WEB_START, Number(env.KILN_WEB_PORT));
+    : await startScript(env, taskRoot, env.KILN_WEB_START, Number(env.KILN_WEB_PORT));
   const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
   return async function webHandler(event) {
     if (!isHttpEvent(event)) return notHttp();

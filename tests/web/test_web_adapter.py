@@ -536,3 +536,55 @@ def test_a_web_function_on_the_warm_path(kiln, tmp_path):
     assert start_path(report) in ("warm", "coldest"), report
     assert result["statusCode"] == 201 and json.loads(result["body"])["path"] == "/x"
     assert requests.get(url + "y", timeout=60).json()["path"] == "/y"
+
+
+# ------------------------------------------------------------------------------------------------ the mapping, in process
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+_spec = importlib.util.spec_from_file_location("kiln_web", Path(__file__).resolve().parents[2] / "runtimes" /
+                                               "python" / "kiln_web.py")
+kiln_web = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(kiln_web)
+
+header_names = st.text(st.characters(min_codepoint=33, max_codepoint=126, exclude_characters=":"), min_size=1,
+                       max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(method=st.sampled_from(["GET", "HEAD", "POST", "put"]), path=st.text(max_size=30),
+       query=st.text(max_size=30), headers=st.dictionaries(header_names, st.text(max_size=20), max_size=6),
+       cookies=st.lists(st.text(max_size=10), max_size=3), body=st.binary(max_size=64), b64=st.booleans())
+def test_any_event_maps_to_a_wsgi_environ_with_the_exact_body(method, path, query, headers, cookies, body, b64):
+    event = {"rawPath": "/" + path, "rawQueryString": query, "headers": headers, "cookies": cookies,
+             "requestContext": {"http": {"method": method}}, "isBase64Encoded": b64,
+             "body": base64.b64encode(body).decode() if b64 else body.decode("latin-1")}
+    request = kiln_web.Request(event)
+    environ = kiln_web.wsgi_environ(request, None)
+    sent = body if b64 else body.decode("latin-1").encode()
+    assert environ["wsgi.input"].read() == sent and environ["CONTENT_LENGTH"] == str(len(sent))
+    assert environ["REQUEST_METHOD"] == method.upper() and environ["QUERY_STRING"] == query
+    assert all(isinstance(v, str) for k, v in environ.items() if k.isupper())
+
+
+@settings(max_examples=200, deadline=None)
+@given(body=st.binary(max_size=64), ctype=st.sampled_from(["text/html; charset=utf-8", "application/json",
+                                                           "image/png", "application/octet-stream", ""]),
+       cookies=st.lists(st.text(max_size=8), max_size=3))
+def test_any_answer_maps_to_a_payload_2_response_with_the_exact_body(body, ctype, cookies):
+    headers = [("Content-Type", ctype)] + [("Set-Cookie", c) for c in cookies] + [("X-A", "1"), ("x-a", "2")]
+    out = kiln_web.respond("GET", 200, headers, body)
+    got = base64.b64decode(out["body"]) if out["isBase64Encoded"] else out["body"].encode()
+    assert got == body
+    assert out.get("cookies", []) == cookies and out["headers"]["x-a"] == "1, 2"
+    assert kiln_web.respond("HEAD", 200, headers, body)["body"] == ""
+
+
+def test_ipv6_and_forwarded_hosts():
+    def request(host, proto=None):
+        headers = {"host": host}
+        if proto:
+            headers["x-forwarded-proto"] = proto
+        return kiln_web.Request({"headers": headers, "requestContext": {"http": {"method": "GET"}}})
+    assert (request("[::1]:8080").host, request("[::1]:8080").port) == ("[::1]", 8080)
+    assert (request("[::1]").host, request("[::1]").port) == ("[::1]", 80)
+    assert (request("a.example", "https").port, request("a.example", "https").scheme) == (443, "https")

@@ -635,6 +635,12 @@ fn print_config(c: &Value) {
             println!("{:<14} {k}={}", "Environment", v.as_str().unwrap_or(""));
         }
     }
+    if let Some(web) = c["KilnWeb"].as_object() {
+        // The Handler printed above is not used: the app is.
+        for (field, value) in web {
+            println!("{:<14} {field}={value}", "Web");
+        }
+    }
 }
 
 fn sessions(
