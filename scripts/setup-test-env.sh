@@ -17,7 +17,7 @@ fi
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
-if ! .venv/bin/python -c "import boto3, awslambdaric, pytest, awscli, hypothesis" 2>/dev/null; then
+if ! .venv/bin/python -c "import boto3, awslambdaric, pytest, awscli, hypothesis, django" 2>/dev/null; then
     .venv/bin/pip install --quiet --disable-pip-version-check -r tests/requirements.txt
 fi
 # The object store's tests: moto's S3 server (the third-party remote), pinned to the venv's

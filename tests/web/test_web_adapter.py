@@ -588,3 +588,40 @@ def test_ipv6_and_forwarded_hosts():
     assert (request("[::1]:8080").host, request("[::1]:8080").port) == ("[::1]", 8080)
     assert (request("[::1]").host, request("[::1]").port) == ("[::1]", 80)
     assert (request("a.example", "https").port, request("a.example", "https").scheme) == (443, "https")
+
+
+# ------------------------------------------------------------------------------------------------ Django
+DJANGO_PACKAGES = ("django", "asgiref", "sqlparse")
+
+
+def test_django_forks_open_their_own_connections(kiln, tmp_path):
+    code = tmp_path / "web_django"
+    shutil.copytree(FUNCTIONS / "web_django", code)
+    for name in DJANGO_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        assert spec and spec.origin, f"{name} is not installed in the test venv: run scripts/setup-test-env.sh"
+        # Translations and admin assets are not needed, and would triple the package.
+        shutil.copytree(Path(spec.origin).parent, code / name,
+                        ignore=shutil.ignore_patterns("__pycache__", "LC_MESSAGES", "static"))
+    name = unique("django")
+    # The warm-up requests are real ones (a read-only route), so the zygote opens a connection before it forks.
+    warmup = {"version": "2.0", "rawPath": "/whoami/", "rawQueryString": "", "headers": {"host": "warm.example"},
+              "requestContext": {"http": {"method": "GET", "path": "/whoami/"}}, "isBase64Encoded": False}
+    url = deploy_web(kiln, name, code, "--web-app", "mysite.wsgi:application", "--warmup-event", json.dumps(warmup))
+    wait_spare(kiln, name)
+    event = dict(warmup, rawQueryString="a=1&a=2", headers={"host": "blog.example", "x-forwarded-proto": "https"})
+    result, response = kiln.invoke(name, event, LogType="Tail")
+    report = [line for line in kiln.log_tail(response).splitlines() if line.startswith("REPORT")][-1]
+    assert start_path(report) == "hot", report
+    out = json.loads(result["body"])
+    zygote = out["opened_by"][0]
+    assert zygote != out["pid"] and out["opened_by"][-1] == out["pid"], \
+        "the zygote's connection was closed before the fork; the fork opened its own"
+    assert out["host"] == "blog.example" and out["get"] == {"a": ["1", "2"]}
+    assert out["absolute"] == "https://blog.example/x/" and out["secure"], \
+        "wsgi.url_scheme follows X-Forwarded-Proto, as behind gunicorn with the proxy trusted"
+    r = requests.get(url + "archive/2024/n%C3%B6v/", timeout=60)
+    assert r.status_code == 200 and r.json() == {"year": 2024, "month": "növ", "path": "/archive/2024/növ/"}
+    r = requests.get(url + "go/", headers={"Host": "blog.example"}, allow_redirects=False, timeout=60)
+    assert r.status_code == 302 and r.headers["Location"] == "http://blog.example/whoami/?from=go"
+    assert requests.get(url + "missing/", timeout=60).status_code == 404
