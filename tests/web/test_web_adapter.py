@@ -625,3 +625,25 @@ def test_django_forks_open_their_own_connections(kiln, tmp_path):
     r = requests.get(url + "go/", headers={"Host": "blog.example"}, allow_redirects=False, timeout=60)
     assert r.status_code == 302 and r.headers["Location"] == "http://blog.example/whoami/?from=go"
     assert requests.get(url + "missing/", timeout=60).status_code == 404
+
+
+# ------------------------------------------------------------------------------------------------ other forms of app
+def test_a_python_app_factory(kiln, tmp_path):
+    (tmp_path / "factory.py").write_text(
+        "import os\n\ncalls = []\n\ndef create_app():\n    calls.append(os.getpid())\n"
+        "    def app(environ, start_response):\n"
+        "        start_response('200 OK', [('Content-Type', 'text/plain')])\n"
+        "        return [('made %d time(s)' % len(calls)).encode()]\n    return app\n")
+    url = deploy_web(kiln, unique("factory"), tmp_path, "--web-app", "factory:create_app()")
+    assert requests.get(url, timeout=60).text == "made 1 time(s)"
+
+
+def test_node_web_app_forms(kiln, tmp_path):
+    (tmp_path / "handler.mjs").write_text(
+        "export default (req, res) => { res.setHeader('content-type', 'text/plain'); res.end('esm ' + req.url); };\n")
+    (tmp_path / "koaish.js").write_text(
+        "module.exports.server = { callback: () => (req, res) => res.end('callback ' + req.method) };\n")
+    url = deploy_web(kiln, unique("esm"), tmp_path, "--web-app", "handler.mjs", runtime=NODE_RUNTIME)
+    assert requests.get(url + "a?b=1", timeout=60).text == "esm /a?b=1"
+    url = deploy_web(kiln, unique("koa"), tmp_path, "--web-app", "koaish.js#server", runtime=NODE_RUNTIME)
+    assert requests.put(url, timeout=60).text == "callback PUT"
