@@ -286,10 +286,6 @@ class WebAdapter:
         self.asgi = Asgi(app) if is_asgi(app) else None
         self.engines = []
 
-    @property
-    def kind(self):
-        return "asgi" if self.asgi else "wsgi"
-
     def handle(self, event, context):
         if not is_http_event(event):
             return not_http(event)
