@@ -90,11 +90,11 @@ function toRequest(event) {
   return { method, path: rawPath + (query ? `?${query}` : ''), headers, body };
 }
 
-function forward(target, agent, event) {
-  return send(target, agent, toRequest(event), true);
+function forward(target, agent, event, onGone) {
+  return send(target, agent, toRequest(event), true, onGone);
 }
 
-function send(target, agent, request, mayRetry) {
+function send(target, agent, request, mayRetry, onGone) {
   return new Promise((resolve, reject) => {
     const req = http.request({ ...target, agent, method: request.method, path: request.path,
       headers: request.headers, setHost: false }, (res) => {
@@ -106,7 +106,11 @@ function send(target, agent, request, mayRetry) {
     req.on('error', (e) => {
       // A kept-alive connection the server closed just as it was reused: the request never reached the app.
       if (mayRetry && req.reusedSocket && e.code === 'ECONNRESET') {
-        return resolve(send(target, agent, request, false));
+        return resolve(send(target, agent, request, false, onGone));
+      }
+      if (e.code === 'ECONNREFUSED' || e.code === 'ENOENT') {
+        // Nothing listens any more (the app closed its server): answered by onGone, which ends the instance.
+        return onGone(new WebAppError(`the app's server no longer accepts connections: ${e.message}`));
       }
       reject(new WebAppError(`the app's server failed the request: ${e.message}`));
     });
@@ -204,13 +208,13 @@ async function startScript(env, taskRoot, script, port) {
 }
 
 // The handler the shim calls for each invocation, once the app is listening.
-async function loadWebApp(env, taskRoot) {
+async function loadWebApp(env, taskRoot, onGone) {
   const target = env.KILN_WEB_APP ? await startApp(taskRoot, env.KILN_WEB_APP)
     : await startScript(env, taskRoot, env.KILN_WEB_START, Number(env.KILN_WEB_PORT));
   const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
   return async function webHandler(event) {
     if (!isHttpEvent(event)) return notHttp();
-    return forward(target, agent, event);
+    return forward(target, agent, event, onGone);
   };
 }
 

@@ -647,3 +647,18 @@ def test_node_web_app_forms(kiln, tmp_path):
     assert requests.get(url + "a?b=1", timeout=60).text == "esm /a?b=1"
     url = deploy_web(kiln, unique("koa"), tmp_path, "--web-app", "koaish.js#server", runtime=NODE_RUNTIME)
     assert requests.put(url, timeout=60).text == "callback PUT"
+
+
+def test_a_node_app_that_closes_its_server_ends_its_instance(kiln, tmp_path):
+    (tmp_path / "server.js").write_text(
+        "const id = String(Math.random());\n"
+        "const server = require('http').createServer((req, res) => {\n"
+        "  if (req.url === '/close') { res.setHeader('connection', 'close'); server.close(); }\n"
+        "  res.end(id);\n"
+        "}).listen(3000);\n")
+    url = deploy_web(kiln, unique("closes"), tmp_path, "--web-start", "server.js", "--web-port", "3000",
+                     runtime=NODE_RUNTIME)
+    first = requests.get(url + "close", timeout=60).text
+    assert requests.get(url, timeout=60).status_code == 502, "the instance whose app is gone fails, then ends"
+    again = requests.get(url, timeout=60)
+    assert again.status_code == 200 and again.text != first, "a new instance serves"
