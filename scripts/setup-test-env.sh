@@ -17,7 +17,7 @@ fi
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
-if ! .venv/bin/python -c "import boto3, awslambdaric, pytest, awscli, hypothesis" 2>/dev/null; then
+if ! .venv/bin/python -c "import boto3, awslambdaric, pytest, awscli, hypothesis, django" 2>/dev/null; then
     .venv/bin/pip install --quiet --disable-pip-version-check -r tests/requirements.txt
 fi
 # The object store's tests: moto's S3 server (the third-party remote), pinned to the venv's
@@ -28,4 +28,9 @@ if ! .venv/bin/python -c "import moto.server, flask_cors" 2>/dev/null; then
 fi
 if [ ! -d tests/js/node_modules/@aws-sdk/client-s3 ]; then
     (cd tests/js && npm ci --no-audit --no-fund --loglevel=error)
+fi
+# The web adapter's tests: an Express 5 app with its own package-lock (tests/web/express), zipped with its
+# node_modules into the test function. Flask comes from the venv (above).
+if [ ! -d tests/web/express/node_modules/express ]; then
+    (cd tests/web/express && npm ci --no-audit --no-fund --loglevel=error)
 fi

@@ -640,7 +640,16 @@ async function main() {
   if (env.KILN_STANDBY === '1' && fdVar) await standby();
   let fn;
   try {
-    fn = await loadHandler(env._HANDLER || '');
+    // A web function (KilnWeb, docs/web-adapter.md): its app listens inside this process, and each event is
+    // forwarded to it as an HTTP request.
+    fn = env.KILN_WEB_APP || env.KILN_WEB_START
+      ? await require(path.join(__dirname, 'web.js')).loadWebApp(env, TASK_ROOT, (err) => {
+        // The app's server is gone: this instance can serve nothing more, so it ends, as after an
+        // uncaught exception, and the agent starts another.
+        logError('Uncaught Exception', err);
+        crash(err);
+      })
+      : await loadHandler(env._HANDLER || '');
   } catch (err) {
     logError('Uncaught Exception', err); // what Lambda prints for a failed init
     return crash(err, 1); // init_error, then exit 1 as the protocol asks

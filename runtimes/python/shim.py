@@ -9,6 +9,7 @@ so the shim works in any image with a python3.
 import decimal
 import gc
 import importlib
+import importlib.util
 import json
 import logging
 import os
@@ -117,6 +118,43 @@ def get_handler(spec):
         modname, fname = spec.rsplit(".", 1)
     except ValueError as e:
         raise FaultException("Runtime.MalformedHandlerName", "Bad handler '{}': {}".format(spec, e))
+    module = import_module(modname)
+    try:
+        return getattr(module, fname)
+    except AttributeError:
+        raise FaultException("Runtime.HandlerNotFound", "Handler '{}' missing on module '{}'".format(fname, modname))
+
+
+# The web adapter (KilnWeb, docs/web-adapter.md) when the function is a web app: its `after_fork` and
+# `before_snapshot` run around the fork server's snapshot.
+_web = None
+
+
+def get_web_app(spec):
+    """A web function's handler: its WSGI or ASGI app (`MODULE:CALLABLE`, or `MODULE:FACTORY()` called once),
+    imported now so that a zygote holds it, behind kiln's adapter."""
+    global _web
+    modname, _, attr = spec.partition(":")
+    factory = attr.endswith("()")
+    app = import_module(modname)
+    for part in (attr[:-2] if factory else attr).split("."):
+        try:
+            app = getattr(app, part)
+        except AttributeError:
+            raise FaultException("Runtime.HandlerNotFound", "Web app '{}' missing on module '{}'".format(attr, modname))
+    if factory:
+        app = app()
+    if not callable(app):
+        raise FaultException("Runtime.HandlerNotFound", "Web app '{}' of module '{}' is not callable: {!r}".format(
+            attr, modname, type(app).__name__))
+    loader = importlib.util.spec_from_file_location("_kiln_web", os.path.join(os.path.dirname(SHIM_FILE), "kiln_web.py"))
+    adapter = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(adapter)
+    _web = adapter.WebAdapter(app)
+    return _web.handle
+
+
+def import_module(modname):
     try:
         if modname.split(".")[0] in sys.builtin_module_names:
             raise FaultException("Runtime.BuiltInModuleConflict",
@@ -129,10 +167,7 @@ def get_handler(spec):
         raise FaultException("Runtime.UserCodeSyntaxError",
                              "Syntax error in module '{}': {}".format(modname, e), trace)
     # Any other exception raised while importing propagates and is reported under its own class name.
-    try:
-        return getattr(module, fname)
-    except AttributeError:
-        raise FaultException("Runtime.HandlerNotFound", "Handler '{}' missing on module '{}'".format(fname, modname))
+    return module
 
 
 # ------------------------------------------------------------------------------------------------- context
@@ -552,7 +587,8 @@ def main():
     setup_logging()
     error = None
     try:
-        handler = get_handler(os.environ.get("_HANDLER", ""))
+        web_app = os.environ.get("KILN_WEB_APP")
+        handler = get_web_app(web_app) if web_app else get_handler(os.environ.get("_HANDLER", ""))
     except FaultException as e:
         error = make_error(e.msg, e.error_type, e.trace)
     except Exception as e:
@@ -633,6 +669,8 @@ def zygote(transport, handler):
     # Objects that exist now are never collected in the forks, so the GC does not write to (and so copy) the
     # pages they share with the zygote.
     _run_hooks("get_before_snapshot")
+    if _web is not None:
+        _web.before_snapshot()
     gc.collect()
     gc.freeze()
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -684,6 +722,8 @@ def zygote(transport, handler):
                     os.environ[key] = value
                 LambdaContext._env = LambdaContext._read_env()
                 random.seed()
+                if _web is not None:
+                    _web.after_fork()  # before any request, the spare fork's warm-up included
                 _fork_transport = FrameTransport(control)
                 if header.get("warmup"):
                     _warm_up(_fork_transport, handler)

@@ -15,23 +15,36 @@ import requests
 
 from kiln_harness import PYTHON_RUNTIME, wait_for
 
-# The app's routes as a function: answers like the monolith, says it is the function.
+# The app's routes as a WSGI app (KilnWeb): answers like the monolith, says it is the function.
 FUNCTION = """
 import json, time
 
-def handler(event, context):
-    path = event["rawPath"]
-    method = event["requestContext"]["http"]["method"]
-    if "crash" in (event.get("body") or "") or "crash" in event.get("rawQueryString", ""):
+def application(environ, start_response):
+    path = environ["PATH_INFO"]
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    body = environ["wsgi.input"].read(length).decode() if length else None
+    if "crash" in (body or "") or "crash" in environ.get("QUERY_STRING", ""):
         raise RuntimeError("the handler crashed")
     if "differ" in path:
-        return {"statusCode": 500, "body": "the function differs"}
+        start_response("500 Internal Server Error", [("content-type", "text/plain")])
+        return [b"the function differs"]
     time.sleep(0.005)
-    body = {"served": "function", "path": path, "method": method,
-            "host": event["headers"].get("host"), "body": event.get("body")}
-    return {"statusCode": 200, "headers": {"content-type": "application/json"},
-            "body": json.dumps(body)}
+    out = {"served": "function", "path": path, "method": environ["REQUEST_METHOD"],
+           "host": environ.get("HTTP_HOST"), "body": body}
+    start_response("200 OK", [("content-type", "application/json")])
+    return [json.dumps(out).encode()]
 """
+
+
+def deploy_web(kiln, name, files=None, code=None, *flags):
+    if code is None:
+        import tempfile
+        from pathlib import Path
+        code = Path(tempfile.mkdtemp(prefix="web-"))
+        for file, text in files.items():
+            (code / file).write_text(text)
+    kiln.cli("deploy", name, "--runtime", PYTHON_RUNTIME, "--code", str(code), "--web-app", "app:application",
+             *flags, timeout=180)
 
 
 class Monolith:
@@ -133,7 +146,7 @@ def monolith():
 @pytest.fixture(scope="module")
 def web_function(kiln):
     name = unique("web")
-    kiln.deploy(name, PYTHON_RUNTIME, "app.handler", files={"app.py": FUNCTION})
+    deploy_web(kiln, name, {"app.py": FUNCTION})
     return name
 
 
@@ -186,8 +199,11 @@ def wait_eligible(kiln, name, route, url, path, method="GET"):
 
 def test_bad_app_configuration_names_the_field(kiln, monolith, web_function):
     good = {"Listen": f"127.0.0.1:{free_port()}", "Upstreams": [monolith.url], "Function": web_function}
+    plain = unique("plain")
+    kiln.deploy(plain, PYTHON_RUNTIME, "app.handler", files={"app.py": "def handler(e, c):\n    return 1\n"})
     cases = [
         ({"Function": "no-such-function"}, "Function"),
+        ({"Function": plain}, "Function"),
         ({"Upstreams": ["ftp://127.0.0.1:1"]}, "Upstreams"),
         ({"Policy": "ratio", "Ratio": 1.5}, "Ratio"),
         ({"Policy": "slo", "P99Ms": 0}, "P99Ms"),
@@ -389,7 +405,7 @@ def test_a_failing_upstream_spills_what_can_be_offloaded(kiln, monolith, web_fun
 
 def test_apps_come_back_after_a_restart(fresh_kiln, monolith):
     server = fresh_kiln()
-    server.deploy("web", PYTHON_RUNTIME, "app.handler", files={"app.py": FUNCTION})
+    deploy_web(server, "web", {"app.py": FUNCTION})
     port = free_port()
     out = server.cli("app", "create", "blog", "--listen", f"127.0.0.1:{port}", "--upstream", monolith.url,
                      "--function", "web", "--database", "postgresql://blog@127.0.0.1:5432/blog",
@@ -416,14 +432,17 @@ import boto3
 
 s3 = boto3.client("s3")
 
-def handler(event, context):
+def application(environ, start_response):
     bucket = os.environ["BUCKET"]
-    if event["requestContext"]["http"]["method"] == "POST":
-        s3.put_object(Bucket=bucket, Key="comments/" + event["body"], Body=b"x")
+    if environ["REQUEST_METHOD"] == "POST":
+        body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0)).decode()
+        s3.put_object(Bucket=bucket, Key="comments/" + body, Body=b"x")
         s3.delete_object(Bucket=bucket, Key="seed")
-        return {"statusCode": 201, "body": json.dumps({"served": "function"})}
+        start_response("201 Created", [("content-type", "application/json")])
+        return [json.dumps({"served": "function"}).encode()]
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])]
-    return {"statusCode": 200, "body": json.dumps({"served": "function", "keys": keys})}
+    start_response("200 OK", [("content-type", "application/json")])
+    return [json.dumps({"served": "function", "keys": keys}).encode()]
 """
 
 
@@ -438,8 +457,7 @@ def test_shadow_runs_leave_no_trace(kiln, monolith, tmp_path):
     (code / "app.py").write_text(WRITER)
     vendored_boto3(code)
     function = unique("writer")
-    kiln.cli("deploy", function, "--runtime", PYTHON_RUNTIME, "--handler", "app.handler", "--code", str(code),
-             "--memory", "256", "--env", f"BUCKET={bucket}", timeout=180)
+    deploy_web(kiln, function, None, code, "--memory", "256", "--env", f"BUCKET={bucket}")
     name, url = make_app(kiln, monolith, function, Offload=["POST /comment/"], MaxInflight=1, Cover=1.0)
     try:
         for i in range(5):

@@ -11,7 +11,9 @@ use crate::sync::LockExt;
 
 pub mod settings;
 pub mod tags;
+pub mod web;
 pub use settings::LambdaSettings;
+pub use web::WebConfig;
 
 /// Lambda's limits, checked where configuration enters kiln.
 pub const MIN_MEMORY_MB: u32 = 128;
@@ -66,6 +68,10 @@ pub struct FunctionConfig {
     pub sessions: Option<crate::session::SessionConfig>,
     #[serde(default)]
     pub memory_sizing: MemorySizing,
+    /// kiln's extension `KilnWeb`: the function is an unmodified web app, and its Handler is
+    /// not used. Skipped when absent, so that other functions' RevisionIds stay as they were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub web: Option<WebConfig>,
     /// Lambda settings kiln keeps and returns but does not act on. Skipped when empty, so that
     /// the RevisionId of a function stored before they were kept does not change.
     #[serde(default, skip_serializing_if = "LambdaSettings::is_empty")]
@@ -196,6 +202,9 @@ pub struct InstanceSpec {
     pub sessions: Option<crate::session::SessionConfig>,
     #[serde(default)]
     pub memory_sizing: MemorySizing,
+    /// The web app the runtime's adapter serves (`KilnWeb`), if the function is one.
+    #[serde(default)]
+    pub web: Option<WebConfig>,
 }
 
 pub type SharedSpec = Arc<InstanceSpec>;

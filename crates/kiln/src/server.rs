@@ -423,6 +423,7 @@ async fn deploy_demo(controller: &Controller) -> anyhow::Result<()> {
         role: "arn:aws:iam::000000000000:role/kiln-function".into(),
         prebake: Default::default(),
         memory_sizing: Default::default(),
+        web: None,
         sessions: None,
         settings: Default::default(),
     };

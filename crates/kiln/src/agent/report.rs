@@ -85,6 +85,7 @@ mod tests {
             reserved_concurrency: None,
             prebake: Default::default(),
             memory_sizing: Default::default(),
+            web: None,
             sessions: None,
         });
         let log = report(

@@ -58,6 +58,7 @@ fn standby_spec(runtime: &str) -> SharedSpec {
         reserved_concurrency: None,
         prebake: Prebake::default(),
         memory_sizing: Default::default(),
+        web: None,
         sessions: None,
     })
 }

@@ -16,7 +16,7 @@ use crate::controller::code::StoredCode;
 use crate::controller::{ConfigPatch, Controller};
 use crate::function::settings::SettingsInput;
 use crate::function::{
-    Function, FunctionConfig, LambdaSettings, MemorySizing, NetworkMode, Prebake,
+    Function, FunctionConfig, LambdaSettings, MemorySizing, NetworkMode, Prebake, WebConfig,
 };
 use crate::session::SessionConfig;
 
@@ -65,6 +65,8 @@ struct CreateInput {
     kiln_sessions: Option<SessionConfig>,
     /// kiln's extension: `predicted` (default) or `booked` memory limits.
     kiln_memory_sizing: Option<MemorySizing>,
+    /// kiln's extension: the function is an unmodified web app (its Handler is not used).
+    kiln_web: Option<WebConfig>,
     /// `kiln:` tags set kiln's extension settings too.
     #[serde(default)]
     tags: BTreeMap<String, String>,
@@ -89,6 +91,9 @@ struct UpdateConfigInput {
     #[serde(default, deserialize_with = "present")]
     kiln_sessions: Option<Option<SessionConfig>>,
     kiln_memory_sizing: Option<MemorySizing>,
+    /// `null` makes the function a plain one again.
+    #[serde(default, deserialize_with = "present")]
+    kiln_web: Option<Option<WebConfig>>,
     revision_id: Option<String>,
     #[serde(flatten)]
     settings: SettingsInput,
@@ -230,6 +235,9 @@ pub fn configuration(controller: &Controller, f: &Function) -> Value {
     if let Some(sessions) = &f.config.sessions {
         config["KilnSessions"] = json!(sessions);
     }
+    if let Some(web) = &f.config.web {
+        config["KilnWeb"] = json!(web);
+    }
     if !f.config.env.is_empty() || f.config.settings.environment_set {
         config["Environment"] = json!({ "Variables": f.config.env });
     }
@@ -305,7 +313,14 @@ pub async fn create(
     if input.package_type.as_deref().is_some_and(|p| p != "Zip") {
         return Err(invalid("kiln supports PackageType Zip only"));
     }
-    let (Some(runtime), Some(handler)) = (input.runtime, input.handler) else {
+    // A web function's Handler is not used, so it may be left out.
+    let handler = input.handler.or_else(|| {
+        input
+            .kiln_web
+            .as_ref()
+            .map(|_| crate::function::web::UNUSED_HANDLER.to_string())
+    });
+    let (Some(runtime), Some(handler)) = (input.runtime, handler) else {
         return Err(invalid("Runtime and Handler are mandatory parameters for functions created with deployment packages."));
     };
     let zip = decode_zip(
@@ -330,6 +345,7 @@ pub async fn create(
         prebake: input.kiln_prebake.unwrap_or_default(),
         sessions: input.kiln_sessions,
         memory_sizing: input.kiln_memory_sizing.unwrap_or_default(),
+        web: input.kiln_web,
         settings: LambdaSettings {
             environment_set: input.environment.is_some(),
             ..LambdaSettings::default()
@@ -500,6 +516,7 @@ pub async fn update_configuration(
         prebake: input.kiln_prebake,
         sessions: input.kiln_sessions,
         memory_sizing: input.kiln_memory_sizing,
+        web: input.kiln_web,
         settings: input.settings,
     };
     let function = state

@@ -241,7 +241,7 @@ async fn respond(
             request_id,
         }) => {
             let mut response = if outcome.function_error {
-                plain(StatusCode::BAD_GATEWAY, "Internal Server Error")
+                function_error(&outcome.body)
             } else {
                 map_response(&outcome.body)
             };
@@ -251,6 +251,21 @@ async fn respond(
         Ok(_) => plain(StatusCode::BAD_GATEWAY, "Internal Server Error"),
         Err(e) => ApiError::from(e).into_response(),
     }
+}
+
+/// A function error, as Lambda's function URLs answer it (502). An answer over the 6 MB limit
+/// says so: the caller (a web app's user, or a gateway deciding on a fallback) cannot see the
+/// function's log.
+fn function_error(body: &[u8]) -> Response {
+    let error: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    if error["errorType"] == "Function.ResponseSizeTooLarge" {
+        let detail = error["errorMessage"].as_str().unwrap_or_default();
+        return plain(
+            StatusCode::BAD_GATEWAY,
+            &format!("The function's response is too large for a function URL: {detail}"),
+        );
+    }
+    plain(StatusCode::BAD_GATEWAY, "Internal Server Error")
 }
 
 /// The origin to allow, if `origin` may make requests: `*` when any origin may and no

@@ -281,6 +281,16 @@ impl AppSpec {
 
 /// Whether `f` can serve an app: what a shadow run of it can reach must be what kiln contains.
 pub fn check_function(f: &crate::function::Function) -> Result<(), AppError> {
+    if f.config.web.is_none() {
+        return Err(invalid(
+            "Function",
+            format!(
+                "{} is not a web function: deploy the app's code with KilnWeb \
+                 (kiln deploy --web-app, --web-start or --web-command)",
+                f.name
+            ),
+        ));
+    }
     if f.config.network == crate::function::NetworkMode::Host {
         return Err(invalid(
             "Function",

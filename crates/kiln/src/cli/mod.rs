@@ -86,8 +86,9 @@ pub struct DeployArgs {
     pub name: String,
     #[arg(long)]
     pub runtime: String,
-    #[arg(long)]
-    pub handler: String,
+    /// The handler; not used by a web function (`--web-*`), which may leave it out.
+    #[arg(long, required_unless_present_any = ["web_app", "web_start", "web_command"])]
+    pub handler: Option<String>,
     /// A directory (zipped for you) or a .zip file.
     #[arg(long)]
     pub code: PathBuf,
@@ -149,6 +150,24 @@ pub struct DeployArgs {
     /// only a crash of kiln.
     #[arg(long)]
     pub session_fsync: bool,
+    /// Run an unmodified web app: Python `MODULE:CALLABLE` (WSGI or ASGI), Node `FILE#EXPORT`
+    /// (an app or request handler kiln makes listen); `off` makes the function a plain one.
+    #[arg(long, value_name = "APP", conflicts_with_all = ["web_start", "web_command"])]
+    pub web_app: Option<String>,
+    /// Node: the app's entry script, which listens on --web-port itself.
+    #[arg(
+        long,
+        value_name = "SCRIPT",
+        requires = "web_port",
+        conflicts_with = "web_command"
+    )]
+    pub web_start: Option<String>,
+    /// `provided`: the command that starts the app's server, listening on --web-port.
+    #[arg(long, value_name = "CMD", requires = "web_port")]
+    pub web_command: Option<String>,
+    /// The port the app listens on in the sandbox (with --web-start or --web-command).
+    #[arg(long, value_name = "PORT")]
+    pub web_port: Option<u32>,
 }
 
 #[derive(Args, Debug)]
@@ -296,9 +315,33 @@ fn deploy(client: &Client, args: DeployArgs, json_output: bool) -> anyhow::Resul
     let zip_b64 = base64::engine::general_purpose::STANDARD.encode(&zip);
     let mut config = json!({
         "Runtime": args.runtime,
-        "Handler": args.handler,
         "Environment": { "Variables": env },
     });
+    if let Some(handler) = &args.handler {
+        config["Handler"] = handler.clone().into();
+    }
+    match (&args.web_app, &args.web_start, &args.web_command) {
+        (Some(off), None, None) if off == "off" => config["KilnWeb"] = Value::Null,
+        (None, None, None) if args.web_port.is_some() => {
+            bail!("--web-port goes with --web-start or --web-command")
+        }
+        (None, None, None) => {}
+        (app, start, command) => {
+            let mut web = json!({});
+            for (field, value) in [("App", app), ("Start", start), ("Command", command)] {
+                if let Some(value) = value {
+                    web[field] = value.clone().into();
+                }
+            }
+            if let Some(port) = args.web_port {
+                web["Port"] = port.into();
+            }
+            config["KilnWeb"] = web;
+            if args.handler.is_none() {
+                config["Handler"] = crate::function::web::UNUSED_HANDLER.into();
+            }
+        }
+    }
     if let Some(m) = args.memory {
         config["MemorySize"] = m.into();
     }
@@ -451,11 +494,18 @@ fn deploy(client: &Client, args: DeployArgs, json_output: bool) -> anyhow::Resul
         }
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
+        let web = &result["KilnWeb"];
+        let entry = match ["App", "Start", "Command"]
+            .iter()
+            .find_map(|field| web[field].as_str())
+        {
+            Some(app) => format!("web app {app}"),
+            None => format!("handler {}", result["Handler"].as_str().unwrap_or("")),
+        };
         println!(
-            "{} {name} ({}, handler {}, {} MB, {} s timeout, code {})",
+            "{} {name} ({}, {entry}, {} MB, {} s timeout, code {})",
             if exists { "updated" } else { "deployed" },
             result["Runtime"].as_str().unwrap_or(""),
-            result["Handler"].as_str().unwrap_or(""),
             result["MemorySize"],
             result["Timeout"],
             result["CodeSha256"].as_str().unwrap_or(""),
@@ -588,6 +638,12 @@ fn print_config(c: &Value) {
     if let Some(vars) = c["Environment"]["Variables"].as_object() {
         for (k, v) in vars {
             println!("{:<14} {k}={}", "Environment", v.as_str().unwrap_or(""));
+        }
+    }
+    if let Some(web) = c["KilnWeb"].as_object() {
+        // The Handler printed above is not used: the app is.
+        for (field, value) in web {
+            println!("{:<14} {field}={value}", "Web");
         }
     }
 }

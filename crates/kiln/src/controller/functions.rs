@@ -163,6 +163,10 @@ impl Controller {
         if let Some(sessions) = &config.sessions {
             sessions.validate().or_else(invalid)?;
         }
+        if let Some(web) = &config.web {
+            web.mode(&config.runtime, config.network)
+                .map_err(ControllerError::Validation)?;
+        }
         config
             .settings
             .validate()
@@ -408,6 +412,9 @@ impl Controller {
             }
             if let Some(v) = patch.memory_sizing {
                 config.memory_sizing = v;
+            }
+            if let Some(v) = patch.web {
+                config.web = v;
             }
             if let Some(v) = patch.network {
                 config.network = v;

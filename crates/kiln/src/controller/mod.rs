@@ -144,6 +144,8 @@ pub struct ConfigPatch {
     /// `Some(None)` turns sessions off.
     pub sessions: Option<Option<crate::session::SessionConfig>>,
     pub memory_sizing: Option<crate::function::MemorySizing>,
+    /// `Some(None)` makes the function a plain one again.
+    pub web: Option<Option<crate::function::WebConfig>>,
     /// Tracing, logging, VPC, dead-letter and KMS settings, stored and returned.
     pub settings: crate::function::settings::SettingsInput,
 }
@@ -309,6 +311,7 @@ impl Controller {
             prebake: f.config.prebake.clone(),
             sessions: f.config.sessions.clone(),
             memory_sizing: f.config.memory_sizing,
+            web: f.config.web.clone(),
         })
     }
 

@@ -644,6 +644,7 @@ mod tests {
                 role: "r".into(),
                 prebake: Default::default(),
                 memory_sizing: Default::default(),
+                web: None,
                 sessions: None,
                 settings: Default::default(),
             },

@@ -231,6 +231,7 @@ fn config() -> FunctionConfig {
         prebake: Default::default(),
         sessions: None,
         memory_sizing: Default::default(),
+        web: None,
         settings: Default::default(),
     }
 }

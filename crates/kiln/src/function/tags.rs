@@ -92,6 +92,10 @@ const KILN_TAGS: &[(&str, &str, Option<&str>, Kind)] = &[
         Some("Fsync"),
         Kind::Boolean,
     ),
+    ("kiln:web-app", "KilnWeb", Some("App"), Kind::Text),
+    ("kiln:web-start", "KilnWeb", Some("Start"), Kind::Text),
+    ("kiln:web-command", "KilnWeb", Some("Command"), Kind::Text),
+    ("kiln:web-port", "KilnWeb", Some("Port"), Kind::Number),
 ];
 
 /// Checks tags against Lambda's limits: keys of 1 to 128 characters, not starting with the
@@ -144,6 +148,7 @@ pub fn apply(
     params.insert("KilnMemorySizing".into(), to_value(&config.memory_sizing));
     params.insert("KilnPrebake".into(), to_value(&config.prebake));
     params.insert("KilnSessions".into(), to_value(&config.sessions));
+    params.insert("KilnWeb".into(), to_value(&config.web));
     for key in removed {
         let Some((_, param, field, _)) = KILN_TAGS.iter().find(|(k, ..)| k == key) else {
             continue;
@@ -234,6 +239,14 @@ pub fn apply(
         Some(v) => Some(serde_json::from_value(v).map_err(|e| parse_error("KilnSessions", e))?),
         None => None,
     };
+    // Removing a function's last web tag makes it a plain function again.
+    config.web = match or_default(read("KilnWeb")) {
+        Some(v) => Some(
+            serde_json::from_value::<super::WebConfig>(v).map_err(|e| parse_error("KilnWeb", e))?,
+        )
+        .filter(|web| !web.is_empty()),
+        None => None,
+    };
     Ok(())
 }
 
@@ -307,6 +320,26 @@ mod tests {
         apply(&mut c, &tags(&[("kiln:session-hint", "query:s")]), &[]).unwrap();
         apply(&mut c, &tags(&[("kiln:session-hint", "off")]), &[]).unwrap();
         assert_eq!(c.sessions, None);
+    }
+
+    #[test]
+    fn web_tags_make_a_web_function_and_removing_the_last_makes_a_plain_one() {
+        let mut c = config();
+        apply(
+            &mut c,
+            &tags(&[("kiln:web-start", "server.js"), ("kiln:web-port", "3000")]),
+            &[],
+        )
+        .unwrap();
+        let web = c.web.clone().unwrap();
+        assert_eq!(
+            (web.start.as_deref(), web.port),
+            (Some("server.js"), Some(3000))
+        );
+        apply(&mut c, &BTreeMap::new(), &["kiln:web-port".into()]).unwrap();
+        assert_eq!(c.web.clone().unwrap().port, None);
+        apply(&mut c, &BTreeMap::new(), &["kiln:web-start".into()]).unwrap();
+        assert_eq!(c.web, None);
     }
 
     #[test]

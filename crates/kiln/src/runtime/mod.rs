@@ -46,8 +46,9 @@ pub trait Runtime: Send + Sync {
     fn protocol(&self) -> Protocol;
     /// Host paths this runtime needs beyond the base system (/usr, /lib, /etc basics).
     fn mounts(&self) -> Vec<Mount>;
-    /// The command that starts the runtime process, with absolute paths inside the sandbox.
-    fn argv(&self) -> Vec<String>;
+    /// The command that starts the runtime process for `spec`, with absolute paths inside the
+    /// sandbox.
+    fn argv(&self, spec: &InstanceSpec) -> Vec<String>;
     /// Environment variables of this runtime, on top of Lambda's common ones.
     fn env(&self, spec: &InstanceSpec) -> Vec<(String, String)>;
     /// Whether an initialised instance can become a fork server (the hot start path).
@@ -69,7 +70,10 @@ impl Runtimes {
     pub fn detect(shim_dir: &Path) -> std::io::Result<Self> {
         std::fs::create_dir_all(shim_dir)?;
         std::fs::write(shim_dir.join("shim.js"), nodejs::SHIM)?;
+        std::fs::write(shim_dir.join("web.js"), nodejs::WEB_ADAPTER)?;
         std::fs::write(shim_dir.join("shim.py"), python::SHIM)?;
+        std::fs::write(shim_dir.join("kiln_web.py"), python::WEB_ADAPTER)?;
+        std::fs::write(shim_dir.join("web_bootstrap.py"), provided::WEB_BOOTSTRAP)?;
         std::fs::create_dir_all(shim_dir.join("python"))?;
         std::fs::write(
             shim_dir.join("python/snapshot_restore_py.py"),
@@ -230,6 +234,9 @@ pub fn lambda_env(
             env.push((key.to_string(), value.to_string()));
         }
     }
+    if let Some(web) = &spec.web {
+        env.extend(crate::function::web::env(web));
+    }
     for (key, value) in runtime.env(spec) {
         env.retain(|(k, _)| *k != key);
         env.push((key, value));
@@ -255,4 +262,8 @@ pub const RESERVED_ENV: &[&str] = &[
     "AWS_ACCESS_KEY_ID",
     "AWS_SECRET_ACCESS_KEY",
     "AWS_SESSION_TOKEN",
+    "KILN_WEB_APP",
+    "KILN_WEB_START",
+    "KILN_WEB_COMMAND",
+    "KILN_WEB_PORT",
 ];

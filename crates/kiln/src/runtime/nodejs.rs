@@ -9,6 +9,8 @@ use super::{Protocol, Runtime, RUNTIME_DIR};
 use crate::function::InstanceSpec;
 
 pub const SHIM: &str = include_str!("../../../../runtimes/nodejs/shim.js");
+/// The web adapter (`KilnWeb`), at `/opt/kiln/web.js`, required by the shim.
+pub const WEB_ADAPTER: &str = include_str!("../../../../runtimes/nodejs/web.js");
 
 pub struct Node {
     name: String,
@@ -67,7 +69,7 @@ impl Runtime for Node {
         }
     }
 
-    fn argv(&self) -> Vec<String> {
+    fn argv(&self, _spec: &InstanceSpec) -> Vec<String> {
         vec![
             self.binary.display().to_string(),
             format!("{RUNTIME_DIR}/shim.js"),

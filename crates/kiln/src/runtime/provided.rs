@@ -8,10 +8,13 @@
 use kiln_sandbox::Mount;
 
 use super::python::Python;
-use super::{Protocol, Runtime, TASK_ROOT};
+use super::{Protocol, Runtime, RUNTIME_DIR, TASK_ROOT};
 use crate::function::InstanceSpec;
 
 pub const NAMES: [&str; 3] = ["provided", "provided.al2", "provided.al2023"];
+/// kiln's bootstrap for web functions (`KilnWeb` Command and Port), at
+/// `/opt/kiln/web_bootstrap.py`; it runs on the Python kiln runs.
+pub const WEB_BOOTSTRAP: &str = include_str!("../../../../runtimes/provided/web_bootstrap.py");
 
 pub struct Provided {
     name: &'static str,
@@ -44,8 +47,17 @@ impl Runtime for Provided {
             .collect()
     }
 
-    fn argv(&self) -> Vec<String> {
-        vec![format!("{TASK_ROOT}/bootstrap")]
+    fn argv(&self, spec: &InstanceSpec) -> Vec<String> {
+        match spec.web.as_ref().and_then(|web| web.command.as_ref()) {
+            // A web app's server, started and fronted by kiln's own bootstrap.
+            Some(_) => vec![
+                self.python
+                    .as_ref()
+                    .map_or_else(|| "/usr/bin/python3".into(), Python::executable),
+                format!("{RUNTIME_DIR}/web_bootstrap.py"),
+            ],
+            None => vec![format!("{TASK_ROOT}/bootstrap")],
+        }
     }
 
     fn env(&self, _spec: &InstanceSpec) -> Vec<(String, String)> {

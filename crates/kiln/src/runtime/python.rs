@@ -9,6 +9,8 @@ use super::{Protocol, Runtime, RUNTIME_DIR};
 use crate::function::InstanceSpec;
 
 pub const SHIM: &str = include_str!("../../../../runtimes/python/shim.py");
+/// The web adapter (`KilnWeb`), at `/opt/kiln/kiln_web.py`, loaded by the shim by its path.
+pub const WEB_ADAPTER: &str = include_str!("../../../../runtimes/python/kiln_web.py");
 /// Lambda SnapStart's hook module, at `/opt/kiln/python/snapshot_restore_py.py`.
 pub const SNAPSHOT_HOOKS: &str =
     include_str!("../../../../runtimes/python/lib/snapshot_restore_py.py");
@@ -39,6 +41,11 @@ impl Python {
         })
     }
 
+    /// The interpreter, by its path on the host (and so in sandboxes).
+    pub fn executable(&self) -> String {
+        self.executable.display().to_string()
+    }
+
     /// The interpreter's installation, which sandboxes that run Python need.
     pub fn prefix_mount(&self) -> Option<Mount> {
         (!self.prefix.starts_with("/usr")).then(|| super::bind(&self.prefix, &self.prefix, false))
@@ -58,7 +65,7 @@ impl Runtime for Python {
         self.prefix_mount().into_iter().collect()
     }
 
-    fn argv(&self) -> Vec<String> {
+    fn argv(&self, _spec: &InstanceSpec) -> Vec<String> {
         vec![
             self.executable.display().to_string(),
             format!("{RUNTIME_DIR}/shim.py"),

@@ -28,7 +28,7 @@ impl Runtime for Wasm {
         Vec::new()
     }
 
-    fn argv(&self) -> Vec<String> {
+    fn argv(&self, _spec: &InstanceSpec) -> Vec<String> {
         Vec::new()
     }
 

@@ -161,7 +161,7 @@ impl Instance {
             hostname: "sandbox".into(),
             uid,
             gid: uid,
-            argv: runtime.argv(),
+            argv: runtime.argv(spec),
             env,
             cwd: PathBuf::from(runtime::TASK_ROOT),
             cgroup_procs: cgroup.procs_files(),
