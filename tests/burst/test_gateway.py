@@ -498,3 +498,18 @@ def test_a_route_whose_function_differs_is_never_offloaded(kiln, monolith, web_f
         assert all(r.headers["x-kiln-served-by"] == "monolith" for r in results)
     finally:
         delete_app(kiln, name)
+
+
+def test_min_warm_keeps_instances_ready(kiln, monolith):
+    from kiln_harness import snapshot_of
+    function = unique("warm")
+    deploy_web(kiln, function, {"app.py": FUNCTION})
+    name, url = make_app(kiln, monolith, function, MinWarm=3)
+    try:
+        ready = wait_for(lambda: (s := snapshot_of(kiln, function)) and s.get("standbys_ready", 0) >= 3 and s,
+                         timeout=60, what="three instances ready")
+        assert ready["standbys_target"] >= 3
+        r = kiln.signed_request("PUT", f"/kiln/v1/apps/{name}", json.dumps({"MinWarm": 65}).encode())
+        assert r.status_code == 400 and r.json()["message"].startswith("MinWarm")
+    finally:
+        delete_app(kiln, name)

@@ -123,6 +123,19 @@ impl NodeAgent for LocalAgent {
         }
     }
 
+    fn expect(&self, spec: SharedSpec, concurrency: u32) {
+        {
+            let mut state = self.inner.state();
+            let pool = state.pools.entry(spec.function.clone()).or_default();
+            pool.demand.observe(
+                std::time::Instant::now(),
+                concurrency as usize,
+                self.inner.config.standby_window,
+            );
+        }
+        self.inner.refill_spare(&spec);
+    }
+
     fn prepare(&self, spec: SharedSpec) {
         use crate::function::PrebakeMode;
         let open_logs: Vec<String> = {

@@ -159,6 +159,9 @@ pub trait NodeAgent: Send + Sync + 'static {
     /// Called when a function version is deployed (and for every function when kiln starts):
     /// builds what its start paths need ahead of the first invocation.
     fn prepare(&self, spec: SharedSpec);
+    /// Demand for `concurrency` instances of `spec` is expected (a burst coming): the function's
+    /// instances made ahead of demand are sized as if it had been seen now.
+    fn expect(&self, _spec: SharedSpec, _concurrency: u32) {}
     fn status(&self) -> NodeStatus;
     /// Memory booked by live instances that their current limits leave unused (Σ MemorySize −
     /// limit, in MB), at most the node's budget that the limits leave free: what per-invocation

@@ -28,6 +28,10 @@ pub const TRIP_SLOWDOWN: f64 = 2.0;
 /// The learned limit before anything is learned, and its bounds.
 pub const INITIAL_LIMIT: f64 = 8.0;
 const MAX_LIMIT: f64 = 10_000.0;
+/// The share of the limit in flight at which instances are made ready ahead of the burst.
+pub const PREWARM_AT: f64 = 0.7;
+/// The most instances a pre-warm asks for (the node's cap on instances made ahead).
+const MAX_PREWARM: u32 = 64;
 
 /// How an app chooses between the monolith and its function.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -56,6 +60,8 @@ pub struct ControlStatus {
     /// The share of offloadable requests actually served by functions during bursts.
     pub offload_ratio: f64,
     pub bursts: u64,
+    /// The instances last asked for ahead of a burst (pre-warm).
+    pub prewarmed: u32,
 }
 
 pub struct Control {
@@ -74,6 +80,10 @@ pub struct Control {
     slowdowns: Vec<f64>,
     latencies: Histogram,
     peak_inflight: u32,
+    arrivals: u32,
+    baseline_sum: Duration,
+    baselines: u32,
+    prewarmed: u32,
     // Totals.
     offloadable_in_burst: u64,
     offloaded: u64,
@@ -100,6 +110,10 @@ impl Control {
             slowdowns: Vec::new(),
             latencies: Histogram::default(),
             peak_inflight: 0,
+            arrivals: 0,
+            baseline_sum: Duration::ZERO,
+            baselines: 0,
+            prewarmed: 0,
             offloadable_in_burst: 0,
             offloaded: 0,
         }
@@ -139,6 +153,7 @@ impl Control {
     /// has in flight before it; `failing`, that every upstream is failing.
     pub fn decide(&mut self, now: Instant, inflight: u32, failing: bool) -> Target {
         self.peak_inflight = self.peak_inflight.max(inflight + 1);
+        self.arrivals = self.arrivals.saturating_add(1);
         let at_limit = inflight >= self.limit();
         if at_limit || failing {
             self.trigger(now);
@@ -177,6 +192,8 @@ impl Control {
     pub fn observe(&mut self, server_time: Duration, baseline: Option<Duration>) {
         self.latencies.record(server_time);
         if let Some(b) = baseline.filter(|b| !b.is_zero()) {
+            self.baseline_sum += b;
+            self.baselines += 1;
             if self.slowdowns.len() < 65_536 {
                 self.slowdowns
                     .push(server_time.as_secs_f64() / b.as_secs_f64());
@@ -184,8 +201,19 @@ impl Control {
         }
     }
 
-    /// Learns from this tick's observations; ends a burst after its cooldown.
-    pub fn tick(&mut self, now: Instant) {
+    /// Learns from this tick's observations; ends a burst after its cooldown. When requests in
+    /// flight reached [`PREWARM_AT`] of the limit, the instances to make ready: by Little's
+    /// law, this tick's rate of offloadable requests times their server time at low load.
+    pub fn tick(&mut self, now: Instant) -> Option<u32> {
+        let prewarm = (self.peak_inflight as f64 >= PREWARM_AT * self.limit && self.baselines > 0)
+            .then(|| {
+                let rate = f64::from(self.arrivals) / TICK.as_secs_f64();
+                let service = self.baseline_sum.as_secs_f64() / f64::from(self.baselines);
+                ((rate * service).ceil() as u32).clamp(1, MAX_PREWARM)
+            });
+        if let Some(k) = prewarm {
+            self.prewarmed = k;
+        }
         let slowdown = p90(&mut self.slowdowns);
         if let Some(s) = slowdown {
             if s > TRIP_SLOWDOWN {
@@ -234,6 +262,10 @@ impl Control {
         self.slowdowns.clear();
         self.latencies = Histogram::default();
         self.peak_inflight = 0;
+        self.arrivals = 0;
+        self.baseline_sum = Duration::ZERO;
+        self.baselines = 0;
+        prewarm
     }
 
     pub fn status(&self) -> ControlStatus {
@@ -253,6 +285,7 @@ impl Control {
                 self.offloaded as f64 / self.offloadable_in_burst as f64
             },
             bursts: self.bursts,
+            prewarmed: self.prewarmed,
         }
     }
 }
@@ -361,6 +394,30 @@ mod tests {
             c.decide(t0 + Duration::from_secs(10), 0, false),
             Target::Monolith
         );
+    }
+
+    #[test]
+    fn nearing_the_limit_asks_for_instances_by_littles_law() {
+        let t0 = Instant::now();
+        let mut c = Control::new(
+            Policy::Spill {
+                max_inflight: Some(10),
+            },
+            Duration::from_secs(30),
+        );
+        // 6 of 10 in flight: not yet.
+        for _ in 0..20 {
+            c.decide(t0, 5, false);
+            c.observe(20 * MS, Some(20 * MS));
+        }
+        assert_eq!(c.tick(t0), None);
+        // 7 of 10: 40 requests in 100 ms (400/s) of 20 ms each need 8 instances.
+        for _ in 0..40 {
+            c.decide(t0, 6, false);
+            c.observe(30 * MS, Some(20 * MS));
+        }
+        assert_eq!(c.tick(t0 + TICK), Some(8));
+        assert_eq!(c.status().prewarmed, 8);
     }
 
     proptest! {

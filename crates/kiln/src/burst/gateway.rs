@@ -226,6 +226,8 @@ pub struct Gateway {
     stop: tokio::sync::watch::Sender<bool>,
     /// The function's code and configuration the shadow runs were made against.
     revision: Mutex<Option<String>>,
+    /// When instances were last asked for, and how many.
+    last_expect: Mutex<Option<(Instant, u32)>>,
 }
 
 /// A route as `kiln app routes` shows it.
@@ -325,6 +327,7 @@ impl Gateway {
             error: Mutex::new(None),
             stop: tokio::sync::watch::channel(false).0,
             revision: Mutex::new(None),
+            last_expect: Mutex::new(None),
             spec: RwLock::new(spec.clone()),
         });
         gateway.set_upstreams(&spec.upstreams)?;
@@ -422,11 +425,23 @@ impl Gateway {
     }
 
     fn tick(&self) {
-        self.control.locked().tick(Instant::now());
-        let (cover, function) = {
+        let now = Instant::now();
+        let prewarm = self.control.locked().tick(now);
+        let (cover, function, min_warm) = {
             let spec = self.spec.read_locked();
-            (spec.cover, spec.function.clone())
+            (spec.cover, spec.function.clone(), spec.min_warm)
         };
+        // Pre-warm ahead of a burst, and keep --min-warm instances ready; the agent holds a
+        // demand for its standby window, so once a second is enough.
+        let want = prewarm.unwrap_or(0).max(min_warm);
+        if want > 0 {
+            let mut last = self.last_expect.locked();
+            if last.is_none_or(|(t, k)| now.duration_since(t) >= Duration::from_secs(1) || want > k)
+            {
+                *last = Some((now, want));
+                let _ = self.controller.expect_demand(&function, want);
+            }
+        }
         // Its code and configuration, not its revision: reserved concurrency changes that.
         let revision = self.controller.get(&function).ok().map(|f| {
             format!(

@@ -61,6 +61,9 @@ pub struct AppSpec {
     pub pin: Vec<String>,
     /// How long the monolith may take to answer before the gateway answers 504.
     pub upstream_timeout_seconds: f64,
+    /// Instances of the function kept ready at all times (the paper's warm case).
+    #[serde(default)]
+    pub min_warm: u32,
 }
 
 /// Defaults of the optional fields.
@@ -88,6 +91,7 @@ pub struct AppInput {
     pub offload: Option<Vec<String>>,
     pub pin: Option<Vec<String>>,
     pub upstream_timeout_seconds: Option<f64>,
+    pub min_warm: Option<u32>,
 }
 
 /// Why an app request failed.
@@ -201,7 +205,11 @@ impl AppSpec {
                 .upstream_timeout_seconds
                 .or(current.map(|c| c.upstream_timeout_seconds))
                 .unwrap_or(DEFAULT_UPSTREAM_TIMEOUT_SECONDS),
+            min_warm: input.min_warm.or(current.map(|c| c.min_warm)).unwrap_or(0),
         };
+        if spec.min_warm > 64 {
+            return Err(invalid("MinWarm", "must be at most 64"));
+        }
         spec.policy()?;
         if !(spec.cover > 0.0 && spec.cover <= 1.0) {
             return Err(invalid("Cover", "must be in (0, 1]"));

@@ -85,6 +85,9 @@ pub struct AppSettings {
     /// Seconds the monolith may take before the gateway answers 504 (default 60).
     #[arg(long)]
     upstream_timeout: Option<f64>,
+    /// Instances of the function kept ready at all times (0 to 64).
+    #[arg(long)]
+    min_warm: Option<u32>,
 }
 
 impl AppSettings {
@@ -134,6 +137,9 @@ impl AppSettings {
         }
         if let Some(v) = self.upstream_timeout {
             put("UpstreamTimeoutSeconds", json!(v));
+        }
+        if let Some(v) = self.min_warm {
+            put("MinWarm", json!(v));
         }
         body
     }

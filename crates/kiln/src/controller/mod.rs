@@ -430,6 +430,14 @@ impl Controller {
         self.predictor.save_models();
     }
 
+    /// Tells the node that `concurrency` instances of `name` are about to be needed, so that
+    /// that many are made ahead (burst offloading's pre-warm).
+    pub fn expect_demand(&self, name: &str, concurrency: u32) -> Result<(), ControllerError> {
+        let entry = self.entry(name)?;
+        self.agent.expect(entry.spec.clone(), concurrency);
+        Ok(())
+    }
+
     pub fn node_status(&self) -> crate::agent::NodeStatus {
         self.agent.status()
     }
