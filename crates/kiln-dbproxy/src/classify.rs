@@ -98,6 +98,9 @@ pub enum Kind {
     SetLocal,
     /// Cannot run inside a transaction block (VACUUM, CREATE DATABASE, … CONCURRENTLY).
     NoTxnBlock,
+    /// `DEALLOCATE name|ALL`: answered by the proxy for the client's protocol statements
+    /// (psycopg sends it); refused mixed with other statements.
+    Deallocate,
     /// Certainly writes nothing (a plain SELECT calling no function).
     ReadOnly,
     Refused(Refusal),
@@ -132,6 +135,25 @@ pub fn classify(sql: &str) -> Vec<Kind> {
         .map(|toks| classify_tokens(toks))
         .filter(|k| *k != Kind::Empty)
         .collect()
+}
+
+/// What a lone `DEALLOCATE [PREPARE] name|ALL` drops: `Some(None)` for all.
+pub fn deallocate_target(sql: &str) -> Option<Option<String>> {
+    let stmts = split(sql);
+    let [t] = stmts.as_slice() else { return None };
+    if word(t.first()) != Some("deallocate") {
+        return None;
+    }
+    let i = if word(t.get(1)) == Some("prepare") {
+        2
+    } else {
+        1
+    };
+    match (t.get(i), t.len()) {
+        (Some(Tok::Word(w)), n) if w == "all" && n == i + 1 => Some(None),
+        (Some(Tok::Word(w)) | Some(Tok::Ident(w)), n) if n == i + 1 => Some(Some(w.clone())),
+        _ => None,
+    }
 }
 
 /// Whether a query runs `COPY … FROM` (the client streams data to the backend).
@@ -325,7 +347,8 @@ fn classify_tokens(t: &[Tok]) -> Kind {
         "rollback" | "abort" if matches!(w(1), Some("to") | Some("prepared")) => Kind::Other,
         "rollback" | "abort" => Kind::Rollback,
         "prepare" if w(1) == Some("transaction") => Kind::PrepareTransaction,
-        "prepare" | "execute" | "deallocate" => Kind::Refused(Refusal::SqlPrepare),
+        "deallocate" => Kind::Deallocate,
+        "prepare" | "execute" => Kind::Refused(Refusal::SqlPrepare),
         "set" => classify_set(t),
         "reset" => match name(t.get(1)) {
             Some("role") => Kind::Refused(Refusal::Role),

@@ -21,7 +21,6 @@ fn refusals_name_their_kind() {
         ("RESET ROLE", Refusal::Role),
         ("PREPARE q AS SELECT 1", Refusal::SqlPrepare),
         ("EXECUTE q", Refusal::SqlPrepare),
-        ("DEALLOCATE ALL", Refusal::SqlPrepare),
         ("LISTEN jobs", Refusal::Listen),
         ("SELECT pg_advisory_lock(1)", Refusal::AdvisoryLock),
         (
@@ -85,10 +84,25 @@ fn allowed_statements() {
         ("SELECT * FROM t FOR UPDATE", Kind::Other),
         ("INSERT INTO t VALUES (1)", Kind::Other),
         ("UNLISTEN *", Kind::Other),
+        ("DEALLOCATE ALL", Kind::Deallocate),
     ];
     for (sql, k) in cases {
         assert_eq!(one(sql), k, "{sql}");
     }
+}
+
+#[test]
+fn deallocate_names_its_target() {
+    assert_eq!(deallocate_target("DEALLOCATE ALL"), Some(None));
+    assert_eq!(
+        deallocate_target("deallocate prepare _pg3_1"),
+        Some(Some("_pg3_1".into()))
+    );
+    assert_eq!(
+        deallocate_target("DEALLOCATE \"S 1\""),
+        Some(Some("S 1".into()))
+    );
+    assert_eq!(deallocate_target("DEALLOCATE a; SELECT 1"), None);
 }
 
 #[test]

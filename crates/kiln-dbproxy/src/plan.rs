@@ -54,6 +54,9 @@ pub fn refusal(shadow: bool, kinds: &[Kind]) -> Option<Refusal> {
     if let Some(Kind::Refused(r)) = kinds.iter().find(|k| matches!(k, Kind::Refused(_))) {
         return Some(*r);
     }
+    if kinds.len() > 1 && kinds.contains(&Kind::Deallocate) {
+        return Some(Refusal::SqlPrepare);
+    }
     if shadow {
         let uncontained = kinds
             .iter()

@@ -308,6 +308,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
                 return self.refuse(r, has_sync).await;
             }
         }
+        if let Some(answers) = self.deallocate(&unit, &parsed) {
+            return self.answer_locally(answers).await;
+        }
         if self.backend.is_none() {
             if let Some(answers) = self.local_answers(&unit) {
                 for a in answers {
@@ -362,6 +365,39 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
             if let Err(e) = b.write(&out).await {
                 return self.backend_lost(e).await;
             }
+        }
+        self.drain_synthetic();
+        self.flush_client().await?;
+        Ok(Step::Continue)
+    }
+
+    /// A lone simple-protocol DEALLOCATE drops the client's protocol statements (they stay
+    /// prepared on the backends, shared with other clients). Anything else is refused.
+    fn deallocate(&mut self, unit: &[Message], parsed: &[Kind]) -> Option<Vec<Message>> {
+        if parsed != [Kind::Deallocate] || unit.len() != 1 || unit[0].tag != b'Q' {
+            return None;
+        }
+        let sql = wire::take_cstr(&mut &unit[0].body[..]).ok()?;
+        let tag = match crate::classify::deallocate_target(&sql)? {
+            None => {
+                self.statements.clear();
+                "DEALLOCATE ALL"
+            }
+            Some(name) => {
+                self.statements.remove(&name)?;
+                "DEALLOCATE"
+            }
+        };
+        let status = self.backend.as_ref().map_or(b'I', |b| b.status);
+        Some(vec![
+            wire::command_complete(tag),
+            wire::ready_for_query(status),
+        ])
+    }
+
+    async fn answer_locally(&mut self, answers: Vec<Message>) -> Result<Step, ServeError> {
+        for a in answers {
+            self.queue.push_back(Expect::Synthetic(a));
         }
         self.drain_synthetic();
         self.flush_client().await?;
