@@ -142,7 +142,7 @@ class Postgres:
              "-U", "postgres", self.database],
             check=True, capture_output=True, text=True).stdout
         return "\n".join(line for line in out.splitlines()
-                         if "pg_catalog.setval" not in line and not line.startswith("--"))
+                         if "pg_catalog.setval" not in line and not line.startswith(("--", "\\restrict", "\\unrestrict")))
 
     def cleanup(self):
         try:

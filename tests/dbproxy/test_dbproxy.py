@@ -34,11 +34,12 @@ class Proxy:
         self.port = free_port()
         self.shadow_port = free_port()
         env = dict(os.environ, KILN_DBPROXY_UPSTREAM_PASSWORD=pg.password)
+        self.log = open(pg.dir / f"kiln-dbproxy-{self.port}.log", "w")
         self.proc = subprocess.Popen(
             [str(PROXY_BIN), "--listen", f"127.0.0.1:{self.port}", "--listen-shadow",
              f"127.0.0.1:{self.shadow_port}", "--upstream", pg.addr, "--database", pg.database,
              "--user", pg.user, "--pool-size", str(pool), "--queue-timeout", str(queue_timeout), *extra],
-            env=env, stderr=subprocess.PIPE, text=True)
+            env=env, stderr=self.log)
         deadline = time.time() + 10
         while time.time() < deadline:
             try:
@@ -55,6 +56,9 @@ class Proxy:
     def stop(self):
         self.proc.kill()
         self.proc.wait()
+        self.log.close()
+        if os.environ.get("KILN_DBPROXY_KEEP_LOG"):
+            subprocess.run(["cp", self.log.name, "/tmp/"])
 
 
 @pytest.fixture(scope="module")

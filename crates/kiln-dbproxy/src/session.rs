@@ -699,11 +699,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
             }
         }
         self.drain_synthetic();
+        self.maybe_release();
+        // Answers are written together while more of them are buffered; a released backend
+        // may still hold a message (a FATAL at shutdown) that is not this client's.
         let more = self.backend.as_ref().is_some_and(|b| b.conn.has_buffered());
         if !more {
             self.flush_client().await?;
         }
-        self.maybe_release();
         Ok(Step::Continue)
     }
 

@@ -110,7 +110,14 @@ where
     }
 
     let mut conn = MessageReader::new(stream, 64 * 1024);
-    match authenticate(inner, &mut conn, &user).await? {
+    let login = match authenticate(inner, &mut conn, &user).await {
+        Err(ServeError::Client(WireError::Protocol(m))) => {
+            fatal(conn.get_mut(), "08P01", &m).await?;
+            return Ok(None);
+        }
+        other => other?,
+    };
+    match login {
         Ok(()) => {}
         Err(e) => {
             Metrics::inc(&inner.metrics.auth_failures);
