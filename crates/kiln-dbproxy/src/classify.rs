@@ -377,7 +377,7 @@ fn classify_tokens(t: &[Tok]) -> Kind {
             if into_temp(t) {
                 Kind::Refused(Refusal::TempTable)
             } else if first != "show"
-                && (has("into") || has("for") || t.iter().any(|x| *x == Tok::Punct('(')))
+                && (has("into") || has("for") || t.contains(&Tok::Punct('(')))
             {
                 Kind::Other
             } else {
