@@ -376,8 +376,7 @@ fn classify_tokens(t: &[Tok]) -> Kind {
         "select" | "values" | "show" | "table" => {
             if into_temp(t) {
                 Kind::Refused(Refusal::TempTable)
-            } else if first != "show"
-                && (has("into") || has("for") || t.contains(&Tok::Punct('(')))
+            } else if first != "show" && (has("into") || has("for") || t.contains(&Tok::Punct('(')))
             {
                 Kind::Other
             } else {
