@@ -390,3 +390,36 @@ def test_postgres_restart_under_load_then_recovery(pg):
     for e in failures:
         assert e.sqlstate in (None, "08006", "57P01", "57P03", "53300") or "connection" in str(e).lower(), e
     assert pg.backends() <= POOL
+
+
+def test_shadow_asyncpg_prepared_statements_write_nothing(proxy, pg):
+    before = pg.dump_data()
+
+    async def main():
+        c = await asyncpg.connect(proxy.url(shadow=True))
+        insert = await c.prepare("INSERT INTO items (name) VALUES ($1)")
+        await insert.fetch("shadow-prepared")
+        async with c.transaction():
+            await c.execute("UPDATE items SET n = n + 1000 WHERE id = $1", 3)
+            await insert.fetch("shadow-in-transaction")
+        await c.executemany("INSERT INTO items (name) VALUES ($1)", [("m",), ("n",)])
+        await c.close()
+
+    asyncio.run(main())
+    assert pg.dump_data() == before
+
+
+def test_pin_policy_keeps_the_backend_within_its_bound(pg):
+    proxy = Proxy(pg, extra=("--session-state", "pin", "--max-pinned", "1"))
+    try:
+        with connect(proxy) as pinned, connect(proxy) as other:
+            pinned.execute("SET search_path = public")
+            for _ in range(3):
+                other.execute("SELECT 1")
+                assert pinned.execute("SHOW search_path").fetchone() == ("public",)
+            with pytest.raises(psycopg.Error) as err:
+                other.execute("SET work_mem = '8MB'")
+            assert err.value.sqlstate == "0A000" and "pinned" in str(err.value)
+            assert other.execute("SELECT 2").fetchone() == (2,)
+    finally:
+        proxy.stop()

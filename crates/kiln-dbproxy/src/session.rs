@@ -90,6 +90,9 @@ struct Session<'a, S> {
     plan: Plan,
     captured_xid: Option<Option<u64>>,
     commit_in_flight: bool,
+    /// The current batch has its plan; it parsed the unnamed statement.
+    batch_planned: bool,
+    batch_unnamed_parse: bool,
     /// The plan's closing queries wait for the client's ReadyForQuery (a COPY FROM).
     post_deferred: bool,
     post_due: bool,
@@ -129,6 +132,8 @@ where
         plan: Plan::default(),
         captured_xid: None,
         commit_in_flight: false,
+        batch_planned: false,
+        batch_unnamed_parse: false,
         post_deferred: false,
         post_due: false,
         cancel_target: start.cancel_target,
@@ -328,12 +333,31 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
         };
         let mut out = BytesMut::new();
         let copy_from = has_copy_from(&unit);
-        if !self.in_batch {
+        let starting = !self.in_batch;
+        if starting {
+            self.batch_planned = false;
+            self.batch_unnamed_parse = false;
+        }
+        // A batch is planned at its first part that runs something: asyncpg prepares with
+        // Parse, Describe and Flush, then binds and executes in the same batch.
+        if !self.batch_planned && (starting || !executed.is_empty()) {
             let timeouts = ShadowTimeouts {
                 lock_ms: self.inner.cfg.shadow_lock_timeout.as_millis(),
                 statement_ms: self.inner.cfg.shadow_statement_timeout.as_millis(),
             };
-            self.plan = plan::plan(self.ctx.shadow, status, &executed, timeouts);
+            let mut plan = plan::plan(self.ctx.shadow, status, &executed, timeouts);
+            if !starting && self.batch_unnamed_parse && !plan.pre.is_empty() {
+                // A query in the middle of the batch would drop the unnamed statement.
+                if self.ctx.shadow {
+                    return self.refuse(Refusal::ShadowUncontained, has_sync).await;
+                }
+                plan = Plan {
+                    unchecked: true,
+                    ..Plan::default()
+                };
+            }
+            self.plan = plan;
+            self.batch_planned = !executed.is_empty();
             self.captured_xid = None;
             if self.plan.unchecked {
                 self.ctx.ledger.unchecked();
@@ -590,6 +614,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
                     p.sql = "ROLLBACK".into();
                 }
                 if p.name.is_empty() {
+                    self.batch_unnamed_parse = true;
                     wire::parse("", &p.sql, &p.param_types).encode(out);
                     self.expect(Expect::Parse(Origin::Client, None));
                     return Ok(());
