@@ -977,7 +977,13 @@ fn has_copy_from(unit: &[Message]) -> bool {
             b'P' => wire::decode_parse(&m.body).ok().map(|p| p.sql),
             _ => None,
         };
-        sql.is_some_and(|s| crate::classify::is_copy_from(&s))
+        // The lexer only runs on text that mentions COPY at all.
+        sql.is_some_and(|s| {
+            s.as_bytes()
+                .windows(4)
+                .any(|w| w.eq_ignore_ascii_case(b"copy"))
+                && crate::classify::is_copy_from(&s)
+        })
     })
 }
 

@@ -44,14 +44,30 @@ struct Args {
     /// Serve every client of --listen as a shadow client.
     #[arg(long)]
     shadow: bool,
+    /// Worker threads (1: one thread serves every client, as PgBouncer does).
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
     /// Print the metrics on standard error every this many seconds (0: never).
     #[arg(long, default_value_t = 0.0)]
     metrics_every: f64,
 }
 
-#[tokio::main]
-async fn main() -> Result<()> {
+fn main() -> Result<()> {
     let args = Args::parse();
+    let runtime = if args.threads <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(args.threads)
+            .enable_all()
+            .build()?
+    };
+    runtime.block_on(serve(args))
+}
+
+async fn serve(args: Args) -> Result<()> {
     let upstream_password = std::env::var("KILN_DBPROXY_UPSTREAM_PASSWORD").unwrap_or_default();
     let client_password =
         std::env::var("KILN_DBPROXY_CLIENT_PASSWORD").unwrap_or_else(|_| upstream_password.clone());
