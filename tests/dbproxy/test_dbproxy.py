@@ -423,3 +423,14 @@ def test_pin_policy_keeps_the_backend_within_its_bound(pg):
             assert other.execute("SELECT 2").fetchone() == (2,)
     finally:
         proxy.stop()
+
+
+def test_a_deferred_constraint_failing_at_the_wrapped_commit_reaches_the_client(proxy, pg):
+    """Regression: the proxy commits an autocommit statement itself (for the ledger); a COMMIT
+    that fails must fail the statement, as it would without the proxy."""
+    with connect(proxy) as c:
+        c.execute("CREATE TABLE deferred (k int UNIQUE DEFERRABLE INITIALLY DEFERRED)")
+        c.execute("INSERT INTO deferred VALUES (1)")
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            c.execute("INSERT INTO deferred VALUES (1)")
+        assert c.execute("SELECT count(*) FROM deferred").fetchone() == (1,)

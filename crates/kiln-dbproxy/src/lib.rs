@@ -18,8 +18,11 @@ mod ledger;
 mod metrics;
 mod plan;
 mod pool;
+mod prepared;
+mod responses;
 mod session;
 mod startup;
+mod unit;
 mod wire;
 
 use std::collections::HashMap;

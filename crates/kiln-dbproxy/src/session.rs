@@ -2,12 +2,11 @@
 //! answers come back through the queue of expected responses, which drops the answers to
 //! what the proxy added itself.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::backend::{self, Backend};
@@ -16,53 +15,11 @@ use crate::config::SessionStatePolicy;
 use crate::metrics::Metrics;
 use crate::plan::{self, Injected, Plan, ShadowTimeouts};
 use crate::pool::PoolError;
+use crate::prepared::Statements;
+use crate::responses::{Expect, Origin, Responses};
 use crate::startup::{error_chain, ClientStart};
 use crate::wire::{self, Message, MessageReader, Severity, WireError};
 use crate::{CancelTarget, ClientContext, Inner, ServeError};
-
-/// Where a response goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Origin {
-    Client,
-    Swallow,
-    /// Applying the client's tracked parameters: reports update the client's view too.
-    ApplyParams,
-    CaptureXid,
-    LedgerCommit,
-}
-
-/// A response the backend owes, in order.
-#[derive(Debug)]
-enum Expect {
-    /// A simple Query or FunctionCall: everything up to ReadyForQuery.
-    Query(Origin),
-    /// A Parse; the server-side name it prepares, if named.
-    Parse(Origin, Option<String>),
-    Bind,
-    Describe,
-    Execute,
-    Close,
-    Sync,
-    /// An answer the proxy gives itself once everything before it is answered.
-    Synthetic(Message),
-}
-
-impl Expect {
-    fn origin(&self) -> Origin {
-        match self {
-            Expect::Query(o) | Expect::Parse(o, _) => *o,
-            _ => Origin::Client,
-        }
-    }
-}
-
-/// A protocol-level prepared statement of the client.
-struct Statement {
-    server_name: String,
-    sql: String,
-    param_types: Vec<u32>,
-    kind: Kind,
-}
 
 /// Units buffered beyond this many bytes are sent before their Sync.
 const MAX_PENDING_BYTES: usize = 1 << 20;
@@ -73,11 +30,9 @@ struct Session<'a, S> {
     client: MessageReader<S>,
     out: BytesMut,
     backend: Option<Backend>,
-    queue: VecDeque<Expect>,
+    queue: Responses,
     /// Extended-protocol messages were sent without their Sync yet.
     in_batch: bool,
-    /// The backend ignores messages until Sync after an error (no Sync queued yet).
-    backend_skipping: bool,
     /// The proxy refused part of a batch and drops the client's messages until Sync.
     discard_until_sync: bool,
     copy_in: bool,
@@ -85,7 +40,7 @@ struct Session<'a, S> {
     pending: Vec<Message>,
     pending_bytes: usize,
     params: BTreeMap<&'static str, String>,
-    statements: HashMap<String, Statement>,
+    statements: Statements,
     portals: HashMap<String, Kind>,
     plan: Plan,
     captured_xid: Option<Option<u64>>,
@@ -96,6 +51,8 @@ struct Session<'a, S> {
     /// The plan's closing queries wait for the client's ReadyForQuery (a COPY FROM).
     post_deferred: bool,
     post_due: bool,
+    /// The client's ReadyForQuery, held until the plan's closing queries are answered.
+    held_rfq: Option<u8>,
     cancel_target: CancelTarget,
     pid: u32,
 }
@@ -118,16 +75,15 @@ where
         client: conn,
         out: BytesMut::new(),
         backend: None,
-        queue: VecDeque::new(),
+        queue: Responses::default(),
         in_batch: false,
-        backend_skipping: false,
         discard_until_sync: false,
         copy_in: false,
         pinned: false,
         pending: Vec::new(),
         pending_bytes: 0,
         params: start.params,
-        statements: HashMap::new(),
+        statements: Statements::default(),
         portals: HashMap::new(),
         plan: Plan::default(),
         captured_xid: None,
@@ -136,6 +92,7 @@ where
         batch_unnamed_parse: false,
         post_deferred: false,
         post_due: false,
+        held_rfq: None,
         cancel_target: start.cancel_target,
         pid: start.pid,
     };
@@ -257,53 +214,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
         Ok(Step::Continue)
     }
 
-    /// The statement kinds a unit parses (`parsed`) and runs (`executed`).
-    fn kinds(&self, unit: &[Message]) -> Result<(Vec<Kind>, Vec<Kind>), WireError> {
-        let (mut parsed, mut executed) = (Vec::new(), Vec::new());
-        let mut stmts: HashMap<String, Kind> = HashMap::new();
-        let mut portals: HashMap<String, Kind> = HashMap::new();
-        for m in unit {
-            match m.tag {
-                b'Q' => {
-                    let mut cur = &m.body[..];
-                    let k = classify(&wire::take_cstr(&mut cur)?);
-                    parsed.extend_from_slice(&k);
-                    executed.extend(k);
-                }
-                b'F' => executed.push(Kind::Other),
-                b'P' => {
-                    let p = wire::decode_parse(&m.body)?;
-                    let k = classify(&p.sql);
-                    let one = single(&k);
-                    parsed.extend(k);
-                    stmts.insert(p.name, one);
-                }
-                b'B' => {
-                    let (portal, stmt, _) = wire::decode_bind_head(&m.body)?;
-                    let k = stmts
-                        .get(&stmt)
-                        .copied()
-                        .or_else(|| self.statements.get(&stmt).map(|s| s.kind))
-                        .unwrap_or(Kind::Other);
-                    portals.insert(portal, k);
-                }
-                b'E' => {
-                    let portal = wire::decode_execute(&m.body)?;
-                    let k = portals
-                        .get(&portal)
-                        .copied()
-                        .or_else(|| self.portals.get(&portal).copied())
-                        .unwrap_or(Kind::Other);
-                    executed.push(k);
-                }
-                _ => {}
-            }
-        }
-        Ok((parsed, executed))
-    }
-
     async fn dispatch(&mut self, unit: Vec<Message>) -> Result<Step, ServeError> {
-        let (parsed, executed) = match self.kinds(&unit) {
+        let (parsed, executed) = match crate::unit::kinds(&unit, &self.statements, &self.portals) {
             Ok(k) => k,
             Err(e) => return self.fatal("08P01", &e.to_string()).await,
         };
@@ -332,7 +244,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
             return Ok(Step::Continue);
         };
         let mut out = BytesMut::new();
-        let copy_from = has_copy_from(&unit);
+        let copy_from = crate::unit::has_copy_from(&unit);
         let starting = !self.in_batch;
         if starting {
             self.batch_planned = false;
@@ -421,7 +333,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
 
     async fn answer_locally(&mut self, answers: Vec<Message>) -> Result<Step, ServeError> {
         for a in answers {
-            self.queue.push_back(Expect::Synthetic(a));
+            self.queue.push(Expect::Synthetic(a));
         }
         self.drain_synthetic();
         self.flush_client().await?;
@@ -467,12 +379,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
     /// Answers a unit with an error in place of running it: the error, then ReadyForQuery
     /// (from the backend if a batch is open there).
     async fn error_and_sync(&mut self, err: Message, has_sync: bool) -> Result<Step, ServeError> {
-        self.queue.push_back(Expect::Synthetic(err));
+        self.queue.push(Expect::Synthetic(err));
         if !has_sync {
             self.discard_until_sync = true;
         } else if self.in_batch && self.backend.is_some() {
             self.in_batch = false;
-            self.queue.push_back(Expect::Sync);
+            self.queue.push(Expect::Sync);
             let mut buf = BytesMut::new();
             Message::new(b'S', Vec::new()).encode(&mut buf);
             if let Some(b) = self.backend.as_mut() {
@@ -483,7 +395,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
         } else {
             let status = self.backend.as_ref().map_or(b'I', |b| b.status);
             self.queue
-                .push_back(Expect::Synthetic(wire::ready_for_query(status)));
+                .push(Expect::Synthetic(wire::ready_for_query(status)));
         }
         self.drain_synthetic();
         self.flush_client().await?;
@@ -544,7 +456,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
                     WireError::Eof,
                 )));
             }
-            self.queue.push_back(Expect::Query(Origin::ApplyParams));
+            self.queue.push(Expect::Query(Origin::ApplyParams));
         }
         self.backend = Some(b);
         Ok(())
@@ -560,19 +472,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
             }
         };
         wire::query(sql).encode(out);
-        self.queue.push_back(Expect::Query(origin));
-    }
-
-    /// Queues what a forwarded message will be answered with, unless the backend is
-    /// skipping to Sync after an error.
-    fn expect(&mut self, e: Expect) {
-        if self.backend_skipping && !matches!(e, Expect::Sync) {
-            return;
-        }
-        if matches!(e, Expect::Sync) {
-            self.backend_skipping = false;
-        }
-        self.queue.push_back(e);
+        // Ignored, and so not answered, if the backend is skipping to Sync after an error.
+        self.queue.expect(Expect::Query(origin));
     }
 
     /// Makes sure a client statement is prepared on the current backend.
@@ -584,7 +485,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
             wire::parse(&server, &st.sql, &st.param_types).encode(out);
             b.prepared.insert(server.clone());
             Metrics::inc(&self.inner.metrics.reparses);
-            self.expect(Expect::Parse(Origin::Swallow, Some(server.clone())));
+            self.queue
+                .expect(Expect::Parse(Origin::Swallow, Some(server.clone())));
         }
         Some(server)
     }
@@ -600,11 +502,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
                 } else {
                     m.encode(out);
                 }
-                self.expect(Expect::Query(Origin::Client));
+                self.queue.expect(Expect::Query(Origin::Client));
             }
             b'F' => {
                 m.encode(out);
-                self.expect(Expect::Query(Origin::Client));
+                self.queue.expect(Expect::Query(Origin::Client));
             }
             b'P' => {
                 self.in_batch = true;
@@ -616,28 +518,24 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
                 if p.name.is_empty() {
                     self.batch_unnamed_parse = true;
                     wire::parse("", &p.sql, &p.param_types).encode(out);
-                    self.expect(Expect::Parse(Origin::Client, None));
+                    self.queue.expect(Expect::Parse(Origin::Client, None));
                     return Ok(());
                 }
-                let server = server_name(&p.sql, &p.param_types);
-                self.statements.insert(
-                    p.name.clone(),
-                    Statement {
-                        server_name: server.clone(),
-                        sql: p.sql.clone(),
-                        param_types: p.param_types.clone(),
-                        kind: single(&kinds),
-                    },
-                );
+                let kind = crate::unit::single(&kinds);
+                let server =
+                    self.statements
+                        .define(p.name, p.sql.clone(), p.param_types.clone(), kind);
                 let Some(b) = self.backend.as_mut() else {
                     return Ok(());
                 };
                 if b.prepared.contains(&server) {
-                    self.expect(Expect::Synthetic(Message::new(b'1', Vec::new())));
+                    self.queue
+                        .expect(Expect::Synthetic(Message::new(b'1', Vec::new())));
                 } else {
                     b.prepared.insert(server.clone());
                     wire::parse(&server, &p.sql, &p.param_types).encode(out);
-                    self.expect(Expect::Parse(Origin::Client, Some(server)));
+                    self.queue
+                        .expect(Expect::Parse(Origin::Client, Some(server)));
                 }
             }
             b'B' => {
@@ -649,7 +547,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
                     Some(server) => wire::rebind(&m.body, rest, &portal, &server).encode(out),
                     None => m.encode(out),
                 }
-                self.expect(Expect::Bind);
+                self.queue.expect(Expect::Bind);
             }
             b'D' | b'C' => {
                 self.in_batch = true;
@@ -659,7 +557,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
                         // The statement stays on the backends, shared by every client
                         // that prepares the same text.
                         self.statements.remove(&name);
-                        self.expect(Expect::Synthetic(Message::new(b'3', Vec::new())));
+                        self.queue
+                            .expect(Expect::Synthetic(Message::new(b'3', Vec::new())));
                         return Ok(());
                     }
                     match self.ensure_prepared(&name, out) {
@@ -672,7 +571,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
                     }
                     m.encode(out);
                 }
-                self.expect(if m.tag == b'D' {
+                self.queue.expect(if m.tag == b'D' {
                     Expect::Describe
                 } else {
                     Expect::Close
@@ -681,7 +580,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
             b'E' => {
                 self.in_batch = true;
                 m.encode(out);
-                self.expect(Expect::Execute);
+                self.queue.expect(Expect::Execute);
             }
             b'H' => {
                 self.in_batch = true;
@@ -690,7 +589,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
             b'S' => {
                 self.in_batch = false;
                 m.encode(out);
-                self.expect(Expect::Sync);
+                self.queue.expect(Expect::Sync);
             }
             _ => m.encode(out),
         }
@@ -699,11 +598,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
 
     /// Emits the proxy's own answers that have reached the head of the queue.
     fn drain_synthetic(&mut self) {
-        while let Some(Expect::Synthetic(_)) = self.queue.front() {
-            if let Some(Expect::Synthetic(m)) = self.queue.pop_front() {
-                m.encode(&mut self.out);
-            }
-        }
+        self.queue.drain_synthetic(&mut self.out);
     }
 
     async fn on_backend(&mut self, m: Result<Message, WireError>) -> Result<Step, ServeError> {
@@ -723,6 +618,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
                 }
             }
         }
+        if self.queue.is_empty() {
+            if let Some(status) = self.held_rfq.take() {
+                wire::ready_for_query(status).encode(&mut self.out);
+            }
+        }
         self.drain_synthetic();
         self.maybe_release();
         // Answers are written together while more of them are buffered; a released backend
@@ -736,7 +636,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
 
     /// Handles one backend message against the head of the queue.
     fn relay(&mut self, m: Message) {
-        let origin = self.queue.front().map_or(Origin::Client, Expect::origin);
+        let origin = self.queue.origin();
         let to_client = origin == Origin::Client;
         let Some(b) = self.backend.as_mut() else {
             return;
@@ -759,7 +659,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
             b'Z' => {
                 let status = m.body.first().copied().unwrap_or(b'I');
                 b.status = status;
-                self.queue.pop_front();
+                self.queue.pop();
                 self.copy_in = false;
                 if matches!(origin, Origin::Client | Origin::LedgerCommit) {
                     self.commit_in_flight = false;
@@ -769,33 +669,33 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
                     self.post_due = true;
                 }
                 if to_client {
-                    wire::ready_for_query(self.plan.rfq_override.unwrap_or(status))
-                        .encode(&mut self.out);
+                    match self.plan.rfq_override {
+                        // A wrapped transaction: the client hears ReadyForQuery once the
+                        // proxy's COMMIT or ROLLBACK is answered (a failed COMMIT is its error).
+                        Some(shown) => self.held_rfq = Some(shown),
+                        None => wire::ready_for_query(status).encode(&mut self.out),
+                    }
                 }
             }
             b'1' | b'2' | b'3' => {
-                self.queue.pop_front();
+                self.queue.pop();
                 if to_client {
                     m.encode(&mut self.out);
                 }
             }
             b'T' | b'n' => {
-                if matches!(self.queue.front(), Some(Expect::Describe)) {
-                    self.queue.pop_front();
-                }
+                self.queue.pop_if(|e| matches!(e, Expect::Describe));
                 if to_client {
                     m.encode(&mut self.out);
                 }
             }
             b'D' if origin == Origin::CaptureXid => {
-                self.captured_xid = Some(first_column_u64(&m.body))
+                self.captured_xid = Some(wire::first_column_u64(&m.body))
             }
             b'C' => {
                 let mut cur = &m.body[..];
                 let tag = wire::take_cstr(&mut cur).unwrap_or_default();
-                if matches!(self.queue.front(), Some(Expect::Execute)) {
-                    self.queue.pop_front();
-                }
+                self.queue.pop_if(|e| matches!(e, Expect::Execute));
                 let commits = (origin == Origin::Client && self.plan.ledger_commit)
                     || origin == Origin::LedgerCommit;
                 if commits && tag == "COMMIT" {
@@ -812,9 +712,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
                 }
             }
             b'I' | b's' => {
-                if matches!(self.queue.front(), Some(Expect::Execute)) {
-                    self.queue.pop_front();
-                }
+                self.queue.pop_if(|e| matches!(e, Expect::Execute));
                 if to_client {
                     m.encode(&mut self.out);
                 }
@@ -824,9 +722,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
                 // PostgreSQL ignores a Sync that arrives in copy mode; the client sends
                 // another after CopyDone.
                 if matches!(self.queue.front(), Some(Expect::Execute)) {
-                    if let Some(ix) = self.queue.iter().position(|e| matches!(e, Expect::Sync)) {
-                        self.queue.remove(ix);
-                    }
+                    self.queue.forget_sync_sent_before_copy();
                 }
                 m.encode(&mut self.out);
             }
@@ -853,6 +749,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
         match origin {
             Origin::Client => m.encode(&mut self.out),
             Origin::CaptureXid => self.captured_xid = Some(None),
+            // The wrapped implicit transaction did not commit (a deferred constraint, a
+            // serialization failure): PostgreSQL would have told the client.
+            Origin::LedgerCommit => m.encode(&mut self.out),
             // A statement re-parsed for the client failed: the client must hear of it.
             Origin::Swallow if extended => m.encode(&mut self.out),
             _ => {}
@@ -860,26 +759,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
         if !extended {
             return;
         }
-        // PostgreSQL skips everything up to Sync after an error in the extended protocol.
         let failed_parse = matches!(
             self.queue.front(),
             Some(Expect::Parse(Origin::Client, Some(_)))
         );
-        while let Some(e) = self.queue.front() {
-            if matches!(e, Expect::Sync) {
-                break;
+        for server in self.queue.skip_to_sync() {
+            if let Some(b) = self.backend.as_mut() {
+                b.prepared.remove(&server);
             }
-            if let Some(Expect::Parse(_, Some(server))) = self.queue.pop_front() {
-                if let Some(b) = self.backend.as_mut() {
-                    b.prepared.remove(&server);
-                }
-                if failed_parse {
-                    self.statements.retain(|_, s| s.server_name != server);
-                }
+            if failed_parse {
+                self.statements.forget_server_name(&server);
             }
-        }
-        if self.queue.is_empty() {
-            self.backend_skipping = true;
         }
     }
 
@@ -907,7 +797,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
         }
         *self.cancel_target.lock().unwrap_or_else(|e| e.into_inner()) = None;
         self.queue.clear();
-        self.out.clear();
+        self.held_rfq = None;
         let msg = format!(
             "kiln's database proxy lost its connection to PostgreSQL during this transaction ({}); the transaction did not complete (a COMMIT in flight may have): reconnect and retry",
             error_chain(&e)
@@ -954,58 +844,4 @@ async fn rollback(b: &mut Backend) -> bool {
         tokio::time::timeout(Duration::from_secs(5), work).await,
         Ok(Ok(true))
     )
-}
-
-/// A server-side statement name shared by every client preparing the same text and types,
-/// so a backend prepares each statement once.
-fn server_name(sql: &str, types: &[u32]) -> String {
-    let mut h = Sha256::new();
-    h.update(sql.as_bytes());
-    for t in types {
-        h.update(t.to_be_bytes());
-    }
-    let d = h.finalize();
-    let hex: String = d.iter().take(12).map(|b| format!("{b:02x}")).collect();
-    format!("kiln_{hex}")
-}
-
-/// Whether a unit runs COPY … FROM (the client then sends data before its ReadyForQuery).
-fn has_copy_from(unit: &[Message]) -> bool {
-    unit.iter().any(|m| {
-        let sql = match m.tag {
-            b'Q' => wire::take_cstr(&mut &m.body[..]).ok(),
-            b'P' => wire::decode_parse(&m.body).ok().map(|p| p.sql),
-            _ => None,
-        };
-        // The lexer only runs on text that mentions COPY at all.
-        sql.is_some_and(|s| {
-            s.as_bytes()
-                .windows(4)
-                .any(|w| w.eq_ignore_ascii_case(b"copy"))
-                && crate::classify::is_copy_from(&s)
-        })
-    })
-}
-
-/// The kind of a prepared statement (the protocol allows one statement per Parse).
-fn single(kinds: &[Kind]) -> Kind {
-    match kinds {
-        [] => Kind::Empty,
-        [k] => *k,
-        _ => Kind::Other,
-    }
-}
-
-/// The first column of a DataRow as an unsigned integer; None for NULL or anything else.
-fn first_column_u64(body: &[u8]) -> Option<u64> {
-    let mut cur = body;
-    wire::take_u16(&mut cur).ok()?;
-    let len = wire::take_i32(&mut cur).ok()?;
-    if len < 0 {
-        return None;
-    }
-    std::str::from_utf8(cur.get(..len as usize)?)
-        .ok()?
-        .parse()
-        .ok()
 }

@@ -422,6 +422,20 @@ pub fn encode_all<'a>(msgs: impl IntoIterator<Item = &'a Message>) -> BytesMut {
     out
 }
 
+/// The first column of a DataRow as an unsigned integer; None for NULL or anything else.
+pub fn first_column_u64(body: &[u8]) -> Option<u64> {
+    let mut cur = body;
+    take_u16(&mut cur).ok()?;
+    let len = take_i32(&mut cur).ok()?;
+    if len < 0 {
+        return None;
+    }
+    std::str::from_utf8(cur.get(..len as usize)?)
+        .ok()?
+        .parse()
+        .ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
