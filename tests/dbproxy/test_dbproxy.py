@@ -434,3 +434,25 @@ def test_a_deferred_constraint_failing_at_the_wrapped_commit_reaches_the_client(
         with pytest.raises(psycopg.errors.UniqueViolation):
             c.execute("INSERT INTO deferred VALUES (1)")
         assert c.execute("SELECT count(*) FROM deferred").fetchone() == (1,)
+
+
+def test_errors_in_prepared_statements_leave_the_client_usable(proxy):
+    with connect(proxy) as c:
+        for _ in range(3):
+            with pytest.raises(psycopg.errors.DivisionByZero):
+                c.execute("SELECT 1 / %s::int", (0,))
+            assert c.execute("SELECT 1 / %s::int", (1,)).fetchone() == (1,)
+        with pytest.raises(psycopg.errors.SyntaxError):
+            c.execute("SELEC %s::int", (1,))
+        assert c.execute("SELECT %s::int", (5,)).fetchone() == (5,)
+
+    async def main():
+        conn = await asyncpg.connect(proxy.url())
+        with pytest.raises(asyncpg.DivisionByZeroError):
+            async with conn.transaction():
+                await conn.execute("UPDATE items SET n = n + 1 WHERE id = 1")
+                await conn.fetchval("SELECT 1 / $1::int", 0)
+        assert await conn.fetchval("SELECT 1 / $1::int", 1) == 1
+        await conn.close()
+
+    asyncio.run(main())

@@ -108,15 +108,16 @@ impl Responses {
     }
 
     /// After an error in the extended protocol PostgreSQL skips everything up to Sync: drops
-    /// those expectations and returns the statements their Parses would have prepared.
-    pub fn skip_to_sync(&mut self) -> Vec<String> {
+    /// those expectations and returns the statements their Parses would have prepared, and
+    /// whether the client sent each Parse (or the proxy, to prepare it again).
+    pub fn skip_to_sync(&mut self) -> Vec<(Origin, String)> {
         let mut unprepared = Vec::new();
         while let Some(e) = self.queue.front() {
             if matches!(e, Expect::Sync) {
                 break;
             }
-            if let Some(Expect::Parse(_, Some(server))) = self.queue.pop_front() {
-                unprepared.push(server);
+            if let Some(Expect::Parse(origin, Some(server))) = self.queue.pop_front() {
+                unprepared.push((origin, server));
             }
         }
         if self.queue.is_empty() {

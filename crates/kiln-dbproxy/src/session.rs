@@ -759,15 +759,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
         if !extended {
             return;
         }
-        let failed_parse = matches!(
-            self.queue.front(),
-            Some(Expect::Parse(Origin::Client, Some(_)))
-        );
-        for server in self.queue.skip_to_sync() {
+        for (origin, server) in self.queue.skip_to_sync() {
             if let Some(b) = self.backend.as_mut() {
                 b.prepared.remove(&server);
             }
-            if failed_parse {
+            // A client's Parse that failed or was skipped defined nothing.
+            if origin == Origin::Client {
                 self.statements.forget_server_name(&server);
             }
         }
