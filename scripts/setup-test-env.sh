@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what kiln's tests need on a fresh machine: a Python venv with boto3, awslambdaric,
-# pytest and the AWS CLI, and the C toolchain for WASI guests. Idempotent.
+# pytest and the AWS CLI, the C toolchain for WASI guests, and PostgreSQL for the database
+# proxy's tests. Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The wasm runtime's C guest fixture (crates/kiln-wasm/tests/fixtures/build.sh): clang, lld
@@ -14,10 +15,20 @@ if ! { command -v clang && command -v wasm-ld && [ -d /usr/lib/wasm32-wasi ]; } 
         echo "setup-test-env: clang, lld and wasi-libc are missing; the C wasm fixture will be skipped" >&2
     fi
 fi
+# The database proxy's tests and benchmark start a private cluster of the distribution's
+# PostgreSQL (tests/pg_harness.py); pgbench ships with the server package.
+if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
+    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql postgresql-contrib >/dev/null
+    else
+        echo "setup-test-env: PostgreSQL is missing; the database proxy's tests will be skipped" >&2
+    fi
+fi
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
-if ! .venv/bin/python -c "import boto3, awslambdaric, pytest, awscli, hypothesis, django" 2>/dev/null; then
+if ! .venv/bin/python -c "import boto3, awslambdaric, pytest, awscli, hypothesis, django, psycopg, asyncpg" 2>/dev/null; then
     .venv/bin/pip install --quiet --disable-pip-version-check -r tests/requirements.txt
 fi
 # The object store's tests: moto's S3 server (the third-party remote), pinned to the venv's

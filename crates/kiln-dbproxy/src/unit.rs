@@ -1,0 +1,85 @@
+//! What a unit of client work (a simple Query, or extended-protocol messages up to Sync)
+//! parses and runs, read from its messages.
+
+use std::collections::HashMap;
+
+use crate::classify::{classify, Kind};
+use crate::prepared::Statements;
+use crate::wire::{self, Message, WireError};
+
+/// The statement kinds a unit parses and runs; statements and portals it names but does not
+/// define are looked up in the client's.
+pub(crate) fn kinds(
+    unit: &[Message],
+    statements: &Statements,
+    known_portals: &HashMap<String, Kind>,
+) -> Result<(Vec<Kind>, Vec<Kind>), WireError> {
+    let (mut parsed, mut executed) = (Vec::new(), Vec::new());
+    let mut stmts: HashMap<String, Kind> = HashMap::new();
+    let mut portals: HashMap<String, Kind> = HashMap::new();
+    for m in unit {
+        match m.tag {
+            b'Q' => {
+                let mut cur = &m.body[..];
+                let k = classify(&wire::take_cstr(&mut cur)?);
+                parsed.extend_from_slice(&k);
+                executed.extend(k);
+            }
+            b'F' => executed.push(Kind::Other),
+            b'P' => {
+                let p = wire::decode_parse(&m.body)?;
+                let k = classify(&p.sql);
+                let one = single(&k);
+                parsed.extend(k);
+                stmts.insert(p.name, one);
+            }
+            b'B' => {
+                let (portal, stmt, _) = wire::decode_bind_head(&m.body)?;
+                let k = stmts
+                    .get(&stmt)
+                    .copied()
+                    .or_else(|| statements.get(&stmt).map(|s| s.kind))
+                    .unwrap_or(Kind::Other);
+                portals.insert(portal, k);
+            }
+            b'E' => {
+                let portal = wire::decode_execute(&m.body)?;
+                let k = portals
+                    .get(&portal)
+                    .copied()
+                    .or_else(|| known_portals.get(&portal).copied())
+                    .unwrap_or(Kind::Other);
+                executed.push(k);
+            }
+            _ => {}
+        }
+    }
+    Ok((parsed, executed))
+}
+
+/// Whether a unit runs COPY … FROM (the client then sends data before its ReadyForQuery).
+pub(crate) fn has_copy_from(unit: &[Message]) -> bool {
+    unit.iter().any(|m| {
+        let sql = match m.tag {
+            b'Q' => wire::take_cstr(&mut &m.body[..]).ok(),
+            b'P' => wire::decode_parse(&m.body).ok().map(|p| p.sql),
+            _ => None,
+        };
+        // The lexer only runs on text that mentions COPY at all.
+        sql.is_some_and(|s| {
+            s.as_bytes()
+                .windows(4)
+                .any(|w| w.eq_ignore_ascii_case(b"copy"))
+                && crate::classify::is_copy_from(&s)
+        })
+    })
+}
+
+/// The kind of a prepared statement (the protocol allows one statement per Parse).
+pub(crate) fn single(kinds: &[Kind]) -> Kind {
+    match kinds {
+        [] => Kind::Empty,
+        [k] => *k,
+        _ => Kind::Other,
+    }
+}
