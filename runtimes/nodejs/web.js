@@ -89,6 +89,8 @@ function toRequest(event) {
       headers[lower] = Buffer.from(String(value), 'utf8').toString('latin1');
     }
   }
+  // An HTTP/1.1 request must name a host (Node's server answers 400 otherwise); an event built by hand may not.
+  if (headers.host === undefined) headers.host = event.requestContext.domainName || 'localhost';
   if (Array.isArray(event.cookies) && event.cookies.length) {
     headers.cookie = Buffer.from(event.cookies.join('; '), 'utf8').toString('latin1');
   }

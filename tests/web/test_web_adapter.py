@@ -404,8 +404,9 @@ def test_express_cookies_redirects_errors_and_limits(kiln, express_url):
 
     over = requests.get(url + "bytes?n=%d" % (5 * MB), timeout=60)
     assert over.status_code == 502 and "too large" in over.text
-    event = {"version": "2.0", "rawPath": "/echo", "rawQueryString": "a=1", "headers": {"host": "api.example"},
-             "cookies": ["k=v"], "requestContext": {"http": {"method": "DELETE", "path": "/echo"}},
+    event = {"version": "2.0", "rawPath": "/echo", "rawQueryString": "a=1", "headers": {},
+             "cookies": ["k=v"], "requestContext": {"domainName": "api.example",
+                                                    "http": {"method": "DELETE", "path": "/echo"}},
              "body": base64.b64encode(b"\xff\x00").decode(), "isBase64Encoded": True}
     result, response = kiln.invoke(name, event)
     assert "FunctionError" not in response, result
