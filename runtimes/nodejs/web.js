@@ -53,7 +53,8 @@ function toResponse(method, res, body) {
   const raw = res.rawHeaders;
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i].toLowerCase();
-    const value = raw[i + 1];
+    // Node reads header bytes as latin-1; the event carries text, so UTF-8 bytes become their characters again.
+    const value = Buffer.from(raw[i + 1], 'latin1').toString('utf8');
     if (HOP_BY_HOP.has(name)) continue;
     if (name === 'set-cookie') cookies.push(value);
     else headers[name] = name in headers ? `${headers[name]}, ${value}` : value;
@@ -83,9 +84,16 @@ function toRequest(event) {
   const headers = {};
   for (const [name, value] of Object.entries(event.headers || {})) {
     const lower = name.toLowerCase();
-    if (!HOP_BY_HOP.has(lower) && lower !== 'content-length') headers[lower] = value;
+    // Written as the bytes the client sent (kiln read them as UTF-8): Node writes a string as latin-1.
+    if (!HOP_BY_HOP.has(lower) && lower !== 'content-length') {
+      headers[lower] = Buffer.from(String(value), 'utf8').toString('latin1');
+    }
   }
-  if (Array.isArray(event.cookies) && event.cookies.length) headers.cookie = event.cookies.join('; ');
+  // An HTTP/1.1 request must name a host (Node's server answers 400 otherwise); an event built by hand may not.
+  if (headers.host === undefined) headers.host = event.requestContext.domainName || 'localhost';
+  if (Array.isArray(event.cookies) && event.cookies.length) {
+    headers.cookie = Buffer.from(event.cookies.join('; '), 'utf8').toString('latin1');
+  }
   if (body.length || !['GET', 'HEAD', 'DELETE', 'OPTIONS'].includes(method)) headers['content-length'] = body.length;
   return { method, path: rawPath + (query ? `?${query}` : ''), headers, body };
 }

@@ -94,7 +94,9 @@ def forward(adapter, port, event):
     response = conn.getresponse()
     body = response.read()
     conn.close()
-    pairs = [(k, v) for k, v in response.getheaders() if k.lower() not in HOP_BY_HOP]
+    # http.client reads header bytes as latin-1; the event carries text, so UTF-8 becomes its characters again.
+    pairs = [(k, v.encode("latin-1").decode("utf-8", "replace")) for k, v in response.getheaders()
+             if k.lower() not in HOP_BY_HOP]
     return adapter.respond(request.method, response.status, pairs, body)
 
 

@@ -358,13 +358,17 @@ def express_url(request, kiln):
 def test_express_request_mapping(kiln, express_url):
     _, url = express_url
     status, _, body = raw_request("GET", url + "echo?q=1&q=2&z=%20",
-                                  [("X-Multi", "a"), ("X-Multi", "b"), ("Cookie", "s=v; t=w"), ("Host", "web.example")])
+                                  [("X-Multi", "a"), ("X-Multi", "b"), ("Cookie", "s=v; t=w"), ("Host", "web.example"),
+                                   ("X-Name", "café".encode())])
     assert status == 200, body
     echo = json.loads(body)
     assert echo["method"] == "GET" and echo["path"] == "/echo" and echo["url"] == "/echo?q=1&q=2&z=%20"
     assert echo["query"] == {"q": ["1", "2"], "z": " "}
     assert echo["multi"] in (["a,b"], ["a", "b"])
     assert echo["cookie"] == "s=v; t=w" and echo["host"] == "web.example"
+    assert echo["name"] == "café".encode().decode("latin-1"), "the header's bytes, as a Node server reads them"
+    _, headers, _ = raw_request("GET", url + "utf8-header", [])
+    assert {k.lower(): v for k, v in headers}["x-name"].encode("latin-1") == "café".encode(), "the app's header bytes reach the client"
     r = requests.get(url + "h%C3%A9llo/w%C3%B6rld", timeout=60)
     assert r.status_code == 200 and r.json() == {"path": "/héllo/wörld", "name": "wörld"}
 
@@ -400,8 +404,9 @@ def test_express_cookies_redirects_errors_and_limits(kiln, express_url):
 
     over = requests.get(url + "bytes?n=%d" % (5 * MB), timeout=60)
     assert over.status_code == 502 and "too large" in over.text
-    event = {"version": "2.0", "rawPath": "/echo", "rawQueryString": "a=1", "headers": {"host": "api.example"},
-             "cookies": ["k=v"], "requestContext": {"http": {"method": "DELETE", "path": "/echo"}},
+    event = {"version": "2.0", "rawPath": "/echo", "rawQueryString": "a=1", "headers": {},
+             "cookies": ["k=v"], "requestContext": {"domainName": "api.example",
+                                                    "http": {"method": "DELETE", "path": "/echo"}},
              "body": base64.b64encode(b"\xff\x00").decode(), "isBase64Encoded": True}
     result, response = kiln.invoke(name, event)
     assert "FunctionError" not in response, result

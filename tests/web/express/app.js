@@ -37,7 +37,7 @@ app.all('/echo', raw, (req, res) => {
   }
   res.json({
     method: req.method, path: req.path, url: req.originalUrl, query: req.query, multi,
-    cookie: req.get('cookie') || null, host: req.get('host'), protocol: req.protocol,
+    cookie: req.get('cookie') || null, host: req.get('host'), protocol: req.protocol, name: req.get('x-name') || null,
     length: body.length, sha256: sha256(body), pid: process.pid, startedIn,
   });
 });
@@ -48,6 +48,11 @@ app.get('/image.png', (req, res) => res.type('png').send(png(64, 48)));
 app.post('/image.png', raw, (req, res) => res.type('png').send(req.body));
 
 app.post('/upload', raw, (req, res) => res.json({ type: req.get('content-type'), sha256: sha256(req.body) }));
+
+app.get('/utf8-header', (req, res) => {
+  res.set('X-Name', Buffer.from('café', 'utf8').toString('latin1')); // the UTF-8 bytes on the wire
+  res.end();
+});
 
 app.get('/cookies', (req, res) => {
   res.cookie('a', '1');

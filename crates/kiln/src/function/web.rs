@@ -82,7 +82,11 @@ impl WebConfig {
         .filter(|(_, set)| *set)
         .map(|(name, _)| *name)
         .collect();
-        let given = given.join(", ");
+        let given = if given.is_empty() {
+            "nothing".to_string()
+        } else {
+            given.join(", ")
+        };
         let Some(family) = family(runtime) else {
             return Err(format!(
                 "KilnWeb is not available for the {runtime} runtime: web apps run on python, nodejs and provided runtimes"
@@ -103,7 +107,7 @@ impl WebConfig {
             }
             ("python", _) => {
                 return Err(format!(
-                    "KilnWeb for {runtime} takes App alone (MODULE:CALLABLE, a WSGI or ASGI app), not {given}"
+                    "KilnWeb for {runtime} takes App alone (MODULE:CALLABLE, a WSGI or ASGI app); it was given {given}"
                 ))
             }
             (
@@ -135,7 +139,7 @@ impl WebConfig {
             }
             ("nodejs", _) => {
                 return Err(format!(
-                    "KilnWeb for {runtime} takes either App (FILE#EXPORT) or Start (an entry script) with Port, not {given}"
+                    "KilnWeb for {runtime} takes either App (FILE#EXPORT) or Start (an entry script) with Port; it was given {given}"
                 ))
             }
             (
@@ -159,7 +163,7 @@ impl WebConfig {
             }
             _ => {
                 return Err(format!(
-                    "KilnWeb for {runtime} takes Command with Port (a server listening on that port), not {given}"
+                    "KilnWeb for {runtime} takes Command with Port (a server listening on that port); it was given {given}"
                 ))
             }
         };
@@ -353,7 +357,8 @@ mod tests {
             .contains("isolated network"));
         let w = web(None, None, Some("  "), Some(8080));
         assert!(refused(w, "provided").contains("Command"));
-        assert!(refused(WebConfig::default(), "python3.11").contains("App alone"));
+        let empty = refused(WebConfig::default(), "python3.11");
+        assert!(empty.contains("App alone") && empty.ends_with("it was given nothing"));
     }
 
     #[test]
