@@ -29,6 +29,14 @@ impl NetNs {
         })
     }
 
+    /// Another descriptor of the same namespace, so that listeners can be added to it later
+    /// (a service configured after the sandbox started).
+    pub fn try_clone(&self) -> io::Result<Self> {
+        Ok(NetNs {
+            fd: self.fd.try_clone()?,
+        })
+    }
+
     /// Binds a TCP listener inside the namespace.
     pub fn listen_tcp(&self, addr: SocketAddr) -> io::Result<TcpListener> {
         let fd = self.fd.as_raw_fd();

@@ -405,7 +405,23 @@ pub struct InvocationTags {
     pub storage: Option<StorageTag>,
     pub admit: Option<bool>,
     pub shadow: Shadow,
+    /// Where the invocation's writes are recorded, when its caller asked (an app's gateway,
+    /// to know whether a failed request may be served again).
+    pub ledger: Option<LedgerRef>,
 }
+
+/// One invocation's ledger of writes (its database commits, its acknowledged object writes),
+/// compared by identity.
+#[derive(Debug, Clone)]
+pub struct LedgerRef(pub Arc<kiln_dbproxy::Ledger>);
+
+impl PartialEq for LedgerRef {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for LedgerRef {}
 
 /// Whether a request comes from a shadow run (burst offloading's copy of a real request, run
 /// for its answer only).
@@ -458,13 +474,25 @@ impl InvocationSlot {
         let storage = agreed(&active, |t| t.storage.clone());
         let admit = agreed(&active, |t| t.admit);
         let shadow = agreed(&active, |t| Some(t.shadow));
-        if storage.is_ok() && admit.is_ok() && shadow.is_ok() {
+        let ledger = agreed(&active, |t| t.ledger.clone());
+        if storage.is_ok() && admit.is_ok() && shadow.is_ok() && ledger.is_ok() {
             return InvocationTags {
                 storage: storage.unwrap_or_default(),
                 admit: admit.unwrap_or_default(),
                 shadow: shadow.unwrap_or_default().unwrap_or_default(),
+                ledger: ledger.unwrap_or_default(),
             };
         }
+        // Whoever sent it, a write may be any in-flight invocation's: where the owner is not
+        // found, every ledger in flight counts it (as unchecked, so none is served again).
+        let ledgers: Vec<LedgerRef> = if ledger.is_err() {
+            active
+                .iter()
+                .filter_map(|(t, _)| t.ledger.clone())
+                .collect()
+        } else {
+            Vec::new()
+        };
         let pids: Vec<u32> = active.iter().filter_map(|(_, pid)| *pid).collect();
         // The owner is looked up in /proc without the lock, which invocations take to begin
         // and end.
@@ -481,11 +509,22 @@ impl InvocationSlot {
             (Err(()), Some(own)) => own.shadow,
             (Err(()), None) => Shadow::Unknown,
         };
+        let ledger = match (ledger, &own) {
+            (Ok(agreed), _) => agreed,
+            (Err(()), Some(own)) => own.ledger.clone(),
+            (Err(()), None) => {
+                for l in &ledgers {
+                    l.0.unchecked();
+                }
+                None
+            }
+        };
         let own = own.unwrap_or_default();
         InvocationTags {
             storage: storage.unwrap_or(own.storage),
             admit: admit.unwrap_or(own.admit),
             shadow,
+            ledger,
         }
     }
 }
@@ -519,6 +558,7 @@ mod slot_tests {
             }),
             admit: None,
             shadow: Shadow::No,
+            ledger: None,
         }
     }
 
@@ -555,6 +595,7 @@ mod slot_tests {
             storage: None,
             admit: a,
             shadow: Shadow::No,
+            ledger: None,
         };
         let admits = |slot: &InvocationSlot| slot.tags_for(nobody).admit;
         assert_eq!(admits(&slot), None);

@@ -157,15 +157,20 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
             None
         }
     };
+    // Apps' databases, served inside their functions' sandboxes (burst offloading).
+    let databases = crate::burst::database::Databases::new();
     let agent = LocalAgent::new(
         AgentContext {
             cgroups,
             runtimes,
             sandbox_root: sandbox_root.clone(),
-            services: vec![Arc::new(objects::sandbox::SandboxObjectStore::new(
-                s3.store.clone(),
-                s3.endpoint.clone(),
-            ))],
+            services: vec![
+                Arc::new(objects::sandbox::SandboxObjectStore::new(
+                    s3.store.clone(),
+                    s3.endpoint.clone(),
+                )),
+                databases.clone(),
+            ],
             wasm,
             code_slots,
         },
@@ -219,7 +224,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     let verifier = Verifier::new(move |key: &str| {
         (key == lookup.access_key_id).then(|| lookup.secret_access_key.clone())
     });
-    let apps = crate::burst::Apps::open(controller.clone(), &data_dir).await?;
+    let apps = crate::burst::Apps::open(controller.clone(), databases, &data_dir).await?;
     let state = Arc::new(AppState {
         controller: controller.clone(),
         apps: apps.clone(),

@@ -45,6 +45,8 @@ pub struct InvokeRequest {
     pub admit_objects: Option<bool>,
     /// A shadow run: its answer is compared and dropped, its writes have no visible effect.
     pub shadow: bool,
+    /// Where its writes are recorded, if its caller asked.
+    pub ledger: Option<crate::function::LedgerRef>,
 }
 
 impl InvokeRequest {
@@ -58,6 +60,7 @@ impl InvokeRequest {
             } else {
                 crate::function::Shadow::No
             },
+            ledger: self.ledger.clone(),
         }
     }
 }

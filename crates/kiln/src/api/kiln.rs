@@ -186,7 +186,11 @@ pub async fn metrics(State(state): State<SharedState>) -> Response {
         )],
         {
             let mut text = state.controller.render_metrics();
-            crate::burst::render_metrics(&state.apps.statuses(), &mut text);
+            crate::burst::render_metrics(
+                &state.apps.statuses(),
+                &state.apps.database_metrics(),
+                &mut text,
+            );
             text
         },
     )

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 use axum::response::Response;
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -35,6 +35,7 @@ use super::routes::Pattern;
 use super::shadow;
 use super::{upstream_authority, AppError, AppSpec};
 use crate::controller::{Controller, ControllerError, InvocationType, InvokeOptions, Invoked};
+use crate::function::LedgerRef;
 use crate::http_event::{event, map_response, plain};
 use crate::session::HintSource;
 use crate::sync::{LockExt, RwLockExt};
@@ -633,6 +634,7 @@ impl Gateway {
         body: &Bytes,
         peer: SocketAddr,
         shadow: bool,
+        ledger: Option<&LedgerRef>,
     ) -> Ran {
         let function = self.spec.read_locked().function.clone();
         let raw_path = head.uri.path();
@@ -659,7 +661,10 @@ impl Gateway {
                 InvocationType::RequestResponse,
                 None,
                 source,
-                InvokeOptions { shadow },
+                InvokeOptions {
+                    shadow,
+                    ledger: ledger.cloned(),
+                },
             )
             .await;
         match invoked {
@@ -713,7 +718,7 @@ impl Gateway {
         };
         let gateway = self.clone();
         tokio::spawn(async move {
-            let outcome = match gateway.offload(&head, &body, peer, true).await {
+            let outcome = match gateway.offload(&head, &body, peer, true, None).await {
                 Ran::Answered(response) => shadow::compare(status, Ok(response.status().as_u16())),
                 Ran::Failed(id) => shadow::compare(
                     status,
@@ -856,10 +861,6 @@ impl BadTarget {
     }
 }
 
-fn safe_method(m: &Method) -> bool {
-    matches!(*m, Method::GET | Method::HEAD | Method::OPTIONS)
-}
-
 async fn handle(
     State(gateway): State<Arc<Gateway>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
@@ -986,9 +987,15 @@ async fn handle(
             r.offloaded += 1;
         }
     }
-    match gateway.offload(&head, &body, peer, false).await {
+    // Its writes (database commits, object writes) are recorded, so that a failure that wrote
+    // nothing can go back to the monolith.
+    let ledger = LedgerRef(Arc::new(kiln_dbproxy::Ledger::new()));
+    let ran = gateway
+        .offload(&head, &body, peer, false, Some(&ledger))
+        .await;
+    match ran {
         Ran::Answered(response) => gateway.answer(response, "function"),
-        Ran::Failed(request_id) if !safe_method(&head.method) => {
+        Ran::Failed(request_id) if !ledger.0.is_clean() => {
             let mut response = plain(
                 StatusCode::BAD_GATEWAY,
                 &format!(

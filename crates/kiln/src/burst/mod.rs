@@ -8,6 +8,7 @@
 //!   are worth offloading; [`control`]: the monolith or a function, per request.
 
 pub mod control;
+pub mod database;
 pub mod gateway;
 pub mod profile;
 pub mod routes;
@@ -109,7 +110,7 @@ pub enum AppError {
     Store(#[from] store::StoreError),
 }
 
-fn invalid(field: &'static str, message: impl Into<String>) -> AppError {
+pub(crate) fn invalid(field: &'static str, message: impl Into<String>) -> AppError {
     AppError::Invalid {
         field,
         message: message.into(),
@@ -401,6 +402,7 @@ fn database_url(url: &str) -> Result<(String, Option<String>), AppError> {
 /// The apps of this node, each with its gateway.
 pub struct Apps {
     controller: Arc<Controller>,
+    databases: Arc<database::Databases>,
     store: AppStore,
     running: Mutex<BTreeMap<String, Arc<Gateway>>>,
 }
@@ -408,14 +410,22 @@ pub struct Apps {
 impl Apps {
     /// Opens the apps table and starts every app's gateway. An app whose address is taken
     /// is kept and shown with the error.
-    pub async fn open(controller: Arc<Controller>, data_dir: &Path) -> anyhow::Result<Arc<Self>> {
+    pub async fn open(
+        controller: Arc<Controller>,
+        databases: Arc<database::Databases>,
+        data_dir: &Path,
+    ) -> anyhow::Result<Arc<Self>> {
         let store = AppStore::open(&data_dir.join("kiln.db"))?;
         let apps = Arc::new(Self {
             controller,
+            databases,
             store,
             running: Mutex::new(BTreeMap::new()),
         });
-        for (spec, _password) in apps.store.all()? {
+        for (spec, password) in apps.store.all()? {
+            if let Err(e) = apps.databases.set(&spec, password.as_deref()) {
+                eprintln!("kiln: app {}: its database: {e}", spec.name);
+            }
             let gateway = Gateway::new(spec.clone(), apps.controller.clone())?;
             match tokio::net::TcpListener::bind(spec.listen).await {
                 Ok(listener) => gateway.serve(listener),
@@ -450,9 +460,26 @@ impl Apps {
             .get(&spec.function)
             .map_err(|_| invalid("Function", format!("{} does not exist", spec.function)))?;
         check_function(&function)?;
+        if spec.database.is_some() && self.databases.used_by_other(&spec.function, name) {
+            return Err(invalid(
+                "Function",
+                format!("{} already serves another app's database", spec.function),
+            ));
+        }
+        let password = match password {
+            Some(p) => Some(p),
+            // Kept: the stored one (an update that does not name it).
+            None => self
+                .store
+                .all()?
+                .into_iter()
+                .find(|(s, _)| s.name == name)
+                .and_then(|(_, p)| p),
+        };
         let existing = self.running.locked().get(name).cloned();
         match existing {
             Some(gateway) if gateway.spec().listen == spec.listen && gateway.is_listening() => {
+                self.databases.set(&spec, password.as_deref())?;
                 self.store.put(&spec, password.as_deref())?;
                 gateway.update(spec.clone())?;
             }
@@ -463,6 +490,7 @@ impl Apps {
                         invalid("Listen", format!("cannot listen on {}: {e}", spec.listen))
                     })?;
                 let gateway = Gateway::new(spec.clone(), self.controller.clone())?;
+                self.databases.set(&spec, password.as_deref())?;
                 self.store.put(&spec, password.as_deref())?;
                 if let Some(old) = existing {
                     old.stop();
@@ -485,6 +513,7 @@ impl Apps {
     pub fn delete(&self, name: &str) -> Result<(), AppError> {
         let gateway = self.gateway(name)?;
         self.store.delete(name)?;
+        self.databases.remove_app(name);
         self.running.locked().remove(name);
         gateway.stop();
         Ok(())
@@ -496,6 +525,11 @@ impl Apps {
 
     pub fn status(&self, name: &str) -> Result<gateway::AppStatus, AppError> {
         Ok(self.gateway(name)?.status())
+    }
+
+    /// Every app's database proxy counters, for the metrics.
+    pub fn database_metrics(&self) -> Vec<(String, kiln_dbproxy::MetricsSnapshot)> {
+        self.databases.metrics()
     }
 
     /// Every app's status, for the metrics.
@@ -513,7 +547,11 @@ impl Apps {
 }
 
 /// Appends the apps' series to an OpenMetrics exposition (before its `# EOF`).
-pub fn render_metrics(apps: &[gateway::AppStatus], text: &mut String) {
+pub fn render_metrics(
+    apps: &[gateway::AppStatus],
+    databases: &[(String, kiln_dbproxy::MetricsSnapshot)],
+    text: &mut String,
+) {
     use std::fmt::Write;
     if apps.is_empty() {
         return;
@@ -578,6 +616,93 @@ pub fn render_metrics(apps: &[gateway::AppStatus], text: &mut String) {
                 label(&a.name),
                 label(&u.url),
                 u.in_flight
+            );
+        }
+    }
+    type DbSeries = (
+        &'static str,
+        &'static str,
+        &'static str,
+        fn(&kiln_dbproxy::MetricsSnapshot) -> u64,
+    );
+    let series: [DbSeries; 8] = [
+        (
+            "kiln_dbproxy_backends",
+            "gauge",
+            "PostgreSQL backends the proxy holds open.",
+            |m| m.backends_open,
+        ),
+        (
+            "kiln_dbproxy_waiters",
+            "gauge",
+            "Transactions waiting for a backend.",
+            |m| m.waiters,
+        ),
+        (
+            "kiln_dbproxy_clients",
+            "gauge",
+            "Client connections open.",
+            |m| m.clients,
+        ),
+        (
+            "kiln_dbproxy_checkouts",
+            "counter",
+            "Transactions given a backend.",
+            |m| m.checkouts,
+        ),
+        (
+            "kiln_dbproxy_queue_timeouts",
+            "counter",
+            "Transactions refused with 53300 after waiting.",
+            |m| m.queue_timeouts,
+        ),
+        (
+            "kiln_dbproxy_shadow_rollbacks",
+            "counter",
+            "Shadow runs' transactions rolled back.",
+            |m| m.shadow_rollbacks,
+        ),
+        (
+            "kiln_dbproxy_auth_failures",
+            "counter",
+            "Clients refused at login.",
+            |m| m.auth_failures,
+        ),
+        (
+            "kiln_dbproxy_pool_wait_seconds_sum",
+            "counter",
+            "Time transactions waited for a backend.",
+            |m| m.pool_wait_micros_sum,
+        ),
+    ];
+    for (name, kind, help, value) in series {
+        let _ = writeln!(text, "# HELP {name} {help}");
+        let _ = writeln!(text, "# TYPE {name} {kind}");
+        let suffix = if kind == "counter" && !name.ends_with("_sum") {
+            "_total"
+        } else {
+            ""
+        };
+        for (app, m) in databases {
+            let v = value(m);
+            if name.ends_with("seconds_sum") {
+                let _ = writeln!(text, "{name}{{app=\"{}\"}} {}", label(app), v as f64 / 1e6);
+            } else {
+                let _ = writeln!(text, "{name}{suffix}{{app=\"{}\"}} {v}", label(app));
+            }
+        }
+    }
+    let _ = writeln!(
+        text,
+        "# HELP kiln_dbproxy_refusals Statements refused because they would outlive a transaction."
+    );
+    let _ = writeln!(text, "# TYPE kiln_dbproxy_refusals counter");
+    for (app, m) in databases {
+        for (kind, n) in &m.refusals {
+            let _ = writeln!(
+                text,
+                "kiln_dbproxy_refusals_total{{app=\"{}\",kind=\"{kind}\"}} {n}",
+                label(app)
             );
         }
     }

@@ -58,10 +58,12 @@ pub(super) fn checked_payload(
 }
 
 /// How an invocation runs, beyond its type.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct InvokeOptions {
     /// A shadow run: its writes have no visible effect (burst offloading).
     pub shadow: bool,
+    /// Where the invocation's writes are recorded (burst offloading's fallback).
+    pub ledger: Option<crate::function::LedgerRef>,
 }
 
 impl Controller {
@@ -147,6 +149,7 @@ impl Controller {
                     storage: None,
                     admit_objects: None,
                     shadow: options.shadow,
+                    ledger: options.ledger.clone(),
                 };
                 let outcome = self.run(&entry, request).await?;
                 Ok(Invoked::Done {

@@ -121,6 +121,7 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
             storage: None,
             admit_objects: None,
             shadow: false,
+            ledger: None,
         };
         controller.run(&entry, request).await
     } else if let Some(sequence) = controller.sequence(&event.function) {

@@ -335,6 +335,7 @@ impl Controller {
                 }),
                 admit_objects: None,
                 shadow: false,
+                ledger: None,
             };
             let request_id = request.request_id.clone();
             let outcome = self.run(&entry, request).await?;

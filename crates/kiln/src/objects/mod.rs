@@ -24,7 +24,7 @@ pub mod keys;
 pub mod listing;
 mod local;
 pub mod media;
-mod peer;
+pub(crate) mod peer;
 pub mod profile;
 mod remote;
 pub mod sandbox;

@@ -227,6 +227,7 @@ pub(crate) fn serve_tagged(
             let handler = service_fn(move |mut req: hyper::Request<Incoming>| {
                 req.extensions_mut().insert(scope.clone());
                 let mut contained = None;
+                let mut ledger = None;
                 if let Some(slot) = &slot {
                     let tags = slot.tags_for(|pids| {
                         let mut known = owner.locked();
@@ -236,6 +237,7 @@ pub(crate) fn serve_tagged(
                         *known
                     });
                     contained = super::shadow::contain(tags.shadow, &req);
+                    ledger = tags.ledger.clone();
                     req.extensions_mut().insert(tags);
                 }
                 if let Some(contained) = contained {
@@ -256,6 +258,7 @@ pub(crate) fn serve_tagged(
                     .get(http::header::EXPECT)
                     .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
                 let attributes = asks_attributes(&req);
+                let writes = !matches!(*req.method(), http::Method::GET | http::Method::HEAD);
                 let abandoned = Arc::new(AtomicBool::new(false));
                 let req = req.map(|body| {
                     s3s::Body::http_body_unsync(DrainOnDrop {
@@ -268,6 +271,13 @@ pub(crate) fn serve_tagged(
                 });
                 futures_util::future::Either::Right(async move {
                     let mut response = service.call(req).await?;
+                    // An acknowledged write is in its invocation's ledger (burst offloading's
+                    // fallback serves a failed request again only if it wrote nothing).
+                    if let Some(ledger) = ledger.filter(|_| writes) {
+                        if response.status().as_u16() < 300 {
+                            ledger.0.unchecked();
+                        }
+                    }
                     if response.status().as_u16() >= 400 {
                         add_error_message(&mut response);
                     } else if attributes {

@@ -660,5 +660,6 @@ pub fn warmup_request(spec: &SharedSpec) -> InvokeRequest {
         storage: None,
         admit_objects: None,
         shadow: true,
+        ledger: None,
     }
 }

@@ -1,0 +1,167 @@
+"""An app with a PostgreSQL database: the same WSGI app as the monolith (in this process, talking
+to PostgreSQL directly) and as a KilnWeb function (talking to kiln's proxy at the same address
+inside its sandboxes). Shadow runs roll back, each real request writes once, failures that wrote
+nothing go back to the monolith, and the function's instances share a few backends."""
+
+import json
+import shutil
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from socketserver import ThreadingMixIn
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+import pytest
+import requests
+
+from kiln_harness import wait_for
+from pg_harness import Postgres, unavailable_reason
+from test_gateway import app_routes, app_status, delete_app, deploy_web, free_port, unique
+
+pytestmark = pytest.mark.skipif(unavailable_reason() is not None, reason=unavailable_reason() or "")
+
+# Inserts a comment per POST; in the function (not the monolith), "crash-before" raises before
+# its transaction commits and "crash-after" after.
+APP = """
+import json, os
+import psycopg
+
+IN_FUNCTION = "AWS_LAMBDA_FUNCTION_NAME" in os.environ
+
+def application(environ, start_response):
+    url = os.environ["DATABASE_URL"]
+    if environ["REQUEST_METHOD"] == "POST":
+        body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0)).decode()
+        with psycopg.connect(url) as conn:
+            conn.execute("INSERT INTO comments (body, served) VALUES (%s, %s)",
+                         (body, "function" if IN_FUNCTION else "monolith"))
+            if IN_FUNCTION and body.startswith("crash-before"):
+                raise RuntimeError("crashed before the commit")
+        if IN_FUNCTION and body.startswith("crash-after"):
+            raise RuntimeError("crashed after the commit")
+        start_response("201 Created", [("content-type", "application/json")])
+        return [json.dumps({"ok": True}).encode()]
+    with psycopg.connect(url) as conn:
+        n = conn.execute("SELECT count(*) FROM comments").fetchone()[0]
+    start_response("200 OK", [("content-type", "application/json")])
+    return [json.dumps({"comments": n}).encode()]
+"""
+
+
+class ThreadedWSGI(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class QuietHandler(WSGIRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def pg():
+    server = Postgres().start()
+    server.psql("CREATE TABLE comments (id serial PRIMARY KEY, body text NOT NULL, served text NOT NULL)",
+                user=server.user)
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture(scope="module")
+def monolith(pg, tmp_path_factory):
+    """The app itself, two requests at a time, on PostgreSQL directly."""
+    import os
+    code = tmp_path_factory.mktemp("monolith")
+    (code / "app.py").write_text(APP)
+    os.environ["DATABASE_URL"] = pg.url()
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("monolith_app", code / "app.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    workers = threading.Semaphore(2)
+
+    def app(environ, start_response):
+        with workers:
+            return module.application(environ, start_response)
+
+    server = make_server("127.0.0.1", 0, app, server_class=ThreadedWSGI, handler_class=QuietHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def function(kiln, pg, tmp_path_factory):
+    code = tmp_path_factory.mktemp("function")
+    (code / "app.py").write_text(APP)
+    site = Path(__import__("psycopg").__file__).resolve().parent.parent
+    for name in ["psycopg", "psycopg_binary", "psycopg_binary.libs"]:
+        shutil.copytree(site / name, code / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(site / "typing_extensions.py", code / "typing_extensions.py")
+    name = unique("dbweb")
+    deploy_web(kiln, name, None, code, "--memory", "256", "--env", f"DATABASE_URL={pg.url()}")
+    return name
+
+
+def rows(pg, where="true"):
+    return int(pg.psql(f"SELECT count(*) FROM comments WHERE {where}"))
+
+
+def test_an_apps_database_through_kiln(kiln, pg, monolith, function):
+    name = unique("dbapp")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    r = kiln.signed_request("PUT", f"/kiln/v1/apps/{name}", json.dumps({
+        "Listen": f"127.0.0.1:{port}", "Upstreams": [monolith], "Function": function,
+        "Database": f"postgresql://{pg.user}@127.0.0.1:{pg.port}/{pg.database}",
+        "DatabasePassword": pg.password, "Offload": ["POST /comment/"], "MaxInflight": 1, "Cover": 1.0,
+    }).encode())
+    assert r.status_code == 200, r.text
+    assert "DatabasePassword" not in r.json() and pg.password not in r.text
+    try:
+        # Profile and shadow: only the monolith's own inserts stay.
+        def eligible():
+            if app_routes(kiln, name)["POST /comment/"]["Eligible"]:
+                return True
+            assert requests.post(url + "/comment/", data="profile", timeout=60).status_code == 201
+            return False
+        wait_for(eligible, timeout=60, interval=0.05, what="the route eligible")
+        route = app_routes(kiln, name)["POST /comment/"]
+        assert route["ShadowMatched"] >= 3
+        assert rows(pg, "served = 'function'") == 0, "every shadow run was rolled back"
+        assert rows(pg) == rows(pg, "body = 'profile'")
+
+        # A burst: each request writes once, whoever serves it.
+        with ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(lambda i: requests.post(url + "/comment/", data=f"real-{i}", timeout=60),
+                                    range(32)))
+        assert all(r.status_code == 201 for r in results), [r.text for r in results if r.status_code != 201]
+        by = [r.headers["x-kiln-served-by"] for r in results]
+        assert "function" in by, by
+        assert rows(pg, "body LIKE 'real-%'") == 32
+        assert int(pg.psql("SELECT count(DISTINCT body) FROM comments WHERE body LIKE 'real-%'")) == 32
+        assert rows(pg, "body LIKE 'real-%' AND served = 'function'") == by.count("function")
+
+        # Failures: one that wrote nothing goes back to the monolith, once; one that committed
+        # is answered 502 and never run again.
+        with ThreadPoolExecutor(8) as pool:
+            before = list(pool.map(lambda i: requests.post(url + "/comment/", data=f"crash-before-{i}", timeout=60),
+                                   range(16)))
+            after = list(pool.map(lambda i: requests.post(url + "/comment/", data=f"crash-after-{i}", timeout=60),
+                                  range(16)))
+        for i, r in enumerate(before):
+            assert r.status_code == 201, r.text
+            assert rows(pg, f"body = 'crash-before-{i}'") == 1
+        assert any(r.headers["x-kiln-served-by"] == "fallback" for r in before)
+        for i, r in enumerate(after):
+            assert rows(pg, f"body = 'crash-after-{i}'") == 1
+            if r.headers["x-kiln-served-by"] != "monolith":
+                assert r.status_code == 502 and "not run again" in r.json()["Message"], r.text
+                assert rows(pg, f"body = 'crash-after-{i}' AND served = 'function'") == 1
+        # The function's instances shared at most the pool's backends.
+        metrics = requests.get(kiln.endpoint + "/metrics", timeout=10).text
+        assert f'kiln_dbproxy_checkouts_total{{app="{name}"}}' in metrics
+        assert f'kiln_dbproxy_shadow_rollbacks_total{{app="{name}"}}' in metrics
+        backends = [line for line in metrics.splitlines() if line.startswith(f'kiln_dbproxy_backends{{app="{name}"}}')]
+        assert int(backends[0].split()[-1]) <= 16
+    finally:
+        delete_app(kiln, name)
