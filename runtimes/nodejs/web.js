@@ -204,7 +204,7 @@ async function startApp(taskRoot, spec) {
     server.once('error', reject);
     server.listen(socketPath, () => { server.off('error', reject); resolve(); });
   });
-  return { socketPath };
+  return { socketPath, exported };
 }
 
 async function startScript(env, taskRoot, script, port) {
@@ -221,9 +221,43 @@ async function loadWebApp(env, taskRoot, onGone) {
     : await startScript(env, taskRoot, env.KILN_WEB_START, Number(env.KILN_WEB_PORT));
   const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
   return async function webHandler(event) {
-    if (!isHttpEvent(event)) return notHttp();
+    if (!isHttpEvent(event)) {
+      if (event && event.kiln === 'web-routes') return declaredRoutes(target.exported);
+      return notHttp();
+    }
     return forward(target, agent, event, onGone);
   };
 }
 
-module.exports = { loadWebApp, toResponse, toRequest, isHttpEvent };
+// The routes an Express app (4: `_router`, 5: `router`) declares, in kiln's route patterns (docs/burst.md):
+// `:name` is one segment; anything else (regular expressions, optional and wildcard parameters) is skipped.
+// An entry script (`--web-start`) exports no app: its routes are unknown.
+function declaredRoutes(app) {
+  const router = app && (app.router || app._router);
+  const stack = router && Array.isArray(router.stack) ? router.stack : null;
+  if (!stack) return { framework: null, routes: [], skipped: [] };
+  const routes = [];
+  const skipped = [];
+  for (const layer of stack) {
+    const route = layer && layer.route;
+    if (!route) continue;
+    const paths = Array.isArray(route.path) ? route.path : [route.path];
+    for (const p of paths) {
+      const translated = typeof p === 'string' && !/[{}*?()+[\]]/.test(p) && p.startsWith('/')
+        ? p.replace(/:([A-Za-z_][A-Za-z0-9_]*)/g, '{$1}') : null;
+      if (translated === null || translated.includes(':')) {
+        skipped.push(String(p));
+        continue;
+      }
+      const methods = Object.keys(route.methods || {}).filter((m) => route.methods[m] && m !== '_all')
+        .map((m) => m.toUpperCase());
+      // `app.all` registers every method there is (Express 5) or `_all` (4): any method.
+      const any = (route.methods && route.methods._all) || methods.length > 8;
+      const standard = methods.filter((m) => ['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'].includes(m));
+      for (const m of any ? ['*'] : standard) routes.push(`${m} ${translated}`);
+    }
+  }
+  return { framework: 'express', routes, skipped };
+}
+
+module.exports = { loadWebApp, toResponse, toRequest, isHttpEvent, declaredRoutes };

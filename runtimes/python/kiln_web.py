@@ -11,6 +11,7 @@ import gc
 import inspect
 import io
 import os
+import re
 import sys
 from urllib.parse import unquote_to_bytes
 
@@ -288,6 +289,8 @@ class WebAdapter:
 
     def handle(self, event, context):
         if not is_http_event(event):
+            if isinstance(event, dict) and event.get("kiln") == ROUTES_EVENT:
+                return declared_routes(self.app)
             return not_http(event)
         request = Request(event)
         if self.asgi is not None:
@@ -330,3 +333,149 @@ def _dispose(engine, close):
             engine.dispose()
     except Exception as e:
         sys.stderr.write("kiln web adapter: disposing of an SQLAlchemy engine failed: %r\n" % (e,))
+
+
+# ------------------------------------------------------------------------------------------------- route table
+# What the framework declares, in kiln's route patterns (docs/burst.md): `METHOD /path/{name}/{name:REGEX}`. An app's
+# gateway asks for it with the event {"kiln": "web-routes"}; the answer is {"framework", "routes", "skipped"}.
+ROUTES_EVENT = "web-routes"
+
+
+def declared_routes(app):
+    for name, finder in (("flask", _flask_routes), ("django", _django_routes)):
+        try:
+            found = finder(app)
+        except Exception as e:  # a framework's internals differ across versions: say so, route nothing
+            return {"framework": name, "routes": [], "skipped": ["reading the route table failed: %r" % (e,)]}
+        if found is not None:
+            routes, skipped = found
+            return {"framework": name, "routes": routes, "skipped": skipped}
+    return {"framework": None, "routes": [], "skipped": []}
+
+
+_LITERAL = re.compile(r"[^{}]*")
+
+
+def _literal(text):
+    """A path's literal part as kiln's pattern writes it, or None if it cannot be (braces)."""
+    return text if _LITERAL.fullmatch(text) else None
+
+
+# Flask / Werkzeug: `<converter(args):name>` in each rule.
+_FLASK_VAR = re.compile(r"<(?:(?P<conv>[a-zA-Z_][a-zA-Z0-9_]*)(?:\((?P<args>[^)]*)\))?:)?(?P<name>[a-zA-Z_][a-zA-Z0-9_]*)>")
+_FLASK_CONVERTERS = {"default": None, "string": None, "int": r"\d+", "float": r"\d+\.\d+", "path": r".+",
+                     "uuid": r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"}
+
+
+def _flask_routes(app):
+    url_map = getattr(app, "url_map", None)
+    if url_map is None or not hasattr(url_map, "iter_rules"):
+        return None
+    routes, skipped = [], []
+    for rule in url_map.iter_rules():
+        path, pos, ok = "", 0, True
+        for m in _FLASK_VAR.finditer(rule.rule):
+            literal = _literal(rule.rule[pos:m.start()])
+            conv = m.group("conv") or "default"
+            if literal is None:
+                ok = False
+                break
+            path += literal
+            if conv == "any":
+                choices = [re.escape(c.strip().strip("'\"")) for c in (m.group("args") or "").split(",") if c.strip()]
+                path += "{%s:%s}" % (m.group("name"), "|".join(choices))
+            elif conv in _FLASK_CONVERTERS:
+                regex = _FLASK_CONVERTERS[conv]
+                path += "{%s}" % m.group("name") if regex is None else "{%s:%s}" % (m.group("name"), regex)
+            else:
+                regex = getattr(url_map.converters.get(conv), "regex", None)
+                if not regex:
+                    ok = False
+                    break
+                path += "{%s:%s}" % (m.group("name"), regex)
+            pos = m.end()
+        tail = _literal(rule.rule[pos:])
+        if not ok or tail is None:
+            skipped.append(rule.rule)
+            continue
+        path += tail
+        methods = sorted(set(rule.methods or ()) - {"HEAD", "OPTIONS"}) or ["*"]
+        routes.extend("%s %s" % (m, path) for m in methods)
+    return routes, skipped
+
+
+def _django_routes(app):
+    handler = sys.modules.get("django.core.handlers.base")
+    if handler is None or not isinstance(app, getattr(handler, "BaseHandler", ())):
+        return None
+    from django.urls import get_resolver
+    routes, skipped = [], []
+    _django_walk(get_resolver().url_patterns, "/", routes, skipped)
+    return routes, skipped
+
+
+def _django_walk(patterns, prefix, routes, skipped):
+    for entry in patterns:
+        piece = _django_piece(entry.pattern)
+        if piece is None:
+            skipped.append(prefix + str(entry.pattern))
+            continue
+        if hasattr(entry, "url_patterns"):  # an include()
+            _django_walk(entry.url_patterns, prefix + piece, routes, skipped)
+        else:
+            routes.append("* " + prefix + piece)
+
+
+def _django_piece(pattern):
+    """A URL pattern's part of the path in kiln's notation, or None if it cannot be written so."""
+    route = getattr(pattern, "_route", None)
+    if route is not None:  # path(): `<converter:name>`
+        out, pos = "", 0
+        for m in re.finditer(r"<(?:(?P<conv>[^>:]+):)?(?P<name>[^>]+)>", route):
+            literal = _literal(route[pos:m.start()])
+            if literal is None:
+                return None
+            converter = pattern.converters.get(m.group("name"))
+            regex = getattr(converter, "regex", "[^/]+")
+            out += literal + ("{%s}" % m.group("name") if regex == "[^/]+" else "{%s:%s}" % (m.group("name"), regex))
+            pos = m.end()
+        tail = _literal(route[pos:])
+        return None if tail is None else out + tail
+    regex = getattr(pattern, "_regex", None)
+    if regex is None:
+        return None  # i18n prefixes and the like
+    return _regex_piece(regex)
+
+
+def _regex_piece(regex):
+    """re_path(): `^archive/(?P<year>\d{4})/$` as `archive/{year:\d{4}}/`; None when anything but literal text and
+    named groups is left."""
+    if regex.startswith("^"):
+        regex = regex[1:]
+    if regex.endswith("$") and not regex.endswith("\\$"):
+        regex = regex[:-1]
+    out, i = "", 0
+    while i < len(regex):
+        if regex.startswith("(?P<", i):
+            end_name = regex.index(">", i)
+            name = regex[i + 4:end_name]
+            depth, j = 1, end_name + 1
+            while j < len(regex) and depth:
+                if regex[j] == "\\":
+                    j += 2
+                    continue
+                depth += {"(": 1, ")": -1}.get(regex[j], 0)
+                j += 1
+            if depth:
+                return None
+            out += "{%s:%s}" % (name, regex[end_name + 1:j - 1])
+            i = j
+        elif regex[i] == "\\" and i + 1 < len(regex) and not regex[i + 1].isalnum():
+            out += regex[i + 1]
+            i += 2
+        elif regex[i] in ".^$*+?{}[]|()\\":
+            return None
+        else:
+            out += regex[i]
+            i += 1
+    return out

@@ -362,26 +362,18 @@ def test_fallback_never_runs_a_request_twice(kiln, monolith, web_function):
             assert "did not run it" in fallbacks[0].headers["x-kiln-fallback-reason"]
         finally:
             lam.delete_function_concurrency(FunctionName=web_function)
-        # A function that ran and failed: a GET goes back to the monolith; a POST does not.
+        # A function that ran and failed having written nothing (a clean ledger): the monolith
+        # serves it, once, whatever its method. (One that wrote: test_gateway_database.py.)
         before = len(monolith.seen)
         with ThreadPoolExecutor(4) as pool:
             posts = list(pool.map(lambda i: requests.post(url + "/crash/", data=f"crash {i}", timeout=60), range(8)))
             gets = list(pool.map(lambda i: requests.get(url + "/crash/?crash=1", timeout=60), range(8)))
-        for r in posts:
-            assert r.status_code in (200, 502), r.text
-            if r.status_code == 502:
-                assert r.headers["x-kiln-served-by"] == "gateway"
-                assert r.headers["x-amzn-requestid"] in r.json()["Message"]
-        failed = [r for r in posts if r.status_code == 502]
-        assert failed, ("some POSTs went to the crashing function", json.dumps(app_routes(kiln, name)["POST /crash/"]),
-                        [(r.status_code, r.headers.get("x-kiln-served-by"), r.text[:200]) for r in posts],
-                        app_routes(kiln, name)["POST /crash/"], app_status(kiln, name)["Control"])
-        bodies = [body for _, path, _, body in monolith.seen[before:] if path == "/crash/"]
-        for r in failed:
-            # The failed POST never reached the monolith.
-            assert not any(b.decode() == r.request.body for b in bodies)
-        assert all(r.status_code == 200 for r in gets)
+        assert all(r.status_code == 200 for r in posts + gets), [r.text for r in posts + gets]
+        assert any(r.headers["x-kiln-served-by"] == "fallback" for r in posts)
         assert any(r.headers["x-kiln-served-by"] == "fallback" for r in gets)
+        bodies = [body for _, path, _, body in monolith.seen[before:] if path == "/crash/"]
+        for i in range(8):
+            assert bodies.count(f"crash {i}".encode()) == 1, "each POST reached the monolith exactly once"
     finally:
         delete_app(kiln, name)
 
@@ -506,9 +498,14 @@ def test_min_warm_keeps_instances_ready(kiln, monolith):
     deploy_web(kiln, function, {"app.py": FUNCTION})
     name, url = make_app(kiln, monolith, function, MinWarm=3)
     try:
-        ready = wait_for(lambda: (s := snapshot_of(kiln, function)) and s.get("standbys_ready", 0) >= 3 and s,
-                         timeout=60, what="three instances ready")
-        assert ready["standbys_target"] >= 3
+        from kiln_harness import node_status
+
+        def warm():
+            # Ready: made ahead (standbys, spare forks) or idle.
+            s = snapshot_of(kiln, function) or {}
+            idle = [i for i in node_status(kiln)["instances"] if i["function"] == function and i["state"] == "idle"]
+            return s.get("standbys_ready", 0) + len(idle) >= 3
+        wait_for(warm, timeout=60, what="three instances ready")
         r = kiln.signed_request("PUT", f"/kiln/v1/apps/{name}", json.dumps({"MinWarm": 65}).encode())
         assert r.status_code == 400 and r.json()["message"].startswith("MinWarm")
     finally:

@@ -59,6 +59,8 @@ pub enum RouteSource {
     Pin,
     /// `Offload`: named by the operator.
     Offload,
+    /// Declared by the app's framework (the web adapter's route table).
+    Declared,
 }
 
 struct RouteEntry {
@@ -78,12 +80,19 @@ struct RouteEntry {
 struct Profile {
     routes: Vec<RouteEntry>,
     other: RouteStats,
+    /// The routes the function's framework declares, as last read.
+    declared: Vec<String>,
 }
 
 impl Profile {
-    /// The table for `spec`: pins first (they win), then the routes to offload. A route that
-    /// stays keeps its profile.
+    /// The table for `spec`: pins first (they win), then the routes to offload, then those the
+    /// framework declares, in its order. A route that stays keeps its profile.
     fn rebuild(&mut self, spec: &AppSpec) {
+        self.rebuild_with(spec, &self.declared.clone());
+    }
+
+    fn rebuild_with(&mut self, spec: &AppSpec, declared: &[String]) {
+        self.declared = declared.to_vec();
         let mut old: HashMap<String, RouteEntry> = self
             .routes
             .drain(..)
@@ -93,11 +102,17 @@ impl Profile {
             .pin
             .iter()
             .map(|p| (p, RouteSource::Pin))
-            .chain(spec.offload.iter().map(|p| (p, RouteSource::Offload)));
+            .chain(spec.offload.iter().map(|p| (p, RouteSource::Offload)))
+            .chain(declared.iter().map(|p| (p, RouteSource::Declared)));
+        let mut seen = std::collections::HashSet::new();
         for (text, source) in wanted {
+            // Validated when the spec was made; a declared one kiln cannot read stays out.
             let Ok(pattern) = Pattern::parse(text) else {
-                continue; // validated when the spec was made
+                continue;
             };
+            if !seen.insert(pattern.to_string()) {
+                continue; // pinned or named already
+            }
             let entry = match old.remove(pattern.as_str()) {
                 Some(mut e) => {
                     e.source = source;
@@ -136,7 +151,7 @@ impl Profile {
             .iter()
             .map(|r| RouteFacts {
                 pinned: r.source == RouteSource::Pin,
-                candidate: r.source == RouteSource::Offload,
+                candidate: r.source != RouteSource::Pin,
                 count: r.stats.count,
                 total: r.stats.total,
                 streams: r.stats.streams,
@@ -229,6 +244,7 @@ pub struct Gateway {
     revision: Mutex<Option<String>>,
     /// When instances were last asked for, and how many.
     last_expect: Mutex<Option<(Instant, u32)>>,
+    declared: Mutex<DeclaredStatus>,
 }
 
 /// A route as `kiln app routes` shows it.
@@ -283,6 +299,19 @@ pub struct AppStatus {
     pub control: ControlStatus,
     pub upstreams: Vec<UpstreamStatus>,
     pub served: ServedStatus,
+    pub declared: DeclaredStatus,
+}
+
+/// What the function's framework declares, as last read (the candidates besides `--offload`).
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct DeclaredStatus {
+    pub framework: Option<String>,
+    pub routes: usize,
+    /// Routes the framework declares that kiln's patterns cannot say.
+    pub skipped: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 impl RouteView {
@@ -329,6 +358,7 @@ impl Gateway {
             stop: tokio::sync::watch::channel(false).0,
             revision: Mutex::new(None),
             last_expect: Mutex::new(None),
+            declared: Mutex::new(DeclaredStatus::default()),
             spec: RwLock::new(spec.clone()),
         });
         gateway.set_upstreams(&spec.upstreams)?;
@@ -404,6 +434,7 @@ impl Gateway {
                 g.listening.store(false, Ordering::Relaxed);
             }
         });
+        tokio::spawn(self.clone().read_routes());
         let weak = Arc::downgrade(self);
         let mut stop = self.stop.subscribe();
         tokio::spawn(async move {
@@ -425,7 +456,7 @@ impl Gateway {
         self.listening.store(false, Ordering::Relaxed);
     }
 
-    fn tick(&self) {
+    fn tick(self: &Arc<Self>) {
         let now = Instant::now();
         let prewarm = self.control.locked().tick(now);
         let (cover, function, min_warm) = {
@@ -460,8 +491,76 @@ impl Gateway {
         let mut profile = self.profile.locked();
         if changed {
             profile.reset_shadows();
+            // New code may declare other routes.
+            tokio::spawn(self.clone().read_routes());
         }
         profile.reassess(cover);
+    }
+
+    /// Asks the function's web adapter for the routes its framework declares (a shadow
+    /// invocation: it runs no route), and makes them candidates.
+    async fn read_routes(self: Arc<Self>) {
+        let function = self.spec.read_locked().function.clone();
+        let invoked = self
+            .controller
+            .invoke_with(
+                &function,
+                Bytes::from_static(br#"{"kiln":"web-routes"}"#),
+                InvocationType::RequestResponse,
+                None,
+                HintSource {
+                    headers: None,
+                    query: None,
+                    json: None,
+                },
+                InvokeOptions {
+                    shadow: true,
+                    ledger: None,
+                },
+            )
+            .await;
+        let mut status = DeclaredStatus::default();
+        let routes: Vec<String> = match invoked {
+            Ok(Invoked::Done { outcome, .. }) if !outcome.function_error => {
+                match serde_json::from_slice::<serde_json::Value>(&outcome.body) {
+                    Ok(v) => {
+                        let strings = |key: &str| -> Vec<String> {
+                            v[key]
+                                .as_array()
+                                .map(|a| {
+                                    a.iter()
+                                        .filter_map(|s| s.as_str().map(str::to_string))
+                                        .collect()
+                                })
+                                .unwrap_or_default()
+                        };
+                        status.framework = v["framework"].as_str().map(str::to_string);
+                        status.skipped = strings("skipped");
+                        let (ok, bad): (Vec<String>, Vec<String>) = strings("routes")
+                            .into_iter()
+                            .partition(|r| Pattern::parse(r).is_ok());
+                        status.skipped.extend(bad);
+                        ok
+                    }
+                    Err(e) => {
+                        status.error = Some(format!("the route table is not JSON: {e}"));
+                        Vec::new()
+                    }
+                }
+            }
+            Ok(_) => {
+                status.error = Some("the function failed to give its route table".into());
+                Vec::new()
+            }
+            Err(e) => {
+                status.error = Some(format!("the route table could not be read: {e}"));
+                Vec::new()
+            }
+        };
+        status.routes = routes.len();
+        let spec = self.spec();
+        self.profile.locked().rebuild_with(&spec, &routes);
+        *self.declared.locked() = status;
     }
 
     pub fn routes(&self) -> Vec<RouteView> {
@@ -473,6 +572,7 @@ impl Gateway {
                 let source = match r.source {
                     RouteSource::Pin => "pin",
                     RouteSource::Offload => "offload",
+                    RouteSource::Declared => "declared",
                 };
                 let mut view = RouteView::of(r.pattern.to_string(), source, &r.stats);
                 view.eligible = r.eligible == Eligibility::Eligible;
@@ -515,6 +615,7 @@ impl Gateway {
                     errors: u.errors.load(Ordering::Relaxed),
                 })
                 .collect(),
+            declared: self.declared.locked().clone(),
             served: ServedStatus {
                 monolith: self.served.monolith.load(Ordering::Relaxed),
                 function: self.served.function.load(Ordering::Relaxed),
@@ -710,7 +811,7 @@ impl Gateway {
             let Some(entry) = profile.routes.get_mut(route) else {
                 return;
             };
-            if entry.source != RouteSource::Offload || !entry.shadow.wants_run() {
+            if entry.source == RouteSource::Pin || !entry.shadow.wants_run() {
                 return;
             }
             entry.shadow.begin();

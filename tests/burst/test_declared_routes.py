@@ -1,0 +1,95 @@
+"""The routes a framework declares are the gateway's candidates: a Flask app, unmodified, as the
+monolith (in this process) and as a KilnWeb function, with no `--offload` at all."""
+
+import importlib.util
+import json
+import shutil
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import requests
+
+from kiln_harness import wait_for
+from test_gateway import app_routes, app_status, delete_app, deploy_web, free_port, unique
+
+FLASK_PACKAGES = ("flask", "werkzeug", "jinja2", "markupsafe", "itsdangerous", "click", "blinker")
+
+APP = """
+import time
+from flask import Flask, request
+
+app = Flask(__name__)
+
+@app.post("/comment/")
+def comment():
+    time.sleep(0.02)
+    return {"ok": True, "body": request.get_data(as_text=True)}
+
+@app.get("/posts/<int:pk>")
+def post(pk):
+    time.sleep(0.02)
+    return {"post": pk}
+
+@app.get("/fast")
+def fast():
+    return "fast"
+"""
+
+
+def test_the_frameworks_routes_are_candidates(kiln, tmp_path):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "blog.py").write_text(APP)
+    for name in FLASK_PACKAGES:
+        source = Path(importlib.util.find_spec(name).origin).parent
+        shutil.copytree(source, code / name, ignore=shutil.ignore_patterns("__pycache__"))
+    function = unique("flask")
+    kiln.cli("deploy", function, "--runtime", "python3.11", "--code", str(code), "--web-app", "blog:app",
+             timeout=180)
+
+    # The monolith: the same app, two requests at a time.
+    spec = importlib.util.spec_from_file_location("blog_monolith", code / "blog.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    workers = threading.Semaphore(2)
+
+    def wsgi(environ, start_response):
+        with workers:
+            return module.app(environ, start_response)
+
+    from werkzeug.serving import make_server
+    server = make_server("127.0.0.1", 0, wsgi, threaded=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monolith = f"http://127.0.0.1:{server.server_port}"
+
+    name = unique("blog")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    r = kiln.signed_request("PUT", f"/kiln/v1/apps/{name}", json.dumps({
+        "Listen": f"127.0.0.1:{port}", "Upstreams": [monolith], "Function": function, "MaxInflight": 1,
+    }).encode())
+    assert r.status_code == 200, r.text
+    try:
+        declared = wait_for(lambda: (d := app_status(kiln, name)["Declared"]) and d["Routes"] and d,
+                            timeout=60, what="the declared routes")
+        assert declared["Framework"] == "flask"
+        routes = app_routes(kiln, name)
+        assert {"POST /comment/", "GET /posts/{pk:\\d+}", "GET /fast"} <= set(routes)
+        assert all(routes[r]["Source"] == "declared" for r in ["POST /comment/", "GET /fast"])
+
+        def eligible():
+            if app_routes(kiln, name)["GET /posts/{pk:\\d+}"]["Eligible"]:
+                return True
+            requests.get(url + "/posts/7", timeout=30)
+            requests.get(url + "/fast", timeout=30)
+            return False
+        wait_for(eligible, timeout=60, interval=0.05, what="a declared route eligible")
+        with ThreadPoolExecutor(6) as pool:
+            results = list(pool.map(lambda i: requests.get(url + f"/posts/{i}", timeout=60), range(24)))
+        assert all(r.status_code == 200 and r.json() == {"post": i} for i, r in enumerate(results))
+        assert "function" in [r.headers["x-kiln-served-by"] for r in results]
+        assert not app_routes(kiln, name)["GET /fast"]["Eligible"]
+    finally:
+        delete_app(kiln, name)
+        server.shutdown()
