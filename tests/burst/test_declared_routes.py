@@ -4,13 +4,13 @@ monolith (in this process) and as a KilnWeb function, with no `--offload` at all
 import importlib.util
 import json
 import shutil
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import requests
 
 from kiln_harness import wait_for
+from monolith import WsgiMonolith
 from test_gateway import app_routes, app_status, delete_app, deploy_web, free_port, unique
 
 FLASK_PACKAGES = ("flask", "werkzeug", "jinja2", "markupsafe", "itsdangerous", "click", "blinker")
@@ -49,19 +49,8 @@ def test_the_frameworks_routes_are_candidates(kiln, tmp_path):
              timeout=180)
 
     # The monolith: the same app, two requests at a time.
-    spec = importlib.util.spec_from_file_location("blog_monolith", code / "blog.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    workers = threading.Semaphore(2)
-
-    def wsgi(environ, start_response):
-        with workers:
-            return module.app(environ, start_response)
-
-    from werkzeug.serving import make_server
-    server = make_server("127.0.0.1", 0, wsgi, threaded=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    monolith = f"http://127.0.0.1:{server.server_port}"
+    server = WsgiMonolith(code / "blog.py", "app")
+    monolith = server.url
 
     name = unique("blog")
     port = free_port()
@@ -92,4 +81,4 @@ def test_the_frameworks_routes_are_candidates(kiln, tmp_path):
         assert not app_routes(kiln, name)["GET /fast"]["Eligible"]
     finally:
         delete_app(kiln, name)
-        server.shutdown()
+        server.close()

@@ -4,17 +4,16 @@ inside its sandboxes). Shadow runs roll back, each real request writes once, fai
 nothing go back to the monolith, and the function's instances share a few backends."""
 
 import json
+import os
 import shutil
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from socketserver import ThreadingMixIn
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import pytest
 import requests
 
 from kiln_harness import wait_for
+from monolith import WsgiMonolith
 from pg_harness import Postgres, unavailable_reason
 from test_gateway import app_routes, app_status, delete_app, deploy_web, free_port, unique
 
@@ -48,15 +47,6 @@ def application(environ, start_response):
 """
 
 
-class ThreadedWSGI(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-
-
-class QuietHandler(WSGIRequestHandler):
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture(scope="module")
 def pg():
     server = Postgres().start()
@@ -69,24 +59,12 @@ def pg():
 @pytest.fixture(scope="module")
 def monolith(pg, tmp_path_factory):
     """The app itself, two requests at a time, on PostgreSQL directly."""
-    import os
     code = tmp_path_factory.mktemp("monolith")
     (code / "app.py").write_text(APP)
     os.environ["DATABASE_URL"] = pg.url()
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("monolith_app", code / "app.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    workers = threading.Semaphore(2)
-
-    def app(environ, start_response):
-        with workers:
-            return module.application(environ, start_response)
-
-    server = make_server("127.0.0.1", 0, app, server_class=ThreadedWSGI, handler_class=QuietHandler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    server = WsgiMonolith(code / "app.py", "application")
+    yield server.url
+    server.close()
 
 
 @pytest.fixture(scope="module")
