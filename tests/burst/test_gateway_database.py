@@ -26,9 +26,20 @@ import json, os
 import psycopg
 
 IN_FUNCTION = "AWS_LAMBDA_FUNCTION_NAME" in os.environ
+POOLED = None  # /pooled/ keeps one connection per process, as an app's pool does
 
 def application(environ, start_response):
+    global POOLED
     url = os.environ["DATABASE_URL"]
+    if environ["PATH_INFO"] == "/pooled/":
+        body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0)).decode()
+        if POOLED is None or POOLED.closed:
+            POOLED = psycopg.connect(url)
+        POOLED.execute("INSERT INTO comments (body, served) VALUES (%s, %s)",
+                       (body, "function" if IN_FUNCTION else "monolith"))
+        POOLED.commit()
+        start_response("201 Created", [("content-type", "application/json")])
+        return [b"{}"]
     if environ["REQUEST_METHOD"] == "POST":
         body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0)).decode()
         with psycopg.connect(url) as conn:
@@ -91,7 +102,8 @@ def test_an_apps_database_through_kiln(kiln, pg, monolith, function):
     r = kiln.signed_request("PUT", f"/kiln/v1/apps/{name}", json.dumps({
         "Listen": f"127.0.0.1:{port}", "Upstreams": [monolith], "Function": function,
         "Database": f"postgresql://{pg.user}@127.0.0.1:{pg.port}/{pg.database}",
-        "DatabasePassword": pg.password, "Offload": ["POST /comment/"], "MaxInflight": 1, "Cover": 1.0,
+        "DatabasePassword": pg.password, "Offload": ["POST /comment/", "POST /pooled/"], "MaxInflight": 1,
+        "Cover": 1.0,
     }).encode())
     assert r.status_code == 200, r.text
     assert "DatabasePassword" not in r.json() and pg.password not in r.text
@@ -141,5 +153,24 @@ def test_an_apps_database_through_kiln(kiln, pg, monolith, function):
         assert f'kiln_dbproxy_shadow_rollbacks_total{{app="{name}"}}' in metrics
         backends = [line for line in metrics.splitlines() if line.startswith(f'kiln_dbproxy_backends{{app="{name}"}}')]
         assert int(backends[0].split()[-1]) <= 16
+
+        # A connection kept open across requests: each transaction is the invocation's in
+        # flight when it begins, shadow or real.
+        def pooled_eligible():
+            if app_routes(kiln, name)["POST /pooled/"]["Eligible"]:
+                return True
+            assert requests.post(url + "/pooled/", data="pooled-profile", timeout=60).status_code == 201
+            return False
+        wait_for(pooled_eligible, timeout=60, interval=0.05, what="/pooled/ eligible")
+        assert rows(pg, "body = 'pooled-profile' AND served = 'function'") == 0
+        with ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(lambda i: requests.post(url + "/pooled/", data=f"pooled-{i}", timeout=60),
+                                    range(24)))
+        assert all(r.status_code == 201 for r in results)
+        by = [r.headers["x-kiln-served-by"] for r in results]
+        assert rows(pg, "body LIKE 'pooled-%' AND body <> 'pooled-profile'") == 24
+        assert rows(pg, "body LIKE 'pooled-%' AND body <> 'pooled-profile' AND served = 'function'") == \
+            by.count("function")
+        assert rows(pg, "body = 'pooled-profile' AND served = 'function'") == 0
     finally:
         delete_app(kiln, name)

@@ -46,6 +46,23 @@ pub struct ClientContext {
     pub shadow: bool,
     /// Where the client's committed writes are recorded.
     pub ledger: Arc<Ledger>,
+    /// Asked again at the start of each transaction, when set: a connection kept open across
+    /// invocations (a pool in the app) serves each one's transactions as that one's.
+    pub current: Option<CurrentContext>,
+}
+
+/// Who a connection serves now: `Some((shadow, ledger))`, or `None` when that cannot be told
+/// (the transaction is then refused and the connection closed).
+pub type CurrentFn = dyn Fn() -> Option<(bool, Arc<Ledger>)> + Send + Sync;
+
+/// [`ClientContext::current`]: a function of the caller's.
+#[derive(Clone)]
+pub struct CurrentContext(pub Arc<CurrentFn>);
+
+impl std::fmt::Debug for CurrentContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CurrentContext")
+    }
 }
 
 /// Why serving a client ended with an error.

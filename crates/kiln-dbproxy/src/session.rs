@@ -220,6 +220,26 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
             Err(e) => return self.fatal("08P01", &e.to_string()).await,
         };
         let has_sync = unit.iter().any(|m| matches!(m.tag, b'Q' | b'S' | b'F'));
+        // A transaction begins: whose it is may have changed since the last one.
+        if self.backend.is_none() {
+            if let Some(current) = self.ctx.current.clone() {
+                match (current.0)() {
+                    Some((shadow, ledger)) => {
+                        self.ctx.shadow = shadow;
+                        self.ctx.ledger = ledger;
+                    }
+                    None => {
+                        return self
+                            .fatal(
+                                "08006",
+                                "kiln cannot tell which invocation this transaction belongs to; \
+                                 reconnect",
+                            )
+                            .await
+                    }
+                }
+            }
+        }
         if let Some(r) = plan::refusal(self.ctx.shadow, &parsed) {
             if !self.try_pin(r) {
                 return self.refuse(r, has_sync).await;

@@ -7,7 +7,7 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kiln_dbproxy::{ClientContext, Ledger, Proxy, ProxyConfig};
+use kiln_dbproxy::{ClientContext, CurrentContext, Ledger, Proxy, ProxyConfig};
 use tokio::net::TcpListener;
 
 const PASSWORD: &str = "ledger-test-password";
@@ -211,6 +211,7 @@ async fn the_ledger_records_what_committed() {
             ClientContext {
                 shadow,
                 ledger: ledger.clone(),
+                current: None,
             },
             ledger,
         )
@@ -327,4 +328,52 @@ async fn the_ledger_records_what_committed() {
     assert_eq!(snap.uncertain, 1, "{snap:?}");
     assert!(!ledger.is_clean());
     assert_eq!(proxy.metrics().backends_lost, 1);
+}
+
+/// A connection kept open across invocations serves each transaction as the invocation in flight
+/// when it begins: a real one's commits stay and are in its ledger, a shadow's are rolled back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_transaction_is_the_current_invocations() {
+    if skip() {
+        return;
+    }
+    let Some(pg) = Cluster::start() else {
+        eprintln!("skipping: a PostgreSQL cluster needs root here");
+        return;
+    };
+    let mut cfg = ProxyConfig::new(format!("127.0.0.1:{}", pg.port), "app", "app", PASSWORD);
+    cfg.pool_size = 2;
+    let proxy = Proxy::new(cfg).unwrap();
+    let real = Arc::new(Ledger::new());
+    let shadow_ledger = Arc::new(Ledger::new());
+    // Real, shadow, real, then nobody kiln can name.
+    let turns = Arc::new(std::sync::Mutex::new(vec![
+        None,
+        Some((false, real.clone())),
+        Some((true, shadow_ledger.clone())),
+        Some((false, real.clone())),
+    ]));
+    let current = CurrentContext(Arc::new(move || turns.lock().unwrap().pop().flatten()));
+    let ctx = ClientContext {
+        current: Some(current),
+        ..ClientContext::default()
+    };
+    let port = listen(&proxy, ctx).await;
+    let ok = client(
+        &port,
+        &[
+            "INSERT INTO t (v) VALUES ('first')",
+            "INSERT INTO t (v) VALUES ('second')",
+            "INSERT INTO t (v) VALUES ('third')",
+            "INSERT INTO t (v) VALUES ('fourth')",
+        ],
+    )
+    .await;
+    assert!(!ok, "the fourth transaction, nobody's, is refused");
+    assert_eq!(
+        pg.psql("SELECT string_agg(v, ',' ORDER BY v) FROM t", "app"),
+        "first,third"
+    );
+    assert_eq!(real.snapshot().committed.len(), 2);
+    assert!(shadow_ledger.is_clean());
 }

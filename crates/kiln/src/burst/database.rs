@@ -5,14 +5,15 @@
 //!
 //! A sandbox service: every instance of an app's function gets the listener in its network
 //! namespace, also one that started before the app was created (the service keeps each isolated
-//! sandbox's namespace while its instance lives). A connection is tagged, when it opens, with the invocation in flight that opened
-//! it (its fork's pid where several share the sandbox); one kiln cannot attribute is closed.
+//! sandbox's namespace while its instance lives). Each transaction is the invocation's in flight
+//! in the connection's process when it begins (its fork's pid where several share the sandbox),
+//! also on a connection an app's pool keeps open; one kiln cannot attribute is refused.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 
-use kiln_dbproxy::{ClientContext, Proxy, ProxyConfig};
+use kiln_dbproxy::{ClientContext, CurrentContext, Proxy, ProxyConfig};
 
 use super::{invalid, AppError, AppSpec};
 use crate::agent::{Attachment, SandboxService};
@@ -176,17 +177,30 @@ impl Sandbox {
                     }
                 };
                 let _ = tcp.set_nodelay(true);
-                let tags = slot.tags_for(|pids| crate::objects::peer::owner(peer, local, pids));
-                let shadow = match tags.shadow {
-                    Shadow::No => false,
-                    Shadow::Yes => true,
-                    // Neither committing nor rolling back would be right: the app sees a
-                    // connection error.
-                    Shadow::Unknown => continue,
+                // Whose each transaction is, asked when it begins: an app's pool keeps
+                // connections open across invocations. The connection's process is looked up
+                // once (where invocations in flight disagree).
+                let slot = slot.clone();
+                let owner = Arc::new(std::sync::Mutex::new(None::<u32>));
+                let current = move || {
+                    let tags = slot.tags_for(|pids| {
+                        let mut known = owner.locked();
+                        if known.is_none() {
+                            *known = crate::objects::peer::owner(peer, local, pids);
+                        }
+                        *known
+                    });
+                    let ledger = tags.ledger.map(|l| l.0).unwrap_or_default();
+                    match tags.shadow {
+                        Shadow::No => Some((false, ledger)),
+                        Shadow::Yes => Some((true, ledger)),
+                        // Neither committing nor rolling back would be right.
+                        Shadow::Unknown => None,
+                    }
                 };
                 let ctx = ClientContext {
-                    shadow,
-                    ledger: tags.ledger.map(|l| l.0).unwrap_or_default(),
+                    current: Some(CurrentContext(Arc::new(current))),
+                    ..ClientContext::default()
                 };
                 let proxy = db.proxy.clone();
                 tokio::spawn(async move {
