@@ -337,3 +337,57 @@ proptest! {
         }
     }
 }
+
+/// Expressions whose every operand logs when it is evaluated, so a difference in order or in
+/// short-circuiting shows in the output.
+fn logged_expression() -> impl Strategy<Value = String> {
+    let leaf = prop_oneof![
+        (0..6u8).prop_map(|v| format!("f({v}, {v})")),
+        Just("f(\"n\", null)".to_string()),
+        Just("f(\"u\", undefined)".to_string()),
+        Just("o.p".to_string()),
+        Just("f(\"o\", o)".to_string()),
+        Just("x".to_string()),
+    ];
+    leaf.prop_recursive(4, 24, 3, |inner| {
+        prop_oneof![
+            (inner.clone(), inner.clone()).prop_map(|(a, b)| format!("({a} && {b})")),
+            (inner.clone(), inner.clone()).prop_map(|(a, b)| format!("({a} || {b})")),
+            (inner.clone(), inner.clone()).prop_map(|(a, b)| format!("({a} ?? {b})")),
+            (inner.clone(), inner.clone(), inner.clone())
+                .prop_map(|(a, b, c)| format!("({a} ? {b} : {c})")),
+            (inner.clone(), inner.clone()).prop_map(|(a, b)| format!("({a} + {b})")),
+            inner.clone().prop_map(|a| format!("({a})?.p")),
+            inner.clone().prop_map(|a| format!("(x = {a})")),
+            inner.clone().prop_map(|a| format!("(x += {a})")),
+            inner.clone().prop_map(|a| format!("(o.p ||= {a})")),
+            inner.clone().prop_map(|a| format!("[x++, {a}, x]")),
+            (inner.clone(), inner.clone()).prop_map(|(a, b)| format!("`<${{{a}}}|${{{b}}}>`")),
+            inner.clone().prop_map(|a| format!("f(\"g\", {a})")),
+        ]
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn generated_expressions_evaluate_in_the_same_order(e in logged_expression(), s in logged_expression()) {
+        if !node_available() {
+            return Ok(());
+        }
+        let program = format!(
+            "const log = []; let x = 1; const o = {{ p: 0 }};\n\
+             function f(tag, value) {{ log.push(tag); return value; }}\n\
+             let result; try {{ result = {e}; if ({s}) {{ log.push(\"then\"); }} }} catch (error) {{ result = error.constructor.name; }}\n\
+             console.log([result, x, o.p, log].map((v) => typeof v === \"object\" && v !== null ? \"object\" : String(v)).join(\" \"));\n"
+        );
+        let normalised = normal(&program, SourceKind::CommonJs);
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("a.js"), &program).unwrap();
+        fs::write(dir.path().join("b.js"), &normalised).unwrap();
+        let expected = node(dir.path(), &["a.js"]);
+        let actual = node(dir.path(), &["b.js"]);
+        prop_assert_eq!(actual, expected, "normalised:\n{}", normalised);
+    }
+}

@@ -694,9 +694,17 @@ impl Lowerer<'_> {
         } else {
             let operator = a.operator.to_binary_operator().map_or("+", |o| o.as_str());
             let right = self.expr(&a.right);
+            // The target is read before the right side runs.
+            let (mut read_pre, old) = if right.pre.is_empty() {
+                (Vec::new(), target.clone())
+            } else {
+                let old = self.fresh("t");
+                (vec![format!("const {old} = {target};")], old)
+            };
+            read_pre.extend(right.pre);
             Value {
-                pre: right.pre,
-                text: format!("{target} {operator} {}", right.text),
+                pre: read_pre,
+                text: format!("{old} {operator} {}", right.text),
             }
         };
         pre.extend(right.pre);
