@@ -18,9 +18,10 @@
 #![forbid(unsafe_code)]
 
 pub mod check;
+pub mod instrument;
 pub mod normalise;
 mod position;
 mod site;
 
-pub use check::{check_dir, check_source, CheckError, Report, SourceKind};
+pub use check::{check_dir, check_source, CheckError, CheckedFile, Report, SourceKind};
 pub use site::{Construct, ModuleRefusal, ModuleSyntax, Site};

@@ -5,8 +5,10 @@
 //! and what it returns parses again.
 
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+
+mod support;
+
+use support::*;
 
 use kiln_breakout::normalise::normalise;
 use kiln_breakout::SourceKind;
@@ -17,30 +19,6 @@ use oxc_parser::Parser;
 use oxc_semantic::ScopeFlags;
 use oxc_span::SourceType;
 use proptest::prelude::*;
-
-fn node_available() -> bool {
-    let found = Command::new("node").arg("--version").output().is_ok();
-    if !found {
-        eprintln!("skipped: `node` is not installed, so programs cannot be compared");
-    }
-    found
-}
-
-/// Runs `node ARGS` in `dir` and returns what it printed; panics when it fails.
-fn node(dir: &Path, args: &[&str]) -> String {
-    let output = Command::new("node")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("node runs");
-    assert!(
-        output.status.success(),
-        "node {args:?} failed in {}: {}",
-        dir.display(),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap()
-}
 
 /// Forms the normal form has no place for, found in a parsed program.
 #[derive(Default)]
@@ -164,10 +142,6 @@ fn normal(text: &str, kind: SourceKind) -> String {
     normalised
 }
 
-fn crate_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
 #[test]
 fn corpus_programs_print_the_same_normalised() {
     if !node_available() {
@@ -195,71 +169,6 @@ fn corpus_programs_print_the_same_normalised() {
     assert!(programs >= 4);
 }
 
-/// The inputs each benchmark handler is driven with: on and off its usual paths.
-fn benchmark_inputs(name: &str) -> &'static str {
-    match name {
-        "authorize" => r#"[{"username":"user3","password":"pw21"},{"username":"user3","password":"x"},{"username":"nobody","password":"pw0"},{"username":3},{}]"#,
-        "upload" => r#"[{"name":"a.txt","body":"hello"},{"body":"no name"},{"name":"b"},{}]"#,
-        "status" => r#"[{"repo":"kiln","sha":"abcdef1","state":"success","target_url":"u","context":"ci"},{"repo":"kiln","sha":"1234567","state":"failure","target_url":"u","context":"lint"},{"repo":"kiln","sha":"abcdef1","state":"odd","target_url":"u","context":"ci"},{"repo":"kiln","sha":"zz","state":"success","target_url":"u","context":"ci"},{"repo":"kiln","sha":"fffffff","state":"success","target_url":"u","context":"ci"},{"repo":1}]"#,
-        "banking" => r#"[{"account":"a","op":"deposit","amount":500},{"account":"a","op":"withdraw","amount":200},{"account":"a","op":"withdraw","amount":900},{"account":"a","op":"balance"},{"account":"b","op":"steal","amount":1},{"account":"a","op":"deposit","amount":1.5}]"#,
-        "autocomplete" => r#"[{"prefix":"ab"},{"prefix":"AC"},{"prefix":"zzz"},{}]"#,
-        "maze" => r#"[{"x1":0,"y1":0,"x2":29,"y2":29},{"x1":0,"y1":0,"x2":0,"y2":0},{"x1":3,"y1":0,"x2":5,"y2":5},{"x1":-1,"y1":0,"x2":5,"y2":5},{"x1":2,"y1":10,"x2":28,"y2":1}]"#,
-        "shift" => r#"[{"n":0},{"n":10},{"n":1000}]"#,
-        _ => "[{}]",
-    }
-}
-
-/// A copy of a benchmark package, normalised or not, with the S3 stand-in installed.
-pub fn stage_benchmark(name: &str, into: &Path, transform: &dyn Fn(&str, SourceKind) -> String) {
-    let from = crate_dir().join("tests/fixtures").join(name);
-    copy_tree(&from, into, transform);
-    let sdk = into.join("node_modules/@aws-sdk/client-s3");
-    fs::create_dir_all(&sdk).unwrap();
-    fs::copy(crate_dir().join("tests/support/client-s3.js"), sdk.join("index.js")).unwrap();
-    fs::write(sdk.join("package.json"), r#"{"name":"@aws-sdk/client-s3","main":"index.js"}"#).unwrap();
-    fs::copy(crate_dir().join("tests/support/drive.mjs"), into.join("drive.mjs")).unwrap();
-}
-
-fn copy_tree(from: &Path, to: &Path, transform: &dyn Fn(&str, SourceKind) -> String) {
-    fs::create_dir_all(to).unwrap();
-    let module_package = fs::read_to_string(from.join("package.json"))
-        .map(|p| p.contains("\"module\""))
-        .unwrap_or(false);
-    for entry in fs::read_dir(from).unwrap() {
-        let path = entry.unwrap().path();
-        let target = to.join(path.file_name().unwrap());
-        if path.is_dir() {
-            copy_tree(&path, &target, transform);
-            continue;
-        }
-        let kind = match path.extension().and_then(|e| e.to_str()) {
-            Some("mjs") => Some(SourceKind::Module),
-            Some("cjs") => Some(SourceKind::CommonJs),
-            Some("js") if module_package => Some(SourceKind::Module),
-            Some("js") => Some(SourceKind::CommonJs),
-            _ => None,
-        };
-        match kind {
-            Some(kind) => {
-                let text = fs::read_to_string(&path).unwrap();
-                fs::write(&target, transform(&text, kind)).unwrap();
-            }
-            None => {
-                fs::copy(&path, &target).unwrap();
-            }
-        }
-    }
-}
-
-pub fn handler_file(name: &str) -> &'static str {
-    match name {
-        "status" => "index.cjs",
-        _ => "index.js",
-    }
-}
-
-pub const BENCHMARKS: [&str; 7] = ["authorize", "upload", "status", "banking", "autocomplete", "maze", "shift"];
-
 #[test]
 fn benchmark_handlers_answer_the_same_normalised() {
     if !node_available() {
@@ -271,11 +180,8 @@ fn benchmark_handlers_answer_the_same_normalised() {
         let normalised = dir.path().join("normalised");
         stage_benchmark(name, &plain, &|text, _| text.to_string());
         stage_benchmark(name, &normalised, &|text, kind| normal(text, kind));
-        fs::write(dir.path().join("inputs.json"), benchmark_inputs(name)).unwrap();
-        let inputs = dir.path().join("inputs.json");
-        let inputs = inputs.to_str().unwrap();
-        let expected = node(&plain, &["drive.mjs", handler_file(name), inputs]);
-        let actual = node(&normalised, &["drive.mjs", handler_file(name), inputs]);
+        let expected = drive(dir.path(), &plain, name, &[]);
+        let actual = drive(dir.path(), &normalised, name, &[]);
         assert_eq!(actual, expected, "{name} answers differently normalised");
         assert!(expected.lines().count() > 2, "{name}: {expected}");
     }

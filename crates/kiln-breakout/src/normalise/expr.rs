@@ -488,7 +488,7 @@ impl Lowerer<'_> {
     }
 
     fn null_check(name: &str, label: &str) -> String {
-        format!("if ({name} == null) break {label};")
+        format!("if ({name} == null) {{ break {label}; }}")
     }
 
     fn chain_member(

@@ -254,7 +254,7 @@ impl<'s> Lowerer<'s> {
                     vec![format!("while ({}) {body}", test.text)]
                 } else {
                     vec![format!(
-                        "while (true) {{ {} if (!({})) break; {body} }}",
+                        "while (true) {{ {} if (!({})) {{ break; }} {body} }}",
                         test.pre.join(" "),
                         test.text
                     )]

@@ -42,7 +42,7 @@ pub fn normalise(text: &str, kind: SourceKind) -> Result<String, NormaliseError>
 
 /// The prefix of every fresh name in a normalised `text`: `$kb`, with `_`s added until the
 /// text holds no such string, so no fresh name can capture one of the source's.
-pub(crate) fn fresh_prefix(text: &str) -> String {
+pub fn fresh_prefix(text: &str) -> String {
     let mut prefix = String::from("$kb");
     while text.contains(prefix.as_str()) {
         prefix.push('_');

@@ -1,5 +1,6 @@
-// Runs a benchmark handler over the inputs of a JSON file and prints one line per input: the
-// answer, or the error's name and message. Usage: node drive.mjs HANDLER_FILE INPUTS_FILE
+// Runs a benchmark handler over the inputs of a JSON file and prints one line per input (the
+// answer, or the error's name and message), then the objects and sessions written.
+// Usage: node drive.mjs HANDLER_FILE INPUTS_FILE
 import { createRequire } from "node:module";
 import { pathToFileURL } from "node:url";
 import { resolve } from "node:path";
@@ -9,9 +10,9 @@ const [relativeFile, inputsFile] = process.argv.slice(2);
 const handlerFile = resolve(relativeFile);
 const store = (globalThis.__kilnTestStore ??= new Map());
 const users = [];
-for (let i = 0; i < 50; i++) users.push({ username: `user${i}`, password: `pw${i * 7}` });
+for (let i = 0; i < 50; i++) users.push({ username: `user${i}`, password: `store-secret-${i * 7}` });
 store.set("users/users.json", { body: JSON.stringify(users) });
-store.set("commits/kiln/abcdef1.json", { body: JSON.stringify({ message: "fix", author: { login: "ada" } }) });
+store.set("commits/kiln/abcdef1.json", { body: JSON.stringify({ message: "fix", author: { login: "store-secret-login" } }) });
 store.set("commits/kiln/1234567.json", { body: JSON.stringify({}) });
 
 const sessions = new Map();

@@ -1,0 +1,119 @@
+//! Instrumentation and the tracing runtime together: each benchmark package, instrumented and
+//! run under `runtimes/nodejs/breakout.js`, answers exactly as written, and the trace tree it
+//! dumps holds code and types, never a value from an event or the store. A ☠ site costs only
+//! the path it is on.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+mod support;
+
+use kiln_breakout::instrument::instrument_dir;
+use serde_json::Value;
+use support::*;
+
+fn runtime() -> PathBuf {
+    crate_dir().join("../../runtimes/nodejs/breakout.js")
+}
+
+/// Runs benchmark `name` plain and instrumented; returns both outputs and the dumped tree.
+fn plain_and_traced(work: &Path, name: &str) -> (String, String, String) {
+    let plain = work.join("plain");
+    stage_benchmark(name, &plain, &|text, _| text.to_string());
+    let traced = work.join("traced");
+    let report = instrument_dir(&plain, &traced).unwrap();
+    assert!(report.left.is_empty(), "{name}: files left: {:?}", report.left);
+    let expected = drive(work, &plain, name, &[]);
+    let dump = work.join("trace.json");
+    let runtime = runtime();
+    let actual = drive_with_env(
+        work,
+        &traced,
+        name,
+        &["--require", runtime.to_str().unwrap()],
+        &[("KILN_BREAKOUT_DUMP", &dump)],
+    );
+    (expected, actual, fs::read_to_string(&dump).unwrap())
+}
+
+/// Counts the nodes of a dumped tree by kind.
+fn count(value: &Value, kind: &str) -> usize {
+    match value {
+        Value::Object(map) => {
+            let here = usize::from(map.get("kind").and_then(Value::as_str) == Some(kind));
+            here + map.values().map(|v| count(v, kind)).sum::<usize>()
+        }
+        Value::Array(items) => items.iter().map(|v| count(v, kind)).sum(),
+        _ => 0,
+    }
+}
+
+#[test]
+fn instrumented_benchmarks_answer_as_written_and_dump_a_tree() {
+    if !node_available() {
+        return;
+    }
+    for name in BENCHMARKS {
+        let work = tempfile::tempdir().unwrap();
+        let (expected, actual, dump) = plain_and_traced(work.path(), name);
+        assert_eq!(actual, expected, "{name}: tracing changed what the handler did");
+        let tree: Value = serde_json::from_str(&dump).unwrap();
+        assert_eq!(tree["version"], 1);
+        let handlers = tree["handlers"].as_array().unwrap();
+        assert!(
+            handlers.iter().any(|h| h["fn"].as_str().unwrap().starts_with("init:")),
+            "{name}: no module handler"
+        );
+        assert!(handlers.len() >= 2, "{name}: no request handler: {dump}");
+        assert!(count(&tree, "return") > 0, "{name}: {dump}");
+        assert_eq!(tree["conflicts"], Value::Array(vec![]), "{name}: {dump}");
+        // Values from events and from the store never reach the tree.
+        for secret in ["event-secret", "store-secret", "no name"] {
+            assert!(!dump.contains(secret), "{name}: the trace holds {secret:?}");
+        }
+    }
+}
+
+#[test]
+fn a_site_on_a_rare_path_is_unsupported_only_on_that_path() {
+    if !node_available() {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let package = work.path().join("package");
+    fs::create_dir_all(&package).unwrap();
+    fs::write(
+        package.join("index.js"),
+        "exports.handler = async (event) => {\n  if (event.debug) {\n    return eval(event.debug);\n  }\n  return event.n * 2;\n};\n",
+    )
+    .unwrap();
+    let traced = work.path().join("traced");
+    let report = instrument_dir(&package, &traced).unwrap();
+    assert_eq!(report.sites.len(), 1);
+    let runtime = runtime();
+    let run = |inputs: &str| {
+        let dump = work.path().join("trace.json");
+        fs::write(
+            work.path().join("run.js"),
+            format!(
+                "const {{ handler }} = require({:?});\n(async () => {{ for (const e of {inputs}) console.log(await handler(e)); }})();\n",
+                traced.join("index.js")
+            ),
+        )
+        .unwrap();
+        let out = node_with_env(
+            work.path(),
+            &["--require", runtime.to_str().unwrap(), "run.js"],
+            &[("KILN_BREAKOUT_DUMP", &dump)],
+        );
+        (out, fs::read_to_string(&dump).unwrap())
+    };
+    let (out, dump) = run(r#"[{"n": 2}, {"n": 5}]"#);
+    assert_eq!(out, "4\n10\n");
+    assert!(!dump.contains("unsupported"), "{dump}");
+    let (out, dump) = run(r#"[{"n": 2}, {"debug": "40 + 2"}]"#);
+    assert_eq!(out, "4\n42\n");
+    assert!(dump.contains(r#""kind":"unsupported","reason":"eval: "#), "{dump}");
+    assert!(dump.contains(r#""at":"index.js:3:12""#), "{dump}");
+    assert!(!dump.contains("40 + 2"), "{dump}");
+}
