@@ -22,6 +22,7 @@ pub mod instrument;
 pub mod normalise;
 mod position;
 mod site;
+pub mod trace;
 
 pub use check::{check_dir, check_source, CheckError, CheckedFile, Report, SourceKind};
 pub use site::{Construct, ModuleRefusal, ModuleSyntax, Site};

@@ -57,6 +57,9 @@ fn instrumented_benchmarks_answer_as_written_and_dump_a_tree() {
         let work = tempfile::tempdir().unwrap();
         let (expected, actual, dump) = plain_and_traced(work.path(), name);
         assert_eq!(actual, expected, "{name}: tracing changed what the handler did");
+        if let Err(error) = kiln_breakout::trace::parse(dump.as_bytes()) {
+            panic!("{name}: the validator refuses the tree: {error}\n{dump}");
+        }
         let tree: Value = serde_json::from_str(&dump).unwrap();
         assert_eq!(tree["version"], 1);
         let handlers = tree["handlers"].as_array().unwrap();

@@ -322,7 +322,31 @@ impl<'s> Emitter<'s> {
                 }
                 self.close(order, s.span.end, format!("{t}.x({k});"));
             }
-            // Imports, exports of names, and the sites' statements (their mark runs first).
+            Statement::ImportDeclaration(import) => {
+                // An import binds names before the body runs: each is a `let` of the module's
+                // export, where the import is written.
+                let source = import.source.value.as_str();
+                for specifier in import.specifiers.iter().flatten() {
+                    let (local, imported) = match specifier {
+                        ImportDeclarationSpecifier::ImportSpecifier(s) => {
+                            (s.local.name.as_str(), s.imported.name().to_string())
+                        }
+                        ImportDeclarationSpecifier::ImportDefaultSpecifier(s) => {
+                            (s.local.name.as_str(), "default".to_string())
+                        }
+                        ImportDeclarationSpecifier::ImportNamespaceSpecifier(s) => {
+                            (s.local.name.as_str(), "*".to_string())
+                        }
+                    };
+                    let q = self.q(json!({
+                        "kind": "let",
+                        "bind": {"let": local},
+                        "value": {"kind": "import", "source": source, "name": imported},
+                    }));
+                    self.close(order, import.span.end, format!("{t}.l({q}, {local});"));
+                }
+            }
+            // Exports of names, and the sites' statements (their mark runs first).
             _ => {}
         }
     }
