@@ -22,7 +22,11 @@ fn plain_and_traced(work: &Path, name: &str) -> (String, String, String) {
     stage_benchmark(name, &plain, &|text, _| text.to_string());
     let traced = work.join("traced");
     let report = instrument_dir(&plain, &traced).unwrap();
-    assert!(report.left.is_empty(), "{name}: files left: {:?}", report.left);
+    assert!(
+        report.left.is_empty(),
+        "{name}: files left: {:?}",
+        report.left
+    );
     let expected = drive(work, &plain, name, &[]);
     let dump = work.join("trace.json");
     let runtime = runtime();
@@ -56,7 +60,10 @@ fn instrumented_benchmarks_answer_as_written_and_dump_a_tree() {
     for name in BENCHMARKS {
         let work = tempfile::tempdir().unwrap();
         let (expected, actual, dump) = plain_and_traced(work.path(), name);
-        assert_eq!(actual, expected, "{name}: tracing changed what the handler did");
+        assert_eq!(
+            actual, expected,
+            "{name}: tracing changed what the handler did"
+        );
         if let Err(error) = kiln_breakout::trace::parse(dump.as_bytes()) {
             panic!("{name}: the validator refuses the tree: {error}\n{dump}");
         }
@@ -64,7 +71,9 @@ fn instrumented_benchmarks_answer_as_written_and_dump_a_tree() {
         assert_eq!(tree["version"], 1);
         let handlers = tree["handlers"].as_array().unwrap();
         assert!(
-            handlers.iter().any(|h| h["fn"].as_str().unwrap().starts_with("init:")),
+            handlers
+                .iter()
+                .any(|h| h["fn"].as_str().unwrap().starts_with("init:")),
             "{name}: no module handler"
         );
         assert!(handlers.len() >= 2, "{name}: no request handler: {dump}");
@@ -116,7 +125,10 @@ fn a_site_on_a_rare_path_is_unsupported_only_on_that_path() {
     assert!(!dump.contains("unsupported"), "{dump}");
     let (out, dump) = run(r#"[{"n": 2}, {"debug": "40 + 2"}]"#);
     assert_eq!(out, "4\n42\n");
-    assert!(dump.contains(r#""kind":"unsupported","reason":"eval: "#), "{dump}");
+    assert!(
+        dump.contains(r#""kind":"unsupported","reason":"eval: "#),
+        "{dump}"
+    );
     assert!(dump.contains(r#""at":"index.js:3:12""#), "{dump}");
     assert!(!dump.contains("40 + 2"), "{dump}");
 }

@@ -213,8 +213,12 @@ fn expression() -> impl Strategy<Value = String> {
             inner.clone().prop_map(|x| format!("(async (z) => {x})")),
             inner.clone().prop_map(|x| format!("(a = {x})")),
             inner.clone().prop_map(|x| format!("([a, b] = [{x}, a])")),
-            inner.clone().prop_map(|x| format!("(class extends Object {{ async m() {{ return {x}; }} }})")),
-            inner.clone().prop_map(|x| format!("({{ k: {x}, async m() {{ return {x}; }} }})")),
+            inner
+                .clone()
+                .prop_map(|x| format!("(class extends Object {{ async m() {{ return {x}; }} }})")),
+            inner
+                .clone()
+                .prop_map(|x| format!("({{ k: {x}, async m() {{ return {x}; }} }})")),
             inner.clone().prop_map(|x| format!("(await {x})")),
         ]
     })

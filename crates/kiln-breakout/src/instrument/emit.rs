@@ -176,11 +176,7 @@ impl<'s> Emitter<'s> {
             text: epilogue,
         });
         self.edits.sort_by_key(|e| {
-            let order = if e.rank == 0 {
-                u32::MAX - e.seq
-            } else {
-                e.seq
-            };
+            let order = if e.rank == 0 { u32::MAX - e.seq } else { e.seq };
             (e.at, e.rank, order)
         });
         let mut out = String::with_capacity(self.src.len() * 2);
@@ -289,7 +285,10 @@ impl<'s> Emitter<'s> {
             }
             Statement::ReturnStatement(s) => {
                 let (value, text) = match &s.argument {
-                    None => (json!({"kind": "global", "name": "undefined"}), String::new()),
+                    None => (
+                        json!({"kind": "global", "name": "undefined"}),
+                        String::new(),
+                    ),
                     Some(argument) => match self.quote(argument) {
                         Some(value) => (value, format!(", {}", self.source(argument.span()))),
                         None => return self.unsupported_here(s.span, "this return value"),
@@ -306,12 +305,14 @@ impl<'s> Emitter<'s> {
                 self.open(s.span.start, format!("{t}.th({q});"));
             }
             Statement::TryStatement(s) => {
-                let param = s.handler.as_ref().and_then(|h| h.param.as_ref()).and_then(|p| {
-                    match &p.pattern {
-                        BindingPattern::BindingIdentifier(id) => Some(id.name.to_string()),
-                        _ => None,
-                    }
-                });
+                let param =
+                    s.handler
+                        .as_ref()
+                        .and_then(|h| h.param.as_ref())
+                        .and_then(|p| match &p.pattern {
+                            BindingPattern::BindingIdentifier(id) => Some(id.name.to_string()),
+                            _ => None,
+                        });
                 let q = self.q(json!({"kind": "try", "param": param}));
                 let k = self.fresh_mark();
                 self.open(s.span.start, format!("const {k} = {t}.ty({q});"));
@@ -402,7 +403,8 @@ impl<'s> Emitter<'s> {
                 self.binding(json!({"set": target}), &read, &a.right, s.span);
             }
             Expression::CallExpression(call) => {
-                if let (Some(marker), Expression::Identifier(callee)) = (self.marker, &call.callee) {
+                if let (Some(marker), Expression::Identifier(callee)) = (self.marker, &call.callee)
+                {
                     if callee.name == marker {
                         let number = call
                             .arguments
@@ -415,7 +417,10 @@ impl<'s> Emitter<'s> {
                         let site = number.and_then(|n| self.sites.get(n));
                         let (reason, at) = match site {
                             Some(site) => (site.reason.clone(), site.at.clone()),
-                            None => ("an unsupported construct".to_string(), self.file.to_string()),
+                            None => (
+                                "an unsupported construct".to_string(),
+                                self.file.to_string(),
+                            ),
                         };
                         let q = self.q(json!({"kind": "unsupported", "reason": reason, "at": at}));
                         self.replace(s.span, format!("{t}.u({q});"));

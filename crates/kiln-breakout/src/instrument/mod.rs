@@ -98,11 +98,7 @@ pub fn instrument_source(
     let module_q = emitter.table.len() - 1;
     let table = serde_json::to_string(&emitter.table).expect("JSON values serialise");
     let table_literal = serde_json::to_string(&table).expect("a string serialises");
-    let prologue_at = parsed
-        .program
-        .directives
-        .last()
-        .map_or(0, |d| d.span.end);
+    let prologue_at = parsed.program.directives.last().map_or(0, |d| d.span.end);
     let prologue = format!(
         "\nconst {p}T = globalThis.{RUNTIME_GLOBAL}; const {p}Q = JSON.parse({table_literal}); \
          const {p}M = {p}T.en({p}Q[{module_q}]);\n",
@@ -121,7 +117,9 @@ pub fn instrument_dir(src: &Path, out: &Path) -> Result<InstrumentReport, Instru
         source,
     })?;
     if let Some(parent) = out.parent() {
-        let parent_abs = parent.canonicalize().unwrap_or_else(|_| parent.to_path_buf());
+        let parent_abs = parent
+            .canonicalize()
+            .unwrap_or_else(|_| parent.to_path_buf());
         if parent_abs.starts_with(&src_abs) {
             return Err(InstrumentError::OutputInside(out.to_path_buf()));
         }

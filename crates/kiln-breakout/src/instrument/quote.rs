@@ -158,9 +158,7 @@ impl Names<'_> {
         src: &str,
     ) -> Option<Value> {
         match target.as_simple_assignment_target()? {
-            SimpleAssignmentTarget::AssignmentTargetIdentifier(id) => {
-                Some(self.name(id, function))
-            }
+            SimpleAssignmentTarget::AssignmentTargetIdentifier(id) => Some(self.name(id, function)),
             SimpleAssignmentTarget::StaticMemberExpression(m) => Some(json!({
                 "kind": "get",
                 "object": self.quote(&m.object, function, src)?,

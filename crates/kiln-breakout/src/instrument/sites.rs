@@ -38,11 +38,8 @@ pub(super) fn mark(
         return None;
     }
     let index = LineIndex::new(text);
-    let wanted: BTreeMap<(u32, u32), usize> = positions
-        .iter()
-        .enumerate()
-        .map(|(i, p)| (*p, i))
-        .collect();
+    let wanted: BTreeMap<(u32, u32), usize> =
+        positions.iter().enumerate().map(|(i, p)| (*p, i)).collect();
     let mut marker_visitor = Marker {
         index: &index,
         wanted,
@@ -116,8 +113,8 @@ impl<'a> Visit<'a> for Marker<'_> {
         let span = it.span();
         let position = self.index.line_col(span.start);
         if let Some(&n) = self.wanted.get(&position) {
-            if !self.placed.contains_key(&n) {
-                self.placed.insert(n, span.start);
+            if let std::collections::btree_map::Entry::Vacant(slot) = self.placed.entry(n) {
+                slot.insert(span.start);
                 self.inserts
                     .push((span.start, 1, format!("({}({n}), ", self.marker)));
                 self.inserts.push((span.end, 2, ")".to_string()));

@@ -40,7 +40,9 @@ impl Lowerer<'_> {
         let mut members = Vec::new();
         for element in &class.body.body {
             match element {
-                ClassElement::MethodDefinition(m) if m.kind == MethodDefinitionKind::Constructor => {
+                ClassElement::MethodDefinition(m)
+                    if m.kind == MethodDefinitionKind::Constructor =>
+                {
                     constructor = Some(&**m);
                 }
                 ClassElement::PropertyDefinition(p) if !p.r#static => instance_fields.push(&**p),
@@ -49,7 +51,11 @@ impl Lowerer<'_> {
         }
         // The constructor, with the fields set at its start (or after `super(…)`).
         let derived = base.is_some();
-        let self_name = if derived { Some(self.fresh("self")) } else { None };
+        let self_name = if derived {
+            Some(self.fresh("self"))
+        } else {
+            None
+        };
         let context = FunctionContext {
             self_name: self_name.clone(),
             super_object: base.as_ref().map(|b| format!("{b}.prototype")),
@@ -113,7 +119,10 @@ impl Lowerer<'_> {
                         ),
                     )
                 }
-                _ => (String::new(), format!("{{ {} }}", field_statements.join(" "))),
+                _ => (
+                    String::new(),
+                    format!("{{ {} }}", field_statements.join(" ")),
+                ),
             },
         };
         out.push(format!("let {name} = function ({params}) {body};"));
@@ -156,14 +165,22 @@ impl Lowerer<'_> {
                     out.push(format!("{name}{key} = {value};"));
                 }
                 // Accessors, static blocks, private members: sites, left as written.
-                other => out.push(format!("/* {} */", self.source(other.span()).replace("*/", "* /"))),
+                other => out.push(format!(
+                    "/* {} */",
+                    self.source(other.span()).replace("*/", "* /")
+                )),
             }
         }
         out
     }
 
     /// `.name` or `[key]` for a member's key, a computed key evaluated into `out` first.
-    fn member_key(&mut self, key: &PropertyKey<'_>, computed: bool, out: &mut Vec<String>) -> String {
+    fn member_key(
+        &mut self,
+        key: &PropertyKey<'_>,
+        computed: bool,
+        out: &mut Vec<String>,
+    ) -> String {
         match key {
             PropertyKey::StaticIdentifier(id) if !computed => format!(".{}", id.name),
             key if !computed => format!("[{}]", self.source(key.span())),

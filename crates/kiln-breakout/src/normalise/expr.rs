@@ -125,7 +125,11 @@ impl Lowerer<'_> {
                 arguments.extend(texts);
                 return Value {
                     pre,
-                    text: format!("{object}.{}.call({})", m.property.name, arguments.join(", ")),
+                    text: format!(
+                        "{object}.{}.call({})",
+                        m.property.name,
+                        arguments.join(", ")
+                    ),
                 };
             }
             _ => {}
@@ -142,10 +146,14 @@ impl Lowerer<'_> {
         parts.extend(self.arguments(&call.arguments));
         let (pre, texts) = self.sequence(parts);
         let (callee, rest) = match (&call.callee, shape) {
-            (Expression::StaticMemberExpression(m), 1) => {
-                (format!("{}.{}", receiver(&texts[0]), m.property.name), &texts[1..])
-            }
-            (_, 2) => (format!("{}[{}]", receiver(&texts[0]), texts[1]), &texts[2..]),
+            (Expression::StaticMemberExpression(m), 1) => (
+                format!("{}.{}", receiver(&texts[0]), m.property.name),
+                &texts[1..],
+            ),
+            (_, 2) => (
+                format!("{}[{}]", receiver(&texts[0]), texts[1]),
+                &texts[2..],
+            ),
             _ => (texts[0].clone(), &texts[1..]),
         };
         Value {
@@ -472,7 +480,9 @@ impl Lowerer<'_> {
                 let member = e.as_member_expression().expect("a member expression");
                 self.chain_member(member, label, pre)
             }
-            Expression::ParenthesizedExpression(p) => return self.chain_object(&p.expression, label, pre),
+            Expression::ParenthesizedExpression(p) => {
+                return self.chain_object(&p.expression, label, pre)
+            }
             other => {
                 let value = self.expr(other);
                 pre.extend(value.pre);
@@ -514,7 +524,12 @@ impl Lowerer<'_> {
         }
     }
 
-    fn chain_call(&mut self, call: &CallExpression<'_>, label: &str, pre: &mut Vec<String>) -> String {
+    fn chain_call(
+        &mut self,
+        call: &CallExpression<'_>,
+        label: &str,
+        pre: &mut Vec<String>,
+    ) -> String {
         let (callee, receiver) = match call.callee.as_member_expression() {
             Some(member) => {
                 let object = self.chain_object(member.object(), label, pre);
@@ -627,7 +642,9 @@ impl Lowerer<'_> {
     /// An assignment target: its object and key bound, so it can be read and written.
     fn target(&mut self, target: &SimpleAssignmentTarget<'_>) -> (Vec<String>, String) {
         match target {
-            SimpleAssignmentTarget::AssignmentTargetIdentifier(id) => (Vec::new(), id.name.to_string()),
+            SimpleAssignmentTarget::AssignmentTargetIdentifier(id) => {
+                (Vec::new(), id.name.to_string())
+            }
             SimpleAssignmentTarget::StaticMemberExpression(m) => {
                 let object = self.expr(&m.object);
                 let bound = self.bind_unstable(object);
@@ -657,7 +674,8 @@ impl Lowerer<'_> {
     /// `a = b`, `a += b`, `a ||= b`, `[a, b] = c`: the statements, and the expression's value.
     fn assignment(&mut self, a: &AssignmentExpression<'_>, value_used: bool) -> Value {
         match &a.left {
-            AssignmentTarget::ArrayAssignmentTarget(_) | AssignmentTarget::ObjectAssignmentTarget(_) => {
+            AssignmentTarget::ArrayAssignmentTarget(_)
+            | AssignmentTarget::ObjectAssignmentTarget(_) => {
                 let right = self.expr(&a.right);
                 let value = self.bind(right);
                 let mut pre = value.pre;
@@ -674,9 +692,7 @@ impl Lowerer<'_> {
         let logical = match a.operator {
             AssignmentOperator::LogicalAnd => Some(target.clone()),
             AssignmentOperator::LogicalOr => Some(format!("!{target}")),
-            AssignmentOperator::LogicalNullish => {
-                Some(format!("{target} == null"))
-            }
+            AssignmentOperator::LogicalNullish => Some(format!("{target} == null")),
             _ => None,
         };
         if let Some(test) = logical {

@@ -295,14 +295,20 @@ impl<'s> Lowerer<'s> {
             Statement::ExportDeclaration(e) => self.export_declaration(&e.declaration),
             Statement::ExportDefaultDeclaration(e) => match &e.declaration {
                 ExportDefaultDeclarationKind::FunctionDeclaration(f) if f.id.is_some() => {
-                    let name = f.id.as_ref().map(|id| id.name.to_string()).unwrap_or_default();
+                    let name =
+                        f.id.as_ref()
+                            .map(|id| id.name.to_string())
+                            .unwrap_or_default();
                     self.exports.push(format!("export default {name};"));
                     Vec::new()
                 }
                 ExportDefaultDeclarationKind::FunctionDeclaration(f) => {
                     let name = self.fresh("default");
                     let text = self.function(f);
-                    vec![format!("const {name} = {text};"), format!("export default {name};")]
+                    vec![
+                        format!("const {name} = {text};"),
+                        format!("export default {name};"),
+                    ]
                 }
                 ExportDefaultDeclarationKind::ClassDeclaration(c) => {
                     let name = match &c.id {
@@ -423,9 +429,16 @@ impl<'s> Lowerer<'s> {
         parts
     }
 
-    fn pattern_parts(&mut self, pattern: &BindingPattern<'_>, value: String, out: &mut Vec<String>) {
+    fn pattern_parts(
+        &mut self,
+        pattern: &BindingPattern<'_>,
+        value: String,
+        out: &mut Vec<String>,
+    ) {
         match pattern {
-            BindingPattern::BindingIdentifier(id) => out.push(format!("let {} = {value};", id.name)),
+            BindingPattern::BindingIdentifier(id) => {
+                out.push(format!("let {} = {value};", id.name))
+            }
             BindingPattern::AssignmentPattern(assign) => {
                 let name = self.fresh("v");
                 out.push(format!("let {name} = {value};"));
@@ -474,7 +487,10 @@ impl<'s> Lowerer<'s> {
             None => "{}".to_string(),
         };
         let asynchronous = if f.r#async { "async " } else { "" };
-        format!("{asynchronous}function ({}) {body}", parameter_list(&f.params))
+        format!(
+            "{asynchronous}function ({}) {body}",
+            parameter_list(&f.params)
+        )
     }
 
     /// An arrow as a function expression: its `this` becomes its enclosing function's.
@@ -499,7 +515,10 @@ impl<'s> Lowerer<'s> {
             }
         };
         let asynchronous = if f.r#async { "async " } else { "" };
-        format!("{asynchronous}function ({}) {body}", parameter_list(&f.params))
+        format!(
+            "{asynchronous}function ({}) {body}",
+            parameter_list(&f.params)
+        )
     }
 
     pub fn function_body(

@@ -95,7 +95,10 @@ pub enum Node {
     /// Not traced yet: the rest of the body is ☠.
     Unknown,
     /// ☠ where a construct outside the subset ran; `at` is its `file:line:col`.
-    Unsupported { reason: String, at: String },
+    Unsupported {
+        reason: String,
+        at: String,
+    },
     /// `let x = e` or `lvalue = e` (a closure when `value` is one).
     Let {
         bind: Bind,
@@ -115,23 +118,35 @@ pub enum Node {
         #[serde(rename = "else")]
         otherwise: Body,
     },
-    While { test: Expr, body: Body },
-    Label { label: String, body: Body },
-    Block { body: Body },
+    While {
+        test: Expr,
+        body: Body,
+    },
+    Label {
+        label: String,
+        body: Body,
+    },
+    Block {
+        body: Body,
+    },
     Try {
         param: Option<String>,
         body: Body,
         handler: Body,
     },
     /// Leaves the innermost `label` of that name, or without one the innermost `while`.
-    Break { label: Option<String> },
+    Break {
+        label: Option<String>,
+    },
     /// Leaves the innermost function: its `named` node or its handler.
     Return {
         value: Expr,
         #[serde(default)]
         types: Vec<Type>,
     },
-    Throw { value: Expr },
+    Throw {
+        value: Expr,
+    },
     /// A call to a traced function, inlined: `body` binds `params` to `args`, and reads its
     /// closure's variables through `callee` (`from`).
     Named {
@@ -173,28 +188,64 @@ pub enum Node {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
 pub enum Expr {
-    Number { value: f64 },
-    String { value: String },
-    Boolean { value: bool },
+    Number {
+        value: f64,
+    },
+    String {
+        value: String,
+    },
+    Boolean {
+        value: bool,
+    },
     Null,
-    Regex { source: String },
+    Regex {
+        source: String,
+    },
     /// A variable of the function being traced.
-    Id { name: String },
+    Id {
+        name: String,
+    },
     /// A variable of an enclosing function, through the closure's environment (Fig. 3's `*t.x`).
-    From { name: String },
-    Global { name: String },
+    From {
+        name: String,
+    },
+    Global {
+        name: String,
+    },
     This,
-    Get { object: Box<Expr>, property: String },
-    Index { object: Box<Expr>, key: Box<Expr> },
-    Unary { op: String, argument: Box<Expr> },
-    Binary { op: String, left: Box<Expr>, right: Box<Expr> },
-    Array { items: Vec<Expr> },
+    Get {
+        object: Box<Expr>,
+        property: String,
+    },
+    Index {
+        object: Box<Expr>,
+        key: Box<Expr>,
+    },
+    Unary {
+        op: String,
+        argument: Box<Expr>,
+    },
+    Binary {
+        op: String,
+        left: Box<Expr>,
+        right: Box<Expr>,
+    },
+    Array {
+        items: Vec<Expr>,
+    },
     /// An array's hole.
     Hole,
-    Spread { argument: Box<Expr> },
-    Object { properties: Vec<Property> },
+    Spread {
+        argument: Box<Expr>,
+    },
+    Object {
+        properties: Vec<Property>,
+    },
     /// An ES module import: the export `name` (`default`, `*`) of `source`.
-    Import { source: String, name: String },
+    Import {
+        source: String,
+        name: String,
+    },
     /// A function value: its id and the addresses of what it captures (Fig. 3's `env`).
     Closure {
         #[serde(rename = "fn")]

@@ -156,8 +156,7 @@ impl Checker<'_> {
         for param in &params {
             self.name(param)?;
         }
-        self.environment
-            .push(handler.kind == HandlerKind::Function);
+        self.environment.push(handler.kind == HandlerKind::Function);
         self.targets.push(Target::Function);
         self.scopes.push(params);
         self.body(&handler.body, 0)?;
@@ -166,7 +165,10 @@ impl Checker<'_> {
 
     fn bound(&self, name: &str) -> bool {
         // Only the innermost function's scopes: `scopes` is cut at each function (see `named`).
-        self.scopes.iter().rev().any(|s| s.iter().any(|n| n == name))
+        self.scopes
+            .iter()
+            .rev()
+            .any(|s| s.iter().any(|n| n == name))
     }
 
     fn body(&mut self, body: &[Node], depth: usize) -> Result<(), TraceError> {
@@ -351,9 +353,11 @@ impl Checker<'_> {
                 Ok(())
             }
             Some(Bind::Set(target)) => match target {
-                Expr::Id { .. } | Expr::From { .. } | Expr::Global { .. } | Expr::Get { .. } | Expr::Index { .. } => {
-                    self.expr(target, 0)
-                }
+                Expr::Id { .. }
+                | Expr::From { .. }
+                | Expr::Global { .. }
+                | Expr::Get { .. }
+                | Expr::Index { .. } => self.expr(target, 0),
                 _ => Err(TraceError::BadProperty {
                     handler: self.handler,
                 }),

@@ -38,7 +38,6 @@ pub fn node_with_env(dir: &Path, args: &[&str], env: &[(&str, &Path)]) -> String
     String::from_utf8(output.stdout).unwrap()
 }
 
-
 pub fn crate_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -63,19 +62,33 @@ pub fn drive_with_env(
     fs::copy(crate_dir().join("tests/support/drive.mjs"), &driver).unwrap();
     let handler = package.join(handler_file(name));
     let mut args: Vec<&str> = node_args.to_vec();
-    args.extend([driver.to_str().unwrap(), handler.to_str().unwrap(), inputs.to_str().unwrap()]);
+    args.extend([
+        driver.to_str().unwrap(),
+        handler.to_str().unwrap(),
+        inputs.to_str().unwrap(),
+    ]);
     node_with_env(work, &args, env)
 }
 
 /// The inputs each benchmark handler is driven with: on and off its usual paths.
 fn benchmark_inputs(name: &str) -> &'static str {
     match name {
-        "authorize" => r#"[{"username":"user3","password":"store-secret-21"},{"username":"user4","password":"event-secret-4711"},{"username":"user3","password":"x"},{"username":"nobody","password":"pw0"},{"username":3},{}]"#,
-        "upload" => r#"[{"name":"a.txt","body":"event-secret-body"},{"body":"no name"},{"name":"b"},{}]"#,
-        "status" => r#"[{"repo":"kiln","sha":"abcdef1","state":"success","target_url":"u","context":"ci"},{"repo":"kiln","sha":"1234567","state":"failure","target_url":"u","context":"lint"},{"repo":"kiln","sha":"abcdef1","state":"odd","target_url":"u","context":"ci"},{"repo":"kiln","sha":"zz","state":"success","target_url":"u","context":"ci"},{"repo":"kiln","sha":"fffffff","state":"success","target_url":"u","context":"ci"},{"repo":1}]"#,
-        "banking" => r#"[{"account":"a","op":"deposit","amount":500},{"account":"a","op":"withdraw","amount":200},{"account":"a","op":"withdraw","amount":900},{"account":"a","op":"balance"},{"account":"b","op":"steal","amount":1},{"account":"a","op":"deposit","amount":1.5}]"#,
+        "authorize" => {
+            r#"[{"username":"user3","password":"store-secret-21"},{"username":"user4","password":"event-secret-4711"},{"username":"user3","password":"x"},{"username":"nobody","password":"pw0"},{"username":3},{}]"#
+        }
+        "upload" => {
+            r#"[{"name":"a.txt","body":"event-secret-body"},{"body":"no name"},{"name":"b"},{}]"#
+        }
+        "status" => {
+            r#"[{"repo":"kiln","sha":"abcdef1","state":"success","target_url":"u","context":"ci"},{"repo":"kiln","sha":"1234567","state":"failure","target_url":"u","context":"lint"},{"repo":"kiln","sha":"abcdef1","state":"odd","target_url":"u","context":"ci"},{"repo":"kiln","sha":"zz","state":"success","target_url":"u","context":"ci"},{"repo":"kiln","sha":"fffffff","state":"success","target_url":"u","context":"ci"},{"repo":1}]"#
+        }
+        "banking" => {
+            r#"[{"account":"a","op":"deposit","amount":500},{"account":"a","op":"withdraw","amount":200},{"account":"a","op":"withdraw","amount":900},{"account":"a","op":"balance"},{"account":"b","op":"steal","amount":1},{"account":"a","op":"deposit","amount":1.5}]"#
+        }
         "autocomplete" => r#"[{"prefix":"ab"},{"prefix":"AC"},{"prefix":"zzz"},{}]"#,
-        "maze" => r#"[{"x1":0,"y1":0,"x2":29,"y2":29},{"x1":0,"y1":0,"x2":0,"y2":0},{"x1":3,"y1":0,"x2":5,"y2":5},{"x1":-1,"y1":0,"x2":5,"y2":5},{"x1":2,"y1":10,"x2":28,"y2":1}]"#,
+        "maze" => {
+            r#"[{"x1":0,"y1":0,"x2":29,"y2":29},{"x1":0,"y1":0,"x2":0,"y2":0},{"x1":3,"y1":0,"x2":5,"y2":5},{"x1":-1,"y1":0,"x2":5,"y2":5},{"x1":2,"y1":10,"x2":28,"y2":1}]"#
+        }
         "shift" => r#"[{"n":0},{"n":10},{"n":1000}]"#,
         _ => "[{}]",
     }
@@ -87,8 +100,16 @@ pub fn stage_benchmark(name: &str, into: &Path, transform: &dyn Fn(&str, SourceK
     copy_tree(&from, into, transform);
     let sdk = into.join("node_modules/@aws-sdk/client-s3");
     fs::create_dir_all(&sdk).unwrap();
-    fs::copy(crate_dir().join("tests/support/client-s3.js"), sdk.join("index.js")).unwrap();
-    fs::write(sdk.join("package.json"), r#"{"name":"@aws-sdk/client-s3","main":"index.js"}"#).unwrap();
+    fs::copy(
+        crate_dir().join("tests/support/client-s3.js"),
+        sdk.join("index.js"),
+    )
+    .unwrap();
+    fs::write(
+        sdk.join("package.json"),
+        r#"{"name":"@aws-sdk/client-s3","main":"index.js"}"#,
+    )
+    .unwrap();
 }
 
 fn copy_tree(from: &Path, to: &Path, transform: &dyn Fn(&str, SourceKind) -> String) {
@@ -129,5 +150,12 @@ pub fn handler_file(name: &str) -> &'static str {
     }
 }
 
-pub const BENCHMARKS: [&str; 7] = ["authorize", "upload", "status", "banking", "autocomplete", "maze", "shift"];
-
+pub const BENCHMARKS: [&str; 7] = [
+    "authorize",
+    "upload",
+    "status",
+    "banking",
+    "autocomplete",
+    "maze",
+    "shift",
+];
