@@ -44,6 +44,18 @@ function addType(node, value) {
   }
 }
 
+/** A property's value if it is a data property on the object or its prototypes; never runs a getter. */
+function lookup(object, key) {
+  if (object === null || object === undefined) return undefined;
+  let target = Object(object);
+  for (let depth = 0; target !== null && depth < 64; depth += 1) {
+    const descriptor = Object.getOwnPropertyDescriptor(target, key);
+    if (descriptor) return 'value' in descriptor ? descriptor.value : undefined;
+    target = Object.getPrototypeOf(target);
+  }
+  return undefined;
+}
+
 // The quoted statement a node was made from, kept off the JSON (a node is matched to it on later runs).
 const origin = new WeakMap();
 
@@ -143,6 +155,12 @@ class Tracer {
     this.place(q, () => ({ kind: 'let', bind: q.bind, value: q.value }));
   }
 
+  /** A closure stored in a property: recorded as `f` does, and returned. */
+  fv(q, fn) {
+    this.f(q, fn);
+    return fn;
+  }
+
   b(q) {
     this.place(q, () => ({ kind: 'break', label: q.label }));
   }
@@ -227,8 +245,12 @@ class Tracer {
   }
 
   // ------------------------------------------------------------------------------------------ calls
-  /** A call is about to run (Fig. 5's pushArg…named): an instrumented callee will consume it. */
-  c(q, callee) {
+  /**
+   * A call is about to run (Fig. 5's pushArg…named): an instrumented callee will consume it. The callee is
+   * given, or its object and key (it is then looked up without running a getter), or neither.
+   */
+  c(q, callee, object, key) {
+    if (callee === undefined && arguments.length > 2) callee = lookup(object, key);
     const info = typeof callee === 'function' ? this.functions.get(callee) : undefined;
     const depth = this.cur.frames.length;
     let node;

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 mod support;
 
 use kiln_breakout::instrument::instrument_dir;
+use proptest::prelude::*;
 use serde_json::Value;
 use support::*;
 
@@ -131,4 +132,53 @@ fn a_site_on_a_rare_path_is_unsupported_only_on_that_path() {
     );
     assert!(dump.contains(r#""at":"index.js:3:12""#), "{dump}");
     assert!(!dump.contains("40 + 2"), "{dump}");
+}
+
+/// Runs `program` as written and instrumented under the runtime; returns both outputs and the
+/// dumped tree (which must validate).
+fn program_plain_and_traced(program: &str) -> (String, String, String) {
+    let work = tempfile::tempdir().unwrap();
+    let package = work.path().join("package");
+    fs::create_dir_all(&package).unwrap();
+    fs::write(package.join("main.js"), program).unwrap();
+    let traced = work.path().join("traced");
+    instrument_dir(&package, &traced).unwrap();
+    let expected = node(&package, &["main.js"]);
+    let dump = work.path().join("trace.json");
+    let runtime = runtime();
+    let actual = node_with_env(
+        &traced,
+        &["--require", runtime.to_str().unwrap(), "main.js"],
+        &[("KILN_BREAKOUT_DUMP", &dump)],
+    );
+    let dump = fs::read_to_string(&dump).unwrap();
+    if let Err(error) = kiln_breakout::trace::parse(dump.as_bytes()) {
+        panic!("the validator refuses the tree: {error}\n{dump}");
+    }
+    (expected, actual, dump)
+}
+
+#[test]
+fn corpus_programs_print_the_same_traced() {
+    if !node_available() {
+        return;
+    }
+    for (path, _) in corpus() {
+        let program = fs::read_to_string(&path).unwrap();
+        let (expected, actual, _) = program_plain_and_traced(&program);
+        assert_eq!(actual, expected, "{} differs traced", path.display());
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+
+    #[test]
+    fn generated_programs_behave_the_same_traced(e in logged_expression(), s in logged_expression()) {
+        if !node_available() {
+            return Ok(());
+        }
+        let (expected, actual, _) = program_plain_and_traced(&logged_program(&e, &s));
+        prop_assert_eq!(actual, expected);
+    }
 }

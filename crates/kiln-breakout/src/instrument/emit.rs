@@ -290,7 +290,11 @@ impl<'s> Emitter<'s> {
                         String::new(),
                     ),
                     Some(argument) => match self.quote(argument) {
-                        Some(value) => (value, format!(", {}", self.source(argument.span()))),
+                        // The value again for its type, when reading it has no effect.
+                        Some(value) if simple(argument) => {
+                            (value, format!(", {}", self.source(argument.span())))
+                        }
+                        Some(value) => (value, String::new()),
                         None => return self.unsupported_here(s.span, "this return value"),
                     },
                 };
@@ -399,7 +403,11 @@ impl<'s> Emitter<'s> {
                 let Some(target) = self.names.target(&a.left, self.scope(), self.src) else {
                     return self.unsupported_here(s.span, "this assignment");
                 };
-                let read = self.source(a.left.span()).to_string();
+                // A property is not read again (a getter would run twice).
+                let read = match &a.left {
+                    AssignmentTarget::AssignmentTargetIdentifier(id) => id.name.to_string(),
+                    _ => "undefined".to_string(),
+                };
                 self.binding(json!({"set": target}), &read, &a.right, s.span);
             }
             Expression::CallExpression(call) => {
@@ -465,13 +473,22 @@ impl<'s> Emitter<'s> {
                 self.close(order, span.end, format!("{t}.r({k}, {read});"));
             }
             Expression::FunctionExpression(f) => {
+                // Wrapping the function would lose the name a `let` gives it; a property's
+                // function has none to lose, and is not read back (a setter could run).
+                let wrap = read == "undefined";
+                let wrap_order = self.reserve();
                 let (id, captures) = self.function(f);
                 let q = self.q(json!({
                     "kind": "let",
                     "bind": bind,
                     "value": {"kind": "closure", "fn": id, "async": f.r#async, "captures": captures},
                 }));
-                self.close(order, span.end, format!("{t}.f({q}, {read});"));
+                if wrap {
+                    self.open(f.span.start, format!("{t}.fv({q}, "));
+                    self.close(wrap_order, f.span.end, ")".to_string());
+                } else {
+                    self.close(order, span.end, format!("{t}.f({q}, {read});"));
+                }
             }
             other => match self.quote(other) {
                 Some(value) => {
@@ -517,8 +534,29 @@ impl<'s> Emitter<'s> {
             "args": args,
             "new": new,
         }));
-        let callee_text = self.source(callee.span()).to_string();
-        self.open(span.start, format!("{t}.c({q}, {callee_text});"));
+        // The callee, for the runtime to tell a traced function from a built-in, read without
+        // evaluating anything twice: a name, or an object held by a name and a key.
+        let callee_text = match callee {
+            Expression::Identifier(id) => format!(", {}", id.name),
+            Expression::StaticMemberExpression(m) if simple(&m.object) => {
+                format!(
+                    ", undefined, {}, {:?}",
+                    self.source(m.object.span()),
+                    m.property.name.as_str()
+                )
+            }
+            Expression::ComputedMemberExpression(m)
+                if simple(&m.object) && simple(&m.expression) =>
+            {
+                format!(
+                    ", undefined, {}, {}",
+                    self.source(m.object.span()),
+                    self.source(m.expression.span())
+                )
+            }
+            _ => String::new(),
+        };
+        self.open(span.start, format!("{t}.c({q}{callee_text});"));
         self.close(order, span.end, format!("{t}.d({read});"));
     }
 
@@ -625,4 +663,18 @@ impl<'a> Visit<'a> for FreeNames<'_, '_> {
         }
         walk::walk_identifier_reference(self, it);
     }
+}
+
+/// An expression whose evaluation has no effect and reads no property: a name, `this` or a
+/// literal.
+fn simple(e: &Expression<'_>) -> bool {
+    matches!(
+        e,
+        Expression::Identifier(_)
+            | Expression::ThisExpression(_)
+            | Expression::NumericLiteral(_)
+            | Expression::StringLiteral(_)
+            | Expression::BooleanLiteral(_)
+            | Expression::NullLiteral(_)
+    )
 }

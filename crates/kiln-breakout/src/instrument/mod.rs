@@ -99,8 +99,25 @@ pub fn instrument_source(
     let table = serde_json::to_string(&emitter.table).expect("JSON values serialise");
     let table_literal = serde_json::to_string(&table).expect("a string serialises");
     let prologue_at = parsed.program.directives.last().map_or(0, |d| d.span.end);
+    // A mark left in code kept as written (a site's own inside, an accessor's body, say) runs
+    // as a call: the function records the site's ☠.
+    let site_marks = if marker.is_some() {
+        let table: Vec<serde_json::Value> = infos
+            .iter()
+            .map(|i| serde_json::json!({"kind": "unsupported", "reason": i.reason, "at": i.at}))
+            .collect();
+        let table = serde_json::to_string(&table).expect("JSON values serialise");
+        let literal = serde_json::to_string(&table).expect("a string serialises");
+        format!(
+            " const {p}S = JSON.parse({literal}); const {mark} = (n) => {p}T.u({p}S[n]);",
+            p = prefix,
+            mark = marker.unwrap_or_default()
+        )
+    } else {
+        String::new()
+    };
     let prologue = format!(
-        "\nconst {p}T = globalThis.{RUNTIME_GLOBAL}; const {p}Q = JSON.parse({table_literal}); \
+        "\nconst {p}T = globalThis.{RUNTIME_GLOBAL}; const {p}Q = JSON.parse({table_literal});{site_marks} \
          const {p}M = {p}T.en({p}Q[{module_q}]);\n",
         p = prefix
     );

@@ -23,7 +23,13 @@ use super::lower::{FunctionContext, Lowerer};
 
 impl Lowerer<'_> {
     /// The statements that define the class as `name` (a `let`).
-    pub fn class(&mut self, class: &Class<'_>, name: &str, _declaration: bool) -> Vec<String> {
+    pub fn class(&mut self, class: &Class<'_>, name: &str) -> Vec<String> {
+        if !lowerable(class) {
+            // A site (an accessor, a static block, a private member): kept as written, so the
+            // program still behaves as before; the instrumenter leaves it untraced.
+            let text = self.source(class.span);
+            return vec![format!("let {name} = {text};")];
+        }
         let mut out = Vec::new();
         let base = match &class.heritage {
             Some(heritage) => {
@@ -272,4 +278,24 @@ impl Lowerer<'_> {
             text: self_name,
         }
     }
+}
+
+/// Whether every member of a class has a prototype form here: a constructor, methods and
+/// fields, static or not, with public keys.
+fn lowerable(class: &Class<'_>) -> bool {
+    class.decorators.is_empty()
+        && class.body.body.iter().all(|element| match element {
+            ClassElement::MethodDefinition(m) => {
+                matches!(
+                    m.kind,
+                    MethodDefinitionKind::Method | MethodDefinitionKind::Constructor
+                ) && !matches!(m.key, PropertyKey::PrivateIdentifier(_))
+                    && !m.value.generator
+                    && m.decorators.is_empty()
+            }
+            ClassElement::PropertyDefinition(p) => {
+                !matches!(p.key, PropertyKey::PrivateIdentifier(_)) && p.decorators.is_empty()
+            }
+            _ => false,
+        })
 }

@@ -307,7 +307,7 @@ impl Lowerer<'_> {
                     Some(id) => id.name.to_string(),
                     None => self.fresh("class"),
                 };
-                let statements = self.class(c, &name, false);
+                let statements = self.class(c, &name);
                 let value = self.fresh("t");
                 Value {
                     pre: vec![format!(

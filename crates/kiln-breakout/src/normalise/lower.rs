@@ -172,8 +172,7 @@ impl<'s> Lowerer<'s> {
         }
         for (name, function) in functions {
             if function.generator {
-                // A site: printed as written, still hoisted.
-                out.push(self.source(function.span).to_string());
+                // A site: printed as written where it stands (JavaScript hoists it).
                 continue;
             }
             let text = self.function(function);
@@ -232,7 +231,7 @@ impl<'s> Lowerer<'s> {
             Statement::ClassDeclaration(c) => match &c.id {
                 Some(id) => {
                     let name = id.name.to_string();
-                    self.class(c, &name, true)
+                    self.class(c, &name)
                 }
                 None => vec![self.source(c.span).to_string()],
             },
@@ -315,7 +314,7 @@ impl<'s> Lowerer<'s> {
                         Some(id) => id.name.to_string(),
                         None => self.fresh("default"),
                     };
-                    let mut out = self.class(c, &name, true);
+                    let mut out = self.class(c, &name);
                     out.push(format!("export default {name};"));
                     out
                 }
@@ -361,7 +360,7 @@ impl<'s> Lowerer<'s> {
             Declaration::ClassDeclaration(c) => match &c.id {
                 Some(id) => {
                     let name = id.name.to_string();
-                    let mut out = self.class(c, &name, true);
+                    let mut out = self.class(c, &name);
                     out.push(format!("export {{ {name} }};"));
                     out
                 }

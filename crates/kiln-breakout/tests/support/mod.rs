@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use kiln_breakout::SourceKind;
+use proptest::prelude::*;
 
 pub fn node_available() -> bool {
     let found = Command::new("node").arg("--version").output().is_ok();
@@ -159,3 +160,60 @@ pub const BENCHMARKS: [&str; 7] = [
     "maze",
     "shift",
 ];
+
+/// The corpus programs: each path, and whether it is in the supported subset (`sites/` holds
+/// programs with constructs outside it).
+pub fn corpus() -> Vec<(PathBuf, bool)> {
+    let mut out = Vec::new();
+    for (dir, in_subset) in [("tests/corpus", true), ("tests/corpus/sites", false)] {
+        let mut paths: Vec<PathBuf> = fs::read_dir(crate_dir().join(dir))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "js"))
+            .collect();
+        paths.sort();
+        out.extend(paths.into_iter().map(|p| (p, in_subset)));
+    }
+    out
+}
+
+/// A program that evaluates two generated expressions with logged operands and prints what
+/// happened: the harness of the property tests that compare runs.
+pub fn logged_program(e: &str, s: &str) -> String {
+    format!(
+        "const log = []; let x = 1; const o = {{ p: 0 }};\n\
+         function f(tag, value) {{ log.push(tag); return value; }}\n\
+         let result; try {{ result = {e}; if ({s}) {{ log.push(\"then\"); }} }} catch (error) {{ result = error.constructor.name; }}\n\
+         console.log([result, x, o.p, log].map((v) => typeof v === \"object\" && v !== null ? \"object\" : String(v)).join(\" \"));\n"
+    )
+}
+
+/// Expressions whose every operand logs when it is evaluated, so a difference in order or in
+/// short-circuiting shows in the output.
+pub fn logged_expression() -> impl Strategy<Value = String> {
+    let leaf = prop_oneof![
+        (0..6u8).prop_map(|v| format!("f({v}, {v})")),
+        Just("f(\"n\", null)".to_string()),
+        Just("f(\"u\", undefined)".to_string()),
+        Just("o.p".to_string()),
+        Just("f(\"o\", o)".to_string()),
+        Just("x".to_string()),
+    ];
+    leaf.prop_recursive(4, 24, 3, |inner| {
+        prop_oneof![
+            (inner.clone(), inner.clone()).prop_map(|(a, b)| format!("({a} && {b})")),
+            (inner.clone(), inner.clone()).prop_map(|(a, b)| format!("({a} || {b})")),
+            (inner.clone(), inner.clone()).prop_map(|(a, b)| format!("({a} ?? {b})")),
+            (inner.clone(), inner.clone(), inner.clone())
+                .prop_map(|(a, b, c)| format!("({a} ? {b} : {c})")),
+            (inner.clone(), inner.clone()).prop_map(|(a, b)| format!("({a} + {b})")),
+            inner.clone().prop_map(|a| format!("({a})?.p")),
+            inner.clone().prop_map(|a| format!("(x = {a})")),
+            inner.clone().prop_map(|a| format!("(x += {a})")),
+            inner.clone().prop_map(|a| format!("(o.p ||= {a})")),
+            inner.clone().prop_map(|a| format!("[x++, {a}, x]")),
+            (inner.clone(), inner.clone()).prop_map(|(a, b)| format!("`<${{{a}}}|${{{b}}}>`")),
+            inner.clone().prop_map(|a| format!("f(\"g\", {a})")),
+        ]
+    })
+}
