@@ -2,9 +2,9 @@
 //! under the tracing runtime (`runtimes/nodejs/breakout.js`), it builds its own trace tree
 //! while behaving as before.
 //!
-//! Per file: the support check's sites are marked in the source ([`sites`]), the file is
+//! Per file: the support check's sites are marked in the source (`sites.rs`), the file is
 //! normalised ([`crate::normalise`]), and calls into the runtime are inserted around each
-//! statement ([`emit`]). Each site becomes `unsupported(reason, "file:line:col")` where it
+//! statement (`emit.rs`). Each site becomes `unsupported(reason, "file:line:col")` where it
 //! runs, so a site on a rare path costs only that path.
 //!
 //! A file that cannot be normalised is copied as it is; its functions are then not

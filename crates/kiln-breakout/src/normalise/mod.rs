@@ -2,10 +2,10 @@
 //! that the instrumenter has few forms to handle.
 //!
 //! Two passes, each parsing the previous one's output:
-//! - [`structure`] rewrites the control structures in place, copying the rest as written: loops
+//! - `structure.rs` rewrites the control structures in place, copying the rest as written: loops
 //!   become `while`, `switch` becomes `if`s, destructuring declarations and parameters become
 //!   one declarator per name;
-//! - [`lower`] prints the whole file again in A-normal form: every call, `new`, `await`,
+//! - `lower.rs` (with `expr.rs` and `class.rs`) prints the whole file again in A-normal form: every call, `new`, `await`,
 //!   assignment and branch inside an expression is lifted into a statement of its own (`?:`,
 //!   `&&`, `||`, `??` and `?.` become `if`s over temporaries, in evaluation order), functions
 //!   become `let`s of function expressions, classes become constructor functions and

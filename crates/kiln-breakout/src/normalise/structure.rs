@@ -12,7 +12,7 @@
 //! A `for (let …)` loop whose body makes closures keeps JavaScript's per-iteration copies of
 //! its variables.
 //!
-//! The second pass ([`super::lower`]) does the rest. Where this rewrite still
+//! The second pass (`lower.rs`) does the rest. Where this rewrite still
 //! differs from JavaScript (`docs/breakout.md` lists it): a `let` in one `case` is not visible
 //! in the next; leaving a `for…of` early does not call the iterator's `return`.
 //!
