@@ -22,15 +22,12 @@
 //! `T.mk()` is the depth of the trace context; `T.x(k)` pops back to it, so a `break` needs no
 //! `popTo` of its own: the code it jumps to pops.
 
-use std::collections::BTreeSet;
-
 use oxc_ast::ast::*;
-use oxc_ast_visit::{walk, Visit};
-use oxc_semantic::{ScopeFlags, ScopeId, Scoping};
+use oxc_semantic::{ScopeId, Scoping};
 use oxc_span::{GetSpan, Span};
 use serde_json::{json, Value};
 
-use super::quote::{Binding, Names};
+use super::quote::Names;
 use crate::position::LineIndex;
 
 /// A site's reason and source position, by its mark's number.
@@ -51,20 +48,20 @@ struct Edit {
 }
 
 pub(super) struct Emitter<'s> {
-    src: &'s str,
-    names: Names<'s>,
+    pub(super) src: &'s str,
+    pub(super) names: Names<'s>,
     index: LineIndex<'s>,
-    file: &'s str,
+    pub(super) file: &'s str,
     /// Runtime object, quoted table and fresh names share this prefix.
-    prefix: String,
+    pub(super) prefix: String,
     marker: Option<&'s str>,
     sites: &'s [SiteInfo],
     pub table: Vec<Value>,
     edits: Vec<Edit>,
     seq: u32,
-    functions: u32,
+    pub(super) functions: u32,
     /// The scope of the function whose body is being instrumented.
-    scope: Vec<ScopeId>,
+    pub(super) scope: Vec<ScopeId>,
 }
 
 impl<'s> Emitter<'s> {
@@ -92,12 +89,12 @@ impl<'s> Emitter<'s> {
         }
     }
 
-    fn q(&mut self, value: Value) -> String {
+    pub(super) fn q(&mut self, value: Value) -> String {
         self.table.push(value);
         format!("{}Q[{}]", self.prefix, self.table.len() - 1)
     }
 
-    fn t(&self) -> String {
+    pub(super) fn t(&self) -> String {
         format!("{}T", self.prefix)
     }
 
@@ -106,7 +103,7 @@ impl<'s> Emitter<'s> {
         format!("{}k{}", self.prefix, self.seq)
     }
 
-    fn open(&mut self, at: u32, text: String) {
+    pub(super) fn open(&mut self, at: u32, text: String) {
         self.seq += 1;
         self.edits.push(Edit {
             at,
@@ -119,12 +116,12 @@ impl<'s> Emitter<'s> {
 
     /// A number taken when a construct starts: its closing insertions sort by it, so at one
     /// offset an inner construct's close comes before an outer one's.
-    fn reserve(&mut self) -> u32 {
+    pub(super) fn reserve(&mut self) -> u32 {
         self.seq += 1;
         self.seq
     }
 
-    fn close(&mut self, order: u32, at: u32, text: String) {
+    pub(super) fn close(&mut self, order: u32, at: u32, text: String) {
         self.edits.push(Edit {
             at,
             rank: 0,
@@ -151,7 +148,7 @@ impl<'s> Emitter<'s> {
         format!("{}:{line}:{col}", self.file)
     }
 
-    fn scope(&self) -> ScopeId {
+    pub(super) fn scope(&self) -> ScopeId {
         *self.scope.last().expect("inside the file's scope")
     }
 
@@ -202,7 +199,7 @@ impl<'s> Emitter<'s> {
         self.scope.pop();
     }
 
-    fn statements(&mut self, body: &[Statement<'_>]) {
+    pub(super) fn statements(&mut self, body: &[Statement<'_>]) {
         for statement in body {
             self.statement(statement);
         }
@@ -356,7 +353,7 @@ impl<'s> Emitter<'s> {
         }
     }
 
-    fn source(&self, span: Span) -> &'s str {
+    pub(super) fn source(&self, span: Span) -> &'s str {
         &self.src[span.start as usize..span.end as usize]
     }
 
@@ -558,110 +555,6 @@ impl<'s> Emitter<'s> {
         };
         self.open(span.start, format!("{t}.c({q}{callee_text});"));
         self.close(order, span.end, format!("{t}.d({read});"));
-    }
-
-    /// Instruments a function expression's body; returns its id and what it captures.
-    fn function(&mut self, f: &Function<'_>) -> (String, Vec<Value>) {
-        self.functions += 1;
-        let id = format!("{}#{}", self.file, self.functions);
-        let (Some(body), Some(scope), false) = (&f.body, f.scope_id.get(), f.generator) else {
-            return (id, Vec::new());
-        };
-        let captures = self.captures(f, scope);
-        let mut params = Vec::new();
-        for param in &f.params.items {
-            if let BindingPattern::BindingIdentifier(p) = &param.pattern {
-                params.push(p.name.to_string());
-            }
-        }
-        let rest = f.params.rest.as_ref().and_then(|r| match &r.rest.argument {
-            BindingPattern::BindingIdentifier(p) => Some(p.name.to_string()),
-            _ => None,
-        });
-        let t = self.t();
-        let order = self.reserve();
-        let q = self.q(json!({
-            "kind": "function",
-            "fn": id,
-            "params": params,
-            "rest": rest,
-            "async": f.r#async,
-        }));
-        let implicit = self.q(json!({
-            "kind": "return",
-            "value": {"kind": "global", "name": "undefined"},
-            "implicit": true,
-        }));
-        let start = body
-            .directives
-            .last()
-            .map_or(body.span.start + 1, |d| d.span.end);
-        let frame = format!("{}F", self.prefix);
-        self.open(start, format!("const {frame} = {t}.en({q}); try {{"));
-        self.scope.push(scope);
-        self.statements(&body.statements);
-        self.scope.pop();
-        self.close(
-            order,
-            body.span.end - 1,
-            format!("{t}.rt({implicit}); }} finally {{ {t}.lv({frame}); }}"),
-        );
-        (id, captures)
-    }
-
-    /// The names a function reads from enclosing functions: its closure's environment, each
-    /// as the address the enclosing function has for it.
-    fn captures(&self, f: &Function<'_>, scope: ScopeId) -> Vec<Value> {
-        let mut finder = FreeNames {
-            names: &self.names,
-            function: scope,
-            found: BTreeSet::new(),
-        };
-        finder.visit_function(f, ScopeFlags::Function);
-        let here = self.scope();
-        finder
-            .found
-            .into_iter()
-            .map(|(name, declared)| {
-                let kind = if declared == here { "ref" } else { "from" };
-                json!({"kind": kind, "name": name})
-            })
-            .collect()
-    }
-}
-
-/// Names referenced in a function (nested functions included) that an enclosing function
-/// declares, with the function scope that declares each.
-struct FreeNames<'n, 's> {
-    names: &'n Names<'s>,
-    function: ScopeId,
-    found: BTreeSet<(String, ScopeId)>,
-}
-
-impl<'a> Visit<'a> for FreeNames<'_, '_> {
-    fn visit_identifier_reference(&mut self, it: &IdentifierReference<'a>) {
-        if let Binding::Global = self.names.binding(it, self.function) {
-            return;
-        }
-        let symbol = it
-            .reference_id
-            .get()
-            .and_then(|r| self.names.scoping.get_reference(r).symbol_id());
-        if let Some(symbol) = symbol {
-            let declared = self
-                .names
-                .function_scope(self.names.scoping.symbol_scope_id(symbol));
-            // Declared outside this function: an ancestor of its scope.
-            let mut scope = self.names.scoping.scope_parent_id(self.function);
-            while let Some(s) = scope {
-                if s == declared {
-                    self.found.insert((it.name.to_string(), declared));
-                    break;
-                }
-                scope = self.names.scoping.scope_parent_id(s);
-            }
-        }
-        walk::walk_identifier_reference(self, it);
     }
 }
 

@@ -11,6 +11,7 @@
 //! instrumented, and the runtime records a call into one of them as ☠.
 
 mod emit;
+mod functions;
 mod quote;
 mod sites;
 

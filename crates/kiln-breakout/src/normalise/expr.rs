@@ -29,7 +29,7 @@ impl Value {
 }
 
 /// Whether an operand's text can be read later with the same result: a literal or a temporary.
-fn stable(text: &str, prefix: &str) -> bool {
+pub(super) fn stable(text: &str, prefix: &str) -> bool {
     let literal = text.starts_with('"')
         || text.starts_with('\'')
         || text.chars().next().is_some_and(|c| c.is_ascii_digit())
@@ -62,7 +62,7 @@ impl Lowerer<'_> {
     }
 
     /// `text` bound to a fresh `const`, the name as the value.
-    fn bind(&mut self, mut value: Value) -> Value {
+    pub fn bind(&mut self, mut value: Value) -> Value {
         let name = self.fresh("t");
         value.pre.push(format!("const {name} = {};", value.text));
         value.text = name;
@@ -450,131 +450,6 @@ impl Lowerer<'_> {
         }
     }
 
-    /// An `a?.b…` chain: each optional link checks its object and leaves the chain's block
-    /// with `undefined` when it is `null` or `undefined`.
-    fn chain(&mut self, c: &ChainExpression<'_>) -> Value {
-        let label = self.fresh("chain");
-        let result = self.fresh("t");
-        let mut inner = Vec::new();
-        let text = match &c.expression {
-            ChainElement::CallExpression(call) => self.chain_call(call, &label, &mut inner),
-            other => match other.as_member_expression() {
-                Some(member) => self.chain_member(member, &label, &mut inner),
-                None => format!("({})", self.source(other.span())),
-            },
-        };
-        Value {
-            pre: vec![format!(
-                "let {result}; {label}: {{ {} {result} = {text}; }}",
-                inner.join(" ")
-            )],
-            text: result,
-        }
-    }
-
-    /// An object in a chain, bound to a temporary (and checked when its link is optional).
-    fn chain_object(&mut self, e: &Expression<'_>, label: &str, pre: &mut Vec<String>) -> String {
-        let text = match e {
-            Expression::CallExpression(call) => self.chain_call(call, label, pre),
-            Expression::StaticMemberExpression(_) | Expression::ComputedMemberExpression(_) => {
-                let member = e.as_member_expression().expect("a member expression");
-                self.chain_member(member, label, pre)
-            }
-            Expression::ParenthesizedExpression(p) => {
-                return self.chain_object(&p.expression, label, pre)
-            }
-            other => {
-                let value = self.expr(other);
-                pre.extend(value.pre);
-                value.text
-            }
-        };
-        if stable(&text, &self.prefix) {
-            return text;
-        }
-        let name = self.fresh("t");
-        pre.push(format!("const {name} = {text};"));
-        name
-    }
-
-    fn null_check(name: &str, label: &str) -> String {
-        format!("if ({name} == null) {{ break {label}; }}")
-    }
-
-    fn chain_member(
-        &mut self,
-        member: &MemberExpression<'_>,
-        label: &str,
-        pre: &mut Vec<String>,
-    ) -> String {
-        let object = self.chain_object(member.object(), label, pre);
-        if member.optional() {
-            pre.push(Self::null_check(&object, label));
-        }
-        match member {
-            MemberExpression::StaticMemberExpression(m) => {
-                format!("{}.{}", receiver(&object), m.property.name)
-            }
-            MemberExpression::ComputedMemberExpression(m) => {
-                let key = self.expr(&m.expression);
-                pre.extend(key.pre);
-                format!("{}[{}]", receiver(&object), key.text)
-            }
-            other => format!("({})", self.source(other.span())),
-        }
-    }
-
-    fn chain_call(
-        &mut self,
-        call: &CallExpression<'_>,
-        label: &str,
-        pre: &mut Vec<String>,
-    ) -> String {
-        let (callee, receiver) = match call.callee.as_member_expression() {
-            Some(member) => {
-                let object = self.chain_object(member.object(), label, pre);
-                if member.optional() {
-                    pre.push(Self::null_check(&object, label));
-                }
-                let callee = match member {
-                    MemberExpression::StaticMemberExpression(m) => {
-                        format!("{}.{}", receiver(&object), m.property.name)
-                    }
-                    MemberExpression::ComputedMemberExpression(m) => {
-                        let key = self.expr(&m.expression);
-                        pre.extend(key.pre);
-                        format!("{}[{}]", receiver(&object), key.text)
-                    }
-                    other => format!("({})", self.source(other.span())),
-                };
-                (callee, Some(object))
-            }
-            None => (self.chain_object(&call.callee, label, pre), None),
-        };
-        let parts = self.arguments(&call.arguments);
-        let (argument_pre, mut texts) = self.sequence(parts);
-        if call.optional {
-            let function = self.fresh("t");
-            pre.push(format!("const {function} = {callee};"));
-            pre.push(Self::null_check(&function, label));
-            pre.extend(argument_pre);
-            let call_text = match receiver {
-                Some(receiver) => {
-                    texts.insert(0, receiver);
-                    format!("{function}.call({})", texts.join(", "))
-                }
-                None => format!("{function}({})", texts.join(", ")),
-            };
-            let name = self.fresh("t");
-            pre.push(format!("const {name} = {call_text};"));
-            return name;
-        }
-        pre.extend(argument_pre);
-        let name = self.fresh("t");
-        pre.push(format!("const {name} = {callee}({});", texts.join(", ")));
-        name
-    }
-
     /// An expression evaluated for its effects only: statements.
     pub fn effect(&mut self, e: &Expression<'_>) -> Vec<String> {
         match e {
@@ -638,237 +513,10 @@ impl Lowerer<'_> {
             }
         }
     }
-
-    /// An assignment target: its object and key bound, so it can be read and written.
-    fn target(&mut self, target: &SimpleAssignmentTarget<'_>) -> (Vec<String>, String) {
-        match target {
-            SimpleAssignmentTarget::AssignmentTargetIdentifier(id) => {
-                (Vec::new(), id.name.to_string())
-            }
-            SimpleAssignmentTarget::StaticMemberExpression(m) => {
-                let object = self.expr(&m.object);
-                let bound = self.bind_unstable(object);
-                (bound.pre, format!("{}.{}", bound.text, m.property.name))
-            }
-            SimpleAssignmentTarget::ComputedMemberExpression(m) => {
-                let object = self.expr(&m.object);
-                let object = self.bind_unstable(object);
-                let key = self.expr(&m.expression);
-                let key = self.bind_unstable(key);
-                let mut pre = object.pre;
-                pre.extend(key.pre);
-                (pre, format!("{}[{}]", object.text, key.text))
-            }
-            other => (Vec::new(), format!("({})", self.source(other.span()))),
-        }
-    }
-
-    fn bind_unstable(&mut self, value: Value) -> Value {
-        if stable(&value.text, &self.prefix) || is_name(&value.text) {
-            value
-        } else {
-            self.bind(value)
-        }
-    }
-
-    /// `a = b`, `a += b`, `a ||= b`, `[a, b] = c`: the statements, and the expression's value.
-    fn assignment(&mut self, a: &AssignmentExpression<'_>, value_used: bool) -> Value {
-        match &a.left {
-            AssignmentTarget::ArrayAssignmentTarget(_)
-            | AssignmentTarget::ObjectAssignmentTarget(_) => {
-                let right = self.expr(&a.right);
-                let value = self.bind(right);
-                let mut pre = value.pre;
-                self.destructure(&a.left, &value.text, &mut pre);
-                return Value {
-                    pre,
-                    text: value.text,
-                };
-            }
-            _ => {}
-        }
-        let simple = a.left.as_simple_assignment_target().expect("not a pattern");
-        let (mut pre, target) = self.target(simple);
-        let logical = match a.operator {
-            AssignmentOperator::LogicalAnd => Some(target.clone()),
-            AssignmentOperator::LogicalOr => Some(format!("!{target}")),
-            AssignmentOperator::LogicalNullish => Some(format!("{target} == null")),
-            _ => None,
-        };
-        if let Some(test) = logical {
-            let name = self.fresh("t");
-            let right = self.expr_top(&a.right);
-            pre.push(format!(
-                "let {name} = {target}; if ({test}) {{ {} {name} = {}; {target} = {name}; }}",
-                right.pre.join(" "),
-                right.text
-            ));
-            return Value { pre, text: name };
-        }
-        let right = if a.operator == AssignmentOperator::Assign {
-            self.expr_top(&a.right)
-        } else {
-            let operator = a.operator.to_binary_operator().map_or("+", |o| o.as_str());
-            let right = self.expr(&a.right);
-            // The target is read before the right side runs.
-            let (mut read_pre, old) = if right.pre.is_empty() {
-                (Vec::new(), target.clone())
-            } else {
-                let old = self.fresh("t");
-                (vec![format!("const {old} = {target};")], old)
-            };
-            read_pre.extend(right.pre);
-            Value {
-                pre: read_pre,
-                text: format!("{old} {operator} {}", right.text),
-            }
-        };
-        pre.extend(right.pre);
-        if !value_used {
-            pre.push(format!("{target} = {};", right.text));
-            return Value { pre, text: target };
-        }
-        let name = self.fresh("t");
-        pre.push(format!("const {name} = {};", right.text));
-        pre.push(format!("{target} = {name};"));
-        Value { pre, text: name }
-    }
-
-    fn update(&mut self, u: &UpdateExpression<'_>, value_used: bool) -> Value {
-        let (mut pre, target) = self.target(&u.argument);
-        let operator = if u.operator == UpdateOperator::Increment {
-            "+"
-        } else {
-            "-"
-        };
-        let old = self.fresh("t");
-        pre.push(format!("const {old} = +{target};"));
-        pre.push(format!("{target} = {old} {operator} 1;"));
-        let text = if !value_used || !u.prefix {
-            old
-        } else {
-            format!("({old} {operator} 1)")
-        };
-        Value { pre, text }
-    }
-
-    /// One assignment per target of a destructuring assignment, from the variable `from`.
-    fn destructure(&mut self, target: &AssignmentTarget<'_>, from: &str, pre: &mut Vec<String>) {
-        match target {
-            AssignmentTarget::ArrayAssignmentTarget(array) => {
-                let items = self.fresh("a");
-                pre.push(format!("const {items} = Array.from({from});"));
-                for (i, element) in array.elements.iter().enumerate() {
-                    if let Some(element) = element {
-                        self.destructure_default(element, format!("{items}[{i}]"), pre);
-                    }
-                }
-                if let Some(rest) = &array.rest {
-                    let value = self.fresh("t");
-                    let at = array.elements.len();
-                    pre.push(format!("const {value} = {items}.slice({at});"));
-                    self.destructure(&rest.target, &value, pre);
-                }
-            }
-            AssignmentTarget::ObjectAssignmentTarget(object) => {
-                let mut keys = Vec::new();
-                for property in &object.properties {
-                    match property {
-                        AssignmentTargetProperty::AssignmentTargetPropertyIdentifier(p) => {
-                            keys.push(format!("\"{}\"", p.binding.name));
-                            let read = format!("{from}.{}", p.binding.name);
-                            let value = self.with_default(read, p.init.as_ref(), pre);
-                            pre.push(format!("{} = {value};", p.binding.name));
-                        }
-                        AssignmentTargetProperty::AssignmentTargetPropertyProperty(p) => {
-                            let read = match &p.name {
-                                PropertyKey::StaticIdentifier(id) if !p.computed => {
-                                    keys.push(format!("\"{}\"", id.name));
-                                    format!("{from}.{}", id.name)
-                                }
-                                key if !p.computed => {
-                                    let text = self.source(key.span()).to_string();
-                                    keys.push(text.clone());
-                                    format!("{from}[{text}]")
-                                }
-                                key => {
-                                    let value = self.expr(key.to_expression());
-                                    let value = self.bind(value);
-                                    pre.extend(value.pre);
-                                    keys.push(value.text.clone());
-                                    format!("{from}[{}]", value.text)
-                                }
-                            };
-                            self.destructure_default(&p.binding, read, pre);
-                        }
-                    }
-                }
-                if let Some(rest) = &object.rest {
-                    let value = self.fresh("t");
-                    pre.push(format!(
-                        "const {value} = Object.fromEntries(Object.entries({from}).filter(({}) => ![{}].includes({}[0])));",
-                        "e",
-                        keys.join(", "),
-                        "e"
-                    ));
-                    self.destructure(&rest.target, &value, pre);
-                }
-            }
-            simple => {
-                if let Some(simple) = simple.as_simple_assignment_target() {
-                    let (target_pre, target) = self.target(simple);
-                    pre.extend(target_pre);
-                    pre.push(format!("{target} = {from};"));
-                }
-            }
-        }
-    }
-
-    fn destructure_default(
-        &mut self,
-        element: &AssignmentTargetMaybeDefault<'_>,
-        read: String,
-        pre: &mut Vec<String>,
-    ) {
-        match element {
-            AssignmentTargetMaybeDefault::AssignmentTargetWithDefault(d) => {
-                let value = self.with_default(read, Some(&d.init), pre);
-                self.destructure(&d.binding, &value, pre);
-            }
-            other => {
-                let target = other.as_assignment_target().expect("not a default");
-                let value = self.fresh("t");
-                pre.push(format!("const {value} = {read};"));
-                self.destructure(target, &value, pre);
-            }
-        }
-    }
-
-    /// `read` into a fresh variable, replaced by `default` (evaluated only then) when undefined.
-    fn with_default(
-        &mut self,
-        read: String,
-        default: Option<&Expression<'_>>,
-        pre: &mut Vec<String>,
-    ) -> String {
-        let name = self.fresh("t");
-        match default {
-            None => pre.push(format!("const {name} = {read};")),
-            Some(default) => {
-                let value = self.expr(default);
-                pre.push(format!(
-                    "let {name} = {read}; if ({name} === undefined) {{ {} {name} = {}; }}",
-                    value.pre.join(" "),
-                    value.text
-                ));
-            }
-        }
-        name
-    }
 }
 
 /// An object's text before `.` or `[`: a number literal in parentheses (`1.q` would not parse).
-fn receiver(text: &str) -> String {
+pub(super) fn receiver(text: &str) -> String {
     if text.starts_with(|c: char| c.is_ascii_digit() || c == '.') {
         format!("({text})")
     } else {
@@ -886,7 +534,7 @@ enum Shape {
     Computed,
 }
 
-fn is_name(text: &str) -> bool {
+pub(super) fn is_name(text: &str) -> bool {
     text.chars()
         .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$')
         && !text.chars().next().is_some_and(|c| c.is_ascii_digit())

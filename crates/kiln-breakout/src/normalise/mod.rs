@@ -15,6 +15,8 @@
 //! The result (the *normal form*) is what [`crate::instrument`] takes; `docs/breakout.md`
 //! describes it and lists where the rewrite still differs from JavaScript.
 
+mod assign;
+mod chain;
 mod class;
 mod expr;
 mod lower;
