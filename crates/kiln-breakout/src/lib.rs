@@ -12,11 +12,12 @@
 //!   (`runtimes/nodejs/breakout.js`), each site a ☠ where it runs.
 //! - [`trace`]: the trace tree's types and the validator of a tree an instance sends.
 //!
-//! Not yet: the compiler to wasm (`docs/breakout.md`).
+//! - [`compile`]: the start of the trace compiler to wasm (the numeric fragment).
 
 #![forbid(unsafe_code)]
 
 pub mod check;
+pub mod compile;
 pub mod instrument;
 pub mod normalise;
 mod position;

@@ -264,8 +264,14 @@ proptest! {
             *tree.pointer_mut(&pointer).unwrap() = replacement;
         }
         if let Ok(trace) = check(&tree) {
-            // Whatever is accepted stays accepted once written again.
+            // Whatever is accepted stays accepted once written again, and the compiler takes
+            // or refuses each of its handlers without a panic.
             prop_assert!(validate(&trace).is_ok());
+            for id in 0..trace.handlers.len() as u32 {
+                if let Ok(bytes) = kiln_breakout::compile::compile_handler(&trace, id) {
+                    prop_assert!(wasmparser::validate(&bytes).is_ok());
+                }
+            }
         }
     }
 }
