@@ -170,6 +170,33 @@ fn corpus_programs_print_the_same_traced() {
     }
 }
 
+#[test]
+fn deeply_nested_code_is_instrumented_on_a_large_stack_and_behaves_the_same() {
+    if !node_available() {
+        return;
+    }
+    let program = format!(
+        "const x = {}1{};\nlet y = 1;\n{}y = 2;{}\nconsole.log(JSON.stringify(x).length, y);\n",
+        "[".repeat(900),
+        "]".repeat(900),
+        "if (y) {".repeat(200),
+        "}".repeat(200)
+    );
+    let work = tempfile::tempdir().unwrap();
+    let package = work.path().join("package");
+    fs::create_dir_all(&package).unwrap();
+    fs::write(package.join("main.js"), &program).unwrap();
+    let traced = work.path().join("traced");
+    instrument_dir(&package, &traced).unwrap();
+    let runtime = runtime();
+    let expected = node(&package, &["main.js"]);
+    let actual = node(
+        &traced,
+        &["--require", runtime.to_str().unwrap(), "main.js"],
+    );
+    assert_eq!(actual, expected);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(16))]
 
@@ -180,5 +207,29 @@ proptest! {
         }
         let (expected, actual, _) = program_plain_and_traced(&logged_program(&e, &s));
         prop_assert_eq!(actual, expected);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn instrumenting_any_text_never_panics_and_yields_code_that_parses(text in "\\PC{0,200}") {
+        use kiln_breakout::SourceKind;
+        if let Ok(out) = kiln_breakout::instrument::instrument_source("a.js", &text, SourceKind::CommonJs, &[]) {
+            let allocator = oxc_allocator::Allocator::default();
+            let parsed = oxc_parser::Parser::new(&allocator, &out, oxc_span::SourceType::cjs()).parse();
+            prop_assert!(!parsed.diagnostics.has_errors(), "{text:?} instrumented to {out:?}");
+        }
+    }
+
+    #[test]
+    fn generated_programs_instrument_into_code_that_parses(e in logged_expression(), s in logged_expression()) {
+        use kiln_breakout::SourceKind;
+        let program = logged_program(&e, &s);
+        let out = kiln_breakout::instrument::instrument_source("a.js", &program, SourceKind::CommonJs, &[]).unwrap();
+        let allocator = oxc_allocator::Allocator::default();
+        let parsed = oxc_parser::Parser::new(&allocator, &out, oxc_span::SourceType::cjs()).parse();
+        prop_assert!(!parsed.diagnostics.has_errors(), "{out}");
     }
 }

@@ -40,7 +40,7 @@ pub const MAX_NESTING: usize = 1000;
 
 /// The stack of the thread the check runs on. Deep but legal nesting below [`MAX_NESTING`]
 /// recurses further than a default thread's 2 MiB allows; the memory is only touched if used.
-const CHECK_STACK_BYTES: usize = 256 * 1024 * 1024;
+pub(crate) const CHECK_STACK_BYTES: usize = 256 * 1024 * 1024;
 
 /// Why a directory could not be checked (unsupported code is not an error: it is the report).
 #[derive(Debug, thiserror::Error)]

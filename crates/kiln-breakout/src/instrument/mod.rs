@@ -157,7 +157,22 @@ pub fn instrument_dir(src: &Path, out: &Path) -> Result<InstrumentReport, Instru
             .filter(|s| s.file == file.path)
             .cloned()
             .collect();
-        match instrument_source(&file.path, &text, file.kind, &sites) {
+        // The rewrite recurses once per level of nesting, as the check does: on a thread
+        // with the check's stack.
+        let (name, kind) = (file.path.clone(), file.kind);
+        let worker = std::thread::Builder::new()
+            .name("breakout-instrument".into())
+            .stack_size(crate::check::CHECK_STACK_BYTES)
+            .spawn(move || instrument_source(&name, &text, kind, &sites))
+            .map_err(|source| InstrumentError::Io {
+                path: path.clone(),
+                source,
+            })?;
+        let result = match worker.join() {
+            Ok(result) => result,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        match result {
             Ok(rewritten) => {
                 let target = out.join(&file.path);
                 std::fs::write(&target, rewritten).map_err(|source| InstrumentError::Io {
