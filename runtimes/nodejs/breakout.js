@@ -63,8 +63,9 @@ class Zipper {
   constructor(handler, detached) {
     this.handler = handler;
     this.frames = [{ body: handler.body, index: 0 }];
-    // The call whose callee has not started yet: α of Fig. 6 (the callee's trace and its arguments').
-    this.pending = null;
+    // The calls in progress, innermost last: α of Fig. 6 (each callee's trace and its arguments'),
+    // consumed by the callee's entry when it is traced inline.
+    this.calls = [];
     this.detached = detached;
     this.state = 'active';
   }
@@ -182,11 +183,14 @@ class Tracer {
 
   // ------------------------------------------------------------------------------------------ interior nodes
   mk() {
-    return { z: this.cur, depth: this.cur.frames.length };
+    return { z: this.cur, depth: this.cur.frames.length, calls: this.cur.calls.length };
   }
 
   x(k) {
-    if (k && this.cur === k.z) this.popTo(k.depth, true);
+    if (k && this.cur === k.z) {
+      this.popTo(k.depth, true);
+      k.z.calls.length = Math.min(k.z.calls.length, k.calls);
+    }
   }
 
   t(q) {
@@ -231,14 +235,17 @@ class Tracer {
 
   ty(q) {
     const depth = this.cur.frames.length;
+    const calls = this.cur.calls.length;
     const node = this.place(q, () => ({ kind: 'try', param: q.param, body: null, handler: null }));
     if (node) this.push((node.body ??= [unknown()]));
-    return { z: this.cur, depth, node };
+    return { z: this.cur, depth, calls, node };
   }
 
   /** The catch clause runs: back to the `try` (resuming its handler if an await threw), into the handler. */
   ca(k) {
     if (this.cur !== k.z) this.resume(k.z);
+    // Calls the throw left unfinished are over.
+    k.z.calls.length = Math.min(k.z.calls.length, k.calls);
     if (this.cur.detached || !k.node) return;
     this.popTo(k.depth, false);
     this.push((k.node.handler ??= [unknown()]));
@@ -253,38 +260,42 @@ class Tracer {
     if (callee === undefined && arguments.length > 2) callee = lookup(object, key);
     const info = typeof callee === 'function' ? this.functions.get(callee) : undefined;
     const depth = this.cur.frames.length;
-    let node;
-    if (info && !info.async && !q.new) {
-      node = this.place(q, () => ({ kind: 'named', bind: q.bind, callee: q.callee, args: q.args, fn: info.id, body: null }));
-      if (node && node.fn !== info.id) return this.conflict(`a call site that called ${node.fn} calls ${info.id}`);
-    } else {
-      node = this.place(q, () => ({ kind: 'call', bind: q.bind, callee: q.callee, args: q.args, new: q.new, handlers: [] }));
+    const inline = Boolean(info && !info.async && !q.new);
+    let node = inline
+      ? this.place(q, () => ({ kind: 'named', bind: q.bind, callee: q.callee, args: q.args, fn: info.id, body: null }))
+      : this.place(q, () => ({ kind: 'call', bind: q.bind, callee: q.callee, args: q.args, new: q.new, handlers: [] }));
+    if (node && (node.kind === 'named') !== inline) {
+      this.conflict('a call site that called a traced function calls a built-in, or the other way');
+      node = null;
+    } else if (node && inline && node.fn !== info.id) {
+      this.conflict(`a call site that called ${node.fn} calls ${info.id}`);
+      node = null;
     }
-    this.cur.pending = node ? { node, fn: node.kind === 'named' ? node.fn : null, depth, zipper: this.cur } : null;
+    // Pushed even without a node, so the `d` after the call pops it.
+    this.cur.calls.push({ node, fn: node && inline ? node.fn : null, depth, consumed: false });
   }
 
   /** The call returned `value`. */
   d(value) {
-    const pending = this.cur.pending;
-    this.cur.pending = null;
-    if (!pending || this.cur.detached) return;
-    if (pending.zipper !== this.cur) return;
-    this.popTo(pending.depth, true);
-    addType(pending.node, value);
+    const call = this.cur.calls.pop();
+    if (!call || !call.node || this.cur.detached) return;
+    this.popTo(call.depth, true);
+    addType(call.node, value);
   }
 
   /** A function starts (Figs. 5 and 8): inlined into a pending call to it, or a handler. */
   en(q) {
     const z = this.cur;
-    const pending = z.pending;
-    if (pending && !z.detached && pending.fn === q.fn && !q.async) {
-      z.pending = null;
+    const top = z.calls[z.calls.length - 1];
+    const pending = top && !top.consumed ? top : null;
+    if (pending && pending.node && !z.detached && pending.fn === q.fn && !q.async) {
+      pending.consumed = true;
       const node = pending.node;
       node.params = q.params;
       if (q.rest) node.rest = q.rest;
       const depth = z.frames.length;
       this.push((node.body ??= [unknown()]));
-      return { kind: 'inline', z, depth };
+      return { kind: 'inline', z, depth, calls: z.calls.length };
     }
     const handler = this.handler(q);
     if (pending && pending.node && pending.node.handlers && !pending.node.handlers.includes(handler.id)) {
@@ -318,7 +329,11 @@ class Tracer {
   lv(token) {
     if (!token) return;
     if (token.kind === 'inline') {
-      if (this.cur === token.z) this.popTo(token.depth, false);
+      if (this.cur === token.z) {
+        this.popTo(token.depth, false);
+        // Calls a throw left unfinished inside the function are over.
+        token.z.calls.length = Math.min(token.z.calls.length, token.calls);
+      }
       return;
     }
     const z = token.z;

@@ -171,6 +171,24 @@ fn corpus_programs_print_the_same_traced() {
 }
 
 #[test]
+fn a_call_site_that_calls_two_functions_is_a_conflict_and_behaves_the_same() {
+    if !node_available() {
+        return;
+    }
+    let program = "function double(x) { return x * 2; }\nfunction negate(x) { return -x; }\n\
+                   const out = [];\nfor (const f of [double, negate, double, Math.abs]) { out.push(f(-3)); }\n\
+                   console.log(out.join());\n";
+    let (expected, actual, dump) = program_plain_and_traced(program);
+    assert_eq!(actual, expected);
+    let tree: Value = serde_json::from_str(&dump).unwrap();
+    let conflicts = tree["conflicts"].as_array().unwrap();
+    assert!(!conflicts.is_empty(), "{dump}");
+    // The first call's inlined body, with the type its result had.
+    assert!(dump.contains(r#""fn":"main.js#1""#), "{dump}");
+    assert!(count(&tree, "named") >= 1, "{dump}");
+}
+
+#[test]
 fn deeply_nested_code_is_instrumented_on_a_large_stack_and_behaves_the_same() {
     if !node_available() {
         return;
