@@ -214,6 +214,9 @@ pub fn logged_expression() -> impl Strategy<Value = String> {
             inner.clone().prop_map(|a| format!("[x++, {a}, x]")),
             (inner.clone(), inner.clone()).prop_map(|(a, b)| format!("`<${{{a}}}|${{{b}}}>`")),
             inner.clone().prop_map(|a| format!("f(\"g\", {a})")),
+            inner.clone().prop_map(|a| format!("((y) => y ?? {a})(x)")),
+            inner.clone().prop_map(|a| format!("({{ k: {a}, m() {{ return this.k; }} }}).m()")),
+            inner.clone().prop_map(|a| format!("new (class {{ constructor(v) {{ this.v = v; }} }})({a}).v")),
         ]
     })
 }
