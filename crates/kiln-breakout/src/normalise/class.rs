@@ -11,7 +11,7 @@
 //! A.s = function () {};
 //! ```
 //!
-//! where `super` is a helper (`lower.rs`) that runs a normalised base on the instance and
+//! where `super` is a function appended to the file (`lower.rs`) that runs a normalised base on the instance and
 //! constructs a built-in base (`Error`) with `new`. Differences from JavaScript, in
 //! `docs/breakout.md`: methods are enumerable, and a class can be called without `new`.
 

@@ -18,7 +18,7 @@ use crate::check::SourceKind;
 /// Builds a derived class's instance: the base's constructor, on `self` when the base is a
 /// normalised function, else (a built-in such as `Error`, or a class left as written) by `new`
 /// with the derived prototype put on the result. Lowered with the file, so it is in normal form.
-const SUPER_HELPER: &str = "\nfunction PREFIXsuper(base, self, args) {
+const SUPER_FUNCTION: &str = "\nfunction PREFIXsuper(base, self, args) {
   const text = Function.prototype.toString.call(base);
   if (text.startsWith(\"class\") || text.includes(\"[native code]\")) {
     const made = new base(...args);
@@ -36,8 +36,8 @@ pub(super) fn lower(text: &str, kind: SourceKind) -> Result<String, NormaliseErr
     if !needs_super {
         return Ok(out);
     }
-    let with_helper = format!("{text}{}", SUPER_HELPER.replace("PREFIX", &prefix));
-    Ok(lower_with(&with_helper, kind, &prefix)?.0)
+    let with_super = format!("{text}{}", SUPER_FUNCTION.replace("PREFIX", &prefix));
+    Ok(lower_with(&with_super, kind, &prefix)?.0)
 }
 
 fn lower_with(
