@@ -215,8 +215,12 @@ pub fn logged_expression() -> impl Strategy<Value = String> {
             (inner.clone(), inner.clone()).prop_map(|(a, b)| format!("`<${{{a}}}|${{{b}}}>`")),
             inner.clone().prop_map(|a| format!("f(\"g\", {a})")),
             inner.clone().prop_map(|a| format!("((y) => y ?? {a})(x)")),
-            inner.clone().prop_map(|a| format!("({{ k: {a}, m() {{ return this.k; }} }}).m()")),
-            inner.clone().prop_map(|a| format!("new (class {{ constructor(v) {{ this.v = v; }} }})({a}).v")),
+            inner
+                .clone()
+                .prop_map(|a| format!("({{ k: {a}, m() {{ return this.k; }} }}).m()")),
+            inner
+                .clone()
+                .prop_map(|a| format!("new (class {{ constructor(v) {{ this.v = v; }} }})({a}).v")),
         ]
     })
 }
