@@ -16,26 +16,30 @@ exports.sumTo = (n) => { let total = 0; for (let i = 0; i < n; i++) { total += i
 exports.clamp = (x, lo, hi) => { if (x < lo) { return lo; } if (x > hi) { return hi; } return x; };
 exports.isSmall = (x) => x < 10 && x > -10;
 exports.search = (n) => { let i = 0; found: { while (true) { if (i * i >= n) { break found; } i = i + 1; } } return i; };
+exports.hyp = (a, b) => { const sq = (x) => { if (x < 0) { return -x * -x; } return x * x; }; return sq(a) + sq(b); };
 "#;
 
-/// Calls the functions in this order: handlers 1 to 4 (0 is the file's top level).
+/// Calls the functions in this order: handlers 1 to 5 (0 is the file's top level); `hyp`'s
+/// `sq` is traced inline, not as a handler.
 const TRAIN: &str = r#"
 const f = require("./main.js");
 for (const n of [0, 1, 5, 9]) f.sumTo(n);
 for (const x of [-3, 4]) f.clamp(x, 0, 10);
 for (const x of [3, 50]) f.isSmall(x);
 for (const n of [0, 10, 17]) f.search(n);
+for (const [a, b] of [[3, 4], [5, 12]]) f.hyp(a, b);
 "#;
 
 const RUN: &str = r#"
 const fs = require("fs");
 const f = require("./package/main.js");
-const names = ["sumTo", "clamp", "isSmall", "search"];
+const names = ["sumTo", "clamp", "isSmall", "search", "hyp"];
 const inputs = {
   sumTo: [[0], [3], [7], [100], [2.5], [-4]],
   clamp: [[-1, 0, 10], [5, 0, 10], [0, 0, 10], [11, 0, 10], [NaN, 0, 10]],
   isSmall: [[0], [9.5], [-20], [10], [NaN]],
   search: [[0], [2], [50], [1e4]],
+  hyp: [[3, 4], [1.5, 2], [0, 0], [-3, 4]],
 };
 for (let h = 0; h < names.length; h++) {
   const name = names[h];
@@ -71,8 +75,8 @@ fn compiled_handlers_answer_as_javascript_on_traced_paths_and_miss_off_them() {
         &[("KILN_BREAKOUT_DUMP", &dump)],
     );
     let trace = kiln_breakout::trace::parse(&fs::read(&dump).unwrap()).unwrap();
-    assert_eq!(trace.handlers.len(), 5, "{trace:?}");
-    for id in 1..=4 {
+    assert_eq!(trace.handlers.len(), 6, "{trace:?}");
+    for id in 1..=5 {
         let bytes = compile_handler(&trace, id).unwrap_or_else(|e| panic!("handler {id}: {e}"));
         wasmparser::validate(&bytes).unwrap();
         fs::write(work.path().join(format!("handler{id}.wasm")), bytes).unwrap();
@@ -97,11 +101,16 @@ fn compiled_handlers_answer_as_javascript_on_traced_paths_and_miss_off_them() {
             fast += 1;
         }
     }
-    // Off the traced paths: `clamp` above its range (training never took `x > hi`). Every
-    // other input stays on paths the training took, fractions and NaN included.
+    // Off the traced paths: `clamp` above its range (training never took `x > hi`), `hyp` of
+    // a negative number (its inlined `sq` never took `x < 0`). Every other input stays on
+    // paths the training took, fractions and NaN included.
     assert!(
         out.contains(r#""name":"clamp","args":[11,0,10],"status":1"#),
         "{out}"
     );
-    assert_eq!((fast, missed), (19, 1), "{out}");
+    assert!(
+        out.contains(r#""name":"hyp","args":[-3,4],"status":1"#),
+        "{out}"
+    );
+    assert_eq!((fast, missed), (22, 2), "{out}");
 }

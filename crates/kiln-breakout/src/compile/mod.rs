@@ -8,6 +8,7 @@
 //!   (`+ - * /`), comparisons and (strict) equality, with JavaScript's conversions between the
 //!   two kinds (`true + 1` is 2, `1 === true` is false);
 //! - `if`, `while`, labels, blocks, `break` and `return`, as wasm's structured control;
+//! - inlined calls (`named`) of a closure without captures bound by a `let` of the handler;
 //! - an `unknown` node or an untraced branch: a miss (☠), which returns with the status
 //!   [`STATUS_MISS`] so the request can run in the sandbox.
 //!
@@ -88,30 +89,13 @@ pub fn compile_handler(trace: &Trace, handler: u32) -> Result<Vec<u8>, CompileEr
     if h.rest.is_some() || h.is_async {
         return Err(unsupported("rest parameters and async handlers"));
     }
-    // The locals' kinds, in the order the code generator meets the `let`s.
-    let mut locals = Vec::new();
-    collect_locals(&h.body, &mut locals)?;
+    // Two passes: the first, into a scratch function, finds the locals the code needs (their
+    // kinds, in the order it allocates them); the second, identical, writes the real one.
     let params = h.params.len() as u32;
-    let mut function = Function::new_with_locals_types(locals.iter().map(|k: &Kind| k.val_type()));
-    let mut generator = Generator {
-        scopes: vec![h
-            .params
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (p.clone(), (i as u32, Kind::Number)))
-            .collect()],
-        next_local: params,
-        control: Vec::new(),
-    };
-    {
-        let mut sink = function.instructions();
-        generator.body(&mut sink, &h.body)?;
-        // Falling off the end returns `undefined`.
-        sink.i32_const(STATUS_UNDEFINED)
-            .global_set(0)
-            .f64_const(f64::NAN.into())
-            .end();
-    }
+    let mut scratch = Function::new([]);
+    let locals = generate(h, &mut scratch, None)?;
+    let mut function = Function::new_with_locals_types(locals.iter().map(|k| k.val_type()));
+    generate(h, &mut function, Some(&locals))?;
     let mut module = Module::new();
     let mut types = TypeSection::new();
     types
@@ -141,40 +125,54 @@ pub fn compile_handler(trace: &Trace, handler: u32) -> Result<Vec<u8>, CompileEr
     Ok(module.finish())
 }
 
-fn collect_locals(body: &[Node], out: &mut Vec<Kind>) -> Result<(), CompileError> {
-    for node in body {
-        match node {
-            Node::Let {
-                bind: Bind::Let(_),
-                types,
-                ..
-            } => out.push(Kind::of(types)?),
-            Node::If {
-                then, otherwise, ..
-            } => {
-                collect_body(then, out)?;
-                collect_body(otherwise, out)?;
-            }
-            Node::While { body, .. } | Node::Label { body, .. } | Node::Block { body } => {
-                collect_body(body, out)?
-            }
-            _ => {}
-        }
+/// Generates the handler's code into `function`; returns the kinds of the locals it used
+/// beyond the parameters. `expected`, on the second pass, is what the first one returned.
+fn generate(
+    h: &crate::trace::Handler,
+    function: &mut Function,
+    expected: Option<&[Kind]>,
+) -> Result<Vec<Kind>, CompileError> {
+    let params = h.params.len() as u32;
+    let mut generator = Generator {
+        scopes: vec![h
+            .params
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.clone(), Binding::Local(i as u32, Kind::Number)))
+            .collect()],
+        params,
+        locals: Vec::new(),
+        control: Vec::new(),
+        inline_results: Vec::new(),
+    };
+    let mut sink = function.instructions();
+    generator.body(&mut sink, &h.body)?;
+    // Falling off the end returns `undefined`.
+    sink.i32_const(STATUS_UNDEFINED)
+        .global_set(0)
+        .f64_const(f64::NAN.into())
+        .end();
+    if let Some(expected) = expected {
+        debug_assert_eq!(expected, generator.locals.as_slice());
     }
-    Ok(())
+    Ok(generator.locals)
 }
 
-fn collect_body(body: &Body, out: &mut Vec<Kind>) -> Result<(), CompileError> {
-    match body {
-        Some(body) => collect_locals(body, out),
-        None => Ok(()),
-    }
+/// What a name of the trace is in the compiled code.
+#[derive(Debug, Clone)]
+enum Binding {
+    /// A wasm local of this kind.
+    Local(u32, Kind),
+    /// A closure without captures: only ever called, through inlined bodies (`named`).
+    Closure(String),
 }
 
 /// A wasm control frame the generator is inside, for `br` depths.
 enum Control {
     /// An `if`'s arms.
     If,
+    /// An inlined call's body; its `return`s leave it.
+    Inline,
     /// A labelled block; `break label` leaves it.
     Label(String),
     /// The block around a loop; `break` leaves it.
@@ -186,18 +184,41 @@ enum Control {
 }
 
 struct Generator {
-    scopes: Vec<HashMap<String, (u32, Kind)>>,
-    next_local: u32,
+    scopes: Vec<HashMap<String, Binding>>,
+    params: u32,
+    /// The locals allocated beyond the parameters, by kind.
+    locals: Vec<Kind>,
     control: Vec<Control>,
+    /// The innermost inlined call's result local and kind, where its `return`s go.
+    inline_results: Vec<(u32, Kind)>,
 }
 
 impl Generator {
-    fn lookup(&self, name: &str) -> Result<(u32, Kind), CompileError> {
+    fn binding(&self, name: &str) -> Result<&Binding, CompileError> {
         self.scopes
             .iter()
             .rev()
-            .find_map(|s| s.get(name).copied())
+            .find_map(|s| s.get(name))
             .ok_or_else(|| unsupported(format!("the variable `{name}`")))
+    }
+
+    fn lookup(&self, name: &str) -> Result<(u32, Kind), CompileError> {
+        match self.binding(name)? {
+            Binding::Local(local, kind) => Ok((*local, *kind)),
+            Binding::Closure(_) => Err(unsupported(format!("the function `{name}` as a value"))),
+        }
+    }
+
+    fn allocate(&mut self, kind: Kind) -> u32 {
+        self.locals.push(kind);
+        self.params + self.locals.len() as u32 - 1
+    }
+
+    fn declare(&mut self, name: &str, binding: Binding) {
+        self.scopes
+            .last_mut()
+            .expect("inside a body")
+            .insert(name.to_string(), binding);
     }
 
     fn miss(sink: &mut InstructionSink<'_>) {
@@ -230,14 +251,22 @@ impl Generator {
     fn node(&mut self, sink: &mut InstructionSink<'_>, node: &Node) -> Result<(), CompileError> {
         match node {
             Node::Unknown | Node::Unsupported { .. } => Self::miss(sink),
+            Node::Let {
+                bind: Bind::Let(name),
+                value:
+                    Expr::Closure {
+                        function,
+                        captures,
+                        is_async: false,
+                    },
+                ..
+            } if captures.is_empty() => {
+                self.declare(name, Binding::Closure(function.clone()));
+            }
             Node::Let { bind, value, types } => {
                 let kind = Kind::of(types)?;
                 let (local, target) = match bind {
-                    Bind::Let(name) => {
-                        let local = self.next_local;
-                        self.next_local += 1;
-                        (local, Some((name.clone(), kind)))
-                    }
+                    Bind::Let(name) => (self.allocate(kind), Some(name.clone())),
                     Bind::Set(Expr::Id { name }) => {
                         let (local, declared) = self.lookup(name)?;
                         if declared != kind {
@@ -249,13 +278,11 @@ impl Generator {
                 };
                 self.expr_as(sink, value, kind)?;
                 sink.local_set(local);
-                if let Some((name, kind)) = target {
-                    self.scopes
-                        .last_mut()
-                        .expect("inside a body")
-                        .insert(name, (local, kind));
+                if let Some(name) = target {
+                    self.declare(&name, Binding::Local(local, kind));
                 }
             }
+            Node::Named { .. } => self.inline(sink, node)?,
             Node::Expression { value, .. } => {
                 self.expr(sink, value)?;
                 sink.drop();
@@ -302,17 +329,40 @@ impl Generator {
                 self.control.pop();
             }
             Node::Break { label } => {
-                let target = self.control.iter().rev().position(|c| match (c, label) {
-                    (Control::Label(l), Some(wanted)) => l == wanted,
-                    (Control::LoopExit, None) => true,
-                    _ => false,
-                });
+                let inner = self
+                    .control
+                    .iter()
+                    .rev()
+                    .position(|c| matches!(c, Control::Inline))
+                    .unwrap_or(usize::MAX);
+                let target = self
+                    .control
+                    .iter()
+                    .rev()
+                    .position(|c| match (c, label) {
+                        (Control::Label(l), Some(wanted)) => l == wanted,
+                        (Control::LoopExit, None) => true,
+                        _ => false,
+                    })
+                    .filter(|depth| *depth < inner);
                 match target {
                     Some(depth) => {
                         sink.br(depth as u32);
                     }
                     None => return Err(unsupported("a break to a target outside the handler")),
                 }
+            }
+            Node::Return { value, .. } if !self.inline_results.is_empty() => {
+                let (result, kind) = *self.inline_results.last().expect("checked");
+                self.expr_as(sink, value, kind)?;
+                sink.local_set(result);
+                let depth = self
+                    .control
+                    .iter()
+                    .rev()
+                    .position(|c| matches!(c, Control::Inline))
+                    .expect("an inlined body is open");
+                sink.br(depth as u32);
             }
             Node::Return { value, types } => {
                 if let Expr::Global { name } = value {
@@ -345,6 +395,76 @@ impl Generator {
                         .unwrap_or_default()
                 )))
             }
+        }
+        Ok(())
+    }
+
+    /// A `named` node: the callee's body inlined in a block its `return`s leave, its
+    /// parameters new locals holding the arguments (evaluated in the caller's scope), its
+    /// result in a local the binding then takes.
+    fn inline(&mut self, sink: &mut InstructionSink<'_>, node: &Node) -> Result<(), CompileError> {
+        let Node::Named {
+            bind,
+            callee,
+            args,
+            function,
+            params,
+            rest,
+            body,
+            types,
+        } = node
+        else {
+            return Err(unsupported("a call that is not inlined"));
+        };
+        // The callee must be the closure the trace saw: a name bound to it, here.
+        let Expr::Id { name } = callee else {
+            return Err(unsupported("a call through an expression"));
+        };
+        match self.binding(name)? {
+            Binding::Closure(id) if id == function => {}
+            _ => {
+                return Err(unsupported(format!(
+                    "a call of `{name}`, not a known closure"
+                )))
+            }
+        }
+        if rest.is_some() || args.len() != params.len() {
+            return Err(unsupported(
+                "rest parameters, or arguments that are not the parameters",
+            ));
+        }
+        let mut scope = HashMap::new();
+        for (param, arg) in params.iter().zip(args) {
+            let kind = self.expr_kind(arg)?;
+            let local = self.allocate(kind);
+            self.expr(sink, arg)?;
+            sink.local_set(local);
+            scope.insert(param.clone(), Binding::Local(local, kind));
+        }
+        let kind = Kind::of(types)?;
+        let result = self.allocate(kind);
+        // The body sees its parameters, not the caller's variables.
+        let outer = std::mem::replace(&mut self.scopes, vec![scope]);
+        self.inline_results.push((result, kind));
+        sink.block(BlockType::Empty);
+        self.control.push(Control::Inline);
+        let generated = self.nested(sink, body);
+        sink.end();
+        self.control.pop();
+        self.inline_results.pop();
+        self.scopes = outer;
+        generated?;
+        match bind.as_ref() {
+            None => {}
+            Some(Bind::Let(name)) => self.declare(name, Binding::Local(result, kind)),
+            Some(Bind::Set(Expr::Id { name })) => {
+                let (local, declared) = self.lookup(name)?;
+                if declared != kind {
+                    return Err(unsupported(format!("`{name}` holding two kinds")));
+                }
+                sink.local_get(result).local_set(local);
+            }
+            Some(Bind::Set(_)) => return Err(unsupported("an assignment to a property")),
         }
         Ok(())
     }
