@@ -53,6 +53,20 @@ fn count(value: &Value, kind: &str) -> usize {
     }
 }
 
+/// Whether some `if` of the tree has both branches traced.
+fn both_branches(value: &Value) -> bool {
+    match value {
+        Value::Object(map) => {
+            let here = map.get("kind").and_then(Value::as_str) == Some("if")
+                && map.get("then").is_some_and(|t| !t.is_null())
+                && map.get("else").is_some_and(|e| !e.is_null());
+            here || map.values().any(both_branches)
+        }
+        Value::Array(items) => items.iter().any(both_branches),
+        _ => false,
+    }
+}
+
 #[test]
 fn instrumented_benchmarks_answer_as_written_and_dump_a_tree() {
     if !node_available() {
@@ -80,6 +94,11 @@ fn instrumented_benchmarks_answer_as_written_and_dump_a_tree() {
         assert!(handlers.len() >= 2, "{name}: no request handler: {dump}");
         assert!(count(&tree, "return") > 0, "{name}: {dump}");
         assert_eq!(tree["conflicts"], Value::Array(vec![]), "{name}: {dump}");
+        // Runs merge into one tree (Fig. 7): inputs on both sides of a branch trace both.
+        assert!(
+            both_branches(&tree),
+            "{name}: no `if` traced both ways: {dump}"
+        );
         // Values from events and from the store never reach the tree.
         for secret in ["event-secret", "store-secret", "no name"] {
             assert!(!dump.contains(secret), "{name}: the trace holds {secret:?}");
