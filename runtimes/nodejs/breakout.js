@@ -284,7 +284,7 @@ class Tracer {
   }
 
   /** A function starts (Figs. 5 and 8): inlined into a pending call to it, or a handler. */
-  en(q) {
+  en(q, args) {
     const z = this.cur;
     const top = z.calls[z.calls.length - 1];
     const pending = top && !top.consumed ? top : null;
@@ -298,10 +298,19 @@ class Tracer {
       return { kind: 'inline', z, depth, calls: z.calls.length };
     }
     const handler = this.handler(q);
+    const detached = this.outer.length > 0 && z.detached;
+    if (args && !detached) {
+      // The types each parameter was given, per handler (what the compiled code guards on).
+      handler.paramTypes ??= q.params.map(() => []);
+      for (let i = 0; i < q.params.length; i += 1) {
+        const holder = { types: handler.paramTypes[i] };
+        addType(holder, args[i]);
+        handler.paramTypes[i] = holder.types;
+      }
+    }
     if (pending && pending.node && pending.node.handlers && !pending.node.handlers.includes(handler.id)) {
       pending.node.handlers.push(handler.id);
     }
-    const detached = this.outer.length > 0 && z.detached;
     this.outer.push(z);
     this.cur = new Zipper(handler, detached);
     return { kind: 'handler', z: this.cur };
@@ -377,6 +386,7 @@ class Tracer {
       handlers: this.handlers.map((h) => {
         const out = { id: h.id, fn: h.fn, kind: h.kind, params: h.params, async: h.async, body: h.body };
         if (h.rest) out.rest = h.rest;
+        if (h.paramTypes) out.param_types = h.paramTypes;
         return out;
       }),
       conflicts: this.conflicts,

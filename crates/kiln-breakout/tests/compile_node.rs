@@ -114,3 +114,15 @@ fn compiled_handlers_answer_as_javascript_on_traced_paths_and_miss_off_them() {
     );
     assert_eq!((fast, missed), (22, 2), "{out}");
 }
+
+#[test]
+fn a_parameter_seen_other_than_a_number_is_refused() {
+    let trace = kiln_breakout::trace::parse(
+        br#"{"version": 1, "handlers": [{"id": 0, "fn": "main.js#1", "kind": "function",
+            "params": ["x"], "param_types": [["int", "string"]], "async": false,
+            "body": [{"kind": "return", "value": {"kind": "id", "name": "x"}, "types": ["int"]}]}]}"#,
+    )
+    .unwrap();
+    let error = compile_handler(&trace, 0).unwrap_err().to_string();
+    assert!(error.contains("`x`"), "{error}");
+}

@@ -3,7 +3,7 @@
 //!
 //! - values that are numbers (observed `int` or `number`, kept as `f64`) or booleans (observed
 //!   `boolean`, kept as `i32`), each variable one kind, fixed by the types the trace observed;
-//!   parameters are numbers (the caller checks that before it calls);
+//!   parameters observed as numbers only (the caller checks that before it calls);
 //! - `let` and assignments to variables; constants, variables, `-`, `+`, `!`, arithmetic
 //!   (`+ - * /`), comparisons and (strict) equality, with JavaScript's conversions between the
 //!   two kinds (`true + 1` is 2, `1 === true` is false);
@@ -133,6 +133,15 @@ fn generate(
     expected: Option<&[Kind]>,
 ) -> Result<Vec<Kind>, CompileError> {
     let params = h.params.len() as u32;
+    // Every parameter was seen a number: the caller guards on that before it calls.
+    for (i, param) in h.params.iter().enumerate() {
+        let types = h.param_types.get(i).map(Vec::as_slice).unwrap_or_default();
+        if Kind::of(types)? != Kind::Number {
+            return Err(unsupported(format!(
+                "the parameter `{param}`, not seen a number"
+            )));
+        }
+    }
     let mut generator = Generator {
         scopes: vec![h
             .params

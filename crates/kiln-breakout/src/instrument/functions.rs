@@ -50,7 +50,11 @@ impl Emitter<'_> {
             .last()
             .map_or(body.span.start + 1, |d| d.span.end);
         let frame = format!("{}F", self.prefix);
-        self.open(start, format!("const {frame} = {t}.en({q}); try {{"));
+        // `arguments`, read only for the types of what the function was given.
+        self.open(
+            start,
+            format!("const {frame} = {t}.en({q}, arguments); try {{"),
+        );
         self.scope.push(scope);
         self.statements(&body.statements);
         self.scope.pop();

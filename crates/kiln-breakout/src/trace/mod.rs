@@ -53,6 +53,9 @@ pub struct Handler {
     pub rest: Option<String>,
     #[serde(default, rename = "async")]
     pub is_async: bool,
+    /// The types each parameter was given, when the handler was entered from outside.
+    #[serde(default)]
+    pub param_types: Vec<Vec<Type>>,
     pub body: Vec<Node>,
 }
 

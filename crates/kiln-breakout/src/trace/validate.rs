@@ -156,6 +156,11 @@ impl Checker<'_> {
         for param in &params {
             self.name(param)?;
         }
+        if handler.param_types.len() > handler.params.len() {
+            return Err(TraceError::BadName {
+                handler: self.handler,
+            });
+        }
         self.environment.push(handler.kind == HandlerKind::Function);
         self.targets.push(Target::Function);
         self.scopes.push(params);
