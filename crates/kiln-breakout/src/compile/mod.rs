@@ -136,9 +136,9 @@ fn generate(
     // Every parameter was seen a number: the caller guards on that before it calls.
     for (i, param) in h.params.iter().enumerate() {
         let types = h.param_types.get(i).map(Vec::as_slice).unwrap_or_default();
-        if Kind::of(types)? != Kind::Number {
+        if Kind::of(types).ok() != Some(Kind::Number) {
             return Err(unsupported(format!(
-                "the parameter `{param}`, not seen a number"
+                "the parameter `{param}`, seen as {types:?}, not only as a number"
             )));
         }
     }
