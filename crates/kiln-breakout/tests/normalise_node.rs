@@ -288,9 +288,12 @@ fn the_maze_autocomplete_and_shift_handlers_answer_the_same() {
 }
 
 #[test]
-fn text_outside_rewritten_forms_is_kept_as_written() {
-    let code = "// a comment\nconst x = 1; /* kept */\nfunction f(a) { return a * 2; }\n";
-    assert_eq!(normalise(code, SourceKind::CommonJs).unwrap(), code);
+fn function_declarations_are_hoisted_and_bad_input_is_refused() {
+    let code = "// a comment\nconst x = 1; /* dropped */\nfunction f(a) { return a * 2; }\n";
+    assert_eq!(
+        normalise(code, SourceKind::CommonJs).unwrap(),
+        "let f = function (a) { return (a * 2); };\nconst x = 1;\n"
+    );
     assert!(normalise("const = ;", SourceKind::CommonJs).is_err());
     let deep = format!("x = {}1;", "!".repeat(100_000));
     assert!(matches!(

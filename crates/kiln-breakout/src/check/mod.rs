@@ -40,7 +40,7 @@ pub const MAX_NESTING: usize = 1000;
 
 /// The stack of the thread the check runs on. Deep but legal nesting below [`MAX_NESTING`]
 /// recurses further than a default thread's 2 MiB allows; the memory is only touched if used.
-const CHECK_STACK_BYTES: usize = 256 * 1024 * 1024;
+pub(crate) const CHECK_STACK_BYTES: usize = 256 * 1024 * 1024;
 
 /// Why a directory could not be checked (unsupported code is not an error: it is the report).
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +67,18 @@ pub struct Report {
     pub files_checked: usize,
     /// Every unsupported construct, sorted by file and position.
     pub sites: Vec<Site>,
+    /// The JavaScript files read, as their sites name them, with how Node loads each (what
+    /// the instrumenter rewrites).
+    #[serde(skip)]
+    pub files: Vec<CheckedFile>,
+}
+
+/// A JavaScript file the check read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckedFile {
+    /// The path relative to the checked directory, with `/` separators.
+    pub path: String,
+    pub kind: SourceKind,
 }
 
 /// Checks the package in `dir` (see the module's documentation for which files).
@@ -100,6 +112,7 @@ struct Walker {
     module_types: HashMap<PathBuf, bool>,
     files_checked: usize,
     sites: Vec<Site>,
+    files: Vec<CheckedFile>,
 }
 
 impl Walker {
@@ -111,6 +124,7 @@ impl Walker {
             module_types: HashMap::new(),
             files_checked: 0,
             sites: Vec::new(),
+            files: Vec::new(),
         }
     }
 
@@ -124,9 +138,11 @@ impl Walker {
         }
         self.sites.sort();
         self.sites.dedup();
+        self.files.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(Report {
             files_checked: self.files_checked,
             sites: self.sites,
+            files: self.files,
         })
     }
 
@@ -172,6 +188,10 @@ impl Walker {
                 }
             }
         };
+        self.files.push(CheckedFile {
+            path: name.clone(),
+            kind,
+        });
         let found = check_source(&name, &text, kind);
         self.sites.extend(found.sites);
         for package in found.packages {

@@ -1,7 +1,6 @@
-//! Normalisation: a file rewritten, source to source, towards the paper's Fig. 2 fragment, so
-//! that the instrumenter has fewer forms to handle.
+//! Normalisation's first pass, over the source text: the control structures.
 //!
-//! What is rewritten so far:
+//! What is rewritten here:
 //! - `for`, `for…of` and `do…while` become `while`; a `continue` becomes a `break` out of a
 //!   labelled block around the loop's body (Fig. 2 has labels and `break`, no `continue`);
 //! - `switch` becomes `if`s over the index of the matching case, fall-through included;
@@ -13,9 +12,9 @@
 //! A `for (let …)` loop whose body makes closures keeps JavaScript's per-iteration copies of
 //! its variables.
 //!
-//! Not yet (left as written): destructuring assignments, classes. Where the rewrite still
-//! differs from JavaScript (`docs/breakout.md` lists it): a `let` in one `case` is not visible
-//! in the next; leaving a `for…of` early does not call the iterator's `return`.
+//! The second pass (`lower.rs`) does the rest. Where this rewrite still differs from JavaScript
+//! (`docs/breakout.md` lists it): leaving a `for…of` early does not call the iterator's
+//! `return`; a case's `let` read in another case before it ran is `undefined`, not an error.
 //!
 //! The rewrite works on the source text: each rewritten node's new text is built from its
 //! children's text (rewritten first, bottom-up) and the rest is copied as written, comments and
@@ -28,21 +27,11 @@ use oxc_parser::Parser;
 use oxc_semantic::ScopeFlags;
 use oxc_span::{GetSpan, Span};
 
+use super::NormaliseError;
 use crate::check::SourceKind;
 
-/// Why a file could not be normalised.
-#[derive(Debug, thiserror::Error)]
-pub enum NormaliseError {
-    /// The source does not parse.
-    #[error("the source does not parse: {0}")]
-    Parse(String),
-    /// The source nests deeper than the rewrite follows (the support check's bound).
-    #[error("the source nests deeper than {} levels", crate::check::MAX_NESTING)]
-    TooDeep,
-}
-
 /// The file's text with its loops, `switch`es and destructuring declarations rewritten.
-pub fn normalise(text: &str, kind: SourceKind) -> Result<String, NormaliseError> {
+pub(super) fn structure(text: &str, kind: SourceKind) -> Result<String, NormaliseError> {
     if crate::check::too_deep(text).is_some() {
         return Err(NormaliseError::TooDeep);
     }
@@ -299,7 +288,7 @@ impl Rewriter<'_> {
 }
 
 /// The names a binding pattern declares.
-fn bound_names(pattern: &BindingPattern<'_>, out: &mut Vec<String>) {
+pub(super) fn bound_names(pattern: &BindingPattern<'_>, out: &mut Vec<String>) {
     match pattern {
         BindingPattern::BindingIdentifier(ident) => out.push(ident.name.to_string()),
         BindingPattern::AssignmentPattern(assign) => bound_names(&assign.left, out),
@@ -577,19 +566,59 @@ impl<'a> Visit<'a> for Rewriter<'_> {
             }
         }
         chain.push_str(&format!("{case} = {default};"));
+        // The cases share one scope: their `let`s and `const`s are declared before the first
+        // and assigned where they stood, so a later case sees them.
+        let mut shared = Vec::new();
         let mut bodies = String::new();
         for (i, c) in it.cases.iter().enumerate() {
-            let statements: Vec<String> =
-                c.consequent.iter().map(|s| self.text(s.span())).collect();
+            let mut statements = Vec::new();
+            for statement in &c.consequent {
+                match statement {
+                    Statement::VariableDeclaration(d) if d.kind != VariableDeclarationKind::Var => {
+                        let mut parts = Vec::new();
+                        for declarator in &d.declarations {
+                            match &declarator.init {
+                                Some(init) => {
+                                    let init = self.text(init.span());
+                                    self.declarators(
+                                        &declarator.id,
+                                        format!("({init})"),
+                                        &mut parts,
+                                    );
+                                }
+                                None => {
+                                    let mut names = Vec::new();
+                                    bound_names(&declarator.id, &mut names);
+                                    parts.extend(
+                                        names.into_iter().map(|n| format!("{n} = undefined")),
+                                    );
+                                }
+                            }
+                        }
+                        for part in &parts {
+                            if let Some((name, _)) = part.split_once(" = ") {
+                                shared.push(name.to_string());
+                            }
+                        }
+                        statements.push(format!("{};", parts.join(", ")));
+                    }
+                    other => statements.push(self.text(other.span())),
+                }
+            }
             bodies.push_str(&format!(
                 " if ({case} <= {i}) {{ {} }}",
                 statements.join(" ")
             ));
         }
+        let shared = if shared.is_empty() {
+            String::new()
+        } else {
+            format!(" let {};", shared.join(", "))
+        };
         self.replace(
             it.span,
             format!(
-                "{}: {{ const {value} = ({discriminant}); let {case}; {chain}{bodies} }}",
+                "{}: {{ const {value} = ({discriminant}); let {case};{shared} {chain}{bodies} }}",
                 target.name
             ),
         );

@@ -1,0 +1,226 @@
+//! Shared by the tests that run JavaScript in Node: the benchmark packages staged with a
+//! stand-in S3 client, and a driver that feeds each handler its inputs.
+#![allow(dead_code)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use kiln_breakout::SourceKind;
+use proptest::prelude::*;
+
+pub fn node_available() -> bool {
+    let found = Command::new("node").arg("--version").output().is_ok();
+    if !found {
+        eprintln!("skipped: `node` is not installed, so programs cannot be compared");
+    }
+    found
+}
+
+/// Runs `node ARGS` in `dir` and returns what it printed; panics when it fails.
+pub fn node(dir: &Path, args: &[&str]) -> String {
+    node_with_env(dir, args, &[])
+}
+
+/// [`node`] with environment variables set.
+pub fn node_with_env(dir: &Path, args: &[&str], env: &[(&str, &Path)]) -> String {
+    let output = Command::new("node")
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (*k, *v)))
+        .current_dir(dir)
+        .output()
+        .expect("node runs");
+    assert!(
+        output.status.success(),
+        "node {args:?} failed in {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+pub fn crate_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs benchmark `name`'s handler, staged in `package`, over its inputs; `node_args` go
+/// before the driver (`--require` the tracing runtime, say). Returns what the driver printed.
+pub fn drive(work: &Path, package: &Path, name: &str, node_args: &[&str]) -> String {
+    drive_with_env(work, package, name, node_args, &[])
+}
+
+/// [`drive`] with environment variables set.
+pub fn drive_with_env(
+    work: &Path,
+    package: &Path,
+    name: &str,
+    node_args: &[&str],
+    env: &[(&str, &Path)],
+) -> String {
+    let inputs = work.join("inputs.json");
+    fs::write(&inputs, benchmark_inputs(name)).unwrap();
+    let driver = work.join("drive.mjs");
+    fs::copy(crate_dir().join("tests/support/drive.mjs"), &driver).unwrap();
+    let handler = package.join(handler_file(name));
+    let mut args: Vec<&str> = node_args.to_vec();
+    args.extend([
+        driver.to_str().unwrap(),
+        handler.to_str().unwrap(),
+        inputs.to_str().unwrap(),
+    ]);
+    node_with_env(work, &args, env)
+}
+
+/// The inputs each benchmark handler is driven with: on and off its usual paths.
+fn benchmark_inputs(name: &str) -> &'static str {
+    match name {
+        "authorize" => {
+            r#"[{"username":"user3","password":"store-secret-21"},{"username":"user4","password":"event-secret-4711"},{"username":"user3","password":"x"},{"username":"nobody","password":"pw0"},{"username":3},{}]"#
+        }
+        "upload" => {
+            r#"[{"name":"a.txt","body":"event-secret-body"},{"body":"no name"},{"name":"b"},{}]"#
+        }
+        "status" => {
+            r#"[{"repo":"kiln","sha":"abcdef1","state":"success","target_url":"u","context":"ci"},{"repo":"kiln","sha":"1234567","state":"failure","target_url":"u","context":"lint"},{"repo":"kiln","sha":"abcdef1","state":"odd","target_url":"u","context":"ci"},{"repo":"kiln","sha":"zz","state":"success","target_url":"u","context":"ci"},{"repo":"kiln","sha":"fffffff","state":"success","target_url":"u","context":"ci"},{"repo":1}]"#
+        }
+        "banking" => {
+            r#"[{"account":"a","op":"deposit","amount":500},{"account":"a","op":"withdraw","amount":200},{"account":"a","op":"withdraw","amount":900},{"account":"a","op":"balance"},{"account":"b","op":"steal","amount":1},{"account":"a","op":"deposit","amount":1.5}]"#
+        }
+        "autocomplete" => r#"[{"prefix":"ab"},{"prefix":"AC"},{"prefix":"zzz"},{}]"#,
+        "maze" => {
+            r#"[{"x1":0,"y1":0,"x2":29,"y2":29},{"x1":0,"y1":0,"x2":0,"y2":0},{"x1":3,"y1":0,"x2":5,"y2":5},{"x1":-1,"y1":0,"x2":5,"y2":5},{"x1":2,"y1":10,"x2":28,"y2":1}]"#
+        }
+        "shift" => r#"[{"n":0},{"n":10},{"n":1000}]"#,
+        _ => "[{}]",
+    }
+}
+
+/// A copy of a benchmark package, normalised or not, with the S3 stand-in installed.
+pub fn stage_benchmark(name: &str, into: &Path, transform: &dyn Fn(&str, SourceKind) -> String) {
+    let from = crate_dir().join("tests/fixtures").join(name);
+    copy_tree(&from, into, transform);
+    let sdk = into.join("node_modules/@aws-sdk/client-s3");
+    fs::create_dir_all(&sdk).unwrap();
+    fs::copy(
+        crate_dir().join("tests/support/client-s3.js"),
+        sdk.join("index.js"),
+    )
+    .unwrap();
+    fs::write(
+        sdk.join("package.json"),
+        r#"{"name":"@aws-sdk/client-s3","main":"index.js"}"#,
+    )
+    .unwrap();
+}
+
+fn copy_tree(from: &Path, to: &Path, transform: &dyn Fn(&str, SourceKind) -> String) {
+    fs::create_dir_all(to).unwrap();
+    let module_package = fs::read_to_string(from.join("package.json"))
+        .map(|p| p.contains("\"module\""))
+        .unwrap_or(false);
+    for entry in fs::read_dir(from).unwrap() {
+        let path = entry.unwrap().path();
+        let target = to.join(path.file_name().unwrap());
+        if path.is_dir() {
+            copy_tree(&path, &target, transform);
+            continue;
+        }
+        let kind = match path.extension().and_then(|e| e.to_str()) {
+            Some("mjs") => Some(SourceKind::Module),
+            Some("cjs") => Some(SourceKind::CommonJs),
+            Some("js") if module_package => Some(SourceKind::Module),
+            Some("js") => Some(SourceKind::CommonJs),
+            _ => None,
+        };
+        match kind {
+            Some(kind) => {
+                let text = fs::read_to_string(&path).unwrap();
+                fs::write(&target, transform(&text, kind)).unwrap();
+            }
+            None => {
+                fs::copy(&path, &target).unwrap();
+            }
+        }
+    }
+}
+
+pub fn handler_file(name: &str) -> &'static str {
+    match name {
+        "status" => "index.cjs",
+        _ => "index.js",
+    }
+}
+
+pub const BENCHMARKS: [&str; 7] = [
+    "authorize",
+    "upload",
+    "status",
+    "banking",
+    "autocomplete",
+    "maze",
+    "shift",
+];
+
+/// The corpus programs: each path, and whether it is in the supported subset (`sites/` holds
+/// programs with constructs outside it).
+pub fn corpus() -> Vec<(PathBuf, bool)> {
+    let mut out = Vec::new();
+    for (dir, in_subset) in [("tests/corpus", true), ("tests/corpus/sites", false)] {
+        let mut paths: Vec<PathBuf> = fs::read_dir(crate_dir().join(dir))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "js"))
+            .collect();
+        paths.sort();
+        out.extend(paths.into_iter().map(|p| (p, in_subset)));
+    }
+    out
+}
+
+/// A program that evaluates two generated expressions with logged operands and prints what
+/// happened: the harness of the property tests that compare runs.
+pub fn logged_program(e: &str, s: &str) -> String {
+    format!(
+        "const log = []; let x = 1; const o = {{ p: 0 }};\n\
+         function f(tag, value) {{ log.push(tag); return value; }}\n\
+         let result; try {{ result = {e}; if ({s}) {{ log.push(\"then\"); }} }} catch (error) {{ result = error.constructor.name; }}\n\
+         console.log([result, x, o.p, log].map((v) => typeof v === \"object\" && v !== null ? \"object\" : String(v)).join(\" \"));\n"
+    )
+}
+
+/// Expressions whose every operand logs when it is evaluated, so a difference in order or in
+/// short-circuiting shows in the output.
+pub fn logged_expression() -> impl Strategy<Value = String> {
+    let leaf = prop_oneof![
+        (0..6u8).prop_map(|v| format!("f({v}, {v})")),
+        Just("f(\"n\", null)".to_string()),
+        Just("f(\"u\", undefined)".to_string()),
+        Just("o.p".to_string()),
+        Just("f(\"o\", o)".to_string()),
+        Just("x".to_string()),
+    ];
+    leaf.prop_recursive(4, 24, 3, |inner| {
+        prop_oneof![
+            (inner.clone(), inner.clone()).prop_map(|(a, b)| format!("({a} && {b})")),
+            (inner.clone(), inner.clone()).prop_map(|(a, b)| format!("({a} || {b})")),
+            (inner.clone(), inner.clone()).prop_map(|(a, b)| format!("({a} ?? {b})")),
+            (inner.clone(), inner.clone(), inner.clone())
+                .prop_map(|(a, b, c)| format!("({a} ? {b} : {c})")),
+            (inner.clone(), inner.clone()).prop_map(|(a, b)| format!("({a} + {b})")),
+            inner.clone().prop_map(|a| format!("({a})?.p")),
+            inner.clone().prop_map(|a| format!("(x = {a})")),
+            inner.clone().prop_map(|a| format!("(x += {a})")),
+            inner.clone().prop_map(|a| format!("(o.p ||= {a})")),
+            inner.clone().prop_map(|a| format!("[x++, {a}, x]")),
+            (inner.clone(), inner.clone()).prop_map(|(a, b)| format!("`<${{{a}}}|${{{b}}}>`")),
+            inner.clone().prop_map(|a| format!("f(\"g\", {a})")),
+            inner.clone().prop_map(|a| format!("((y) => y ?? {a})(x)")),
+            inner
+                .clone()
+                .prop_map(|a| format!("({{ k: {a}, m() {{ return this.k; }} }}).m()")),
+            inner
+                .clone()
+                .prop_map(|a| format!("new (class {{ constructor(v) {{ this.v = v; }} }})({a}).v")),
+        ]
+    })
+}
