@@ -1,14 +1,18 @@
-//! The ledger against a real PostgreSQL: a private cluster of the distribution's server, run
-//! as the `postgres` user, with `psql` as the client. Skipped (with a message) where
-//! PostgreSQL is not installed or the test does not run as root.
+//! The proxy against a real PostgreSQL: a private cluster of the distribution's server, run as
+//! the `postgres` user, with `psql` or a raw socket as the client. Skipped (with a message)
+//! where PostgreSQL is not installed or the test does not run as root.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::BytesMut;
 use kiln_dbproxy::{ClientContext, Ledger, Proxy, ProxyConfig};
-use tokio::net::TcpListener;
+use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256};
+use postgres_protocol::message::frontend;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 
 const PASSWORD: &str = "ledger-test-password";
 
@@ -327,4 +331,117 @@ async fn the_ledger_records_what_committed() {
     assert_eq!(snap.uncertain, 1, "{snap:?}");
     assert!(!ledger.is_clean());
     assert_eq!(proxy.metrics().backends_lost, 1);
+}
+
+/// Reads one message: its tag and body.
+async fn read_message(s: &mut TcpStream) -> Option<(u8, Vec<u8>)> {
+    let tag = s.read_u8().await.ok()?;
+    let len = s.read_u32().await.ok()? as usize;
+    let mut body = vec![0; len.checked_sub(4)?];
+    s.read_exact(&mut body).await.ok()?;
+    Some((tag, body))
+}
+
+/// Logs in through the proxy with SCRAM-SHA-256, up to ReadyForQuery.
+async fn login(port: &str) -> TcpStream {
+    let mut s = TcpStream::connect(format!("127.0.0.1:{port}"))
+        .await
+        .unwrap();
+    let mut buf = BytesMut::new();
+    frontend::startup_message([("user", "app"), ("database", "app")], &mut buf).unwrap();
+    s.write_all(&buf).await.unwrap();
+    let mut scram = ScramSha256::new(PASSWORD.as_bytes(), ChannelBinding::unsupported());
+    loop {
+        let (tag, body) = read_message(&mut s)
+            .await
+            .expect("the proxy answers the login");
+        buf.clear();
+        match (
+            tag,
+            body.get(..4)
+                .map(|c| i32::from_be_bytes(c.try_into().unwrap())),
+        ) {
+            (b'R', Some(10)) => {
+                frontend::sasl_initial_response("SCRAM-SHA-256", scram.message(), &mut buf).unwrap()
+            }
+            (b'R', Some(11)) => {
+                scram.update(&body[4..]).unwrap();
+                frontend::sasl_response(scram.message(), &mut buf).unwrap();
+            }
+            (b'R', Some(12)) => scram.finish(&body[4..]).unwrap(),
+            (b'Z', _) => return s,
+            (b'E', _) => panic!("login refused: {}", String::from_utf8_lossy(&body)),
+            _ => {}
+        }
+        if !buf.is_empty() {
+            s.write_all(&buf).await.unwrap();
+        }
+    }
+}
+
+/// The SQLSTATE and message of the FATAL error that ends the connection.
+async fn fatal_error(s: &mut TcpStream) -> (String, String) {
+    while let Some((tag, body)) = read_message(s).await {
+        if tag == b'E' {
+            let text = String::from_utf8_lossy(&body).into_owned();
+            let field = |f: char| {
+                text.split('\0')
+                    .find_map(|x| x.strip_prefix(f))
+                    .unwrap_or_default()
+                    .to_owned()
+            };
+            assert_eq!(field('S'), "FATAL", "{text}");
+            assert!(
+                read_message(s).await.is_none(),
+                "the connection closes after a FATAL error"
+            );
+            return (field('C'), field('M'));
+        }
+    }
+    panic!("the connection ended without an error");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_messages_after_login_are_08p01() {
+    if skip() {
+        return;
+    }
+    let Some(pg) = Cluster::start() else {
+        eprintln!("skipping: a PostgreSQL cluster needs root (to run it as the postgres user)");
+        return;
+    };
+    let proxy = Proxy::new(ProxyConfig::new(
+        format!("127.0.0.1:{}", pg.port),
+        "app",
+        "app",
+        PASSWORD,
+    ))
+    .unwrap();
+    let port = listen(&proxy, ClientContext::default()).await;
+
+    let mut s = login(&port).await;
+    let mut oversized = vec![b'Q'];
+    oversized.extend_from_slice(&0x7fff_0000u32.to_be_bytes());
+    s.write_all(&oversized).await.unwrap();
+    let (code, message) = fatal_error(&mut s).await;
+    assert_eq!(code, "08P01");
+    assert!(message.contains("over the proxy's limit"), "{message}");
+
+    let mut s = login(&port).await;
+    s.write_all(&[b'z', 0, 0, 0, 4]).await.unwrap();
+    let (code, message) = fatal_error(&mut s).await;
+    assert_eq!(code, "08P01");
+    assert!(message.contains("unexpected message type 'z'"), "{message}");
+
+    let mut s = login(&port).await;
+    s.write_all(&[b'Q', 0, 0, 0, 2]).await.unwrap();
+    assert_eq!(fatal_error(&mut s).await.0, "08P01");
+
+    let mut s = login(&port).await;
+    // A Parse whose parameter count promises more types than it carries.
+    s.write_all(&[b'P', 0, 0, 0, 9, 0, b'x', 0, 0, 9])
+        .await
+        .unwrap();
+    s.write_all(&[b'S', 0, 0, 0, 4]).await.unwrap();
+    assert_eq!(fatal_error(&mut s).await.0, "08P01");
 }
