@@ -14,6 +14,7 @@ mod auth;
 mod backend;
 mod classify;
 mod config;
+mod forward;
 mod ledger;
 mod metrics;
 mod plan;
