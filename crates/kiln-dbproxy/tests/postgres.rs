@@ -344,13 +344,33 @@ async fn read_message(s: &mut TcpStream) -> Option<(u8, Vec<u8>)> {
 
 /// Logs in through the proxy with SCRAM-SHA-256, up to ReadyForQuery.
 async fn login(port: &str) -> TcpStream {
+    match login_with(port, PASSWORD).await {
+        Ok(s) => s,
+        Err(e) => panic!("login refused: {e:?}"),
+    }
+}
+
+/// An ErrorResponse's severity, SQLSTATE and message.
+fn error_fields(body: &[u8]) -> (String, String, String) {
+    let text = String::from_utf8_lossy(body).into_owned();
+    let field = |f: char| {
+        text.split('\0')
+            .find_map(|x| x.strip_prefix(f))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    (field('S'), field('C'), field('M'))
+}
+
+/// Logs in with a password; the error's fields if the proxy refuses it.
+async fn login_with(port: &str, password: &str) -> Result<TcpStream, (String, String, String)> {
     let mut s = TcpStream::connect(format!("127.0.0.1:{port}"))
         .await
         .unwrap();
     let mut buf = BytesMut::new();
     frontend::startup_message([("user", "app"), ("database", "app")], &mut buf).unwrap();
     s.write_all(&buf).await.unwrap();
-    let mut scram = ScramSha256::new(PASSWORD.as_bytes(), ChannelBinding::unsupported());
+    let mut scram = ScramSha256::new(password.as_bytes(), ChannelBinding::unsupported());
     loop {
         let (tag, body) = read_message(&mut s)
             .await
@@ -369,8 +389,8 @@ async fn login(port: &str) -> TcpStream {
                 frontend::sasl_response(scram.message(), &mut buf).unwrap();
             }
             (b'R', Some(12)) => scram.finish(&body[4..]).unwrap(),
-            (b'Z', _) => return s,
-            (b'E', _) => panic!("login refused: {}", String::from_utf8_lossy(&body)),
+            (b'Z', _) => return Ok(s),
+            (b'E', _) => return Err(error_fields(&body)),
             _ => {}
         }
         if !buf.is_empty() {
@@ -383,26 +403,20 @@ async fn login(port: &str) -> TcpStream {
 async fn fatal_error(s: &mut TcpStream) -> (String, String) {
     while let Some((tag, body)) = read_message(s).await {
         if tag == b'E' {
-            let text = String::from_utf8_lossy(&body).into_owned();
-            let field = |f: char| {
-                text.split('\0')
-                    .find_map(|x| x.strip_prefix(f))
-                    .unwrap_or_default()
-                    .to_owned()
-            };
-            assert_eq!(field('S'), "FATAL", "{text}");
+            let (severity, code, message) = error_fields(&body);
+            assert_eq!(severity, "FATAL", "{code} {message}");
             assert!(
                 read_message(s).await.is_none(),
                 "the connection closes after a FATAL error"
             );
-            return (field('C'), field('M'));
+            return (code, message);
         }
     }
     panic!("the connection ended without an error");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn malformed_messages_after_login_are_08p01() {
+async fn wrong_passwords_are_28p01_and_malformed_messages_08p01() {
     if skip() {
         return;
     }
@@ -418,6 +432,12 @@ async fn malformed_messages_after_login_are_08p01() {
     ))
     .unwrap();
     let port = listen(&proxy, ClientContext::default()).await;
+
+    let refused = login_with(&port, "not the password")
+        .await
+        .expect_err("a wrong password is refused");
+    assert_eq!((refused.0.as_str(), refused.1.as_str()), ("FATAL", "28P01"));
+    assert_eq!(refused.2, "password authentication failed for user \"app\"");
 
     let mut s = login(&port).await;
     let mut oversized = vec![b'Q'];
