@@ -49,6 +49,11 @@ pub struct ClientContext {
     pub ledger: Arc<Ledger>,
 }
 
+/// Where a connection's context comes from, asked at the start of each of its transactions:
+/// a connection a function instance keeps across invocations serves each invocation with that
+/// invocation's shadow flag and ledger.
+pub type ContextSource = Arc<dyn Fn() -> ClientContext + Send + Sync>;
+
 /// Why serving a client ended with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -93,15 +98,24 @@ impl Proxy {
         })
     }
 
-    /// Serves one client connection until it ends.
+    /// Serves one client connection until it ends, with one context for all of it.
     pub async fn serve<S>(&self, stream: S, ctx: ClientContext) -> Result<(), ServeError>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send,
+    {
+        self.serve_with(stream, Arc::new(move || ctx.clone())).await
+    }
+
+    /// Serves one client connection until it ends, asking `source` for the context at the
+    /// start of each transaction (never within one).
+    pub async fn serve_with<S>(&self, stream: S, source: ContextSource) -> Result<(), ServeError>
     where
         S: AsyncRead + AsyncWrite + Unpin + Send,
     {
         let Some(start) = startup::handshake(&self.inner, stream).await? else {
             return Ok(());
         };
-        session::run(&self.inner, start, ctx).await
+        session::run(&self.inner, start, source).await
     }
 
     /// The counters now.

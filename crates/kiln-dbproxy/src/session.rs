@@ -20,14 +20,16 @@ use crate::prepared::Statements;
 use crate::responses::{Expect, Origin, Responses};
 use crate::startup::{error_chain, ClientStart};
 use crate::wire::{self, Message, MessageReader, Severity, WireError};
-use crate::{CancelTarget, ClientContext, Inner, ServeError};
+use crate::{CancelTarget, ClientContext, ContextSource, Inner, ServeError};
 
 /// Units buffered beyond this many bytes are sent before their Sync.
 const MAX_PENDING_BYTES: usize = 1 << 20;
 
 struct Session<'a, S> {
     inner: &'a Inner,
+    /// The context of the current transaction, from `source` at its start.
     ctx: ClientContext,
+    source: ContextSource,
     client: MessageReader<S>,
     out: BytesMut,
     backend: Option<Backend>,
@@ -61,7 +63,7 @@ struct Session<'a, S> {
 pub(crate) async fn run<S>(
     inner: &Inner,
     start: ClientStart<S>,
-    ctx: ClientContext,
+    source: ContextSource,
 ) -> Result<(), ServeError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
@@ -72,7 +74,8 @@ where
     inner.metrics.clients.fetch_add(1, Ordering::Relaxed);
     let mut s = Session {
         inner,
-        ctx,
+        ctx: source(),
+        source,
         client: conn,
         out: BytesMut::new(),
         backend: None,
@@ -221,6 +224,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
             Err(e) => return self.fatal("08P01", &e.to_string()).await,
         };
         let has_sync = unit.iter().any(|m| matches!(m.tag, b'Q' | b'S' | b'F'));
+        if self.backend.is_none() && !self.in_batch {
+            // Between transactions: the connection may now serve another invocation.
+            self.ctx = (self.source)();
+        }
         if let Some(r) = plan::refusal(self.ctx.shadow, &parsed) {
             if !self.try_pin(r) {
                 return self.refuse(r, has_sync).await;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use kiln_dbproxy::{ClientContext, Ledger, Proxy, ProxyConfig};
+use kiln_dbproxy::{ClientContext, ContextSource, Ledger, Proxy, ProxyConfig};
 use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256};
 use postgres_protocol::message::frontend;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -153,15 +153,33 @@ impl Drop for Cluster {
 
 /// Serves one client connection through a fresh proxy listener; returns its address.
 async fn listen(proxy: &Proxy, ctx: ClientContext) -> String {
+    listen_with(proxy, Arc::new(move || ctx.clone())).await
+}
+
+async fn listen_with(proxy: &Proxy, source: ContextSource) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let proxy = proxy.clone();
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
-            let _ = proxy.serve(stream, ctx.clone()).await;
+            let _ = proxy.serve_with(stream, source.clone()).await;
         }
     });
     addr.port().to_string()
+}
+
+/// Runs a simple query on a logged-in connection, up to ReadyForQuery.
+async fn query(s: &mut TcpStream, sql: &str) {
+    let mut buf = BytesMut::new();
+    frontend::query(sql, &mut buf).unwrap();
+    s.write_all(&buf).await.unwrap();
+    while let Some((tag, body)) = read_message(s).await {
+        assert_ne!(tag, b'E', "{sql}: {}", String::from_utf8_lossy(&body));
+        if tag == b'Z' {
+            return;
+        }
+    }
+    panic!("{sql}: the connection ended");
 }
 
 /// Runs `psql` with each statement as its own query; true if every one succeeded.
@@ -298,6 +316,49 @@ async fn the_ledger_records_what_committed() {
         rows,
         "shadow writes were rolled back"
     );
+
+    // One connection serving one invocation after another: the context is asked for at the
+    // start of each transaction, and kept for the whole of it.
+    let current = Arc::new(std::sync::Mutex::new(Arc::new(Ledger::new())));
+    let source: ContextSource = {
+        let current = current.clone();
+        Arc::new(move || ClientContext {
+            shadow: false,
+            ledger: current.lock().unwrap().clone(),
+        })
+    };
+    let port = listen_with(&proxy, source).await;
+    let mut conn = login(&port).await;
+    let switch = |ledger: &Arc<Ledger>| *current.lock().unwrap() = ledger.clone();
+    let (first, second, third) = (
+        Arc::new(Ledger::new()),
+        Arc::new(Ledger::new()),
+        Arc::new(Ledger::new()),
+    );
+    switch(&first);
+    query(&mut conn, "INSERT INTO t (v) VALUES ('first')").await;
+    switch(&second);
+    query(&mut conn, "BEGIN").await;
+    switch(&third);
+    query(&mut conn, "INSERT INTO t (v) VALUES ('second')").await;
+    query(&mut conn, "COMMIT").await;
+    assert_eq!(
+        first.snapshot().committed.len(),
+        1,
+        "{:?}",
+        first.snapshot()
+    );
+    assert_eq!(
+        second.snapshot().committed.len(),
+        1,
+        "{:?}",
+        second.snapshot()
+    );
+    assert!(
+        third.is_clean(),
+        "a transaction keeps the context it began with"
+    );
+    drop(conn);
 
     // A COMMIT whose backend is lost before it answers: uncertain, so a write.
     let (ctx, ledger) = case(false);
