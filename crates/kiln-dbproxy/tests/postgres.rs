@@ -162,7 +162,8 @@ async fn listen_with(proxy: &Proxy, source: ContextSource) -> String {
     let proxy = proxy.clone();
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
-            let _ = proxy.serve_with(stream, source.clone()).await;
+            let (proxy, source) = (proxy.clone(), source.clone());
+            tokio::spawn(async move { proxy.serve_with(stream, source).await });
         }
     });
     addr.port().to_string()
@@ -460,6 +461,42 @@ async fn login_with(port: &str, password: &str) -> Result<TcpStream, (String, St
     }
 }
 
+/// A framed message.
+fn message(tag: u8, body: &[u8]) -> Vec<u8> {
+    let mut m = vec![tag];
+    m.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
+    m.extend_from_slice(body);
+    m
+}
+
+/// Binds statement `stmt` with one text parameter, executes it and syncs; returns the first
+/// column of the first row.
+async fn bind_execute(s: &mut TcpStream, stmt: &str, param: &str) -> String {
+    let mut bind = vec![0];
+    bind.extend_from_slice(stmt.as_bytes());
+    bind.extend_from_slice(&[0, 0, 0, 0, 1]);
+    bind.extend_from_slice(&(param.len() as u32).to_be_bytes());
+    bind.extend_from_slice(param.as_bytes());
+    bind.extend_from_slice(&[0, 0]);
+    let mut out = message(b'B', &bind);
+    out.extend(message(b'E', &[0, 0, 0, 0, 0]));
+    out.extend(message(b'S', &[]));
+    s.write_all(&out).await.unwrap();
+    let mut value = None;
+    while let Some((tag, body)) = read_message(s).await {
+        match tag {
+            b'E' => panic!("{}", String::from_utf8_lossy(&body)),
+            b'D' if value.is_none() => {
+                let len = i32::from_be_bytes(body[2..6].try_into().unwrap()) as usize;
+                value = Some(String::from_utf8_lossy(&body[6..6 + len]).into_owned());
+            }
+            b'Z' => break,
+            _ => {}
+        }
+    }
+    value.expect("a row")
+}
+
 /// The SQLSTATE and message of the FATAL error that ends the connection.
 async fn fatal_error(s: &mut TcpStream) -> (String, String) {
     while let Some((tag, body)) = read_message(s).await {
@@ -493,6 +530,26 @@ async fn wrong_passwords_are_28p01_and_malformed_messages_08p01() {
     ))
     .unwrap();
     let port = listen(&proxy, ClientContext::default()).await;
+
+    // A statement prepared on one backend is parsed again, transparently, on another.
+    let mut a = login(&port).await;
+    let mut parse = b"s1\0SELECT $1::int + 1\0".to_vec();
+    parse.extend_from_slice(&[0, 0]);
+    let mut out = message(b'P', &parse);
+    out.extend(message(b'S', &[]));
+    a.write_all(&out).await.unwrap();
+    while read_message(&mut a)
+        .await
+        .expect("ParseComplete, ReadyForQuery")
+        .0
+        != b'Z'
+    {}
+    let mut b = login(&port).await;
+    query(&mut b, "BEGIN").await; // holds the backend s1 was prepared on (the last one idle)
+    assert_eq!(bind_execute(&mut a, "s1", "41").await, "42");
+    assert_eq!(proxy.metrics().reparses, 1);
+    query(&mut b, "ROLLBACK").await;
+    assert_eq!(bind_execute(&mut a, "s1", "1").await, "2");
 
     let refused = login_with(&port, "not the password")
         .await
