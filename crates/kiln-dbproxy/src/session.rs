@@ -302,6 +302,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
                 self.inject(&inj, &mut out);
             }
         }
+        let mut failed = None;
         if let Some(b) = self.backend.as_mut() {
             let mut forwarder = Forwarder {
                 shadow: self.ctx.shadow,
@@ -314,8 +315,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
                 unnamed_parse: &mut self.batch_unnamed_parse,
             };
             for m in unit {
-                forwarder.forward(m, &mut out)?;
+                if let Err(e) = forwarder.forward(m, &mut out) {
+                    failed = Some(e);
+                    break;
+                }
             }
+        }
+        if let Some(e) = failed {
+            return self.fatal("08P01", &e.to_string()).await;
         }
         if !self.in_batch {
             // A query after COPY FROM STDIN would break the copy: it waits for the answer.

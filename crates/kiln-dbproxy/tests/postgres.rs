@@ -576,6 +576,13 @@ async fn wrong_passwords_are_28p01_and_malformed_messages_08p01() {
     assert_eq!(fatal_error(&mut s).await.0, "08P01");
 
     let mut s = login(&port).await;
+    s.write_all(&[b'D', 0, 0, 0, 6, b'X', 0]).await.unwrap();
+    s.write_all(&[b'S', 0, 0, 0, 4]).await.unwrap();
+    let (code, message) = fatal_error(&mut s).await;
+    assert_eq!(code, "08P01");
+    assert!(message.contains("invalid target kind 'X'"), "{message}");
+
+    let mut s = login(&port).await;
     // A Parse whose parameter count promises more types than it carries.
     s.write_all(&[b'P', 0, 0, 0, 9, 0, b'x', 0, 0, 9])
         .await
