@@ -42,6 +42,10 @@ pub(crate) fn kinds(
                     .unwrap_or(Kind::Other);
                 portals.insert(portal, k);
             }
+            // Checked here so that a malformed one is refused before a backend is taken.
+            b'D' | b'C' => {
+                wire::decode_target(&m.body)?;
+            }
             b'E' => {
                 let portal = wire::decode_execute(&m.body)?;
                 let k = portals
