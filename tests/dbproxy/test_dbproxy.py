@@ -456,3 +456,15 @@ def test_errors_in_prepared_statements_leave_the_client_usable(proxy):
         await conn.close()
 
     asyncio.run(main())
+
+
+def test_a_newer_protocol_minor_version_is_negotiated_down(proxy):
+    with raw(proxy) as s:
+        startup = b"user\0kiln\0database\0kiln\0_pq_.future_option\0on\0\0"
+        s.sendall(struct.pack("!II", 8 + len(startup), 196608 + 2) + startup)
+        tag, length = struct.unpack("!cI", s.recv(5))
+        body = s.recv(length - 4)
+        assert tag == b"v"
+        newest, count = struct.unpack("!II", body[:8])
+        assert (newest, count) == (196608, 1) and body[8:] == b"_pq_.future_option\0"
+        assert s.recv(1) == b"R"  # then the login goes on in 3.0
