@@ -3,6 +3,7 @@ psql and raw sockets as clients. The proxy runs standalone (`kiln-dbproxy`) with
 two backends, a main listener and a shadow one."""
 
 import asyncio
+import io
 import os
 import socket
 import struct
@@ -468,3 +469,36 @@ def test_a_newer_protocol_minor_version_is_negotiated_down(proxy):
         newest, count = struct.unpack("!II", body[:8])
         assert (newest, count) == (196608, 1) and body[8:] == b"_pq_.future_option\0"
         assert s.recv(1) == b"R"  # then the login goes on in 3.0
+
+
+def test_copy_from_asyncpg_and_through_the_extended_protocol(proxy, pg):
+    """Regressions: asyncpg sends COPY as a query right after an unsynced Parse/Describe/Flush
+    and streams its data without waiting; libpq's extended-protocol COPY answers only after the
+    Sync that follows CopyDone."""
+    pg.psql("CREATE TABLE IF NOT EXISTS copied2 (a int, b text)", user=pg.user)
+
+    async def main(shadow):
+        c = await asyncpg.connect(proxy.url(shadow=shadow))
+        assert await c.copy_records_to_table("copied2", records=[(1, "x"), (2, "y")]) == "COPY 2"
+        out = io.BytesIO()
+        await c.copy_from_query("SELECT * FROM copied2 WHERE a > $1", 0, output=out)
+        await c.close()
+        return out.getvalue()
+
+    assert asyncio.run(main(False)) == b"1\tx\n2\ty\n"
+    before = pg.dump_data()
+    assert asyncio.run(main(True)) == b"1\tx\n2\ty\n"  # the shadow's COPY was rolled back
+    assert pg.dump_data() == before
+
+    with connect(proxy) as c:
+        conn = c.pgconn
+        conn.send_query_params(b"COPY copied2 FROM STDIN", None)
+        result = conn.get_result()
+        assert result.status == psycopg.pq.ExecStatus.COPY_IN
+        conn.put_copy_data(b"3\tz\n")
+        conn.put_copy_end()
+        statuses = []
+        while (result := conn.get_result()) is not None:
+            statuses.append(result.command_status)
+        assert statuses == [b"COPY 1"]
+        assert c.execute("SELECT count(*) FROM copied2").fetchone() == (3,)

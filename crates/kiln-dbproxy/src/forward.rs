@@ -47,6 +47,9 @@ impl Forwarder<'_> {
         let shadow = self.shadow;
         match m.tag {
             b'Q' => {
+                // A simple query ends an unsynced batch: PostgreSQL answers it with
+                // ReadyForQuery (asyncpg prepares with Flush, then sends COPY as a query).
+                *self.in_batch = false;
                 let mut cur = &m.body[..];
                 let sql = wire::take_cstr(&mut cur)?;
                 if shadow && classify(&sql) == [Kind::Commit] {
@@ -57,6 +60,7 @@ impl Forwarder<'_> {
                 self.responses.expect(Expect::Query(Origin::Client));
             }
             b'F' => {
+                *self.in_batch = false;
                 m.encode(out);
                 self.responses.expect(Expect::Query(Origin::Client));
             }

@@ -181,6 +181,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
                 if self.copy_in {
                     if m.tag != b'd' {
                         self.copy_in = false;
+                        // A COPY run by Execute answers only after the client's next Sync
+                        // (PostgreSQL ignored the one sent before the data).
+                        if matches!(self.queue.front(), Some(Expect::Execute)) {
+                            self.in_batch = true;
+                        }
                     }
                     if let Some(b) = self.backend.as_mut() {
                         let mut buf = BytesMut::new();
