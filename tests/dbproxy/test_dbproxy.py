@@ -502,3 +502,29 @@ def test_copy_from_asyncpg_and_through_the_extended_protocol(proxy, pg):
             statuses.append(result.command_status)
         assert statuses == [b"COPY 1"]
         assert c.execute("SELECT count(*) FROM copied2").fetchone() == (3,)
+
+
+@pytest.mark.parametrize("shadow", [False, True])
+def test_cursors_and_pipelines(proxy, shadow):
+    async def main():
+        c = await asyncpg.connect(proxy.url(shadow=shadow))
+        async with c.transaction():
+            rows = [r[0] async for r in c.cursor("SELECT g FROM generate_series(1, 500) g", prefetch=50)]
+            cur = await c.cursor("SELECT g FROM generate_series(1, 100) g")
+            first = await cur.fetch(10)
+            await cur.forward(5)
+            after = await cur.fetch(3)
+        await c.close()
+        return len(rows), first[0][0], after[0][0]
+
+    assert asyncio.run(main()) == (500, 1, 16)
+    with connect(proxy, shadow=shadow, autocommit=False) as c:
+        with c.cursor(name="server_side") as cur:
+            cur.itersize = 100
+            cur.execute("SELECT g FROM generate_series(1, 1000) g")
+            assert sum(1 for _ in cur) == 1000
+        c.commit()
+    with connect(proxy, shadow=shadow) as c:
+        with c.pipeline():
+            results = [c.execute("SELECT %s::int", (i,)) for i in range(5)]
+        assert [r.fetchone()[0] for r in results] == list(range(5))
