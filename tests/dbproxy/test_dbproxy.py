@@ -342,6 +342,7 @@ def test_shadow_writes_leave_the_data_unchanged(proxy, pg):
             c.execute("BEGIN")
             c.execute("INSERT INTO items (name) VALUES ('q')")
             assert c.execute("SHOW lock_timeout").fetchone() == ("1s",)
+            assert c.execute("SHOW idle_in_transaction_session_timeout").fetchone() == ("10s",)
             c.execute("COMMIT")
     assert pg.dump_data() == before
 

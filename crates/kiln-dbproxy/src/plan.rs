@@ -41,8 +41,11 @@ pub struct ShadowTimeouts {
 
 impl ShadowTimeouts {
     fn set_local(self) -> String {
+        // The idle timeout bounds how long a shadow's locks outlive a client that stopped
+        // talking mid-transaction (PostgreSQL then ends that backend).
         format!(
-            "SET LOCAL lock_timeout = '{}ms'; SET LOCAL statement_timeout = '{}ms'",
+            "SET LOCAL lock_timeout = '{0}ms'; SET LOCAL statement_timeout = '{1}ms'; \
+             SET LOCAL idle_in_transaction_session_timeout = '{1}ms'",
             self.lock_ms, self.statement_ms
         )
     }
