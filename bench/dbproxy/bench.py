@@ -69,6 +69,7 @@ pidfile = {d}/pgbouncer.pid
     subprocess.run(["chown", "-R", "postgres:postgres", str(d)], check=True)
     proc = subprocess.Popen(["runuser", "-u", "postgres", "--", exe, str(d / "pgbouncer.ini")],
                             stderr=subprocess.DEVNULL)
+    proc.workdir = d
     wait_port(port)
     version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout.splitlines()[0]
     return proc, port, version
@@ -101,7 +102,7 @@ def main():
 
     # Direct clients, plus the backends the proxy and PgBouncer keep open between rounds.
     pg = Postgres(max_connections=args.clients + 2 * args.pool + 10).start()
-    proxy = bouncer = None
+    proxy = bouncer = logdir = None
     try:
         subprocess.run(["pgbench", "-i", "-q", "-s", "1", "-h", "127.0.0.1", "-p", str(pg.port), "-U", pg.user,
                         pg.database], env=dict(os.environ, PGPASSWORD=pg.password), check=True,
@@ -122,6 +123,10 @@ def main():
             if p:
                 p.terminate()
                 p.wait()
+        if bouncer:
+            shutil.rmtree(bouncer.workdir, ignore_errors=True)
+        if logdir:
+            shutil.rmtree(logdir, ignore_errors=True)
         pg.cleanup()
 
     direct_tps = statistics.median(t for t, _, _ in results["direct"])

@@ -3,6 +3,7 @@ psql and raw sockets as clients. The proxy runs standalone (`kiln-dbproxy`) with
 two backends, a main listener and a shadow one."""
 
 import asyncio
+import atexit
 import io
 import os
 import socket
@@ -41,6 +42,8 @@ class Proxy:
              f"127.0.0.1:{self.shadow_port}", "--upstream", pg.addr, "--database", pg.database,
              "--user", pg.user, "--pool-size", str(pool), "--queue-timeout", str(queue_timeout), *extra],
             env=env, stderr=self.log)
+        # Not left behind by a test that times out.
+        atexit.register(self.stop)
         deadline = time.time() + 10
         while time.time() < deadline:
             try:
@@ -55,8 +58,9 @@ class Proxy:
         return self.pg.url(port=port, password=password)
 
     def stop(self):
-        self.proc.kill()
-        self.proc.wait()
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
         self.log.close()
         if os.environ.get("KILN_DBPROXY_KEEP_LOG"):
             subprocess.run(["cp", self.log.name, "/tmp/"])
