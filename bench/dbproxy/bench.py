@@ -82,7 +82,10 @@ def pgbench(pg, port, seconds, clients, logdir, label):
         ["pgbench", "-n", "-S", "-c", str(clients), "-j", "2", "-T", str(seconds), "-h", "127.0.0.1",
          "-p", str(port), "-U", pg.user, "-l", "--log-prefix", str(prefix), pg.database],
         env=env, capture_output=True, text=True, check=True).stdout
-    tps = next(float(line.split("=")[1].split()[0]) for line in out.splitlines() if line.startswith("tps"))
+    tps_lines = [line for line in out.splitlines() if line.startswith("tps")]
+    if not tps_lines:
+        raise RuntimeError(f"pgbench against {label} (port {port}) reported no throughput:\n{out}")
+    tps = float(tps_lines[0].split("=")[1].split()[0])
     lat = []
     for f in logdir.glob(f"{label}.*"):
         for line in f.read_text().splitlines():
