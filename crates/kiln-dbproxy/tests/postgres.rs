@@ -589,4 +589,30 @@ async fn wrong_passwords_are_28p01_and_malformed_messages_08p01() {
         .unwrap();
     s.write_all(&[b'S', 0, 0, 0, 4]).await.unwrap();
     assert_eq!(fatal_error(&mut s).await.0, "08P01");
+
+    // The proxy's own login with md5 and trust as well as SCRAM-SHA-256.
+    pg.psql(
+        "SET password_encryption = 'md5'; CREATE ROLE md5_user LOGIN PASSWORD 'md5-password'",
+        "postgres",
+    );
+    pg.psql("CREATE ROLE trusted_user LOGIN", "postgres");
+    pg.psql(
+        "GRANT CONNECT ON DATABASE app TO md5_user, trusted_user",
+        "postgres",
+    );
+    let hba = pg.dir.path().join("data").join("pg_hba.conf");
+    let rules = std::fs::read_to_string(&hba).unwrap();
+    let first = "host all md5_user 127.0.0.1/32 md5\nhost all trusted_user 127.0.0.1/32 trust\n";
+    std::fs::write(&hba, format!("{first}{rules}")).unwrap();
+    pg.psql("SELECT pg_reload_conf()", "postgres");
+    for (user, password) in [("md5_user", "md5-password"), ("trusted_user", "")] {
+        let mut cfg = ProxyConfig::new(format!("127.0.0.1:{}", pg.port), "app", user, password);
+        cfg.client_user = "app".into();
+        cfg.client_password = PASSWORD.into();
+        let proxy = Proxy::new(cfg).unwrap();
+        let port = listen(&proxy, ClientContext::default()).await;
+        let mut s = login(&port).await;
+        query(&mut s, "SELECT 1").await;
+        assert_eq!(proxy.metrics().backends_open, 1, "{user}");
+    }
 }
