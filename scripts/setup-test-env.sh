@@ -16,13 +16,14 @@ if ! { command -v clang && command -v wasm-ld && [ -d /usr/lib/wasm32-wasi ]; } 
     fi
 fi
 # The database proxy's tests and benchmark start a private cluster of the distribution's
-# PostgreSQL (tests/pg_harness.py); pgbench ships with the server package.
-if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
+# PostgreSQL (tests/pg_harness.py); pgbench ships with the server package, PgBouncer is the
+# benchmark's baseline (bench/dbproxy).
+if ! { ls /usr/lib/postgresql/*/bin/postgres && command -v pgbouncer; } >/dev/null 2>&1; then
     if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
         apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql postgresql-contrib >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql postgresql-contrib pgbouncer >/dev/null
     else
-        echo "setup-test-env: PostgreSQL is missing; the database proxy's tests will be skipped" >&2
+        echo "setup-test-env: PostgreSQL or PgBouncer is missing; the database proxy's tests will be skipped" >&2
     fi
 fi
 if [ ! -x .venv/bin/python ]; then

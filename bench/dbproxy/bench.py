@@ -69,6 +69,7 @@ pidfile = {d}/pgbouncer.pid
     subprocess.run(["chown", "-R", "postgres:postgres", str(d)], check=True)
     proc = subprocess.Popen(["runuser", "-u", "postgres", "--", exe, str(d / "pgbouncer.ini")],
                             stderr=subprocess.DEVNULL)
+    proc.workdir = d
     wait_port(port)
     version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout.splitlines()[0]
     return proc, port, version
@@ -81,7 +82,10 @@ def pgbench(pg, port, seconds, clients, logdir, label):
         ["pgbench", "-n", "-S", "-c", str(clients), "-j", "2", "-T", str(seconds), "-h", "127.0.0.1",
          "-p", str(port), "-U", pg.user, "-l", "--log-prefix", str(prefix), pg.database],
         env=env, capture_output=True, text=True, check=True).stdout
-    tps = next(float(line.split("=")[1].split()[0]) for line in out.splitlines() if line.startswith("tps"))
+    tps_lines = [line for line in out.splitlines() if line.startswith("tps")]
+    if not tps_lines:
+        raise RuntimeError(f"pgbench against {label} (port {port}) reported no throughput:\n{out}")
+    tps = float(tps_lines[0].split("=")[1].split()[0])
     lat = []
     for f in logdir.glob(f"{label}.*"):
         for line in f.read_text().splitlines():
@@ -101,7 +105,7 @@ def main():
 
     # Direct clients, plus the backends the proxy and PgBouncer keep open between rounds.
     pg = Postgres(max_connections=args.clients + 2 * args.pool + 10).start()
-    proxy = bouncer = None
+    proxy = bouncer = logdir = None
     try:
         subprocess.run(["pgbench", "-i", "-q", "-s", "1", "-h", "127.0.0.1", "-p", str(pg.port), "-U", pg.user,
                         pg.database], env=dict(os.environ, PGPASSWORD=pg.password), check=True,
@@ -122,6 +126,10 @@ def main():
             if p:
                 p.terminate()
                 p.wait()
+        if bouncer:
+            shutil.rmtree(bouncer.workdir, ignore_errors=True)
+        if logdir:
+            shutil.rmtree(logdir, ignore_errors=True)
         pg.cleanup()
 
     direct_tps = statistics.median(t for t, _, _ in results["direct"])

@@ -3,6 +3,8 @@ psql and raw sockets as clients. The proxy runs standalone (`kiln-dbproxy`) with
 two backends, a main listener and a shadow one."""
 
 import asyncio
+import atexit
+import io
 import os
 import socket
 import struct
@@ -40,6 +42,8 @@ class Proxy:
              f"127.0.0.1:{self.shadow_port}", "--upstream", pg.addr, "--database", pg.database,
              "--user", pg.user, "--pool-size", str(pool), "--queue-timeout", str(queue_timeout), *extra],
             env=env, stderr=self.log)
+        # Not left behind by a test that times out.
+        atexit.register(self.stop)
         deadline = time.time() + 10
         while time.time() < deadline:
             try:
@@ -54,8 +58,9 @@ class Proxy:
         return self.pg.url(port=port, password=password)
 
     def stop(self):
-        self.proc.kill()
-        self.proc.wait()
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
         self.log.close()
         if os.environ.get("KILN_DBPROXY_KEEP_LOG"):
             subprocess.run(["cp", self.log.name, "/tmp/"])
@@ -341,6 +346,7 @@ def test_shadow_writes_leave_the_data_unchanged(proxy, pg):
             c.execute("BEGIN")
             c.execute("INSERT INTO items (name) VALUES ('q')")
             assert c.execute("SHOW lock_timeout").fetchone() == ("1s",)
+            assert c.execute("SHOW idle_in_transaction_session_timeout").fetchone() == ("10s",)
             c.execute("COMMIT")
     assert pg.dump_data() == before
 
@@ -456,3 +462,74 @@ def test_errors_in_prepared_statements_leave_the_client_usable(proxy):
         await conn.close()
 
     asyncio.run(main())
+
+
+def test_a_newer_protocol_minor_version_is_negotiated_down(proxy):
+    with raw(proxy) as s:
+        startup = b"user\0kiln\0database\0kiln\0_pq_.future_option\0on\0\0"
+        s.sendall(struct.pack("!II", 8 + len(startup), 196608 + 2) + startup)
+        tag, length = struct.unpack("!cI", s.recv(5))
+        body = s.recv(length - 4)
+        assert tag == b"v"
+        newest, count = struct.unpack("!II", body[:8])
+        assert (newest, count) == (196608, 1) and body[8:] == b"_pq_.future_option\0"
+        assert s.recv(1) == b"R"  # then the login goes on in 3.0
+
+
+def test_copy_from_asyncpg_and_through_the_extended_protocol(proxy, pg):
+    """Regressions: asyncpg sends COPY as a query right after an unsynced Parse/Describe/Flush
+    and streams its data without waiting; libpq's extended-protocol COPY answers only after the
+    Sync that follows CopyDone."""
+    pg.psql("CREATE TABLE IF NOT EXISTS copied2 (a int, b text)", user=pg.user)
+
+    async def main(shadow):
+        c = await asyncpg.connect(proxy.url(shadow=shadow))
+        assert await c.copy_records_to_table("copied2", records=[(1, "x"), (2, "y")]) == "COPY 2"
+        out = io.BytesIO()
+        await c.copy_from_query("SELECT * FROM copied2 WHERE a > $1", 0, output=out)
+        await c.close()
+        return out.getvalue()
+
+    assert asyncio.run(main(False)) == b"1\tx\n2\ty\n"
+    before = pg.dump_data()
+    assert asyncio.run(main(True)) == b"1\tx\n2\ty\n"  # the shadow's COPY was rolled back
+    assert pg.dump_data() == before
+
+    with connect(proxy) as c:
+        conn = c.pgconn
+        conn.send_query_params(b"COPY copied2 FROM STDIN", None)
+        result = conn.get_result()
+        assert result.status == psycopg.pq.ExecStatus.COPY_IN
+        conn.put_copy_data(b"3\tz\n")
+        conn.put_copy_end()
+        statuses = []
+        while (result := conn.get_result()) is not None:
+            statuses.append(result.command_status)
+        assert statuses == [b"COPY 1"]
+        assert c.execute("SELECT count(*) FROM copied2").fetchone() == (3,)
+
+
+@pytest.mark.parametrize("shadow", [False, True])
+def test_cursors_and_pipelines(proxy, shadow):
+    async def main():
+        c = await asyncpg.connect(proxy.url(shadow=shadow))
+        async with c.transaction():
+            rows = [r[0] async for r in c.cursor("SELECT g FROM generate_series(1, 500) g", prefetch=50)]
+            cur = await c.cursor("SELECT g FROM generate_series(1, 100) g")
+            first = await cur.fetch(10)
+            await cur.forward(5)
+            after = await cur.fetch(3)
+        await c.close()
+        return len(rows), first[0][0], after[0][0]
+
+    assert asyncio.run(main()) == (500, 1, 16)
+    with connect(proxy, shadow=shadow, autocommit=False) as c:
+        with c.cursor(name="server_side") as cur:
+            cur.itersize = 100
+            cur.execute("SELECT g FROM generate_series(1, 1000) g")
+            assert sum(1 for _ in cur) == 1000
+        c.commit()
+    with connect(proxy, shadow=shadow) as c:
+        with c.pipeline():
+            results = [c.execute("SELECT %s::int", (i,)) for i in range(5)]
+        assert [r.fetchone()[0] for r in results] == list(range(5))

@@ -25,8 +25,9 @@ impl std::str::FromStr for SessionStatePolicy {
     }
 }
 
-/// How the proxy reaches PostgreSQL and what it asks of its clients.
-#[derive(Debug, Clone)]
+/// How the proxy reaches PostgreSQL and what it asks of its clients. Its `Debug` output leaves
+/// the passwords out.
+#[derive(Clone)]
 pub struct ProxyConfig {
     /// PostgreSQL's `HOST:PORT`.
     pub upstream: String,
@@ -50,6 +51,24 @@ pub struct ProxyConfig {
     pub shadow_statement_timeout: Duration,
     /// How long logging in to PostgreSQL may take.
     pub connect_timeout: Duration,
+}
+
+impl std::fmt::Debug for ProxyConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProxyConfig")
+            .field("upstream", &self.upstream)
+            .field("database", &self.database)
+            .field("upstream_user", &self.upstream_user)
+            .field("client_user", &self.client_user)
+            .field("pool_size", &self.pool_size)
+            .field("queue_timeout", &self.queue_timeout)
+            .field("session_state", &self.session_state)
+            .field("max_pinned", &self.max_pinned)
+            .field("shadow_lock_timeout", &self.shadow_lock_timeout)
+            .field("shadow_statement_timeout", &self.shadow_statement_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A configuration that cannot work.
@@ -112,5 +131,27 @@ impl ProxyConfig {
             return Err(ConfigError::MaxPinned(self.max_pinned, self.pool_size));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_leaves_the_passwords_out() {
+        let cfg = ProxyConfig::new("127.0.0.1:5432", "blog", "blog", "hunter2");
+        assert!(!format!("{cfg:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn pinning_needs_room_for_unpinned_clients() {
+        let mut cfg = ProxyConfig::new("127.0.0.1:5432", "blog", "blog", "pw");
+        cfg.session_state = SessionStatePolicy::Pin;
+        cfg.pool_size = 4;
+        cfg.max_pinned = 4;
+        assert_eq!(cfg.validate(), Err(ConfigError::MaxPinned(4, 4)));
+        cfg.pool_size = 0;
+        assert_eq!(cfg.validate(), Err(ConfigError::PoolSize));
     }
 }

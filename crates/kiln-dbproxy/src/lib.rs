@@ -14,6 +14,7 @@ mod auth;
 mod backend;
 mod classify;
 mod config;
+mod forward;
 mod ledger;
 mod metrics;
 mod plan;
@@ -46,24 +47,15 @@ pub struct ClientContext {
     pub shadow: bool,
     /// Where the client's committed writes are recorded.
     pub ledger: Arc<Ledger>,
-    /// Asked again at the start of each transaction, when set: a connection kept open across
-    /// invocations (a pool in the app) serves each one's transactions as that one's.
-    pub current: Option<CurrentContext>,
+    /// The caller cannot tell whose the transaction is (neither committing nor rolling it back
+    /// would be right): it is refused with `FATAL 08006` and the connection closed.
+    pub unattributed: bool,
 }
 
-/// Who a connection serves now: `Some((shadow, ledger))`, or `None` when that cannot be told
-/// (the transaction is then refused and the connection closed).
-pub type CurrentFn = dyn Fn() -> Option<(bool, Arc<Ledger>)> + Send + Sync;
-
-/// [`ClientContext::current`]: a function of the caller's.
-#[derive(Clone)]
-pub struct CurrentContext(pub Arc<CurrentFn>);
-
-impl std::fmt::Debug for CurrentContext {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("CurrentContext")
-    }
-}
+/// Where a connection's context comes from, asked at the start of each of its transactions:
+/// a connection a function instance keeps across invocations serves each invocation with that
+/// invocation's shadow flag and ledger.
+pub type ContextSource = Arc<dyn Fn() -> ClientContext + Send + Sync>;
 
 /// Why serving a client ended with an error.
 #[derive(Debug, thiserror::Error)]
@@ -109,15 +101,24 @@ impl Proxy {
         })
     }
 
-    /// Serves one client connection until it ends.
+    /// Serves one client connection until it ends, with one context for all of it.
     pub async fn serve<S>(&self, stream: S, ctx: ClientContext) -> Result<(), ServeError>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send,
+    {
+        self.serve_with(stream, Arc::new(move || ctx.clone())).await
+    }
+
+    /// Serves one client connection until it ends, asking `source` for the context at the
+    /// start of each transaction (never within one).
+    pub async fn serve_with<S>(&self, stream: S, source: ContextSource) -> Result<(), ServeError>
     where
         S: AsyncRead + AsyncWrite + Unpin + Send,
     {
         let Some(start) = startup::handshake(&self.inner, stream).await? else {
             return Ok(());
         };
-        session::run(&self.inner, start, ctx).await
+        session::run(&self.inner, start, source).await
     }
 
     /// The counters now.

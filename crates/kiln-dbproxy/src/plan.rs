@@ -41,8 +41,11 @@ pub struct ShadowTimeouts {
 
 impl ShadowTimeouts {
     fn set_local(self) -> String {
+        // The idle timeout bounds how long a shadow's locks outlive a client that stopped
+        // talking mid-transaction (PostgreSQL then ends that backend).
         format!(
-            "SET LOCAL lock_timeout = '{}ms'; SET LOCAL statement_timeout = '{}ms'",
+            "SET LOCAL lock_timeout = '{0}ms'; SET LOCAL statement_timeout = '{1}ms'; \
+             SET LOCAL idle_in_transaction_session_timeout = '{1}ms'",
             self.lock_ms, self.statement_ms
         )
     }
@@ -98,9 +101,11 @@ pub fn plan(shadow: bool, status: u8, executed: &[Kind], timeouts: ShadowTimeout
     let may_write = executed
         .iter()
         .any(|k| matches!(k, Kind::Other | Kind::NoTxnBlock | Kind::PrepareTransaction));
-    let txn_control = executed.iter().any(|k| k.is_txn_control());
+    let txn_control = executed.iter().filter(|k| k.is_txn_control()).count();
+    // `BEGIN; …` leaves the transaction open: its COMMIT, later, is checked.
+    let opens_only = executed[0] == Kind::Begin && txn_control == 1;
     match status {
-        b'I' if !txn_control && may_write => {
+        b'I' if txn_control == 0 && may_write => {
             if executed.contains(&Kind::NoTxnBlock) {
                 p.unchecked = true;
             } else {
@@ -114,15 +119,9 @@ pub fn plan(shadow: bool, status: u8, executed: &[Kind], timeouts: ShadowTimeout
             p.pre.push(Injected::CaptureXid);
             p.ledger_commit = true;
         }
-        _ if executed
-            .iter()
-            .any(|k| matches!(k, Kind::Commit | Kind::PrepareTransaction)) =>
-        {
-            p.unchecked = true
-        }
-        b'I' if txn_control && may_write && executed.first() != Some(&Kind::Begin) => {
-            p.unchecked = true
-        }
+        // Transaction control among other statements in one query (`INSERT …; COMMIT`,
+        // `ROLLBACK; INSERT …`): what committed cannot be told apart.
+        _ if txn_control > 0 && may_write && !opens_only => p.unchecked = true,
         _ => {}
     }
     p
@@ -132,6 +131,63 @@ pub fn plan(shadow: bool, status: u8, executed: &[Kind], timeouts: ShadowTimeout
 mod tests {
     use super::*;
     use crate::classify::classify;
+    use proptest::prelude::*;
+
+    fn any_kind() -> impl Strategy<Value = Kind> {
+        prop_oneof![
+            Just(Kind::Begin),
+            Just(Kind::Commit),
+            Just(Kind::Rollback),
+            Just(Kind::PrepareTransaction),
+            Just(Kind::TrackedSet),
+            Just(Kind::SetLocal),
+            Just(Kind::NoTxnBlock),
+            Just(Kind::ReadOnly),
+            Just(Kind::Deallocate),
+            Just(Kind::Other),
+        ]
+    }
+
+    proptest! {
+        /// Whatever a shadow client runs, a unit either is refused, or ends in a rollback the
+        /// proxy adds, or runs inside the client's own transaction, whose COMMIT rolls back.
+        #[test]
+        fn shadow_units_never_commit(kinds in proptest::collection::vec(any_kind(), 0..5),
+                                     status in prop_oneof![Just(b'I'), Just(b'T'), Just(b'E')]) {
+            if refusal(true, &kinds).is_some() || kinds.is_empty() {
+                return Ok(());
+            }
+            let p = plan(true, status, &kinds, T);
+            prop_assert!(!p.pre.iter().chain(&p.post).any(|i| matches!(i, Injected::LedgerCommit | Injected::CaptureXid)));
+            if status == b'I' && kinds != [Kind::Begin] {
+                prop_assert_eq!(p.post.last(), Some(&Injected::Swallow("ROLLBACK".into())));
+                prop_assert_eq!(p.rfq_override, Some(b'I'));
+            }
+            if kinds.contains(&Kind::Commit) {
+                prop_assert!(p.commit_as_rollback);
+            }
+        }
+
+        /// For other clients, a unit that may write either has its commit checked or is
+        /// counted as unchecked, unless it stays inside an open transaction.
+        #[test]
+        fn writes_are_checked_or_counted(kinds in proptest::collection::vec(any_kind(), 1..5),
+                                         status in prop_oneof![Just(b'I'), Just(b'T')]) {
+            let p = plan(false, status, &kinds, T);
+            prop_assert!(!p.pre.iter().chain(&p.post).any(|i| matches!(i, Injected::Swallow(s) if s.contains("ROLLBACK"))));
+            let may_write = kinds.iter().any(|k| matches!(k, Kind::Other | Kind::NoTxnBlock | Kind::PrepareTransaction));
+            let control = kinds.iter().filter(|k| k.is_txn_control()).count();
+            let opens_only = kinds[0] == Kind::Begin && control == 1;
+            let commits_now = may_write && !opens_only && (status == b'I' || control > 0);
+            if kinds == [Kind::Commit] && status == b'T' {
+                prop_assert!(p.ledger_commit);
+            }
+            if commits_now {
+                let checked = p.ledger_commit || p.post.contains(&Injected::LedgerCommit);
+                prop_assert!(checked || p.unchecked, "{:?} at {}: {:?}", kinds, status as char, p);
+            }
+        }
+    }
 
     const T: ShadowTimeouts = ShadowTimeouts {
         lock_ms: 1000,
@@ -182,6 +238,16 @@ mod tests {
             .unchecked
         );
         assert!(plan(false, b'I', &classify("VACUUM t"), T).unchecked);
+        assert!(
+            plan(
+                false,
+                b'T',
+                &classify("ROLLBACK; INSERT INTO t VALUES (1)"),
+                T
+            )
+            .unchecked
+        );
+        assert!(!plan(false, b'I', &classify("BEGIN; INSERT INTO t VALUES (1)"), T).unchecked);
     }
 
     #[test]

@@ -54,6 +54,22 @@ impl Statements {
         self.by_name.clear();
     }
 
+    /// Carries out a lone `DEALLOCATE name|ALL`: the statements stay prepared on the backends,
+    /// shared with other clients. Returns the command tag, or None if `sql` is not one (or
+    /// names no statement of the client's: PostgreSQL then answers the error).
+    pub fn deallocate(&mut self, sql: &str) -> Option<&'static str> {
+        match crate::classify::deallocate_target(sql)? {
+            None => {
+                self.clear();
+                Some("DEALLOCATE ALL")
+            }
+            Some(name) => {
+                self.remove(&name)?;
+                Some("DEALLOCATE")
+            }
+        }
+    }
+
     /// Forgets the statements a failed Parse would have defined.
     pub fn forget_server_name(&mut self, server: &str) {
         self.by_name.retain(|_, s| s.server_name != server);

@@ -10,8 +10,9 @@ use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::backend::{self, Backend};
-use crate::classify::{classify, Kind, Refusal};
+use crate::classify::{Kind, Refusal};
 use crate::config::SessionStatePolicy;
+use crate::forward::Forwarder;
 use crate::metrics::Metrics;
 use crate::plan::{self, Injected, Plan, ShadowTimeouts};
 use crate::pool::PoolError;
@@ -19,14 +20,16 @@ use crate::prepared::Statements;
 use crate::responses::{Expect, Origin, Responses};
 use crate::startup::{error_chain, ClientStart};
 use crate::wire::{self, Message, MessageReader, Severity, WireError};
-use crate::{CancelTarget, ClientContext, Inner, ServeError};
+use crate::{CancelTarget, ClientContext, ContextSource, Inner, ServeError};
 
 /// Units buffered beyond this many bytes are sent before their Sync.
 const MAX_PENDING_BYTES: usize = 1 << 20;
 
 struct Session<'a, S> {
     inner: &'a Inner,
+    /// The context of the current transaction, from `source` at its start.
     ctx: ClientContext,
+    source: ContextSource,
     client: MessageReader<S>,
     out: BytesMut,
     backend: Option<Backend>,
@@ -60,7 +63,7 @@ struct Session<'a, S> {
 pub(crate) async fn run<S>(
     inner: &Inner,
     start: ClientStart<S>,
-    ctx: ClientContext,
+    source: ContextSource,
 ) -> Result<(), ServeError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
@@ -71,7 +74,8 @@ where
     inner.metrics.clients.fetch_add(1, Ordering::Relaxed);
     let mut s = Session {
         inner,
-        ctx,
+        ctx: source(),
+        source,
         client: conn,
         out: BytesMut::new(),
         backend: None,
@@ -177,6 +181,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
                 if self.copy_in {
                     if m.tag != b'd' {
                         self.copy_in = false;
+                        // A COPY run by Execute answers only after the client's next Sync
+                        // (PostgreSQL ignored the one sent before the data).
+                        if matches!(self.queue.front(), Some(Expect::Execute)) {
+                            self.in_batch = true;
+                        }
                     }
                     if let Some(b) = self.backend.as_mut() {
                         let mut buf = BytesMut::new();
@@ -220,24 +229,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
             Err(e) => return self.fatal("08P01", &e.to_string()).await,
         };
         let has_sync = unit.iter().any(|m| matches!(m.tag, b'Q' | b'S' | b'F'));
-        // A transaction begins: whose it is may have changed since the last one.
-        if self.backend.is_none() {
-            if let Some(current) = self.ctx.current.clone() {
-                match (current.0)() {
-                    Some((shadow, ledger)) => {
-                        self.ctx.shadow = shadow;
-                        self.ctx.ledger = ledger;
-                    }
-                    None => {
-                        return self
-                            .fatal(
-                                "08006",
-                                "kiln cannot tell which invocation this transaction belongs to; \
-                                 reconnect",
-                            )
-                            .await
-                    }
-                }
+        if self.backend.is_none() && !self.in_batch {
+            // Between transactions: the connection may now serve another invocation.
+            self.ctx = (self.source)();
+            if self.ctx.unattributed {
+                return self
+                    .fatal(
+                        "08006",
+                        "kiln cannot tell which invocation this transaction belongs to; reconnect",
+                    )
+                    .await;
             }
         }
         if let Some(r) = plan::refusal(self.ctx.shadow, &parsed) {
@@ -245,11 +246,21 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
                 return self.refuse(r, has_sync).await;
             }
         }
-        if let Some(answers) = self.deallocate(&unit, &parsed) {
-            return self.answer_locally(answers).await;
+        if parsed == [Kind::Deallocate] && unit.len() == 1 && unit[0].tag == b'Q' {
+            let sql = wire::take_cstr(&mut &unit[0].body[..])?;
+            if let Some(tag) = self.statements.deallocate(&sql) {
+                let status = self.backend.as_ref().map_or(b'I', |b| b.status);
+                return self
+                    .answer_locally(vec![
+                        wire::command_complete(tag),
+                        wire::ready_for_query(status),
+                    ])
+                    .await;
+            }
         }
         if self.backend.is_none() {
-            if let Some(answers) = self.local_answers(&unit) {
+            if let Some(answers) = crate::unit::answer_without_backend(&unit, &mut self.statements)
+            {
                 for a in answers {
                     a.encode(&mut self.out);
                 }
@@ -304,8 +315,27 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
                 self.inject(&inj, &mut out);
             }
         }
-        for m in unit {
-            self.forward(m, &mut out)?;
+        let mut failed = None;
+        if let Some(b) = self.backend.as_mut() {
+            let mut forwarder = Forwarder {
+                shadow: self.ctx.shadow,
+                statements: &mut self.statements,
+                portals: &mut self.portals,
+                prepared: &mut b.prepared,
+                responses: &mut self.queue,
+                reparses: &self.inner.metrics.reparses,
+                in_batch: &mut self.in_batch,
+                unnamed_parse: &mut self.batch_unnamed_parse,
+            };
+            for m in unit {
+                if let Err(e) = forwarder.forward(m, &mut out) {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        if let Some(e) = failed {
+            return self.fatal("08P01", &e.to_string()).await;
         }
         if !self.in_batch {
             // A query after COPY FROM STDIN would break the copy: it waits for the answer.
@@ -325,30 +355,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
         self.drain_synthetic();
         self.flush_client().await?;
         Ok(Step::Continue)
-    }
-
-    /// A lone simple-protocol DEALLOCATE drops the client's protocol statements (they stay
-    /// prepared on the backends, shared with other clients). Anything else is refused.
-    fn deallocate(&mut self, unit: &[Message], parsed: &[Kind]) -> Option<Vec<Message>> {
-        if parsed != [Kind::Deallocate] || unit.len() != 1 || unit[0].tag != b'Q' {
-            return None;
-        }
-        let sql = wire::take_cstr(&mut &unit[0].body[..]).ok()?;
-        let tag = match crate::classify::deallocate_target(&sql)? {
-            None => {
-                self.statements.clear();
-                "DEALLOCATE ALL"
-            }
-            Some(name) => {
-                self.statements.remove(&name)?;
-                "DEALLOCATE"
-            }
-        };
-        let status = self.backend.as_ref().map_or(b'I', |b| b.status);
-        Some(vec![
-            wire::command_complete(tag),
-            wire::ready_for_query(status),
-        ])
     }
 
     async fn answer_locally(&mut self, answers: Vec<Message>) -> Result<Step, ServeError> {
@@ -432,32 +438,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
         self.error_and_sync(err, has_sync).await
     }
 
-    /// Answers a unit that needs no backend: closing statements, a bare Sync.
-    fn local_answers(&mut self, unit: &[Message]) -> Option<Vec<Message>> {
-        let mut answers = Vec::new();
-        for m in unit {
-            match m.tag {
-                b'C' => match wire::decode_target(&m.body) {
-                    Ok((b'S', name)) if !name.is_empty() => {
-                        answers.push(Message::new(b'3', Vec::new()))
-                    }
-                    _ => return None,
-                },
-                b'S' => answers.push(wire::ready_for_query(b'I')),
-                b'H' => {}
-                _ => return None,
-            }
-        }
-        for m in unit {
-            if let Ok((b'S', name)) = wire::decode_target(&m.body) {
-                if m.tag == b'C' {
-                    self.statements.remove(&name);
-                }
-            }
-        }
-        Some(answers)
-    }
-
     async fn checkout(&mut self) -> Result<(), PoolError> {
         let mut b = self.inner.pool.acquire().await?;
         *self.cancel_target.lock().unwrap_or_else(|e| e.into_inner()) = Some((b.pid, b.secret));
@@ -494,126 +474,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
         wire::query(sql).encode(out);
         // Ignored, and so not answered, if the backend is skipping to Sync after an error.
         self.queue.expect(Expect::Query(origin));
-    }
-
-    /// Makes sure a client statement is prepared on the current backend.
-    fn ensure_prepared(&mut self, name: &str, out: &mut BytesMut) -> Option<String> {
-        let st = self.statements.get(name)?;
-        let server = st.server_name.clone();
-        let b = self.backend.as_mut()?;
-        if !b.prepared.contains(&server) {
-            wire::parse(&server, &st.sql, &st.param_types).encode(out);
-            b.prepared.insert(server.clone());
-            Metrics::inc(&self.inner.metrics.reparses);
-            self.queue
-                .expect(Expect::Parse(Origin::Swallow, Some(server.clone())));
-        }
-        Some(server)
-    }
-
-    fn forward(&mut self, m: Message, out: &mut BytesMut) -> Result<(), WireError> {
-        let shadow = self.ctx.shadow;
-        match m.tag {
-            b'Q' => {
-                let mut cur = &m.body[..];
-                let sql = wire::take_cstr(&mut cur)?;
-                if shadow && classify(&sql) == [Kind::Commit] {
-                    wire::query("ROLLBACK").encode(out);
-                } else {
-                    m.encode(out);
-                }
-                self.queue.expect(Expect::Query(Origin::Client));
-            }
-            b'F' => {
-                m.encode(out);
-                self.queue.expect(Expect::Query(Origin::Client));
-            }
-            b'P' => {
-                self.in_batch = true;
-                let mut p = wire::decode_parse(&m.body)?;
-                let kinds = classify(&p.sql);
-                if shadow && kinds == [Kind::Commit] {
-                    p.sql = "ROLLBACK".into();
-                }
-                if p.name.is_empty() {
-                    self.batch_unnamed_parse = true;
-                    wire::parse("", &p.sql, &p.param_types).encode(out);
-                    self.queue.expect(Expect::Parse(Origin::Client, None));
-                    return Ok(());
-                }
-                let kind = crate::unit::single(&kinds);
-                let server =
-                    self.statements
-                        .define(p.name, p.sql.clone(), p.param_types.clone(), kind);
-                let Some(b) = self.backend.as_mut() else {
-                    return Ok(());
-                };
-                if b.prepared.contains(&server) {
-                    self.queue
-                        .expect(Expect::Synthetic(Message::new(b'1', Vec::new())));
-                } else {
-                    b.prepared.insert(server.clone());
-                    wire::parse(&server, &p.sql, &p.param_types).encode(out);
-                    self.queue
-                        .expect(Expect::Parse(Origin::Client, Some(server)));
-                }
-            }
-            b'B' => {
-                self.in_batch = true;
-                let (portal, stmt, rest) = wire::decode_bind_head(&m.body)?;
-                let kind = self.statements.get(&stmt).map_or(Kind::Other, |s| s.kind);
-                self.portals.insert(portal.clone(), kind);
-                match self.ensure_prepared(&stmt, out) {
-                    Some(server) => wire::rebind(&m.body, rest, &portal, &server).encode(out),
-                    None => m.encode(out),
-                }
-                self.queue.expect(Expect::Bind);
-            }
-            b'D' | b'C' => {
-                self.in_batch = true;
-                let (kind, name) = wire::decode_target(&m.body)?;
-                if kind == b'S' && !name.is_empty() {
-                    if m.tag == b'C' {
-                        // The statement stays on the backends, shared by every client
-                        // that prepares the same text.
-                        self.statements.remove(&name);
-                        self.queue
-                            .expect(Expect::Synthetic(Message::new(b'3', Vec::new())));
-                        return Ok(());
-                    }
-                    match self.ensure_prepared(&name, out) {
-                        Some(server) => wire::target(b'D', b'S', &server).encode(out),
-                        None => m.encode(out),
-                    }
-                } else {
-                    if m.tag == b'C' {
-                        self.portals.remove(&name);
-                    }
-                    m.encode(out);
-                }
-                self.queue.expect(if m.tag == b'D' {
-                    Expect::Describe
-                } else {
-                    Expect::Close
-                });
-            }
-            b'E' => {
-                self.in_batch = true;
-                m.encode(out);
-                self.queue.expect(Expect::Execute);
-            }
-            b'H' => {
-                self.in_batch = true;
-                m.encode(out);
-            }
-            b'S' => {
-                self.in_batch = false;
-                m.encode(out);
-                self.queue.expect(Expect::Sync);
-            }
-            _ => m.encode(out),
-        }
-        Ok(())
     }
 
     /// Emits the proxy's own answers that have reached the head of the queue.

@@ -66,7 +66,26 @@ where
                 forward_cancel(inner, pid, secret).await;
                 return Ok(None);
             }
-            Ok(Startup::V3 { params }) => break params,
+            Ok(Startup::V3 { minor, params }) => {
+                // A newer minor version or protocol options: PostgreSQL's answer is to offer
+                // 3.0 without the options, and the client decides whether to go on.
+                let options: Vec<&str> = params
+                    .iter()
+                    .map(|(k, _)| k.as_str())
+                    .filter(|k| k.starts_with("_pq_."))
+                    .collect();
+                if minor > 0 || !options.is_empty() {
+                    let m = wire::negotiate_protocol_version(&options);
+                    stream
+                        .write_all(&wire::encode_all([&m]))
+                        .await
+                        .map_err(WireError::Io)?;
+                }
+                break params
+                    .into_iter()
+                    .filter(|(k, _)| !k.starts_with("_pq_."))
+                    .collect::<Vec<_>>();
+            }
             Err(WireError::Protocol(m)) => {
                 fatal(&mut stream, "08P01", &m).await?;
                 return Ok(None);

@@ -42,6 +42,10 @@ pub(crate) fn kinds(
                     .unwrap_or(Kind::Other);
                 portals.insert(portal, k);
             }
+            // Checked here so that a malformed one is refused before a backend is taken.
+            b'D' | b'C' => {
+                wire::decode_target(&m.body)?;
+            }
             b'E' => {
                 let portal = wire::decode_execute(&m.body)?;
                 let k = portals
@@ -55,6 +59,35 @@ pub(crate) fn kinds(
         }
     }
     Ok((parsed, executed))
+}
+
+/// Answers a unit that needs no backend (closing statements, a bare Sync), or None.
+pub(crate) fn answer_without_backend(
+    unit: &[Message],
+    statements: &mut Statements,
+) -> Option<Vec<Message>> {
+    let mut answers = Vec::new();
+    for m in unit {
+        match m.tag {
+            b'C' => match wire::decode_target(&m.body) {
+                Ok((b'S', name)) if !name.is_empty() => {
+                    answers.push(Message::new(b'3', Vec::new()))
+                }
+                _ => return None,
+            },
+            b'S' => answers.push(wire::ready_for_query(b'I')),
+            b'H' => {}
+            _ => return None,
+        }
+    }
+    for m in unit {
+        if let Ok((b'S', name)) = wire::decode_target(&m.body) {
+            if m.tag == b'C' {
+                statements.remove(&name);
+            }
+        }
+    }
+    Some(answers)
 }
 
 /// Whether a unit runs COPY … FROM (the client then sends data before its ReadyForQuery).

@@ -21,8 +21,15 @@ pub const CANCEL_REQUEST: u32 = 80_877_102;
 pub enum Startup {
     Ssl,
     GssEnc,
-    Cancel { pid: u32, secret: u32 },
-    V3 { params: Vec<(String, String)> },
+    Cancel {
+        pid: u32,
+        secret: u32,
+    },
+    /// Protocol 3.x; a minor version above 0 is answered with NegotiateProtocolVersion.
+    V3 {
+        minor: u16,
+        params: Vec<(String, String)>,
+    },
 }
 
 /// A framing error: the peer sent something that is not the protocol.
@@ -53,7 +60,7 @@ pub fn parse_startup(body: &[u8]) -> Result<Startup, WireError> {
             pid: u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]),
             secret: u32::from_be_bytes([rest[4], rest[5], rest[6], rest[7]]),
         }),
-        PROTOCOL_V3 => {
+        v if v >> 16 == 3 => {
             let mut params = Vec::new();
             let mut cur = rest;
             loop {
@@ -69,7 +76,10 @@ pub fn parse_startup(body: &[u8]) -> Result<Startup, WireError> {
                     "trailing bytes after startup parameters".into(),
                 ));
             }
-            Ok(Startup::V3 { params })
+            Ok(Startup::V3 {
+                minor: (code & 0xffff) as u16,
+                params,
+            })
         }
         other => Err(WireError::Protocol(format!(
             "unsupported frontend protocol {}.{}: kiln's database proxy speaks 3.0",
@@ -291,6 +301,17 @@ pub fn authentication(code: i32, data: &[u8]) -> Message {
     Message::new(b'R', b)
 }
 
+/// NegotiateProtocolVersion: the proxy speaks 3.0 and none of the `_pq_.` options asked for.
+pub fn negotiate_protocol_version(unrecognized: &[&str]) -> Message {
+    let mut b = BytesMut::new();
+    b.put_u32(PROTOCOL_V3);
+    b.put_u32(unrecognized.len() as u32);
+    for o in unrecognized {
+        put_cstr(&mut b, o);
+    }
+    Message::new(b'v', b)
+}
+
 /// A simple Query message.
 pub fn query(sql: &str) -> Message {
     let mut b = BytesMut::new();
@@ -449,6 +470,7 @@ mod tests {
         assert_eq!(
             s,
             Startup::V3 {
+                minor: 0,
                 params: vec![
                     ("user".into(), "app".into()),
                     ("database".into(), "blog".into())

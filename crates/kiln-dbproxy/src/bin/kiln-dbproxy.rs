@@ -132,7 +132,7 @@ async fn accept(listener: TcpListener, proxy: Proxy, shadow: bool) {
             let ctx = ClientContext {
                 shadow,
                 ledger: Arc::new(Ledger::new()),
-                current: None,
+                ..ClientContext::default()
             };
             if let Err(e) = proxy.serve(stream, ctx).await {
                 tracing::debug!(error = %e, "client ended with an error");

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 
-use kiln_dbproxy::{ClientContext, CurrentContext, Proxy, ProxyConfig};
+use kiln_dbproxy::{ClientContext, Proxy, ProxyConfig};
 
 use super::{invalid, AppError, AppSpec};
 use crate::agent::{Attachment, SandboxService};
@@ -182,7 +182,7 @@ impl Sandbox {
                 // once (where invocations in flight disagree).
                 let slot = slot.clone();
                 let owner = Arc::new(std::sync::Mutex::new(None::<u32>));
-                let current = move || {
+                let source = move || {
                     let tags = slot.tags_for(|pids| {
                         let mut known = owner.locked();
                         if known.is_none() {
@@ -190,21 +190,15 @@ impl Sandbox {
                         }
                         *known
                     });
-                    let ledger = tags.ledger.map(|l| l.0).unwrap_or_default();
-                    match tags.shadow {
-                        Shadow::No => Some((false, ledger)),
-                        Shadow::Yes => Some((true, ledger)),
-                        // Neither committing nor rolling back would be right.
-                        Shadow::Unknown => None,
+                    ClientContext {
+                        shadow: tags.shadow == Shadow::Yes,
+                        ledger: tags.ledger.map(|l| l.0).unwrap_or_default(),
+                        unattributed: tags.shadow == Shadow::Unknown,
                     }
-                };
-                let ctx = ClientContext {
-                    current: Some(CurrentContext(Arc::new(current))),
-                    ..ClientContext::default()
                 };
                 let proxy = db.proxy.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = proxy.serve(tcp, ctx).await {
+                    if let Err(e) = proxy.serve_with(tcp, Arc::new(source)).await {
                         tracing::debug!("database proxy client: {e}");
                     }
                 });
