@@ -20,6 +20,9 @@ pub struct LedgerEntries {
     /// statements in one query, statements that cannot run in a transaction block): counted
     /// as writes.
     pub unchecked: u32,
+    /// COMMITs sent and not yet answered: until they are, the ledger is not clean (a failed
+    /// invocation's COMMIT may still be on its way when its caller reads the ledger).
+    pub pending: u32,
 }
 
 impl Ledger {
@@ -43,12 +46,46 @@ impl Ledger {
         self.with(|l| l.unchecked += 1);
     }
 
-    /// No write committed, and none possibly committed.
+    /// A COMMIT the ledger watches was sent.
+    pub fn commit_started(&self) {
+        self.with(|l| l.pending += 1);
+    }
+
+    /// That COMMIT was answered (its outcome recorded) or its backend lost.
+    pub fn commit_settled(&self) {
+        self.with(|l| l.pending = l.pending.saturating_sub(1));
+    }
+
+    /// No write committed, none possibly committed, and none on its way.
     pub fn is_clean(&self) -> bool {
-        self.with(|l| l.committed.is_empty() && l.uncertain == 0 && l.unchecked == 0)
+        self.with(|l| {
+            l.committed.is_empty() && l.uncertain == 0 && l.unchecked == 0 && l.pending == 0
+        })
     }
 
     pub fn snapshot(&self) -> LedgerEntries {
         self.with(|l| l.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_commit_on_its_way_is_not_clean_until_settled() {
+        let l = Ledger::new();
+        assert!(l.is_clean());
+        l.commit_started();
+        assert!(!l.is_clean(), "the COMMIT may still write");
+        l.commit_settled();
+        assert!(l.is_clean(), "answered without a write");
+        l.commit_started();
+        l.committed(7);
+        l.commit_settled();
+        assert!(!l.is_clean());
+        assert_eq!(l.snapshot().committed, vec![7]);
+        l.commit_settled();
+        assert_eq!(l.snapshot().pending, 0, "never below zero");
     }
 }

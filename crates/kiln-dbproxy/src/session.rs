@@ -309,7 +309,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
                 Metrics::inc(&self.inner.metrics.shadow_rollbacks);
             }
             if self.plan.ledger_commit {
-                self.commit_in_flight = true;
+                self.commit_in_flight(true);
             }
             for inj in self.plan.pre.clone() {
                 self.inject(&inj, &mut out);
@@ -462,12 +462,25 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
         Ok(())
     }
 
+    /// A COMMIT the ledger watches is on its way (or no longer): the ledger is not clean
+    /// meanwhile.
+    fn commit_in_flight(&mut self, on: bool) {
+        if on != self.commit_in_flight {
+            if on {
+                self.ctx.ledger.commit_started();
+            } else {
+                self.ctx.ledger.commit_settled();
+            }
+        }
+        self.commit_in_flight = on;
+    }
+
     fn inject(&mut self, inj: &Injected, out: &mut BytesMut) {
         let (sql, origin) = match inj {
             Injected::Swallow(sql) => (sql.as_str(), Origin::Swallow),
             Injected::CaptureXid => (plan::CAPTURE_XID_SQL, Origin::CaptureXid),
             Injected::LedgerCommit => {
-                self.commit_in_flight = true;
+                self.commit_in_flight(true);
                 ("COMMIT", Origin::LedgerCommit)
             }
         };
@@ -542,7 +555,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
                 self.queue.pop();
                 self.copy_in = false;
                 if matches!(origin, Origin::Client | Origin::LedgerCommit) {
-                    self.commit_in_flight = false;
+                    self.commit_in_flight(false);
                 }
                 if to_client && self.post_deferred {
                     self.post_deferred = false;
@@ -668,7 +681,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Session<'_, S> {
         if self.commit_in_flight && self.captured_xid != Some(None) {
             self.ctx.ledger.uncertain();
         }
-        self.commit_in_flight = false;
+        self.commit_in_flight(false);
         if let Some(b) = self.backend.take() {
             self.inner.pool.discard(b);
         }
