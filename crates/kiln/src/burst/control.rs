@@ -28,6 +28,13 @@ pub const TRIP_SLOWDOWN: f64 = 2.0;
 /// The learned limit before anything is learned, and its bounds.
 pub const INITIAL_LIMIT: f64 = 8.0;
 const MAX_LIMIT: f64 = 10_000.0;
+/// The least a learned limit falls to (Envoy's adaptive concurrency keeps 3): a monolith with
+/// two workers is not sent one request at a time because one second was noisy.
+const MIN_LIMIT: f64 = 2.0;
+/// Slowdowns are judged over at least this many requests (or a second of them): the p90 of
+/// three samples is their maximum, and one slow request is not a trend.
+const MIN_SAMPLES: usize = 8;
+const MAX_WINDOW_TICKS: u32 = 10;
 /// The share of the limit in flight at which instances are made ready ahead of the burst.
 pub const PREWARM_AT: f64 = 0.7;
 /// The most instances a pre-warm asks for (the node's cap on instances made ahead).
@@ -78,6 +85,9 @@ pub struct Control {
     bursts: u64,
     // This tick's observations.
     slowdowns: Vec<f64>,
+    /// Ticks the slowdowns were gathered over, and the peak in flight meanwhile.
+    window_ticks: u32,
+    window_peak: u32,
     latencies: Histogram,
     peak_inflight: u32,
     arrivals: u32,
@@ -108,6 +118,8 @@ impl Control {
             last_trigger: None,
             bursts: 0,
             slowdowns: Vec::new(),
+            window_ticks: 0,
+            window_peak: 0,
             latencies: Histogram::default(),
             peak_inflight: 0,
             arrivals: 0,
@@ -214,7 +226,15 @@ impl Control {
         if let Some(k) = prewarm {
             self.prewarmed = k;
         }
-        let slowdown = p90(&mut self.slowdowns);
+        self.window_ticks += 1;
+        self.window_peak = self.window_peak.max(self.peak_inflight);
+        let judged = self.slowdowns.len() >= MIN_SAMPLES
+            || (self.window_ticks >= MAX_WINDOW_TICKS && !self.slowdowns.is_empty());
+        let slowdown = if judged {
+            p90(&mut self.slowdowns)
+        } else {
+            None
+        };
         if let Some(s) = slowdown {
             if s > TRIP_SLOWDOWN {
                 self.trigger(now);
@@ -228,8 +248,8 @@ impl Control {
             if learned {
                 let gradient = (TARGET_SLOWDOWN / s).clamp(0.5, 2.0);
                 if gradient < 1.0 {
-                    self.limit = (self.limit * gradient).max(1.0);
-                } else if self.peak_inflight as f64 >= 0.8 * self.limit {
+                    self.limit = (self.limit * gradient).max(MIN_LIMIT);
+                } else if self.window_peak as f64 >= 0.8 * self.limit {
                     // Grow only a limit that was used: an idle monolith teaches nothing.
                     self.limit = (self.limit * gradient + self.limit.sqrt()).min(MAX_LIMIT);
                 }
@@ -259,7 +279,11 @@ impl Control {
             self.share = 0.0;
             self.integral = 0.0;
         }
-        self.slowdowns.clear();
+        if judged || self.window_ticks >= MAX_WINDOW_TICKS {
+            self.slowdowns.clear();
+            self.window_ticks = 0;
+            self.window_peak = 0;
+        }
         self.latencies = Histogram::default();
         self.peak_inflight = 0;
         self.arrivals = 0;
@@ -363,14 +387,31 @@ mod tests {
             "a slowdown over {TRIP_SLOWDOWN} trips a burst"
         );
         // Unused, a fast monolith does not grow the limit ...
-        c.observe(2 * MS, Some(2 * MS));
+        for _ in 0..MIN_SAMPLES {
+            c.observe(2 * MS, Some(2 * MS));
+        }
         c.tick(t0 + TICK);
         assert_eq!(c.limit(), 4);
         // ... used to its limit, it does.
         c.decide(t0, 3, false);
-        c.observe(2 * MS, Some(2 * MS));
+        for _ in 0..MIN_SAMPLES {
+            c.observe(2 * MS, Some(2 * MS));
+        }
         c.tick(t0 + 2 * TICK);
         assert!(c.limit() > 4, "{}", c.limit());
+        // A few slow requests are not judged yet.
+        let grown = c.limit();
+        c.observe(100 * MS, Some(2 * MS));
+        c.tick(t0 + 3 * TICK);
+        assert_eq!(c.limit(), grown);
+        // Slow again and again: never below the floor.
+        for i in 0..10 {
+            for _ in 0..MIN_SAMPLES {
+                c.observe(50 * MS, Some(2 * MS));
+            }
+            c.tick(t0 + (4 + i) * TICK);
+        }
+        assert_eq!(c.limit(), MIN_LIMIT as u32);
     }
 
     #[test]
