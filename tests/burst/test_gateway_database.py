@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(unavailable_reason() is not None, reason=unavail
 # Inserts a comment per POST; in the function (not the monolith), "crash-before" raises before
 # its transaction commits and "crash-after" after.
 APP = """
-import json, os
+import json, os, time
 import psycopg
 
 IN_FUNCTION = "AWS_LAMBDA_FUNCTION_NAME" in os.environ
@@ -47,8 +47,12 @@ def application(environ, start_response):
                          (body, "function" if IN_FUNCTION else "monolith"))
             if IN_FUNCTION and body.startswith("crash-before"):
                 raise RuntimeError("crashed before the commit")
+            if IN_FUNCTION and body.startswith("slow-before"):
+                time.sleep(10)  # past the function's timeout, inside the transaction
         if IN_FUNCTION and body.startswith("crash-after"):
             raise RuntimeError("crashed after the commit")
+        if IN_FUNCTION and body.startswith("slow-after"):
+            time.sleep(10)
         start_response("201 Created", [("content-type", "application/json")])
         return [json.dumps({"ok": True}).encode()]
     with psycopg.connect(url) as conn:
@@ -87,7 +91,7 @@ def function(kiln, pg, tmp_path_factory):
         shutil.copytree(site / name, code / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(site / "typing_extensions.py", code / "typing_extensions.py")
     name = unique("dbweb")
-    deploy_web(kiln, name, None, code, "--memory", "256", "--env", f"DATABASE_URL={pg.url()}")
+    deploy_web(kiln, name, None, code, "--memory", "256", "--timeout", "3", "--env", f"DATABASE_URL={pg.url()}")
     return name
 
 
@@ -147,6 +151,22 @@ def test_an_apps_database_through_kiln(kiln, pg, monolith, function):
             if r.headers["x-kiln-served-by"] != "monolith":
                 assert r.status_code == 502 and "not run again" in r.json()["Message"], r.text
                 assert rows(pg, f"body = 'crash-after-{i}' AND served = 'function'") == 1
+        # Timed out (the instance is killed): inside the transaction, nothing was written and
+        # the monolith serves it; after its commit, 504/502 and never again.
+        with ThreadPoolExecutor(4) as pool:
+            slow_before = list(pool.map(
+                lambda i: requests.post(url + "/comment/", data=f"slow-before-{i}", timeout=60), range(4)))
+            slow_after = list(pool.map(
+                lambda i: requests.post(url + "/comment/", data=f"slow-after-{i}", timeout=60), range(4)))
+        for i, r in enumerate(slow_before):
+            assert r.status_code == 201, r.text
+            assert rows(pg, f"body = 'slow-before-{i}'") == 1
+        assert any(r.headers["x-kiln-served-by"] == "fallback" for r in slow_before)
+        for i, r in enumerate(slow_after):
+            assert rows(pg, f"body = 'slow-after-{i}'") == 1
+            if r.headers["x-kiln-served-by"] != "monolith":
+                assert r.status_code == 502, r.text
+        assert any(r.status_code == 502 for r in slow_after)
         # The function's instances shared at most the pool's backends.
         metrics = requests.get(kiln.endpoint + "/metrics", timeout=10).text
         assert f'kiln_dbproxy_checkouts_total{{app="{name}"}}' in metrics
