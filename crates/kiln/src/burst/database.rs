@@ -34,8 +34,8 @@ pub struct AppDatabase {
 #[derive(Default)]
 pub struct Databases {
     by_function: RwLock<HashMap<String, Arc<AppDatabase>>>,
-    /// Every isolated sandbox alive, whatever its function.
-    sandboxes: std::sync::Mutex<Vec<std::sync::Weak<Sandbox>>>,
+    /// Every isolated sandbox alive, by function.
+    sandboxes: std::sync::Mutex<HashMap<String, Vec<std::sync::Weak<Sandbox>>>>,
 }
 
 /// The parts of a `postgresql://USER@HOST:PORT/DB` URL (as [`AppSpec`] keeps it).
@@ -144,7 +144,6 @@ impl Drop for Listening {
 /// An isolated sandbox of some function, for as long as its instance lives: an app created
 /// (or a database changed) later reaches sandboxes that already exist, the zygote's included.
 struct Sandbox {
-    function: String,
     netns: kiln_sandbox::NetNs,
     slot: InvocationSlot,
     listening: std::sync::Mutex<Option<Listening>>,
@@ -216,11 +215,13 @@ impl Sandbox {
 impl Databases {
     fn live_sandboxes(&self, function: &str) -> Vec<Arc<Sandbox>> {
         let mut sandboxes = self.sandboxes.locked();
-        sandboxes.retain(|s| s.strong_count() > 0);
-        sandboxes
+        let Some(of_function) = sandboxes.get_mut(function) else {
+            return Vec::new();
+        };
+        of_function.retain(|s| s.strong_count() > 0);
+        of_function
             .iter()
             .filter_map(std::sync::Weak::upgrade)
-            .filter(|s| s.function == function)
             .collect()
     }
 }
@@ -240,7 +241,6 @@ impl SandboxService for Databases {
             });
         };
         let sandbox = Arc::new(Sandbox {
-            function: spec.function.clone(),
             netns: netns
                 .try_clone()
                 .map_err(|e| format!("database proxy: {e}"))?,
@@ -253,8 +253,9 @@ impl SandboxService for Databases {
         }
         {
             let mut sandboxes = self.sandboxes.locked();
-            sandboxes.retain(|s| s.strong_count() > 0);
-            sandboxes.push(Arc::downgrade(&sandbox));
+            let of_function = sandboxes.entry(spec.function.clone()).or_default();
+            of_function.retain(|s| s.strong_count() > 0);
+            of_function.push(Arc::downgrade(&sandbox));
         }
         Ok(Attachment {
             env: Vec::new(),
