@@ -12,7 +12,6 @@
 //! failed goes to the monolith again only if its method is safe (GET, HEAD, OPTIONS), and is
 //! otherwise answered 502 with the request id: it may have written, and is never run twice.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -20,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -30,9 +29,14 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde::Serialize;
 
 use super::control::{Control, ControlStatus, Target, TICK};
-use super::profile::{eligibility, Eligibility, RouteFacts, RouteStats};
+use super::profile::{Eligibility, RouteStats};
 use super::routes::Pattern;
 use super::shadow;
+use super::table::{Profile, RouteSource};
+use super::upstream::{
+    error_chain, is_upgrade, strip_hop_by_hop, upstream_request, BadTarget, InFlight, Unreached,
+    Upstream,
+};
 use super::{upstream_authority, AppError, AppSpec};
 use crate::controller::{Controller, ControllerError, InvocationType, InvokeOptions, Invoked};
 use crate::function::LedgerRef;
@@ -44,181 +48,10 @@ use crate::sync::{LockExt, RwLockExt};
 pub const MAX_OFFLOAD_BODY: u64 = 6 * 1024 * 1024;
 /// The longest request target the gateway accepts.
 pub const MAX_URI: usize = 8 * 1024;
-/// How long an upstream counts as failing after a connection error, reset, timeout or 502–504.
-const FAILING_FOR: Duration = Duration::from_secs(2);
 
 const SERVED_BY: &str = "x-kiln-served-by";
 /// Why a request the function could not serve went back to the monolith.
 const FALLBACK_REASON: &str = "x-kiln-fallback-reason";
-
-/// Where a route in the table comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RouteSource {
-    /// `Pin`: kept on the monolith.
-    Pin,
-    /// `Offload`: named by the operator.
-    Offload,
-    /// Declared by the app's framework (the web adapter's route table).
-    Declared,
-}
-
-struct RouteEntry {
-    pattern: Pattern,
-    source: RouteSource,
-    stats: RouteStats,
-    /// What the profile says (the paper's heuristics), before shadow runs.
-    profiled: Eligibility,
-    /// Both: the profile and the shadow runs.
-    eligible: Eligibility,
-    shadow: shadow::Record,
-    offloaded: u64,
-}
-
-/// The profile of every route, in matching order, and of requests no route matches.
-#[derive(Default)]
-struct Profile {
-    routes: Vec<RouteEntry>,
-    other: RouteStats,
-    /// The routes the function's framework declares, as last read.
-    declared: Vec<String>,
-}
-
-impl Profile {
-    /// The table for `spec`: pins first (they win), then the routes to offload, then those the
-    /// framework declares, in its order. A route that stays keeps its profile.
-    fn rebuild(&mut self, spec: &AppSpec) {
-        self.rebuild_with(spec, &self.declared.clone());
-    }
-
-    fn rebuild_with(&mut self, spec: &AppSpec, declared: &[String]) {
-        self.declared = declared.to_vec();
-        let mut old: HashMap<String, RouteEntry> = self
-            .routes
-            .drain(..)
-            .map(|r| (r.pattern.to_string(), r))
-            .collect();
-        let wanted = spec
-            .pin
-            .iter()
-            .map(|p| (p, RouteSource::Pin))
-            .chain(spec.offload.iter().map(|p| (p, RouteSource::Offload)))
-            .chain(declared.iter().map(|p| (p, RouteSource::Declared)));
-        let mut seen = std::collections::HashSet::new();
-        for (text, source) in wanted {
-            // Validated when the spec was made; a declared one kiln cannot read stays out.
-            let Ok(pattern) = Pattern::parse(text) else {
-                continue;
-            };
-            if !seen.insert(pattern.to_string()) {
-                continue; // pinned or named already
-            }
-            let entry = match old.remove(pattern.as_str()) {
-                Some(mut e) => {
-                    e.source = source;
-                    e
-                }
-                None => RouteEntry {
-                    pattern,
-                    source,
-                    stats: RouteStats::default(),
-                    profiled: Eligibility::No("no requests profiled yet".into()),
-                    eligible: Eligibility::No("no requests profiled yet".into()),
-                    shadow: shadow::Record::default(),
-                    offloaded: 0,
-                },
-            };
-            self.routes.push(entry);
-        }
-    }
-
-    fn find(&self, method: &str, path: &str) -> Option<usize> {
-        self.routes
-            .iter()
-            .position(|r| r.pattern.matches(method, path))
-    }
-
-    fn stats(&mut self, route: Option<usize>) -> &mut RouteStats {
-        match route {
-            Some(i) => &mut self.routes[i].stats,
-            None => &mut self.other,
-        }
-    }
-
-    fn reassess(&mut self, cover: f64) {
-        let facts: Vec<RouteFacts> = self
-            .routes
-            .iter()
-            .map(|r| RouteFacts {
-                pinned: r.source == RouteSource::Pin,
-                candidate: r.source != RouteSource::Pin,
-                count: r.stats.count,
-                total: r.stats.total,
-                streams: r.stats.streams,
-            })
-            .chain(std::iter::once(RouteFacts {
-                pinned: true,
-                candidate: false,
-                count: self.other.count,
-                total: self.other.total,
-                streams: self.other.streams,
-            }))
-            .collect();
-        for (route, e) in self.routes.iter_mut().zip(eligibility(&facts, cover)) {
-            route.eligible = match (&e, route.shadow.reason()) {
-                (Eligibility::Eligible, Some(why)) => Eligibility::No(why),
-                _ => e.clone(),
-            };
-            route.profiled = e;
-        }
-    }
-
-    /// A new revision of the function: every route's shadow runs start again.
-    fn reset_shadows(&mut self) {
-        for route in &mut self.routes {
-            route.shadow.reset();
-            if route.eligible == Eligibility::Eligible {
-                route.eligible = Eligibility::No(route.shadow.reason().unwrap_or_default());
-            }
-        }
-    }
-}
-
-struct Upstream {
-    url: String,
-    authority: String,
-    inflight: AtomicU32,
-    failing_until: Mutex<Option<Instant>>,
-    served: AtomicU64,
-    errors: AtomicU64,
-}
-
-impl Upstream {
-    fn failing(&self, now: Instant) -> bool {
-        self.failing_until.locked().is_some_and(|t| now < t)
-    }
-
-    fn failed(&self) {
-        self.errors.fetch_add(1, Ordering::Relaxed);
-        *self.failing_until.locked() = Some(Instant::now() + FAILING_FOR);
-    }
-}
-
-/// Counts a request in flight at an upstream until dropped.
-struct InFlight(Arc<Upstream>);
-
-impl InFlight {
-    fn new(upstream: Arc<Upstream>) -> Self {
-        upstream.inflight.fetch_add(1, Ordering::Relaxed);
-        Self(upstream)
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.inflight.fetch_sub(1, Ordering::Relaxed);
-    }
-}
 
 #[derive(Default)]
 struct Served {
@@ -839,9 +672,6 @@ impl Gateway {
     }
 }
 
-/// The monolith could not be reached: the request was not sent, so it may go elsewhere.
-struct Unreached(String);
-
 /// What became of a request sent to the function.
 enum Ran {
     Answered(Response),
@@ -851,115 +681,9 @@ enum Ran {
     Failed(String),
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
-}
-
 fn monotonic_second() -> u64 {
     static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
     START.get_or_init(Instant::now).elapsed().as_secs()
-}
-
-const HOP_BY_HOP: [&str; 8] = [
-    "connection",
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-];
-
-/// Drops hop-by-hop headers (RFC 9110 §7.6.1): the fixed ones and those `Connection` names;
-/// `Upgrade` too unless the connection is being upgraded.
-fn strip_hop_by_hop(headers: &mut HeaderMap, upgrading: bool) {
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|t| HeaderName::try_from(t.trim()).ok())
-        .filter(|n| !(upgrading && n == header::UPGRADE))
-        .collect();
-    for name in named {
-        headers.remove(name);
-    }
-    for name in HOP_BY_HOP {
-        if !(upgrading && name == "connection") {
-            headers.remove(name);
-        }
-    }
-    if !upgrading {
-        headers.remove(header::UPGRADE);
-    }
-}
-
-fn is_upgrade(headers: &HeaderMap) -> bool {
-    headers.contains_key(header::UPGRADE)
-        && headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .any(|v| {
-                v.split(',')
-                    .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
-            })
-}
-
-/// The request to send to `upstream`: its own target, hop-by-hop headers dropped, Host kept,
-/// `X-Forwarded-For` and `X-Forwarded-Proto` added.
-fn upstream_request(
-    head: &http::request::Parts,
-    upstream: &Upstream,
-    peer: SocketAddr,
-    body: Body,
-    upgrading: bool,
-) -> Result<http::Request<Body>, BadTarget> {
-    let target = head.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
-    let uri: Uri = format!("http://{}{target}", upstream.authority)
-        .parse()
-        .map_err(|_| BadTarget)?;
-    let mut headers = head.headers.clone();
-    strip_hop_by_hop(&mut headers, upgrading);
-    let forwarded_for = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
-        Some(before) => format!("{before}, {}", peer.ip()),
-        None => peer.ip().to_string(),
-    };
-    if let Ok(v) = HeaderValue::from_str(&forwarded_for) {
-        headers.insert("x-forwarded-for", v);
-    }
-    if !headers.contains_key("x-forwarded-proto") {
-        headers.insert("x-forwarded-proto", HeaderValue::from_static("http"));
-    }
-    if !headers.contains_key(header::HOST) {
-        if let Some(host) = head.uri.authority() {
-            if let Ok(v) = HeaderValue::from_str(host.as_str()) {
-                headers.insert(header::HOST, v);
-            }
-        }
-    }
-    let mut request = http::Request::new(body);
-    *request.method_mut() = head.method.clone();
-    *request.uri_mut() = uri;
-    *request.headers_mut() = headers;
-    Ok(request)
-}
-
-/// A request target that makes no upstream URL.
-struct BadTarget;
-
-impl BadTarget {
-    fn response() -> Response {
-        plain(StatusCode::BAD_REQUEST, "the request target is invalid")
-    }
 }
 
 async fn handle(
@@ -1202,31 +926,4 @@ async fn pass_upgrade(
     let upgrading = parts.status == StatusCode::SWITCHING_PROTOCOLS;
     strip_hop_by_hop(&mut parts.headers, upgrading);
     gateway.answer(Response::from_parts(parts, Body::new(body)), "monolith")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hop_by_hop_headers_are_dropped() {
-        let mut h = HeaderMap::new();
-        h.insert(
-            "connection",
-            HeaderValue::from_static("keep-alive, x-private"),
-        );
-        h.insert("x-private", HeaderValue::from_static("1"));
-        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
-        h.insert("transfer-encoding", HeaderValue::from_static("chunked"));
-        h.insert("upgrade", HeaderValue::from_static("websocket"));
-        h.insert("x-kept", HeaderValue::from_static("1"));
-        let mut stripped = h.clone();
-        strip_hop_by_hop(&mut stripped, false);
-        assert_eq!(stripped.len(), 1);
-        assert!(stripped.contains_key("x-kept"));
-        h.insert("connection", HeaderValue::from_static("Upgrade"));
-        assert!(is_upgrade(&h));
-        strip_hop_by_hop(&mut h, true);
-        assert!(h.contains_key("upgrade") && h.contains_key("connection"));
-    }
 }

@@ -14,6 +14,8 @@ pub mod profile;
 pub mod routes;
 pub mod shadow;
 pub mod store;
+mod table;
+mod upstream;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
