@@ -499,9 +499,9 @@ impl Gateway {
         upstream: Arc<Upstream>,
         request: http::Request<Body>,
         route: Option<usize>,
+        inflight: InFlight,
     ) -> Result<Response, Unreached> {
         let timeout = self.spec.read_locked().upstream_timeout();
-        let inflight = InFlight::new(upstream.clone());
         let started = Instant::now();
         let sent = tokio::time::timeout(timeout, self.client.request(request)).await;
         let elapsed = started.elapsed();
@@ -743,7 +743,8 @@ async fn handle(
             Ok(r) => r,
             Err(BadTarget) => return gateway.answer(BadTarget::response(), "gateway"),
         };
-        return match gateway.forward(upstream, request, route).await {
+        let held = InFlight::new(upstream.clone());
+        return match gateway.forward(upstream, request, route, held).await {
             Ok(response) => gateway.answer(response, "monolith"),
             Err(Unreached(why)) => gateway.answer(
                 plain(
@@ -772,11 +773,10 @@ async fn handle(
     };
     head.headers.remove(header::EXPECT);
     let (upstream, failing) = gateway.pick(now);
+    // Counted at the upstream as it is decided on.
+    let held = InFlight::new(upstream.clone());
     let target = if eligible {
-        gateway
-            .control
-            .locked()
-            .decide(now, upstream.inflight.load(Ordering::Relaxed), failing)
+        gateway.control.locked().decide(now, held.before, failing)
     } else {
         Target::Monolith
     };
@@ -786,7 +786,7 @@ async fn handle(
                 Ok(r) => r,
                 Err(BadTarget) => return gateway.answer(BadTarget::response(), "gateway"),
             };
-        match gateway.forward(upstream, request, route).await {
+        match gateway.forward(upstream, request, route, held).await {
             Ok(response) => {
                 if let Some(i) = route {
                     gateway.maybe_shadow(i, head, body, peer, response.status().as_u16());
@@ -806,6 +806,8 @@ async fn handle(
             }
             Err(Unreached(_)) => {}
         }
+    } else {
+        drop(held); // the function serves it: not the upstream's
     }
     if let Some(i) = route {
         if let Some(r) = gateway.profile.locked().routes.get_mut(i) {
@@ -844,7 +846,8 @@ async fn handle(
                 Ok(r) => r,
                 Err(BadTarget) => return gateway.answer(BadTarget::response(), "gateway"),
             };
-            match gateway.forward(upstream, request, route).await {
+            let held = InFlight::new(upstream.clone());
+            match gateway.forward(upstream, request, route, held).await {
                 Ok(mut response) => {
                     if let Ok(v) = HeaderValue::from_str(&why) {
                         response.headers_mut().insert(FALLBACK_REASON, v);

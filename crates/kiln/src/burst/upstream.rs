@@ -37,18 +37,23 @@ impl Upstream {
 }
 
 /// Counts a request in flight at an upstream until dropped.
-pub(super) struct InFlight(Arc<Upstream>);
+pub(super) struct InFlight {
+    upstream: Arc<Upstream>,
+    /// What the upstream had in flight before this request: counted and read in one step,
+    /// so that requests arriving together cannot all pass a limit meant for one.
+    pub(super) before: u32,
+}
 
 impl InFlight {
     pub(super) fn new(upstream: Arc<Upstream>) -> Self {
-        upstream.inflight.fetch_add(1, Ordering::Relaxed);
-        Self(upstream)
+        let before = upstream.inflight.fetch_add(1, Ordering::Relaxed);
+        Self { upstream, before }
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.inflight.fetch_sub(1, Ordering::Relaxed);
+        self.upstream.inflight.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
