@@ -16,6 +16,10 @@
 //!   `--no-update` the invokes alone (e.g. the first request of N new sessions: `{i}` in the
 //!   body is the request's number). Each sample has the REPORT's Init Duration, Start Path
 //!   and Session Start.
+//! - `schedule`: a closed loop against a plain HTTP server (no signing) whose number of clients
+//!   follows a schedule (`--clients 8 --double-at 60 --duration 180`, or `--step T:C`), with a
+//!   request mix; every request is recorded (arrival, latency, status, `X-Kiln-Served-By`) as
+//!   JSON lines in `--out`. See `bench/beehive/`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -33,6 +37,8 @@ use hyper_util::rt::TokioIo;
 use kiln::auth::sigv4::{sign, Credentials};
 use serde_json::{json, Value};
 
+mod schedule;
+
 #[derive(Parser)]
 #[command(name = "loadgen", about = "kiln's benchmark client")]
 struct Cli {
@@ -48,6 +54,8 @@ enum Mode {
     Throughput(ThroughputArgs),
     /// Cold starts forced by UpdateFunctionConfiguration, each followed by one timed invoke.
     Cold(ColdArgs),
+    /// Closed loop whose client count follows a schedule; records every request (plain HTTP).
+    Schedule(schedule::ScheduleArgs),
 }
 
 #[derive(Args, Clone)]
@@ -131,6 +139,7 @@ fn main() -> Result<()> {
         Mode::Latency(a) => a.target.threads,
         Mode::Throughput(a) => a.target.threads,
         Mode::Cold(a) => a.target.threads,
+        Mode::Schedule(a) => a.threads,
     };
     let runtime = if threads <= 1 {
         tokio::runtime::Builder::new_current_thread()
@@ -147,6 +156,7 @@ fn main() -> Result<()> {
             Mode::Latency(a) => latency(a).await,
             Mode::Throughput(a) => throughput(a).await,
             Mode::Cold(a) => cold(a).await,
+            Mode::Schedule(a) => schedule::run(a).await,
         }
     })?;
     println!("{out}");
