@@ -180,7 +180,7 @@ async function loadHandler(full) {
 function frameTransport(fd) {
   const sock = new net.Socket({ fd, readable: true, writable: true });
   const headers = {};
-  for (const t of ['ready', 'response', 'error', 'init_error', 'session_commit']) {
+  for (const t of ['ready', 'response', 'error', 'init_error', 'session_commit', 'trace']) {
     headers[t] = Buffer.from(`{"type":"${t}"}`);
   }
   // An error answer after which the shim exits (an uncaught exception): the agent must not send another
@@ -226,6 +226,7 @@ function frameTransport(fd) {
       else if (header.type === 'session_load') loadSession(header, Buffer.from(body));
       else if (header.type === 'session_drop') sessions.delete(header.sessionId);
       else if (header.type === 'load' && onLoad) { const cb = onLoad; onLoad = null; cb(header); }
+      else if (header.type === 'trace_dump') send('trace', traceDump());
     }
   }
 
@@ -628,6 +629,14 @@ async function standby() {
   process.chdir(TASK_ROOT);
 }
 
+// A tracing instance (BREAKOUT, docs/breakout.md) runs the function's instrumented code under the tracing
+// runtime, which builds the trace tree as requests run; the agent asks for the tree between invocations. An
+// empty answer: this instance traces nothing.
+let tracer = null;
+function traceDump() {
+  return tracer ? JSON.stringify(tracer.dump()) : '';
+}
+
 async function main() {
   const fdVar = env.KILN_SHIM_FD;
   delete env.KILN_SHIM_FD; // the agent's socket is none of the function's business
@@ -638,6 +647,10 @@ async function main() {
     process.exit(2);
   }
   if (env.KILN_STANDBY === '1' && fdVar) await standby();
+  if (env.KILN_BREAKOUT_TRACE === '1') {
+    delete env.KILN_BREAKOUT_TRACE;
+    tracer = require(path.join(__dirname, 'breakout.js'));
+  }
   let fn;
   try {
     // A web function (KilnWeb, docs/web-adapter.md): its app listens inside this process, and each event is

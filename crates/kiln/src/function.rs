@@ -9,9 +9,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::sync::LockExt;
 
+pub mod breakout;
 pub mod settings;
 pub mod tags;
 pub mod web;
+pub use breakout::BreakoutConfig;
 pub use settings::LambdaSettings;
 pub use web::WebConfig;
 
@@ -72,6 +74,10 @@ pub struct FunctionConfig {
     /// not used. Skipped when absent, so that other functions' RevisionIds stay as they were.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub web: Option<WebConfig>,
+    /// kiln's extension `KilnBreakout`: the trace-compiled fast path. Skipped when absent, so
+    /// that other functions' RevisionIds stay as they were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub breakout: Option<BreakoutConfig>,
     /// Lambda settings kiln keeps and returns but does not act on. Skipped when empty, so that
     /// the RevisionId of a function stored before they were kept does not change.
     #[serde(default, skip_serializing_if = "LambdaSettings::is_empty")]
@@ -205,6 +211,9 @@ pub struct InstanceSpec {
     /// The web app the runtime's adapter serves (`KilnWeb`), if the function is one.
     #[serde(default)]
     pub web: Option<WebConfig>,
+    /// The fast path (`KilnBreakout`), if the function asked for it (`Mode` `auto`).
+    #[serde(default)]
+    pub breakout: Option<BreakoutConfig>,
 }
 
 pub type SharedSpec = Arc<InstanceSpec>;

@@ -429,6 +429,7 @@ async fn deploy_demo(controller: &Controller) -> anyhow::Result<()> {
         prebake: Default::default(),
         memory_sizing: Default::default(),
         web: None,
+        breakout: None,
         sessions: None,
         settings: Default::default(),
     };

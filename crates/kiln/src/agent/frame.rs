@@ -61,6 +61,12 @@ pub enum Header {
     /// Shim to agent, before its answer: the invocation's writes to its session's state (the
     /// body, entries of the session log's format).
     SessionCommit,
+    /// Agent to a tracing instance's shim, between invocations: send the trace tree built so
+    /// far (BREAKOUT).
+    TraceDump,
+    /// Shim to agent: the trace tree, its JSON as the body (docs/breakout.md), or an empty body
+    /// when the instance holds no tracing runtime.
+    Trace,
     /// Agent to shim: stop serving invocations and become a fork server.
     Zygote,
     /// Shim to agent: the fork server is listening; its pid in the sandbox's PID namespace.

@@ -64,6 +64,10 @@ impl NodeAgent for LocalAgent {
     }
 
     fn retire(&self, function: &str, keep_revision: Option<u64>) {
+        if let Some(old) = self.inner.breakouts.remove(function, keep_revision) {
+            let inner = self.inner.clone();
+            tokio::spawn(async move { inner.end_tracing(&old).await });
+        }
         if let Some(host) = &self.inner.ctx.wasm {
             host.retire(function, keep_revision);
         }
@@ -138,6 +142,10 @@ impl NodeAgent for LocalAgent {
 
     fn prepare(&self, spec: SharedSpec) {
         use crate::function::PrebakeMode;
+        if let Some(config) = &spec.breakout {
+            // The package is instrumented at deploy time, off the request path.
+            self.inner.breakout_of(&spec, config);
+        }
         let open_logs: Vec<String> = {
             let mut state = self.inner.state();
             let newest = state.newest.entry(spec.function.clone()).or_default();
@@ -176,6 +184,10 @@ impl NodeAgent for LocalAgent {
         if self.inner.lender.set(lender).is_err() {
             tracing::warn!("the node's memory is already lent; a second lender is ignored");
         }
+    }
+
+    fn breakout_status(&self, function: &str) -> Option<super::BreakoutStatus> {
+        self.inner.breakouts.status_of(function)
     }
 
     fn sessions(&self, function: &str) -> Vec<SessionStatus> {
@@ -220,6 +232,9 @@ impl NodeAgent for LocalAgent {
                 idle
             };
             let mut idle = idle;
+            for breakout in inner.breakouts.drain() {
+                inner.end_tracing(&breakout).await;
+            }
             idle.extend(inner.drain_standbys());
             idle.extend(inner.drain_spares());
             futures_util::future::join_all(idle.into_iter().map(Instance::destroy)).await;

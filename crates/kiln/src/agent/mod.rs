@@ -4,6 +4,7 @@
 //! data in both directions, so that a later multi-node mode can put the agent on another host
 //! behind the same trait. [`LocalAgent`] is the in-process implementation.
 
+mod breakout;
 mod demand;
 mod frame;
 mod instance;
@@ -34,6 +35,7 @@ use std::time::{Duration, Instant};
 use kiln_sandbox::Cgroup;
 use tokio::sync::oneshot;
 
+pub use breakout::{BreakoutMode, BreakoutStatus};
 pub use frame::MAX_FRAME_BYTES;
 use instance::SessionCtx;
 pub use instance::{Instance, Priority, StartError, MAX_RESPONSE_BYTES};
@@ -82,6 +84,8 @@ struct LiveInstance {
     pid: Option<u32>,
     /// Sessions whose primary this instance is.
     sessions: u32,
+    /// Whether it counts in its function's pool (a tracing instance does not).
+    pooled: bool,
 }
 
 #[derive(Default)]
@@ -129,6 +133,8 @@ struct Inner {
     lender: std::sync::OnceLock<Arc<dyn MemoryLender>>,
     /// Instances made ahead of demand are made a few at a time node-wide (one per CPU).
     makers: tokio::sync::Semaphore,
+    /// BREAKOUT's fast paths, per function.
+    breakouts: breakout::Breakouts,
 }
 
 impl LocalAgent {
@@ -145,6 +151,7 @@ impl LocalAgent {
                 makers: tokio::sync::Semaphore::new(
                     std::thread::available_parallelism().map_or(1, |n| n.get()),
                 ),
+                breakouts: breakout::Breakouts::default(),
             }),
         };
         agent.inner.refill_standbys();
@@ -161,6 +168,7 @@ impl LocalAgent {
                 for victim in inner.reap_idle(now) {
                     inner.destroy_later(victim);
                 }
+                inner.reap_idle_tracers(now);
                 inner.rebalance_spares();
                 if now.duration_since(touched) >= SESSION_TOUCH_INTERVAL {
                     sessions::touch_used(&inner.state(), touched);
@@ -386,6 +394,7 @@ impl Inner {
                 cgroup: None,
                 pid: None,
                 sessions: 0,
+                pooled: true,
             },
         );
         id
@@ -593,6 +602,11 @@ impl Inner {
             let host = host?;
             return self.invoke_wasm(&host, spec, request).await;
         }
+        if let Some(config) = &spec.breakout {
+            if let Some(served) = self.invoke_breakout(&spec, config, &request).await {
+                return served;
+            }
+        }
         let session = match (&request.hints.session, &spec.sessions) {
             (Some(id), Some(config)) => Some(self.open_session(&spec, id, config).await?),
             _ => None,
@@ -702,6 +716,9 @@ impl Inner {
             };
             report_field(&mut log, "Memory Limit", &format!("{limit} MB{raised}"));
         }
+        if spec.breakout.is_some() {
+            report_field(&mut log, "Mode", "ordinary");
+        }
         if request.shadow {
             report_field(&mut log, "Shadow", "true");
         }
@@ -748,7 +765,7 @@ fn forget(state: &mut State, id: u64) {
         state.memory_reserved_mb = state
             .memory_reserved_mb
             .saturating_sub(u64::from(live.limit_mb));
-        if let Some(pool) = state.pools.get_mut(&live.function) {
+        if let Some(pool) = state.pools.get_mut(&live.function).filter(|_| live.pooled) {
             pool.live = pool.live.saturating_sub(1);
         }
     }

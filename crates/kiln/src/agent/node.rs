@@ -176,6 +176,10 @@ pub trait NodeAgent: Send + Sync + 'static {
     /// asks it back whenever they reserve more.
     fn lend_to(&self, _lender: Arc<dyn MemoryLender>) {}
     /// The sessions of `function`, most recently used first.
+    /// Where a function's fast path (`KilnBreakout`) is, if it has one on this node.
+    fn breakout_status(&self, _function: &str) -> Option<super::BreakoutStatus> {
+        None
+    }
     fn sessions(&self, function: &str) -> Vec<SessionStatus>;
     /// Ends a session; false if there was none.
     fn end_session(&self, function: &str, session: &str) -> bool;

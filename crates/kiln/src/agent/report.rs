@@ -86,6 +86,7 @@ mod tests {
             prebake: Default::default(),
             memory_sizing: Default::default(),
             web: None,
+            breakout: None,
             sessions: None,
         });
         let log = report(

@@ -140,6 +140,9 @@ pub struct NodeStatus {
     pub snapshot_disk_bytes: u64,
     pub cgroup_version: String,
     pub runtimes: Vec<String>,
+    /// BREAKOUT's fast paths of the node's functions.
+    #[serde(default)]
+    pub breakout: Vec<super::BreakoutStatus>,
 }
 
 impl Inner {
@@ -150,6 +153,7 @@ impl Inner {
             Some(host) => (host.status(), host.disk_usage_bytes()),
             None => (Vec::new(), 0),
         };
+        let breakout = self.breakouts.status();
         let state = self.state();
         let now = Instant::now();
         let mut instances: Vec<InstanceStatus> = state
@@ -265,6 +269,7 @@ impl Inner {
             snapshot_disk_bytes,
             cgroup_version: self.ctx.cgroups.version().to_string(),
             runtimes: self.ctx.runtimes.names(),
+            breakout,
         }
     }
 }

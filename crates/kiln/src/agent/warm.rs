@@ -59,6 +59,7 @@ fn standby_spec(runtime: &str) -> SharedSpec {
         prebake: Prebake::default(),
         memory_sizing: Default::default(),
         web: None,
+        breakout: None,
         sessions: None,
     })
 }

@@ -16,7 +16,8 @@ use crate::controller::code::StoredCode;
 use crate::controller::{ConfigPatch, Controller};
 use crate::function::settings::SettingsInput;
 use crate::function::{
-    Function, FunctionConfig, LambdaSettings, MemorySizing, NetworkMode, Prebake, WebConfig,
+    BreakoutConfig, Function, FunctionConfig, LambdaSettings, MemorySizing, NetworkMode, Prebake,
+    WebConfig,
 };
 use crate::session::SessionConfig;
 
@@ -67,6 +68,8 @@ struct CreateInput {
     kiln_memory_sizing: Option<MemorySizing>,
     /// kiln's extension: the function is an unmodified web app (its Handler is not used).
     kiln_web: Option<WebConfig>,
+    /// kiln's extension: the trace-compiled fast path for a Node function.
+    kiln_breakout: Option<BreakoutConfig>,
     /// `kiln:` tags set kiln's extension settings too.
     #[serde(default)]
     tags: BTreeMap<String, String>,
@@ -94,6 +97,9 @@ struct UpdateConfigInput {
     /// `null` makes the function a plain one again.
     #[serde(default, deserialize_with = "present")]
     kiln_web: Option<Option<WebConfig>>,
+    /// `null` turns the fast path off.
+    #[serde(default, deserialize_with = "present")]
+    kiln_breakout: Option<Option<BreakoutConfig>>,
     revision_id: Option<String>,
     #[serde(flatten)]
     settings: SettingsInput,
@@ -238,6 +244,12 @@ pub fn configuration(controller: &Controller, f: &Function) -> Value {
     if let Some(web) = &f.config.web {
         config["KilnWeb"] = json!(web);
     }
+    if let Some(breakout) = &f.config.breakout {
+        config["KilnBreakout"] = json!(breakout);
+    }
+    if let Some(status) = controller.breakout_status(f) {
+        config["KilnBreakoutStatus"] = json!(status);
+    }
     if !f.config.env.is_empty() || f.config.settings.environment_set {
         config["Environment"] = json!({ "Variables": f.config.env });
     }
@@ -346,6 +358,7 @@ pub async fn create(
         sessions: input.kiln_sessions,
         memory_sizing: input.kiln_memory_sizing.unwrap_or_default(),
         web: input.kiln_web,
+        breakout: input.kiln_breakout,
         settings: LambdaSettings {
             environment_set: input.environment.is_some(),
             ..LambdaSettings::default()
@@ -517,6 +530,7 @@ pub async fn update_configuration(
         sessions: input.kiln_sessions,
         memory_sizing: input.kiln_memory_sizing,
         web: input.kiln_web,
+        breakout: input.kiln_breakout,
         settings: input.settings,
     };
     let function = state

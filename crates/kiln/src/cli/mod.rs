@@ -168,6 +168,13 @@ pub struct DeployArgs {
     /// The port the app listens on in the sandbox (with --web-start or --web-command).
     #[arg(long, value_name = "PORT")]
     pub web_port: Option<u32>,
+    /// BREAKOUT's trace-compiled fast path for a Node function: `auto` traces it, compiles the
+    /// trace and serves traced paths without an instance; `off` turns it off.
+    #[arg(long, value_name = "MODE", value_parser = ["auto", "off"])]
+    pub breakout: Option<String>,
+    /// With --breakout auto: requests traced before the trace is compiled (100).
+    #[arg(long, value_name = "N", requires = "breakout")]
+    pub trace_requests: Option<u32>,
 }
 
 #[derive(Args, Debug)]
@@ -341,6 +348,17 @@ fn deploy(client: &Client, args: DeployArgs, json_output: bool) -> anyhow::Resul
                 config["Handler"] = crate::function::web::UNUSED_HANDLER.into();
             }
         }
+    }
+    match args.breakout.as_deref() {
+        Some("off") => config["KilnBreakout"] = Value::Null,
+        Some(mode) => {
+            let mut breakout = json!({ "Mode": mode });
+            if let Some(n) = args.trace_requests {
+                breakout["TraceRequests"] = n.into();
+            }
+            config["KilnBreakout"] = breakout;
+        }
+        None => {}
     }
     if let Some(m) = args.memory {
         config["MemorySize"] = m.into();
@@ -644,6 +662,13 @@ fn print_config(c: &Value) {
         // The Handler printed above is not used: the app is.
         for (field, value) in web {
             println!("{:<14} {field}={value}", "Web");
+        }
+    }
+    if let Some(status) = c["KilnBreakoutStatus"].as_object() {
+        let mode = status.get("Mode").and_then(Value::as_str).unwrap_or("");
+        match status.get("Reason").and_then(Value::as_str) {
+            Some(reason) => println!("{:<14} {mode} ({reason})", "Breakout"),
+            None => println!("{:<14} {mode}", "Breakout"),
         }
     }
 }

@@ -167,6 +167,11 @@ impl Controller {
             web.mode(&config.runtime, config.network)
                 .map_err(ControllerError::Validation)?;
         }
+        if let Some(breakout) = &config.breakout {
+            breakout
+                .validate(&config.runtime, config.memory_mb, config.web.is_some())
+                .map_err(ControllerError::Validation)?;
+        }
         config
             .settings
             .validate()
@@ -415,6 +420,9 @@ impl Controller {
             }
             if let Some(v) = patch.web {
                 config.web = v;
+            }
+            if let Some(v) = patch.breakout {
+                config.breakout = v;
             }
             if let Some(v) = patch.network {
                 config.network = v;

@@ -23,7 +23,9 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::agent::{AgentError, InvokeOutcome, NodeAgent};
-use crate::function::{self, Function, InstanceSpec, NetworkMode, SharedSpec, UrlAuth};
+use crate::function::{
+    self, BreakoutConfig, Function, InstanceSpec, NetworkMode, SharedSpec, UrlAuth,
+};
 use crate::logs::LogStore;
 use crate::metrics::Metrics;
 use crate::predict;
@@ -146,6 +148,8 @@ pub struct ConfigPatch {
     pub memory_sizing: Option<crate::function::MemorySizing>,
     /// `Some(None)` makes the function a plain one again.
     pub web: Option<Option<crate::function::WebConfig>>,
+    /// `Some(None)` turns the fast path off.
+    pub breakout: Option<Option<crate::function::BreakoutConfig>>,
     /// Tracing, logging, VPC, dead-letter and KMS settings, stored and returned.
     pub settings: crate::function::settings::SettingsInput,
 }
@@ -312,6 +316,7 @@ impl Controller {
             sessions: f.config.sessions.clone(),
             memory_sizing: f.config.memory_sizing,
             web: f.config.web.clone(),
+            breakout: f.config.breakout.clone().filter(BreakoutConfig::enabled),
         })
     }
 
@@ -440,6 +445,26 @@ impl Controller {
 
     pub fn node_status(&self) -> crate::agent::NodeStatus {
         self.agent.status()
+    }
+
+    /// Where the fast path of `f`'s current revision is, if it asked for one: `tracing` with
+    /// nothing traced until the node has seen the revision.
+    pub fn breakout_status(&self, f: &Function) -> Option<crate::agent::BreakoutStatus> {
+        f.config.breakout.as_ref().filter(|b| b.enabled())?;
+        Some(
+            self.agent
+                .breakout_status(&f.name)
+                .filter(|s| s.revision == f.revision)
+                .unwrap_or(crate::agent::BreakoutStatus {
+                    function: f.name.clone(),
+                    revision: f.revision,
+                    mode: crate::agent::BreakoutMode::Instrumenting,
+                    reason: None,
+                    traced: 0,
+                    trace_nodes: None,
+                    unsupported_sites: 0,
+                }),
+        )
     }
 
     /// The open sessions of `name`, most recently used first.

@@ -645,6 +645,7 @@ mod tests {
                 prebake: Default::default(),
                 memory_sizing: Default::default(),
                 web: None,
+                breakout: None,
                 sessions: None,
                 settings: Default::default(),
             },

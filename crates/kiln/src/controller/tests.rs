@@ -100,6 +100,7 @@ impl NodeAgent for FakeAgent {
             snapshot_disk_bytes: 0,
             cgroup_version: "none".into(),
             runtimes: vec![RUNTIME.into()],
+            breakout: Vec::new(),
         }
     }
 
@@ -232,6 +233,7 @@ fn config() -> FunctionConfig {
         sessions: None,
         memory_sizing: Default::default(),
         web: None,
+        breakout: None,
         settings: Default::default(),
     }
 }

@@ -71,6 +71,7 @@ impl Runtimes {
         std::fs::create_dir_all(shim_dir)?;
         std::fs::write(shim_dir.join("shim.js"), nodejs::SHIM)?;
         std::fs::write(shim_dir.join("web.js"), nodejs::WEB_ADAPTER)?;
+        std::fs::write(shim_dir.join("breakout.js"), nodejs::BREAKOUT)?;
         std::fs::write(shim_dir.join("shim.py"), python::SHIM)?;
         std::fs::write(shim_dir.join("kiln_web.py"), python::WEB_ADAPTER)?;
         std::fs::write(shim_dir.join("web_bootstrap.py"), provided::WEB_BOOTSTRAP)?;

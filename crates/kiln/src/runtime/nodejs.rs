@@ -9,6 +9,9 @@ use super::{Protocol, Runtime, RUNTIME_DIR};
 use crate::function::InstanceSpec;
 
 pub const SHIM: &str = include_str!("../../../../runtimes/nodejs/shim.js");
+/// BREAKOUT's tracing runtime, at `/opt/kiln/breakout.js`, required by the shim of a tracing
+/// instance.
+pub const BREAKOUT: &str = include_str!("../../../../runtimes/nodejs/breakout.js");
 /// The web adapter (`KilnWeb`), at `/opt/kiln/web.js`, required by the shim.
 pub const WEB_ADAPTER: &str = include_str!("../../../../runtimes/nodejs/web.js");
 

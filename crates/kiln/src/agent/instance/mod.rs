@@ -498,7 +498,12 @@ impl Instance {
                 true,
                 true,
             ),
-            Step::Message(Message::Ready | Message::InitError(_) | Message::SessionCommit(_)) => (
+            Step::Message(
+                Message::Ready
+                | Message::InitError(_)
+                | Message::SessionCommit(_)
+                | Message::Trace(_),
+            ) => (
                 error_json(
                     "Runtime.InvalidResponse",
                     "the runtime sent an unexpected message",
@@ -560,6 +565,44 @@ impl Instance {
             memory_limit_mb,
             limit_raised,
             limit_write,
+        }
+    }
+
+    /// The trace tree a tracing instance built so far (BREAKOUT), asked for between
+    /// invocations. What it sends is untrusted: the caller validates it. The instance stays
+    /// usable unless this fails.
+    pub async fn dump_trace(&mut self, timeout: Duration) -> Result<Bytes, String> {
+        let Transport::Shim(conn) = &mut self.transport else {
+            return Err("the instance does not speak kiln's shim protocol".into());
+        };
+        conn.send(&Header::TraceDump, &[])
+            .await
+            .map_err(|e| format!("asking for the trace failed: {e}"))?;
+        let deadline = Instant::now() + timeout;
+        let mut output = Vec::new();
+        let step = self.step(deadline, &mut output, None).await;
+        // What the runtime printed meanwhile belongs to no invocation; it goes to kiln's log.
+        if !output.is_empty() {
+            tracing::debug!(
+                function = %self.spec.function,
+                "tracing instance output: {}",
+                String::from_utf8_lossy(&output)
+            );
+        }
+        match step {
+            Step::Message(Message::Trace(body)) if body.is_empty() => {
+                Err("the instance holds no tracing runtime".into())
+            }
+            Step::Message(Message::Trace(body)) => Ok(body),
+            Step::Message(_) => {
+                self.kill();
+                Err("the instance answered the trace request with another frame".into())
+            }
+            Step::TimedOut => {
+                self.kill();
+                Err(format!("no trace within {timeout:?}"))
+            }
+            Step::Exited(code) => Err(format!("the instance exited ({})", exit_description(code))),
         }
     }
 

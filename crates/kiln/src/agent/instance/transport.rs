@@ -29,6 +29,8 @@ pub(super) enum Message {
     TooLarge,
     /// An invocation's writes to its session's state; its answer follows.
     SessionCommit(Bytes),
+    /// A tracing instance's trace tree, asked for between invocations.
+    Trace(Bytes),
 }
 
 impl Transport {
@@ -43,6 +45,7 @@ impl Transport {
                     Header::Response => Message::Response(body),
                     Header::Error { fatal } => Message::Error { body, fatal },
                     Header::SessionCommit => Message::SessionCommit(body),
+                    Header::Trace => Message::Trace(body),
                     _ => Message::Error {
                         body: Bytes::from_static(
                             br#"{"errorType":"Runtime.InvalidResponse","errorMessage":"the runtime sent an unexpected frame"}"#,

@@ -1,0 +1,151 @@
+"""KilnBreakout on a real kiln: the opt-in is stored, echoed and checked; a Node function with
+`Mode` `auto` is instrumented at deploy time and traced by one tracing instance whose answers are
+the real ones; after `TraceRequests` requests kiln pulls the trace tree over the shim, validates
+it and compiles it; the trace holds code and types, never a value of an event."""
+
+import json
+import uuid
+
+import pytest
+
+from kiln_harness import wait_for
+
+NODE = "nodejs20.x"
+
+# A handler with a branch and a loop, written as Lambda Node handlers are.
+HANDLER = """
+const WORDS = ["abandon", "ability", "able", "about", "above", "absent", "access", "act"];
+exports.handler = async (event) => {
+  const prefix = String(event.prefix || "");
+  const out = [];
+  let i = 0;
+  while (i < WORDS.length) {
+    if (WORDS[i].startsWith(prefix)) out.push(WORDS[i]);
+    i += 1;
+  }
+  return { prefix, matches: out, count: out.length };
+};
+"""
+
+
+def unique(prefix):
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def status(kiln, name):
+    raw = kiln.signed_request("GET", f"/2015-03-31/functions/{name}/configuration").json()
+    return raw.get("KilnBreakoutStatus")
+
+
+def create(kiln, name, body):
+    base = {
+        "FunctionName": name,
+        "Runtime": NODE,
+        "Role": "arn:aws:iam::000000000000:role/test",
+        "Handler": "index.handler",
+        "Code": {"ZipFile": zip_b64({"index.js": HANDLER})},
+    }
+    base.update(body)
+    return kiln.signed_request("POST", "/2015-03-31/functions", json.dumps(base))
+
+
+def zip_b64(files):
+    import base64
+
+    from kiln_harness import zip_files
+
+    return base64.b64encode(zip_files(files)).decode()
+
+
+def test_the_opt_in_is_stored_echoed_and_checked(kiln):
+    name = unique("bo-config")
+
+    def refused(body):
+        r = create(kiln, name, body)
+        assert r.status_code == 400, r.text
+        assert r.json()["__type"].endswith(("ValidationException", "InvalidRequestContentException")), r.text
+        return r.json()["message"]
+
+    assert "python3.11" in refused({"Runtime": "python3.11", "Handler": "app.handler",
+                                    "KilnBreakout": {"Mode": "auto"}})
+    assert "kilnBreakout.fastPathMemoryMb" in refused({"MemorySize": 128,
+                                                       "KilnBreakout": {"Mode": "auto", "FastPathMemoryMb": 256}})
+    assert "kilnBreakout.traceRequests" in refused({"KilnBreakout": {"Mode": "auto", "TraceRequests": 0}})
+    assert "`on`" in refused({"KilnBreakout": {"Mode": "on"}})
+    assert "Bogus" in refused({"KilnBreakout": {"Mode": "auto", "Bogus": 1}})
+
+    r = create(kiln, name, {"KilnBreakout": {"Mode": "auto"}})
+    assert r.status_code == 201, r.text
+    assert r.json()["KilnBreakout"] == {"Mode": "auto", "TraceRequests": 100, "MaxRetraces": 3,
+                                        "FastPathTimeoutMs": 1000, "FastPathMemoryMb": 32}
+    # Changing the runtime is checked against the stored opt-in.
+    r = kiln.signed_request("PUT", f"/2015-03-31/functions/{name}/configuration",
+                            json.dumps({"Runtime": "python3.11"}))
+    assert r.status_code == 400 and "nodejs" in r.json()["message"], r.text
+    # `null` turns it off; a function without it shows neither block.
+    r = kiln.signed_request("PUT", f"/2015-03-31/functions/{name}/configuration",
+                            json.dumps({"KilnBreakout": None}))
+    assert r.status_code == 200, r.text
+    assert "KilnBreakout" not in r.json() and "KilnBreakoutStatus" not in r.json()
+
+
+def test_a_function_is_traced_with_real_answers_then_its_trace_is_pulled_and_checked(kiln, tmp_path):
+    name = unique("bo-trace")
+    plain = unique("bo-plain")
+    (tmp_path / "index.js").write_text(HANDLER)
+    kiln.cli("deploy", name, "--runtime", NODE, "--handler", "index.handler", "--code", str(tmp_path),
+             "--breakout", "auto", "--trace-requests", "4")
+    kiln.cli("deploy", plain, "--runtime", NODE, "--handler", "index.handler", "--code", str(tmp_path))
+    wait_for(lambda: status(kiln, name)["Mode"] == "tracing", timeout=60, what="instrumented")
+    assert status(kiln, name)["UnsupportedSites"] == 0
+    shown = kiln.cli("get", name).stdout
+    assert "Breakout" in shown and "tracing" in shown, shown
+
+    secret = "sekret-" + uuid.uuid4().hex
+    events = [{"prefix": "ab"}, {"prefix": secret}, {"prefix": "a"}, {}, {"prefix": "ac"}]
+    modes = []
+    for event in events:
+        got, response = kiln.invoke(name, event, LogType="Tail")
+        want, _ = kiln.invoke(plain, event)
+        assert got == want, "a traced request answers as the plain function does"
+        tail = kiln.log_tail(response)
+        modes.append("Mode: tracing" in tail)
+    # The first four ran on the (only, idle) tracing instance; after them the trace was taken.
+    assert modes[:4] == [True] * 4, modes
+
+    def settled():
+        s = status(kiln, name)
+        return s["Mode"] in ("decontainerized", "ordinary")
+    wait_for(settled, timeout=60, what="the trace compiled")
+    s = status(kiln, name)
+    assert s["Traced"] == 4 and s["TraceNodes"] > 0, s
+
+    # The trace kept on disk holds code and types: never a value an event carried.
+    kept = list(kiln.data_dir.rglob("breakout/*.trace.json"))
+    assert kept, "the accepted trace is kept beside the instrumented code"
+    text = "".join(p.read_text() for p in kept)
+    assert json.loads(kept[0].read_text())["version"] == 1
+    assert secret not in text
+
+    # An update starts again from tracing: a new revision, nothing traced yet.
+    r = kiln.signed_request("PUT", f"/2015-03-31/functions/{name}/configuration",
+                            json.dumps({"Description": "again"}))
+    assert r.status_code == 200, r.text
+    wait_for(lambda: status(kiln, name)["Mode"] == "tracing", timeout=60, what="tracing again")
+    assert status(kiln, name)["Traced"] == 0
+
+
+def test_a_function_whose_instrumented_init_fails_stays_ordinary_and_answers(kiln, tmp_path):
+    name = unique("bo-init")
+    # Module init throws only when instrumented code cannot load: simulate a package whose
+    # handler module is missing, so the tracing instance cannot start, and the ordinary path
+    # answers with Lambda's own error.
+    (tmp_path / "other.js").write_text("exports.x = 1;\n")
+    kiln.cli("deploy", name, "--runtime", NODE, "--handler", "index.handler", "--code", str(tmp_path),
+             "--breakout", "auto", "--trace-requests", "2")
+    wait_for(lambda: status(kiln, name)["Mode"] == "tracing", timeout=60, what="instrumented")
+    got, response = kiln.invoke(name, {})
+    assert response.get("FunctionError") == "Unhandled"
+    assert got["errorType"] == "Runtime.ImportModuleError", got
+    s = status(kiln, name)
+    assert s["Mode"] == "ordinary" and "failed to start" in s["Reason"], s
