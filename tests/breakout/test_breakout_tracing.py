@@ -149,3 +149,24 @@ def test_a_function_whose_instrumented_init_fails_stays_ordinary_and_answers(kil
     assert got["errorType"] == "Runtime.ImportModuleError", got
     s = status(kiln, name)
     assert s["Mode"] == "ordinary" and "failed to start" in s["Reason"], s
+
+
+def test_a_forged_trace_is_refused_and_the_function_keeps_serving(kiln, tmp_path):
+    name = unique("bo-forged")
+    # Code inside the sandbox can replace what the tracing runtime sends: kiln must not trust it.
+    (tmp_path / "index.js").write_text(
+        "exports.handler = async (event) => {\n"
+        "  if (event.forge) globalThis.__kilnBreakout.dump = () => ({ version: 1, handlers: [{ id: 7 }] });\n"
+        "  return { ok: true, n: event.n };\n"
+        "};\n")
+    kiln.cli("deploy", name, "--runtime", NODE, "--handler", "index.handler", "--code", str(tmp_path),
+             "--breakout", "auto", "--trace-requests", "2")
+    wait_for(lambda: status(kiln, name)["Mode"] == "tracing", timeout=60, what="instrumented")
+    assert kiln.invoke(name, {"forge": True, "n": 1})[0] == {"ok": True, "n": 1}
+    assert kiln.invoke(name, {"n": 2})[0] == {"ok": True, "n": 2}
+    s = status(kiln, name)
+    assert s["Mode"] == "ordinary" and "trace refused" in s["Reason"], s
+    for n in range(3, 6):
+        got, response = kiln.invoke(name, {"n": n}, LogType="Tail")
+        assert got == {"ok": True, "n": n}
+        assert "Mode: ordinary" in kiln.log_tail(response)
