@@ -21,6 +21,7 @@ pub mod compile;
 pub mod instrument;
 pub mod normalise;
 mod position;
+pub mod runtime;
 mod site;
 pub mod trace;
 
