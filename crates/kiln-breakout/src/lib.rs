@@ -18,6 +18,7 @@
 
 pub mod check;
 pub mod compile;
+pub mod exec;
 pub mod instrument;
 pub mod normalise;
 mod position;

@@ -112,12 +112,12 @@ impl Builtin {
         ALL.get(v.address() as usize).copied()
     }
 
-    /// Whether some string, array or object method has this name (`push`, `slice`): a call
-    /// of a method by any other name is not a builtin the runtime has.
-    pub fn is_method_name(method: &str) -> bool {
-        ["String", "Array", "Object", "Number"]
+    /// Whether some builtin method or namespace member has this name (`push`, `from`): a
+    /// call of a method by any other name is not a builtin the runtime has.
+    pub fn is_member_name(member: &str) -> bool {
+        NAMES
             .iter()
-            .any(|t| Builtin::named(&format!("{t}.prototype.{method}")).is_some())
+            .any(|n| n.rsplit_once('.').is_some_and(|(_, last)| last == member))
     }
 }
 
