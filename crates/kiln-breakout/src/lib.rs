@@ -18,9 +18,11 @@
 
 pub mod check;
 pub mod compile;
+pub mod exec;
 pub mod instrument;
 pub mod normalise;
 mod position;
+pub mod runtime;
 mod site;
 pub mod trace;
 

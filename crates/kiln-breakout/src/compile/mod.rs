@@ -1,610 +1,362 @@
-//! The start of the trace compiler: one handler of a validated trace to a WebAssembly module,
-//! with `wasm-encoder`, for the numeric fragment. What it takes:
+//! The trace compiler: a validated trace to a WebAssembly module, with `wasm-encoder`.
 //!
-//! - values that are numbers (observed `int` or `number`, kept as `f64`) or booleans (observed
-//!   `boolean`, kept as `i32`), each variable one kind, fixed by the types the trace observed;
-//!   parameters observed as numbers only (the caller checks that before it calls);
-//! - `let` and assignments to variables; constants, variables, `-`, `+`, `!`, arithmetic
-//!   (`+ - * /`), comparisons and (strict) equality, with JavaScript's conversions between the
-//!   two kinds (`true + 1` is 2, `1 === true` is false);
-//! - `if`, `while`, labels, blocks, `break` and `return`, as wasm's structured control;
-//! - inlined calls (`named`) of a closure without captures bound by a `let` of the handler;
-//! - an `unknown` node or an untraced branch: a miss (☠), which returns with the status
-//!   [`STATUS_MISS`] so the request can run in the sandbox.
+//! Values are NaN-boxed `i64`s ([`crate::runtime::value`]); strings, objects, arrays and
+//! closures live in an arena in the module's memory, laid out as [`crate::runtime::heap`]
+//! says, and the general operations on them are host functions the module imports from
+//! `kiln_rt` ([`imports`], defined by [`crate::exec`]). The code does control flow,
+//! variables, closure environments and the number cases of the operators inline.
 //!
-//! Anything else is refused with [`CompileError::Unsupported`]: objects, strings, calls, events
-//! and the rest of `docs/breakout.md`'s plan are still to come.
+//! Each handler of kind `function` becomes a wasm function; `named` calls are inlined into
+//! their caller, guarded on the callee being the traced closure. Every path the trace does
+//! not hold compiles to a miss (☠) that carries its reason and, where known, its position:
+//! an `unknown` node, an untraced branch, an `unsupported` site, a builtin the runtime does
+//! not have, a `throw` no `try` of its handler catches ("uncaught throw"). A miss traps; the
+//! engine reads the reason the module recorded.
 //!
-//! The module exports `run` (the handler's parameters as `f64`, an `f64` result) and the
-//! mutable global `status`: [`STATUS_NUMBER`], [`STATUS_BOOLEAN`] (the result is 0 or 1),
-//! [`STATUS_UNDEFINED`] or [`STATUS_MISS`].
+//! The module exports:
+//! - `memory` (its size fixed at [`CompileOptions::memory_pages`]);
+//! - `init()`: the files' top levels (the handlers of kind `module` no call made), run once;
+//! - `run(address, length) -> i64`: parses the event (UTF-8 JSON in memory), calls
+//!   `module.exports.handler` with it and an empty context, and answers the result as JSON
+//!   in memory, its address in the high 32 bits and its length in the low;
+//! - `apply(closure, this, argc, a0, a1, a2, a3) -> i64`: calls a closure whose function the
+//!   trace has as a handler (the runtime's way back in, for callbacks and constructors).
 
-use std::collections::HashMap;
+mod captures;
+mod codegen;
+mod data;
+mod expr;
+pub mod imports;
+
+use std::collections::{HashMap, HashSet};
 
 use wasm_encoder::{
-    BlockType, CodeSection, ConstExpr, ExportKind, ExportSection, Function, FunctionSection,
-    GlobalSection, GlobalType, InstructionSink, Module, TypeSection, ValType,
+    CodeSection, ConstExpr, DataSection, EntityType, ExportKind, ExportSection, Function,
+    FunctionSection, ImportSection, MemoryType, Module, TypeSection, ValType,
 };
 
-use crate::trace::{Bind, Body, Expr, Node, Trace, Type};
+use crate::runtime::heap::{CLOSURE_ENVIRONMENT, HEAP_TOP};
+use crate::runtime::value::Value;
+use crate::trace::{validate, Handler, HandlerKind, Node, Trace, TraceError};
+use codegen::{mem32, Frame, Generator, Shared};
+use imports::{IMPORTS, MODULE};
 
-/// `run` returned a number.
-pub const STATUS_NUMBER: i32 = 0;
-/// The trace met ☠: the request must run in the sandbox.
-pub const STATUS_MISS: i32 = 1;
-/// `run` returned `undefined`.
-pub const STATUS_UNDEFINED: i32 = 2;
-/// `run` returned a boolean, as 0 or 1.
-pub const STATUS_BOOLEAN: i32 = 3;
+/// The default cap of the fast path's memory: 32 MiB, in 64 KiB pages.
+pub const DEFAULT_MEMORY_PAGES: u32 = 512;
 
-/// Why a handler could not be compiled.
-#[derive(Debug, thiserror::Error, PartialEq)]
+/// How a trace is compiled.
+#[derive(Debug, Clone)]
+pub struct CompileOptions {
+    /// The module's memory, fixed (its minimum and maximum): the arena and the module's data.
+    /// A request that needs more misses ("out of memory").
+    pub memory_pages: u32,
+}
+
+impl Default for CompileOptions {
+    fn default() -> CompileOptions {
+        CompileOptions {
+            memory_pages: DEFAULT_MEMORY_PAGES,
+        }
+    }
+}
+
+/// Why a trace could not be compiled.
+#[derive(Debug, thiserror::Error)]
 pub enum CompileError {
-    /// The trace has no handler with this id.
-    #[error("the trace has no handler {0}")]
-    NoHandler(u32),
-    /// The handler uses something the compiler does not take yet.
-    #[error("not compiled yet: {0}")]
-    Unsupported(String),
+    /// The trace does not pass [`crate::trace::validate`].
+    #[error("the trace is not valid")]
+    Invalid(#[source] TraceError),
+    /// A handler would need more wasm locals than a function may have.
+    #[error("handler {0} is too large to compile")]
+    TooLarge(String),
+    /// The module's data does not fit in its memory.
+    #[error("the module's data does not fit in {0} pages of memory")]
+    MemoryTooSmall(u32),
 }
 
-/// The kind of a value in the compiled code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Number,
-    Boolean,
-}
+/// The parameters of a handler's function: its environment, `this`, the argument count and
+/// the arguments.
+const HANDLER_PARAMS: [ValType; 7] = [
+    ValType::I32,
+    ValType::I64,
+    ValType::I32,
+    ValType::I64,
+    ValType::I64,
+    ValType::I64,
+    ValType::I64,
+];
 
-impl Kind {
-    fn val_type(self) -> ValType {
-        match self {
-            Kind::Number => ValType::F64,
-            Kind::Boolean => ValType::I32,
-        }
-    }
-
-    /// The one kind a node's observed types allow.
-    fn of(types: &[Type]) -> Result<Kind, CompileError> {
-        let numbers = types.iter().all(|t| matches!(t, Type::Int | Type::Number));
-        let booleans = types.iter().all(|t| *t == Type::Boolean);
-        match (types.is_empty(), numbers, booleans) {
-            (true, _, _) => Err(unsupported("a value whose type was never observed")),
-            (false, true, _) => Ok(Kind::Number),
-            (false, _, true) => Ok(Kind::Boolean),
-            _ => Err(unsupported(format!("a value of types {types:?}"))),
-        }
-    }
-}
-
-fn unsupported(what: impl Into<String>) -> CompileError {
-    CompileError::Unsupported(what.into())
-}
-
-/// Compiles handler `handler` of `trace` (validated) into a module's bytes.
-pub fn compile_handler(trace: &Trace, handler: u32) -> Result<Vec<u8>, CompileError> {
-    let h = trace
+/// Compiles a trace (validated here) into a module's bytes.
+pub fn compile(trace: &Trace, options: &CompileOptions) -> Result<Vec<u8>, CompileError> {
+    validate(trace).map_err(CompileError::Invalid)?;
+    let environments = captures::environments(trace);
+    let mut functions: HashMap<String, u32> = HashMap::new();
+    for name in trace
         .handlers
-        .get(handler as usize)
-        .ok_or(CompileError::NoHandler(handler))?;
-    if h.rest.is_some() || h.is_async {
-        return Err(unsupported("rest parameters and async handlers"));
+        .iter()
+        .map(|h| &h.function)
+        .chain(environments.keys())
+    {
+        let next = functions.len() as u32;
+        functions.entry(name.clone()).or_insert(next);
     }
-    // Two passes: the first, into a scratch function, finds the locals the code needs (their
-    // kinds, in the order it allocates them); the second, identical, writes the real one.
-    let params = h.params.len() as u32;
-    let mut scratch = Function::new([]);
-    let locals = generate(h, &mut scratch, None)?;
-    let mut function = Function::new_with_locals_types(locals.iter().map(|k| k.val_type()));
-    generate(h, &mut function, Some(&locals))?;
-    let mut module = Module::new();
-    let mut types = TypeSection::new();
-    types
-        .ty()
-        .function(vec![ValType::F64; params as usize], [ValType::F64]);
-    module.section(&types);
-    let mut functions = FunctionSection::new();
-    functions.function(0);
-    module.section(&functions);
-    let mut globals = GlobalSection::new();
-    globals.global(
-        GlobalType {
-            val_type: ValType::I32,
-            mutable: true,
-            shared: false,
-        },
-        &ConstExpr::i32_const(STATUS_NUMBER),
-    );
-    module.section(&globals);
+    let mut shared = Shared {
+        data: data::Data::default(),
+        functions,
+        environments,
+    };
+
+    let callable: Vec<&Handler> = trace
+        .handlers
+        .iter()
+        .filter(|h| h.kind == HandlerKind::Function)
+        .collect();
+    let called_back: HashSet<u32> = trace
+        .handlers
+        .iter()
+        .flat_map(|h| called(&h.body))
+        .collect();
+    let tops: Vec<&Handler> = trace
+        .handlers
+        .iter()
+        .filter(|h| h.kind == HandlerKind::Module && !called_back.contains(&h.id))
+        .collect();
+
+    let first = imports::COUNT;
+    let mut bodies = Vec::new();
+    for handler in &callable {
+        bodies.push(handler_function(&mut shared, handler)?);
+    }
+    for handler in &tops {
+        bodies.push(top_level_function(&mut shared, handler)?);
+    }
+    let apply_index = first + bodies.len() as u32;
+    let handler_indices: Vec<(u32, u32)> = callable
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (shared.functions[&h.function], first + i as u32))
+        .collect();
+    bodies.push(apply_function(&mut shared, &handler_indices));
+    let tops_start = first + callable.len() as u32;
+    bodies.push(init_function(tops_start, tops.len() as u32));
+    bodies.push(run_function());
+
+    let heap_start = shared.data.end();
+    if u64::from(heap_start) >= u64::from(options.memory_pages) * 65536 {
+        return Err(CompileError::MemoryTooSmall(options.memory_pages));
+    }
+
+    let mut types = Types::default();
+    let mut import_section = ImportSection::new();
+    for import in IMPORTS {
+        let ty = types.index(import.params, import.results);
+        import_section.import(MODULE, import.name, EntityType::Function(ty));
+    }
+    let mut function_section = FunctionSection::new();
+    for _ in &callable {
+        function_section.function(types.index(&HANDLER_PARAMS, &[ValType::I64]));
+    }
+    for _ in &tops {
+        function_section.function(types.index(&[], &[]));
+    }
+    let mut apply_params = vec![ValType::I64, ValType::I64, ValType::I32];
+    apply_params.extend([ValType::I64; 4]);
+    function_section.function(types.index(&apply_params, &[ValType::I64]));
+    function_section.function(types.index(&[], &[]));
+    function_section.function(types.index(&[ValType::I32, ValType::I32], &[ValType::I64]));
+
+    let mut memories = wasm_encoder::MemorySection::new();
+    memories.memory(MemoryType {
+        minimum: u64::from(options.memory_pages),
+        maximum: Some(u64::from(options.memory_pages)),
+        memory64: false,
+        shared: false,
+        page_size_log2: None,
+    });
     let mut exports = ExportSection::new();
-    exports.export("run", ExportKind::Func, 0);
-    exports.export("status", ExportKind::Global, 0);
-    module.section(&exports);
+    exports.export("memory", ExportKind::Memory, 0);
+    exports.export("apply", ExportKind::Func, apply_index);
+    exports.export("init", ExportKind::Func, apply_index + 1);
+    exports.export("run", ExportKind::Func, apply_index + 2);
     let mut code = CodeSection::new();
-    code.function(&function);
+    for body in &bodies {
+        code.function(body);
+    }
+    let mut data_section = DataSection::new();
+    data_section.active(
+        0,
+        &ConstExpr::i32_const(HEAP_TOP as i32),
+        heap_start.to_le_bytes(),
+    );
+    data_section.active(
+        0,
+        &ConstExpr::i32_const(crate::runtime::heap::DATA_START as i32),
+        shared.data.bytes.iter().copied(),
+    );
+
+    let mut module = Module::new();
+    module.section(&types.section);
+    module.section(&import_section);
+    module.section(&function_section);
+    module.section(&memories);
+    module.section(&exports);
     module.section(&code);
+    module.section(&data_section);
     Ok(module.finish())
 }
 
-/// Generates the handler's code into `function`; returns the kinds of the locals it used
-/// beyond the parameters. `expected`, on the second pass, is what the first one returned.
-fn generate(
-    h: &crate::trace::Handler,
-    function: &mut Function,
-    expected: Option<&[Kind]>,
-) -> Result<Vec<Kind>, CompileError> {
-    let params = h.params.len() as u32;
-    // Every parameter was seen a number: the caller guards on that before it calls.
-    for (i, param) in h.params.iter().enumerate() {
-        let types = h.param_types.get(i).map(Vec::as_slice).unwrap_or_default();
-        if Kind::of(types).ok() != Some(Kind::Number) {
-            return Err(unsupported(format!(
-                "the parameter `{param}`, seen as {types:?}, not only as a number"
-            )));
-        }
-    }
-    let mut generator = Generator {
-        scopes: vec![h
-            .params
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (p.clone(), Binding::Local(i as u32, Kind::Number)))
-            .collect()],
-        params,
-        locals: Vec::new(),
-        control: Vec::new(),
-        inline_results: Vec::new(),
-    };
-    let mut sink = function.instructions();
-    generator.body(&mut sink, &h.body)?;
-    // Falling off the end returns `undefined`.
-    sink.i32_const(STATUS_UNDEFINED)
-        .global_set(0)
-        .f64_const(f64::NAN.into())
-        .end();
-    if let Some(expected) = expected {
-        debug_assert_eq!(expected, generator.locals.as_slice());
-    }
-    Ok(generator.locals)
-}
-
-/// What a name of the trace is in the compiled code.
-#[derive(Debug, Clone)]
-enum Binding {
-    /// A wasm local of this kind.
-    Local(u32, Kind),
-    /// A closure without captures: only ever called, through inlined bodies (`named`).
-    Closure(String),
-}
-
-/// A wasm control frame the generator is inside, for `br` depths.
-enum Control {
-    /// An `if`'s arms.
-    If,
-    /// An inlined call's body; its `return`s leave it.
-    Inline,
-    /// A labelled block; `break label` leaves it.
-    Label(String),
-    /// The block around a loop; `break` leaves it.
-    LoopExit,
-    /// The loop itself.
-    Loop,
-    /// A plain block.
-    Block,
-}
-
-struct Generator {
-    scopes: Vec<HashMap<String, Binding>>,
-    params: u32,
-    /// The locals allocated beyond the parameters, by kind.
-    locals: Vec<Kind>,
-    control: Vec<Control>,
-    /// The innermost inlined call's result local and kind, where its `return`s go.
-    inline_results: Vec<(u32, Kind)>,
-}
-
-impl Generator {
-    fn binding(&self, name: &str) -> Result<&Binding, CompileError> {
-        self.scopes
-            .iter()
-            .rev()
-            .find_map(|s| s.get(name))
-            .ok_or_else(|| unsupported(format!("the variable `{name}`")))
-    }
-
-    fn lookup(&self, name: &str) -> Result<(u32, Kind), CompileError> {
-        match self.binding(name)? {
-            Binding::Local(local, kind) => Ok((*local, *kind)),
-            Binding::Closure(_) => Err(unsupported(format!("the function `{name}` as a value"))),
-        }
-    }
-
-    fn allocate(&mut self, kind: Kind) -> u32 {
-        self.locals.push(kind);
-        self.params + self.locals.len() as u32 - 1
-    }
-
-    fn declare(&mut self, name: &str, binding: Binding) {
-        self.scopes
-            .last_mut()
-            .expect("inside a body")
-            .insert(name.to_string(), binding);
-    }
-
-    fn miss(sink: &mut InstructionSink<'_>) {
-        sink.i32_const(STATUS_MISS)
-            .global_set(0)
-            .f64_const(f64::NAN.into())
-            .return_();
-    }
-
-    fn nested(&mut self, sink: &mut InstructionSink<'_>, body: &Body) -> Result<(), CompileError> {
-        match body {
-            // A path never traced: ☠.
-            None => {
-                Self::miss(sink);
-                Ok(())
-            }
-            Some(body) => self.body(sink, body),
-        }
-    }
-
-    fn body(&mut self, sink: &mut InstructionSink<'_>, body: &[Node]) -> Result<(), CompileError> {
-        self.scopes.push(HashMap::new());
-        for node in body {
-            self.node(sink, node)?;
-        }
-        self.scopes.pop();
-        Ok(())
-    }
-
-    fn node(&mut self, sink: &mut InstructionSink<'_>, node: &Node) -> Result<(), CompileError> {
+/// The handlers the calls of a body name (callbacks, constructors, required files).
+fn called(body: &[Node]) -> Vec<u32> {
+    let mut out = Vec::new();
+    for node in body {
         match node {
-            Node::Unknown | Node::Unsupported { .. } => Self::miss(sink),
-            Node::Let {
-                bind: Bind::Let(name),
-                value:
-                    Expr::Closure {
-                        function,
-                        captures,
-                        is_async: false,
-                    },
-                ..
-            } if captures.is_empty() => {
-                self.declare(name, Binding::Closure(function.clone()));
-            }
-            Node::Let { bind, value, types } => {
-                let kind = Kind::of(types)?;
-                let (local, target) = match bind {
-                    Bind::Let(name) => (self.allocate(kind), Some(name.clone())),
-                    Bind::Set(Expr::Id { name }) => {
-                        let (local, declared) = self.lookup(name)?;
-                        if declared != kind {
-                            return Err(unsupported(format!("`{name}` holding two kinds")));
-                        }
-                        (local, None)
-                    }
-                    Bind::Set(_) => return Err(unsupported("an assignment to a property")),
-                };
-                self.expr_as(sink, value, kind)?;
-                sink.local_set(local);
-                if let Some(name) = target {
-                    self.declare(&name, Binding::Local(local, kind));
-                }
-            }
-            Node::Named { .. } => self.inline(sink, node)?,
-            Node::Expression { value, .. } => {
-                self.expr(sink, value)?;
-                sink.drop();
-            }
+            Node::Call { handlers, .. } => out.extend(handlers),
             Node::If {
-                test,
-                then,
-                otherwise,
+                then, otherwise, ..
             } => {
-                self.condition(sink, test)?;
-                sink.if_(BlockType::Empty);
-                self.control.push(Control::If);
-                self.nested(sink, then)?;
-                sink.else_();
-                self.nested(sink, otherwise)?;
-                sink.end();
-                self.control.pop();
+                out.extend(called(then.as_deref().unwrap_or_default()));
+                out.extend(called(otherwise.as_deref().unwrap_or_default()));
             }
-            Node::While { test, body } => {
-                sink.block(BlockType::Empty);
-                self.control.push(Control::LoopExit);
-                sink.loop_(BlockType::Empty);
-                self.control.push(Control::Loop);
-                self.condition(sink, test)?;
-                sink.i32_eqz().br_if(1);
-                self.nested(sink, body)?;
-                sink.br(0).end();
-                self.control.pop();
-                sink.end();
-                self.control.pop();
+            Node::While { body, .. }
+            | Node::Label { body, .. }
+            | Node::Block { body }
+            | Node::Named { body, .. } => out.extend(called(body.as_deref().unwrap_or_default())),
+            Node::Try { body, handler, .. } => {
+                out.extend(called(body.as_deref().unwrap_or_default()));
+                out.extend(called(handler.as_deref().unwrap_or_default()));
             }
-            Node::Label { label, body } => {
-                sink.block(BlockType::Empty);
-                self.control.push(Control::Label(label.clone()));
-                self.nested(sink, body)?;
-                sink.end();
-                self.control.pop();
-            }
-            Node::Block { body } => {
-                sink.block(BlockType::Empty);
-                self.control.push(Control::Block);
-                self.nested(sink, body)?;
-                sink.end();
-                self.control.pop();
-            }
-            Node::Break { label } => {
-                let inner = self
-                    .control
-                    .iter()
-                    .rev()
-                    .position(|c| matches!(c, Control::Inline))
-                    .unwrap_or(usize::MAX);
-                let target = self
-                    .control
-                    .iter()
-                    .rev()
-                    .position(|c| match (c, label) {
-                        (Control::Label(l), Some(wanted)) => l == wanted,
-                        (Control::LoopExit, None) => true,
-                        _ => false,
-                    })
-                    .filter(|depth| *depth < inner);
-                match target {
-                    Some(depth) => {
-                        sink.br(depth as u32);
-                    }
-                    None => return Err(unsupported("a break to a target outside the handler")),
-                }
-            }
-            Node::Return { value, .. } if !self.inline_results.is_empty() => {
-                let (result, kind) = *self.inline_results.last().expect("checked");
-                self.expr_as(sink, value, kind)?;
-                sink.local_set(result);
-                let depth = self
-                    .control
-                    .iter()
-                    .rev()
-                    .position(|c| matches!(c, Control::Inline))
-                    .expect("an inlined body is open");
-                sink.br(depth as u32);
-            }
-            Node::Return { value, types } => {
-                if let Expr::Global { name } = value {
-                    if name == "undefined" {
-                        sink.i32_const(STATUS_UNDEFINED)
-                            .global_set(0)
-                            .f64_const(f64::NAN.into())
-                            .return_();
-                        return Ok(());
-                    }
-                }
-                let kind = match Kind::of(types) {
-                    Ok(kind) => kind,
-                    Err(_) => self.expr_kind(value)?,
-                };
-                let status = match kind {
-                    Kind::Number => STATUS_NUMBER,
-                    Kind::Boolean => STATUS_BOOLEAN,
-                };
-                sink.i32_const(status).global_set(0);
-                self.expr_as(sink, value, Kind::Number)?;
-                sink.return_();
-            }
-            other => {
-                return Err(unsupported(format!(
-                    "a `{}` node",
-                    serde_json::to_value(other)
-                        .ok()
-                        .and_then(|v| v.get("kind").and_then(|k| k.as_str()).map(String::from))
-                        .unwrap_or_default()
-                )))
-            }
-        }
-        Ok(())
-    }
-
-    /// A `named` node: the callee's body inlined in a block its `return`s leave, its
-    /// parameters new locals holding the arguments (evaluated in the caller's scope), its
-    /// result in a local the binding then takes.
-    fn inline(&mut self, sink: &mut InstructionSink<'_>, node: &Node) -> Result<(), CompileError> {
-        let Node::Named {
-            bind,
-            callee,
-            args,
-            function,
-            params,
-            rest,
-            body,
-            types,
-        } = node
-        else {
-            return Err(unsupported("a call that is not inlined"));
-        };
-        // The callee must be the closure the trace saw: a name bound to it, here.
-        let Expr::Id { name } = callee else {
-            return Err(unsupported("a call through an expression"));
-        };
-        match self.binding(name)? {
-            Binding::Closure(id) if id == function => {}
-            _ => {
-                return Err(unsupported(format!(
-                    "a call of `{name}`, not a known closure"
-                )))
-            }
-        }
-        if rest.is_some() || args.len() != params.len() {
-            return Err(unsupported(
-                "rest parameters, or arguments that are not the parameters",
-            ));
-        }
-        let mut scope = HashMap::new();
-        for (param, arg) in params.iter().zip(args) {
-            let kind = self.expr_kind(arg)?;
-            let local = self.allocate(kind);
-            self.expr(sink, arg)?;
-            sink.local_set(local);
-            scope.insert(param.clone(), Binding::Local(local, kind));
-        }
-        let kind = Kind::of(types)?;
-        let result = self.allocate(kind);
-        // The body sees its parameters, not the caller's variables.
-        let outer = std::mem::replace(&mut self.scopes, vec![scope]);
-        self.inline_results.push((result, kind));
-        sink.block(BlockType::Empty);
-        self.control.push(Control::Inline);
-        let generated = self.nested(sink, body);
-        sink.end();
-        self.control.pop();
-        self.inline_results.pop();
-        self.scopes = outer;
-        generated?;
-        match bind.as_ref() {
-            None => {}
-            Some(Bind::Let(name)) => self.declare(name, Binding::Local(result, kind)),
-            Some(Bind::Set(Expr::Id { name })) => {
-                let (local, declared) = self.lookup(name)?;
-                if declared != kind {
-                    return Err(unsupported(format!("`{name}` holding two kinds")));
-                }
-                sink.local_get(result).local_set(local);
-            }
-            Some(Bind::Set(_)) => return Err(unsupported("an assignment to a property")),
-        }
-        Ok(())
-    }
-
-    /// The kind an expression evaluates to.
-    fn expr_kind(&self, e: &Expr) -> Result<Kind, CompileError> {
-        Ok(match e {
-            Expr::Number { .. } => Kind::Number,
-            Expr::Boolean { .. } => Kind::Boolean,
-            Expr::Id { name } => self.lookup(name)?.1,
-            Expr::Unary { op, .. } if op == "!" => Kind::Boolean,
-            Expr::Unary { .. } => Kind::Number,
-            Expr::Binary { op, .. } => match op.as_str() {
-                "+" | "-" | "*" | "/" => Kind::Number,
-                _ => Kind::Boolean,
-            },
-            _ => return Err(unsupported("this expression")),
-        })
-    }
-
-    /// Evaluates `e`, leaving a value of its own kind on the stack; returns the kind.
-    fn expr(&self, sink: &mut InstructionSink<'_>, e: &Expr) -> Result<Kind, CompileError> {
-        match e {
-            Expr::Number { value } => {
-                sink.f64_const((*value).into());
-                Ok(Kind::Number)
-            }
-            Expr::Boolean { value } => {
-                sink.i32_const(i32::from(*value));
-                Ok(Kind::Boolean)
-            }
-            Expr::Id { name } => {
-                let (local, kind) = self.lookup(name)?;
-                sink.local_get(local);
-                Ok(kind)
-            }
-            Expr::Unary { op, argument } => match op.as_str() {
-                "!" => {
-                    self.condition(sink, argument)?;
-                    sink.i32_eqz();
-                    Ok(Kind::Boolean)
-                }
-                "-" => {
-                    self.expr_as(sink, argument, Kind::Number)?;
-                    sink.f64_neg();
-                    Ok(Kind::Number)
-                }
-                "+" => {
-                    self.expr_as(sink, argument, Kind::Number)?;
-                    Ok(Kind::Number)
-                }
-                other => Err(unsupported(format!("the operator `{other}`"))),
-            },
-            Expr::Binary { op, left, right } => self.binary(sink, op, left, right),
-            _ => Err(unsupported("this expression")),
-        }
-    }
-
-    fn binary(
-        &self,
-        sink: &mut InstructionSink<'_>,
-        op: &str,
-        left: &Expr,
-        right: &Expr,
-    ) -> Result<Kind, CompileError> {
-        let strict = matches!(op, "===" | "!==");
-        if strict && self.expr_kind(left)? != self.expr_kind(right)? {
-            // Values of two kinds are never strictly equal.
-            sink.i32_const(i32::from(op == "!=="));
-            return Ok(Kind::Boolean);
-        }
-        let both_boolean =
-            self.expr_kind(left)? == Kind::Boolean && self.expr_kind(right)? == Kind::Boolean;
-        if both_boolean && matches!(op, "===" | "!==" | "==" | "!=") {
-            self.expr(sink, left)?;
-            self.expr(sink, right)?;
-            if matches!(op, "===" | "==") {
-                sink.i32_eq();
-            } else {
-                sink.i32_ne();
-            }
-            return Ok(Kind::Boolean);
-        }
-        // Everything else converts both sides to numbers (ToNumber of a boolean is 0 or 1).
-        self.expr_as(sink, left, Kind::Number)?;
-        self.expr_as(sink, right, Kind::Number)?;
-        match op {
-            "+" => sink.f64_add(),
-            "-" => sink.f64_sub(),
-            "*" => sink.f64_mul(),
-            "/" => sink.f64_div(),
-            "<" => sink.f64_lt(),
-            "<=" => sink.f64_le(),
-            ">" => sink.f64_gt(),
-            ">=" => sink.f64_ge(),
-            "===" | "==" => sink.f64_eq(),
-            "!==" | "!=" => sink.f64_ne(),
-            other => return Err(unsupported(format!("the operator `{other}`"))),
-        };
-        Ok(if matches!(op, "+" | "-" | "*" | "/") {
-            Kind::Number
-        } else {
-            Kind::Boolean
-        })
-    }
-
-    /// Evaluates `e` converted to `kind`.
-    fn expr_as(
-        &self,
-        sink: &mut InstructionSink<'_>,
-        e: &Expr,
-        kind: Kind,
-    ) -> Result<(), CompileError> {
-        let got = self.expr(sink, e)?;
-        match (got, kind) {
-            (Kind::Boolean, Kind::Number) => {
-                sink.f64_convert_i32_u();
-            }
-            (Kind::Number, Kind::Boolean) => Self::truthy(sink),
             _ => {}
         }
-        Ok(())
     }
+    out
+}
 
-    /// Evaluates `e` as a condition: an `i32` that is 1 when `e` is truthy.
-    fn condition(&self, sink: &mut InstructionSink<'_>, e: &Expr) -> Result<(), CompileError> {
-        self.expr_as(sink, e, Kind::Boolean)
-    }
+#[derive(Default)]
+struct Types {
+    section: TypeSection,
+    seen: HashMap<(Vec<ValType>, Vec<ValType>), u32>,
+}
 
-    /// A number's truthiness: neither 0 nor NaN.
-    fn truthy(sink: &mut InstructionSink<'_>) {
-        sink.f64_abs().f64_const(0.0.into()).f64_gt();
+impl Types {
+    fn index(&mut self, params: &[ValType], results: &[ValType]) -> u32 {
+        let key = (params.to_vec(), results.to_vec());
+        if let Some(&i) = self.seen.get(&key) {
+            return i;
+        }
+        let i = self.seen.len() as u32;
+        self.section
+            .ty()
+            .function(params.iter().copied(), results.iter().copied());
+        self.seen.insert(key, i);
+        i
     }
+}
+
+fn finished(g: Generator<'_>, handler: &Handler) -> Result<Function, CompileError> {
+    g.finish()
+        .ok_or_else(|| CompileError::TooLarge(handler.function.clone()))
+}
+
+/// A handler of kind `function`: its parameters from the arguments, its body, `undefined`
+/// when it falls off its end.
+fn handler_function(shared: &mut Shared, handler: &Handler) -> Result<Function, CompileError> {
+    let mut g = Generator::new(shared, HANDLER_PARAMS.len() as u32);
+    g.frames.push(Frame {
+        function: Some(handler.function.clone()),
+        environment: Some(0),
+        this: Some(1),
+        captured: captures::captured(&handler.body),
+        result: None,
+    });
+    g.scopes.push(Vec::new());
+    if handler.rest.is_some() || handler.params.len() > imports::DIRECT_ARGS {
+        g.miss(
+            "a handler with rest parameters or more than four not compiled",
+            None,
+        );
+    } else {
+        for (i, param) in handler.params.iter().enumerate() {
+            g.sink().local_get(3 + i as u32);
+            g.bind_new(param);
+        }
+        g.body(&handler.body);
+    }
+    g.value(Value::UNDEFINED);
+    finished(g, handler)
+}
+
+/// A file's top level.
+fn top_level_function(shared: &mut Shared, handler: &Handler) -> Result<Function, CompileError> {
+    let mut g = Generator::new(shared, 0);
+    g.frames.push(Frame {
+        function: None,
+        environment: None,
+        this: None,
+        captured: captures::captured(&handler.body),
+        result: None,
+    });
+    g.body(&handler.body);
+    finished(g, handler)
+}
+
+/// `apply`: the closure's function index picks its handler's function.
+fn apply_function(shared: &mut Shared, handlers: &[(u32, u32)]) -> Function {
+    let mut g = Generator::new(shared, 7);
+    let function = g.local(ValType::I32);
+    g.sink()
+        .local_get(0)
+        .call(imports::FUNCTION_OF)
+        .local_set(function);
+    for &(index, wasm) in handlers {
+        g.sink()
+            .local_get(function)
+            .i32_const(index as i32)
+            .i32_eq()
+            .if_(wasm_encoder::BlockType::Empty)
+            .local_get(0)
+            .i32_wrap_i64()
+            .i32_load(mem32(u64::from(CLOSURE_ENVIRONMENT)))
+            .local_get(1)
+            .local_get(2)
+            .local_get(3)
+            .local_get(4)
+            .local_get(5)
+            .local_get(6)
+            .call(wasm)
+            .return_()
+            .end();
+    }
+    g.miss("a call of a function the trace never entered", None);
+    g.value(Value::UNDEFINED);
+    g.finish().expect("apply has one local")
+}
+
+fn init_function(first: u32, count: u32) -> Function {
+    let mut f = Function::new([]);
+    let mut sink = f.instructions();
+    for i in 0..count {
+        sink.call(first + i);
+    }
+    sink.end();
+    f
+}
+
+fn run_function() -> Function {
+    let mut f = Function::new([(1, ValType::I64)]);
+    f.instructions()
+        .local_get(0)
+        .local_get(1)
+        .call(imports::JSON_PARSE)
+        .local_set(2)
+        .call(imports::ENTRY)
+        .i64_const(Value::UNDEFINED.0 as i64)
+        .i32_const(2)
+        .local_get(2)
+        .call(imports::OBJECT)
+        .i64_const(Value::UNDEFINED.0 as i64)
+        .i64_const(Value::UNDEFINED.0 as i64)
+        .call(imports::CALL)
+        .call(imports::JSON_ANSWER)
+        .end();
+    f
 }

@@ -1,0 +1,443 @@
+//! Expressions: each leaves its value (an `i64`) on the stack. Numbers take the inline path
+//! where an operator has one (both operands checked to be numbers, then `f64` code); every
+//! other case calls the runtime.
+
+use wasm_encoder::{BlockType, ValType};
+
+use super::codegen::{mem32, Binding, Generator};
+use super::imports::{self as rt, DIRECT_ARGS};
+use crate::runtime::builtins::Builtin;
+use crate::runtime::heap::CLOSURE_ENVIRONMENT;
+use crate::runtime::ops::{BINARY, UNARY};
+use crate::runtime::value::{Value, FALSE, TAGGED, TRUE};
+use crate::trace::{Capture, Expr};
+
+/// The namespaces whose members are builtins: a call of a member the runtime lacks is a miss
+/// where it stands.
+const NAMESPACES: [&str; 7] = [
+    "Math", "JSON", "Object", "Array", "Number", "String", "console",
+];
+
+impl Generator<'_> {
+    pub fn expr(&mut self, e: &Expr) {
+        match e {
+            Expr::Number { value } => self.value(Value::number(*value)),
+            Expr::String { value } => {
+                let v = self.shared.data.string(value);
+                self.value(v);
+            }
+            Expr::Boolean { value } => self.value(Value::boolean(*value)),
+            Expr::Null => self.value(Value::NULL),
+            Expr::Hole => self.value(Value::UNDEFINED),
+            Expr::Regex { .. } => self.miss("regular expressions not compiled", None),
+            Expr::Import { .. } => self.miss("ES module imports not compiled", None),
+            Expr::Spread { .. } => self.miss("a spread outside an array or call", None),
+            Expr::Id { name } => match self.binding(name) {
+                Some(Binding::Local(local)) => {
+                    self.sink().local_get(local);
+                }
+                Some(Binding::Cell(cell)) => {
+                    self.sink()
+                        .local_get(cell)
+                        .i64_load(super::codegen::mem64(0));
+                }
+                None => self.miss(&format!("the variable {name} not bound"), None),
+            },
+            Expr::From { name } => {
+                if self.environment_cell(name) {
+                    self.sink().i64_load(super::codegen::mem64(0));
+                } else {
+                    self.miss(&format!("the closure variable {name} not captured"), None);
+                }
+            }
+            Expr::Global { name } => {
+                if name == "undefined" {
+                    self.value(Value::UNDEFINED);
+                } else {
+                    let name = self.shared.data.string(name);
+                    self.value(name);
+                    self.sink().call(rt::GLOBAL);
+                }
+            }
+            Expr::This => match self.frame().this {
+                Some(this) => {
+                    self.sink().local_get(this);
+                }
+                None => self.value(Value::UNDEFINED),
+            },
+            Expr::Get { object, property } => {
+                self.expr(object);
+                let key = self.shared.data.string(property);
+                self.value(key);
+                self.sink().call(rt::GET);
+            }
+            Expr::Index { object, key } => {
+                self.expr(object);
+                self.expr(key);
+                self.sink().call(rt::GET);
+            }
+            Expr::Unary { op, argument } => self.unary(op, argument),
+            Expr::Binary { op, left, right } => self.binary(op, left, right),
+            Expr::Array { items } => {
+                let array = self.local(ValType::I64);
+                self.sink().call(rt::ARRAY).local_set(array);
+                for item in items {
+                    self.sink().local_get(array);
+                    match item {
+                        Expr::Spread { argument } => {
+                            self.expr(argument);
+                            self.sink().call(rt::SPREAD);
+                        }
+                        item => {
+                            self.expr(item);
+                            self.sink().call(rt::PUSH);
+                        }
+                    }
+                }
+                self.sink().local_get(array);
+                self.free(ValType::I64, array);
+            }
+            Expr::Object { properties } => {
+                let object = self.local(ValType::I64);
+                self.sink().call(rt::OBJECT).local_set(object);
+                for property in properties {
+                    self.sink().local_get(object);
+                    match (
+                        &property.key,
+                        &property.computed,
+                        &property.spread,
+                        &property.value,
+                    ) {
+                        (Some(key), _, _, Some(value)) => {
+                            let key = self.shared.data.string(key);
+                            self.value(key);
+                            self.expr(value);
+                            self.sink().call(rt::SET);
+                        }
+                        (None, Some(key), _, Some(value)) => {
+                            self.expr(key);
+                            self.expr(value);
+                            self.sink().call(rt::SET);
+                        }
+                        (_, _, Some(spread), _) => {
+                            self.expr(spread);
+                            self.sink().call(rt::ASSIGN);
+                        }
+                        _ => {
+                            self.sink().drop();
+                            self.miss("a malformed object member", None);
+                        }
+                    }
+                }
+                self.sink().local_get(object);
+                self.free(ValType::I64, object);
+            }
+            Expr::Closure {
+                function, captures, ..
+            } => self.closure(function, captures),
+        }
+    }
+
+    /// A closure: made by the runtime, its environment filled here with the cells of what it
+    /// captures (the maker's own cells, or those of the maker's environment).
+    fn closure(&mut self, function: &str, captures: &[Capture]) {
+        let Some(&index) = self.shared.functions.get(function) else {
+            self.miss("a closure of a function the trace does not have", None);
+            return;
+        };
+        let closure = self.local(ValType::I64);
+        let environment = self.local(ValType::I32);
+        self.sink()
+            .i32_const(index as i32)
+            .i32_const(captures.len() as i32)
+            .call(rt::CLOSURE)
+            .local_tee(closure)
+            .i32_wrap_i64()
+            .i32_load(mem32(u64::from(CLOSURE_ENVIRONMENT)))
+            .local_set(environment);
+        for (i, capture) in captures.iter().enumerate() {
+            self.sink().local_get(environment);
+            match capture {
+                Capture::Ref { name } => match self.binding(name) {
+                    Some(Binding::Cell(cell)) => {
+                        self.sink().local_get(cell);
+                    }
+                    // A variable that is not a cell here is not shared: a fresh cell with its
+                    // value keeps the closure correct as long as neither side assigns it.
+                    Some(Binding::Local(local)) => {
+                        self.sink().local_get(local).call(rt::CELL);
+                    }
+                    None => {
+                        self.sink().drop();
+                        self.miss(&format!("a capture of {name}, which is not bound"), None);
+                        continue;
+                    }
+                },
+                Capture::From { name } => {
+                    if !self.environment_cell(name) {
+                        self.sink().drop();
+                        self.miss(&format!("a capture of {name}, which is not captured"), None);
+                        continue;
+                    }
+                }
+            }
+            self.sink().i32_store(mem32(8 + 4 * i as u64));
+        }
+        self.sink().local_get(closure);
+        self.free(ValType::I64, closure);
+        self.free(ValType::I32, environment);
+    }
+
+    /// Evaluates `e` as a condition: an `i32`, 1 when it is truthy. Booleans are decided
+    /// inline, other values by the runtime.
+    pub fn condition(&mut self, e: &Expr) {
+        if let Expr::Unary { op, argument } = e {
+            if op == "!" {
+                self.condition(argument);
+                self.sink().i32_eqz();
+                return;
+            }
+        }
+        self.expr(e);
+        let value = self.local(ValType::I64);
+        self.sink()
+            .local_tee(value)
+            .i64_const(TRUE as i64)
+            .i64_eq()
+            .if_(BlockType::Result(ValType::I32))
+            .i32_const(1)
+            .else_()
+            .local_get(value)
+            .i64_const(FALSE as i64)
+            .i64_eq()
+            .if_(BlockType::Result(ValType::I32))
+            .i32_const(0)
+            .else_()
+            .local_get(value)
+            .call(rt::TRUTHY)
+            .end()
+            .end();
+        self.free(ValType::I64, value);
+    }
+
+    /// The `i32` on the stack as a boolean value.
+    fn box_boolean(&mut self) {
+        self.sink()
+            .i64_extend_i32_u()
+            .i64_const(FALSE as i64)
+            .i64_add();
+    }
+
+    fn unary(&mut self, op: &str, argument: &Expr) {
+        match op {
+            "!" => {
+                self.condition(argument);
+                self.sink().i32_eqz();
+                self.box_boolean();
+            }
+            _ => {
+                let code = UNARY.iter().position(|o| *o == op).unwrap_or(usize::MAX);
+                if code == usize::MAX {
+                    self.miss(&format!("the operator {op} not compiled"), None);
+                    return;
+                }
+                let inline = matches!(op, "-" | "+");
+                self.expr(argument);
+                if !inline {
+                    let value = self.local(ValType::I64);
+                    self.sink()
+                        .local_set(value)
+                        .i32_const(code as i32)
+                        .local_get(value)
+                        .call(rt::UNARY);
+                    self.free(ValType::I64, value);
+                    return;
+                }
+                let value = self.local(ValType::I64);
+                self.sink()
+                    .local_tee(value)
+                    .i64_const(TAGGED as i64)
+                    .i64_lt_u()
+                    .if_(BlockType::Result(ValType::I64))
+                    .local_get(value);
+                if op == "-" {
+                    self.sink()
+                        .f64_reinterpret_i64()
+                        .f64_neg()
+                        .i64_reinterpret_f64();
+                }
+                self.sink()
+                    .else_()
+                    .i32_const(code as i32)
+                    .local_get(value)
+                    .call(rt::UNARY)
+                    .end();
+                self.free(ValType::I64, value);
+            }
+        }
+    }
+
+    fn binary(&mut self, op: &str, left: &Expr, right: &Expr) {
+        let Some(code) = BINARY.iter().position(|o| *o == op) else {
+            self.miss(&format!("the operator {op} not compiled"), None);
+            return;
+        };
+        let (a, b) = (self.local(ValType::I64), self.local(ValType::I64));
+        self.expr(left);
+        self.sink().local_set(a);
+        self.expr(right);
+        self.sink().local_set(b);
+        let inline = matches!(
+            op,
+            "+" | "-" | "*" | "/" | "<" | "<=" | ">" | ">=" | "===" | "!==" | "==" | "!="
+        );
+        if inline {
+            // Both numbers: the f64 code.
+            self.sink()
+                .local_get(a)
+                .i64_const(TAGGED as i64)
+                .i64_lt_u()
+                .local_get(b)
+                .i64_const(TAGGED as i64)
+                .i64_lt_u()
+                .i32_and()
+                .if_(BlockType::Result(ValType::I64))
+                .local_get(a)
+                .f64_reinterpret_i64()
+                .local_get(b)
+                .f64_reinterpret_i64();
+            let comparison = match op {
+                "+" => {
+                    self.sink().f64_add();
+                    false
+                }
+                "-" => {
+                    self.sink().f64_sub();
+                    false
+                }
+                "*" => {
+                    self.sink().f64_mul();
+                    false
+                }
+                "/" => {
+                    self.sink().f64_div();
+                    false
+                }
+                "<" => {
+                    self.sink().f64_lt();
+                    true
+                }
+                "<=" => {
+                    self.sink().f64_le();
+                    true
+                }
+                ">" => {
+                    self.sink().f64_gt();
+                    true
+                }
+                ">=" => {
+                    self.sink().f64_ge();
+                    true
+                }
+                "===" | "==" => {
+                    self.sink().f64_eq();
+                    true
+                }
+                _ => {
+                    self.sink().f64_ne();
+                    true
+                }
+            };
+            if comparison {
+                self.box_boolean();
+            } else {
+                self.sink().i64_reinterpret_f64();
+            }
+            self.sink().else_();
+        }
+        self.sink()
+            .i32_const(code as i32)
+            .local_get(a)
+            .local_get(b)
+            .call(rt::BINARY);
+        if inline {
+            self.sink().end();
+        }
+        self.free(ValType::I64, a);
+        self.free(ValType::I64, b);
+    }
+
+    /// A call the trace did not see into (a builtin, or a function called as an event):
+    /// the callee's value and `this`, then the runtime's `call` or `construct`. A method or
+    /// namespace member no builtin has is a miss here, unless the trace saw it call back.
+    pub fn call(&mut self, callee: &Expr, args: &[Expr], new: bool, calls_back: bool) {
+        if !calls_back {
+            let missing = match callee {
+                Expr::Get { object, property } => match object.as_ref() {
+                    Expr::Global { name } if NAMESPACES.contains(&name.as_str()) => {
+                        let full = format!("{name}.{property}");
+                        Builtin::named(&full).is_none().then_some(full)
+                    }
+                    _ => (!Builtin::is_member_name(property)).then(|| format!(".{property}")),
+                },
+                Expr::Global { name } => Builtin::named(name).is_none().then(|| name.clone()),
+                _ => None,
+            };
+            if let Some(name) = missing {
+                self.miss(&format!("builtin {name} not compiled"), None);
+                self.value(Value::UNDEFINED);
+                return;
+            }
+        }
+        let this = self.local(ValType::I64);
+        let function = self.local(ValType::I64);
+        match callee {
+            Expr::Get { object, property } => {
+                self.expr(object);
+                self.sink().local_tee(this);
+                let key = self.shared.data.string(property);
+                self.value(key);
+                self.sink().call(rt::GET).local_set(function);
+            }
+            Expr::Index { object, key } => {
+                self.expr(object);
+                self.sink().local_tee(this);
+                self.expr(key);
+                self.sink().call(rt::GET).local_set(function);
+            }
+            _ => {
+                self.value(Value::UNDEFINED);
+                self.sink().local_set(this);
+                self.expr(callee);
+                self.sink().local_set(function);
+            }
+        }
+        let direct =
+            args.len() <= DIRECT_ARGS && !args.iter().any(|a| matches!(a, Expr::Spread { .. }));
+        self.sink().local_get(function);
+        if !new {
+            self.sink().local_get(this);
+        }
+        if direct {
+            self.sink().i32_const(args.len() as i32);
+            for arg in args {
+                self.expr(arg);
+            }
+            for _ in args.len()..DIRECT_ARGS {
+                self.value(Value::UNDEFINED);
+            }
+            self.sink().call(if new { rt::CONSTRUCT } else { rt::CALL });
+        } else {
+            self.expr(&Expr::Array {
+                items: args.to_vec(),
+            });
+            self.sink().call(if new {
+                rt::CONSTRUCT_ARRAY
+            } else {
+                rt::CALL_ARRAY
+            });
+        }
+        self.free(ValType::I64, this);
+        self.free(ValType::I64, function);
+    }
+}

@@ -1,0 +1,331 @@
+//! The fast path's runtime: what the compiled trace imports as `kiln_rt`, in safe Rust over
+//! the instance's memory. The compiled code keeps values NaN-boxed ([`value`]) and does
+//! control flow and the number cases inline; objects, strings, arrays and builtins live in
+//! the arena ([`heap`]) and are worked on here. Every function answers a [`Miss`] where the
+//! request must run in Node instead (a JavaScript error, a builtin not compiled, the arena
+//! full), never a panic.
+
+pub mod builtins;
+pub mod heap;
+pub mod json;
+pub mod ops;
+pub mod value;
+
+use builtins::Builtin;
+use heap::{Heap, GLOBAL_OBJECT};
+use value::{Value, TAG_ARRAY, TAG_BUILTIN, TAG_CLOSURE, TAG_OBJECT, TAG_STRING};
+
+/// Why a request left the fast path: the reason, and the source position (`file:line:col`)
+/// where the trace knew it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Miss {
+    pub reason: String,
+    pub at: Option<String>,
+}
+
+impl Miss {
+    pub fn new(reason: impl Into<String>) -> Miss {
+        Miss {
+            reason: reason.into(),
+            at: None,
+        }
+    }
+}
+
+/// The platform's effects the fast path may ask for (the object store, sessions, logs),
+/// named as the tracing runtime names them (`console.log`, say). Arguments and results are
+/// JSON. The default answers every call with a miss, so such a request runs in Node.
+pub trait Intrinsics {
+    fn call(&mut self, name: &str, args: &[serde_json::Value]) -> Result<serde_json::Value, Miss> {
+        let _ = args;
+        Err(Miss::new(format!("intrinsic {name} not available")))
+    }
+}
+
+/// An [`Intrinsics`] that has none: every intrinsic call misses.
+pub struct NoIntrinsics;
+
+impl Intrinsics for NoIntrinsics {}
+
+/// What the builtins need of the running instance: its memory, a way to call a closure back
+/// (`Array.prototype.map`'s callback, say), and the intrinsics.
+pub trait Guest {
+    fn heap(&mut self) -> Heap<'_>;
+    /// Calls `closure` with `this` and `args` (the compiled code's `apply`).
+    fn apply(&mut self, closure: Value, this: Value, args: &[Value]) -> Result<Value, Miss>;
+    fn intrinsic(&mut self, name: &str, args: &[Value]) -> Result<Value, Miss>;
+}
+
+fn type_error(what: &str) -> Miss {
+    Miss::new(format!("TypeError: {what}"))
+}
+
+/// A property key: a string, or a number's string form.
+fn property_key(heap: &mut Heap<'_>, key: Value) -> Result<Value, Miss> {
+    if key.is_string() {
+        return Ok(key);
+    }
+    if key.is_object() {
+        return Err(Miss::new("an object used as a property key"));
+    }
+    ops::to_string(heap, key)
+}
+
+/// A property key as Rust text.
+fn key_name(heap: &mut Heap<'_>, key: Value) -> Result<String, Miss> {
+    let key = property_key(heap, key)?;
+    heap.rust_string(key)
+}
+
+/// An integer index a key names, if it is one (`3` or `"3"`).
+fn index_of_key(heap: &Heap<'_>, key: Value) -> Result<Option<u32>, Miss> {
+    if let Some(n) = key.as_number() {
+        let i = n as u32;
+        return Ok((f64::from(i) == n && n >= 0.0 && i < u32::MAX).then_some(i));
+    }
+    if key.is_string() {
+        return Ok(json::array_index(&heap.units(key)?));
+    }
+    Ok(None)
+}
+
+/// `object[key]`.
+pub fn get(heap: &mut Heap<'_>, object: Value, key: Value) -> Result<Value, Miss> {
+    match object.tag() {
+        TAG_ARRAY => {
+            if let Some(i) = index_of_key(heap, key)? {
+                return heap.element(object, i);
+            }
+            let name = key_name(heap, key)?;
+            if name == "length" {
+                return Ok(Value::number(f64::from(heap.len(object)?)));
+            }
+            Ok(builtin_value(&format!("Array.prototype.{name}")))
+        }
+        TAG_STRING => {
+            if let Some(i) = index_of_key(heap, key)? {
+                if i < heap.string_len(object)? {
+                    let unit = heap.unit(object, i)?;
+                    return heap.string(&[unit]);
+                }
+                return Ok(Value::UNDEFINED);
+            }
+            let name = key_name(heap, key)?;
+            if name == "length" {
+                return Ok(Value::number(f64::from(heap.string_len(object)?)));
+            }
+            Ok(builtin_value(&format!("String.prototype.{name}")))
+        }
+        TAG_OBJECT | TAG_CLOSURE => {
+            let key = property_key(heap, key)?;
+            if let Some(v) = heap.lookup(object, key)? {
+                return Ok(v);
+            }
+            let name = heap.rust_string(key)?;
+            if object.tag() == TAG_CLOSURE && name == "prototype" {
+                // A function's prototype object, made when first read.
+                let proto = heap.object(Value::NULL)?;
+                let constructor = heap.str("constructor")?;
+                heap.set_own(proto, constructor, object)?;
+                heap.set_own(object, key, proto)?;
+                return Ok(proto);
+            }
+            Ok(builtin_value(&format!("Object.prototype.{name}")))
+        }
+        TAG_BUILTIN => {
+            let name = key_name(heap, key)?;
+            let Some(builtin) = Builtin::from_value(object) else {
+                return Ok(Value::UNDEFINED);
+            };
+            builtins::static_property(builtin, &name)
+        }
+        _ if object.is_nullish() => Err(type_error("a property of undefined or null read")),
+        _ if object.is_number() => {
+            let name = key_name(heap, key)?;
+            Ok(builtin_value(&format!("Number.prototype.{name}")))
+        }
+        _ => Ok(Value::UNDEFINED),
+    }
+}
+
+/// The builtin of this name as a value, or `undefined` when the runtime has none.
+fn builtin_value(name: &str) -> Value {
+    Builtin::named(name).map_or(Value::UNDEFINED, Builtin::value)
+}
+
+/// `object[key] = value`.
+pub fn set(heap: &mut Heap<'_>, object: Value, key: Value, value: Value) -> Result<(), Miss> {
+    match object.tag() {
+        TAG_OBJECT | TAG_CLOSURE => {
+            let key = property_key(heap, key)?;
+            heap.set_own(object, key, value)
+        }
+        TAG_ARRAY => {
+            if let Some(i) = index_of_key(heap, key)? {
+                return heap.set_element(object, i, value);
+            }
+            let key = property_key(heap, key)?;
+            if heap.rust_string(key)? == "length" {
+                let n = value.as_number().unwrap_or(f64::NAN);
+                let len = n as u32;
+                if f64::from(len) != n {
+                    return Err(Miss::new("RangeError: an invalid array length"));
+                }
+                return heap.set_len(object, len);
+            }
+            Err(Miss::new("a named property set on an array"))
+        }
+        _ if object.is_nullish() => Err(type_error("a property of undefined or null set")),
+        _ => Err(Miss::new("a property set on a primitive or builtin")),
+    }
+}
+
+/// `key in object`.
+pub fn has(heap: &mut Heap<'_>, key: Value, object: Value) -> Result<bool, Miss> {
+    match object.tag() {
+        TAG_OBJECT | TAG_CLOSURE => {
+            let key = property_key(heap, key)?;
+            Ok(heap.lookup(object, key)?.is_some())
+        }
+        TAG_ARRAY => {
+            if let Some(i) = index_of_key(heap, key)? {
+                return Ok(i < heap.len(object)?);
+            }
+            Ok(key_name(heap, key)? == "length")
+        }
+        _ => Err(type_error("`in` on a value that is not an object")),
+    }
+}
+
+/// The global object (`exports`, `module` and what the code assigns to globals), made when
+/// first needed.
+fn global_object(heap: &mut Heap<'_>) -> Result<Value, Miss> {
+    let current = heap.value(GLOBAL_OBJECT)?;
+    if current.tag() == TAG_OBJECT {
+        return Ok(current);
+    }
+    let global = heap.object(Value::NULL)?;
+    let exports = heap.object(Value::NULL)?;
+    let module = heap.object(Value::NULL)?;
+    let key = heap.str("exports")?;
+    heap.set_own(module, key, exports)?;
+    heap.set_own(global, key, exports)?;
+    let key = heap.str("module")?;
+    heap.set_own(global, key, module)?;
+    heap.set_value(GLOBAL_OBJECT, global)?;
+    Ok(global)
+}
+
+/// A global variable's value.
+pub fn global(heap: &mut Heap<'_>, name: Value) -> Result<Value, Miss> {
+    let global = global_object(heap)?;
+    if let Some(v) = heap.get_own(global, name)? {
+        return Ok(v);
+    }
+    let text = heap.rust_string(name)?;
+    match text.as_str() {
+        "undefined" => Ok(Value::UNDEFINED),
+        "NaN" => Ok(Value::number(f64::NAN)),
+        "Infinity" => Ok(Value::number(f64::INFINITY)),
+        "globalThis" => Ok(global),
+        _ => Builtin::named(&text)
+            .map(Builtin::value)
+            .ok_or_else(|| Miss::new(format!("the global {text} not compiled"))),
+    }
+}
+
+/// Assigns a global variable.
+pub fn set_global(heap: &mut Heap<'_>, name: Value, value: Value) -> Result<(), Miss> {
+    let global = global_object(heap)?;
+    heap.set_own(global, name, value)
+}
+
+/// The handler a request calls: `module.exports.handler`.
+pub fn entry(heap: &mut Heap<'_>) -> Result<Value, Miss> {
+    let global = global_object(heap)?;
+    let key = heap.str("module")?;
+    let module = heap.get_own(global, key)?.unwrap_or(Value::UNDEFINED);
+    let key = heap.str("exports")?;
+    let exports = get(heap, module, key)?;
+    let key = heap.str("handler")?;
+    get(heap, exports, key)
+}
+
+/// `callee(...args)` with `this`.
+pub fn call(
+    guest: &mut dyn Guest,
+    callee: Value,
+    this: Value,
+    args: &[Value],
+) -> Result<Value, Miss> {
+    match callee.tag() {
+        TAG_CLOSURE => guest.apply(callee, this, args),
+        TAG_BUILTIN => match Builtin::from_value(callee) {
+            Some(builtin) => builtins::call(guest, builtin, this, args),
+            None => Err(type_error("a call of a value that is not a function")),
+        },
+        _ => Err(type_error("a call of a value that is not a function")),
+    }
+}
+
+/// `new callee(...args)`.
+pub fn construct(guest: &mut dyn Guest, callee: Value, args: &[Value]) -> Result<Value, Miss> {
+    match callee.tag() {
+        TAG_CLOSURE => {
+            let mut heap = guest.heap();
+            let key = heap.str("prototype")?;
+            let proto = get(&mut heap, callee, key)?;
+            let proto = if proto.is_object() {
+                proto
+            } else {
+                Value::NULL
+            };
+            let object = heap.object(proto)?;
+            let result = guest.apply(callee, object, args)?;
+            Ok(if result.is_object() { result } else { object })
+        }
+        TAG_BUILTIN => Err(Miss::new(format!(
+            "builtin new {} not compiled",
+            Builtin::from_value(callee).map_or("?", Builtin::name)
+        ))),
+        _ => Err(type_error("`new` of a value that is not a constructor")),
+    }
+}
+
+/// `value instanceof constructor`.
+pub fn instance_of(heap: &mut Heap<'_>, value: Value, constructor: Value) -> Result<bool, Miss> {
+    if constructor.tag() != TAG_CLOSURE {
+        return Err(Miss::new("instanceof of a builtin not compiled"));
+    }
+    if !matches!(value.tag(), TAG_OBJECT | TAG_CLOSURE) {
+        return Ok(false);
+    }
+    let key = heap.str("prototype")?;
+    let proto = get(heap, constructor, key)?;
+    let mut current = heap.proto(value)?;
+    for _ in 0..10_000 {
+        if current == proto {
+            return Ok(true);
+        }
+        if !matches!(current.tag(), TAG_OBJECT | TAG_CLOSURE) {
+            return Ok(false);
+        }
+        current = heap.proto(current)?;
+    }
+    Err(Miss::new("a prototype chain too long"))
+}
+
+/// A value as JSON for an intrinsic (functions and `undefined` as `null`).
+pub fn to_json(heap: &mut Heap<'_>, value: Value) -> Result<serde_json::Value, Miss> {
+    match json::stringify(heap, value)? {
+        Some(units) => serde_json::from_str(&String::from_utf16_lossy(&units))
+            .map_err(|_| Miss::new("a value with no JSON form")),
+        None => Ok(serde_json::Value::Null),
+    }
+}
+
+/// A JSON value from an intrinsic, on the heap.
+pub fn from_json(heap: &mut Heap<'_>, value: &serde_json::Value) -> Result<Value, Miss> {
+    let text: Vec<u16> = value.to_string().encode_utf16().collect();
+    json::parse(heap, &text)
+}
