@@ -50,6 +50,18 @@ pub struct KindLabels {
     pub kind: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FunctionOutcomeLabels {
+    pub function: String,
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FunctionReasonLabels {
+    pub function: String,
+    pub reason: String,
+}
+
 pub struct Metrics {
     registry: Registry,
     pub invocations: Family<FunctionLabels, Counter>,
@@ -72,6 +84,9 @@ pub struct Metrics {
     standbys: Family<FunctionKindLabels, Gauge>,
     standby_memory: Family<FunctionLabels, Gauge>,
     standby_refill: Family<FunctionLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    breakout_requests: Family<FunctionOutcomeLabels, Counter>,
+    breakout_misses: Family<FunctionReasonLabels, Counter>,
+    breakout_compile: Family<FunctionLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
 }
 
 impl Default for Metrics {
@@ -100,6 +115,25 @@ impl Default for Metrics {
         let standby_memory = Family::<FunctionLabels, Gauge>::default();
         let standby_refill =
             Family::<FunctionLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        let breakout_requests = Family::<FunctionOutcomeLabels, Counter>::default();
+        let breakout_misses = Family::<FunctionReasonLabels, Counter>::default();
+        let breakout_compile =
+            Family::<FunctionLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "breakout_requests",
+            "Requests of functions with KilnBreakout, by where they ran: fast (the compiled trace), miss (left it for the sandbox), tracing (the tracing instance), ordinary",
+            breakout_requests.clone(),
+        );
+        registry.register(
+            "breakout_misses",
+            "Fast-path misses by kind",
+            breakout_misses.clone(),
+        );
+        registry.register(
+            "breakout_compile_seconds",
+            "How long the function's last trace took to compile and load",
+            breakout_compile.clone(),
+        );
         registry.register(
             "invocations",
             "Invocations that reached a function",
@@ -210,6 +244,9 @@ impl Default for Metrics {
             standbys,
             standby_memory,
             standby_refill,
+            breakout_requests,
+            breakout_misses,
+            breakout_compile,
         }
     }
 }
@@ -277,6 +314,32 @@ impl Metrics {
 
     /// Renders the text exposition format, refreshing the instance gauges from `status`.
     pub fn render(&self, status: &NodeStatus, queue_depth: u64) -> String {
+        // The agent counts; the counters here catch up with it.
+        for b in &status.breakout {
+            for (outcome, n) in &b.requests {
+                let counter = self
+                    .breakout_requests
+                    .get_or_create(&FunctionOutcomeLabels {
+                        function: b.function.clone(),
+                        outcome: outcome.clone(),
+                    });
+                counter.inc_by(n.saturating_sub(counter.get()));
+            }
+            for (reason, n) in &b.misses {
+                let counter = self.breakout_misses.get_or_create(&FunctionReasonLabels {
+                    function: b.function.clone(),
+                    reason: reason.clone(),
+                });
+                counter.inc_by(n.saturating_sub(counter.get()));
+            }
+            if let Some(seconds) = b.compile_seconds {
+                self.breakout_compile
+                    .get_or_create(&FunctionLabels {
+                        function: b.function.clone(),
+                    })
+                    .set(seconds);
+            }
+        }
         self.instances.clear();
         for instance in &status.instances {
             self.instances

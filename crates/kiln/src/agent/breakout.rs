@@ -9,10 +9,13 @@
 //! instance go and compiles the trace off the request path. A revision that cannot take the
 //! fast path is `ordinary`, with the reason, and every request takes the ordinary path.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+use kiln_breakout::exec::{FastPathEngine, Limits, Loaded};
 
 use serde::{Deserialize, Serialize};
 
@@ -23,6 +26,14 @@ use crate::sync::LockExt;
 
 /// How long a tracing instance may take to send its trace tree.
 const DUMP_TIMEOUT: Duration = Duration::from_secs(10);
+/// A retrace is compiled at most this often.
+const RECOMPILE_INTERVAL: Duration = Duration::from_secs(1);
+/// The bounce limit looks at this many of the latest fast requests...
+const BOUNCE_WINDOW: usize = 1000;
+/// ...once it has at least this many...
+const BOUNCE_MIN: usize = 100;
+/// ...and gives up when more than this share of them missed.
+const BOUNCE_SHARE: f64 = 0.10;
 
 /// Where a revision is on its way to the fast path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,7 +52,7 @@ pub enum BreakoutMode {
 }
 
 /// What `kiln get` and `kiln status --json` show of a function's fast path.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct BreakoutStatus {
     pub function: String,
@@ -57,6 +68,42 @@ pub struct BreakoutStatus {
     pub trace_nodes: Option<usize>,
     /// Sites the instrumenter marked ☠ (constructs outside the subset) in the package.
     pub unsupported_sites: usize,
+    /// Recompiles after misses so far (the bounce limit counts them).
+    #[serde(default)]
+    pub retraces: u32,
+    /// The compiled module's size and how long the last compile and load took.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module_bytes: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compile_seconds: Option<f64>,
+    /// The function's requests by where they ran (`fast`, `miss`, `tracing`, `ordinary`),
+    /// counted since kiln started, over all its revisions.
+    #[serde(default)]
+    pub requests: BTreeMap<String, u64>,
+    /// Its misses by kind (`untraced`, `unsupported`, `guard`, `throw`, `time`, `memory`,
+    /// `builtin`, `intrinsic`, `other`), likewise.
+    #[serde(default)]
+    pub misses: BTreeMap<String, u64>,
+}
+
+impl BreakoutStatus {
+    /// A revision the node has not instrumented yet.
+    pub fn new(function: &str, revision: u64) -> Self {
+        Self {
+            function: function.to_string(),
+            revision,
+            mode: BreakoutMode::Instrumenting,
+            reason: None,
+            traced: 0,
+            trace_nodes: None,
+            unsupported_sites: 0,
+            retraces: 0,
+            module_bytes: None,
+            compile_seconds: None,
+            requests: BTreeMap::new(),
+            misses: BTreeMap::new(),
+        }
+    }
 }
 
 /// One revision's fast path.
@@ -66,18 +113,28 @@ pub(super) struct Breakout {
     /// The tracing instance; held while it serves a request (a request that finds it held
     /// takes the ordinary path).
     tracer: tokio::sync::Mutex<Option<Instance>>,
+    /// Fast requests running now.
+    running: AtomicUsize,
 }
 
 struct Progress {
     status: BreakoutStatus,
     /// The spec of the tracing instance: the function's, with the instrumented code.
     trace_spec: Option<SharedSpec>,
+    /// The compiled trace, once `decontainerized`.
+    fast: Option<Arc<Loaded>>,
+    /// When the trace was last pulled to be compiled.
+    last_compile: Option<Instant>,
+    /// Whether each of the latest fast requests missed (the bounce limit's window).
+    recent: VecDeque<bool>,
 }
 
 /// The fast paths of the node's functions, one revision each.
 #[derive(Default)]
 pub(super) struct Breakouts {
     by_function: Mutex<HashMap<String, Arc<Breakout>>>,
+    /// The node's engine for compiled traces, made on first use.
+    engine: OnceLock<Result<Arc<FastPathEngine>, String>>,
 }
 
 impl Breakouts {
@@ -102,8 +159,29 @@ impl Breakouts {
             }
         }
         let fresh = Arc::new(Breakout::new(spec, config));
+        if let Some(old) = map.get(&spec.function) {
+            // The counts are the function's, over its revisions.
+            let old = old.progress.locked();
+            let mut progress = fresh.progress.locked();
+            progress.status.requests = old.status.requests.clone();
+            progress.status.misses = old.status.misses.clone();
+        }
         let old = map.insert(spec.function.clone(), fresh.clone());
         (fresh, true, old)
+    }
+
+    /// The node's engine for compiled traces.
+    fn engine(&self) -> Result<Arc<FastPathEngine>, String> {
+        self.engine
+            .get_or_init(|| {
+                FastPathEngine::new(Limits {
+                    max_memory_bytes: (crate::function::MAX_MEMORY_MB as usize) << 20,
+                    ..Limits::default()
+                })
+                .map(Arc::new)
+                .map_err(|e| format!("the fast path's engine could not be made: {e}"))
+            })
+            .clone()
     }
 
     /// Forgets a function's fast path (deleted, or its revision without one); its tracing
@@ -149,19 +227,58 @@ impl Breakout {
         Self {
             config: config.clone(),
             progress: Mutex::new(Progress {
-                status: BreakoutStatus {
-                    function: spec.function.clone(),
-                    revision: spec.revision,
-                    mode: BreakoutMode::Instrumenting,
-                    reason: None,
-                    traced: 0,
-                    trace_nodes: None,
-                    unsupported_sites: 0,
-                },
+                status: BreakoutStatus::new(&spec.function, spec.revision),
                 trace_spec: None,
+                fast: None,
+                last_compile: None,
+                recent: VecDeque::new(),
             }),
             tracer: tokio::sync::Mutex::new(None),
+            running: AtomicUsize::new(0),
         }
+    }
+
+    /// Counts a request by where it ran, and a miss by its kind.
+    fn count(&self, outcome: &str, miss: Option<&str>) {
+        let mut progress = self.progress.locked();
+        *progress
+            .status
+            .requests
+            .entry(outcome.to_string())
+            .or_default() += 1;
+        if let Some(reason) = miss {
+            *progress
+                .status
+                .misses
+                .entry(miss_kind(reason).to_string())
+                .or_default() += 1;
+        }
+    }
+
+    /// Records whether a fast request missed, for the bounce limit.
+    fn observe(&self, missed: bool) {
+        let mut progress = self.progress.locked();
+        progress.recent.push_back(missed);
+        if progress.recent.len() > BOUNCE_WINDOW {
+            progress.recent.pop_front();
+        }
+    }
+
+    /// The paper's bounce limit: after `MaxRetraces` recompiles, misses still over 10% of the
+    /// latest requests make the revision ordinary. The reason, when that is so.
+    fn bounced(&self) -> Option<String> {
+        let progress = self.progress.locked();
+        let n = progress.recent.len();
+        let misses = progress.recent.iter().filter(|m| **m).count();
+        (progress.status.retraces >= self.config.max_retraces
+            && n >= BOUNCE_MIN
+            && misses as f64 > BOUNCE_SHARE * n as f64)
+            .then(|| {
+                format!(
+                    "the bounce limit: {misses} of the latest {n} fast requests missed after {} recompiles",
+                    progress.status.retraces
+                )
+            })
     }
 
     fn mode(&self) -> BreakoutMode {
@@ -178,6 +295,7 @@ impl Breakout {
         progress.status.mode = BreakoutMode::Ordinary;
         progress.status.reason = Some(reason);
         progress.trace_spec = None;
+        progress.fast = None;
     }
 
     /// Takes the tracing instance out, to be destroyed, once the revision leaves `tracing`.
@@ -249,37 +367,216 @@ fn count_nodes(trace: &kiln_breakout::trace::Trace) -> usize {
     trace.handlers.iter().map(|h| body(&h.body)).sum()
 }
 
-/// Compiles a validated trace into the fast path's module.
-fn compile(trace: &kiln_breakout::trace::Trace) -> Result<(), String> {
-    let entry = trace
-        .handlers
-        .iter()
-        .find(|h| h.kind == kiln_breakout::trace::HandlerKind::Function)
-        .ok_or("the trace has no request handler")?;
-    kiln_breakout::compile::compile_handler(trace, entry.id)
-        .map(drop)
-        .map_err(|e| format!("the trace could not be compiled: {e}"))
+/// Compiles a validated trace into the fast path's module and loads it (its top level run
+/// once): the module and its size.
+fn compile(
+    trace: &kiln_breakout::trace::Trace,
+    config: &BreakoutConfig,
+    engine: Arc<FastPathEngine>,
+) -> Result<(Loaded, usize), String> {
+    let options = kiln_breakout::compile::CompileOptions {
+        // 64 KiB pages.
+        memory_pages: config.fast_path_memory_mb * 16,
+    };
+    let bytes = kiln_breakout::compile::compile(trace, &options)
+        .map_err(|e| format!("the trace could not be compiled: {e}"))?;
+    let loaded = engine
+        .load(&bytes)
+        .map_err(|e| format!("the compiled trace could not be loaded: {e}"))?;
+    Ok((loaded, bytes.len()))
+}
+
+/// A miss's kind, for metrics: a few fixed words, whatever the reason's text.
+fn miss_kind(reason: &str) -> &'static str {
+    let r = reason.to_ascii_lowercase();
+    if r.contains("untraced") || r.contains("not traced") || r.contains("unknown") {
+        "untraced"
+    } else if r.contains("unsupported") || r.contains("☠") {
+        "unsupported"
+    } else if r.contains("guard") || r.contains("type") {
+        "guard"
+    } else if r.contains("throw") {
+        "throw"
+    } else if r.contains("time") {
+        "time"
+    } else if r.contains("memory") {
+        "memory"
+    } else if r.contains("builtin") {
+        "builtin"
+    } else if r.contains("intrinsic") {
+        "intrinsic"
+    } else {
+        "other"
+    }
+}
+
+/// What the fast path made of a request.
+pub(super) enum Served {
+    /// Answered here: on the fast path or by the tracing instance.
+    Done(Result<InvokeOutcome, AgentError>),
+    /// The ordinary path serves it; `miss` is why the fast path let it go, for its REPORT.
+    Ordinary { miss: Option<String> },
+}
+
+/// How a fast request ended.
+enum Fast {
+    Answer(InvokeOutcome),
+    Miss(String),
+    /// Not tried: no room in the node's memory or the function's concurrency.
+    Skipped,
 }
 
 impl Inner {
-    /// A request of a function with `KilnBreakout` `auto`: served here when the tracing
-    /// instance is idle; `None` when the ordinary path serves it.
+    /// A request of a function with `KilnBreakout` `auto`: on the fast path when it is
+    /// compiled, on the tracing instance when that is idle and the trace is still growing, else
+    /// on the ordinary path.
     pub(super) async fn invoke_breakout(
         self: &Arc<Self>,
         spec: &SharedSpec,
         config: &BreakoutConfig,
         request: &InvokeRequest,
-    ) -> Option<Result<InvokeOutcome, AgentError>> {
+    ) -> Served {
         let breakout = self.breakout_of(spec, config);
-        // Requests of a session hold its turn on its primary; the tracing instance is none.
-        if breakout.mode() != BreakoutMode::Tracing || request.hints.session.is_some() {
-            return None;
+        // Requests of a session hold its turn on its primary; neither path here is that.
+        if request.hints.session.is_some() {
+            breakout.count("ordinary", None);
+            return Served::Ordinary { miss: None };
         }
+        match breakout.mode() {
+            BreakoutMode::Tracing => match self.on_tracer(spec, &breakout, request, None).await {
+                Some(outcome) => Served::Done(Ok(outcome)),
+                None => {
+                    breakout.count("ordinary", None);
+                    Served::Ordinary { miss: None }
+                }
+            },
+            BreakoutMode::Decontainerized => {
+                let miss = match self.run_fast(spec, &breakout, request).await {
+                    Fast::Answer(outcome) => return Served::Done(Ok(outcome)),
+                    Fast::Skipped => None,
+                    Fast::Miss(miss) => Some(miss),
+                };
+                // A miss goes to the tracing instance when it is idle, so that its path is
+                // traced too (retracing).
+                if let Some(miss) = &miss {
+                    if let Some(outcome) =
+                        self.on_tracer(spec, &breakout, request, Some(miss)).await
+                    {
+                        return Served::Done(Ok(outcome));
+                    }
+                }
+                breakout.count("ordinary", None);
+                Served::Ordinary { miss }
+            }
+            _ => {
+                breakout.count("ordinary", None);
+                Served::Ordinary { miss: None }
+            }
+        }
+    }
+
+    /// Runs a request on the compiled trace, in a blocking thread, its arena booked in the
+    /// node's memory and its run counted against the function's concurrency.
+    async fn run_fast(
+        self: &Arc<Self>,
+        spec: &SharedSpec,
+        breakout: &Arc<Breakout>,
+        request: &InvokeRequest,
+    ) -> Fast {
+        let Some(loaded) = breakout.progress.locked().fast.clone() else {
+            return Fast::Skipped;
+        };
+        let arena_mb = u64::from(breakout.config.fast_path_memory_mb);
+        {
+            let mut state = self.state();
+            let live = state.pools.get(&spec.function).map_or(0, |p| p.live);
+            let running = breakout.running.load(Ordering::SeqCst);
+            if live + running >= spec.max_instances as usize
+                || state.memory_reserved_mb + arena_mb > self.config.memory_budget_mb
+            {
+                return Fast::Skipped;
+            }
+            state.memory_reserved_mb += arena_mb;
+            breakout.running.fetch_add(1, Ordering::SeqCst);
+        }
+        let payload = request.payload.clone();
+        let deadline = Duration::from_millis(u64::from(breakout.config.fast_path_timeout_ms));
+        let begin = Instant::now();
+        let outcome = tokio::task::spawn_blocking(move || {
+            loaded.run(
+                &payload,
+                Box::new(kiln_breakout::runtime::NoIntrinsics),
+                deadline,
+            )
+        })
+        .await;
+        let duration = begin.elapsed();
+        {
+            let mut state = self.state();
+            state.memory_reserved_mb = state.memory_reserved_mb.saturating_sub(arena_mb);
+            breakout.running.fetch_sub(1, Ordering::SeqCst);
+        }
+        let outcome = match outcome {
+            Ok(outcome) => outcome,
+            Err(e) => kiln_breakout::exec::Outcome::Miss {
+                reason: format!("the fast path failed: {e}"),
+                at: None,
+            },
+        };
+        match outcome {
+            kiln_breakout::exec::Outcome::Answer(body) => {
+                breakout.count("fast", None);
+                breakout.observe(false);
+                let mut log = super::report(spec, &request.request_id, "", duration, None, None, 0);
+                super::report_field(&mut log, "Mode", "decontainerized");
+                if request.shadow {
+                    super::report_field(&mut log, "Shadow", "true");
+                }
+                Fast::Answer(InvokeOutcome {
+                    body: body.into(),
+                    function_error: false,
+                    log,
+                    cold_start: None,
+                    init_duration: None,
+                    duration,
+                    max_memory_mb: 0,
+                    out_of_memory: false,
+                    memory_limit_mb: None,
+                    limit_write: None,
+                })
+            }
+            kiln_breakout::exec::Outcome::Miss { reason, at } => {
+                let text = match at {
+                    Some(at) => format!("{reason} at {at}"),
+                    None => reason.clone(),
+                };
+                breakout.count("miss", Some(&reason));
+                breakout.observe(true);
+                if let Some(reason) = breakout.bounced() {
+                    breakout.set_ordinary(reason);
+                    self.end_tracing(breakout).await;
+                }
+                Fast::Miss(text)
+            }
+        }
+    }
+
+    /// Runs a request on the tracing instance if it is idle (started on first use); `None`
+    /// when it is busy, could not start, or the runtime was gone before it took the event.
+    /// Once enough is traced (or, after a miss, at most once a second) the trace is pulled and
+    /// compiled off the request's path.
+    async fn on_tracer(
+        self: &Arc<Self>,
+        spec: &SharedSpec,
+        breakout: &Arc<Breakout>,
+        request: &InvokeRequest,
+        miss: Option<&str>,
+    ) -> Option<InvokeOutcome> {
         let mut slot = breakout.tracer.try_lock().ok()?;
         let trace_spec = breakout.progress.locked().trace_spec.clone()?;
         let mut cold = false;
         if slot.is_none() {
-            *slot = Some(self.start_tracer(&breakout, &trace_spec).await?);
+            *slot = Some(self.start_tracer(breakout, &trace_spec).await?);
             cold = true;
         }
         let mut instance = slot.take().expect("just filled");
@@ -291,6 +588,7 @@ impl Inner {
             self.let_tracer_go(instance);
             return None;
         }
+        breakout.count("tracing", None);
         let traced = {
             let mut progress = breakout.progress.locked();
             progress.status.traced += 1;
@@ -311,6 +609,9 @@ impl Inner {
             max_memory_mb,
         );
         super::report_field(&mut log, "Mode", "tracing");
+        if let Some(miss) = miss {
+            super::report_field(&mut log, "Fast Path", &format!("miss ({miss})"));
+        }
         if request.shadow {
             super::report_field(&mut log, "Shadow", "true");
         }
@@ -329,48 +630,121 @@ impl Inner {
         if !invocation.healthy {
             // Its trace went with it; the next idle request starts another.
             self.let_tracer_go(instance);
-            return Some(Ok(outcome));
+            return Some(outcome);
         }
-        if traced < self.tracing_goal(&breakout) {
-            instance.last_used = Instant::now();
-            if let Some(live) = self.state().live.get_mut(&instance.id) {
-                live.state = InstanceState::Idle;
-            }
-            *slot = Some(instance);
-            return Some(Ok(outcome));
-        }
-        drop(slot);
-        // Enough was traced: the trace is pulled now, after the answer is known but before it
-        // is returned, so the caller of the last traced request waits for the dump (bounded).
-        let dumped = instance.dump_trace(DUMP_TIMEOUT).await;
-        self.let_tracer_go(instance);
-        match dumped.and_then(|bytes| accept_trace(&bytes).map(|(t, n)| (t, n, bytes))) {
-            Ok((trace, nodes, bytes)) => {
-                {
-                    let mut progress = breakout.progress.locked();
-                    progress.status.mode = BreakoutMode::Compiling;
-                    progress.status.trace_nodes = Some(nodes);
+        let compile_now = {
+            let mut progress = breakout.progress.locked();
+            let due = match progress.status.mode {
+                BreakoutMode::Tracing => traced >= breakout.config.trace_requests,
+                BreakoutMode::Decontainerized => {
+                    progress.status.retraces < breakout.config.max_retraces
+                        && progress
+                            .last_compile
+                            .is_none_or(|t| t.elapsed() >= RECOMPILE_INTERVAL)
                 }
-                let compiling = breakout.clone();
-                // Kept beside the instrumented code, for `kiln breakout` and for inspection.
-                let kept = trace_spec.code_dir.with_extension("trace.json");
-                tokio::task::spawn_blocking(move || {
-                    if let Err(e) = std::fs::write(&kept, &bytes) {
-                        tracing::warn!("{}: {e}", kept.display());
-                    }
-                    match compile(&trace) {
-                        Ok(()) => {
-                            let mut progress = compiling.progress.locked();
-                            progress.status.mode = BreakoutMode::Decontainerized;
-                            progress.status.reason = None;
-                        }
-                        Err(reason) => compiling.set_ordinary(reason),
-                    }
-                });
+                _ => false,
+            };
+            if due {
+                progress.last_compile = Some(Instant::now());
             }
-            Err(reason) => breakout.set_ordinary(reason),
+            due
+        };
+        if !compile_now {
+            self.keep_tracer(&mut slot, instance);
+            return Some(outcome);
         }
-        Some(Ok(outcome))
+        // The trace is pulled after the answer is known but before it is returned, so the
+        // caller of this request waits for the dump (bounded).
+        let dumped = instance.dump_trace(DUMP_TIMEOUT).await;
+        match dumped {
+            Ok(bytes) => {
+                self.keep_tracer(&mut slot, instance);
+                drop(slot);
+                self.compile_later(breakout.clone(), trace_spec, bytes);
+            }
+            Err(reason) => {
+                drop(slot);
+                self.let_tracer_go(instance);
+                breakout.set_ordinary(reason);
+            }
+        }
+        Some(outcome)
+    }
+
+    /// Puts the tracing instance back, idle.
+    fn keep_tracer(&self, slot: &mut Option<Instance>, mut instance: Instance) {
+        instance.last_used = Instant::now();
+        if let Some(live) = self.state().live.get_mut(&instance.id) {
+            live.state = InstanceState::Idle;
+        }
+        *slot = Some(instance);
+    }
+
+    /// Validates a trace the tracing instance sent, keeps it, compiles and loads it on a
+    /// blocking thread, and puts the module in place (`decontainerized`), or makes the revision
+    /// `ordinary` with the reason.
+    fn compile_later(
+        self: &Arc<Self>,
+        breakout: Arc<Breakout>,
+        trace_spec: SharedSpec,
+        bytes: bytes::Bytes,
+    ) {
+        let engine = self.breakouts.engine();
+        let retrace = breakout.mode() == BreakoutMode::Decontainerized;
+        if !retrace {
+            breakout.progress.locked().status.mode = BreakoutMode::Compiling;
+        }
+        let inner = self.clone();
+        tokio::spawn(async move {
+            let config = breakout.config.clone();
+            let kept = trace_spec.code_dir.with_extension("trace.json");
+            let built = tokio::task::spawn_blocking(move || {
+                let (trace, nodes) = accept_trace(&bytes)?;
+                // Kept beside the instrumented code, for inspection.
+                if let Err(e) = std::fs::write(&kept, &bytes) {
+                    tracing::warn!("{}: {e}", kept.display());
+                }
+                let begin = Instant::now();
+                let module = compile(&trace, &config, engine?)?;
+                Ok::<_, String>((module, nodes, begin.elapsed()))
+            })
+            .await
+            .unwrap_or_else(|e| Err(format!("compiling failed: {e}")));
+            match built {
+                Ok(((loaded, module_bytes), nodes, took)) => {
+                    let mut progress = breakout.progress.locked();
+                    if progress.status.mode == BreakoutMode::Ordinary {
+                        return;
+                    }
+                    progress.fast = Some(Arc::new(loaded));
+                    progress.status.trace_nodes = Some(nodes);
+                    progress.status.module_bytes = Some(module_bytes);
+                    progress.status.compile_seconds = Some(took.as_secs_f64());
+                    if retrace {
+                        progress.status.retraces += 1;
+                    }
+                    progress.status.mode = BreakoutMode::Decontainerized;
+                    progress.status.reason = None;
+                    tracing::info!(
+                        function = %progress.status.function,
+                        revision = progress.status.revision,
+                        nodes,
+                        module_bytes,
+                        "[kiln] breakout: decontainerized (compiled in {:.1} ms)",
+                        took.as_secs_f64() * 1000.0
+                    );
+                }
+                // A retrace that fails to compile keeps the module in place.
+                Err(reason) if retrace => {
+                    tracing::warn!("[kiln] breakout: a retrace was not compiled: {reason}");
+                    breakout.progress.locked().status.retraces += 1;
+                }
+                Err(reason) => {
+                    breakout.set_ordinary(reason);
+                    inner.end_tracing(&breakout).await;
+                }
+            }
+        });
     }
 
     /// The fast path of `spec`'s revision; instrumenting starts on first sight, and an older
@@ -389,11 +763,6 @@ impl Inner {
             self.start_instrumenting(spec.clone(), breakout.clone());
         }
         breakout
-    }
-
-    /// How many requests a revision traces before its trace is compiled.
-    fn tracing_goal(&self, breakout: &Breakout) -> u32 {
-        breakout.config.trace_requests
     }
 
     fn start_instrumenting(self: &Arc<Self>, spec: SharedSpec, breakout: Arc<Breakout>) {
@@ -496,6 +865,10 @@ impl Inner {
             .cloned()
             .collect();
         for breakout in all {
+            // While compiled, the tracing instance holds the trace that retraces grow: it stays.
+            if breakout.mode() == BreakoutMode::Decontainerized {
+                continue;
+            }
             let Ok(mut slot) = breakout.tracer.try_lock() else {
                 continue;
             };

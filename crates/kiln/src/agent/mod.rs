@@ -602,9 +602,11 @@ impl Inner {
             let host = host?;
             return self.invoke_wasm(&host, spec, request).await;
         }
+        let mut fast_miss = None;
         if let Some(config) = &spec.breakout {
-            if let Some(served) = self.invoke_breakout(&spec, config, &request).await {
-                return served;
+            match self.invoke_breakout(&spec, config, &request).await {
+                breakout::Served::Done(served) => return served,
+                breakout::Served::Ordinary { miss } => fast_miss = miss,
             }
         }
         let session = match (&request.hints.session, &spec.sessions) {
@@ -718,6 +720,9 @@ impl Inner {
         }
         if spec.breakout.is_some() {
             report_field(&mut log, "Mode", "ordinary");
+            if let Some(miss) = &fast_miss {
+                report_field(&mut log, "Fast Path", &format!("miss ({miss})"));
+            }
         }
         if request.shadow {
             report_field(&mut log, "Shadow", "true");

@@ -455,15 +455,7 @@ impl Controller {
             self.agent
                 .breakout_status(&f.name)
                 .filter(|s| s.revision == f.revision)
-                .unwrap_or(crate::agent::BreakoutStatus {
-                    function: f.name.clone(),
-                    revision: f.revision,
-                    mode: crate::agent::BreakoutMode::Instrumenting,
-                    reason: None,
-                    traced: 0,
-                    trace_nodes: None,
-                    unsupported_sites: 0,
-                }),
+                .unwrap_or_else(|| crate::agent::BreakoutStatus::new(&f.name, f.revision)),
         )
     }
 
