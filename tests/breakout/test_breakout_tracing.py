@@ -170,3 +170,85 @@ def test_a_forged_trace_is_refused_and_the_function_keeps_serving(kiln, tmp_path
         got, response = kiln.invoke(name, {"n": n}, LogType="Tail")
         assert got == {"ok": True, "n": n}
         assert "Mode: ordinary" in kiln.log_tail(response)
+
+
+# A handler with a branch training never takes (`upper`) and one that throws (`fail`).
+FAST = """
+const WORDS = ["abandon", "ability", "able", "about", "above", "absent", "access", "act", "actor"];
+function score(word, prefix) {
+  let s = 0;
+  let i = 0;
+  while (i < word.length && i < prefix.length) {
+    if (word[i] === prefix[i]) s += 1;
+    i += 1;
+  }
+  return s;
+}
+exports.handler = async (event) => {
+  if (event.fail) throw new Error("refused: " + event.fail);
+  const prefix = String(event.prefix || "");
+  const out = [];
+  let i = 0;
+  while (i < WORDS.length) {
+    const word = WORDS[i];
+    if (word.startsWith(prefix)) out.push({ word, score: score(word, prefix) * 1.5 });
+    i += 1;
+  }
+  if (event.upper) return { upper: prefix.toUpperCase(), n: out.length };
+  return { prefix, matches: out, count: out.length, ratio: out.length / WORDS.length };
+};
+"""
+
+
+def test_traced_paths_run_fast_and_answer_exactly_as_node(kiln, tmp_path):
+    import random
+
+    name = unique("bo-fast")
+    plain = unique("bo-fast-plain")
+    (tmp_path / "index.js").write_text(FAST)
+    kiln.cli("deploy", name, "--runtime", NODE, "--handler", "index.handler", "--code", str(tmp_path),
+             "--breakout", "auto", "--trace-requests", "5")
+    kiln.cli("deploy", plain, "--runtime", NODE, "--handler", "index.handler", "--code", str(tmp_path))
+    wait_for(lambda: status(kiln, name)["Mode"] == "tracing", timeout=60, what="instrumented")
+    for event in [{"prefix": "ab"}, {"prefix": "a"}, {}, {"prefix": "zz"}, {"prefix": "ac"}]:
+        kiln.invoke(name, event)
+    wait_for(lambda: status(kiln, name)["Mode"] == "decontainerized", timeout=60, what="compiled")
+    s = status(kiln, name)
+    assert s["ModuleBytes"] > 0 and s["CompileSeconds"] > 0, s
+
+    rng = random.Random(7)
+    letters = "abcdeilnorstuvz"
+    fast = 0
+    for _ in range(150):
+        event = {"prefix": "".join(rng.choice(letters) for _ in range(rng.randint(0, 4)))}
+        got, response = kiln.invoke(name, event, LogType="Tail")
+        want, _ = kiln.invoke(plain, event)
+        assert got == want, event
+        fast += "Mode: decontainerized" in kiln.log_tail(response)
+    assert fast >= 140, f"only {fast} of 150 on-trace requests ran fast"
+
+    # An untraced branch misses: the request runs in Node from the start, once, with the same answer.
+    got, response = kiln.invoke(name, {"prefix": "ab", "upper": True}, LogType="Tail")
+    assert got == {"upper": "AB", "n": 6}
+    tail = kiln.log_tail(response)
+    assert "Fast Path: miss (" in tail and "Mode: decontainerized" not in tail, tail
+
+    # A function error is always Node's: the error payload is the plain function's.
+    got, response = kiln.invoke(name, {"fail": "x"}, LogType="Tail")
+    want, plain_response = kiln.invoke(plain, {"fail": "x"})
+    assert response.get("FunctionError") == plain_response.get("FunctionError") == "Unhandled"
+    assert (got["errorType"], got["errorMessage"]) == (want["errorType"], want["errorMessage"])
+    assert "Fast Path: miss (" in kiln.log_tail(response)
+
+    # The misses ran on the idle tracing instance, so their paths were traced; after a recompile
+    # (at most once a second) the new path runs fast too.
+    def upper_is_fast():
+        got, response = kiln.invoke(name, {"prefix": "ac", "upper": True}, LogType="Tail")
+        assert got == {"upper": "AC", "n": 3}
+        return "Mode: decontainerized" in kiln.log_tail(response)
+    wait_for(upper_is_fast, timeout=30, interval=1.1, what="the retraced path compiled")
+    assert status(kiln, name)["Retraces"] >= 1
+
+    metrics = kiln.signed_request("GET", "/metrics").text
+    assert f'kiln_breakout_requests_total{{function="{name}",outcome="fast"}}' in metrics
+    assert f'kiln_breakout_misses_total{{function="{name}",' in metrics

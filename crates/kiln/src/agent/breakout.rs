@@ -401,7 +401,7 @@ fn miss_kind(reason: &str) -> &'static str {
         "time"
     } else if r.contains("memory") {
         "memory"
-    } else if r.contains("builtin") {
+    } else if r.contains("builtin") || r.contains("not compiled") {
         "builtin"
     } else if r.contains("intrinsic") {
         "intrinsic"
