@@ -210,10 +210,9 @@ impl Loaded {
             };
             start.copy_from_slice(&self.image);
             let mut heap = Heap::new(data);
-            heap.alloc(event_json.len() as u32).and_then(|address| {
+            heap.alloc(event_json.len() as u32).inspect(|&address| {
                 let a = address as usize;
                 heap.mem[a..a + event_json.len()].copy_from_slice(event_json);
-                Ok(address)
             })
         };
         let address = match event {
