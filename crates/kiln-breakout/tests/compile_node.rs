@@ -32,10 +32,31 @@ impl Rng {
     }
 }
 
-/// Traces benchmark `name` on `training`, compiles the trace and loads the module.
-fn trace_and_load(work: &Path, name: &str, training: &Value) -> Loaded {
+/// A package staged in `plain`: a benchmark, or a program of one file.
+enum Source {
+    Benchmark(&'static str),
+    Program(&'static str),
+}
+
+/// Traces the package on `training`, compiles the trace and loads the module.
+fn trace_and_load(
+    work: &Path,
+    source: &Source,
+    training: &Value,
+    options: &CompileOptions,
+) -> Loaded {
     let plain = work.join("plain");
-    stage_benchmark(name, &plain, &|text, _| text.to_string());
+    let name = match source {
+        Source::Benchmark(name) => {
+            stage_benchmark(name, &plain, &|text, _| text.to_string());
+            name
+        }
+        Source::Program(text) => {
+            fs::create_dir_all(&plain).unwrap();
+            fs::write(plain.join("index.js"), text).unwrap();
+            "program"
+        }
+    };
     let traced = work.join("traced");
     instrument_dir(&plain, &traced).unwrap();
     let dump = work.join("trace.json");
@@ -49,7 +70,7 @@ fn trace_and_load(work: &Path, name: &str, training: &Value) -> Loaded {
         &[("KILN_BREAKOUT_DUMP", &dump)],
     );
     let trace = kiln_breakout::trace::parse(&fs::read(&dump).unwrap()).unwrap();
-    let bytes = compile(&trace, &CompileOptions::default()).unwrap();
+    let bytes = compile(&trace, options).unwrap();
     wasmparser::validate(&bytes).unwrap();
     let engine = FastPathEngine::new(Limits::default()).unwrap();
     engine.load(&bytes).unwrap()
@@ -72,15 +93,42 @@ fn node_answers(work: &Path, name: &str, events: &[Value]) -> Vec<String> {
 
 /// Runs every event on the fast path against Node: every answer must be Node's, and at least
 /// 90% of the events `on_trace` picks must be served.
-fn compare(name: &str, training: Value, events: Vec<Value>, on_trace: &dyn Fn(&Value) -> bool) {
+fn compare(
+    name: &'static str,
+    training: Value,
+    events: Vec<Value>,
+    on_trace: &dyn Fn(&Value) -> bool,
+) {
     if !node_available() {
         return;
     }
+    compare_source(
+        &Source::Benchmark(name),
+        training,
+        events,
+        on_trace,
+        &CompileOptions::default(),
+    );
+}
+
+/// [`compare`] for any package; returns each event's outcome.
+fn compare_source(
+    source: &Source,
+    training: Value,
+    events: Vec<Value>,
+    on_trace: &dyn Fn(&Value) -> bool,
+    options: &CompileOptions,
+) -> Vec<Outcome> {
+    let name = match source {
+        Source::Benchmark(name) => name,
+        Source::Program(_) => "program",
+    };
     let work = tempfile::tempdir().unwrap();
-    let loaded = trace_and_load(work.path(), name, &training);
+    let loaded = trace_and_load(work.path(), source, &training, options);
     let expected = node_answers(work.path(), name, &events);
     assert_eq!(expected.len(), events.len());
     let (mut on, mut served_on, mut served) = (0, 0, 0);
+    let mut outcomes = Vec::new();
     for (event, node) in events.iter().zip(&expected) {
         let outcome = loaded.run(
             event.to_string().as_bytes(),
@@ -99,6 +147,7 @@ fn compare(name: &str, training: Value, events: Vec<Value>, on_trace: &dyn Fn(&V
             Outcome::Miss { .. } => false,
         };
         served += usize::from(hit);
+        outcomes.push(outcome);
         if on_trace(event) {
             on += 1;
             served_on += usize::from(hit);
@@ -113,6 +162,177 @@ fn compare(name: &str, training: Value, events: Vec<Value>, on_trace: &dyn Fn(&V
         served_on * 10 >= on * 9,
         "{name}: only {served_on} of {on} events on the traced paths were served"
     );
+    outcomes
+}
+
+fn miss_reason(outcome: &Outcome) -> Option<&str> {
+    match outcome {
+        Outcome::Miss { reason, .. } => Some(reason),
+        Outcome::Answer(_) => None,
+    }
+}
+
+const CLOSURES: &str = r#"
+exports.handler = async ({ n }) => {
+  let count = 0;
+  const bump = () => { count += 1; return count; };
+  for (let i = 0; i < n; i++) bump();
+  const adders = [];
+  for (let i = 0; i < 3; i++) adders.push((x) => x + i);
+  const sums = adders.map((f) => f(10));
+  return { count, sums, last: bump() };
+};
+"#;
+
+#[test]
+fn closures_share_their_variables_with_their_makers() {
+    if !node_available() {
+        return;
+    }
+    let training = json!([{"n": 0}, {"n": 3}]);
+    let events: Vec<Value> = (0..20).map(|n| json!({ "n": n })).collect();
+    compare_source(
+        &Source::Program(CLOSURES),
+        training,
+        events,
+        &|_| true,
+        &CompileOptions::default(),
+    );
+}
+
+const OBJECTS: &str = r#"
+function Account(owner) { this.owner = owner; this.items = []; }
+Account.prototype.add = function (v) { this.items.push(v); return this; };
+Account.prototype.total = function () { let t = 0; for (const v of this.items) { t += v; } return t; };
+const proto = { greet() { return "hi " + this.name; } };
+exports.handler = async ({ owner, values }) => {
+  const a = new Account(owner.trim().toUpperCase());
+  for (const v of values) { a.add(v); }
+  const o = Object.create(proto);
+  o.name = owner;
+  const text = `${owner}:${values.length}:${values.slice(1).join("+")}`;
+  return {
+    owner: a.owner, total: a.total(), keys: Object.keys(a), greeting: o.greet(), text,
+    parts: owner.split(" ").map((p) => p.length), at: owner.indexOf("b"), first: owner[0],
+    kinds: [typeof a, typeof owner, typeof a.add, typeof null, typeof values[9]],
+    loose: [1 == "1", null == undefined, 0 === -0, "a" < "b", "B" < "a", 10 < 9, "10" < "9"],
+    bits: [5 & 3, 5 | 3, 5 ^ 3, ~5, -7 >> 1, -7 >>> 28, 1 << 31, 7 % -3, -7 % 3, 2 ** 10],
+    has: ["owner" in a, "add" in a, "nope" in a], inst: a instanceof Account,
+  };
+};
+"#;
+
+#[test]
+fn objects_prototypes_strings_and_operators_answer_as_node() {
+    if !node_available() {
+        return;
+    }
+    let training =
+        json!([{"owner": " bob ", "values": [1, 2, 3]}, {"owner": "ann b", "values": []}]);
+    let mut events = vec![
+        json!({"owner": "carl", "values": [0.5, 1e21, -3]}),
+        json!({"owner": " élan vital ", "values": [1, "2"]}),
+        json!({"owner": "", "values": [7]}),
+        json!({"owner": "x y z", "values": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]}),
+    ];
+    events.push(json!({"owner": 5, "values": []}));
+    events.push(json!({"values": []}));
+    compare_source(
+        &Source::Program(OBJECTS),
+        training,
+        events,
+        &|e| e["owner"].is_string(),
+        &CompileOptions::default(),
+    );
+}
+
+const THROWS: &str = r#"
+exports.handler = async ({ x }) => {
+  try {
+    if (x > 5) { throw { big: x }; }
+    if (x < 0) { return "negative"; }
+  } catch (e) {
+    return "caught " + e.big;
+  }
+  if (x === 3) { throw "three"; }
+  return "small";
+};
+"#;
+
+#[test]
+fn a_throw_is_caught_by_its_try_and_an_uncaught_one_misses() {
+    if !node_available() {
+        return;
+    }
+    let training = json!([{"x": 1}, {"x": 9}, {"x": 3}]);
+    let events = vec![
+        json!({"x": 2}),
+        json!({"x": 7}),
+        json!({"x": 3}),
+        json!({"x": -1}),
+    ];
+    let outcomes = compare_source(
+        &Source::Program(THROWS),
+        training,
+        events,
+        &|e| e["x"] != 3 && e["x"] != -1,
+        &CompileOptions::default(),
+    );
+    assert_eq!(miss_reason(&outcomes[2]), Some("uncaught throw"));
+    // `x < 0` was never true in training.
+    assert_eq!(miss_reason(&outcomes[3]), Some("a path not traced"));
+}
+
+const LIMITS: &str = r#"
+exports.handler = async ({ n, spin, kind }) => {
+  if (kind === "date") { return Date.now() > 0; }
+  if (kind === "regex") { return /a+/.test("aa"); }
+  const xs = [];
+  for (let i = 0; i < n; i++) { xs.push([i, i]); }
+  let j = 0;
+  while (j < spin) { j += 1; }
+  return xs.length + j;
+};
+"#;
+
+#[test]
+fn memory_time_and_builtins_not_compiled_are_misses_with_their_reason() {
+    if !node_available() {
+        return;
+    }
+    let training = json!([{"n": 2, "spin": 2}, {"n": 0, "spin": 0, "kind": "date"}, {"n": 0, "spin": 0, "kind": "regex"}]);
+    let events = vec![
+        json!({"n": 3, "spin": 5}),
+        json!({"n": 1_000_000, "spin": 0}),
+        json!({"n": 0, "spin": 0, "kind": "date"}),
+        json!({"n": 0, "spin": 0, "kind": "regex"}),
+    ];
+    let options = CompileOptions { memory_pages: 64 };
+    let outcomes = compare_source(
+        &Source::Program(LIMITS),
+        training.clone(),
+        events,
+        &|e| e["n"] == 3,
+        &options,
+    );
+    assert_eq!(miss_reason(&outcomes[1]), Some("out of memory"));
+    assert_eq!(
+        miss_reason(&outcomes[2]),
+        Some("builtin Date.now not compiled")
+    );
+    assert_eq!(
+        miss_reason(&outcomes[3]),
+        Some("builtin .test not compiled")
+    );
+    // A loop past the deadline.
+    let work = tempfile::tempdir().unwrap();
+    let loaded = trace_and_load(work.path(), &Source::Program(LIMITS), &training, &options);
+    let outcome = loaded.run(
+        br#"{"n": 0, "spin": 1e12}"#,
+        Box::new(NoIntrinsics),
+        Duration::from_millis(50),
+    );
+    assert_eq!(miss_reason(&outcome), Some("out of time"));
 }
 
 #[test]

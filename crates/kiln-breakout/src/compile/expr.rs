@@ -12,12 +12,6 @@ use crate::runtime::ops::{BINARY, UNARY};
 use crate::runtime::value::{Value, FALSE, TAGGED, TRUE};
 use crate::trace::{Capture, Expr};
 
-/// The namespaces whose members are builtins: a call of a member the runtime lacks is a miss
-/// where it stands.
-const NAMESPACES: [&str; 7] = [
-    "Math", "JSON", "Object", "Array", "Number", "String", "console",
-];
-
 impl Generator<'_> {
     pub fn expr(&mut self, e: &Expr) {
         match e {
@@ -368,13 +362,14 @@ impl Generator<'_> {
     }
 
     /// A call the trace did not see into (a builtin, or a function called as an event):
-    /// the callee's value and `this`, then the runtime's `call` or `construct`. A method or
-    /// namespace member no builtin has is a miss here, unless the trace saw it call back.
+    /// the callee's value and `this`, then the runtime's `call` or `construct`. A global, a
+    /// global's member or a method no builtin has is a miss here, unless the trace saw the
+    /// call enter traced code.
     pub fn call(&mut self, callee: &Expr, args: &[Expr], new: bool, calls_back: bool) {
         if !calls_back {
             let missing = match callee {
                 Expr::Get { object, property } => match object.as_ref() {
-                    Expr::Global { name } if NAMESPACES.contains(&name.as_str()) => {
+                    Expr::Global { name } => {
                         let full = format!("{name}.{property}");
                         Builtin::named(&full).is_none().then_some(full)
                     }
