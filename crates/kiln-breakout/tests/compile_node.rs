@@ -10,9 +10,9 @@ use std::time::Duration;
 mod support;
 
 use kiln_breakout::compile::{compile, CompileOptions};
-use kiln_breakout::exec::{FastPathEngine, Limits, Loaded, Outcome};
+use kiln_breakout::exec::{FastPathEngine, Limits, LoadError, Loaded, Outcome};
 use kiln_breakout::instrument::instrument_dir;
-use kiln_breakout::runtime::NoIntrinsics;
+use kiln_breakout::runtime::{Intrinsics, Miss, NoIntrinsics};
 use serde_json::{json, Value};
 use support::*;
 
@@ -407,4 +407,90 @@ fn shift_answers_as_node_or_misses() {
         json!({}),
     ];
     compare("shift", training, events, &|e| e["n"].is_u64());
+}
+
+/// Logs each intrinsic call; answers `console.log` with `undefined` (JSON `null`).
+struct Recorder(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Intrinsics for Recorder {
+    fn call(&mut self, name: &str, args: &[Value]) -> Result<Value, Miss> {
+        self.0
+            .lock()
+            .unwrap()
+            .push(format!("{name} {}", Value::from(args.to_vec())));
+        Ok(Value::Null)
+    }
+}
+
+const LOGS: &str = r#"
+exports.handler = async ({ who }) => {
+  console.log("hello", who, { n: 1 });
+  return who.length;
+};
+"#;
+
+#[test]
+fn intrinsic_calls_go_to_the_intrinsics_and_miss_without_them() {
+    if !node_available() {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let loaded = trace_and_load(
+        work.path(),
+        &Source::Program(LOGS),
+        &json!([{"who": "x"}]),
+        &CompileOptions::default(),
+    );
+    let event = br#"{"who": "ann"}"#;
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let outcome = loaded.run(
+        event,
+        Box::new(Recorder(log.clone())),
+        Duration::from_secs(5),
+    );
+    assert_eq!(outcome, Outcome::Answer(b"3".to_vec()));
+    assert_eq!(
+        *log.lock().unwrap(),
+        [r#"console.log ["hello","ann",{"n":1}]"#]
+    );
+    let outcome = loaded.run(event, Box::new(NoIntrinsics), Duration::from_secs(5));
+    assert_eq!(
+        miss_reason(&outcome),
+        Some("intrinsic console.log not available")
+    );
+}
+
+#[test]
+fn benchmarks_that_use_the_store_compile_and_refuse_to_load_until_intrinsics_are_compiled() {
+    if !node_available() {
+        return;
+    }
+    for name in ["authorize", "status", "upload"] {
+        let work = tempfile::tempdir().unwrap();
+        let plain = work.path().join("plain");
+        stage_benchmark(name, &plain, &|text, _| text.to_string());
+        let traced = work.path().join("traced");
+        instrument_dir(&plain, &traced).unwrap();
+        let dump = work.path().join("trace.json");
+        let runtime = crate_dir().join("../../runtimes/nodejs/breakout.js");
+        drive_with_env(
+            work.path(),
+            &traced,
+            name,
+            &["--require", runtime.to_str().unwrap()],
+            &[("KILN_BREAKOUT_DUMP", &dump)],
+        );
+        let trace = kiln_breakout::trace::parse(&fs::read(&dump).unwrap()).unwrap();
+        let bytes = compile(&trace, &CompileOptions::default()).unwrap();
+        wasmparser::validate(&bytes).unwrap();
+        let engine = FastPathEngine::new(Limits::default()).unwrap();
+        match engine.load(&bytes) {
+            Err(LoadError::Init(reason)) => {
+                eprintln!("{name}: {reason}");
+                assert!(reason.contains("not compiled"), "{name}: {reason}");
+            }
+            Err(other) => panic!("{name}: {other}"),
+            Ok(_) => panic!("{name}: loaded without intrinsics"),
+        }
+    }
 }
