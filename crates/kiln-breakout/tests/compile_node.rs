@@ -237,13 +237,18 @@ fn objects_prototypes_strings_and_operators_answer_as_node() {
     ];
     events.push(json!({"owner": 5, "values": []}));
     events.push(json!({"values": []}));
-    compare_source(
+    let outcomes = compare_source(
         &Source::Program(OBJECTS),
         training,
         events,
-        &|e| e["owner"].is_string(),
+        &|e| {
+            // A string among the values breaks a guard: the sum held only numbers in training.
+            e["owner"].is_string() && e["values"].as_array().unwrap().iter().all(Value::is_number)
+        },
         &CompileOptions::default(),
     );
+    let reason = miss_reason(&outcomes[1]).unwrap_or_default();
+    assert!(reason.starts_with("a guard: "), "{reason}");
 }
 
 const THROWS: &str = r#"
