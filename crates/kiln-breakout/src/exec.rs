@@ -75,8 +75,23 @@ pub enum LoadError {
 pub struct FastPathEngine {
     engine: Engine,
     limits: Limits,
+    clock: Arc<Clock>,
+}
+
+/// The thread that ticks an engine's epochs; it stops when the engine and every module
+/// loaded in it are dropped.
+struct Clock {
     stop: Arc<AtomicBool>,
-    clock: Option<JoinHandle<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Clock {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 impl FastPathEngine {
@@ -85,7 +100,7 @@ impl FastPathEngine {
         config.epoch_interruption(true);
         let engine = Engine::new(&config).map_err(LoadError::Module)?;
         let stop = Arc::new(AtomicBool::new(false));
-        let clock = {
+        let thread = {
             let engine = engine.clone();
             let stop = stop.clone();
             std::thread::spawn(move || {
@@ -98,8 +113,10 @@ impl FastPathEngine {
         Ok(FastPathEngine {
             engine,
             limits,
-            stop,
-            clock: Some(clock),
+            clock: Arc::new(Clock {
+                stop,
+                thread: Some(thread),
+            }),
         })
     }
 
@@ -114,6 +131,7 @@ impl FastPathEngine {
             pre,
             limits: self.limits.clone(),
             image: Vec::new(),
+            _clock: self.clock.clone(),
         };
         let (mut store, instance) = loaded
             .instantiate(Box::new(NoIntrinsics), self.limits.init_deadline)
@@ -133,21 +151,14 @@ impl FastPathEngine {
     }
 }
 
-impl Drop for FastPathEngine {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(clock) = self.clock.take() {
-            let _ = clock.join();
-        }
-    }
-}
-
 /// A loaded module, its memory after `init`.
 pub struct Loaded {
     engine: Engine,
     pre: InstancePre<State>,
     limits: Limits,
     image: Vec<u8>,
+    /// Kept so the deadlines keep ticking while the module is in use.
+    _clock: Arc<Clock>,
 }
 
 type Apply = TypedFunc<(i64, i64, i32, i64, i64, i64, i64), i64>;
@@ -210,10 +221,9 @@ impl Loaded {
             };
             start.copy_from_slice(&self.image);
             let mut heap = Heap::new(data);
-            heap.alloc(event_json.len() as u32).and_then(|address| {
+            heap.alloc(event_json.len() as u32).inspect(|&address| {
                 let a = address as usize;
                 heap.mem[a..a + event_json.len()].copy_from_slice(event_json);
-                Ok(address)
             })
         };
         let address = match event {

@@ -2,6 +2,12 @@
 //! reason, and never panic or overflow its stack on any input (property tests and mutations
 //! of a valid tree).
 
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use kiln_breakout::compile::{compile, CompileOptions};
+use kiln_breakout::exec::{FastPathEngine, Limits};
+use kiln_breakout::runtime::NoIntrinsics;
 use kiln_breakout::trace::{parse, validate, Trace, TraceError, MAX_NODES};
 use proptest::prelude::*;
 use serde_json::{json, Value};
@@ -45,6 +51,11 @@ fn sample() -> Value {
         ],
         "conflicts": []
     })
+}
+
+fn engine() -> &'static FastPathEngine {
+    static ENGINE: OnceLock<FastPathEngine> = OnceLock::new();
+    ENGINE.get_or_init(|| FastPathEngine::new(Limits::default()).unwrap())
 }
 
 fn check(value: &Value) -> Result<Trace, TraceError> {
@@ -264,13 +275,13 @@ proptest! {
             *tree.pointer_mut(&pointer).unwrap() = replacement;
         }
         if let Ok(trace) = check(&tree) {
-            // Whatever is accepted stays accepted once written again, and the compiler takes
-            // or refuses each of its handlers without a panic.
+            // Whatever is accepted stays accepted once written again, compiles to a valid
+            // module, and that module loads and runs (answering or missing) without a panic.
             prop_assert!(validate(&trace).is_ok());
-            for id in 0..trace.handlers.len() as u32 {
-                if let Ok(bytes) = kiln_breakout::compile::compile_handler(&trace, id) {
-                    prop_assert!(wasmparser::validate(&bytes).is_ok());
-                }
+            let bytes = compile(&trace, &CompileOptions { memory_pages: 16 }).unwrap();
+            prop_assert!(wasmparser::validate(&bytes).is_ok());
+            if let Ok(loaded) = engine().load(&bytes) {
+                let _ = loaded.run(br#"{"a": [1, "x"]}"#, Box::new(NoIntrinsics), Duration::from_millis(200));
             }
         }
     }

@@ -9,8 +9,44 @@ use wasm_encoder::{BlockType, Function, InstructionSink, MemArg, MemArgTarget, V
 use super::captures;
 use super::data::Data;
 use super::imports as rt;
-use crate::runtime::value::Value;
-use crate::trace::{Bind, Body, Expr, Node};
+use crate::runtime::value::{Value, TAGGED};
+use crate::trace::{Bind, Body, Expr, Node, Type};
+
+/// Whether observed types are all numbers (and there are some).
+fn numeric(types: &[Type]) -> bool {
+    !types.is_empty() && types.iter().all(|t| matches!(t, Type::Int | Type::Number))
+}
+
+/// Whether every assignment to `name` in `nodes` (in this function: not inside inlined
+/// bodies) was seen to assign numbers, and no body declares the name again.
+fn assigned_numbers(nodes: &[Node], name: &str) -> bool {
+    let target = |bind: &Option<Bind>| match bind {
+        Some(Bind::Set(Expr::Id { name: n })) => n == name,
+        Some(Bind::Let(n)) => n == name,
+        _ => false,
+    };
+    let nested = |body: &Body| body.as_deref().is_none_or(|b| assigned_numbers(b, name));
+    nodes.iter().all(|node| match node {
+        Node::Let { bind, types, .. } => {
+            !target(&Some(bind.clone())) || (matches!(bind, Bind::Set(_)) && numeric(types))
+        }
+        Node::Named { bind, types, .. }
+        | Node::Call { bind, types, .. }
+        | Node::Await { bind, types, .. } => {
+            !target(bind) || (matches!(bind, Some(Bind::Set(_))) && numeric(types))
+        }
+        Node::If {
+            then, otherwise, ..
+        } => nested(then) && nested(otherwise),
+        Node::While { body, .. } | Node::Label { body, .. } | Node::Block { body } => nested(body),
+        Node::Try {
+            param,
+            body,
+            handler,
+        } => param.as_deref() != Some(name) && nested(body) && nested(handler),
+        _ => true,
+    })
+}
 
 /// The most locals a function may have (wasmtime's limit is 50 000).
 const MAX_LOCALS: usize = 40_000;
@@ -31,6 +67,8 @@ pub enum Binding {
     Local(u32),
     /// An `i32` local holding the address of the value's cell.
     Cell(u32),
+    /// An `f64` local: a variable the trace saw hold only numbers, guarded where it is set.
+    Number(u32),
 }
 
 /// A wasm control frame the generator is inside, for `br` depths.
@@ -176,6 +214,7 @@ impl<'s> Generator<'s> {
             match binding {
                 Binding::Local(l) => self.free(ValType::I64, l),
                 Binding::Cell(l) => self.free(ValType::I32, l),
+                Binding::Number(l) => self.free(ValType::F64, l),
             }
         }
     }
@@ -256,10 +295,45 @@ impl<'s> Generator<'s> {
                 self.declare(name, Binding::Cell(cell));
             }
         }
-        for node in body {
-            self.node(node);
+        for (i, node) in body.iter().enumerate() {
+            match node {
+                Node::Let {
+                    bind: Bind::Let(name),
+                    value,
+                    types,
+                } if numeric(types)
+                    && !self.frame().captured.contains(name)
+                    && assigned_numbers(&body[i + 1..], name) =>
+                {
+                    self.expr(value);
+                    let local = self.local(ValType::F64);
+                    self.guard_number(name, local);
+                    self.declare(name, Binding::Number(local));
+                }
+                _ => self.node(node),
+            }
         }
         self.pop_scope();
+    }
+
+    /// Stores the value on the stack in the `f64` local, or misses if it is not a number.
+    pub fn guard_number(&mut self, name: &str, local: u32) {
+        let value = self.local(ValType::I64);
+        self.sink()
+            .local_tee(value)
+            .i64_const(TAGGED as i64)
+            .i64_ge_u()
+            .if_(BlockType::Empty);
+        self.miss(
+            &format!("a guard: {name} held a value other than the numbers the trace saw"),
+            None,
+        );
+        self.sink()
+            .end()
+            .local_get(value)
+            .f64_reinterpret_i64()
+            .local_set(local);
+        self.free(ValType::I64, value);
     }
 
     /// Stores the value `emit` leaves on the stack into `bind`.
@@ -282,6 +356,10 @@ impl<'s> Generator<'s> {
                 }
             },
             Bind::Set(Expr::Id { name }) => match self.binding(name) {
+                Some(Binding::Number(local)) => {
+                    emit(self);
+                    self.guard_number(name, local);
+                }
                 Some(Binding::Local(local)) => {
                     emit(self);
                     self.sink().local_set(local);

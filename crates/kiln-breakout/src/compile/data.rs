@@ -16,7 +16,7 @@ pub struct Data {
 
 impl Data {
     fn align(&mut self) {
-        while self.bytes.len() % 8 != 0 {
+        while !self.bytes.len().is_multiple_of(8) {
             self.bytes.push(0);
         }
     }

@@ -12,12 +12,6 @@ use crate::runtime::ops::{BINARY, UNARY};
 use crate::runtime::value::{Value, FALSE, TAGGED, TRUE};
 use crate::trace::{Capture, Expr};
 
-/// The namespaces whose members are builtins: a call of a member the runtime lacks is a miss
-/// where it stands.
-const NAMESPACES: [&str; 7] = [
-    "Math", "JSON", "Object", "Array", "Number", "String", "console",
-];
-
 impl Generator<'_> {
     pub fn expr(&mut self, e: &Expr) {
         match e {
@@ -40,6 +34,9 @@ impl Generator<'_> {
                     self.sink()
                         .local_get(cell)
                         .i64_load(super::codegen::mem64(0));
+                }
+                Some(Binding::Number(local)) => {
+                    self.sink().local_get(local).i64_reinterpret_f64();
                 }
                 None => self.miss(&format!("the variable {name} not bound"), None),
             },
@@ -167,6 +164,12 @@ impl Generator<'_> {
                     Some(Binding::Local(local)) => {
                         self.sink().local_get(local).call(rt::CELL);
                     }
+                    Some(Binding::Number(local)) => {
+                        self.sink()
+                            .local_get(local)
+                            .i64_reinterpret_f64()
+                            .call(rt::CELL);
+                    }
                     None => {
                         self.sink().drop();
                         self.miss(&format!("a capture of {name}, which is not bound"), None);
@@ -188,13 +191,89 @@ impl Generator<'_> {
         self.free(ValType::I32, environment);
     }
 
+    /// Whether `e` is known to be a number here: a constant, a variable kept as a number, or
+    /// an operator whose result is always one (no BigInt on the fast path).
+    fn is_number(&self, e: &Expr) -> bool {
+        match e {
+            Expr::Number { .. } => true,
+            Expr::Id { name } => matches!(self.binding(name), Some(Binding::Number(_))),
+            Expr::Unary { op, .. } => matches!(op.as_str(), "-" | "+" | "~"),
+            Expr::Binary { op, left, right } => match op.as_str() {
+                "+" => self.is_number(left) && self.is_number(right),
+                "-" | "*" | "/" | "%" | "**" | "&" | "|" | "^" | "<<" | ">>" | ">>>" => true,
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+
+    /// Evaluates `e`, known to be a number, as an `f64`.
+    fn number(&mut self, e: &Expr) {
+        match e {
+            Expr::Id { name } => match self.binding(name) {
+                Some(Binding::Number(local)) => {
+                    self.sink().local_get(local);
+                }
+                _ => {
+                    self.expr(e);
+                    self.sink().f64_reinterpret_i64();
+                }
+            },
+            Expr::Number { value } => {
+                self.sink().f64_const((*value).into());
+            }
+            _ => {
+                self.expr(e);
+                self.sink().f64_reinterpret_i64();
+            }
+        }
+    }
+
+    /// `left OP right` on two numbers, as `f64` code: an `f64` for arithmetic, an `i32` for
+    /// a comparison; `None` when the operator has no inline form.
+    fn number_op(&mut self, op: &str, left: &Expr, right: &Expr) -> Option<bool> {
+        let comparison = match op {
+            "+" | "-" | "*" | "/" => false,
+            "<" | "<=" | ">" | ">=" | "===" | "==" | "!==" | "!=" => true,
+            _ => return None,
+        };
+        self.number(left);
+        self.number(right);
+        let mut sink = self.sink();
+        match op {
+            "+" => sink.f64_add(),
+            "-" => sink.f64_sub(),
+            "*" => sink.f64_mul(),
+            "/" => sink.f64_div(),
+            "<" => sink.f64_lt(),
+            "<=" => sink.f64_le(),
+            ">" => sink.f64_gt(),
+            ">=" => sink.f64_ge(),
+            "===" | "==" => sink.f64_eq(),
+            _ => sink.f64_ne(),
+        };
+        Some(comparison)
+    }
+
     /// Evaluates `e` as a condition: an `i32`, 1 when it is truthy. Booleans are decided
-    /// inline, other values by the runtime.
+    /// inline, comparisons of numbers known as such in `f64` code, other values by the runtime.
     pub fn condition(&mut self, e: &Expr) {
         if let Expr::Unary { op, argument } = e {
             if op == "!" {
                 self.condition(argument);
                 self.sink().i32_eqz();
+                return;
+            }
+        }
+        if let Expr::Binary { op, left, right } = e {
+            if self.is_number(left)
+                && self.is_number(right)
+                && matches!(
+                    op.as_str(),
+                    "<" | "<=" | ">" | ">=" | "===" | "==" | "!==" | "!="
+                )
+            {
+                self.number_op(op, left, right);
                 return;
             }
         }
@@ -282,6 +361,19 @@ impl Generator<'_> {
             self.miss(&format!("the operator {op} not compiled"), None);
             return;
         };
+        if self.is_number(left) && self.is_number(right) {
+            match self.number_op(op, left, right) {
+                Some(true) => {
+                    self.box_boolean();
+                    return;
+                }
+                Some(false) => {
+                    self.sink().i64_reinterpret_f64();
+                    return;
+                }
+                None => {}
+            }
+        }
         let (a, b) = (self.local(ValType::I64), self.local(ValType::I64));
         self.expr(left);
         self.sink().local_set(a);
@@ -368,13 +460,14 @@ impl Generator<'_> {
     }
 
     /// A call the trace did not see into (a builtin, or a function called as an event):
-    /// the callee's value and `this`, then the runtime's `call` or `construct`. A method or
-    /// namespace member no builtin has is a miss here, unless the trace saw it call back.
+    /// the callee's value and `this`, then the runtime's `call` or `construct`. A global, a
+    /// global's member or a method no builtin has is a miss here, unless the trace saw the
+    /// call enter traced code.
     pub fn call(&mut self, callee: &Expr, args: &[Expr], new: bool, calls_back: bool) {
         if !calls_back {
             let missing = match callee {
                 Expr::Get { object, property } => match object.as_ref() {
-                    Expr::Global { name } if NAMESPACES.contains(&name.as_str()) => {
+                    Expr::Global { name } => {
                         let full = format!("{name}.{property}");
                         Builtin::named(&full).is_none().then_some(full)
                     }

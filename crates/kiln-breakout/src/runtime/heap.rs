@@ -51,6 +51,15 @@ impl<'m> Heap<'m> {
         Heap { mem }
     }
 
+    /// An empty heap in fresh memory: its top at [`DATA_START`] (a compiled module's data
+    /// segment sets it past its own data instead).
+    pub fn empty(mem: &'m mut [u8]) -> Result<Heap<'m>, Miss> {
+        let mut heap = Heap { mem };
+        heap.set_u32(HEAP_TOP, DATA_START)?;
+        heap.set_value(GLOBAL_OBJECT, Value(0))?;
+        Ok(heap)
+    }
+
     pub fn u32(&self, address: u32) -> Result<u32, Miss> {
         let a = address as usize;
         let bytes = self.mem.get(a..a + 4).ok_or_else(bad)?;

@@ -91,6 +91,15 @@ fn index_of_key(heap: &Heap<'_>, key: Value) -> Result<Option<u32>, Miss> {
 
 /// `object[key]`.
 pub fn get(heap: &mut Heap<'_>, object: Value, key: Value) -> Result<Value, Miss> {
+    if key == Builtin::SymbolIterator.value() {
+        return Ok(match object.tag() {
+            TAG_ARRAY | TAG_STRING => Builtin::Values.value(),
+            _ if object.is_nullish() => {
+                return Err(type_error("a property of undefined or null read"))
+            }
+            _ => return Err(Miss::new("Symbol.iterator of this value not compiled")),
+        });
+    }
     match object.tag() {
         TAG_ARRAY => {
             if let Some(i) = index_of_key(heap, key)? {

@@ -57,8 +57,20 @@ pub fn drive_with_env(
     node_args: &[&str],
     env: &[(&str, &Path)],
 ) -> String {
+    drive_inputs(work, package, name, benchmark_inputs(name), node_args, env)
+}
+
+/// [`drive_with_env`] over the given inputs (a JSON array of events).
+pub fn drive_inputs(
+    work: &Path,
+    package: &Path,
+    name: &str,
+    inputs_json: &str,
+    node_args: &[&str],
+    env: &[(&str, &Path)],
+) -> String {
     let inputs = work.join("inputs.json");
-    fs::write(&inputs, benchmark_inputs(name)).unwrap();
+    fs::write(&inputs, inputs_json).unwrap();
     let driver = work.join("drive.mjs");
     fs::copy(crate_dir().join("tests/support/drive.mjs"), &driver).unwrap();
     let handler = package.join(handler_file(name));

@@ -1,0 +1,501 @@
+//! The trace compiler end to end: each pure-compute benchmark is instrumented, traced in Node
+//! on a training set, compiled, and run on the fast path over many events, on and off the
+//! traced paths. Every answer is Node's, byte for byte, or a miss; events on the traced
+//! paths are served.
+
+use std::fs;
+use std::path::Path;
+use std::time::Duration;
+
+mod support;
+
+use kiln_breakout::compile::{compile, CompileOptions};
+use kiln_breakout::exec::{FastPathEngine, Limits, LoadError, Loaded, Outcome};
+use kiln_breakout::instrument::instrument_dir;
+use kiln_breakout::runtime::{Intrinsics, Miss, NoIntrinsics};
+use serde_json::{json, Value};
+use support::*;
+
+/// A small deterministic generator (xorshift), so a failure names its events.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// A package staged in `plain`: a benchmark, or a program of one file.
+enum Source {
+    Benchmark(&'static str),
+    Program(&'static str),
+}
+
+/// Traces the package on `training`, compiles the trace and loads the module.
+fn trace_and_load(
+    work: &Path,
+    source: &Source,
+    training: &Value,
+    options: &CompileOptions,
+) -> Loaded {
+    let plain = work.join("plain");
+    let name = match source {
+        Source::Benchmark(name) => {
+            stage_benchmark(name, &plain, &|text, _| text.to_string());
+            name
+        }
+        Source::Program(text) => {
+            fs::create_dir_all(&plain).unwrap();
+            fs::write(plain.join("index.js"), text).unwrap();
+            "program"
+        }
+    };
+    let traced = work.join("traced");
+    instrument_dir(&plain, &traced).unwrap();
+    let dump = work.join("trace.json");
+    let runtime = crate_dir().join("../../runtimes/nodejs/breakout.js");
+    drive_inputs(
+        work,
+        &traced,
+        name,
+        &training.to_string(),
+        &["--require", runtime.to_str().unwrap()],
+        &[("KILN_BREAKOUT_DUMP", &dump)],
+    );
+    let trace = kiln_breakout::trace::parse(&fs::read(&dump).unwrap()).unwrap();
+    let bytes = compile(&trace, options).unwrap();
+    wasmparser::validate(&bytes).unwrap();
+    let engine = FastPathEngine::new(Limits::default()).unwrap();
+    engine.load(&bytes).unwrap()
+}
+
+/// What Node answers to each event: the line `drive.mjs` prints (the answer's JSON, or the
+/// error).
+fn node_answers(work: &Path, name: &str, events: &[Value]) -> Vec<String> {
+    let plain = work.join("plain");
+    let out = drive_inputs(
+        work,
+        &plain,
+        name,
+        &Value::from(events.to_vec()).to_string(),
+        &[],
+        &[],
+    );
+    out.lines().take(events.len()).map(String::from).collect()
+}
+
+/// Runs every event on the fast path against Node: every answer must be Node's, and at least
+/// 90% of the events `on_trace` picks must be served.
+fn compare(
+    name: &'static str,
+    training: Value,
+    events: Vec<Value>,
+    on_trace: &dyn Fn(&Value) -> bool,
+) {
+    if !node_available() {
+        return;
+    }
+    compare_source(
+        &Source::Benchmark(name),
+        training,
+        events,
+        on_trace,
+        &CompileOptions::default(),
+    );
+}
+
+/// [`compare`] for any package; returns each event's outcome.
+fn compare_source(
+    source: &Source,
+    training: Value,
+    events: Vec<Value>,
+    on_trace: &dyn Fn(&Value) -> bool,
+    options: &CompileOptions,
+) -> Vec<Outcome> {
+    let name = match source {
+        Source::Benchmark(name) => name,
+        Source::Program(_) => "program",
+    };
+    let work = tempfile::tempdir().unwrap();
+    let loaded = trace_and_load(work.path(), source, &training, options);
+    let expected = node_answers(work.path(), name, &events);
+    assert_eq!(expected.len(), events.len());
+    let (mut on, mut served_on, mut served) = (0, 0, 0);
+    let mut outcomes = Vec::new();
+    for (event, node) in events.iter().zip(&expected) {
+        let outcome = loaded.run(
+            event.to_string().as_bytes(),
+            Box::new(NoIntrinsics),
+            Duration::from_secs(20),
+        );
+        let hit = match &outcome {
+            Outcome::Answer(bytes) => {
+                assert_eq!(
+                    String::from_utf8_lossy(bytes),
+                    *node,
+                    "{name}: the fast path answered {event} differently"
+                );
+                true
+            }
+            Outcome::Miss { .. } => false,
+        };
+        served += usize::from(hit);
+        outcomes.push(outcome);
+        if on_trace(event) {
+            on += 1;
+            served_on += usize::from(hit);
+        }
+    }
+    eprintln!(
+        "{name}: {served} of {} events served, {served_on} of {on} on the traced paths",
+        events.len()
+    );
+    assert!(on > 0, "{name}: no event on the traced paths");
+    assert!(
+        served_on * 10 >= on * 9,
+        "{name}: only {served_on} of {on} events on the traced paths were served"
+    );
+    outcomes
+}
+
+fn miss_reason(outcome: &Outcome) -> Option<&str> {
+    match outcome {
+        Outcome::Miss { reason, .. } => Some(reason),
+        Outcome::Answer(_) => None,
+    }
+}
+
+const CLOSURES: &str = r#"
+exports.handler = async ({ n }) => {
+  let count = 0;
+  const bump = () => { count += 1; return count; };
+  for (let i = 0; i < n; i++) bump();
+  const adders = [];
+  for (let i = 0; i < 3; i++) adders.push((x) => x + i);
+  const sums = adders.map((f) => f(10));
+  return { count, sums, last: bump() };
+};
+"#;
+
+#[test]
+fn closures_share_their_variables_with_their_makers() {
+    if !node_available() {
+        return;
+    }
+    let training = json!([{"n": 0}, {"n": 3}]);
+    let events: Vec<Value> = (0..20).map(|n| json!({ "n": n })).collect();
+    compare_source(
+        &Source::Program(CLOSURES),
+        training,
+        events,
+        &|_| true,
+        &CompileOptions::default(),
+    );
+}
+
+const OBJECTS: &str = r#"
+function Account(owner) { this.owner = owner; this.items = []; }
+Account.prototype.add = function (v) { this.items.push(v); return this; };
+Account.prototype.total = function () { let t = 0; for (const v of this.items) { t += v; } return t; };
+const proto = { greet() { return "hi " + this.name; } };
+exports.handler = async ({ owner, values }) => {
+  const a = new Account(owner.trim().toUpperCase());
+  for (const v of values) { a.add(v); }
+  const o = Object.create(proto);
+  o.name = owner;
+  const text = `${owner}:${values.length}:${values.slice(1).join("+")}`;
+  return {
+    owner: a.owner, total: a.total(), keys: Object.keys(a), greeting: o.greet(), text,
+    parts: owner.split(" ").map((p) => p.length), at: owner.indexOf("b"), first: owner[0],
+    kinds: [typeof a, typeof owner, typeof a.add, typeof null, typeof values[9]],
+    loose: [1 == "1", null == undefined, 0 === -0, "a" < "b", "B" < "a", 10 < 9, "10" < "9"],
+    bits: [5 & 3, 5 | 3, 5 ^ 3, ~5, -7 >> 1, -7 >>> 28, 1 << 31, 7 % -3, -7 % 3, 2 ** 10],
+    has: ["owner" in a, "add" in a, "nope" in a], inst: a instanceof Account,
+  };
+};
+"#;
+
+#[test]
+fn objects_prototypes_strings_and_operators_answer_as_node() {
+    if !node_available() {
+        return;
+    }
+    let training =
+        json!([{"owner": " bob ", "values": [1, 2, 3]}, {"owner": "ann b", "values": []}]);
+    let mut events = vec![
+        json!({"owner": "carl", "values": [0.5, 1e21, -3]}),
+        json!({"owner": " élan vital ", "values": [1, "2"]}),
+        json!({"owner": "", "values": [7]}),
+        json!({"owner": "x y z", "values": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]}),
+    ];
+    events.push(json!({"owner": 5, "values": []}));
+    events.push(json!({"values": []}));
+    let outcomes = compare_source(
+        &Source::Program(OBJECTS),
+        training,
+        events,
+        &|e| {
+            // A string among the values breaks a guard: the sum held only numbers in training.
+            e["owner"].is_string() && e["values"].as_array().unwrap().iter().all(Value::is_number)
+        },
+        &CompileOptions::default(),
+    );
+    let reason = miss_reason(&outcomes[1]).unwrap_or_default();
+    assert!(reason.starts_with("a guard: "), "{reason}");
+}
+
+const THROWS: &str = r#"
+exports.handler = async ({ x }) => {
+  try {
+    if (x > 5) { throw { big: x }; }
+    if (x < 0) { return "negative"; }
+  } catch (e) {
+    return "caught " + e.big;
+  }
+  if (x === 3) { throw "three"; }
+  return "small";
+};
+"#;
+
+#[test]
+fn a_throw_is_caught_by_its_try_and_an_uncaught_one_misses() {
+    if !node_available() {
+        return;
+    }
+    let training = json!([{"x": 1}, {"x": 9}, {"x": 3}]);
+    let events = vec![
+        json!({"x": 2}),
+        json!({"x": 7}),
+        json!({"x": 3}),
+        json!({"x": -1}),
+    ];
+    let outcomes = compare_source(
+        &Source::Program(THROWS),
+        training,
+        events,
+        &|e| e["x"] != 3 && e["x"] != -1,
+        &CompileOptions::default(),
+    );
+    assert_eq!(miss_reason(&outcomes[2]), Some("uncaught throw"));
+    // `x < 0` was never true in training.
+    assert_eq!(miss_reason(&outcomes[3]), Some("a path not traced"));
+}
+
+const LIMITS: &str = r#"
+exports.handler = async ({ n, spin, kind }) => {
+  if (kind === "date") { return Date.now() > 0; }
+  if (kind === "regex") { return /a+/.test("aa"); }
+  const xs = [];
+  for (let i = 0; i < n; i++) { xs.push([i, i]); }
+  let j = 0;
+  while (j < spin) { j += 1; }
+  return xs.length + j;
+};
+"#;
+
+#[test]
+fn memory_time_and_builtins_not_compiled_are_misses_with_their_reason() {
+    if !node_available() {
+        return;
+    }
+    let training = json!([{"n": 2, "spin": 2}, {"n": 0, "spin": 0, "kind": "date"}, {"n": 0, "spin": 0, "kind": "regex"}]);
+    let events = vec![
+        json!({"n": 3, "spin": 5}),
+        json!({"n": 1_000_000, "spin": 0}),
+        json!({"n": 0, "spin": 0, "kind": "date"}),
+        json!({"n": 0, "spin": 0, "kind": "regex"}),
+    ];
+    let options = CompileOptions { memory_pages: 64 };
+    let outcomes = compare_source(
+        &Source::Program(LIMITS),
+        training.clone(),
+        events,
+        &|e| e["n"] == 3,
+        &options,
+    );
+    assert_eq!(miss_reason(&outcomes[1]), Some("out of memory"));
+    assert_eq!(
+        miss_reason(&outcomes[2]),
+        Some("builtin Date.now not compiled")
+    );
+    assert_eq!(
+        miss_reason(&outcomes[3]),
+        Some("builtin .test not compiled")
+    );
+    // A loop past the deadline.
+    let work = tempfile::tempdir().unwrap();
+    let loaded = trace_and_load(work.path(), &Source::Program(LIMITS), &training, &options);
+    let outcome = loaded.run(
+        br#"{"n": 0, "spin": 1e12}"#,
+        Box::new(NoIntrinsics),
+        Duration::from_millis(50),
+    );
+    assert_eq!(miss_reason(&outcome), Some("out of time"));
+}
+
+#[test]
+fn autocomplete_answers_as_node_or_misses() {
+    let training = json!([{"prefix": "ab"}, {"prefix": "AC"}, {"prefix": "zzz"}, {}]);
+    let mut rng = Rng(7);
+    let letters = ['a', 'b', 'c', 'd', 'A', 'C', 'z', 'ä', 'İ'];
+    let mut events = Vec::new();
+    for _ in 0..150 {
+        let len = rng.below(4) as usize;
+        let prefix: String = (0..len)
+            .map(|_| letters[rng.below(letters.len() as u64) as usize])
+            .collect();
+        events.push(json!({ "prefix": prefix }));
+    }
+    // Off the traced paths, or errors in Node.
+    events.extend([
+        json!({}),
+        json!({"prefix": 5}),
+        json!({"prefix": null}),
+        json!({"prefix": ["a"]}),
+        json!({"other": 1}),
+    ]);
+    compare("autocomplete", training, events, &|e| {
+        e["prefix"].is_string()
+    });
+}
+
+#[test]
+fn maze_answers_as_node_or_misses() {
+    let training = json!([
+        {"x1": 0, "y1": 0, "x2": 29, "y2": 29},
+        {"x1": 0, "y1": 0, "x2": 0, "y2": 0},
+        {"x1": 3, "y1": 0, "x2": 5, "y2": 5},
+        {"x1": -1, "y1": 0, "x2": 5, "y2": 5},
+        {"x1": 2, "y1": 10, "x2": 28, "y2": 1},
+        {"x1": 5, "y1": 5, "x2": 2, "y2": 3}
+    ]);
+    let mut rng = Rng(11);
+    let mut events = Vec::new();
+    for _ in 0..60 {
+        let mut c = || rng.below(30) as i64;
+        events.push(json!({"x1": c(), "y1": c(), "x2": c(), "y2": c()}));
+    }
+    events.extend([
+        json!({"x1": 40, "y1": 0, "x2": 1, "y2": 1}),
+        json!({"x1": 1.5, "y1": 0, "x2": 1, "y2": 1}),
+        json!({"x1": "1", "y1": 0, "x2": 1, "y2": 1}),
+        json!({}),
+    ]);
+    // In the grid and off its walls (every fourth column, but for one gap a column).
+    let open = |x: &Value, y: &Value| {
+        let (x, y) = (x.as_i64().unwrap_or(-1), y.as_i64().unwrap_or(-1));
+        (0..30).contains(&x) && (0..30).contains(&y) && !(x % 4 == 3 && y != (x * 7) % 30)
+    };
+    compare("maze", training, events, &|e| {
+        open(&e["x1"], &e["y1"]) && open(&e["x2"], &e["y2"])
+    });
+}
+
+#[test]
+fn shift_answers_as_node_or_misses() {
+    let training = json!([{"n": 0}, {"n": 10}, {"n": 1000}]);
+    let events = vec![
+        json!({"n": 0}),
+        json!({"n": 1}),
+        json!({"n": 99_999}),
+        json!({"n": 100_000}),
+        json!({"n": 250_000}),
+        json!({"n": 2.5}),
+        json!({"n": "7"}),
+        json!({}),
+    ];
+    compare("shift", training, events, &|e| e["n"].is_u64());
+}
+
+/// Logs each intrinsic call; answers `console.log` with `undefined` (JSON `null`).
+struct Recorder(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Intrinsics for Recorder {
+    fn call(&mut self, name: &str, args: &[Value]) -> Result<Value, Miss> {
+        self.0
+            .lock()
+            .unwrap()
+            .push(format!("{name} {}", Value::from(args.to_vec())));
+        Ok(Value::Null)
+    }
+}
+
+const LOGS: &str = r#"
+exports.handler = async ({ who }) => {
+  console.log("hello", who, { n: 1 });
+  return who.length;
+};
+"#;
+
+#[test]
+fn intrinsic_calls_go_to_the_intrinsics_and_miss_without_them() {
+    if !node_available() {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let loaded = trace_and_load(
+        work.path(),
+        &Source::Program(LOGS),
+        &json!([{"who": "x"}]),
+        &CompileOptions::default(),
+    );
+    let event = br#"{"who": "ann"}"#;
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let outcome = loaded.run(
+        event,
+        Box::new(Recorder(log.clone())),
+        Duration::from_secs(5),
+    );
+    assert_eq!(outcome, Outcome::Answer(b"3".to_vec()));
+    assert_eq!(
+        *log.lock().unwrap(),
+        [r#"console.log ["hello","ann",{"n":1}]"#]
+    );
+    let outcome = loaded.run(event, Box::new(NoIntrinsics), Duration::from_secs(5));
+    assert_eq!(
+        miss_reason(&outcome),
+        Some("intrinsic console.log not available")
+    );
+}
+
+#[test]
+fn benchmarks_that_use_the_store_compile_and_refuse_to_load_until_intrinsics_are_compiled() {
+    if !node_available() {
+        return;
+    }
+    for name in ["authorize", "status", "upload"] {
+        let work = tempfile::tempdir().unwrap();
+        let plain = work.path().join("plain");
+        stage_benchmark(name, &plain, &|text, _| text.to_string());
+        let traced = work.path().join("traced");
+        instrument_dir(&plain, &traced).unwrap();
+        let dump = work.path().join("trace.json");
+        let runtime = crate_dir().join("../../runtimes/nodejs/breakout.js");
+        drive_with_env(
+            work.path(),
+            &traced,
+            name,
+            &["--require", runtime.to_str().unwrap()],
+            &[("KILN_BREAKOUT_DUMP", &dump)],
+        );
+        let trace = kiln_breakout::trace::parse(&fs::read(&dump).unwrap()).unwrap();
+        let bytes = compile(&trace, &CompileOptions::default()).unwrap();
+        wasmparser::validate(&bytes).unwrap();
+        let engine = FastPathEngine::new(Limits::default()).unwrap();
+        match engine.load(&bytes) {
+            Err(LoadError::Init(reason)) => {
+                eprintln!("{name}: {reason}");
+                assert!(reason.contains("not compiled"), "{name}: {reason}");
+            }
+            Err(other) => panic!("{name}: {other}"),
+            Ok(_) => panic!("{name}: loaded without intrinsics"),
+        }
+    }
+}
