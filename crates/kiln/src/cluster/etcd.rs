@@ -262,10 +262,11 @@ pub fn normalise_endpoint(raw: &str) -> Result<String, EtcdError> {
     } else {
         format!("http://{raw}")
     };
-    let ok = url
-        .strip_prefix("http://")
-        .is_some_and(|rest| !rest.is_empty() && !rest.contains('/'))
-        && url.parse::<http::Uri>().is_ok();
+    let ok = url.strip_prefix("http://").is_some_and(|rest| {
+        rest.rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty() && !host.contains('/') && port.parse::<u16>().is_ok()
+        })
+    }) && url.parse::<http::Uri>().is_ok();
     if ok {
         Ok(url)
     } else {
@@ -716,5 +717,6 @@ mod tests {
         assert!(normalise_endpoint("https://etcd-1:2379").is_err());
         assert!(normalise_endpoint("http://").is_err());
         assert!(normalise_endpoint("http://a:1/path").is_err());
+        assert!(normalise_endpoint("etcd-1").is_err());
     }
 }
