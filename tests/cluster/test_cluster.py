@@ -151,3 +151,11 @@ def test_membership_survives_the_etcd_leaders_death(cluster):
     finally:
         cluster._start_etcd(leader)
     cluster.wait_etcd()
+
+
+def test_a_single_node_says_it_is_not_in_cluster_mode(fresh_kiln):
+    server = fresh_kiln()
+    result = server.cli("cluster", "status", check=False)
+    assert result.returncode != 0
+    assert "not in cluster mode" in result.stderr
+    assert "kiln_cluster_" not in server.signed_request("GET", "/metrics").text
