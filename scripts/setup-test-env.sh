@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what kiln's tests need on a fresh machine: a Python venv with boto3, awslambdaric,
 # pytest and the AWS CLI, the C toolchain for WASI guests, and PostgreSQL for the database
-# proxy's tests. Idempotent.
+# proxy's tests, etcd and protoc for cluster mode. Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The wasm runtime's C guest fixture (crates/kiln-wasm/tests/fixtures/build.sh): clang, lld
@@ -13,6 +13,18 @@ if ! { command -v clang && command -v wasm-ld && [ -d /usr/lib/wasm32-wasi ]; } 
             clang lld wasi-libc libclang-rt-dev-wasm32 >/dev/null
     else
         echo "setup-test-env: clang, lld and wasi-libc are missing; the C wasm fixture will be skipped" >&2
+    fi
+fi
+# Cluster mode: its tests start a 3-member etcd (tests/cluster_harness.py), and the etcd-client
+# crate compiles etcd's protocol buffers with protoc. Unlike the fixtures above, nothing is
+# skipped without them: the build needs protoc, and the cluster tests fail rather than skip.
+if ! { command -v etcd && command -v etcdctl && command -v protoc; } >/dev/null 2>&1; then
+    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server etcd-client protobuf-compiler >/dev/null
+    else
+        echo "setup-test-env: etcd and protoc are missing and cannot be installed (needs root and apt-get)" >&2
+        exit 1
     fi
 fi
 # The database proxy's tests and benchmark start a private cluster of the distribution's

@@ -9,6 +9,7 @@ pub mod api;
 pub mod auth;
 pub mod burst;
 pub mod cli;
+pub mod cluster;
 pub mod controller;
 pub mod function;
 pub mod http_event;

@@ -106,6 +106,8 @@ struct UpArgs {
     worker_threads: Option<usize>,
     #[command(flatten)]
     s3: S3Args,
+    #[command(flatten)]
+    cluster: kiln::cluster::ClusterFlags,
 }
 
 /// The object cache's admission policy.
@@ -257,6 +259,13 @@ fn main() {
                 .with_writer(std::io::stderr)
                 .init();
             let store_only = args.s3.store_only;
+            let cluster = match args.cluster.validate(args.s3.s3_backend.is_some()) {
+                Ok(cluster) => cluster,
+                Err(e) => {
+                    eprintln!("kiln: {e}");
+                    std::process::exit(2);
+                }
+            };
             let objects = args.s3.settings(&args.region);
             let config = ServerConfig {
                 listen: args.listen,
@@ -283,6 +292,7 @@ fn main() {
                 demo: args.demo,
                 store_only,
                 objects,
+                cluster,
             };
             let cpus = std::thread::available_parallelism()
                 .map(|n| n.get())

@@ -14,6 +14,7 @@ use crate::agent::{
 };
 use crate::api::{self, AppState};
 use crate::auth::{StoredCredentials, Verifier};
+use crate::cluster::{Cluster, ClusterConfig};
 use crate::controller::{Controller, ControllerConfig};
 use crate::function::{FunctionConfig, NetworkMode, UrlAuth};
 use crate::objects::{self, ObjectsSettings, Scope};
@@ -50,6 +51,8 @@ pub struct ServerConfig {
     pub objects: ObjectsSettings,
     /// Serve only the object store: no functions, no sandboxes, no root needed.
     pub store_only: bool,
+    /// Cluster mode (`--cluster`); `None`: a single node, as ever.
+    pub cluster: Option<ClusterConfig>,
 }
 
 fn host_memory_mb() -> u64 {
@@ -88,7 +91,24 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
         std::fs::set_permissions(&data_dir, std::fs::Permissions::from_mode(0o700))?;
     }
 
-    let (stored, created) = StoredCredentials::load_or_create(&data_dir, &config.region)?;
+    let cluster = match config.cluster.clone() {
+        Some(cluster) => Some(
+            Cluster::connect(cluster)
+                .await
+                .context("cannot join the cluster")?,
+        ),
+        None => None,
+    };
+    let (stored, created) = match &cluster {
+        // The cluster's one set of credentials, written to this node's data dir as a single
+        // node's own (the CLI and the profile read them there).
+        Some(cluster) => {
+            let (stored, created) = cluster.credentials(&config.region).await?;
+            stored.save(&data_dir)?;
+            (stored, created)
+        }
+        None => StoredCredentials::load_or_create(&data_dir, &config.region)?,
+    };
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
@@ -225,16 +245,31 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
         (key == lookup.access_key_id).then(|| lookup.secret_access_key.clone())
     });
     let apps = crate::burst::Apps::open(controller.clone(), databases, &data_dir).await?;
+    // The sandbox side gets `s3.store` to serve inside namespaces (`objects::serve_on`).
+    let s3_server = objects::serve_on(s3.listener, &s3.store, Scope::All)?;
+    let membership = match cluster {
+        Some(cluster) => {
+            let membership = cluster.join(&s3.endpoint).await?;
+            let status = membership.status();
+            println!(
+                "kiln: joined the cluster as node `{}` (lease {}, {} nodes)",
+                status.node_id,
+                status.lease,
+                status.nodes.len()
+            );
+            Some(membership)
+        }
+        None => None,
+    };
     let state = Arc::new(AppState {
         controller: controller.clone(),
         apps: apps.clone(),
         verifier,
         credentials,
+        cluster: membership.clone(),
     });
     let app = api::router(state);
 
-    // The sandbox side gets `s3.store` to serve inside namespaces (`objects::serve_on`).
-    let s3_server = objects::serve_on(s3.listener, &s3.store, Scope::All)?;
     std::fs::write(data_dir.join("s3-endpoint"), &s3.endpoint)?;
     println!("kiln: object store on {} ({})", s3.endpoint, s3.backend);
     std::fs::write(data_dir.join("endpoint"), &endpoint)?;
@@ -251,10 +286,14 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     let (stopping_tx, mut stopping_rx) = tokio::sync::watch::channel(false);
     let draining_agent = agent.clone();
     let grace = config.shutdown_grace;
+    let leaving = membership.clone();
     let drain = tokio::spawn(async move {
         shutdown_signal().await;
         println!("kiln: shutting down, finishing in-flight invocations");
         let _ = stopping_tx.send(true);
+        if let Some(membership) = &leaving {
+            membership.leaving().await;
+        }
         // A last resort, so that SIGTERM always ends kiln: nothing in the shutdown may take
         // much longer than the grace period.
         std::thread::spawn(move || {
@@ -273,6 +312,10 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     })
     .await?;
     let _ = drain.await;
+    // In-flight work is done: the record goes with the lease.
+    if let Some(membership) = &membership {
+        membership.leave().await;
+    }
     apps.stop();
     controller.save_models();
     // After the functions: they may use the store until their last invocation ends.

@@ -191,6 +191,9 @@ pub async fn metrics(State(state): State<SharedState>) -> Response {
                 &state.apps.database_metrics(),
                 &mut text,
             );
+            if let Some(cluster) = &state.cluster {
+                cluster.render_metrics(&mut text);
+            }
             text
         },
     )

@@ -4,6 +4,7 @@
 //! controller error to Lambda's status code and error body in one place.
 
 mod apps;
+mod cluster;
 mod functions;
 mod invoke;
 mod kiln;
@@ -29,6 +30,8 @@ pub struct AppState {
     pub apps: Arc<crate::burst::Apps>,
     pub verifier: Verifier,
     pub credentials: Credentials,
+    /// This node's membership, in cluster mode.
+    pub cluster: Option<Arc<crate::cluster::Membership>>,
 }
 
 pub type SharedState = Arc<AppState>;
@@ -114,6 +117,12 @@ pub fn router(state: SharedState) -> Router {
         )
         .route("/kiln/v1/apps/{name}/routes", get(apps::routes))
         .route("/kiln/v1/apps/{name}/status", get(apps::status))
+        .route("/kiln/v1/cluster", get(cluster::status))
+        .route("/kiln/v1/cluster/nodes/{node}/drain", post(cluster::drain))
+        .route(
+            "/kiln/v1/cluster/nodes/{node}/undrain",
+            post(cluster::undrain),
+        )
         .route("/metrics", get(kiln::metrics))
         .route("/health", get(kiln::health))
         .fallback(not_found)

@@ -38,9 +38,7 @@ impl StoredCredentials {
     }
 
     pub fn load(data_dir: &Path) -> std::io::Result<Self> {
-        let text = fs::read_to_string(Self::path(data_dir))?;
-        serde_json::from_str(&text)
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+        Self::load_from(&Self::path(data_dir))
     }
 
     /// Loads the credentials, or creates them; the flag tells whether they are new.
@@ -48,6 +46,13 @@ impl StoredCredentials {
         if let Ok(existing) = Self::load(data_dir) {
             return Ok((existing, false));
         }
+        let creds = Self::generate(region);
+        creds.save(data_dir)?;
+        Ok((creds, true))
+    }
+
+    /// New random credentials: an `AKIA…` access key id and a 40-character secret.
+    pub fn generate(region: &str) -> Self {
         let mut rng = rand::thread_rng();
         const UPPER: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
         const SECRET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -57,23 +62,29 @@ impl StoredCredentials {
         let secret: String = (0..40)
             .map(|_| SECRET[rng.gen_range(0..SECRET.len())] as char)
             .collect();
-        let creds = Self {
+        Self {
             access_key_id: format!("AKIA{key}"),
             secret_access_key: secret,
             region: region.to_string(),
-        };
-        let json = serde_json::to_string_pretty(&creds).expect("credentials serialize");
-        let tmp = data_dir.join(".credentials.json.tmp");
-        let mut file = fs::OpenOptions::new()
-            .create(true)
-            .write(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        file.write_all(json.as_bytes())?;
-        file.sync_all()?;
-        fs::rename(&tmp, Self::path(data_dir))?;
-        Ok((creds, true))
+        }
+    }
+
+    /// Writes them as `credentials.json` in `data_dir` (mode 0600, synced, renamed into place).
+    pub fn save(&self, data_dir: &Path) -> std::io::Result<()> {
+        self.save_to(&Self::path(data_dir))
+    }
+
+    /// Writes them to `path` (mode 0600, synced, renamed into place).
+    pub fn save_to(&self, path: &Path) -> std::io::Result<()> {
+        let json = serde_json::to_string_pretty(self).expect("credentials serialize");
+        write_private_file(path, &json)
+    }
+
+    /// Reads credentials written by [`Self::save_to`] (or a data dir's `credentials.json`).
+    pub fn load_from(path: &Path) -> std::io::Result<Self> {
+        let text = fs::read_to_string(path)?;
+        serde_json::from_str(&text)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
     }
 
     /// Writes (or replaces) the `[kiln]` profile in the AWS shared credentials and config files.

@@ -3,6 +3,7 @@
 mod app;
 pub mod breakout;
 mod client;
+mod cluster;
 pub mod s3;
 
 use std::io::Read;
@@ -79,6 +80,9 @@ pub enum Command {
     /// Burst offloading: a web app's gateway, which serves part of its heavy routes from a
     /// function during bursts (create, set, get, routes, status, rm).
     App(Box<app::AppArgs>),
+    /// Cluster mode: `status` lists the nodes, `drain NODE` / `undrain NODE` stop and restart
+    /// new placements on a node.
+    Cluster(cluster::ClusterArgs),
 }
 
 #[derive(Args, Debug)]
@@ -242,6 +246,7 @@ pub fn run(connection: Connection, command: Command) -> anyhow::Result<i32> {
             rm,
         } => sequence(&client, name.as_deref(), functions, rm, json_output),
         Command::App(args) => app::run(&client, *args, json_output),
+        Command::Cluster(args) => cluster::run(&client, args, json_output),
         Command::S3(_) | Command::Breakout(_) => unreachable!("handled above"),
     }
 }

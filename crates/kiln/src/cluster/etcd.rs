@@ -1,0 +1,722 @@
+//! etcd as kiln uses it: the `etcd-client` crate behind the few operations cluster mode needs,
+//! with what that crate leaves to its users.
+//!
+//! - **Endpoint health.** The crate's balancer keeps sending a share of requests to a dead
+//!   member (measured: 135 of 861 puts failed after a member was killed). A task per endpoint
+//!   does a *linearizable* get every 250 ms through a client of its own, and the shared client's
+//!   balancer holds only the endpoints whose last check passed (all of them if none did). A
+//!   linearizable read needs the member's leader, so a member that is cut off, or has no
+//!   leader yet, is taken out; `status()` would have answered.
+//! - **Retries.** Idempotent requests (gets, puts of a whole value, deletes) are tried up to
+//!   five times, 50 ms apart, each try bounded by 700 ms: an election takes about a second.
+//! - **Watches** resume from the last event's `mod_revision + 1`, so no event is lost when a
+//!   stream breaks; a watch whose start was compacted away starts over with a full list.
+//! - **gRPC keep-alive pings every 6 s, and only while a stream is open.** etcd answers pings
+//!   closer than its `--grpc-keepalive-min-time` (5 s), or pings on an idle connection, with
+//!   GOAWAY, which broke watches every few seconds at 500 ms.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use etcd_client::{Client, ConnectOptions, Error as ClientError, GetOptions, PutOptions};
+use tokio::sync::mpsc;
+use tonic::Code;
+
+use crate::sync::LockExt;
+
+/// How often each endpoint's health is checked, and how long a check may take.
+const HEALTH_PERIOD: Duration = Duration::from_millis(250);
+const HEALTH_TIMEOUT: Duration = Duration::from_millis(300);
+/// Not below etcd's `--grpc-keepalive-min-time` (5 s by default).
+const GRPC_KEEPALIVE: Duration = Duration::from_secs(6);
+const GRPC_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Pause before a broken watch is opened again.
+const WATCH_RETRY: Duration = Duration::from_millis(100);
+
+/// A failed etcd request.
+#[derive(Debug, thiserror::Error)]
+pub enum EtcdError {
+    /// etcd did not answer in time.
+    #[error(
+        "etcd did not answer {op} after {tries} tries (is a majority of its members reachable?)"
+    )]
+    Timeout { op: &'static str, tries: u32 },
+    /// etcd could not be reached.
+    #[error("etcd could not be reached for {op} after {tries} tries")]
+    Unavailable {
+        op: &'static str,
+        tries: u32,
+        #[source]
+        source: ClientError,
+    },
+    /// etcd refused the request.
+    #[error("etcd refused {op}")]
+    Refused {
+        op: &'static str,
+        #[source]
+        source: ClientError,
+    },
+    /// An endpoint is not a URL.
+    #[error("invalid etcd endpoint `{endpoint}`: expected http://HOST:PORT")]
+    Endpoint { endpoint: String },
+}
+
+/// How idempotent requests are retried.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    pub tries: u32,
+    pub try_timeout: Duration,
+    pub delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            tries: 5,
+            try_timeout: Duration::from_millis(700),
+            delay: Duration::from_millis(50),
+        }
+    }
+}
+
+/// Whether a failed request may be sent again: the transport failed, or the member could not
+/// serve it (no leader, leader changed, stopping). A request etcd judged (bad argument, lease
+/// not found, a failed comparison) is not retried.
+pub fn retryable(error: &ClientError) -> bool {
+    match error {
+        ClientError::TransportError(_) | ClientError::IoError(_) => true,
+        ClientError::GRpcStatus(status) => matches!(
+            status.code(),
+            Code::Cancelled
+                | Code::Unknown
+                | Code::DeadlineExceeded
+                | Code::Aborted
+                | Code::Internal
+                | Code::Unavailable
+        ),
+        _ => false,
+    }
+}
+
+/// Whether a keep-alive failed because the lease no longer exists (it expired or was revoked).
+fn lease_gone(error: &ClientError) -> bool {
+    match error {
+        ClientError::LeaseKeepAliveError(message) => message.contains("not found"),
+        ClientError::GRpcStatus(status) => status.code() == Code::NotFound,
+        _ => false,
+    }
+}
+
+/// Runs an idempotent request under `policy`: each try bounded, retryable failures tried again.
+pub async fn with_retries<T, F, Fut>(
+    policy: RetryPolicy,
+    op: &'static str,
+    mut attempt: F,
+) -> Result<T, EtcdError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, ClientError>>,
+{
+    let mut last = None;
+    for try_number in 1..=policy.tries {
+        match tokio::time::timeout(policy.try_timeout, attempt()).await {
+            Ok(Ok(value)) => return Ok(value),
+            Ok(Err(e)) if retryable(&e) => last = Some(e),
+            Ok(Err(e)) => return Err(EtcdError::Refused { op, source: e }),
+            Err(_) => last = None,
+        }
+        if try_number < policy.tries {
+            tokio::time::sleep(policy.delay).await;
+        }
+    }
+    Err(match last {
+        Some(source) => EtcdError::Unavailable {
+            op,
+            tries: policy.tries,
+            source,
+        },
+        None => EtcdError::Timeout {
+            op,
+            tries: policy.tries,
+        },
+    })
+}
+
+/// Which endpoints the balancer should hold: the healthy ones; all of them when none is (a
+/// check that fails everywhere says more about the checks than the members, and an empty
+/// balancer would only make every request wait for its timeout).
+pub fn balancer_set(health: &[bool]) -> Vec<bool> {
+    if health.iter().any(|&h| h) {
+        health.to_vec()
+    } else {
+        vec![true; health.len()]
+    }
+}
+
+/// A key and its value as kiln reads them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub key: String,
+    pub value: Vec<u8>,
+    pub mod_revision: i64,
+    pub lease: i64,
+}
+
+impl Entry {
+    fn from_kv(kv: &etcd_client::KeyValue) -> Self {
+        Self {
+            key: String::from_utf8_lossy(kv.key()).into_owned(),
+            value: kv.value().to_vec(),
+            mod_revision: kv.mod_revision(),
+            lease: kv.lease(),
+        }
+    }
+}
+
+/// What a prefix watch reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WatchUpdate {
+    /// Every key under the prefix (at the start, and again after a compaction): replace.
+    Reset(Vec<Entry>),
+    Put(Entry),
+    Delete {
+        key: String,
+        mod_revision: i64,
+    },
+}
+
+/// Where a prefix watch goes on from: a full list, or a watch from a revision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchStep {
+    List,
+    WatchFrom(i64),
+}
+
+/// The watch's position: the revision after the last one it has reported.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WatchCursor {
+    next: Option<i64>,
+}
+
+impl WatchCursor {
+    pub fn step(&self) -> WatchStep {
+        match self.next {
+            None => WatchStep::List,
+            Some(revision) => WatchStep::WatchFrom(revision),
+        }
+    }
+
+    /// A full list was reported, as of `revision`.
+    pub fn listed(&mut self, revision: i64) {
+        self.next = Some(revision + 1);
+    }
+
+    /// An event was reported.
+    pub fn event(&mut self, mod_revision: i64) {
+        self.next = Some(
+            self.next
+                .map_or(mod_revision + 1, |n| n.max(mod_revision + 1)),
+        );
+    }
+
+    /// The revision to resume from was compacted away: only a new list can catch up.
+    pub fn compacted(&mut self) {
+        self.next = None;
+    }
+}
+
+/// The etcd cluster, through the shared client and its endpoints' health checks.
+#[derive(Clone)]
+pub struct Etcd {
+    client: Client,
+    endpoints: Arc<Vec<String>>,
+    health: Arc<Mutex<Vec<bool>>>,
+    retry: RetryPolicy,
+}
+
+impl std::fmt::Debug for Etcd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Etcd")
+            .field("endpoints", &self.endpoints)
+            .finish()
+    }
+}
+
+fn connect_options() -> ConnectOptions {
+    ConnectOptions::new()
+        .with_keep_alive(GRPC_KEEPALIVE, GRPC_KEEPALIVE_TIMEOUT)
+        .with_keep_alive_while_idle(false)
+        .with_connect_timeout(CONNECT_TIMEOUT)
+        // A member without a leader answers at once rather than holding requests, and it
+        // cancels its watches, which then resume on another member.
+        .with_require_leader(true)
+}
+
+/// `host:port` or `http://host:port` as the balancer keys it (`http://host:port`).
+pub fn normalise_endpoint(raw: &str) -> Result<String, EtcdError> {
+    let raw = raw.trim().trim_end_matches('/');
+    let url = if raw.contains("://") {
+        raw.to_string()
+    } else {
+        format!("http://{raw}")
+    };
+    let ok = url.strip_prefix("http://").is_some_and(|rest| {
+        rest.rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty() && !host.contains('/') && port.parse::<u16>().is_ok()
+        })
+    }) && url.parse::<http::Uri>().is_ok();
+    if ok {
+        Ok(url)
+    } else {
+        Err(EtcdError::Endpoint {
+            endpoint: raw.to_string(),
+        })
+    }
+}
+
+impl Etcd {
+    /// Connects (lazily: no member has to answer yet) and starts the endpoints' health checks,
+    /// which read `health_key`.
+    pub async fn connect(endpoints: &[String], health_key: &str) -> Result<Self, EtcdError> {
+        let endpoints = endpoints
+            .iter()
+            .map(|e| normalise_endpoint(e))
+            .collect::<Result<Vec<_>, _>>()?;
+        let client = Client::connect(&endpoints, Some(connect_options()))
+            .await
+            .map_err(|source| EtcdError::Refused {
+                op: "connect",
+                source,
+            })?;
+        let etcd = Self {
+            client,
+            health: Arc::new(Mutex::new(vec![true; endpoints.len()])),
+            endpoints: Arc::new(endpoints),
+            retry: RetryPolicy::default(),
+        };
+        etcd.check_endpoints(health_key.as_bytes().to_vec()).await?;
+        Ok(etcd)
+    }
+
+    /// Each endpoint and whether its last health check passed.
+    pub fn endpoint_health(&self) -> Vec<(String, bool)> {
+        let health = self.health.locked().clone();
+        self.endpoints.iter().cloned().zip(health).collect()
+    }
+
+    async fn check_endpoints(&self, key: Vec<u8>) -> Result<(), EtcdError> {
+        let (reports, mut report_rx) = mpsc::channel::<(usize, bool)>(64);
+        for (index, endpoint) in self.endpoints.iter().enumerate() {
+            let probe = Client::connect([endpoint.as_str()], Some(connect_options()))
+                .await
+                .map_err(|source| EtcdError::Refused {
+                    op: "connect",
+                    source,
+                })?;
+            let reports = reports.clone();
+            let key = key.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(HEALTH_PERIOD);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    let mut probe = probe.clone();
+                    let healthy = matches!(
+                        tokio::time::timeout(HEALTH_TIMEOUT, probe.get(key.clone(), None)).await,
+                        Ok(Ok(_))
+                    );
+                    if reports.send((index, healthy)).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        drop(reports);
+        let client = self.client.clone();
+        let endpoints = self.endpoints.clone();
+        let health = Arc::downgrade(&self.health);
+        tokio::spawn(async move {
+            let mut in_balancer = vec![true; endpoints.len()];
+            while let Some((index, healthy)) = report_rx.recv().await {
+                let Some(health) = health.upgrade() else {
+                    return;
+                };
+                let target = {
+                    let mut health = health.locked();
+                    if health[index] == healthy {
+                        continue;
+                    }
+                    health[index] = healthy;
+                    balancer_set(&health)
+                };
+                for (i, (&want, have)) in target.iter().zip(in_balancer.iter_mut()).enumerate() {
+                    if want == *have {
+                        continue;
+                    }
+                    let endpoint = &endpoints[i];
+                    let changed = if want {
+                        client.add_endpoint(endpoint).await
+                    } else {
+                        client.remove_endpoint(endpoint).await
+                    };
+                    match changed {
+                        Ok(()) => {
+                            *have = want;
+                            tracing::info!(
+                                "etcd endpoint {endpoint} {}",
+                                if want {
+                                    "back in use"
+                                } else {
+                                    "taken out of use"
+                                }
+                            );
+                        }
+                        Err(e) => tracing::warn!("etcd endpoint {endpoint}: {e}"),
+                    }
+                }
+            }
+        });
+        Ok(())
+    }
+
+    /// One key, read linearizably.
+    pub async fn get(&self, key: &str) -> Result<Option<Entry>, EtcdError> {
+        let response = with_retries(self.retry, "get", || {
+            let mut client = self.client.clone();
+            async move { client.get(key, None).await }
+        })
+        .await?;
+        Ok(response.kvs().first().map(Entry::from_kv))
+    }
+
+    /// Every key under `prefix`, and the revision they were read at.
+    pub async fn list(&self, prefix: &str) -> Result<(Vec<Entry>, i64), EtcdError> {
+        let response = with_retries(self.retry, "list", || {
+            let mut client = self.client.clone();
+            async move {
+                client
+                    .get(prefix, Some(GetOptions::new().with_prefix()))
+                    .await
+            }
+        })
+        .await?;
+        let revision = response.header().map_or(0, |h| h.revision());
+        Ok((
+            response.kvs().iter().map(Entry::from_kv).collect(),
+            revision,
+        ))
+    }
+
+    /// Writes a whole value (idempotent, so retried), bound to `lease` if not 0.
+    pub async fn put(&self, key: &str, value: Vec<u8>, lease: i64) -> Result<(), EtcdError> {
+        with_retries(self.retry, "put", || {
+            let mut client = self.client.clone();
+            let value = value.clone();
+            async move {
+                let options = (lease != 0).then(|| PutOptions::new().with_lease(lease));
+                client.put(key, value, options).await
+            }
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Writes `value` only if `key` does not exist; returns the value that is there now.
+    pub async fn put_if_absent(&self, key: &str, value: Vec<u8>) -> Result<Vec<u8>, EtcdError> {
+        use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
+        // Idempotent as a whole: a retry after a lost answer finds the value it wrote.
+        let response = with_retries(self.retry, "create", || {
+            let mut client = self.client.clone();
+            let value = value.clone();
+            async move {
+                let txn = Txn::new()
+                    .when([Compare::version(key, CompareOp::Equal, 0)])
+                    .and_then([TxnOp::put(key, value, None)])
+                    .or_else([TxnOp::get(key, None)]);
+                client.txn(txn).await
+            }
+        })
+        .await?;
+        if response.succeeded() {
+            return Ok(value);
+        }
+        let existing = response.op_responses().into_iter().find_map(|r| match r {
+            TxnOpResponse::Get(get) => get.kvs().first().map(|kv| kv.value().to_vec()),
+            _ => None,
+        });
+        Ok(existing.unwrap_or_default())
+    }
+
+    pub async fn delete(&self, key: &str) -> Result<(), EtcdError> {
+        with_retries(self.retry, "delete", || {
+            let mut client = self.client.clone();
+            async move { client.delete(key, None).await }
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Grants a lease of `ttl` seconds. Tried once: a retry after a lost answer would leave a
+    /// second lease behind (it would expire unused, but the caller retries anyway).
+    pub async fn grant(&self, ttl: i64) -> Result<i64, EtcdError> {
+        let policy = RetryPolicy {
+            tries: 1,
+            ..self.retry
+        };
+        let response = with_retries(policy, "lease grant", || {
+            let mut client = self.client.clone();
+            async move { client.lease_grant(ttl, None).await }
+        })
+        .await?;
+        Ok(response.id())
+    }
+
+    /// Sends one keep-alive for `lease` and waits for its answer: `Ok(true)` when etcd renewed
+    /// it, `Ok(false)` when the lease no longer exists. Each keep-alive has a stream of its own:
+    /// a long-lived stream that a partition ended does not recover by itself.
+    pub async fn keep_alive(&self, lease: i64, timeout: Duration) -> Result<bool, EtcdError> {
+        let mut client = self.client.clone();
+        match tokio::time::timeout(timeout, client.lease_keep_alive(lease)).await {
+            Ok(Ok(_)) => Ok(true),
+            Ok(Err(e)) if lease_gone(&e) => Ok(false),
+            Ok(Err(source)) => Err(EtcdError::Unavailable {
+                op: "lease keep-alive",
+                tries: 1,
+                source,
+            }),
+            Err(_) => Err(EtcdError::Timeout {
+                op: "lease keep-alive",
+                tries: 1,
+            }),
+        }
+    }
+
+    /// Revokes `lease`, deleting the keys bound to it.
+    pub async fn revoke(&self, lease: i64) -> Result<(), EtcdError> {
+        let result = with_retries(self.retry, "lease revoke", || {
+            let mut client = self.client.clone();
+            async move { client.lease_revoke(lease).await }
+        })
+        .await;
+        match result {
+            Err(EtcdError::Refused { source, .. }) if lease_gone(&source) => Ok(()),
+            other => other.map(|_| ()),
+        }
+    }
+
+    /// Watches every key under `prefix`: first a [`WatchUpdate::Reset`] with all of them, then
+    /// each change, resumed after broken streams without a gap. Ends when the receiver goes.
+    pub fn watch_prefix(&self, prefix: String) -> mpsc::UnboundedReceiver<WatchUpdate> {
+        let (updates, receiver) = mpsc::unbounded_channel();
+        let etcd = self.clone();
+        tokio::spawn(async move { etcd.run_watch(prefix, updates).await });
+        receiver
+    }
+
+    async fn run_watch(&self, prefix: String, updates: mpsc::UnboundedSender<WatchUpdate>) {
+        use etcd_client::{EventType, WatchOptions};
+        let mut cursor = WatchCursor::default();
+        loop {
+            if updates.is_closed() {
+                return;
+            }
+            let from = match cursor.step() {
+                WatchStep::List => match self.list(&prefix).await {
+                    Ok((entries, revision)) => {
+                        if updates.send(WatchUpdate::Reset(entries)).is_err() {
+                            return;
+                        }
+                        cursor.listed(revision);
+                        revision + 1
+                    }
+                    Err(e) => {
+                        tracing::debug!("etcd watch of {prefix}: {e}");
+                        tokio::time::sleep(WATCH_RETRY).await;
+                        continue;
+                    }
+                },
+                WatchStep::WatchFrom(revision) => revision,
+            };
+            let options = WatchOptions::new()
+                .with_prefix()
+                .with_start_revision(from)
+                .with_progress_notify();
+            let mut client = self.client.clone();
+            let opened = tokio::time::timeout(
+                self.retry.try_timeout,
+                client.watch(prefix.as_str(), Some(options)),
+            )
+            .await;
+            let mut stream = match opened {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => {
+                    tracing::debug!("etcd watch of {prefix}: {e}");
+                    tokio::time::sleep(WATCH_RETRY).await;
+                    continue;
+                }
+                Err(_) => continue,
+            };
+            loop {
+                let response = match stream.message().await {
+                    Ok(Some(response)) => response,
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::debug!("etcd watch of {prefix} broke: {e}");
+                        break;
+                    }
+                };
+                if response.canceled() {
+                    if response.compact_revision() > 0 {
+                        cursor.compacted();
+                    }
+                    break;
+                }
+                for event in response.events() {
+                    let Some(kv) = event.kv() else { continue };
+                    let entry = Entry::from_kv(kv);
+                    cursor.event(entry.mod_revision);
+                    let update = match event.event_type() {
+                        EventType::Put => WatchUpdate::Put(entry),
+                        EventType::Delete => WatchUpdate::Delete {
+                            key: entry.key,
+                            mod_revision: entry.mod_revision,
+                        },
+                    };
+                    if updates.send(update).is_err() {
+                        return;
+                    }
+                }
+            }
+            tokio::time::sleep(WATCH_RETRY).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    fn unavailable() -> ClientError {
+        ClientError::IoError(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "refused",
+        ))
+    }
+
+    fn fast() -> RetryPolicy {
+        RetryPolicy {
+            tries: 5,
+            try_timeout: Duration::from_millis(50),
+            delay: Duration::from_millis(1),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_transport_failure_is_retried_until_a_try_succeeds() {
+        let calls = AtomicU32::new(0);
+        let result = with_retries(fast(), "get", || {
+            let n = calls.fetch_add(1, Ordering::SeqCst);
+            async move {
+                if n < 3 {
+                    Err(unavailable())
+                } else {
+                    Ok(n)
+                }
+            }
+        })
+        .await;
+        assert_eq!(result.unwrap(), 3);
+        assert_eq!(calls.load(Ordering::SeqCst), 4);
+    }
+
+    #[tokio::test]
+    async fn a_refusal_is_not_retried() {
+        let calls = AtomicU32::new(0);
+        let result: Result<(), _> = with_retries(fast(), "put", || {
+            calls.fetch_add(1, Ordering::SeqCst);
+            async { Err(ClientError::InvalidArgs("bad".into())) }
+        })
+        .await;
+        assert!(matches!(result, Err(EtcdError::Refused { op: "put", .. })));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn tries_that_hang_end_in_a_timeout_after_every_try() {
+        let calls = AtomicU32::new(0);
+        let result: Result<(), _> = with_retries(fast(), "get", || {
+            calls.fetch_add(1, Ordering::SeqCst);
+            std::future::pending()
+        })
+        .await;
+        assert!(matches!(result, Err(EtcdError::Timeout { tries: 5, .. })));
+        assert_eq!(calls.load(Ordering::SeqCst), 5);
+    }
+
+    #[tokio::test]
+    async fn the_last_transport_error_is_kept_as_the_source() {
+        let result: Result<(), _> =
+            with_retries(fast(), "get", || async { Err(unavailable()) }).await;
+        let error = result.unwrap_err();
+        assert!(matches!(error, EtcdError::Unavailable { tries: 5, .. }));
+        assert!(std::error::Error::source(&error).is_some());
+    }
+
+    #[test]
+    fn grpc_codes_that_mean_another_member_may_answer_are_retryable() {
+        let status = |code| ClientError::GRpcStatus(tonic::Status::new(code, "etcdserver"));
+        assert!(retryable(&status(Code::Unavailable)));
+        assert!(retryable(&status(Code::DeadlineExceeded)));
+        assert!(!retryable(&status(Code::InvalidArgument)));
+        assert!(!retryable(&status(Code::FailedPrecondition)));
+        assert!(lease_gone(&status(Code::NotFound)));
+        assert!(!retryable(&ClientError::LeaseKeepAliveError(
+            "lease not found".into()
+        )));
+        assert!(lease_gone(&ClientError::LeaseKeepAliveError(
+            "lease not found".into()
+        )));
+    }
+
+    #[test]
+    fn the_balancer_keeps_the_healthy_endpoints_or_all_when_none_is() {
+        assert_eq!(balancer_set(&[true, false, true]), vec![true, false, true]);
+        assert_eq!(balancer_set(&[false, false, false]), vec![true; 3]);
+        assert_eq!(
+            balancer_set(&[false, true, false]),
+            vec![false, true, false]
+        );
+    }
+
+    #[test]
+    fn the_watch_cursor_resumes_after_the_last_event_and_lists_after_a_compaction() {
+        let mut cursor = WatchCursor::default();
+        assert_eq!(cursor.step(), WatchStep::List);
+        cursor.listed(10);
+        assert_eq!(cursor.step(), WatchStep::WatchFrom(11));
+        cursor.event(14);
+        cursor.event(12); // never goes back
+        assert_eq!(cursor.step(), WatchStep::WatchFrom(15));
+        cursor.compacted();
+        assert_eq!(cursor.step(), WatchStep::List);
+    }
+
+    #[test]
+    fn endpoints_are_normalised_to_http_urls() {
+        assert_eq!(
+            normalise_endpoint("10.0.0.1:2379").unwrap(),
+            "http://10.0.0.1:2379"
+        );
+        assert_eq!(
+            normalise_endpoint("http://etcd-1:2379/").unwrap(),
+            "http://etcd-1:2379"
+        );
+        assert!(normalise_endpoint("https://etcd-1:2379").is_err());
+        assert!(normalise_endpoint("http://").is_err());
+        assert!(normalise_endpoint("http://a:1/path").is_err());
+        assert!(normalise_endpoint("etcd-1").is_err());
+    }
+}
