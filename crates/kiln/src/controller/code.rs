@@ -154,6 +154,17 @@ impl CodeStore {
                 let _ = fs::remove_file(self.zip_path(&name));
             }
         }
+        // The instrumented copies (and kept traces) of packages no function refers to.
+        let Ok(entries) = fs::read_dir(self.root.join("breakout")) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let digest = name.split('.').next().unwrap_or_default();
+            if !live.iter().any(|l| l == digest) {
+                let _ = fs::remove_dir_all(entry.path()).or_else(|_| fs::remove_file(entry.path()));
+            }
+        }
     }
 }
 
