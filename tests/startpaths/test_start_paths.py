@@ -368,6 +368,8 @@ def test_a_dead_spare_fork_is_replaced_and_the_invocation_still_answers(kiln, tm
     assert pids, f"no process in the spare's cgroup {cgroups[0]}"
     for pid in pids:
         os.kill(int(pid), signal.SIGKILL)
+    # Dead and reaped before it is taken, however loaded the machine.
+    wait_for(lambda: not open(f"{cgroups[0]}/cgroup.procs").read().split(), what="the spare's processes to end")
     result, response, report = invoke(kiln, "sp-spare", {"n": 1})
     assert "FunctionError" not in response, result
     assert start_path(report) == "hot"

@@ -127,6 +127,9 @@ struct Progress {
     last_compile: Option<Instant>,
     /// Whether each of the latest fast requests missed (the bounce limit's window).
     recent: VecDeque<bool>,
+    /// The tracing instance of a compiled revision went (idle, or it crashed): its misses
+    /// are no longer retraced.
+    tracer_gone: bool,
 }
 
 /// The fast paths of the node's functions, one revision each.
@@ -232,6 +235,7 @@ impl Breakout {
                 fast: None,
                 last_compile: None,
                 recent: VecDeque::new(),
+                tracer_gone: false,
             }),
             tracer: tokio::sync::Mutex::new(None),
             running: AtomicUsize::new(0),
@@ -270,7 +274,8 @@ impl Breakout {
         let progress = self.progress.locked();
         let n = progress.recent.len();
         let misses = progress.recent.iter().filter(|m| **m).count();
-        (progress.status.retraces >= self.config.max_retraces
+        let retraced = progress.status.retraces >= self.config.max_retraces || progress.tracer_gone;
+        (retraced
             && n >= BOUNCE_MIN
             && misses as f64 > BOUNCE_SHARE * n as f64)
             .then(|| {
@@ -386,17 +391,27 @@ fn compile(
     Ok((loaded, bytes.len()))
 }
 
+/// Whether a miss is the function throwing (its error, which Node answers by design) rather
+/// than the fast path failing to follow it: a JavaScript error the runtime raised
+/// (`TypeError: …`) or an uncaught `throw`.
+fn is_throw(reason: &str) -> bool {
+    reason.contains("uncaught throw")
+        || ["TypeError", "RangeError", "SyntaxError", "ReferenceError", "Error"]
+            .iter()
+            .any(|e| reason.starts_with(&format!("{e}: ")))
+}
+
 /// A miss's kind, for metrics: a few fixed words, whatever the reason's text.
 fn miss_kind(reason: &str) -> &'static str {
     let r = reason.to_ascii_lowercase();
-    if r.contains("untraced") || r.contains("not traced") || r.contains("unknown") {
+    if is_throw(reason) {
+        "throw"
+    } else if r.contains("untraced") || r.contains("not traced") || r.contains("unknown") {
         "untraced"
     } else if r.contains("unsupported") || r.contains("☠") {
         "unsupported"
     } else if r.contains("guard") || r.contains("type") {
         "guard"
-    } else if r.contains("throw") {
-        "throw"
     } else if r.contains("time") {
         "time"
     } else if r.contains("memory") {
@@ -551,7 +566,10 @@ impl Inner {
                     None => reason.clone(),
                 };
                 breakout.count("miss", Some(&reason));
-                breakout.observe(true);
+                // The function's own errors are not the fast path bouncing.
+                if !is_throw(&reason) {
+                    breakout.observe(true);
+                }
                 if let Some(reason) = breakout.bounced() {
                     breakout.set_ordinary(reason);
                     self.end_tracing(breakout).await;
@@ -575,6 +593,12 @@ impl Inner {
         let mut slot = breakout.tracer.try_lock().ok()?;
         let trace_spec = breakout.progress.locked().trace_spec.clone()?;
         let mut cold = false;
+        if slot.is_none() && miss.is_some() {
+            // A new tracing instance would trace only the misses, not the paths compiled
+            // already: a compiled revision retraces only on the instance it was traced on.
+            breakout.progress.locked().tracer_gone = true;
+            return None;
+        }
         if slot.is_none() {
             *slot = Some(self.start_tracer(breakout, &trace_spec).await?);
             cold = true;
@@ -628,7 +652,7 @@ impl Inner {
             limit_write: None,
         };
         if !invocation.healthy {
-            // Its trace went with it; the next idle request starts another.
+            // Its trace went with it; while tracing, the next idle request starts another.
             self.let_tracer_go(instance);
             return Some(outcome);
         }
@@ -865,10 +889,6 @@ impl Inner {
             .cloned()
             .collect();
         for breakout in all {
-            // While compiled, the tracing instance holds the trace that retraces grow: it stays.
-            if breakout.mode() == BreakoutMode::Decontainerized {
-                continue;
-            }
             let Ok(mut slot) = breakout.tracer.try_lock() else {
                 continue;
             };
@@ -877,7 +897,16 @@ impl Inner {
                 .is_some_and(|i| now.duration_since(i.last_used) >= ttl)
             {
                 let instance = slot.take().expect("checked");
-                breakout.progress.locked().status.traced = 0;
+                {
+                    let mut progress = breakout.progress.locked();
+                    if progress.status.mode == BreakoutMode::Tracing {
+                        // Tracing starts again with the next request.
+                        progress.status.traced = 0;
+                    } else {
+                        // The trace retraces would grow went with it: no more retracing.
+                        progress.tracer_gone = true;
+                    }
+                }
                 self.let_tracer_go(instance);
             }
         }
@@ -899,6 +928,15 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_function_error_is_not_a_bounce() {
+        assert_eq!(miss_kind("TypeError: Cannot read properties of null"), "throw");
+        assert_eq!(miss_kind("uncaught throw"), "throw");
+        assert_eq!(miss_kind("the global Symbol not compiled"), "builtin");
+        assert_eq!(miss_kind("out of memory"), "memory");
+        assert!(!is_throw("a type guard failed"));
+    }
 
     #[test]
     fn instrumented_copies_live_beside_the_code_store() {
