@@ -62,17 +62,17 @@ impl Generator<'_> {
                 }
                 None => self.value(Value::UNDEFINED),
             },
+            Expr::Get { object, property } if property == "length" => {
+                let key = self.shared.data.string(property);
+                self.get_length(object, key.0);
+            }
             Expr::Get { object, property } => {
                 self.expr(object);
                 let key = self.shared.data.string(property);
                 self.value(key);
                 self.sink().call(rt::GET);
             }
-            Expr::Index { object, key } => {
-                self.expr(object);
-                self.expr(key);
-                self.sink().call(rt::GET);
-            }
+            Expr::Index { object, key } => self.get_index(object, key),
             Expr::Unary { op, argument } => self.unary(op, argument),
             Expr::Binary { op, left, right } => self.binary(op, left, right),
             Expr::Array { items } => {

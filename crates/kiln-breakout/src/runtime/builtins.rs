@@ -105,6 +105,18 @@ impl Builtin {
         NAMES.iter().position(|n| *n == name).map(|i| ALL[i])
     }
 
+    /// The builtin `owner.member` (`Array.prototype` and `push`), without making the name.
+    pub fn member(owner: &str, member: &str) -> Option<Builtin> {
+        NAMES
+            .iter()
+            .position(|n| {
+                n.strip_prefix(owner)
+                    .and_then(|rest| rest.strip_prefix('.'))
+                    .is_some_and(|rest| rest == member)
+            })
+            .map(|i| ALL[i])
+    }
+
     pub fn value(self) -> Value {
         Value(TAG_BUILTIN | self as u64)
     }
@@ -132,8 +144,7 @@ pub fn static_property(builtin: Builtin, name: &str) -> Result<Value, Miss> {
         (Builtin::Number, "MAX_SAFE_INTEGER") => Value::number(9_007_199_254_740_991.0),
         (Builtin::Number, "MIN_SAFE_INTEGER") => Value::number(-9_007_199_254_740_991.0),
         (Builtin::Number, "EPSILON") => Value::number(f64::EPSILON),
-        _ => Builtin::named(&format!("{}.{name}", builtin.name()))
-            .map_or(Value::UNDEFINED, Builtin::value),
+        _ => Builtin::member(builtin.name(), name).map_or(Value::UNDEFINED, Builtin::value),
     })
 }
 
