@@ -1,13 +1,16 @@
 //! Element and length access with the array case inline: `a[i]` and `a[i] = v` on an array
 //! with a number index below its length, and `.length` of an array or string, read or write
-//! the arena directly (layouts in [`crate::runtime::heap`]); every other case (a property, a
-//! hole past the end, a string index, a key that is not an integer) calls the runtime.
+//! the arena directly (layouts in [`crate::runtime::heap`]), and so does `a.push(v)` while
+//! the array has room (an array has no own named properties and its prototype's methods
+//! cannot be replaced, so its `push` is the builtin); every other case (a property, a hole
+//! past the end, a string index, a key that is not an integer, a full array) calls the
+//! runtime.
 
 use wasm_encoder::{BlockType, ValType};
 
 use super::codegen::{mem32, mem64, Generator};
-use super::imports as rt;
-use crate::runtime::value::{TAGGED, TAG_ARRAY, TAG_MASK, TAG_STRING};
+use super::imports::{self as rt, DIRECT_ARGS};
+use crate::runtime::value::{Value, TAGGED, TAG_ARRAY, TAG_MASK, TAG_STRING};
 use crate::trace::Expr;
 
 impl Generator<'_> {
@@ -159,5 +162,82 @@ impl Generator<'_> {
             .end();
         self.free(ValType::I64, o);
         self.free(ValType::I64, tag);
+    }
+
+    /// `object.push(arg)` (`key` is the constant `"push"`): the new length on the stack.
+    pub fn push(&mut self, object: &Expr, arg: &Expr, key: u64) {
+        let (o, v) = (self.local(ValType::I64), self.local(ValType::I64));
+        let (address, len, capacity) = (
+            self.local(ValType::I32),
+            self.local(ValType::I32),
+            self.local(ValType::I32),
+        );
+        self.expr(object);
+        self.sink().local_set(o);
+        self.expr(arg);
+        self.sink()
+            .local_set(v)
+            .block(BlockType::Result(ValType::I64))
+            .block(BlockType::Empty)
+            .local_get(o)
+            .i64_const(TAG_MASK as i64)
+            .i64_and()
+            .i64_const(TAG_ARRAY as i64)
+            .i64_ne()
+            .br_if(0)
+            // Room for one more.
+            .local_get(o)
+            .i32_wrap_i64()
+            .local_tee(address)
+            .i32_load(mem32(0))
+            .local_tee(len)
+            .local_get(address)
+            .i32_load(mem32(4))
+            .local_tee(capacity)
+            .i32_ge_u()
+            .br_if(0)
+            // slots + 8 * ((head + len) & (capacity - 1)) = v
+            .local_get(address)
+            .i32_load(mem32(12))
+            .local_get(address)
+            .i32_load(mem32(8))
+            .local_get(len)
+            .i32_add()
+            .local_get(capacity)
+            .i32_const(1)
+            .i32_sub()
+            .i32_and()
+            .i32_const(3)
+            .i32_shl()
+            .i32_add()
+            .local_get(v)
+            .i64_store(mem64(0))
+            .local_get(address)
+            .local_get(len)
+            .i32_const(1)
+            .i32_add()
+            .local_tee(len)
+            .i32_store(mem32(0))
+            .local_get(len)
+            .f64_convert_i32_u()
+            .i64_reinterpret_f64()
+            .br(1)
+            .end()
+            // The general call: the method read, then called with `this`.
+            .local_get(o)
+            .i64_const(key as i64)
+            .call(rt::GET)
+            .local_get(o)
+            .i32_const(1)
+            .local_get(v);
+        for _ in 1..DIRECT_ARGS {
+            self.value(Value::UNDEFINED);
+        }
+        self.sink().call(rt::CALL).end();
+        self.free(ValType::I64, o);
+        self.free(ValType::I64, v);
+        self.free(ValType::I32, address);
+        self.free(ValType::I32, len);
+        self.free(ValType::I32, capacity);
     }
 }

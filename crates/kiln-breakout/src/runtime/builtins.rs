@@ -3,6 +3,9 @@
 //! A builtin the runtime lacks is never a value: reading it gives `undefined` and calling
 //! that misses.
 
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
 use super::heap::Heap;
 use super::json;
 use super::ops::{self, is_js_whitespace, to_number, to_rust_string};
@@ -105,16 +108,20 @@ impl Builtin {
         NAMES.iter().position(|n| *n == name).map(|i| ALL[i])
     }
 
-    /// The builtin `owner.member` (`Array.prototype` and `push`), without making the name.
+    /// The builtin `owner.member` (`Array.prototype` and `push`), without making the name:
+    /// a method is looked up at every call of it.
     pub fn member(owner: &str, member: &str) -> Option<Builtin> {
-        NAMES
-            .iter()
-            .position(|n| {
-                n.strip_prefix(owner)
-                    .and_then(|rest| rest.strip_prefix('.'))
-                    .is_some_and(|rest| rest == member)
-            })
-            .map(|i| ALL[i])
+        static MEMBERS: OnceLock<HashMap<&str, HashMap<&str, Builtin>>> = OnceLock::new();
+        let members = MEMBERS.get_or_init(|| {
+            let mut members: HashMap<&str, HashMap<&str, Builtin>> = HashMap::new();
+            for (name, builtin) in NAMES.iter().zip(ALL) {
+                if let Some((owner, member)) = name.rsplit_once('.') {
+                    members.entry(owner).or_default().insert(member, *builtin);
+                }
+            }
+            members
+        });
+        members.get(owner)?.get(member).copied()
     }
 
     pub fn value(self) -> Value {
