@@ -1,8 +1,9 @@
 //! Running a compiled trace: a small engine around wasmtime. [`FastPathEngine::load`]
 //! compiles a module, runs its `init` once and keeps the initialised memory as the starting
-//! image of every request (as Wizer does); [`Loaded::run`] serves one request in a fresh
-//! instance with that image, bounded in time (an epoch deadline) and memory (the module's
-//! fixed memory, under the engine's cap). Every way a request can fail here is a
+//! image of every request (as Wizer does); [`Loaded::run`] serves one request in an instance
+//! whose memory is that image (a fresh one, or one an earlier request used, its memory put
+//! back), bounded in time (an epoch deadline) and memory (the module's fixed memory, under the
+//! engine's cap). Every way a request can fail here is a
 //! [`Outcome::Miss`] with a reason: ☠, a guard, a trap, the deadline, the arena. The host
 //! never panics on what the module does.
 
