@@ -1,13 +1,14 @@
 //! Running a compiled trace: a small engine around wasmtime. [`FastPathEngine::load`]
 //! compiles a module, runs its `init` once and keeps the initialised memory as the starting
-//! image of every request (as Wizer does); [`Loaded::run`] serves one request in a fresh
-//! instance with that image, bounded in time (an epoch deadline) and memory (the module's
-//! fixed memory, under the engine's cap). Every way a request can fail here is a
+//! image of every request (as Wizer does); [`Loaded::run`] serves one request in an instance
+//! whose memory is that image (a fresh one, or one an earlier request used, its memory put
+//! back), bounded in time (an epoch deadline) and memory (the module's fixed memory, under the
+//! engine's cap). Every way a request can fail here is a
 //! [`Outcome::Miss`] with a reason: ☠, a guard, a trap, the deadline, the arena. The host
 //! never panics on what the module does.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -17,7 +18,7 @@ use wasmtime::{
 };
 
 use crate::compile::imports::{self, DIRECT_ARGS};
-use crate::runtime::heap::Heap;
+use crate::runtime::heap::{Heap, HEAP_TOP};
 use crate::runtime::value::{Value, TAG_CLOSURE};
 use crate::runtime::{self, json, ops, Guest, Intrinsics, Miss, NoIntrinsics};
 
@@ -131,6 +132,7 @@ impl FastPathEngine {
             pre,
             limits: self.limits.clone(),
             image: Vec::new(),
+            idle: Mutex::new(Vec::new()),
             _clock: self.clock.clone(),
         };
         let (mut store, instance) = loaded
@@ -145,10 +147,17 @@ impl FastPathEngine {
         }
         let memory = store.data().memory.expect("set at instantiation");
         let data = memory.data(&store);
-        let top = Heap::new(&mut data.to_vec()).top().unwrap_or(0) as usize;
+        let top = heap_top(data).unwrap_or(0);
         loaded.image = data[..top.min(data.len())].to_vec();
         Ok(loaded)
     }
+}
+
+/// The heap's top as the memory records it.
+fn heap_top(data: &[u8]) -> Option<usize> {
+    let at = HEAP_TOP as usize;
+    let bytes = data.get(at..at + 4)?;
+    Some(u32::from_le_bytes(bytes.try_into().ok()?) as usize)
 }
 
 /// A loaded module, its memory after `init`.
@@ -157,8 +166,19 @@ pub struct Loaded {
     pre: InstancePre<State>,
     limits: Limits,
     image: Vec<u8>,
+    /// Instances that served a request and whose memory is the image again, for the next
+    /// ones: a fresh instance costs an allocation of its memory and a page fault per page
+    /// the request touches, a reused one a copy of the image and the zeroing of the arena
+    /// the last request used (the code never writes past the heap's top).
+    idle: Mutex<Vec<Ready>>,
     /// Kept so the deadlines keep ticking while the module is in use.
     _clock: Arc<Clock>,
+}
+
+/// An instance ready to serve a request: its memory is the image.
+struct Ready {
+    store: Store<State>,
+    run: TypedFunc<(i32, i32), i64>,
 }
 
 type Apply = TypedFunc<(i64, i64, i32, i64, i64, i64, i64), i64>;
@@ -190,8 +210,7 @@ impl Loaded {
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
-        let ticks = (deadline.as_millis() / TICK.as_millis()).max(1) as u64;
-        store.set_epoch_deadline(ticks);
+        store.set_epoch_deadline(ticks(deadline));
         let instance = self.pre.instantiate(&mut store)?;
         let memory = instance
             .get_memory(&mut store, "memory")
@@ -202,6 +221,50 @@ impl Loaded {
         Ok((store, instance))
     }
 
+    /// An idle instance, or a fresh one with the image copied in.
+    fn ready(&self) -> Result<Ready, Miss> {
+        if let Some(ready) = self.idle.lock().ok().and_then(|mut idle| idle.pop()) {
+            return Ok(ready);
+        }
+        let fresh =
+            self.instantiate(Box::new(NoIntrinsics), TICK)
+                .and_then(|(mut store, instance)| {
+                    let run = instance.get_typed_func(&mut store, "run")?;
+                    Ok(Ready { store, run })
+                });
+        let ready = fresh.map_err(|error| Miss::new(format!("instantiation: {error}")))?;
+        let memory = ready.store.data().memory.expect("set at instantiation");
+        let mut ready = ready;
+        let data = memory.data_mut(&mut ready.store);
+        let Some(start) = data.get_mut(..self.image.len()) else {
+            return Err(Miss::new("out of memory"));
+        };
+        start.copy_from_slice(&self.image);
+        Ok(ready)
+    }
+
+    /// Puts the memory back to the image (what the request allocated zeroed) and keeps the
+    /// instance for the next request; drops it if its heap's top is not one the runtime
+    /// could have left.
+    fn release(&self, mut ready: Ready) {
+        let state = ready.store.data_mut();
+        state.intrinsics = Box::new(NoIntrinsics);
+        state.miss = None;
+        let memory = state.memory.expect("set at instantiation");
+        let data = memory.data_mut(&mut ready.store);
+        let image = self.image.len();
+        match heap_top(data) {
+            Some(top) if top >= image && top <= data.len() => {
+                data[..image].copy_from_slice(&self.image);
+                data[image..top].fill(0);
+            }
+            _ => return,
+        }
+        if let Ok(mut idle) = self.idle.lock() {
+            idle.push(ready);
+        }
+    }
+
     /// Serves one request: the event (JSON) in, the answer (JSON) or a miss out.
     pub fn run(
         &self,
@@ -209,18 +272,28 @@ impl Loaded {
         intrinsics: Box<dyn Intrinsics>,
         deadline: Duration,
     ) -> Outcome {
-        let (mut store, instance) = match self.instantiate(intrinsics, deadline) {
-            Ok(found) => found,
-            Err(error) => return Outcome::from(Miss::new(format!("instantiation: {error}"))),
+        let mut ready = match self.ready() {
+            Ok(ready) => ready,
+            Err(miss) => return Outcome::from(miss),
         };
+        let outcome = self.serve(&mut ready, event_json, intrinsics, deadline);
+        self.release(ready);
+        outcome
+    }
+
+    fn serve(
+        &self,
+        ready: &mut Ready,
+        event_json: &[u8],
+        intrinsics: Box<dyn Intrinsics>,
+        deadline: Duration,
+    ) -> Outcome {
+        let store = &mut ready.store;
+        store.data_mut().intrinsics = intrinsics;
+        store.set_epoch_deadline(ticks(deadline));
         let memory = store.data().memory.expect("set at instantiation");
         let event = {
-            let data = memory.data_mut(&mut store);
-            let Some(start) = data.get_mut(..self.image.len()) else {
-                return Outcome::from(Miss::new("out of memory"));
-            };
-            start.copy_from_slice(&self.image);
-            let mut heap = Heap::new(data);
+            let mut heap = Heap::new(memory.data_mut(&mut *store));
             heap.alloc(event_json.len() as u32).inspect(|&address| {
                 let a = address as usize;
                 heap.mem[a..a + event_json.len()].copy_from_slice(event_json);
@@ -230,26 +303,28 @@ impl Loaded {
             Ok(address) => address,
             Err(miss) => return Outcome::from(miss),
         };
-        let run: TypedFunc<(i32, i32), i64> = match instance.get_typed_func(&mut store, "run") {
-            Ok(run) => run,
-            Err(error) => {
-                return Outcome::from(Miss::new(format!("the module has no run: {error}")))
-            }
-        };
-        match run.call(&mut store, (address as i32, event_json.len() as i32)) {
+        match ready
+            .run
+            .call(&mut *store, (address as i32, event_json.len() as i32))
+        {
             Ok(packed) => {
                 let (a, len) = (
                     (packed as u64 >> 32) as usize,
                     (packed as u64 & 0xFFFF_FFFF) as usize,
                 );
-                match memory.data(&store).get(a..a + len) {
+                match memory.data(&*store).get(a..a + len) {
                     Some(bytes) => Outcome::Answer(bytes.to_vec()),
                     None => Outcome::from(Miss::new("an answer outside the memory")),
                 }
             }
-            Err(error) => Outcome::from(miss_of(&mut store, &error)),
+            Err(error) => Outcome::from(miss_of(store, &error)),
         }
     }
+}
+
+/// A deadline in the clock's ticks.
+fn ticks(deadline: Duration) -> u64 {
+    (deadline.as_millis() / TICK.as_millis()).max(1) as u64
 }
 
 /// The miss a trap stands for: the one the module or runtime recorded, or the trap's own.

@@ -392,12 +392,7 @@ impl<'s> Generator<'s> {
                 emit(self);
                 self.sink().call(rt::SET);
             }
-            Bind::Set(Expr::Index { object, key }) => {
-                self.expr(object);
-                self.expr(key);
-                emit(self);
-                self.sink().call(rt::SET);
-            }
+            Bind::Set(Expr::Index { object, key }) => self.set_index(object, key, emit),
             Bind::Set(_) => self.miss("an assignment to this target not compiled", None),
         }
     }

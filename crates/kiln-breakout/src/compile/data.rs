@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use crate::runtime::heap::DATA_START;
+use crate::runtime::heap::{string_hash, DATA_START};
 use crate::runtime::value::{Value, TAG_STRING};
 
 #[derive(Default)]
@@ -35,7 +35,8 @@ impl Data {
         let units: Vec<u16> = text.encode_utf16().collect();
         self.bytes
             .extend_from_slice(&(units.len() as u32).to_le_bytes());
-        self.bytes.extend_from_slice(&[0; 4]);
+        self.bytes
+            .extend_from_slice(&string_hash(units.iter().copied()).to_le_bytes());
         for unit in units {
             self.bytes.extend_from_slice(&unit.to_le_bytes());
         }

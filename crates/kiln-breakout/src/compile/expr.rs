@@ -62,17 +62,17 @@ impl Generator<'_> {
                 }
                 None => self.value(Value::UNDEFINED),
             },
+            Expr::Get { object, property } if property == "length" => {
+                let key = self.shared.data.string(property);
+                self.get_length(object, key.0);
+            }
             Expr::Get { object, property } => {
                 self.expr(object);
                 let key = self.shared.data.string(property);
                 self.value(key);
                 self.sink().call(rt::GET);
             }
-            Expr::Index { object, key } => {
-                self.expr(object);
-                self.expr(key);
-                self.sink().call(rt::GET);
-            }
+            Expr::Index { object, key } => self.get_index(object, key),
             Expr::Unary { op, argument } => self.unary(op, argument),
             Expr::Binary { op, left, right } => self.binary(op, left, right),
             Expr::Array { items } => {
@@ -464,6 +464,13 @@ impl Generator<'_> {
     /// global's member or a method no builtin has is a miss here, unless the trace saw the
     /// call enter traced code.
     pub fn call(&mut self, callee: &Expr, args: &[Expr], new: bool, calls_back: bool) {
+        if let (Expr::Get { object, property }, [arg], false) = (callee, args, new) {
+            if property == "push" && !matches!(arg, Expr::Spread { .. }) {
+                let key = self.shared.data.string(property);
+                self.push(object, arg, key.0);
+                return;
+            }
+        }
         if !calls_back {
             let missing = match callee {
                 Expr::Get { object, property } => match object.as_ref() {

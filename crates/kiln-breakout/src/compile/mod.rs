@@ -22,6 +22,7 @@
 //! - `apply(closure, this, argc, a0, a1, a2, a3) -> i64`: calls a closure whose function the
 //!   trace has as a handler (the runtime's way back in, for callbacks and constructors).
 
+mod access;
 mod captures;
 mod codegen;
 mod data;

@@ -3,6 +3,9 @@
 //! A builtin the runtime lacks is never a value: reading it gives `undefined` and calling
 //! that misses.
 
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
 use super::heap::Heap;
 use super::json;
 use super::ops::{self, is_js_whitespace, to_number, to_rust_string};
@@ -105,6 +108,22 @@ impl Builtin {
         NAMES.iter().position(|n| *n == name).map(|i| ALL[i])
     }
 
+    /// The builtin `owner.member` (`Array.prototype` and `push`), without making the name:
+    /// a method is looked up at every call of it.
+    pub fn member(owner: &str, member: &str) -> Option<Builtin> {
+        static MEMBERS: OnceLock<HashMap<&str, HashMap<&str, Builtin>>> = OnceLock::new();
+        let members = MEMBERS.get_or_init(|| {
+            let mut members: HashMap<&str, HashMap<&str, Builtin>> = HashMap::new();
+            for (name, builtin) in NAMES.iter().zip(ALL) {
+                if let Some((owner, member)) = name.rsplit_once('.') {
+                    members.entry(owner).or_default().insert(member, *builtin);
+                }
+            }
+            members
+        });
+        members.get(owner)?.get(member).copied()
+    }
+
     pub fn value(self) -> Value {
         Value(TAG_BUILTIN | self as u64)
     }
@@ -132,8 +151,7 @@ pub fn static_property(builtin: Builtin, name: &str) -> Result<Value, Miss> {
         (Builtin::Number, "MAX_SAFE_INTEGER") => Value::number(9_007_199_254_740_991.0),
         (Builtin::Number, "MIN_SAFE_INTEGER") => Value::number(-9_007_199_254_740_991.0),
         (Builtin::Number, "EPSILON") => Value::number(f64::EPSILON),
-        _ => Builtin::named(&format!("{}.{name}", builtin.name()))
-            .map_or(Value::UNDEFINED, Builtin::value),
+        _ => Builtin::member(builtin.name(), name).map_or(Value::UNDEFINED, Builtin::value),
     })
 }
 

@@ -4,7 +4,9 @@
 //! - The header, at address 0: the heap's top at [`HEAP_TOP`], the global object at
 //!   [`GLOBAL_OBJECT`]. The compiled module's data (string constants, miss reasons) starts at
 //!   [`DATA_START`], and the heap after it.
-//! - A string: its length in UTF-16 units (`u32`), 4 bytes of padding, the units.
+//! - A string: its length in UTF-16 units (`u32`), its hash ([`string_hash`], `u32`), the
+//!   units. Two strings are equal only if their first 8 bytes are, so a property lookup
+//!   compares the units of a key only when it is found.
 //! - An object or closure ([`OBJECT_SIZE`] bytes): its prototype (a value), the number of its
 //!   properties, their capacity and the address of their entries (`u32`s), then for a closure
 //!   its function's index plus one and the address of its environment. An entry is a key (a
@@ -36,6 +38,13 @@ pub const MAX_LENGTH: u32 = 1 << 26;
 /// The arena: the instance's memory.
 pub struct Heap<'m> {
     pub mem: &'m mut [u8],
+}
+
+/// A string's hash (FNV-1a over its UTF-16 units), kept in its header.
+pub fn string_hash(units: impl IntoIterator<Item = u16>) -> u32 {
+    units.into_iter().fold(0x811c_9dc5, |hash: u32, unit| {
+        (hash ^ u32::from(unit)).wrapping_mul(0x0100_0193)
+    })
 }
 
 fn bad() -> Miss {
@@ -118,6 +127,7 @@ impl<'m> Heap<'m> {
         }
         let address = self.alloc(8 + 2 * len)?;
         self.set_u32(address, len)?;
+        self.set_u32(address + 4, string_hash(units.iter().copied()))?;
         let start = address as usize + 8;
         for (i, unit) in units.iter().enumerate() {
             self.mem[start + 2 * i..start + 2 * i + 2].copy_from_slice(&unit.to_le_bytes());
@@ -161,10 +171,11 @@ impl<'m> Heap<'m> {
         if a == b {
             return Ok(true);
         }
-        let len = self.string_len(a)?;
-        if len != self.string_len(b)? {
+        // The length and the hash.
+        if self.value(a.address())? != self.value(b.address())? {
             return Ok(false);
         }
+        let len = self.string_len(a)?;
         let (x, y) = (a.address() as usize + 8, b.address() as usize + 8);
         let n = 2 * len as usize;
         Ok(self.mem.get(x..x + n).ok_or_else(bad)? == self.mem.get(y..y + n).ok_or_else(bad)?)

@@ -34,8 +34,9 @@ impl Miss {
 
 /// The platform's effects the fast path may ask for (the object store, sessions, logs),
 /// named as the tracing runtime names them (`console.log`, say). Arguments and results are
-/// JSON. The default answers every call with a miss, so such a request runs in Node.
-pub trait Intrinsics {
+/// JSON. The default answers every call with a miss, so such a request runs in Node. `Send`:
+/// the instance that holds them is reused by the next request, on any thread.
+pub trait Intrinsics: Send {
     fn call(&mut self, name: &str, args: &[serde_json::Value]) -> Result<serde_json::Value, Miss> {
         let _ = args;
         Err(Miss::new(format!("intrinsic {name} not available")))
@@ -71,10 +72,41 @@ fn property_key(heap: &mut Heap<'_>, key: Value) -> Result<Value, Miss> {
     ops::to_string(heap, key)
 }
 
-/// A property key as Rust text.
-fn key_name(heap: &mut Heap<'_>, key: Value) -> Result<String, Miss> {
+/// A property key's name as text: on the stack when it is short and ASCII, as the names of
+/// methods and `length` are, so looking one up allocates nothing.
+enum KeyName {
+    Short([u8; SHORT_NAME], usize),
+    Long(String),
+}
+
+const SHORT_NAME: usize = 24;
+
+impl KeyName {
+    fn as_str(&self) -> &str {
+        match self {
+            KeyName::Short(bytes, len) => std::str::from_utf8(&bytes[..*len]).unwrap_or_default(),
+            KeyName::Long(text) => text,
+        }
+    }
+}
+
+/// A property key as text.
+fn key_name(heap: &mut Heap<'_>, key: Value) -> Result<KeyName, Miss> {
     let key = property_key(heap, key)?;
-    heap.rust_string(key)
+    let len = heap.string_len(key)?;
+    if len as usize <= SHORT_NAME {
+        let mut bytes = [0u8; SHORT_NAME];
+        let mut ascii = true;
+        for (i, byte) in bytes.iter_mut().enumerate().take(len as usize) {
+            let unit = heap.unit(key, i as u32)?;
+            ascii &= unit < 0x80;
+            *byte = unit as u8;
+        }
+        if ascii {
+            return Ok(KeyName::Short(bytes, len as usize));
+        }
+    }
+    Ok(KeyName::Long(heap.rust_string(key)?))
 }
 
 /// An integer index a key names, if it is one (`3` or `"3"`).
@@ -84,7 +116,16 @@ fn index_of_key(heap: &Heap<'_>, key: Value) -> Result<Option<u32>, Miss> {
         return Ok((f64::from(i) == n && n >= 0.0 && i < u32::MAX).then_some(i));
     }
     if key.is_string() {
-        return Ok(json::array_index(&heap.units(key)?));
+        let len = heap.string_len(key)? as usize;
+        // No index has more than 10 digits.
+        let mut units = [0u16; 10];
+        if len > units.len() {
+            return Ok(None);
+        }
+        for (i, unit) in units.iter_mut().enumerate().take(len) {
+            *unit = heap.unit(key, i as u32)?;
+        }
+        return Ok(json::array_index(&units[..len]));
     }
     Ok(None)
 }
@@ -106,10 +147,10 @@ pub fn get(heap: &mut Heap<'_>, object: Value, key: Value) -> Result<Value, Miss
                 return heap.element(object, i);
             }
             let name = key_name(heap, key)?;
-            if name == "length" {
+            if name.as_str() == "length" {
                 return Ok(Value::number(f64::from(heap.len(object)?)));
             }
-            Ok(builtin_value(&format!("Array.prototype.{name}")))
+            Ok(builtin_member("Array.prototype", name.as_str()))
         }
         TAG_STRING => {
             if let Some(i) = index_of_key(heap, key)? {
@@ -120,18 +161,18 @@ pub fn get(heap: &mut Heap<'_>, object: Value, key: Value) -> Result<Value, Miss
                 return Ok(Value::UNDEFINED);
             }
             let name = key_name(heap, key)?;
-            if name == "length" {
+            if name.as_str() == "length" {
                 return Ok(Value::number(f64::from(heap.string_len(object)?)));
             }
-            Ok(builtin_value(&format!("String.prototype.{name}")))
+            Ok(builtin_member("String.prototype", name.as_str()))
         }
         TAG_OBJECT | TAG_CLOSURE => {
             let key = property_key(heap, key)?;
             if let Some(v) = heap.lookup(object, key)? {
                 return Ok(v);
             }
-            let name = heap.rust_string(key)?;
-            if object.tag() == TAG_CLOSURE && name == "prototype" {
+            let name = key_name(heap, key)?;
+            if object.tag() == TAG_CLOSURE && name.as_str() == "prototype" {
                 // A function's prototype object, made when first read.
                 let proto = heap.object(Value::NULL)?;
                 let constructor = heap.str("constructor")?;
@@ -139,27 +180,27 @@ pub fn get(heap: &mut Heap<'_>, object: Value, key: Value) -> Result<Value, Miss
                 heap.set_own(object, key, proto)?;
                 return Ok(proto);
             }
-            Ok(builtin_value(&format!("Object.prototype.{name}")))
+            Ok(builtin_member("Object.prototype", name.as_str()))
         }
         TAG_BUILTIN => {
             let name = key_name(heap, key)?;
             let Some(builtin) = Builtin::from_value(object) else {
                 return Ok(Value::UNDEFINED);
             };
-            builtins::static_property(builtin, &name)
+            builtins::static_property(builtin, name.as_str())
         }
         _ if object.is_nullish() => Err(type_error("a property of undefined or null read")),
         _ if object.is_number() => {
             let name = key_name(heap, key)?;
-            Ok(builtin_value(&format!("Number.prototype.{name}")))
+            Ok(builtin_member("Number.prototype", name.as_str()))
         }
         _ => Ok(Value::UNDEFINED),
     }
 }
 
-/// The builtin of this name as a value, or `undefined` when the runtime has none.
-fn builtin_value(name: &str) -> Value {
-    Builtin::named(name).map_or(Value::UNDEFINED, Builtin::value)
+/// The builtin `owner.member` as a value, or `undefined` when the runtime has none.
+fn builtin_member(owner: &str, member: &str) -> Value {
+    Builtin::member(owner, member).map_or(Value::UNDEFINED, Builtin::value)
 }
 
 /// `object[key] = value`.
@@ -200,7 +241,7 @@ pub fn has(heap: &mut Heap<'_>, key: Value, object: Value) -> Result<bool, Miss>
             if let Some(i) = index_of_key(heap, key)? {
                 return Ok(i < heap.len(object)?);
             }
-            Ok(key_name(heap, key)? == "length")
+            Ok(key_name(heap, key)?.as_str() == "length")
         }
         _ => Err(type_error("`in` on a value that is not an object")),
     }

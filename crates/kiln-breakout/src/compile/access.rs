@@ -1,0 +1,243 @@
+//! Element and length access with the array case inline: `a[i]` and `a[i] = v` on an array
+//! with a number index below its length, and `.length` of an array or string, read or write
+//! the arena directly (layouts in [`crate::runtime::heap`]), and so does `a.push(v)` while
+//! the array has room (an array has no own named properties and its prototype's methods
+//! cannot be replaced, so its `push` is the builtin); every other case (a property, a hole
+//! past the end, a string index, a key that is not an integer, a full array) calls the
+//! runtime.
+
+use wasm_encoder::{BlockType, ValType};
+
+use super::codegen::{mem32, mem64, Generator};
+use super::imports::{self as rt, DIRECT_ARGS};
+use crate::runtime::value::{Value, TAGGED, TAG_ARRAY, TAG_MASK, TAG_STRING};
+use crate::trace::Expr;
+
+impl Generator<'_> {
+    /// `object[key]`: the value on the stack.
+    pub fn get_index(&mut self, object: &Expr, key: &Expr) {
+        let (o, k) = (self.local(ValType::I64), self.local(ValType::I64));
+        self.expr(object);
+        self.sink().local_set(o);
+        self.expr(key);
+        self.sink().local_set(k);
+        let slot = self.local(ValType::I32);
+        self.sink()
+            .block(BlockType::Result(ValType::I64))
+            .block(BlockType::Empty);
+        self.array_slot(o, k, slot);
+        self.sink()
+            .local_get(slot)
+            .i64_load(mem64(0))
+            .br(1)
+            .end()
+            .local_get(o)
+            .local_get(k)
+            .call(rt::GET)
+            .end();
+        self.free(ValType::I32, slot);
+        self.free(ValType::I64, o);
+        self.free(ValType::I64, k);
+    }
+
+    /// `object[key] = value`, the value what `emit` leaves on the stack.
+    pub fn set_index(&mut self, object: &Expr, key: &Expr, emit: &mut dyn FnMut(&mut Self)) {
+        let (o, k, v) = (
+            self.local(ValType::I64),
+            self.local(ValType::I64),
+            self.local(ValType::I64),
+        );
+        self.expr(object);
+        self.sink().local_set(o);
+        self.expr(key);
+        self.sink().local_set(k);
+        emit(self);
+        self.sink().local_set(v);
+        let slot = self.local(ValType::I32);
+        self.sink().block(BlockType::Empty).block(BlockType::Empty);
+        self.array_slot(o, k, slot);
+        self.sink()
+            .local_get(slot)
+            .local_get(v)
+            .i64_store(mem64(0))
+            .br(1)
+            .end()
+            .local_get(o)
+            .local_get(k)
+            .local_get(v)
+            .call(rt::SET)
+            .end();
+        self.free(ValType::I32, slot);
+        self.free(ValType::I64, o);
+        self.free(ValType::I64, k);
+        self.free(ValType::I64, v);
+    }
+
+    /// Inside two blocks, the inner the slow path: leaves the inner one unless `o` is an
+    /// array and `k` a number that is an index below its length, and sets `slot` to the
+    /// address of that element.
+    fn array_slot(&mut self, o: u32, k: u32, slot: u32) {
+        let (address, index) = (self.local(ValType::I32), self.local(ValType::I32));
+        self.sink()
+            // An array.
+            .local_get(o)
+            .i64_const(TAG_MASK as i64)
+            .i64_and()
+            .i64_const(TAG_ARRAY as i64)
+            .i64_ne()
+            .br_if(0)
+            // A number.
+            .local_get(k)
+            .i64_const(TAGGED as i64)
+            .i64_ge_u()
+            .br_if(0)
+            // An integer (`-0` is `0`, as its key "0" is).
+            .local_get(k)
+            .f64_reinterpret_i64()
+            .i32_trunc_sat_f64_u()
+            .local_tee(index)
+            .f64_convert_i32_u()
+            .local_get(k)
+            .f64_reinterpret_i64()
+            .f64_ne()
+            .br_if(0)
+            // Below the length.
+            .local_get(o)
+            .i32_wrap_i64()
+            .local_tee(address)
+            .i32_load(mem32(0))
+            .local_get(index)
+            .i32_le_u()
+            .br_if(0)
+            // slots + 8 * ((head + index) & (capacity - 1))
+            .local_get(address)
+            .i32_load(mem32(12))
+            .local_get(address)
+            .i32_load(mem32(8))
+            .local_get(index)
+            .i32_add()
+            .local_get(address)
+            .i32_load(mem32(4))
+            .i32_const(1)
+            .i32_sub()
+            .i32_and()
+            .i32_const(3)
+            .i32_shl()
+            .i32_add()
+            .local_set(slot);
+        self.free(ValType::I32, address);
+        self.free(ValType::I32, index);
+    }
+
+    /// `object.length`: an array's or a string's read inline, any other's by the runtime.
+    pub fn get_length(&mut self, object: &Expr, key: u64) {
+        let (o, tag) = (self.local(ValType::I64), self.local(ValType::I64));
+        self.expr(object);
+        self.sink()
+            .local_tee(o)
+            .i64_const(TAG_MASK as i64)
+            .i64_and()
+            .local_set(tag)
+            .block(BlockType::Result(ValType::I64))
+            .block(BlockType::Empty)
+            .local_get(tag)
+            .i64_const(TAG_ARRAY as i64)
+            .i64_ne()
+            .local_get(tag)
+            .i64_const(TAG_STRING as i64)
+            .i64_ne()
+            .i32_and()
+            .br_if(0)
+            // Both keep their length in their header's first word.
+            .local_get(o)
+            .i32_wrap_i64()
+            .i32_load(mem32(0))
+            .f64_convert_i32_u()
+            .i64_reinterpret_f64()
+            .br(1)
+            .end()
+            .local_get(o)
+            .i64_const(key as i64)
+            .call(rt::GET)
+            .end();
+        self.free(ValType::I64, o);
+        self.free(ValType::I64, tag);
+    }
+
+    /// `object.push(arg)` (`key` is the constant `"push"`): the new length on the stack.
+    pub fn push(&mut self, object: &Expr, arg: &Expr, key: u64) {
+        let (o, v) = (self.local(ValType::I64), self.local(ValType::I64));
+        let (address, len, capacity) = (
+            self.local(ValType::I32),
+            self.local(ValType::I32),
+            self.local(ValType::I32),
+        );
+        self.expr(object);
+        self.sink().local_set(o);
+        self.expr(arg);
+        self.sink()
+            .local_set(v)
+            .block(BlockType::Result(ValType::I64))
+            .block(BlockType::Empty)
+            .local_get(o)
+            .i64_const(TAG_MASK as i64)
+            .i64_and()
+            .i64_const(TAG_ARRAY as i64)
+            .i64_ne()
+            .br_if(0)
+            // Room for one more.
+            .local_get(o)
+            .i32_wrap_i64()
+            .local_tee(address)
+            .i32_load(mem32(0))
+            .local_tee(len)
+            .local_get(address)
+            .i32_load(mem32(4))
+            .local_tee(capacity)
+            .i32_ge_u()
+            .br_if(0)
+            // slots + 8 * ((head + len) & (capacity - 1)) = v
+            .local_get(address)
+            .i32_load(mem32(12))
+            .local_get(address)
+            .i32_load(mem32(8))
+            .local_get(len)
+            .i32_add()
+            .local_get(capacity)
+            .i32_const(1)
+            .i32_sub()
+            .i32_and()
+            .i32_const(3)
+            .i32_shl()
+            .i32_add()
+            .local_get(v)
+            .i64_store(mem64(0))
+            .local_get(address)
+            .local_get(len)
+            .i32_const(1)
+            .i32_add()
+            .local_tee(len)
+            .i32_store(mem32(0))
+            .local_get(len)
+            .f64_convert_i32_u()
+            .i64_reinterpret_f64()
+            .br(1)
+            .end()
+            // The general call: the method read, then called with `this`.
+            .local_get(o)
+            .i64_const(key as i64)
+            .call(rt::GET)
+            .local_get(o)
+            .i32_const(1)
+            .local_get(v);
+        for _ in 1..DIRECT_ARGS {
+            self.value(Value::UNDEFINED);
+        }
+        self.sink().call(rt::CALL).end();
+        self.free(ValType::I64, o);
+        self.free(ValType::I64, v);
+        self.free(ValType::I32, address);
+        self.free(ValType::I32, len);
+        self.free(ValType::I32, capacity);
+    }
+}
