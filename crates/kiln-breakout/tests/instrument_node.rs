@@ -270,3 +270,24 @@ proptest! {
         prop_assert!(!parsed.diagnostics.has_errors(), "{out}");
     }
 }
+
+#[test]
+fn a_hashbang_stays_the_first_line() {
+    use kiln_breakout::SourceKind;
+    for text in [
+        "#!",
+        "#!/usr/bin/env node\nexports.x = 1;\n",
+        "#!node\n'use strict';\nlet a = 1;\n",
+    ] {
+        let out =
+            kiln_breakout::instrument::instrument_source("a.js", text, SourceKind::CommonJs, &[])
+                .unwrap();
+        assert!(out.starts_with("#!"), "{out}");
+        let allocator = oxc_allocator::Allocator::default();
+        let parsed = oxc_parser::Parser::new(&allocator, &out, oxc_span::SourceType::cjs()).parse();
+        assert!(
+            !parsed.diagnostics.has_errors(),
+            "{text:?} instrumented to {out:?}"
+        );
+    }
+}

@@ -99,7 +99,14 @@ pub fn instrument_source(
     let module_q = emitter.table.len() - 1;
     let table = serde_json::to_string(&emitter.table).expect("JSON values serialise");
     let table_literal = serde_json::to_string(&table).expect("a string serialises");
-    let prologue_at = parsed.program.directives.last().map_or(0, |d| d.span.end);
+    // After the directives, and after a hashbang, which must stay the file's first line.
+    let prologue_at = parsed
+        .program
+        .directives
+        .last()
+        .map(|d| d.span.end)
+        .or(parsed.program.hashbang.as_ref().map(|h| h.span.end))
+        .unwrap_or(0);
     // A mark left in code kept as written (a site's own inside, an accessor's body, say) runs
     // as a call: the function records the site's ☠.
     let site_marks = if marker.is_some() {

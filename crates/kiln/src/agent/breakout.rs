@@ -396,9 +396,15 @@ fn compile(
 /// (`TypeError: …`) or an uncaught `throw`.
 fn is_throw(reason: &str) -> bool {
     reason.contains("uncaught throw")
-        || ["TypeError", "RangeError", "SyntaxError", "ReferenceError", "Error"]
-            .iter()
-            .any(|e| reason.starts_with(&format!("{e}: ")))
+        || [
+            "TypeError",
+            "RangeError",
+            "SyntaxError",
+            "ReferenceError",
+            "Error",
+        ]
+        .iter()
+        .any(|e| reason.starts_with(&format!("{e}: ")))
 }
 
 /// A miss's kind, for metrics: a few fixed words, whatever the reason's text.
@@ -931,7 +937,10 @@ mod tests {
 
     #[test]
     fn a_function_error_is_not_a_bounce() {
-        assert_eq!(miss_kind("TypeError: Cannot read properties of null"), "throw");
+        assert_eq!(
+            miss_kind("TypeError: Cannot read properties of null"),
+            "throw"
+        );
         assert_eq!(miss_kind("uncaught throw"), "throw");
         assert_eq!(miss_kind("the global Symbol not compiled"), "builtin");
         assert_eq!(miss_kind("out of memory"), "memory");
