@@ -5,6 +5,7 @@
 #                                  (~15 min); writes bench/results/breakout.{md,json}
 #   bench/breakout/run.sh --quick  2 rounds of 5 s; results in bench/work/breakout/
 #   BREAKOUT_BENCHMARKS=maze,shift ...   a subset (autocomplete, maze, shift)
+#   BREAKOUT_ROUNDS=4 BREAKOUT_ROUND_S=10 ...   rounds per copy and their seconds
 #
 # Builds kiln and loadgen (release) if target/release/{kiln,loadgen} are missing, starts its own
 # kiln (data dir bench/work/breakout/kiln) and stops it, and what it started, on any exit.
@@ -20,7 +21,7 @@ QUICK=0
 for arg in "$@"; do
     case $arg in
         --quick) QUICK=1 ;;
-        -h | --help) sed -n '2,11p' "$SELF" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,12p' "$SELF" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "run.sh: unknown argument $arg (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -30,7 +31,7 @@ if [ "$QUICK" = 1 ]; then
     ROUNDS=(--rounds 2 --round-s 5 --warmup-s 2)
 else
     OUT=$ROOT/bench/results
-    ROUNDS=(--rounds 6 --round-s 20 --warmup-s 5)
+    ROUNDS=(--rounds "${BREAKOUT_ROUNDS:-6}" --round-s "${BREAKOUT_ROUND_S:-20}" --warmup-s 5)
 fi
 COMMAND="$({ env | grep '^BREAKOUT_' || true; } | sort | tr '\n' ' ')bench/breakout/run.sh${*:+ $*}"
 say() { echo "[breakout/run.sh $(date +%H:%M:%S)] $*"; }
