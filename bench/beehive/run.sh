@@ -66,26 +66,8 @@ KILN_PID=
 MONO_PID=
 CGROUP=
 KILN_DATA=$WORK/kiln
-stop_kiln() {
-    [ -n "$KILN_PID" ] || return 0
-    kill -TERM "$KILN_PID" 2>/dev/null || true
-    for _ in $(seq 200); do
-        kill -0 "$KILN_PID" 2>/dev/null || break
-        sleep 0.1
-    done
-    if kill -0 "$KILN_PID" 2>/dev/null; then
-        say "kiln (pid $KILN_PID) ignored SIGTERM, killing it and what is left in its cgroups"
-        kill -KILL "$KILN_PID" 2>/dev/null || true
-        local hash procs pid
-        hash=$(printf '%s' "$(realpath "$KILN_DATA")" | sha256sum | cut -c1-12)
-        for procs in /sys/fs/cgroup/pids/kiln-"$hash"/*/cgroup.procs /sys/fs/cgroup/kiln-"$hash"/*/cgroup.procs; do
-            [ -f "$procs" ] || continue
-            for pid in $(cat "$procs"); do kill -KILL "$pid" 2>/dev/null || true; done
-        done
-    fi
-    wait "$KILN_PID" 2>/dev/null || true
-    KILN_PID=
-}
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"  # stop_kiln
 stop_monolith() {
     if [ -n "$MONO_PID" ]; then
         kill -TERM "$MONO_PID" 2>/dev/null || true
@@ -190,21 +172,9 @@ curl -fsS -o /dev/null --data-binary @"$IMAGE" -H 'content-type: image/jpeg' "$M
 
 # ------------------------------------------------------------------ kiln
 KILN_ARGS="--memory-budget-mb 8192 --snapshot-memory-mb 4096 --shutdown-grace 5 ${BEEHIVE_KILN_ARGS:-}"
-awk -v dir="$(realpath -m "$KILN_DATA")/" 'index($2 "/", dir) == 1 { print $2 }' /proc/self/mounts |
-    sort -r | xargs -r -n1 umount -l
-rm -rf "$KILN_DATA"
 LOG=$WORK/kiln.log
 # shellcheck disable=SC2086 # KILN_ARGS is a list of flags
-"$KILN_BIN" up --listen 127.0.0.1:0 --data-dir "$KILN_DATA" --no-aws-profile $KILN_ARGS >"$LOG" 2>&1 &
-KILN_PID=$!
-KILN_URL=
-for _ in $(seq 600); do
-    KILN_URL=$(grep -o 'listening on http://[0-9.:]*' "$LOG" | head -n1 | cut -d' ' -f3 || true)
-    [ -n "$KILN_URL" ] && break
-    kill -0 "$KILN_PID" 2>/dev/null || { cat "$LOG" >&2; exit 1; }
-    sleep 0.1
-done
-[ -n "$KILN_URL" ] || { echo "run.sh: kiln did not start:" >&2; cat "$LOG" >&2; exit 1; }
+start_kiln "$LOG" $KILN_ARGS || exit 1
 say "kiln: $KILN_URL (pid $KILN_PID)"
 kiln() { KILN_ENDPOINT=$KILN_URL KILN_DATA_DIR=$KILN_DATA "$KILN_BIN" "$@"; }
 

@@ -42,26 +42,8 @@ say() { echo "[burst/run.sh $(date +%H:%M:%S)] $*"; }
 KILN_PID=
 DRIVER=
 KILN_DATA=$WORK/kiln
-stop_kiln() {
-    [ -n "$KILN_PID" ] || return 0
-    kill -TERM "$KILN_PID" 2>/dev/null || true
-    for _ in $(seq 200); do
-        kill -0 "$KILN_PID" 2>/dev/null || break
-        sleep 0.1
-    done
-    if kill -0 "$KILN_PID" 2>/dev/null; then
-        say "kiln (pid $KILN_PID) ignored SIGTERM, killing it and what is left in its cgroups"
-        kill -KILL "$KILN_PID" 2>/dev/null || true
-        local hash procs pid
-        hash=$(printf '%s' "$(realpath "$KILN_DATA")" | sha256sum | cut -c1-12)
-        for procs in /sys/fs/cgroup/pids/kiln-"$hash"/*/cgroup.procs /sys/fs/cgroup/kiln-"$hash"/*/cgroup.procs; do
-            [ -f "$procs" ] || continue
-            for pid in $(cat "$procs"); do kill -KILL "$pid" 2>/dev/null || true; done
-        done
-    fi
-    wait "$KILN_PID" 2>/dev/null || true
-    KILN_PID=
-}
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"  # stop_kiln
 cleanup() {
     local status=$?
     trap - EXIT INT TERM
@@ -103,21 +85,9 @@ KILN_BIN=$BIN/kiln
 # per runtime, spare forks, prebake at deploy).
 KILN_ARGS="--idle-ttl 600 --memory-budget-mb 16384 --snapshot-memory-mb 8192 --shutdown-grace 5 ${BURST_KILN_ARGS:-}"
 # A kiln killed in an earlier run leaves its code-slot mount behind; detach it before removing.
-awk -v dir="$(realpath -m "$KILN_DATA")/" 'index($2 "/", dir) == 1 { print $2 }' /proc/self/mounts |
-    sort -r | xargs -r -n1 umount -l
-rm -rf "$KILN_DATA"
 LOG=$WORK/kiln.log
 # shellcheck disable=SC2086 # KILN_ARGS is a list of flags
-"$KILN_BIN" up --listen 127.0.0.1:0 --data-dir "$KILN_DATA" --no-aws-profile $KILN_ARGS >"$LOG" 2>&1 &
-KILN_PID=$!
-KILN_URL=
-for _ in $(seq 600); do
-    KILN_URL=$(grep -o 'listening on http://[0-9.:]*' "$LOG" | head -n1 | cut -d' ' -f3 || true)
-    [ -n "$KILN_URL" ] && break
-    kill -0 "$KILN_PID" 2>/dev/null || { cat "$LOG" >&2; exit 1; }
-    sleep 0.1
-done
-[ -n "$KILN_URL" ] || { echo "run.sh: kiln did not start:" >&2; cat "$LOG" >&2; exit 1; }
+start_kiln "$LOG" $KILN_ARGS || exit 1
 say "kiln: $KILN_URL (pid $KILN_PID)"
 
 # ------------------------------------------------------------------ measure

@@ -42,26 +42,8 @@ say() { echo "[startpaths/run.sh $(date +%H:%M:%S)] $*"; }
 KILN_PID=
 DRIVER=
 KILN_DATA=$WORK/kiln
-stop_kiln() {
-    [ -n "$KILN_PID" ] || return 0
-    kill -TERM "$KILN_PID" 2>/dev/null || true
-    for _ in $(seq 200); do
-        kill -0 "$KILN_PID" 2>/dev/null || break
-        sleep 0.1
-    done
-    if kill -0 "$KILN_PID" 2>/dev/null; then
-        say "kiln (pid $KILN_PID) ignored SIGTERM, killing it and what is left in its cgroups"
-        kill -KILL "$KILN_PID" 2>/dev/null || true
-        local hash procs pid
-        hash=$(printf '%s' "$(realpath "$KILN_DATA")" | sha256sum | cut -c1-12)
-        for procs in /sys/fs/cgroup/pids/kiln-"$hash"/*/cgroup.procs /sys/fs/cgroup/kiln-"$hash"/*/cgroup.procs; do
-            [ -f "$procs" ] || continue
-            for pid in $(cat "$procs"); do kill -KILL "$pid" 2>/dev/null || true; done
-        done
-    fi
-    wait "$KILN_PID" 2>/dev/null || true
-    KILN_PID=
-}
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"  # stop_kiln
 cleanup() {
     local status=$?
     trap - EXIT INT TERM
