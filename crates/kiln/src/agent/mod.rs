@@ -696,58 +696,85 @@ impl Inner {
         if let (Some(session), Some(_)) = (&request.hints.session, &spec.sessions) {
             sessions::served(&mut self.state(), &spec.function, session);
         }
-        let init_output = instance.init_output.take().unwrap_or_default();
-        let max_memory_mb = invocation.max_memory_bytes.div_ceil(1024 * 1024);
-        let init_duration = cold.then_some(instance.init_duration);
-        let mut output = init_output;
-        output.push_str(&invocation.output);
-        let mut log = report(
+        let healthy = invocation.healthy;
+        let mode = spec
+            .breakout
+            .as_ref()
+            .map(|_| ("ordinary", fast_miss.as_deref()));
+        let outcome = outcome(
             &spec,
-            &request.request_id,
-            &output,
+            &request,
+            &mut instance,
+            invocation,
+            cold,
             duration,
-            cold.then_some(instance.start_path),
-            init_duration,
-            max_memory_mb,
+            mode,
         );
-        if let Some(limit) = invocation.memory_limit_mb {
-            let raised = if invocation.limit_raised {
-                " (raised)"
-            } else {
-                ""
-            };
-            report_field(&mut log, "Memory Limit", &format!("{limit} MB{raised}"));
-        }
-        if spec.breakout.is_some() {
-            report_field(&mut log, "Mode", "ordinary");
-            if let Some(miss) = &fast_miss {
-                report_field(&mut log, "Fast Path", &format!("miss ({miss})"));
-            }
-        }
-        if request.shadow {
-            report_field(&mut log, "Shadow", "true");
-        }
-        let start_path = instance.start_path;
-        if let Some(dead) = self.release(instance, invocation.healthy) {
+        if let Some(dead) = self.release(instance, healthy) {
             self.destroy_later(dead);
         }
         if cold {
             self.after_cold_start(&spec);
         }
-        Ok(InvokeOutcome {
-            body: invocation.body,
-            function_error: invocation.function_error,
-            log,
-            cold_start: cold.then_some(start_path),
-            init_duration,
-            duration,
-            max_memory_mb,
-            out_of_memory: invocation.out_of_memory,
-            memory_limit_mb: invocation
-                .memory_limit_mb
-                .filter(|_| !invocation.limit_raised),
-            limit_write: invocation.limit_write,
-        })
+        Ok(outcome)
+    }
+}
+
+/// What an instance's invocation gives its caller: the answer, and the log with its REPORT.
+/// `mode` is BREAKOUT's, for a function that asked for it: where the request ran and why the
+/// fast path let it go.
+fn outcome(
+    spec: &SharedSpec,
+    request: &InvokeRequest,
+    instance: &mut Instance,
+    invocation: instance::Invocation,
+    cold: bool,
+    duration: Duration,
+    mode: Option<(&str, Option<&str>)>,
+) -> InvokeOutcome {
+    let max_memory_mb = invocation.max_memory_bytes.div_ceil(1024 * 1024);
+    let init_duration = cold.then_some(instance.init_duration);
+    let mut output = instance.init_output.take().unwrap_or_default();
+    output.push_str(&invocation.output);
+    let mut log = report(
+        spec,
+        &request.request_id,
+        &output,
+        duration,
+        cold.then_some(instance.start_path),
+        init_duration,
+        max_memory_mb,
+    );
+    if let Some(limit) = invocation.memory_limit_mb {
+        let raised = if invocation.limit_raised {
+            " (raised)"
+        } else {
+            ""
+        };
+        report_field(&mut log, "Memory Limit", &format!("{limit} MB{raised}"));
+    }
+    if let Some((mode, miss)) = mode {
+        report_field(&mut log, "Mode", mode);
+        if let Some(miss) = miss {
+            report_field(&mut log, "Fast Path", &format!("miss ({miss})"));
+        }
+    }
+    if request.shadow {
+        report_field(&mut log, "Shadow", "true");
+    }
+    InvokeOutcome {
+        body: invocation.body,
+        function_error: invocation.function_error,
+        log,
+        cold_start: cold.then_some(instance.start_path),
+        init_duration,
+        duration,
+        max_memory_mb,
+        out_of_memory: invocation.out_of_memory,
+        memory_limit_mb: invocation
+            .memory_limit_mb
+            .filter(|_| !invocation.limit_raised),
+        limit_write: invocation.limit_write,
     }
 }
 
