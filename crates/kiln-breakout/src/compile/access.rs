@@ -6,7 +6,7 @@
 //! past the end, a string index, a key that is not an integer, a full array) calls the
 //! runtime.
 
-use wasm_encoder::{BlockType, ValType};
+use wasm_encoder::{BlockType, InstructionSink, ValType};
 
 use super::codegen::{mem32, mem64, Generator};
 use super::imports::{self as rt, DIRECT_ARGS};
@@ -108,23 +108,9 @@ impl Generator<'_> {
             .i32_load(mem32(0))
             .local_get(index)
             .i32_le_u()
-            .br_if(0)
-            // slots + 8 * ((head + index) & (capacity - 1))
-            .local_get(address)
-            .i32_load(mem32(12))
-            .local_get(address)
-            .i32_load(mem32(8))
-            .local_get(index)
-            .i32_add()
-            .local_get(address)
-            .i32_load(mem32(4))
-            .i32_const(1)
-            .i32_sub()
-            .i32_and()
-            .i32_const(3)
-            .i32_shl()
-            .i32_add()
-            .local_set(slot);
+            .br_if(0);
+        ring_slot(&mut self.sink(), address, index);
+        self.sink().local_set(slot);
         self.free(ValType::I32, address);
         self.free(ValType::I32, index);
     }
@@ -195,21 +181,10 @@ impl Generator<'_> {
             .i32_load(mem32(4))
             .local_tee(capacity)
             .i32_ge_u()
-            .br_if(0)
-            // slots + 8 * ((head + len) & (capacity - 1)) = v
-            .local_get(address)
-            .i32_load(mem32(12))
-            .local_get(address)
-            .i32_load(mem32(8))
-            .local_get(len)
-            .i32_add()
-            .local_get(capacity)
-            .i32_const(1)
-            .i32_sub()
-            .i32_and()
-            .i32_const(3)
-            .i32_shl()
-            .i32_add()
+            .br_if(0);
+        // The slot after the last = v.
+        ring_slot(&mut self.sink(), address, len);
+        self.sink()
             .local_get(v)
             .i64_store(mem64(0))
             .local_get(address)
@@ -240,4 +215,24 @@ impl Generator<'_> {
         self.free(ValType::I32, len);
         self.free(ValType::I32, capacity);
     }
+}
+
+/// Pushes the address of slot `index` of the array whose header is at `address` (both `i32`
+/// locals): `slots + 8 * ((head + index) & (capacity - 1))`, the ring buffer's capacity being
+/// a power of two.
+fn ring_slot(sink: &mut InstructionSink<'_>, address: u32, index: u32) {
+    sink.local_get(address)
+        .i32_load(mem32(12))
+        .local_get(address)
+        .i32_load(mem32(8))
+        .local_get(index)
+        .i32_add()
+        .local_get(address)
+        .i32_load(mem32(4))
+        .i32_const(1)
+        .i32_sub()
+        .i32_and()
+        .i32_const(3)
+        .i32_shl()
+        .i32_add();
 }
