@@ -4,10 +4,12 @@
 
 # Build kiln (release) and start it with the demo function `hello` deployed.
 up:
+	./scripts/setup-build-env.sh
 	cargo build --release
 	./target/release/kiln up --demo
 
 build:
+	./scripts/setup-build-env.sh
 	cargo build
 
 # Everything CI runs: formatting, lints, unit tests, integration tests against a real kiln.

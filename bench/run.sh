@@ -114,10 +114,12 @@ done
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 if [ "$PROFILE" = release ]; then
     say "building kiln and loadgen (release)"
+    ./scripts/setup-build-env.sh
     cargo build --release --quiet -p kiln -p loadgen
     BIN=$TARGET_DIR/release
 else
     say "building kiln and loadgen (debug)"
+    ./scripts/setup-build-env.sh
     cargo build --quiet -p kiln -p loadgen
     BIN=$TARGET_DIR/debug
 fi

@@ -127,6 +127,7 @@ cp "$HERE/app/thumb.py" "$FN/thumb.py"
 BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release
 if [ ! -x "$BIN/kiln" ] || [ ! -x "$BIN/loadgen" ]; then
     say "building kiln and loadgen (release)"
+    ./scripts/setup-build-env.sh
     cargo build --release --quiet -p kiln -p loadgen
 fi
 "$BIN/loadgen" schedule --help >/dev/null 2>&1 ||

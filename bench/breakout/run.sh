@@ -50,6 +50,7 @@ exec 9>"$WORK/.lock"
 flock -n 9 || { echo "run.sh: another bench/breakout/run.sh is running" >&2; exit 1; }
 if [ ! -x "$KILN_BIN" ] || [ ! -x "$LOADGEN" ]; then
     say "building kiln and loadgen (release)"
+    ./scripts/setup-build-env.sh
     cargo build --release -p kiln -p loadgen
 fi
 VENV=$ROOT/.venv

@@ -75,6 +75,7 @@ fi
 BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release
 if [ ! -x "$BIN/kiln" ]; then
     say "building kiln (release)"
+    ./scripts/setup-build-env.sh
     cargo build --release --quiet -p kiln -p loadgen
 fi
 KILN_BIN=$BIN/kiln

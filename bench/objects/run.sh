@@ -22,6 +22,7 @@ for arg in "$@"; do
     esac
 done
 ./scripts/setup-test-env.sh
+./scripts/setup-build-env.sh
 if [ "$PROFILE" = release ]; then cargo build --release --bin kiln; else cargo build --bin kiln; fi
 rm -rf "$WORK"
 mkdir -p "$WORK"

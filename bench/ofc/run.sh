@@ -62,6 +62,7 @@ if ! cmp -s "$HERE/functions/node/package.json" "$FN/node/.package.json"; then
 fi
 
 say "building kiln (release)"
+./scripts/setup-build-env.sh
 cargo build --release --quiet -p kiln
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}/release
 

@@ -65,6 +65,7 @@ clang --target=wasm32-wasi --sysroot=/usr -O2 -I "$ROOT/runtimes/wasm/c" -o "$FN
     "$HERE/functions/wasm/xfaas.c"
 
 say "building kiln and loadgen (release)"
+./scripts/setup-build-env.sh
 cargo build --release --quiet -p kiln -p loadgen
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}/release
 

@@ -75,6 +75,7 @@ fi
 say "generating the function packages"
 .venv/bin/python "$HERE/generate.py" "$WORK/fn"
 say "building kiln (release)"
+./scripts/setup-build-env.sh
 cargo build --release --quiet -p kiln
 KILN_BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/kiln
 # The tree as it was built: the report states it, whatever changes while the benchmark runs.
