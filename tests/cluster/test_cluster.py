@@ -96,7 +96,7 @@ def test_drain_and_undrain_are_seen_by_every_node(cluster):
 
 def test_a_killed_node_is_seen_gone_within_its_lease(cluster):
     cluster.kill9("n3")
-    # Not declared dead at once: its lease (renewed every TTL/3) still holds for most of a TTL.
+    # Not declared dead at once: its lease (renewed every second at TTL 5) still holds for most of a TTL.
     assert cluster.states("n1")["n3"] == "up"
     # Gone once the lease expires (the wait's bound: a TTL and etcd's expiry checks).
     for node in ("n1", "n2"):

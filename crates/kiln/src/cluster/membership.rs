@@ -1,7 +1,7 @@
 //! Membership: this node's record on a lease, its keep-alives and fencing, the member list.
 //!
 //! - **Join.** A lease of `--node-lease-ttl` seconds, then `<prefix>/nodes/<id>` bound to it.
-//! - **Keep-alive** every TTL/3 (every 250 ms after a failure). The send time of the last
+//! - **Keep-alive** every TTL/3 but at least every second (every 250 ms after a failure). The send time of the last
 //!   acknowledged keep-alive is what fencing is judged by: etcd renews a lease for a full TTL
 //!   from when it *received* the keep-alive, which is after it was sent.
 //! - **Fencing.** Once TTL − 0.5 s have passed since that send time, the lease may have expired
@@ -31,6 +31,14 @@ use crate::sync::LockExt;
 pub const FENCE_MARGIN: Duration = Duration::from_millis(500);
 /// Keep-alives are tried this often after one failed.
 const RETRY_PERIOD: Duration = Duration::from_millis(250);
+/// Keep-alives are sent at least this often, whatever the lease: when etcd loses its leader,
+/// the election (about 1 s, 2–3 s on a loaded machine) must fit in what is left of the lease.
+const MAX_KEEP_ALIVE_PERIOD: Duration = Duration::from_secs(1);
+
+/// How often a lease of `ttl` is kept alive, and how long one keep-alive may take.
+pub fn keep_alive_period(ttl: Duration) -> Duration {
+    (ttl / 3).min(MAX_KEEP_ALIVE_PERIOD)
+}
 
 /// This node's lease, as far as it can vouch for it.
 #[derive(Debug, Clone, Copy)]
@@ -183,7 +191,7 @@ impl Membership {
 
     async fn keep_alive_loop(self: Arc<Self>) {
         let ttl = self.config.lease_ttl;
-        let period = ttl / 3;
+        let period = keep_alive_period(ttl);
         let mut reported_fenced = false;
         while !self.stopping.load(Ordering::Relaxed) {
             let lease = *self.lease.locked();
@@ -471,5 +479,14 @@ mod tests {
         assert!(fenced(sent, sent + Duration::from_millis(4501), ttl));
         // A clock read before the send (another thread's) is not fenced.
         assert!(!fenced(sent + Duration::from_secs(1), sent, ttl));
+    }
+
+    #[test]
+    fn keep_alives_leave_most_of_a_long_lease_to_an_election() {
+        let second = Duration::from_secs(1);
+        assert_eq!(keep_alive_period(2 * second), 2 * second / 3);
+        for ttl in [3, 5, 3600] {
+            assert_eq!(keep_alive_period(ttl * second), second);
+        }
     }
 }
