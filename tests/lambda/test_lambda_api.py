@@ -114,7 +114,11 @@ def test_create_and_get_function_shape(kiln):
     assert created["ResponseMetadata"]["HTTPStatusCode"] == 201
     arn = f"arn:aws:lambda:us-east-1:000000000000:function:{name}"
     sha = base64.b64encode(hashlib.sha256(zip_bytes).digest()).decode()
-    for config in (created, kiln.client().get_function(FunctionName=name)["Configuration"],
+    # Pending while its snapshot is built, as a new Lambda function is; then Active.
+    assert created["State"] == "Pending" and created["StateReasonCode"] == "Creating", created
+    assert created["StateReason"] == "The function is being created."
+    kiln.client().get_waiter("function_active_v2").wait(FunctionName=name, WaiterConfig={"Delay": 1})
+    for config in (kiln.client().get_function(FunctionName=name)["Configuration"],
                    kiln.client().get_function_configuration(FunctionName=name)):
         assert config["FunctionName"] == name
         assert config["FunctionArn"] == arn

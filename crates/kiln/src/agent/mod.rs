@@ -12,6 +12,7 @@ mod local;
 mod memory;
 mod node;
 mod pools;
+mod preparations;
 mod report;
 mod resize;
 mod routing;
@@ -40,6 +41,7 @@ pub use frame::MAX_FRAME_BYTES;
 use instance::SessionCtx;
 pub use instance::{Instance, Priority, StartError, MAX_RESPONSE_BYTES};
 pub use memory::MemoryLender;
+pub use preparations::{Prepared, Preparing};
 use memory::{make_room, reserve};
 pub use node::{
     AgentConfig, AgentContext, AgentError, Attachment, InstanceState, InvokeOutcome, InvokeRequest,
@@ -135,6 +137,8 @@ struct Inner {
     makers: tokio::sync::Semaphore,
     /// BREAKOUT's fast paths, per function.
     breakouts: breakout::Breakouts,
+    /// Which function revisions still have their start paths being built.
+    preparations: preparations::Preparations,
 }
 
 impl LocalAgent {
@@ -152,6 +156,7 @@ impl LocalAgent {
                     std::thread::available_parallelism().map_or(1, |n| n.get()),
                 ),
                 breakouts: breakout::Breakouts::default(),
+                preparations: preparations::Preparations::default(),
             }),
         };
         agent.inner.refill_standbys();
