@@ -146,10 +146,7 @@ impl NodeAgent for LocalAgent {
     fn prepare(&self, spec: SharedSpec) {
         use crate::function::PrebakeMode;
         // Done when the builds started below end (or at once, if none is).
-        let preparing = self
-            .inner
-            .preparations
-            .begin(&spec.function, spec.revision);
+        let preparing = self.inner.preparations.begin(&spec.function, spec.revision);
         if let Some(config) = &spec.breakout {
             // The package is instrumented at deploy time, off the request path.
             self.inner.breakout_of(&spec, config);

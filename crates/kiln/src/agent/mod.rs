@@ -41,13 +41,13 @@ pub use frame::MAX_FRAME_BYTES;
 use instance::SessionCtx;
 pub use instance::{Instance, Priority, StartError, MAX_RESPONSE_BYTES};
 pub use memory::MemoryLender;
-pub use preparations::{Prepared, Preparing};
 use memory::{make_room, reserve};
 pub use node::{
     AgentConfig, AgentContext, AgentError, Attachment, InstanceState, InvokeOutcome, InvokeRequest,
     NodeAgent, RouteHints, SandboxService, StartPath,
 };
 use pools::Pool;
+pub use preparations::{Prepared, Preparing};
 use report::{report, report_field};
 pub use routing::{ClosestMemory, RoutingPolicy, WarmFirst};
 pub use sessions::SessionStatus;

@@ -98,12 +98,23 @@ mod tests {
     #[tokio::test]
     async fn a_revision_is_pending_until_its_guard_goes() {
         let preparations = Preparations::default();
-        assert!(preparations.of("f", 1).is_done(), "never prepared: nothing to wait for");
+        assert!(
+            preparations.of("f", 1).is_done(),
+            "never prepared: nothing to wait for"
+        );
         let preparing = preparations.begin("f", 1);
         assert!(!preparations.of("f", 1).is_done());
-        assert!(preparations.of("f", 2).is_done(), "another revision is not this one");
+        assert!(
+            preparations.of("f", 2).is_done(),
+            "another revision is not this one"
+        );
         let waiting = preparations.of("f", 1);
-        assert!(!preparations.of("f", 1).wait(Duration::from_millis(10)).await);
+        assert!(
+            !preparations
+                .of("f", 1)
+                .wait(Duration::from_millis(10))
+                .await
+        );
         drop(preparing);
         assert!(waiting.wait(Duration::from_secs(5)).await);
         assert!(preparations.of("f", 1).is_done());
