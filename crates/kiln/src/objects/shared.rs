@@ -487,14 +487,17 @@ pub(crate) fn copy_source_span(range: Option<&str>, size: u64) -> S3Result<std::
 }
 
 /// A ListObjectsV2 request as S3 reads it: an empty continuation token or delimiter is absent
-/// (SDKs send both empty), and is not echoed back.
-pub(crate) fn read_list_v2(input: &mut ListObjectsV2Input) {
-    if input.continuation_token.as_deref() == Some("") {
+/// (SDKs send both empty). An empty delimiter is not echoed back, an empty token is: true if
+/// the request had one.
+pub(crate) fn read_list_v2(input: &mut ListObjectsV2Input) -> bool {
+    let empty_token = input.continuation_token.as_deref() == Some("");
+    if empty_token {
         input.continuation_token = None;
     }
     if input.delimiter.as_deref() == Some("") {
         input.delimiter = None;
     }
+    empty_token
 }
 
 /// A ListObjects (v1) request as S3 reads it: an empty delimiter is absent.
