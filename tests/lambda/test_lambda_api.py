@@ -967,6 +967,25 @@ def test_invalid_create_parameters_are_400(kiln, override, code, message):
         lam.get_function(FunctionName=params["FunctionName"])
 
 
+def test_every_violation_of_the_model_is_reported_at_once(kiln):
+    lam = unvalidated_client(kiln)
+    name = unique("violations")
+    with pytest.raises(botocore.exceptions.ClientError) as excinfo:
+        lam.create_function(FunctionName=name, Runtime=PYTHON_RUNTIME, Role="my-role", Handler="",
+                            MemorySize=64, Timeout=0, Code={"ZipFile": zip_files({"app.py": ECHO_PY})})
+    assert error_code(excinfo) == VALIDATION and http_status(excinfo) == 400
+    message = excinfo.value.response["Error"]["Message"]
+    assert message.startswith("4 validation errors detected: Value 'my-role' at 'role' failed to satisfy constraint: ")
+    for field in ("role", "handler", "memorySize", "timeout"):
+        assert f"at '{field}' failed to satisfy constraint" in message, message
+    assert message.count("; Value '") == 3, message
+    # An update is checked the same way, as the function it would make.
+    create(kiln, name)
+    with pytest.raises(botocore.exceptions.ClientError) as excinfo:
+        lam.update_function_configuration(FunctionName=name, MemorySize=64, Timeout=0)
+    assert excinfo.value.response["Error"]["Message"].startswith("2 validation errors detected: Value '64' at 'memorySize'")
+
+
 # botocore's model of the Lambda API (the service's own): each operation's pattern.
 REGION_ACCOUNT = r"(arn:(aws[a-zA-Z-]*)?:lambda:)?((eusc-)?[a-z]{2}((-gov)|(-iso([a-z]?)))?-[a-z]+-\d{1}:)?(\d{12}:)?(function:)?"
 NAME_PATTERN = REGION_ACCOUNT + r"([a-zA-Z0-9-_]+)(:(\$LATEST|[a-zA-Z0-9-_]+))?"
