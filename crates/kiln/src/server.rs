@@ -477,6 +477,7 @@ async fn deploy_demo(controller: &Controller) -> anyhow::Result<()> {
         breakout: None,
         sessions: None,
         settings: Default::default(),
+        event_invoke: None,
     };
     controller.create(DEMO_NAME, config, zip).await?;
     controller.set_url_auth(DEMO_NAME, Some(UrlAuth::None), true)?;

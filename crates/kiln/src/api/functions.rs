@@ -378,6 +378,7 @@ pub async fn create(
             environment_set: input.environment.is_some(),
             ..LambdaSettings::default()
         },
+        event_invoke: None,
     };
     config.settings.apply(input.settings);
     if let Some(role) = input.role {

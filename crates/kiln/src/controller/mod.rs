@@ -7,6 +7,7 @@
 
 mod cache;
 pub mod code;
+mod event_invoke;
 mod functions;
 mod invoke;
 mod queue;
@@ -33,6 +34,7 @@ use crate::predict;
 use crate::sync::RwLockExt;
 pub use cache::InvocationCache;
 use code::{CodeError, CodeStore};
+pub use event_invoke::EventInvokePatch;
 pub use functions::revision_id;
 pub(crate) use invoke::route_hints;
 use invoke::trace_id;
