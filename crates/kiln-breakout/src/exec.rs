@@ -388,6 +388,10 @@ impl Guest for Host<'_, '_> {
         }
     }
 
+    fn intrinsics(&mut self) -> &mut dyn Intrinsics {
+        self.caller.data_mut().intrinsics.as_mut()
+    }
+
     fn intrinsic(&mut self, name: &str, args: &[Value]) -> Result<Value, Miss> {
         let mut values = Vec::new();
         for &a in args {

@@ -64,7 +64,17 @@ builtins! {
     NumberParseFloat = "Number.parseFloat",
     StringFromCharCode = "String.fromCharCode",
     ConsoleLog = "console.log",
+    ConsoleInfo = "console.info",
+    ConsoleWarn = "console.warn",
     ConsoleError = "console.error",
+    Date = "Date",
+    DateNow = "Date.now",
+    DatePrototype = "Date.prototype",
+    DateGetTime = "Date.prototype.getTime",
+    DateValueOf = "Date.prototype.valueOf",
+    DateToIsoString = "Date.prototype.toISOString",
+    DateToJson = "Date.prototype.toJSON",
+    MathRandom = "Math.random",
     StrIndexOf = "String.prototype.indexOf",
     StrLastIndexOf = "String.prototype.lastIndexOf",
     StrIncludes = "String.prototype.includes",
@@ -327,6 +337,9 @@ pub fn call(
     args: &[Value],
 ) -> Result<Value, Miss> {
     use Builtin as B;
+    if let Some(result) = super::intrinsics::call(guest, builtin, this, args) {
+        return result;
+    }
     let a0 = arg(args, 0);
     let a1 = arg(args, 1);
     // The builtins that call back into the compiled code.
@@ -368,7 +381,6 @@ pub fn call(
                 _ => Value::UNDEFINED,
             });
         }
-        B::ConsoleLog | B::ConsoleError => return guest.intrinsic(builtin.name(), args),
         B::Values => return iterator(&mut guest.heap(), this),
         B::IteratorNext => return iterator_next(&mut guest.heap(), this),
         B::ArrayFrom if a1 != Value::UNDEFINED => {

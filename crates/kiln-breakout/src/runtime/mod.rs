@@ -6,13 +6,16 @@
 //! full), never a panic.
 
 pub mod builtins;
+pub mod format;
 pub mod heap;
+pub mod intrinsics;
 pub mod json;
 pub mod ops;
 pub mod value;
 
 use builtins::Builtin;
 use heap::{Heap, GLOBAL_OBJECT};
+pub use intrinsics::{Intrinsics, LogLevel, NoIntrinsics};
 use value::{Value, TAG_ARRAY, TAG_BUILTIN, TAG_CLOSURE, TAG_OBJECT, TAG_STRING};
 
 /// Why a request left the fast path: the reason, and the source position (`file:line:col`)
@@ -32,22 +35,6 @@ impl Miss {
     }
 }
 
-/// The platform's effects the fast path may ask for (the object store, sessions, logs),
-/// named as the tracing runtime names them (`console.log`, say). Arguments and results are
-/// JSON. The default answers every call with a miss, so such a request runs in Node. `Send`:
-/// the instance that holds them is reused by the next request, on any thread.
-pub trait Intrinsics: Send {
-    fn call(&mut self, name: &str, args: &[serde_json::Value]) -> Result<serde_json::Value, Miss> {
-        let _ = args;
-        Err(Miss::new(format!("intrinsic {name} not available")))
-    }
-}
-
-/// An [`Intrinsics`] that has none: every intrinsic call misses.
-pub struct NoIntrinsics;
-
-impl Intrinsics for NoIntrinsics {}
-
 /// What the builtins need of the running instance: its memory, a way to call a closure back
 /// (`Array.prototype.map`'s callback, say), and the intrinsics.
 pub trait Guest {
@@ -55,6 +42,8 @@ pub trait Guest {
     /// Calls `closure` with `this` and `args` (the compiled code's `apply`).
     fn apply(&mut self, closure: Value, this: Value, args: &[Value]) -> Result<Value, Miss>;
     fn intrinsic(&mut self, name: &str, args: &[Value]) -> Result<Value, Miss>;
+    /// The platform's intrinsics for this request.
+    fn intrinsics(&mut self) -> &mut dyn Intrinsics;
 }
 
 fn type_error(what: &str) -> Miss {
@@ -172,6 +161,12 @@ pub fn get(heap: &mut Heap<'_>, object: Value, key: Value) -> Result<Value, Miss
                 return Ok(v);
             }
             let name = key_name(heap, key)?;
+            let proto = heap.proto(object)?;
+            if proto.tag() == TAG_BUILTIN {
+                // An object of a builtin class: its methods are the class's.
+                let class = Builtin::from_value(proto).map_or("", Builtin::name);
+                return Ok(builtin_member(class, name.as_str()));
+            }
             if object.tag() == TAG_CLOSURE && name.as_str() == "prototype" {
                 // A function's prototype object, made when first read.
                 let proto = heap.object(Value::NULL)?;
@@ -333,6 +328,9 @@ pub fn construct(guest: &mut dyn Guest, callee: Value, args: &[Value]) -> Result
             let object = heap.object(proto)?;
             let result = guest.apply(callee, object, args)?;
             Ok(if result.is_object() { result } else { object })
+        }
+        TAG_BUILTIN if Builtin::from_value(callee) == Some(Builtin::Date) => {
+            intrinsics::construct_date(guest, args)
         }
         TAG_BUILTIN => Err(Miss::new(format!(
             "builtin new {} not compiled",

@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 
 use kiln_breakout::exec::{FastPathEngine, Limits, Loaded};
 
+mod effects;
 mod trace;
+use effects::FastEffects;
 use trace::{accept_trace, compile, instrument, is_throw, miss_kind};
 
 use serde::{Deserialize, Serialize};
@@ -402,15 +404,11 @@ impl Inner {
         }
         let payload = request.payload.clone();
         let deadline = Duration::from_millis(u64::from(breakout.config.fast_path_timeout_ms));
+        let (effects, held) = FastEffects::new(&request.request_id, &spec.env);
         let begin = Instant::now();
-        let outcome = tokio::task::spawn_blocking(move || {
-            loaded.run(
-                &payload,
-                Box::new(kiln_breakout::runtime::NoIntrinsics),
-                deadline,
-            )
-        })
-        .await;
+        let outcome =
+            tokio::task::spawn_blocking(move || loaded.run(&payload, Box::new(effects), deadline))
+                .await;
         let duration = begin.elapsed();
         {
             let mut state = self.state();
@@ -428,7 +426,10 @@ impl Inner {
             kiln_breakout::exec::Outcome::Answer(body) => {
                 breakout.count("fast", None);
                 breakout.observe(false);
-                let mut log = super::report(spec, &request.request_id, "", duration, None, None, 0);
+                // The log lines it held are written now, with the answer.
+                let output = std::mem::take(&mut held.locked().output);
+                let mut log =
+                    super::report(spec, &request.request_id, &output, duration, None, None, 0);
                 super::report_field(&mut log, "Mode", "decontainerized");
                 if request.shadow {
                     super::report_field(&mut log, "Shadow", "true");
