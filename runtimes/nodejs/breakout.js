@@ -58,11 +58,15 @@ function lookup(object, key) {
 
 /**
  * The intrinsic a callee is, if any: a call whose effects are the platform's (the function's log, the clock,
- * randomness). Compared by identity with what the globals hold now, as the shim replaces `console`'s methods
+ * randomness, the object store). Compared by identity with what the globals hold now, as the shim replaces `console`'s methods
  * after this file loads. kiln-breakout's trace::INTRINSICS lists the same names.
  */
-function intrinsicName(callee, isNew) {
+function intrinsicName(callee, isNew, object, key) {
   if (typeof callee !== 'function') return undefined;
+  if (!isNew && key === 'send' && object !== null && typeof object === 'object') {
+    const constructor = lookup(object, 'constructor');
+    if (typeof constructor === 'function' && constructor.name === 'S3Client') return 'S3Client.prototype.send';
+  }
   if (isNew) return callee === Date ? 'Date' : undefined;
   for (const method of ['log', 'info', 'warn', 'error']) {
     if (callee === console[method]) return `console.${method}`;
@@ -284,7 +288,7 @@ class Tracer {
       : this.place(q, () => ({ kind: 'call', bind: q.bind, callee: q.callee, args: q.args, new: q.new, handlers: [] }));
     if (node && node.kind === 'call' && !inline) {
       // A call site that called an intrinsic and then something else is an ordinary call.
-      const intrinsic = intrinsicName(callee, q.new);
+      const intrinsic = intrinsicName(callee, q.new, object, key);
       if (!this.called.has(node)) {
         if (intrinsic) node.intrinsic = intrinsic;
         this.called.add(node);

@@ -67,6 +67,10 @@ pub struct NoIntrinsics;
 
 impl Intrinsics for NoIntrinsics {}
 
+fn arg(args: &[Value], i: usize) -> Value {
+    args.get(i).copied().unwrap_or(Value::UNDEFINED)
+}
+
 /// Calls the intrinsic `builtin`, or `None` when it is not one.
 pub fn call(
     guest: &mut dyn Guest,
@@ -89,6 +93,9 @@ pub fn call(
         }));
     }
     Some(match builtin {
+        B::Require => super::s3::require(&mut guest.heap(), arg(args, 0)),
+        B::S3Send => super::s3::send(guest, this, arg(args, 0)),
+        B::S3TransformToString => super::s3::transform_to_string(&guest.heap(), this, arg(args, 0)),
         B::DateNow => Ok(Value::number(guest.intrinsics().now())),
         B::MathRandom => Ok(Value::number(guest.intrinsics().random())),
         B::Date => Err(Miss::new("builtin Date called without new not compiled")),

@@ -11,6 +11,7 @@ pub mod heap;
 pub mod intrinsics;
 pub mod json;
 pub mod ops;
+pub mod s3;
 pub mod value;
 
 use builtins::Builtin;
@@ -332,10 +333,16 @@ pub fn construct(guest: &mut dyn Guest, callee: Value, args: &[Value]) -> Result
         TAG_BUILTIN if Builtin::from_value(callee) == Some(Builtin::Date) => {
             intrinsics::construct_date(guest, args)
         }
-        TAG_BUILTIN => Err(Miss::new(format!(
-            "builtin new {} not compiled",
-            Builtin::from_value(callee).map_or("?", Builtin::name)
-        ))),
+        TAG_BUILTIN => {
+            let builtin = Builtin::from_value(callee);
+            if let Some(made) = builtin.and_then(|b| s3::construct(guest, b, args)) {
+                return made;
+            }
+            Err(Miss::new(format!(
+                "builtin new {} not compiled",
+                builtin.map_or("?", Builtin::name)
+            )))
+        }
         _ => Err(type_error("`new` of a value that is not a constructor")),
     }
 }

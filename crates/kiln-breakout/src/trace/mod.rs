@@ -192,7 +192,8 @@ pub enum Node {
 }
 
 /// The intrinsics a `call` node may name: calls whose effects are the platform's (the
-/// function's log, the clock, randomness), as the tracing runtime names them.
+/// function's log, the clock, randomness, the object store), as the tracing runtime names
+/// them.
 pub const INTRINSICS: &[&str] = &[
     "console.log",
     "console.info",
@@ -201,6 +202,7 @@ pub const INTRINSICS: &[&str] = &[
     "Date.now",
     "Date",
     "Math.random",
+    "S3Client.prototype.send",
 ];
 
 /// An expression of the trace: quoted from the code, never a value from a run.

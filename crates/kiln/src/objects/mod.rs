@@ -137,6 +137,10 @@ pub struct ObjectStore {
     region: String,
     cache: Option<Arc<cache::ObjectCache>>,
     features: FeatureLookup,
+    /// The store's own `s3s::S3`, for kiln's calls that need no HTTP (the fast path's
+    /// intrinsics): the object cache when there is one, else the local store; `None` for a
+    /// remote store without the cache.
+    direct: Option<Arc<dyn S3>>,
 }
 
 /// Where an invocation's input object's features come from (OFC §5.1), without asking a
@@ -210,10 +214,12 @@ impl ObjectStore {
         let keys = Arc::new(keys::KeyRing::new(admin));
         let cache = config.cache.as_ref();
         let mut local_meta = None;
+        let mut direct: Option<Arc<dyn S3>> = None;
         let (mut builder, cache) = match &config.backend {
             Backend::Local { data_dir } => {
                 let store = local::LocalStore::open(data_dir, config.limits)?;
                 local_meta = Some(store.meta());
+                direct = Some(Arc::new(store.clone()));
                 service_over(store, cache, config.limits)?
             }
             Backend::Remote(remote) => service_over(
@@ -222,6 +228,9 @@ impl ObjectStore {
                 config.limits,
             )?,
         };
+        if let Some(cache) = &cache {
+            direct = Some(Arc::new(cache::CachedStore::new(cache.clone())));
+        }
         builder.set_auth(keys::Auth(keys.clone()));
         builder.set_access(keys::Access {
             keys: keys.clone(),
@@ -237,12 +246,18 @@ impl ObjectStore {
                 local: local_meta,
             },
             cache,
+            direct,
         })
     }
 
     /// Input objects' features, for the memory and cache-benefit models.
     pub fn features(&self) -> FeatureLookup {
         self.features.clone()
+    }
+
+    /// The store without HTTP in front (see the field), for kiln's own calls.
+    pub fn direct(&self) -> Option<Arc<dyn S3>> {
+        self.direct.clone()
     }
 
     /// The object cache, when the store has one.

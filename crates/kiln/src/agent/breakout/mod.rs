@@ -17,8 +17,10 @@ use std::time::{Duration, Instant};
 use kiln_breakout::exec::{FastPathEngine, Limits, Loaded};
 
 mod effects;
+mod store;
 mod trace;
 use effects::FastEffects;
+use store::FastStore;
 use trace::{accept_trace, compile, instrument, is_throw, miss_kind};
 
 use serde::{Deserialize, Serialize};
@@ -85,7 +87,7 @@ pub struct BreakoutStatus {
     #[serde(default)]
     pub requests: BTreeMap<String, u64>,
     /// Its misses by kind (`untraced`, `unsupported`, `guard`, `throw`, `time`, `memory`,
-    /// `builtin`, `intrinsic`, `other`), likewise.
+    /// `builtin`, `intrinsic`, `commit`, `other`), likewise.
     #[serde(default)]
     pub misses: BTreeMap<String, u64>,
 }
@@ -404,7 +406,14 @@ impl Inner {
         }
         let payload = request.payload.clone();
         let deadline = Duration::from_millis(u64::from(breakout.config.fast_path_timeout_ms));
-        let (effects, held) = FastEffects::new(&request.request_id, &spec.env);
+        let store = self.ctx.objects.as_ref().and_then(|objects| {
+            let direct = objects.direct()?;
+            let credentials = objects.function_credentials(&spec.function);
+            let store = FastStore::new(direct, &spec.function, credentials, request.tags());
+            Some((store, tokio::runtime::Handle::current()))
+        });
+        let committer = store.as_ref().map(|(store, _)| store.clone());
+        let (effects, held) = FastEffects::new(&request.request_id, &spec.env, store);
         let begin = Instant::now();
         let outcome =
             tokio::task::spawn_blocking(move || loaded.run(&payload, Box::new(effects), deadline))
@@ -415,13 +424,28 @@ impl Inner {
             state.memory_reserved_mb = state.memory_reserved_mb.saturating_sub(arena_mb);
             breakout.running.fetch_sub(1, Ordering::SeqCst);
         }
-        let outcome = match outcome {
+        let mut outcome = match outcome {
             Ok(outcome) => outcome,
             Err(e) => kiln_breakout::exec::Outcome::Miss {
                 reason: format!("the fast path failed: {e}"),
                 at: None,
             },
         };
+        // The run answered: its staged write is committed now, or not at all (then Node runs
+        // the request, as after any miss).
+        let staged = held.locked().staged.take();
+        if let (kiln_breakout::exec::Outcome::Answer(_), Some(staged)) = (&outcome, staged) {
+            let committed = match &committer {
+                Some(store) => staged.commit(store).await.map_err(|e| e.to_string()),
+                None => Err("the store is not reachable".to_string()),
+            };
+            if let Err(reason) = committed {
+                outcome = kiln_breakout::exec::Outcome::Miss {
+                    reason: format!("the commit failed: {reason}"),
+                    at: None,
+                };
+            }
+        }
         match outcome {
             kiln_breakout::exec::Outcome::Answer(body) => {
                 breakout.count("fast", None);

@@ -1,0 +1,220 @@
+"""The S3 intrinsics on a real kiln: a Node function using `@aws-sdk/client-s3` (GetObject,
+HeadObject, PutObject, DeleteObject, ListObjectsV2) against kiln's own store runs fast, reaching the
+store directly with its own scope, and answers as the same code in Node does. Writes are staged:
+reads in the request see them, and they reach the store only once the fast run has answered. A
+request that misses after staging a write commits nothing, and its Node run sees none of it: the
+write happens once."""
+
+import json
+import shutil
+import uuid
+
+import pytest
+
+from kiln_harness import wait_for
+from s3_harness import JS_DIR, s3_client
+
+NODE = "nodejs20.x"
+
+COUNTER = r"""
+const { S3Client, GetObjectCommand, PutObjectCommand } = require("@aws-sdk/client-s3");
+const s3 = new S3Client({});
+exports.handler = async (event) => {
+  const Bucket = event.bucket;
+  const got = await s3.send(new GetObjectCommand({ Bucket, Key: "counter.json" }));
+  const was = JSON.parse(await got.Body.transformToString()).n;
+  const put = await s3.send(new PutObjectCommand({
+    Bucket, Key: "counter.json", Body: JSON.stringify({ n: was + 1 }), ContentType: "application/json",
+    Metadata: { writer: "counter" },
+  }));
+  // The request's own write, staged: a read sees it.
+  const again = await s3.send(new GetObjectCommand({ Bucket, Key: "counter.json" }));
+  const now = JSON.parse(await again.Body.transformToString()).n;
+  // Never traced: a fast run that gets here has staged its write, then misses.
+  if (event.late) console.log("late", now);
+  return { was, now, etag: put.ETag, type: again.ContentType, meta: again.Metadata };
+};
+"""
+
+PUT = r"""
+const { S3Client, PutObjectCommand } = require("@aws-sdk/client-s3");
+const s3 = new S3Client({});
+exports.handler = async (event) => {
+  try {
+    const put = await s3.send(new PutObjectCommand({ Bucket: event.bucket, Key: event.key, Body: "v" }));
+    return { etag: put.ETag };
+  } catch (e) {
+    return { error: e.name };
+  }
+};
+"""
+
+READER = r"""
+const { S3Client, HeadObjectCommand, DeleteObjectCommand, ListObjectsV2Command } = require("@aws-sdk/client-s3");
+const s3 = new S3Client({});
+exports.handler = async (event) => {
+  const Bucket = event.bucket;
+  if (event.op === "list") {
+    const out = await s3.send(new ListObjectsV2Command({ Bucket, Prefix: event.prefix }));
+    const keys = (out.Contents || []).map((o) => o.Key + " " + o.Size + " " + o.ETag + " " + (o.LastModified.getTime() > 0));
+    return { keys, count: out.KeyCount, truncated: out.IsTruncated };
+  }
+  if (event.op === "head") {
+    const head = await s3.send(new HeadObjectCommand({ Bucket, Key: event.key }));
+    return { length: head.ContentLength, etag: head.ETag, type: head.ContentType, meta: head.Metadata };
+  }
+  await s3.send(new DeleteObjectCommand({ Bucket, Key: event.key }));
+  return { deleted: event.key };
+};
+"""
+
+
+def unique(prefix):
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(autouse=True)
+def cleanup(kiln):
+    yield
+    lam = kiln.client()
+    for page in lam.get_paginator("list_functions").paginate():
+        for f in page["Functions"]:
+            if f["FunctionName"].startswith("bo-s3"):
+                lam.delete_function(FunctionName=f["FunctionName"])
+
+
+def status(kiln, name):
+    raw = kiln.signed_request("GET", f"/2015-03-31/functions/{name}/configuration").json()
+    return raw.get("KilnBreakoutStatus")
+
+
+def package(tmp_path, source):
+    if not (JS_DIR / "node_modules" / "@aws-sdk" / "client-s3").is_dir():
+        pytest.fail("tests/js has no node_modules: run scripts/setup-test-env.sh (npm ci)")
+    code = tmp_path / "code"
+    shutil.copytree(JS_DIR / "node_modules", code / "node_modules", symlinks=False)
+    (code / "index.js").write_text(source)
+    return code
+
+
+def deploy(kiln, name, code, trace_requests=None):
+    args = ["deploy", name, "--runtime", NODE, "--handler", "index.handler", "--code", str(code),
+            "--memory", "256", "--timeout", "30"]
+    if trace_requests:
+        args += ["--breakout", "auto", "--trace-requests", str(trace_requests)]
+    kiln.cli(*args, timeout=180)
+
+
+def counter(s3, bucket):
+    return json.loads(s3.get_object(Bucket=bucket, Key="counter.json")["Body"].read())["n"]
+
+
+def test_writes_are_staged_committed_after_the_answer_and_never_twice(kiln, tmp_path):
+    s3 = s3_client(kiln)
+    bucket = f"bo-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="counter.json", Body=b'{"n": 0}')
+    name = unique("bo-s3-counter")
+    deploy(kiln, name, package(tmp_path, COUNTER), trace_requests=3)
+    wait_for(lambda: status(kiln, name)["Mode"] == "tracing", timeout=120, what="instrumented")
+    for _ in range(3):
+        kiln.invoke(name, {"bucket": bucket})
+    wait_for(lambda: status(kiln, name)["Mode"] == "decontainerized", timeout=60, what="compiled")
+    assert counter(s3, bucket) == 3
+
+    # On the fast path: the answer is Node's (the same fields, the store's ETag), and the write
+    # is in the store once the answer is.
+    fast = 0
+    for i in range(3, 8):
+        got, response = kiln.invoke(name, {"bucket": bucket}, LogType="Tail")
+        assert "FunctionError" not in response, got
+        body = json.dumps({"n": i + 1}, separators=(",", ":")).encode()
+        stored = s3.get_object(Bucket=bucket, Key="counter.json")
+        assert got == {"was": i, "now": i + 1, "etag": stored["ETag"], "type": "application/json",
+                       "meta": {"writer": "counter"}}
+        assert stored["Body"].read() == body
+        assert stored["ContentType"] == "application/json"
+        assert stored["Metadata"] == {"writer": "counter"}
+        fast += "Mode: decontainerized" in kiln.log_tail(response)
+    assert fast >= 4, f"only {fast} of 5 requests ran fast"
+
+    # A miss after the write was staged: the staged write is dropped, Node runs the request from
+    # the start, reads the counter as it was, and writes once.
+    before = counter(s3, bucket)
+    got, response = kiln.invoke(name, {"bucket": bucket, "late": True}, LogType="Tail")
+    tail = kiln.log_tail(response)
+    assert "Fast Path: miss (a path not traced" in tail and "Mode: decontainerized" not in tail, tail
+    assert got["was"] == before and got["now"] == before + 1, got
+    assert counter(s3, bucket) == before + 1
+    metrics = kiln.signed_request("GET", "/metrics").text
+    assert f'kiln_breakout_requests_total{{function="{name}",outcome="fast"}}' in metrics
+
+
+def test_a_commit_that_fails_writes_nothing_and_node_answers(kiln, tmp_path):
+    s3 = s3_client(kiln)
+    bucket = f"bo-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=bucket)
+    name = unique("bo-s3-put")
+    deploy(kiln, name, package(tmp_path, PUT), trace_requests=2)
+    wait_for(lambda: status(kiln, name)["Mode"] == "tracing", timeout=120, what="instrumented")
+    for i in range(2):
+        kiln.invoke(name, {"bucket": bucket, "key": f"k{i}"})
+    wait_for(lambda: status(kiln, name)["Mode"] == "decontainerized", timeout=60, what="compiled")
+    got, response = kiln.invoke(name, {"bucket": bucket, "key": "k2"}, LogType="Tail")
+    assert "Mode: decontainerized" in kiln.log_tail(response)
+    assert got == {"etag": s3.head_object(Bucket=bucket, Key="k2")["ETag"]}
+
+    # The bucket is gone: the fast run stages its write and answers, the commit fails, and the
+    # request runs in Node, whose write fails too: no object, and Node's answer.
+    missing = f"bo-gone-{uuid.uuid4().hex[:8]}"
+    got, response = kiln.invoke(name, {"bucket": missing, "key": "k3"}, LogType="Tail")
+    tail = kiln.log_tail(response)
+    assert "Fast Path: miss (the commit failed" in tail, tail
+    assert got == {"error": "NoSuchBucket"}
+    assert [b["Name"] for b in s3.list_buckets()["Buckets"] if b["Name"] == missing] == []
+
+
+def test_reads_lists_and_deletes_answer_as_node_does(kiln, tmp_path):
+    s3 = s3_client(kiln)
+    bucket = f"bo-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=bucket)
+    for key, body in [("a.txt", b"alpha"), ("b.txt", b"bravo!"), ("dir/c.txt", b"charlie"),
+                      ("dir/d.txt", b"delta delta")]:
+        s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType="text/plain",
+                      Metadata={"source": key})
+    code = package(tmp_path, READER)
+    name = unique("bo-s3-reader")
+    plain = unique("bo-s3-plain")
+    deploy(kiln, name, code, trace_requests=5)
+    deploy(kiln, plain, code)
+    wait_for(lambda: status(kiln, name)["Mode"] == "tracing", timeout=120, what="instrumented")
+    s3.put_object(Bucket=bucket, Key="gone-0", Body=b"x")
+    for event in [{"op": "list", "prefix": ""}, {"op": "list", "prefix": "dir/"},
+                  {"op": "head", "key": "a.txt"}, {"op": "head", "key": "dir/c.txt"},
+                  {"op": "delete", "key": "gone-0"}]:
+        kiln.invoke(name, dict(event, bucket=bucket))
+    wait_for(lambda: status(kiln, name)["Mode"] == "decontainerized", timeout=60, what="compiled")
+
+    fast = 0
+    events = [{"op": "list", "prefix": ""}, {"op": "list", "prefix": "dir/"}, {"op": "list", "prefix": "zz"},
+              {"op": "head", "key": "b.txt"}, {"op": "head", "key": "dir/d.txt"}]
+    for event in events:
+        got, response = kiln.invoke(name, dict(event, bucket=bucket), LogType="Tail")
+        want, _ = kiln.invoke(plain, dict(event, bucket=bucket))
+        assert got == want, event
+        fast += "Mode: decontainerized" in kiln.log_tail(response)
+    assert fast >= 4, f"only {fast} of {len(events)} requests ran fast"
+
+    # A delete is committed with the answer.
+    s3.put_object(Bucket=bucket, Key="gone-1", Body=b"y")
+    got, response = kiln.invoke(name, {"op": "delete", "key": "gone-1", "bucket": bucket}, LogType="Tail")
+    assert got == {"deleted": "gone-1"}
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])]
+    assert "gone-1" not in keys
+
+    # A head of a key that is not there misses: Node answers with the SDK's error.
+    got, response = kiln.invoke(name, {"op": "head", "key": "missing", "bucket": bucket}, LogType="Tail")
+    want, plain_response = kiln.invoke(plain, {"op": "head", "key": "missing", "bucket": bucket})
+    assert response.get("FunctionError") == plain_response.get("FunctionError") == "Unhandled"
+    assert got["errorType"] == want["errorType"]
+    assert "Fast Path: miss (" in kiln.log_tail(response)
