@@ -52,7 +52,8 @@ fn trace_and_load(
             name
         }
         Source::Program(text) => {
-            fs::create_dir_all(&plain).unwrap();
+            // The S3 stand-in is installed too (a program that does not load it never reads it).
+            install_s3_stand_in(&plain);
             fs::write(plain.join("index.js"), text).unwrap();
             "program"
         }
@@ -564,6 +565,107 @@ fn the_tracer_marks_intrinsic_calls_and_the_compiled_call_guards_its_callee() {
     assert_eq!(
         miss_reason(&outcome),
         Some("a guard: the call of console.log calls another function")
+    );
+}
+
+/// The S3 client, as the tracing runtime sees it (the stand-in SDK in Node) and as the fast
+/// path calls it: one intrinsic call per `send`, its input checked, its answer the output.
+const S3_PROGRAM: &str = r#"
+const { S3Client, GetObjectCommand, PutObjectCommand } = require("@aws-sdk/client-s3");
+const s3 = new S3Client({ region: "x" });
+exports.handler = async (event) => {
+  const input = { Bucket: "b", Key: event.key, Body: event.text };
+  if (event.range) input.Range = "bytes=0-1";
+  const put = await s3.send(new PutObjectCommand(input));
+  const got = await s3.send(new GetObjectCommand({ Bucket: "b", Key: event.key }));
+  const text = await got.Body.transformToString();
+  return { etag: put.ETag, text };
+};
+"#;
+
+/// A store of one object at a time, for the fast path's side of the boundary.
+struct OneObject(std::sync::Arc<std::sync::Mutex<Vec<String>>>, Option<Value>);
+
+impl Intrinsics for OneObject {
+    fn call(&mut self, name: &str, args: &[Value]) -> Result<Value, Miss> {
+        self.0.lock().unwrap().push(format!("{name} {}", args[0]));
+        match name {
+            "s3.PutObject" => {
+                self.1 = Some(args[0]["Body"].clone());
+                Ok(json!({"ETag": "\"e\""}))
+            }
+            "s3.GetObject" => match &self.1 {
+                Some(body) => Ok(json!({"Body": body, "LastModified": NOW})),
+                None => Err(Miss::new("NoSuchKey")),
+            },
+            _ => Err(Miss::new("not here")),
+        }
+    }
+}
+
+#[test]
+fn s3_sends_are_one_intrinsic_call_each_with_their_input_checked() {
+    if !node_available() {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let loaded = trace_and_load(
+        work.path(),
+        &Source::Program(S3_PROGRAM),
+        &json!([{"key": "k", "text": "hi"}, {"key": "k", "text": "x", "range": true}]),
+        &CompileOptions::default(),
+    );
+    let trace = fs::read_to_string(work.path().join("trace.json")).unwrap();
+    assert!(
+        trace.contains(r#""intrinsic":"S3Client.prototype.send""#),
+        "{trace}"
+    );
+    let calls = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let outcome = loaded.run(
+        br#"{"key": "a/b", "text": "hello"}"#,
+        Box::new(OneObject(calls.clone(), None)),
+        Duration::from_secs(5),
+    );
+    assert_eq!(
+        outcome,
+        Outcome::Answer(br#"{"etag":"\"e\"","text":"hello"}"#.to_vec())
+    );
+    assert_eq!(
+        *calls.lock().unwrap(),
+        [
+            r#"s3.PutObject {"Body":"hello","Bucket":"b","Key":"a/b"}"#,
+            r#"s3.GetObject {"Bucket":"b","Key":"a/b"}"#
+        ]
+    );
+    // An input field the fast path does not model misses before any call.
+    calls.lock().unwrap().clear();
+    let outcome = loaded.run(
+        br#"{"key": "k", "text": "x", "range": true}"#,
+        Box::new(OneObject(calls.clone(), None)),
+        Duration::from_secs(5),
+    );
+    assert_eq!(
+        miss_reason(&outcome),
+        Some("PutObject with Range not compiled")
+    );
+    assert!(calls.lock().unwrap().is_empty());
+    // A body that is not a string, likewise; and without the platform's store, a send misses.
+    let outcome = loaded.run(
+        br#"{"key": "k", "text": 5}"#,
+        Box::new(OneObject(calls.clone(), None)),
+        Duration::from_secs(5),
+    );
+    assert!(miss_reason(&outcome)
+        .unwrap()
+        .contains("a Body must be a string"));
+    let outcome = loaded.run(
+        br#"{"key": "k", "text": "x"}"#,
+        Box::new(NoIntrinsics),
+        Duration::from_secs(5),
+    );
+    assert_eq!(
+        miss_reason(&outcome),
+        Some("intrinsic s3.PutObject not available")
     );
 }
 
