@@ -58,14 +58,17 @@ function lookup(object, key) {
 
 /**
  * The intrinsic a callee is, if any: a call whose effects are the platform's (the function's log, the clock,
- * randomness, the object store). Compared by identity with what the globals hold now, as the shim replaces `console`'s methods
- * after this file loads. kiln-breakout's trace::INTRINSICS lists the same names.
+ * randomness, the object store). Compared by identity with what the globals hold now, as the shim replaces
+ * `console`'s methods after this file loads; an S3 client's `send` by its receiver's constructor's name, read
+ * without running a getter. kiln-breakout's trace::INTRINSICS lists the same names.
  */
 function intrinsicName(callee, isNew, object, key) {
   if (typeof callee !== 'function') return undefined;
   if (!isNew && key === 'send' && object !== null && typeof object === 'object') {
     const constructor = lookup(object, 'constructor');
-    if (typeof constructor === 'function' && constructor.name === 'S3Client') return 'S3Client.prototype.send';
+    if (typeof constructor === 'function' && lookup(constructor, 'name') === 'S3Client') {
+      return 'S3Client.prototype.send';
+    }
   }
   if (isNew) return callee === Date ? 'Date' : undefined;
   for (const method of ['log', 'info', 'warn', 'error']) {

@@ -49,6 +49,20 @@ exports.handler = async (event) => {
 };
 """
 
+# Two writes a request: the counter, and a receipt in another bucket.
+RECEIPT = r"""
+const { S3Client, GetObjectCommand, PutObjectCommand } = require("@aws-sdk/client-s3");
+const s3 = new S3Client({});
+exports.handler = async (event) => {
+  const got = await s3.send(new GetObjectCommand({ Bucket: event.bucket, Key: "counter.json" }));
+  const was = JSON.parse(await got.Body.transformToString()).n;
+  await s3.send(new PutObjectCommand({ Bucket: event.bucket, Key: "counter.json", Body: JSON.stringify({ n: was + 1 }) }));
+  await s3.send(new PutObjectCommand({ Bucket: event.receipts, Key: "r" + was, Body: "receipt " + was }));
+  if (event.late) console.log("late", was);
+  return { was };
+};
+"""
+
 READER = r"""
 const { S3Client, HeadObjectCommand, DeleteObjectCommand, ListObjectsV2Command } = require("@aws-sdk/client-s3");
 const s3 = new S3Client({});
@@ -172,6 +186,45 @@ def test_a_commit_that_fails_writes_nothing_and_node_answers(kiln, tmp_path):
     assert "Fast Path: miss (the commit failed" in tail, tail
     assert got == {"error": "NoSuchBucket"}
     assert [b["Name"] for b in s3.list_buckets()["Buckets"] if b["Name"] == missing] == []
+
+
+def test_several_writes_are_committed_together_or_not_at_all(kiln, tmp_path):
+    s3 = s3_client(kiln)
+    bucket, receipts = f"bo-{uuid.uuid4().hex[:12]}", f"bo-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=bucket)
+    s3.create_bucket(Bucket=receipts)
+    s3.put_object(Bucket=bucket, Key="counter.json", Body=b'{"n": 0}')
+    name = unique("bo-s3-receipt")
+    deploy(kiln, name, package(tmp_path, RECEIPT), trace_requests=2)
+    wait_for(lambda: status(kiln, name)["Mode"] == "tracing", timeout=120, what="instrumented")
+    for _ in range(2):
+        kiln.invoke(name, {"bucket": bucket, "receipts": receipts})
+    wait_for(lambda: status(kiln, name)["Mode"] == "decontainerized", timeout=60, what="compiled")
+
+    def receipts_written():
+        return sorted(o["Key"] for o in s3.list_objects_v2(Bucket=receipts).get("Contents", []))
+
+    # Fast: both writes are in the store once the answer is.
+    got, response = kiln.invoke(name, {"bucket": bucket, "receipts": receipts}, LogType="Tail")
+    assert "Mode: decontainerized" in kiln.log_tail(response)
+    assert got == {"was": 2} and counter(s3, bucket) == 3
+    assert receipts_written() == ["r0", "r1", "r2"]
+    assert s3.get_object(Bucket=receipts, Key="r2")["Body"].read() == b"receipt 2"
+
+    # A miss after both were staged: neither is committed; Node's run writes each once.
+    got, response = kiln.invoke(name, {"bucket": bucket, "receipts": receipts, "late": True}, LogType="Tail")
+    assert "Fast Path: miss (a path not traced" in kiln.log_tail(response)
+    assert got == {"was": 3} and counter(s3, bucket) == 4
+    assert receipts_written() == ["r0", "r1", "r2", "r3"]
+
+    # The receipts' bucket is gone: the commit fails as a whole (the counter is not written
+    # either), and Node's run, which writes one object at a time, increments the counter once
+    # before its second write fails.
+    missing = f"bo-gone-{uuid.uuid4().hex[:8]}"
+    got, response = kiln.invoke(name, {"bucket": bucket, "receipts": missing}, LogType="Tail")
+    assert "Fast Path: miss (the commit failed" in kiln.log_tail(response)
+    assert response.get("FunctionError") == "Unhandled" and got["errorType"] == "NoSuchBucket", got
+    assert counter(s3, bucket) == 5
 
 
 def test_reads_lists_and_deletes_answer_as_node_does(kiln, tmp_path):

@@ -462,9 +462,8 @@ impl Generator<'_> {
     /// A call the trace did not see into (a builtin, or a function called as an event):
     /// the callee's value and `this`, then the runtime's `call` or `construct`. A global, a
     /// global's member or a method no builtin has is a miss here, unless the trace saw the
-    /// call enter traced code.
-    /// A call; `intrinsic` is the builtin the trace saw it call, which the callee is guarded
-    /// to be.
+    /// call enter traced code. `intrinsic` is the builtin the trace saw the call reach every
+    /// time it ran: the callee is guarded to be that builtin.
     pub fn call(
         &mut self,
         callee: &Expr,

@@ -5,9 +5,10 @@
 //! committed by the dispatcher only once the run has answered. A request that misses drops
 //! them all: Node runs it again from the start, sees none of them, and writes its own.
 //!
-//! One write per request: committing one object is all-or-nothing in the store already,
-//! while several would need the store to commit them together; a second write misses, and
-//! Node runs the request.
+//! Several writes are committed together, all or none, where the store can (the local store
+//! without the object cache: one SQLite transaction); elsewhere one write is, as a single
+//! object's write is all-or-nothing already, and a second write misses: Node runs the
+//! request.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -16,7 +17,7 @@ use bytes::Bytes;
 use kiln_breakout::runtime::{Intrinsics, LogLevel, Miss};
 use serde_json::{json, Map, Value};
 
-use super::store::{FastStore, ListQuery, Object, StoreError};
+use super::store::{FastStore, ListQuery, Object, StoreError, Write};
 use crate::sync::LockExt;
 
 /// The shim's levels, lowest first.
@@ -27,8 +28,8 @@ const LEVELS: [&str; 6] = ["TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL"];
 pub(super) struct Held {
     /// The function's output: whole lines, each ending in `\n`.
     pub output: String,
-    /// Its object write, not yet in the store.
-    pub staged: Option<Staged>,
+    /// Its object writes, not yet in the store: one per key, in the order made.
+    pub staged: Vec<Staged>,
 }
 
 /// An object write held until the request answers.
@@ -52,26 +53,30 @@ impl Staged {
         }
     }
 
-    /// Writes it to the store: the commit, after the request answered.
-    pub(super) async fn commit(self, store: &FastStore) -> Result<(), StoreError> {
+    fn into_write(self) -> Write {
         match self {
             Staged::Put {
                 bucket,
                 key,
                 object,
-            } => store
-                .put(
-                    &bucket,
-                    &key,
-                    object.body,
-                    object.content_type,
-                    object.metadata,
-                )
-                .await
-                .map(drop),
-            Staged::Delete { bucket, key } => store.delete(&bucket, &key).await,
+            } => Write::Put {
+                bucket,
+                key,
+                body: object.body,
+                content_type: object.content_type,
+                metadata: object.metadata,
+            },
+            Staged::Delete { bucket, key } => Write::Delete { bucket, key },
         }
     }
+}
+
+/// Writes what a request staged to the store, all or none: the commit, after the request
+/// answered.
+pub(super) async fn commit(staged: Vec<Staged>, store: &FastStore) -> Result<(), StoreError> {
+    store
+        .commit(staged.into_iter().map(Staged::into_write).collect())
+        .await
 }
 
 /// The store, and the runtime its calls are made on (a fast run is on a blocking thread).
@@ -114,8 +119,8 @@ impl FastEffects {
     fn staged_at(&self, bucket: &str, key: &str) -> Option<Staged> {
         let held = self.held.locked();
         held.staged
-            .as_ref()
-            .filter(|s| s.target() == (bucket, key))
+            .iter()
+            .find(|s| s.target() == (bucket, key))
             .cloned()
     }
 
@@ -134,14 +139,20 @@ impl FastEffects {
         }
     }
 
+    /// Stages a write; a later write to the same key replaces the earlier one.
     fn stage(&self, write: Staged) -> Result<(), Miss> {
+        let together = self
+            .store
+            .as_ref()
+            .is_some_and(|(store, _)| store.commits_together());
         let mut held = self.held.locked();
-        if held.staged.is_some() {
+        held.staged.retain(|s| s.target() != write.target());
+        if !held.staged.is_empty() && !together {
             return Err(Miss::new(
-                "intrinsic S3: a second object write in one request (one write per fast request is committed)",
+                "intrinsic S3: a second object write in one request, and a store that commits one at a time",
             ));
         }
-        held.staged = Some(write);
+        held.staged.push(write);
         Ok(())
     }
 
@@ -223,8 +234,8 @@ impl FastEffects {
             .held
             .locked()
             .staged
-            .as_ref()
-            .is_some_and(|s| s.target().0 == bucket)
+            .iter()
+            .any(|s| s.target().0 == bucket)
         {
             return Err(Miss::new(
                 "a listing of a bucket the request wrote to not compiled",
@@ -426,7 +437,7 @@ mod tests {
         let list = call(&mut effects, "s3.ListObjectsV2", json!({"Bucket": "b"}));
         assert!(list.unwrap_err().reason.contains("listing"));
         // Nothing reached a store: the write waits for the dispatcher's commit.
-        assert!(matches!(held.locked().staged, Some(Staged::Put { .. })));
+        assert!(matches!(held.locked().staged[..], [Staged::Put { .. }]));
     }
 
     #[test]

@@ -409,7 +409,13 @@ impl Inner {
         let store = self.ctx.objects.as_ref().and_then(|objects| {
             let direct = objects.direct()?;
             let credentials = objects.function_credentials(&spec.function);
-            let store = FastStore::new(direct, &spec.function, credentials, request.tags());
+            let store = FastStore::new(
+                direct,
+                objects.atomic(),
+                &spec.function,
+                credentials,
+                request.tags(),
+            );
             Some((store, tokio::runtime::Handle::current()))
         });
         let committer = store.as_ref().map(|(store, _)| store.clone());
@@ -431,12 +437,14 @@ impl Inner {
                 at: None,
             },
         };
-        // The run answered: its staged write is committed now, or not at all (then Node runs
+        // The run answered: its staged writes are committed now, all or none (none: Node runs
         // the request, as after any miss).
-        let staged = held.locked().staged.take();
-        if let (kiln_breakout::exec::Outcome::Answer(_), Some(staged)) = (&outcome, staged) {
+        let staged = std::mem::take(&mut held.locked().staged);
+        if matches!(outcome, kiln_breakout::exec::Outcome::Answer(_)) && !staged.is_empty() {
             let committed = match &committer {
-                Some(store) => staged.commit(store).await.map_err(|e| e.to_string()),
+                Some(store) => effects::commit(staged, store)
+                    .await
+                    .map_err(|e| e.to_string()),
                 None => Err("the store is not reachable".to_string()),
             };
             if let Err(reason) = committed {

@@ -15,7 +15,7 @@ use s3s::dto::{
 use s3s::{S3Request, S3};
 
 use crate::function::InvocationTags;
-use crate::objects::Scope;
+use crate::objects::{AtomicWrites, ObjectWrite, Scope};
 
 /// The largest object a fast request reads: its text must fit the arena.
 pub(super) const MAX_READ_BYTES: u64 = 8 << 20;
@@ -33,6 +33,25 @@ pub(super) enum StoreError {
     /// the body could not be read
     #[error("reading an object's body: {0}")]
     Body(String),
+    /// several writes, and a store that cannot commit them together
+    #[error("{0} writes, and the store commits only one at a time")]
+    NotTogether(usize),
+}
+
+/// A write to commit.
+#[derive(Debug, Clone)]
+pub(super) enum Write {
+    Put {
+        bucket: String,
+        key: String,
+        body: Bytes,
+        content_type: Option<String>,
+        metadata: BTreeMap<String, String>,
+    },
+    Delete {
+        bucket: String,
+        key: String,
+    },
 }
 
 /// An object as a fast request sees it.
@@ -80,6 +99,7 @@ pub(super) struct ListQuery {
 #[derive(Clone)]
 pub(super) struct FastStore {
     direct: Arc<dyn S3>,
+    atomic: Option<Arc<dyn AtomicWrites>>,
     function: String,
     credentials: s3s::auth::Credentials,
     tags: InvocationTags,
@@ -93,12 +113,14 @@ fn ms(t: Timestamp) -> f64 {
 impl FastStore {
     pub(super) fn new(
         direct: Arc<dyn S3>,
+        atomic: Option<Arc<dyn AtomicWrites>>,
         function: &str,
         credentials: crate::auth::Credentials,
         tags: InvocationTags,
     ) -> Self {
         Self {
             direct,
+            atomic,
             function: function.to_string(),
             credentials: s3s::auth::Credentials {
                 access_key: credentials.access_key_id,
@@ -123,6 +145,51 @@ impl FastStore {
             region: None,
             service: Some("s3".into()),
             trailing_headers: None,
+        }
+    }
+
+    /// Whether several writes can be committed together.
+    pub(super) fn commits_together(&self) -> bool {
+        self.atomic.is_some()
+    }
+
+    /// Commits `writes`: all of them, or none.
+    pub(super) async fn commit(&self, writes: Vec<Write>) -> Result<(), StoreError> {
+        match writes.len() {
+            0 => Ok(()),
+            1 => match writes.into_iter().next().expect("one") {
+                Write::Put {
+                    bucket,
+                    key,
+                    body,
+                    content_type,
+                    metadata,
+                } => self
+                    .put(&bucket, &key, body, content_type, metadata)
+                    .await
+                    .map(drop),
+                Write::Delete { bucket, key } => self.delete(&bucket, &key).await,
+            },
+            n => {
+                let atomic = self.atomic.as_ref().ok_or(StoreError::NotTogether(n))?;
+                let writes = writes
+                    .into_iter()
+                    .map(|write| match write {
+                        Write::Put {
+                            bucket,
+                            key,
+                            body,
+                            content_type,
+                            metadata,
+                        } => ObjectWrite::Put(Box::new(self.request(
+                            put_input(bucket, key, body, content_type, metadata),
+                            http::Method::PUT,
+                        ))),
+                        Write::Delete { bucket, key } => ObjectWrite::Delete { bucket, key },
+                    })
+                    .collect();
+                atomic.commit_writes(writes).await.map_err(StoreError::S3)
+            }
         }
     }
 
@@ -257,15 +324,13 @@ impl FastStore {
         content_type: Option<String>,
         metadata: BTreeMap<String, String>,
     ) -> Result<String, StoreError> {
-        let input = PutObjectInput {
-            bucket: bucket.to_string(),
-            key: key.to_string(),
-            content_length: Some(body.len() as i64),
-            body: Some(StreamingBlob::from(s3s::Body::from(body))),
+        let input = put_input(
+            bucket.to_string(),
+            key.to_string(),
+            body,
             content_type,
-            metadata: (!metadata.is_empty()).then(|| metadata.into_iter().collect()),
-            ..Default::default()
-        };
+            metadata,
+        );
         let output = self
             .direct
             .put_object(self.request(input, http::Method::PUT))
@@ -289,6 +354,24 @@ impl FastStore {
             .await
             .map_err(StoreError::S3)?;
         Ok(())
+    }
+}
+
+fn put_input(
+    bucket: String,
+    key: String,
+    body: Bytes,
+    content_type: Option<String>,
+    metadata: BTreeMap<String, String>,
+) -> PutObjectInput {
+    PutObjectInput {
+        bucket,
+        key,
+        content_length: Some(body.len() as i64),
+        body: Some(StreamingBlob::from(s3s::Body::from(body))),
+        content_type,
+        metadata: (!metadata.is_empty()).then(|| metadata.into_iter().collect()),
+        ..Default::default()
     }
 }
 

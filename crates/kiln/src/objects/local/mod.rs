@@ -6,6 +6,7 @@
 
 mod acls;
 mod attributes;
+mod batch;
 mod buckets;
 mod completion;
 mod files;
