@@ -450,6 +450,7 @@ exports.handler = async (event) => {
   const when = new Date(started - 86400000);
   const random = Math.random();
   if (event.kind) console.log(new Point(1));
+  if (event.fake) { const F = function () {}; F.prototype = Date.prototype; return new F().getTime(); }
   return { who, iso: when.toISOString(), t: when.getTime(), json: JSON.stringify({ when }),
            random: random >= 0 && random < 1, invalid: new Date(NaN).toJSON() };
 };
@@ -464,7 +465,7 @@ fn console_date_and_random_go_to_the_intrinsics_as_node_prints_them() {
     let loaded = trace_and_load(
         work.path(),
         &Source::Program(LOGS),
-        &json!([{"who": "x"}, {"who": "y", "kind": 1}]),
+        &json!([{"who": "x"}, {"who": "y", "kind": 1}, {"who": "z", "fake": 1}]),
         &CompileOptions::default(),
     );
     let trace = fs::read_to_string(work.path().join("trace.json")).unwrap();
@@ -521,6 +522,16 @@ fn console_date_and_random_go_to_the_intrinsics_as_node_prints_them() {
     assert_eq!(
         miss_reason(&outcome),
         Some("intrinsic console (INFO) not available")
+    );
+    // An object made with a builtin's prototype would pass for a `Date`; Node throws on it.
+    let outcome = loaded.run(
+        br#"{"who": "ann", "fake": 1}"#,
+        Box::new(Recorder(log.clone())),
+        Duration::from_secs(5),
+    );
+    assert_eq!(
+        miss_reason(&outcome),
+        Some("new of a function whose prototype is a builtin's not compiled")
     );
 }
 

@@ -321,6 +321,12 @@ pub fn construct(guest: &mut dyn Guest, callee: Value, args: &[Value]) -> Result
             let mut heap = guest.heap();
             let key = heap.str("prototype")?;
             let proto = get(&mut heap, callee, key)?;
+            if proto.tag() == TAG_BUILTIN {
+                // An object made so would pass for one of the builtin class (a `Date`).
+                return Err(Miss::new(
+                    "new of a function whose prototype is a builtin's not compiled",
+                ));
+            }
             let proto = if proto.is_object() {
                 proto
             } else {
