@@ -271,3 +271,33 @@ def test_reads_lists_and_deletes_answer_as_node_does(kiln, tmp_path):
     assert response.get("FunctionError") == plain_response.get("FunctionError") == "Unhandled"
     assert got["errorType"] == want["errorType"]
     assert "Fast Path: miss (" in kiln.log_tail(response)
+
+
+def test_with_the_object_cache_one_write_runs_fast_and_a_second_misses(fresh_kiln, tmp_path):
+    """With the object cache in front of the store, the fast path goes through the cache, and a
+    request that writes twice runs in Node (the cache commits one write at a time)."""
+    kiln = fresh_kiln(extra_args=["--object-cache", "on"])
+    s3 = s3_client(kiln)
+    bucket, receipts = f"bo-{uuid.uuid4().hex[:12]}", f"bo-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=bucket)
+    s3.create_bucket(Bucket=receipts)
+    s3.put_object(Bucket=bucket, Key="counter.json", Body=b'{"n": 0}')
+    one, two = unique("bo-s3-cached"), unique("bo-s3-cached2")
+    deploy(kiln, one, package(tmp_path / "one", COUNTER), trace_requests=2)
+    deploy(kiln, two, package(tmp_path / "two", RECEIPT), trace_requests=2)
+    for name in (one, two):
+        wait_for(lambda: status(kiln, name)["Mode"] == "tracing", timeout=120, what="instrumented")
+    for _ in range(2):
+        kiln.invoke(one, {"bucket": bucket})
+        kiln.invoke(two, {"bucket": bucket, "receipts": receipts})
+    for name in (one, two):
+        wait_for(lambda: status(kiln, name)["Mode"] == "decontainerized", timeout=60, what="compiled")
+    assert counter(s3, bucket) == 4
+
+    got, response = kiln.invoke(one, {"bucket": bucket}, LogType="Tail")
+    assert "Mode: decontainerized" in kiln.log_tail(response)
+    assert got["was"] == 4 and got["now"] == 5 and counter(s3, bucket) == 5
+
+    got, response = kiln.invoke(two, {"bucket": bucket, "receipts": receipts}, LogType="Tail")
+    assert "Fast Path: miss (intrinsic S3: a second object write" in kiln.log_tail(response)
+    assert got == {"was": 5} and counter(s3, bucket) == 6
