@@ -116,3 +116,38 @@ def test_a_miss_writes_only_nodes_log_lines(kiln, tmp_path):
     lines = function_lines(tail, rid)
     assert [level for level, _ in lines] == ["INFO", "INFO", "WARN", "ERROR"], lines
     assert sum("hello ivy" in message for _, message in lines) == 1
+
+
+CONTEXT_HANDLER = r"""
+exports.handler = async (event, context) => {
+  const left = context.getRemainingTimeInMillis();
+  return { id: context.awsRequestId, name: context.functionName, version: context.functionVersion,
+           memory: context.memoryLimitInMB, arn: context.invokedFunctionArn, group: context.logGroupName,
+           waits: context.callbackWaitsForEmptyEventLoop, left: left > 0 && left <= 7000, n: event.n };
+};
+"""
+
+
+def test_the_context_reads_as_in_node(kiln, tmp_path):
+    name = unique("bo-in-context")
+    plain = unique("bo-in-context-plain")
+    (tmp_path / "index.js").write_text(CONTEXT_HANDLER)
+    for fn, extra in [(name, ["--breakout", "auto", "--trace-requests", "2"]), (plain, [])]:
+        kiln.cli("deploy", fn, "--runtime", NODE, "--handler", "index.handler", "--code", str(tmp_path),
+                 "--memory", "128", "--timeout", "7", *extra)
+    wait_for(lambda: status(kiln, name)["Mode"] == "tracing", timeout=60, what="instrumented")
+    for n in range(2):
+        kiln.invoke(name, {"n": n})
+    wait_for(lambda: status(kiln, name)["Mode"] == "decontainerized", timeout=60, what="compiled")
+
+    def expected(fn, response, n):
+        config = kiln.client().get_function_configuration(FunctionName=fn)
+        return {"id": response["ResponseMetadata"]["HTTPHeaders"]["x-amzn-requestid"], "name": fn,
+                "version": "$LATEST", "memory": "128", "arn": config["FunctionArn"],
+                "group": f"/aws/lambda/{fn}", "waits": True, "left": True, "n": n}
+
+    got, response = kiln.invoke(name, {"n": 5}, LogType="Tail")
+    assert "Mode: decontainerized" in kiln.log_tail(response)
+    assert got == expected(name, response, 5)
+    want, plain_response = kiln.invoke(plain, {"n": 5})
+    assert want == expected(plain, plain_response, 5)

@@ -639,6 +639,9 @@ fn linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
             Ok(((u64::from(address) << 32) | text.len() as u64) as i64)
         })
     })?;
+    l.func_wrap(m, "context", |mut c: Caller<'_, State>| {
+        host(&mut c, |g| Ok(runtime::context(g)?.0 as i64))
+    })?;
     l.func_wrap(m, "entry", |mut c: Caller<'_, State>| {
         host(&mut c, |g| Ok(runtime::entry(&mut g.heap())?.0 as i64))
     })?;

@@ -432,6 +432,10 @@ impl Intrinsics for Recorder {
     fn now(&mut self) -> f64 {
         NOW
     }
+
+    fn context(&mut self) -> Result<Value, Miss> {
+        Ok(json!({"awsRequestId": "r-1", "functionName": "f"}))
+    }
 }
 
 /// Every console call and argument kind the runtime formats; `event.kind` picks a line
@@ -532,6 +536,47 @@ fn console_date_and_random_go_to_the_intrinsics_as_node_prints_them() {
     assert_eq!(
         miss_reason(&outcome),
         Some("new of a function whose prototype is a builtin's not compiled")
+    );
+}
+
+/// The handler's context: fields read from the platform's, enumerating it misses.
+const CONTEXT: &str = r#"
+exports.handler = async (event, context) => {
+  if (event.keys) return Object.keys(context);
+  return { id: context.awsRequestId, has: "awsRequestId" in context, no: "nothing" in context };
+};
+"#;
+
+#[test]
+fn the_context_is_the_platforms_and_is_not_enumerated() {
+    if !node_available() {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let loaded = trace_and_load(
+        work.path(),
+        &Source::Program(CONTEXT),
+        &json!([{}, {"keys": 1}]),
+        &CompileOptions::default(),
+    );
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let outcome = loaded.run(
+        b"{}",
+        Box::new(Recorder(log.clone())),
+        Duration::from_secs(5),
+    );
+    assert_eq!(
+        outcome,
+        Outcome::Answer(br#"{"id":"r-1","has":true,"no":false}"#.to_vec())
+    );
+    let outcome = loaded.run(
+        br#"{"keys": 1}"#,
+        Box::new(Recorder(log.clone())),
+        Duration::from_secs(5),
+    );
+    assert_eq!(
+        miss_reason(&outcome),
+        Some("the keys of an object of a builtin class not compiled")
     );
 }
 

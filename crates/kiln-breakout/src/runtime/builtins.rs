@@ -88,6 +88,9 @@ builtins! {
     S3CommandPrototype = "S3Command.prototype",
     S3BodyPrototype = "S3Body.prototype",
     S3TransformToString = "S3Body.prototype.transformToString",
+    S3OutputPrototype = "S3Output.prototype",
+    ContextPrototype = "Context.prototype",
+    ContextRemainingTime = "Context.prototype.getRemainingTimeInMillis",
     StrIndexOf = "String.prototype.indexOf",
     StrLastIndexOf = "String.prototype.lastIndexOf",
     StrIncludes = "String.prototype.includes",
@@ -149,6 +152,13 @@ impl Builtin {
 
     pub fn value(self) -> Value {
         Value(TAG_BUILTIN | self as u64)
+    }
+
+    /// A class whose objects are records: their fields are read from their slot (an S3
+    /// command's output, the handler's context), and enumerating them misses, as their
+    /// fields are not all the ones Node's objects have, in its order.
+    pub fn is_record(self) -> bool {
+        matches!(self, Builtin::S3OutputPrototype | Builtin::ContextPrototype)
     }
 
     pub fn from_value(v: Value) -> Option<Builtin> {

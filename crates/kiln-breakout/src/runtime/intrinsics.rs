@@ -55,6 +55,19 @@ pub trait Intrinsics: Send {
         fastrand::f64()
     }
 
+    /// The handler's `context` fields (`awsRequestId`, `functionName`, …) as JSON; the
+    /// default has none.
+    fn context(&mut self) -> Result<serde_json::Value, Miss> {
+        Ok(serde_json::Value::Object(serde_json::Map::new()))
+    }
+
+    /// `context.getRemainingTimeInMillis()`.
+    fn remaining_ms(&mut self) -> Result<f64, Miss> {
+        Err(Miss::new(
+            "intrinsic context.getRemainingTimeInMillis not available",
+        ))
+    }
+
     /// Any other intrinsic, by name (`s3.send`), its arguments and answer as JSON.
     fn call(&mut self, name: &str, args: &[serde_json::Value]) -> Result<serde_json::Value, Miss> {
         let _ = args;
@@ -98,6 +111,7 @@ pub fn call(
         B::S3TransformToString => super::s3::transform_to_string(&guest.heap(), this, arg(args, 0)),
         B::DateNow => Ok(Value::number(guest.intrinsics().now())),
         B::MathRandom => Ok(Value::number(guest.intrinsics().random())),
+        B::ContextRemainingTime => guest.intrinsics().remaining_ms().map(Value::number),
         B::Date => Err(Miss::new("builtin Date called without new not compiled")),
         B::DateGetTime | B::DateValueOf => time_of(&guest.heap(), this).map(Value::number),
         B::DateToIsoString => {

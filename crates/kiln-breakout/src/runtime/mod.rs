@@ -164,9 +164,15 @@ pub fn get(heap: &mut Heap<'_>, object: Value, key: Value) -> Result<Value, Miss
             let name = key_name(heap, key)?;
             let proto = heap.proto(object)?;
             if proto.tag() == TAG_BUILTIN {
-                // An object of a builtin class: its methods are the class's.
-                let class = Builtin::from_value(proto).map_or("", Builtin::name);
-                return Ok(builtin_member(class, name.as_str()));
+                // An object of a builtin class: its methods are the class's; a record's fields
+                // are its slot's.
+                let class = Builtin::from_value(proto);
+                let method = builtin_member(class.map_or("", Builtin::name), name.as_str());
+                if method == Value::UNDEFINED && class.is_some_and(Builtin::is_record) {
+                    let slot = heap.host_slot(object)?;
+                    return get(heap, slot, key);
+                }
+                return Ok(method);
             }
             if object.tag() == TAG_CLOSURE && name.as_str() == "prototype" {
                 // A function's prototype object, made when first read.
@@ -231,7 +237,15 @@ pub fn has(heap: &mut Heap<'_>, key: Value, object: Value) -> Result<bool, Miss>
     match object.tag() {
         TAG_OBJECT | TAG_CLOSURE => {
             let key = property_key(heap, key)?;
-            Ok(heap.lookup(object, key)?.is_some())
+            if heap.lookup(object, key)?.is_some() {
+                return Ok(true);
+            }
+            let proto = heap.proto(object)?;
+            if Builtin::from_value(proto).is_some_and(Builtin::is_record) {
+                let slot = heap.host_slot(object)?;
+                return has(heap, key, slot);
+            }
+            Ok(false)
         }
         TAG_ARRAY => {
             if let Some(i) = index_of_key(heap, key)? {
@@ -374,6 +388,15 @@ pub fn instance_of(heap: &mut Heap<'_>, value: Value, constructor: Value) -> Res
         current = heap.proto(current)?;
     }
     Err(Miss::new("a prototype chain too long"))
+}
+
+/// The handler's `context`: the platform's fields (`Intrinsics::context`) in a record whose
+/// methods (`getRemainingTimeInMillis`) are the runtime's.
+pub fn context(guest: &mut dyn Guest) -> Result<Value, Miss> {
+    let fields = guest.intrinsics().context()?;
+    let mut heap = guest.heap();
+    let fields = from_json(&mut heap, &fields)?;
+    heap.host_object(Builtin::ContextPrototype.value(), fields)
 }
 
 /// A value as JSON for an intrinsic (functions and `undefined` as `null`).

@@ -152,27 +152,39 @@ fn checked_input(heap: &mut Heap<'_>, kind: &str, input: Value) -> Result<serde_
 }
 
 /// The command's output from the platform's answer: `Body` (text) becomes a body with
-/// `transformToString()`, each `LastModified` (milliseconds) a `Date`.
+/// `transformToString()`, each `LastModified` (milliseconds) a `Date`. The output, each
+/// listed object and a `Metadata` of more than one name are records: their fields read as
+/// the SDK's do, but enumerating them misses (the SDK's objects have more fields, such as
+/// `$metadata`, in an order of their own).
 fn output(heap: &mut Heap<'_>, answer: &serde_json::Value) -> Result<Value, Miss> {
     let out = from_json(heap, answer)?;
     if out.tag() != super::value::TAG_OBJECT {
-        return Ok(out);
+        return Err(Miss::new("an S3 answer that is not an object"));
     }
     let body_key = heap.str("Body")?;
     if let Some(text) = heap.get_own(out, body_key)? {
         let body = heap.host_object(Builtin::S3BodyPrototype.value(), text)?;
         heap.set_own(out, body_key, body)?;
     }
+    let metadata_key = heap.str("Metadata")?;
+    if let Some(metadata) = heap.get_own(out, metadata_key)? {
+        if metadata.tag() == super::value::TAG_OBJECT && heap.entries(metadata)?.len() > 1 {
+            let record = heap.host_object(Builtin::S3OutputPrototype.value(), metadata)?;
+            heap.set_own(out, metadata_key, record)?;
+        }
+    }
     dates(heap, out)?;
     let contents_key = heap.str("Contents")?;
     if let Some(contents) = heap.get_own(out, contents_key)? {
         if contents.tag() == super::value::TAG_ARRAY {
-            for item in heap.elements(contents)? {
+            for (i, item) in heap.elements(contents)?.into_iter().enumerate() {
                 dates(heap, item)?;
+                let record = heap.host_object(Builtin::S3OutputPrototype.value(), item)?;
+                heap.set_element(contents, i as u32, record)?;
             }
         }
     }
-    Ok(out)
+    heap.host_object(Builtin::S3OutputPrototype.value(), out)
 }
 
 fn dates(heap: &mut Heap<'_>, object: Value) -> Result<(), Miss> {

@@ -89,22 +89,71 @@ pub(super) struct FastEffects {
     min_level: usize,
     held: Arc<Mutex<Held>>,
     store: Option<StoreAccess>,
+    /// The handler's `context` fields, as the shim gives them.
+    context: Value,
+    /// When the function's timeout runs out (`getRemainingTimeInMillis`).
+    deadline: std::time::Instant,
+}
+
+/// What the handler's `context` says: the shim's fields, in its order.
+pub(super) struct ContextFields<'a> {
+    pub request_id: &'a str,
+    pub function: &'a str,
+    pub arn: &'a str,
+    pub memory_mb: u32,
+    /// The caller's client context (JSON text), if it sent one.
+    pub client_context: Option<&'a str>,
+}
+
+impl ContextFields<'_> {
+    /// The fields as JSON; a client context that is not JSON misses (the shim's
+    /// `JSON.parse` throws, which Node reports).
+    fn to_json(&self) -> Result<Value, Miss> {
+        let mut out = Map::new();
+        out.insert("callbackWaitsForEmptyEventLoop".into(), json!(true));
+        out.insert("functionVersion".into(), json!("$LATEST"));
+        out.insert("functionName".into(), json!(self.function));
+        out.insert("memoryLimitInMB".into(), json!(self.memory_mb.to_string()));
+        out.insert(
+            "logGroupName".into(),
+            json!(format!("/aws/lambda/{}", self.function)),
+        );
+        out.insert(
+            "logStreamName".into(),
+            json!(format!(
+                "{}/[$LATEST]fastpath",
+                chrono::Utc::now().format("%Y/%m/%d")
+            )),
+        );
+        if let Some(text) = self.client_context.filter(|t| !t.is_empty()) {
+            let parsed: Value = serde_json::from_str(text)
+                .map_err(|_| Miss::new("a client context that is not JSON"))?;
+            out.insert("clientContext".into(), parsed);
+        }
+        out.insert("invokedFunctionArn".into(), json!(self.arn));
+        out.insert("awsRequestId".into(), json!(self.request_id));
+        Ok(Value::Object(out))
+    }
 }
 
 impl FastEffects {
     /// The effects of request `request_id` of a function with environment `env`, and the
     /// handle the dispatcher reads them through.
     pub(super) fn new(
-        request_id: &str,
+        context: &ContextFields<'_>,
         env: &BTreeMap<String, String>,
         store: Option<StoreAccess>,
+        deadline: std::time::Instant,
     ) -> (Self, Arc<Mutex<Held>>) {
         let held = Arc::new(Mutex::new(Held::default()));
         let effects = Self {
-            request_id: request_id.to_string(),
+            request_id: context.request_id.to_string(),
             min_level: min_level(env.get("AWS_LAMBDA_LOG_LEVEL").map(String::as_str)),
             held: held.clone(),
             store,
+            // A client context that is not JSON is found when the handler asks for `context`.
+            context: context.to_json().unwrap_or(Value::Null),
+            deadline,
         };
         (effects, held)
     }
@@ -323,6 +372,20 @@ fn md5_hex(bytes: &[u8]) -> String {
 }
 
 impl Intrinsics for FastEffects {
+    fn context(&mut self) -> Result<Value, Miss> {
+        match &self.context {
+            Value::Null => Err(Miss::new("a client context that is not JSON")),
+            fields => Ok(fields.clone()),
+        }
+    }
+
+    fn remaining_ms(&mut self) -> Result<f64, Miss> {
+        let left = self
+            .deadline
+            .saturating_duration_since(std::time::Instant::now());
+        Ok(left.as_millis() as f64)
+    }
+
     fn call(&mut self, name: &str, args: &[Value]) -> Result<Value, Miss> {
         let Some(Value::Object(input)) = args.first() else {
             return Err(Miss::new(format!("intrinsic {name} without its input")));
@@ -371,6 +434,16 @@ impl Intrinsics for FastEffects {
 mod tests {
     use super::*;
 
+    fn fields(request_id: &str) -> ContextFields<'_> {
+        ContextFields {
+            request_id,
+            function: "f",
+            arn: "arn:aws:lambda:us-east-1:000000000000:function:f",
+            memory_mb: 128,
+            client_context: None,
+        }
+    }
+
     #[test]
     fn lines_are_the_shims_and_levels_filter_as_it_does() {
         assert_eq!(
@@ -385,7 +458,8 @@ mod tests {
         let env = [("AWS_LAMBDA_LOG_LEVEL".to_string(), "WARN".to_string())]
             .into_iter()
             .collect();
-        let (mut effects, held) = FastEffects::new("id-2", &env, None);
+        let (mut effects, held) =
+            FastEffects::new(&fields("id-2"), &env, None, std::time::Instant::now());
         effects.log(LogLevel::Info, "quiet").unwrap();
         effects.log(LogLevel::Error, "loud").unwrap();
         let output = held.locked().output.clone();
@@ -401,7 +475,12 @@ mod tests {
 
     #[test]
     fn a_write_is_staged_seen_by_reads_and_one_per_request() {
-        let (mut effects, held) = FastEffects::new("id-3", &BTreeMap::new(), None);
+        let (mut effects, held) = FastEffects::new(
+            &fields("id-3"),
+            &BTreeMap::new(),
+            None,
+            std::time::Instant::now(),
+        );
         let put = call(
             &mut effects,
             "s3.PutObject",
@@ -442,7 +521,12 @@ mod tests {
 
     #[test]
     fn a_staged_delete_hides_the_object_and_bad_input_misses() {
-        let (mut effects, _held) = FastEffects::new("id-4", &BTreeMap::new(), None);
+        let (mut effects, _held) = FastEffects::new(
+            &fields("id-4"),
+            &BTreeMap::new(),
+            None,
+            std::time::Instant::now(),
+        );
         call(
             &mut effects,
             "s3.DeleteObject",

@@ -19,7 +19,7 @@ use kiln_breakout::exec::{FastPathEngine, Limits, Loaded};
 mod effects;
 mod store;
 mod trace;
-use effects::FastEffects;
+use effects::{ContextFields, FastEffects};
 use store::FastStore;
 use trace::{accept_trace, compile, instrument, is_throw, miss_kind};
 
@@ -419,7 +419,16 @@ impl Inner {
             Some((store, tokio::runtime::Handle::current()))
         });
         let committer = store.as_ref().map(|(store, _)| store.clone());
-        let (effects, held) = FastEffects::new(&request.request_id, &spec.env, store);
+        let context = ContextFields {
+            request_id: &request.request_id,
+            function: &spec.function,
+            arn: &spec.arn,
+            memory_mb: spec.memory_mb,
+            client_context: request.client_context.as_deref(),
+        };
+        // The function's timeout, as its handler sees it in Node (`getRemainingTimeInMillis`).
+        let function_deadline = Instant::now() + Duration::from_secs(u64::from(spec.timeout_s));
+        let (effects, held) = FastEffects::new(&context, &spec.env, store, function_deadline);
         let begin = Instant::now();
         let outcome =
             tokio::task::spawn_blocking(move || loaded.run(&payload, Box::new(effects), deadline))
