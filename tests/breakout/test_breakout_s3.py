@@ -30,9 +30,13 @@ exports.handler = async (event) => {
   // The request's own write, staged: a read sees it.
   const again = await s3.send(new GetObjectCommand({ Bucket, Key: "counter.json" }));
   const now = JSON.parse(await again.Body.transformToString()).n;
+  // A number in every traced request: a fast run given text here fails its type guard after
+  // staging its write.
+  let step = 0;
+  step = event.step;
   // Never traced: a fast run that gets here has staged its write, then misses.
   if (event.late) console.log("late", now);
-  return { was, now, etag: put.ETag, type: again.ContentType, meta: again.Metadata };
+  return { was, now, step, etag: put.ETag, type: again.ContentType, meta: again.Metadata };
 };
 """
 
@@ -132,7 +136,7 @@ def test_writes_are_staged_committed_after_the_answer_and_never_twice(kiln, tmp_
     deploy(kiln, name, package(tmp_path, COUNTER), trace_requests=3)
     wait_for(lambda: status(kiln, name)["Mode"] == "tracing", timeout=120, what="instrumented")
     for _ in range(3):
-        kiln.invoke(name, {"bucket": bucket})
+        kiln.invoke(name, {"bucket": bucket, "step": 1})
     wait_for(lambda: status(kiln, name)["Mode"] == "decontainerized", timeout=60, what="compiled")
     assert counter(s3, bucket) == 3
 
@@ -140,11 +144,11 @@ def test_writes_are_staged_committed_after_the_answer_and_never_twice(kiln, tmp_
     # is in the store once the answer is.
     fast = 0
     for i in range(3, 8):
-        got, response = kiln.invoke(name, {"bucket": bucket}, LogType="Tail")
+        got, response = kiln.invoke(name, {"bucket": bucket, "step": 1}, LogType="Tail")
         assert "FunctionError" not in response, got
         body = json.dumps({"n": i + 1}, separators=(",", ":")).encode()
         stored = s3.get_object(Bucket=bucket, Key="counter.json")
-        assert got == {"was": i, "now": i + 1, "etag": stored["ETag"], "type": "application/json",
+        assert got == {"was": i, "now": i + 1, "step": 1, "etag": stored["ETag"], "type": "application/json",
                        "meta": {"writer": "counter"}}
         assert stored["Body"].read() == body
         assert stored["ContentType"] == "application/json"
@@ -155,11 +159,18 @@ def test_writes_are_staged_committed_after_the_answer_and_never_twice(kiln, tmp_
     # A miss after the write was staged: the staged write is dropped, Node runs the request from
     # the start, reads the counter as it was, and writes once.
     before = counter(s3, bucket)
-    got, response = kiln.invoke(name, {"bucket": bucket, "late": True}, LogType="Tail")
+    got, response = kiln.invoke(name, {"bucket": bucket, "step": 1, "late": True}, LogType="Tail")
     tail = kiln.log_tail(response)
     assert "Fast Path: miss (a path not traced" in tail and "Mode: decontainerized" not in tail, tail
     assert got["was"] == before and got["now"] == before + 1, got
     assert counter(s3, bucket) == before + 1
+
+    # A type guard failing after the write was staged: the same.
+    got, response = kiln.invoke(name, {"bucket": bucket, "step": "x"}, LogType="Tail")
+    tail = kiln.log_tail(response)
+    assert "Fast Path: miss (a guard: step held" in tail, tail
+    assert got["was"] == before + 1 and got["step"] == "x", got
+    assert counter(s3, bucket) == before + 2
     metrics = kiln.signed_request("GET", "/metrics").text
     assert f'kiln_breakout_requests_total{{function="{name}",outcome="fast"}}' in metrics
 
@@ -288,13 +299,13 @@ def test_with_the_object_cache_one_write_runs_fast_and_a_second_misses(fresh_kil
     for name in (one, two):
         wait_for(lambda: status(kiln, name)["Mode"] == "tracing", timeout=120, what="instrumented")
     for _ in range(2):
-        kiln.invoke(one, {"bucket": bucket})
+        kiln.invoke(one, {"bucket": bucket, "step": 1})
         kiln.invoke(two, {"bucket": bucket, "receipts": receipts})
     for name in (one, two):
         wait_for(lambda: status(kiln, name)["Mode"] == "decontainerized", timeout=60, what="compiled")
     assert counter(s3, bucket) == 4
 
-    got, response = kiln.invoke(one, {"bucket": bucket}, LogType="Tail")
+    got, response = kiln.invoke(one, {"bucket": bucket, "step": 1}, LogType="Tail")
     assert "Mode: decontainerized" in kiln.log_tail(response)
     assert got["was"] == 4 and got["now"] == 5 and counter(s3, bucket) == 5
 
