@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from kiln_harness import wait_for
+from kiln_harness import node_status, wait_for
 from s3_harness import JS_DIR, s3_client
 
 NODE = "nodejs20.x"
@@ -64,6 +64,22 @@ exports.handler = async (event) => {
   await s3.send(new PutObjectCommand({ Bucket: event.receipts, Key: "r" + was, Body: "receipt " + was }));
   if (event.late) console.log("late", was);
   return { was };
+};
+"""
+
+# Writes, logs, then spins for as long as it is asked: a fast run killed while it spins has
+# staged its write and held its log line.
+SPIN = r"""
+const { S3Client, GetObjectCommand, PutObjectCommand } = require("@aws-sdk/client-s3");
+const s3 = new S3Client({});
+exports.handler = async (event) => {
+  const got = await s3.send(new GetObjectCommand({ Bucket: event.bucket, Key: "counter.json" }));
+  const was = JSON.parse(await got.Body.transformToString()).n;
+  await s3.send(new PutObjectCommand({ Bucket: event.bucket, Key: "counter.json", Body: JSON.stringify({ n: was + 1 }) }));
+  console.log("written " + (was + 1));
+  let i = 0;
+  while (i < event.spin) { i += 1; }
+  return { was, i };
 };
 """
 
@@ -312,3 +328,44 @@ def test_with_the_object_cache_one_write_runs_fast_and_a_second_misses(fresh_kil
     got, response = kiln.invoke(two, {"bucket": bucket, "receipts": receipts}, LogType="Tail")
     assert "Fast Path: miss (intrinsic S3: a second object write" in kiln.log_tail(response)
     assert got == {"was": 5} and counter(s3, bucket) == 6
+
+
+def test_kill_9_during_a_fast_run_leaves_no_write_and_no_log_line(fresh_kiln, tmp_path):
+    import threading
+
+    kiln = fresh_kiln()
+    s3 = s3_client(kiln)
+    bucket = f"bo-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="counter.json", Body=b'{"n": 0}')
+    name = unique("bo-s3-spin")
+    deploy(kiln, name, package(tmp_path, SPIN))
+    r = kiln.signed_request("PUT", f"/2015-03-31/functions/{name}/configuration", json.dumps(
+        {"Timeout": 30, "KilnBreakout": {"Mode": "auto", "TraceRequests": 2, "FastPathTimeoutMs": 60000}}))
+    assert r.status_code == 200, r.text
+    wait_for(lambda: status(kiln, name)["Mode"] == "tracing", timeout=120, what="instrumented")
+    for _ in range(2):
+        kiln.invoke(name, {"bucket": bucket, "spin": 10})
+    wait_for(lambda: status(kiln, name)["Mode"] == "decontainerized", timeout=60, what="compiled")
+    assert counter(s3, bucket) == 2
+
+    # The fast run books its arena while it runs: once the booking shows, it is under way (its
+    # write staged, its log line held, then spinning until its 60 s budget).
+    before = node_status(kiln)["memory_reserved_mb"]
+    threading.Thread(target=lambda: _invoke_quietly(kiln, name, {"bucket": bucket, "spin": 1e15}),
+                     daemon=True).start()
+    wait_for(lambda: node_status(kiln)["memory_reserved_mb"] >= before + 32, timeout=30,
+             what="the fast run to start")
+    kiln.kill9()
+
+    restarted = fresh_kiln(data_dir=kiln.data_dir)
+    assert counter(s3_client(restarted), bucket) == 2
+    logs = restarted.cli("logs", name).stdout
+    assert "written 2" in logs and "written 3" not in logs, logs
+
+
+def _invoke_quietly(kiln, name, event):
+    try:
+        kiln.invoke(name, event)
+    except Exception:  # kiln is killed under it
+        pass
