@@ -1,8 +1,8 @@
 //! A fast request's effects on the platform, held until it answers: its log lines, written
 //! as the Node shim writes them (`TIMESTAMP\tREQUEST_ID\tLEVEL\tMESSAGE`, a message's line
 //! breaks as `\r`, `AWS_LAMBDA_LOG_LEVEL` filtering), so the function's log reads the same
-//! whichever path served it; and its object write, staged (reads in the request see it) and
-//! committed by the dispatcher only once the run has answered. A request that misses drops
+//! whichever path served it; and its object writes, staged (reads in the request see them)
+//! and committed by the dispatcher only once the run has answered. A request that misses drops
 //! them all: Node runs it again from the start, sees none of them, and writes its own.
 //!
 //! Several writes are committed together, all or none, where the store can (the local store
@@ -95,7 +95,8 @@ pub(super) struct FastEffects {
     deadline: std::time::Instant,
 }
 
-/// What the handler's `context` says: the shim's fields, in its order.
+/// What the handler's `context` says: the shim's fields (a record on the fast path, so their
+/// order is not seen).
 pub(super) struct ContextFields<'a> {
     pub request_id: &'a str,
     pub function: &'a str,
@@ -137,8 +138,8 @@ impl ContextFields<'_> {
 }
 
 impl FastEffects {
-    /// The effects of request `request_id` of a function with environment `env`, and the
-    /// handle the dispatcher reads them through.
+    /// The effects of the request `context` describes, of a function with environment `env`
+    /// whose timeout runs out at `deadline`, and the handle the dispatcher reads them through.
     pub(super) fn new(
         context: &ContextFields<'_>,
         env: &BTreeMap<String, String>,
