@@ -194,6 +194,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
                 databases.clone(),
             ],
             wasm,
+            objects: Some(s3.store.clone()),
             code_slots,
         },
         AgentConfig {

@@ -227,6 +227,8 @@ pub struct AgentContext {
     pub services: Vec<Arc<dyn SandboxService>>,
     /// The engine of the `wasm` runtime, if it could be created.
     pub wasm: Option<Arc<WasmHost>>,
+    /// The object store, for the fast path's intrinsics (BREAKOUT), when kiln serves one.
+    pub objects: Option<crate::objects::ObjectStore>,
     /// Where warm standbys get their code (None: mounts could not be prepared, no warm path).
     pub code_slots: Option<kiln_sandbox::SlotDir>,
 }

@@ -200,6 +200,7 @@ impl Drop for Miss<'_> {
 }
 
 /// `s3s::S3` over a backend, with the cache in between.
+#[derive(Clone)]
 pub struct CachedStore {
     cache: Arc<ObjectCache>,
 }

@@ -91,6 +91,25 @@ impl LocalStore {
         &self,
         req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
+        let (bucket, row, condition) = self.receive_put(req).await?;
+        let row = self.commit(bucket.clone(), row, condition).await?;
+        self.learn_media(bucket, &row);
+        let mut output = PutObjectOutput {
+            e_tag: Some(etag(&row.etag)),
+            size: Some(row.size as i64),
+            checksum_type: checksum_type(&row.checksums),
+            ..Default::default()
+        };
+        set_checksums!(output, &row.checksums);
+        Ok(S3Response::new(output))
+    }
+
+    /// A PutObject's checks and body, received into a file not yet published: its bucket,
+    /// the row that commits it, and its precondition.
+    pub(super) async fn receive_put(
+        &self,
+        req: S3Request<PutObjectInput>,
+    ) -> S3Result<(String, ObjectRow, WriteCondition)> {
         let S3Request {
             input,
             headers,
@@ -146,16 +165,7 @@ impl LocalStore {
             parts: None,
             part_list: None,
         };
-        let row = self.commit(bucket.clone(), row, condition).await?;
-        self.learn_media(bucket, &row);
-        let mut output = PutObjectOutput {
-            e_tag: Some(etag(&row.etag)),
-            size: Some(row.size as i64),
-            checksum_type: checksum_type(&row.checksums),
-            ..Default::default()
-        };
-        set_checksums!(output, &row.checksums);
-        Ok(S3Response::new(output))
+        Ok((bucket, row, condition))
     }
 
     pub(super) async fn require_bucket(&self, bucket: &str) -> S3Result<()> {
