@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what kiln's tests need on a fresh machine: a Python venv with boto3, awslambdaric,
 # pytest and the AWS CLI, the C toolchain for WASI guests, and PostgreSQL for the database
-# proxy's tests, etcd and protoc for cluster mode. Idempotent.
+# proxy's tests, etcd and protoc for cluster mode, Chromium and its driver for the console's
+# browser tests. Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The wasm runtime's C guest fixture (crates/kiln-wasm/tests/fixtures/build.sh): clang, lld
@@ -38,10 +39,22 @@ if ! { ls /usr/lib/postgresql/*/bin/postgres && command -v pgbouncer; } >/dev/nu
         echo "setup-test-env: PostgreSQL or PgBouncer is missing; the database proxy's tests will be skipped" >&2
     fi
 fi
+# The console's browser tests (tests/console) drive the distribution's headless Chromium
+# through chromedriver with Selenium (from the venv, below); like the cluster's, they fail
+# rather than skip without it.
+if ! { [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; } >/dev/null 2>&1; then
+    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+    else
+        echo "setup-test-env: chromium and chromium-driver are missing and cannot be installed (needs root and apt-get)" >&2
+        exit 1
+    fi
+fi
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
-if ! .venv/bin/python -c "import boto3, awslambdaric, pytest, awscli, hypothesis, django, psycopg, asyncpg" 2>/dev/null; then
+if ! .venv/bin/python -c "import boto3, awslambdaric, pytest, awscli, hypothesis, django, psycopg, asyncpg, selenium" 2>/dev/null; then
     .venv/bin/pip install --quiet --disable-pip-version-check -r tests/requirements.txt
 fi
 # The object store's tests: moto's S3 server (the third-party remote), pinned to the venv's

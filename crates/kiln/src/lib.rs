@@ -10,6 +10,7 @@ pub mod auth;
 pub mod burst;
 pub mod cli;
 pub mod cluster;
+pub mod console;
 pub mod controller;
 pub mod function;
 pub mod http_event;

@@ -109,6 +109,12 @@ struct UpArgs {
     /// on every invocation.
     #[arg(long, env = "KILN_WORKER_THREADS")]
     worker_threads: Option<usize>,
+    /// The console, a web UI at http://LISTEN/ui/: `on` or `off`.
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    ui: String,
+    /// How long a console sign-in lasts: a number with s, m, h or d.
+    #[arg(long, default_value = "12h", value_parser = kiln::console::parse_ttl)]
+    ui_session_ttl: Duration,
     #[command(flatten)]
     s3: S3Args,
     #[command(flatten)]
@@ -299,6 +305,10 @@ fn main() {
                 store_only,
                 objects,
                 cluster,
+                console: (args.ui == "on").then(|| kiln::console::ConsoleConfig {
+                    session_ttl: args.ui_session_ttl,
+                    ..Default::default()
+                }),
             };
             let cpus = std::thread::available_parallelism()
                 .map(|n| n.get())

@@ -55,6 +55,8 @@ pub struct ServerConfig {
     pub store_only: bool,
     /// Cluster mode (`--cluster`); `None`: a single node, as ever.
     pub cluster: Option<ClusterConfig>,
+    /// The console at `/ui/`; `None` with `--ui off`.
+    pub console: Option<crate::console::ConsoleConfig>,
 }
 
 fn host_memory_mb() -> u64 {
@@ -270,12 +272,22 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
         verifier,
         credentials,
         cluster: membership.clone(),
+        console: config
+            .console
+            .clone()
+            .map(|c| Arc::new(crate::console::Console::new(c))),
     });
     let app = api::router(state);
 
     std::fs::write(data_dir.join("s3-endpoint"), &s3.endpoint)?;
     println!("kiln: object store on {} ({})", s3.endpoint, s3.backend);
     std::fs::write(data_dir.join("endpoint"), &endpoint)?;
+    if config.console.is_some() {
+        println!(
+            "kiln: console on {endpoint}/ui/ (sign in with the access key and secret in {})",
+            StoredCredentials::path(&data_dir).display()
+        );
+    }
     println!(
         "kiln: listening on {endpoint} (data in {})",
         data_dir.display()

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use sha2::Sha256;
 
 use super::{ApiError, SharedState, Signed};
-use crate::auth::Credentials;
+use crate::auth::{constant_time_eq, Credentials};
 
 pub async fn status(State(state): State<SharedState>, _: Signed) -> Result<Response, ApiError> {
     let status = state.controller.node_status();
@@ -172,10 +172,6 @@ pub async fn code(
             "code not found",
         )),
     }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 pub async fn metrics(State(state): State<SharedState>) -> Response {

@@ -5,6 +5,7 @@
 
 mod apps;
 mod cluster;
+pub mod console;
 mod event_invoke;
 mod functions;
 mod invoke;
@@ -22,6 +23,7 @@ use axum::Router;
 use bytes::Bytes;
 
 use crate::auth::{AuthError, Credentials, Verifier};
+use crate::console::{Console, ConsoleError};
 use crate::controller::{Controller, ControllerError};
 
 /// Shared state of all handlers.
@@ -33,6 +35,8 @@ pub struct AppState {
     pub credentials: Credentials,
     /// This node's membership, in cluster mode.
     pub cluster: Option<Arc<crate::cluster::Membership>>,
+    /// The console's sessions; `None` with `--ui off`.
+    pub console: Option<Arc<Console>>,
 }
 
 pub type SharedState = Arc<AppState>;
@@ -41,7 +45,12 @@ pub type SharedState = Arc<AppState>;
 const MAX_BODY_BYTES: usize = 70 * 1024 * 1024;
 
 pub fn router(state: SharedState) -> Router {
+    let console = match state.console {
+        Some(_) => console::routes(),
+        None => Router::new(),
+    };
     Router::new()
+        .merge(console)
         .route(
             "/2015-03-31/functions",
             get(functions::list).post(functions::create),
@@ -210,6 +219,8 @@ pub struct ApiError {
     code: &'static str,
     message: String,
     reason: Option<&'static str>,
+    /// Seconds for `Retry-After` on a 429 (one unless set).
+    retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -219,6 +230,7 @@ impl ApiError {
             code,
             message: message.into(),
             reason: None,
+            retry_after: None,
         }
     }
 }
@@ -278,6 +290,7 @@ impl From<ControllerError> for ApiError {
             code,
             message,
             reason,
+            retry_after: None,
         }
     }
 }
@@ -285,6 +298,30 @@ impl From<ControllerError> for ApiError {
 impl From<AuthError> for ApiError {
     fn from(e: AuthError) -> Self {
         Self::new(StatusCode::FORBIDDEN, e.aws_code(), e.to_string())
+    }
+}
+
+impl From<ConsoleError> for ApiError {
+    fn from(e: ConsoleError) -> Self {
+        let message = e.to_string();
+        let (status, code) = match e {
+            ConsoleError::WrongCredentials | ConsoleError::SignedOut => {
+                (StatusCode::UNAUTHORIZED, "AccessDeniedException")
+            }
+            ConsoleError::FunctionKey | ConsoleError::Csrf => {
+                (StatusCode::FORBIDDEN, "AccessDeniedException")
+            }
+            ConsoleError::TooManyAttempts { retry_after } => {
+                let mut error = Self::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "TooManyRequestsException",
+                    message,
+                );
+                error.retry_after = Some(retry_after.as_secs().max(1));
+                return error;
+            }
+        };
+        Self::new(status, code, message)
     }
 }
 
@@ -303,9 +340,8 @@ impl IntoResponse for ApiError {
             .headers_mut()
             .insert("x-amzn-errortype", HeaderValue::from_static(self.code));
         if self.status == StatusCode::TOO_MANY_REQUESTS {
-            response
-                .headers_mut()
-                .insert("retry-after", HeaderValue::from_static("1"));
+            let seconds = HeaderValue::from(self.retry_after.unwrap_or(1));
+            response.headers_mut().insert("retry-after", seconds);
         }
         response
     }
@@ -348,8 +384,42 @@ pub fn too_large() -> ApiError {
     )
 }
 
-/// Checks a request's SigV4 signature against kiln's credentials.
+/// Lets a request through on its SigV4 signature or, from the console, on its session
+/// cookie (with the session's CSRF token when it changes something).
 pub fn authenticate(
+    state: &AppState,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<(), ApiError> {
+    if let Some((console, token)) = console_session(state, uri, headers) {
+        let csrf = headers
+            .get(crate::console::CSRF_HEADER)
+            .and_then(|v| v.to_str().ok());
+        console.authorize(token, csrf, console::is_safe(method), &state.credentials)?;
+        return Ok(());
+    }
+    authenticate_signature(state, method, uri, headers, body)
+}
+
+/// The console and the session cookie's token, for a request with a cookie and no signature.
+fn console_session<'a>(
+    state: &'a AppState,
+    uri: &Uri,
+    headers: &'a HeaderMap,
+) -> Option<(&'a Console, &'a str)> {
+    let console = state.console.as_deref()?;
+    if headers.contains_key(axum::http::header::AUTHORIZATION)
+        || uri.query().is_some_and(|q| q.contains("X-Amz-Signature="))
+    {
+        return None;
+    }
+    Some((console, console::session_cookie(headers)?))
+}
+
+/// Checks a request's SigV4 signature against kiln's credentials.
+pub fn authenticate_signature(
     state: &AppState,
     method: &Method,
     uri: &Uri,

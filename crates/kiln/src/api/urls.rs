@@ -9,7 +9,9 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{authenticate, base_url, parse_json, qualifier, ApiError, SharedState, Signed};
+use super::{
+    authenticate_signature, base_url, parse_json, qualifier, ApiError, SharedState, Signed,
+};
 use crate::controller::{Cors, InvocationType, Invoked, UrlChange, UrlSettings};
 use crate::function::{Function, UrlAuth};
 use crate::http_event::{event, map_response, plain};
@@ -204,8 +206,10 @@ async fn respond(
     body: Bytes,
     raw_path: &str,
 ) -> Response {
+    // A signature only: a console session must not open a function's URL, which is
+    // the function's page, not the console's.
     if function.url_auth == Some(UrlAuth::AwsIam)
-        && authenticate(state, method, uri, headers, &body).is_err()
+        && authenticate_signature(state, method, uri, headers, &body).is_err()
     {
         return plain(StatusCode::FORBIDDEN, "Forbidden");
     }

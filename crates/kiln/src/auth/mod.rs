@@ -109,6 +109,11 @@ impl StoredCredentials {
     }
 }
 
+/// Compares two secrets in time that depends on their lengths only, not on where they differ.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 /// Replaces one `[section]` of an INI file, keeping every other section as it was.
 fn upsert_section(path: &Path, header: &str, body: &str) -> std::io::Result<()> {
     // A symlinked file (dotfile managers do that) is updated where it points, not replaced.

@@ -1,0 +1,218 @@
+"""The console in a real browser (headless Chromium): signing in and out, the pages, invoking a
+function from its test tab, and user-controlled text that must stay text."""
+
+import re
+
+import pytest
+import requests
+from selenium.common.exceptions import NoAlertPresentException
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions as EC
+from selenium.webdriver.support.ui import WebDriverWait
+
+from conftest import SCREENSHOTS, XSS, function_key
+from kiln_harness import PYTHON_RUNTIME
+
+# An upper bound for the page to reach a state, not a measured time.
+WAIT = 30
+
+
+def wait(driver):
+    return WebDriverWait(driver, WAIT)
+
+
+def shot(driver, request, page):
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    driver.save_screenshot(str(SCREENSHOTS / f"{request.node.name}-{page}.png"))
+
+
+@pytest.fixture
+def driver(browser):
+    """The module's browser, signed out, with an empty console log."""
+    browser.delete_all_cookies()
+    browser.get_log("browser")
+    return browser
+
+
+def page_errors(driver, kiln_endpoint):
+    """Entries of the page's console log at SEVERE: script errors, CSP violations, failed loads.
+    Refused sign-ins (401/403/429 answers to the form) are the page doing its job."""
+    errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    return [e for e in errors if "/ui/api/session" not in e["message"]]
+
+
+def sign_in_with(driver, endpoint, key, secret):
+    driver.get(endpoint + "/ui/sign-in")
+    wait(driver).until(EC.visibility_of_element_located((By.ID, "sign-in-form")))
+    driver.find_element(By.ID, "access-key").send_keys(key)
+    driver.find_element(By.ID, "secret").send_keys(secret)
+    driver.find_element(By.ID, "sign-in-button").click()
+
+
+def signed_in(driver, kiln):
+    driver.delete_all_cookies()
+    sign_in_with(driver, kiln.endpoint, kiln.access_key, kiln.secret_key)
+    wait(driver).until(EC.visibility_of_element_located((By.ID, "sign-out")))
+    wait(driver).until(EC.presence_of_element_located((By.ID, "card-functions")))
+
+
+def go(driver, kiln, fragment, ready_id):
+    driver.get(f"{kiln.endpoint}/ui/#/{fragment}")
+    return wait(driver).until(EC.presence_of_element_located((By.ID, ready_id)))
+
+
+def test_sign_in_refusals_then_sign_in_and_out(kiln, driver, request):
+    driver.delete_all_cookies()
+    driver.get(kiln.endpoint + "/ui/")
+    wait(driver).until(EC.url_to_be(kiln.endpoint + "/ui/sign-in"))
+    shot(driver, request, "sign-in")
+
+    sign_in_with(driver, kiln.endpoint, kiln.access_key, "not-the-secret")
+    error = wait(driver).until(EC.visibility_of_element_located((By.ID, "sign-in-error")))
+    wait(driver).until(lambda d: "wrong" in error.text)
+    # The form never keeps the secret once sent.
+    assert driver.find_element(By.ID, "secret").get_attribute("value") == ""
+    assert driver.find_element(By.ID, "secret").get_attribute("type") == "password"
+    shot(driver, request, "wrong-secret")
+
+    key, secret = function_key(kiln)
+    sign_in_with(driver, kiln.endpoint, key, secret)
+    wait(driver).until(lambda d: "Function keys cannot sign in" in d.find_element(By.ID, "sign-in-error").text)
+    assert driver.get_cookie("kiln_console") is None
+
+    signed_in(driver, kiln)
+    cookie = driver.get_cookie("kiln_console")
+    assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict" and "expiry" in cookie
+    # Scripts cannot read it.
+    assert "kiln_console" not in driver.execute_script("return document.cookie")
+    assert kiln.access_key in driver.find_element(By.ID, "who").text
+    shot(driver, request, "overview")
+
+    driver.find_element(By.ID, "sign-out").click()
+    wait(driver).until(EC.url_to_be(kiln.endpoint + "/ui/sign-in"))
+    assert driver.get_cookie("kiln_console") is None
+    # The old cookie no longer works anywhere.
+    replay = requests.Session()
+    replay.cookies.set("kiln_console", cookie["value"])
+    assert replay.get(kiln.endpoint + "/kiln/v1/status", timeout=10).status_code == 401
+    assert page_errors(driver, kiln.endpoint) == []
+
+
+def test_pages_render_and_invoke_from_the_test_tab(kiln, driver, request):
+    kiln.deploy("console-hello", PYTHON_RUNTIME, "app.handler", Description="says hello",
+                Environment={"Variables": {"GREETING": "hello-secret-value"}},
+                files={"app.py": (
+                    "def handler(event, context):\n"
+                    "    print('console-hello ran with', event.get('name'))\n"
+                    "    return {'message': 'Hello, ' + event.get('name', 'world')}\n")})
+    signed_in(driver, kiln)
+
+    go(driver, kiln, "functions", "functions-table")
+    link = wait(driver).until(EC.element_to_be_clickable((By.LINK_TEXT, "console-hello")))
+    shot(driver, request, "functions")
+    link.click()
+    wait(driver).until(EC.text_to_be_present_in_element((By.ID, "fn-title"), "console-hello"))
+    config = driver.find_element(By.ID, "fn-config").text
+    assert PYTHON_RUNTIME in config and "128 MB" in config
+    # Environment values are masked until asked for.
+    env = driver.find_element(By.ID, "fn-env")
+    assert "hello-secret-value" not in env.text and "GREETING" in env.text
+    env.find_element(By.TAG_NAME, "button").click()
+    assert "hello-secret-value" in env.text
+    shot(driver, request, "function")
+
+    driver.find_element(By.ID, "tab-test").click()
+    payload = wait(driver).until(EC.presence_of_element_located((By.ID, "invoke-payload")))
+    payload.clear()
+    payload.send_keys('{"name": "console"}')
+    driver.find_element(By.ID, "invoke-button").click()
+    wait(driver).until(EC.text_to_be_present_in_element((By.ID, "invoke-log"), "REPORT RequestId"))
+    assert '"message": "Hello, console"' in driver.find_element(By.ID, "invoke-result").text
+    assert "Succeeded" in driver.find_element(By.ID, "invoke-status").text
+    log = driver.find_element(By.ID, "invoke-log").text
+    assert "console-hello ran with console" in log and re.search(r"Max Memory Used: \d+ MB", log)
+    shot(driver, request, "test-tab")
+
+    driver.find_element(By.ID, "tab-instances").click()
+    table = wait(driver).until(EC.presence_of_element_located((By.ID, "instances-table")))
+    wait(driver).until(lambda d: re.search(r"console-hello (starting|idle|busy) (coldest|warm|hot)",
+                                           d.find_element(By.ID, "instances-table").text))
+    shot(driver, request, "function-instances")
+
+    driver.find_element(By.ID, "tab-logs").click()
+    wait(driver).until(EC.text_to_be_present_in_element((By.ID, "logs-text"), "console-hello ran with console"))
+    shot(driver, request, "logs")
+
+    go(driver, kiln, "instances", "instances-table")
+    wait(driver).until(EC.text_to_be_present_in_element((By.ID, "instances-table"), "console-hello"))
+    shot(driver, request, "instances")
+    go(driver, kiln, "cache", "models-table")
+    shot(driver, request, "cache")
+    # A function that is not there says so, rather than showing an empty page.
+    driver.get(f"{kiln.endpoint}/ui/#/functions/no-such-function")
+    wait(driver).until(lambda d: "no-such-function" in d.find_element(By.ID, "error").text)
+    # The only error logged is that 404.
+    errors = page_errors(driver, kiln.endpoint)
+    assert all("no-such-function" in e["message"] and "404" in e["message"] for e in errors), errors
+
+
+def test_user_controlled_text_is_shown_as_text_and_never_run(kiln, driver, request):
+    kiln.deploy("console-xss", PYTHON_RUNTIME, "app.handler", Description=XSS,
+                Environment={"Variables": {"MARKUP": XSS}},
+                files={"app.py": (
+                    "def handler(event, context):\n"
+                    f"    print({XSS!r})\n"
+                    f"    return {{'echo': {XSS!r}, 'event': event}}\n")})
+    kiln.invoke("console-xss", {"who": XSS})
+    signed_in(driver, kiln)
+    # Any alert() the page ran would be recorded here (the hook survives fragment changes).
+    driver.execute_script("window.__alerts = []; window.alert = (m) => window.__alerts.push(String(m));")
+
+    def no_markup_ran(page):
+        assert driver.find_elements(By.CSS_SELECTOR, "#view img, #error img") == [], page
+        assert driver.execute_script("return window.__alerts") == [], page
+        try:
+            driver.switch_to.alert
+            pytest.fail(f"an alert opened on {page}")
+        except NoAlertPresentException:
+            pass
+        shot(driver, request, page)
+
+    driver.execute_script("window.location.hash = '#/functions'")
+    wait(driver).until(EC.text_to_be_present_in_element((By.ID, "functions-table"), XSS))
+    no_markup_ran("functions")
+
+    driver.execute_script("window.location.hash = '#/functions/console-xss/configuration'")
+    wait(driver).until(EC.text_to_be_present_in_element((By.ID, "fn-description"), XSS))
+    env = driver.find_element(By.ID, "fn-env")
+    env.find_element(By.TAG_NAME, "button").click()
+    assert XSS in env.text
+    no_markup_ran("configuration")
+
+    driver.execute_script("window.location.hash = '#/functions/console-xss/logs'")
+    wait(driver).until(EC.text_to_be_present_in_element((By.ID, "logs-text"), XSS))
+    no_markup_ran("logs")
+
+    driver.execute_script("window.location.hash = '#/functions/console-xss/test'")
+    payload = wait(driver).until(EC.presence_of_element_located((By.ID, "invoke-payload")))
+    payload.clear()
+    payload.send_keys('{"who": "%s"}' % XSS)
+    driver.find_element(By.ID, "invoke-button").click()
+    wait(driver).until(EC.text_to_be_present_in_element((By.ID, "invoke-log"), "REPORT RequestId"))
+    assert XSS in driver.find_element(By.ID, "invoke-result").text
+    assert XSS in driver.find_element(By.ID, "invoke-log").text
+    no_markup_ran("test")
+    # Nothing tried to load `x` or broke the policy.
+    assert page_errors(driver, kiln.endpoint) == []
+
+
+def test_a_session_ended_elsewhere_sends_the_page_to_sign_in(kiln, driver):
+    signed_in(driver, kiln)
+    token = driver.get_cookie("kiln_console")["value"]
+    # Sign the browser's session out from outside, with its own token and CSRF token.
+    http = requests.Session()
+    http.cookies.set("kiln_console", token)
+    csrf = http.get(kiln.endpoint + "/ui/api/session", timeout=10).json()["csrfToken"]
+    assert http.delete(kiln.endpoint + "/ui/api/session", headers={"X-Kiln-Csrf": csrf}, timeout=10).status_code == 204
+    driver.execute_script("window.location.hash = '#/instances'")
+    wait(driver).until(EC.url_to_be(kiln.endpoint + "/ui/sign-in"))
