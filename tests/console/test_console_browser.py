@@ -5,7 +5,7 @@ import re
 
 import pytest
 import requests
-from selenium.common.exceptions import NoAlertPresentException
+from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
@@ -18,7 +18,8 @@ WAIT = 30
 
 
 def wait(driver):
-    return WebDriverWait(driver, WAIT)
+    # Views redraw themselves: an element found a moment ago may have been replaced.
+    return WebDriverWait(driver, WAIT, ignored_exceptions=[StaleElementReferenceException])
 
 
 def shot(driver, request, page):
@@ -216,3 +217,64 @@ def test_a_session_ended_elsewhere_sends_the_page_to_sign_in(kiln, driver):
     assert http.delete(kiln.endpoint + "/ui/api/session", headers={"X-Kiln-Csrf": csrf}, timeout=10).status_code == 204
     driver.execute_script("window.location.hash = '#/instances'")
     wait(driver).until(EC.url_to_be(kiln.endpoint + "/ui/sign-in"))
+
+
+def test_create_from_a_zip_edit_upload_and_watch_the_log_live(kiln, driver, request, tmp_path):
+    from selenium.webdriver.support.ui import Select
+
+    from kiln_harness import zip_files
+
+    def code(version):
+        path = tmp_path / f"v{version}.zip"
+        path.write_bytes(zip_files({"app.py": (
+            "def handler(event, context):\n"
+            f"    print('upload-v{version} saw', event.get('mark'))\n"
+            f"    return {{'version': {version}}}\n")}))
+        return str(path)
+
+    signed_in(driver, kiln)
+    go(driver, kiln, "functions", "create")
+    driver.find_element(By.CSS_SELECTOR, "#create summary").click()
+    driver.find_element(By.ID, "create-name").send_keys("console-upload")
+    Select(driver.find_element(By.ID, "create-runtime")).select_by_value(PYTHON_RUNTIME)
+    driver.find_element(By.ID, "create-zip").send_keys(code(1))
+    shot(driver, request, "create")
+    driver.find_element(By.ID, "create-button").click()
+    wait(driver).until(EC.presence_of_element_located((By.ID, "invoke-button"))).click()
+    wait(driver).until(EC.text_to_be_present_in_element((By.ID, "invoke-log"), "REPORT RequestId"))
+    assert '"version": 1' in driver.find_element(By.ID, "invoke-result").text
+
+    # Edit its memory: the page and the API agree.
+    driver.find_element(By.ID, "tab-configuration").click()
+    memory = wait(driver).until(EC.presence_of_element_located((By.ID, "edit-memory")))
+    memory.clear()
+    memory.send_keys("256")
+    driver.find_element(By.ID, "edit-save").click()
+    wait(driver).until(EC.text_to_be_present_in_element((By.ID, "fn-config"), "256 MB"))
+    assert kiln.client().get_function_configuration(FunctionName="console-upload")["MemorySize"] == 256
+    # A value the API refuses is shown, not swallowed.
+    memory = driver.find_element(By.ID, "edit-memory")
+    driver.execute_script("arguments[0].removeAttribute('min')", memory)
+    memory.clear()
+    memory.send_keys("64")
+    driver.find_element(By.ID, "edit-save").click()
+    wait(driver).until(lambda d: "memorySize" in d.find_element(By.ID, "edit-status").text
+                       or "MemorySize" in d.find_element(By.ID, "edit-status").text)
+    shot(driver, request, "edit")
+
+    # New code, uploaded from the page.
+    before = kiln.client().get_function_configuration(FunctionName="console-upload")["CodeSha256"]
+    driver.find_element(By.ID, "code-file").send_keys(code(2))
+    driver.find_element(By.CSS_SELECTOR, "#code-form button").click()
+    wait(driver).until(lambda d: before not in d.find_element(By.ID, "fn-config").text)
+    assert kiln.invoke("console-upload")[0] == {"version": 2}
+
+    # The log streams: a line written after the tab opened arrives without a reload.
+    driver.find_element(By.ID, "tab-logs").click()
+    wait(driver).until(EC.text_to_be_present_in_element((By.ID, "logs-state"), "live"))
+    kiln.invoke("console-upload", {"mark": "arrived-live-7f3a"})
+    wait(driver).until(EC.text_to_be_present_in_element((By.ID, "logs-text"), "upload-v2 saw arrived-live-7f3a"))
+    shot(driver, request, "logs-live")
+    # The only errors logged are the refused edit's answer.
+    errors = page_errors(driver, kiln.endpoint)
+    assert all("/configuration" in e["message"] and "400" in e["message"] for e in errors), errors

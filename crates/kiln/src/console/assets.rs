@@ -1,6 +1,6 @@
 //! The console's files, compiled into the binary: nothing is fetched at run time, and the
-//! console works offline. One page (`index.html`) with one script and one stylesheet; no
-//! build step, so what is in `assets/` is what the browser gets.
+//! console works offline. One page (`index.html`), its script as three ES modules and one
+//! stylesheet; no build step, so what is in `assets/` is what the browser gets.
 
 /// One embedded file.
 pub struct Asset {
@@ -20,6 +20,20 @@ const FILES: &[(&str, Asset)] = &[
         "app.js",
         Asset {
             body: include_bytes!("assets/app.js"),
+            content_type: "text/javascript; charset=utf-8",
+        },
+    ),
+    (
+        "dom.js",
+        Asset {
+            body: include_bytes!("assets/dom.js"),
+            content_type: "text/javascript; charset=utf-8",
+        },
+    ),
+    (
+        "function.js",
+        Asset {
+            body: include_bytes!("assets/function.js"),
             content_type: "text/javascript; charset=utf-8",
         },
     ),
@@ -48,13 +62,23 @@ pub fn asset(name: &str) -> Option<&'static Asset> {
 mod tests {
     use super::*;
 
+    fn text(name: &str) -> &'static str {
+        std::str::from_utf8(asset(name).unwrap().body).unwrap()
+    }
+
     #[test]
-    fn every_file_the_page_names_is_embedded() {
+    fn every_embedded_file_is_used() {
         let page = std::str::from_utf8(INDEX.body).unwrap();
+        let scripts: String = FILES
+            .iter()
+            .filter(|(name, _)| name.ends_with(".js"))
+            .map(|(name, _)| text(name))
+            .collect();
         for (name, _) in FILES {
             assert!(
-                page.contains(&format!("/ui/assets/{name}")),
-                "index.html does not use {name}"
+                page.contains(&format!("/ui/assets/{name}"))
+                    || scripts.contains(&format!("from \"./{name}\"")),
+                "nothing loads {name}"
             );
         }
         assert!(asset("app.js").is_some());

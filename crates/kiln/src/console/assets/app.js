@@ -1,97 +1,11 @@
 // The kiln console: one page, views chosen by the URL's fragment (#/functions/NAME/test), data
-// from kiln's API with the session cookie. Everything a user controls is put into the page as
-// text (textContent, text nodes, attribute values): never parsed as HTML.
-"use strict";
+// from kiln's API with the session cookie (see dom.js for how the page is built: as text).
 
-const REFRESH_MS = 2000;
-let csrfToken = null;
-let refreshTimer = null;
-
-// --- DOM helpers -----------------------------------------------------------------------------
-
-/** An element with properties (`text` is textContent, `class`, `on*` listeners) and children. */
-function el(tag, props, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(props || {})) {
-    if (value === undefined || value === null) continue;
-    if (key === "text") node.textContent = String(value);
-    else if (key === "class") node.className = value;
-    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
-    else if (key === "dataset") Object.assign(node.dataset, value);
-    else node.setAttribute(key, String(value));
-  }
-  for (const child of children.flat()) {
-    if (child === undefined || child === null || child === false) continue;
-    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
-  }
-  return node;
-}
-
-function table(id, headers, rows) {
-  return el("table", { id },
-    el("thead", {}, el("tr", {}, headers.map((h) =>
-      el("th", { class: h.num ? "num" : null, text: h.label || h })))),
-    el("tbody", {}, rows.length ? rows : el("tr", {}, el("td", { colspan: headers.length, class: "muted", text: "none" }))));
-}
-
-function row(cells) {
-  return el("tr", {}, cells.map((c) =>
-    c instanceof Node ? el("td", {}, c) : el("td", { class: typeof c === "number" ? "num" : null, text: c ?? "" })));
-}
-
-function showError(message) {
-  const box = document.getElementById("error");
-  box.textContent = message || "";
-  box.hidden = !message;
-}
-
-// --- Formatting -------------------------------------------------------------------------------
-
-function bytes(n) {
-  if (n === undefined || n === null) return "";
-  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
-  let i = 0;
-  while (Math.abs(n) >= 1024 && i < units.length - 1) { n /= 1024; i++; }
-  return `${i ? n.toFixed(1) : n} ${units[i]}`;
-}
-const mb = (n) => (n === undefined || n === null ? "" : `${n} MB`);
-const seconds = (s) => (s < 60 ? `${s.toFixed(1)} s` : s < 3600 ? `${(s / 60).toFixed(1)} min` : `${(s / 3600).toFixed(1)} h`);
-
-/** A time in the viewer's zone, with UTC on hover. */
-function when(value) {
-  const date = new Date(value);
-  if (Number.isNaN(date.getTime())) return el("span", { text: value ?? "" });
-  return el("time", { datetime: date.toISOString(), title: date.toISOString(), text: date.toLocaleString() });
-}
-
-// --- The API -----------------------------------------------------------------------------------
-
-class ApiFailure extends Error {
-  constructor(status, message) { super(message); this.status = status; }
-}
-
-/** A request to kiln's API with the session cookie; changes carry the CSRF token. */
-async function api(method, path, { body, headers } = {}) {
-  const sent = Object.assign({}, headers);
-  if (method !== "GET" && method !== "HEAD") sent["X-Kiln-Csrf"] = csrfToken || "";
-  const response = await fetch(path, { method, headers: sent, body, credentials: "same-origin", cache: "no-store" });
-  if (response.status === 401) {
-    window.location.assign("/ui/sign-in");
-    throw new ApiFailure(401, "signed out");
-  }
-  if (!response.ok) {
-    let message = `${response.status} ${response.statusText}`;
-    try {
-      const problem = await response.json();
-      message = problem.message || problem.Message || message;
-    } catch (_) { /* not JSON */ }
-    throw new ApiFailure(response.status, message);
-  }
-  return response;
-}
-const getJson = async (path) => (await api("GET", path)).json();
-const fnPath = (name) => `/2015-03-31/functions/${encodeURIComponent(name)}`;
-const kilnFnPath = (name) => `/kiln/v1/functions/${encodeURIComponent(name)}`;
+import {
+  api, base64Of, bytes, el, every, getJson, leave, mb, render, row, sendJson, setCsrfToken,
+  showError, table, when,
+} from "./dom.js";
+import { functionView, instanceTables } from "./function.js";
 
 // --- Signing in and out -----------------------------------------------------------------------
 
@@ -143,15 +57,6 @@ async function signOut() {
 
 // --- Views ------------------------------------------------------------------------------------
 
-function setRefresh(fn) {
-  if (refreshTimer) clearInterval(refreshTimer);
-  refreshTimer = fn ? setInterval(() => fn().catch((e) => showError(e.message)), REFRESH_MS) : null;
-}
-
-function render(...nodes) {
-  document.getElementById("view").replaceChildren(...nodes);
-}
-
 async function overview() {
   const view = el("div", { id: "overview" });
   render(el("h1", { text: "Overview" }), view);
@@ -192,7 +97,7 @@ async function overview() {
       el("p", { text: node.runtimes.join(", ") }));
   };
   await draw();
-  setRefresh(draw);
+  every(draw);
 }
 
 async function functionsList(params) {
@@ -223,160 +128,43 @@ async function functionsList(params) {
     el("h1", { text: "Functions" }),
     el("div", { class: "toolbar" }, search),
     table("functions-table", ["Name", "Runtime", "Memory", "Timeout", "State", "Last modified", "Description"], rows),
-    pager);
+    pager,
+    await createForm());
 }
 
-const TABS = ["configuration", "test", "instances", "logs", "sessions"];
-
-async function functionView(name, tab) {
-  const fn = await getJson(fnPath(name));
-  const c = fn.Configuration;
-  const tabs = el("div", { class: "tabs" }, TABS.map((t) =>
-    el("a", { href: `#/functions/${encodeURIComponent(name)}/${t}`, class: t === tab ? "active" : null, id: `tab-${t}`, text: t[0].toUpperCase() + t.slice(1) })));
-  const body = el("div", { id: `fn-${tab}` });
-  render(
-    el("h1", { id: "fn-title", text: c.FunctionName }),
-    el("p", { id: "fn-description", class: "muted", text: c.Description || "" }),
-    tabs, body);
-  const views = { configuration: configurationTab, test: testTab, instances: instancesTab, logs: logsTab, sessions: sessionsTab };
-  await (views[tab] || configurationTab)(name, fn, body);
-}
-
-function configurationTab(name, fn, body) {
-  const c = fn.Configuration;
-  const item = (label, value) => [el("dt", { text: label }), el("dd", {}, value instanceof Node ? value : String(value ?? ""))];
-  const env = Object.entries((c.Environment && c.Environment.Variables) || {});
-  const envRows = env.map(([key, value]) => {
-    const shown = el("span", { class: "secret", text: "••••••••" });
-    const toggle = el("button", { type: "button", class: "plain", text: "Show" });
-    toggle.addEventListener("click", () => {
-      const hidden = toggle.textContent === "Show";
-      shown.textContent = hidden ? value : "••••••••";
-      toggle.textContent = hidden ? "Hide" : "Show";
-    });
-    return row([key, shown, toggle]);
-  });
-  body.append(
-    el("dl", { class: "config", id: "fn-config" },
-      item("Runtime", c.Runtime || c.PackageType),
-      item("Handler", c.Handler),
-      item("Memory", mb(c.MemorySize)),
-      item("Timeout", `${c.Timeout} s`),
-      item("Ephemeral storage", mb(c.EphemeralStorage && c.EphemeralStorage.Size)),
-      item("State", `${c.State || ""} ${c.LastUpdateStatus ? `(last update: ${c.LastUpdateStatus})` : ""}`),
-      item("Code", `${bytes(c.CodeSize)}, SHA-256 ${c.CodeSha256}`),
-      item("Revision", c.RevisionId),
-      item("Last modified", when(c.LastModified)),
-      item("ARN", c.FunctionArn)),
-    el("h2", { text: "Environment" }),
-    table("fn-env", ["Name", "Value", ""], envRows));
-  if (fn.Code && fn.Code.Location) {
-    body.append(el("p", {}, el("a", { href: fn.Code.Location, id: "code-download", text: "Download the code (zip)" })));
-  }
-}
-
-function testTab(name, fn, body) {
-  const payload = el("textarea", { id: "invoke-payload", spellcheck: "false" });
-  payload.value = "{}";
-  const status = el("p", { id: "invoke-status" });
-  const result = el("pre", { id: "invoke-result" });
-  const log = el("pre", { id: "invoke-log" });
-  const button = el("button", { type: "button", id: "invoke-button", text: "Invoke" });
-  button.addEventListener("click", async () => {
-    showError("");
-    try { JSON.parse(payload.value); } catch (e) { status.className = "error"; status.textContent = `The event is not JSON: ${e.message}`; return; }
-    button.disabled = true;
+/** A new function from a zip (CreateFunction). */
+async function createForm() {
+  const runtimes = (await getJson("/kiln/v1/status")).node.runtimes;
+  const name = el("input", { id: "create-name", required: true, pattern: "[\\w\\-]{1,64}", spellcheck: "false" });
+  const runtime = el("select", { id: "create-runtime" }, runtimes.map((r) => el("option", { value: r, text: r })));
+  const handler = el("input", { id: "create-handler", value: "app.handler", required: true });
+  const memory = el("input", { id: "create-memory", type: "number", min: 128, max: 10240, value: 128, required: true });
+  const file = el("input", { id: "create-zip", type: "file", accept: ".zip,application/zip", required: true });
+  const status = el("span", { id: "create-status" });
+  const form = el("form", { id: "create-form", class: "edit" },
+    el("label", {}, "Name ", name), el("label", {}, "Runtime ", runtime), el("label", {}, "Handler ", handler),
+    el("label", {}, "Memory (MB) ", memory), el("label", {}, "Code (zip) ", file),
+    el("button", { type: "submit", id: "create-button", text: "Create" }), status);
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
     status.className = "muted";
-    status.textContent = "invoking…";
+    status.textContent = "creating…";
     try {
-      const response = await api("POST", `${fnPath(name)}/invocations`, {
-        body: payload.value,
-        headers: { "Content-Type": "application/json", "X-Amz-Log-Type": "Tail" },
+      await sendJson("POST", "/2015-03-31/functions", {
+        FunctionName: name.value,
+        Runtime: runtime.value,
+        Handler: handler.value,
+        MemorySize: Number(memory.value),
+        Role: "arn:aws:iam::000000000000:role/kiln-console",
+        Code: { ZipFile: await base64Of(file.files[0]) },
       });
-      const text = await response.text();
-      const functionError = response.headers.get("X-Amz-Function-Error");
-      status.className = functionError ? "error" : "ok";
-      status.textContent = functionError ? `Function error (${functionError})` : `Succeeded (status ${response.status})`;
-      try { result.textContent = JSON.stringify(JSON.parse(text), null, 2); } catch (_) { result.textContent = text; }
-      const tail = response.headers.get("X-Amz-Log-Result");
-      log.textContent = tail ? new TextDecoder().decode(Uint8Array.from(atob(tail), (ch) => ch.charCodeAt(0))) : "";
+      window.location.hash = `#/functions/${encodeURIComponent(name.value)}/test`;
     } catch (e) {
       status.className = "error";
       status.textContent = e.message;
-    } finally {
-      button.disabled = false;
     }
   });
-  body.append(
-    el("h2", { text: "Test event (JSON)" }), payload,
-    el("div", { class: "toolbar" }, button),
-    status,
-    el("h2", { text: "Result" }), result,
-    el("h2", { text: "Log (START, END and REPORT)" }), log);
-}
-
-async function instancesTab(name, fn, body) {
-  const draw = async () => {
-    const node = (await getJson("/kiln/v1/status")).node;
-    body.replaceChildren(...instanceTables(node, (x) => x.function === name));
-  };
-  await draw();
-  setRefresh(draw);
-}
-
-function instanceTables(node, keep) {
-  const instances = node.instances.filter(keep).map((i) => row([
-    i.id, i.function, i.state, i.start_path, seconds(i.age_s), mb(i.memory_limit_mb), bytes(i.memory_used_bytes), i.sessions]));
-  const snapshots = node.snapshots.filter(keep).map((s) => row([
-    s.function, s.kind, s.state, s.revision, bytes(s.memory_bytes), s.forks, `${s.standbys_ready} / ${s.standbys_target}`, s.error || ""]));
-  return [
-    el("h2", { text: "Instances" }),
-    table("instances-table", ["ID", "Function", "State", "Start path", "Age", "Memory limit", "Memory used", "Sessions"], instances),
-    el("h2", { text: "Snapshots" }),
-    table("snapshots-table", ["Function", "Kind", "State", "Revision", "Memory", "Forks", "Standbys ready / wanted", "Error"], snapshots),
-  ];
-}
-
-async function logsTab(name, fn, body) {
-  const filter = el("input", { id: "logs-filter", type: "search", placeholder: "show lines containing…" });
-  const follow = el("input", { id: "logs-follow", type: "checkbox", checked: "" });
-  const text = el("pre", { id: "logs-text" });
-  let lines = [];
-  const show = () => {
-    const needle = filter.value;
-    text.textContent = lines.filter((l) => !needle || l.includes(needle)).join("\n");
-  };
-  filter.addEventListener("input", show);
-  const load = async () => {
-    if (!follow.checked) return;
-    const response = await api("GET", `${kilnFnPath(name)}/logs?bytes=65536`);
-    lines = (await response.text()).split("\n");
-    show();
-  };
-  body.append(
-    el("div", { class: "toolbar" }, filter, el("label", {}, follow, " refresh every 2 s")),
-    text);
-  await load();
-  setRefresh(load);
-}
-
-async function sessionsTab(name, fn, body) {
-  const draw = async () => {
-    const list = (await getJson(`${kilnFnPath(name)}/sessions`)).Sessions;
-    const rows = list.map((s) => {
-      const end = el("button", { type: "button", class: "plain", text: "End" });
-      end.addEventListener("click", async () => {
-        try {
-          await api("DELETE", `${kilnFnPath(name)}/sessions/${encodeURIComponent(s.session)}`);
-          await draw();
-        } catch (e) { showError(e.message); }
-      });
-      return row([s.session, s.instance, s.requests, seconds(s.age_s), seconds(s.idle_s), end]);
-    });
-    body.replaceChildren(table("sessions-table", ["Session", "Instance", "Requests", "Age", "Idle", ""], rows));
-  };
-  await draw();
-  setRefresh(draw);
+  return el("details", { id: "create" }, el("summary", { text: "Create a function from a zip" }), form);
 }
 
 async function instancesPage() {
@@ -387,7 +175,7 @@ async function instancesPage() {
     holder.replaceChildren(...instanceTables(node, () => true));
   };
   await draw();
-  setRefresh(draw);
+  every(draw);
 }
 
 async function cachePage() {
@@ -414,7 +202,7 @@ async function cachePage() {
 // --- Routing ----------------------------------------------------------------------------------
 
 async function route() {
-  setRefresh(null);
+  leave();
   showError("");
   const hash = window.location.hash.replace(/^#\/?/, "") || "overview";
   const [path, query] = hash.split("?");
@@ -445,7 +233,7 @@ async function start() {
     return;
   }
   const session = await response.json();
-  csrfToken = session.csrfToken;
+  setCsrfToken(session.csrfToken);
   document.getElementById("top").hidden = false;
   const who = document.getElementById("who");
   who.textContent = `${session.accessKeyId} · until `;

@@ -1,0 +1,121 @@
+// What every view of the console uses: building the page from text, formatting, and kiln's API.
+// Everything a user controls goes into the page as text (textContent, text nodes, attribute
+// values): never parsed as HTML.
+
+export const REFRESH_MS = 2000;
+let csrfToken = null;
+let leaving = [];
+
+export function setCsrfToken(token) {
+  csrfToken = token;
+}
+
+/** An element with properties (`text` is textContent, `class`, `on*` listeners) and children. */
+export function el(tag, props, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(props || {})) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key === "text") node.textContent = String(value);
+    else if (key === "class") node.className = value;
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === undefined || child === null || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+export function table(id, headers, rows) {
+  return el("table", { id },
+    el("thead", {}, el("tr", {}, headers.map((h) => el("th", { text: h })))),
+    el("tbody", {}, rows.length ? rows : el("tr", {}, el("td", { colspan: headers.length, class: "muted", text: "none" }))));
+}
+
+export function row(cells) {
+  return el("tr", {}, cells.map((c) =>
+    c instanceof Node ? el("td", {}, c) : el("td", { class: typeof c === "number" ? "num" : null, text: c ?? "" })));
+}
+
+export function showError(message) {
+  const box = document.getElementById("error");
+  box.textContent = message || "";
+  box.hidden = !message;
+}
+
+export function render(...nodes) {
+  document.getElementById("view").replaceChildren(...nodes);
+}
+
+/** Runs `fn` when the view is left (timers, streams). */
+export function onLeave(fn) {
+  leaving.push(fn);
+}
+
+export function leave() {
+  const done = leaving;
+  leaving = [];
+  for (const fn of done) fn();
+}
+
+/** Redraws with `draw` every REFRESH_MS while the view is shown. */
+export function every(draw) {
+  const timer = setInterval(() => draw().catch((e) => showError(e.message)), REFRESH_MS);
+  onLeave(() => clearInterval(timer));
+}
+
+export function bytes(n) {
+  if (n === undefined || n === null) return "";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (Math.abs(n) >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return `${i ? n.toFixed(1) : n} ${units[i]}`;
+}
+export const mb = (n) => (n === undefined || n === null ? "" : `${n} MB`);
+export const seconds = (s) => (s < 60 ? `${s.toFixed(1)} s` : s < 3600 ? `${(s / 60).toFixed(1)} min` : `${(s / 3600).toFixed(1)} h`);
+
+/** A time in the viewer's zone, with UTC on hover. */
+export function when(value) {
+  const date = new Date(value);
+  if (Number.isNaN(date.getTime())) return el("span", { text: value ?? "" });
+  return el("time", { datetime: date.toISOString(), title: date.toISOString(), text: date.toLocaleString() });
+}
+
+/** A file's bytes as base64, as Lambda's `ZipFile` takes them. */
+export async function base64Of(file) {
+  const data = new Uint8Array(await file.arrayBuffer());
+  let text = "";
+  for (let i = 0; i < data.length; i += 0x8000) text += String.fromCharCode(...data.subarray(i, i + 0x8000));
+  return btoa(text);
+}
+
+export class ApiFailure extends Error {
+  constructor(status, message) { super(message); this.status = status; }
+}
+
+/** A request to kiln's API with the session cookie; changes carry the CSRF token. */
+export async function api(method, path, { body, headers, signal } = {}) {
+  const sent = Object.assign({}, headers);
+  if (method !== "GET" && method !== "HEAD") sent["X-Kiln-Csrf"] = csrfToken || "";
+  const response = await fetch(path, { method, headers: sent, body, signal, credentials: "same-origin", cache: "no-store" });
+  if (response.status === 401) {
+    window.location.assign("/ui/sign-in");
+    throw new ApiFailure(401, "signed out");
+  }
+  if (!response.ok) {
+    let message = `${response.status} ${response.statusText}`;
+    try {
+      const problem = await response.json();
+      message = problem.message || problem.Message || message;
+    } catch (_) { /* not JSON */ }
+    throw new ApiFailure(response.status, message);
+  }
+  return response;
+}
+
+export const getJson = async (path) => (await api("GET", path)).json();
+export const sendJson = (method, path, value) =>
+  api(method, path, { body: JSON.stringify(value), headers: { "Content-Type": "application/json" } });
+export const fnPath = (name) => `/2015-03-31/functions/${encodeURIComponent(name)}`;
+export const kilnFnPath = (name) => `/kiln/v1/functions/${encodeURIComponent(name)}`;

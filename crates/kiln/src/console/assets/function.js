@@ -1,0 +1,230 @@
+// One function's view: its configuration (edited in place, new code uploaded), a test tab that
+// invokes it, its instances, its log streamed live, and its sessions.
+
+import {
+  api, base64Of, bytes, el, every, fnPath, getJson, kilnFnPath, mb, onLeave, render, row, seconds,
+  sendJson, showError, table, when,
+} from "./dom.js";
+
+const TABS = ["configuration", "test", "instances", "logs", "sessions"];
+const MASK = "••••••••";
+const KEPT_LOG_LINES = 5000;
+
+export async function functionView(name, tab) {
+  const fn = await getJson(fnPath(name));
+  const c = fn.Configuration;
+  const tabs = el("div", { class: "tabs" }, TABS.map((t) =>
+    el("a", { href: `#/functions/${encodeURIComponent(name)}/${t}`, class: t === tab ? "active" : null, id: `tab-${t}`, text: t[0].toUpperCase() + t.slice(1) })));
+  const body = el("div", { id: `fn-${tab}` });
+  render(
+    el("h1", { id: "fn-title", text: c.FunctionName }),
+    el("p", { id: "fn-description", class: "muted", text: c.Description || "" }),
+    tabs, body);
+  const views = { configuration: configurationTab, test: testTab, instances: instancesTab, logs: logsTab, sessions: sessionsTab };
+  await (views[tab] || configurationTab)(name, fn, body);
+}
+
+function configurationTab(name, fn, body) {
+  const c = fn.Configuration;
+  const item = (label, value) => [el("dt", { text: label }), el("dd", {}, value instanceof Node ? value : String(value ?? ""))];
+  const env = Object.entries((c.Environment && c.Environment.Variables) || {});
+  const envRows = env.map(([key, value]) => {
+    const shown = el("span", { class: "secret", text: MASK });
+    const toggle = el("button", { type: "button", class: "plain", text: "Show" });
+    toggle.addEventListener("click", () => {
+      const hidden = toggle.textContent === "Show";
+      shown.textContent = hidden ? value : MASK;
+      toggle.textContent = hidden ? "Hide" : "Show";
+    });
+    return row([key, shown, toggle]);
+  });
+  body.append(...[
+    el("dl", { class: "config", id: "fn-config" },
+      item("Runtime", c.Runtime || c.PackageType),
+      item("Handler", c.Handler),
+      item("Memory", mb(c.MemorySize)),
+      item("Timeout", `${c.Timeout} s`),
+      item("Ephemeral storage", mb(c.EphemeralStorage && c.EphemeralStorage.Size)),
+      item("State", `${c.State || ""} ${c.LastUpdateStatus ? `(last update: ${c.LastUpdateStatus})` : ""}`),
+      item("Code", `${bytes(c.CodeSize)}, SHA-256 ${c.CodeSha256}`),
+      item("Revision", c.RevisionId),
+      item("Last modified", when(c.LastModified)),
+      item("ARN", c.FunctionArn)),
+    el("h2", { text: "Environment" }),
+    table("fn-env", ["Name", "Value", ""], envRows),
+    editForm(name, c),
+    codeForm(name, fn),
+  ].flat().filter(Boolean));
+}
+
+/** Memory, timeout and description, changed with UpdateFunctionConfiguration. */
+function editForm(name, c) {
+  const memory = el("input", { id: "edit-memory", type: "number", min: 128, max: 10240, step: 1, value: c.MemorySize, required: true });
+  const timeout = el("input", { id: "edit-timeout", type: "number", min: 1, max: 900, value: c.Timeout, required: true });
+  const description = el("input", { id: "edit-description", maxlength: 256, value: c.Description || "" });
+  const status = el("span", { id: "edit-status" });
+  const form = el("form", { id: "edit-form", class: "edit" },
+    el("label", {}, "Memory (MB) ", memory),
+    el("label", {}, "Timeout (s) ", timeout),
+    el("label", {}, "Description ", description),
+    el("button", { type: "submit", id: "edit-save", text: "Save" }),
+    status);
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    status.className = "muted";
+    status.textContent = "saving…";
+    try {
+      await sendJson("PUT", `${fnPath(name)}/configuration`, {
+        MemorySize: Number(memory.value),
+        Timeout: Number(timeout.value),
+        Description: description.value,
+        RevisionId: c.RevisionId,
+      });
+      await functionView(name, "configuration");
+    } catch (e) {
+      status.className = "error";
+      status.textContent = e.message;
+    }
+  });
+  return [el("h2", { text: "Edit" }), form];
+}
+
+/** The code: download the zip, or upload a new one (UpdateFunctionCode). */
+function codeForm(name, fn) {
+  const file = el("input", { id: "code-file", type: "file", accept: ".zip,application/zip", required: true });
+  const status = el("span", { id: "code-status" });
+  const form = el("form", { id: "code-form", class: "edit" }, file, el("button", { type: "submit", text: "Upload new code" }), status);
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    if (!file.files.length) return;
+    status.className = "muted";
+    status.textContent = "uploading…";
+    try {
+      await sendJson("PUT", `${fnPath(name)}/code`, { ZipFile: await base64Of(file.files[0]) });
+      await functionView(name, "configuration");
+    } catch (e) {
+      status.className = "error";
+      status.textContent = e.message;
+    }
+  });
+  const download = fn.Code && fn.Code.Location
+    ? el("p", {}, el("a", { href: fn.Code.Location, id: "code-download", text: "Download the code (zip)" }))
+    : null;
+  return [el("h2", { text: "Code" }), download, form];
+}
+
+function testTab(name, fn, body) {
+  const payload = el("textarea", { id: "invoke-payload", spellcheck: "false" });
+  payload.value = "{}";
+  const status = el("p", { id: "invoke-status" });
+  const result = el("pre", { id: "invoke-result" });
+  const log = el("pre", { id: "invoke-log" });
+  const button = el("button", { type: "button", id: "invoke-button", text: "Invoke" });
+  button.addEventListener("click", async () => {
+    showError("");
+    try { JSON.parse(payload.value); } catch (e) { status.className = "error"; status.textContent = `The event is not JSON: ${e.message}`; return; }
+    button.disabled = true;
+    status.className = "muted";
+    status.textContent = "invoking…";
+    try {
+      const response = await api("POST", `${fnPath(name)}/invocations`, {
+        body: payload.value,
+        headers: { "Content-Type": "application/json", "X-Amz-Log-Type": "Tail" },
+      });
+      const text = await response.text();
+      const functionError = response.headers.get("X-Amz-Function-Error");
+      status.className = functionError ? "error" : "ok";
+      status.textContent = functionError ? `Function error (${functionError})` : `Succeeded (status ${response.status})`;
+      try { result.textContent = JSON.stringify(JSON.parse(text), null, 2); } catch (_) { result.textContent = text; }
+      const tail = response.headers.get("X-Amz-Log-Result");
+      log.textContent = tail ? new TextDecoder().decode(Uint8Array.from(atob(tail), (ch) => ch.charCodeAt(0))) : "";
+    } catch (e) {
+      status.className = "error";
+      status.textContent = e.message;
+    } finally {
+      button.disabled = false;
+    }
+  });
+  body.append(
+    el("h2", { text: "Test event (JSON)" }), payload,
+    el("div", { class: "toolbar" }, button),
+    status,
+    el("h2", { text: "Result" }), result,
+    el("h2", { text: "Log (START, END and REPORT)" }), log);
+}
+
+async function instancesTab(name, fn, body) {
+  const draw = async () => {
+    const node = (await getJson("/kiln/v1/status")).node;
+    body.replaceChildren(...instanceTables(node, (x) => x.function === name));
+  };
+  await draw();
+  every(draw);
+}
+
+export function instanceTables(node, keep) {
+  const instances = node.instances.filter(keep).map((i) => row([
+    i.id, i.function, i.state, i.start_path, seconds(i.age_s), mb(i.memory_limit_mb), bytes(i.memory_used_bytes), i.sessions]));
+  const snapshots = node.snapshots.filter(keep).map((s) => row([
+    s.function, s.kind, s.state, s.revision, bytes(s.memory_bytes), s.forks, `${s.standbys_ready} / ${s.standbys_target}`, s.error || ""]));
+  return [
+    el("h2", { text: "Instances" }),
+    table("instances-table", ["ID", "Function", "State", "Start path", "Age", "Memory limit", "Memory used", "Sessions"], instances),
+    el("h2", { text: "Snapshots" }),
+    table("snapshots-table", ["Function", "Kind", "State", "Revision", "Memory", "Forks", "Standbys ready / wanted", "Error"], snapshots),
+  ];
+}
+
+/** The log's tail, then every line as kiln writes it (the logs endpoint's `follow`). */
+async function logsTab(name, fn, body) {
+  const filter = el("input", { id: "logs-filter", type: "search", placeholder: "show lines containing…" });
+  const state = el("span", { id: "logs-state", class: "muted", text: "connecting…" });
+  const text = el("pre", { id: "logs-text" });
+  let lines = [];
+  const show = () => {
+    const needle = filter.value;
+    text.textContent = lines.filter((l) => !needle || l.includes(needle)).join("\n");
+  };
+  filter.addEventListener("input", show);
+  body.append(el("div", { class: "toolbar" }, filter, state), text);
+  const stop = new AbortController();
+  onLeave(() => stop.abort());
+  const response = await api("GET", `${kilnFnPath(name)}/logs?follow=true&bytes=65536`, { signal: stop.signal });
+  state.textContent = "live";
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let pending = "";
+  const read = async () => {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      pending += decoder.decode(value, { stream: true });
+      const complete = pending.split("\n");
+      pending = complete.pop();
+      lines = lines.concat(complete).slice(-KEPT_LOG_LINES);
+      show();
+    }
+    state.textContent = "ended";
+  };
+  // The stream outlives this call: the view is shown while it reads.
+  read().catch((e) => { if (e.name !== "AbortError") state.textContent = `stopped: ${e.message}`; });
+}
+
+async function sessionsTab(name, fn, body) {
+  const draw = async () => {
+    const list = (await getJson(`${kilnFnPath(name)}/sessions`)).Sessions;
+    const rows = list.map((s) => {
+      const end = el("button", { type: "button", class: "plain", text: "End" });
+      end.addEventListener("click", async () => {
+        try {
+          await api("DELETE", `${kilnFnPath(name)}/sessions/${encodeURIComponent(s.session)}`);
+          await draw();
+        } catch (e) { showError(e.message); }
+      });
+      return row([s.session, s.instance, s.requests, seconds(s.age_s), seconds(s.idle_s), end]);
+    });
+    body.replaceChildren(table("sessions-table", ["Session", "Instance", "Requests", "Age", "Idle", ""], rows));
+  };
+  await draw();
+  every(draw);
+}
