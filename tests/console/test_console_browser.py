@@ -5,61 +5,13 @@ import re
 
 import pytest
 import requests
-from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException
+from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
-from selenium.webdriver.support.ui import WebDriverWait
 
-from conftest import SCREENSHOTS, XSS, function_key
+from console_pages import go, page_errors, shot, sign_in_with, signed_in, wait
+from console_support import XSS, function_key
 from kiln_harness import PYTHON_RUNTIME
-
-# An upper bound for the page to reach a state, not a measured time.
-WAIT = 30
-
-
-def wait(driver):
-    # Views redraw themselves: an element found a moment ago may have been replaced.
-    return WebDriverWait(driver, WAIT, ignored_exceptions=[StaleElementReferenceException])
-
-
-def shot(driver, request, page):
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    driver.save_screenshot(str(SCREENSHOTS / f"{request.node.name}-{page}.png"))
-
-
-@pytest.fixture
-def driver(browser):
-    """The module's browser, signed out, with an empty console log."""
-    browser.delete_all_cookies()
-    browser.get_log("browser")
-    return browser
-
-
-def page_errors(driver, kiln_endpoint):
-    """Entries of the page's console log at SEVERE: script errors, CSP violations, failed loads.
-    Refused sign-ins (401/403/429 answers to the form) are the page doing its job."""
-    errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
-    return [e for e in errors if "/ui/api/session" not in e["message"]]
-
-
-def sign_in_with(driver, endpoint, key, secret):
-    driver.get(endpoint + "/ui/sign-in")
-    wait(driver).until(EC.visibility_of_element_located((By.ID, "sign-in-form")))
-    driver.find_element(By.ID, "access-key").send_keys(key)
-    driver.find_element(By.ID, "secret").send_keys(secret)
-    driver.find_element(By.ID, "sign-in-button").click()
-
-
-def signed_in(driver, kiln):
-    driver.delete_all_cookies()
-    sign_in_with(driver, kiln.endpoint, kiln.access_key, kiln.secret_key)
-    wait(driver).until(EC.visibility_of_element_located((By.ID, "sign-out")))
-    wait(driver).until(EC.presence_of_element_located((By.ID, "card-functions")))
-
-
-def go(driver, kiln, fragment, ready_id):
-    driver.get(f"{kiln.endpoint}/ui/#/{fragment}")
-    return wait(driver).until(EC.presence_of_element_located((By.ID, ready_id)))
 
 
 def test_sign_in_refusals_then_sign_in_and_out(kiln, driver, request):
@@ -96,7 +48,7 @@ def test_sign_in_refusals_then_sign_in_and_out(kiln, driver, request):
     replay = requests.Session()
     replay.cookies.set("kiln_console", cookie["value"])
     assert replay.get(kiln.endpoint + "/kiln/v1/status", timeout=10).status_code == 401
-    assert page_errors(driver, kiln.endpoint) == []
+    assert page_errors(driver) == []
 
 
 def test_pages_render_and_invoke_from_the_test_tab(kiln, driver, request):
@@ -153,7 +105,7 @@ def test_pages_render_and_invoke_from_the_test_tab(kiln, driver, request):
     driver.get(f"{kiln.endpoint}/ui/#/functions/no-such-function")
     wait(driver).until(lambda d: "no-such-function" in d.find_element(By.ID, "error").text)
     # The only error logged is that 404.
-    errors = page_errors(driver, kiln.endpoint)
+    errors = page_errors(driver)
     assert all("no-such-function" in e["message"] and "404" in e["message"] for e in errors), errors
 
 
@@ -204,7 +156,7 @@ def test_user_controlled_text_is_shown_as_text_and_never_run(kiln, driver, reque
     assert XSS in driver.find_element(By.ID, "invoke-log").text
     no_markup_ran("test")
     # Nothing tried to load `x` or broke the policy.
-    assert page_errors(driver, kiln.endpoint) == []
+    assert page_errors(driver) == []
 
 
 def test_a_session_ended_elsewhere_sends_the_page_to_sign_in(kiln, driver):
@@ -276,5 +228,5 @@ def test_create_from_a_zip_edit_upload_and_watch_the_log_live(kiln, driver, requ
     wait(driver).until(EC.text_to_be_present_in_element((By.ID, "logs-text"), "upload-v2 saw arrived-live-7f3a"))
     shot(driver, request, "logs-live")
     # The only errors logged are the refused edit's answer.
-    errors = page_errors(driver, kiln.endpoint)
+    errors = page_errors(driver)
     assert all("/configuration" in e["message"] and "400" in e["message"] for e in errors), errors

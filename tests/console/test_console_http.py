@@ -7,7 +7,7 @@ import subprocess
 import pytest
 import requests
 
-from conftest import function_key, refused_sign_in, sign_in
+from console_support import function_key, refused_sign_in, sign_in
 from kiln_harness import KILN_BIN, PYTHON_RUNTIME
 
 PAGES = ["/ui/", "/ui/sign-in", "/ui/assets/app.js", "/ui/assets/style.css", "/ui/assets/kiln.svg",

@@ -7,6 +7,7 @@ mod apps;
 mod cluster;
 pub mod console;
 mod event_invoke;
+mod events;
 mod functions;
 mod invoke;
 mod kiln;
@@ -124,6 +125,15 @@ pub fn router(state: SharedState) -> Router {
             axum::routing::delete(kiln::end_session),
         )
         .route("/kiln/v1/code/{file}", get(kiln::code))
+        .route("/kiln/v1/async", get(events::list))
+        .route(
+            "/kiln/v1/async/failures/{request_id}",
+            axum::routing::delete(events::delete),
+        )
+        .route(
+            "/kiln/v1/async/failures/{request_id}/retry",
+            post(events::retry),
+        )
         .route("/kiln/v1/sequences", get(kiln::list_sequences))
         .route(
             "/kiln/v1/sequences/{name}",

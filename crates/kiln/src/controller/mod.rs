@@ -39,6 +39,7 @@ pub use functions::revision_id;
 pub(crate) use invoke::route_hints;
 use invoke::trace_id;
 pub use invoke::InvokeOptions;
+pub use queue::AsyncEvents;
 pub use registry::{Cors, UrlSettings};
 use registry::{Registry, RegistryError};
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 
-use super::registry::{Progress, QueuedEvent, Requeue};
+use super::registry::{AsyncFailure, PendingEvent, Progress, QueuedEvent, Requeue};
 use super::{Controller, ControllerError};
 use crate::agent::InvokeRequest;
 use crate::function::event_invoke::{Condition, Response};
@@ -93,6 +93,39 @@ impl Controller {
             .and_then(|stages| stages.iter().filter_map(|f| cap(f)).min())
             .unwrap_or(1)
     }
+
+    /// The queue as kiln shows it: its depth, the oldest queued events and the most recent
+    /// failures, at most `limit` of each.
+    pub fn async_events(&self, limit: usize) -> Result<AsyncEvents, ControllerError> {
+        Ok(AsyncEvents {
+            depth: self.registry.queue_depth()?,
+            pending: self.registry.pending_events(limit)?,
+            failures: self.registry.failures(limit)?,
+        })
+    }
+
+    /// Queues a failed event again, its attempts reset; false when there is no such failure.
+    pub fn retry_async_failure(&self, request_id: &str) -> Result<bool, ControllerError> {
+        let requeued = self.registry.requeue_failure(request_id)?;
+        if requeued {
+            self.queue_wakeup.notify_one();
+        }
+        Ok(requeued)
+    }
+
+    /// Forgets a failed event; false when there is no such failure.
+    pub fn delete_async_failure(&self, request_id: &str) -> Result<bool, ControllerError> {
+        Ok(self.registry.delete_failure(request_id)?)
+    }
+}
+
+/// The async queue's contents (`/kiln/v1/async`).
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct AsyncEvents {
+    pub depth: u64,
+    pub pending: Vec<PendingEvent>,
+    pub failures: Vec<AsyncFailure>,
 }
 
 async fn deliver(controller: &Controller, event: &QueuedEvent) {

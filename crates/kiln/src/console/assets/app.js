@@ -199,6 +199,40 @@ async function cachePage() {
     table("models-table", ["Function", "State", "Invocations", "Samples", "Exact or over", "Cache benefit", "Features"], models));
 }
 
+/** The async queue: queued events, and the failures kept, each retried or deleted. */
+async function asyncPage() {
+  const holder = el("div");
+  render(el("h1", { text: "Async invocations" }), holder);
+  const draw = async () => {
+    const events = await getJson("/kiln/v1/async");
+    const act = (label, method, path) => {
+      const button = el("button", { type: "button", class: "plain", text: label });
+      button.addEventListener("click", async () => {
+        button.disabled = true;
+        try {
+          await api(method, path);
+          await draw();
+        } catch (e) { showError(e.message); button.disabled = false; }
+      });
+      return button;
+    };
+    const pending = events.Pending.map((e) => row([e.RequestId, e.Function, e.Attempts, when(e.NotBefore)]));
+    const failures = events.Failures.map((f) => {
+      const path = `/kiln/v1/async/failures/${encodeURIComponent(f.RequestId)}`;
+      return row([f.RequestId, f.Function, when(f.FailedAt), f.Error, el("pre", { text: f.Payload }),
+        el("span", { class: "toolbar" }, act("Retry", "POST", `${path}/retry`), act("Delete", "DELETE", path))]);
+    });
+    holder.replaceChildren(
+      el("p", { id: "async-depth", text: `${events.Depth} queued` }),
+      el("h2", { text: "Queued" }),
+      table("async-pending", ["Request ID", "Function", "Attempts", "Next attempt"], pending),
+      el("h2", { text: "Failed every attempt" }),
+      table("async-failures", ["Request ID", "Function", "Failed", "Error", "Event", ""], failures));
+  };
+  await draw();
+  every(draw);
+}
+
 // --- Routing ----------------------------------------------------------------------------------
 
 async function route() {
@@ -216,6 +250,7 @@ async function route() {
     else if (parts[0] === "functions") await functionsList(params);
     else if (parts[0] === "instances") await instancesPage();
     else if (parts[0] === "cache") await cachePage();
+    else if (parts[0] === "async") await asyncPage();
     else await overview();
   } catch (e) {
     if (e.status !== 401) showError(e.message);
