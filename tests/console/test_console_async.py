@@ -1,5 +1,5 @@
-"""The async queue's failures: listed by /kiln/v1/async, retried and deleted, over the API and
-from the console's Async page."""
+"""The async queue's failures: listed by /kiln/v1/async, retried and deleted, over the API, with
+`kiln async` and from the console's Async page."""
 
 import json
 
@@ -55,9 +55,15 @@ def test_failures_are_listed_retried_and_deleted_over_the_api(kiln):
     wait_for(lambda: "async-ok 1" in kiln.cli("logs", "async-api").stdout, timeout=60, what="the retried event to run")
     assert retried not in {f["RequestId"] for f in failures(kiln)["Failures"]}
 
-    assert kiln.signed_request("DELETE", f"/kiln/v1/async/failures/{dropped}").status_code == 204
+    # The CLI reads and changes the same: `kiln async`.
+    listed = json.loads(kiln.cli("--json", "async").stdout)
+    assert dropped in {f["RequestId"] for f in listed["Failures"]}
+    assert dropped in kiln.cli("async").stdout
+    assert "deleted" in kiln.cli("async", "rm", dropped).stdout
     missing = kiln.signed_request("DELETE", f"/kiln/v1/async/failures/{dropped}")
     assert missing.status_code == 404 and dropped in missing.json()["message"]
+    again = kiln.cli("async", "rm", dropped, check=False)
+    assert again.returncode != 0 and dropped in again.stderr
     assert dropped not in {f["RequestId"] for f in failures(kiln)["Failures"]}
     for bad in ["0", "x", "100000"]:
         assert kiln.signed_request("GET", f"/kiln/v1/async?limit={bad}").status_code == 400

@@ -4,6 +4,7 @@ mod app;
 pub mod breakout;
 mod client;
 mod cluster;
+mod events;
 pub mod s3;
 
 use std::io::Read;
@@ -83,6 +84,9 @@ pub enum Command {
     /// Cluster mode: `status` lists the nodes, `drain NODE` / `undrain NODE` stop and restart
     /// new placements on a node.
     Cluster(cluster::ClusterArgs),
+    /// The async queue: `ls` (default) lists queued events and the events that failed every
+    /// attempt, `retry ID` queues a failed one again, `rm ID` forgets it.
+    Async(events::AsyncArgs),
 }
 
 #[derive(Args, Debug)]
@@ -247,6 +251,7 @@ pub fn run(connection: Connection, command: Command) -> anyhow::Result<i32> {
         } => sequence(&client, name.as_deref(), functions, rm, json_output),
         Command::App(args) => app::run(&client, *args, json_output),
         Command::Cluster(args) => cluster::run(&client, args, json_output),
+        Command::Async(args) => events::run(&client, args, json_output),
         Command::S3(_) | Command::Breakout(_) => unreachable!("handled above"),
     }
 }
