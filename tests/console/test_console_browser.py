@@ -96,6 +96,13 @@ def test_pages_render_and_invoke_from_the_test_tab(kiln, driver, request):
     wait(driver).until(EC.text_to_be_present_in_element((By.ID, "logs-text"), "console-hello ran with console"))
     shot(driver, request, "logs")
 
+    # The overview's charts count what was just done.
+    go(driver, kiln, "overview", "chart-invocations")
+    wait(driver).until(lambda d: re.search(r"invocations: [1-9]", d.find_element(By.ID, "overview").text))
+    points = driver.find_element(By.CSS_SELECTOR, "#chart-invocations polyline").get_attribute("points")
+    assert len(points.split()) >= 2
+    shot(driver, request, "overview")
+
     go(driver, kiln, "instances", "instances-table")
     wait(driver).until(EC.text_to_be_present_in_element((By.ID, "instances-table"), "console-hello"))
     shot(driver, request, "instances")

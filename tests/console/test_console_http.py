@@ -178,6 +178,7 @@ def test_ui_off_serves_no_console_and_takes_no_cookie(fresh_kiln):
     assert "console on" not in "".join(server.output)
     assert requests.get(server.endpoint + "/ui/", timeout=10).status_code == 404
     assert sign_in(server)[1].status_code == 404
+    assert server.signed_request("GET", "/kiln/v1/history").status_code == 404
 
 
 def test_bad_ttl_is_refused_with_a_message(tmp_path):
@@ -200,3 +201,36 @@ def test_rotated_credentials_end_sessions(fresh_kiln):
     assert server.secret_key == "R" * 40
     assert http.get(server.endpoint + "/ui/api/session", timeout=10).status_code == 401
     assert sign_in(server)[1].status_code == 200
+
+
+def history_totals(server):
+    response = server.signed_request("GET", "/kiln/v1/history?seconds=3600")
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["IntervalSeconds"] == 1
+    samples = body["Samples"]
+    assert [s["Time"] for s in samples] == sorted(s["Time"] for s in samples)
+    keys = ["Invocations", "Errors", "Throttles", "Coldest", "Warm", "Hot"]
+    return {k: sum(s[k] for s in samples) for k in keys}
+
+
+def test_history_counts_invocations_errors_and_cold_starts(kiln):
+    from kiln_harness import wait_for
+    before = history_totals(kiln)
+    kiln.deploy("console-history", PYTHON_RUNTIME, "app.handler", files={"app.py": (
+        "def handler(event, context):\n"
+        "    if event.get('fail'):\n"
+        "        raise ValueError('asked to')\n"
+        "    return 1\n")})
+    for event in [{}, {}, {"fail": True}]:
+        kiln.invoke("console-history", event)
+
+    def counted():
+        now = history_totals(kiln)
+        grew = {k: now[k] - before[k] for k in now}
+        starts = grew["Coldest"] + grew["Warm"] + grew["Hot"]
+        return grew["Invocations"] >= 3 and grew["Errors"] >= 1 and starts >= 1
+    wait_for(counted, timeout=30, what="the history to count the invocations")
+    for bad in ["0", "3601", "x"]:
+        assert kiln.signed_request("GET", f"/kiln/v1/history?seconds={bad}").status_code == 400
+    assert requests.get(kiln.endpoint + "/kiln/v1/history", timeout=10).status_code == 403

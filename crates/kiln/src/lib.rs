@@ -13,6 +13,7 @@ pub mod cluster;
 pub mod console;
 pub mod controller;
 pub mod function;
+pub mod history;
 pub mod http_event;
 pub mod logs;
 pub mod metrics;

@@ -266,6 +266,13 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
         }
         None => None,
     };
+    // The console's charts; without the console nothing reads the counters.
+    let history = config.console.is_some().then(|| {
+        let history = Arc::new(crate::history::History::new(crate::history::SAMPLES));
+        let counted = controller.clone();
+        crate::history::sample(&history, move || counted.totals());
+        history
+    });
     let state = Arc::new(AppState {
         controller: controller.clone(),
         apps: apps.clone(),
@@ -276,6 +283,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
             .console
             .clone()
             .map(|c| Arc::new(crate::console::Console::new(c))),
+        history,
     });
     let app = api::router(state);
 

@@ -33,6 +33,47 @@ pub async fn status(State(state): State<SharedState>, _: Signed) -> Result<Respo
     .into_response())
 }
 
+#[derive(Deserialize)]
+pub struct HistoryQuery {
+    seconds: Option<String>,
+}
+
+/// The node's activity a second at a time, oldest first: `{"IntervalSeconds": 1, "Samples":
+/// [{"Time", "Invocations", "Errors", "Throttles", "Coldest", "Warm", "Hot"}]}` for the last
+/// `seconds` (300 by default, up to an hour). Kept while the console is on.
+pub async fn history(
+    State(state): State<SharedState>,
+    Query(query): Query<HistoryQuery>,
+    _: Signed,
+) -> Result<Response, ApiError> {
+    let history = state.history.as_ref().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "ResourceNotFoundException",
+            "kiln keeps its history for the console, which is off (kiln up --ui off)",
+        )
+    })?;
+    let max = crate::history::SAMPLES;
+    let seconds = match query.seconds.as_deref() {
+        None => 300,
+        Some(raw) => match raw.parse::<usize>() {
+            Ok(n) if (1..=max).contains(&n) => n,
+            _ => {
+                return Err(ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "InvalidParameterValueException",
+                    format!("seconds must be a number from 1 to {max}, not '{raw}'"),
+                ))
+            }
+        },
+    };
+    Ok(Json(serde_json::json!({
+        "IntervalSeconds": crate::history::INTERVAL.as_secs(),
+        "Samples": history.last(seconds),
+    }))
+    .into_response())
+}
+
 /// The sessions of a function: `{"Sessions": [{"session", "instance", "requests", "age_s",
 /// "idle_s"}]}`, most recently used first.
 pub async fn sessions(

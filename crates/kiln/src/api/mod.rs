@@ -38,6 +38,8 @@ pub struct AppState {
     pub cluster: Option<Arc<crate::cluster::Membership>>,
     /// The console's sessions; `None` with `--ui off`.
     pub console: Option<Arc<Console>>,
+    /// The last hour of activity, for the console's charts; `None` with `--ui off`.
+    pub history: Option<Arc<crate::history::History>>,
 }
 
 pub type SharedState = Arc<AppState>;
@@ -125,6 +127,7 @@ pub fn router(state: SharedState) -> Router {
             axum::routing::delete(kiln::end_session),
         )
         .route("/kiln/v1/code/{file}", get(kiln::code))
+        .route("/kiln/v1/history", get(kiln::history))
         .route("/kiln/v1/async", get(events::list))
         .route(
             "/kiln/v1/async/failures/{request_id}",

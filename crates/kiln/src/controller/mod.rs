@@ -556,6 +556,12 @@ impl Controller {
             .map(|c| c.writeback_status())
     }
 
+    /// kiln's counters summed over the node's functions (the console's history).
+    pub fn totals(&self) -> crate::history::Totals {
+        let names: Vec<String> = self.table().keys().cloned().collect();
+        self.metrics.totals(&names)
+    }
+
     pub fn queue_depth(&self) -> u64 {
         self.registry.queue_depth().unwrap_or(0)
     }

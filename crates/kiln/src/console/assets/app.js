@@ -2,7 +2,7 @@
 // from kiln's API with the session cookie (see dom.js for how the page is built: as text).
 
 import {
-  api, base64Of, bytes, el, every, getJson, leave, mb, render, row, sendJson, setCsrfToken,
+  api, base64Of, bytes, chart, el, every, getJson, leave, mb, render, row, sendJson, setCsrfToken,
   showError, table, when,
 } from "./dom.js";
 import { functionView, instanceTables } from "./function.js";
@@ -61,7 +61,8 @@ async function overview() {
   const view = el("div", { id: "overview" });
   render(el("h1", { text: "Overview" }), view);
   const draw = async () => {
-    const status = await getJson("/kiln/v1/status");
+    const [status, history] = await Promise.all([getJson("/kiln/v1/status"), getJson("/kiln/v1/history?seconds=600")]);
+    const samples = history.Samples;
     const node = status.node;
     const states = { starting: 0, idle: 0, busy: 0 };
     const paths = { coldest: 0, warm: 0, hot: 0 };
@@ -85,6 +86,16 @@ async function overview() {
         card("snapshots", node.snapshots.length),
         card("async queue depth", status.asyncQueueDepth, "card-queue"),
         card("cgroups", node.cgroup_version)),
+      el("h2", { text: "The last 10 minutes, per second" }),
+      el("div", { class: "charts" },
+        chart("chart-invocations", "Invocations", samples, [
+          { key: "Invocations", label: "invocations", cls: "line-invocations" },
+          { key: "Errors", label: "function errors", cls: "line-errors" },
+          { key: "Throttles", label: "throttles", cls: "line-throttles" }]),
+        chart("chart-starts", "Cold starts by path", samples, [
+          { key: "Coldest", label: "coldest", cls: "line-coldest" },
+          { key: "Warm", label: "warm", cls: "line-warm" },
+          { key: "Hot", label: "hot", cls: "line-hot" }])),
       el("h2", { text: "Memory" }),
       el("div", { class: "bar", id: "memory-bar" },
         part("used", usedShare, `used by instances: ${bytes(used)}`),

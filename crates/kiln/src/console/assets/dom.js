@@ -119,3 +119,34 @@ export const sendJson = (method, path, value) =>
   api(method, path, { body: JSON.stringify(value), headers: { "Content-Type": "application/json" } });
 export const fnPath = (name) => `/2015-03-31/functions/${encodeURIComponent(name)}`;
 export const kilnFnPath = (name) => `/kiln/v1/functions/${encodeURIComponent(name)}`;
+
+const SVG = "http://www.w3.org/2000/svg";
+
+function svg(tag, attrs) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, String(value));
+  return node;
+}
+
+/**
+ * A line chart of `samples` (oldest first): one line per `series` entry ({key, label, cls}),
+ * scaled to the largest value shown, with a legend of each line's total.
+ */
+export function chart(id, title, samples, series) {
+  const width = 600;
+  const height = 110;
+  const max = Math.max(1, ...samples.flatMap((s) => series.map((x) => s[x.key])));
+  const picture = svg("svg", { id, class: "chart", viewBox: `0 0 ${width} ${height}`, preserveAspectRatio: "none", role: "img" });
+  picture.append(svg("line", { x1: 0, y1: height - 0.5, x2: width, y2: height - 0.5, class: "axis" }));
+  const step = samples.length > 1 ? width / (samples.length - 1) : width;
+  for (const line of series) {
+    const points = samples.map((s, i) => `${(i * step).toFixed(1)},${(height - 1 - ((height - 6) * s[line.key]) / max).toFixed(1)}`);
+    picture.append(svg("polyline", { points: points.join(" "), class: line.cls }));
+  }
+  const total = (key) => samples.reduce((sum, s) => sum + s[key], 0);
+  return el("figure", { class: "chart" },
+    el("figcaption", {}, el("strong", { text: title }), ` (peak ${max}/s)`),
+    picture,
+    el("div", { class: "legend" }, series.map((line) =>
+      el("span", {}, el("span", { class: `swatch ${line.cls}` }), `${line.label}: ${total(line.key)}`))));
+}
