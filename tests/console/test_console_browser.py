@@ -237,3 +237,33 @@ def test_create_from_a_zip_edit_upload_and_watch_the_log_live(kiln, driver, requ
     # The only errors logged are the refused edit's answer.
     errors = page_errors(driver)
     assert all("/configuration" in e["message"] and "400" in e["message"] for e in errors), errors
+
+
+def test_end_a_session_from_the_sessions_tab(kiln, driver, request):
+    import json
+
+    from kiln_harness import FUNCTIONS
+
+    kiln.cli("deploy", "console-sessions", "--runtime", PYTHON_RUNTIME, "--handler", "app.handler",
+             "--code", str(FUNCTIONS / "python_sessions"), "--session-hint", "json:$.session")
+    session = "cart-" + XSS
+    kiln.invoke("console-sessions", {"session": session})
+    kiln.invoke("console-sessions", {"session": "other"})
+    signed_in(driver, kiln)
+    driver.execute_script("window.alert = () => { throw new Error('alert ran'); }")
+    driver.execute_script("window.location.hash = '#/functions/console-sessions/sessions'")
+    wait(driver).until(EC.text_to_be_present_in_element((By.ID, "sessions-table"), session))
+    assert driver.find_elements(By.CSS_SELECTOR, "#view img") == []
+    shot(driver, request, "sessions")
+
+    def end(d):
+        for tr in d.find_elements(By.CSS_SELECTOR, "#sessions-table tbody tr"):
+            if session in tr.text:
+                tr.find_element(By.TAG_NAME, "button").click()
+                return True
+        return False
+    wait(driver).until(end)
+    wait(driver).until(lambda d: session not in d.find_element(By.ID, "sessions-table").text)
+    left = json.loads(kiln.cli("--json", "sessions", "console-sessions").stdout)["Sessions"]
+    assert [s["session"] for s in left] == ["other"]
+    assert page_errors(driver) == []
