@@ -120,25 +120,40 @@ async function functionsList(params) {
     if (search.value) next.set("q", search.value); else next.delete("q");
     window.location.hash = `#/functions?${next}`;
   });
-  const list = await getJson(`/2015-03-31/functions?MaxItems=50${marker ? `&Marker=${encodeURIComponent(marker)}` : ""}`);
+  const [list, status] = await Promise.all([
+    getJson(`/2015-03-31/functions?MaxItems=50${marker ? `&Marker=${encodeURIComponent(marker)}` : ""}`),
+    getJson("/kiln/v1/status"),
+  ]);
+  const live = (name) => status.node.instances.filter((i) => i.function === name);
+  const snapshot = (name) => status.node.snapshots.find((x) => x.function === name);
+  const model = (name) => (status.memoryModels || []).find((m) => m.function === name);
   const rows = list.Functions
     .filter((f) => !query || f.FunctionName.toLowerCase().includes(query))
-    .map((f) => row([
-      el("a", { href: `#/functions/${encodeURIComponent(f.FunctionName)}`, text: f.FunctionName }),
-      f.Runtime || f.PackageType,
-      mb(f.MemorySize),
-      `${f.Timeout} s`,
-      f.State || "",
-      when(f.LastModified),
-      f.Description || "",
-    ]));
+    .map((f) => {
+      const instances = live(f.FunctionName);
+      const snap = snapshot(f.FunctionName);
+      const learnt = model(f.FunctionName);
+      return row([
+        el("a", { href: `#/functions/${encodeURIComponent(f.FunctionName)}`, text: f.FunctionName }),
+        f.Runtime || f.PackageType,
+        mb(f.MemorySize),
+        `${f.Timeout} s`,
+        f.State || "",
+        instances.length,
+        instances.reduce((n, i) => n + i.sessions, 0),
+        snap ? `${snap.kind} (${snap.state})` : "",
+        learnt ? `${learnt.invocations} invocations${learnt.mature ? ", sizing" : ", learning"}` : "",
+        when(f.LastModified),
+        f.Description || "",
+      ]);
+    });
   const pager = el("div", { class: "toolbar" });
   if (marker) pager.append(el("a", { href: "#/functions", text: "« first page" }));
   if (list.NextMarker) pager.append(el("a", { id: "next-page", href: `#/functions?marker=${encodeURIComponent(list.NextMarker)}`, text: "next page »" }));
   render(
     el("h1", { text: "Functions" }),
     el("div", { class: "toolbar" }, search),
-    table("functions-table", ["Name", "Runtime", "Memory", "Timeout", "State", "Last modified", "Description"], rows),
+    table("functions-table", ["Name", "Runtime", "Memory", "Timeout", "State", "Instances", "Sessions", "Snapshot", "Memory model", "Last modified", "Description"], rows),
     pager,
     await createForm());
 }
