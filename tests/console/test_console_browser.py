@@ -225,6 +225,20 @@ def test_create_from_a_zip_edit_upload_and_watch_the_log_live(kiln, driver, requ
                        or "MemorySize" in d.find_element(By.ID, "edit-status").text)
     shot(driver, request, "edit")
 
+    # The environment, edited as KEY=VALUE lines; a line that is not one is refused on the page.
+    driver.find_element(By.ID, "env-edit").click()
+    text = wait(driver).until(EC.presence_of_element_located((By.ID, "env-text")))
+    text.send_keys("STAGE=dev\nnot a variable")
+    driver.find_element(By.ID, "env-save").click()
+    wait(driver).until(EC.text_to_be_present_in_element((By.ID, "env-status"), "not KEY=VALUE"))
+    text.clear()
+    text.send_keys("STAGE=dev\nURL=https://example.test/?a=b")
+    driver.find_element(By.ID, "env-save").click()
+    wait(driver).until(EC.text_to_be_present_in_element((By.ID, "fn-env"), "STAGE"))
+    env = kiln.client().get_function_configuration(FunctionName="console-upload")["Environment"]["Variables"]
+    assert env == {"STAGE": "dev", "URL": "https://example.test/?a=b"}
+    assert "https://example.test" not in driver.find_element(By.ID, "fn-env").text  # masked again
+
     # New code, uploaded from the page.
     before = kiln.client().get_function_configuration(FunctionName="console-upload")["CodeSha256"]
     driver.find_element(By.ID, "code-file").send_keys(code(2))

@@ -52,9 +52,51 @@ function configurationTab(name, fn, body) {
       item("ARN", c.FunctionArn)),
     el("h2", { text: "Environment" }),
     table("fn-env", ["Name", "Value", ""], envRows),
+    envForm(name, c),
     editForm(name, c),
     codeForm(name, fn),
   ].flat().filter(Boolean));
+}
+
+/** KEY=VALUE lines into Lambda's `Variables`, or an error naming the first bad line. */
+function parseEnvironment(text) {
+  const variables = {};
+  const lines = text.split("\n").map((l) => l.trim()).filter((l) => l && !l.startsWith("#"));
+  for (const [i, line] of lines.entries()) {
+    const at = line.indexOf("=");
+    if (at < 1) throw new Error(`line ${i + 1} is not KEY=VALUE: ${line}`);
+    variables[line.slice(0, at).trim()] = line.slice(at + 1);
+  }
+  return variables;
+}
+
+/** The environment, edited as KEY=VALUE lines: shown (unmasked) only once asked for. */
+function envForm(name, c) {
+  const open = el("button", { type: "button", class: "plain", id: "env-edit", text: "Edit the environment" });
+  const holder = el("div", { id: "env-editor" });
+  open.addEventListener("click", () => {
+    open.hidden = true;
+    const current = Object.entries((c.Environment && c.Environment.Variables) || {});
+    const text = el("textarea", { id: "env-text", spellcheck: "false" });
+    text.value = current.map(([k, v]) => `${k}=${v}`).join("\n");
+    const status = el("span", { id: "env-status" });
+    const save = el("button", { type: "button", id: "env-save", text: "Save the environment" });
+    save.addEventListener("click", async () => {
+      let variables;
+      try { variables = parseEnvironment(text.value); } catch (e) { status.className = "error"; status.textContent = e.message; return; }
+      status.className = "muted";
+      status.textContent = "saving…";
+      try {
+        await sendJson("PUT", `${fnPath(name)}/configuration`, { Environment: { Variables: variables }, RevisionId: c.RevisionId });
+        await functionView(name, "configuration");
+      } catch (e) {
+        status.className = "error";
+        status.textContent = e.message;
+      }
+    });
+    holder.replaceChildren(text, el("div", { class: "toolbar" }, save, status));
+  });
+  return [el("div", { class: "toolbar" }, open), holder];
 }
 
 /** Memory, timeout and description, changed with UpdateFunctionConfiguration. */
