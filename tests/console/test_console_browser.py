@@ -74,6 +74,12 @@ def test_pages_render_and_invoke_from_the_test_tab(kiln, driver, request):
     assert "hello-secret-value" in env.text
     shot(driver, request, "function")
 
+    # Its code, read-only.
+    driver.find_element(By.ID, "tab-code").click()
+    wait(driver).until(EC.element_to_be_clickable((By.LINK_TEXT, "app.py"))).click()
+    wait(driver).until(EC.text_to_be_present_in_element((By.ID, "code-text"), "def handler(event, context):"))
+    shot(driver, request, "code")
+
     driver.find_element(By.ID, "tab-test").click()
     payload = wait(driver).until(EC.presence_of_element_located((By.ID, "invoke-payload")))
     payload.clear()

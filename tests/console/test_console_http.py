@@ -234,3 +234,26 @@ def test_history_counts_invocations_errors_and_cold_starts(kiln):
     for bad in ["0", "3601", "x"]:
         assert kiln.signed_request("GET", f"/kiln/v1/history?seconds={bad}").status_code == 400
     assert requests.get(kiln.endpoint + "/kiln/v1/history", timeout=10).status_code == 403
+
+
+def test_code_files_are_listed_and_shown_as_text_only(kiln):
+    files = {
+        "app.py": "def handler(event, context):\n    return 'code'\n",
+        "lib/blob.bin": bytes([0, 1, 2, 255]),
+        "docs/read me.txt": "spaced name\n",
+    }
+    kiln.deploy("console-code", PYTHON_RUNTIME, "app.handler", files=files)
+    listed = kiln.signed_request("GET", "/kiln/v1/functions/console-code/files")
+    assert listed.status_code == 200
+    assert {f["Path"]: f["Size"] for f in listed.json()["Files"]} == {name: len(body) for name, body in files.items()}
+    text = kiln.signed_request("GET", "/kiln/v1/functions/console-code/files/app.py")
+    assert text.status_code == 200 and text.text.startswith("def handler")
+    assert text.headers["Content-Type"].startswith("text/plain")
+    spaced = kiln.signed_request("GET", "/kiln/v1/functions/console-code/files/docs/read%20me.txt")
+    assert spaced.status_code == 200 and spaced.text == "spaced name\n"
+    binary = kiln.signed_request("GET", "/kiln/v1/functions/console-code/files/lib/blob.bin")
+    assert binary.status_code == 415 and "not a text file" in binary.json()["message"]
+    for missing in ["nope.py", "lib", "..%2Fcredentials.json", "%2Fetc%2Fpasswd"]:
+        response = kiln.signed_request("GET", f"/kiln/v1/functions/console-code/files/{missing}")
+        assert response.status_code == 404, (missing, response.text)
+    assert kiln.signed_request("GET", "/kiln/v1/functions/no-such/files").status_code == 404

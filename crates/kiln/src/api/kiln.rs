@@ -149,6 +149,79 @@ pub async fn logs(
         .into_response())
 }
 
+/// The most of one file the code view shows.
+const MAX_VIEWED_FILE_BYTES: u64 = 1024 * 1024;
+
+/// The files of a function's package: `{"Files": [{"Path", "Size"}]}`.
+pub async fn code_files(
+    State(state): State<SharedState>,
+    Path(name): Path<String>,
+    _: Signed,
+) -> Result<Response, ApiError> {
+    let function = state.controller.get(&name)?;
+    let controller = state.controller.clone();
+    let files =
+        tokio::task::spawn_blocking(move || controller.code_store().files(&function.code_sha256))
+            .await
+            .map_err(|e| code_unreadable(&e.to_string()))?
+            .map_err(|e| code_unreadable(&e.to_string()))?;
+    Ok(Json(serde_json::json!({ "Files": files })).into_response())
+}
+
+/// One file of a function's package as text (UTF-8, at most 1 MiB); binary files and larger
+/// ones are refused with what they are.
+pub async fn code_file(
+    State(state): State<SharedState>,
+    Path((name, path)): Path<(String, String)>,
+    _: Signed,
+) -> Result<Response, ApiError> {
+    use crate::controller::code::FileText;
+    let function = state.controller.get(&name)?;
+    let controller = state.controller.clone();
+    let wanted = path.clone();
+    let text = tokio::task::spawn_blocking(move || {
+        controller
+            .code_store()
+            .file_text(&function.code_sha256, &wanted, MAX_VIEWED_FILE_BYTES)
+    })
+    .await
+    .map_err(|e| code_unreadable(&e.to_string()))?
+    .map_err(|e| code_unreadable(&e.to_string()))?;
+    let refuse = |status, message: String| {
+        Err(ApiError::new(
+            status,
+            "InvalidRequestContentException",
+            message,
+        ))
+    };
+    match text {
+        FileText::Text(text) => {
+            Ok(([("content-type", "text/plain; charset=utf-8")], text).into_response())
+        }
+        FileText::Binary => refuse(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!("{path} is not a text file: download the code to see it"),
+        ),
+        FileText::TooLarge(size) => refuse(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("{path} has {size} bytes, more than the {MAX_VIEWED_FILE_BYTES} shown: download the code to see it"),
+        ),
+        FileText::Missing => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "ResourceNotFoundException",
+            format!("The code of {name} has no file {path}"),
+        )),
+    }
+}
+
+fn code_unreadable(message: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "ServiceException",
+        format!("the function's stored code could not be read: {message}"),
+    )
+}
+
 /// How long GetFunction's `Code.Location` stays valid (Lambda's presigned URLs: 10 minutes).
 pub const CODE_URL_TTL_SECS: i64 = 600;
 

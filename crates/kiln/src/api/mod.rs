@@ -127,6 +127,11 @@ pub fn router(state: SharedState) -> Router {
             axum::routing::delete(kiln::end_session),
         )
         .route("/kiln/v1/code/{file}", get(kiln::code))
+        .route("/kiln/v1/functions/{name}/files", get(kiln::code_files))
+        .route(
+            "/kiln/v1/functions/{name}/files/{*path}",
+            get(kiln::code_file),
+        )
         .route("/kiln/v1/history", get(kiln::history))
         .route("/kiln/v1/async", get(events::list))
         .route(

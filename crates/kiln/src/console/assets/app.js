@@ -272,7 +272,7 @@ async function route() {
     link.classList.toggle("active", link.dataset.view === parts[0]);
   }
   try {
-    if (parts[0] === "functions" && parts[1]) await functionView(parts[1], parts[2] || "configuration");
+    if (parts[0] === "functions" && parts[1]) await functionView(parts[1], parts[2] || "configuration", parts[3]);
     else if (parts[0] === "functions") await functionsList(params);
     else if (parts[0] === "instances") await instancesPage();
     else if (parts[0] === "cache") await cachePage();

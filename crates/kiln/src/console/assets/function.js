@@ -6,11 +6,11 @@ import {
   sendJson, showError, table, when,
 } from "./dom.js";
 
-const TABS = ["configuration", "test", "instances", "logs", "sessions"];
+const TABS = ["configuration", "code", "test", "instances", "logs", "sessions"];
 const MASK = "••••••••";
 const KEPT_LOG_LINES = 5000;
 
-export async function functionView(name, tab) {
+export async function functionView(name, tab, file) {
   const fn = await getJson(fnPath(name));
   const c = fn.Configuration;
   const tabs = el("div", { class: "tabs" }, TABS.map((t) =>
@@ -20,8 +20,8 @@ export async function functionView(name, tab) {
     el("h1", { id: "fn-title", text: c.FunctionName }),
     el("p", { id: "fn-description", class: "muted", text: c.Description || "" }),
     tabs, body);
-  const views = { configuration: configurationTab, test: testTab, instances: instancesTab, logs: logsTab, sessions: sessionsTab };
-  await (views[tab] || configurationTab)(name, fn, body);
+  const views = { configuration: configurationTab, code: codeTab, test: testTab, instances: instancesTab, logs: logsTab, sessions: sessionsTab };
+  await (views[tab] || configurationTab)(name, fn, body, file);
 }
 
 function configurationTab(name, fn, body) {
@@ -153,6 +153,23 @@ function codeForm(name, fn) {
     ? el("p", {}, el("a", { href: fn.Code.Location, id: "code-download", text: "Download the code (zip)" }))
     : null;
   return [el("h2", { text: "Code" }), download, form];
+}
+
+/** The package's files; one of them shown read-only (`#/functions/NAME/code/PATH`). */
+async function codeTab(name, fn, body, file) {
+  const files = (await getJson(`${kilnFnPath(name)}/files`)).Files;
+  const link = (f) => el("a", { href: `#/functions/${encodeURIComponent(name)}/code/${encodeURIComponent(f.Path)}`, text: f.Path });
+  body.append(table("code-files", ["File", "Size"], files.map((f) => row([link(f), bytes(f.Size)]))));
+  if (!file) return;
+  const shown = el("pre", { id: "code-text" });
+  body.append(el("h2", { id: "code-file", text: file }), shown);
+  try {
+    const response = await api("GET", `${kilnFnPath(name)}/files/${file.split("/").map(encodeURIComponent).join("/")}`);
+    shown.textContent = await response.text();
+  } catch (e) {
+    shown.className = "error";
+    shown.textContent = e.message;
+  }
 }
 
 function testTab(name, fn, body) {
