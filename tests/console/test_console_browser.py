@@ -8,6 +8,7 @@ import requests
 from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
+from selenium.webdriver.support.ui import Select
 
 from console_pages import go, page_errors, shot, sign_in_with, signed_in, wait
 from console_support import XSS, function_key
@@ -91,6 +92,15 @@ def test_pages_render_and_invoke_from_the_test_tab(kiln, driver, request):
     log = driver.find_element(By.ID, "invoke-log").text
     assert "console-hello ran with console" in log and re.search(r"Max Memory Used: \d+ MB", log)
     shot(driver, request, "test-tab")
+
+    # Saved events come back after a reload (kept in this browser).
+    driver.find_element(By.ID, "event-name").send_keys("named")
+    driver.find_element(By.ID, "save-event").click()
+    driver.refresh()
+    payload = wait(driver).until(EC.presence_of_element_located((By.ID, "invoke-payload")))
+    assert payload.get_attribute("value") == "{}"
+    Select(driver.find_element(By.ID, "saved-events")).select_by_visible_text("named")
+    assert payload.get_attribute("value") == '{"name": "console"}'
 
     driver.find_element(By.ID, "tab-instances").click()
     table = wait(driver).until(EC.presence_of_element_located((By.ID, "instances-table")))
@@ -189,8 +199,6 @@ def test_a_session_ended_elsewhere_sends_the_page_to_sign_in(kiln, driver):
 
 
 def test_create_from_a_zip_edit_upload_and_watch_the_log_live(kiln, driver, request, tmp_path):
-    from selenium.webdriver.support.ui import Select
-
     from kiln_harness import zip_files
 
     def code(version):

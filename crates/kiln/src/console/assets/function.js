@@ -172,9 +172,33 @@ async function codeTab(name, fn, body, file) {
   }
 }
 
+/** Test events saved in this browser for a function, by name. */
+function savedEvents(name) {
+  const key = `kiln.testEvents.${name}`;
+  const read = () => { try { return JSON.parse(localStorage.getItem(key) || "{}"); } catch (_) { return {}; } };
+  return {
+    all: read,
+    save: (event, text) => localStorage.setItem(key, JSON.stringify(Object.assign(read(), { [event]: text }))),
+  };
+}
+
 function testTab(name, fn, body) {
   const payload = el("textarea", { id: "invoke-payload", spellcheck: "false" });
   payload.value = "{}";
+  const saved = savedEvents(name);
+  const choice = el("select", { id: "saved-events" });
+  const fill = () => choice.replaceChildren(el("option", { value: "", text: "saved events…" }),
+    ...Object.keys(saved.all()).sort().map((n) => el("option", { value: n, text: n })));
+  fill();
+  choice.addEventListener("change", () => { if (choice.value) payload.value = saved.all()[choice.value]; });
+  const eventName = el("input", { id: "event-name", placeholder: "name", maxlength: 64 });
+  const save = el("button", { type: "button", class: "plain", id: "save-event", text: "Save event" });
+  save.addEventListener("click", () => {
+    if (!eventName.value) return;
+    saved.save(eventName.value, payload.value);
+    fill();
+    choice.value = eventName.value;
+  });
   const status = el("p", { id: "invoke-status" });
   const result = el("pre", { id: "invoke-result" });
   const log = el("pre", { id: "invoke-log" });
@@ -205,7 +229,9 @@ function testTab(name, fn, body) {
     }
   });
   body.append(
-    el("h2", { text: "Test event (JSON)" }), payload,
+    el("h2", { text: "Test event (JSON)" }),
+    el("div", { class: "toolbar" }, choice, eventName, save),
+    payload,
     el("div", { class: "toolbar" }, button),
     status,
     el("h2", { text: "Result" }), result,
