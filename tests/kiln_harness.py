@@ -89,6 +89,7 @@ class Kiln:
         self.env = env
         self.proc = None
         self.endpoint = None
+        self.console = None
         self.output = []
 
     def start(self, timeout=30):
@@ -104,6 +105,9 @@ class Kiln:
         if "--memory-budget-mb" not in self.extra_args:
             args += ["--memory-budget-mb", "8192"]
         self.proc, self.endpoint = launch(args, r"listening on (http://\S+)", self.output, timeout, env=self.env)
+        # The console's own listener (an origin apart from the API's), unless --ui off.
+        consoles = [m.group(1) for line in self.output if (m := re.search(r"console on (http://\S+)/ui/", line))]
+        self.console = consoles[-1] if consoles else None
         creds = json.loads((self.data_dir / "credentials.json").read_text())
         self.access_key = creds["accessKeyId"]
         self.secret_key = creds["secretAccessKey"]

@@ -38,11 +38,11 @@ def sign_in_with(driver, endpoint, key, secret):
 
 def signed_in(driver, kiln):
     driver.delete_all_cookies()
-    sign_in_with(driver, kiln.endpoint, kiln.access_key, kiln.secret_key)
+    sign_in_with(driver, kiln.console, kiln.access_key, kiln.secret_key)
     wait(driver).until(EC.visibility_of_element_located((By.ID, "sign-out")))
     wait(driver).until(EC.presence_of_element_located((By.ID, "card-functions")))
 
 
 def go(driver, kiln, fragment, ready_id):
-    driver.get(f"{kiln.endpoint}/ui/#/{fragment}")
+    driver.get(f"{kiln.console}/ui/#/{fragment}")
     return wait(driver).until(EC.presence_of_element_located((By.ID, ready_id)))

@@ -18,7 +18,7 @@ def sign_in(server, access_key=None, secret=None):
     """A requests session signed in to `server`'s console, and the sign-in response."""
     http = requests.Session()
     response = http.post(
-        server.endpoint + "/ui/api/session",
+        server.console + "/ui/api/session",
         json={"accessKeyId": access_key or server.access_key, "secretAccessKey": secret or server.secret_key},
         timeout=10,
     )

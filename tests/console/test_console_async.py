@@ -85,7 +85,7 @@ def test_the_async_page_retries_and_deletes_failures(kiln, driver, request):
     retried = failed_event(kiln, "async-page", 3)
     dropped = failed_event(kiln, "async-page", 4)
     signed_in(driver, kiln)
-    driver.get(f"{kiln.endpoint}/ui/#/async")
+    driver.get(f"{kiln.console}/ui/#/async")
     wait(driver).until(EC.text_to_be_present_in_element((By.ID, "async-failures"), dropped))
     table = driver.find_element(By.ID, "async-failures").text
     assert retried in table and "failing on purpose" in table and '{"n": 4}' in table

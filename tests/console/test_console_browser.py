@@ -17,11 +17,11 @@ from kiln_harness import PYTHON_RUNTIME
 
 def test_sign_in_refusals_then_sign_in_and_out(kiln, driver, request):
     driver.delete_all_cookies()
-    driver.get(kiln.endpoint + "/ui/")
-    wait(driver).until(EC.url_to_be(kiln.endpoint + "/ui/sign-in"))
+    driver.get(kiln.console + "/ui/")
+    wait(driver).until(EC.url_to_be(kiln.console + "/ui/sign-in"))
     shot(driver, request, "sign-in")
 
-    sign_in_with(driver, kiln.endpoint, kiln.access_key, "not-the-secret")
+    sign_in_with(driver, kiln.console, kiln.access_key, "not-the-secret")
     error = wait(driver).until(EC.visibility_of_element_located((By.ID, "sign-in-error")))
     wait(driver).until(lambda d: "wrong" in error.text)
     # The form never keeps the secret once sent.
@@ -30,7 +30,7 @@ def test_sign_in_refusals_then_sign_in_and_out(kiln, driver, request):
     shot(driver, request, "wrong-secret")
 
     key, secret = function_key(kiln)
-    sign_in_with(driver, kiln.endpoint, key, secret)
+    sign_in_with(driver, kiln.console, key, secret)
     wait(driver).until(lambda d: "Function keys cannot sign in" in d.find_element(By.ID, "sign-in-error").text)
     assert driver.get_cookie("kiln_console") is None
 
@@ -43,12 +43,12 @@ def test_sign_in_refusals_then_sign_in_and_out(kiln, driver, request):
     shot(driver, request, "overview")
 
     driver.find_element(By.ID, "sign-out").click()
-    wait(driver).until(EC.url_to_be(kiln.endpoint + "/ui/sign-in"))
+    wait(driver).until(EC.url_to_be(kiln.console + "/ui/sign-in"))
     assert driver.get_cookie("kiln_console") is None
     # The old cookie no longer works anywhere.
     replay = requests.Session()
     replay.cookies.set("kiln_console", cookie["value"])
-    assert replay.get(kiln.endpoint + "/kiln/v1/status", timeout=10).status_code == 401
+    assert replay.get(kiln.console + "/kiln/v1/status", timeout=10).status_code == 401
     assert page_errors(driver) == []
 
 
@@ -129,7 +129,7 @@ def test_pages_render_and_invoke_from_the_test_tab(kiln, driver, request):
     go(driver, kiln, "cache", "models-table")
     shot(driver, request, "cache")
     # A function that is not there says so, rather than showing an empty page.
-    driver.get(f"{kiln.endpoint}/ui/#/functions/no-such-function")
+    driver.get(f"{kiln.console}/ui/#/functions/no-such-function")
     wait(driver).until(lambda d: "no-such-function" in d.find_element(By.ID, "error").text)
     # The only error logged is that 404.
     errors = page_errors(driver)
@@ -192,10 +192,10 @@ def test_a_session_ended_elsewhere_sends_the_page_to_sign_in(kiln, driver):
     # Sign the browser's session out from outside, with its own token and CSRF token.
     http = requests.Session()
     http.cookies.set("kiln_console", token)
-    csrf = http.get(kiln.endpoint + "/ui/api/session", timeout=10).json()["csrfToken"]
-    assert http.delete(kiln.endpoint + "/ui/api/session", headers={"X-Kiln-Csrf": csrf}, timeout=10).status_code == 204
+    csrf = http.get(kiln.console + "/ui/api/session", timeout=10).json()["csrfToken"]
+    assert http.delete(kiln.console + "/ui/api/session", headers={"X-Kiln-Csrf": csrf}, timeout=10).status_code == 204
     driver.execute_script("window.location.hash = '#/instances'")
-    wait(driver).until(EC.url_to_be(kiln.endpoint + "/ui/sign-in"))
+    wait(driver).until(EC.url_to_be(kiln.console + "/ui/sign-in"))
 
 
 def test_create_from_a_zip_edit_upload_and_watch_the_log_live(kiln, driver, request, tmp_path):

@@ -23,7 +23,7 @@ def csp_directives(response):
 def test_every_console_response_carries_the_security_headers(kiln, signed_in):
     http, _ = sign_in(kiln) if signed_in else (requests.Session(), None)
     for path in PAGES:
-        response = http.get(kiln.endpoint + path, allow_redirects=False, timeout=10)
+        response = http.get(kiln.console + path, allow_redirects=False, timeout=10)
         csp = csp_directives(response)
         assert csp.get("script-src") == ["'self'"], (path, response.headers)
         assert csp.get("default-src") == ["'none'"], path
@@ -35,28 +35,28 @@ def test_every_console_response_carries_the_security_headers(kiln, signed_in):
 
 
 def test_unauthenticated_pages_redirect_to_sign_in(kiln):
-    response = requests.get(kiln.endpoint + "/ui/", allow_redirects=False, timeout=10)
+    response = requests.get(kiln.console + "/ui/", allow_redirects=False, timeout=10)
     assert response.status_code == 303
     assert response.headers["Location"] == "/ui/sign-in"
-    bare = requests.get(kiln.endpoint + "/ui", allow_redirects=False, timeout=10)
+    bare = requests.get(kiln.console + "/ui", allow_redirects=False, timeout=10)
     assert bare.status_code in (301, 308) and bare.headers["Location"] == "/ui/"
-    page = requests.get(kiln.endpoint + "/ui/sign-in", timeout=10)
+    page = requests.get(kiln.console + "/ui/sign-in", timeout=10)
     assert page.status_code == 200 and page.headers["Content-Type"].startswith("text/html")
     # The page holds no data: the session endpoint and the API refuse without a session.
-    assert requests.get(kiln.endpoint + "/ui/api/session", timeout=10).status_code == 401
-    assert requests.get(kiln.endpoint + "/kiln/v1/status", timeout=10).status_code == 403
+    assert requests.get(kiln.console + "/ui/api/session", timeout=10).status_code == 401
+    assert requests.get(kiln.console + "/kiln/v1/status", timeout=10).status_code == 403
 
 
 def test_assets_are_embedded_and_served_with_their_types(kiln):
     for name, kind in [("app.js", "text/javascript"), ("style.css", "text/css"), ("kiln.svg", "image/svg+xml")]:
-        response = requests.get(f"{kiln.endpoint}/ui/assets/{name}", timeout=10)
+        response = requests.get(f"{kiln.console}/ui/assets/{name}", timeout=10)
         assert response.status_code == 200 and response.headers["Content-Type"].startswith(kind)
     for missing in ["nope.js", "..%2Fmod.rs", "%2e%2e"]:
-        response = requests.get(f"{kiln.endpoint}/ui/assets/{missing}", timeout=10)
+        response = requests.get(f"{kiln.console}/ui/assets/{missing}", timeout=10)
         assert response.status_code == 404, missing
         assert "message" in response.json()
     # The page loads its script and style only from kiln itself, nothing inline.
-    page = requests.get(kiln.endpoint + "/ui/sign-in", timeout=10).text
+    page = requests.get(kiln.console + "/ui/sign-in", timeout=10).text
     assert re.findall(r'<script[^>]*src="([^"]+)"', page) == ["/ui/assets/app.js"]
     assert "<script>" not in page and "<style" not in page and "http://" not in page and "https://" not in page
 
@@ -76,9 +76,9 @@ def test_sign_in_sets_an_httponly_strict_expiring_cookie(kiln):
     assert len(body["csrfToken"]) >= 32
     assert kiln.secret_key not in response.text
     # The cookie alone reads the API.
-    status = http.get(kiln.endpoint + "/kiln/v1/status", timeout=10)
+    status = http.get(kiln.console + "/kiln/v1/status", timeout=10)
     assert status.status_code == 200 and "node" in status.json()
-    assert http.get(kiln.endpoint + "/ui/", allow_redirects=False, timeout=10).status_code == 200
+    assert http.get(kiln.console + "/ui/", allow_redirects=False, timeout=10).status_code == 200
 
 
 def test_wrong_secret_and_unknown_keys_are_refused(kiln):
@@ -88,11 +88,11 @@ def test_wrong_secret_and_unknown_keys_are_refused(kiln):
     unknown = refused_sign_in(kiln, "AKIANOTKILNSKEY00000", kiln.secret_key)
     assert unknown.status_code == 401
     # Only JSON signs in: another site's form cannot post one.
-    form = requests.post(kiln.endpoint + "/ui/api/session",
+    form = requests.post(kiln.console + "/ui/api/session",
                          data={"accessKeyId": kiln.access_key, "secretAccessKey": kiln.secret_key}, timeout=10)
     assert form.status_code == 415
     for body in [b"{", b"[]", json.dumps({"accessKeyId": kiln.access_key}).encode()]:
-        bad = requests.post(kiln.endpoint + "/ui/api/session", data=body,
+        bad = requests.post(kiln.console + "/ui/api/session", data=body,
                             headers={"Content-Type": "application/json"}, timeout=10)
         assert bad.status_code == 400 and bad.json()["message"], body
 
@@ -110,14 +110,14 @@ def test_changes_need_the_csrf_token(kiln):
                 files={"app.py": "def handler(event, context):\n    return {'got': event}\n"})
     http, response = sign_in(kiln)
     csrf = response.json()["csrfToken"]
-    invoke = kiln.endpoint + "/2015-03-31/functions/console-csrf/invocations"
+    invoke = kiln.console + "/2015-03-31/functions/console-csrf/invocations"
     for headers in [{}, {"X-Kiln-Csrf": ""}, {"X-Kiln-Csrf": csrf[:-1] + ("A" if csrf[-1] != "A" else "B")}]:
         refused = http.post(invoke, data=b'{"n": 1}', headers=headers, timeout=30)
         assert refused.status_code == 403, headers
         assert "CSRF" in refused.json()["message"]
     # Signing out is a change too: without the token the session survives.
-    assert http.delete(kiln.endpoint + "/ui/api/session", timeout=10).status_code == 403
-    assert http.get(kiln.endpoint + "/ui/api/session", timeout=10).status_code == 200
+    assert http.delete(kiln.console + "/ui/api/session", timeout=10).status_code == 403
+    assert http.get(kiln.console + "/ui/api/session", timeout=10).status_code == 200
     done = http.post(invoke, data=b'{"n": 1}', headers={"X-Kiln-Csrf": csrf, "X-Amz-Log-Type": "Tail"}, timeout=60)
     assert done.status_code == 200, done.text
     assert done.json() == {"got": {"n": 1}}
@@ -131,23 +131,39 @@ def test_sign_out_ends_the_session_on_the_server(kiln):
     http, response = sign_in(kiln)
     csrf = response.json()["csrfToken"]
     token = http.cookies["kiln_console"]
-    out = http.delete(kiln.endpoint + "/ui/api/session", headers={"X-Kiln-Csrf": csrf}, timeout=10)
+    out = http.delete(kiln.console + "/ui/api/session", headers={"X-Kiln-Csrf": csrf}, timeout=10)
     assert out.status_code == 204
     assert "max-age=0" in out.headers["Set-Cookie"].lower()
     # Replaying the old cookie does not work: the session is gone, not just the cookie.
     replay = requests.Session()
     replay.cookies.set("kiln_console", token)
-    assert replay.get(kiln.endpoint + "/ui/api/session", timeout=10).status_code == 401
-    assert replay.get(kiln.endpoint + "/kiln/v1/status", timeout=10).status_code == 401
-    assert replay.get(kiln.endpoint + "/ui/", allow_redirects=False, timeout=10).status_code == 303
+    assert replay.get(kiln.console + "/ui/api/session", timeout=10).status_code == 401
+    assert replay.get(kiln.console + "/kiln/v1/status", timeout=10).status_code == 401
+    assert replay.get(kiln.console + "/ui/", allow_redirects=False, timeout=10).status_code == 303
 
 
-def test_function_urls_do_not_take_the_console_cookie(kiln):
+def test_function_urls_and_the_console_are_origins_apart(kiln):
+    """A function URL's page (HTML and script a function writes) is served on the API's
+    listener; the console and its cookie-authenticated API on a listener of their own, so no
+    function's script runs on the origin that honours a signed-in viewer's cookie."""
     kiln.deploy("console-iam-url", PYTHON_RUNTIME, "app.handler",
                 files={"app.py": "def handler(event, context):\n    return 'reached'\n"})
     kiln.client().create_function_url_config(FunctionName="console-iam-url", AuthType="AWS_IAM")
-    http, _ = sign_in(kiln)
+    http, response = sign_in(kiln)
+    csrf = response.json()["csrfToken"]
+    assert kiln.console.rsplit(":", 1)[1] != kiln.endpoint.rsplit(":", 1)[1]
+    # No function URL on the console's origin ...
+    assert http.get(kiln.console + "/fn/console-iam-url/", timeout=30).status_code == 404
+    # ... and on the API's, the cookie (and its CSRF token) count for nothing.
     assert http.get(kiln.endpoint + "/fn/console-iam-url/", timeout=30).status_code == 403
+    assert http.get(kiln.endpoint + "/kiln/v1/status", timeout=10).status_code == 403
+    deleted = http.delete(kiln.endpoint + "/2015-03-31/functions/console-iam-url",
+                          headers={"X-Kiln-Csrf": csrf}, timeout=10)
+    assert deleted.status_code == 403
+    assert kiln.client().get_function(FunctionName="console-iam-url")["Configuration"]["State"]
+    assert requests.get(kiln.endpoint + "/ui/", timeout=10).status_code == 404
+    # The same cookie on the console's origin does read the API.
+    assert http.get(kiln.console + "/kiln/v1/status", timeout=10).status_code == 200
 
 
 def test_failed_sign_ins_are_rate_limited_per_address_and_logged(fresh_kiln):
@@ -168,16 +184,16 @@ def test_failed_sign_ins_are_rate_limited_per_address_and_logged(fresh_kiln):
 
 def test_session_ttl_flag_and_console_url_are_printed(fresh_kiln):
     server = fresh_kiln(extra_args=["--ui-session-ttl", "90m"])
-    assert f"console on {server.endpoint}/ui/" in "".join(server.output)
+    assert f"console on {server.console}/ui/" in "".join(server.output)
     _, response = sign_in(server)
     assert "max-age=5400" in response.headers["Set-Cookie"].lower()
 
 
 def test_ui_off_serves_no_console_and_takes_no_cookie(fresh_kiln):
     server = fresh_kiln(extra_args=["--ui", "off"])
-    assert "console on" not in "".join(server.output)
+    assert "console on" not in "".join(server.output) and server.console is None
     assert requests.get(server.endpoint + "/ui/", timeout=10).status_code == 404
-    assert sign_in(server)[1].status_code == 404
+    assert requests.post(server.endpoint + "/ui/api/session", json={}, timeout=10).status_code == 404
     assert server.signed_request("GET", "/kiln/v1/history").status_code == 404
 
 
@@ -199,7 +215,7 @@ def test_rotated_credentials_end_sessions(fresh_kiln):
     path.write_text(json.dumps(credentials))
     server.start()
     assert server.secret_key == "R" * 40
-    assert http.get(server.endpoint + "/ui/api/session", timeout=10).status_code == 401
+    assert http.get(server.console + "/ui/api/session", timeout=10).status_code == 401
     assert sign_in(server)[1].status_code == 200
 
 
@@ -233,7 +249,7 @@ def test_history_counts_invocations_errors_and_cold_starts(kiln):
     wait_for(counted, timeout=30, what="the history to count the invocations")
     for bad in ["0", "3601", "x"]:
         assert kiln.signed_request("GET", f"/kiln/v1/history?seconds={bad}").status_code == 400
-    assert requests.get(kiln.endpoint + "/kiln/v1/history", timeout=10).status_code == 403
+    assert requests.get(kiln.console + "/kiln/v1/history", timeout=10).status_code == 403
 
 
 def test_code_files_are_listed_and_shown_as_text_only(kiln):

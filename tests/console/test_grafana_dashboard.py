@@ -21,7 +21,7 @@ def exported_series(text):
 
 def test_every_dashboard_query_names_an_exported_metric(kiln):
     dashboard = json.loads(DASHBOARD.read_text())
-    exported = exported_series(requests.get(kiln.endpoint + "/metrics", timeout=10).text)
+    exported = exported_series(requests.get(kiln.console + "/metrics", timeout=10).text)
     assert "kiln_invocations_total" in exported and "kiln_invocation_duration_seconds_bucket" in exported
     queries = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
     assert len(queries) == len(dashboard["panels"]) >= 10

@@ -112,6 +112,10 @@ struct UpArgs {
     /// The console, a web UI at http://LISTEN/ui/: `on` or `off`.
     #[arg(long, default_value = "on", value_parser = ["on", "off"])]
     ui: String,
+    /// Address of the console, an origin of its own (function URLs are served on the API's)
+    /// [default: the API's port + 2, 127.0.0.1:9002; an ephemeral port when the API's is 0].
+    #[arg(long, env = "KILN_UI_LISTEN")]
+    ui_listen: Option<SocketAddr>,
     /// How long a console sign-in lasts: a number with s, m, h or d.
     #[arg(long, default_value = "12h", value_parser = kiln::console::parse_ttl)]
     ui_session_ttl: Duration,
@@ -306,6 +310,7 @@ fn main() {
                 objects,
                 cluster,
                 console: (args.ui == "on").then(|| kiln::console::ConsoleConfig {
+                    listen: args.ui_listen,
                     session_ttl: args.ui_session_ttl,
                     ..Default::default()
                 }),

@@ -285,17 +285,26 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
             .map(|c| Arc::new(crate::console::Console::new(c))),
         history,
     });
-    let app = api::router(state);
+    let app = api::router(state.clone());
 
     std::fs::write(data_dir.join("s3-endpoint"), &s3.endpoint)?;
     println!("kiln: object store on {} ({})", s3.endpoint, s3.backend);
     std::fs::write(data_dir.join("endpoint"), &endpoint)?;
-    if config.console.is_some() {
-        println!(
-            "kiln: console on {endpoint}/ui/ (sign in with the access key and secret in {})",
-            StoredCredentials::path(&data_dir).display()
-        );
-    }
+    let console_listener = match &config.console {
+        Some(console) => {
+            let address = console.address(config.listen);
+            let listener = tokio::net::TcpListener::bind(address)
+                .await
+                .with_context(|| format!("cannot listen on {address} for the console"))?;
+            println!(
+                "kiln: console on http://{}/ui/ (sign in with the access key and secret in {})",
+                listener.local_addr()?,
+                StoredCredentials::path(&data_dir).display()
+            );
+            Some(listener)
+        }
+        None => None,
+    };
     println!(
         "kiln: listening on {endpoint} (data in {})",
         data_dir.display()
@@ -307,6 +316,23 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     // period: in-flight invocations finish or are killed when it ends, which in turn lets the
     // API's drain of open connections complete.
     let (stopping_tx, mut stopping_rx) = tokio::sync::watch::channel(false);
+    let console_server = console_listener.map(|listener| {
+        let app = api::console_router(state.clone());
+        let mut stopping = stopping_rx.clone();
+        tokio::spawn(async move {
+            let served = axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .with_graceful_shutdown(async move {
+                let _ = stopping.wait_for(|stopping| *stopping).await;
+            })
+            .await;
+            if let Err(e) = served {
+                eprintln!("kiln: the console's listener failed: {e}");
+            }
+        })
+    });
     let draining_agent = agent.clone();
     let grace = config.shutdown_grace;
     let leaving = membership.clone();
@@ -335,6 +361,9 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     })
     .await?;
     let _ = drain.await;
+    if let Some(console) = console_server {
+        let _ = console.await;
+    }
     // In-flight work is done: the record goes with the lease.
     if let Some(membership) = &membership {
         membership.leave().await;

@@ -47,13 +47,53 @@ pub type SharedState = Arc<AppState>;
 /// Deployment packages arrive base64-encoded inside JSON: 50 MB of zip is ~67 MB of body.
 const MAX_BODY_BYTES: usize = 70 * 1024 * 1024;
 
+/// The API listener: Lambda's API, kiln's own, and function URLs. Signed requests only: a
+/// function URL's page is served here, so this origin must not honour the console's cookie.
 pub fn router(state: SharedState) -> Router {
-    let console = match state.console {
-        Some(_) => console::routes(),
-        None => Router::new(),
-    };
+    api_routes()
+        .route("/fn/{name}", any(urls::call))
+        .route("/fn/{name}/", any(urls::call))
+        .route("/fn/{name}/{*path}", any(urls::call))
+        .route("/ui", any(console_elsewhere))
+        .route("/ui/{*rest}", any(console_elsewhere))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::map_response(lambda_response))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+/// The console's listener, an origin of its own: the console's pages and the same API, which
+/// takes the console's session cookie there. Nothing a function controls is served on it (no
+/// function URLs), so no function's script runs with a signed-in console's cookie.
+pub fn console_router(state: SharedState) -> Router {
+    console::routes()
+        .merge(api_routes())
+        .route("/", get(|| async { axum::response::Redirect::temporary("/ui/") }))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::map_response(lambda_response))
+        .layer(axum::Extension(ConsoleOrigin))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+/// Marks a request that came to the console's listener (where the session cookie counts).
+#[derive(Debug, Clone, Copy)]
+pub struct ConsoleOrigin;
+
+/// The console is on its own listener (`kiln up` prints where).
+async fn console_elsewhere() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "ResourceNotFoundException",
+        "the console is served on its own listener (--ui-listen; kiln up prints its URL), not on the API's",
+    )
+}
+
+/// The routes both listeners serve.
+fn api_routes() -> Router<SharedState> {
     Router::new()
-        .merge(console)
         .route(
             "/2015-03-31/functions",
             get(functions::list).post(functions::create),
@@ -116,9 +156,6 @@ pub fn router(state: SharedState) -> Router {
             "/2017-03-31/tags/{resource}",
             get(tags::list).post(tags::tag).delete(tags::untag),
         )
-        .route("/fn/{name}", any(urls::call))
-        .route("/fn/{name}/", any(urls::call))
-        .route("/fn/{name}/{*path}", any(urls::call))
         .route("/kiln/v1/status", get(kiln::status))
         .route("/kiln/v1/functions/{name}/logs", get(kiln::logs))
         .route("/kiln/v1/functions/{name}/sessions", get(kiln::sessions))
@@ -164,11 +201,6 @@ pub fn router(state: SharedState) -> Router {
         )
         .route("/metrics", get(kiln::metrics))
         .route("/health", get(kiln::health))
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        .layer(axum::middleware::map_response(lambda_response))
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .with_state(state)
 }
 
 async fn not_found(method: Method, uri: Uri) -> ApiError {
@@ -384,7 +416,15 @@ impl axum::extract::FromRequest<SharedState> for Signed {
         let body = axum::body::to_bytes(body, MAX_BODY_BYTES)
             .await
             .map_err(|_| too_large())?;
-        authenticate(state, &parts.method, &parts.uri, &parts.headers, &body)?;
+        let console_origin = parts.extensions.get::<ConsoleOrigin>().is_some();
+        authenticate(
+            state,
+            &parts.method,
+            &parts.uri,
+            &parts.headers,
+            &body,
+            console_origin,
+        )?;
         Ok(Signed {
             uri: parts.uri,
             headers: parts.headers,
@@ -402,16 +442,19 @@ pub fn too_large() -> ApiError {
     )
 }
 
-/// Lets a request through on its SigV4 signature or, from the console, on its session
-/// cookie (with the session's CSRF token when it changes something).
+/// Lets a request through on its SigV4 signature or, on the console's listener
+/// (`console_origin`), on its session cookie (with the session's CSRF token when it changes
+/// something).
 pub fn authenticate(
     state: &AppState,
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
     body: &Bytes,
+    console_origin: bool,
 ) -> Result<(), ApiError> {
-    if let Some((console, token)) = console_session(state, uri, headers) {
+    if let Some((console, token)) = console_session(state, uri, headers).filter(|_| console_origin)
+    {
         let csrf = headers
             .get(crate::console::CSRF_HEADER)
             .and_then(|v| v.to_str().ok());

@@ -26,16 +26,32 @@ pub const CSRF_HEADER: &str = "x-kiln-csrf";
 /// A session's lifetime unless `--ui-session-ttl` says otherwise.
 pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
 
-/// Settings of the console (`--ui`, `--ui-session-ttl`).
+/// Settings of the console (`--ui`, `--ui-listen`, `--ui-session-ttl`).
 #[derive(Debug, Clone)]
 pub struct ConsoleConfig {
+    /// Its own listener: `None` is the API's port + 2 (an ephemeral port when the API's is 0).
+    pub listen: Option<std::net::SocketAddr>,
     pub session_ttl: Duration,
     pub sign_in_limits: SignInLimits,
+}
+
+impl ConsoleConfig {
+    /// Where the console listens, next to the API's configured address by default.
+    pub fn address(&self, api: std::net::SocketAddr) -> std::net::SocketAddr {
+        self.listen.unwrap_or_else(|| {
+            let port = match api.port() {
+                0 => 0,
+                port => port.checked_add(2).unwrap_or(0),
+            };
+            std::net::SocketAddr::new(api.ip(), port)
+        })
+    }
 }
 
 impl Default for ConsoleConfig {
     fn default() -> Self {
         Self {
+            listen: None,
             session_ttl: DEFAULT_SESSION_TTL,
             sign_in_limits: SignInLimits::default(),
         }
