@@ -69,7 +69,10 @@ pub fn router(state: SharedState) -> Router {
 pub fn console_router(state: SharedState) -> Router {
     console::routes()
         .merge(api_routes())
-        .route("/", get(|| async { axum::response::Redirect::temporary("/ui/") }))
+        .route(
+            "/",
+            get(|| async { axum::response::Redirect::temporary("/ui/") }),
+        )
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::map_response(lambda_response))

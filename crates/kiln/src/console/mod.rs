@@ -200,8 +200,23 @@ mod tests {
         }
     }
 
+    #[test]
+    fn the_console_listens_next_to_the_api_by_default() {
+        let api: std::net::SocketAddr = "127.0.0.1:9000".parse().unwrap();
+        let config = ConsoleConfig::default();
+        assert_eq!(config.address(api), "127.0.0.1:9002".parse().unwrap());
+        let ephemeral: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+        assert_eq!(config.address(ephemeral).port(), 0);
+        let chosen = ConsoleConfig {
+            listen: Some("0.0.0.0:8443".parse().unwrap()),
+            ..ConsoleConfig::default()
+        };
+        assert_eq!(chosen.address(api), "0.0.0.0:8443".parse().unwrap());
+    }
+
     fn console() -> Console {
         Console::new(ConsoleConfig {
+            listen: None,
             session_ttl: Duration::from_secs(60),
             sign_in_limits: SignInLimits {
                 max_failures: 2,
