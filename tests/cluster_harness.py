@@ -221,6 +221,21 @@ class Cluster:
         url = f"http://{self.ip(on)}:{API_PORT}/metrics"
         return run(*self.enter(via or "client"), sys.executable, "-c", code, url, timeout=30).stdout
 
+    def endpoint(self, node):
+        return f"http://{self.ip(node)}:{API_PORT}"
+
+    def lambda_op(self, op, timeout=120, **args):
+        """One of tests/cluster/lambda_ops.py's operations, run in the client's namespace with the
+        cluster's credentials; its JSON result."""
+        key, secret = self.credentials()
+        env = dict(os.environ, AWS_ACCESS_KEY_ID=key, AWS_SECRET_ACCESS_KEY=secret)
+        script = Path(__file__).parent / "cluster" / "lambda_ops.py"
+        result = run(*self.enter("client"), sys.executable, str(script), op, json.dumps(args),
+                     env=env, timeout=timeout, check=False)
+        if result.returncode != 0:
+            raise AssertionError(f"lambda_ops {op} failed:\n{result.stdout}\n{result.stderr}")
+        return json.loads(result.stdout)
+
     def status(self, on="n1", via=None):
         """`kiln cluster status --json` as seen by node `on`."""
         return json.loads(self.cli("--json", "cluster", "status", on=on, via=via).stdout)

@@ -178,8 +178,12 @@ impl Entry {
 /// What a prefix watch reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WatchUpdate {
-    /// Every key under the prefix (at the start, and again after a compaction): replace.
-    Reset(Vec<Entry>),
+    /// Every key under the prefix (at the start, and again after a compaction), as of
+    /// `revision`: replace.
+    Reset {
+        entries: Vec<Entry>,
+        revision: i64,
+    },
     Put(Entry),
     Delete {
         key: String,
@@ -449,6 +453,21 @@ impl Etcd {
         Ok(existing.unwrap_or_default())
     }
 
+    /// Runs a transaction, retried like an idempotent request: the caller makes it safe to send
+    /// twice (a retry after a lost answer finds its own write and must recognise it).
+    pub async fn txn(
+        &self,
+        op: &'static str,
+        txn: etcd_client::Txn,
+    ) -> Result<etcd_client::TxnResponse, EtcdError> {
+        with_retries(self.retry, op, || {
+            let mut client = self.client.clone();
+            let txn = txn.clone();
+            async move { client.txn(txn).await }
+        })
+        .await
+    }
+
     pub async fn delete(&self, key: &str) -> Result<(), EtcdError> {
         with_retries(self.retry, "delete", || {
             let mut client = self.client.clone();
@@ -509,15 +528,29 @@ impl Etcd {
     /// Watches every key under `prefix`: first a [`WatchUpdate::Reset`] with all of them, then
     /// each change, resumed after broken streams without a gap. Ends when the receiver goes.
     pub fn watch_prefix(&self, prefix: String) -> mpsc::UnboundedReceiver<WatchUpdate> {
+        self.watch_prefix_from(prefix, WatchCursor::default())
+    }
+
+    /// Watches every key under `prefix` from `cursor` on: for a caller that listed the prefix
+    /// itself ([`WatchCursor::listed`]), no first [`WatchUpdate::Reset`].
+    pub fn watch_prefix_from(
+        &self,
+        prefix: String,
+        cursor: WatchCursor,
+    ) -> mpsc::UnboundedReceiver<WatchUpdate> {
         let (updates, receiver) = mpsc::unbounded_channel();
         let etcd = self.clone();
-        tokio::spawn(async move { etcd.run_watch(prefix, updates).await });
+        tokio::spawn(async move { etcd.run_watch(prefix, cursor, updates).await });
         receiver
     }
 
-    async fn run_watch(&self, prefix: String, updates: mpsc::UnboundedSender<WatchUpdate>) {
+    async fn run_watch(
+        &self,
+        prefix: String,
+        mut cursor: WatchCursor,
+        updates: mpsc::UnboundedSender<WatchUpdate>,
+    ) {
         use etcd_client::{EventType, WatchOptions};
-        let mut cursor = WatchCursor::default();
         loop {
             if updates.is_closed() {
                 return;
@@ -525,7 +558,8 @@ impl Etcd {
             let from = match cursor.step() {
                 WatchStep::List => match self.list(&prefix).await {
                     Ok((entries, revision)) => {
-                        if updates.send(WatchUpdate::Reset(entries)).is_err() {
+                        let reset = WatchUpdate::Reset { entries, revision };
+                        if updates.send(reset).is_err() {
                             return;
                         }
                         cursor.listed(revision);

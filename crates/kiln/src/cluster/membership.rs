@@ -255,7 +255,7 @@ impl Membership {
                 };
                 let mut members = this.members.locked();
                 match update {
-                    WatchUpdate::Reset(entries) => members.reset(
+                    WatchUpdate::Reset { entries, .. } => members.reset(
                         entries
                             .iter()
                             .filter_map(|e| record(e).map(|r| (r, e.lease)))
@@ -289,7 +289,7 @@ impl Membership {
                     let mut drained = this.drained.locked();
                     let id = |key: &str| key.strip_prefix(&prefix).map(str::to_string);
                     match update {
-                        WatchUpdate::Reset(entries) => {
+                        WatchUpdate::Reset { entries, .. } => {
                             *drained = entries.iter().filter_map(|e| id(&e.key)).collect();
                         }
                         WatchUpdate::Put(entry) => drained.extend(id(&entry.key)),

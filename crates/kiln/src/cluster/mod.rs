@@ -5,6 +5,7 @@
 //! Keys, under `--cluster-prefix` (`/kiln`): `nodes/<id>` (a node's record, on its lease),
 //! `drain/<id>` (a drain request), `credentials` (the access key id and a fingerprint).
 
+pub mod code;
 pub mod config;
 pub mod credentials;
 pub mod etcd;
@@ -77,6 +78,16 @@ impl Cluster {
         let health_key = format!("{}/health", config.prefix);
         let etcd = Etcd::connect(&config.endpoints, &health_key).await?;
         Ok(Self { etcd, config })
+    }
+
+    /// The etcd client (the registry's backend shares it).
+    pub fn etcd(&self) -> &Etcd {
+        &self.etcd
+    }
+
+    /// The prefix of every key the cluster writes.
+    pub fn prefix(&self) -> &str {
+        &self.config.prefix
     }
 
     /// The cluster's credentials (see [`credentials`]); the flag tells whether this node

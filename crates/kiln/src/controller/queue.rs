@@ -47,7 +47,7 @@ pub(super) fn start(controller: Arc<Controller>) {
                 .async_concurrency
                 .saturating_sub(busy.len());
             let due = if room > 0 {
-                let registry = &controller.registry;
+                let registry = &controller.database;
                 let cap = |function: &str| controller.async_cap(function);
                 tokio::task::block_in_place(|| registry.due_events_capped(room, &busy, &cap))
                     .unwrap_or_default()
@@ -104,7 +104,7 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
             })
             .inc();
     };
-    let registry = &controller.registry;
+    let registry = &controller.database;
     // Where a sequence's run stopped after its first stage, if it did.
     let mut stopped = None;
     let ran = if let Ok(entry) = controller.entry(&event.function) {

@@ -1,0 +1,143 @@
+"""Lambda API calls against cluster nodes, run inside the client's namespace (the nodes' addresses
+are reachable only there): `python lambda_ops.py OP JSON-ARGS` prints the result as JSON.
+
+Credentials come from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY; each call names its node's
+endpoint. An API error is printed as {"error": CODE, "message": ...}, never raised."""
+
+import io
+import json
+import sys
+import threading
+import time
+import zipfile
+
+import boto3
+import botocore.config
+import botocore.exceptions
+
+PYTHON_RUNTIME = "python3.11"
+ROLE = "arn:aws:iam::000000000000:role/kiln-function"
+
+
+def client(endpoint):
+    return boto3.client(
+        "lambda", endpoint_url=endpoint, region_name="us-east-1",
+        config=botocore.config.Config(retries={"max_attempts": 0}, read_timeout=60, connect_timeout=5))
+
+
+def package(marker):
+    """A function that answers {"marker": marker}."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as z:
+        z.writestr("app.py", f"def handler(event, context):\n    return {{'marker': {marker!r}}}\n")
+    return buffer.getvalue()
+
+
+def call(fn):
+    try:
+        return fn()
+    except botocore.exceptions.ClientError as e:
+        return {"error": e.response["Error"]["Code"], "message": e.response["Error"].get("Message", "")}
+
+
+def create(endpoint, name, marker):
+    return call(lambda: pick(client(endpoint).create_function(
+        FunctionName=name, Runtime=PYTHON_RUNTIME, Role=ROLE, Handler="app.handler",
+        Code={"ZipFile": package(marker)})))
+
+
+def update_code(endpoint, name, marker):
+    return call(lambda: pick(client(endpoint).update_function_code(FunctionName=name, ZipFile=package(marker))))
+
+
+def get(endpoint, name):
+    return call(lambda: pick(client(endpoint).get_function_configuration(FunctionName=name)))
+
+
+def invoke(endpoint, name):
+    def run():
+        answer = client(endpoint).invoke(FunctionName=name, Payload=b"{}")
+        return {"payload": json.loads(answer["Payload"].read()), "functionError": answer.get("FunctionError")}
+    return call(run)
+
+
+def delete(endpoint, name):
+    return call(lambda: client(endpoint).delete_function(FunctionName=name) and {"deleted": name})
+
+
+def pick(configuration):
+    return {k: configuration.get(k) for k in ("FunctionName", "RevisionId", "CodeSha256", "Description")}
+
+
+def race_config(endpoints, name, revision_id):
+    """UpdateFunctionConfiguration with the same RevisionId on each endpoint at once."""
+    clients = [client(e) for e in endpoints]
+    barrier = threading.Barrier(len(clients))
+    results = [None] * len(clients)
+
+    def one(i):
+        barrier.wait()
+        results[i] = call(lambda: pick(clients[i].update_function_configuration(
+            FunctionName=name, Description=f"written through {endpoints[i]}", RevisionId=revision_id)))
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(clients))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+def race_create(endpoints, name):
+    """CreateFunction of one name on each endpoint at once, each with its own code."""
+    barrier = threading.Barrier(len(endpoints))
+    results = [None] * len(endpoints)
+
+    def one(i):
+        c = client(endpoints[i])
+        zip_bytes = package(f"from {endpoints[i]}")
+        barrier.wait()
+        results[i] = call(lambda: pick(c.create_function(
+            FunctionName=name, Runtime=PYTHON_RUNTIME, Role=ROLE, Handler="app.handler",
+            Code={"ZipFile": zip_bytes})))
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(endpoints))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+def visible_after_deploy(deployer, watchers, name, marker, timeout):
+    """Creates `name` through `deployer`, then polls GetFunctionConfiguration on every watcher
+    until it reports the new function: the seconds from the API's answer to each watcher's."""
+    polls = {w: client(w) for w in watchers}
+    for c in polls.values():
+        call(lambda: c.get_function_configuration(FunctionName="warm-up-connection"))
+    created = create(deployer, name, marker)
+    answered = time.perf_counter()
+    if "error" in created:
+        return {"error": created}
+    seen = {}
+
+    def poll(w):
+        while time.perf_counter() - answered < timeout:
+            try:
+                got = polls[w].get_function_configuration(FunctionName=name)
+            except botocore.exceptions.ClientError:
+                continue
+            if got["CodeSha256"] == created["CodeSha256"]:
+                seen[w] = time.perf_counter() - answered
+                return
+    threads = [threading.Thread(target=poll, args=(w,)) for w in watchers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return {"seconds": seen}
+
+
+OPS = {f.__name__: f for f in (create, update_code, get, invoke, delete, race_config, race_create,
+                               visible_after_deploy)}
+
+if __name__ == "__main__":
+    print(json.dumps(OPS[sys.argv[1]](**json.loads(sys.argv[2]))))
