@@ -107,33 +107,42 @@ def race_create(endpoints, name):
     return results
 
 
-def visible_after_deploy(deployer, watchers, name, marker, timeout):
-    """Creates `name` through `deployer`, then polls GetFunctionConfiguration on every watcher
-    until it reports the new function: the seconds from the API's answer to each watcher's."""
-    polls = {w: client(w) for w in watchers}
+def visible_after_deploy(endpoints, runs, poll_timeout=10):
+    """Deploys a new function `runs` times, through each endpoint in turn, and after each polls
+    GetFunctionConfiguration on every other endpoint until it reports the new package: for each
+    run, the seconds from the API's answer until each other endpoint's (None if not within
+    `poll_timeout`). Each function is deleted before the next run."""
+    polls = {e: client(e) for e in endpoints}
     for c in polls.values():
         call(lambda: c.get_function_configuration(FunctionName="warm-up-connection"))
-    created = create(deployer, name, marker)
-    answered = time.perf_counter()
-    if "error" in created:
-        return {"error": created}
-    seen = {}
+    results = []
+    for run in range(runs):
+        deployer = endpoints[run % len(endpoints)]
+        watchers = [e for e in endpoints if e != deployer]
+        name = f"deploy-{run}"
+        created = create(deployer, name, f"run {run}")
+        answered = time.perf_counter()
+        if "error" in created:
+            return {"error": created}
+        seen = {}
 
-    def poll(w):
-        while time.perf_counter() - answered < timeout:
-            try:
-                got = polls[w].get_function_configuration(FunctionName=name)
-            except botocore.exceptions.ClientError:
-                continue
-            if got["CodeSha256"] == created["CodeSha256"]:
-                seen[w] = time.perf_counter() - answered
-                return
-    threads = [threading.Thread(target=poll, args=(w,)) for w in watchers]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return {"seconds": seen}
+        def poll(w):
+            while time.perf_counter() - answered < poll_timeout:
+                try:
+                    got = polls[w].get_function_configuration(FunctionName=name)
+                except botocore.exceptions.ClientError:
+                    continue
+                if got["CodeSha256"] == created["CodeSha256"]:
+                    seen[w] = time.perf_counter() - answered
+                    return
+        threads = [threading.Thread(target=poll, args=(w,)) for w in watchers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        results.append({"deployer": deployer, "seconds": {w: seen.get(w) for w in watchers}})
+        delete(deployer, name)
+    return results
 
 
 OPS = {f.__name__: f for f in (create, update_code, get, invoke, delete, race_config, race_create,

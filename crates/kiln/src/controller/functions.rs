@@ -307,7 +307,7 @@ impl Controller {
                 shared
                     .put(&code.sha256_hex, bytes::Bytes::from(zip.to_vec()))
                     .await
-                    .map_err(|e| ControllerError::Internal(e.to_string()))?;
+                    .map_err(|e| ControllerError::Unavailable(e.to_string()))?;
             }
             let guard = self.lock_mutations();
             if self.code.contains(&code.sha256_hex) {
@@ -408,10 +408,10 @@ impl Controller {
             if let Some(v) = patch.handler.clone() {
                 config.handler = v;
             }
-            if let Some(v) = patch.memory_mb.clone() {
+            if let Some(v) = patch.memory_mb {
                 config.memory_mb = v;
             }
-            if let Some(v) = patch.timeout_s.clone() {
+            if let Some(v) = patch.timeout_s {
                 config.timeout_s = v;
             }
             if let Some(v) = patch.env.clone() {
@@ -426,7 +426,7 @@ impl Controller {
                 check_role(&v)?;
                 config.role = v;
             }
-            if let Some(v) = patch.ephemeral_storage_mb.clone() {
+            if let Some(v) = patch.ephemeral_storage_mb {
                 config.ephemeral_storage_mb = v;
             }
             if let Some(v) = patch.prebake.clone() {
@@ -435,7 +435,7 @@ impl Controller {
             if let Some(v) = patch.sessions.clone() {
                 config.sessions = v;
             }
-            if let Some(v) = patch.memory_sizing.clone() {
+            if let Some(v) = patch.memory_sizing {
                 config.memory_sizing = v;
             }
             if let Some(v) = patch.web.clone() {
@@ -444,7 +444,7 @@ impl Controller {
             if let Some(v) = patch.breakout.clone() {
                 config.breakout = v;
             }
-            if let Some(v) = patch.network.clone() {
+            if let Some(v) = patch.network {
                 config.network = v;
             }
             self.validate(&config)?;

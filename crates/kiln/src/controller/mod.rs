@@ -82,11 +82,19 @@ pub enum ControllerError {
     /// kiln is shutting down
     #[error("kiln is shutting down")]
     ShuttingDown,
+    /// what the change needs (the cluster's etcd, the shared store) cannot be reached
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 impl From<RegistryError> for ControllerError {
     fn from(e: RegistryError) -> Self {
-        ControllerError::Internal(e.to_string())
+        match e {
+            RegistryError::Etcd(_) => ControllerError::Unavailable(format!(
+                "{e}: the change was not made; try again once etcd has a quorum"
+            )),
+            other => ControllerError::Internal(other.to_string()),
+        }
     }
 }
 

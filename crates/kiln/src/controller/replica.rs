@@ -150,7 +150,7 @@ impl Controller {
                             return;
                         }
                         self.versions.set(Record::Function, &name, version);
-                        self.publish(function);
+                        self.publish(*function);
                     }
                     None => {
                         self.versions.set(Record::Function, &name, version);
@@ -255,7 +255,7 @@ impl Controller {
         changes.extend(functions.into_iter().map(|(f, version)| Change::Function {
             name: f.name.clone(),
             version,
-            function: Some(f),
+            function: Some(Box::new(f)),
         }));
         changes.extend(
             urls.into_iter()

@@ -120,7 +120,8 @@ impl EtcdRegistry {
                 function: value
                     .map(serde_json::from_slice::<Function>)
                     .transpose()
-                    .map_err(|e| corrupt(key, e))?,
+                    .map_err(|e| corrupt(key, e))?
+                    .map(Box::new),
                 name,
                 version,
             },
@@ -156,7 +157,7 @@ impl EtcdRegistry {
                     function: Some(f),
                     version,
                     ..
-                })) => loaded.functions.push((f, version)),
+                })) => loaded.functions.push((*f, version)),
                 Ok(Some(Change::Url {
                     name,
                     settings: Some(s),

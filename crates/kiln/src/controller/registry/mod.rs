@@ -105,7 +105,7 @@ pub enum Change {
     Function {
         name: String,
         version: Version,
-        function: Option<Function>,
+        function: Option<Box<Function>>,
     },
     Url {
         name: String,
