@@ -107,23 +107,34 @@ def race_create(endpoints, name):
     return results
 
 
-def visible_after_deploy(endpoints, runs, poll_timeout=10):
-    """Deploys a new function `runs` times, through each endpoint in turn, and after each polls
-    GetFunctionConfiguration on every other endpoint until it reports the new package: for each
-    run, the seconds from the API's answer until each other endpoint's (None if not within
-    `poll_timeout`). Each function is deleted before the next run."""
+def visible_after_deploy(endpoints, runs, poll_timeout=10, change="create"):
+    """Changes a function `runs` times, through each endpoint in turn, and after each polls
+    GetFunctionConfiguration on every other endpoint until it reports the change: for each run,
+    the seconds from the API's answer until each other endpoint's (None if not within
+    `poll_timeout`). `change` is `create` (a new function with a new package, deleted before
+    the next run) or `config` (UpdateFunctionConfiguration of one function: no package to
+    fetch)."""
     polls = {e: client(e) for e in endpoints}
     for c in polls.values():
         call(lambda: c.get_function_configuration(FunctionName="warm-up-connection"))
+    if change == "config":
+        create(endpoints[0], "deploy-config", "config")
+        time.sleep(1)
     results = []
     for run in range(runs):
         deployer = endpoints[run % len(endpoints)]
         watchers = [e for e in endpoints if e != deployer]
-        name = f"deploy-{run}"
-        created = create(deployer, name, f"run {run}")
+        if change == "config":
+            name = "deploy-config"
+            written = call(lambda: pick(polls[deployer].update_function_configuration(
+                FunctionName=name, Description=f"run {run}")))
+        else:
+            name = f"deploy-{run}"
+            written = create(deployer, name, f"run {run}")
         answered = time.perf_counter()
-        if "error" in created:
-            return {"error": created}
+        answered_at = time.time()
+        if "error" in written:
+            return {"error": written}
         seen = {}
 
         def poll(w):
@@ -132,7 +143,7 @@ def visible_after_deploy(endpoints, runs, poll_timeout=10):
                     got = polls[w].get_function_configuration(FunctionName=name)
                 except botocore.exceptions.ClientError:
                     continue
-                if got["CodeSha256"] == created["CodeSha256"]:
+                if got["RevisionId"] == written["RevisionId"]:
                     seen[w] = time.perf_counter() - answered
                     return
         threads = [threading.Thread(target=poll, args=(w,)) for w in watchers]
@@ -140,8 +151,11 @@ def visible_after_deploy(endpoints, runs, poll_timeout=10):
             t.start()
         for t in threads:
             t.join()
-        results.append({"deployer": deployer, "seconds": {w: seen.get(w) for w in watchers}})
-        delete(deployer, name)
+        results.append({"deployer": deployer, "name": name, "revision_id": written["RevisionId"],
+                        "answered_at": answered_at,
+                        "seconds": {w: seen.get(w) for w in watchers}})
+        if change == "create":
+            delete(deployer, name)
     return results
 
 
