@@ -159,8 +159,29 @@ def visible_after_deploy(endpoints, runs, poll_timeout=10, change="create"):
     return results
 
 
-OPS = {f.__name__: f for f in (create, update_code, get, invoke, delete, race_config, race_create,
-                               visible_after_deploy)}
+def update_description(endpoint, name, description):
+    return call(lambda: pick(client(endpoint).update_function_configuration(
+        FunctionName=name, Description=description)))
+
+
+def s3(endpoint, access_key, secret_key):
+    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=access_key,
+                        aws_secret_access_key=secret_key)
+
+
+def get_object(endpoint, access_key, secret_key, bucket, key):
+    """An object's bytes, in hex."""
+    return call(lambda: {"hex": s3(endpoint, access_key, secret_key).get_object(
+        Bucket=bucket, Key=key)["Body"].read().hex()})
+
+
+def put_object(endpoint, access_key, secret_key, bucket, key, body_hex):
+    return call(lambda: s3(endpoint, access_key, secret_key).put_object(
+        Bucket=bucket, Key=key, Body=bytes.fromhex(body_hex)) and {"put": key})
+
+
+OPS = {f.__name__: f for f in (create, update_code, update_description, get, invoke, delete, race_config,
+                               race_create, visible_after_deploy, get_object, put_object)}
 
 if __name__ == "__main__":
     print(json.dumps(OPS[sys.argv[1]](**json.loads(sys.argv[2]))))

@@ -7,9 +7,13 @@ fetches the packages it lacks.
 Changes reach other nodes through a watch, so each check waits (within a bound) for the node to
 see them; none asserts how long that took (bench/cluster/deploy.py measures it)."""
 
+import base64
+import hashlib
+
 import pytest
 
 from cluster_harness import Cluster
+import lambda_ops
 
 NODES = ("n1", "n2", "n3")
 # Seconds a change may take to reach a node: the watch, the package's download, a cold start.
@@ -30,6 +34,13 @@ def answer(cluster, node, name):
     return result["payload"].get("marker")
 
 
+def store_op(cluster, op, **args):
+    """An S3 call on the shared store's package bucket, with the store's own credentials."""
+    key, secret = cluster.store_keys
+    return cluster.lambda_op(op, endpoint=cluster.store_endpoint, access_key=key, secret_key=secret,
+                             bucket="kiln-code", **args)
+
+
 def test_a_function_deployed_on_one_node_runs_updated_and_goes_everywhere(cluster):
     name = "everywhere"
     created = cluster.lambda_op("create", endpoint=cluster.endpoint("n1"), name=name, marker="v1")
@@ -45,6 +56,9 @@ def test_a_function_deployed_on_one_node_runs_updated_and_goes_everywhere(cluste
         cluster.wait_for(lambda: answer(cluster, node, name) == "v2", BOUND, what=f"{name} v2 on {node}")
 
     # The package is in the shared store under its digest, and the registry under the prefix.
+    digest = base64.b64decode(updated["CodeSha256"]).hex()
+    stored = store_op(cluster, "get_object", key=f"sha256/{digest}.zip")
+    assert hashlib.sha256(bytes.fromhex(stored["hex"])).hexdigest() == digest
     listed = cluster.etcdctl("get", "--prefix", "--keys-only", "/kiln/functions/").stdout
     assert f"/kiln/functions/{name}" in listed
 
@@ -113,4 +127,64 @@ def test_a_node_started_later_loads_the_registry_and_fetches_the_code(cluster):
     seen = cluster.lambda_op("get", endpoint=cluster.endpoint("n3"), name=name)
     assert seen.get("CodeSha256") == created["CodeSha256"], seen
     cluster.wait_for(lambda: answer(cluster, "n3", name) == "later", BOUND, what=f"{name} on n3")
+    cluster.lambda_op("delete", endpoint=cluster.endpoint("n1"), name=name)
+
+
+def test_a_package_that_does_not_match_its_digest_is_refused(cluster):
+    name = "tampered"
+    cluster.stop("n3")
+    try:
+        created = cluster.lambda_op("create", endpoint=cluster.endpoint("n1"), name=name, marker="real")
+        assert "error" not in created, created
+        key = f"sha256/{base64.b64decode(created['CodeSha256']).hex()}.zip"
+        real = store_op(cluster, "get_object", key=key)["hex"]
+        # Another valid package under this one's name: only the digest tells them apart.
+        other = lambda_ops.package("not the real one").hex()
+        assert store_op(cluster, "put_object", key=key, body_hex=other) == {"put": key}
+    finally:
+        cluster.start_node("n3")
+    # n3 loaded the function, fetched something else under its digest and refused it.
+    assert cluster.lambda_op("get", endpoint=cluster.endpoint("n3"), name=name).get("error") == \
+        "ResourceNotFoundException"
+    assert "has SHA-256" in cluster.logs()["n3"]
+    # The real package back, and a change to the function: n3 fetches it and serves the function.
+    store_op(cluster, "put_object", key=key, body_hex=real)
+    changed = cluster.lambda_op("update_description", endpoint=cluster.endpoint("n1"), name=name,
+                                description="again")
+    assert "error" not in changed, changed
+    cluster.wait_for(lambda: answer(cluster, "n3", name) == "real", BOUND, what=f"{name} on n3")
+    cluster.lambda_op("delete", endpoint=cluster.endpoint("n1"), name=name)
+
+
+def test_without_an_etcd_quorum_changes_are_refused_and_invokes_go_on(cluster):
+    name = "quorum"
+    created = cluster.lambda_op("create", endpoint=cluster.endpoint("n1"), name=name, marker="q")
+    assert "error" not in created, created
+    cluster.wait_for(lambda: answer(cluster, "n2", name) == "q", BOUND, what=f"{name} on n2")
+    down = [m for m in ("e1", "e2", "e3") if m != cluster.etcd_leader()]
+    for member in down:
+        cluster.kill9(member)
+    try:
+        refused = cluster.lambda_op("update_description", endpoint=cluster.endpoint("n2"), name=name,
+                                    description="without a quorum")
+        assert refused.get("error") == "ServiceException", refused
+        assert "the change was not made" in refused["message"], refused
+        # Reads and invocations come from the node's own copy.
+        assert answer(cluster, "n2", name) == "q"
+        assert answer(cluster, "n3", name) == "q"
+        assert cluster.lambda_op("get", endpoint=cluster.endpoint("n1"), name=name)["RevisionId"] == \
+            created["RevisionId"]
+    finally:
+        for member in down:
+            cluster._start_etcd(member)
+        cluster.wait_etcd()
+    # The quorum is back: changes are accepted again and reach every node.
+    changed, _ = cluster.wait_for(
+        lambda: (lambda r: r if "error" not in r else None)(
+            cluster.lambda_op("update_description", endpoint=cluster.endpoint("n2"), name=name,
+                              description="with a quorum")), BOUND, what="a change to be accepted again")
+    for node in NODES:
+        cluster.wait_for(
+            lambda: cluster.lambda_op("get", endpoint=cluster.endpoint(node), name=name)["RevisionId"]
+            == changed["RevisionId"], BOUND, what=f"{node} to see the change after the quorum returned")
     cluster.lambda_op("delete", endpoint=cluster.endpoint("n1"), name=name)
