@@ -59,6 +59,10 @@ def test_a_function_deployed_on_one_node_runs_updated_and_goes_everywhere(cluste
     digest = base64.b64decode(updated["CodeSha256"]).hex()
     stored = store_op(cluster, "get_object", key=f"sha256/{digest}.zip")
     assert hashlib.sha256(bytes.fromhex(stored["hex"])).hexdigest() == digest
+    # n1 fetched v2's package: one fetch (at least) in its metrics.
+    fetches = [line for line in cluster.cli_metrics("n1").splitlines()
+               if line.startswith("kiln_cluster_code_fetch_seconds_count")]
+    assert fetches and float(fetches[0].split()[-1]) >= 1, fetches
     listed = cluster.etcdctl("get", "--prefix", "--keys-only", "/kiln/functions/").stdout
     assert f"/kiln/functions/{name}" in listed
 

@@ -280,7 +280,11 @@ impl Controller {
         let runtimes = agent.status().runtimes;
         let predictor =
             predict::Predictor::new(config.prediction.clone(), &config.data_dir.join("models"));
-        let metrics = Metrics::with_object_cache(config.object_cache.as_ref().map(|c| c.metrics()));
+        let mut metrics =
+            Metrics::with_object_cache(config.object_cache.as_ref().map(|c| c.metrics()));
+        if config.cluster.is_some() {
+            metrics = metrics.with_cluster();
+        }
         let controller = Arc::new(Self {
             config,
             registry,

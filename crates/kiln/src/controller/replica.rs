@@ -112,6 +112,9 @@ impl Controller {
                 stored.sha256_hex
             )));
         }
+        self.metrics
+            .code_fetches
+            .observe(started.elapsed().as_secs_f64());
         tracing::info!(
             "fetched package {digest} ({} bytes) from the shared store in {:?}, stored in {:?}",
             stored.size,
