@@ -239,6 +239,8 @@ pub struct Controller {
     versions: Versions,
     /// Cluster mode: where packages are shared.
     shared_code: Option<crate::cluster::code::SharedCode>,
+    /// Cluster mode: functions whose package could not be fetched yet.
+    unfetched: replica::Unfetched,
     code: CodeStore,
     functions: RwLock<HashMap<String, Arc<Entry>>>,
     /// Each function URL config's times and CORS settings.
@@ -291,6 +293,7 @@ impl Controller {
             database,
             versions: Versions::default(),
             shared_code,
+            unfetched: replica::Unfetched::default(),
             code,
             functions: RwLock::default(),
             url_settings: RwLock::default(),
@@ -317,12 +320,12 @@ impl Controller {
         }
         for (function, version) in loaded.functions {
             if let Err(e) = controller.ensure_code_blocking(&function.code_sha256) {
-                // Left out until a change to it brings the package (or the next start).
-                tracing::error!("function {}: {e}", function.name);
+                // Left out until its package can be fetched (tried again every few seconds).
                 eprintln!(
-                    "kiln: function {} is not available on this node: {e}",
+                    "kiln: function {} is not available on this node yet: {e}",
                     function.name
                 );
+                controller.unfetched.insert(Box::new(function), version);
                 continue;
             }
             controller

@@ -5,15 +5,18 @@
 //! this node's own writes come back through the watch, and a change read back from a stale
 //! update may be overtaken by the watch's copy of it. Changes are applied under the mutation
 //! lock, as this node's own writes are, so that a write and a change never interleave. A
-//! function's package is fetched before the lock is taken.
+//! function's package is fetched before the lock is taken; a function whose package could not
+//! be fetched waits in [`Unfetched`] and is tried again every [`REFETCH_PERIOD`].
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 
 use super::registry::{Change, Loaded, Version};
 use super::{Controller, ControllerError};
+use crate::function::Function;
 use crate::sync::{LockExt, RwLockExt};
 
 /// The kinds of records.
@@ -48,12 +51,56 @@ impl Versions {
     }
 }
 
-/// Applies the changes other nodes commit, as they come, for as long as the controller lives.
+/// How often functions whose package could not be fetched are tried again.
+const REFETCH_PERIOD: Duration = Duration::from_secs(2);
+
+/// Functions this node knows of but does not serve yet: their package could not be fetched.
+/// The latest version of each.
+#[derive(Debug, Default)]
+pub(super) struct Unfetched(Mutex<HashMap<String, (Box<Function>, Version)>>);
+
+impl Unfetched {
+    pub fn insert(&self, function: Box<Function>, version: Version) {
+        let mut all = self.0.locked();
+        let newer = all
+            .get(&function.name)
+            .is_none_or(|(_, held)| *held < version);
+        if newer {
+            all.insert(function.name.clone(), (function, version));
+        }
+    }
+
+    pub fn remove(&self, name: &str) {
+        self.0.locked().remove(name);
+    }
+
+    fn all(&self) -> Vec<(Box<Function>, Version)> {
+        self.0.locked().values().cloned().collect()
+    }
+}
+
+/// Applies the changes other nodes commit, as they come, for as long as the controller lives;
+/// between them, tries again the functions whose package could not be fetched.
 pub(super) fn follow(controller: Arc<Controller>, mut changes: mpsc::UnboundedReceiver<Change>) {
     let weak = Arc::downgrade(&controller);
     drop(controller);
     tokio::spawn(async move {
-        while let Some(change) = changes.recv().await {
+        let mut refetch = tokio::time::interval(REFETCH_PERIOD);
+        refetch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let change = tokio::select! {
+                change = changes.recv() => match change {
+                    Some(change) => change,
+                    None => return,
+                },
+                _ = refetch.tick() => {
+                    let Some(controller) = weak.upgrade() else {
+                        return;
+                    };
+                    controller.refetch().await;
+                    continue;
+                }
+            };
             let Some(controller) = weak.upgrade() else {
                 return;
             };
@@ -86,6 +133,24 @@ fn packages(change: &Change) -> Vec<String> {
 }
 
 impl Controller {
+    /// Tries again the functions whose package could not be fetched.
+    async fn refetch(&self) {
+        for (function, version) in self.unfetched.all() {
+            if self.ensure_code(&function.code_sha256).await.is_err() {
+                continue;
+            }
+            let change = Change::Function {
+                name: function.name.clone(),
+                version,
+                function: Some(function),
+            };
+            tokio::task::block_in_place(|| {
+                let _mutation = self.lock_mutations();
+                self.apply_locked(change);
+            });
+        }
+    }
+
     /// Makes sure this node has package `digest`, fetching it from the shared store if it
     /// does not. Nothing to do on a single node (its packages are all local).
     pub(super) async fn ensure_code(&self, digest: &str) -> Result<(), ControllerError> {
@@ -149,11 +214,12 @@ impl Controller {
                 match function {
                     Some(function) => {
                         if let Err(e) = self.ensure_code_blocking(&function.code_sha256) {
-                            // Not applied, and its version not taken: a later change or a
-                            // reset of the watch tries again.
+                            // Not applied, and its version not taken: tried again later.
                             tracing::error!("function {name} not updated on this node: {e}");
+                            self.unfetched.insert(function, version);
                             return;
                         }
+                        self.unfetched.remove(&name);
                         self.versions.set(Record::Function, &name, version);
                         let function = self.publish(*function);
                         // bench/cluster/deploy.py times a deploy by this line.
@@ -163,6 +229,7 @@ impl Controller {
                         );
                     }
                     None => {
+                        self.unfetched.remove(&name);
                         self.versions.set(Record::Function, &name, version);
                         self.versions.set(Record::Url, &name, version);
                         let removed = self.functions.write_locked().remove(&name);
