@@ -180,7 +180,31 @@ def put_object(endpoint, access_key, secret_key, bucket, key, body_hex):
         Bucket=bucket, Key=key, Body=bytes.fromhex(body_hex)) and {"put": key})
 
 
-OPS = {f.__name__: f for f in (create, update_code, update_description, get, invoke, delete, race_config,
+def create_source(endpoint, name, source, timeout=30, host_network=False):
+    """A function whose app.py is `source` (with `host_network`, in its node's network namespace)."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as z:
+        z.writestr("app.py", source)
+    tags = {"kiln:network": "host"} if host_network else {}
+    return call(lambda: pick(client(endpoint).create_function(
+        FunctionName=name, Runtime=PYTHON_RUNTIME, Role=ROLE, Handler="app.handler", Timeout=timeout,
+        Code={"ZipFile": buffer.getvalue()}, Tags=tags)))
+
+
+def send_events(endpoints, name, tokens, padding=0, extra=None):
+    """One Event invocation per token (its payload `{"token", "padding", **extra}`), through the
+    endpoints in turn: each one's HTTP status."""
+    clients = [client(e) for e in endpoints]
+    statuses = []
+    for i, token in enumerate(tokens):
+        payload = json.dumps({"token": token, "padding": "x" * padding, **(extra or {})}).encode()
+        answer = call(lambda: clients[i % len(clients)].invoke(
+            FunctionName=name, InvocationType="Event", Payload=payload))
+        statuses.append(answer.get("StatusCode") if "error" not in answer else answer)
+    return statuses
+
+
+OPS = {f.__name__: f for f in (create_source, send_events, create, update_code, update_description, get, invoke, delete, race_config,
                                race_create, visible_after_deploy, get_object, put_object)}
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ def store_op(cluster, op, **args):
     """An S3 call on the shared store's package bucket, with the store's own credentials."""
     key, secret = cluster.store_keys
     return cluster.lambda_op(op, endpoint=cluster.store_endpoint, access_key=key, secret_key=secret,
-                             bucket="kiln-code", **args)
+                             bucket="kiln-system", **args)
 
 
 def test_a_function_deployed_on_one_node_runs_updated_and_goes_everywhere(cluster):

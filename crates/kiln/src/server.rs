@@ -273,6 +273,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
                 status.lease,
                 status.nodes.len()
             );
+            controller.attach_membership(membership.clone());
             Some(membership)
         }
         None => None,

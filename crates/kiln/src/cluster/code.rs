@@ -1,5 +1,8 @@
-//! Code by digest: every deployment package goes to the shared store (`--s3-backend`), in the
-//! bucket [`CODE_BUCKET`] under `sha256/<hex>.zip`, before the registry refers to it. A node
+//! The cluster's objects in the shared store (`--s3-backend`), bucket [`SYSTEM_BUCKET`]: code by
+//! digest, and the payloads of queued Events too large for etcd (`events/<id>`).
+//!
+//! Every deployment package goes there under `sha256/<hex>.zip` before the registry refers to
+//! it. A node
 //! that is to run a function whose package it does not have fetches it from there and checks
 //! its SHA-256 before it stores it: the key is the digest, so a package is never replaced,
 //! and one that does not match its name is refused.
@@ -16,8 +19,8 @@ use sha2::{Digest, Sha256};
 
 use crate::objects::RemoteConfig;
 
-/// The shared store's bucket of deployment packages.
-pub const CODE_BUCKET: &str = "kiln-code";
+/// The shared store's bucket of the cluster's own objects.
+pub const SYSTEM_BUCKET: &str = "kiln-system";
 
 /// Tries of a package's upload or download.
 const TRIES: u32 = 4;
@@ -27,7 +30,7 @@ const RETRY_DELAY: Duration = Duration::from_millis(200);
 #[derive(Debug, thiserror::Error)]
 pub enum SharedCodeError {
     /// The shared store refused or did not answer.
-    #[error("the shared store ({endpoint}) failed to {op} package {digest}: {message}")]
+    #[error("the shared store ({endpoint}) failed to {op} {digest}: {message}")]
     Store {
         endpoint: String,
         op: &'static str,
@@ -101,14 +104,20 @@ impl SharedCode {
         if self
             .client
             .head_bucket()
-            .bucket(CODE_BUCKET)
+            .bucket(SYSTEM_BUCKET)
             .send()
             .await
             .is_ok()
         {
             return Ok(());
         }
-        match self.client.create_bucket().bucket(CODE_BUCKET).send().await {
+        match self
+            .client
+            .create_bucket()
+            .bucket(SYSTEM_BUCKET)
+            .send()
+            .await
+        {
             Ok(_) => Ok(()),
             // Another node made it meanwhile.
             Err(e)
@@ -129,6 +138,11 @@ impl SharedCode {
 
     /// Uploads the package `zip` whose SHA-256 is `digest` (hex).
     pub async fn put(&self, digest: &str, zip: bytes::Bytes) -> Result<(), SharedCodeError> {
+        self.put_object(&object_key(digest), zip).await
+    }
+
+    /// Uploads an object of the cluster's own (retried).
+    pub async fn put_object(&self, key: &str, body: bytes::Bytes) -> Result<(), SharedCodeError> {
         let mut last = String::new();
         for attempt in 0..TRIES {
             if attempt > 0 {
@@ -137,9 +151,9 @@ impl SharedCode {
             let sent = self
                 .client
                 .put_object()
-                .bucket(CODE_BUCKET)
-                .key(object_key(digest))
-                .body(ByteStream::from(zip.clone()))
+                .bucket(SYSTEM_BUCKET)
+                .key(key)
+                .body(ByteStream::from(body.clone()))
                 .send()
                 .await;
             match sent {
@@ -147,7 +161,44 @@ impl SharedCode {
                 Err(e) => last = DisplayErrorContext(&e).to_string(),
             }
         }
-        Err(self.failed("store", digest, last))
+        Err(self.failed("store", key, last))
+    }
+
+    /// Downloads an object of the cluster's own (retried; not checked).
+    pub async fn get_object(&self, key: &str) -> Result<Vec<u8>, SharedCodeError> {
+        let mut last = String::new();
+        for attempt in 0..TRIES {
+            if attempt > 0 {
+                tokio::time::sleep(RETRY_DELAY).await;
+            }
+            match self
+                .client
+                .get_object()
+                .bucket(SYSTEM_BUCKET)
+                .key(key)
+                .send()
+                .await
+            {
+                Ok(response) => match response.body.collect().await {
+                    Ok(bytes) => return Ok(bytes.into_bytes().to_vec()),
+                    Err(e) => last = e.to_string(),
+                },
+                Err(e) => last = DisplayErrorContext(&e).to_string(),
+            }
+        }
+        Err(self.failed("fetch", key, last))
+    }
+
+    /// Deletes an object of the cluster's own (once: what is left is only garbage).
+    pub async fn delete_object(&self, key: &str) -> Result<(), SharedCodeError> {
+        self.client
+            .delete_object()
+            .bucket(SYSTEM_BUCKET)
+            .key(key)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| self.failed("delete", key, DisplayErrorContext(&e).to_string()))
     }
 
     /// Downloads package `digest` (hex) and checks its SHA-256.
@@ -160,7 +211,7 @@ impl SharedCode {
             let response = self
                 .client
                 .get_object()
-                .bucket(CODE_BUCKET)
+                .bucket(SYSTEM_BUCKET)
                 .key(object_key(digest))
                 .send()
                 .await;

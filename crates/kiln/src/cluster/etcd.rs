@@ -468,6 +468,62 @@ impl Etcd {
         .await
     }
 
+    /// Deletes every key under `prefix`.
+    pub async fn delete_prefix(&self, prefix: &str) -> Result<(), EtcdError> {
+        with_retries(self.retry, "delete", || {
+            let mut client = self.client.clone();
+            async move {
+                client
+                    .delete(
+                        prefix,
+                        Some(etcd_client::DeleteOptions::new().with_prefix()),
+                    )
+                    .await
+            }
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Campaigns in election `name` with `value` on `lease`: returns once this node leads (which
+    /// may be never: the caller bounds the wait). Not retried.
+    pub async fn campaign(
+        &self,
+        name: &str,
+        value: &str,
+        lease: i64,
+    ) -> Result<etcd_client::LeaderKey, EtcdError> {
+        let mut client = self.client.clone();
+        let mut response = client
+            .campaign(name, value, lease)
+            .await
+            .map_err(|source| EtcdError::Refused {
+                op: "campaign",
+                source,
+            })?;
+        response.take_leader().ok_or(EtcdError::Timeout {
+            op: "campaign",
+            tries: 1,
+        })
+    }
+
+    /// Gives up the leadership `leader` holds.
+    pub async fn resign(&self, leader: etcd_client::LeaderKey) -> Result<(), EtcdError> {
+        let mut client = self.client.clone();
+        let options = etcd_client::ResignOptions::new().with_leader(leader);
+        tokio::time::timeout(self.retry.try_timeout, client.resign(Some(options)))
+            .await
+            .map_err(|_| EtcdError::Timeout {
+                op: "resign",
+                tries: 1,
+            })?
+            .map_err(|source| EtcdError::Refused {
+                op: "resign",
+                source,
+            })?;
+        Ok(())
+    }
+
     pub async fn delete(&self, key: &str) -> Result<(), EtcdError> {
         with_retries(self.retry, "delete", || {
             let mut client = self.client.clone();

@@ -344,6 +344,23 @@ impl Membership {
         Ok(())
     }
 
+    /// This node's id.
+    pub fn node_id(&self) -> &str {
+        &self.config.node_id
+    }
+
+    /// The lease this node can vouch for: `None` while it is fenced.
+    pub fn live_lease(&self) -> Option<i64> {
+        let lease = *self.lease.locked();
+        let live = lease.id != 0
+            && !fenced(
+                lease.acknowledged_sent_at,
+                Instant::now(),
+                self.config.lease_ttl,
+            );
+        live.then_some(lease.id)
+    }
+
     pub fn is_fenced(&self) -> bool {
         let lease = *self.lease.locked();
         fenced(

@@ -1,6 +1,7 @@
 //! Cluster mode (`kiln up --cluster`): kiln nodes coordinated through etcd, which kiln only
-//! uses as a client. So far: membership (join, drain, leave, death, fencing) and one set of
-//! credentials; see docs/cluster.md for what is and is not built.
+//! uses as a client. So far: membership (join, drain, leave, death, fencing), one set of
+//! credentials, and the shared store's objects (`code`); the registry and the async queue in
+//! etcd are the controller's (`controller/registry/`). See docs/cluster.md.
 //!
 //! Keys, under `--cluster-prefix` (`/kiln`): `nodes/<id>` (a node's record, on its lease),
 //! `drain/<id>` (a drain request), `credentials` (the access key id and a fingerprint).

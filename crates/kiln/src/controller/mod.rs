@@ -40,7 +40,7 @@ pub(crate) use invoke::route_hints;
 use invoke::trace_id;
 pub use invoke::InvokeOptions;
 pub use registry::{Cors, UrlSettings};
-use registry::{Database, Registry, RegistryError};
+use registry::{Database, EventQueue, Registry, RegistryError};
 use replica::Versions;
 
 /// Lambda's payload limits.
@@ -93,6 +93,7 @@ impl From<RegistryError> for ControllerError {
             RegistryError::Etcd(_) => ControllerError::Unavailable(format!(
                 "{e}: the change was not made; try again once etcd has a quorum"
             )),
+            RegistryError::SharedStore(_) => ControllerError::Unavailable(e.to_string()),
             other => ControllerError::Internal(other.to_string()),
         }
     }
@@ -233,8 +234,10 @@ impl Entry {
 pub struct Controller {
     config: ControllerConfig,
     registry: Arc<dyn Registry>,
-    /// The node's SQLite database: the async queue (and, on a single node, the registry).
-    database: Arc<Database>,
+    /// The queue of async invocations: the node's SQLite database, or etcd in cluster mode.
+    events: Arc<dyn EventQueue>,
+    /// Cluster mode: the queue in etcd, whose scheduler needs this node's lease.
+    cluster_events: Option<Arc<registry::EtcdEvents>>,
     /// Each record's version, as the in-memory tables hold it.
     versions: Versions,
     /// Cluster mode: where packages are shared.
@@ -266,16 +269,30 @@ impl Controller {
         let internal = |e: std::io::Error| ControllerError::Internal(e.to_string());
         std::fs::create_dir_all(&config.data_dir).map_err(internal)?;
         let database = Arc::new(Database::open(&config.data_dir.join("kiln.db"))?);
-        let (registry, shared_code): (Arc<dyn Registry>, _) = match &config.cluster {
-            Some(cluster) => (
-                Arc::new(registry::EtcdRegistry::new(
+        let (registry, events, cluster_events, shared_code): (
+            Arc<dyn Registry>,
+            Arc<dyn EventQueue>,
+            _,
+            _,
+        ) = match &config.cluster {
+            Some(cluster) => {
+                let events = Arc::new(registry::EtcdEvents::new(
                     cluster.etcd.clone(),
                     &cluster.prefix,
-                    database.clone(),
-                )),
-                Some(cluster.code.clone()),
-            ),
-            None => (database.clone(), None),
+                    cluster.code.clone(),
+                ));
+                (
+                    Arc::new(registry::EtcdRegistry::new(
+                        cluster.etcd.clone(),
+                        &cluster.prefix,
+                        events.clone(),
+                    )),
+                    events.clone(),
+                    Some(events),
+                    Some(cluster.code.clone()),
+                )
+            }
+            None => (database.clone(), database, None, None),
         };
         let code = CodeStore::open(&config.data_dir.join("store")).map_err(internal)?;
         let logs = LogStore::open(&config.data_dir.join("logs")).map_err(internal)?;
@@ -290,7 +307,8 @@ impl Controller {
         let controller = Arc::new(Self {
             config,
             registry,
-            database,
+            events,
+            cluster_events,
             versions: Versions::default(),
             shared_code,
             unfetched: replica::Unfetched::default(),
@@ -351,6 +369,14 @@ impl Controller {
         }
         queue::start(controller.clone());
         Ok(controller)
+    }
+
+    /// Cluster mode: this node has joined; its lease lets it take part in the election of the
+    /// async queue's scheduler.
+    pub fn attach_membership(&self, membership: Arc<crate::cluster::Membership>) {
+        if let Some(events) = &self.cluster_events {
+            events.attach(membership);
+        }
     }
 
     pub fn config(&self) -> &ControllerConfig {
@@ -563,12 +589,12 @@ impl Controller {
     }
 
     pub fn queue_depth(&self) -> u64 {
-        self.database.queue_depth().unwrap_or(0)
+        self.events.queue_depth().unwrap_or(0)
     }
 
     /// The recorded error of an async invocation that failed all its attempts.
     pub fn async_failure(&self, request_id: &str) -> Option<String> {
-        self.database.failure(request_id).ok().flatten()
+        self.events.failure(request_id).ok().flatten()
     }
 
     /// Renders `/metrics`.

@@ -1,7 +1,8 @@
 //! Delivery of asynchronous (Event) invocations from the durable queue.
 //!
-//! An event stays in SQLite until it succeeded or failed its last attempt, so a crash at any
-//! point re-delivers it (at least once, as on Lambda). Function errors are retried twice with a
+//! An event stays in the queue (SQLite, or etcd in cluster mode: `registry/events.rs`) until it
+//! succeeded or failed its last attempt, so a crash at any point re-delivers it (at least
+//! once, as on Lambda). Function errors are retried twice with a
 //! growing delay; throttles are retried without counting an attempt.
 
 use std::collections::HashMap;
@@ -47,7 +48,7 @@ pub(super) fn start(controller: Arc<Controller>) {
                 .async_concurrency
                 .saturating_sub(busy.len());
             let due = if room > 0 {
-                let registry = &controller.database;
+                let registry = &controller.events;
                 let cap = |function: &str| controller.async_cap(function);
                 tokio::task::block_in_place(|| registry.due_events_capped(room, &busy, &cap))
                     .unwrap_or_default()
@@ -104,7 +105,7 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
             })
             .inc();
     };
-    let registry = &controller.database;
+    let registry = &controller.events;
     // Where a sequence's run stopped after its first stage, if it did.
     let mut stopped = None;
     let ran = if let Ok(entry) = controller.entry(&event.function) {
@@ -142,7 +143,14 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
     // The event goes back to the queue: a stopped run waits for the retry if it is due soon
     // enough, and resumes there; otherwise the retry starts over.
     let requeue = |retry_at: chrono::DateTime<Utc>, why: Requeue, stopped: Option<&Progress>| {
-        let resume = stopped.and_then(|p| controller.keep_for_retry(p, retry_at));
+        let resume = match stopped {
+            Some(p) if registry.resumes() => controller.keep_for_retry(p, retry_at),
+            Some(p) => {
+                controller.end_run(&p.run);
+                None
+            }
+            None => None,
+        };
         let _ = tokio::task::block_in_place(|| {
             registry.retry_event(event.id, retry_at, why, resume.as_ref())
         });

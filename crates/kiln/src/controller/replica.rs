@@ -234,7 +234,7 @@ impl Controller {
                         self.versions.set(Record::Url, &name, version);
                         let removed = self.functions.write_locked().remove(&name);
                         self.url_settings.write_locked().remove(&name);
-                        if let Err(e) = self.database.drop_events(&name) {
+                        if let Err(e) = self.events.drop_events(&name) {
                             tracing::error!("queued events of deleted function {name}: {e}");
                         }
                         if let Some(entry) = removed {
@@ -273,7 +273,7 @@ impl Controller {
                     }
                     None => {
                         self.sequences_mut().remove(&name);
-                        match self.database.drop_events(&name) {
+                        match self.events.drop_events(&name) {
                             Ok(runs) => runs.iter().for_each(|run| self.end_run(run)),
                             Err(e) => {
                                 tracing::error!("queued events of deleted sequence {name}: {e}")

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use etcd_client::{Compare, CompareOp, KeyValue, Txn, TxnOp, TxnOpResponse, TxnResponse};
 use tokio::sync::mpsc;
 
-use super::{Change, Database, Loaded, Registry, RegistryError, UrlWrite, Version, Written};
+use super::{Change, EventQueue, Loaded, Registry, RegistryError, UrlWrite, Version, Written};
 use crate::cluster::etcd::{Entry, Etcd, WatchCursor, WatchUpdate};
 use crate::controller::sequences::Sequence;
 use crate::function::Function;
@@ -52,8 +52,8 @@ pub struct EtcdRegistry {
     etcd: Etcd,
     /// The cluster's prefix and a `/`.
     root: String,
-    /// This node's database: its async queue.
-    database: Arc<Database>,
+    /// The async queue: a deleted function's events go with it.
+    events: Arc<dyn EventQueue>,
     /// The revision [`Registry::load`] read at: where [`Registry::changes`] goes on from.
     loaded_at: Mutex<Option<Version>>,
 }
@@ -84,12 +84,12 @@ fn corrupt(key: &str, e: serde_json::Error) -> RegistryError {
 }
 
 impl EtcdRegistry {
-    /// The registry under `prefix` (`/kiln`), with `database` for the node's queue.
-    pub fn new(etcd: Etcd, prefix: &str, database: Arc<Database>) -> Self {
+    /// The registry under `prefix` (`/kiln`), with the cluster's queue of async invocations.
+    pub fn new(etcd: Etcd, prefix: &str, events: Arc<dyn EventQueue>) -> Self {
         Self {
             etcd,
             root: format!("{}/", prefix.trim_end_matches('/')),
-            database,
+            events,
             loaded_at: Mutex::new(None),
         }
     }
@@ -282,7 +282,7 @@ impl Registry for EtcdRegistry {
                 TxnOp::delete(self.key(Kind::Url, name), None),
             ]);
         let response = block(self.etcd.txn("delete function", txn))?;
-        self.database.drop_events(name)?;
+        self.events.drop_events(name)?;
         Ok(response.succeeded().then(|| revision_of(&response)))
     }
 
@@ -306,7 +306,7 @@ impl Registry for EtcdRegistry {
             .when([Compare::version(key.as_str(), CompareOp::Greater, 0)])
             .and_then([TxnOp::delete(key.as_str(), None)]);
         let response = block(self.etcd.txn("delete sequence", txn))?;
-        let runs = self.database.drop_events(name)?;
+        let runs = self.events.drop_events(name)?;
         Ok((response.succeeded().then(|| revision_of(&response)), runs))
     }
 
@@ -320,7 +320,7 @@ impl Registry for EtcdRegistry {
         let this = Self {
             etcd: self.etcd.clone(),
             root: self.root.clone(),
-            database: self.database.clone(),
+            events: self.events.clone(),
             loaded_at: Mutex::new(None),
         };
         tokio::spawn(async move {
@@ -353,6 +353,7 @@ impl Registry for EtcdRegistry {
 
 #[cfg(test)]
 mod tests {
+    use super::super::Database;
     use super::*;
 
     #[tokio::test]

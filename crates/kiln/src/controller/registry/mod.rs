@@ -14,11 +14,13 @@
 //! no longer matches).
 
 mod etcd;
+mod events;
 mod sqlite;
 
 use chrono::{DateTime, Utc};
 
 pub use etcd::EtcdRegistry;
+pub use events::{EtcdEvents, EventQueue, INLINE_PAYLOAD};
 pub use sqlite::{Database, Progress, QueuedEvent, Requeue};
 
 use super::sequences::Sequence;
@@ -37,6 +39,9 @@ pub enum RegistryError {
     /// etcd failed or could not be reached
     #[error("the cluster's registry: {0}")]
     Etcd(#[from] EtcdError),
+    /// the cluster's shared store failed or could not be reached
+    #[error("{0}")]
+    SharedStore(#[from] crate::cluster::code::SharedCodeError),
 }
 
 /// A record's version: etcd's `mod_revision` of its key; 0 in SQLite.
