@@ -4,50 +4,21 @@ scheduler is killed (`kill -9`) every acknowledged Event is still delivered, by 
 
 Delivery is at least once: each check is that every acknowledged Event ran, within a bound."""
 
-import subprocess
-import sys
-
 import pytest
 
-from cluster_harness import Cluster
+from cluster_harness import MARKING_FUNCTION, Cluster
 
 NODES = ("n1", "n2", "n3")
 BOUND = 60
-MARKS_PORT = 8765
 # Reports its token to the marks server in the client's namespace once it has run.
-SOURCE = """import time, urllib.request
-def handler(event, context):
-    time.sleep(event.get("sleep", 0))
-    urllib.request.urlopen(urllib.request.Request(event["url"], data=event["token"].encode()), timeout=30).read()
-    return {}
-"""
-# Appends each token POSTed to it to a file, one a line, flushed at once.
-MARKS_SERVER = """import http.server, sys
-out = open(sys.argv[3], "a", buffering=1)
-class Marks(http.server.BaseHTTPRequestHandler):
-    def do_POST(self):
-        out.write(self.rfile.read(int(self.headers["content-length"])).decode() + "\\n")
-        self.send_response(200)
-        self.send_header("content-length", "0")
-        self.end_headers()
-    def log_message(self, *args):
-        pass
-http.server.ThreadingHTTPServer((sys.argv[1], int(sys.argv[2])), Marks).serve_forever()
-"""
+SOURCE = MARKING_FUNCTION
 
 
 @pytest.fixture(scope="module")
 def cluster():
     with Cluster(nodes=3) as c:
-        c.marks = c.dir / "marks.txt"
-        c.marks.touch()
-        server = subprocess.Popen(c.enter("client") + [sys.executable, "-c", MARKS_SERVER, c.ip("client"),
-                                                        str(MARKS_PORT), str(c.marks)])
-        try:
-            yield c
-        finally:
-            server.kill()
-            server.wait(timeout=10)
+        c.start_marks_server()
+        yield c
 
 
 def scheduler(cluster):
@@ -59,10 +30,7 @@ def scheduler(cluster):
 
 def delivered(cluster):
     """Each token the functions reported, with how many times."""
-    counts = {}
-    for token in cluster.marks.read_text().split():
-        counts[token] = counts.get(token, 0) + 1
-    return counts
+    return cluster.marks()
 
 
 def create(cluster, name):
@@ -75,7 +43,7 @@ def create(cluster, name):
 
 
 def send(cluster, nodes, name, tokens, **args):
-    extra = {"url": f"http://{cluster.ip('client')}:{MARKS_PORT}/", **args.pop("extra", {})}
+    extra = {"url": cluster.marks_url, **args.pop("extra", {})}
     statuses = cluster.lambda_op("send_events", endpoints=[cluster.endpoint(n) for n in nodes], name=name,
                                  tokens=tokens, extra=extra, **args)
     assert statuses == [202] * len(tokens), statuses

@@ -142,6 +142,19 @@ struct FailureRecord {
     failed_at: DateTime<Utc>,
 }
 
+/// How long the scheduler works from one listing of the queue: each claim checks the event is
+/// still as listed, so a stale listing costs a failed claim, never a wrong delivery.
+const RELIST: Duration = Duration::from_millis(100);
+
+/// An event as the scheduler last listed it.
+#[derive(Clone)]
+struct Listed {
+    id: String,
+    key: String,
+    mod_revision: i64,
+    record: EventRecord,
+}
+
 /// An event this node claimed and is delivering.
 struct Claimed {
     key: String,
@@ -159,6 +172,8 @@ pub struct EtcdEvents {
     /// The lease this node was elected scheduler with, while it is.
     scheduler: Mutex<Option<i64>>,
     claimed: Mutex<HashMap<i64, Claimed>>,
+    /// The scheduler's last listing of the queue (oldest first) and when it was made.
+    listing: Mutex<Option<(std::time::Instant, Vec<Listed>)>>,
     next_id: AtomicI64,
     /// Events in the queue at the scheduler's last look (0 on other nodes).
     depth: AtomicU64,
@@ -177,6 +192,7 @@ impl EtcdEvents {
             membership: OnceLock::new(),
             scheduler: Mutex::new(None),
             claimed: Mutex::new(HashMap::new()),
+            listing: Mutex::new(None),
             next_id: AtomicI64::new(1),
             depth: AtomicU64::new(0),
         }
@@ -327,10 +343,31 @@ impl EventQueue for EtcdEvents {
         let Some(lease) = self.scheduling() else {
             return Ok(Vec::new());
         };
-        let (entries, _) = block(self.etcd.list(&format!("{}queue/", self.root)))?;
-        self.depth.store(entries.len() as u64, Ordering::Relaxed);
         if limit == 0 {
             return Ok(Vec::new());
+        }
+        let fresh = self
+            .listing
+            .locked()
+            .as_ref()
+            .is_some_and(|(at, _)| at.elapsed() < RELIST);
+        if !fresh {
+            let (entries, _) = block(self.etcd.list(&format!("{}queue/", self.root)))?;
+            self.depth.store(entries.len() as u64, Ordering::Relaxed);
+            let mut listed: Vec<Listed> = entries
+                .iter()
+                .filter_map(|e| {
+                    Some(Listed {
+                        id: e.key.rsplit('/').next()?.to_string(),
+                        key: e.key.clone(),
+                        mod_revision: e.mod_revision,
+                        record: self.decode(&e.key, &e.value)?,
+                    })
+                })
+                .collect();
+            // Oldest first across functions: ids sort by acceptance time.
+            listed.sort_by(|a, b| a.id.cmp(&b.id));
+            *self.listing.locked() = Some((std::time::Instant::now(), listed));
         }
         let held: Vec<String> = self
             .claimed
@@ -339,17 +376,18 @@ impl EventQueue for EtcdEvents {
             .map(|c| c.key.clone())
             .collect();
         let now = Utc::now();
-        // Oldest first across functions: ids sort by acceptance time.
-        let mut due: Vec<(String, String, EventRecord)> = entries
-            .iter()
-            .filter(|e| !held.contains(&e.key))
-            .filter_map(|e| {
-                let id = e.key.rsplit('/').next()?.to_string();
-                let record = self.decode(&e.key, &e.value)?;
-                (record.not_before <= now).then(|| (id, e.key.clone(), record))
+        let due: Vec<Listed> = self
+            .listing
+            .locked()
+            .as_ref()
+            .map(|(_, listed)| {
+                listed
+                    .iter()
+                    .filter(|l| !held.contains(&l.key) && l.record.not_before <= now)
+                    .cloned()
+                    .collect()
             })
-            .collect();
-        due.sort_by(|a, b| a.0.cmp(&b.0));
+            .unwrap_or_default();
         let mut running: HashMap<String, usize> = HashMap::new();
         for (_, function) in busy {
             *running.entry(function.clone()).or_default() += 1;
@@ -359,7 +397,14 @@ impl EventQueue for EtcdEvents {
             .map(|m| m.node_id().to_string())
             .unwrap_or_default();
         let mut out = Vec::new();
-        for (id, key, record) in due {
+        let mut tried = Vec::new();
+        for Listed {
+            id,
+            key,
+            mod_revision,
+            record,
+        } in due
+        {
             if out.len() == limit {
                 break;
             }
@@ -368,9 +413,11 @@ impl EventQueue for EtcdEvents {
                 continue;
             }
             let claim = format!("{}claims/{id}", self.root);
+            tried.push(key.clone());
+            // Still as listed (not delivered, nor written back by a retry) and unclaimed.
             let txn = Txn::new()
                 .when([
-                    Compare::version(key.as_str(), CompareOp::Greater, 0),
+                    Compare::mod_revision(key.as_str(), CompareOp::Equal, mod_revision),
                     Compare::version(claim.as_str(), CompareOp::Equal, 0),
                 ])
                 .and_then([TxnOp::put(
@@ -406,6 +453,10 @@ impl EventQueue for EtcdEvents {
             self.claimed
                 .locked()
                 .insert(local, Claimed { key, claim, record });
+        }
+        // Claimed or gone: either way not to be tried again from this listing.
+        if let Some((_, listed)) = self.listing.locked().as_mut() {
+            listed.retain(|l| !tried.contains(&l.key));
         }
         Ok(out)
     }
