@@ -5,6 +5,7 @@
 # Build kiln (release) and start it with the demo function `hello` deployed.
 up:
 	./scripts/setup-build-env.sh
+	./scripts/install-runtime-sdk.sh
 	cargo build --release
 	./target/release/kiln up --demo
 

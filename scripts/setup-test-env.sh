@@ -53,6 +53,8 @@ fi
 if [ ! -d tests/js/node_modules/@aws-sdk/client-s3 ]; then
     (cd tests/js && npm ci --no-audit --no-fund --loglevel=error)
 fi
+# The AWS SDKs the runtimes provide (runtimes/sdk), where `kiln up` looks for them by default.
+./scripts/install-runtime-sdk.sh
 # The web adapter's tests: an Express 5 app with its own package-lock (tests/web/express), zipped with its
 # node_modules into the test function. Flask comes from the venv (above).
 if [ ! -d tests/web/express/node_modules/express ]; then

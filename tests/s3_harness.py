@@ -338,7 +338,7 @@ def send(prepared, body=None):
     return response.status, response.read().decode(errors="replace")
 
 
-def aws_chunked_put(server, path, data, trailer_value):
+def aws_chunked_put(server, path, data, trailer_value, encoding="aws-chunked"):
     """A PUT the way the JS SDK streams one: aws-chunked, unsigned payload, CRC32 in a trailer."""
     from botocore.auth import S3SigV4Auth
     from botocore.awsrequest import AWSRequest
@@ -352,7 +352,7 @@ def aws_chunked_put(server, path, data, trailer_value):
     body = b"".join(f"{len(c):x}\r\n".encode() + c + b"\r\n" for c in (data[:half], data[half:]))
     body += b"0\r\n" + f"x-amz-checksum-crc32:{trailer_value}\r\n\r\n".encode()
     request = AWSRequest(method="PUT", url=s3_endpoint(server) + path, data=body, headers={
-        "Content-Encoding": "aws-chunked", "x-amz-decoded-content-length": str(len(data)),
+        "Content-Encoding": encoding, "x-amz-decoded-content-length": str(len(data)),
         "x-amz-trailer": "x-amz-checksum-crc32", "x-amz-sdk-checksum-algorithm": "CRC32"})
     TrailerAuth(Credentials(server.access_key, server.secret_key), "s3", server.region).add_auth(request)
     return send(request.prepare())

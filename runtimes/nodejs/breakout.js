@@ -56,6 +56,29 @@ function lookup(object, key) {
   return undefined;
 }
 
+/**
+ * The intrinsic a callee is, if any: a call whose effects are the platform's (the function's log, the clock,
+ * randomness, the object store). Compared by identity with what the globals hold now, as the shim replaces
+ * `console`'s methods after this file loads; an S3 client's `send` by its receiver's constructor's name, read
+ * without running a getter. kiln-breakout's trace::INTRINSICS lists the same names.
+ */
+function intrinsicName(callee, isNew, object, key) {
+  if (typeof callee !== 'function') return undefined;
+  if (!isNew && key === 'send' && object !== null && typeof object === 'object') {
+    const constructor = lookup(object, 'constructor');
+    if (typeof constructor === 'function' && lookup(constructor, 'name') === 'S3Client') {
+      return 'S3Client.prototype.send';
+    }
+  }
+  if (isNew) return callee === Date ? 'Date' : undefined;
+  for (const method of ['log', 'info', 'warn', 'error']) {
+    if (callee === console[method]) return `console.${method}`;
+  }
+  if (callee === Date.now) return 'Date.now';
+  if (callee === Math.random) return 'Math.random';
+  return undefined;
+}
+
 // The quoted statement a node was made from, kept off the JSON (a node is matched to it on later runs).
 const origin = new WeakMap();
 
@@ -80,6 +103,8 @@ class Tracer {
     this.handlers = [];
     this.byFunction = new Map();
     this.functions = new WeakMap();
+    // The call nodes that have run at least once (an intrinsic is marked on the first run only).
+    this.called = new WeakSet();
     this.nodes = 0;
     this.conflicts = [];
     this.idle = new Zipper({ id: -1, fn: 'idle', body: [unknown()] }, true);
@@ -264,6 +289,16 @@ class Tracer {
     let node = inline
       ? this.place(q, () => ({ kind: 'named', bind: q.bind, callee: q.callee, args: q.args, fn: info.id, body: null }))
       : this.place(q, () => ({ kind: 'call', bind: q.bind, callee: q.callee, args: q.args, new: q.new, handlers: [] }));
+    if (node && node.kind === 'call' && !inline) {
+      // A call site that called an intrinsic and then something else is an ordinary call.
+      const intrinsic = intrinsicName(callee, q.new, object, key);
+      if (!this.called.has(node)) {
+        if (intrinsic) node.intrinsic = intrinsic;
+        this.called.add(node);
+      } else if (node.intrinsic !== undefined && node.intrinsic !== intrinsic) {
+        delete node.intrinsic;
+      }
+    }
     if (node && (node.kind === 'named') !== inline) {
       this.conflict('a call site that called a traced function calls a built-in, or the other way');
       node = null;

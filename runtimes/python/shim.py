@@ -23,6 +23,7 @@ import time
 import traceback
 
 SHIM_FILE = os.path.abspath(__file__)
+RUNTIME_LIB = "/var/runtime"  # the runtime's AWS SDK, mounted by kiln
 _PREFIX = struct.Struct(">II")  # header length, body length
 
 # The current request id: read by the logging filter, like awslambdaric's _GLOBAL_AWS_REQUEST_ID.
@@ -578,7 +579,11 @@ def main():
     if sys.path and sys.path[0] == os.path.dirname(SHIM_FILE):
         del sys.path[0]
     sys.path.insert(0, task_root)
-    # kiln's runtime library (snapshot_restore_py) comes last, as Lambda's /var/runtime does.
+    # The runtime's AWS SDK (boto3) right after them, before whatever the host's Python has
+    # installed, as on Lambda: a function that bundles its own boto3 gets its own.
+    if os.path.isdir(RUNTIME_LIB):
+        sys.path.insert(1, RUNTIME_LIB)
+    # kiln's runtime library (snapshot_restore_py) comes last.
     sys.path.append(os.path.join(os.path.dirname(SHIM_FILE), "python"))
 
     if os.environ.get("KILN_STANDBY") == "1" and isinstance(transport, FrameTransport):

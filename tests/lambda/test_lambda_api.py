@@ -114,7 +114,11 @@ def test_create_and_get_function_shape(kiln):
     assert created["ResponseMetadata"]["HTTPStatusCode"] == 201
     arn = f"arn:aws:lambda:us-east-1:000000000000:function:{name}"
     sha = base64.b64encode(hashlib.sha256(zip_bytes).digest()).decode()
-    for config in (created, kiln.client().get_function(FunctionName=name)["Configuration"],
+    # Pending while its snapshot is built, as a new Lambda function is; then Active.
+    assert created["State"] == "Pending" and created["StateReasonCode"] == "Creating", created
+    assert created["StateReason"] == "The function is being created."
+    kiln.client().get_waiter("function_active_v2").wait(FunctionName=name, WaiterConfig={"Delay": 1})
+    for config in (kiln.client().get_function(FunctionName=name)["Configuration"],
                    kiln.client().get_function_configuration(FunctionName=name)):
         assert config["FunctionName"] == name
         assert config["FunctionArn"] == arn
@@ -961,6 +965,25 @@ def test_invalid_create_parameters_are_400(kiln, override, code, message):
     assert excinfo.value.response["Error"]["Message"].startswith(message) if message else excinfo.value.response["Error"]["Message"]
     with pytest.raises(lam.exceptions.ResourceNotFoundException):
         lam.get_function(FunctionName=params["FunctionName"])
+
+
+def test_every_violation_of_the_model_is_reported_at_once(kiln):
+    lam = unvalidated_client(kiln)
+    name = unique("violations")
+    with pytest.raises(botocore.exceptions.ClientError) as excinfo:
+        lam.create_function(FunctionName=name, Runtime=PYTHON_RUNTIME, Role="my-role", Handler="",
+                            MemorySize=64, Timeout=0, Code={"ZipFile": zip_files({"app.py": ECHO_PY})})
+    assert error_code(excinfo) == VALIDATION and http_status(excinfo) == 400
+    message = excinfo.value.response["Error"]["Message"]
+    assert message.startswith("4 validation errors detected: Value 'my-role' at 'role' failed to satisfy constraint: ")
+    for field in ("role", "handler", "memorySize", "timeout"):
+        assert f"at '{field}' failed to satisfy constraint" in message, message
+    assert message.count("; Value '") == 3, message
+    # An update is checked the same way, as the function it would make.
+    create(kiln, name)
+    with pytest.raises(botocore.exceptions.ClientError) as excinfo:
+        lam.update_function_configuration(FunctionName=name, MemorySize=64, Timeout=0)
+    assert excinfo.value.response["Error"]["Message"].startswith("2 validation errors detected: Value '64' at 'memorySize'")
 
 
 # botocore's model of the Lambda API (the service's own): each operation's pattern.

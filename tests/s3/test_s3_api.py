@@ -87,10 +87,12 @@ def test_every_error_carries_s3s_message(s3, bucket):
 def test_listings_read_requests_as_s3_does(s3, bucket):
     for key in ["a b/1", "a b/2", "c"]:
         s3.put_object(Bucket=bucket, Key=key, Body=b"x")
-    # An empty continuation token or delimiter is absent, and not echoed back.
+    # An empty continuation token or delimiter is absent; the token is echoed back, not the
+    # delimiter.
     empty = s3.list_objects_v2(Bucket=bucket, ContinuationToken="", Delimiter="")
     assert [o["Key"] for o in empty["Contents"]] == ["a b/1", "a b/2", "c"]
     assert "Delimiter" not in empty and "CommonPrefixes" not in empty
+    assert empty["ContinuationToken"] == "" and empty["IsTruncated"] is False
     # V2 names owners only when asked; v1 always does.
     assert all("Owner" not in o for o in s3.list_objects_v2(Bucket=bucket)["Contents"])
     assert all(o["Owner"]["ID"] for o in s3.list_objects_v2(Bucket=bucket, FetchOwner=True)["Contents"])

@@ -2,9 +2,11 @@
 buckets, GetObjectAttributes, reads by part number, ListMultipartUploads, storage classes and
 canned ACLs, as boto3 calls them."""
 
+import base64
 import urllib.error
 import urllib.request
 import uuid
+import zlib
 
 import boto3
 import botocore
@@ -158,6 +160,20 @@ def test_reads_by_part_number(s3, bucket):
     with pytest.raises(botocore.exceptions.ClientError) as e:
         s3.get_object(Bucket=bucket, Key="mp", PartNumber=1, Range="bytes=0-1")
     assert error_code(e) == "InvalidRequest"
+
+
+def test_a_part_read_answers_that_parts_checksum(s3, bucket):
+    datas, done = multipart_object(s3, bucket, "sums", [5 * MiB, 17], ChecksumAlgorithm="CRC32")
+    assert done["ChecksumType"] == "COMPOSITE"
+    for n, data in enumerate(datas, start=1):
+        crc = base64.b64encode(zlib.crc32(data).to_bytes(4, "big")).decode()
+        for read in (s3.get_object, s3.head_object):
+            got = read(Bucket=bucket, Key="sums", PartNumber=n, ChecksumMode="ENABLED")
+            assert (got["ChecksumCRC32"], got["ChecksumType"]) == (crc, "COMPOSITE"), (read, n)
+    # Without checksum mode, no checksum (boto3 asks for it on GetObject by itself).
+    assert "ChecksumCRC32" not in s3.head_object(Bucket=bucket, Key="sums", PartNumber=1)
+    whole = s3.head_object(Bucket=bucket, Key="sums", ChecksumMode="ENABLED")
+    assert whole["ChecksumCRC32"] == done["ChecksumCRC32"]
 
 
 def test_part_one_of_a_single_part_object_is_the_whole_object(s3, bucket):

@@ -175,7 +175,8 @@ def test_a_session_whose_primary_died_is_placed_anew(kiln):
 
 
 def test_a_busy_primary_keeps_its_session_while_other_sessions_go_elsewhere(kiln):
-    deploy(kiln, "ss-busy", "--session-hint", "json:$.session", "--sessions-per-instance", "1")
+    # No warm-up: its session ("-") would be in every fork's memory, and counted as seen.
+    deploy(kiln, "ss-busy", "--session-hint", "json:$.session", "--sessions-per-instance", "1", "--warmup", "0")
     holder = kiln.invoke("ss-busy", {"session": "h"})[0]
     thread = threading.Thread(target=kiln.invoke, args=("ss-busy", {"session": "h", "action": "sleep",
                                                                      "seconds": 1.5}))

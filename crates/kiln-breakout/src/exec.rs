@@ -388,6 +388,10 @@ impl Guest for Host<'_, '_> {
         }
     }
 
+    fn intrinsics(&mut self) -> &mut dyn Intrinsics {
+        self.caller.data_mut().intrinsics.as_mut()
+    }
+
     fn intrinsic(&mut self, name: &str, args: &[Value]) -> Result<Value, Miss> {
         let mut values = Vec::new();
         for &a in args {
@@ -634,6 +638,9 @@ fn linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
             heap.mem[a..a + text.len()].copy_from_slice(text.as_bytes());
             Ok(((u64::from(address) << 32) | text.len() as u64) as i64)
         })
+    })?;
+    l.func_wrap(m, "context", |mut c: Caller<'_, State>| {
+        host(&mut c, |g| Ok(runtime::context(g)?.0 as i64))
     })?;
     l.func_wrap(m, "entry", |mut c: Caller<'_, State>| {
         host(&mut c, |g| Ok(runtime::entry(&mut g.heap())?.0 as i64))

@@ -12,7 +12,7 @@ mod support;
 use kiln_breakout::compile::{compile, CompileOptions};
 use kiln_breakout::exec::{FastPathEngine, Limits, LoadError, Loaded, Outcome};
 use kiln_breakout::instrument::instrument_dir;
-use kiln_breakout::runtime::{Intrinsics, Miss, NoIntrinsics};
+use kiln_breakout::runtime::{Intrinsics, LogLevel, Miss, NoIntrinsics};
 use serde_json::{json, Value};
 use support::*;
 
@@ -52,7 +52,8 @@ fn trace_and_load(
             name
         }
         Source::Program(text) => {
-            fs::create_dir_all(&plain).unwrap();
+            // The S3 stand-in is installed too (a program that does not load it never reads it).
+            install_s3_stand_in(&plain);
             fs::write(plain.join("index.js"), text).unwrap();
             "program"
         }
@@ -290,7 +291,7 @@ fn a_throw_is_caught_by_its_try_and_an_uncaught_one_misses() {
 
 const LIMITS: &str = r#"
 exports.handler = async ({ n, spin, kind }) => {
-  if (kind === "date") { return Date.now() > 0; }
+  if (kind === "log") { return Math.log(2) > 0; }
   if (kind === "regex") { return /a+/.test("aa"); }
   const xs = [];
   for (let i = 0; i < n; i++) { xs.push([i, i]); }
@@ -305,11 +306,11 @@ fn memory_time_and_builtins_not_compiled_are_misses_with_their_reason() {
     if !node_available() {
         return;
     }
-    let training = json!([{"n": 2, "spin": 2}, {"n": 0, "spin": 0, "kind": "date"}, {"n": 0, "spin": 0, "kind": "regex"}]);
+    let training = json!([{"n": 2, "spin": 2}, {"n": 0, "spin": 0, "kind": "log"}, {"n": 0, "spin": 0, "kind": "regex"}]);
     let events = vec![
         json!({"n": 3, "spin": 5}),
         json!({"n": 1_000_000, "spin": 0}),
-        json!({"n": 0, "spin": 0, "kind": "date"}),
+        json!({"n": 0, "spin": 0, "kind": "log"}),
         json!({"n": 0, "spin": 0, "kind": "regex"}),
     ];
     let options = CompileOptions { memory_pages: 64 };
@@ -323,7 +324,7 @@ fn memory_time_and_builtins_not_compiled_are_misses_with_their_reason() {
     assert_eq!(miss_reason(&outcomes[1]), Some("out of memory"));
     assert_eq!(
         miss_reason(&outcomes[2]),
-        Some("builtin Date.now not compiled")
+        Some("builtin Math.log not compiled")
     );
     assert_eq!(
         miss_reason(&outcomes[3]),
@@ -414,28 +415,53 @@ fn shift_answers_as_node_or_misses() {
     compare("shift", training, events, &|e| e["n"].is_u64());
 }
 
-/// Logs each intrinsic call; answers `console.log` with `undefined` (JSON `null`).
+/// Keeps each log line as `LEVEL message`; the clock stands still at `NOW`.
 struct Recorder(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
 
+const NOW: f64 = 1_795_000_000_123.0;
+
 impl Intrinsics for Recorder {
-    fn call(&mut self, name: &str, args: &[Value]) -> Result<Value, Miss> {
+    fn log(&mut self, level: LogLevel, message: &str) -> Result<(), Miss> {
         self.0
             .lock()
             .unwrap()
-            .push(format!("{name} {}", Value::from(args.to_vec())));
-        Ok(Value::Null)
+            .push(format!("{} {message}", level.as_str()));
+        Ok(())
+    }
+
+    fn now(&mut self) -> f64 {
+        NOW
+    }
+
+    fn context(&mut self) -> Result<Value, Miss> {
+        Ok(json!({"awsRequestId": "r-1", "functionName": "f"}))
     }
 }
 
+/// Every console call and argument kind the runtime formats; `event.kind` picks a line
+/// the runtime does not format (a class instance), so that path misses.
 const LOGS: &str = r#"
-exports.handler = async ({ who }) => {
-  console.log("hello", who, { n: 1 });
-  return who.length;
+class Point { constructor(x) { this.x = x; } }
+exports.handler = async (event) => {
+  const who = event.who;
+  console.log("hello", who, { n: 1, "a-b": [true, null, undefined], deep: { a: { b: { c: 1 } } } });
+  console.info("%s has %d items (%j) at 100%%", who, "3", { k: [1] }, -0, "it's");
+  console.warn(["x", 2.5, -0], {}, [], 'q"\'');
+  console.error({ long: "yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy", other: "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz" });
+  console.log();
+  console.log("%c%s", "color: red", 7, "%x");
+  const started = Date.now();
+  const when = new Date(started - 86400000);
+  const random = Math.random();
+  if (event.kind) console.log(new Point(1));
+  if (event.fake) { const F = function () {}; F.prototype = Date.prototype; return new F().getTime(); }
+  return { who, iso: when.toISOString(), t: when.getTime(), json: JSON.stringify({ when }),
+           random: random >= 0 && random < 1, invalid: new Date(NaN).toJSON() };
 };
 "#;
 
 #[test]
-fn intrinsic_calls_go_to_the_intrinsics_and_miss_without_them() {
+fn console_date_and_random_go_to_the_intrinsics_as_node_prints_them() {
     if !node_available() {
         return;
     }
@@ -443,30 +469,266 @@ fn intrinsic_calls_go_to_the_intrinsics_and_miss_without_them() {
     let loaded = trace_and_load(
         work.path(),
         &Source::Program(LOGS),
-        &json!([{"who": "x"}]),
+        &json!([{"who": "x"}, {"who": "y", "kind": 1}, {"who": "z", "fake": 1}]),
         &CompileOptions::default(),
     );
-    let event = br#"{"who": "ann"}"#;
+    let trace = fs::read_to_string(work.path().join("trace.json")).unwrap();
+    for name in [
+        "console.log",
+        "console.info",
+        "console.warn",
+        "console.error",
+        "Date.now",
+        "Date",
+        "Math.random",
+    ] {
+        assert!(
+            trace.contains(&format!(r#""intrinsic":"{name}""#)),
+            "{name} in {trace}"
+        );
+    }
+    // Node's own console, its levels as the shim writes them.
+    let script = work.path().join("print.js");
+    fs::write(
+        &script,
+        format!(
+            "for (const [m, l] of [['log','INFO'],['info','INFO'],['warn','WARN'],['error','ERROR']]) {{\n\
+             const f = require('util').format; console[m] = (msg, ...a) => process.stdout.write(l + ' ' + f(msg, ...a) + '\\n'); }}\n\
+             Date.now = () => {NOW};\n{LOGS}\nexports.handler({{ who: 'ann' }}).then((r) => process.stdout.write(JSON.stringify(r)));"
+        ),
+    )
+    .unwrap();
+    let printed = node(work.path(), &["print.js"]);
+    let (lines, answer) = printed.rsplit_once('\n').unwrap();
+
     let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let event = br#"{"who": "ann"}"#;
     let outcome = loaded.run(
         event,
         Box::new(Recorder(log.clone())),
         Duration::from_secs(5),
     );
-    assert_eq!(outcome, Outcome::Answer(b"3".to_vec()));
+    assert_eq!(outcome, Outcome::Answer(answer.as_bytes().to_vec()));
+    assert_eq!(log.lock().unwrap().join("\n"), lines);
+
+    // A value the runtime does not format misses (Node prints it), as does a log line
+    // without the platform's intrinsics.
+    let outcome = loaded.run(
+        br#"{"who": "ann", "kind": 1}"#,
+        Box::new(Recorder(log.clone())),
+        Duration::from_secs(5),
+    );
     assert_eq!(
-        *log.lock().unwrap(),
-        [r#"console.log ["hello","ann",{"n":1}]"#]
+        miss_reason(&outcome),
+        Some("console output of an instance of a class not compiled")
     );
     let outcome = loaded.run(event, Box::new(NoIntrinsics), Duration::from_secs(5));
     assert_eq!(
         miss_reason(&outcome),
-        Some("intrinsic console.log not available")
+        Some("intrinsic console (INFO) not available")
+    );
+    // An object made with a builtin's prototype would pass for a `Date`; Node throws on it.
+    let outcome = loaded.run(
+        br#"{"who": "ann", "fake": 1}"#,
+        Box::new(Recorder(log.clone())),
+        Duration::from_secs(5),
+    );
+    assert_eq!(
+        miss_reason(&outcome),
+        Some("new of a function whose prototype is a builtin's not compiled")
     );
 }
 
+/// The handler's context: fields read from the platform's, enumerating it misses.
+const CONTEXT: &str = r#"
+exports.handler = async (event, context) => {
+  if (event.keys) return Object.keys(context);
+  return { id: context.awsRequestId, has: "awsRequestId" in context, no: "nothing" in context };
+};
+"#;
+
 #[test]
-fn benchmarks_that_use_the_store_compile_and_refuse_to_load_until_intrinsics_are_compiled() {
+fn the_context_is_the_platforms_and_is_not_enumerated() {
+    if !node_available() {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let loaded = trace_and_load(
+        work.path(),
+        &Source::Program(CONTEXT),
+        &json!([{}, {"keys": 1}]),
+        &CompileOptions::default(),
+    );
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let outcome = loaded.run(
+        b"{}",
+        Box::new(Recorder(log.clone())),
+        Duration::from_secs(5),
+    );
+    assert_eq!(
+        outcome,
+        Outcome::Answer(br#"{"id":"r-1","has":true,"no":false}"#.to_vec())
+    );
+    let outcome = loaded.run(
+        br#"{"keys": 1}"#,
+        Box::new(Recorder(log.clone())),
+        Duration::from_secs(5),
+    );
+    assert_eq!(
+        miss_reason(&outcome),
+        Some("the keys of an object of a builtin class not compiled")
+    );
+}
+
+/// One call site, no branch: which function it calls comes from the event.
+const PICKED: &str = r#"
+exports.handler = async (event) => {
+  const fns = [console.log, Math.random];
+  const f = fns[event.i];
+  const r = f("picked");
+  return typeof r;
+};
+"#;
+
+#[test]
+fn the_tracer_marks_intrinsic_calls_and_the_compiled_call_guards_its_callee() {
+    if !node_available() {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let loaded = trace_and_load(
+        work.path(),
+        &Source::Program(PICKED),
+        &json!([{"i": 0}]),
+        &CompileOptions::default(),
+    );
+    let trace = fs::read_to_string(work.path().join("trace.json")).unwrap();
+    assert!(trace.contains(r#""intrinsic":"console.log""#), "{trace}");
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let outcome = loaded.run(
+        br#"{"i": 0}"#,
+        Box::new(Recorder(log.clone())),
+        Duration::from_secs(5),
+    );
+    assert_eq!(outcome, Outcome::Answer(br#""undefined""#.to_vec()));
+    assert_eq!(*log.lock().unwrap(), ["INFO picked"]);
+    // The same site calling Math.random is not the call the trace saw.
+    let outcome = loaded.run(
+        br#"{"i": 1}"#,
+        Box::new(Recorder(log.clone())),
+        Duration::from_secs(5),
+    );
+    assert_eq!(
+        miss_reason(&outcome),
+        Some("a guard: the call of console.log calls another function")
+    );
+}
+
+/// The S3 client, as the tracing runtime sees it (the stand-in SDK in Node) and as the fast
+/// path calls it: one intrinsic call per `send`, its input checked, its answer the output.
+const S3_PROGRAM: &str = r#"
+const { S3Client, GetObjectCommand, PutObjectCommand } = require("@aws-sdk/client-s3");
+const s3 = new S3Client({ region: "x" });
+exports.handler = async (event) => {
+  const input = { Bucket: "b", Key: event.key, Body: event.text };
+  if (event.range) input.Range = "bytes=0-1";
+  const put = await s3.send(new PutObjectCommand(input));
+  const got = await s3.send(new GetObjectCommand({ Bucket: "b", Key: event.key }));
+  const text = await got.Body.transformToString();
+  return { etag: put.ETag, text };
+};
+"#;
+
+/// A store of one object at a time, for the fast path's side of the boundary.
+struct OneObject(std::sync::Arc<std::sync::Mutex<Vec<String>>>, Option<Value>);
+
+impl Intrinsics for OneObject {
+    fn call(&mut self, name: &str, args: &[Value]) -> Result<Value, Miss> {
+        self.0.lock().unwrap().push(format!("{name} {}", args[0]));
+        match name {
+            "s3.PutObject" => {
+                self.1 = Some(args[0]["Body"].clone());
+                Ok(json!({"ETag": "\"e\""}))
+            }
+            "s3.GetObject" => match &self.1 {
+                Some(body) => Ok(json!({"Body": body, "LastModified": NOW})),
+                None => Err(Miss::new("NoSuchKey")),
+            },
+            _ => Err(Miss::new("not here")),
+        }
+    }
+}
+
+#[test]
+fn s3_sends_are_one_intrinsic_call_each_with_their_input_checked() {
+    if !node_available() {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let loaded = trace_and_load(
+        work.path(),
+        &Source::Program(S3_PROGRAM),
+        &json!([{"key": "k", "text": "hi"}, {"key": "k", "text": "x", "range": true}]),
+        &CompileOptions::default(),
+    );
+    let trace = fs::read_to_string(work.path().join("trace.json")).unwrap();
+    assert!(
+        trace.contains(r#""intrinsic":"S3Client.prototype.send""#),
+        "{trace}"
+    );
+    let calls = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let outcome = loaded.run(
+        br#"{"key": "a/b", "text": "hello"}"#,
+        Box::new(OneObject(calls.clone(), None)),
+        Duration::from_secs(5),
+    );
+    assert_eq!(
+        outcome,
+        Outcome::Answer(br#"{"etag":"\"e\"","text":"hello"}"#.to_vec())
+    );
+    assert_eq!(
+        *calls.lock().unwrap(),
+        [
+            r#"s3.PutObject {"Body":"hello","Bucket":"b","Key":"a/b"}"#,
+            r#"s3.GetObject {"Bucket":"b","Key":"a/b"}"#
+        ]
+    );
+    // An input field the fast path does not model misses before any call.
+    calls.lock().unwrap().clear();
+    let outcome = loaded.run(
+        br#"{"key": "k", "text": "x", "range": true}"#,
+        Box::new(OneObject(calls.clone(), None)),
+        Duration::from_secs(5),
+    );
+    assert_eq!(
+        miss_reason(&outcome),
+        Some("PutObject with Range not compiled")
+    );
+    assert!(calls.lock().unwrap().is_empty());
+    // A body that is not a string, likewise; and without the platform's store, a send misses.
+    let outcome = loaded.run(
+        br#"{"key": "k", "text": 5}"#,
+        Box::new(OneObject(calls.clone(), None)),
+        Duration::from_secs(5),
+    );
+    assert!(miss_reason(&outcome)
+        .unwrap()
+        .contains("a Body must be a string"));
+    let outcome = loaded.run(
+        br#"{"key": "k", "text": "x"}"#,
+        Box::new(NoIntrinsics),
+        Duration::from_secs(5),
+    );
+    assert_eq!(
+        miss_reason(&outcome),
+        Some("intrinsic s3.PutObject not available")
+    );
+}
+
+/// Their S3 calls are intrinsics now; each still meets code the compiler lacks at load: a
+/// relative `require` (authorize), the `Error` global (status), ES module imports (upload).
+#[test]
+fn benchmarks_that_use_the_store_compile_and_refuse_to_load_where_code_is_not_compiled() {
     if !node_available() {
         return;
     }

@@ -9,12 +9,12 @@ mod support;
 use kiln_breakout::runtime::builtins::{self, Builtin};
 use kiln_breakout::runtime::heap::Heap;
 use kiln_breakout::runtime::value::Value;
-use kiln_breakout::runtime::{json, ops, Guest, Miss};
+use kiln_breakout::runtime::{json, ops, Guest, Intrinsics, Miss, NoIntrinsics};
 use serde_json::{json, Value as Json};
 use support::*;
 
 /// Memory with no compiled code: builtins that call back get builtins as callbacks only.
-struct Memory(Vec<u8>);
+struct Memory(Vec<u8>, NoIntrinsics);
 
 impl Guest for Memory {
     fn heap(&mut self) -> Heap<'_> {
@@ -27,6 +27,10 @@ impl Guest for Memory {
 
     fn intrinsic(&mut self, name: &str, _: &[Value]) -> Result<Value, Miss> {
         Err(Miss::new(format!("intrinsic {name} not available")))
+    }
+
+    fn intrinsics(&mut self) -> &mut dyn Intrinsics {
+        &mut self.1
     }
 }
 
@@ -219,7 +223,7 @@ fn builtins_answer_as_node_does() {
     assert_eq!(expected.len(), cases.len());
     let mut served = 0;
     for ((name, this, args), node) in cases.iter().zip(expected) {
-        let mut guest = Memory(vec![0; 1 << 20]);
+        let mut guest = Memory(vec![0; 1 << 20], NoIntrinsics);
         Heap::empty(&mut guest.0).unwrap();
         let this = value(&mut guest, this);
         let args: Vec<Value> = args

@@ -36,7 +36,7 @@ fn sample() -> Value {
                     {"kind": "return", "value": {"kind": "binary", "op": "*", "left": {"kind": "id", "name": "x"}, "right": {"kind": "from", "name": "limit"}}, "types": ["int"]}
                 ], "types": ["int"]},
                 {"kind": "call", "bind": {"let": "items"}, "callee": {"kind": "get", "object": {"kind": "array", "items": [{"kind": "id", "name": "d"}, {"kind": "hole"}]}, "property": "map"}, "args": [{"kind": "from", "name": "double"}], "new": false, "handlers": [2], "types": ["array"]},
-                {"kind": "call", "bind": null, "callee": {"kind": "get", "object": {"kind": "global", "name": "console"}, "property": "log"}, "args": [{"kind": "object", "properties": [{"key": "a", "value": {"kind": "id", "name": "d"}}, {"spread": {"kind": "id", "name": "items"}}]}], "new": false},
+                {"kind": "call", "bind": null, "callee": {"kind": "get", "object": {"kind": "global", "name": "console"}, "property": "log"}, "args": [{"kind": "object", "properties": [{"key": "a", "value": {"kind": "id", "name": "d"}}, {"spread": {"kind": "id", "name": "items"}}]}], "new": false, "intrinsic": "console.log"},
                 {"kind": "await", "bind": {"let": "got"}, "value": {"kind": "id", "name": "items"}, "types": ["array"]},
                 {"kind": "try", "param": "error", "body": [
                     {"kind": "throw", "value": {"kind": "string", "value": "x"}}
@@ -91,6 +91,10 @@ fn malformed_trees_are_refused_with_their_reason() {
         (
             with(&format!("{body}/3/handlers/0"), json!(9)),
             "calls back handler 9",
+        ),
+        (
+            with(&format!("{body}/4/intrinsic"), json!("fs.writeFileSync")),
+            "calls an unknown intrinsic",
         ),
         (
             with(

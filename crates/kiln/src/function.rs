@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::sync::LockExt;
 
 pub mod breakout;
+pub mod event_invoke;
 pub mod settings;
 pub mod tags;
 pub mod web;
@@ -82,6 +83,10 @@ pub struct FunctionConfig {
     /// the RevisionId of a function stored before they were kept does not change.
     #[serde(default, skip_serializing_if = "LambdaSettings::is_empty")]
     pub settings: LambdaSettings,
+    /// Asynchronous invocations' retries, age limit and destinations
+    /// (PutFunctionEventInvokeConfig); Lambda's defaults without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_invoke: Option<event_invoke::EventInvokeConfig>,
 }
 
 /// How each invocation's memory limit is set: kiln's extension `KilnMemorySizing` of the

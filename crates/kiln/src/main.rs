@@ -59,6 +59,11 @@ struct UpArgs {
     /// in MB; the least recently used are evicted beyond it.
     #[arg(long, default_value_t = 2048)]
     snapshot_disk_mb: u64,
+    /// The AWS SDKs the runtimes provide, as Lambda's do (boto3 for python, the SDK for
+    /// JavaScript v3 for nodejs), installed by `scripts/install-runtime-sdk.sh`; without it
+    /// functions get only the SDKs they bundle.
+    #[arg(long, env = "KILN_RUNTIME_SDK", default_value = kiln::runtime::DEFAULT_SDK_DIR)]
+    runtime_sdk: PathBuf,
     /// Runtime-generic standby instances kept booted per runtime (the warm start path); 0 turns
     /// the warm path off.
     #[arg(long, default_value_t = 1)]
@@ -276,6 +281,7 @@ fn main() {
                 queue_depth: args.queue_depth,
                 snapshot_memory_mb: args.snapshot_memory_mb,
                 snapshot_disk_mb: args.snapshot_disk_mb,
+                runtime_sdk: args.runtime_sdk,
                 warm_standbys: args.warm_standbys,
                 max_standbys: args.max_standbys as usize,
                 favor_dynamic_moves: args.cgroup_favordynmods == "on",

@@ -32,6 +32,8 @@ pub struct ServerConfig {
     pub queue_depth: usize,
     pub snapshot_memory_mb: u64,
     pub snapshot_disk_mb: u64,
+    /// The runtimes' AWS SDKs (`--runtime-sdk`).
+    pub runtime_sdk: PathBuf,
     pub warm_standbys: usize,
     /// Turn the kernel's `favordynmods` on, so that moving a process into its cgroup (every
     /// start, every fork) does not wait for an RCU grace period.
@@ -154,7 +156,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     }
     let sandbox_root = data_dir.join("run/rootfs");
     std::fs::create_dir_all(&sandbox_root)?;
-    let runtimes = Runtimes::detect(&data_dir.join("runtime"))?;
+    let runtimes = Runtimes::detect(&data_dir.join("runtime"), &config.runtime_sdk)?;
     let memory_budget_mb = config.memory_budget_mb.unwrap_or(host_memory_mb() * 3 / 4);
     let node_max_instances = config
         .max_instances
@@ -192,6 +194,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
                 databases.clone(),
             ],
             wasm,
+            objects: Some(s3.store.clone()),
             code_slots,
         },
         AgentConfig {
@@ -492,6 +495,7 @@ async fn deploy_demo(controller: &Controller) -> anyhow::Result<()> {
         breakout: None,
         sessions: None,
         settings: Default::default(),
+        event_invoke: None,
     };
     controller.create(DEMO_NAME, config, zip).await?;
     controller.set_url_auth(DEMO_NAME, Some(UrlAuth::None), true)?;

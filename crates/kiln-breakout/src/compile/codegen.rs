@@ -9,6 +9,7 @@ use wasm_encoder::{BlockType, Function, InstructionSink, MemArg, MemArgTarget, V
 use super::captures;
 use super::data::Data;
 use super::imports as rt;
+use crate::runtime::builtins::Builtin;
 use crate::runtime::value::{Value, TAGGED};
 use crate::trace::{Bind, Body, Expr, Node, Type};
 
@@ -554,9 +555,11 @@ impl<'s> Generator<'s> {
                 args,
                 new,
                 handlers,
+                intrinsic,
                 ..
             } => {
-                self.call(callee, args, *new, !handlers.is_empty());
+                let intrinsic = intrinsic.as_deref().and_then(Builtin::named);
+                self.call(callee, args, *new, !handlers.is_empty(), intrinsic);
                 let result = self.local(ValType::I64);
                 self.sink().local_set(result);
                 self.bind_local(bind.as_ref(), result);

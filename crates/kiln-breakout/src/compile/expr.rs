@@ -462,8 +462,16 @@ impl Generator<'_> {
     /// A call the trace did not see into (a builtin, or a function called as an event):
     /// the callee's value and `this`, then the runtime's `call` or `construct`. A global, a
     /// global's member or a method no builtin has is a miss here, unless the trace saw the
-    /// call enter traced code.
-    pub fn call(&mut self, callee: &Expr, args: &[Expr], new: bool, calls_back: bool) {
+    /// call enter traced code. `intrinsic` is the builtin the trace saw the call reach every
+    /// time it ran: the callee is guarded to be that builtin.
+    pub fn call(
+        &mut self,
+        callee: &Expr,
+        args: &[Expr],
+        new: bool,
+        calls_back: bool,
+        intrinsic: Option<Builtin>,
+    ) {
         if let (Expr::Get { object, property }, [arg], false) = (callee, args, new) {
             if property == "push" && !matches!(arg, Expr::Spread { .. }) {
                 let key = self.shared.data.string(property);
@@ -511,6 +519,21 @@ impl Generator<'_> {
                 self.expr(callee);
                 self.sink().local_set(function);
             }
+        }
+        if let Some(builtin) = intrinsic {
+            self.sink()
+                .local_get(function)
+                .i64_const(builtin.value().0 as i64)
+                .i64_ne()
+                .if_(BlockType::Empty);
+            self.miss(
+                &format!(
+                    "a guard: the call of {} calls another function",
+                    builtin.name()
+                ),
+                None,
+            );
+            self.sink().end();
         }
         let direct =
             args.len() <= DIRECT_ARGS && !args.iter().any(|a| matches!(a, Expr::Spread { .. }));

@@ -64,6 +64,8 @@ imports! {
     ENTRY = "entry"() -> (I64);
     // (value) -> its function index if it is a closure, else -1.
     FUNCTION_OF = "function_of"(I64) -> (I32);
+    // () -> the handler's `context`.
+    CONTEXT = "context"() -> (I64);
 }
 
 /// How many imports there are: the first defined function's index.

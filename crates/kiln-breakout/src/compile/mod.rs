@@ -17,7 +17,7 @@
 //! - `memory` (its size fixed at [`CompileOptions::memory_pages`]);
 //! - `init()`: the files' top levels (the handlers of kind `module` no call made), run once;
 //! - `run(address, length) -> i64`: parses the event (UTF-8 JSON in memory), calls
-//!   `module.exports.handler` with it and an empty context, and answers the result as JSON
+//!   `module.exports.handler` with it and the platform's context, and answers the result as JSON
 //!   in memory, its address in the high 32 bits and its length in the low;
 //! - `apply(closure, this, argc, a0, a1, a2, a3) -> i64`: calls a closure whose function the
 //!   trace has as a handler (the runtime's way back in, for callbacks and constructors).
@@ -353,7 +353,7 @@ fn run_function() -> Function {
         .i64_const(Value::UNDEFINED.0 as i64)
         .i32_const(2)
         .local_get(2)
-        .call(imports::OBJECT)
+        .call(imports::CONTEXT)
         .i64_const(Value::UNDEFINED.0 as i64)
         .i64_const(Value::UNDEFINED.0 as i64)
         .call(imports::CALL)

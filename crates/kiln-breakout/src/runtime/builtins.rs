@@ -64,7 +64,33 @@ builtins! {
     NumberParseFloat = "Number.parseFloat",
     StringFromCharCode = "String.fromCharCode",
     ConsoleLog = "console.log",
+    ConsoleInfo = "console.info",
+    ConsoleWarn = "console.warn",
     ConsoleError = "console.error",
+    Date = "Date",
+    DateNow = "Date.now",
+    DatePrototype = "Date.prototype",
+    DateGetTime = "Date.prototype.getTime",
+    DateValueOf = "Date.prototype.valueOf",
+    DateToIsoString = "Date.prototype.toISOString",
+    DateToJson = "Date.prototype.toJSON",
+    MathRandom = "Math.random",
+    Require = "require",
+    S3Module = "@aws-sdk/client-s3",
+    S3Client = "@aws-sdk/client-s3.S3Client",
+    S3GetObjectCommand = "@aws-sdk/client-s3.GetObjectCommand",
+    S3HeadObjectCommand = "@aws-sdk/client-s3.HeadObjectCommand",
+    S3PutObjectCommand = "@aws-sdk/client-s3.PutObjectCommand",
+    S3DeleteObjectCommand = "@aws-sdk/client-s3.DeleteObjectCommand",
+    S3ListObjectsV2Command = "@aws-sdk/client-s3.ListObjectsV2Command",
+    S3ClientPrototype = "S3Client.prototype",
+    S3Send = "S3Client.prototype.send",
+    S3CommandPrototype = "S3Command.prototype",
+    S3BodyPrototype = "S3Body.prototype",
+    S3TransformToString = "S3Body.prototype.transformToString",
+    S3OutputPrototype = "S3Output.prototype",
+    ContextPrototype = "Context.prototype",
+    ContextRemainingTime = "Context.prototype.getRemainingTimeInMillis",
     StrIndexOf = "String.prototype.indexOf",
     StrLastIndexOf = "String.prototype.lastIndexOf",
     StrIncludes = "String.prototype.includes",
@@ -126,6 +152,13 @@ impl Builtin {
 
     pub fn value(self) -> Value {
         Value(TAG_BUILTIN | self as u64)
+    }
+
+    /// A class whose objects are records: their fields are read from their slot (an S3
+    /// command's output, the handler's context), and enumerating them misses, as their
+    /// fields are not all the ones Node's objects have, in its order.
+    pub fn is_record(self) -> bool {
+        matches!(self, Builtin::S3OutputPrototype | Builtin::ContextPrototype)
     }
 
     pub fn from_value(v: Value) -> Option<Builtin> {
@@ -327,6 +360,9 @@ pub fn call(
     args: &[Value],
 ) -> Result<Value, Miss> {
     use Builtin as B;
+    if let Some(result) = super::intrinsics::call(guest, builtin, this, args) {
+        return result;
+    }
     let a0 = arg(args, 0);
     let a1 = arg(args, 1);
     // The builtins that call back into the compiled code.
@@ -368,7 +404,6 @@ pub fn call(
                 _ => Value::UNDEFINED,
             });
         }
-        B::ConsoleLog | B::ConsoleError => return guest.intrinsic(builtin.name(), args),
         B::Values => return iterator(&mut guest.heap(), this),
         B::IteratorNext => return iterator_next(&mut guest.heap(), this),
         B::ArrayFrom if a1 != Value::UNDEFINED => {

@@ -9,7 +9,8 @@
 //!   compares the units of a key only when it is found.
 //! - An object or closure ([`OBJECT_SIZE`] bytes): its prototype (a value), the number of its
 //!   properties, their capacity and the address of their entries (`u32`s), then for a closure
-//!   its function's index plus one and the address of its environment. An entry is a key (a
+//!   its function's index plus one and the address of its environment; for an object of a
+//!   builtin class (a host object, whose prototype is a builtin) its internal slot. An entry is a key (a
 //!   string value) and a value, in insertion order.
 //! - An environment: its length (`u32`), padding, then the address of each captured
 //!   variable's cell (`u32`).
@@ -17,7 +18,7 @@
 //!   are a ring, so `shift` and `unshift` are O(1); the capacity is 0 or a power of two.
 //! - A cell: one value (a variable a closure captures).
 
-use super::value::{Value, TAG_ARRAY, TAG_CLOSURE, TAG_OBJECT, TAG_STRING};
+use super::value::{Value, TAG_ARRAY, TAG_BUILTIN, TAG_CLOSURE, TAG_OBJECT, TAG_STRING};
 use super::Miss;
 
 /// Where the heap's top (the next free address) is kept.
@@ -32,6 +33,8 @@ pub const OBJECT_SIZE: u32 = 32;
 pub const CLOSURE_FUNCTION: u32 = 24;
 /// The offset of a closure's environment address.
 pub const CLOSURE_ENVIRONMENT: u32 = 28;
+/// The offset of a host object's internal slot (a value; a plain object leaves it unused).
+pub const HOST_SLOT: u32 = 24;
 /// The longest array or string the runtime makes.
 pub const MAX_LENGTH: u32 = 1 << 26;
 
@@ -211,6 +214,24 @@ impl<'m> Heap<'m> {
 
     pub fn proto(&self, object: Value) -> Result<Value, Miss> {
         self.value(object.address())
+    }
+
+    /// An object of a builtin class (a `Date`, an S3 client): its prototype is the builtin
+    /// class's prototype (a builtin value), and its internal slot holds its state.
+    pub fn host_object(&mut self, class_proto: Value, slot: Value) -> Result<Value, Miss> {
+        let object = self.object(class_proto)?;
+        self.set_value(object.address() + HOST_SLOT, slot)?;
+        Ok(object)
+    }
+
+    /// Whether `v` is an object of a builtin class.
+    pub fn is_host(&self, v: Value) -> Result<bool, Miss> {
+        Ok(v.tag() == TAG_OBJECT && self.proto(v)?.tag() == TAG_BUILTIN)
+    }
+
+    /// A host object's internal slot.
+    pub fn host_slot(&self, object: Value) -> Result<Value, Miss> {
+        self.value(object.address() + HOST_SLOT)
     }
 
     /// The entry index of an own property, by key (a string).

@@ -225,6 +225,11 @@ pub fn array_index(units: &[u16]) -> Option<u32> {
 /// An object's own keys in JavaScript's order: array indices ascending, then the rest in
 /// insertion order.
 pub fn own_keys(heap: &Heap<'_>, object: Value) -> Result<Vec<(Value, Value)>, Miss> {
+    if heap.is_host(object)? {
+        return Err(Miss::new(
+            "the keys of an object of a builtin class not compiled",
+        ));
+    }
     let entries = heap.entries(object)?;
     let mut indexed = Vec::new();
     let mut named = Vec::new();
@@ -322,6 +327,12 @@ fn write(
                     }
                 }
                 out.push(0x5D);
+            }
+            TAG_OBJECT if heap.is_host(value)? => {
+                match super::intrinsics::host_json(heap, value)? {
+                    Some(text) => quote(&text.encode_utf16().collect::<Vec<u16>>(), out),
+                    None => push_str(out, "null"),
+                }
             }
             TAG_OBJECT => {
                 let to_json = heap.str("toJSON")?;

@@ -6,13 +6,17 @@
 //! full), never a panic.
 
 pub mod builtins;
+pub mod format;
 pub mod heap;
+pub mod intrinsics;
 pub mod json;
 pub mod ops;
+pub mod s3;
 pub mod value;
 
 use builtins::Builtin;
 use heap::{Heap, GLOBAL_OBJECT};
+pub use intrinsics::{Intrinsics, LogLevel, NoIntrinsics};
 use value::{Value, TAG_ARRAY, TAG_BUILTIN, TAG_CLOSURE, TAG_OBJECT, TAG_STRING};
 
 /// Why a request left the fast path: the reason, and the source position (`file:line:col`)
@@ -32,22 +36,6 @@ impl Miss {
     }
 }
 
-/// The platform's effects the fast path may ask for (the object store, sessions, logs),
-/// named as the tracing runtime names them (`console.log`, say). Arguments and results are
-/// JSON. The default answers every call with a miss, so such a request runs in Node. `Send`:
-/// the instance that holds them is reused by the next request, on any thread.
-pub trait Intrinsics: Send {
-    fn call(&mut self, name: &str, args: &[serde_json::Value]) -> Result<serde_json::Value, Miss> {
-        let _ = args;
-        Err(Miss::new(format!("intrinsic {name} not available")))
-    }
-}
-
-/// An [`Intrinsics`] that has none: every intrinsic call misses.
-pub struct NoIntrinsics;
-
-impl Intrinsics for NoIntrinsics {}
-
 /// What the builtins need of the running instance: its memory, a way to call a closure back
 /// (`Array.prototype.map`'s callback, say), and the intrinsics.
 pub trait Guest {
@@ -55,6 +43,8 @@ pub trait Guest {
     /// Calls `closure` with `this` and `args` (the compiled code's `apply`).
     fn apply(&mut self, closure: Value, this: Value, args: &[Value]) -> Result<Value, Miss>;
     fn intrinsic(&mut self, name: &str, args: &[Value]) -> Result<Value, Miss>;
+    /// The platform's intrinsics for this request.
+    fn intrinsics(&mut self) -> &mut dyn Intrinsics;
 }
 
 fn type_error(what: &str) -> Miss {
@@ -172,6 +162,18 @@ pub fn get(heap: &mut Heap<'_>, object: Value, key: Value) -> Result<Value, Miss
                 return Ok(v);
             }
             let name = key_name(heap, key)?;
+            let proto = heap.proto(object)?;
+            if proto.tag() == TAG_BUILTIN {
+                // An object of a builtin class: its methods are the class's; a record's fields
+                // are its slot's.
+                let class = Builtin::from_value(proto);
+                let method = builtin_member(class.map_or("", Builtin::name), name.as_str());
+                if method == Value::UNDEFINED && class.is_some_and(Builtin::is_record) {
+                    let slot = heap.host_slot(object)?;
+                    return get(heap, slot, key);
+                }
+                return Ok(method);
+            }
             if object.tag() == TAG_CLOSURE && name.as_str() == "prototype" {
                 // A function's prototype object, made when first read.
                 let proto = heap.object(Value::NULL)?;
@@ -235,7 +237,15 @@ pub fn has(heap: &mut Heap<'_>, key: Value, object: Value) -> Result<bool, Miss>
     match object.tag() {
         TAG_OBJECT | TAG_CLOSURE => {
             let key = property_key(heap, key)?;
-            Ok(heap.lookup(object, key)?.is_some())
+            if heap.lookup(object, key)?.is_some() {
+                return Ok(true);
+            }
+            let proto = heap.proto(object)?;
+            if Builtin::from_value(proto).is_some_and(Builtin::is_record) {
+                let slot = heap.host_slot(object)?;
+                return has(heap, key, slot);
+            }
+            Ok(false)
         }
         TAG_ARRAY => {
             if let Some(i) = index_of_key(heap, key)? {
@@ -325,6 +335,12 @@ pub fn construct(guest: &mut dyn Guest, callee: Value, args: &[Value]) -> Result
             let mut heap = guest.heap();
             let key = heap.str("prototype")?;
             let proto = get(&mut heap, callee, key)?;
+            if proto.tag() == TAG_BUILTIN {
+                // An object made so would pass for one of the builtin class (a `Date`).
+                return Err(Miss::new(
+                    "new of a function whose prototype is a builtin's not compiled",
+                ));
+            }
             let proto = if proto.is_object() {
                 proto
             } else {
@@ -334,10 +350,19 @@ pub fn construct(guest: &mut dyn Guest, callee: Value, args: &[Value]) -> Result
             let result = guest.apply(callee, object, args)?;
             Ok(if result.is_object() { result } else { object })
         }
-        TAG_BUILTIN => Err(Miss::new(format!(
-            "builtin new {} not compiled",
-            Builtin::from_value(callee).map_or("?", Builtin::name)
-        ))),
+        TAG_BUILTIN if Builtin::from_value(callee) == Some(Builtin::Date) => {
+            intrinsics::construct_date(guest, args)
+        }
+        TAG_BUILTIN => {
+            let builtin = Builtin::from_value(callee);
+            if let Some(made) = builtin.and_then(|b| s3::construct(guest, b, args)) {
+                return made;
+            }
+            Err(Miss::new(format!(
+                "builtin new {} not compiled",
+                builtin.map_or("?", Builtin::name)
+            )))
+        }
         _ => Err(type_error("`new` of a value that is not a constructor")),
     }
 }
@@ -363,6 +388,15 @@ pub fn instance_of(heap: &mut Heap<'_>, value: Value, constructor: Value) -> Res
         current = heap.proto(current)?;
     }
     Err(Miss::new("a prototype chain too long"))
+}
+
+/// The handler's `context`: the platform's fields (`Intrinsics::context`) in a record whose
+/// methods (`getRemainingTimeInMillis`) are the runtime's.
+pub fn context(guest: &mut dyn Guest) -> Result<Value, Miss> {
+    let fields = guest.intrinsics().context()?;
+    let mut heap = guest.heap();
+    let fields = from_json(&mut heap, &fields)?;
+    heap.host_object(Builtin::ContextPrototype.value(), fields)
 }
 
 /// A value as JSON for an intrinsic (functions and `undefined` as `null`).

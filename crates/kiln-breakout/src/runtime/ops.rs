@@ -60,6 +60,11 @@ pub fn to_rust_string(heap: &mut Heap<'_>, v: Value) -> Result<String, Miss> {
         Value::FALSE => "false".into(),
         _ => match v.tag() {
             TAG_STRING => heap.rust_string(v)?,
+            TAG_OBJECT if heap.is_host(v)? => {
+                return Err(Miss::new(
+                    "an object of a builtin class converted to a string",
+                ))
+            }
             TAG_OBJECT => "[object Object]".into(),
             TAG_ARRAY => {
                 let mut parts = Vec::new();
@@ -168,6 +173,9 @@ pub fn to_numeric(heap: &mut Heap<'_>, v: Value) -> Result<f64, Miss> {
 /// of their own is called: an object that has one is a miss).
 pub fn to_primitive(heap: &mut Heap<'_>, v: Value) -> Result<Value, Miss> {
     match v.tag() {
+        TAG_OBJECT if heap.is_host(v)? => Err(Miss::new(
+            "an object of a builtin class converted to a primitive",
+        )),
         TAG_OBJECT => {
             for name in ["valueOf", "toString", "toJSON"] {
                 let key = heap.str(name)?;

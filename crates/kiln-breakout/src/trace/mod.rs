@@ -175,6 +175,10 @@ pub enum Node {
         new: bool,
         #[serde(default)]
         handlers: Vec<u32>,
+        /// The intrinsic the call was (one of [`INTRINSICS`]): the compiled call guards that
+        /// its callee is that intrinsic again.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        intrinsic: Option<String>,
         #[serde(default)]
         types: Vec<Type>,
     },
@@ -186,6 +190,20 @@ pub enum Node {
         types: Vec<Type>,
     },
 }
+
+/// The intrinsics a `call` node may name: calls whose effects are the platform's (the
+/// function's log, the clock, randomness, the object store), as the tracing runtime names
+/// them.
+pub const INTRINSICS: &[&str] = &[
+    "console.log",
+    "console.info",
+    "console.warn",
+    "console.error",
+    "Date.now",
+    "Date",
+    "Math.random",
+    "S3Client.prototype.send",
+];
 
 /// An expression of the trace: quoted from the code, never a value from a run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -67,6 +67,9 @@ pub enum TraceError {
     /// A number that is not finite.
     #[error("handler {handler} has a number that is not finite")]
     BadNumber { handler: usize },
+    /// A call names an intrinsic kiln does not have.
+    #[error("handler {handler} calls an unknown intrinsic")]
+    UnknownIntrinsic { handler: usize },
 }
 
 /// Reads and validates a trace sent by a tracing instance.
@@ -303,8 +306,17 @@ impl Checker<'_> {
                     callee,
                     args,
                     handlers,
+                    intrinsic,
                     ..
                 } => {
+                    if intrinsic
+                        .as_deref()
+                        .is_some_and(|name| !super::INTRINSICS.contains(&name))
+                    {
+                        return Err(TraceError::UnknownIntrinsic {
+                            handler: self.handler,
+                        });
+                    }
                     self.expr(callee, 0)?;
                     for arg in args {
                         self.expr(arg, 0)?;

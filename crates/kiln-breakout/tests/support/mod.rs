@@ -111,6 +111,11 @@ fn benchmark_inputs(name: &str) -> &'static str {
 pub fn stage_benchmark(name: &str, into: &Path, transform: &dyn Fn(&str, SourceKind) -> String) {
     let from = crate_dir().join("tests/fixtures").join(name);
     copy_tree(&from, into, transform);
+    install_s3_stand_in(into);
+}
+
+/// The S3 stand-in as `node_modules/@aws-sdk/client-s3` of the package in `into`.
+pub fn install_s3_stand_in(into: &Path) {
     let sdk = into.join("node_modules/@aws-sdk/client-s3");
     fs::create_dir_all(&sdk).unwrap();
     fs::copy(

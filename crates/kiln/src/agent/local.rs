@@ -64,6 +64,9 @@ impl NodeAgent for LocalAgent {
     }
 
     fn retire(&self, function: &str, keep_revision: Option<u64>) {
+        if keep_revision.is_none() {
+            self.inner.preparations.forget(function);
+        }
         if let Some(old) = self.inner.breakouts.remove(function, keep_revision) {
             let inner = self.inner.clone();
             tokio::spawn(async move { inner.end_tracing(&old).await });
@@ -142,6 +145,8 @@ impl NodeAgent for LocalAgent {
 
     fn prepare(&self, spec: SharedSpec) {
         use crate::function::PrebakeMode;
+        // Done when the builds started below end (or at once, if none is).
+        let preparing = self.inner.preparations.begin(&spec.function, spec.revision);
         if let Some(config) = &spec.breakout {
             // The package is instrumented at deploy time, off the request path.
             self.inner.breakout_of(&spec, config);
@@ -165,11 +170,19 @@ impl NodeAgent for LocalAgent {
         }
         match self.inner.wasm_host(&spec) {
             // A plain module is compiled at deploy time too: only its snapshot is off.
-            Some(Ok(host)) if spec.prebake.mode != PrebakeMode::Lazy => host.prepare(spec),
+            Some(Ok(host)) if spec.prebake.mode != PrebakeMode::Lazy => {
+                host.prepare(spec, Some(preparing))
+            }
             Some(_) => {}
-            None if spec.prebake.mode == PrebakeMode::Deploy => self.inner.build_zygote(&spec),
+            None if spec.prebake.mode == PrebakeMode::Deploy => {
+                self.inner.build_snapshot(&spec, Some(preparing))
+            }
             None => {}
         }
+    }
+
+    fn prepared(&self, function: &str, revision: u64) -> super::Prepared {
+        self.inner.preparations.of(function, revision)
     }
 
     fn lendable_memory_mb(&self) -> u64 {

@@ -12,6 +12,7 @@ mod local;
 mod memory;
 mod node;
 mod pools;
+mod preparations;
 mod report;
 mod resize;
 mod routing;
@@ -46,6 +47,7 @@ pub use node::{
     NodeAgent, RouteHints, SandboxService, StartPath,
 };
 use pools::Pool;
+pub use preparations::{Prepared, Preparing};
 use report::{report, report_field};
 pub use routing::{ClosestMemory, RoutingPolicy, WarmFirst};
 pub use sessions::SessionStatus;
@@ -135,6 +137,8 @@ struct Inner {
     makers: tokio::sync::Semaphore,
     /// BREAKOUT's fast paths, per function.
     breakouts: breakout::Breakouts,
+    /// Which function revisions still have their start paths being built.
+    preparations: preparations::Preparations,
 }
 
 impl LocalAgent {
@@ -152,6 +156,7 @@ impl LocalAgent {
                     std::thread::available_parallelism().map_or(1, |n| n.get()),
                 ),
                 breakouts: breakout::Breakouts::default(),
+                preparations: preparations::Preparations::default(),
             }),
         };
         agent.inner.refill_standbys();

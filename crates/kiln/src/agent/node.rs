@@ -162,6 +162,11 @@ pub trait NodeAgent: Send + Sync + 'static {
     /// Called when a function version is deployed (and for every function when kiln starts):
     /// builds what its start paths need ahead of the first invocation.
     fn prepare(&self, spec: SharedSpec);
+    /// Whether what `prepare` builds for `revision` of `function` is built (done when nothing
+    /// was to be built, or the build ended, ready or failed).
+    fn prepared(&self, _function: &str, _revision: u64) -> super::Prepared {
+        super::Prepared::Done
+    }
     /// Demand for `concurrency` instances of `spec` is expected (a burst coming): the function's
     /// instances made ahead of demand are sized as if it had been seen now.
     fn expect(&self, _spec: SharedSpec, _concurrency: u32) {}
@@ -222,6 +227,8 @@ pub struct AgentContext {
     pub services: Vec<Arc<dyn SandboxService>>,
     /// The engine of the `wasm` runtime, if it could be created.
     pub wasm: Option<Arc<WasmHost>>,
+    /// The object store, for the fast path's intrinsics (BREAKOUT), when kiln serves one.
+    pub objects: Option<crate::objects::ObjectStore>,
     /// Where warm standbys get their code (None: mounts could not be prepared, no warm path).
     pub code_slots: Option<kiln_sandbox::SlotDir>,
 }

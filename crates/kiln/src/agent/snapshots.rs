@@ -93,6 +93,15 @@ impl Inner {
     /// the runtime can fork, else a standby instance), unless it exists, is being built, failed
     /// for this revision, or prebaking is off.
     pub(super) fn build_zygote(self: &Arc<Self>, spec: &SharedSpec) {
+        self.build_snapshot(spec, None)
+    }
+
+    /// [`Self::build_zygote`], holding `preparing` until the build ends.
+    pub(super) fn build_snapshot(
+        self: &Arc<Self>,
+        spec: &SharedSpec,
+        preparing: Option<super::Preparing>,
+    ) {
         use crate::function::PrebakeMode;
         if spec.prebake.mode == PrebakeMode::Off {
             return;
@@ -130,6 +139,7 @@ impl Inner {
         let inner = self.clone();
         let spec = spec.clone();
         tokio::spawn(async move {
+            let _preparing = preparing;
             let begin = Instant::now();
             let built = if can_fork {
                 Zygote::build(&inner.ctx, &spec, id, inner.destroying.clone())

@@ -210,10 +210,12 @@ impl WasmHost {
         (loaded, true, slot)
     }
 
-    /// Compiles (or maps from the cache) and pre-initialises `spec`'s module in the background.
-    pub fn prepare(self: &Arc<Self>, spec: SharedSpec) {
+    /// Compiles (or maps from the cache) and pre-initialises `spec`'s module in the background,
+    /// holding `preparing` until it is done.
+    pub fn prepare(self: &Arc<Self>, spec: SharedSpec, preparing: Option<super::Preparing>) {
         let host = self.clone();
         tokio::spawn(async move {
+            let _preparing = preparing;
             let (loaded, _, _) = host.module(&spec).await;
             match loaded {
                 Ok(loaded) => tracing::info!(

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 use super::{base_url, parse_json, qualified, ApiError, SharedState, Signed};
 use crate::controller::code::StoredCode;
-use crate::controller::{ConfigPatch, Controller};
+use crate::controller::{ConfigPatch, Controller, Lifecycle};
 use crate::function::settings::SettingsInput;
 use crate::function::{
     BreakoutConfig, Function, FunctionConfig, LambdaSettings, MemorySizing, NetworkMode, Prebake,
@@ -228,8 +228,6 @@ pub fn configuration(controller: &Controller, f: &Function) -> Value {
         "CodeSha256": StoredCode::sha256_base64(&f.code_sha256),
         "Version": "$LATEST",
         "RevisionId": crate::controller::revision_id(f),
-        "State": "Active",
-        "LastUpdateStatus": "Successful",
         "PackageType": "Zip",
         "Architectures": [host_architecture()],
         "EphemeralStorage": { "Size": f.config.ephemeral_storage_mb },
@@ -238,6 +236,23 @@ pub fn configuration(controller: &Controller, f: &Function) -> Value {
         "KilnPrebake": f.config.prebake,
         "KilnMemorySizing": f.config.memory_sizing,
     });
+    match controller.lifecycle(f) {
+        Lifecycle::Creating => {
+            config["State"] = json!("Pending");
+            config["StateReason"] = json!("The function is being created.");
+            config["StateReasonCode"] = json!("Creating");
+        }
+        Lifecycle::Updating => {
+            config["State"] = json!("Active");
+            config["LastUpdateStatus"] = json!("InProgress");
+            config["LastUpdateStatusReason"] = json!("The function is being created.");
+            config["LastUpdateStatusReasonCode"] = json!("Creating");
+        }
+        Lifecycle::Ready => {
+            config["State"] = json!("Active");
+            config["LastUpdateStatus"] = json!("Successful");
+        }
+    }
     if let Some(sessions) = &f.config.sessions {
         config["KilnSessions"] = json!(sessions);
     }
@@ -363,6 +378,7 @@ pub async fn create(
             environment_set: input.environment.is_some(),
             ..LambdaSettings::default()
         },
+        event_invoke: None,
     };
     config.settings.apply(input.settings);
     if let Some(role) = input.role {

@@ -5,6 +5,7 @@
 
 mod apps;
 mod cluster;
+mod event_invoke;
 mod functions;
 mod invoke;
 mod kiln;
@@ -87,6 +88,17 @@ pub fn router(state: SharedState) -> Router {
                 .post(urls::create_config)
                 .put(urls::update_config)
                 .delete(urls::delete_config),
+        )
+        .route(
+            "/2019-09-25/functions/{name}/event-invoke-config",
+            get(event_invoke::get)
+                .put(event_invoke::put)
+                .post(event_invoke::update)
+                .delete(event_invoke::delete),
+        )
+        .route(
+            "/2019-09-25/functions/{name}/event-invoke-config/list",
+            get(event_invoke::list),
         )
         .route(
             "/2017-03-31/tags/{resource}",

@@ -75,16 +75,72 @@ const LAMBDA_RUNTIMES: &[&str] = &[
 impl Controller {
     pub(super) fn validate(&self, config: &FunctionConfig) -> Result<(), ControllerError> {
         let invalid = |m: String| Err(ControllerError::InvalidParameter(m));
+        // Below the bounds of Lambda's API model (or off its patterns) is its ValidationException,
+        // every violation of the request at once; within the model but beyond what Lambda runs,
+        // its InvalidParameterValueException.
+        let mut model = Violations::default();
+        if !role_is_valid(&config.role) {
+            model.add(
+                &config.role,
+                "role",
+                &format!("Member must satisfy regular expression pattern: {ROLE_PATTERN}"),
+            );
+        }
         if !self.runtimes.contains(&config.runtime)
             && !LAMBDA_RUNTIMES.contains(&config.runtime.as_str())
         {
-            // Outside Lambda's API model: its ValidationException, naming the model's values.
-            return Err(ControllerError::Validation(format!(
-                "1 validation error detected: Value '{}' at 'runtime' failed to satisfy constraint: Member must satisfy enum value set: [{}]",
-                config.runtime,
-                LAMBDA_RUNTIMES.join(", ")
-            )));
+            model.add(
+                &config.runtime,
+                "runtime",
+                &format!(
+                    "Member must satisfy enum value set: [{}]",
+                    LAMBDA_RUNTIMES.join(", ")
+                ),
+            );
         }
+        if config.handler.is_empty() || config.handler.chars().any(char::is_whitespace) {
+            model.add(
+                &config.handler,
+                "handler",
+                "Member must satisfy regular expression pattern: [^\\s]+",
+            );
+        }
+        if config.handler.chars().count() > 128 {
+            model.add(
+                &config.handler,
+                "handler",
+                "Member must have length less than or equal to 128",
+            );
+        }
+        if config.description.chars().count() > 256 {
+            model.add(
+                &config.description,
+                "description",
+                "Member must have length less than or equal to 256",
+            );
+        }
+        if config.memory_mb < function::MIN_MEMORY_MB {
+            model.add(
+                &config.memory_mb,
+                "memorySize",
+                "Member must have value greater than or equal to 128",
+            );
+        }
+        if config.timeout_s < 1 {
+            model.add(
+                &config.timeout_s,
+                "timeout",
+                "Member must have value greater than or equal to 1",
+            );
+        }
+        if config.ephemeral_storage_mb < 512 {
+            model.add(
+                &config.ephemeral_storage_mb,
+                "ephemeralStorage.size",
+                "Member must have value greater than or equal to 512",
+            );
+        }
+        model.into_result()?;
         if !self.runtimes.contains(&config.runtime) {
             // A runtime Lambda knows and this node does not run.
             return invalid(format!(
@@ -92,55 +148,6 @@ impl Controller {
                 config.runtime,
                 self.runtimes.join(", ")
             ));
-        }
-        // Below the bounds of Lambda's API model (or off its patterns) is its ValidationException;
-        // within the model but beyond what Lambda runs, its InvalidParameterValueException.
-        let model = |value: &dyn std::fmt::Display, field: &str, constraint: &str| {
-            Err(ControllerError::Validation(format!(
-                "1 validation error detected: Value '{value}' at '{field}' failed to satisfy constraint: {constraint}"
-            )))
-        };
-        if config.handler.is_empty() || config.handler.chars().any(char::is_whitespace) {
-            return model(
-                &config.handler,
-                "handler",
-                "Member must satisfy regular expression pattern: [^\\s]+",
-            );
-        }
-        if config.handler.chars().count() > 128 {
-            return model(
-                &config.handler,
-                "handler",
-                "Member must have length less than or equal to 128",
-            );
-        }
-        if config.description.chars().count() > 256 {
-            return model(
-                &config.description,
-                "description",
-                "Member must have length less than or equal to 256",
-            );
-        }
-        if config.memory_mb < function::MIN_MEMORY_MB {
-            return model(
-                &config.memory_mb,
-                "memorySize",
-                "Member must have value greater than or equal to 128",
-            );
-        }
-        if config.timeout_s < 1 {
-            return model(
-                &config.timeout_s,
-                "timeout",
-                "Member must have value greater than or equal to 1",
-            );
-        }
-        if config.ephemeral_storage_mb < 512 {
-            return model(
-                &config.ephemeral_storage_mb,
-                "ephemeralStorage.size",
-                "Member must have value greater than or equal to 512",
-            );
         }
         if config.prebake.warmup_invocations > function::MAX_WARMUPS {
             return invalid(format!(
@@ -250,7 +257,6 @@ impl Controller {
             )));
         }
         let name = r.name.as_str();
-        check_role(&config.role)?;
         self.tags_for_create(&mut config, &tags)?;
         self.validate(&config)?;
         if self.table().contains_key(name) {
@@ -423,7 +429,6 @@ impl Controller {
                 config.description = v;
             }
             if let Some(v) = patch.role.clone() {
-                check_role(&v)?;
                 config.role = v;
             }
             if let Some(v) = patch.ephemeral_storage_mb {
@@ -582,8 +587,35 @@ pub fn revision_id(f: &Function) -> String {
 /// value that could not be one is refused as Lambda refuses it.
 const ROLE_PATTERN: &str = r"arn:(aws[a-zA-Z-]*)?:iam::\d{12}:role/?[a-zA-Z_0-9+=,.@\-_/]+";
 
-fn check_role(role: &str) -> Result<(), ControllerError> {
-    let valid = (|| {
+/// Violations of Lambda's API model in one request, answered together as its
+/// ValidationException answers them: `2 validation errors detected: Value 'x' at 'a' failed to
+/// satisfy constraint: …; Value …`.
+#[derive(Debug, Default)]
+struct Violations(Vec<String>);
+
+impl Violations {
+    fn add(&mut self, value: &dyn std::fmt::Display, field: &str, constraint: &str) {
+        self.0.push(format!(
+            "Value '{value}' at '{field}' failed to satisfy constraint: {constraint}"
+        ));
+    }
+
+    fn into_result(self) -> Result<(), ControllerError> {
+        let message = match self.0.as_slice() {
+            [] => return Ok(()),
+            [one] => format!("1 validation error detected: {one}"),
+            many => format!(
+                "{} validation errors detected: {}",
+                many.len(),
+                many.join("; ")
+            ),
+        };
+        Err(ControllerError::Validation(message))
+    }
+}
+
+fn role_is_valid(role: &str) -> bool {
+    (|| {
         let rest = role.strip_prefix("arn:")?;
         let (partition, rest) = rest.split_once(':')?;
         let partition_ok = partition.is_empty()
@@ -600,14 +632,7 @@ fn check_role(role: &str) -> Result<(), ControllerError> {
                 .all(|b| b.is_ascii_alphanumeric() || b"_+=,.@-/".contains(&b));
         Some(partition_ok && account.bytes().all(|b| b.is_ascii_digit()) && path_ok)
     })()
-    .unwrap_or(false);
-    if valid {
-        Ok(())
-    } else {
-        Err(ControllerError::Validation(format!(
-            "1 validation error detected: Value '{role}' at 'role' failed to satisfy constraint: Member must satisfy regular expression pattern: {ROLE_PATTERN}"
-        )))
-    }
+    .unwrap_or(false)
 }
 
 /// Optimistic locking: an update that names a RevisionId applies only to that revision.
@@ -622,7 +647,29 @@ pub(super) fn check_revision(f: &Function, expected: Option<&str>) -> Result<(),
 
 #[cfg(test)]
 mod role_tests {
-    use super::check_role;
+    use super::{role_is_valid, ControllerError, Violations};
+
+    #[test]
+    fn every_violation_of_the_model_is_reported_at_once() {
+        assert!(Violations::default().into_result().is_ok());
+        let mut one = Violations::default();
+        one.add(
+            &64,
+            "memorySize",
+            "Member must have value greater than or equal to 128",
+        );
+        let Err(ControllerError::Validation(m)) = one.into_result() else {
+            panic!("a violation is a ValidationException")
+        };
+        assert_eq!(m, "1 validation error detected: Value '64' at 'memorySize' failed to satisfy constraint: Member must have value greater than or equal to 128");
+        let mut two = Violations::default();
+        two.add(&"r", "role", "A");
+        two.add(&0, "timeout", "B");
+        let Err(ControllerError::Validation(m)) = two.into_result() else {
+            panic!("violations are a ValidationException")
+        };
+        assert_eq!(m, "2 validation errors detected: Value 'r' at 'role' failed to satisfy constraint: A; Value '0' at 'timeout' failed to satisfy constraint: B");
+    }
 
     #[test]
     fn roles_are_iam_role_arns() {
@@ -631,7 +678,7 @@ mod role_tests {
             "arn:aws-cn:iam::123456789012:role/path/to/r+=,.@-_",
             "arn::iam::123456789012:roleX",
         ] {
-            assert!(check_role(good).is_ok(), "{good}");
+            assert!(role_is_valid(good), "{good}");
         }
         for bad in [
             "",
@@ -642,7 +689,7 @@ mod role_tests {
             "arn:aws:iam::000000000000:role/has space",
             "arn:gcp:iam::000000000000:role/test",
         ] {
-            assert!(check_role(bad).is_err(), "{bad}");
+            assert!(!role_is_valid(bad), "{bad}");
         }
     }
 }

@@ -16,6 +16,10 @@ use crate::metrics::Metrics;
 use crate::objects::cache::IoTimes;
 use crate::predict;
 
+/// How long an invocation waits for its version's start paths to be built: Lambda's bound of
+/// an init phase. Past it, it starts on whatever path there is.
+const PREPARATION_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// An input object's model features: `object.size`, and for images `object.width`,
 /// `object.height`, `object.format`.
 fn object_features(
@@ -192,6 +196,11 @@ impl Controller {
         entry: &Entry,
         mut request: InvokeRequest,
     ) -> Result<InvokeOutcome, ControllerError> {
+        // A version whose start paths are still being built (`Pending`) is waited for, within
+        // Lambda's bound of an init: its first invocations then take the hot path.
+        if let Some(preparing) = entry.preparing(&*self.agent) {
+            preparing.wait(PREPARATION_WAIT).await;
+        }
         let spec = &entry.spec;
         let features = self.features(spec, &request.payload);
         self.predict(spec, features.as_ref(), &mut request);

@@ -9,6 +9,7 @@
 
 mod cache;
 pub mod code;
+mod event_invoke;
 mod functions;
 mod invoke;
 mod queue;
@@ -20,6 +21,7 @@ mod urls;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -35,6 +37,7 @@ use crate::predict;
 use crate::sync::RwLockExt;
 pub use cache::InvocationCache;
 use code::{CodeError, CodeStore};
+pub use event_invoke::EventInvokePatch;
 pub use functions::revision_id;
 pub(crate) use invoke::route_hints;
 use invoke::trace_id;
@@ -218,16 +221,59 @@ struct Entry {
     spec: SharedSpec,
     /// Its per-invocation metrics, bound once.
     series: crate::metrics::FunctionSeries,
+    /// What a CreateFunction or an update made of this version while its start paths are
+    /// being built (`Pending`, or `LastUpdateStatus: InProgress`); `None` for a function
+    /// loaded at start.
+    change: Option<Change>,
+    /// Set once the agent said this version is prepared: no invocation waits any more.
+    settled: AtomicBool,
+}
+
+/// What made a function's current version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    Create,
+    Update,
+}
+
+/// A function's `State` and `LastUpdateStatus`, as Lambda reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lifecycle {
+    /// Created, its start paths still being built: `Pending` (`Creating`).
+    Creating,
+    /// Updated, the new version's start paths still being built: `Active`, `InProgress`.
+    Updating,
+    /// `Active`, `Successful`.
+    Ready,
 }
 
 impl Entry {
     fn new(function: Function, spec: SharedSpec) -> Self {
+        Self::changed(function, spec, None)
+    }
+
+    fn changed(function: Function, spec: SharedSpec, change: Option<Change>) -> Self {
         let series = crate::metrics::FunctionSeries::new(&function.name);
         Self {
             function,
             spec,
             series,
+            settled: AtomicBool::new(change.is_none()),
+            change,
         }
+    }
+
+    /// Whether this version is still being prepared, as the agent says; remembers when not.
+    fn preparing(&self, agent: &dyn NodeAgent) -> Option<crate::agent::Prepared> {
+        if self.settled.load(Ordering::Relaxed) {
+            return None;
+        }
+        let prepared = agent.prepared(&self.function.name, self.function.revision);
+        if prepared.is_done() {
+            self.settled.store(true, Ordering::Relaxed);
+            return None;
+        }
+        Some(prepared)
     }
 }
 
@@ -440,10 +486,17 @@ impl Controller {
     fn publish(&self, function: Function) -> Function {
         let spec = self.spec_for(&function);
         let name = function.name.clone();
-        let previous = self
-            .functions
-            .write_locked()
-            .insert(name.clone(), Arc::new(Entry::new(function.clone(), spec)));
+        let mut table = self.functions.write_locked();
+        let change = if table.contains_key(&name) {
+            Change::Update
+        } else {
+            Change::Create
+        };
+        let previous = table.insert(
+            name.clone(),
+            Arc::new(Entry::changed(function.clone(), spec, Some(change))),
+        );
+        drop(table);
         // New code uses memory its own way: its model starts afresh. (A new MemorySize is a
         // new model already.)
         if previous.is_some_and(|p| {
@@ -550,6 +603,21 @@ impl Controller {
 
     /// Where the fast path of `f`'s current revision is, if it asked for one: `tracing` with
     /// nothing traced until the node has seen the revision.
+    /// `f`'s `State` and `LastUpdateStatus`: `Pending` after CreateFunction and `InProgress`
+    /// after an update until the start paths of the version are built.
+    pub fn lifecycle(&self, f: &Function) -> Lifecycle {
+        let Some(entry) = self.table().get(&f.name).cloned() else {
+            return Lifecycle::Ready;
+        };
+        if entry.function.revision != f.revision || entry.preparing(&*self.agent).is_none() {
+            return Lifecycle::Ready;
+        }
+        match entry.change {
+            Some(Change::Create) => Lifecycle::Creating,
+            _ => Lifecycle::Updating,
+        }
+    }
+
     pub fn breakout_status(&self, f: &Function) -> Option<crate::agent::BreakoutStatus> {
         f.config.breakout.as_ref().filter(|b| b.enabled())?;
         Some(

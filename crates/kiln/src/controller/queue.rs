@@ -12,14 +12,15 @@ use std::time::Duration;
 use chrono::Utc;
 
 use super::registry::{Progress, QueuedEvent, Requeue};
-use super::{Controller, ControllerError, ASYNC_ATTEMPTS};
+use super::{Controller, ControllerError};
 use crate::agent::InvokeRequest;
+use crate::function::event_invoke::{Condition, Response};
 use crate::metrics::OutcomeLabels;
 use crate::sync::LockExt;
 
-/// Lambda keeps retrying an event it cannot run for lack of concurrency for up to six hours,
-/// backing off exponentially from one second to five minutes.
-const MAX_EVENT_AGE: chrono::TimeDelta = chrono::TimeDelta::hours(6);
+/// Lambda keeps retrying an event it cannot run for lack of concurrency until it is as old as
+/// the function allows (six hours by default), backing off exponentially from one second to
+/// five minutes.
 const MAX_THROTTLE_BACKOFF_S: i64 = 300;
 
 /// The wait after an event's `throttles`-th throttled delivery.
@@ -106,6 +107,25 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
             .inc();
     };
     let registry = &controller.events;
+    // The function's retries and age limit (PutFunctionEventInvokeConfig).
+    let (max_attempts, max_age) = {
+        let entry = controller.entry(&event.function).ok();
+        super::event_invoke::limits(entry.as_ref().map(|e| &e.function))
+    };
+    if Utc::now() - event.enqueued_at > max_age {
+        let error = format!(
+            "event expired: older than {} seconds",
+            max_age.num_seconds()
+        );
+        tracing::warn!(function = %event.function, request_id = %event.request_id, "{error}");
+        if let Some(progress) = &event.resume {
+            controller.end_run(&progress.run);
+        }
+        controller.send_to_destination(event, Condition::EventAgeExceeded, event.attempts, None);
+        let _ = tokio::task::block_in_place(|| registry.fail_event(event, &error));
+        count("expired");
+        return;
+    }
     // Where a sequence's run stopped after its first stage, if it did.
     let mut stopped = None;
     let ran = if let Ok(entry) = controller.entry(&event.function) {
@@ -161,22 +181,35 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
             controller.end_run(&progress.run);
         }
     };
-    let error = match ran {
+    let attempt = event.attempts + 1;
+    let (error, function_error) = match ran {
         Ok(outcome) if !outcome.function_error => {
+            let response = Response {
+                body: &outcome.body,
+                function_error: false,
+            };
+            // The record first, then the event's completion: at least once, never lost.
+            controller.send_to_destination(event, Condition::Success, attempt, Some(response));
             let _ = tokio::task::block_in_place(|| registry.complete_event(event.id));
             count("succeeded");
             return;
         }
-        Ok(outcome) => String::from_utf8_lossy(&outcome.body).into_owned(),
+        Ok(outcome) => (String::from_utf8_lossy(&outcome.body).into_owned(), true),
         Err(ControllerError::Throttled { .. }) => {
             let now = Utc::now();
-            if now - event.enqueued_at > MAX_EVENT_AGE {
+            if now - event.enqueued_at > max_age {
                 let error = format!(
-                    "event expired: throttled for more than {} hours",
-                    MAX_EVENT_AGE.num_hours()
+                    "event expired: throttled for more than {} seconds",
+                    max_age.num_seconds()
                 );
                 tracing::warn!(function = %event.function, request_id = %event.request_id, "{error}");
                 end();
+                controller.send_to_destination(
+                    event,
+                    Condition::EventAgeExceeded,
+                    event.attempts,
+                    None,
+                );
                 let _ = tokio::task::block_in_place(|| registry.fail_event(event, &error));
                 count("expired");
                 return;
@@ -199,12 +232,16 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
             );
             return;
         }
-        Err(e) => e.to_string(),
+        Err(e) => (e.to_string(), false),
     };
-    let attempt = event.attempts + 1;
-    if attempt >= ASYNC_ATTEMPTS {
+    if attempt >= max_attempts {
         tracing::warn!(function = %event.function, request_id = %event.request_id, "async invocation failed {attempt} times: {error}");
         end();
+        let response = Response {
+            body: error.as_bytes(),
+            function_error,
+        };
+        controller.send_to_destination(event, Condition::RetriesExhausted, attempt, Some(response));
         let _ = tokio::task::block_in_place(|| registry.fail_event(event, &error));
         count("failed");
     } else {

@@ -236,6 +236,7 @@ fn config() -> FunctionConfig {
         web: None,
         breakout: None,
         settings: Default::default(),
+        event_invoke: None,
     }
 }
 

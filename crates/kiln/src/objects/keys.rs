@@ -175,11 +175,20 @@ enum Signing {
     V4(String),
     /// A SigV2 presigned URL: boto3 still makes these for us-east-1 unless told otherwise.
     PresignedV2,
+    /// A browser POST upload: the form's policy signed with SigV4 (s3s has checked the
+    /// signature, the policy's expiry and its conditions).
+    PostPolicy,
     /// Anything else s3s accepts (SigV2 headers), which kiln does not offer.
     Other,
 }
 
-fn signing(headers: &HeaderMap, uri: &Uri) -> Signing {
+/// The longest validity of a presigned URL S3 accepts: a week.
+const MAX_PRESIGNED_EXPIRY_S: u64 = 7 * 24 * 3600;
+
+fn signing(op: &str, headers: &HeaderMap, uri: &Uri) -> Signing {
+    if op == "PostObject" {
+        return Signing::PostPolicy;
+    }
     let service = |credential: &str| match credential.split('/').nth(3) {
         Some(service) => Signing::V4(service.to_string()),
         None => Signing::Other,
@@ -213,6 +222,31 @@ fn signing(headers: &HeaderMap, uri: &Uri) -> Signing {
     }
 }
 
+/// What S3 refuses of a signed request before looking at what it asks for: a presigned URL
+/// valid for more than a week, an empty `Content-MD5`.
+fn check_request(headers: &HeaderMap, uri: &Uri) -> S3Result<()> {
+    let expires = uri.query().unwrap_or_default().split('&').find_map(|pair| {
+        pair.strip_prefix("X-Amz-Expires=")
+            .map(|v| v.parse::<u64>().unwrap_or(u64::MAX))
+    });
+    if expires.is_some_and(|s| s > MAX_PRESIGNED_EXPIRY_S) {
+        return Err(s3_error!(
+            AuthorizationQueryParametersError,
+            "X-Amz-Expires must be less than a week (in seconds) that is {MAX_PRESIGNED_EXPIRY_S}"
+        ));
+    }
+    if headers
+        .get("content-md5")
+        .is_some_and(|v| v.as_bytes().iter().all(u8::is_ascii_whitespace))
+    {
+        return Err(s3_error!(
+            InvalidDigest,
+            "The Content-MD5 you specified is not valid."
+        ));
+    }
+    Ok(())
+}
+
 #[async_trait::async_trait]
 impl S3Access for Access {
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
@@ -220,9 +254,10 @@ impl S3Access for Access {
             return self.let_anonymous_read(cx);
         };
         let access_key = credentials.access_key.clone();
-        match signing(cx.headers(), cx.uri()) {
+        check_request(cx.headers(), cx.uri())?;
+        match signing(cx.s3_op().name(), cx.headers(), cx.uri()) {
             Signing::V4(service) if service == "s3" => {}
-            Signing::PresignedV2 => {}
+            Signing::PresignedV2 | Signing::PostPolicy => {}
             Signing::V4(_) => {
                 return Err(s3_error!(
                     AccessDenied,
@@ -308,6 +343,7 @@ impl S3Host for Hosts {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use s3s::S3ErrorCode;
 
     fn ring() -> KeyRing {
         KeyRing::new(Credentials {
@@ -379,20 +415,65 @@ mod tests {
                 .unwrap(),
         );
         let uri: Uri = "/b/k".parse().unwrap();
-        assert_eq!(signing(&headers, &uri), Signing::V4("s3".into()));
+        assert_eq!(
+            signing("GetObject", &headers, &uri),
+            Signing::V4("s3".into())
+        );
         let uri: Uri = "/b/k?X-Amz-Credential=AK%2F20240101%2Fus-east-1%2Flambda%2Faws4_request"
             .parse()
             .unwrap();
         assert_eq!(
-            signing(&HeaderMap::new(), &uri),
+            signing("GetObject", &HeaderMap::new(), &uri),
             Signing::V4("lambda".into())
         );
         let uri: Uri = "/b/k?AWSAccessKeyId=AK&Signature=x%3D&Expires=1"
             .parse()
             .unwrap();
-        assert_eq!(signing(&HeaderMap::new(), &uri), Signing::PresignedV2);
+        assert_eq!(
+            signing("GetObject", &HeaderMap::new(), &uri),
+            Signing::PresignedV2
+        );
         headers.insert(http::header::AUTHORIZATION, "AWS AK:sig".parse().unwrap());
-        assert_eq!(signing(&headers, &"/".parse().unwrap()), Signing::Other);
+        assert_eq!(
+            signing("GetObject", &headers, &"/".parse().unwrap()),
+            Signing::Other
+        );
+        // A browser upload's signature is in its form, which s3s has verified.
+        let form: Uri = "/b".parse().unwrap();
+        assert_eq!(
+            signing("PostObject", &HeaderMap::new(), &form),
+            Signing::PostPolicy
+        );
+    }
+
+    #[test]
+    fn presigned_urls_past_a_week_and_empty_digests_are_refused() {
+        let uri = |q: &str| {
+            format!("/b/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&{q}")
+                .parse::<Uri>()
+                .unwrap()
+        };
+        let none = HeaderMap::new();
+        assert!(check_request(&none, &uri("X-Amz-Expires=604800")).is_ok());
+        for refused in [
+            "X-Amz-Expires=604801",
+            "X-Amz-Expires=-1",
+            "X-Amz-Expires=x",
+        ] {
+            let e = check_request(&none, &uri(refused)).unwrap_err();
+            assert_eq!(
+                e.code(),
+                &S3ErrorCode::AuthorizationQueryParametersError,
+                "{refused}"
+            );
+        }
+        assert!(check_request(&none, &"/b/k".parse().unwrap()).is_ok());
+        let mut headers = HeaderMap::new();
+        headers.insert("content-md5", "".parse().unwrap());
+        let e = check_request(&headers, &"/b/k".parse().unwrap()).unwrap_err();
+        assert_eq!(e.code(), &S3ErrorCode::InvalidDigest);
+        headers.insert("content-md5", "XUFAKrxLKna5cZ2REBfFkg==".parse().unwrap());
+        assert!(check_request(&headers, &"/b/k".parse().unwrap()).is_ok());
     }
 
     mod properties {
@@ -417,12 +498,12 @@ mod tests {
                 let _ = ring().lookup(&key);
                 let _ = Hosts::new(&["example.test".into()]).parse_host_header(&host);
                 if let Ok(uri) = format!("/b/k?{query}").parse::<Uri>() {
-                    let _ = signing(&HeaderMap::new(), &uri);
+                    let _ = signing("GetObject", &HeaderMap::new(), &uri);
                 }
                 let mut headers = HeaderMap::new();
                 if let Ok(v) = http::HeaderValue::from_str(&query) {
                     headers.insert(http::header::AUTHORIZATION, v);
-                    let _ = signing(&headers, &"/".parse().unwrap());
+                    let _ = signing("GetObject", &headers, &"/".parse().unwrap());
                 }
             }
         }

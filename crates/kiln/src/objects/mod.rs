@@ -68,6 +68,22 @@ pub enum ObjectStoreError {
     BadBackend(String, String),
 }
 
+/// One write of a batch the store commits all or none ([`AtomicWrites`]).
+pub enum ObjectWrite {
+    /// A PutObject as the store would receive it (its body in the request).
+    Put(Box<s3s::S3Request<s3s::dto::PutObjectInput>>),
+    Delete {
+        bucket: String,
+        key: String,
+    },
+}
+
+/// Several writes committed together: every one of them, or, when any fails, none.
+#[async_trait::async_trait]
+pub trait AtomicWrites: Send + Sync {
+    async fn commit_writes(&self, writes: Vec<ObjectWrite>) -> s3s::S3Result<()>;
+}
+
 /// Where objects live.
 #[derive(Debug, Clone)]
 pub enum Backend {
@@ -137,6 +153,13 @@ pub struct ObjectStore {
     region: String,
     cache: Option<Arc<cache::ObjectCache>>,
     features: FeatureLookup,
+    /// The store's own `s3s::S3`, for kiln's calls that need no HTTP (the fast path's
+    /// intrinsics): the object cache when there is one, else the local store; `None` for a
+    /// remote store without the cache.
+    direct: Option<Arc<dyn S3>>,
+    /// Several writes at once, all or none: the local store without the cache (the cache
+    /// would need them as one journal batch, not built).
+    atomic: Option<Arc<dyn AtomicWrites>>,
 }
 
 /// Where an invocation's input object's features come from (OFC §5.1), without asking a
@@ -210,10 +233,14 @@ impl ObjectStore {
         let keys = Arc::new(keys::KeyRing::new(admin));
         let cache = config.cache.as_ref();
         let mut local_meta = None;
+        let mut direct: Option<Arc<dyn S3>> = None;
+        let mut atomic: Option<Arc<dyn AtomicWrites>> = None;
         let (mut builder, cache) = match &config.backend {
             Backend::Local { data_dir } => {
                 let store = local::LocalStore::open(data_dir, config.limits)?;
                 local_meta = Some(store.meta());
+                direct = Some(Arc::new(store.clone()));
+                atomic = Some(Arc::new(store.clone()));
                 service_over(store, cache, config.limits)?
             }
             Backend::Remote(remote) => service_over(
@@ -222,6 +249,10 @@ impl ObjectStore {
                 config.limits,
             )?,
         };
+        if let Some(cache) = &cache {
+            direct = Some(Arc::new(cache::CachedStore::new(cache.clone())));
+            atomic = None;
+        }
         builder.set_auth(keys::Auth(keys.clone()));
         builder.set_access(keys::Access {
             keys: keys.clone(),
@@ -237,12 +268,24 @@ impl ObjectStore {
                 local: local_meta,
             },
             cache,
+            direct,
+            atomic,
         })
     }
 
     /// Input objects' features, for the memory and cache-benefit models.
     pub fn features(&self) -> FeatureLookup {
         self.features.clone()
+    }
+
+    /// The store without HTTP in front (see the field), for kiln's own calls.
+    pub fn direct(&self) -> Option<Arc<dyn S3>> {
+        self.direct.clone()
+    }
+
+    /// Writes committed together, when the store can (see the field).
+    pub fn atomic(&self) -> Option<Arc<dyn AtomicWrites>> {
+        self.atomic.clone()
     }
 
     /// The object cache, when the store has one.

@@ -107,14 +107,53 @@ impl Drop for DrainOnDrop {
     }
 }
 
-/// Gives an error response S3's message for its code when kiln answered the code alone: S3
-/// always sends one, and clients print it.
-fn add_error_message(response: &mut http::Response<s3s::Body>) {
+/// Completes an error response as S3 sends them: S3's message for its code when kiln answered
+/// the code alone (clients print it), and the request's ids.
+fn complete_error(response: &mut http::Response<s3s::Body>, request_id: &str) {
     let Some(xml) = response.body().bytes() else {
         return;
     };
-    if let Some(filled) = super::shared::with_default_message(&xml) {
+    if let Some(filled) = super::shared::completed_error(&xml, request_id, host_id()) {
         replace_body(response, filled);
+    }
+}
+
+/// A browser upload that fails its policy's conditions is refused as S3 refuses it (403).
+fn refuse_as_policy_failure(response: &mut http::Response<s3s::Body>) {
+    let Some(xml) = response.body().bytes() else {
+        return;
+    };
+    if let Some(refusal) = super::shared::policy_condition_refusal(&xml) {
+        replace_body(response, refusal);
+        *response.status_mut() = http::StatusCode::FORBIDDEN;
+    }
+}
+
+/// A request id as S3's look (16 upper-case hex digits): unique within this process, and not
+/// guessable across processes.
+fn request_id() -> String {
+    static NEXT: std::sync::OnceLock<std::sync::atomic::AtomicU64> = std::sync::OnceLock::new();
+    let next = NEXT.get_or_init(|| std::sync::atomic::AtomicU64::new(rand::random::<u64>() >> 1));
+    format!("{:016X}", next.fetch_add(1, Ordering::Relaxed))
+}
+
+/// `x-amz-id-2`, S3's extended request id: which server answered. One per process.
+fn host_id() -> &'static str {
+    static HOST_ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HOST_ID.get_or_init(|| {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(rand::random::<[u8; 24]>())
+    })
+}
+
+/// Every response carries its request's ids, as S3's do (SDKs log them; error XML repeats them).
+fn add_request_ids(response: &mut http::Response<s3s::Body>, request_id: &str) {
+    let headers = response.headers_mut();
+    if let Ok(value) = http::HeaderValue::from_str(request_id) {
+        headers.insert("x-amz-request-id", value);
+    }
+    if let Ok(value) = http::HeaderValue::from_str(host_id()) {
+        headers.insert("x-amz-id-2", value);
     }
 }
 
@@ -259,6 +298,7 @@ pub(crate) fn serve_tagged(
                     .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
                 let attributes = asks_attributes(&req);
                 let writes = !matches!(*req.method(), http::Method::GET | http::Method::HEAD);
+                let posts = req.method() == http::Method::POST;
                 let abandoned = Arc::new(AtomicBool::new(false));
                 let req = req.map(|body| {
                     s3s::Body::http_body_unsync(DrainOnDrop {
@@ -270,6 +310,7 @@ pub(crate) fn serve_tagged(
                     })
                 });
                 futures_util::future::Either::Right(async move {
+                    let request_id = request_id();
                     let mut response = service.call(req).await?;
                     // An acknowledged write is in its invocation's ledger (burst offloading's
                     // fallback serves a failed request again only if it wrote nothing).
@@ -278,8 +319,12 @@ pub(crate) fn serve_tagged(
                             ledger.0.unchecked();
                         }
                     }
+                    add_request_ids(&mut response, &request_id);
+                    if posts && response.status() == http::StatusCode::BAD_REQUEST {
+                        refuse_as_policy_failure(&mut response);
+                    }
                     if response.status().as_u16() >= 400 {
-                        add_error_message(&mut response);
+                        complete_error(&mut response, &request_id);
                     } else if attributes {
                         unquote_attributes_etag(&mut response);
                     }

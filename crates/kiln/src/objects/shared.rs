@@ -318,7 +318,7 @@ macro_rules! object_attrs {
                     .content_type
                     .unwrap_or_else(|| "binary/octet-stream".into()),
             ),
-            content_encoding: $input.content_encoding,
+            content_encoding: $crate::objects::shared::stored_encoding($input.content_encoding),
             content_disposition: $input.content_disposition,
             content_language: $input.content_language,
             cache_control: $input.cache_control,
@@ -487,14 +487,17 @@ pub(crate) fn copy_source_span(range: Option<&str>, size: u64) -> S3Result<std::
 }
 
 /// A ListObjectsV2 request as S3 reads it: an empty continuation token or delimiter is absent
-/// (SDKs send both empty), and is not echoed back.
-pub(crate) fn read_list_v2(input: &mut ListObjectsV2Input) {
-    if input.continuation_token.as_deref() == Some("") {
+/// (SDKs send both empty). An empty delimiter is not echoed back, an empty token is: true if
+/// the request had one.
+pub(crate) fn read_list_v2(input: &mut ListObjectsV2Input) -> bool {
+    let empty_token = input.continuation_token.as_deref() == Some("");
+    if empty_token {
         input.continuation_token = None;
     }
     if input.delimiter.as_deref() == Some("") {
         input.delimiter = None;
     }
+    empty_token
 }
 
 /// A ListObjects (v1) request as S3 reads it: an empty delimiter is absent.
@@ -576,24 +579,77 @@ pub(crate) fn bare_etag(xml: &[u8]) -> Option<Vec<u8>> {
     Some(bare)
 }
 
-/// An error document (`<Error><Code>…</Code>…</Error>`) with S3's message for its code added
-/// when it has none; `None` when it has one already, or S3 has none for its code.
-pub(crate) fn with_default_message(xml: &[u8]) -> Option<Vec<u8>> {
+/// An error document (`<Error><Code>…</Code>…</Error>`) completed as S3 sends them: S3's
+/// message for its code when it has none, and the request's `RequestId` and `HostId` (the
+/// values of `x-amz-request-id` and `x-amz-id-2`) when it has none. `None` when nothing is
+/// missing or the body is not an error document.
+pub(crate) fn completed_error(xml: &[u8], request_id: &str, host_id: &str) -> Option<Vec<u8>> {
     let text = std::str::from_utf8(xml).ok()?;
-    if text.contains("<Message>") {
-        return None;
-    }
     let start = text.find("<Error><Code>")? + "<Error><Code>".len();
     let end = start + text[start..].find("</Code>")?;
-    let message = default_message(&text[start..end])?;
+    let close = text.rfind("</Error>")?;
+    let message = (!text.contains("<Message>"))
+        .then(|| default_message(&text[start..end]))
+        .flatten();
+    let ids = !text.contains("<RequestId>");
+    if message.is_none() && !ids {
+        return None;
+    }
     let at = end + "</Code>".len();
-    let mut out = String::with_capacity(text.len() + message.len() + 20);
+    let mut out = String::with_capacity(text.len() + 200);
     out.push_str(&text[..at]);
-    out.push_str("<Message>");
-    out.push_str(message);
-    out.push_str("</Message>");
-    out.push_str(&text[at..]);
+    if let Some(message) = message {
+        out.push_str("<Message>");
+        out.push_str(message);
+        out.push_str("</Message>");
+    }
+    out.push_str(&text[at..close]);
+    if ids {
+        out.push_str("<RequestId>");
+        out.push_str(request_id);
+        out.push_str("</RequestId><HostId>");
+        out.push_str(host_id);
+        out.push_str("</HostId>");
+    }
+    out.push_str(&text[close..]);
     Some(out.into_bytes())
+}
+
+/// A browser upload refused for a policy condition it does not meet, as S3 answers it (403
+/// `AccessDenied`, "Invalid according to Policy: …") rather than as s3s does (400
+/// `InvalidPolicyDocument`, which S3 keeps for a policy it cannot read). `None` for any other
+/// answer.
+pub(crate) fn policy_condition_refusal(xml: &[u8]) -> Option<Vec<u8>> {
+    const FAILED: &str = "<Code>InvalidPolicyDocument</Code><Message>Policy condition";
+    let text = std::str::from_utf8(xml).ok()?;
+    let at = text.find(FAILED)?;
+    let message = at + "<Code>InvalidPolicyDocument</Code><Message>".len();
+    Some(
+        format!(
+            "{}<Code>AccessDenied</Code><Message>Invalid according to Policy: {}",
+            &text[..at],
+            &text[message..]
+        )
+        .into_bytes(),
+    )
+}
+
+/// The `Content-Encoding` to store: the client's, without `aws-chunked`, which only describes
+/// how the body was sent (S3 drops it too); none if nothing else is left.
+pub(crate) fn stored_encoding(encoding: Option<String>) -> Option<String> {
+    let encoding = encoding?;
+    if !encoding
+        .split(',')
+        .any(|e| e.trim().eq_ignore_ascii_case("aws-chunked"))
+    {
+        return Some(encoding);
+    }
+    let kept: Vec<&str> = encoding
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty() && !e.eq_ignore_ascii_case("aws-chunked"))
+        .collect();
+    (!kept.is_empty()).then(|| kept.join(","))
 }
 
 #[cfg(test)]
@@ -630,19 +686,58 @@ mod tests {
     }
 
     #[test]
-    fn an_error_without_a_message_gets_s3s() {
-        let bare = br#"<?xml version="1.0" encoding="UTF-8"?><Error><Code>NoSuchKey</Code><RequestId>1</RequestId></Error>"#;
-        let filled = String::from_utf8(with_default_message(bare).unwrap()).unwrap();
+    fn an_error_gets_s3s_message_and_the_requests_ids() {
+        let complete = |xml: &[u8]| {
+            completed_error(xml, "4442587FB7D0A2F9", "aG9zdA==")
+                .map(|v| String::from_utf8(v).unwrap())
+        };
+        let bare =
+            br#"<?xml version="1.0" encoding="UTF-8"?><Error><Code>NoSuchKey</Code></Error>"#;
         assert_eq!(
-            filled,
-            r#"<?xml version="1.0" encoding="UTF-8"?><Error><Code>NoSuchKey</Code><Message>The specified key does not exist.</Message><RequestId>1</RequestId></Error>"#
+            complete(bare).unwrap(),
+            r#"<?xml version="1.0" encoding="UTF-8"?><Error><Code>NoSuchKey</Code><Message>The specified key does not exist.</Message><RequestId>4442587FB7D0A2F9</RequestId><HostId>aG9zdA==</HostId></Error>"#
         );
-        let own = br#"<Error><Code>NoSuchKey</Code><Message>mine</Message></Error>"#;
-        assert_eq!(with_default_message(own), None);
+        // A message of kiln's own is kept; the ids come after the error's other fields.
+        let own = br#"<Error><Code>NoSuchKey</Code><Message>mine</Message><Key>k</Key></Error>"#;
         assert_eq!(
-            with_default_message(b"<Error><Code>Unheard</Code></Error>"),
+            complete(own).unwrap(),
+            "<Error><Code>NoSuchKey</Code><Message>mine</Message><Key>k</Key><RequestId>4442587FB7D0A2F9</RequestId><HostId>aG9zdA==</HostId></Error>"
+        );
+        // An unknown code gets no message, but its ids.
+        assert_eq!(
+            complete(b"<Error><Code>Unheard</Code></Error>").unwrap(),
+            "<Error><Code>Unheard</Code><RequestId>4442587FB7D0A2F9</RequestId><HostId>aG9zdA==</HostId></Error>"
+        );
+        let whole =
+            br#"<Error><Code>NoSuchKey</Code><Message>m</Message><RequestId>1</RequestId></Error>"#;
+        assert_eq!(complete(whole), None);
+        assert_eq!(complete(b"not xml \xff"), None);
+        assert_eq!(complete(b"<ListBucketResult></ListBucketResult>"), None);
+    }
+
+    #[test]
+    fn a_failed_policy_condition_is_access_denied() {
+        let failed = b"<Error><Code>InvalidPolicyDocument</Code><Message>Policy condition 'eq' for field 'key' failed</Message></Error>";
+        assert_eq!(
+            String::from_utf8(policy_condition_refusal(failed).unwrap()).unwrap(),
+            "<Error><Code>AccessDenied</Code><Message>Invalid according to Policy: Policy condition 'eq' for field 'key' failed</Message></Error>"
+        );
+        let unreadable = b"<Error><Code>InvalidPolicyDocument</Code><Message>failed to parse POST policy</Message></Error>";
+        assert_eq!(policy_condition_refusal(unreadable), None);
+        assert_eq!(
+            policy_condition_refusal(b"<Error><Code>EntityTooLarge</Code></Error>"),
             None
         );
-        assert_eq!(with_default_message(b"not xml \xff"), None);
+    }
+
+    #[test]
+    fn aws_chunked_is_not_stored_as_a_content_encoding() {
+        let stored = |e: &str| stored_encoding(Some(e.to_string()));
+        assert_eq!(stored("aws-chunked"), None);
+        assert_eq!(stored("aws-chunked,gzip").as_deref(), Some("gzip"));
+        assert_eq!(stored("gzip, AWS-Chunked").as_deref(), Some("gzip"));
+        assert_eq!(stored("gzip").as_deref(), Some("gzip"));
+        assert_eq!(stored("br, gzip").as_deref(), Some("br, gzip"));
+        assert_eq!(stored_encoding(None), None);
     }
 }

@@ -39,6 +39,10 @@ pub enum Code<'a> {
 /// Where the runtime's files live inside every sandbox.
 pub const RUNTIME_DIR: &str = "/opt/kiln";
 pub const TASK_ROOT: &str = "/var/task";
+/// Where `scripts/install-runtime-sdk.sh` puts the runtimes' AWS SDKs by default.
+pub const DEFAULT_SDK_DIR: &str = "/usr/local/lib/kiln/runtime-sdk";
+/// Where Lambda's runtimes keep their own libraries, the AWS SDK among them.
+pub const LAMBDA_RUNTIME_LIB: &str = "/var/runtime";
 
 pub trait Runtime: Send + Sync {
     /// The Lambda runtime identifier, e.g. `nodejs20.x`.
@@ -55,6 +59,11 @@ pub trait Runtime: Send + Sync {
     fn can_fork(&self) -> bool {
         false
     }
+    /// How this runtime's instances see the AWS SDK installed under `sdk`, as Lambda's
+    /// runtimes provide it; none by default (`provided` and wasm functions bundle their own).
+    fn sdk_mounts(&self, _sdk: &Path) -> Vec<Mount> {
+        Vec::new()
+    }
 }
 
 /// The runtimes available on this host.
@@ -62,12 +71,15 @@ pub struct Runtimes {
     by_name: HashMap<String, Arc<dyn Runtime>>,
     base_mounts: Vec<Mount>,
     shim_dir: PathBuf,
+    /// The runtimes' AWS SDKs, when installed.
+    sdk_dir: Option<PathBuf>,
 }
 
 impl Runtimes {
     /// Probes the host for Node.js and Python and writes the shims to `shim_dir`. `wasm` is
-    /// always listed; the agent runs it with its own engine.
-    pub fn detect(shim_dir: &Path) -> std::io::Result<Self> {
+    /// always listed; the agent runs it with its own engine. The AWS SDKs under `sdk_dir` are
+    /// mounted into instances when they are installed there.
+    pub fn detect(shim_dir: &Path, sdk_dir: &Path) -> std::io::Result<Self> {
         std::fs::create_dir_all(shim_dir)?;
         std::fs::write(shim_dir.join("shim.js"), nodejs::SHIM)?;
         std::fs::write(shim_dir.join("web.js"), nodejs::WEB_ADAPTER)?;
@@ -101,10 +113,21 @@ impl Runtimes {
             );
         }
         by_name.insert(wasm::NAME.to_string(), Arc::new(wasm::Wasm));
+        let sdk_dir = if sdk_dir.is_dir() {
+            Some(sdk_dir.to_path_buf())
+        } else {
+            tracing::warn!(
+                "no AWS SDK for the runtimes at {} (scripts/install-runtime-sdk.sh installs it): \
+                 functions get only the SDKs they bundle",
+                sdk_dir.display()
+            );
+            None
+        };
         Ok(Self {
             by_name,
             base_mounts: base_mounts(),
             shim_dir: shim_dir.to_path_buf(),
+            sdk_dir,
         })
     }
 
@@ -123,6 +146,9 @@ impl Runtimes {
     pub fn mounts(&self, runtime: &dyn Runtime, code: Code<'_>) -> Vec<Mount> {
         let mut mounts = self.base_mounts.clone();
         mounts.extend(runtime.mounts());
+        if let Some(sdk) = &self.sdk_dir {
+            mounts.extend(runtime.sdk_mounts(sdk));
+        }
         mounts.push(bind(&self.shim_dir, Path::new(RUNTIME_DIR), false));
         mounts.push(match code {
             Code::Dir(dir) => bind(dir, Path::new(TASK_ROOT), false),

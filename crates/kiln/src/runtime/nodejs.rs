@@ -72,6 +72,21 @@ impl Runtime for Node {
         }
     }
 
+    /// The SDK's `node_modules` at /var/runtime/node_modules, as Lambda's nodejs runtimes have
+    /// it (on `NODE_PATH` for `require`), and `/node_modules` pointing there: ES modules do not
+    /// read `NODE_PATH`, and both kinds of resolution end at the root's `node_modules` after
+    /// the function's own.
+    fn sdk_mounts(&self, sdk: &Path) -> Vec<Mount> {
+        let modules = Path::new(super::LAMBDA_RUNTIME_LIB).join("node_modules");
+        vec![
+            super::bind(&sdk.join("nodejs/node_modules"), &modules, true),
+            Mount::Symlink {
+                target: PathBuf::from("/node_modules"),
+                points_to: modules,
+            },
+        ]
+    }
+
     fn argv(&self, _spec: &InstanceSpec) -> Vec<String> {
         vec![
             self.binary.display().to_string(),

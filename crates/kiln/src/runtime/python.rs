@@ -1,6 +1,6 @@
 //! `python3.X`, named after the `python3` on PATH.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use kiln_sandbox::Mount;
@@ -74,6 +74,16 @@ impl Runtime for Python {
 
     fn can_fork(&self) -> bool {
         true
+    }
+
+    /// boto3 at /var/runtime, which the shim puts on `sys.path` right after the function's
+    /// own directory, as Lambda's python runtimes do.
+    fn sdk_mounts(&self, sdk: &Path) -> Vec<Mount> {
+        vec![super::bind(
+            &sdk.join("python"),
+            Path::new(super::LAMBDA_RUNTIME_LIB),
+            true,
+        )]
     }
 
     fn env(&self, _spec: &InstanceSpec) -> Vec<(String, String)> {

@@ -16,7 +16,11 @@ use std::time::{Duration, Instant};
 
 use kiln_breakout::exec::{FastPathEngine, Limits, Loaded};
 
+mod effects;
+mod store;
 mod trace;
+use effects::{ContextFields, FastEffects};
+use store::FastStore;
 use trace::{accept_trace, compile, instrument, is_throw, miss_kind};
 
 use serde::{Deserialize, Serialize};
@@ -83,7 +87,7 @@ pub struct BreakoutStatus {
     #[serde(default)]
     pub requests: BTreeMap<String, u64>,
     /// Its misses by kind (`untraced`, `unsupported`, `guard`, `throw`, `time`, `memory`,
-    /// `builtin`, `intrinsic`, `other`), likewise.
+    /// `builtin`, `intrinsic`, `commit`, `other`), likewise.
     #[serde(default)]
     pub misses: BTreeMap<String, u64>,
 }
@@ -402,33 +406,71 @@ impl Inner {
         }
         let payload = request.payload.clone();
         let deadline = Duration::from_millis(u64::from(breakout.config.fast_path_timeout_ms));
+        let store = self.ctx.objects.as_ref().and_then(|objects| {
+            let direct = objects.direct()?;
+            let credentials = objects.function_credentials(&spec.function);
+            let store = FastStore::new(
+                direct,
+                objects.atomic(),
+                &spec.function,
+                credentials,
+                request.tags(),
+            );
+            Some((store, tokio::runtime::Handle::current()))
+        });
+        let committer = store.as_ref().map(|(store, _)| store.clone());
+        let context = ContextFields {
+            request_id: &request.request_id,
+            function: &spec.function,
+            arn: &spec.arn,
+            memory_mb: spec.memory_mb,
+            client_context: request.client_context.as_deref(),
+        };
+        // The function's timeout, as its handler sees it in Node (`getRemainingTimeInMillis`).
+        let function_deadline = Instant::now() + Duration::from_secs(u64::from(spec.timeout_s));
+        let (effects, held) = FastEffects::new(&context, &spec.env, store, function_deadline);
         let begin = Instant::now();
-        let outcome = tokio::task::spawn_blocking(move || {
-            loaded.run(
-                &payload,
-                Box::new(kiln_breakout::runtime::NoIntrinsics),
-                deadline,
-            )
-        })
-        .await;
+        let outcome =
+            tokio::task::spawn_blocking(move || loaded.run(&payload, Box::new(effects), deadline))
+                .await;
         let duration = begin.elapsed();
         {
             let mut state = self.state();
             state.memory_reserved_mb = state.memory_reserved_mb.saturating_sub(arena_mb);
             breakout.running.fetch_sub(1, Ordering::SeqCst);
         }
-        let outcome = match outcome {
+        let mut outcome = match outcome {
             Ok(outcome) => outcome,
             Err(e) => kiln_breakout::exec::Outcome::Miss {
                 reason: format!("the fast path failed: {e}"),
                 at: None,
             },
         };
+        // The run answered: its staged writes are committed now, all or none (none: Node runs
+        // the request, as after any miss).
+        let staged = std::mem::take(&mut held.locked().staged);
+        if matches!(outcome, kiln_breakout::exec::Outcome::Answer(_)) && !staged.is_empty() {
+            let committed = match &committer {
+                Some(store) => effects::commit(staged, store)
+                    .await
+                    .map_err(|e| e.to_string()),
+                None => Err("the store is not reachable".to_string()),
+            };
+            if let Err(reason) = committed {
+                outcome = kiln_breakout::exec::Outcome::Miss {
+                    reason: format!("the commit failed: {reason}"),
+                    at: None,
+                };
+            }
+        }
         match outcome {
             kiln_breakout::exec::Outcome::Answer(body) => {
                 breakout.count("fast", None);
                 breakout.observe(false);
-                let mut log = super::report(spec, &request.request_id, "", duration, None, None, 0);
+                // The log lines it held are written now, with the answer.
+                let output = std::mem::take(&mut held.locked().output);
+                let mut log =
+                    super::report(spec, &request.request_id, &output, duration, None, None, 0);
                 super::report_field(&mut log, "Mode", "decontainerized");
                 if request.shadow {
                     super::report_field(&mut log, "Shadow", "true");

@@ -112,6 +112,8 @@ pub(super) fn miss_kind(reason: &str) -> &'static str {
     let r = reason.to_ascii_lowercase();
     if is_throw(reason) {
         "throw"
+    } else if r.starts_with("the commit failed") {
+        "commit"
     } else if r.contains("untraced") || r.contains("not traced") || r.contains("unknown") {
         "untraced"
     } else if r.contains("unsupported") || r.contains("☠") {
@@ -134,6 +136,22 @@ pub(super) fn miss_kind(reason: &str) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn intrinsic_and_commit_misses_have_their_kinds() {
+        assert_eq!(
+            miss_kind("the commit failed: the store answered NoSuchBucket"),
+            "commit"
+        );
+        assert_eq!(
+            miss_kind("intrinsic S3: NoSuchKey (Node answers it)"),
+            "intrinsic"
+        );
+        assert_eq!(
+            miss_kind("intrinsic S3: a second object write in one request"),
+            "intrinsic"
+        );
+    }
 
     #[test]
     fn a_function_error_is_not_a_bounce() {

@@ -631,6 +631,7 @@ mod tests {
                 breakout: None,
                 sessions: None,
                 settings: Default::default(),
+                event_invoke: None,
             },
             code_sha256: "ab".into(),
             code_size: 10,

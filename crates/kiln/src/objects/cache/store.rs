@@ -200,6 +200,7 @@ impl Drop for Miss<'_> {
 }
 
 /// `s3s::S3` over a backend, with the cache in between.
+#[derive(Clone)]
 pub struct CachedStore {
     cache: Arc<ObjectCache>,
 }
@@ -699,12 +700,17 @@ impl S3 for CachedStore {
         &self,
         mut req: S3Request<ListObjectsV2Input>,
     ) -> S3Result<S3Response<ListObjectsV2Output>> {
-        read_list_v2(&mut req.input);
+        let empty_token = read_list_v2(&mut req.input);
         self.cache.until_bucket_settled(&req.input.bucket).await?;
-        if unsigned(&req) {
-            return self.cache.backend.list_objects_v2(req).await;
+        let mut listed = if unsigned(&req) {
+            self.cache.backend.list_objects_v2(req).await?
+        } else {
+            self.cache.list_objects_v2(req).await?
+        };
+        if empty_token && listed.output.continuation_token.is_none() {
+            listed.output.continuation_token = Some(String::new());
         }
-        self.cache.list_objects_v2(req).await
+        Ok(listed)
     }
 
     async fn list_objects(

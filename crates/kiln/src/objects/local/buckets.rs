@@ -221,7 +221,7 @@ impl LocalStore {
     ) -> S3Result<S3Response<ListObjectsV2Output>> {
         let anonymous = is_anonymous(&req);
         let mut input = req.input;
-        read_list_v2(&mut input);
+        let empty_token = read_list_v2(&mut input);
         let prefix = input.prefix.clone().unwrap_or_default();
         let start = match &input.continuation_token {
             Some(token) => Cursor::from_token(token).ok_or_else(|| {
@@ -260,7 +260,9 @@ impl LocalStore {
             prefix: input.prefix.map(encode),
             delimiter: input.delimiter.map(encode),
             start_after: input.start_after.map(encode),
-            continuation_token: input.continuation_token,
+            continuation_token: input
+                .continuation_token
+                .or_else(|| empty_token.then(String::new)),
             max_keys: Some(max_keys),
             key_count: Some(key_count),
             is_truncated: Some(page.next.is_some()),

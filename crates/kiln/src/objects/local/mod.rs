@@ -6,6 +6,7 @@
 
 mod acls;
 mod attributes;
+mod batch;
 mod buckets;
 mod completion;
 mod files;
@@ -27,6 +28,8 @@ use super::checksum::{verify_content_md5, Declared};
 use super::shared::{body_error, check_length, incomplete_body, internal};
 use super::{Limits, ObjectStoreError};
 
+/// Cheap to clone: the handles are shared.
+#[derive(Clone)]
 pub struct LocalStore {
     meta: Arc<Meta>,
     files: Arc<DataFiles>,

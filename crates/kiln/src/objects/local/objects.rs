@@ -71,11 +71,45 @@ fn parts_count(row: &ObjectRow, read: &Read) -> Option<i32> {
         .map(|n| n as i32)
 }
 
+/// A read of one part of a multipart object, with checksums asked for: that part's checksums
+/// and the object's checksum type, as S3 answers them (a whole read has the object's own).
+macro_rules! part_checksums {
+    ($output:expr, $row:expr, $read:expr, $wants:expr) => {{
+        let row: &ObjectRow = $row;
+        if let (true, Read::Part(n)) = ($wants, $read) {
+            let place = usize::try_from(*n).ok().and_then(|n| n.checked_sub(1));
+            if let Some(part) = place.and_then(|i| row.part_list.as_ref()?.get(i)) {
+                set_checksums!($output, &part.checksums);
+                $output.checksum_type = checksum_type(&row.checksums);
+            }
+        }
+    }};
+}
+
 impl LocalStore {
     pub(super) async fn put_object_op(
         &self,
         req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
+        let (bucket, row, condition) = self.receive_put(req).await?;
+        let row = self.commit(bucket.clone(), row, condition).await?;
+        self.learn_media(bucket, &row);
+        let mut output = PutObjectOutput {
+            e_tag: Some(etag(&row.etag)),
+            size: Some(row.size as i64),
+            checksum_type: checksum_type(&row.checksums),
+            ..Default::default()
+        };
+        set_checksums!(output, &row.checksums);
+        Ok(S3Response::new(output))
+    }
+
+    /// A PutObject's checks and body, received into a file not yet published: its bucket,
+    /// the row that commits it, and its precondition.
+    pub(super) async fn receive_put(
+        &self,
+        req: S3Request<PutObjectInput>,
+    ) -> S3Result<(String, ObjectRow, WriteCondition)> {
         let S3Request {
             input,
             headers,
@@ -131,16 +165,7 @@ impl LocalStore {
             parts: None,
             part_list: None,
         };
-        let row = self.commit(bucket.clone(), row, condition).await?;
-        self.learn_media(bucket, &row);
-        let mut output = PutObjectOutput {
-            e_tag: Some(etag(&row.etag)),
-            size: Some(row.size as i64),
-            checksum_type: checksum_type(&row.checksums),
-            ..Default::default()
-        };
-        set_checksums!(output, &row.checksums);
-        Ok(S3Response::new(output))
+        Ok((bucket, row, condition))
     }
 
     pub(super) async fn require_bucket(&self, bucket: &str) -> S3Result<()> {
@@ -284,6 +309,7 @@ impl LocalStore {
         let mut output = read_output!(GetObjectOutput, &row.stored(), &covered, wants);
         output.body = Some(body);
         output.parts_count = parts_count(&row, &read);
+        part_checksums!(output, &row, &read, wants);
         Ok(S3Response::new(output))
     }
 
@@ -314,6 +340,7 @@ impl LocalStore {
         let wants = wants_checksums(input.checksum_mode.as_ref());
         let mut output = read_output!(HeadObjectOutput, &row.stored(), &covered, wants);
         output.parts_count = parts_count(&row, &read);
+        part_checksums!(output, &row, &read, wants);
         Ok(S3Response::new(output))
     }
 

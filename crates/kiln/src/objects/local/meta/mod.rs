@@ -31,6 +31,15 @@ pub enum MetaError {
     Corrupt(String),
 }
 
+/// One write of a batch ([`Meta::commit_writes`]).
+#[derive(Debug, Clone)]
+pub enum MetaWrite {
+    /// An object's row (its file published).
+    Put(Box<ObjectRow>),
+    /// A key's row removed.
+    Delete(String),
+}
+
 /// Why a write was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum WriteError {
@@ -283,6 +292,36 @@ impl Meta {
         Ok(replaced)
     }
 
+    /// Commits several writes in one transaction, all or none; returns the files of the
+    /// objects they replaced or deleted.
+    pub fn commit_writes(&self, writes: &[(String, MetaWrite)]) -> Result<Vec<String>, WriteError> {
+        let mut db = self.db();
+        let tx = db.transaction()?;
+        let mut replaced = Vec::new();
+        for (bucket, write) in writes {
+            match write {
+                MetaWrite::Put(object) => {
+                    replaced.extend(check_write(
+                        &tx,
+                        bucket,
+                        &object.key,
+                        &WriteCondition::Always,
+                    )?);
+                    insert_object(&tx, bucket, object)?;
+                }
+                MetaWrite::Delete(key) => {
+                    replaced.extend(check_write(&tx, bucket, key, &WriteCondition::Always)?);
+                    tx.execute(
+                        "DELETE FROM objects WHERE bucket = ?1 AND key = ?2",
+                        params![bucket, key],
+                    )?;
+                }
+            }
+        }
+        tx.commit()?;
+        Ok(replaced)
+    }
+
     /// Deletes an object (if `condition` holds); returns its file. Deleting a missing key succeeds.
     pub fn delete_object(
         &self,
@@ -436,6 +475,59 @@ mod tests {
         assert_eq!(meta.features("b", "missing").unwrap(), None);
         drop(meta);
         Meta::open(&path).expect("the column is added once");
+    }
+
+    #[test]
+    fn a_batch_of_writes_commits_all_or_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = Meta::open(&dir.path().join("objects.db")).unwrap();
+        meta.create_bucket("b", 1, None).unwrap();
+        meta.put_object("b", &object("old", "f0"), &WriteCondition::Always)
+            .unwrap();
+        // The last write names a bucket that does not exist: none of them is committed.
+        let failing = [
+            (
+                "b".to_string(),
+                MetaWrite::Put(Box::new(object("new", "f1"))),
+            ),
+            ("b".to_string(), MetaWrite::Delete("old".into())),
+            (
+                "nowhere".to_string(),
+                MetaWrite::Put(Box::new(object("x", "f2"))),
+            ),
+        ];
+        assert!(matches!(
+            meta.commit_writes(&failing),
+            Err(WriteError::NoSuchBucket)
+        ));
+        assert!(matches!(
+            meta.object("b", "new").unwrap(),
+            Lookup::NoSuchKey
+        ));
+        assert!(matches!(meta.object("b", "old").unwrap(), Lookup::Found(_)));
+        // Without it, all of them are; the replaced and deleted objects' files are returned.
+        let replaced = meta
+            .commit_writes(&[
+                (
+                    "b".to_string(),
+                    MetaWrite::Put(Box::new(object("new", "f1"))),
+                ),
+                ("b".to_string(), MetaWrite::Delete("old".into())),
+                (
+                    "b".to_string(),
+                    MetaWrite::Put(Box::new(object("new", "f3"))),
+                ),
+            ])
+            .unwrap();
+        assert_eq!(replaced, ["f0", "f1"]);
+        assert!(matches!(
+            meta.object("b", "old").unwrap(),
+            Lookup::NoSuchKey
+        ));
+        match meta.object("b", "new").unwrap() {
+            Lookup::Found(row) => assert_eq!(row.file_id, "f3"),
+            _ => panic!("the batch's last write of `new` is there"),
+        }
     }
 
     #[test]

@@ -1,0 +1,125 @@
+"""What S3 does with a request before and around the operation it asks for: every answer names
+its request (`x-amz-request-id`, `x-amz-id-2`, repeated in error XML), browser uploads signed
+with a POST policy, the week-long limit of presigned URLs, an empty Content-MD5, and
+`aws-chunked` left out of the stored Content-Encoding."""
+
+import base64
+import re
+import zlib
+
+import botocore.exceptions
+import pytest
+import requests
+
+from s3_harness import aws_chunked_put, bucket, s3, s3_client, s3_endpoint, signed_request
+
+
+@pytest.fixture(scope="module")
+def s3v4(kiln):
+    return s3_client(kiln, signature_version="s3v4")
+
+
+def test_every_answer_names_its_request(s3, bucket):
+    put = s3.put_object(Bucket=bucket, Key="k", Body=b"x")["ResponseMetadata"]
+    assert re.fullmatch(r"[0-9A-F]{16}", put["RequestId"])
+    assert put["HostId"]
+    head = s3.head_object(Bucket=bucket, Key="k")["ResponseMetadata"]
+    assert head["RequestId"] != put["RequestId"] and head["HostId"] == put["HostId"]
+
+    with pytest.raises(botocore.exceptions.ClientError) as missing:
+        s3.get_object(Bucket=bucket, Key="missing")
+    error = missing.value.response
+    assert error["Error"]["Code"] == "NoSuchKey"
+    assert re.fullmatch(r"[0-9A-F]{16}", error["ResponseMetadata"]["RequestId"])
+    assert error["ResponseMetadata"]["HostId"] == put["HostId"]
+
+
+def test_error_bodies_repeat_the_request_ids(kiln, bucket):
+    response = requests.get(s3_endpoint(kiln) + f"/{bucket}/k")  # unsigned: refused
+    assert response.status_code == 403
+    request_id = response.headers["x-amz-request-id"]
+    assert f"<RequestId>{request_id}</RequestId>" in response.text
+    assert f"<HostId>{response.headers['x-amz-id-2']}</HostId>" in response.text
+    assert "<Message>" in response.text
+
+
+def post_upload(post, body, filename="a.txt", **extra_fields):
+    return requests.post(post["url"], data={**post["fields"], **extra_fields}, files={"file": (filename, body)})
+
+
+def test_browser_uploads_with_a_post_policy(s3, s3v4, bucket):
+    post = s3v4.generate_presigned_post(
+        bucket, "uploads/photo.jpg",
+        Fields={"Content-Type": "image/jpeg", "x-amz-meta-owner": "ana"},
+        Conditions=[["content-length-range", 1, 1024], {"Content-Type": "image/jpeg"}, {"x-amz-meta-owner": "ana"}],
+        ExpiresIn=300,
+    )
+    assert post["fields"]["x-amz-algorithm"] == "AWS4-HMAC-SHA256"
+    response = post_upload(post, b"jpeg bytes")
+    assert response.status_code == 204, response.text
+    got = s3.get_object(Bucket=bucket, Key="uploads/photo.jpg")
+    assert got["Body"].read() == b"jpeg bytes"
+    assert got["ContentType"] == "image/jpeg" and got["Metadata"] == {"owner": "ana"}
+
+    # success_action_status 201 answers S3's PostResponse document.
+    post = s3v4.generate_presigned_post(bucket, "uploads/second", Fields={"success_action_status": "201"},
+                                        Conditions=[{"success_action_status": "201"}])
+    response = post_upload(post, b"two")
+    assert response.status_code == 201, response.text
+    assert "<Key>uploads/second</Key>" in response.text and f"<Bucket>{bucket}</Bucket>" in response.text
+
+
+def test_post_policies_are_enforced(s3, s3v4, bucket):
+    post = s3v4.generate_presigned_post(bucket, "limited", Conditions=[["content-length-range", 1, 10]])
+    too_big = post_upload(post, b"x" * 11)
+    assert too_big.status_code == 400 and "<Code>EntityTooLarge</Code>" in too_big.text
+
+    # A field the policy does not allow, a forged signature, a key the policy does not name.
+    post = s3v4.generate_presigned_post(bucket, "named", Conditions=[{"Content-Type": "text/plain"}],
+                                        Fields={"Content-Type": "text/plain"})
+    changed = post_upload(post, b"x", **{"Content-Type": "text/html"})
+    assert changed.status_code == 403, changed.text
+    forged = post_upload(post, b"x", **{"x-amz-signature": "0" * 64})
+    assert forged.status_code == 403 and "<Code>SignatureDoesNotMatch</Code>" in forged.text
+    elsewhere = post_upload(post, b"x", key="other")
+    assert elsewhere.status_code == 403, elsewhere.text
+
+    expired = s3v4.generate_presigned_post(bucket, "late", ExpiresIn=-60)
+    late = post_upload(expired, b"x")
+    assert late.status_code == 403, late.text
+    for key in ["limited", "named", "other", "late"]:
+        with pytest.raises(botocore.exceptions.ClientError) as missing:
+            s3.head_object(Bucket=bucket, Key=key)
+        assert missing.value.response["Error"]["Code"] == "404"
+
+
+def test_presigned_urls_are_valid_for_a_week_at_most(s3, s3v4, bucket):
+    s3.put_object(Bucket=bucket, Key="k", Body=b"week")
+    week = s3v4.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "k"}, ExpiresIn=7 * 86400)
+    assert requests.get(week).content == b"week"
+    longer = s3v4.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "k"},
+                                         ExpiresIn=7 * 86400 + 1)
+    refused = requests.get(longer)
+    assert refused.status_code == 400
+    assert "<Code>AuthorizationQueryParametersError</Code>" in refused.text
+    assert "604800" in refused.text
+
+
+def test_an_empty_content_md5_is_invalid(kiln, s3, bucket):
+    request = signed_request(kiln, "PUT", f"/{bucket}/k", body=b"data", headers={"Content-MD5": ""})
+    response = requests.put(request.url, data=request.body, headers=dict(request.headers))
+    assert response.status_code == 400 and "<Code>InvalidDigest</Code>" in response.text
+    with pytest.raises(botocore.exceptions.ClientError) as missing:
+        s3.head_object(Bucket=bucket, Key="k")
+    assert missing.value.response["Error"]["Code"] == "404"
+
+
+def test_aws_chunked_is_not_kept_as_the_objects_content_encoding(kiln, s3, bucket):
+    for key, encoding, stored in [("gz", "aws-chunked,gzip", "gzip"), ("plain", "aws-chunked", None)]:
+        data = b"some bytes"
+        crc = base64.b64encode(zlib.crc32(data).to_bytes(4, "big")).decode()
+        status, text = aws_chunked_put(kiln, f"/{bucket}/{key}", data, crc, encoding=encoding)
+        assert status == 200, text
+        got = s3.get_object(Bucket=bucket, Key=key)
+        assert got["Body"].read() == b"some bytes"
+        assert got.get("ContentEncoding") == stored
