@@ -26,6 +26,29 @@ from pathlib import Path
 
 from kiln_harness import KILN_BIN, detach_mounts, launch
 
+# A function that reports the token of its event to the marks server (run with host networking),
+# once it has run: `{"token", "url", "sleep"}`.
+MARKING_FUNCTION = """import time, urllib.request
+def handler(event, context):
+    time.sleep(event.get("sleep", 0))
+    urllib.request.urlopen(urllib.request.Request(event["url"], data=event["token"].encode()), timeout=30).read()
+    return {}
+"""
+# Appends each token POSTed to it to a file, one a line, flushed at once.
+MARKS_SERVER = """import http.server, sys
+out = open(sys.argv[3], "a", buffering=1)
+class Marks(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        out.write(self.rfile.read(int(self.headers["content-length"])).decode() + "\\n")
+        self.send_response(200)
+        self.send_header("content-length", "0")
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer((sys.argv[1], int(sys.argv[2])), Marks).serve_forever()
+"""
+MARKS_PORT = 8765
+
 SUBNET = "10.242.0"
 ETCD_PORT = 2379
 API_PORT = 9000
@@ -220,6 +243,38 @@ class Cluster:
                 "sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())")
         url = f"http://{self.ip(on)}:{API_PORT}/metrics"
         return run(*self.enter(via or "client"), sys.executable, "-c", code, url, timeout=30).stdout
+
+    def endpoint(self, node):
+        return f"http://{self.ip(node)}:{API_PORT}"
+
+    def lambda_op(self, op, timeout=120, **args):
+        """One of tests/cluster/lambda_ops.py's operations, run in the client's namespace with the
+        cluster's credentials; its JSON result."""
+        key, secret = self.credentials()
+        env = dict(os.environ, AWS_ACCESS_KEY_ID=key, AWS_SECRET_ACCESS_KEY=secret)
+        script = Path(__file__).parent / "cluster" / "lambda_ops.py"
+        result = run(*self.enter("client"), sys.executable, str(script), op, json.dumps(args),
+                     env=env, timeout=timeout, check=False)
+        if result.returncode != 0:
+            raise AssertionError(f"lambda_ops {op} failed:\n{result.stdout}\n{result.stderr}")
+        return json.loads(result.stdout)
+
+    def start_marks_server(self):
+        """A server in the client's namespace that records the tokens MARKING_FUNCTION reports;
+        stopped with the cluster."""
+        self.marks_file = self.dir / "marks.txt"
+        self.marks_file.touch()
+        self.marks_url = f"http://{self.ip('client')}:{MARKS_PORT}/"
+        self.procs["marks"] = subprocess.Popen(
+            self.enter("client") + [sys.executable, "-c", MARKS_SERVER, self.ip("client"), str(MARKS_PORT),
+                                    str(self.marks_file)])
+
+    def marks(self):
+        """Each token reported so far, with how many times."""
+        counts = {}
+        for token in self.marks_file.read_text().split():
+            counts[token] = counts.get(token, 0) + 1
+        return counts
 
     def status(self, on="n1", via=None):
         """`kiln cluster status --json` as seen by node `on`."""

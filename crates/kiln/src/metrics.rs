@@ -77,6 +77,8 @@ pub struct Metrics {
     pub cache_admissions: Family<DecisionLabels, Counter>,
     /// Writes of an invocation's memory limit to its cgroup, on the request's path.
     pub memory_limit_writes: Histogram,
+    /// Cluster mode: packages fetched from the shared store (registered only in cluster mode).
+    pub code_fetches: Histogram,
     instances: Family<StateLabels, Gauge>,
     memory: Family<KindLabels, Gauge>,
     snapshots: Family<KindLabels, Gauge>,
@@ -237,6 +239,8 @@ impl Default for Metrics {
             prediction_retries,
             cache_admissions,
             memory_limit_writes,
+            // 1 ms to ~2.5 min.
+            code_fetches: Histogram::new(exponential_buckets(0.001, 2.5, 14)),
             instances,
             memory,
             snapshots,
@@ -330,6 +334,16 @@ impl Metrics {
             }
         }
         totals
+    }
+
+    /// Adds cluster mode's series.
+    pub fn with_cluster(mut self) -> Self {
+        self.registry.register(
+            "cluster_code_fetch_seconds",
+            "Packages fetched from the shared store by digest: download, check and extraction",
+            self.code_fetches.clone(),
+        );
+        self
     }
 
     pub fn function(name: &str) -> FunctionLabels {

@@ -224,6 +224,21 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
         .ceil() as usize;
         size_object_cache(cache.clone(), agent.clone(), sizing);
     }
+    // Cluster mode: the registry in etcd, packages in the shared store's bucket.
+    let shared_registry = match (&cluster, &config.objects.remote) {
+        (Some(cluster), Some(remote)) => {
+            let code = crate::cluster::code::SharedCode::new(remote);
+            code.ensure_bucket()
+                .await
+                .context("cannot use the shared store for packages")?;
+            Some(crate::controller::ClusterRegistry {
+                etcd: cluster.etcd().clone(),
+                prefix: cluster.prefix().to_string(),
+                code,
+            })
+        }
+        _ => None,
+    };
     let controller = Controller::open(
         ControllerConfig {
             data_dir: data_dir.clone(),
@@ -238,6 +253,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
                 .cache()
                 .map(|c| c.clone() as Arc<dyn crate::controller::InvocationCache>),
             object_features: s3.store.features(),
+            cluster: shared_registry,
         },
         agent.clone(),
     )?;
@@ -262,6 +278,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
                 status.lease,
                 status.nodes.len()
             );
+            controller.attach_membership(membership.clone());
             Some(membership)
         }
         None => None,

@@ -93,7 +93,8 @@ async fn reads_writes_watches_and_leases_against_a_real_etcd() {
     etcd.put("/t/w/a", b"1".to_vec(), 0).await.unwrap();
     let mut updates = etcd.watch_prefix("/t/w/".into());
     match next(&mut updates).await {
-        WatchUpdate::Reset(entries) => {
+        WatchUpdate::Reset { entries, revision } => {
+            assert!(revision > 0);
             assert_eq!(entries.len(), 1);
             assert_eq!(
                 (entries[0].key.as_str(), &entries[0].value[..]),
@@ -133,4 +134,129 @@ async fn reads_writes_watches_and_leases_against_a_real_etcd() {
     // Revoking a lease that is gone is not an error (a shutdown after an expiry).
     etcd.revoke(lease).await.unwrap();
     assert!(etcd.endpoint_health().iter().all(|(_, healthy)| *healthy));
+}
+
+fn function(name: &str, description: &str) -> kiln::function::Function {
+    serde_json::from_value(serde_json::json!({
+        "name": name,
+        "config": {"runtime": "python3.11", "handler": "app.handler", "memory_mb": 128,
+                   "timeout_s": 3, "description": description},
+        "code_sha256": "ab", "code_size": 1, "revision": 1,
+        "last_modified": "2024-01-01T00:00:00Z",
+        "reserved_concurrency": null, "url_auth": null
+    }))
+    .unwrap()
+}
+
+async fn ready(etcd: &Etcd) {
+    for _ in 0..100 {
+        if etcd.get("/kiln/none").await.is_ok() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("etcd did not start");
+}
+
+/// The registry's rules, as etcd transactions carry them: a name is taken once, by a function
+/// or a sequence; an update applies only to the version it was made from (and a stale one gets
+/// the record as it now is); a write retried after its answer was lost is recognised; what is
+/// committed reaches a watcher; a deleted function's queued events go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_registry_in_etcd_compares_versions_and_names() {
+    use kiln::controller::registry::{Change, Database, EtcdRegistry, Registry, UrlWrite, Written};
+    use kiln::controller::UrlSettings;
+    use std::sync::Arc;
+
+    let server = start_etcd();
+    let etcd = Etcd::connect(std::slice::from_ref(&server.endpoint), "/kiln/health")
+        .await
+        .unwrap();
+    ready(&etcd).await;
+    let dir = tempfile::tempdir().unwrap();
+    let database = Arc::new(Database::open(&dir.path().join("kiln.db")).unwrap());
+    let registry = EtcdRegistry::new(etcd.clone(), "/kiln", database.clone());
+    assert!(registry.load().unwrap().functions.is_empty());
+
+    let f = function("f", "one");
+    let v1 = registry.insert(&f).unwrap().expect("a new name");
+    assert_eq!(registry.insert(&function("f", "other")).unwrap(), None);
+    assert_eq!(
+        registry.insert(&f).unwrap(),
+        Some(v1),
+        "the same write again is recognised as done"
+    );
+
+    let sequence = kiln::controller::sequences::Sequence {
+        name: "f".into(),
+        functions: vec!["f".into()],
+        last_modified: chrono::Utc::now(),
+    };
+    assert_eq!(registry.put_sequence(&sequence).unwrap(), None);
+    let s = kiln::controller::sequences::Sequence {
+        name: "s".into(),
+        ..sequence
+    };
+    assert!(registry.put_sequence(&s).unwrap().is_some());
+    assert_eq!(registry.insert(&function("s", "")).unwrap(), None);
+
+    let v2 = match registry
+        .update(&function("f", "two"), UrlWrite::Keep, v1)
+        .unwrap()
+    {
+        Written::Done(v) => v,
+        other => panic!("expected the update to apply, got {other:?}"),
+    };
+    assert!(v2 > v1);
+    match registry
+        .update(&function("f", "three"), UrlWrite::Keep, v1)
+        .unwrap()
+    {
+        Written::Stale(now) => {
+            assert!(
+                matches!(&now[0], Change::Function { function: Some(f), version, .. }
+                    if f.config.description == "two" && *version == v2)
+            );
+            assert!(matches!(&now[1], Change::Url { settings: None, .. }));
+        }
+        other => panic!("expected a stale update, got {other:?}"),
+    }
+
+    let settings = UrlSettings {
+        created: chrono::Utc::now(),
+        modified: chrono::Utc::now(),
+        cors: None,
+    };
+    let v3 = match registry
+        .update(&f, UrlWrite::Set(Some(&settings)), v2)
+        .unwrap()
+    {
+        Written::Done(v) => v,
+        other => panic!("expected the URL to be set, got {other:?}"),
+    };
+    let loaded = registry.load().unwrap();
+    assert_eq!(loaded.functions, vec![(f.clone(), v3)]);
+    assert_eq!(loaded.urls, vec![("f".to_string(), settings, v3)]);
+    assert_eq!(loaded.sequences.len(), 1);
+
+    // Another node's view: the deletion of the function and its URL, at one version.
+    let other = EtcdRegistry::new(etcd, "/kiln", database.clone());
+    other.load().unwrap();
+    let mut changes = other.changes().unwrap();
+    database.enqueue("r1", "f", b"{}").unwrap();
+    let deleted = registry.delete("f").unwrap().expect("it existed");
+    assert_eq!(database.queue_depth().unwrap(), 0);
+    assert_eq!(registry.delete("f").unwrap(), None);
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        let change = tokio::time::timeout(Duration::from_secs(10), changes.recv())
+            .await
+            .expect("a change within 10 s")
+            .expect("the watch goes on");
+        seen.push(change);
+    }
+    assert!(seen.iter().any(|c| matches!(c,
+        Change::Function { name, function: None, version } if name == "f" && *version == deleted)));
+    assert!(seen.iter().any(|c| matches!(c,
+        Change::Url { name, settings: None, version } if name == "f" && *version == deleted)));
 }

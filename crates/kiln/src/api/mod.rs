@@ -334,7 +334,7 @@ impl From<ControllerError> for ApiError {
             ControllerError::Internal(_) => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "ServiceException", None)
             }
-            ControllerError::ShuttingDown => {
+            ControllerError::ShuttingDown | ControllerError::Unavailable(_) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "ServiceException", None)
             }
         };

@@ -178,8 +178,12 @@ impl Entry {
 /// What a prefix watch reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WatchUpdate {
-    /// Every key under the prefix (at the start, and again after a compaction): replace.
-    Reset(Vec<Entry>),
+    /// Every key under the prefix (at the start, and again after a compaction), as of
+    /// `revision`: replace.
+    Reset {
+        entries: Vec<Entry>,
+        revision: i64,
+    },
     Put(Entry),
     Delete {
         key: String,
@@ -449,6 +453,77 @@ impl Etcd {
         Ok(existing.unwrap_or_default())
     }
 
+    /// Runs a transaction, retried like an idempotent request: the caller makes it safe to send
+    /// twice (a retry after a lost answer finds its own write and must recognise it).
+    pub async fn txn(
+        &self,
+        op: &'static str,
+        txn: etcd_client::Txn,
+    ) -> Result<etcd_client::TxnResponse, EtcdError> {
+        with_retries(self.retry, op, || {
+            let mut client = self.client.clone();
+            let txn = txn.clone();
+            async move { client.txn(txn).await }
+        })
+        .await
+    }
+
+    /// Deletes every key under `prefix`.
+    pub async fn delete_prefix(&self, prefix: &str) -> Result<(), EtcdError> {
+        with_retries(self.retry, "delete", || {
+            let mut client = self.client.clone();
+            async move {
+                client
+                    .delete(
+                        prefix,
+                        Some(etcd_client::DeleteOptions::new().with_prefix()),
+                    )
+                    .await
+            }
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Campaigns in election `name` with `value` on `lease`: returns once this node leads (which
+    /// may be never: the caller bounds the wait). Not retried.
+    pub async fn campaign(
+        &self,
+        name: &str,
+        value: &str,
+        lease: i64,
+    ) -> Result<etcd_client::LeaderKey, EtcdError> {
+        let mut client = self.client.clone();
+        let mut response = client
+            .campaign(name, value, lease)
+            .await
+            .map_err(|source| EtcdError::Refused {
+                op: "campaign",
+                source,
+            })?;
+        response.take_leader().ok_or(EtcdError::Timeout {
+            op: "campaign",
+            tries: 1,
+        })
+    }
+
+    /// Gives up the leadership `leader` holds.
+    pub async fn resign(&self, leader: etcd_client::LeaderKey) -> Result<(), EtcdError> {
+        let mut client = self.client.clone();
+        let options = etcd_client::ResignOptions::new().with_leader(leader);
+        tokio::time::timeout(self.retry.try_timeout, client.resign(Some(options)))
+            .await
+            .map_err(|_| EtcdError::Timeout {
+                op: "resign",
+                tries: 1,
+            })?
+            .map_err(|source| EtcdError::Refused {
+                op: "resign",
+                source,
+            })?;
+        Ok(())
+    }
+
     pub async fn delete(&self, key: &str) -> Result<(), EtcdError> {
         with_retries(self.retry, "delete", || {
             let mut client = self.client.clone();
@@ -509,15 +584,29 @@ impl Etcd {
     /// Watches every key under `prefix`: first a [`WatchUpdate::Reset`] with all of them, then
     /// each change, resumed after broken streams without a gap. Ends when the receiver goes.
     pub fn watch_prefix(&self, prefix: String) -> mpsc::UnboundedReceiver<WatchUpdate> {
+        self.watch_prefix_from(prefix, WatchCursor::default())
+    }
+
+    /// Watches every key under `prefix` from `cursor` on: for a caller that listed the prefix
+    /// itself ([`WatchCursor::listed`]), no first [`WatchUpdate::Reset`].
+    pub fn watch_prefix_from(
+        &self,
+        prefix: String,
+        cursor: WatchCursor,
+    ) -> mpsc::UnboundedReceiver<WatchUpdate> {
         let (updates, receiver) = mpsc::unbounded_channel();
         let etcd = self.clone();
-        tokio::spawn(async move { etcd.run_watch(prefix, updates).await });
+        tokio::spawn(async move { etcd.run_watch(prefix, cursor, updates).await });
         receiver
     }
 
-    async fn run_watch(&self, prefix: String, updates: mpsc::UnboundedSender<WatchUpdate>) {
+    async fn run_watch(
+        &self,
+        prefix: String,
+        mut cursor: WatchCursor,
+        updates: mpsc::UnboundedSender<WatchUpdate>,
+    ) {
         use etcd_client::{EventType, WatchOptions};
-        let mut cursor = WatchCursor::default();
         loop {
             if updates.is_closed() {
                 return;
@@ -525,7 +614,8 @@ impl Etcd {
             let from = match cursor.step() {
                 WatchStep::List => match self.list(&prefix).await {
                     Ok((entries, revision)) => {
-                        if updates.send(WatchUpdate::Reset(entries)).is_err() {
+                        let reset = WatchUpdate::Reset { entries, revision };
+                        if updates.send(reset).is_err() {
                             return;
                         }
                         cursor.listed(revision);

@@ -255,7 +255,7 @@ impl Membership {
                 };
                 let mut members = this.members.locked();
                 match update {
-                    WatchUpdate::Reset(entries) => members.reset(
+                    WatchUpdate::Reset { entries, .. } => members.reset(
                         entries
                             .iter()
                             .filter_map(|e| record(e).map(|r| (r, e.lease)))
@@ -289,7 +289,7 @@ impl Membership {
                     let mut drained = this.drained.locked();
                     let id = |key: &str| key.strip_prefix(&prefix).map(str::to_string);
                     match update {
-                        WatchUpdate::Reset(entries) => {
+                        WatchUpdate::Reset { entries, .. } => {
                             *drained = entries.iter().filter_map(|e| id(&e.key)).collect();
                         }
                         WatchUpdate::Put(entry) => drained.extend(id(&entry.key)),
@@ -342,6 +342,23 @@ impl Membership {
             self.etcd.delete(&key).await?;
         }
         Ok(())
+    }
+
+    /// This node's id.
+    pub fn node_id(&self) -> &str {
+        &self.config.node_id
+    }
+
+    /// The lease this node can vouch for: `None` while it is fenced.
+    pub fn live_lease(&self) -> Option<i64> {
+        let lease = *self.lease.locked();
+        let live = lease.id != 0
+            && !fenced(
+                lease.acknowledged_sent_at,
+                Instant::now(),
+                self.config.lease_ttl,
+            );
+        live.then_some(lease.id)
     }
 
     pub fn is_fenced(&self) -> bool {

@@ -1,10 +1,12 @@
 //! Cluster mode (`kiln up --cluster`): kiln nodes coordinated through etcd, which kiln only
-//! uses as a client. So far: membership (join, drain, leave, death, fencing) and one set of
-//! credentials; see docs/cluster.md for what is and is not built.
+//! uses as a client. So far: membership (join, drain, leave, death, fencing), one set of
+//! credentials, and the shared store's objects (`code`); the registry and the async queue in
+//! etcd are the controller's (`controller/registry/`). See docs/cluster.md.
 //!
 //! Keys, under `--cluster-prefix` (`/kiln`): `nodes/<id>` (a node's record, on its lease),
 //! `drain/<id>` (a drain request), `credentials` (the access key id and a fingerprint).
 
+pub mod code;
 pub mod config;
 pub mod credentials;
 pub mod etcd;
@@ -77,6 +79,16 @@ impl Cluster {
         let health_key = format!("{}/health", config.prefix);
         let etcd = Etcd::connect(&config.endpoints, &health_key).await?;
         Ok(Self { etcd, config })
+    }
+
+    /// The etcd client (the registry's backend shares it).
+    pub fn etcd(&self) -> &Etcd {
+        &self.etcd
+    }
+
+    /// The prefix of every key the cluster writes.
+    pub fn prefix(&self) -> &str {
+        &self.config.prefix
     }
 
     /// The cluster's credentials (see [`credentials`]); the flag tells whether this node

@@ -4,6 +4,11 @@
 //! GetFunction serves back) and its extracted tree (`code/<hex>/`, which sandboxes mount
 //! read-only). Both are written to a temporary name, synced and renamed, so a crash never leaves
 //! a half-written package under a final name.
+//!
+//! A package fetched from a cluster's shared store ([`CodeStore::put_fetched`]) can be fetched
+//! again, so it is not synced: it is recorded first, durably, under `unsynced/<boot id>/`, and
+//! a start after a reboot (when unsynced writes may have been lost) removes what that list
+//! names. A start without a reboot keeps it: the page cache held every write.
 
 use std::fs;
 use std::io::{self, Read, Write};
@@ -64,6 +69,16 @@ impl StoredCode {
 #[derive(Debug, Clone)]
 pub struct CodeStore {
     root: PathBuf,
+    /// The kernel's boot id, if it has one: where unsynced packages are listed.
+    boot: Option<String>,
+}
+
+/// The current boot's id (changes with every reboot).
+fn boot_id() -> Option<String> {
+    let id = fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let id = id.trim();
+    (!id.is_empty() && id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-'))
+        .then(|| id.to_string())
 }
 
 impl CodeStore {
@@ -75,9 +90,34 @@ impl CodeStore {
         for entry in fs::read_dir(root.join("tmp"))?.flatten() {
             let _ = fs::remove_dir_all(entry.path()).or_else(|_| fs::remove_file(entry.path()));
         }
-        Ok(Self {
+        let store = Self {
             root: root.to_path_buf(),
-        })
+            boot: boot_id(),
+        };
+        store.drop_unsynced_of_earlier_boots()?;
+        Ok(store)
+    }
+
+    /// Removes the packages fetched without a sync before the last reboot: the writes may be
+    /// lost or torn. (The cluster fetches them again.)
+    fn drop_unsynced_of_earlier_boots(&self) -> io::Result<()> {
+        let Ok(boots) = fs::read_dir(self.root.join("unsynced")) else {
+            return Ok(());
+        };
+        for boot in boots.flatten() {
+            if Some(boot.file_name().to_string_lossy().as_ref()) == self.boot.as_deref() {
+                continue;
+            }
+            for listed in fs::read_dir(boot.path())?.flatten() {
+                let digest = listed.file_name().to_string_lossy().into_owned();
+                if digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    let _ = fs::remove_file(self.zip_path(&digest));
+                    let _ = fs::remove_dir_all(self.code_dir(&digest));
+                }
+            }
+            fs::remove_dir_all(boot.path())?;
+        }
+        Ok(())
     }
 
     /// The extracted tree of a stored package.
@@ -91,6 +131,34 @@ impl CodeStore {
 
     /// Validates, stores and extracts a zip. Storing the same bytes twice is free.
     pub fn put_zip(&self, zip: &[u8]) -> Result<StoredCode, CodeError> {
+        self.store(zip, true)
+    }
+
+    /// [`Self::put_zip`] for a package that can be fetched again: recorded as unsynced (one
+    /// sync) rather than synced (one per file and directory). Without a boot id, synced.
+    pub fn put_fetched(&self, zip: &[u8]) -> Result<StoredCode, CodeError> {
+        let Some(boot) = &self.boot else {
+            return self.put_zip(zip);
+        };
+        let digest = hex::encode(Sha256::digest(zip));
+        if self.contains(&digest) {
+            return Ok(StoredCode {
+                sha256_hex: digest,
+                size: zip.len() as u64,
+            });
+        }
+        let list = self.root.join("unsynced").join(boot);
+        if !list.is_dir() {
+            fs::create_dir_all(&list)?;
+            fsync_dir(&self.root.join("unsynced"))?;
+            fsync_dir(&self.root)?;
+        }
+        fs::File::create(list.join(&digest))?;
+        fsync_dir(&list)?;
+        self.store(zip, false)
+    }
+
+    fn store(&self, zip: &[u8], sync: bool) -> Result<StoredCode, CodeError> {
         if zip.len() > MAX_ZIP_BYTES {
             return Err(CodeError::ZipTooLarge);
         }
@@ -108,15 +176,21 @@ impl CodeStore {
             .join("tmp")
             .join(format!("{hex_digest}.{}", uuid::Uuid::new_v4()));
         let result = extract(zip, &staging).and_then(|()| {
-            sync_tree(&staging)?;
-            write_atomically(&self.zip_path(&hex_digest), zip, &self.root.join("tmp"))?;
+            if sync {
+                sync_tree(&staging)?;
+                write_atomically(&self.zip_path(&hex_digest), zip, &self.root.join("tmp"))?;
+            } else {
+                write_unsynced(&self.zip_path(&hex_digest), zip, &self.root.join("tmp"))?;
+            }
             match fs::rename(&staging, &final_dir) {
                 Ok(()) => Ok::<(), CodeError>(()),
                 // Another upload of the same bytes won the race; its tree is identical.
                 Err(_) if final_dir.is_dir() => Ok(()),
                 Err(e) => Err(e.into()),
             }?;
-            fsync_dir(&self.root.join("code"))?;
+            if sync {
+                fsync_dir(&self.root.join("code"))?;
+            }
             Ok(())
         });
         if staging.exists() {
@@ -317,6 +391,13 @@ pub fn fsync_dir(dir: &Path) -> io::Result<()> {
     fs::File::open(dir)?.sync_all()
 }
 
+/// Writes a file under a temporary name and renames it, without syncing either.
+fn write_unsynced(path: &Path, contents: &[u8], tmp_dir: &Path) -> io::Result<()> {
+    let tmp = tmp_dir.join(format!(".{}.tmp", uuid::Uuid::new_v4()));
+    fs::write(&tmp, contents)?;
+    fs::rename(&tmp, path)
+}
+
 /// Writes a file so that it either exists complete under its name or not at all.
 pub fn write_atomically(path: &Path, contents: &[u8], tmp_dir: &Path) -> io::Result<()> {
     let tmp = tmp_dir.join(format!(".{}.tmp", uuid::Uuid::new_v4()));
@@ -413,6 +494,39 @@ mod tests {
         }
         writer.finish().unwrap();
         out.into_inner()
+    }
+
+    #[test]
+    fn fetched_packages_outlive_a_restart_but_not_a_reboot() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CodeStore::open(dir.path()).unwrap();
+        assert!(store.boot.is_some(), "Linux has a boot id");
+        let zip = zip_of(&[("app.py", b"def handler(e, c): return 1")]);
+        let fetched = store.put_fetched(&zip).unwrap();
+        assert_eq!(fetched.sha256_hex, hex::encode(Sha256::digest(&zip)));
+        assert!(store.contains(&fetched.sha256_hex));
+        // The same boot: the page cache kept every write.
+        let store = CodeStore::open(dir.path()).unwrap();
+        assert!(store.contains(&fetched.sha256_hex));
+        // A package listed under another boot may be torn: it goes, the others stay.
+        let synced = store.put_zip(&zip_of(&[("a.py", b"x")])).unwrap();
+        let other_boot = dir
+            .path()
+            .join("unsynced/00000000-0000-0000-0000-000000000000");
+        fs::create_dir_all(&other_boot).unwrap();
+        fs::rename(
+            dir.path()
+                .join("unsynced")
+                .join(store.boot.as_ref().unwrap())
+                .join(&fetched.sha256_hex),
+            other_boot.join(&fetched.sha256_hex),
+        )
+        .unwrap();
+        let store = CodeStore::open(dir.path()).unwrap();
+        assert!(!store.contains(&fetched.sha256_hex));
+        assert!(!store.zip_path(&fetched.sha256_hex).exists());
+        assert!(store.contains(&synced.sha256_hex));
+        assert!(!other_boot.exists());
     }
 
     #[test]

@@ -8,7 +8,9 @@ use std::sync::{Arc, MutexGuard};
 use chrono::Utc;
 
 use super::code;
-use super::{ConfigPatch, Controller, ControllerError};
+use super::registry::{UrlWrite, Written};
+use super::replica::Record;
+use super::{ConfigPatch, Controller, ControllerError, Entry};
 use crate::function::{self, Function, FunctionConfig};
 use crate::runtime::RESERVED_ENV;
 use crate::sync::{LockExt, RwLockExt};
@@ -284,16 +286,18 @@ impl Controller {
             url_auth: None,
             tags,
         };
-        if !self.registry.insert(&function)? {
+        let Some(version) = self.registry.insert(&function)? else {
             return Err(ControllerError::Conflict(format!(
                 "Function already exist: {name}"
             )));
-        }
+        };
+        self.versions.set(Record::Function, name, version);
         Ok(self.publish(function))
     }
 
-    /// Stores a package and returns with the mutation lock held, so that no concurrent
-    /// DeleteFunction can collect the package before the caller has committed a reference to it.
+    /// Stores a package (in cluster mode, in the shared store too, before any node is told of
+    /// it) and returns with the mutation lock held, so that no concurrent DeleteFunction can
+    /// collect the package before the caller has committed a reference to it.
     async fn store_code(
         &self,
         zip: Vec<u8>,
@@ -305,6 +309,12 @@ impl Controller {
             let code = tokio::task::spawn_blocking(move || store.put_zip(&bytes))
                 .await
                 .map_err(|e| ControllerError::Internal(e.to_string()))??;
+            if let Some(shared) = &self.shared_code {
+                shared
+                    .put(&code.sha256_hex, bytes::Bytes::from(zip.to_vec()))
+                    .await
+                    .map_err(|e| ControllerError::Unavailable(e.to_string()))?;
+            }
             let guard = self.lock_mutations();
             if self.code.contains(&code.sha256_hex) {
                 return Ok((code, guard));
@@ -321,25 +331,35 @@ impl Controller {
     pub(super) fn modify(
         &self,
         name: &str,
-        change: impl FnOnce(&mut Function) -> Result<(), ControllerError>,
+        change: impl FnMut(&mut Function) -> Result<(), ControllerError>,
     ) -> Result<Function, ControllerError> {
         let guard = self.lock_mutations();
         self.modify_locked(&guard, name, change)
     }
 
-    /// [`Self::modify`] for a caller that holds the mutation lock.
+    /// [`Self::modify`] for a caller that holds the mutation lock. A change that another node
+    /// overtook (cluster mode) is made again from the function as it now is: `change` may run
+    /// more than once, and checks its preconditions each time.
     pub(super) fn modify_locked(
         &self,
         _mutation: &MutexGuard<'_, ()>,
         name: &str,
-        change: impl FnOnce(&mut Function) -> Result<(), ControllerError>,
+        mut change: impl FnMut(&mut Function) -> Result<(), ControllerError>,
     ) -> Result<Function, ControllerError> {
-        let mut function = self.entry(name)?.function.clone();
-        change(&mut function)?;
-        if !self.registry.update(&function)? {
-            return Err(self.not_found(&function.name));
+        for _ in 0..STALE_RETRIES {
+            let mut function = self.entry(name)?.function.clone();
+            let base = self.versions.get(Record::Function, &function.name);
+            change(&mut function)?;
+            match self.registry.update(&function, UrlWrite::Keep, base)? {
+                Written::Done(version) => {
+                    self.versions.set(Record::Function, &function.name, version);
+                    return Ok(self.publish(function));
+                }
+                Written::Missing => return Err(self.not_found(&function.name)),
+                Written::Stale(now) => now.into_iter().for_each(|c| self.apply_locked(c)),
+            }
         }
-        Ok(self.publish(function))
+        Err(overtaken(name))
     }
 
     /// UpdateFunctionCode with DryRun: checks the function, the RevisionId and the package, and
@@ -369,7 +389,7 @@ impl Controller {
         let (code, mutation) = self.store_code(zip).await?;
         self.modify_locked(&mutation, name, |f| {
             check_revision(f, expected_revision)?;
-            f.code_sha256 = code.sha256_hex;
+            f.code_sha256 = code.sha256_hex.clone();
             f.code_size = code.size;
             f.revision += 1;
             f.last_modified = Utc::now();
@@ -388,10 +408,10 @@ impl Controller {
         self.modify(name, |f| {
             check_revision(f, expected_revision)?;
             let mut config = f.config.clone();
-            if let Some(v) = patch.runtime {
+            if let Some(v) = patch.runtime.clone() {
                 config.runtime = v;
             }
-            if let Some(v) = patch.handler {
+            if let Some(v) = patch.handler.clone() {
                 config.handler = v;
             }
             if let Some(v) = patch.memory_mb {
@@ -400,33 +420,33 @@ impl Controller {
             if let Some(v) = patch.timeout_s {
                 config.timeout_s = v;
             }
-            if let Some(v) = patch.env {
+            if let Some(v) = patch.env.clone() {
                 config.env = v;
                 config.settings.environment_set = true;
             }
-            config.settings.apply(patch.settings);
-            if let Some(v) = patch.description {
+            config.settings.apply(patch.settings.clone());
+            if let Some(v) = patch.description.clone() {
                 config.description = v;
             }
-            if let Some(v) = patch.role {
+            if let Some(v) = patch.role.clone() {
                 config.role = v;
             }
             if let Some(v) = patch.ephemeral_storage_mb {
                 config.ephemeral_storage_mb = v;
             }
-            if let Some(v) = patch.prebake {
+            if let Some(v) = patch.prebake.clone() {
                 config.prebake = v;
             }
-            if let Some(v) = patch.sessions {
+            if let Some(v) = patch.sessions.clone() {
                 config.sessions = v;
             }
             if let Some(v) = patch.memory_sizing {
                 config.memory_sizing = v;
             }
-            if let Some(v) = patch.web {
+            if let Some(v) = patch.web.clone() {
                 config.web = v;
             }
-            if let Some(v) = patch.breakout {
+            if let Some(v) = patch.breakout.clone() {
                 config.breakout = v;
             }
             if let Some(v) = patch.network {
@@ -462,11 +482,22 @@ impl Controller {
         }
         let entry = self.entry(name)?;
         let name = entry.function.name.clone();
-        if !self.registry.delete(&name)? {
+        let Some(version) = self.registry.delete(&name)? else {
             return Err(self.not_found(&name));
-        }
+        };
+        self.versions.set(Record::Function, &name, version);
+        self.versions.set(Record::Url, &name, version);
         self.functions.write_locked().remove(&name);
         self.url_settings.write_locked().remove(&name);
+        self.forget_function(&entry);
+        Ok(())
+    }
+
+    /// Lets go of what a deleted function held on this node: its instances, logs, model and
+    /// package (unless another function uses it). The caller holds the mutation lock and has
+    /// taken the function out of the tables.
+    pub(super) fn forget_function(&self, entry: &Entry) {
+        let name = entry.function.name.clone();
         self.agent.retire(&name, None);
         self.logs.remove(&name);
         self.predictor.forget(&name);
@@ -484,7 +515,6 @@ impl Controller {
                 });
             }
         }
-        Ok(())
     }
 
     /// GetFunctionConcurrency.
@@ -516,6 +546,18 @@ impl Controller {
             Ok(())
         })
     }
+}
+
+/// How many times a change overtaken by another node's is made again before the caller is
+/// told to try later.
+pub(super) const STALE_RETRIES: usize = 5;
+
+/// A change overtaken [`STALE_RETRIES`] times in a row.
+pub(super) fn overtaken(name: &str) -> ControllerError {
+    ControllerError::Conflict(format!(
+        "The operation cannot be performed at this time. Function {name} is being changed on \
+         other nodes of the cluster: try again"
+    ))
 }
 
 /// Lambda's RevisionId: a UUID-shaped digest of everything UpdateFunctionCode and

@@ -172,7 +172,7 @@ impl Controller {
         payload: &[u8],
     ) -> Result<Invoked, ControllerError> {
         let request_id = function::new_request_id().to_string();
-        let registry = &self.registry;
+        let registry = &self.events;
         tokio::task::block_in_place(|| registry.enqueue(&request_id, target, payload))?;
         self.metrics
             .async_events

@@ -2,8 +2,10 @@
 //!
 //! The HTTP layer turns each request into a call on [`Controller`]; the controller never sees
 //! HTTP (a session hint reads headers through `session::Headers`), and the API reaches the
-//! node agent only through it. Every metadata change is committed to SQLite before it is
-//! acknowledged and then mirrored in an in-memory table, which is all the invoke path reads.
+//! node agent only through it. Every metadata change is committed to the registry (SQLite, or
+//! etcd in cluster mode) before it is acknowledged and then mirrored in an in-memory table,
+//! which is all the invoke path reads; in cluster mode what other nodes commit reaches that
+//! table through a watch ([`replica`]).
 
 mod cache;
 pub mod code;
@@ -12,6 +14,7 @@ mod functions;
 mod invoke;
 mod queue;
 pub mod registry;
+mod replica;
 pub mod sequences;
 mod tags;
 mod urls;
@@ -41,7 +44,8 @@ use invoke::trace_id;
 pub use invoke::InvokeOptions;
 pub use queue::AsyncEvents;
 pub use registry::{Cors, UrlSettings};
-use registry::{Registry, RegistryError};
+use registry::{Database, EventQueue, Registry, RegistryError};
+use replica::Versions;
 
 /// Lambda's payload limits.
 pub const MAX_SYNC_PAYLOAD: usize = 6 * 1024 * 1024;
@@ -82,11 +86,21 @@ pub enum ControllerError {
     /// kiln is shutting down
     #[error("kiln is shutting down")]
     ShuttingDown,
+    /// what the change needs (the cluster's etcd, the shared store) cannot be reached
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 impl From<RegistryError> for ControllerError {
     fn from(e: RegistryError) -> Self {
-        ControllerError::Internal(e.to_string())
+        match e {
+            RegistryError::Etcd(_) => ControllerError::Unavailable(format!(
+                "{e}: the change was not made; try again once etcd has a quorum"
+            )),
+            RegistryError::SharedStore(_) => ControllerError::Unavailable(e.to_string()),
+            RegistryError::Unsupported(what) => ControllerError::InvalidParameter(what.into()),
+            other => ControllerError::Internal(other.to_string()),
+        }
     }
 }
 
@@ -132,6 +146,17 @@ pub struct ControllerConfig {
     pub object_cache: Option<Arc<dyn InvocationCache>>,
     /// Where input objects' features come from.
     pub object_features: crate::objects::FeatureLookup,
+    /// Cluster mode: the registry in etcd and packages in the shared store.
+    pub cluster: Option<ClusterRegistry>,
+}
+
+/// Where a cluster keeps its registry and its packages.
+#[derive(Debug, Clone)]
+pub struct ClusterRegistry {
+    pub etcd: crate::cluster::etcd::Etcd,
+    /// The cluster's key prefix (`/kiln`).
+    pub prefix: String,
+    pub code: crate::cluster::code::SharedCode,
 }
 
 /// Fields of UpdateFunctionConfiguration; `None` leaves a field unchanged.
@@ -256,7 +281,17 @@ impl Entry {
 
 pub struct Controller {
     config: ControllerConfig,
-    registry: Registry,
+    registry: Arc<dyn Registry>,
+    /// The queue of async invocations: the node's SQLite database, or etcd in cluster mode.
+    events: Arc<dyn EventQueue>,
+    /// Cluster mode: the queue in etcd, whose scheduler needs this node's lease.
+    cluster_events: Option<Arc<registry::EtcdEvents>>,
+    /// Each record's version, as the in-memory tables hold it.
+    versions: Versions,
+    /// Cluster mode: where packages are shared.
+    shared_code: Option<crate::cluster::code::SharedCode>,
+    /// Cluster mode: functions whose package could not be fetched yet.
+    unfetched: replica::Unfetched,
     code: CodeStore,
     functions: RwLock<HashMap<String, Arc<Entry>>>,
     /// Each function URL config's times and CORS settings.
@@ -281,16 +316,50 @@ impl Controller {
     ) -> Result<Arc<Self>, ControllerError> {
         let internal = |e: std::io::Error| ControllerError::Internal(e.to_string());
         std::fs::create_dir_all(&config.data_dir).map_err(internal)?;
-        let registry = Registry::open(&config.data_dir.join("kiln.db"))?;
+        let database = Arc::new(Database::open(&config.data_dir.join("kiln.db"))?);
+        let (registry, events, cluster_events, shared_code): (
+            Arc<dyn Registry>,
+            Arc<dyn EventQueue>,
+            _,
+            _,
+        ) = match &config.cluster {
+            Some(cluster) => {
+                let events = Arc::new(registry::EtcdEvents::new(
+                    cluster.etcd.clone(),
+                    &cluster.prefix,
+                    cluster.code.clone(),
+                ));
+                (
+                    Arc::new(registry::EtcdRegistry::new(
+                        cluster.etcd.clone(),
+                        &cluster.prefix,
+                        events.clone(),
+                    )),
+                    events.clone(),
+                    Some(events),
+                    Some(cluster.code.clone()),
+                )
+            }
+            None => (database.clone(), database, None, None),
+        };
         let code = CodeStore::open(&config.data_dir.join("store")).map_err(internal)?;
         let logs = LogStore::open(&config.data_dir.join("logs")).map_err(internal)?;
         let runtimes = agent.status().runtimes;
         let predictor =
             predict::Predictor::new(config.prediction.clone(), &config.data_dir.join("models"));
-        let metrics = Metrics::with_object_cache(config.object_cache.as_ref().map(|c| c.metrics()));
+        let mut metrics =
+            Metrics::with_object_cache(config.object_cache.as_ref().map(|c| c.metrics()));
+        if config.cluster.is_some() {
+            metrics = metrics.with_cluster();
+        }
         let controller = Arc::new(Self {
             config,
             registry,
+            events,
+            cluster_events,
+            versions: Versions::default(),
+            shared_code,
+            unfetched: replica::Unfetched::default(),
             code,
             functions: RwLock::default(),
             url_settings: RwLock::default(),
@@ -303,26 +372,59 @@ impl Controller {
             queue_wakeup: Arc::new(Notify::new()),
             predictor,
         });
+        let loaded = controller.registry.load()?;
         let mut table = HashMap::new();
         let mut live_code = Vec::new();
         {
             let mut sequences = controller.sequences_mut();
-            for sequence in controller.registry.sequences()? {
+            for (sequence, version) in loaded.sequences {
+                controller
+                    .versions
+                    .set(replica::Record::Sequence, &sequence.name, version);
                 sequences.insert(sequence.name.clone(), Arc::new(sequence));
             }
         }
-        for function in controller.registry.all()? {
+        for (function, version) in loaded.functions {
+            if let Err(e) = controller.ensure_code_blocking(&function.code_sha256) {
+                // Left out until its package can be fetched (tried again every few seconds).
+                eprintln!(
+                    "kiln: function {} is not available on this node yet: {e}",
+                    function.name
+                );
+                controller.unfetched.insert(Box::new(function), version);
+                continue;
+            }
+            controller
+                .versions
+                .set(replica::Record::Function, &function.name, version);
             live_code.push(function.code_sha256.clone());
             let spec = controller.spec_for(&function);
             controller.agent.prepare(spec.clone());
             table.insert(function.name.clone(), Arc::new(Entry::new(function, spec)));
         }
         *controller.functions.write_locked() = table;
-        *controller.url_settings.write_locked() =
-            controller.registry.url_settings()?.into_iter().collect();
+        let mut urls = HashMap::new();
+        for (name, settings, version) in loaded.urls {
+            controller
+                .versions
+                .set(replica::Record::Url, &name, version);
+            urls.insert(name, settings);
+        }
+        *controller.url_settings.write_locked() = urls;
         controller.code.collect_garbage(&live_code);
+        if let Some(changes) = controller.registry.changes() {
+            replica::follow(controller.clone(), changes);
+        }
         queue::start(controller.clone());
         Ok(controller)
+    }
+
+    /// Cluster mode: this node has joined; its lease lets it take part in the election of the
+    /// async queue's scheduler.
+    pub fn attach_membership(&self, membership: Arc<crate::cluster::Membership>) {
+        if let Some(events) = &self.cluster_events {
+            events.attach(membership);
+        }
     }
 
     pub fn config(&self) -> &ControllerConfig {
@@ -563,12 +665,12 @@ impl Controller {
     }
 
     pub fn queue_depth(&self) -> u64 {
-        self.registry.queue_depth().unwrap_or(0)
+        self.events.queue_depth().unwrap_or(0)
     }
 
     /// The recorded error of an async invocation that failed all its attempts.
     pub fn async_failure(&self, request_id: &str) -> Option<String> {
-        self.registry.failure(request_id).ok().flatten()
+        self.events.failure(request_id).ok().flatten()
     }
 
     /// Renders `/metrics`.

@@ -1,7 +1,8 @@
 //! Delivery of asynchronous (Event) invocations from the durable queue.
 //!
-//! An event stays in SQLite until it succeeded or failed its last attempt, so a crash at any
-//! point re-delivers it (at least once, as on Lambda). Function errors are retried twice with a
+//! An event stays in the queue (SQLite, or etcd in cluster mode: `registry/events.rs`) until it
+//! succeeded or failed its last attempt, so a crash at any point re-delivers it (at least
+//! once, as on Lambda). Function errors are retried twice with a
 //! growing delay; throttles are retried without counting an attempt.
 
 use std::collections::HashMap;
@@ -48,7 +49,7 @@ pub(super) fn start(controller: Arc<Controller>) {
                 .async_concurrency
                 .saturating_sub(busy.len());
             let due = if room > 0 {
-                let registry = &controller.registry;
+                let registry = &controller.events;
                 let cap = |function: &str| controller.async_cap(function);
                 tokio::task::block_in_place(|| registry.due_events_capped(room, &busy, &cap))
                     .unwrap_or_default()
@@ -98,15 +99,15 @@ impl Controller {
     /// failures, at most `limit` of each.
     pub fn async_events(&self, limit: usize) -> Result<AsyncEvents, ControllerError> {
         Ok(AsyncEvents {
-            depth: self.registry.queue_depth()?,
-            pending: self.registry.pending_events(limit)?,
-            failures: self.registry.failures(limit)?,
+            depth: self.events.queue_depth()?,
+            pending: self.events.pending_events(limit)?,
+            failures: self.events.failures(limit)?,
         })
     }
 
     /// Queues a failed event again, its attempts reset; false when there is no such failure.
     pub fn retry_async_failure(&self, request_id: &str) -> Result<bool, ControllerError> {
-        let requeued = self.registry.requeue_failure(request_id)?;
+        let requeued = self.events.requeue_failure(request_id)?;
         if requeued {
             self.queue_wakeup.notify_one();
         }
@@ -115,7 +116,7 @@ impl Controller {
 
     /// Forgets a failed event; false when there is no such failure.
     pub fn delete_async_failure(&self, request_id: &str) -> Result<bool, ControllerError> {
-        Ok(self.registry.delete_failure(request_id)?)
+        Ok(self.events.delete_failure(request_id)?)
     }
 }
 
@@ -138,7 +139,7 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
             })
             .inc();
     };
-    let registry = &controller.registry;
+    let registry = &controller.events;
     // The function's retries and age limit (PutFunctionEventInvokeConfig).
     let (max_attempts, max_age) = {
         let entry = controller.entry(&event.function).ok();
@@ -195,7 +196,14 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
     // The event goes back to the queue: a stopped run waits for the retry if it is due soon
     // enough, and resumes there; otherwise the retry starts over.
     let requeue = |retry_at: chrono::DateTime<Utc>, why: Requeue, stopped: Option<&Progress>| {
-        let resume = stopped.and_then(|p| controller.keep_for_retry(p, retry_at));
+        let resume = match stopped {
+            Some(p) if registry.resumes() => controller.keep_for_retry(p, retry_at),
+            Some(p) => {
+                controller.end_run(&p.run);
+                None
+            }
+            None => None,
+        };
         let _ = tokio::task::block_in_place(|| {
             registry.retry_event(event.id, retry_at, why, resume.as_ref())
         });

@@ -17,6 +17,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::registry::{Progress, QueuedEvent};
+use super::replica::Record;
 use super::{Controller, ControllerError};
 use crate::agent::{InvokeOutcome, InvokeRequest};
 use crate::function::{self, Stage, StorageTag};
@@ -31,7 +32,7 @@ pub const RESUME_WITHIN: Duration = Duration::from_secs(600);
 /// How long past its due time a retry may still find them (the queue may be behind).
 const RESUME_GRACE: Duration = Duration::from_secs(300);
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct Sequence {
     pub name: String,
@@ -86,8 +87,12 @@ impl Controller {
             functions,
             last_modified: Utc::now(),
         };
-        self.registry
-            .put_sequence(&sequence.name, &sequence.functions, &sequence.last_modified)?;
+        let Some(version) = self.registry.put_sequence(&sequence)? else {
+            return Err(ControllerError::Conflict(format!(
+                "A function is named {name}: a sequence cannot be"
+            )));
+        };
+        self.versions.set(Record::Sequence, name, version);
         self.sequences_mut()
             .insert(sequence.name.clone(), Arc::new(sequence.clone()));
         Ok(sequence)
@@ -106,7 +111,11 @@ impl Controller {
     /// Deletes sequence `name` (its functions stay); false if there was none.
     pub fn delete_sequence(&self, name: &str) -> Result<bool, ControllerError> {
         let _mutation = self.mutation.locked();
-        let (existed, kept) = self.registry.delete_sequence(name)?;
+        let (deleted, kept) = self.registry.delete_sequence(name)?;
+        if let Some(version) = deleted {
+            self.versions.set(Record::Sequence, name, version);
+        }
+        let existed = deleted.is_some();
         self.sequences_mut().remove(name);
         for run in kept {
             self.end_run(&run);

@@ -203,6 +203,7 @@ fn node_predicting(cache: Option<Arc<FakeCache>>, prediction: bool, min_samples:
             },
             object_cache: cache.map(|c| c as Arc<dyn InvocationCache>),
             object_features: Default::default(),
+            cluster: None,
         },
         agent.clone(),
     )

@@ -2,6 +2,9 @@
 
 use chrono::Utc;
 
+use super::functions::{overtaken, STALE_RETRIES};
+use super::registry::{UrlWrite, Written};
+use super::replica::Record;
 use super::{Controller, ControllerError, UrlChange, UrlSettings};
 use crate::function::{self, Function, UrlAuth};
 use crate::sync::RwLockExt;
@@ -34,49 +37,63 @@ impl Controller {
         change: UrlChange,
     ) -> Result<(Function, Option<UrlSettings>), ControllerError> {
         let _mutation = self.lock_mutations();
-        let mut function = self.url_function(name, qualifier)?;
-        let current = function.url_auth.map(|_| self.url_settings_of(&function));
-        let now = Utc::now();
-        let (auth, settings) = match (change, current) {
-            (UrlChange::Create { .. }, Some(_)) => {
-                return Err(ControllerError::Conflict(format!(
-                    "Failed to create function url config for [functionArn = {}]. Error message:  FunctionUrlConfig exists for this Lambda function",
-                    self.arn(&function.name)
-                )))
-            }
-            (UrlChange::Update { .. } | UrlChange::Delete, None) => {
-                return Err(self.url_not_found(&function.name))
-            }
-            (UrlChange::Create { auth, cors }, None) => (
-                Some(auth),
-                Some(UrlSettings {
-                    created: now,
-                    modified: now,
-                    cors,
-                }),
-            ),
-            (UrlChange::Update { auth, cors }, Some(current)) => (
-                Some(auth.or(function.url_auth).unwrap_or(UrlAuth::None)),
-                Some(UrlSettings {
-                    created: current.created,
-                    modified: now,
-                    cors: cors.or(current.cors),
-                }),
-            ),
-            (UrlChange::Delete, Some(_)) => (None, None),
-        };
-        function.url_auth = auth;
-        if !self.registry.update_url(&function, settings.as_ref())? {
-            return Err(self.not_found(&function.name));
-        }
-        {
-            let mut all = self.url_settings.write_locked();
-            match &settings {
-                Some(s) => all.insert(function.name.clone(), s.clone()),
-                None => all.remove(&function.name),
+        for _ in 0..STALE_RETRIES {
+            let mut function = self.url_function(name, qualifier)?;
+            let base = self.versions.get(Record::Function, &function.name);
+            let current = function.url_auth.map(|_| self.url_settings_of(&function));
+            let now = Utc::now();
+            let (auth, settings) = match (change.clone(), current) {
+                (UrlChange::Create { .. }, Some(_)) => {
+                    return Err(ControllerError::Conflict(format!(
+                        "Failed to create function url config for [functionArn = {}]. Error message:  FunctionUrlConfig exists for this Lambda function",
+                        self.arn(&function.name)
+                    )))
+                }
+                (UrlChange::Update { .. } | UrlChange::Delete, None) => {
+                    return Err(self.url_not_found(&function.name))
+                }
+                (UrlChange::Create { auth, cors }, None) => (
+                    Some(auth),
+                    Some(UrlSettings {
+                        created: now,
+                        modified: now,
+                        cors,
+                    }),
+                ),
+                (UrlChange::Update { auth, cors }, Some(current)) => (
+                    Some(auth.or(function.url_auth).unwrap_or(UrlAuth::None)),
+                    Some(UrlSettings {
+                        created: current.created,
+                        modified: now,
+                        cors: cors.or(current.cors),
+                    }),
+                ),
+                (UrlChange::Delete, Some(_)) => (None, None),
             };
+            function.url_auth = auth;
+            let written =
+                self.registry
+                    .update(&function, UrlWrite::Set(settings.as_ref()), base)?;
+            let version = match written {
+                Written::Done(version) => version,
+                Written::Missing => return Err(self.not_found(&function.name)),
+                Written::Stale(now) => {
+                    now.into_iter().for_each(|c| self.apply_locked(c));
+                    continue;
+                }
+            };
+            self.versions.set(Record::Function, &function.name, version);
+            self.versions.set(Record::Url, &function.name, version);
+            {
+                let mut all = self.url_settings.write_locked();
+                match &settings {
+                    Some(s) => all.insert(function.name.clone(), s.clone()),
+                    None => all.remove(&function.name),
+                };
+            }
+            return Ok((self.publish(function), settings));
         }
-        Ok((self.publish(function), settings))
+        Err(overtaken(name))
     }
 
     /// GetFunctionUrlConfig: the function and its URL settings.

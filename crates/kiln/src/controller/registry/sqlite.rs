@@ -1,4 +1,5 @@
-//! The metadata database: functions and the durable queue of asynchronous invocations.
+//! The metadata database of a single node: functions, URLs, sequences and the durable queue
+//! of asynchronous invocations (in cluster mode, the queue only).
 //!
 //! SQLite in WAL mode with `synchronous=FULL`: a statement that returned has reached the disk,
 //! which is what lets kiln acknowledge a deployment or an Event invocation and survive `kill -9`.
@@ -9,19 +10,9 @@ use std::sync::Mutex;
 use chrono::{DateTime, Utc};
 use rusqlite::{params, Connection, OptionalExtension};
 
+use super::{RegistryError, UrlSettings};
 use crate::function::{Function, FunctionConfig, UrlAuth};
 use crate::sync::LockExt;
-
-/// Why the metadata database failed.
-#[derive(Debug, thiserror::Error)]
-pub enum RegistryError {
-    /// the metadata database failed
-    #[error("metadata database: {0}")]
-    Sqlite(#[from] rusqlite::Error),
-    /// a stored row could not be decoded
-    #[error("metadata database holds an unreadable row: {0}")]
-    Corrupt(String),
-}
 
 /// One queued asynchronous invocation.
 #[derive(Debug, Clone, PartialEq)]
@@ -72,7 +63,7 @@ pub enum Requeue {
     Interrupted,
 }
 
-pub struct Registry {
+pub struct Database {
     db: Mutex<Connection>,
 }
 
@@ -110,34 +101,7 @@ CREATE TABLE IF NOT EXISTS async_failures (
 );
 ";
 
-/// A function URL's CORS settings, as Create/UpdateFunctionUrlConfig take them.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct Cors {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub allow_credentials: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub allow_headers: Option<Vec<String>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub allow_methods: Option<Vec<String>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub allow_origins: Option<Vec<String>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expose_headers: Option<Vec<String>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_age: Option<u32>,
-}
-
-/// What a function URL config holds besides its auth type (which lives with the function):
-/// when it was created and last changed (Lambda reports both) and its CORS settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UrlSettings {
-    pub created: DateTime<Utc>,
-    pub modified: DateTime<Utc>,
-    pub cors: Option<Cors>,
-}
-
-impl Registry {
+impl Database {
     pub fn open(path: &Path) -> Result<Self, RegistryError> {
         let db = Connection::open(path)?;
         db.pragma_update(None, "journal_mode", "WAL")?;
@@ -334,7 +298,25 @@ impl Registry {
         Ok((deleted, runs))
     }
 
-    pub fn sequences(&self) -> Result<Vec<super::sequences::Sequence>, RegistryError> {
+    /// Deletes the queued events of `function` (a function or a sequence); returns the runs
+    /// they would have resumed. Cluster mode's registry, whose records are elsewhere, calls it
+    /// when one goes.
+    pub fn drop_events(&self, function: &str) -> Result<Vec<String>, RegistryError> {
+        let mut db = self.db();
+        let tx = db.transaction()?;
+        let runs = {
+            let mut stmt = tx.prepare(
+                "SELECT resume_run FROM async_queue WHERE function = ?1 AND resume_run IS NOT NULL",
+            )?;
+            let runs = stmt.query_map([function], |row| row.get(0))?;
+            runs.collect::<Result<Vec<String>, _>>()?
+        };
+        tx.execute("DELETE FROM async_queue WHERE function = ?1", [function])?;
+        tx.commit()?;
+        Ok(runs)
+    }
+
+    pub fn sequences(&self) -> Result<Vec<crate::controller::sequences::Sequence>, RegistryError> {
         let db = self.db();
         let mut stmt =
             db.prepare("SELECT name, functions, last_modified FROM sequences ORDER BY name")?;
@@ -348,7 +330,7 @@ impl Registry {
         let mut out = Vec::new();
         for row in rows {
             let (name, functions, modified) = row?;
-            out.push(super::sequences::Sequence {
+            out.push(crate::controller::sequences::Sequence {
                 functions: serde_json::from_str(&functions)
                     .map_err(|e| RegistryError::Corrupt(format!("sequence {name}: {e}")))?,
                 last_modified: DateTime::parse_from_rfc3339(&modified)
@@ -714,6 +696,7 @@ fn url_auth_text(auth: Option<UrlAuth>) -> Option<&'static str> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::Cors;
     use super::*;
     use std::collections::BTreeMap;
 
@@ -753,7 +736,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("kiln.db");
         {
-            let reg = Registry::open(&path).unwrap();
+            let reg = Database::open(&path).unwrap();
             assert!(reg.insert(&sample("a")).unwrap());
             assert!(!reg.insert(&sample("a")).unwrap());
             let mut b = sample("b");
@@ -762,7 +745,7 @@ mod tests {
             b.revision = 2;
             assert!(reg.update(&b).unwrap());
         }
-        let reg = Registry::open(&path).unwrap();
+        let reg = Database::open(&path).unwrap();
         let all = reg.all().unwrap();
         assert_eq!(all.len(), 2);
         assert_eq!(all[1].revision, 2);
@@ -788,14 +771,14 @@ mod tests {
             }),
         };
         {
-            let reg = Registry::open(&path).unwrap();
+            let reg = Database::open(&path).unwrap();
             assert!(reg.insert(&sample("a")).unwrap());
             assert!(!reg.update_url(&sample("b"), Some(&settings)).unwrap());
             assert!(reg.update_url(&sample("a"), Some(&settings)).unwrap());
             // A plain update keeps the settings.
             assert!(reg.update(&sample("a")).unwrap());
         }
-        let reg = Registry::open(&path).unwrap();
+        let reg = Database::open(&path).unwrap();
         assert_eq!(
             reg.url_settings().unwrap(),
             vec![("a".to_string(), settings.clone())]
@@ -830,10 +813,10 @@ mod tests {
             )
             .unwrap();
         }
-        let reg = Registry::open(&path).unwrap();
+        let reg = Database::open(&path).unwrap();
         // Opening twice must not try to add the columns again.
         drop(reg);
-        let reg = Registry::open(&path).unwrap();
+        let reg = Database::open(&path).unwrap();
         let due = reg.due_events(10, &[]).unwrap();
         assert_eq!(due.len(), 1);
         assert_eq!((due[0].attempts, due[0].throttles), (1, 0));
@@ -848,7 +831,7 @@ mod tests {
     #[test]
     fn a_backlog_does_not_hide_other_functions() {
         let dir = tempfile::tempdir().unwrap();
-        let reg = Registry::open(&dir.path().join("kiln.db")).unwrap();
+        let reg = Database::open(&dir.path().join("kiln.db")).unwrap();
         let slow: Vec<i64> = (0..50)
             .map(|i| reg.enqueue(&format!("s{i}"), "slow", b"{}").unwrap())
             .collect();
@@ -873,7 +856,7 @@ mod tests {
     #[test]
     fn a_deleted_sequence_takes_its_queued_events_with_it() {
         let dir = tempfile::tempdir().unwrap();
-        let reg = Registry::open(&dir.path().join("kiln.db")).unwrap();
+        let reg = Database::open(&dir.path().join("kiln.db")).unwrap();
         reg.put_sequence("pipe", &["a".into(), "b".into()], &Utc::now())
             .unwrap();
         reg.enqueue("r1", "pipe", b"{}").unwrap();
@@ -908,7 +891,7 @@ mod tests {
     fn a_sequence_event_keeps_where_it_stopped_until_it_is_retried_without() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("kiln.db");
-        let reg = Registry::open(&path).unwrap();
+        let reg = Database::open(&path).unwrap();
         let id = reg.enqueue("r1", "pipe", b"{}").unwrap();
         assert_eq!(reg.due_events(10, &[]).unwrap()[0].resume, None);
         let progress = Progress {
@@ -924,7 +907,7 @@ mod tests {
             .unwrap();
         drop(reg);
         // Durable, like the event.
-        let reg = Registry::open(&path).unwrap();
+        let reg = Database::open(&path).unwrap();
         let due = reg.due_events(10, &[]).unwrap();
         assert_eq!(
             (due[0].attempts, due[0].resume.as_ref()),
@@ -938,7 +921,7 @@ mod tests {
     #[test]
     fn failed_events_are_listed_requeued_and_deleted() {
         let dir = tempfile::tempdir().unwrap();
-        let reg = Registry::open(&dir.path().join("kiln.db")).unwrap();
+        let reg = Database::open(&dir.path().join("kiln.db")).unwrap();
         for id in ["a", "b"] {
             reg.enqueue(id, "f", br#"{"n": 1}"#).unwrap();
         }
