@@ -24,7 +24,7 @@ from boto3.s3.transfer import TransferConfig
 
 from kiln_harness import Kiln
 from s3_harness import (MotoServer, StoreOnlyKiln, WanLink, aws_chunked_put, function_credentials, s3_client,
-                        s3_endpoint)
+                        s3_endpoint, signed_request)
 
 from test_s3_js import run_checks
 
@@ -126,6 +126,17 @@ def test_objects_land_in_the_remote(front, remote, bucket):
     with pytest.raises(s3.exceptions.NoSuchKey):
         s3.get_object(Bucket=bucket, Key="dir/a.txt")
     assert keys(backend, bucket) == []
+
+
+def test_errors_name_the_fronts_request(front, bucket):
+    """An error the remote answered carries the front's request id in its XML and headers alike
+    (as the request's client saw it), not the remote's."""
+    request = signed_request(front, "GET", f"/{bucket}/missing")
+    response = requests.get(request.url, headers=dict(request.headers), timeout=30)
+    assert response.status_code == 404 and "<Code>NoSuchKey</Code>" in response.text
+    request_id = response.headers["x-amz-request-id"]
+    assert response.text.count("<RequestId>") == 1, response.text
+    assert f"<RequestId>{request_id}</RequestId>" in response.text, response.text
 
 
 def test_listings_and_batch_delete(front, bucket):

@@ -580,9 +580,9 @@ pub(crate) fn bare_etag(xml: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// An error document (`<Error><Code>…</Code>…</Error>`) completed as S3 sends them: S3's
-/// message for its code when it has none, and the request's `RequestId` and `HostId` (the
-/// values of `x-amz-request-id` and `x-amz-id-2`) when it has none. `None` when nothing is
-/// missing or the body is not an error document.
+/// message for its code when it has none, and this request's `RequestId` and `HostId` (the
+/// values of `x-amz-request-id` and `x-amz-id-2`), in place of any it had (a backing store's,
+/// passed through remote mode). `None` when the body is not an error document.
 pub(crate) fn completed_error(xml: &[u8], request_id: &str, host_id: &str) -> Option<Vec<u8>> {
     let text = std::str::from_utf8(xml).ok()?;
     let start = text.find("<Error><Code>")? + "<Error><Code>".len();
@@ -591,10 +591,6 @@ pub(crate) fn completed_error(xml: &[u8], request_id: &str, host_id: &str) -> Op
     let message = (!text.contains("<Message>"))
         .then(|| default_message(&text[start..end]))
         .flatten();
-    let ids = !text.contains("<RequestId>");
-    if message.is_none() && !ids {
-        return None;
-    }
     let at = end + "</Code>".len();
     let mut out = String::with_capacity(text.len() + 200);
     out.push_str(&text[..at]);
@@ -603,16 +599,29 @@ pub(crate) fn completed_error(xml: &[u8], request_id: &str, host_id: &str) -> Op
         out.push_str(message);
         out.push_str("</Message>");
     }
-    out.push_str(&text[at..close]);
-    if ids {
-        out.push_str("<RequestId>");
-        out.push_str(request_id);
-        out.push_str("</RequestId><HostId>");
-        out.push_str(host_id);
-        out.push_str("</HostId>");
-    }
+    out.push_str(&without_element(
+        &without_element(&text[at..close], "RequestId"),
+        "HostId",
+    ));
+    out.push_str("<RequestId>");
+    out.push_str(request_id);
+    out.push_str("</RequestId><HostId>");
+    out.push_str(host_id);
+    out.push_str("</HostId>");
     out.push_str(&text[close..]);
     Some(out.into_bytes())
+}
+
+/// `xml` without its first `<name>…</name>` element.
+fn without_element(xml: &str, name: &str) -> String {
+    let (open, close) = (format!("<{name}>"), format!("</{name}>"));
+    match xml.find(&open).and_then(|at| {
+        let end = at + xml[at..].find(&close)? + close.len();
+        Some((at, end))
+    }) {
+        Some((at, end)) => format!("{}{}", &xml[..at], &xml[end..]),
+        None => xml.to_string(),
+    }
 }
 
 /// A browser upload refused for a policy condition it does not meet, as S3 answers it (403
@@ -708,9 +717,12 @@ mod tests {
             complete(b"<Error><Code>Unheard</Code></Error>").unwrap(),
             "<Error><Code>Unheard</Code><RequestId>4442587FB7D0A2F9</RequestId><HostId>aG9zdA==</HostId></Error>"
         );
-        let whole =
-            br#"<Error><Code>NoSuchKey</Code><Message>m</Message><RequestId>1</RequestId></Error>"#;
-        assert_eq!(complete(whole), None);
+        // A backing store's ids (remote mode) give way to this request's.
+        let passed = br#"<Error><Code>NoSuchKey</Code><Message>m</Message><RequestId>1</RequestId><HostId>h</HostId><Key>k</Key></Error>"#;
+        assert_eq!(
+            complete(passed).unwrap(),
+            "<Error><Code>NoSuchKey</Code><Message>m</Message><Key>k</Key><RequestId>4442587FB7D0A2F9</RequestId><HostId>aG9zdA==</HostId></Error>"
+        );
         assert_eq!(complete(b"not xml \xff"), None);
         assert_eq!(complete(b"<ListBucketResult></ListBucketResult>"), None);
     }
