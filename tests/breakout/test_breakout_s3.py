@@ -348,6 +348,9 @@ def test_kill_9_during_a_fast_run_leaves_no_write_and_no_log_line(fresh_kiln, tm
         kiln.invoke(name, {"bucket": bucket, "spin": 10})
     wait_for(lambda: status(kiln, name)["Mode"] == "decontainerized", timeout=60, what="compiled")
     assert counter(s3, bucket) == 2
+    # The sandboxed runs' log lines are on disk (logs are written a few times a second), so that
+    # what the restarted kiln shows is the fast run's doing alone.
+    wait_for(lambda: "written 2" in kiln.cli("logs", name).stdout, timeout=30, what="the runs' logs")
 
     # The fast run books its arena while it runs: once the booking shows, it is under way (its
     # write staged, its log line held, then spinning until its 60 s budget).

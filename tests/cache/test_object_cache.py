@@ -111,7 +111,10 @@ def start_lending(remote, name):
                         sizing="lent")
     try:
         assert metric(front, "capacity_bytes") == 0, "no instance lends anything yet"
-        front.deploy(name, PYTHON_RUNTIME, "app.handler", code="memory_hog", MemorySize=512, Timeout=30)
+        # No snapshot: its spare fork would be a second instance, and a fresh one's first
+        # invocation is not sized.
+        front.deploy(name, PYTHON_RUNTIME, "app.handler", code="memory_hog", MemorySize=512, Timeout=30,
+                     Tags={"kiln:prebake": "off"})
         limit = None
         for _ in range(30):
             (limit, _), _ = invoke_hog(front, name, 16)
