@@ -225,7 +225,7 @@ impl NodeAgent for LocalAgent {
     fn shutdown(&self, grace: Duration) -> BoxFuture<'static, ()> {
         let inner = self.inner.clone();
         Box::pin(async move {
-            let idle: Vec<Instance> = {
+            let (idle, zygotes): (Vec<Instance>, Vec<Arc<super::zygote::Zygote>>) = {
                 let mut state = inner.state();
                 state.shutting_down = true;
                 let mut idle = Vec::new();
@@ -236,13 +236,17 @@ impl NodeAgent for LocalAgent {
                 for instance in &idle {
                     forget(&mut state, instance.id);
                 }
-                // A zygote goes once its last fork is gone; standby instances go with the idle ones.
+                // A zygote goes once its last fork is gone (kept here until then); standby
+                // instances go with the idle ones.
+                let mut zygotes = Vec::new();
                 for (_, slot) in state.zygotes.drain() {
-                    if let SnapshotSlot::Standby(instance, _) = slot {
-                        idle.push(*instance);
+                    match slot {
+                        SnapshotSlot::Standby(instance, _) => idle.push(*instance),
+                        SnapshotSlot::Ready(zygote) => zygotes.push(zygote),
+                        _ => {}
                     }
                 }
-                idle
+                (idle, zygotes)
             };
             let mut idle = idle;
             for breakout in inner.breakouts.drain() {
@@ -266,6 +270,14 @@ impl NodeAgent for LocalAgent {
                 cgroup.kill_all();
                 let _ = tokio::task::spawn_blocking(move || cgroup.remove()).await;
             }
+            // The forks killed above let go of their zygotes as their invocations end; the last
+            // reference is then this one, whose drop tears the zygote down (counted below).
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline && zygotes.iter().any(|z| Arc::strong_count(z) > 1)
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            drop(zygotes);
             // Instances that finished or failed meanwhile are being destroyed in the background.
             let deadline = Instant::now() + Duration::from_secs(30);
             while Instant::now() < deadline && inner.destroying.load(Ordering::SeqCst) > 0 {
