@@ -273,8 +273,7 @@ impl NodeAgent for LocalAgent {
             // The forks killed above let go of their zygotes as their invocations end; the last
             // reference is then this one, whose drop tears the zygote down (counted below).
             let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline && zygotes.iter().any(|z| Arc::strong_count(z) > 1)
-            {
+            while Instant::now() < deadline && zygotes.iter().any(|z| Arc::strong_count(z) > 1) {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             drop(zygotes);
