@@ -47,18 +47,17 @@ trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
-# Starts `kiln up --store-only` with extra flags; prints its S3 port once it answers.
+# Starts `kiln up --store-only` with extra flags; sets `port` to its S3 port once it answers.
+# Not in a subshell: the process must be in `pids`, to be stopped at the end.
 start_store() {
     local name="$1"
     shift
-    local port
     port="$(free_port)"
     "$kiln" up --store-only --listen "127.0.0.1:0" --s3-listen "127.0.0.1:$port" --data-dir "$work/$name" \
         --no-aws-profile "$@" >"$work/$name.log" 2>&1 &
     pids+=($!)
     for _ in $(seq 100); do
         if [ -s "$work/$name/credentials.json" ] && (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-            echo "$port"
             return
         fi
         sleep 0.1
@@ -70,7 +69,8 @@ start_store() {
 
 key() { python3 -c "import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
 
-backing_port="$(start_store backing)"
+start_store backing
+backing_port="$port"
 backing="$work/backing/credentials.json"
 for mode in "${modes[@]}"; do
     case "$mode" in
@@ -78,10 +78,10 @@ for mode in "${modes[@]}"; do
         remote | cache)
             cache_flag=off
             [ "$mode" = cache ] && cache_flag=on
-            port="$(KILN_S3_BACKEND_SECRET_KEY="$(key "$backing" secretAccessKey)" start_store "$mode" \
+            KILN_S3_BACKEND_SECRET_KEY="$(key "$backing" secretAccessKey)" start_store "$mode" \
                 --s3-backend "http://127.0.0.1:$backing_port" \
                 --s3-backend-access-key "$(key "$backing" accessKeyId)" \
-                --object-cache "$cache_flag")"
+                --object-cache "$cache_flag"
             creds="$work/$mode/credentials.json"
             ;;
         *) echo "s3-conformance: unknown mode $mode (direct, remote or cache)" >&2; exit 2 ;;
