@@ -5,10 +5,10 @@ level, message), between START and END; a request that misses writes only Node's
 
 import json
 import re
-import uuid
 
 import pytest
 
+from breakout_support import delete_functions, status, unique
 from kiln_harness import wait_for
 
 NODE = "nodejs20.x"
@@ -32,23 +32,10 @@ exports.handler = async (event) => {
 STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
 
-def unique(prefix):
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
 @pytest.fixture(autouse=True)
 def cleanup(kiln):
     yield
-    lam = kiln.client()
-    for page in lam.get_paginator("list_functions").paginate():
-        for f in page["Functions"]:
-            if f["FunctionName"].startswith("bo-in"):
-                lam.delete_function(FunctionName=f["FunctionName"])
-
-
-def status(kiln, name):
-    raw = kiln.signed_request("GET", f"/2015-03-31/functions/{name}/configuration").json()
-    return raw.get("KilnBreakoutStatus")
+    delete_functions(kiln, "bo-in")
 
 
 def function_lines(tail, request_id):

@@ -11,6 +11,7 @@ import uuid
 
 import pytest
 
+from breakout_support import delete_functions, status, unique
 from kiln_harness import node_status, wait_for
 from s3_harness import JS_DIR, s3_client
 
@@ -103,23 +104,10 @@ exports.handler = async (event) => {
 """
 
 
-def unique(prefix):
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
 @pytest.fixture(autouse=True)
 def cleanup(kiln):
     yield
-    lam = kiln.client()
-    for page in lam.get_paginator("list_functions").paginate():
-        for f in page["Functions"]:
-            if f["FunctionName"].startswith("bo-s3"):
-                lam.delete_function(FunctionName=f["FunctionName"])
-
-
-def status(kiln, name):
-    raw = kiln.signed_request("GET", f"/2015-03-31/functions/{name}/configuration").json()
-    return raw.get("KilnBreakoutStatus")
+    delete_functions(kiln, "bo-s3")
 
 
 def package(tmp_path, source):

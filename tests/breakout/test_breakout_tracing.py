@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 
+from breakout_support import delete_functions, status, unique
 from kiln_harness import wait_for
 
 NODE = "nodejs20.x"
@@ -28,24 +29,10 @@ exports.handler = async (event) => {
 """
 
 
-def unique(prefix):
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
 @pytest.fixture(autouse=True)
 def cleanup(kiln):
-    """Deletes the test's functions after it: a tracing instance books memory on the shared kiln."""
     yield
-    lam = kiln.client()
-    for page in lam.get_paginator("list_functions").paginate():
-        for f in page["Functions"]:
-            if f["FunctionName"].startswith("bo-"):
-                lam.delete_function(FunctionName=f["FunctionName"])
-
-
-def status(kiln, name):
-    raw = kiln.signed_request("GET", f"/2015-03-31/functions/{name}/configuration").json()
-    return raw.get("KilnBreakoutStatus")
+    delete_functions(kiln, "bo-")
 
 
 def create(kiln, name, body):
