@@ -211,7 +211,18 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
             sandbox_root,
         },
     );
-    let agent: Arc<dyn NodeAgent> = Arc::new(agent);
+    let local: Arc<dyn NodeAgent> = Arc::new(agent);
+    // Cluster mode: invocations may run on other nodes (`cluster/router.rs`).
+    let router = config.cluster.as_ref().map(|cluster| {
+        Arc::new(crate::cluster::router::ClusterAgent::new(
+            local.clone(),
+            cluster.node_id.clone(),
+        ))
+    });
+    let agent: Arc<dyn NodeAgent> = match &router {
+        Some(router) => router.clone(),
+        None => local,
+    };
     if let (Some(cache), objects::CacheSizing::Lent) =
         (s3.store.cache(), config.objects.cache_sizing)
     {
@@ -270,7 +281,25 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     let s3_server = objects::serve_on(s3.listener, &s3.store, Scope::All)?;
     let membership = match cluster {
         Some(cluster) => {
+            let (etcd, prefix) = (cluster.etcd().clone(), cluster.prefix().to_string());
+            let peer_listen = cluster.config().peer_listen;
             let membership = cluster.join(&s3.endpoint).await?;
+            if let Some(router) = &router {
+                let listener = tokio::net::TcpListener::bind(peer_listen)
+                    .await
+                    .with_context(|| format!("cannot listen on {peer_listen} for peers"))?;
+                router.start(
+                    membership.clone(),
+                    etcd,
+                    &prefix,
+                    crate::cluster::peer::PeerKey::derive(&stored.credentials().secret_access_key),
+                    listener,
+                    Arc::new(crate::cluster::router::ServeForwarded {
+                        controller: controller.clone(),
+                        local: router.local(),
+                    }),
+                );
+            }
             let status = membership.status();
             println!(
                 "kiln: joined the cluster as node `{}` (lease {}, {} nodes)",

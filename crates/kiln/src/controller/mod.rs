@@ -118,11 +118,15 @@ impl From<AgentError> for ControllerError {
     fn from(e: AgentError) -> Self {
         match e {
             AgentError::ThrottledReserved => ControllerError::Throttled { reserved: true },
-            AgentError::ThrottledNode => ControllerError::Throttled { reserved: false },
+            // Busy reaches a client only if a router let it through: the node is full.
+            AgentError::ThrottledNode | AgentError::Busy => {
+                ControllerError::Throttled { reserved: false }
+            }
             AgentError::ShuttingDown => ControllerError::ShuttingDown,
             AgentError::Sandbox(message) | AgentError::Session(message) => {
                 ControllerError::Internal(message)
             }
+            lost @ AgentError::PeerLost(_) => ControllerError::Internal(lost.to_string()),
         }
     }
 }
@@ -479,6 +483,13 @@ impl Controller {
         &self,
     ) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Arc<sequences::Sequence>>> {
         self.sequences.write_locked()
+    }
+
+    /// The spec invocations of `name`'s current version run with on this node, if the node has
+    /// its package (cluster mode fetches packages in the background).
+    pub fn current_spec(&self, name: &str) -> Option<SharedSpec> {
+        let spec = self.table().get(name).map(|entry| entry.spec.clone())?;
+        spec.code_dir.exists().then_some(spec)
     }
 
     fn table(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<Entry>>> {
