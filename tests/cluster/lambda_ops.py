@@ -191,6 +191,15 @@ def create_source(endpoint, name, source, timeout=30, host_network=False):
         Code={"ZipFile": buffer.getvalue()}, Tags=tags)))
 
 
+def create_file(endpoint, name, runtime, handler, filename, source):
+    """A function of any runtime whose package is one file."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as z:
+        z.writestr(filename, source)
+    return call(lambda: pick(client(endpoint).create_function(
+        FunctionName=name, Runtime=runtime, Role=ROLE, Handler=handler, Code={"ZipFile": buffer.getvalue()})))
+
+
 def send_events(endpoints, name, tokens, padding=0, extra=None):
     """One Event invocation per token (its payload `{"token", "padding", **extra}`), through the
     endpoints in turn: each one's HTTP status."""
@@ -246,7 +255,7 @@ def invoke_beside(busy_endpoint, endpoint, name, busy_seconds):
     return results
 
 
-OPS = {f.__name__: f for f in (invoke_payload, invoke_beside, create_source, send_events, send_events_parallel, create, update_code, update_description, get, invoke, delete, race_config,
+OPS = {f.__name__: f for f in (create_file, invoke_payload, invoke_beside, create_source, send_events, send_events_parallel, create, update_code, update_description, get, invoke, delete, race_config,
                                race_create, visible_after_deploy, get_object, put_object)}
 
 if __name__ == "__main__":
