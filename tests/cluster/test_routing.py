@@ -5,6 +5,8 @@ and a peer that died before it accepted costs nothing but the try (the request r
 
 Which instance answered is told by the function itself: an id drawn once per process."""
 
+import json
+
 import pytest
 
 from cluster_harness import Cluster
@@ -71,6 +73,28 @@ def test_an_invocation_goes_to_the_node_with_an_idle_instance_and_never_waits_fo
     beside = both["beside"]
     assert "error" not in beside and beside["payload"]["instance"] != on_n2, both
     assert beside["seconds"] < 3.5, f"the request waited for the busy instance: {both}"
+
+
+def test_a_draining_node_sends_new_starts_to_its_peers(cluster):
+    name = "drained-start"
+    created = cluster.lambda_op("create_source", endpoint=cluster.endpoint("n1"), name=name, source=SOURCE)
+    assert "error" not in created, created
+    cluster.cli("cluster", "drain", "n1", on="n2")
+    try:
+        cluster.wait_for(lambda: cluster.states("n1")["n1"] == "draining", BOUND, what="n1 draining")
+        before = metric(cluster, "n1", "kiln_cluster_routed_total", target="peer", reason="cold")
+        # n1 learns of its own drain from its record, twice a second.
+        cluster.wait_for(lambda: "error" not in cluster.lambda_op(
+            "invoke_payload", endpoint=cluster.endpoint("n1"), name=name, payload={}), BOUND, what=f"{name}")
+        assert metric(cluster, "n1", "kiln_cluster_routed_total", target="peer", reason="cold") >= before + 1
+        assert not any(i["function"] == name for i in node_instances(cluster, "n1")), "n1 started one"
+    finally:
+        cluster.cli("cluster", "undrain", "n1", on="n2")
+        cluster.wait_for(lambda: cluster.states("n1")["n1"] == "up", BOUND, what="n1 up again")
+
+
+def node_instances(cluster, node):
+    return json.loads(cluster.cli("--json", "status", on=node).stdout)["node"]["instances"]
 
 
 def test_a_peer_that_died_before_accepting_costs_only_the_try(cluster):

@@ -44,6 +44,9 @@ pub struct RouteView {
     pools: HashMap<(String, u64), BTreeSet<String>>,
     /// Free memory per node, in MB, as each last published it (this node's included).
     free_mb: HashMap<String, u64>,
+    /// This node is draining (or leaving): it takes no new placements, so a cold start goes to
+    /// any peer with room.
+    draining: bool,
 }
 
 /// Where an invocation should go, and why (the metric's labels).
@@ -92,6 +95,15 @@ impl RouteView {
     /// free memory for it, if that is a peer with room for one more instance beyond what this
     /// node has free (so that small differences, a spare fork here, move nothing).
     fn cold_target(&self, node: &str, function: &str, memory_mb: u32) -> Option<String> {
+        if self.draining {
+            return self
+                .peers
+                .keys()
+                .filter_map(|n| self.free_mb.get(n).map(|free| (n, *free)))
+                .filter(|(_, free)| *free >= u64::from(memory_mb))
+                .max_by_key(|(n, free)| (*free, rendezvous(function, n)))
+                .map(|(n, _)| n.clone());
+        }
         let mut nodes: Vec<&str> = self.peers.keys().map(String::as_str).collect();
         nodes.push(node);
         nodes.sort_by_key(|n| std::cmp::Reverse(rendezvous(function, n)));
@@ -529,7 +541,15 @@ async fn publish(
             .filter(|n| !n.this_node && n.state == NodeState::Up)
             .map(|n| (n.id.clone(), n.peer.clone()))
             .collect();
-        router.view.write_locked().peers = peers;
+        let draining = members
+            .nodes
+            .iter()
+            .any(|n| n.this_node && matches!(n.state, NodeState::Draining | NodeState::Leaving));
+        {
+            let mut view = router.view.write_locked();
+            view.peers = peers;
+            view.draining = draining;
+        }
         let Some(lease) = membership.live_lease() else {
             continue; // fenced: what it wrote goes with its lease
         };
@@ -605,7 +625,26 @@ mod tests {
                 m
             }),
             free_mb: free.iter().map(|(n, f)| (n.to_string(), *f)).collect(),
+            draining: false,
         }
+    }
+
+    #[test]
+    fn a_draining_node_starts_nothing_new_while_a_peer_has_room() {
+        let mut v = view(&["b", "c"], &[], &[("a", 5000), ("b", 300), ("c", 900)]);
+        v.draining = true;
+        assert_eq!(v.route("a", "f", 1, 128, false).0, Route::Cold("c".into()));
+        // Its idle instances still serve; with no peer able to take it, it starts here.
+        assert_eq!(
+            v.route("a", "f", 1, 128, true).0,
+            Route::Local("local-warm")
+        );
+        let mut v = view(&["b"], &[], &[("a", 5000), ("b", 100)]);
+        v.draining = true;
+        assert_eq!(
+            v.route("a", "f", 1, 128, false).0,
+            Route::Local("cold-local")
+        );
     }
 
     #[test]
