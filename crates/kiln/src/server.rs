@@ -230,6 +230,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
             wasm,
             objects: Some(s3.store.clone()),
             code_slots,
+            replays: Default::default(),
         },
         AgentConfig {
             memory_budget_mb,

@@ -95,6 +95,11 @@ impl NodeAgent for LocalAgent {
         self.inner.has_idle(function, revision)
     }
 
+    fn warm_with(&self, spec: SharedSpec, events: Vec<bytes::Bytes>) {
+        self.inner.ctx.replays.set(&spec.function, events);
+        self.inner.rebuild_snapshot(&spec);
+    }
+
     fn retire(&self, function: &str, keep_revision: Option<u64>) {
         if keep_revision.is_none() {
             self.inner.preparations.forget(function);

@@ -44,7 +44,7 @@ pub use memory::MemoryLender;
 use memory::{make_room, reserve};
 pub use node::{
     AgentConfig, AgentContext, AgentError, Attachment, InstanceState, InvokeOutcome, InvokeRequest,
-    NodeAgent, Placement, RouteHints, SandboxService, StartPath,
+    NodeAgent, Placement, Replays, RouteHints, SandboxService, StartPath,
 };
 use pools::Pool;
 pub use preparations::{Prepared, Preparing};
@@ -139,6 +139,9 @@ struct Inner {
     breakouts: breakout::Breakouts,
     /// Which function revisions still have their start paths being built.
     preparations: preparations::Preparations,
+    /// Functions whose snapshot is being built again with new warm-up replays (the old one
+    /// serves meanwhile).
+    rebuilding: Mutex<std::collections::HashSet<String>>,
 }
 
 impl LocalAgent {
@@ -157,6 +160,7 @@ impl LocalAgent {
                 ),
                 breakouts: breakout::Breakouts::default(),
                 preparations: preparations::Preparations::default(),
+                rebuilding: Mutex::default(),
             }),
         };
         agent.inner.refill_standbys();

@@ -210,6 +210,9 @@ pub trait NodeAgent: Send + Sync + 'static {
     fn prepared(&self, _function: &str, _revision: u64) -> super::Prepared {
         super::Prepared::Done
     }
+    /// From now on, warm-ups of `spec`'s function replay `events` (each a shadow run) before
+    /// its sample event, and its snapshot is built again with them.
+    fn warm_with(&self, _spec: SharedSpec, _events: Vec<Bytes>) {}
     /// Demand for `concurrency` instances of `spec` is expected (a burst coming): the function's
     /// instances made ahead of demand are sized as if it had been seen now.
     fn expect(&self, _spec: SharedSpec, _concurrency: u32) {}
@@ -274,6 +277,36 @@ pub struct AgentContext {
     pub objects: Option<crate::objects::ObjectStore>,
     /// Where warm standbys get their code (None: mounts could not be prepared, no warm path).
     pub code_slots: Option<kiln_sandbox::SlotDir>,
+    /// Real requests that warm-ups replay, per function (see [`NodeAgent::warm_with`]).
+    pub replays: Replays,
+}
+
+/// Recent real requests per function that its snapshots' and standbys' warm-ups replay before
+/// the configured sample event: burst offloading's hot routes, so that every fork starts warm
+/// for the requests it will get. Kept in memory only.
+#[derive(Default)]
+pub struct Replays(std::sync::Mutex<std::collections::HashMap<String, Arc<[Bytes]>>>);
+
+impl Replays {
+    pub fn get(&self, function: &str) -> Arc<[Bytes]> {
+        use crate::sync::LockExt;
+        self.0
+            .locked()
+            .get(function)
+            .cloned()
+            .unwrap_or_else(|| Arc::from(Vec::new()))
+    }
+
+    /// Replaces `function`'s replays; an empty list forgets them.
+    pub fn set(&self, function: &str, events: Vec<Bytes>) {
+        use crate::sync::LockExt;
+        let mut replays = self.0.locked();
+        if events.is_empty() {
+            replays.remove(function);
+        } else {
+            replays.insert(function.to_string(), Arc::from(events));
+        }
+    }
 }
 
 /// A service kiln offers to every instance: environment variables for its SDKs and, in an

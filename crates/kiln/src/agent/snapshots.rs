@@ -9,6 +9,7 @@ use super::instance::Priority;
 use super::zygote::{self, Zygote};
 use super::{outdated, Inner, Instance, State};
 use crate::function::SharedSpec;
+use crate::sync::LockExt;
 
 /// The function-specific snapshot of one function.
 pub(super) enum SnapshotSlot {
@@ -102,6 +103,22 @@ impl Inner {
         spec: &SharedSpec,
         preparing: Option<super::Preparing>,
     ) {
+        self.make_snapshot(spec, preparing, false)
+    }
+
+    /// Builds `spec`'s snapshot again (its warm-up replays have changed), while the one there
+    /// is goes on serving; the new one replaces it when ready. Nothing if the function has no
+    /// ready snapshot of this revision, or one is being built.
+    pub(super) fn rebuild_snapshot(self: &Arc<Self>, spec: &SharedSpec) {
+        self.make_snapshot(spec, None, true)
+    }
+
+    fn make_snapshot(
+        self: &Arc<Self>,
+        spec: &SharedSpec,
+        preparing: Option<super::Preparing>,
+        rebuild: bool,
+    ) {
         use crate::function::PrebakeMode;
         if spec.prebake.mode == PrebakeMode::Off {
             return;
@@ -114,27 +131,42 @@ impl Inner {
             if state.shutting_down || outdated(&state, spec) {
                 return;
             }
-            match state.zygotes.get(&spec.function) {
-                Some(SnapshotSlot::Ready(z)) if z.spec.revision == spec.revision && z.alive() => {
-                    return
+            if rebuild {
+                let serving = matches!(
+                    state.zygotes.get(&spec.function),
+                    Some(slot @ (SnapshotSlot::Ready(_) | SnapshotSlot::Standby(..)))
+                        if slot.revision() == spec.revision
+                );
+                if !serving || !self.rebuilding.locked().insert(spec.function.clone()) {
+                    return;
                 }
-                Some(
-                    slot @ (SnapshotSlot::Building { .. }
-                    | SnapshotSlot::Failed { .. }
-                    | SnapshotSlot::Standby(..)),
-                ) if slot.revision() == spec.revision => return,
-                _ => {}
+                state.next_id += 1;
+                state.next_id
+            } else {
+                match state.zygotes.get(&spec.function) {
+                    Some(SnapshotSlot::Ready(z))
+                        if z.spec.revision == spec.revision && z.alive() =>
+                    {
+                        return
+                    }
+                    Some(
+                        slot @ (SnapshotSlot::Building { .. }
+                        | SnapshotSlot::Failed { .. }
+                        | SnapshotSlot::Standby(..)),
+                    ) if slot.revision() == spec.revision => return,
+                    _ => {}
+                }
+                state.next_id += 1;
+                let id = state.next_id;
+                state.zygotes.insert(
+                    spec.function.clone(),
+                    SnapshotSlot::Building {
+                        revision: spec.revision,
+                        id,
+                    },
+                );
+                id
             }
-            state.next_id += 1;
-            let id = state.next_id;
-            state.zygotes.insert(
-                spec.function.clone(),
-                SnapshotSlot::Building {
-                    revision: spec.revision,
-                    id,
-                },
-            );
-            id
         };
         let inner = self.clone();
         let spec = spec.clone();
@@ -154,16 +186,26 @@ impl Inner {
             } else {
                 zygote::warmed_up(&inner.ctx, &spec, id, Priority::Ahead)
                     .await
-                    .map(|i| SnapshotSlot::Standby(Box::new(i), begin.elapsed()))
+                    .map(|(i, _)| SnapshotSlot::Standby(Box::new(i), begin.elapsed()))
             };
             let mut evicted = Vec::new();
             let mut installed = false;
             {
                 let mut state = inner.state();
-                let current = matches!(
-                    state.zygotes.get(&spec.function),
-                    Some(SnapshotSlot::Building { revision, id: building }) if *revision == spec.revision && *building == id
-                );
+                let current = if rebuild {
+                    inner.rebuilding.locked().remove(&spec.function);
+                    // Replaces the one that served meanwhile, if it is still this revision's.
+                    matches!(
+                        state.zygotes.get(&spec.function),
+                        Some(slot @ (SnapshotSlot::Ready(_) | SnapshotSlot::Standby(..)))
+                            if slot.revision() == spec.revision
+                    )
+                } else {
+                    matches!(
+                        state.zygotes.get(&spec.function),
+                        Some(SnapshotSlot::Building { revision, id: building }) if *revision == spec.revision && *building == id
+                    )
+                };
                 match built {
                     Ok(slot) if current && !state.shutting_down => {
                         tracing::info!(
@@ -178,10 +220,17 @@ impl Inner {
                             slot.memory_bytes(),
                             inner.config.snapshot_memory_mb,
                         );
-                        state.zygotes.insert(spec.function.clone(), slot);
+                        // A rebuilt snapshot's predecessor goes with its spares.
+                        evicted.extend(state.zygotes.insert(spec.function.clone(), slot));
                         installed = true;
                     }
                     Ok(outdated) => evicted.push(outdated),
+                    Err(error) if rebuild => {
+                        tracing::warn!(
+                            function = %spec.function,
+                            "the snapshot could not be built again with recent requests; the one there serves on: {error}"
+                        );
+                    }
                     Err(error) => {
                         tracing::warn!(
                             function = %spec.function,

@@ -252,7 +252,9 @@ impl Inner {
                 let warm_up = spec.prebake.warmup_invocations > 0;
                 Instance::fork(&self.ctx, zygote, spec, id, warm_up, Priority::Ahead).await
             }
-            Maker::Boot => zygote::warmed_up(&self.ctx, spec, id, Priority::Ahead).await,
+            Maker::Boot => zygote::warmed_up(&self.ctx, spec, id, Priority::Ahead)
+                .await
+                .map(|(instance, _)| instance),
         };
         let took = begin.elapsed();
         let leftover = {

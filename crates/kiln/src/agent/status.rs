@@ -74,6 +74,9 @@ pub struct SnapshotStatus {
     /// The fork server's host pid.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
+    /// Real requests (an app's recent ones) the fork server replayed in its warm-up.
+    #[serde(default)]
+    pub replayed: usize,
     /// A fork server's spare fork (made ahead of demand): its instance id, and whether it is
     /// ready or still being forked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -115,6 +118,7 @@ impl SnapshotStatus {
             build_ms: 0.0,
             idle_s: 0.0,
             pid: None,
+            replayed: 0,
             spare: None,
             spare_ready: false,
             standbys_target: 0,
@@ -193,6 +197,7 @@ impl Inner {
                         status.idle_s = now.duration_since(z.last_used()).as_secs_f64();
                         status.pid = z.pid;
                         status.id = Some(z.id);
+                        status.replayed = z.replayed;
                     }
                     SnapshotSlot::Standby(i, build_time) => {
                         status.kind = "standby".into();

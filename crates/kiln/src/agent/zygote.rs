@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use futures_util::future::BoxFuture;
 use kiln_sandbox::Cgroup;
 use tokio::io::Interest;
@@ -51,6 +51,8 @@ pub struct Zygote {
     pub id: u64,
     /// The fork server's host pid.
     pub pid: Option<u32>,
+    /// Real requests replayed in its warm-up (an app's recent requests, as shadow runs).
+    pub replayed: usize,
     /// The zygote's own instance, which owns the sandbox.
     sandbox: Mutex<Option<Instance>>,
     cgroup: Arc<Cgroup>,
@@ -72,15 +74,17 @@ pub struct Zygote {
 /// [`Zygote::allow_fork_charges`]): 1.3 MB measured, with room.
 const FORK_CHARGE_BYTES: u64 = 2 * 1024 * 1024;
 
-/// Starts an instance of `spec` the coldest way and warms it up with the configured sample
-/// event: what a snapshot is taken of (Prebaking), or a standby made ahead of demand. Output
-/// of init and warm-up is dropped.
+/// Starts an instance of `spec` the coldest way and warms it up: with the recent requests
+/// `ctx.replays` holds for the function (an app's hot routes, each a shadow run), then the
+/// configured sample event for the rest of its warm-up rounds. What a snapshot is taken of
+/// (Prebaking), or a standby made ahead of demand. Output of init and warm-up is dropped.
+/// Answers the instance and how many real requests it replayed.
 pub async fn warmed_up(
     ctx: &AgentContext,
     spec: &SharedSpec,
     id: u64,
     priority: Priority,
-) -> Result<Instance, String> {
+) -> Result<(Instance, usize), String> {
     let started = match priority {
         Priority::Request => Instance::start_cold(ctx, spec, id).await,
         Priority::Ahead => Instance::start_ahead(ctx, spec, id).await,
@@ -92,27 +96,39 @@ pub async fn warmed_up(
         StartError::Platform(message) => message,
     })?;
     instance.init_output = None;
-    if let Err(error) = warm_up(&mut instance, spec, spec.prebake.warmup_invocations).await {
+    let replays = ctx.replays.get(&spec.function);
+    let rounds = spec.prebake.warmup_invocations;
+    if let Err(error) = warm_up(&mut instance, spec, rounds, &replays).await {
         instance.destroy().await;
         return Err(error);
     }
-    Ok(instance)
+    Ok((instance, replays.len()))
 }
 
-/// Runs `rounds` warm-up invocations of `spec`'s sample event on `instance`, dropping their
-/// answers. An invocation that ends the instance is an error; the caller destroys it.
+/// Runs each of `replays` once on `instance`, then `spec`'s sample event until `rounds`
+/// invocations ran in all, dropping their answers (all shadow runs: their writes have no
+/// visible effect). A replay the function fails is no error; an invocation that ends the
+/// instance is, and the caller destroys it.
 pub async fn warm_up(
     instance: &mut Instance,
     spec: &SharedSpec,
     rounds: u32,
+    replays: &[Bytes],
 ) -> Result<(), String> {
-    for round in 1..=rounds {
-        let invocation = instance
-            .invoke(&warmup_request(spec), None, Box::new(|| {}))
-            .await;
+    let samples = (rounds as usize).saturating_sub(replays.len());
+    let sample = warmup_request(spec);
+    let payloads = replays
+        .iter()
+        .cloned()
+        .chain(std::iter::repeat_n(sample.payload.clone(), samples));
+    for (round, payload) in payloads.enumerate() {
+        let mut request = warmup_request(spec);
+        request.payload = payload;
+        let invocation = instance.invoke(&request, None, Box::new(|| {})).await;
         if !invocation.healthy {
             return Err(format!(
-                "warm-up invocation {round} ended the instance: {}",
+                "warm-up invocation {} ended the instance: {}",
+                round + 1,
                 String::from_utf8_lossy(&invocation.body)
             ));
         }
@@ -130,7 +146,7 @@ impl Zygote {
     ) -> Result<Arc<Zygote>, String> {
         let begin = Instant::now();
         // At its function's share: its forks run in it until each is moved to its own cgroup.
-        let mut instance = warmed_up(ctx, spec, id, Priority::Request).await?;
+        let (mut instance, replayed) = warmed_up(ctx, spec, id, Priority::Request).await?;
         let (stream, leftover, ns_pid) = match instance.become_zygote().await {
             Ok(parts) => parts,
             Err(e) => {
@@ -149,6 +165,7 @@ impl Zygote {
             spec: spec.clone(),
             id,
             pid: host_pid(&instance.cgroup, ns_pid),
+            replayed,
             cgroup: instance.cgroup.clone(),
             invocation_slot: instance.invocation_slot(),
             sandbox: Mutex::new(Some(instance)),

@@ -32,7 +32,7 @@ use super::control::{Control, ControlStatus, Target, TICK};
 use super::profile::{Eligibility, RouteStats};
 use super::routes::Pattern;
 use super::shadow;
-use super::table::{Profile, RouteSource};
+use super::table::{Profile, RouteEntry, RouteSource};
 use super::upstream::{
     error_chain, is_upgrade, strip_hop_by_hop, upstream_request, BadTarget, InFlight, Unreached,
     Upstream,
@@ -77,6 +77,9 @@ pub struct Gateway {
     revision: Mutex<Option<String>>,
     /// When instances were last asked for, and how many.
     last_expect: Mutex<Option<(Instant, u32)>>,
+    /// The routes whose recent requests the function's warm-ups replay, and when they were
+    /// last handed to it.
+    replayed: Mutex<Option<(Instant, Vec<String>)>>,
     declared: Mutex<DeclaredStatus>,
 }
 
@@ -191,6 +194,7 @@ impl Gateway {
             stop: tokio::sync::watch::channel(false).0,
             revision: Mutex::new(None),
             last_expect: Mutex::new(None),
+            replayed: Mutex::new(None),
             declared: Mutex::new(DeclaredStatus::default()),
             spec: RwLock::new(spec.clone()),
         });
@@ -328,6 +332,74 @@ impl Gateway {
             tokio::spawn(self.clone().read_routes());
         }
         profile.reassess(cover);
+        let replays = replay_set(&profile.routes);
+        drop(profile);
+        self.hand_replays(&function, replays, now);
+    }
+
+    /// Hands the function the hot routes' recent requests for its warm-ups when the set of
+    /// routes changed, at most every [`REPLAY_EVERY`]: its snapshot is then built again.
+    fn hand_replays(&self, function: &str, replays: Vec<(String, Bytes)>, now: Instant) {
+        if replays.is_empty() {
+            return;
+        }
+        let routes: Vec<String> = replays.iter().map(|(route, _)| route.clone()).collect();
+        {
+            let mut last = self.replayed.locked();
+            if let Some((at, handed)) = &*last {
+                if *handed == routes || now.duration_since(*at) < REPLAY_EVERY {
+                    return;
+                }
+            }
+            *last = Some((now, routes));
+        }
+        let events = replays.into_iter().map(|(_, event)| event).collect();
+        if let Err(e) = self.controller.warm_with(function, events) {
+            tracing::debug!(function, "warm-up replays not handed over: {e}");
+        }
+    }
+
+    /// Keeps a request of `route` the monolith answered well as the route's recent request
+    /// (one every [`SAMPLE_EVERY`] at most: building the event is the cost).
+    fn maybe_sample(
+        &self,
+        route: usize,
+        head: &http::request::Parts,
+        body: &Bytes,
+        peer: SocketAddr,
+        status: u16,
+    ) {
+        if status >= 400 {
+            return;
+        }
+        let now = Instant::now();
+        {
+            let profile = self.profile.locked();
+            let Some(entry) = profile.routes.get(route) else {
+                return;
+            };
+            if entry.source == RouteSource::Pin
+                || entry
+                    .recent
+                    .as_ref()
+                    .is_some_and(|(at, _)| now.duration_since(*at) < SAMPLE_EVERY)
+            {
+                return;
+            }
+        }
+        let function = self.spec.read_locked().function.clone();
+        let payload = event(
+            &function,
+            &head.method,
+            head.uri.path(),
+            head.uri.query().unwrap_or(""),
+            &head.headers,
+            body,
+            peer,
+        );
+        if let Some(entry) = self.profile.locked().routes.get_mut(route) {
+            entry.recent = Some((now, Bytes::from(payload.to_string())));
+        }
     }
 
     /// Asks the function's web adapter for the routes its framework declares (a shadow
@@ -681,6 +753,28 @@ enum Ran {
     Failed(String),
 }
 
+/// The most routes whose recent requests a warm-up replays.
+const MAX_REPLAYS: usize = 8;
+/// A route's recent request is replaced at most this often.
+const SAMPLE_EVERY: Duration = Duration::from_secs(2);
+/// The function's warm-up replays change at most this often (each change builds its snapshot
+/// again).
+const REPLAY_EVERY: Duration = Duration::from_secs(30);
+
+/// The hot routes' recent requests: routes the profile finds worth offloading that have one,
+/// most requested first, at most [`MAX_REPLAYS`].
+fn replay_set(routes: &[RouteEntry]) -> Vec<(String, Bytes)> {
+    let mut hot: Vec<&RouteEntry> = routes
+        .iter()
+        .filter(|r| r.profiled == Eligibility::Eligible && r.recent.is_some())
+        .collect();
+    hot.sort_by_key(|r| std::cmp::Reverse(r.stats.count));
+    hot.into_iter()
+        .take(MAX_REPLAYS)
+        .filter_map(|r| Some((r.pattern.to_string(), r.recent.as_ref()?.1.clone())))
+        .collect()
+}
+
 fn monotonic_second() -> u64 {
     static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
     START.get_or_init(Instant::now).elapsed().as_secs()
@@ -789,7 +883,9 @@ async fn handle(
         match gateway.forward(upstream, request, route, held).await {
             Ok(response) => {
                 if let Some(i) = route {
-                    gateway.maybe_shadow(i, head, body, peer, response.status().as_u16());
+                    let status = response.status().as_u16();
+                    gateway.maybe_sample(i, &head, &body, peer, status);
+                    gateway.maybe_shadow(i, head, body, peer, status);
                 }
                 return gateway.answer(response, "monolith");
             }

@@ -33,6 +33,9 @@ pub(super) struct RouteEntry {
     pub(super) eligible: Eligibility,
     pub(super) shadow: shadow::Record,
     pub(super) offloaded: u64,
+    /// A recent request of the route the monolith answered well, as the function's event, and
+    /// when it came: what warm-ups replay (memory only, never on disk or in a log).
+    pub(super) recent: Option<(std::time::Instant, bytes::Bytes)>,
 }
 
 /// The profile of every route, in matching order, and of requests no route matches.
@@ -86,6 +89,7 @@ impl Profile {
                     eligible: Eligibility::No("no requests profiled yet".into()),
                     shadow: shadow::Record::default(),
                     offloaded: 0,
+                    recent: None,
                 },
             };
             self.routes.push(entry);

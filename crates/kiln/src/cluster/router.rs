@@ -367,6 +367,10 @@ impl NodeAgent for ClusterAgent {
         self.router.local.prepared(function, revision)
     }
 
+    fn warm_with(&self, spec: SharedSpec, events: Vec<Bytes>) {
+        self.router.local.warm_with(spec, events)
+    }
+
     fn expect(&self, spec: SharedSpec, concurrency: u32) {
         self.router.local.expect(spec, concurrency)
     }

@@ -610,6 +610,14 @@ impl Controller {
         Ok(())
     }
 
+    /// Warm-ups of `name` replay `events` from now on (burst offloading's recent requests),
+    /// and its snapshot is built again with them.
+    pub fn warm_with(&self, name: &str, events: Vec<bytes::Bytes>) -> Result<(), ControllerError> {
+        let entry = self.entry(name)?;
+        self.agent.warm_with(entry.spec.clone(), events);
+        Ok(())
+    }
+
     pub fn node_status(&self) -> crate::agent::NodeStatus {
         self.agent.status()
     }
