@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod objects;
 pub mod predict;
 pub mod runtime;
+pub mod schedules;
 pub mod server;
 pub mod session;
 pub mod sync;

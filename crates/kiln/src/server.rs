@@ -352,6 +352,17 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
         crate::history::sample(&history, move || counted.totals());
         history
     });
+    // Schedules fire from one node: in cluster mode they wait for an elected scheduler.
+    let schedules = if membership.is_none() {
+        let schedules = Arc::new(
+            crate::schedules::Schedules::open(&data_dir, &config.region, "000000000000")
+                .context("cannot read the schedules")?,
+        );
+        schedules.run(controller.clone());
+        Some(schedules)
+    } else {
+        None
+    };
     let state = Arc::new(AppState {
         controller: controller.clone(),
         apps: apps.clone(),
@@ -363,6 +374,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
             .clone()
             .map(|c| Arc::new(crate::console::Console::new(c))),
         history,
+        schedules,
     });
     let app = api::router(state.clone());
 

@@ -11,6 +11,7 @@ mod events;
 mod functions;
 mod invoke;
 mod kiln;
+mod schedules;
 mod tags;
 mod urls;
 
@@ -40,6 +41,8 @@ pub struct AppState {
     pub console: Option<Arc<Console>>,
     /// The last hour of activity, for the console's charts; `None` with `--ui off`.
     pub history: Option<Arc<crate::history::History>>,
+    /// EventBridge Scheduler's schedules; `None` in cluster mode (not there yet).
+    pub schedules: Option<Arc<crate::schedules::Schedules>>,
 }
 
 pub type SharedState = Arc<AppState>;
@@ -154,6 +157,14 @@ fn api_routes() -> Router<SharedState> {
         .route(
             "/2019-09-25/functions/{name}/event-invoke-config/list",
             get(event_invoke::list),
+        )
+        .route("/schedules", get(schedules::list))
+        .route(
+            "/schedules/{name}",
+            get(schedules::get)
+                .post(schedules::create)
+                .put(schedules::update)
+                .delete(schedules::delete),
         )
         .route(
             "/2017-03-31/tags/{resource}",
@@ -415,6 +426,18 @@ impl axum::extract::FromRequest<SharedState> for Signed {
         request: axum::extract::Request,
         state: &SharedState,
     ) -> Result<Self, ApiError> {
+        Signed::for_service(request, state, "lambda").await
+    }
+}
+
+impl Signed {
+    /// Reads the request and checks it was signed for `service` (or, on the console's
+    /// listener, that it carries the console's session).
+    async fn for_service(
+        request: axum::extract::Request,
+        state: &SharedState,
+        service: &str,
+    ) -> Result<Self, ApiError> {
         let (parts, body) = request.into_parts();
         let body = axum::body::to_bytes(body, MAX_BODY_BYTES)
             .await
@@ -427,12 +450,29 @@ impl axum::extract::FromRequest<SharedState> for Signed {
             &parts.headers,
             &body,
             console_origin,
+            service,
         )?;
         Ok(Signed {
             uri: parts.uri,
             headers: parts.headers,
             body,
         })
+    }
+}
+
+/// A request signed for EventBridge Scheduler (`scheduler`), as its clients sign.
+pub struct SchedulerSigned(pub Signed);
+
+impl axum::extract::FromRequest<SharedState> for SchedulerSigned {
+    type Rejection = ApiError;
+
+    async fn from_request(
+        request: axum::extract::Request,
+        state: &SharedState,
+    ) -> Result<Self, ApiError> {
+        Signed::for_service(request, state, "scheduler")
+            .await
+            .map(SchedulerSigned)
     }
 }
 
@@ -455,6 +495,7 @@ pub fn authenticate(
     headers: &HeaderMap,
     body: &Bytes,
     console_origin: bool,
+    service: &str,
 ) -> Result<(), ApiError> {
     if let Some((console, token)) = console_session(state, uri, headers).filter(|_| console_origin)
     {
@@ -464,7 +505,7 @@ pub fn authenticate(
         console.authorize(token, csrf, console::is_safe(method), &state.credentials)?;
         return Ok(());
     }
-    authenticate_signature(state, method, uri, headers, body)
+    authenticate_signature(state, method, uri, headers, body, service)
 }
 
 /// The console and the session cookie's token, for a request with a cookie and no signature.
@@ -489,17 +530,18 @@ pub fn authenticate_signature(
     uri: &Uri,
     headers: &HeaderMap,
     body: &Bytes,
+    service: &str,
 ) -> Result<(), ApiError> {
     let identity = state
         .verifier
         .verify(method, uri, headers, body, chrono::Utc::now())?;
     // A signature made for another service must not open this one (as on AWS).
-    if identity.service != "lambda" {
+    if identity.service != service {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "InvalidSignatureException",
             format!(
-                "Credential should be scoped to correct service: 'lambda', not '{}'.",
+                "Credential should be scoped to correct service: '{service}', not '{}'.",
                 identity.service
             ),
         ));

@@ -209,7 +209,7 @@ async fn respond(
     // A signature only: a console session must not open a function's URL, which is
     // the function's page, not the console's.
     if function.url_auth == Some(UrlAuth::AwsIam)
-        && authenticate_signature(state, method, uri, headers, &body).is_err()
+        && authenticate_signature(state, method, uri, headers, &body, "lambda").is_err()
     {
         return plain(StatusCode::FORBIDDEN, "Forbidden");
     }

@@ -1,0 +1,134 @@
+"""Schedules (EventBridge Scheduler's API, the subset that invokes Lambda functions), with boto3's
+and the AWS CLI's `scheduler` clients pointed at kiln, unmodified: a one-time schedule invokes its
+function with its input and deletes itself, the API's answers and errors are Scheduler's, and
+schedules outlive a restart."""
+
+import datetime
+import json
+import time
+import uuid
+
+import botocore.exceptions
+import pytest
+
+from kiln_harness import PYTHON_RUNTIME, zip_files
+from s3_harness import s3_client
+from test_auth import aws
+
+ROLE = "arn:aws:iam::000000000000:role/scheduler"
+
+# Keeps each event it gets in $BUCKET under the event's "marker".
+RECORDER = """
+import json, os
+import boto3
+
+def handler(event, context):
+    boto3.client("s3").put_object(Bucket=os.environ["BUCKET"], Key=event["marker"], Body=json.dumps(event))
+"""
+
+
+def unique(prefix):
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def function_arn(kiln, name):
+    return f"arn:aws:lambda:{kiln.region}:000000000000:function:{name}"
+
+
+def schedule_input(kiln, function, expression, **extra):
+    return dict(ScheduleExpression=expression, FlexibleTimeWindow={"Mode": "OFF"},
+                Target={"Arn": function_arn(kiln, function), "RoleArn": ROLE, "Input": json.dumps({"marker": "m"})},
+                **extra)
+
+
+def code_of(error):
+    return error.value.response["Error"]["Code"]
+
+
+def test_a_one_time_schedule_invokes_its_function_with_its_input_and_deletes_itself(kiln):
+    bucket, function = unique("scheduled"), unique("recorder")
+    s3 = s3_client(kiln)
+    s3.create_bucket(Bucket=bucket)
+    kiln.client().create_function(FunctionName=function, Runtime=PYTHON_RUNTIME, Role=ROLE, Handler="app.handler",
+                                  Code={"ZipFile": zip_files({"app.py": RECORDER})}, Timeout=30,
+                                  Environment={"Variables": {"BUCKET": bucket}})
+    kiln.client().get_waiter("function_active_v2").wait(FunctionName=function, WaiterConfig={"Delay": 1})
+    scheduler = kiln.client("scheduler")
+    at = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=3)).strftime("%Y-%m-%dT%H:%M:%S")
+    name = unique("once")
+    created = scheduler.create_schedule(
+        Name=name, ScheduleExpression=f"at({at})", FlexibleTimeWindow={"Mode": "OFF"},
+        ActionAfterCompletion="DELETE",
+        Target={"Arn": function_arn(kiln, function), "RoleArn": ROLE,
+                "Input": json.dumps({"marker": "fired", "n": 7})})
+    assert created["ScheduleArn"] == f"arn:aws:scheduler:{kiln.region}:000000000000:schedule/default/{name}"
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        listed = s3.list_objects_v2(Bucket=bucket).get("Contents", [])
+        if listed:
+            break
+        time.sleep(0.5)
+    assert [o["Key"] for o in listed] == ["fired"], listed
+    event = json.loads(s3.get_object(Bucket=bucket, Key="fired")["Body"].read())
+    assert event == {"marker": "fired", "n": 7}
+    with pytest.raises(botocore.exceptions.ClientError) as gone:
+        scheduler.get_schedule(Name=name)
+    assert code_of(gone) == "ResourceNotFoundException"
+
+
+def test_the_api_answers_as_scheduler_does(kiln):
+    scheduler = kiln.client("scheduler")
+    name = unique("hourly")
+    scheduler.create_schedule(Name=name, Description="every hour",
+                              **schedule_input(kiln, "f", "cron(0 * * * ? *)", ScheduleExpressionTimezone="Europe/Paris"))
+    got = scheduler.get_schedule(Name=name)
+    assert got["Name"] == name and got["GroupName"] == "default" and got["State"] == "ENABLED"
+    assert got["ScheduleExpression"] == "cron(0 * * * ? *)" and got["ScheduleExpressionTimezone"] == "Europe/Paris"
+    assert got["Target"]["Arn"] == function_arn(kiln, "f") and got["Description"] == "every hour"
+    assert isinstance(got["CreationDate"], datetime.datetime)
+
+    scheduler.update_schedule(Name=name, State="DISABLED", **schedule_input(kiln, "f", "rate(2 hours)"))
+    updated = scheduler.get_schedule(Name=name)
+    assert updated["State"] == "DISABLED" and updated["ScheduleExpression"] == "rate(2 hours)"
+    assert "Description" not in updated  # an update replaces every setting
+    assert updated["CreationDate"] == got["CreationDate"]
+
+    listed = scheduler.list_schedules(NamePrefix=name)["Schedules"]
+    assert [(s["Name"], s["State"], s["Target"]["Arn"]) for s in listed] == [(name, "DISABLED", function_arn(kiln, "f"))]
+    assert scheduler.list_schedules(NamePrefix=name, State="ENABLED")["Schedules"] == []
+
+    for call, expected in [
+        (lambda: scheduler.create_schedule(Name=name, **schedule_input(kiln, "f", "rate(1 hour)")), "ConflictException"),
+        (lambda: scheduler.create_schedule(Name=unique("x"), **schedule_input(kiln, "f", "rate(1 hours)")),
+         "ValidationException"),
+        (lambda: scheduler.create_schedule(
+            Name=unique("x"), ScheduleExpression="rate(1 hour)", FlexibleTimeWindow={"Mode": "OFF"},
+            Target={"Arn": "arn:aws:sqs:us-east-1:000000000000:queue", "RoleArn": ROLE}), "ValidationException"),
+        (lambda: scheduler.get_schedule(Name=unique("missing")), "ResourceNotFoundException"),
+        (lambda: scheduler.update_schedule(Name=unique("missing"), **schedule_input(kiln, "f", "rate(1 hour)")),
+         "ResourceNotFoundException"),
+    ]:
+        with pytest.raises(botocore.exceptions.ClientError) as refused:
+            call()
+        assert code_of(refused) == expected
+
+    out = json.loads(aws(kiln, "scheduler", "list-schedules", "--name-prefix", name).stdout)
+    assert [s["Name"] for s in out["Schedules"]] == [name]
+    scheduler.delete_schedule(Name=name)
+    assert scheduler.list_schedules(NamePrefix=name)["Schedules"] == []
+
+
+def test_schedules_are_paged_and_outlive_a_restart(fresh_kiln):
+    kiln = fresh_kiln()
+    scheduler = kiln.client("scheduler")
+    for i in range(5):
+        scheduler.create_schedule(Name=f"s{i}", **schedule_input(kiln, "f", "rate(1 day)"))
+    first = scheduler.list_schedules(MaxResults=2)
+    assert [s["Name"] for s in first["Schedules"]] == ["s0", "s1"] and first["NextToken"]
+    names = [s["Name"] for page in scheduler.get_paginator("list_schedules").paginate(PaginationConfig={"PageSize": 2})
+             for s in page["Schedules"]]
+    assert names == [f"s{i}" for i in range(5)]
+    kiln.restart()
+    scheduler = kiln.client("scheduler")
+    assert [s["Name"] for s in scheduler.list_schedules()["Schedules"]] == [f"s{i}" for i in range(5)]
+    assert scheduler.get_schedule(Name="s3")["ScheduleExpression"] == "rate(1 day)"
