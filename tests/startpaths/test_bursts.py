@@ -168,8 +168,11 @@ def test_a_fork_server_outlives_what_its_many_forks_leave_charged_to_it(kiln, tm
     deploy_cli(kiln, tmp_path, "burst-many", "--standbys", "64", "--memory", "128", "--warmup", "0")
     status = standbys(kiln, "burst-many", 64)
     reports = burst(kiln, "burst-many", 64, seconds=0.5)
-    assert all(start_path(r) == "hot" for r in reports if "Init Duration" in r), reports
+    started = [r for r in reports if "Init Duration" in r]
+    assert all(start_path(r) == "hot" for r in started), reports
     standbys(kiln, "burst-many", 64)
     after = snapshot_of(kiln, "burst-many")
     assert after["state"] == "ready" and after["id"] == status["id"], "the fork server lived"
-    assert after["forks"] >= 128, after
+    # Each spare the burst took was forked again (on a loaded machine a request may reuse an
+    # instance another finished with, so fewer than 64 may have been taken).
+    assert after["forks"] >= 64 + len(started), (after, len(started))
