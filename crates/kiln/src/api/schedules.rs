@@ -42,18 +42,30 @@ pub async fn create(
     Path(name): Path<String>,
     SchedulerSigned(signed): SchedulerSigned,
 ) -> Result<Response, ApiError> {
-    let input: ScheduleInput = parse_json(&signed.body)?;
-    let arn = schedules(&state)?.create(&name, input)?;
-    Ok(Json(json!({ "ScheduleArn": arn })).into_response())
+    write(&state, &signed, |schedules, input| {
+        schedules.create(&name, input)
+    })
 }
 
+/// UpdateSchedule: every setting replaced, as on AWS.
 pub async fn update(
     State(state): State<SharedState>,
     Path(name): Path<String>,
     SchedulerSigned(signed): SchedulerSigned,
 ) -> Result<Response, ApiError> {
+    write(&state, &signed, |schedules, input| {
+        schedules.update(&name, input)
+    })
+}
+
+/// Create and Update: the body read as a schedule, the schedule's ARN answered.
+fn write(
+    state: &SharedState,
+    signed: &super::Signed,
+    op: impl FnOnce(&Schedules, ScheduleInput) -> Result<String, ScheduleError>,
+) -> Result<Response, ApiError> {
     let input: ScheduleInput = parse_json(&signed.body)?;
-    let arn = schedules(&state)?.update(&name, input)?;
+    let arn = op(schedules(state)?, input)?;
     Ok(Json(json!({ "ScheduleArn": arn })).into_response())
 }
 
