@@ -3,10 +3,13 @@
 //!
 //! In etcd, each accepted Event is `queue/<function>/<id>` (ids sort by acceptance time), its
 //! payload inline up to [`INLINE_PAYLOAD`] bytes, else first written to the shared store
-//! (`events/<id>`). One node, elected with etcd's election API (`scheduler`), delivers them;
-//! each delivery holds `claims/<id>` on the delivering node's lease, so when that node dies its
-//! claims go with its lease and the next scheduler delivers those events again: at least once,
-//! as on a single node. A scheduler that is fenced stops taking events at once. An event that
+//! (`events/<id>`). Every node delivers the events it owns: the first of the live `up` nodes
+//! in the event id's rendezvous order (so deliveries spread over the nodes without a claim
+//! race). One node, elected with etcd's election API (`scheduler`), also delivers any event
+//! still waiting [`STRAGGLER`] after it was due (its owner died, or the nodes disagreed about
+//! the member list for a moment). Each delivery holds `claims/<id>` on the delivering node's
+//! lease, so when that node dies its claims go with its lease and the event is delivered again:
+//! at least once, as on a single node. A node that is fenced stops taking events at once. An event that
 //! failed every attempt is recorded under `failures/<request id>`. A sequence's event that
 //! stopped part way runs from the start on its retry (the run's intermediates live in one
 //! node's memory).
@@ -177,9 +180,12 @@ struct FailureRecord {
     failed_at: DateTime<Utc>,
 }
 
-/// How long the scheduler works from one listing of the queue: each claim checks the event is
-/// still as listed, so a stale listing costs a failed claim, never a wrong delivery.
+/// How long a node works from one listing of the queue: each claim checks the event is still
+/// as listed, so a stale listing costs a failed claim, never a wrong delivery.
 const RELIST: Duration = Duration::from_millis(100);
+
+/// How long past its time an event waits for its owner before the scheduler delivers it.
+const STRAGGLER: chrono::Duration = chrono::Duration::seconds(1);
 
 /// An event as the scheduler last listed it.
 #[derive(Clone)]
@@ -189,6 +195,9 @@ struct Listed {
     mod_revision: i64,
     record: EventRecord,
 }
+
+/// A listing of the queue: when it was made, the events (oldest first), the live `up` nodes.
+type Listing = (std::time::Instant, Vec<Listed>, Vec<String>);
 
 /// An event this node claimed and is delivering.
 struct Claimed {
@@ -207,11 +216,19 @@ pub struct EtcdEvents {
     /// The lease this node was elected scheduler with, while it is.
     scheduler: Mutex<Option<i64>>,
     claimed: Mutex<HashMap<i64, Claimed>>,
-    /// The scheduler's last listing of the queue (oldest first) and when it was made.
-    listing: Mutex<Option<(std::time::Instant, Vec<Listed>)>>,
+    /// This node's last listing of the queue (oldest first), when it was made, and the live
+    /// `up` nodes then (who owns which event).
+    listing: Mutex<Option<Listing>>,
     next_id: AtomicI64,
-    /// Events in the queue at the scheduler's last look (0 on other nodes).
+    /// Events in the queue at this node's last look.
     depth: AtomicU64,
+}
+
+/// The node that delivers event `id`: the first of `up` in the id's rendezvous order.
+fn owner<'a>(id: &str, up: &'a [String]) -> Option<&'a str> {
+    up.iter()
+        .max_by_key(|node| crate::cluster::router::rendezvous(id, node))
+        .map(String::as_str)
 }
 
 fn block<F: std::future::Future>(request: F) -> F::Output {
@@ -288,6 +305,11 @@ impl EtcdEvents {
         *self.scheduler.locked() = None;
         tracing::info!("this node no longer schedules async invocations (its lease changed)");
         let _ = self.etcd.resign(leader).await;
+    }
+
+    /// The lease this node delivers events on, while it can vouch for it.
+    fn delivering(&self) -> Option<i64> {
+        self.membership()?.live_lease()
     }
 
     /// Whether this node is the scheduler and can vouch for the lease it was elected with.
@@ -375,18 +397,31 @@ impl EventQueue for EtcdEvents {
         busy: &[(i64, String)],
         cap: &dyn Fn(&str) -> usize,
     ) -> Result<Vec<QueuedEvent>, RegistryError> {
-        let Some(lease) = self.scheduling() else {
+        let Some(lease) = self.delivering() else {
             return Ok(Vec::new());
         };
         if limit == 0 {
             return Ok(Vec::new());
         }
+        let scheduler = self.scheduling().is_some();
+        let node = self
+            .membership()
+            .map(|m| m.node_id().to_string())
+            .unwrap_or_default();
         let fresh = self
             .listing
             .locked()
             .as_ref()
-            .is_some_and(|(at, _)| at.elapsed() < RELIST);
+            .is_some_and(|(at, _, _)| at.elapsed() < RELIST);
         if !fresh {
+            let up: Vec<String> = self
+                .membership()
+                .map(|m| m.status().nodes)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|n| n.state == crate::cluster::NodeState::Up)
+                .map(|n| n.id)
+                .collect();
             let (entries, _) = block(self.etcd.list(&format!("{}queue/", self.root)))?;
             self.depth.store(entries.len() as u64, Ordering::Relaxed);
             let mut listed: Vec<Listed> = entries
@@ -402,7 +437,7 @@ impl EventQueue for EtcdEvents {
                 .collect();
             // Oldest first across functions: ids sort by acceptance time.
             listed.sort_by(|a, b| a.id.cmp(&b.id));
-            *self.listing.locked() = Some((std::time::Instant::now(), listed));
+            *self.listing.locked() = Some((std::time::Instant::now(), listed, up));
         }
         let held: Vec<String> = self
             .claimed
@@ -415,10 +450,14 @@ impl EventQueue for EtcdEvents {
             .listing
             .locked()
             .as_ref()
-            .map(|(_, listed)| {
+            .map(|(_, listed, up)| {
                 listed
                     .iter()
                     .filter(|l| !held.contains(&l.key) && l.record.not_before <= now)
+                    .filter(|l| {
+                        owner(&l.id, up) == Some(node.as_str())
+                            || (scheduler && l.record.not_before + STRAGGLER <= now)
+                    })
                     .cloned()
                     .collect()
             })
@@ -427,10 +466,6 @@ impl EventQueue for EtcdEvents {
         for (_, function) in busy {
             *running.entry(function.clone()).or_default() += 1;
         }
-        let node = self
-            .membership()
-            .map(|m| m.node_id().to_string())
-            .unwrap_or_default();
         let mut out = Vec::new();
         let mut tried = Vec::new();
         for Listed {
@@ -490,7 +525,7 @@ impl EventQueue for EtcdEvents {
                 .insert(local, Claimed { key, claim, record });
         }
         // Claimed or gone: either way not to be tried again from this listing.
-        if let Some((_, listed)) = self.listing.locked().as_mut() {
+        if let Some((_, listed, _)) = self.listing.locked().as_mut() {
             listed.retain(|l| !tried.contains(&l.key));
         }
         Ok(out)
