@@ -126,12 +126,13 @@ impl Controller {
                         Ok(Invoked::Done {
                             outcome: ran.outcome,
                             request_id: ran.request_id,
+                            version: crate::function::versions::latest(),
                         })
                     }
                 };
             }
         }
-        let entry = self.entry(name)?;
+        let (entry, version) = self.invocation_target(name)?;
         let payload = if kind == InvocationType::Event {
             checked_payload(payload, MAX_ASYNC_PAYLOAD, "Event")?
         } else {
@@ -141,7 +142,13 @@ impl Controller {
         let request_id = function::new_request_id().to_string();
         match kind {
             InvocationType::DryRun => Ok(Invoked::DryRun),
-            InvocationType::Event => self.enqueue_event(&entry.function.name, &payload),
+            // A version's event runs that version; an alias's picks when it is delivered.
+            InvocationType::Event => match self.function_ref(name)?.qualifier {
+                Some(q) if q != crate::function::versions::LATEST => {
+                    self.enqueue_event(&format!("{}:{q}", entry.function.name), &payload)
+                }
+                _ => self.enqueue_event(&entry.function.name, &payload),
+            },
             InvocationType::RequestResponse => {
                 let request = InvokeRequest {
                     request_id: request_id.clone(),
@@ -159,6 +166,7 @@ impl Controller {
                 Ok(Invoked::Done {
                     outcome,
                     request_id,
+                    version,
                 })
             }
         }
@@ -380,7 +388,7 @@ impl Controller {
                     .series
                     .duration(&self.metrics)
                     .observe(outcome.duration.as_secs_f64());
-                self.logs.append(&spec.function, outcome.log.clone());
+                self.logs.append(spec.name(), outcome.log.clone());
                 Ok(outcome)
             }
             Err(e) => {

@@ -18,6 +18,7 @@ mod replica;
 pub mod sequences;
 mod tags;
 mod urls;
+mod versions;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -46,6 +47,7 @@ pub use queue::AsyncEvents;
 pub use registry::{Cors, UrlSettings};
 use registry::{Database, EventQueue, Registry, RegistryError};
 use replica::Versions;
+pub use versions::{AliasInput, Qualified};
 
 /// Lambda's payload limits.
 pub const MAX_SYNC_PAYLOAD: usize = 6 * 1024 * 1024;
@@ -211,6 +213,8 @@ pub enum Invoked {
     Done {
         outcome: InvokeOutcome,
         request_id: String,
+        /// The version that ran: `$LATEST` or a number (an alias's pick).
+        version: String,
     },
     Queued {
         request_id: String,
@@ -229,6 +233,9 @@ struct Entry {
     change: Option<Change>,
     /// Set once the agent said this version is prepared: no invocation waits any more.
     settled: AtomicBool,
+    /// `$LATEST`'s entry: its published versions' entries, by number (a version's entry has
+    /// none).
+    versions: BTreeMap<u64, Arc<Entry>>,
 }
 
 /// What made a function's current version.
@@ -262,6 +269,7 @@ impl Entry {
             series,
             settled: AtomicBool::new(change.is_none()),
             change,
+            versions: BTreeMap::new(),
         }
     }
 
@@ -270,7 +278,7 @@ impl Entry {
         if self.settled.load(Ordering::Relaxed) {
             return None;
         }
-        let prepared = agent.prepared(&self.function.name, self.function.revision);
+        let prepared = agent.prepared(&self.spec.function, self.spec.revision);
         if prepared.is_done() {
             self.settled.store(true, Ordering::Relaxed);
             return None;
@@ -385,7 +393,10 @@ impl Controller {
             }
         }
         for (function, version) in loaded.functions {
-            if let Err(e) = controller.ensure_code_blocking(&function.code_sha256) {
+            if let Err(e) = versions::packages(&function)
+                .iter()
+                .try_for_each(|digest| controller.ensure_code_blocking(digest))
+            {
                 // Left out until its package can be fetched (tried again every few seconds).
                 eprintln!(
                     "kiln: function {} is not available on this node yet: {e}",
@@ -397,10 +408,12 @@ impl Controller {
             controller
                 .versions
                 .set(replica::Record::Function, &function.name, version);
-            live_code.push(function.code_sha256.clone());
-            let spec = controller.spec_for(&function);
-            controller.agent.prepare(spec.clone());
-            table.insert(function.name.clone(), Arc::new(Entry::new(function, spec)));
+            live_code.extend(versions::packages(&function));
+            let (entry, prepare, _) = controller.build_entry(function, versions::Before::Loaded);
+            for spec in prepare {
+                controller.agent.prepare(spec);
+            }
+            table.insert(entry.function.name.clone(), Arc::new(entry));
         }
         *controller.functions.write_locked() = table;
         let mut urls = HashMap::new();
@@ -443,8 +456,13 @@ impl Controller {
     }
 
     fn spec_for(&self, f: &Function) -> SharedSpec {
-        Arc::new(InstanceSpec {
+        Arc::new(self.instance_spec(f))
+    }
+
+    fn instance_spec(&self, f: &Function) -> InstanceSpec {
+        InstanceSpec {
             function: f.name.clone(),
+            version: function::versions::latest(),
             arn: self.arn(&f.name),
             revision: f.revision,
             runtime: f.config.runtime.clone(),
@@ -466,7 +484,7 @@ impl Controller {
             memory_sizing: f.config.memory_sizing,
             web: f.config.web.clone(),
             breakout: f.config.breakout.clone().filter(BreakoutConfig::enabled),
-        })
+        }
     }
 
     fn sequences(
@@ -486,18 +504,15 @@ impl Controller {
     }
 
     fn publish(&self, function: Function) -> Function {
-        let spec = self.spec_for(&function);
         let name = function.name.clone();
         let mut table = self.functions.write_locked();
-        let change = if table.contains_key(&name) {
-            Change::Update
-        } else {
-            Change::Create
+        let previous = table.get(&name).cloned();
+        let before = match previous.as_deref() {
+            Some(entry) => versions::Before::Was(entry),
+            None => versions::Before::Created,
         };
-        let previous = table.insert(
-            name.clone(),
-            Arc::new(Entry::changed(function.clone(), spec, Some(change))),
-        );
+        let (entry, prepare, gone) = self.build_entry(function.clone(), before);
+        table.insert(name.clone(), Arc::new(entry));
         drop(table);
         // New code uses memory its own way: its model starts afresh. (A new MemorySize is a
         // new model already.)
@@ -508,8 +523,14 @@ impl Controller {
         }) {
             self.predictor.forget(&name);
         }
-        self.agent.retire(&name, Some(function.revision));
-        self.agent.prepare(self.spec_for(&function));
+        for key in gone {
+            self.agent.retire(&key, None);
+            self.predictor.forget(&key);
+        }
+        for spec in prepare {
+            self.agent.retire(&spec.function, Some(spec.revision));
+            self.agent.prepare(spec);
+        }
         function
     }
 
@@ -565,7 +586,7 @@ impl Controller {
         match r.qualifier.as_deref() {
             None | Some("$LATEST") => Ok(entry),
             Some(other) => Err(ControllerError::NotFound(format!(
-                "Function not found: {}:{other} (kiln serves only $LATEST)",
+                "Function not found: {}:{other} (this call takes the unqualified function)",
                 self.arn(&r.name)
             ))),
         }
