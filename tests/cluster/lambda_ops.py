@@ -61,6 +61,15 @@ def invoke(endpoint, name):
     return call(run)
 
 
+def publish(endpoint, name):
+    return call(lambda: {"Version": client(endpoint).publish_version(FunctionName=name)["Version"]})
+
+
+def create_alias(endpoint, name, alias, version):
+    return call(lambda: {"FunctionVersion": client(endpoint).create_alias(
+        FunctionName=name, Name=alias, FunctionVersion=version)["FunctionVersion"]})
+
+
 def delete(endpoint, name):
     return call(lambda: client(endpoint).delete_function(FunctionName=name) and {"deleted": name})
 

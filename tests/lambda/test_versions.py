@@ -189,6 +189,10 @@ def test_aliases_name_versions(kiln):
         lam.create_alias(FunctionName=name, Name="12", FunctionVersion="1")
     assert error_code(excinfo) == "ValidationException" and http_status(excinfo) == 400
 
+    # An alias's function URL is not served (the unqualified function's is).
+    with pytest.raises(lam.exceptions.InvalidParameterValueException):
+        lam.create_function_url_config(FunctionName=name, Qualifier="live", AuthType="NONE")
+
     lam.delete_alias(FunctionName=name, Name="edge")
     with pytest.raises(lam.exceptions.ResourceNotFoundException):
         lam.get_alias(FunctionName=name, Name="edge")

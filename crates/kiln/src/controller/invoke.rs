@@ -267,7 +267,7 @@ impl Controller {
             Some(false) => "none",
             None => {
                 let admit = self.predictor.benefits(&spec.function, features);
-                cache.set_admission(&spec.function, admit.unwrap_or(true));
+                cache.set_admission(spec.name(), admit.unwrap_or(true));
                 request.admit_objects = admit;
                 match admit {
                     Some(true) => "admit",
@@ -279,11 +279,11 @@ impl Controller {
         self.metrics
             .cache_admissions
             .get_or_create(&crate::metrics::DecisionLabels {
-                function: spec.function.clone(),
+                function: spec.name().to_string(),
                 decision: decision.into(),
             })
             .inc();
-        Some(cache.io_times(&spec.function))
+        Some(cache.io_times(spec.name()))
     }
 
     /// Runs the invocation on the agent; once more at MemorySize if it was killed for memory
@@ -319,7 +319,7 @@ impl Controller {
         );
         self.metrics
             .prediction_retries
-            .get_or_create(&Metrics::function(&spec.function))
+            .get_or_create(&Metrics::function(spec.name()))
             .inc();
         self.learn(spec, features.cloned(), outcome);
         // At MemorySize, and booked at it: the routing hint and the reservation follow the limit.
@@ -344,7 +344,7 @@ impl Controller {
         };
         // The invocation's Extract + Load, as the backing store would have served them, and
         // the rest of its time (concurrent invocations of the function share the counters).
-        let after = cache.io_times(&spec.function);
+        let after = cache.io_times(spec.name());
         let served_ms = after.served_ns.saturating_sub(before.served_ns) as f64 / 1e6;
         let backend_ms = after.backend_ns.saturating_sub(before.backend_ns) as f64 / 1e6;
         let duration_ms = outcome.duration.as_secs_f64() * 1e3;
@@ -379,7 +379,7 @@ impl Controller {
                     self.metrics
                         .cold_starts
                         .get_or_create(&crate::metrics::StartLabels {
-                            function: spec.function.clone(),
+                            function: spec.name().to_string(),
                             path: path.as_str().into(),
                         })
                         .inc();
@@ -395,7 +395,7 @@ impl Controller {
                 if matches!(e, AgentError::ThrottledNode | AgentError::ThrottledReserved) {
                     self.metrics
                         .throttles
-                        .get_or_create(&Metrics::function(&spec.function))
+                        .get_or_create(&Metrics::function(spec.name()))
                         .inc();
                 }
                 Err(e.into())

@@ -234,13 +234,8 @@ impl Controller {
 
     /// ListVersionsByFunction: `$LATEST` (under its qualified ARN) and each version, in order.
     pub fn list_versions(&self, name: &str) -> Result<Vec<Qualified>, ControllerError> {
-        let (latest, qualifier) = self.qualified_entry(name)?;
-        if qualifier.is_some() {
-            return Err(ControllerError::Validation(format!(
-                "1 validation error detected: Value '{name}' at 'functionName' failed to satisfy constraint: Member must satisfy regular expression pattern: {}",
-                crate::function::FUNCTION_NAME_PATTERN
-            )));
-        }
+        // A qualifier in the name is allowed by the call's pattern, and names the same list.
+        let (latest, _) = self.qualified_entry(name)?;
         let f = &latest.function;
         let mut all = vec![self.latest_view(f, format!("{}:{LATEST}", self.arn(&f.name)))];
         for entry in latest.versions.values() {
