@@ -233,7 +233,7 @@ def send_events_parallel(endpoints, name, tokens, extra=None, threads=12):
 
 
 OPS = {f.__name__: f for f in (create_source, send_events, send_events_parallel, create, update_code, update_description, get, invoke, delete, race_config,
-                               race_create, visible_after_deploy, get_object, put_object)}
+                               race_create, visible_after_deploy, get_object, put_object, publish, create_alias)}
 
 if __name__ == "__main__":
     print(json.dumps(OPS[sys.argv[1]](**json.loads(sys.argv[2]))))
