@@ -5,6 +5,7 @@ the AWS CLI, against a real kiln."""
 import base64
 import hashlib
 import json
+import time
 
 import pytest
 
@@ -308,3 +309,29 @@ def test_versions_and_aliases_survive_a_restart(fresh_kiln):
     body, response = call(restarted, name, Qualifier="live")
     assert body["code"] == {"1": "one", "2": "two"}[response["ExecutedVersion"]]
     assert lam.publish_version(FunctionName=name)["Version"] == "2", "unchanged since version 2"
+
+
+def test_a_versions_idle_instances_are_reaped_and_events_run_the_version(fresh_kiln):
+    server = fresh_kiln(extra_args=["--idle-ttl", "1"])
+    name = two_versions(server, "verreap")
+    lam = server.client()
+    assert call(server, name, Qualifier="1")[0]["code"] == "one"
+
+    def instances():
+        node = json.loads(server.cli("--json", "status").stdout)["node"]
+        return [i for i in node["instances"] if i["function"] == f"{name}:1"]
+
+    deadline = time.monotonic() + 60
+    while instances():
+        assert time.monotonic() < deadline, instances()
+        time.sleep(0.5)
+    # An Event of a version is accepted and runs that version (its log says so).
+    ran = server.cli("logs", name).stdout.count("Version: 1")
+    assert lam.invoke(FunctionName=name, Qualifier="1", InvocationType="Event",
+                      Payload=b"{}")["StatusCode"] == 202
+    assert lam.invoke(FunctionName=name, Qualifier="2", InvocationType="DryRun")["StatusCode"] == 204
+    with pytest.raises(lam.exceptions.ResourceNotFoundException):
+        lam.invoke(FunctionName=name, Qualifier="9", InvocationType="Event", Payload=b"{}")
+    while server.cli("logs", name).stdout.count("Version: 1") == ran:
+        assert time.monotonic() < deadline + 60, "the Event of version 1 to run"
+        time.sleep(0.5)
