@@ -189,6 +189,9 @@ def test_aliases_name_versions(kiln):
     with pytest.raises(lam.exceptions.ClientError) as excinfo:
         lam.create_alias(FunctionName=name, Name="12", FunctionVersion="1")
     assert error_code(excinfo) == "ValidationException" and http_status(excinfo) == 400
+    with pytest.raises(lam.exceptions.ClientError) as excinfo:
+        lam.create_alias(FunctionName=name, Name="other", FunctionVersion="live")
+    assert error_code(excinfo) == "ValidationException"
 
     # An alias's function URL is not served (the unqualified function's is).
     with pytest.raises(lam.exceptions.InvalidParameterValueException):
@@ -293,8 +296,13 @@ def test_versions_and_aliases_survive_a_restart(fresh_kiln):
     server = fresh_kiln()
     name = two_versions(server, "verkeep")
     lam = server.client()
+    lam.update_function_configuration(FunctionName=name, Description="third")
+    lam.get_waiter("function_updated_v2").wait(FunctionName=name, WaiterConfig={"Delay": 1})
+    assert lam.publish_version(FunctionName=name)["Version"] == "3"
+    # Version 2 is neither the newest nor routed to: after the restart it is prepared only
+    # once it runs.
     lam.create_alias(FunctionName=name, Name="live", FunctionVersion="1",
-                     RoutingConfig={"AdditionalVersionWeights": {"2": 0.25}})
+                     RoutingConfig={"AdditionalVersionWeights": {"3": 0.25}})
     before = lam.list_versions_by_function(FunctionName=name)["Versions"]
     assert server.stop() == 0
     restarted = fresh_kiln(data_dir=server.data_dir)
@@ -303,12 +311,13 @@ def test_versions_and_aliases_survive_a_restart(fresh_kiln):
     keys = ("Version", "FunctionArn", "CodeSha256", "RevisionId", "Description")
     assert [{k: v[k] for k in keys} for v in after] == [{k: v[k] for k in keys} for v in before]
     alias = lam.get_alias(FunctionName=name, Name="live")
-    assert alias["RoutingConfig"] == {"AdditionalVersionWeights": {"2": 0.25}}
+    assert alias["RoutingConfig"] == {"AdditionalVersionWeights": {"3": 0.25}}
     assert call(restarted, name, Qualifier="1")[0]["code"] == "one"
     assert call(restarted, name, Qualifier="2")[0]["code"] == "two"
+    assert call(restarted, name, Qualifier="2")[0]["code"] == "two"
     body, response = call(restarted, name, Qualifier="live")
-    assert body["code"] == {"1": "one", "2": "two"}[response["ExecutedVersion"]]
-    assert lam.publish_version(FunctionName=name)["Version"] == "2", "unchanged since version 2"
+    assert body["code"] == {"1": "one", "3": "two"}[response["ExecutedVersion"]]
+    assert lam.publish_version(FunctionName=name)["Version"] == "3", "unchanged since version 3"
 
 
 def test_a_versions_idle_instances_are_reaped_and_events_run_the_version(fresh_kiln):

@@ -409,9 +409,16 @@ impl Controller {
                 .versions
                 .set(replica::Record::Function, &function.name, version);
             live_code.extend(versions::packages(&function));
+            let warm = versions::kept_warm(&function);
             let (entry, prepare, _) = controller.build_entry(function, versions::Before::Loaded);
             for spec in prepare {
-                controller.agent.prepare(spec);
+                if spec.version == function::versions::LATEST || warm.contains(&spec.version) {
+                    controller.agent.prepare(spec);
+                } else {
+                    // Its snapshot is built after its first cold start; until then the node
+                    // only knows its revision.
+                    controller.agent.retire(&spec.function, Some(spec.revision));
+                }
             }
             table.insert(entry.function.name.clone(), Arc::new(entry));
         }

@@ -59,6 +59,23 @@ pub(super) fn packages(f: &Function) -> Vec<String> {
     all
 }
 
+/// The versions of `f` prepared at start: its newest and those its aliases route to. The
+/// others, which a function may have many of, build their snapshots after their first cold
+/// start, so that a restart does not build one for every version ever published.
+pub(super) fn kept_warm(f: &Function) -> Vec<String> {
+    let mut warm: Vec<String> = f
+        .published
+        .aliases
+        .values()
+        .flat_map(|a| std::iter::once(&a.function_version).chain(a.weights.keys()))
+        .cloned()
+        .collect();
+    if let Some(newest) = f.published.versions.last() {
+        warm.push(newest.number.to_string());
+    }
+    warm
+}
+
 /// A fresh RevisionId for a version or an alias.
 fn new_revision_id() -> String {
     crate::function::new_request_id().to_string()
@@ -276,15 +293,12 @@ impl Controller {
                 number = last.number;
                 return Ok(false);
             }
-            let mut config = f.config.clone();
-            if let Some(description) = &description {
-                config.description.clone_from(description);
-            }
             number = f.published.last + 1;
             f.published.last = number;
             f.published.versions.push(Version {
                 number,
-                config,
+                config: f.config.clone(),
+                description: description.clone(),
                 code_sha256: f.code_sha256.clone(),
                 code_size: f.code_size,
                 last_modified: chrono::Utc::now(),
@@ -331,7 +345,6 @@ impl Controller {
             Ok(f.published.versions.len() != before)
         })?;
         if let Some(doomed) = doomed {
-            self.logs.remove(&doomed.spec.function);
             self.drop_unused_code(&doomed.function.code_sha256);
         }
         Ok(())
@@ -531,6 +544,11 @@ impl Controller {
         target: &str,
         weights: &BTreeMap<String, f64>,
     ) -> Result<(), ControllerError> {
+        if target != LATEST && versions::version_number(target).is_none() {
+            return Err(ControllerError::Validation(format!(
+                "1 validation error detected: Value '{target}' at 'functionVersion' failed to satisfy constraint: Member must satisfy regular expression pattern: (\\$LATEST|[0-9]+)"
+            )));
+        }
         let exists = |v: &str| {
             v == LATEST
                 || versions::version_number(v).is_some_and(|n| f.published.version(n).is_some())

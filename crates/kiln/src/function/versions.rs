@@ -83,8 +83,11 @@ impl Published {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Version {
     pub number: u64,
-    /// The configuration, its Description the one PublishVersion gave if it gave one.
+    /// `$LATEST`'s configuration when it was published.
     pub config: FunctionConfig,
+    /// The Description PublishVersion gave it instead of the configuration's, if it gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
     pub code_sha256: String,
     pub code_size: u64,
     pub last_modified: DateTime<Utc>,
@@ -95,20 +98,21 @@ pub struct Version {
 }
 
 impl Version {
-    /// Whether publishing `$LATEST` as `f` now would make a version equal to this one: the
-    /// same code and the same configuration (Descriptions aside, which PublishVersion may set).
+    /// Whether `$LATEST` (`f`) has the code and configuration this version was published from.
     pub fn same_as(&self, f: &Function) -> bool {
-        let mut mine = self.config.clone();
-        mine.description.clone_from(&f.config.description);
-        self.code_sha256 == f.code_sha256 && mine == f.config
+        self.code_sha256 == f.code_sha256 && self.config == f.config
     }
 
     /// `f` as this version: its name and function-wide settings, this version's code and
     /// configuration.
     pub fn as_function(&self, f: &Function) -> Function {
+        let mut config = self.config.clone();
+        if let Some(description) = &self.description {
+            config.description.clone_from(description);
+        }
         Function {
             name: f.name.clone(),
-            config: self.config.clone(),
+            config,
             code_sha256: self.code_sha256.clone(),
             code_size: self.code_size,
             revision: self.revision,

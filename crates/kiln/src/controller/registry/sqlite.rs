@@ -779,6 +779,7 @@ mod tests {
             f.published.versions.push(Version {
                 number: 2,
                 config: f.config.clone(),
+                description: Some("two".into()),
                 code_sha256: "cd".into(),
                 code_size: 3,
                 last_modified: Utc::now(),
