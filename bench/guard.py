@@ -153,6 +153,15 @@ def git_describe():
         return "unknown"
 
 
+def verdict(run, base):
+    """Whether a change is beyond this run's own spread. One run's median moves by ±15% with
+    nothing changed (two runs of one binary read 1.67 and 1.84), so a change counts only when
+    the baseline's median lies outside this run's quartiles; rerun before believing it."""
+    if run["q1"] <= base["median"] <= run["q3"]:
+        return "within noise"
+    return "slower" if base["median"] < run["q1"] else "faster"
+
+
 def render(result, baseline):
     lines = ["# The warm invoke's guard: kiln's CPU per invoke ÷ a bare server's CPU per request\n",
              f"`{result['command']}`" + (f" with `BENCH_KILN_ARGS={result['kiln_args']}`" if result["kiln_args"] else "")
@@ -164,14 +173,15 @@ def render(result, baseline):
     head = "| ratio (median over rounds) | this run | quartiles |"
     rule = "|---|---|---|"
     if baseline:
-        head += f" baseline ({baseline['git']}) | change |"
-        rule += "---|---|"
+        head += f" baseline ({baseline['git']}) | change | verdict |"
+        rule += "---|---|---|"
     lines += [head, rule]
     for label, r in result["ratios"].items():
         row = f"| {label} | **{r['median']:.2f}** | {r['q1']:.2f}–{r['q3']:.2f} |"
         if baseline:
             b = baseline["ratios"].get(label)
-            row += f" {b['median']:.2f} | {100 * (r['median'] / b['median'] - 1):+.0f}% |" if b else " – | – |"
+            row += (f" {b['median']:.2f} | {100 * (r['median'] / b['median'] - 1):+.0f}% | {verdict(r, b)} |"
+                    if b else " – | – | – |")
         lines.append(row)
     lines += ["", "| setup | server CPU µs / request | p50 µs | p99 µs |", "|---|---|---|---|"]
     for name, s in result["setups"].items():

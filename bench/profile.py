@@ -90,6 +90,31 @@ def classify(script_text):
     return n, counts, syscalls, leaves, innermost
 
 
+def thread_switches(pid):
+    """Per thread id: (name, voluntary, involuntary) context switches so far."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = dict(line.split(":", 1) for line in (task / "status").read_text().splitlines() if ":" in line)
+        except OSError:
+            continue  # the thread ended
+        out[task.name] = (fields["Name"].strip(), int(fields["voluntary_ctxt_switches"]),
+                          int(fields["nonvoluntary_ctxt_switches"]))
+    return out
+
+
+def switches_per_call(before, after, calls):
+    """Context switches per call between two `thread_switches` readings, summed by thread name,
+    busiest first; threads that ended in between are left out, new ones count from zero."""
+    by_name = collections.defaultdict(lambda: [0, 0])
+    for tid, (name, vol, invol) in after.items():
+        _, vol0, invol0 = before.get(tid, (name, 0, 0))
+        by_name[name][0] += vol - vol0
+        by_name[name][1] += invol - invol0
+    rows = [(name, (v / calls, i / calls)) for name, (v, i) in by_name.items() if v or i]
+    return sorted(rows, key=lambda r: -(r[1][0] + r[1][1]))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--servers", required=True)
@@ -111,13 +136,20 @@ def main():
                   "--creds", str(kiln.creds_path), "--server-pid", str(kiln.pid)]
         bench.loadgen(args, "latency", *target, "--n", 2000, "--warmup", 1000)
         # Unprofiled reference first: perf's own interrupts inflate the CPU figure a little.
+        switches_before = thread_switches(kiln.pid)
         ref = bench.loadgen(args, "latency", *target, "--n", 10_000, "--warmup", 0)
+        switches = switches_per_call(switches_before, thread_switches(kiln.pid), ref["n"])
         c = ref["server_cpu"][0]
         ref_us = (c["utime_ticks"] + c["stime_ticks"]) * 1e6 / bench.CLK_TCK / ref["n"]
         ref_sys = c["stime_ticks"] / max(1, c["utime_ticks"] + c["stime_ticks"])
         report.append(f"## {function}\n")
         report.append(f"kiln CPU per warm invocation without profiler: **{ref_us:.1f} µs** "
                       f"(n {ref['n']:,}, {100 * ref_sys:.0f}% of it in the kernel)\n")
+        report.append("Context switches of kiln's threads per invocation, by thread name (voluntary: "
+                      "the thread blocked; each one is a wake-up later):\n")
+        report += ["| thread | voluntary | involuntary |", "|---|---|---|"]
+        report += [f"| {name} | {v:.2f} | {i:.2f} |" for name, (v, i) in switches]
+        report.append("")
         if shutil.which("perf"):
             load = subprocess.Popen([args.loadgen, "latency", *target, "--n", str(args.n), "--warmup", "0"],
                                     stdout=subprocess.PIPE, text=True)

@@ -70,7 +70,7 @@ def run(*args, check=True, **kwargs):
 class Cluster:
     """A switch, namespaces and the processes in them; use as a context manager."""
 
-    def __init__(self, nodes=2, lease_ttl=5):
+    def __init__(self, nodes=2, lease_ttl=5, node_args=None):
         require("etcd", "etcdctl", "nsenter", "ip")
         self.tag = f"kc{os.getpid() % 100000}"
         self.dir = Path(tempfile.mkdtemp(prefix="kiln-cluster-"))
@@ -79,6 +79,8 @@ class Cluster:
         self.procs = {}
         self.outputs = {}
         self.node_count = nodes
+        # More `kiln up` flags per node (a function of the node's name), e.g. --cgroup-parent.
+        self.extra_node_args = node_args or (lambda name: [])
         self.credentials_file = self.dir / "credentials.json"
         self.etcd_endpoints = ",".join(f"http://{self.ip(f'e{i}')}:{ETCD_PORT}" for i in (1, 2, 3))
 
@@ -188,6 +190,7 @@ class Cluster:
             "--credentials-file", str(self.credentials_file),
             "--node-lease-ttl", str(self.lease_ttl),
             "--s3-backend", self.store_endpoint,
+            *self.extra_node_args(name),
         ]
 
     def start_node(self, name, timeout=60):

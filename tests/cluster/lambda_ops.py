@@ -200,6 +200,15 @@ def create_source(endpoint, name, source, timeout=30, host_network=False):
         Code={"ZipFile": buffer.getvalue()}, Tags=tags)))
 
 
+def create_file(endpoint, name, runtime, handler, filename, source):
+    """A function of any runtime whose package is one file."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as z:
+        z.writestr(filename, source)
+    return call(lambda: pick(client(endpoint).create_function(
+        FunctionName=name, Runtime=runtime, Role=ROLE, Handler=handler, Code={"ZipFile": buffer.getvalue()})))
+
+
 def send_events(endpoints, name, tokens, padding=0, extra=None):
     """One Event invocation per token (its payload `{"token", "padding", **extra}`), through the
     endpoints in turn: each one's HTTP status."""
@@ -232,7 +241,30 @@ def send_events_parallel(endpoints, name, tokens, extra=None, threads=12):
     return {"failures": failures, "seconds": time.perf_counter() - started}
 
 
-OPS = {f.__name__: f for f in (create_source, send_events, send_events_parallel, create, update_code, update_description, get, invoke, delete, race_config,
+def invoke_payload(endpoint, name, payload):
+    """Invoke with `payload` (JSON): the answer, the function error and the seconds it took."""
+    def run():
+        started = time.perf_counter()
+        answer = client(endpoint).invoke(FunctionName=name, Payload=json.dumps(payload).encode())
+        return {"payload": json.loads(answer["Payload"].read()), "functionError": answer.get("FunctionError"),
+                "seconds": time.perf_counter() - started}
+    return call(run)
+
+
+def invoke_beside(busy_endpoint, endpoint, name, busy_seconds):
+    """Keeps an instance busy with a `busy_seconds` invocation through `busy_endpoint`, and
+    meanwhile invokes through `endpoint`: both answers."""
+    results = {}
+    slow = threading.Thread(target=lambda: results.setdefault(
+        "busy", invoke_payload(busy_endpoint, name, {"sleep": busy_seconds})))
+    slow.start()
+    time.sleep(min(1.0, busy_seconds / 3))
+    results["beside"] = invoke_payload(endpoint, name, {})
+    slow.join()
+    return results
+
+
+OPS = {f.__name__: f for f in (create_file, invoke_payload, invoke_beside, create_source, send_events, send_events_parallel, create, update_code, update_description, get, invoke, delete, race_config,
                                race_create, visible_after_deploy, get_object, put_object, publish, create_alias)}
 
 if __name__ == "__main__":

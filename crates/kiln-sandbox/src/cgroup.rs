@@ -66,10 +66,9 @@ impl CgroupManager {
         if let Ok(controllers) = fs::read_to_string(&unified) {
             let has = |c: &str| controllers.split_whitespace().any(|x| x == c);
             if has("memory") && has("pids") {
-                let root = base.join(parent);
-                mkdir(&root)?;
-                // Children can only use the controllers their parent delegates to them.
-                for dir in [base, &root] {
+                // Children can only use the controllers their parent delegates to them: every
+                // level from the mount down to kiln's parent delegates them.
+                let delegate = |dir: &Path| -> Result<(), CgroupError> {
                     let control = dir.join("cgroup.subtree_control");
                     for controller in ["+memory", "+pids", "+cpu"] {
                         // cpu may be missing on some hosts; memory and pids are required.
@@ -78,7 +77,10 @@ impl CgroupManager {
                             result.map_err(|e| CgroupError::Io(control.clone(), e))?;
                         }
                     }
-                }
+                    Ok(())
+                };
+                let root = make_levels(base, parent, delegate)?;
+                delegate(&root)?;
                 return Ok(Self {
                     layout: Layout::V2 { root },
                 });
@@ -92,9 +94,13 @@ impl CgroupManager {
                     hierarchy.display()
                 )));
             }
-            let dir = hierarchy.join(parent);
-            mkdir(&dir)?;
-            Ok(dir)
+            make_levels(&hierarchy, parent, |dir| {
+                // Without hierarchical accounting a parent limit would not cover its children.
+                if controller == "memory" {
+                    let _ = fs::write(dir.join("memory.use_hierarchy"), "1");
+                }
+                Ok(())
+            })
         };
         let memory = v1("memory")?;
         // Without hierarchical accounting a parent limit would not cover its children.
@@ -147,6 +153,25 @@ impl CgroupManager {
                 "mounting a cgroup hierarchy with favordynmods at {}: {error}",
                 dir.display()
             )));
+        }
+        Ok(())
+    }
+
+    /// Moves this process (every thread) into the cgroup `name` beside kiln's parent cgroup,
+    /// creating it: with `--cgroup-parent`, kiln itself and its instances are then under one
+    /// parent, whose limits an operator sets (v2 allows no process in a cgroup that delegates
+    /// controllers, hence a sibling rather than the parent itself).
+    pub fn enter_sibling(&self, name: &str) -> Result<(), CgroupError> {
+        let parents: Vec<&PathBuf> = match &self.layout {
+            Layout::V1 { memory, pids, cpu } => vec![memory, pids, cpu],
+            Layout::V2 { root } => vec![root],
+        };
+        for parent in parents {
+            let dir = parent.with_file_name(name);
+            mkdir(&dir)?;
+            let procs = dir.join("cgroup.procs");
+            fs::write(&procs, std::process::id().to_string())
+                .map_err(|e| CgroupError::Io(procs, e))?;
         }
         Ok(())
     }
@@ -430,6 +455,22 @@ impl Cgroup {
     }
 }
 
+/// Creates `relative` (one or more `/`-separated levels) under `base`, calling `each` on every
+/// directory before the level below it is created (`base` itself first); the last level.
+fn make_levels(
+    base: &Path,
+    relative: &str,
+    mut each: impl FnMut(&Path) -> Result<(), CgroupError>,
+) -> Result<PathBuf, CgroupError> {
+    let mut dir = base.to_path_buf();
+    for level in relative.split('/').filter(|l| !l.is_empty()) {
+        each(&dir)?;
+        dir.push(level);
+        mkdir(&dir)?;
+    }
+    Ok(dir)
+}
+
 fn mkdir(dir: &Path) -> Result<(), CgroupError> {
     match fs::create_dir(dir) {
         Ok(()) => Ok(()),
@@ -478,6 +519,47 @@ mod tests {
         fs::write(base.join("cgroup.controllers"), "cpu io memory pids").unwrap();
         let manager = CgroupManager::detect_at(&base, "kiln").unwrap();
         assert_eq!(manager.version(), "v2");
+        fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn a_nested_parent_delegates_the_controllers_at_every_level() {
+        let base = std::env::temp_dir().join(format!("kiln-cg-nest-{}", std::process::id()));
+        fs::create_dir_all(&base).unwrap();
+        fs::write(base.join("cgroup.controllers"), "cpu io memory pids").unwrap();
+        let manager = CgroupManager::detect_at(&base, "ops/node-1/kiln").unwrap();
+        let Layout::V2 { root } = &manager.layout else {
+            panic!("v2 expected")
+        };
+        assert_eq!(root, &base.join("ops/node-1/kiln"));
+        // A plain directory keeps only the last write: each level was told to delegate, the
+        // cpu controller last.
+        for level in ["", "ops", "ops/node-1", "ops/node-1/kiln"] {
+            let control = fs::read_to_string(base.join(level).join("cgroup.subtree_control"));
+            assert_eq!(control.unwrap(), "+cpu", "level {level:?}");
+        }
+        fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn a_nested_v1_parent_is_made_in_every_hierarchy() {
+        let base = std::env::temp_dir().join(format!("kiln-cg-nest1-{}", std::process::id()));
+        for controller in ["memory", "pids", "cpu"] {
+            fs::create_dir_all(base.join(controller)).unwrap();
+            fs::write(base.join(controller).join("cgroup.procs"), "").unwrap();
+        }
+        let manager = CgroupManager::detect_at(&base, "ops/node-1/kiln").unwrap();
+        assert_eq!(manager.version(), "v1");
+        for controller in ["memory", "pids", "cpu"] {
+            assert!(
+                base.join(controller).join("ops/node-1/kiln").is_dir(),
+                "{controller}"
+            );
+        }
+        assert_eq!(
+            fs::read_to_string(base.join("memory/ops/node-1/memory.use_hierarchy")).unwrap(),
+            "1"
+        );
         fs::remove_dir_all(&base).unwrap();
     }
 

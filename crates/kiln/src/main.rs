@@ -74,6 +74,11 @@ struct UpArgs {
     /// on the host: `on` or `off`.
     #[arg(long, default_value = "on", value_parser = ["on", "off"])]
     cgroup_favordynmods: String,
+    /// A cgroup, as a path under the cgroup mount (e.g. `kiln/node-1`), to put kiln itself and
+    /// all its instances under: the limits an operator sets on it (a CPU quota, memory) cover
+    /// the node as a whole. Created if missing.
+    #[arg(long, env = "KILN_CGROUP_PARENT", value_parser = kiln::server::parse_cgroup_parent)]
+    cgroup_parent: Option<String>,
     /// The most instances made ahead of demand per function (standbys of runtimes that cannot
     /// fork, spare forks of those that can), however high its demand.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1024))]
@@ -295,6 +300,7 @@ fn main() {
                 warm_standbys: args.warm_standbys,
                 max_standbys: args.max_standbys as usize,
                 favor_dynamic_moves: args.cgroup_favordynmods == "on",
+                cgroup_parent: args.cgroup_parent,
                 standby_window: Duration::from_secs(args.standby_window),
                 prediction: kiln::predict::PredictorConfig {
                     enabled: args.memory_prediction == "on",

@@ -38,6 +38,8 @@ pub struct ServerConfig {
     /// Turn the kernel's `favordynmods` on, so that moving a process into its cgroup (every
     /// start, every fork) does not wait for an RCU grace period.
     pub favor_dynamic_moves: bool,
+    /// The cgroup kiln and its instances go under (`--cgroup-parent`), relative to the mount.
+    pub cgroup_parent: Option<String>,
     /// The most instances made ahead of demand per function (standbys, spare forks).
     pub max_standbys: usize,
     /// How long a function's peak concurrency is remembered whole (then halved every window).
@@ -74,6 +76,26 @@ fn cgroup_parent(data_dir: &Path) -> String {
     use sha2::{Digest, Sha256};
     let digest = Sha256::digest(data_dir.as_os_str().as_encoded_bytes());
     format!("kiln-{}", &hex::encode(digest)[..12])
+}
+
+/// `--cgroup-parent`: one or more levels under the cgroup mount, as `a/b` (a leading `/` is
+/// allowed); no `.`, `..` or empty level, nothing a cgroup name cannot hold.
+pub fn parse_cgroup_parent(raw: &str) -> Result<String, String> {
+    let levels: Vec<&str> = raw.trim_start_matches('/').split('/').collect();
+    let valid = |level: &&str| {
+        !level.is_empty()
+            && *level != "."
+            && *level != ".."
+            && level.len() <= 255
+            && !level.contains(['\n', '\0'])
+    };
+    if levels.iter().all(valid) {
+        Ok(levels.join("/"))
+    } else {
+        Err(format!(
+            "`{raw}` is not a cgroup path: give levels under the cgroup mount, as kiln/node-1"
+        ))
+    }
 }
 
 pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
@@ -148,7 +170,17 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
         }
     }
 
-    let cgroups = CgroupManager::detect(&cgroup_parent(&data_dir)).context("cgroups")?;
+    let own = cgroup_parent(&data_dir);
+    let cgroups = match &config.cgroup_parent {
+        Some(parent) => {
+            let cgroups = CgroupManager::detect(&format!("{parent}/{own}")).context("cgroups")?;
+            cgroups
+                .enter_sibling(&format!("{own}-node"))
+                .with_context(|| format!("cannot move kiln into --cgroup-parent {parent}"))?;
+            cgroups
+        }
+        None => CgroupManager::detect(&own).context("cgroups")?,
+    };
     if config.favor_dynamic_moves {
         if let Err(e) = CgroupManager::favor_dynamic_moves(Path::new(DYNMODS_MOUNT)) {
             eprintln!(
@@ -211,7 +243,18 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
             sandbox_root,
         },
     );
-    let agent: Arc<dyn NodeAgent> = Arc::new(agent);
+    let local: Arc<dyn NodeAgent> = Arc::new(agent);
+    // Cluster mode: invocations may run on other nodes (`cluster/router.rs`).
+    let router = config.cluster.as_ref().map(|cluster| {
+        Arc::new(crate::cluster::router::ClusterAgent::new(
+            local.clone(),
+            cluster.node_id.clone(),
+        ))
+    });
+    let agent: Arc<dyn NodeAgent> = match &router {
+        Some(router) => router.clone(),
+        None => local,
+    };
     if let (Some(cache), objects::CacheSizing::Lent) =
         (s3.store.cache(), config.objects.cache_sizing)
     {
@@ -270,7 +313,25 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     let s3_server = objects::serve_on(s3.listener, &s3.store, Scope::All)?;
     let membership = match cluster {
         Some(cluster) => {
+            let (etcd, prefix) = (cluster.etcd().clone(), cluster.prefix().to_string());
+            let peer_listen = cluster.config().peer_listen;
             let membership = cluster.join(&s3.endpoint).await?;
+            if let Some(router) = &router {
+                let listener = tokio::net::TcpListener::bind(peer_listen)
+                    .await
+                    .with_context(|| format!("cannot listen on {peer_listen} for peers"))?;
+                router.start(
+                    membership.clone(),
+                    etcd,
+                    &prefix,
+                    crate::cluster::peer::PeerKey::derive(&stored.credentials().secret_access_key),
+                    listener,
+                    Arc::new(crate::cluster::router::ServeForwarded {
+                        controller: controller.clone(),
+                        local: router.local(),
+                    }),
+                );
+            }
             let status = membership.status();
             println!(
                 "kiln: joined the cluster as node `{}` (lease {}, {} nodes)",
@@ -550,4 +611,21 @@ async fn deploy_demo(controller: &Controller) -> anyhow::Result<()> {
     controller.set_url_auth(DEMO_NAME, Some(UrlAuth::None), true)?;
     println!("kiln: deployed demo function `{DEMO_NAME}` (try: kiln invoke {DEMO_NAME} --payload '{{\"name\":\"kiln\"}}')");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_cgroup_parent;
+
+    #[test]
+    fn a_cgroup_parent_is_levels_under_the_mount() {
+        assert_eq!(parse_cgroup_parent("kiln/node-1").unwrap(), "kiln/node-1");
+        assert_eq!(
+            parse_cgroup_parent("/system.slice/kiln").unwrap(),
+            "system.slice/kiln"
+        );
+        for bad in ["", "/", "a//b", "a/../b", "./a", "a/"] {
+            assert!(parse_cgroup_parent(bad).is_err(), "{bad:?}");
+        }
+    }
 }

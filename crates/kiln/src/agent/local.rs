@@ -13,11 +13,12 @@ use std::task::{Context, Poll};
 use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 use kiln_sandbox::Cgroup;
+use tokio::sync::oneshot;
 
 use super::snapshots::SnapshotSlot;
 use super::{
     forget, memory, session_log, sessions, AgentError, Instance, InvokeOutcome, InvokeRequest,
-    LocalAgent, MemoryLender, NodeAgent, NodeStatus, SessionStatus,
+    LocalAgent, MemoryLender, NodeAgent, NodeStatus, Placement, SessionStatus,
 };
 use crate::function::SharedSpec;
 
@@ -44,23 +45,54 @@ impl<F: Future<Output: Send + 'static> + Send + 'static> Drop for RunsToCompleti
     }
 }
 
-impl NodeAgent for LocalAgent {
-    fn invoke(
+impl LocalAgent {
+    fn run(
         &self,
         spec: SharedSpec,
         request: InvokeRequest,
+        placement: Placement,
+        accepted: Option<oneshot::Sender<()>>,
     ) -> BoxFuture<'static, Result<InvokeOutcome, AgentError>> {
         // The invocation runs to completion even if the caller goes away, as on Lambda; the
         // instance is then returned to its pool instead of being lost with the future. It runs
         // in the caller's task (no task of its own, no wake-up to hand its answer back) and
         // moves to a task of its own only if the caller drops it unfinished.
-        let invocation = AssertUnwindSafe(self.inner.clone().invoke(spec, request)).catch_unwind();
+        let invocation = AssertUnwindSafe(
+            self.inner
+                .clone()
+                .invoke(spec, request, placement, accepted),
+        )
+        .catch_unwind();
         Box::pin(async move {
             match (RunsToCompletion(Some(Box::pin(invocation)))).await {
                 Ok(result) => result,
                 Err(_) => Err(AgentError::Sandbox("the invocation panicked".into())),
             }
         })
+    }
+}
+
+impl NodeAgent for LocalAgent {
+    fn invoke(
+        &self,
+        spec: SharedSpec,
+        request: InvokeRequest,
+    ) -> BoxFuture<'static, Result<InvokeOutcome, AgentError>> {
+        self.run(spec, request, Placement::Any, None)
+    }
+
+    fn invoke_placed(
+        &self,
+        spec: SharedSpec,
+        request: InvokeRequest,
+        placement: Placement,
+        accepted: oneshot::Sender<()>,
+    ) -> BoxFuture<'static, Result<InvokeOutcome, AgentError>> {
+        self.run(spec, request, placement, Some(accepted))
+    }
+
+    fn has_idle(&self, function: &str, revision: u64) -> bool {
+        self.inner.has_idle(function, revision)
     }
 
     fn retire(&self, function: &str, keep_revision: Option<u64>) {

@@ -44,7 +44,7 @@ pub use memory::MemoryLender;
 use memory::{make_room, reserve};
 pub use node::{
     AgentConfig, AgentContext, AgentError, Attachment, InstanceState, InvokeOutcome, InvokeRequest,
-    NodeAgent, RouteHints, SandboxService, StartPath,
+    NodeAgent, Placement, RouteHints, SandboxService, StartPath,
 };
 use pools::Pool;
 pub use preparations::{Prepared, Preparing};
@@ -219,7 +219,12 @@ impl Inner {
         victims
     }
 
-    async fn acquire(&self, spec: &SharedSpec, hints: &RouteHints) -> Result<Acquired, AgentError> {
+    async fn acquire(
+        &self,
+        spec: &SharedSpec,
+        hints: &RouteHints,
+        placement: Placement,
+    ) -> Result<Acquired, AgentError> {
         let queue_timeout = Duration::from_secs(u64::from(spec.timeout_s));
         let session = match (&hints.session, &spec.sessions) {
             (Some(id), Some(config)) => Some((id.as_str(), config)),
@@ -283,7 +288,13 @@ impl Inner {
                     },
                     queue_depth: self.config.queue_depth,
                 };
-                match pools::decide(&ask) {
+                let decision = match (placement, pools::decide(&ask)) {
+                    (_, take @ pools::Decision::Take(_)) | (Placement::Any, take) => take,
+                    (Placement::NoQueue, start @ pools::Decision::Start) => start,
+                    // Placed here by another node: it tries elsewhere rather than wait here.
+                    _ => return Err(AgentError::Busy),
+                };
+                match decision {
                     pools::Decision::Take(index) => {
                         let instance = pool.idle.remove(index);
                         if let Some(live) = state.live.get_mut(&instance.id) {
@@ -313,7 +324,9 @@ impl Inner {
                     pools::Decision::Start => {
                         let (victims, fits) =
                             make_room(state, u64::from(need), self.config.memory_budget_mb);
-                        if !fits {
+                        if !fits && placement != Placement::Any {
+                            return Err(AgentError::Busy);
+                        } else if !fits {
                             // Not even with every idle instance gone: the node is full.
                             (None, victims)
                         } else {
@@ -598,13 +611,28 @@ impl Inner {
         })
     }
 
+    /// Whether an instance of `revision` of `function` is idle.
+    fn has_idle(&self, function: &str, revision: u64) -> bool {
+        self.state()
+            .pools
+            .get(function)
+            .is_some_and(|pool| pool.idle.iter().any(|i| i.spec.revision == revision))
+    }
+
     async fn invoke(
         self: Arc<Self>,
         spec: SharedSpec,
         request: InvokeRequest,
+        placement: Placement,
+        accepted: Option<oneshot::Sender<()>>,
     ) -> Result<InvokeOutcome, AgentError> {
+        let mut accepted = accepted;
         if let Some(host) = self.wasm_host(&spec) {
             let host = host?;
+            // A wasm request takes a pooled instance of its own: it never waits for one.
+            if let Some(accepted) = accepted.take() {
+                let _ = accepted.send(());
+            }
             return self.invoke_wasm(&host, spec, request).await;
         }
         let mut fast_miss = None;
@@ -624,7 +652,10 @@ impl Inner {
         let mut attempts = 0;
         let (mut instance, cold, invocation, duration) = loop {
             attempts += 1;
-            let acquired = self.acquire(&spec, &request.hints).await?;
+            let acquired = self.acquire(&spec, &request.hints, placement).await?;
+            if let Some(accepted) = accepted.take() {
+                let _ = accepted.send(());
+            }
             self.reclaim_lent();
             let begin = Instant::now();
             let (mut instance, cold) = match acquired {

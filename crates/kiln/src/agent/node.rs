@@ -110,8 +110,9 @@ pub struct InvokeOutcome {
     pub limit_write: Option<Duration>,
 }
 
-/// Why the agent did not run an invocation.
-#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+/// Why the agent did not run an invocation. (Serialized: it crosses the peer port.)
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "message", rename_all = "camelCase")]
 pub enum AgentError {
     /// the function's reserved concurrency is exhausted
     #[error("Rate Exceeded.")]
@@ -128,6 +129,28 @@ pub enum AgentError {
     /// the node is shutting down
     #[error("kiln is shutting down")]
     ShuttingDown,
+    /// an invocation placed here by another node ([`Placement::Idle`] or
+    /// [`Placement::NoQueue`]) would have had to wait: its sender tries elsewhere
+    #[error("Rate Exceeded.")]
+    Busy,
+    /// an invocation forwarded to another node was accepted there and then lost (the node
+    /// died or the connection broke): it may have run, so it is not retried
+    #[error("the node running the invocation was lost: {0}")]
+    PeerLost(String),
+}
+
+/// How far an invocation may go to find an instance on this node. Another node's router
+/// forwards with `Idle` or `NoQueue`, and tries elsewhere on [`AgentError::Busy`]: a forwarded
+/// request never queues behind a node's pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Placement {
+    /// An idle instance, a new one, or a place in the queue: what a request entering here gets.
+    Any,
+    /// An idle instance of the revision only.
+    Idle,
+    /// An idle instance or a new one, never the queue.
+    NoQueue,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -156,6 +179,26 @@ pub trait NodeAgent: Send + Sync + 'static {
         spec: SharedSpec,
         request: InvokeRequest,
     ) -> BoxFuture<'static, Result<InvokeOutcome, AgentError>>;
+    /// [`Self::invoke`] within `placement`; `accepted` fires once an instance is taken or a new
+    /// one booked, before it runs. An agent that cannot place answers [`AgentError::Busy`] for
+    /// anything but [`Placement::Any`].
+    fn invoke_placed(
+        &self,
+        spec: SharedSpec,
+        request: InvokeRequest,
+        placement: Placement,
+        accepted: tokio::sync::oneshot::Sender<()>,
+    ) -> BoxFuture<'static, Result<InvokeOutcome, AgentError>> {
+        if placement != Placement::Any {
+            return Box::pin(async { Err(AgentError::Busy) });
+        }
+        let _ = accepted.send(());
+        self.invoke(spec, request)
+    }
+    /// Whether an instance of `revision` of `function` is idle here now.
+    fn has_idle(&self, _function: &str, _revision: u64) -> bool {
+        false
+    }
     /// Drops the idle instances of `function` (all of them, or those older than `revision`),
     /// and its snapshots of other revisions.
     fn retire(&self, function: &str, keep_revision: Option<u64>);

@@ -376,7 +376,7 @@ impl Inner {
             memory_mb: request.memory_limit_mb,
             ..RouteHints::default()
         };
-        let id = match self.acquire(&spec, &hints).await? {
+        let id = match self.acquire(&spec, &hints, super::Placement::Any).await? {
             Acquired::Cold(id) => id,
             Acquired::Warm(instance) => {
                 // Never happens: a wasm request leaves no idle instance behind.

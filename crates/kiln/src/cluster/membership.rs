@@ -456,6 +456,7 @@ impl Membership {
         if had_eof {
             text.push_str("# EOF\n");
         }
+        super::router::render_metrics(text);
     }
 
     /// Shutdown begins: the record says `leaving`, so no new placements come.

@@ -12,6 +12,8 @@ pub mod credentials;
 pub mod etcd;
 pub mod members;
 pub mod membership;
+pub mod peer;
+pub mod router;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -84,6 +86,10 @@ impl Cluster {
     /// The etcd client (the registry's backend shares it).
     pub fn etcd(&self) -> &Etcd {
         &self.etcd
+    }
+
+    pub fn config(&self) -> &ClusterConfig {
+        &self.config
     }
 
     /// The prefix of every key the cluster writes.

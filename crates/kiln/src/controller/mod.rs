@@ -120,11 +120,15 @@ impl From<AgentError> for ControllerError {
     fn from(e: AgentError) -> Self {
         match e {
             AgentError::ThrottledReserved => ControllerError::Throttled { reserved: true },
-            AgentError::ThrottledNode => ControllerError::Throttled { reserved: false },
+            // Busy reaches a client only if a router let it through: the node is full.
+            AgentError::ThrottledNode | AgentError::Busy => {
+                ControllerError::Throttled { reserved: false }
+            }
             AgentError::ShuttingDown => ControllerError::ShuttingDown,
             AgentError::Sandbox(message) | AgentError::Session(message) => {
                 ControllerError::Internal(message)
             }
+            lost @ AgentError::PeerLost(_) => ControllerError::Internal(lost.to_string()),
         }
     }
 }
@@ -504,6 +508,23 @@ impl Controller {
         &self,
     ) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Arc<sequences::Sequence>>> {
         self.sequences.write_locked()
+    }
+
+    /// The spec invocations of `key` (a function's name for `$LATEST`, `name:N` for a
+    /// published version, as the node keys them) run with on this node, if the node has its
+    /// package (cluster mode fetches packages in the background).
+    pub fn current_spec(&self, key: &str) -> Option<SharedSpec> {
+        let spec = {
+            let table = self.table();
+            match key.split_once(':') {
+                None => table.get(key)?.spec.clone(),
+                Some((name, version)) => {
+                    let number = function::versions::version_number(version)?;
+                    table.get(name)?.versions.get(&number)?.spec.clone()
+                }
+            }
+        };
+        spec.code_dir.exists().then_some(spec)
     }
 
     fn table(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<Entry>>> {

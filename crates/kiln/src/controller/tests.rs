@@ -640,6 +640,12 @@ async fn a_version_runs_on_instances_of_its_own_with_its_own_code() {
     assert_eq!(keys, ["f:1", "f"]);
     let v1 = node.controller.get_qualified("f:1").unwrap();
     assert_eq!(v1.function.code_sha256, first.code_sha256);
+    // What another node forwards names the version by its key.
+    let forwarded = node.controller.current_spec("f:1").unwrap();
+    assert_eq!((forwarded.version.as_str(), forwarded.name()), ("1", "f"));
+    assert_eq!(forwarded.code_sha256, first.code_sha256);
+    assert!(node.controller.current_spec("f:9").is_none());
+    assert!(node.controller.current_spec("f:live").is_none());
     assert_ne!(
         node.controller.get("f").unwrap().code_sha256,
         first.code_sha256
