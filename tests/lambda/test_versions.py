@@ -129,6 +129,9 @@ def test_publish_preconditions_and_publish_on_create_and_update(kiln):
     latest = lam.get_function_configuration(FunctionName=name)
     assert lam.publish_version(FunctionName=name, CodeSha256=sha(one),
                                RevisionId=latest["RevisionId"])["Version"] == "1"
+    # Asynchronous invocation settings are the function's, not a version's: no new version.
+    lam.put_function_event_invoke_config(FunctionName=name, MaximumRetryAttempts=0)
+    assert lam.publish_version(FunctionName=name)["Version"] == "1"
     updated = lam.update_function_code(FunctionName=name, ZipFile=code("two"), Publish=True)
     assert updated["Version"] == "2"
     lam.get_waiter("function_active_v2").wait(FunctionName=name, Qualifier="2", WaiterConfig={"Delay": 1})

@@ -297,7 +297,7 @@ impl Controller {
             f.published.last = number;
             f.published.versions.push(Version {
                 number,
-                config: f.config.clone(),
+                config: Version::config_of(f),
                 description: description.clone(),
                 code_sha256: f.code_sha256.clone(),
                 code_size: f.code_size,

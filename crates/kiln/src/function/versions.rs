@@ -83,7 +83,7 @@ impl Published {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Version {
     pub number: u64,
-    /// `$LATEST`'s configuration when it was published.
+    /// `$LATEST`'s configuration when it was published ([`Version::config_of`]).
     pub config: FunctionConfig,
     /// The Description PublishVersion gave it instead of the configuration's, if it gave one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -98,9 +98,18 @@ pub struct Version {
 }
 
 impl Version {
+    /// What of `$LATEST`'s configuration a version keeps: all but its asynchronous invocation
+    /// settings, which are the function's, as on Lambda (they are not versioned).
+    pub fn config_of(f: &Function) -> FunctionConfig {
+        FunctionConfig {
+            event_invoke: None,
+            ..f.config.clone()
+        }
+    }
+
     /// Whether `$LATEST` (`f`) has the code and configuration this version was published from.
     pub fn same_as(&self, f: &Function) -> bool {
-        self.code_sha256 == f.code_sha256 && self.config == f.config
+        self.code_sha256 == f.code_sha256 && self.config == Self::config_of(f)
     }
 
     /// `f` as this version: its name and function-wide settings, this version's code and
