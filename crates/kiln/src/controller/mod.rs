@@ -7,6 +7,7 @@
 //! which is all the invoke path reads; in cluster mode what other nodes commit reaches that
 //! table through a watch ([`replica`]).
 
+mod aliases;
 mod cache;
 pub mod code;
 mod event_invoke;
@@ -36,6 +37,7 @@ use crate::logs::LogStore;
 use crate::metrics::Metrics;
 use crate::predict;
 use crate::sync::RwLockExt;
+pub use aliases::AliasInput;
 pub use cache::InvocationCache;
 use code::{CodeError, CodeStore};
 pub use event_invoke::EventInvokePatch;
@@ -47,7 +49,7 @@ pub use queue::AsyncEvents;
 pub use registry::{Cors, UrlSettings};
 use registry::{Database, EventQueue, Registry, RegistryError};
 use replica::Versions;
-pub use versions::{AliasInput, Qualified};
+pub use versions::Qualified;
 
 /// Lambda's payload limits.
 pub const MAX_SYNC_PAYLOAD: usize = 6 * 1024 * 1024;
