@@ -61,6 +61,15 @@ def invoke(endpoint, name):
     return call(run)
 
 
+def publish(endpoint, name):
+    return call(lambda: {"Version": client(endpoint).publish_version(FunctionName=name)["Version"]})
+
+
+def create_alias(endpoint, name, alias, version):
+    return call(lambda: {"FunctionVersion": client(endpoint).create_alias(
+        FunctionName=name, Name=alias, FunctionVersion=version)["FunctionVersion"]})
+
+
 def delete(endpoint, name):
     return call(lambda: client(endpoint).delete_function(FunctionName=name) and {"deleted": name})
 
@@ -256,7 +265,7 @@ def invoke_beside(busy_endpoint, endpoint, name, busy_seconds):
 
 
 OPS = {f.__name__: f for f in (create_file, invoke_payload, invoke_beside, create_source, send_events, send_events_parallel, create, update_code, update_description, get, invoke, delete, race_config,
-                               race_create, visible_after_deploy, get_object, put_object)}
+                               race_create, visible_after_deploy, get_object, put_object, publish, create_alias)}
 
 if __name__ == "__main__":
     print(json.dumps(OPS[sys.argv[1]](**json.loads(sys.argv[2]))))

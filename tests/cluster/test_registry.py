@@ -75,6 +75,19 @@ def test_a_function_deployed_on_one_node_runs_updated_and_goes_everywhere(cluste
     assert f"/kiln/functions/{name}" not in cluster.etcdctl("get", "--prefix", "--keys-only", "/kiln/").stdout
 
 
+def test_versions_and_aliases_reach_every_node(cluster):
+    name = "versioned"
+    assert "error" not in cluster.lambda_op("create", endpoint=cluster.endpoint("n1"), name=name, marker="v1")
+    assert cluster.lambda_op("publish", endpoint=cluster.endpoint("n1"), name=name) == {"Version": "1"}
+    assert "error" not in cluster.lambda_op("update_code", endpoint=cluster.endpoint("n1"), name=name, marker="v2")
+    cluster.wait_for(lambda: answer(cluster, "n2", f"{name}:1") == "v1", BOUND, what=f"{name}:1 on n2")
+    created = cluster.lambda_op("create_alias", endpoint=cluster.endpoint("n2"), name=name, alias="live", version="1")
+    assert created == {"FunctionVersion": "1"}, created
+    # The alias runs version 1's code and $LATEST its own, on a node that made neither.
+    cluster.wait_for(lambda: answer(cluster, "n3", f"{name}:live") == "v1", BOUND, what=f"{name}:live on n3")
+    cluster.wait_for(lambda: answer(cluster, "n3", name) == "v2", BOUND, what=f"{name} v2 on n3")
+
+
 def test_a_revision_id_race_between_two_nodes_has_one_winner(cluster):
     name = "raced"
     created = cluster.lambda_op("create", endpoint=cluster.endpoint("n1"), name=name, marker="r")

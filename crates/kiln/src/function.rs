@@ -13,6 +13,7 @@ pub mod breakout;
 pub mod event_invoke;
 pub mod settings;
 pub mod tags;
+pub mod versions;
 pub mod web;
 pub use breakout::BreakoutConfig;
 pub use settings::LambdaSettings;
@@ -185,6 +186,10 @@ pub struct Function {
     /// Its tags; `kiln:` ones also set kiln's extension settings (see `tags`).
     #[serde(default)]
     pub tags: BTreeMap<String, String>,
+    /// Its published versions and aliases. Skipped when empty, so that a function stored
+    /// before versions existed reads the same.
+    #[serde(default, skip_serializing_if = "versions::Published::is_empty")]
+    pub published: versions::Published,
 }
 
 /// The resolved, versioned spec the controller hands the node agent. The agent never looks
@@ -192,7 +197,12 @@ pub struct Function {
 /// instances.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InstanceSpec {
+    /// The agent's key for the instances: the function's name for `$LATEST`, `name:N` for a
+    /// published version, whose instances are apart from `$LATEST`'s.
     pub function: String,
+    /// The version its instances run: `$LATEST` or a published version's number.
+    #[serde(default = "versions::latest")]
+    pub version: String,
     pub arn: String,
     pub revision: u64,
     pub runtime: String,
@@ -219,6 +229,15 @@ pub struct InstanceSpec {
     /// The fast path (`KilnBreakout`), if the function asked for it (`Mode` `auto`).
     #[serde(default)]
     pub breakout: Option<BreakoutConfig>,
+}
+
+impl InstanceSpec {
+    /// The function's name (a version's key without its `:N`).
+    pub fn name(&self) -> &str {
+        self.function
+            .split_once(':')
+            .map_or(self.function.as_str(), |(name, _)| name)
+    }
 }
 
 pub type SharedSpec = Arc<InstanceSpec>;

@@ -19,7 +19,11 @@ pub(super) fn report(
     use std::fmt::Write;
     let millis = duration.as_secs_f64() * 1000.0;
     let mut log = String::with_capacity(output.len() + 256);
-    let _ = writeln!(log, "START RequestId: {request_id} Version: $LATEST");
+    let _ = writeln!(
+        log,
+        "START RequestId: {request_id} Version: {}",
+        spec.version
+    );
     log.push_str(output);
     if !output.is_empty() && !output.ends_with('\n') {
         log.push('\n');
@@ -69,6 +73,7 @@ mod tests {
     fn report_has_lambda_fields() {
         let spec = Arc::new(InstanceSpec {
             function: "f".into(),
+            version: "$LATEST".into(),
             arn: "arn".into(),
             revision: 1,
             runtime: "python3.11".into(),

@@ -42,6 +42,7 @@ pub(super) struct WarmPool {
 fn standby_spec(runtime: &str) -> SharedSpec {
     Arc::new(InstanceSpec {
         function: format!("standby-{runtime}"),
+        version: crate::function::versions::latest(),
         arn: String::new(),
         revision: 0,
         runtime: runtime.to_string(),

@@ -1,5 +1,5 @@
 //! Function resources: Create, Get, GetConfiguration, List, UpdateCode, UpdateConfiguration,
-//! Delete and the concurrency calls.
+//! Delete and the concurrency calls; PublishVersion and ListVersionsByFunction.
 
 use std::collections::BTreeMap;
 
@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 use super::{base_url, parse_json, qualified, ApiError, SharedState, Signed};
 use crate::controller::code::StoredCode;
-use crate::controller::{ConfigPatch, Controller, Lifecycle};
+use crate::controller::{ConfigPatch, Controller, Lifecycle, Qualified};
 use crate::function::settings::SettingsInput;
 use crate::function::{
     BreakoutConfig, Function, FunctionConfig, LambdaSettings, MemorySizing, NetworkMode, Prebake,
@@ -73,6 +73,9 @@ struct CreateInput {
     /// `kiln:` tags set kiln's extension settings too.
     #[serde(default)]
     tags: BTreeMap<String, String>,
+    /// Publish version 1 as well.
+    #[serde(default)]
+    publish: bool,
     #[serde(flatten)]
     settings: SettingsInput,
 }
@@ -124,6 +127,17 @@ struct UpdateCodeInput {
     dry_run: bool,
     revision_id: Option<String>,
     architectures: Option<Vec<String>>,
+    /// Publish a version of the new code as well.
+    #[serde(default)]
+    publish: bool,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase")]
+struct PublishInput {
+    code_sha256: Option<String>,
+    description: Option<String>,
+    revision_id: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -140,7 +154,7 @@ pub struct ListQuery {
     max_items: Option<String>,
 }
 
-fn invalid(message: impl Into<String>) -> ApiError {
+pub(super) fn invalid(message: impl Into<String>) -> ApiError {
     ApiError::new(
         StatusCode::BAD_REQUEST,
         "InvalidParameterValueException",
@@ -278,6 +292,38 @@ pub fn configuration(controller: &Controller, f: &Function) -> Value {
     config
 }
 
+/// Lambda's FunctionConfiguration shape for `$LATEST`, a version, or the version an alias
+/// names, under the ARN the caller qualified.
+pub fn qualified_configuration(controller: &Controller, q: &Qualified) -> Value {
+    let mut config = configuration(controller, &q.function);
+    config["FunctionArn"] = q.arn.clone().into();
+    if q.version == crate::function::versions::LATEST {
+        return config;
+    }
+    config["Version"] = q.version.clone().into();
+    config["RevisionId"] = q.revision_id.clone().into();
+    // A version is never updated: it is Pending until its start paths are built, then Active.
+    if let Some(fields) = config.as_object_mut() {
+        for key in [
+            "StateReason",
+            "StateReasonCode",
+            "LastUpdateStatusReason",
+            "LastUpdateStatusReasonCode",
+        ] {
+            fields.remove(key);
+        }
+    }
+    if q.lifecycle == Lifecycle::Creating {
+        config["State"] = json!("Pending");
+        config["StateReason"] = json!("The function is being created.");
+        config["StateReasonCode"] = json!("Creating");
+    } else {
+        config["State"] = json!("Active");
+    }
+    config["LastUpdateStatus"] = json!("Successful");
+    config
+}
+
 /// The settings kiln keeps but does not act on, in Lambda's shapes, with Lambda's defaults for
 /// those never set.
 fn lambda_settings(
@@ -393,11 +439,15 @@ pub async fn create(
         .controller
         .create_tagged(&input.function_name, config, zip, input.tags)
         .await?;
-    Ok((
-        StatusCode::CREATED,
-        Json(configuration(&state.controller, &function)),
-    )
-        .into_response())
+    let answer = if input.publish {
+        let version = state
+            .controller
+            .publish_version(&function.name, None, None, None)?;
+        qualified_configuration(&state.controller, &version)
+    } else {
+        configuration(&state.controller, &function)
+    };
+    Ok((StatusCode::CREATED, Json(answer)).into_response())
 }
 
 pub async fn get(
@@ -405,10 +455,11 @@ pub async fn get(
     Path(name): Path<String>,
     Signed { uri, headers, .. }: Signed,
 ) -> Result<Response, ApiError> {
-    let function = state.controller.get(&qualified(&name, &uri))?;
+    let target = state.controller.get_qualified(&qualified(&name, &uri))?;
+    let function = &target.function;
     let query = super::kiln::code_query(&state.credentials, &function.code_sha256);
     let mut out = json!({
-        "Configuration": configuration(&state.controller, &function),
+        "Configuration": qualified_configuration(&state.controller, &target),
         "Code": {
             "RepositoryType": "S3",
             "Location": format!("{}/kiln/v1/code/{}.zip?{query}", base_url(&headers), function.code_sha256),
@@ -426,28 +477,62 @@ pub async fn get_configuration(
     Path(name): Path<String>,
     Signed { uri, .. }: Signed,
 ) -> Result<Response, ApiError> {
-    let function = state.controller.get(&qualified(&name, &uri))?;
-    Ok(Json(configuration(&state.controller, &function)).into_response())
+    let target = state.controller.get_qualified(&qualified(&name, &uri))?;
+    Ok(Json(qualified_configuration(&state.controller, &target)).into_response())
 }
 
-/// ListVersionsByFunction: kiln publishes no versions, so a function has `$LATEST` alone, with
-/// its qualified ARN (as Lambda lists it).
+/// ListVersionsByFunction: `$LATEST` (under its qualified ARN, as Lambda lists it), then each
+/// published version in order.
 pub async fn list_versions(
     State(state): State<SharedState>,
     Path(name): Path<String>,
     Query(query): Query<ListQuery>,
     _: Signed,
 ) -> Result<Response, ApiError> {
-    max_items(query.max_items.as_deref())?;
-    let function = state.controller.get(&name)?;
-    let mut latest = configuration(&state.controller, &function);
-    latest["FunctionArn"] = format!("{}:$LATEST", state.controller.arn(&function.name)).into();
-    // The marker names the last version of the previous page; nothing follows `$LATEST`.
-    let versions = match query.marker.as_deref() {
-        Some(_) => Vec::new(),
-        None => vec![latest],
+    let max_items = max_items(query.max_items.as_deref())?;
+    let all = state.controller.list_versions(&name)?;
+    // The marker names the last version of the previous page.
+    let start = match query.marker.as_deref() {
+        Some(marker) => all
+            .iter()
+            .position(|v| v.version == marker)
+            .map_or(all.len(), |i| i + 1),
+        None => 0,
     };
-    Ok(Json(json!({ "Versions": versions })).into_response())
+    let page: Vec<Value> = all[start..]
+        .iter()
+        .take(max_items)
+        .map(|v| qualified_configuration(&state.controller, v))
+        .collect();
+    let mut out = json!({ "Versions": page });
+    if start + max_items < all.len() {
+        out["NextMarker"] = all[start + max_items - 1].version.clone().into();
+    }
+    Ok(Json(out).into_response())
+}
+
+/// PublishVersion.
+pub async fn publish_version(
+    State(state): State<SharedState>,
+    Path(name): Path<String>,
+    Signed { body, .. }: Signed,
+) -> Result<Response, ApiError> {
+    let input: PublishInput = if body.iter().all(u8::is_ascii_whitespace) {
+        PublishInput::default()
+    } else {
+        parse_json(&body)?
+    };
+    let version = state.controller.publish_version(
+        &name,
+        input.code_sha256.as_deref(),
+        input.description,
+        input.revision_id.as_deref(),
+    )?;
+    Ok((
+        StatusCode::CREATED,
+        Json(qualified_configuration(&state.controller, &version)),
+    )
+        .into_response())
 }
 
 /// GetFunctionCodeSigningConfig: kiln checks no code signatures, so no function has a
@@ -462,7 +547,7 @@ pub async fn get_code_signing_config(
 }
 
 /// A `MaxItems` parameter: 1 to 10000, at most 50 used.
-fn max_items(raw: Option<&str>) -> Result<usize, ApiError> {
+pub(super) fn max_items(raw: Option<&str>) -> Result<usize, ApiError> {
     match raw {
         None => Ok(50),
         Some(raw) => match raw.parse::<usize>() {
@@ -523,6 +608,12 @@ pub async fn update_code(
             .update_code(&name, zip, input.revision_id.as_deref())
             .await?
     };
+    if input.publish && !input.dry_run {
+        let version = state
+            .controller
+            .publish_version(&function.name, None, None, None)?;
+        return Ok(Json(qualified_configuration(&state.controller, &version)).into_response());
+    }
     Ok(Json(configuration(&state.controller, &function)).into_response())
 }
 

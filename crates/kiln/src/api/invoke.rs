@@ -80,21 +80,21 @@ pub async fn invoke(
         Invoked::Done {
             outcome,
             request_id,
-        } => Ok(respond(outcome, &request_id, tail)),
+            version,
+        } => Ok(respond(outcome, &request_id, &version, tail)),
     }
 }
 
-fn respond(outcome: InvokeOutcome, request_id: &str, tail: bool) -> Response {
+fn respond(outcome: InvokeOutcome, request_id: &str, version: &str, tail: bool) -> Response {
     let mut response = (StatusCode::OK, outcome.body).into_response();
     let headers = response.headers_mut();
     if let Ok(value) = HeaderValue::from_str(request_id) {
         headers.insert("x-amzn-requestid", value);
     }
     headers.insert("content-type", HeaderValue::from_static("application/json"));
-    headers.insert(
-        "x-amz-executed-version",
-        HeaderValue::from_static("$LATEST"),
-    );
+    if let Ok(value) = HeaderValue::from_str(version) {
+        headers.insert("x-amz-executed-version", value);
+    }
     if outcome.function_error {
         headers.insert(
             "x-amz-function-error",

@@ -3,6 +3,7 @@
 //! Handlers parse and authenticate; the [`Controller`] decides. [`ApiError`] maps every
 //! controller error to Lambda's status code and error body in one place.
 
+mod aliases;
 mod apps;
 mod cluster;
 pub mod console;
@@ -126,7 +127,17 @@ fn api_routes() -> Router<SharedState> {
         )
         .route(
             "/2015-03-31/functions/{name}/versions",
-            get(functions::list_versions),
+            get(functions::list_versions).post(functions::publish_version),
+        )
+        .route(
+            "/2015-03-31/functions/{name}/aliases",
+            get(aliases::list).post(aliases::create),
+        )
+        .route(
+            "/2015-03-31/functions/{name}/aliases/{alias}",
+            get(aliases::get)
+                .put(aliases::update)
+                .delete(aliases::delete),
         )
         .route(
             "/2020-06-30/functions/{name}/code-signing-config",

@@ -243,6 +243,7 @@ async fn respond(
         Ok(Invoked::Done {
             outcome,
             request_id,
+            ..
         }) => {
             let mut response = if outcome.function_error {
                 function_error(&outcome.body)

@@ -677,6 +677,7 @@ impl Gateway {
             Ok(Invoked::Done {
                 outcome,
                 request_id,
+                ..
             }) if !outcome.function_error => {
                 let mut response = map_response(&outcome.body);
                 if let Ok(id) = HeaderValue::from_str(&request_id) {

@@ -141,7 +141,7 @@ impl Controller {
         attempts: u32,
         response: Option<Response<'_>>,
     ) {
-        let Ok(entry) = self.entry(&event.function) else {
+        let Ok(entry) = self.entry(super::queue::unqualified(&event.function)) else {
             return;
         };
         let Some(config) = &entry.function.config.event_invoke else {

@@ -285,6 +285,7 @@ impl Controller {
             reserved_concurrency: None,
             url_auth: None,
             tags,
+            published: Default::default(),
         };
         let Some(version) = self.registry.insert(&function)? else {
             return Err(ControllerError::Conflict(format!(
@@ -460,26 +461,15 @@ impl Controller {
         })
     }
 
-    /// DeleteFunction. Its queued async invocations go with it, as on Lambda. With a qualifier (in the name or the `Qualifier` parameter) only that
-    /// version would go, as on Lambda: `$LATEST` is refused, an alias is refused, and a version
-    /// number deletes nothing (kiln publishes no versions), so the function is left alone.
+    /// DeleteFunction, with its versions and aliases. Its queued async invocations go with it,
+    /// as on Lambda. With a qualifier (in the name or the `Qualifier` parameter) only that
+    /// version goes ([`Self::delete_version`]).
     pub fn delete(&self, name: &str) -> Result<(), ControllerError> {
-        let _mutation = self.lock_mutations();
         let r = self.function_ref(name)?;
         if let Some(qualifier) = r.qualifier.as_deref() {
-            if !self.table().contains_key(&r.name) {
-                return Err(self.not_found(&r.name));
-            }
-            return match qualifier {
-                "$LATEST" => Err(ControllerError::InvalidParameter(
-                    "$LATEST version cannot be deleted without deleting the function.".into(),
-                )),
-                q if q.bytes().all(|b| b.is_ascii_digit()) => Ok(()),
-                _ => Err(ControllerError::InvalidParameter(
-                    "Deletion of aliases is not currently supported.".into(),
-                )),
-            };
+            return self.delete_version(name, qualifier);
         }
+        let _mutation = self.lock_mutations();
         let entry = self.entry(name)?;
         let name = entry.function.name.clone();
         let Some(version) = self.registry.delete(&name)? else {
@@ -499,21 +489,14 @@ impl Controller {
     pub(super) fn forget_function(&self, entry: &Entry) {
         let name = entry.function.name.clone();
         self.agent.retire(&name, None);
+        for version in entry.versions.values() {
+            self.agent.retire(&version.spec.function, None);
+            self.predictor.forget(&version.spec.function);
+        }
         self.logs.remove(&name);
         self.predictor.forget(&name);
-        let live: Vec<String> = self
-            .table()
-            .values()
-            .map(|e| e.function.code_sha256.clone())
-            .collect();
-        if !live.contains(&entry.function.code_sha256) {
-            // Only this package, and unlinked under the lock: packages that creates and updates
-            // in flight have stored are not referenced yet, but are not garbage.
-            if let Some(doomed) = self.code.unlink(&entry.function.code_sha256) {
-                tokio::task::spawn_blocking(move || {
-                    let _ = std::fs::remove_dir_all(doomed);
-                });
-            }
+        for digest in super::versions::packages(&entry.function) {
+            self.drop_unused_code(&digest);
         }
     }
 

@@ -126,12 +126,13 @@ impl Controller {
                         Ok(Invoked::Done {
                             outcome: ran.outcome,
                             request_id: ran.request_id,
+                            version: crate::function::versions::latest(),
                         })
                     }
                 };
             }
         }
-        let entry = self.entry(name)?;
+        let (entry, version) = self.invocation_target(name)?;
         let payload = if kind == InvocationType::Event {
             checked_payload(payload, MAX_ASYNC_PAYLOAD, "Event")?
         } else {
@@ -141,7 +142,13 @@ impl Controller {
         let request_id = function::new_request_id().to_string();
         match kind {
             InvocationType::DryRun => Ok(Invoked::DryRun),
-            InvocationType::Event => self.enqueue_event(&entry.function.name, &payload),
+            // A version's event runs that version; an alias's picks when it is delivered.
+            InvocationType::Event => match self.function_ref(name)?.qualifier {
+                Some(q) if q != crate::function::versions::LATEST => {
+                    self.enqueue_event(&format!("{}:{q}", entry.function.name), &payload)
+                }
+                _ => self.enqueue_event(&entry.function.name, &payload),
+            },
             InvocationType::RequestResponse => {
                 let request = InvokeRequest {
                     request_id: request_id.clone(),
@@ -159,6 +166,7 @@ impl Controller {
                 Ok(Invoked::Done {
                     outcome,
                     request_id,
+                    version,
                 })
             }
         }
@@ -259,7 +267,7 @@ impl Controller {
             Some(false) => "none",
             None => {
                 let admit = self.predictor.benefits(&spec.function, features);
-                cache.set_admission(&spec.function, admit.unwrap_or(true));
+                cache.set_admission(spec.name(), admit.unwrap_or(true));
                 request.admit_objects = admit;
                 match admit {
                     Some(true) => "admit",
@@ -271,11 +279,11 @@ impl Controller {
         self.metrics
             .cache_admissions
             .get_or_create(&crate::metrics::DecisionLabels {
-                function: spec.function.clone(),
+                function: spec.name().to_string(),
                 decision: decision.into(),
             })
             .inc();
-        Some(cache.io_times(&spec.function))
+        Some(cache.io_times(spec.name()))
     }
 
     /// Runs the invocation on the agent; once more at MemorySize if it was killed for memory
@@ -311,7 +319,7 @@ impl Controller {
         );
         self.metrics
             .prediction_retries
-            .get_or_create(&Metrics::function(&spec.function))
+            .get_or_create(&Metrics::function(spec.name()))
             .inc();
         self.learn(spec, features.cloned(), outcome);
         // At MemorySize, and booked at it: the routing hint and the reservation follow the limit.
@@ -336,7 +344,7 @@ impl Controller {
         };
         // The invocation's Extract + Load, as the backing store would have served them, and
         // the rest of its time (concurrent invocations of the function share the counters).
-        let after = cache.io_times(&spec.function);
+        let after = cache.io_times(spec.name());
         let served_ms = after.served_ns.saturating_sub(before.served_ns) as f64 / 1e6;
         let backend_ms = after.backend_ns.saturating_sub(before.backend_ns) as f64 / 1e6;
         let duration_ms = outcome.duration.as_secs_f64() * 1e3;
@@ -371,7 +379,7 @@ impl Controller {
                     self.metrics
                         .cold_starts
                         .get_or_create(&crate::metrics::StartLabels {
-                            function: spec.function.clone(),
+                            function: spec.name().to_string(),
                             path: path.as_str().into(),
                         })
                         .inc();
@@ -380,14 +388,14 @@ impl Controller {
                     .series
                     .duration(&self.metrics)
                     .observe(outcome.duration.as_secs_f64());
-                self.logs.append(&spec.function, outcome.log.clone());
+                self.logs.append(spec.name(), outcome.log.clone());
                 Ok(outcome)
             }
             Err(e) => {
                 if matches!(e, AgentError::ThrottledNode | AgentError::ThrottledReserved) {
                     self.metrics
                         .throttles
-                        .get_or_create(&Metrics::function(&spec.function))
+                        .get_or_create(&Metrics::function(spec.name()))
                         .inc();
                 }
                 Err(e.into())

@@ -7,6 +7,7 @@
 //! which is all the invoke path reads; in cluster mode what other nodes commit reaches that
 //! table through a watch ([`replica`]).
 
+mod aliases;
 mod cache;
 pub mod code;
 mod event_invoke;
@@ -18,6 +19,7 @@ mod replica;
 pub mod sequences;
 mod tags;
 mod urls;
+mod versions;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -35,6 +37,7 @@ use crate::logs::LogStore;
 use crate::metrics::Metrics;
 use crate::predict;
 use crate::sync::RwLockExt;
+pub use aliases::AliasInput;
 pub use cache::InvocationCache;
 use code::{CodeError, CodeStore};
 pub use event_invoke::EventInvokePatch;
@@ -46,6 +49,7 @@ pub use queue::AsyncEvents;
 pub use registry::{Cors, UrlSettings};
 use registry::{Database, EventQueue, Registry, RegistryError};
 use replica::Versions;
+pub use versions::Qualified;
 
 /// Lambda's payload limits.
 pub const MAX_SYNC_PAYLOAD: usize = 6 * 1024 * 1024;
@@ -215,6 +219,8 @@ pub enum Invoked {
     Done {
         outcome: InvokeOutcome,
         request_id: String,
+        /// The version that ran: `$LATEST` or a number (an alias's pick).
+        version: String,
     },
     Queued {
         request_id: String,
@@ -233,6 +239,9 @@ struct Entry {
     change: Option<Change>,
     /// Set once the agent said this version is prepared: no invocation waits any more.
     settled: AtomicBool,
+    /// `$LATEST`'s entry: its published versions' entries, by number (a version's entry has
+    /// none).
+    versions: BTreeMap<u64, Arc<Entry>>,
 }
 
 /// What made a function's current version.
@@ -266,6 +275,7 @@ impl Entry {
             series,
             settled: AtomicBool::new(change.is_none()),
             change,
+            versions: BTreeMap::new(),
         }
     }
 
@@ -274,7 +284,7 @@ impl Entry {
         if self.settled.load(Ordering::Relaxed) {
             return None;
         }
-        let prepared = agent.prepared(&self.function.name, self.function.revision);
+        let prepared = agent.prepared(&self.spec.function, self.spec.revision);
         if prepared.is_done() {
             self.settled.store(true, Ordering::Relaxed);
             return None;
@@ -389,7 +399,10 @@ impl Controller {
             }
         }
         for (function, version) in loaded.functions {
-            if let Err(e) = controller.ensure_code_blocking(&function.code_sha256) {
+            if let Err(e) = versions::packages(&function)
+                .iter()
+                .try_for_each(|digest| controller.ensure_code_blocking(digest))
+            {
                 // Left out until its package can be fetched (tried again every few seconds).
                 eprintln!(
                     "kiln: function {} is not available on this node yet: {e}",
@@ -401,10 +414,19 @@ impl Controller {
             controller
                 .versions
                 .set(replica::Record::Function, &function.name, version);
-            live_code.push(function.code_sha256.clone());
-            let spec = controller.spec_for(&function);
-            controller.agent.prepare(spec.clone());
-            table.insert(function.name.clone(), Arc::new(Entry::new(function, spec)));
+            live_code.extend(versions::packages(&function));
+            let warm = versions::kept_warm(&function);
+            let (entry, prepare, _) = controller.build_entry(function, versions::Before::Loaded);
+            for spec in prepare {
+                if spec.version == function::versions::LATEST || warm.contains(&spec.version) {
+                    controller.agent.prepare(spec);
+                } else {
+                    // Its snapshot is built after its first cold start; until then the node
+                    // only knows its revision.
+                    controller.agent.retire(&spec.function, Some(spec.revision));
+                }
+            }
+            table.insert(entry.function.name.clone(), Arc::new(entry));
         }
         *controller.functions.write_locked() = table;
         let mut urls = HashMap::new();
@@ -447,8 +469,13 @@ impl Controller {
     }
 
     fn spec_for(&self, f: &Function) -> SharedSpec {
-        Arc::new(InstanceSpec {
+        Arc::new(self.instance_spec(f))
+    }
+
+    fn instance_spec(&self, f: &Function) -> InstanceSpec {
+        InstanceSpec {
             function: f.name.clone(),
+            version: function::versions::latest(),
             arn: self.arn(&f.name),
             revision: f.revision,
             runtime: f.config.runtime.clone(),
@@ -470,7 +497,7 @@ impl Controller {
             memory_sizing: f.config.memory_sizing,
             web: f.config.web.clone(),
             breakout: f.config.breakout.clone().filter(BreakoutConfig::enabled),
-        })
+        }
     }
 
     fn sequences(
@@ -485,10 +512,20 @@ impl Controller {
         self.sequences.write_locked()
     }
 
-    /// The spec invocations of `name`'s current version run with on this node, if the node has
-    /// its package (cluster mode fetches packages in the background).
-    pub fn current_spec(&self, name: &str) -> Option<SharedSpec> {
-        let spec = self.table().get(name).map(|entry| entry.spec.clone())?;
+    /// The spec invocations of `key` (a function's name for `$LATEST`, `name:N` for a
+    /// published version, as the node keys them) run with on this node, if the node has its
+    /// package (cluster mode fetches packages in the background).
+    pub fn current_spec(&self, key: &str) -> Option<SharedSpec> {
+        let spec = {
+            let table = self.table();
+            match key.split_once(':') {
+                None => table.get(key)?.spec.clone(),
+                Some((name, version)) => {
+                    let number = function::versions::version_number(version)?;
+                    table.get(name)?.versions.get(&number)?.spec.clone()
+                }
+            }
+        };
         spec.code_dir.exists().then_some(spec)
     }
 
@@ -497,18 +534,15 @@ impl Controller {
     }
 
     fn publish(&self, function: Function) -> Function {
-        let spec = self.spec_for(&function);
         let name = function.name.clone();
         let mut table = self.functions.write_locked();
-        let change = if table.contains_key(&name) {
-            Change::Update
-        } else {
-            Change::Create
+        let previous = table.get(&name).cloned();
+        let before = match previous.as_deref() {
+            Some(entry) => versions::Before::Was(entry),
+            None => versions::Before::Created,
         };
-        let previous = table.insert(
-            name.clone(),
-            Arc::new(Entry::changed(function.clone(), spec, Some(change))),
-        );
+        let (entry, prepare, gone) = self.build_entry(function.clone(), before);
+        table.insert(name.clone(), Arc::new(entry));
         drop(table);
         // New code uses memory its own way: its model starts afresh. (A new MemorySize is a
         // new model already.)
@@ -519,8 +553,14 @@ impl Controller {
         }) {
             self.predictor.forget(&name);
         }
-        self.agent.retire(&name, Some(function.revision));
-        self.agent.prepare(self.spec_for(&function));
+        for key in gone {
+            self.agent.retire(&key, None);
+            self.predictor.forget(&key);
+        }
+        for spec in prepare {
+            self.agent.retire(&spec.function, Some(spec.revision));
+            self.agent.prepare(spec);
+        }
         function
     }
 
@@ -576,7 +616,7 @@ impl Controller {
         match r.qualifier.as_deref() {
             None | Some("$LATEST") => Ok(entry),
             Some(other) => Err(ControllerError::NotFound(format!(
-                "Function not found: {}:{other} (kiln serves only $LATEST)",
+                "Function not found: {}:{other} (this call takes the unqualified function)",
                 self.arn(&r.name)
             ))),
         }

@@ -142,7 +142,7 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
     let registry = &controller.events;
     // The function's retries and age limit (PutFunctionEventInvokeConfig).
     let (max_attempts, max_age) = {
-        let entry = controller.entry(&event.function).ok();
+        let entry = controller.entry(unqualified(&event.function)).ok();
         super::event_invoke::limits(entry.as_ref().map(|e| &e.function))
     };
     if Utc::now() - event.enqueued_at > max_age {
@@ -161,7 +161,7 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
     }
     // Where a sequence's run stopped after its first stage, if it did.
     let mut stopped = None;
-    let ran = if let Ok(entry) = controller.entry(&event.function) {
+    let ran = if let Ok((entry, _)) = controller.invocation_target(&event.function) {
         let request = InvokeRequest {
             request_id: event.request_id.clone(),
             payload: event.payload.clone().into(),
@@ -286,6 +286,11 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
         );
         count("retried");
     }
+}
+
+/// An event's function without the version or alias it names, if it names one.
+pub(super) fn unqualified(target: &str) -> &str {
+    target.split_once(':').map_or(target, |(name, _)| name)
 }
 
 #[cfg(test)]

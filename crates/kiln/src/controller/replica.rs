@@ -117,16 +117,16 @@ pub(super) fn follow(controller: Arc<Controller>, mut changes: mpsc::UnboundedRe
     });
 }
 
-/// The packages a change's functions use.
+/// The packages a change's functions (and their versions) use.
 fn packages(change: &Change) -> Vec<String> {
     match change {
         Change::Function {
             function: Some(f), ..
-        } => vec![f.code_sha256.clone()],
+        } => super::versions::packages(f),
         Change::Reset(loaded) => loaded
             .functions
             .iter()
-            .map(|(f, _)| f.code_sha256.clone())
+            .flat_map(|(f, _)| super::versions::packages(f))
             .collect(),
         _ => Vec::new(),
     }
@@ -136,7 +136,11 @@ impl Controller {
     /// Tries again the functions whose package could not be fetched.
     async fn refetch(&self) {
         for (function, version) in self.unfetched.all() {
-            if self.ensure_code(&function.code_sha256).await.is_err() {
+            let mut fetched = true;
+            for digest in super::versions::packages(&function) {
+                fetched &= self.ensure_code(&digest).await.is_ok();
+            }
+            if !fetched {
                 continue;
             }
             let change = Change::Function {
@@ -213,7 +217,10 @@ impl Controller {
                 }
                 match function {
                     Some(function) => {
-                        if let Err(e) = self.ensure_code_blocking(&function.code_sha256) {
+                        if let Err(e) = super::versions::packages(&function)
+                            .iter()
+                            .try_for_each(|digest| self.ensure_code_blocking(digest))
+                        {
                             // Not applied, and its version not taken: tried again later.
                             tracing::error!("function {name} not updated on this node: {e}");
                             self.unfetched.insert(function, version);

@@ -112,8 +112,9 @@ impl Controller {
 
     /// The function a URL config call names, by its FunctionName and Qualifier parameters. A
     /// URL belongs to the unqualified function or to an alias: Lambda's patterns refuse
-    /// `$LATEST` and version numbers in either, and kiln has no aliases yet, so any other
-    /// qualifier names a resource that does not exist.
+    /// `$LATEST` and version numbers in either, and kiln serves URLs of unqualified functions
+    /// only: an alias's URL is refused (404 for an alias that does not exist, 400 for one
+    /// that does).
     fn url_function(
         &self,
         name: &str,
@@ -149,11 +150,14 @@ impl Controller {
         let Some(alias) = qualifier.or(r.qualifier.as_deref()) else {
             return Ok(self.entry(name)?.function.clone());
         };
-        if !self.table().contains_key(&r.name) {
-            return Err(self.not_found(&r.name));
+        let function = self.entry(&r.name)?.function.clone();
+        if function.published.aliases.contains_key(alias) {
+            return Err(ControllerError::InvalidParameter(format!(
+                "kiln serves function URLs of unqualified functions only, not of alias {alias}"
+            )));
         }
         Err(ControllerError::NotFound(format!(
-            "Function not found: {}:{alias} (kiln has no aliases yet)",
+            "Function not found: {}:{alias}",
             self.arn(&r.name)
         )))
     }

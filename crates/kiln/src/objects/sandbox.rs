@@ -36,7 +36,7 @@ impl SandboxService for SandboxObjectStore {
         netns: Option<&NetNs>,
         slot: &crate::function::InvocationSlot,
     ) -> Result<Attachment, String> {
-        let credentials = self.store.function_credentials(&spec.function);
+        let credentials = self.store.function_credentials(spec.name());
         let (endpoint, guard) = match netns {
             Some(netns) => {
                 let addr = SANDBOX_ADDR.parse().expect("a valid socket address");
@@ -46,7 +46,7 @@ impl SandboxService for SandboxObjectStore {
                 let handle = super::serve::serve_tagged(
                     listener,
                     &self.store,
-                    Scope::Function(spec.function.clone()),
+                    Scope::Function(spec.name().to_string()),
                     Some(slot.clone()),
                 )
                 .map_err(|e| format!("object store: {e}"))?;

@@ -204,9 +204,9 @@ fn base_mounts() -> Vec<Mount> {
 }
 
 /// Lambda's log stream name of an instance: the date and the instance's id.
-pub fn log_stream_name(instance_id: u64) -> String {
+pub fn log_stream_name(version: &str, instance_id: u64) -> String {
     let date = chrono::Utc::now().format("%Y/%m/%d");
-    format!("{date}/[$LATEST]{instance_id:016x}")
+    format!("{date}/[{version}]{instance_id:016x}")
 }
 
 /// Variables every Lambda runtime has and a function may set itself (Lambda's own values).
@@ -235,17 +235,20 @@ pub fn lambda_env(
         ("LAMBDA_TASK_ROOT", TASK_ROOT.to_string()),
         ("LAMBDA_RUNTIME_DIR", RUNTIME_DIR.to_string()),
         ("AWS_EXECUTION_ENV", format!("AWS_Lambda_{}", spec.runtime)),
-        ("AWS_LAMBDA_FUNCTION_NAME", spec.function.clone()),
-        ("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST".to_string()),
+        ("AWS_LAMBDA_FUNCTION_NAME", spec.name().to_string()),
+        ("AWS_LAMBDA_FUNCTION_VERSION", spec.version.clone()),
         (
             "AWS_LAMBDA_FUNCTION_MEMORY_SIZE",
             spec.memory_mb.to_string(),
         ),
         (
             "AWS_LAMBDA_LOG_GROUP_NAME",
-            format!("/aws/lambda/{}", spec.function),
+            format!("/aws/lambda/{}", spec.name()),
         ),
-        ("AWS_LAMBDA_LOG_STREAM_NAME", log_stream_name(instance_id)),
+        (
+            "AWS_LAMBDA_LOG_STREAM_NAME",
+            log_stream_name(&spec.version, instance_id),
+        ),
         ("AWS_LAMBDA_INITIALIZATION_TYPE", "on-demand".to_string()),
         ("AWS_REGION", spec.region.clone()),
         ("AWS_DEFAULT_REGION", spec.region.clone()),

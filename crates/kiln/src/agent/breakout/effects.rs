@@ -100,6 +100,8 @@ pub(super) struct FastEffects {
 pub(super) struct ContextFields<'a> {
     pub request_id: &'a str,
     pub function: &'a str,
+    /// `$LATEST` or a published version's number.
+    pub version: &'a str,
     pub arn: &'a str,
     pub memory_mb: u32,
     /// The caller's client context (JSON text), if it sent one.
@@ -112,7 +114,7 @@ impl ContextFields<'_> {
     fn to_json(&self) -> Result<Value, Miss> {
         let mut out = Map::new();
         out.insert("callbackWaitsForEmptyEventLoop".into(), json!(true));
-        out.insert("functionVersion".into(), json!("$LATEST"));
+        out.insert("functionVersion".into(), json!(self.version));
         out.insert("functionName".into(), json!(self.function));
         out.insert("memoryLimitInMB".into(), json!(self.memory_mb.to_string()));
         out.insert(
@@ -122,8 +124,9 @@ impl ContextFields<'_> {
         out.insert(
             "logStreamName".into(),
             json!(format!(
-                "{}/[$LATEST]fastpath",
-                chrono::Utc::now().format("%Y/%m/%d")
+                "{}/[{}]fastpath",
+                chrono::Utc::now().format("%Y/%m/%d"),
+                self.version
             )),
         );
         if let Some(text) = self.client_context.filter(|t| !t.is_empty()) {
@@ -439,6 +442,7 @@ mod tests {
         ContextFields {
             request_id,
             function: "f",
+            version: "$LATEST",
             arn: "arn:aws:lambda:us-east-1:000000000000:function:f",
             memory_mb: 128,
             client_context: None,

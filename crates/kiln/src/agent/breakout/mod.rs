@@ -408,11 +408,11 @@ impl Inner {
         let deadline = Duration::from_millis(u64::from(breakout.config.fast_path_timeout_ms));
         let store = self.ctx.objects.as_ref().and_then(|objects| {
             let direct = objects.direct()?;
-            let credentials = objects.function_credentials(&spec.function);
+            let credentials = objects.function_credentials(spec.name());
             let store = FastStore::new(
                 direct,
                 objects.atomic(),
-                &spec.function,
+                spec.name(),
                 credentials,
                 request.tags(),
             );
@@ -421,7 +421,8 @@ impl Inner {
         let committer = store.as_ref().map(|(store, _)| store.clone());
         let context = ContextFields {
             request_id: &request.request_id,
-            function: &spec.function,
+            function: spec.name(),
+            version: &spec.version,
             arn: &spec.arn,
             memory_mb: spec.memory_mb,
             client_context: request.client_context.as_deref(),

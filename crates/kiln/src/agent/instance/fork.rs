@@ -61,7 +61,10 @@ impl Instance {
             output_pipe().map_err(|e| format!("output pipe: {e}"))?;
         let (ours, theirs) = socket_pair().map_err(|e| format!("control socket: {e}"))?;
         let env = [
-            ("AWS_LAMBDA_LOG_STREAM_NAME", runtime::log_stream_name(id)),
+            (
+                "AWS_LAMBDA_LOG_STREAM_NAME",
+                runtime::log_stream_name(&spec.version, id),
+            ),
             // What Lambda tells functions restored from a snapshot.
             ("AWS_LAMBDA_INITIALIZATION_TYPE", "snap-start".to_string()),
         ]

@@ -114,6 +114,7 @@ impl Database {
             ("functions", "url_modified", "TEXT"),
             ("functions", "url_cors", "TEXT"),
             ("functions", "tags", "TEXT"),
+            ("functions", "published", "TEXT"),
             ("async_queue", "throttles", "INTEGER NOT NULL DEFAULT 0"),
             ("async_queue", "enqueued_at", "TEXT"),
             ("async_queue", "resume_run", "TEXT"),
@@ -152,7 +153,7 @@ impl Database {
         let changed = self.db().execute(
             "UPDATE functions SET config = ?2, code_sha256 = ?3, code_size = ?4, revision = ?5,
              last_modified = ?6, reserved_concurrency = ?7, url_auth = ?8, url_created = ?9,
-             url_modified = ?10, url_cors = ?11, tags = ?12 WHERE name = ?1",
+             url_modified = ?10, url_cors = ?11, tags = ?12, published = ?13 WHERE name = ?1",
             params![
                 f.name,
                 config,
@@ -166,6 +167,7 @@ impl Database {
                 settings.map(|s| s.modified.to_rfc3339()),
                 cors,
                 tags_text(f)?,
+                published_text(f)?,
             ],
         )?;
         Ok(changed == 1)
@@ -223,8 +225,9 @@ impl Database {
             serde_json::to_string(&f.config).map_err(|e| RegistryError::Corrupt(e.to_string()))?;
         let changed = self.db().execute(
             "INSERT OR IGNORE INTO functions
-             (name, config, code_sha256, code_size, revision, last_modified, reserved_concurrency, url_auth, tags)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+             (name, config, code_sha256, code_size, revision, last_modified, reserved_concurrency, url_auth, tags,
+              published)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
             params![
                 f.name,
                 config,
@@ -235,6 +238,7 @@ impl Database {
                 f.reserved_concurrency,
                 url_auth_text(f.url_auth),
                 tags_text(f)?,
+                published_text(f)?,
             ],
         )?;
         Ok(changed == 1)
@@ -246,7 +250,8 @@ impl Database {
             serde_json::to_string(&f.config).map_err(|e| RegistryError::Corrupt(e.to_string()))?;
         let changed = self.db().execute(
             "UPDATE functions SET config = ?2, code_sha256 = ?3, code_size = ?4, revision = ?5,
-             last_modified = ?6, reserved_concurrency = ?7, url_auth = ?8, tags = ?9 WHERE name = ?1",
+             last_modified = ?6, reserved_concurrency = ?7, url_auth = ?8, tags = ?9, published = ?10
+             WHERE name = ?1",
             params![
                 f.name,
                 config,
@@ -257,6 +262,7 @@ impl Database {
                 f.reserved_concurrency,
                 url_auth_text(f.url_auth),
                 tags_text(f)?,
+                published_text(f)?,
             ],
         )?;
         Ok(changed == 1)
@@ -355,7 +361,7 @@ impl Database {
         let db = self.db();
         let mut stmt = db.prepare(
             "SELECT name, config, code_sha256, code_size, revision, last_modified, reserved_concurrency, url_auth,
-                    tags
+                    tags, published
              FROM functions ORDER BY name",
         )?;
         let rows = stmt.query_map([], |row| {
@@ -369,12 +375,29 @@ impl Database {
                 row.get::<_, Option<u32>>(6)?,
                 row.get::<_, Option<String>>(7)?,
                 row.get::<_, Option<String>>(8)?,
+                row.get::<_, Option<String>>(9)?,
             ))
         })?;
         let mut out = Vec::new();
         for row in rows {
-            let (name, config, code_sha256, code_size, revision, modified, reserved, url, tags) =
-                row?;
+            let (
+                name,
+                config,
+                code_sha256,
+                code_size,
+                revision,
+                modified,
+                reserved,
+                url,
+                tags,
+                published,
+            ) = row?;
+            // Rows from before versions were kept have none.
+            let published = match published {
+                Some(text) => serde_json::from_str(&text)
+                    .map_err(|e| RegistryError::Corrupt(format!("{name}: {e}")))?,
+                None => Default::default(),
+            };
             // Rows from before tags were kept have none.
             let tags = match tags {
                 Some(text) => serde_json::from_str(&text)
@@ -401,6 +424,7 @@ impl Database {
                 reserved_concurrency: reserved,
                 url_auth,
                 tags,
+                published,
             });
         }
         Ok(out)
@@ -687,6 +711,16 @@ fn tags_text(f: &Function) -> Result<String, RegistryError> {
     serde_json::to_string(&f.tags).map_err(|e| RegistryError::Corrupt(e.to_string()))
 }
 
+/// A function's versions and aliases as JSON; `NULL` for a function that has published none.
+fn published_text(f: &Function) -> Result<Option<String>, RegistryError> {
+    if f.published.is_empty() {
+        return Ok(None);
+    }
+    serde_json::to_string(&f.published)
+        .map(Some)
+        .map_err(|e| RegistryError::Corrupt(e.to_string()))
+}
+
 fn url_auth_text(auth: Option<UrlAuth>) -> Option<&'static str> {
     auth.map(|a| match a {
         UrlAuth::None => "NONE",
@@ -728,7 +762,50 @@ mod tests {
             reserved_concurrency: Some(2),
             url_auth: Some(UrlAuth::None),
             tags: BTreeMap::from([("team".into(), "a".into())]),
+            published: Default::default(),
         }
+    }
+
+    #[test]
+    fn versions_and_aliases_round_trip_with_their_function() {
+        use crate::function::versions::{Alias, Version};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kiln.db");
+        let mut f = sample("v");
+        {
+            let reg = Database::open(&path).unwrap();
+            assert!(reg.insert(&f).unwrap());
+            f.published.last = 2;
+            f.published.versions.push(Version {
+                number: 2,
+                config: f.config.clone(),
+                description: Some("two".into()),
+                code_sha256: "cd".into(),
+                code_size: 3,
+                last_modified: Utc::now(),
+                revision: 4,
+                revision_id: "r".into(),
+            });
+            f.published.aliases.insert(
+                "live".into(),
+                Alias {
+                    name: "live".into(),
+                    function_version: "2".into(),
+                    description: "d".into(),
+                    weights: BTreeMap::from([("1".into(), 0.5)]),
+                    revision_id: "a".into(),
+                },
+            );
+            assert!(reg.update(&f).unwrap());
+        }
+        let reg = Database::open(&path).unwrap();
+        assert_eq!(reg.all().unwrap()[0].published, f.published);
+        // A URL change keeps them; a function without any stores none.
+        assert!(reg.update_url(&f, None).unwrap());
+        assert_eq!(reg.all().unwrap()[0].published, f.published);
+        f.published = Default::default();
+        assert!(reg.update(&f).unwrap());
+        assert!(reg.all().unwrap()[0].published.is_empty());
     }
 
     #[test]
@@ -824,6 +901,7 @@ mod tests {
         // A function stored before tags and Lambda's settings were kept has none of either.
         let old = &reg.all().unwrap()[0];
         assert!(old.tags.is_empty() && old.config.settings.is_empty());
+        assert!(old.published.is_empty(), "nor versions");
         assert!(reg.insert(&sample("a")).unwrap());
         assert!(reg.url_settings().unwrap().is_empty());
     }
