@@ -161,18 +161,17 @@ pub fn valid_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
 }
 
-/// The function a target ARN names: `arn:aws:lambda:REGION:ACCOUNT:function:NAME` (or
-/// `:$LATEST`); kiln's scheduler invokes nothing else.
+/// The function a target ARN names, as the controller takes it: `NAME`, or `NAME:QUALIFIER`
+/// for a version or alias (`arn:aws:lambda:REGION:ACCOUNT:function:NAME[:QUALIFIER]`); kiln's
+/// scheduler invokes nothing else.
 pub fn target_function(arn: &str) -> Result<String, ScheduleError> {
     let parts: Vec<&str> = arn.split(':').collect();
     match parts.as_slice() {
         ["arn", _, "lambda", _, _, "function", name] => Ok(name.to_string()),
         ["arn", _, "lambda", _, _, "function", name, "$LATEST"] => Ok(name.to_string()),
-        ["arn", _, "lambda", ..] => Err(ScheduleError::Validation(format!(
-            "Target.Arn {arn}: kiln invokes a function's $LATEST only"
-        ))),
+        ["arn", _, "lambda", _, _, "function", name, qualifier] => Ok(format!("{name}:{qualifier}")),
         _ => Err(ScheduleError::Validation(format!(
-            "Target.Arn {arn}: kiln's scheduler invokes Lambda functions only (arn:aws:lambda:REGION:ACCOUNT:function:NAME)"
+            "Target.Arn {arn}: kiln's scheduler invokes Lambda functions only (arn:aws:lambda:REGION:ACCOUNT:function:NAME[:QUALIFIER])"
         ))),
     }
 }
@@ -602,6 +601,16 @@ mod tests {
             "arn:aws:scheduler:us-east-1:000000000000:schedule/default/a"
         );
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_target_may_name_a_version_or_alias() {
+        let arn = |tail: &str| format!("arn:aws:lambda:us-east-1:000000000000:function:{tail}");
+        assert_eq!(target_function(&arn("f")).unwrap(), "f");
+        assert_eq!(target_function(&arn("f:$LATEST")).unwrap(), "f");
+        assert_eq!(target_function(&arn("f:3")).unwrap(), "f:3");
+        assert_eq!(target_function(&arn("f:live")).unwrap(), "f:live");
+        assert!(target_function("arn:aws:lambda:us-east-1:000000000000:layer:x").is_err());
     }
 
     #[test]
