@@ -642,8 +642,10 @@ fn linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
     l.func_wrap(m, "context", |mut c: Caller<'_, State>| {
         host(&mut c, |g| Ok(runtime::context(g)?.0 as i64))
     })?;
-    l.func_wrap(m, "entry", |mut c: Caller<'_, State>| {
-        host(&mut c, |g| Ok(runtime::entry(&mut g.heap())?.0 as i64))
+    l.func_wrap(m, "module_record", |mut c: Caller<'_, State>, file: i32| {
+        host(&mut c, |g| {
+            Ok(runtime::modules::record(&mut g.heap(), file as u32)? as i32)
+        })
     })?;
     l.func_wrap(m, "function_of", |mut c: Caller<'_, State>, v: i64| {
         host(&mut c, |g| {

@@ -313,7 +313,10 @@ fn memory_time_and_builtins_not_compiled_are_misses_with_their_reason() {
         json!({"n": 0, "spin": 0, "kind": "log"}),
         json!({"n": 0, "spin": 0, "kind": "regex"}),
     ];
-    let options = CompileOptions { memory_pages: 64 };
+    let options = CompileOptions {
+        memory_pages: 64,
+        ..Default::default()
+    };
     let outcomes = compare_source(
         &Source::Program(LIMITS),
         training.clone(),
@@ -725,14 +728,14 @@ fn s3_sends_are_one_intrinsic_call_each_with_their_input_checked() {
     );
 }
 
-/// Their S3 calls are intrinsics now; each still meets code the compiler lacks at load: a
-/// relative `require` (authorize), the `Error` global (status), ES module imports (upload).
+/// Their S3 calls are intrinsics now; each still meets code the compiler lacks at load: the
+/// `Error` global (status), ES module imports (upload). (authorize: `modules_node.rs`.)
 #[test]
 fn benchmarks_that_use_the_store_compile_and_refuse_to_load_where_code_is_not_compiled() {
     if !node_available() {
         return;
     }
-    for name in ["authorize", "status", "upload"] {
+    for name in ["status", "upload"] {
         let work = tempfile::tempdir().unwrap();
         let plain = work.path().join("plain");
         stage_benchmark(name, &plain, &|text, _| text.to_string());

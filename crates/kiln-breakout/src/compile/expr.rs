@@ -14,6 +14,9 @@ use crate::trace::{Capture, Expr};
 
 impl Generator<'_> {
     pub fn expr(&mut self, e: &Expr) {
+        if self.module_expr(e) {
+            return;
+        }
         match e {
             Expr::Number { value } => self.value(Value::number(*value)),
             Expr::String { value } => {
@@ -478,6 +481,9 @@ impl Generator<'_> {
                 self.push(object, arg, key.0);
                 return;
             }
+        }
+        if self.require(callee, args) {
+            return;
         }
         if !calls_back {
             let missing = match callee {

@@ -10,6 +10,7 @@ pub mod format;
 pub mod heap;
 pub mod intrinsics;
 pub mod json;
+pub mod modules;
 pub mod ops;
 pub mod s3;
 pub mod value;
@@ -257,21 +258,14 @@ pub fn has(heap: &mut Heap<'_>, key: Value, object: Value) -> Result<bool, Miss>
     }
 }
 
-/// The global object (`exports`, `module` and what the code assigns to globals), made when
-/// first needed.
+/// The global object (what the code assigns to globals), made when first needed. A file's
+/// `module` and `exports` are its module record's ([`modules`]).
 fn global_object(heap: &mut Heap<'_>) -> Result<Value, Miss> {
     let current = heap.value(GLOBAL_OBJECT)?;
     if current.tag() == TAG_OBJECT {
         return Ok(current);
     }
     let global = heap.object(Value::NULL)?;
-    let exports = heap.object(Value::NULL)?;
-    let module = heap.object(Value::NULL)?;
-    let key = heap.str("exports")?;
-    heap.set_own(module, key, exports)?;
-    heap.set_own(global, key, exports)?;
-    let key = heap.str("module")?;
-    heap.set_own(global, key, module)?;
     heap.set_value(GLOBAL_OBJECT, global)?;
     Ok(global)
 }
@@ -298,17 +292,6 @@ pub fn global(heap: &mut Heap<'_>, name: Value) -> Result<Value, Miss> {
 pub fn set_global(heap: &mut Heap<'_>, name: Value, value: Value) -> Result<(), Miss> {
     let global = global_object(heap)?;
     heap.set_own(global, name, value)
-}
-
-/// The handler a request calls: `module.exports.handler`.
-pub fn entry(heap: &mut Heap<'_>) -> Result<Value, Miss> {
-    let global = global_object(heap)?;
-    let key = heap.str("module")?;
-    let module = heap.get_own(global, key)?.unwrap_or(Value::UNDEFINED);
-    let key = heap.str("exports")?;
-    let exports = get(heap, module, key)?;
-    let key = heap.str("handler")?;
-    get(heap, exports, key)
 }
 
 /// `callee(...args)` with `this`.

@@ -271,6 +271,29 @@ pub fn lambda_env(
     env
 }
 
+/// The environment a Node function's handler reads in `process.env`, for BREAKOUT's fast path:
+/// the function's own variables, where `lambda_env` keeps them, and the platform's names
+/// (per instance, per request, or kiln's) as unknown, so reading one misses.
+pub fn breakout_environment(spec: &InstanceSpec) -> kiln_breakout::package::Environment {
+    let overridden = |name: &str| {
+        RESERVED_ENV.contains(&name) || name == "NODE_PATH" || name.starts_with("KILN_")
+    };
+    let vars = spec
+        .env
+        .iter()
+        .filter(|(k, _)| !overridden(k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let mut platform: Vec<String> = RESERVED_ENV.iter().map(|n| n.to_string()).collect();
+    platform.extend(LAMBDA_DEFAULT_ENV.iter().map(|(n, _)| n.to_string()));
+    platform.extend(
+        ["NODE_PATH", "TZ", "AWS_*", "LAMBDA_*", "KILN_*", "_*"]
+            .iter()
+            .map(|n| n.to_string()),
+    );
+    kiln_breakout::package::Environment { vars, platform }
+}
+
 /// Environment variable names a user may not set: kiln owns them.
 pub const RESERVED_ENV: &[&str] = &[
     "_HANDLER",

@@ -627,6 +627,7 @@ impl Inner {
         tokio::spawn(async move {
             let config = breakout.config.clone();
             let kept = trace_spec.code_dir.with_extension("trace.json");
+            let spec = trace_spec.clone();
             let built = tokio::task::spawn_blocking(move || {
                 let (trace, nodes) = accept_trace(&bytes)?;
                 // Kept beside the instrumented code, for inspection.
@@ -634,7 +635,7 @@ impl Inner {
                     tracing::warn!("{}: {e}", kept.display());
                 }
                 let begin = Instant::now();
-                let module = compile(&trace, &config, engine?)?;
+                let module = compile(&trace, &config, &spec, engine?)?;
                 Ok::<_, String>((module, nodes, begin.elapsed()))
             })
             .await
