@@ -157,6 +157,31 @@ impl Package {
         }
     }
 
+    /// Whether a file of the package is an ES module: `.mjs`, or `.js` under a `package.json`
+    /// that says `"type": "module"`.
+    pub fn is_module(&self, file: &str) -> bool {
+        match file.rsplit_once('.').map(|(_, e)| e) {
+            Some("mjs") => true,
+            Some("js") => self.module_scope(file),
+            _ => false,
+        }
+    }
+
+    /// The file an ES module's `import … from specifier` in `from` loads: a relative path
+    /// names a file exactly (no extensions added, no directory index), as Node's ES module
+    /// resolution has it.
+    pub fn resolve_import(&self, from: &str, specifier: &str) -> Result<String, String> {
+        if !(specifier.starts_with("./") || specifier.starts_with("../")) {
+            return Err(format!("{specifier:?} is not a relative path"));
+        }
+        let path = normalise(&format!("{}/{specifier}", parent(from)))
+            .ok_or_else(|| format!("{specifier:?} leaves the package"))?;
+        if specifier.contains(['?', '#', '%']) || !self.is_file(&path) {
+            return Err(format!("{specifier:?} names no file of the package"));
+        }
+        Ok(path)
+    }
+
     fn as_file(&self, path: &str) -> Option<String> {
         if self.is_file(path) {
             return Some(path.to_string());
@@ -368,6 +393,27 @@ mod tests {
         assert_eq!(env.read("AWS_REGION"), EnvRead::Unknown);
         assert_eq!(env.read("TZ"), EnvRead::Unknown);
         assert_eq!(env.read("TZX"), EnvRead::Absent);
+    }
+
+    #[test]
+    fn imports_name_files_exactly() {
+        let p = package(&[
+            ("package.json", Some(r#"{"type": "module"}"#)),
+            ("index.js", None),
+            ("lib/a.js", None),
+            ("lib/b.cjs", None),
+            ("c.mjs", None),
+        ]);
+        assert_eq!(
+            p.resolve_import("index.js", "./lib/a.js"),
+            Ok("lib/a.js".into())
+        );
+        assert_eq!(p.resolve_import("lib/a.js", "../c.mjs"), Ok("c.mjs".into()));
+        assert!(p.resolve_import("index.js", "./lib/a").is_err());
+        assert!(p.resolve_import("index.js", "./lib").is_err());
+        assert!(p.resolve_import("index.js", "lodash").is_err());
+        assert!(p.is_module("index.js") && p.is_module("c.mjs") && !p.is_module("lib/b.cjs"));
+        assert!(!package(&[("index.js", None)]).is_module("index.js"));
     }
 
     #[test]

@@ -67,6 +67,8 @@ pub struct Shared {
     pub records: HashMap<String, u32>,
     /// The wasm function of each file's top level the trace has.
     pub tops: HashMap<String, u32>,
+    /// The variables ES modules export (`modules::exported`).
+    pub exported: HashSet<(String, String)>,
 }
 
 /// What a name of the trace is in the compiled code.

@@ -26,7 +26,18 @@ impl Generator<'_> {
             Expr::Boolean { value } => self.value(Value::boolean(*value)),
             Expr::Null => self.value(Value::NULL),
             Expr::Hole => self.value(Value::UNDEFINED),
-            Expr::Regex { .. } => self.miss("regular expressions not compiled", None),
+            Expr::Regex { source } => {
+                // A literal makes a new object each time it is evaluated.
+                self.value(Builtin::RegExpLiteral.value());
+                self.value(Value::UNDEFINED);
+                self.sink().i32_const(1);
+                let text = self.shared.data.string(source);
+                self.value(text);
+                for _ in 0..3 {
+                    self.value(Value::UNDEFINED);
+                }
+                self.sink().call(rt::CALL);
+            }
             Expr::Import { .. } => self.miss("ES module imports not compiled", None),
             Expr::Spread { .. } => self.miss("a spread outside an array or call", None),
             Expr::Id { name } => match self.binding(name) {

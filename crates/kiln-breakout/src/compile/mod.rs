@@ -126,6 +126,7 @@ pub fn compile(trace: &Trace, options: &CompileOptions) -> Result<Vec<u8>, Compi
         env: options.env.clone(),
         records: HashMap::new(),
         tops: HashMap::new(),
+        exported: modules::exported(trace),
     };
 
     let callable: Vec<&Handler> = trace
@@ -393,7 +394,7 @@ fn init_function(tops: &[u32]) -> Function {
 
 /// The file whose export a request calls, and the export's path: the handler setting's
 /// module (`dir/file` as `dir/file`, `.js`, `.mjs` or `.cjs`, as the shim loads it) among the
-/// files the platform loaded, or the first of them and `handler`. `None` when the setting
+/// files the platform loaded, or the last of them and `handler`. `None` when the setting
 /// names no file the trace has.
 fn entry_of(
     modules: &[&Handler],
@@ -405,9 +406,11 @@ fn entry_of(
         .filter(|h| !called_back.contains(&h.id))
         .map(|h| modules::file_of(&h.function))
         .collect();
+    // The file the platform loads runs last: a CommonJS file's requires run inside it, an ES
+    // module's imports before it.
     let Some(setting) = handler else {
         return loaded
-            .first()
+            .last()
             .map(|f| (f.to_string(), vec!["handler".to_string()]));
     };
     let (root, base) = setting.rsplit_once('/').unwrap_or(("", setting));

@@ -16,7 +16,50 @@ use crate::package::{EnvRead, Resolved};
 use crate::runtime::builtins::Builtin;
 use crate::runtime::modules::{RECORD_EXPORTS, RECORD_STATE, RECORD_VARIABLE};
 use crate::runtime::value::Value;
-use crate::trace::{Bind, Expr};
+use std::collections::HashSet;
+
+use crate::trace::{Bind, Expr, Node, Trace};
+
+/// The S3 client's package: its imports are the intrinsic namespace's members.
+const S3_PACKAGE: &str = "@aws-sdk/client-s3";
+
+/// The variables ES modules export, as `(file, name)`: the trace's `export` lets at a file's
+/// top level. Assigning one misses (importers would see the binding change), so the value an
+/// export took is the value for good.
+pub fn exported(trace: &Trace) -> HashSet<(String, String)> {
+    fn walk(file: &str, body: &[Node], out: &mut HashSet<(String, String)>) {
+        for node in body {
+            match node {
+                Node::Let {
+                    bind: Bind::Set(Expr::Get { object, .. }),
+                    value: Expr::Id { name },
+                    ..
+                } if matches!(object.as_ref(), Expr::Global { name } if name == "export") => {
+                    out.insert((file.to_string(), name.clone()));
+                }
+                Node::If {
+                    then, otherwise, ..
+                } => {
+                    walk(file, then.as_deref().unwrap_or_default(), out);
+                    walk(file, otherwise.as_deref().unwrap_or_default(), out);
+                }
+                Node::Block { body } | Node::Label { body, .. } => {
+                    walk(file, body.as_deref().unwrap_or_default(), out)
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut out = HashSet::new();
+    for handler in trace
+        .handlers
+        .iter()
+        .filter(|h| h.function.starts_with("init:"))
+    {
+        walk(file_of(&handler.function), &handler.body, &mut out);
+    }
+    out
+}
 
 /// The package file a function id (`lib/users.js#1`, `init:lib/users.js`) belongs to.
 pub fn file_of(function: &str) -> &str {
@@ -87,9 +130,21 @@ impl Generator<'_> {
             }
             return true;
         }
+        if let Expr::Import { source, name } = e {
+            self.import(source, name);
+            return true;
+        }
         let Expr::Global { name } = e else {
             return false;
         };
+        if matches!(name.as_str(), "exports" | "module" | "require") && self.in_es_module() {
+            self.miss(
+                &format!("ReferenceError: {name} is not defined in an ES module"),
+                None,
+            );
+            self.value(Value::UNDEFINED);
+            return true;
+        }
         match name.as_str() {
             "exports" => {
                 let file = self.frame().file.clone();
@@ -114,6 +169,19 @@ impl Generator<'_> {
         let Bind::Set(target) = bind else {
             return false;
         };
+        if let Expr::Get { object, property } = target {
+            if matches!(object.as_ref(), Expr::Global { name } if name == "export") {
+                self.export(property, emit);
+                return true;
+            }
+        }
+        if self.assigns_export(target) {
+            self.miss(
+                "an assignment to a variable an ES module exports not compiled",
+                None,
+            );
+            return true;
+        }
         let offset = if is_module_exports(target) {
             RECORD_EXPORTS
         } else if matches!(target, Expr::Global { name } if name == "exports") {
@@ -146,6 +214,14 @@ impl Generator<'_> {
         let [Expr::String { value: specifier }] = args else {
             return false;
         };
+        if self.in_es_module() {
+            self.miss(
+                "ReferenceError: require is not defined in an ES module",
+                None,
+            );
+            self.value(Value::UNDEFINED);
+            return true;
+        }
         if !(specifier.starts_with('.')) {
             return false;
         }
@@ -206,6 +282,107 @@ impl Generator<'_> {
             }
         }
         true
+    }
+
+    /// Whether an assignment is to a variable its ES module exports.
+    fn assigns_export(&self, target: &Expr) -> bool {
+        let name = match target {
+            Expr::Id { name } if self.frame().function.is_none() => name,
+            Expr::From { name } => name,
+            _ => return false,
+        };
+        self.shared
+            .exported
+            .contains(&(self.frame().file.clone(), name.clone()))
+    }
+
+    /// Whether the current file is an ES module (`.mjs`, or `.js` under `"type": "module"`).
+    fn in_es_module(&self) -> bool {
+        let file = &self.frame().file;
+        self.shared
+            .package
+            .as_ref()
+            .is_some_and(|p| p.is_module(file))
+    }
+
+    /// `import { name } from source` (`default` for a default import, `*` for a namespace):
+    /// a member of the S3 client's namespace, or an export of another ES module of the package
+    /// (the default of a CommonJS file, its `module.exports`), read where the import stands,
+    /// after the file it names has run (Node evaluates imports first).
+    fn import(&mut self, source: &str, name: &str) {
+        if source == S3_PACKAGE {
+            self.value(Builtin::S3Module.value());
+            if name == "*" {
+                self.miss("a namespace import of the S3 client not compiled", None);
+            } else if name != "default" {
+                let key = self.shared.data.string(name);
+                self.value(key);
+                self.sink().call(rt::GET);
+            }
+            return;
+        }
+        let from = self.frame().file.clone();
+        let resolved = match &self.shared.package {
+            Some(package) => package.resolve_import(&from, source).and_then(|file| {
+                match (package.is_module(&file), name) {
+                    (_, "*") => Err("a namespace import not compiled".to_string()),
+                    (true, _) | (false, "default") => Ok(file),
+                    (false, _) => Err(format!("a named import of the CommonJS file {file}")),
+                }
+            }),
+            None => Err("the package's files are not known".to_string()),
+        };
+        let top = resolved
+            .as_ref()
+            .ok()
+            .and_then(|file| self.shared.tops.get(file).copied());
+        match (resolved, top) {
+            (Ok(file), Some(function)) => {
+                self.sink().call(function);
+                self.record_address(&file);
+                self.sink().i64_load(mem64(u64::from(RECORD_EXPORTS)));
+                let esm = self
+                    .shared
+                    .package
+                    .as_ref()
+                    .is_some_and(|p| p.is_module(&file));
+                if esm {
+                    let key = self.shared.data.string(name);
+                    self.value(key);
+                    self.sink().call(rt::GET);
+                }
+            }
+            (Ok(file), None) => {
+                self.miss(
+                    &format!("import from {source:?}: {file} was not traced"),
+                    None,
+                );
+                self.value(Value::UNDEFINED);
+            }
+            (Err(reason), _) => {
+                self.miss(
+                    &format!("import from {source:?} not compiled: {reason}"),
+                    None,
+                );
+                self.value(Value::UNDEFINED);
+            }
+        }
+    }
+
+    /// An ES module's `export { local as name }`: the module's namespace (its record's
+    /// exports) takes the value where the export stands (an assignment to the variable
+    /// later misses).
+    fn export(&mut self, name: &str, emit: &mut dyn FnMut(&mut Self)) {
+        let file = self.frame().file.clone();
+        self.record_address(&file);
+        self.sink().i64_load(mem64(u64::from(RECORD_EXPORTS)));
+        let key = self.shared.data.string(name);
+        self.value(key);
+        let local = self.local(ValType::I64);
+        emit(self);
+        self.sink().local_set(local);
+        self.sink().local_get(local).call(rt::SET);
+        self.free(ValType::I64, local);
     }
 
     /// The start of a file's top level: it runs once (a `require` of a file that has started

@@ -227,9 +227,27 @@ impl<'m> Heap<'m> {
         Ok(object)
     }
 
-    /// Whether `v` is an object of a builtin class.
+    /// Whether `v` is an object of a builtin class: its prototype chain ends in a builtin
+    /// (a `Date`, or an instance of a class that extends `Error`).
     pub fn is_host(&self, v: Value) -> Result<bool, Miss> {
-        Ok(v.tag() == TAG_OBJECT && self.proto(v)?.tag() == TAG_BUILTIN)
+        Ok(v.tag() == TAG_OBJECT && self.chain_end(v)?.tag() == TAG_BUILTIN)
+    }
+
+    /// Where an object's prototype chain leaves the arena: `null`, or a builtin prototype.
+    pub fn chain_end(&self, object: Value) -> Result<Value, Miss> {
+        let mut current = self.proto(object)?;
+        for _ in 0..10_000 {
+            if !matches!(current.tag(), TAG_OBJECT | TAG_CLOSURE) {
+                return Ok(current);
+            }
+            current = self.proto(current)?;
+        }
+        Err(Miss::new("a prototype chain too long"))
+    }
+
+    /// Replaces an object's prototype (`Object.setPrototypeOf`).
+    pub fn set_proto(&mut self, object: Value, proto: Value) -> Result<(), Miss> {
+        self.set_value(object.address(), proto)
     }
 
     /// A host object's internal slot.

@@ -6,6 +6,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+pub mod fast;
+
 use kiln_breakout::SourceKind;
 use proptest::prelude::*;
 
