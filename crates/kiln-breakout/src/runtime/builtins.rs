@@ -147,6 +147,13 @@ builtins! {
     FnCall = "Function.prototype.call",
     RegExpPrototype = "RegExp.prototype",
     RegExpTest = "RegExp.prototype.test",
+    Buffer = "Buffer",
+    BufferFrom = "Buffer.from",
+    BufferByteLength = "Buffer.byteLength",
+    BufferConcat = "Buffer.concat",
+    BufferIsBuffer = "Buffer.isBuffer",
+    BufferPrototype = "Buffer.prototype",
+    BufferToString = "Buffer.prototype.toString",
     // A regular expression literal's object (its text, `/…/flags`); no global names it.
     RegExpLiteral = "%RegExpLiteral%",
 }
@@ -305,6 +312,9 @@ pub fn call(
 ) -> Result<Value, Miss> {
     use Builtin as B;
     if let Some(result) = super::errors::call(guest, builtin, this, args) {
+        return result;
+    }
+    if let Some(result) = super::buffer::call(guest, builtin, this, args) {
         return result;
     }
     if let Some(result) = super::intrinsics::call(guest, builtin, this, args) {

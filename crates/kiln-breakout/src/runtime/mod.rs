@@ -5,6 +5,7 @@
 //! request must run in Node instead (a JavaScript error, a builtin not compiled, the arena
 //! full), never a panic.
 
+pub mod buffer;
 pub mod builtins;
 pub mod errors;
 pub mod format;
@@ -183,6 +184,9 @@ pub fn get(heap: &mut Heap<'_>, object: Value, key: Value) -> Result<Value, Miss
                 if let Some(class) = class.filter(|c| errors::is_error_prototype(*c)) {
                     return errors::property(heap, object, class, name.as_str());
                 }
+                if class == Some(Builtin::BufferPrototype) {
+                    return buffer::property(heap, object, name.as_str());
+                }
                 let method = builtin_member(class.map_or("", Builtin::name), name.as_str());
                 if method == Value::UNDEFINED && class.is_some_and(Builtin::is_record) {
                     if heap.proto(object)? != end {
@@ -233,6 +237,9 @@ pub fn set(heap: &mut Heap<'_>, object: Value, key: Value, value: Value) -> Resu
     match object.tag() {
         TAG_OBJECT | TAG_CLOSURE => {
             let key = property_key(heap, key)?;
+            if heap.chain_end(object)? == Builtin::BufferPrototype.value() {
+                return Err(Miss::new("a write to a Buffer not compiled"));
+            }
             if matches!(heap.string_len(key)?, 5 | 7) {
                 let name = key_name(heap, key)?;
                 errors::guard_set(heap, object, name.as_str())?;
