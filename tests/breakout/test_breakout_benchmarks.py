@@ -1,14 +1,15 @@
 """The benchmarks that use the object store, on the fast path of a real kiln: each is deployed
 twice over the same store, ordinary and with `KilnBreakout` `auto` traced on a fixed training
 set until `decontainerized`, and both are driven with the same seeded random inputs, some off
-the traced paths. For every input the answer bytes (or the function error's type and message),
+the traced paths. For every input the answer bytes (or the function error's type and message,
+on the fast path too once its path is traced; its stack is the fast path's own),
 the function's log lines and the objects written must be identical, and at least 90% of the
 on-trace inputs must run fast.
 
 - authorize loads its own module (`require('./lib/users')`) and reads its bucket's name from
   `process.env`;
 - status validates its input with `typeof`, `includes` and a regular expression, throwing a
-  class that extends `Error` (those requests miss, and Node answers), and writes GitHub's status
+  class that extends `Error` (answered as the function's error), and writes GitHub's status
   JSON beside the commit record it reads;
 - upload is an ES module (`"type": "module"`) importing the S3 client and exporting its
   handler."""
@@ -71,7 +72,7 @@ class Pair:
         wait_for(lambda: status(kiln, self.fast).get("Mode") in ("decontainerized", "ordinary"),
                  timeout=120, what="compiled")
         assert status(kiln, self.fast)["Mode"] == "decontainerized", status(kiln, self.fast)
-        self.on_trace = self.on_trace_fast = self.off_trace = 0
+        self.on_trace = self.on_trace_fast = self.off_trace = self.errors_fast = 0
 
     def call(self, name, event):
         r = self.kiln.client().invoke(FunctionName=name, Payload=json.dumps(event).encode(), LogType="Tail")
@@ -89,6 +90,7 @@ class Pair:
             # A request's own id (status answers it) is masked.
             assert LOG_NOISE.sub("*", got[0].decode()) == LOG_NOISE.sub("*", want[0].decode()), (event, got, want)
         assert function_lines(got[2]) == function_lines(want[2]), (event, got[2], want[2])
+        self.errors_fast += bool(want[1]) and "Mode: decontainerized" in got[2]
         if on_trace:
             self.on_trace += 1
             self.on_trace_fast += "Mode: decontainerized" in got[2]
@@ -163,6 +165,8 @@ def test_status_runs_fast_and_answers_and_writes_as_node(kiln):
         assert stored["Body"].read() == json.dumps(json.loads(got[0]), separators=(",", ":")).encode()
         assert stored["ContentType"] == "application/json"
     pair.check_coverage()
+    # Its InputErrors, once their path is traced, are answered on the fast path as Node does.
+    assert pair.errors_fast > 0
 
 
 def test_upload_runs_fast_as_an_es_module_and_writes_as_node(kiln):
@@ -188,3 +192,4 @@ def test_upload_runs_fast_as_an_es_module_and_writes_as_node(kiln):
         assert stored["Body"].read() == body.encode()
         assert json.loads(got[0]) == {"key": f"uploads/{name}", "etag": stored["ETag"]}
     pair.check_coverage()
+    assert pair.errors_fast > 0

@@ -63,7 +63,7 @@ fn buffers_encode_and_decode_as_node_does() {
         .iter()
         .map(|o| match o {
             Outcome::Miss { reason, .. } => reason.as_str(),
-            Outcome::Answer(bytes) => panic!("answered {}", String::from_utf8_lossy(bytes)),
+            other => panic!("{other:?}"),
         })
         .collect();
     assert_eq!(

@@ -11,7 +11,14 @@ use support::*;
 fn miss(outcome: &Outcome) -> &str {
     match outcome {
         Outcome::Miss { reason, .. } => reason,
-        Outcome::Answer(bytes) => panic!("answered {}", String::from_utf8_lossy(bytes)),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn error(outcome: &Outcome) -> String {
+    match outcome {
+        Outcome::Error(error) => error_line(error),
+        other => panic!("{other:?}"),
     }
 }
 
@@ -39,8 +46,11 @@ fn upload_runs_fast_as_an_es_module() {
     events.push(json!({"name": "x", "body": ""}));
     let outcomes = compare(work.path(), "upload", &loaded, &events, &[]);
     assert_eq!(served(&outcomes[..valid]), valid, "{outcomes:?}");
-    assert_eq!(miss(&outcomes[valid]), "uncaught throw");
-    assert_eq!(miss(&outcomes[valid + 1]), "uncaught throw");
+    assert_eq!(error(&outcomes[valid]), "error Error: No file to upload.");
+    assert_eq!(
+        error(&outcomes[valid + 1]),
+        "error Error: No file to upload."
+    );
     assert_eq!(
         miss(&outcomes[valid + 2]),
         "PutObject with an empty Body not compiled"

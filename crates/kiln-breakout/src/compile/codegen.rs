@@ -558,8 +558,7 @@ impl<'s> Generator<'s> {
                         self.sink().local_set(local).br(depth);
                     }
                     None => {
-                        self.sink().drop();
-                        self.miss("uncaught throw", None);
+                        self.sink().call(rt::UNCAUGHT).unreachable();
                     }
                 }
             }

@@ -473,3 +473,51 @@ fn run_function(shared: &mut Shared, entry: Option<(String, Vec<String>)>) -> Fu
     g.sink().call(imports::CALL).call(imports::JSON_ANSWER);
     g.finish().expect("run has one local")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn module(id: u32, file: &str) -> Handler {
+        Handler {
+            id,
+            function: format!("init:{file}"),
+            kind: HandlerKind::Module,
+            params: Vec::new(),
+            rest: None,
+            is_async: false,
+            param_types: Vec::new(),
+            body: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_handler_setting_names_the_entry_as_the_shim_loads_it() {
+        let handlers = [
+            module(0, "lib/math.mjs"),
+            module(1, "src/app.mjs"),
+            module(2, "lib/required.js"),
+        ];
+        let modules: Vec<&Handler> = handlers.iter().collect();
+        let required: HashSet<u32> = [2].into();
+        let entry = |setting| entry_of(&modules, &required, setting);
+        let path = |p: &[&str]| p.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            entry(Some("src/app.main")),
+            Some(("src/app.mjs".into(), path(&["main"])))
+        );
+        assert_eq!(
+            entry(Some("src/app.api.get")),
+            Some(("src/app.mjs".into(), path(&["api", "get"])))
+        );
+        // A file a `require` loaded is not what the platform loads.
+        assert_eq!(entry(Some("lib/required.handler")), None);
+        assert_eq!(entry(Some("../app.main")), None);
+        assert_eq!(entry(Some("app")), None);
+        // Without a setting: the file loaded last (an ES module's imports run before it).
+        assert_eq!(
+            entry(None),
+            Some(("src/app.mjs".into(), path(&["handler"])))
+        );
+    }
+}

@@ -18,6 +18,7 @@ pub mod ops;
 pub mod regexp;
 pub mod s3;
 pub mod text;
+pub mod thrown;
 pub mod value;
 
 use builtins::Builtin;

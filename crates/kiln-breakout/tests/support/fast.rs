@@ -161,12 +161,18 @@ pub fn compare(
             Box::new(Store::new(i)),
             Duration::from_secs(20),
         );
-        if let Outcome::Answer(bytes) = &outcome {
-            assert_eq!(
+        match &outcome {
+            Outcome::Answer(bytes) => assert_eq!(
                 String::from_utf8_lossy(bytes),
                 *node,
                 "{name}: the fast path answered {event} differently"
-            );
+            ),
+            Outcome::Error(error) => assert_eq!(
+                error_line(error),
+                *node,
+                "{name}: the fast path's error for {event} differs"
+            ),
+            Outcome::Miss { .. } => {}
         }
         outcomes.push(outcome);
     }
@@ -176,6 +182,6 @@ pub fn compare(
 pub fn served(outcomes: &[Outcome]) -> usize {
     outcomes
         .iter()
-        .filter(|o| matches!(o, Outcome::Answer(_)))
+        .filter(|o| matches!(o, Outcome::Answer(_) | Outcome::Error(_)))
         .count()
 }
