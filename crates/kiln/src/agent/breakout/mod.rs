@@ -20,11 +20,10 @@ mod effects;
 mod status;
 mod store;
 mod trace;
-pub use status::{BreakoutMode, BreakoutStatus};
 use effects::{ContextFields, FastEffects};
+pub use status::{BreakoutMode, BreakoutStatus};
 use store::FastStore;
 use trace::{accept_trace, compile, instrument, is_throw, miss_kind};
-
 
 use super::{forget, make_room, Inner, InstanceState, LiveInstance, StartError, StartPath};
 use super::{AgentError, Instance, InvokeOutcome, InvokeRequest};
