@@ -38,7 +38,8 @@ impl Generator<'_> {
                 }
                 self.sink().call(rt::CALL);
             }
-            Expr::Import { .. } => self.miss("ES module imports not compiled", None),
+            // Compiled by `module_expr` (modules.rs), which every expression meets first.
+            Expr::Import { .. } => self.miss("an import not compiled", None),
             Expr::Spread { .. } => self.miss("a spread outside an array or call", None),
             Expr::Id { name } => match self.binding(name) {
                 Some(Binding::Local(local)) => {
