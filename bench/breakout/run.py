@@ -249,8 +249,9 @@ def write_markdown(path, r):
         else:
             why = reason or "the timed event missed"
             lines.append(f"| {bench} | {mode} | – | – | not measured: {why} | {paper} |")
-    lines += ["", "Not yet measured: authorize, upload, status and banking need the S3 and session "
-              "intrinsics on the fast path (docs/breakout.md, \"Not built yet\").", ""]
+    lines += ["", "Not yet measured: authorize, upload and status (they run fast; this driver does not "
+              "set up their store yet) and banking (it needs the session intrinsics; docs/breakout.md, "
+              "\"Not built yet\").", ""]
     if r["fig15"]:
         lines += ["## Fig. 15 / App. D: `shift`, 100 000 pushes then n shifts (one stream)", "",
                   "| n | ordinary mean (µs) | decontainerized mean (µs) | speed-up [95% CI] |",

@@ -231,7 +231,7 @@ def test_traced_paths_run_fast_and_answer_exactly_as_node(kiln, tmp_path):
     tail = kiln.log_tail(response)
     assert "Fast Path: miss (" in tail and "Mode: decontainerized" not in tail, tail
 
-    # A function error is always Node's: the error payload is the plain function's.
+    # A throw on a path training never took misses: Node answers the function error.
     got, response = kiln.invoke(name, {"fail": "x"}, LogType="Tail")
     want, plain_response = kiln.invoke(plain, {"fail": "x"})
     assert response.get("FunctionError") == plain_response.get("FunctionError") == "Unhandled"

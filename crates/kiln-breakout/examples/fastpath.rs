@@ -50,6 +50,7 @@ fn main() {
     let event = event.as_bytes().to_vec();
     match loaded.run(&event, Box::new(NoIntrinsics), Duration::from_secs(10)) {
         Outcome::Answer(answer) => println!("answer: {}", String::from_utf8_lossy(&answer)),
+        Outcome::Error(error) => println!("error: {}", error.body),
         miss => println!("{miss:?}"),
     }
     let start = Instant::now();

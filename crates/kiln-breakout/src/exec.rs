@@ -48,6 +48,8 @@ impl Default for Limits {
 pub enum Outcome {
     /// The handler's answer, as JSON.
     Answer(Vec<u8>),
+    /// The handler threw: the function's error, as the Node runtime answers and logs it.
+    Error(crate::runtime::thrown::FunctionError),
     /// The request left the fast path: it must run in Node.
     Miss { reason: String, at: Option<String> },
 }
@@ -189,6 +191,11 @@ struct State {
     apply: Option<Apply>,
     /// The first miss recorded: the cause of the trap that follows.
     miss: Option<Miss>,
+    /// How deep the runs of compiled functions are nested (the handler a request calls runs
+    /// at 1; a callback a builtin calls from it at 2).
+    nesting: u32,
+    /// A value thrown out of the handler a request called: the function's error.
+    thrown: Option<Value>,
     intrinsics: Box<dyn Intrinsics>,
     limits: StoreLimits,
 }
@@ -203,6 +210,8 @@ impl Loaded {
             memory: None,
             apply: None,
             miss: None,
+            nesting: 0,
+            thrown: None,
             intrinsics,
             limits: StoreLimitsBuilder::new()
                 .memory_size(self.limits.max_memory_bytes)
@@ -290,6 +299,8 @@ impl Loaded {
     ) -> Outcome {
         let store = &mut ready.store;
         store.data_mut().intrinsics = intrinsics;
+        store.data_mut().nesting = 0;
+        store.data_mut().thrown = None;
         store.set_epoch_deadline(ticks(deadline));
         let memory = store.data().memory.expect("set at instantiation");
         let event = {
@@ -317,7 +328,19 @@ impl Loaded {
                     None => Outcome::from(Miss::new("an answer outside the memory")),
                 }
             }
-            Err(error) => Outcome::from(miss_of(store, &error)),
+            Err(error) => {
+                let miss = miss_of(store, &error);
+                match store.data_mut().thrown.take() {
+                    Some(value) => {
+                        let mut heap = Heap::new(memory.data_mut(&mut *store));
+                        match crate::runtime::thrown::function_error(&mut heap, value) {
+                            Ok(error) => Outcome::Error(error),
+                            Err(miss) => Outcome::from(miss),
+                        }
+                    }
+                    None => Outcome::from(miss),
+                }
+            }
         }
     }
 }
@@ -373,7 +396,10 @@ impl Guest for Host<'_, '_> {
             arg(2),
             arg(3),
         );
-        match apply.call(&mut *self.caller, params) {
+        self.caller.data_mut().nesting += 1;
+        let result = apply.call(&mut *self.caller, params);
+        self.caller.data_mut().nesting -= 1;
+        match result {
             Ok(v) => Ok(Value(v as u64)),
             Err(error) => {
                 let recorded = self.caller.data_mut().miss.take();
@@ -642,8 +668,19 @@ fn linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
     l.func_wrap(m, "context", |mut c: Caller<'_, State>| {
         host(&mut c, |g| Ok(runtime::context(g)?.0 as i64))
     })?;
-    l.func_wrap(m, "entry", |mut c: Caller<'_, State>| {
-        host(&mut c, |g| Ok(runtime::entry(&mut g.heap())?.0 as i64))
+    l.func_wrap(m, "uncaught", |mut c: Caller<'_, State>, v: i64| {
+        host(&mut c, |g| {
+            let state = g.caller.data_mut();
+            if state.nesting == 1 && state.thrown.is_none() {
+                state.thrown = Some(Value(v as u64));
+            }
+            Err::<(), _>(Miss::new("uncaught throw"))
+        })
+    })?;
+    l.func_wrap(m, "module_record", |mut c: Caller<'_, State>, file: i32| {
+        host(&mut c, |g| {
+            Ok(runtime::modules::record(&mut g.heap(), file as u32)? as i32)
+        })
     })?;
     l.func_wrap(m, "function_of", |mut c: Caller<'_, State>, v: i64| {
         host(&mut c, |g| {

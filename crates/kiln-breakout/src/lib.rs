@@ -21,6 +21,7 @@ pub mod compile;
 pub mod exec;
 pub mod instrument;
 pub mod normalise;
+pub mod package;
 mod position;
 pub mod runtime;
 mod site;

@@ -282,7 +282,7 @@ proptest! {
             // Whatever is accepted stays accepted once written again, compiles to a valid
             // module, and that module loads and runs (answering or missing) without a panic.
             prop_assert!(validate(&trace).is_ok());
-            let bytes = compile(&trace, &CompileOptions { memory_pages: 16 }).unwrap();
+            let bytes = compile(&trace, &CompileOptions { memory_pages: 16, ..Default::default() }).unwrap();
             prop_assert!(wasmparser::validate(&bytes).is_ok());
             if let Ok(loaded) = engine().load(&bytes) {
                 let _ = loaded.run(br#"{"a": [1, "x"]}"#, Box::new(NoIntrinsics), Duration::from_millis(200));

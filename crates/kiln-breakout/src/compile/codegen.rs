@@ -59,6 +59,16 @@ pub struct Shared {
     pub functions: HashMap<String, u32>,
     /// Each closure function's captured names, in environment order.
     pub environments: HashMap<String, Vec<String>>,
+    /// The package's files, for `require` of a relative path.
+    pub package: Option<std::sync::Arc<crate::package::Package>>,
+    /// The function's environment, for `process.env`.
+    pub env: Option<crate::package::Environment>,
+    /// Each package file's module record number, given on first use.
+    pub records: HashMap<String, u32>,
+    /// The wasm function of each file's top level the trace has.
+    pub tops: HashMap<String, u32>,
+    /// The variables ES modules export (`modules::exported`).
+    pub exported: HashSet<(String, String)>,
 }
 
 /// What a name of the trace is in the compiled code.
@@ -90,6 +100,8 @@ pub enum Control {
 pub struct Frame {
     /// The function id (none at a file's top level).
     pub function: Option<String>,
+    /// The package file the function is in.
+    pub file: String,
     /// The `i32` local holding the closure's environment address.
     pub environment: Option<u32>,
     /// The `i64` local holding `this`.
@@ -339,6 +351,9 @@ impl<'s> Generator<'s> {
 
     /// Stores the value `emit` leaves on the stack into `bind`.
     pub fn assign(&mut self, bind: &Bind, emit: &mut dyn FnMut(&mut Self)) {
+        if self.module_assign(bind, emit) {
+            return;
+        }
         match bind {
             Bind::Let(name) => match self
                 .scopes
@@ -543,8 +558,7 @@ impl<'s> Generator<'s> {
                         self.sink().local_set(local).br(depth);
                     }
                     None => {
-                        self.sink().drop();
-                        self.miss("uncaught throw", None);
+                        self.sink().call(rt::UNCAUGHT).unreachable();
                     }
                 }
             }
@@ -652,6 +666,7 @@ impl<'s> Generator<'s> {
         let body_nodes = body.as_deref().unwrap_or_default();
         self.frames.push(Frame {
             function: Some(function.clone()),
+            file: super::modules::file_of(function).to_string(),
             environment: Some(environment),
             this: Some(this),
             captured: captures::captured(body_nodes),

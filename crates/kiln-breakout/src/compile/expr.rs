@@ -14,6 +14,9 @@ use crate::trace::{Capture, Expr};
 
 impl Generator<'_> {
     pub fn expr(&mut self, e: &Expr) {
+        if self.module_expr(e) {
+            return;
+        }
         match e {
             Expr::Number { value } => self.value(Value::number(*value)),
             Expr::String { value } => {
@@ -23,8 +26,20 @@ impl Generator<'_> {
             Expr::Boolean { value } => self.value(Value::boolean(*value)),
             Expr::Null => self.value(Value::NULL),
             Expr::Hole => self.value(Value::UNDEFINED),
-            Expr::Regex { .. } => self.miss("regular expressions not compiled", None),
-            Expr::Import { .. } => self.miss("ES module imports not compiled", None),
+            Expr::Regex { source } => {
+                // A literal makes a new object each time it is evaluated.
+                self.value(Builtin::RegExpLiteral.value());
+                self.value(Value::UNDEFINED);
+                self.sink().i32_const(1);
+                let text = self.shared.data.string(source);
+                self.value(text);
+                for _ in 0..3 {
+                    self.value(Value::UNDEFINED);
+                }
+                self.sink().call(rt::CALL);
+            }
+            // Compiled by `module_expr` (modules.rs), which every expression meets first.
+            Expr::Import { .. } => self.miss("an import not compiled", None),
             Expr::Spread { .. } => self.miss("a spread outside an array or call", None),
             Expr::Id { name } => match self.binding(name) {
                 Some(Binding::Local(local)) => {
@@ -478,6 +493,9 @@ impl Generator<'_> {
                 self.push(object, arg, key.0);
                 return;
             }
+        }
+        if self.require(callee, args) {
+            return;
         }
         if !calls_back {
             let missing = match callee {

@@ -60,8 +60,11 @@ imports! {
     JSON_PARSE = "json_parse"(I32, I32) -> (I64);
     // (value) -> its JSON as UTF-8 in the arena: address << 32 | length.
     JSON_ANSWER = "json_answer"(I64) -> (I64);
-    // () -> `module.exports.handler`.
-    ENTRY = "entry"() -> (I64);
+    // (value): a throw no `try` catches; out of the handler a request called, the function's
+    // error (`runtime::thrown`), anywhere else a miss. Never returns.
+    UNCAUGHT = "uncaught"(I64) -> ();
+    // (file number) -> the address of the file's module record, made on first use.
+    MODULE_RECORD = "module_record"(I32) -> (I32);
     // (value) -> its function index if it is a closure, else -1.
     FUNCTION_OF = "function_of"(I64) -> (I32);
     // () -> the handler's `context`.

@@ -28,15 +28,21 @@ mod codegen;
 mod data;
 mod expr;
 pub mod imports;
+mod modules;
 
 use std::collections::{HashMap, HashSet};
 
+use std::sync::Arc;
+
 use wasm_encoder::{
     CodeSection, ConstExpr, DataSection, EntityType, ExportKind, ExportSection, Function,
-    FunctionSection, ImportSection, MemoryType, Module, TypeSection, ValType,
+    FunctionSection, GlobalSection, GlobalType, ImportSection, MemoryType, Module, TypeSection,
+    ValType,
 };
 
+use crate::package::{Environment, Package};
 use crate::runtime::heap::{CLOSURE_ENVIRONMENT, HEAP_TOP};
+use crate::runtime::modules::RECORD_EXPORTS;
 use crate::runtime::value::Value;
 use crate::trace::{validate, Handler, HandlerKind, Node, Trace, TraceError};
 use codegen::{mem32, Frame, Generator, Shared};
@@ -51,12 +57,23 @@ pub struct CompileOptions {
     /// The module's memory, fixed (its minimum and maximum): the arena and the module's data.
     /// A request that needs more misses ("out of memory").
     pub memory_pages: u32,
+    /// The package's files, so a `require` of a relative path resolves as in Node; without
+    /// them such a `require` misses.
+    pub package: Option<Arc<Package>>,
+    /// The function's environment, for `process.env`; without it a read misses.
+    pub env: Option<Environment>,
+    /// The function's handler setting (`index.handler`, `dir/file.nested.fn`): the file whose
+    /// export a request calls. Without it, the first file the trace loaded and its `handler`.
+    pub handler: Option<String>,
 }
 
 impl Default for CompileOptions {
     fn default() -> CompileOptions {
         CompileOptions {
             memory_pages: DEFAULT_MEMORY_PAGES,
+            package: None,
+            env: None,
+            handler: None,
         }
     }
 }
@@ -105,6 +122,11 @@ pub fn compile(trace: &Trace, options: &CompileOptions) -> Result<Vec<u8>, Compi
         data: data::Data::default(),
         functions,
         environments,
+        package: options.package.clone(),
+        env: options.env.clone(),
+        records: HashMap::new(),
+        tops: HashMap::new(),
+        exported: modules::exported(trace),
     };
 
     let callable: Vec<&Handler> = trace
@@ -117,18 +139,33 @@ pub fn compile(trace: &Trace, options: &CompileOptions) -> Result<Vec<u8>, Compi
         .iter()
         .flat_map(|h| called(&h.body))
         .collect();
-    let tops: Vec<&Handler> = trace
+    // Every file's top level is a function; `init` calls those no `require` ran (the files
+    // the platform loaded), the others run when required.
+    let modules: Vec<&Handler> = trace
         .handlers
         .iter()
-        .filter(|h| h.kind == HandlerKind::Module && !called_back.contains(&h.id))
+        .filter(|h| h.kind == HandlerKind::Module)
+        .collect();
+    let first = imports::COUNT;
+    let modules_start = first + callable.len() as u32;
+    for (i, handler) in modules.iter().enumerate() {
+        shared.tops.insert(
+            modules::file_of(&handler.function).to_string(),
+            modules_start + i as u32,
+        );
+    }
+    let tops: Vec<u32> = modules
+        .iter()
+        .enumerate()
+        .filter(|(_, h)| !called_back.contains(&h.id))
+        .map(|(i, _)| modules_start + i as u32)
         .collect();
 
-    let first = imports::COUNT;
     let mut bodies = Vec::new();
     for handler in &callable {
         bodies.push(handler_function(&mut shared, handler)?);
     }
-    for handler in &tops {
+    for handler in &modules {
         bodies.push(top_level_function(&mut shared, handler)?);
     }
     let apply_index = first + bodies.len() as u32;
@@ -138,10 +175,9 @@ pub fn compile(trace: &Trace, options: &CompileOptions) -> Result<Vec<u8>, Compi
         .map(|(i, h)| (shared.functions[&h.function], first + i as u32))
         .collect();
     bodies.push(apply_function(&mut shared, &handler_indices));
-    let tops_start = first + callable.len() as u32;
-    bodies.push(init_function(tops_start, tops.len() as u32));
-    bodies.push(run_function());
-
+    bodies.push(init_function(&tops));
+    let entry = entry_of(&modules, &called_back, options.handler.as_deref());
+    bodies.push(run_function(&mut shared, entry));
     let heap_start = shared.data.end();
     if u64::from(heap_start) >= u64::from(options.memory_pages) * 65536 {
         return Err(CompileError::MemoryTooSmall(options.memory_pages));
@@ -157,7 +193,7 @@ pub fn compile(trace: &Trace, options: &CompileOptions) -> Result<Vec<u8>, Compi
     for _ in &callable {
         function_section.function(types.index(&HANDLER_PARAMS, &[ValType::I64]));
     }
-    for _ in &tops {
+    for _ in &modules {
         function_section.function(types.index(&[], &[]));
     }
     let mut apply_params = vec![ValType::I64, ValType::I64, ValType::I32];
@@ -174,6 +210,16 @@ pub fn compile(trace: &Trace, options: &CompileOptions) -> Result<Vec<u8>, Compi
         shared: false,
         page_size_log2: None,
     });
+    // Global 0: whether a request has started (`run` sets it; `init` runs before any).
+    let mut globals = GlobalSection::new();
+    globals.global(
+        GlobalType {
+            val_type: ValType::I32,
+            mutable: true,
+            shared: false,
+        },
+        &ConstExpr::i32_const(0),
+    );
     let mut exports = ExportSection::new();
     exports.export("memory", ExportKind::Memory, 0);
     exports.export("apply", ExportKind::Func, apply_index);
@@ -200,6 +246,7 @@ pub fn compile(trace: &Trace, options: &CompileOptions) -> Result<Vec<u8>, Compi
     module.section(&import_section);
     module.section(&function_section);
     module.section(&memories);
+    module.section(&globals);
     module.section(&exports);
     module.section(&code);
     module.section(&data_section);
@@ -264,6 +311,7 @@ fn handler_function(shared: &mut Shared, handler: &Handler) -> Result<Function, 
     let mut g = Generator::new(shared, HANDLER_PARAMS.len() as u32);
     g.frames.push(Frame {
         function: Some(handler.function.clone()),
+        file: modules::file_of(&handler.function).to_string(),
         environment: Some(0),
         this: Some(1),
         captured: captures::captured(&handler.body),
@@ -286,16 +334,18 @@ fn handler_function(shared: &mut Shared, handler: &Handler) -> Result<Function, 
     finished(g, handler)
 }
 
-/// A file's top level.
+/// A file's top level: it runs once.
 fn top_level_function(shared: &mut Shared, handler: &Handler) -> Result<Function, CompileError> {
     let mut g = Generator::new(shared, 0);
     g.frames.push(Frame {
         function: None,
+        file: modules::file_of(&handler.function).to_string(),
         environment: None,
         this: None,
         captured: captures::captured(&handler.body),
         result: None,
     });
+    g.top_level_once();
     g.body(&handler.body);
     finished(g, handler)
 }
@@ -332,32 +382,142 @@ fn apply_function(shared: &mut Shared, handlers: &[(u32, u32)]) -> Function {
     g.finish().expect("apply has one local")
 }
 
-fn init_function(first: u32, count: u32) -> Function {
+fn init_function(tops: &[u32]) -> Function {
     let mut f = Function::new([]);
     let mut sink = f.instructions();
-    for i in 0..count {
-        sink.call(first + i);
+    for &top in tops {
+        sink.call(top);
     }
     sink.end();
     f
 }
 
-fn run_function() -> Function {
-    let mut f = Function::new([(1, ValType::I64)]);
-    f.instructions()
+/// The file whose export a request calls, and the export's path: the handler setting's
+/// module (`dir/file` as `dir/file`, `.js`, `.mjs` or `.cjs`, as the shim loads it) among the
+/// files the platform loaded, or the last of them and `handler`. `None` when the setting
+/// names no file the trace has.
+fn entry_of(
+    modules: &[&Handler],
+    called_back: &HashSet<u32>,
+    handler: Option<&str>,
+) -> Option<(String, Vec<String>)> {
+    let loaded: Vec<&str> = modules
+        .iter()
+        .filter(|h| !called_back.contains(&h.id))
+        .map(|h| modules::file_of(&h.function))
+        .collect();
+    // The file the platform loads runs last: a CommonJS file's requires run inside it, an ES
+    // module's imports before it.
+    let Some(setting) = handler else {
+        return loaded
+            .last()
+            .map(|f| (f.to_string(), vec!["handler".to_string()]));
+    };
+    let (root, base) = setting.rsplit_once('/').unwrap_or(("", setting));
+    let (module, path) = base.split_once('.')?;
+    if setting.contains("..") || module.is_empty() || path.is_empty() {
+        return None;
+    }
+    let stem = if root.is_empty() {
+        module.to_string()
+    } else {
+        format!("{root}/{module}")
+    };
+    let file = ["", ".js", ".mjs", ".cjs"]
+        .iter()
+        .map(|e| format!("{stem}{e}"))
+        .find(|f| loaded.contains(&f.as_str()))?;
+    Some((file, path.split('.').map(String::from).collect()))
+}
+
+fn run_function(shared: &mut Shared, entry: Option<(String, Vec<String>)>) -> Function {
+    let mut g = Generator::new(shared, 2);
+    g.frames.push(Frame {
+        function: None,
+        file: String::new(),
+        environment: None,
+        this: None,
+        captured: HashSet::new(),
+        result: None,
+    });
+    let event = g.local(ValType::I64);
+    g.sink()
+        .i32_const(1)
+        .global_set(0)
         .local_get(0)
         .local_get(1)
         .call(imports::JSON_PARSE)
-        .local_set(2)
-        .call(imports::ENTRY)
-        .i64_const(Value::UNDEFINED.0 as i64)
+        .local_set(event);
+    match entry {
+        Some((file, path)) => {
+            g.record_address(&file);
+            g.sink().i64_load(codegen::mem64(u64::from(RECORD_EXPORTS)));
+            for key in path {
+                let key = g.shared.data.string(&key);
+                g.value(key);
+                g.sink().call(imports::GET);
+            }
+        }
+        None => {
+            g.miss("the handler's file was not traced", None);
+            g.value(Value::UNDEFINED);
+        }
+    }
+    g.value(Value::UNDEFINED);
+    g.sink()
         .i32_const(2)
-        .local_get(2)
-        .call(imports::CONTEXT)
-        .i64_const(Value::UNDEFINED.0 as i64)
-        .i64_const(Value::UNDEFINED.0 as i64)
-        .call(imports::CALL)
-        .call(imports::JSON_ANSWER)
-        .end();
-    f
+        .local_get(event)
+        .call(imports::CONTEXT);
+    g.value(Value::UNDEFINED);
+    g.value(Value::UNDEFINED);
+    g.sink().call(imports::CALL).call(imports::JSON_ANSWER);
+    g.finish().expect("run has one local")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn module(id: u32, file: &str) -> Handler {
+        Handler {
+            id,
+            function: format!("init:{file}"),
+            kind: HandlerKind::Module,
+            params: Vec::new(),
+            rest: None,
+            is_async: false,
+            param_types: Vec::new(),
+            body: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_handler_setting_names_the_entry_as_the_shim_loads_it() {
+        let handlers = [
+            module(0, "lib/math.mjs"),
+            module(1, "src/app.mjs"),
+            module(2, "lib/required.js"),
+        ];
+        let modules: Vec<&Handler> = handlers.iter().collect();
+        let required: HashSet<u32> = [2].into();
+        let entry = |setting| entry_of(&modules, &required, setting);
+        let path = |p: &[&str]| p.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            entry(Some("src/app.main")),
+            Some(("src/app.mjs".into(), path(&["main"])))
+        );
+        assert_eq!(
+            entry(Some("src/app.api.get")),
+            Some(("src/app.mjs".into(), path(&["api", "get"])))
+        );
+        // A file a `require` loaded is not what the platform loads.
+        assert_eq!(entry(Some("lib/required.handler")), None);
+        assert_eq!(entry(Some("../app.main")), None);
+        assert_eq!(entry(Some("app")), None);
+        // Without a setting: the file loaded last (an ES module's imports run before it).
+        assert_eq!(
+            entry(None),
+            Some(("src/app.mjs".into(), path(&["handler"])))
+        );
+    }
 }

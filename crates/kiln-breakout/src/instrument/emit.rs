@@ -348,7 +348,24 @@ impl<'s> Emitter<'s> {
                     self.close(order, import.span.end, format!("{t}.l({q}, {local});"));
                 }
             }
-            // Exports of names, and the sites' statements (their mark runs first).
+            // An export of a module (the normal form exports names, each once the name is
+            // bound): recorded as the module's export taking the name's value there, which the
+            // compiler turns into a write of the module's namespace. It changes nothing Node runs.
+            Statement::ExportNamedDeclaration(e) => {
+                for specifier in &e.specifiers {
+                    let ModuleExportName::IdentifierReference(local) = &specifier.local else {
+                        return self.unsupported_here(e.span, "this export");
+                    };
+                    self.export(order, e.span, local, specifier.exported.name().as_str());
+                }
+            }
+            Statement::ExportDefaultDeclaration(e) => match e.declaration.as_expression() {
+                Some(Expression::Identifier(local)) => self.export(order, e.span, local, "default"),
+                _ => self.unsupported_here(e.span, "this default export"),
+            },
+            Statement::ExportFromDeclaration(e) => self.unsupported_here(e.span, "a re-export"),
+            Statement::ExportAllDeclaration(e) => self.unsupported_here(e.span, "a re-export"),
+            // The sites' statements (their mark runs first).
             _ => {}
         }
     }
@@ -371,6 +388,19 @@ impl<'s> Emitter<'s> {
                 self.close(order, other.span().end, "}".to_string());
             }
         }
+    }
+
+    /// `export { local as exported }`: a `let` of the module's export `exported` (the global
+    /// named `export`, a reserved word no program can name).
+    fn export(&mut self, order: u32, span: Span, local: &IdentifierReference<'_>, exported: &str) {
+        let value = self.names.name(local, self.scope());
+        let q = self.q(json!({
+            "kind": "let",
+            "bind": {"set": {"kind": "get", "object": {"kind": "global", "name": "export"}, "property": exported}},
+            "value": value,
+        }));
+        let t = self.t();
+        self.close(order, span.end, format!("{t}.l({q}, {});", local.name));
     }
 
     fn declaration(&mut self, d: &VariableDeclaration<'_>, span: Span) {

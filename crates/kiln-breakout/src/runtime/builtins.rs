@@ -7,8 +7,10 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use super::heap::Heap;
+use super::iteration::{iterator, iterator_next};
 use super::json;
 use super::ops::{self, is_js_whitespace, to_number, to_rust_string};
+use super::text::{change_case, parse_float, parse_int};
 use super::value::{Value, TAG_ARRAY, TAG_BUILTIN, TAG_CLOSURE, TAG_OBJECT};
 use super::{call as call_value, Guest, Miss};
 
@@ -123,6 +125,37 @@ builtins! {
     ArrFind = "Array.prototype.find",
     ObjHasOwnProperty = "Object.prototype.hasOwnProperty",
     NumToString = "Number.prototype.toString",
+    Error = "Error",
+    TypeError = "TypeError",
+    RangeError = "RangeError",
+    SyntaxError = "SyntaxError",
+    ReferenceError = "ReferenceError",
+    EvalError = "EvalError",
+    UriError = "URIError",
+    ErrorPrototype = "Error.prototype",
+    TypeErrorPrototype = "TypeError.prototype",
+    RangeErrorPrototype = "RangeError.prototype",
+    SyntaxErrorPrototype = "SyntaxError.prototype",
+    ReferenceErrorPrototype = "ReferenceError.prototype",
+    EvalErrorPrototype = "EvalError.prototype",
+    UriErrorPrototype = "URIError.prototype",
+    ObjectSetPrototypeOf = "Object.setPrototypeOf",
+    ObjectGetPrototypeOf = "Object.getPrototypeOf",
+    Function = "Function",
+    FunctionPrototype = "Function.prototype",
+    FnToString = "Function.prototype.toString",
+    FnCall = "Function.prototype.call",
+    RegExpPrototype = "RegExp.prototype",
+    RegExpTest = "RegExp.prototype.test",
+    Buffer = "Buffer",
+    BufferFrom = "Buffer.from",
+    BufferByteLength = "Buffer.byteLength",
+    BufferConcat = "Buffer.concat",
+    BufferIsBuffer = "Buffer.isBuffer",
+    BufferPrototype = "Buffer.prototype",
+    BufferToString = "Buffer.prototype.toString",
+    // A regular expression literal's object (its text, `/…/flags`); no global names it.
+    RegExpLiteral = "%RegExpLiteral%",
 }
 
 impl Builtin {
@@ -161,6 +194,17 @@ impl Builtin {
         matches!(self, Builtin::S3OutputPrototype | Builtin::ContextPrototype)
     }
 
+    /// Whether the builtin is a function (a namespace such as `Math`, or a class's
+    /// prototype, is not).
+    pub fn is_function(self) -> bool {
+        let name = self.name();
+        !(matches!(
+            self,
+            Builtin::Math | Builtin::Json | Builtin::Console | Builtin::S3Module
+        ) || name.ends_with(".prototype")
+            || name.starts_with('%'))
+    }
+
     pub fn from_value(v: Value) -> Option<Builtin> {
         if v.tag() != TAG_BUILTIN {
             return None;
@@ -184,6 +228,9 @@ pub fn static_property(builtin: Builtin, name: &str) -> Result<Value, Miss> {
         (Builtin::Number, "MAX_SAFE_INTEGER") => Value::number(9_007_199_254_740_991.0),
         (Builtin::Number, "MIN_SAFE_INTEGER") => Value::number(-9_007_199_254_740_991.0),
         (Builtin::Number, "EPSILON") => Value::number(f64::EPSILON),
+        (class, name) if super::errors::is_error_prototype(class) => {
+            return super::errors::prototype_property(class, name)
+        }
         _ => Builtin::member(builtin.name(), name).map_or(Value::UNDEFINED, Builtin::value),
     })
 }
@@ -256,102 +303,6 @@ fn callback(f: Value) -> Result<Value, Miss> {
     }
 }
 
-/// Lower or upper case, per code point (JavaScript's full case mappings, as Rust's).
-fn change_case(units: &[u16], upper: bool) -> Vec<u16> {
-    let mut out = Vec::with_capacity(units.len());
-    for c in char::decode_utf16(units.iter().copied()) {
-        match c {
-            Ok(c) => {
-                let mut buffer = [0u16; 2];
-                if upper {
-                    for m in c.to_uppercase() {
-                        out.extend_from_slice(m.encode_utf16(&mut buffer));
-                    }
-                } else if c == 'Σ' {
-                    // The final-sigma rule depends on context: not taken.
-                    out.extend_from_slice('σ'.encode_utf16(&mut buffer));
-                } else {
-                    for m in c.to_lowercase() {
-                        out.extend_from_slice(m.encode_utf16(&mut buffer));
-                    }
-                }
-            }
-            Err(e) => out.push(e.unpaired_surrogate()),
-        }
-    }
-    out
-}
-
-/// `parseInt(string, radix)`.
-pub fn parse_int(text: &[u16], radix: Option<i32>) -> f64 {
-    let s = String::from_utf16_lossy(text);
-    let mut s = s.trim_start_matches(is_js_whitespace);
-    let mut sign = 1.0;
-    if let Some(rest) = s.strip_prefix('-') {
-        sign = -1.0;
-        s = rest;
-    } else if let Some(rest) = s.strip_prefix('+') {
-        s = rest;
-    }
-    let mut radix = radix.unwrap_or(0);
-    if radix != 0 && !(2..=36).contains(&radix) {
-        return f64::NAN;
-    }
-    if radix == 0 || radix == 16 {
-        if let Some(rest) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-            s = rest;
-            radix = 16;
-        }
-    }
-    if radix == 0 {
-        radix = 10;
-    }
-    let digits: Vec<u32> = s.chars().map_while(|c| c.to_digit(radix as u32)).collect();
-    if digits.is_empty() {
-        return f64::NAN;
-    }
-    if radix == 10 {
-        // Decimal digits are read exactly, as JavaScript reads them.
-        let text: String = digits.iter().map(|d| char::from(b'0' + *d as u8)).collect();
-        return sign * text.parse::<f64>().unwrap_or(f64::NAN);
-    }
-    sign * digits
-        .iter()
-        .fold(0.0, |acc, d| acc * f64::from(radix) + f64::from(*d))
-}
-
-/// `parseFloat(string)`: the longest decimal prefix.
-pub fn parse_float(text: &[u16]) -> f64 {
-    let s = String::from_utf16_lossy(text);
-    let s = s.trim_start_matches(is_js_whitespace);
-    for (prefix, value) in [
-        ("Infinity", f64::INFINITY),
-        ("+Infinity", f64::INFINITY),
-        ("-Infinity", f64::NEG_INFINITY),
-    ] {
-        if s.starts_with(prefix) {
-            return value;
-        }
-    }
-    let mut best = f64::NAN;
-    let mut end = 0;
-    for (i, c) in s.char_indices() {
-        if !(c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '+' | '-')) {
-            break;
-        }
-        end = i + 1;
-    }
-    for stop in (1..=end).rev() {
-        if let Ok(n) = s[..stop].parse::<f64>() {
-            if !s[..stop].ends_with(['e', 'E', '+', '-']) {
-                best = n;
-                break;
-            }
-        }
-    }
-    best
-}
-
 /// Calls `builtin` with `this` and `args`.
 pub fn call(
     guest: &mut dyn Guest,
@@ -360,6 +311,12 @@ pub fn call(
     args: &[Value],
 ) -> Result<Value, Miss> {
     use Builtin as B;
+    if let Some(result) = super::errors::call(guest, builtin, this, args) {
+        return result;
+    }
+    if let Some(result) = super::buffer::call(guest, builtin, this, args) {
+        return result;
+    }
     if let Some(result) = super::intrinsics::call(guest, builtin, this, args) {
         return result;
     }
@@ -816,72 +773,6 @@ pub fn call(
         }
         other => return Err(Miss::new(format!("builtin {} not compiled", other.name()))),
     })
-}
-
-/// The keys of an iterator's hidden state (a NUL no property name of the code has).
-const ITERATED: &str = "\0iterated";
-const NEXT_INDEX: &str = "\0index";
-
-/// `array[Symbol.iterator]()` (and a string's): an object whose `next` walks the elements
-/// (a string's code points), as `for ... of` does.
-fn iterator(heap: &mut Heap<'_>, this: Value) -> Result<Value, Miss> {
-    let iterated = if this.tag() == TAG_ARRAY {
-        this
-    } else if this.is_string() {
-        let units = heap.units(this)?;
-        let mut items = Vec::new();
-        for c in char::decode_utf16(units.iter().copied()) {
-            let mut buffer = [0u16; 2];
-            let unit = match c {
-                Ok(c) => c.encode_utf16(&mut buffer).to_vec(),
-                Err(e) => vec![e.unpaired_surrogate()],
-            };
-            items.push(heap.string(&unit)?);
-        }
-        heap.array_from(&items)?
-    } else {
-        return Err(Miss::new(
-            "an iterator of a value that is not an array or string not compiled",
-        ));
-    };
-    let object = heap.object(Value::NULL)?;
-    let key = heap.str(ITERATED)?;
-    heap.set_own(object, key, iterated)?;
-    let key = heap.str(NEXT_INDEX)?;
-    heap.set_own(object, key, Value::number(0.0))?;
-    let key = heap.str("next")?;
-    heap.set_own(object, key, Builtin::IteratorNext.value())?;
-    Ok(object)
-}
-
-fn iterator_next(heap: &mut Heap<'_>, this: Value) -> Result<Value, Miss> {
-    let state = |heap: &mut Heap<'_>, name: &str| -> Result<Option<Value>, Miss> {
-        if this.tag() != TAG_OBJECT {
-            return Ok(None);
-        }
-        let key = heap.str(name)?;
-        heap.get_own(this, key)
-    };
-    let (Some(array), Some(index)) = (state(heap, ITERATED)?, state(heap, NEXT_INDEX)?) else {
-        return Err(Miss::new(
-            "TypeError: next called on a value that is not an iterator",
-        ));
-    };
-    let i = index.as_number().unwrap_or(f64::MAX);
-    let len = f64::from(heap.len(array)?);
-    let result = heap.object(Value::NULL)?;
-    let (value, done) = if i < len {
-        let key = heap.str(NEXT_INDEX)?;
-        heap.set_own(this, key, Value::number(i + 1.0))?;
-        (heap.element(array, i as u32)?, false)
-    } else {
-        (Value::UNDEFINED, true)
-    };
-    let key = heap.str("value")?;
-    heap.set_own(result, key, value)?;
-    let key = heap.str("done")?;
-    heap.set_own(result, key, Value::boolean(done))?;
-    Ok(result)
 }
 
 /// `Object.assign`'s copy, and an object literal's spread.

@@ -2,7 +2,7 @@
 //! little-endian and 8-aligned; nothing is freed (the instance is dropped after the request).
 //!
 //! - The header, at address 0: the heap's top at [`HEAP_TOP`], the global object at
-//!   [`GLOBAL_OBJECT`]. The compiled module's data (string constants, miss reasons) starts at
+//!   [`GLOBAL_OBJECT`], the modules' records at [`MODULES`]. The compiled module's data (string constants, miss reasons) starts at
 //!   [`DATA_START`], and the heap after it.
 //! - A string: its length in UTF-16 units (`u32`), its hash ([`string_hash`], `u32`), the
 //!   units. Two strings are equal only if their first 8 bytes are, so a property lookup
@@ -25,6 +25,8 @@ use super::Miss;
 pub const HEAP_TOP: u32 = 8;
 /// Where the global object (a value, 0 until made) is kept.
 pub const GLOBAL_OBJECT: u32 = 16;
+/// Where the table of the package's module records (an array value, 0 until made) is kept.
+pub const MODULES: u32 = 24;
 /// Where the compiled module's data starts.
 pub const DATA_START: u32 = 64;
 /// An object's size.
@@ -69,6 +71,7 @@ impl<'m> Heap<'m> {
         let mut heap = Heap { mem };
         heap.set_u32(HEAP_TOP, DATA_START)?;
         heap.set_value(GLOBAL_OBJECT, Value(0))?;
+        heap.set_value(MODULES, Value(0))?;
         Ok(heap)
     }
 
@@ -224,9 +227,27 @@ impl<'m> Heap<'m> {
         Ok(object)
     }
 
-    /// Whether `v` is an object of a builtin class.
+    /// Whether `v` is an object of a builtin class: its prototype chain ends in a builtin
+    /// (a `Date`, or an instance of a class that extends `Error`).
     pub fn is_host(&self, v: Value) -> Result<bool, Miss> {
-        Ok(v.tag() == TAG_OBJECT && self.proto(v)?.tag() == TAG_BUILTIN)
+        Ok(v.tag() == TAG_OBJECT && self.chain_end(v)?.tag() == TAG_BUILTIN)
+    }
+
+    /// Where an object's prototype chain leaves the arena: `null`, or a builtin prototype.
+    pub fn chain_end(&self, object: Value) -> Result<Value, Miss> {
+        let mut current = self.proto(object)?;
+        for _ in 0..10_000 {
+            if !matches!(current.tag(), TAG_OBJECT | TAG_CLOSURE) {
+                return Ok(current);
+            }
+            current = self.proto(current)?;
+        }
+        Err(Miss::new("a prototype chain too long"))
+    }
+
+    /// Replaces an object's prototype (`Object.setPrototypeOf`).
+    pub fn set_proto(&mut self, object: Value, proto: Value) -> Result<(), Miss> {
+        self.set_value(object.address(), proto)
     }
 
     /// A host object's internal slot.

@@ -5,13 +5,20 @@
 //! request must run in Node instead (a JavaScript error, a builtin not compiled, the arena
 //! full), never a panic.
 
+pub mod buffer;
 pub mod builtins;
+pub mod errors;
 pub mod format;
 pub mod heap;
 pub mod intrinsics;
+pub mod iteration;
 pub mod json;
+pub mod modules;
 pub mod ops;
+pub mod regexp;
 pub mod s3;
+pub mod text;
+pub mod thrown;
 pub mod value;
 
 use builtins::Builtin;
@@ -162,18 +169,6 @@ pub fn get(heap: &mut Heap<'_>, object: Value, key: Value) -> Result<Value, Miss
                 return Ok(v);
             }
             let name = key_name(heap, key)?;
-            let proto = heap.proto(object)?;
-            if proto.tag() == TAG_BUILTIN {
-                // An object of a builtin class: its methods are the class's; a record's fields
-                // are its slot's.
-                let class = Builtin::from_value(proto);
-                let method = builtin_member(class.map_or("", Builtin::name), name.as_str());
-                if method == Value::UNDEFINED && class.is_some_and(Builtin::is_record) {
-                    let slot = heap.host_slot(object)?;
-                    return get(heap, slot, key);
-                }
-                return Ok(method);
-            }
             if object.tag() == TAG_CLOSURE && name.as_str() == "prototype" {
                 // A function's prototype object, made when first read.
                 let proto = heap.object(Value::NULL)?;
@@ -182,6 +177,36 @@ pub fn get(heap: &mut Heap<'_>, object: Value, key: Value) -> Result<Value, Miss
                 heap.set_own(object, key, proto)?;
                 return Ok(proto);
             }
+            let end = heap.chain_end(object)?;
+            if end.tag() == TAG_BUILTIN {
+                // An object of a builtin class: its methods are the class's; a record's fields
+                // are its slot's; an error's message and name its own.
+                let class = Builtin::from_value(end);
+                if let Some(class) = class.filter(|c| errors::is_error_prototype(*c)) {
+                    return errors::property(heap, object, class, name.as_str());
+                }
+                if class == Some(Builtin::BufferPrototype) {
+                    return buffer::property(heap, object, name.as_str());
+                }
+                let method = builtin_member(class.map_or("", Builtin::name), name.as_str());
+                if method == Value::UNDEFINED && class.is_some_and(Builtin::is_record) {
+                    if heap.proto(object)? != end {
+                        return Err(Miss::new("an object inheriting from a record not compiled"));
+                    }
+                    let slot = heap.host_slot(object)?;
+                    return get(heap, slot, key);
+                }
+                if method == Value::UNDEFINED && class == Some(Builtin::RegExpPrototype) {
+                    return Err(Miss::new(format!(
+                        "a regular expression's {} not compiled",
+                        name.as_str()
+                    )));
+                }
+                return Ok(method);
+            }
+            if object.tag() == TAG_CLOSURE && name.as_str() == "call" {
+                return Ok(Builtin::FnCall.value());
+            }
             Ok(builtin_member("Object.prototype", name.as_str()))
         }
         TAG_BUILTIN => {
@@ -189,6 +214,9 @@ pub fn get(heap: &mut Heap<'_>, object: Value, key: Value) -> Result<Value, Miss
             let Some(builtin) = Builtin::from_value(object) else {
                 return Ok(Value::UNDEFINED);
             };
+            if name.as_str() == "call" && builtin.is_function() {
+                return Ok(Builtin::FnCall.value());
+            }
             builtins::static_property(builtin, name.as_str())
         }
         _ if object.is_nullish() => Err(type_error("a property of undefined or null read")),
@@ -210,6 +238,13 @@ pub fn set(heap: &mut Heap<'_>, object: Value, key: Value, value: Value) -> Resu
     match object.tag() {
         TAG_OBJECT | TAG_CLOSURE => {
             let key = property_key(heap, key)?;
+            if heap.chain_end(object)? == Builtin::BufferPrototype.value() {
+                return Err(Miss::new("a write to a Buffer not compiled"));
+            }
+            if matches!(heap.string_len(key)?, 5 | 7) {
+                let name = key_name(heap, key)?;
+                errors::guard_set(heap, object, name.as_str())?;
+            }
             heap.set_own(object, key, value)
         }
         TAG_ARRAY => {
@@ -245,6 +280,11 @@ pub fn has(heap: &mut Heap<'_>, key: Value, object: Value) -> Result<bool, Miss>
                 let slot = heap.host_slot(object)?;
                 return has(heap, key, slot);
             }
+            if Builtin::from_value(heap.chain_end(object)?).is_some_and(errors::is_error_prototype)
+            {
+                let name = key_name(heap, key)?;
+                return Ok(errors::is_error_property(name.as_str()));
+            }
             Ok(false)
         }
         TAG_ARRAY => {
@@ -257,21 +297,14 @@ pub fn has(heap: &mut Heap<'_>, key: Value, object: Value) -> Result<bool, Miss>
     }
 }
 
-/// The global object (`exports`, `module` and what the code assigns to globals), made when
-/// first needed.
+/// The global object (what the code assigns to globals), made when first needed. A file's
+/// `module` and `exports` are its module record's ([`modules`]).
 fn global_object(heap: &mut Heap<'_>) -> Result<Value, Miss> {
     let current = heap.value(GLOBAL_OBJECT)?;
     if current.tag() == TAG_OBJECT {
         return Ok(current);
     }
     let global = heap.object(Value::NULL)?;
-    let exports = heap.object(Value::NULL)?;
-    let module = heap.object(Value::NULL)?;
-    let key = heap.str("exports")?;
-    heap.set_own(module, key, exports)?;
-    heap.set_own(global, key, exports)?;
-    let key = heap.str("module")?;
-    heap.set_own(global, key, module)?;
     heap.set_value(GLOBAL_OBJECT, global)?;
     Ok(global)
 }
@@ -298,17 +331,6 @@ pub fn global(heap: &mut Heap<'_>, name: Value) -> Result<Value, Miss> {
 pub fn set_global(heap: &mut Heap<'_>, name: Value, value: Value) -> Result<(), Miss> {
     let global = global_object(heap)?;
     heap.set_own(global, name, value)
-}
-
-/// The handler a request calls: `module.exports.handler`.
-pub fn entry(heap: &mut Heap<'_>) -> Result<Value, Miss> {
-    let global = global_object(heap)?;
-    let key = heap.str("module")?;
-    let module = heap.get_own(global, key)?.unwrap_or(Value::UNDEFINED);
-    let key = heap.str("exports")?;
-    let exports = get(heap, module, key)?;
-    let key = heap.str("handler")?;
-    get(heap, exports, key)
 }
 
 /// `callee(...args)` with `this`.
@@ -358,6 +380,10 @@ pub fn construct(guest: &mut dyn Guest, callee: Value, args: &[Value]) -> Result
             if let Some(made) = builtin.and_then(|b| s3::construct(guest, b, args)) {
                 return made;
             }
+            if let Some(made) = builtin.and_then(|b| errors::construct(&mut guest.heap(), b, args))
+            {
+                return made;
+            }
             Err(Miss::new(format!(
                 "builtin new {} not compiled",
                 builtin.map_or("?", Builtin::name)
@@ -369,8 +395,14 @@ pub fn construct(guest: &mut dyn Guest, callee: Value, args: &[Value]) -> Result
 
 /// `value instanceof constructor`.
 pub fn instance_of(heap: &mut Heap<'_>, value: Value, constructor: Value) -> Result<bool, Miss> {
+    if constructor.tag() == TAG_BUILTIN {
+        return match Builtin::from_value(constructor) {
+            Some(class) => errors::instance_of(heap, value, class),
+            None => Err(Miss::new("instanceof of a builtin not compiled")),
+        };
+    }
     if constructor.tag() != TAG_CLOSURE {
-        return Err(Miss::new("instanceof of a builtin not compiled"));
+        return Err(type_error("instanceof of a value that is not a function"));
     }
     if !matches!(value.tag(), TAG_OBJECT | TAG_CLOSURE) {
         return Ok(false);

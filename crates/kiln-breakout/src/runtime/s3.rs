@@ -147,6 +147,10 @@ fn checked_input(heap: &mut Heap<'_>, kind: &str, input: Value) -> Result<serde_
                 "{kind} with a {key} of a type not compiled (a Body must be a string)"
             )));
         }
+        // The SDK logs a warning for an empty body (it cannot tell its length): Node's to print.
+        if key == "Body" && value.is_string() && heap.string_len(value)? == 0 {
+            return Err(Miss::new(format!("{kind} with an empty Body not compiled")));
+        }
     }
     to_json(heap, input)
 }

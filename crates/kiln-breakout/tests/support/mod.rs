@@ -6,6 +6,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+pub mod fast;
+
 use kiln_breakout::SourceKind;
 use proptest::prelude::*;
 
@@ -37,6 +39,20 @@ pub fn node_with_env(dir: &Path, args: &[&str], env: &[(&str, &Path)]) -> String
         String::from_utf8_lossy(&output.stderr)
     );
     String::from_utf8(output.stdout).unwrap()
+}
+
+/// The line `drive.mjs` prints for a function error: `error NAME: MESSAGE` (a thrown value
+/// that is not an error has neither).
+pub fn error_line(error: &kiln_breakout::runtime::thrown::FunctionError) -> String {
+    let body: serde_json::Value = serde_json::from_str(&error.body).unwrap();
+    if body["trace"].as_array().is_some_and(|t| t.is_empty()) {
+        return "error undefined: undefined".to_string();
+    }
+    format!(
+        "error {}: {}",
+        body["errorType"].as_str().unwrap(),
+        body["errorMessage"].as_str().unwrap()
+    )
 }
 
 pub fn crate_dir() -> PathBuf {

@@ -274,6 +274,29 @@ pub fn lambda_env(
     env
 }
 
+/// The environment a Node function's handler reads in `process.env`, for BREAKOUT's fast path:
+/// the function's own variables, where `lambda_env` keeps them, and the platform's names
+/// (per instance, per request, or kiln's) as unknown, so reading one misses.
+pub fn breakout_environment(spec: &InstanceSpec) -> kiln_breakout::package::Environment {
+    let overridden = |name: &str| {
+        RESERVED_ENV.contains(&name) || name == "NODE_PATH" || name.starts_with("KILN_")
+    };
+    let vars = spec
+        .env
+        .iter()
+        .filter(|(k, _)| !overridden(k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let mut platform: Vec<String> = RESERVED_ENV.iter().map(|n| n.to_string()).collect();
+    platform.extend(LAMBDA_DEFAULT_ENV.iter().map(|(n, _)| n.to_string()));
+    platform.extend(
+        ["NODE_PATH", "TZ", "AWS_*", "LAMBDA_*", "KILN_*", "_*"]
+            .iter()
+            .map(|n| n.to_string()),
+    );
+    kiln_breakout::package::Environment { vars, platform }
+}
+
 /// Environment variable names a user may not set: kiln owns them.
 pub const RESERVED_ENV: &[&str] = &[
     "_HANDLER",
@@ -297,3 +320,57 @@ pub const RESERVED_ENV: &[&str] = &[
     "KILN_WEB_COMMAND",
     "KILN_WEB_PORT",
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::function::NetworkMode;
+    use kiln_breakout::package::EnvRead;
+
+    #[test]
+    fn the_fast_paths_environment_is_the_functions_own_and_misses_the_platforms() {
+        let env = [
+            ("USERS_BUCKET", "users"),
+            ("NODE_PATH", "/mine"),
+            ("AWS_REGION", "mars-1"),
+            ("PATH", "/bin"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let spec = InstanceSpec {
+            function: "f".into(),
+            arn: "arn".into(),
+            revision: 1,
+            runtime: "nodejs20.x".into(),
+            handler: "index.handler".into(),
+            memory_mb: 256,
+            timeout_s: 3,
+            env,
+            network: NetworkMode::Isolated,
+            tmp_mb: 512,
+            code_dir: PathBuf::new(),
+            code_sha256: String::new(),
+            region: "us-east-1".into(),
+            max_instances: 1,
+            reserved_concurrency: None,
+            prebake: Default::default(),
+            memory_sizing: Default::default(),
+            web: None,
+            breakout: None,
+            sessions: None,
+        };
+        let env = breakout_environment(&spec);
+        assert_eq!(env.read("USERS_BUCKET"), EnvRead::Value("users".into()));
+        // A variable Lambda keeps the function's (PATH) is the function's; one the runtime
+        // overrides (NODE_PATH) or kiln owns (AWS_REGION) is the platform's.
+        assert_eq!(env.read("PATH"), EnvRead::Value("/bin".into()));
+        assert_eq!(env.read("NODE_PATH"), EnvRead::Unknown);
+        assert_eq!(env.read("AWS_REGION"), EnvRead::Unknown);
+        assert_eq!(env.read("AWS_ACCESS_KEY_ID"), EnvRead::Unknown);
+        assert_eq!(env.read("LANG"), EnvRead::Unknown);
+        assert_eq!(env.read("_X_AMZN_TRACE_ID"), EnvRead::Unknown);
+        assert_eq!(env.read("KILN_BREAKOUT_TRACE"), EnvRead::Unknown);
+        assert_eq!(env.read("NOT_SET"), EnvRead::Absent);
+    }
+}

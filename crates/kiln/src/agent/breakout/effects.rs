@@ -355,6 +355,13 @@ fn min_level(level: Option<&str>) -> usize {
     LEVELS.iter().position(|l| *l == upper).unwrap_or(0)
 }
 
+/// The runtime's `ERROR` line for a function error, as the shim writes it (now, for the
+/// request `request_id`).
+pub(super) fn invoke_error_line(request_id: &str, message: &str) -> String {
+    let timestamp = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    log_line(&timestamp, request_id, "ERROR", message)
+}
+
 /// One log line as the shim writes it.
 fn log_line(timestamp: &str, request_id: &str, level: &str, message: &str) -> String {
     format!(

@@ -9,7 +9,7 @@
 //! instance go and compiles the trace off the request path. A revision that cannot take the
 //! fast path is `ordinary`, with the reason, and every request takes the ordinary path.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -17,13 +17,13 @@ use std::time::{Duration, Instant};
 use kiln_breakout::exec::{FastPathEngine, Limits, Loaded};
 
 mod effects;
+mod status;
 mod store;
 mod trace;
 use effects::{ContextFields, FastEffects};
+pub use status::{BreakoutMode, BreakoutStatus};
 use store::FastStore;
 use trace::{accept_trace, compile, instrument, is_throw, miss_kind};
-
-use serde::{Deserialize, Serialize};
 
 use super::{forget, make_room, Inner, InstanceState, LiveInstance, StartError, StartPath};
 use super::{AgentError, Instance, InvokeOutcome, InvokeRequest};
@@ -40,77 +40,6 @@ const BOUNCE_WINDOW: usize = 1000;
 const BOUNCE_MIN: usize = 100;
 /// ...and gives up when more than this share of them missed.
 const BOUNCE_SHARE: f64 = 0.10;
-
-/// Where a revision is on its way to the fast path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum BreakoutMode {
-    /// Its package is being instrumented; requests take the ordinary path.
-    Instrumenting,
-    /// Requests that find the tracing instance idle run there and grow the trace.
-    Tracing,
-    /// The trace is being compiled.
-    Compiling,
-    /// Traced paths run in kiln; others in the sandbox.
-    Decontainerized,
-    /// Every request takes the ordinary path: the reason says why.
-    Ordinary,
-}
-
-/// What `kiln get` and `kiln status --json` show of a function's fast path.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct BreakoutStatus {
-    pub function: String,
-    pub revision: u64,
-    pub mode: BreakoutMode,
-    /// Why the revision is `ordinary`, with the source position when a construct is to blame.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// Requests the tracing instance served.
-    pub traced: u32,
-    /// Nodes of the last trace tree pulled from the tracing instance.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub trace_nodes: Option<usize>,
-    /// Sites the instrumenter marked ☠ (constructs outside the subset) in the package.
-    pub unsupported_sites: usize,
-    /// Recompiles after misses so far (the bounce limit counts them).
-    #[serde(default)]
-    pub retraces: u32,
-    /// The compiled module's size and how long the last compile and load took.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub module_bytes: Option<usize>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub compile_seconds: Option<f64>,
-    /// The function's requests by where they ran (`fast`, `miss`, `tracing`, `ordinary`),
-    /// counted since kiln started, over all its revisions.
-    #[serde(default)]
-    pub requests: BTreeMap<String, u64>,
-    /// Its misses by kind (`untraced`, `unsupported`, `guard`, `throw`, `time`, `memory`,
-    /// `builtin`, `intrinsic`, `commit`, `other`), likewise.
-    #[serde(default)]
-    pub misses: BTreeMap<String, u64>,
-}
-
-impl BreakoutStatus {
-    /// A revision the node has not instrumented yet.
-    pub fn new(function: &str, revision: u64) -> Self {
-        Self {
-            function: function.to_string(),
-            revision,
-            mode: BreakoutMode::Instrumenting,
-            reason: None,
-            traced: 0,
-            trace_nodes: None,
-            unsupported_sites: 0,
-            retraces: 0,
-            module_bytes: None,
-            compile_seconds: None,
-            requests: BTreeMap::new(),
-            misses: BTreeMap::new(),
-        }
-    }
-}
 
 /// One revision's fast path.
 pub(super) struct Breakout {
@@ -450,7 +379,12 @@ impl Inner {
         // The run answered: its staged writes are committed now, all or none (none: Node runs
         // the request, as after any miss).
         let staged = std::mem::take(&mut held.locked().staged);
-        if matches!(outcome, kiln_breakout::exec::Outcome::Answer(_)) && !staged.is_empty() {
+        // A handler that threw after its writes made them, as in Node: they are committed too.
+        let answered = matches!(
+            outcome,
+            kiln_breakout::exec::Outcome::Answer(_) | kiln_breakout::exec::Outcome::Error(_)
+        );
+        if answered && !staged.is_empty() {
             let committed = match &committer {
                 Some(store) => effects::commit(staged, store)
                     .await
@@ -464,48 +398,64 @@ impl Inner {
                 };
             }
         }
-        match outcome {
-            kiln_breakout::exec::Outcome::Answer(body) => {
-                breakout.count("fast", None);
-                breakout.observe(false);
-                // The log lines it held are written now, with the answer.
-                let output = std::mem::take(&mut held.locked().output);
-                let mut log =
-                    super::report(spec, &request.request_id, &output, duration, None, None, 0);
-                super::report_field(&mut log, "Mode", "decontainerized");
-                if request.shadow {
-                    super::report_field(&mut log, "Shadow", "true");
-                }
-                Fast::Answer(InvokeOutcome {
-                    body: body.into(),
-                    function_error: false,
-                    log,
-                    cold_start: None,
-                    init_duration: None,
-                    duration,
-                    max_memory_mb: 0,
-                    out_of_memory: false,
-                    memory_limit_mb: None,
-                    limit_write: None,
-                })
+        let (body, function_error) = match outcome {
+            kiln_breakout::exec::Outcome::Answer(body) => (body, false),
+            kiln_breakout::exec::Outcome::Error(error) => {
+                // The runtime's `Invoke Error` line, after the function's own (never filtered
+                // by the log level: the shim writes it directly).
+                held.locked()
+                    .output
+                    .push_str(&effects::invoke_error_line(&request.request_id, &error.log));
+                (error.body.into_bytes(), true)
             }
             kiln_breakout::exec::Outcome::Miss { reason, at } => {
-                let text = match at {
-                    Some(at) => format!("{reason} at {at}"),
-                    None => reason.clone(),
-                };
-                breakout.count("miss", Some(&reason));
-                // The function's own errors are not the fast path bouncing.
-                if !is_throw(&reason) {
-                    breakout.observe(true);
-                }
-                if let Some(reason) = breakout.bounced() {
-                    breakout.set_ordinary(reason);
-                    self.end_tracing(breakout).await;
-                }
-                Fast::Miss(text)
+                return self.fast_missed(breakout, reason, at).await;
             }
+        };
+        breakout.count("fast", None);
+        breakout.observe(false);
+        // The log lines it held are written now, with the answer.
+        let output = std::mem::take(&mut held.locked().output);
+        let mut log = super::report(spec, &request.request_id, &output, duration, None, None, 0);
+        super::report_field(&mut log, "Mode", "decontainerized");
+        if request.shadow {
+            super::report_field(&mut log, "Shadow", "true");
         }
+        Fast::Answer(InvokeOutcome {
+            body: body.into(),
+            function_error,
+            log,
+            cold_start: None,
+            init_duration: None,
+            duration,
+            max_memory_mb: 0,
+            out_of_memory: false,
+            memory_limit_mb: None,
+            limit_write: None,
+        })
+    }
+
+    /// A fast run that missed: counted, and the bounce limit checked.
+    async fn fast_missed(
+        self: &Arc<Self>,
+        breakout: &Arc<Breakout>,
+        reason: String,
+        at: Option<String>,
+    ) -> Fast {
+        let text = match at {
+            Some(at) => format!("{reason} at {at}"),
+            None => reason.clone(),
+        };
+        breakout.count("miss", Some(&reason));
+        // The function's own errors are not the fast path bouncing.
+        if !is_throw(&reason) {
+            breakout.observe(true);
+        }
+        if let Some(reason) = breakout.bounced() {
+            breakout.set_ordinary(reason);
+            self.end_tracing(breakout).await;
+        }
+        Fast::Miss(text)
     }
 
     /// Runs a request on the tracing instance if it is idle (started on first use); `None`
@@ -628,6 +578,7 @@ impl Inner {
         tokio::spawn(async move {
             let config = breakout.config.clone();
             let kept = trace_spec.code_dir.with_extension("trace.json");
+            let spec = trace_spec.clone();
             let built = tokio::task::spawn_blocking(move || {
                 let (trace, nodes) = accept_trace(&bytes)?;
                 // Kept beside the instrumented code, for inspection.
@@ -635,7 +586,7 @@ impl Inner {
                     tracing::warn!("{}: {e}", kept.display());
                 }
                 let begin = Instant::now();
-                let module = compile(&trace, &config, engine?)?;
+                let module = compile(&trace, &config, &spec, engine?)?;
                 Ok::<_, String>((module, nodes, begin.elapsed()))
             })
             .await

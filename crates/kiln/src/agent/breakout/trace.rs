@@ -73,15 +73,23 @@ fn count_nodes(trace: &kiln_breakout::trace::Trace) -> usize {
 }
 
 /// Compiles a validated trace into the fast path's module and loads it (its top level run
-/// once): the module and its size.
+/// once): the module and its size. `spec` is the tracing instance's: its code is the
+/// instrumented copy (the package's files, for a relative `require`), its environment the
+/// function's.
 pub(super) fn compile(
     trace: &kiln_breakout::trace::Trace,
     config: &BreakoutConfig,
+    spec: &InstanceSpec,
     engine: Arc<FastPathEngine>,
 ) -> Result<(Loaded, usize), String> {
+    let package = kiln_breakout::package::Package::read(&spec.code_dir)
+        .map_err(|e| format!("the package's files could not be read: {e}"))?;
     let options = kiln_breakout::compile::CompileOptions {
         // 64 KiB pages.
         memory_pages: config.fast_path_memory_mb * 16,
+        package: Some(Arc::new(package)),
+        env: Some(crate::runtime::breakout_environment(spec)),
+        handler: Some(spec.handler.clone()),
     };
     let bytes = kiln_breakout::compile::compile(trace, &options)
         .map_err(|e| format!("the trace could not be compiled: {e}"))?;
