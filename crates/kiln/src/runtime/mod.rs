@@ -340,6 +340,7 @@ mod tests {
         .collect();
         let spec = InstanceSpec {
             function: "f".into(),
+            version: "$LATEST".into(),
             arn: "arn".into(),
             revision: 1,
             runtime: "nodejs20.x".into(),
