@@ -25,6 +25,7 @@ pub mod listing;
 mod local;
 pub mod media;
 pub(crate) mod peer;
+mod post_form;
 pub mod profile;
 mod remote;
 pub mod sandbox;
