@@ -33,7 +33,19 @@ const MAX_PART_BYTES: u64 = 5 * 1024 * 1024 * 1024;
 
 pub struct RemoteStore {
     proxy: s3s_aws::Proxy,
+    /// The proxy's client, for a clone of the store.
+    client: aws_sdk_s3::Client,
     limits: Limits,
+}
+
+impl Clone for RemoteStore {
+    fn clone(&self) -> Self {
+        Self {
+            proxy: s3s_aws::Proxy::from(self.client.clone()),
+            client: self.client.clone(),
+            limits: self.limits,
+        }
+    }
 }
 
 impl RemoteStore {
@@ -68,8 +80,10 @@ impl RemoteStore {
             // Keys the SDK would refuse (blank ones) go through with their real names.
             .interceptor(KeyLabels)
             .build();
+        let client = aws_sdk_s3::Client::from_conf(sdk);
         Ok(Self {
-            proxy: s3s_aws::Proxy::from(aws_sdk_s3::Client::from_conf(sdk)),
+            proxy: s3s_aws::Proxy::from(client.clone()),
+            client,
             limits,
         })
     }
@@ -318,6 +332,9 @@ remote_s3! {
         get_bucket_versioning(GetBucketVersioningInput) -> GetBucketVersioningOutput;
         put_bucket_versioning(PutBucketVersioningInput) -> PutBucketVersioningOutput;
         put_bucket_acl(PutBucketAclInput) -> PutBucketAclOutput;
+        put_bucket_cors(PutBucketCorsInput) -> PutBucketCorsOutput;
+        get_bucket_cors(GetBucketCorsInput) -> GetBucketCorsOutput;
+        delete_bucket_cors(DeleteBucketCorsInput) -> DeleteBucketCorsOutput;
         delete_objects(DeleteObjectsInput) -> DeleteObjectsOutput;
     }
     keyed {

@@ -681,7 +681,7 @@ impl ObjectCache {
 }
 
 /// A request the cache itself sends to the backing store.
-fn internal_request<T>(input: T) -> S3Request<T> {
+pub(crate) fn internal_request<T>(input: T) -> S3Request<T> {
     S3Request {
         input,
         method: http::Method::GET,

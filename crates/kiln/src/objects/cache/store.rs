@@ -827,6 +827,27 @@ impl S3 for CachedStore {
         self.cache.backend.put_bucket_versioning(req).await
     }
 
+    async fn put_bucket_cors(
+        &self,
+        req: S3Request<PutBucketCorsInput>,
+    ) -> S3Result<S3Response<PutBucketCorsOutput>> {
+        self.cache.backend.put_bucket_cors(req).await
+    }
+
+    async fn get_bucket_cors(
+        &self,
+        req: S3Request<GetBucketCorsInput>,
+    ) -> S3Result<S3Response<GetBucketCorsOutput>> {
+        self.cache.backend.get_bucket_cors(req).await
+    }
+
+    async fn delete_bucket_cors(
+        &self,
+        req: S3Request<DeleteBucketCorsInput>,
+    ) -> S3Result<S3Response<DeleteBucketCorsOutput>> {
+        self.cache.backend.delete_bucket_cors(req).await
+    }
+
     async fn get_bucket_acl(
         &self,
         req: S3Request<GetBucketAclInput>,

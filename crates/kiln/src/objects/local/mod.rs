@@ -9,6 +9,7 @@ mod attributes;
 mod batch;
 mod buckets;
 mod completion;
+mod cors;
 mod files;
 pub(crate) mod meta;
 mod multipart;
@@ -270,6 +271,27 @@ impl S3 for LocalStore {
         req: S3Request<PutBucketVersioningInput>,
     ) -> S3Result<S3Response<PutBucketVersioningOutput>> {
         self.put_bucket_versioning_op(req).await
+    }
+
+    async fn put_bucket_cors(
+        &self,
+        req: S3Request<PutBucketCorsInput>,
+    ) -> S3Result<S3Response<PutBucketCorsOutput>> {
+        self.put_bucket_cors_op(req).await
+    }
+
+    async fn get_bucket_cors(
+        &self,
+        req: S3Request<GetBucketCorsInput>,
+    ) -> S3Result<S3Response<GetBucketCorsOutput>> {
+        self.get_bucket_cors_op(req).await
+    }
+
+    async fn delete_bucket_cors(
+        &self,
+        req: S3Request<DeleteBucketCorsInput>,
+    ) -> S3Result<S3Response<DeleteBucketCorsOutput>> {
+        self.delete_bucket_cors_op(req).await
     }
 
     async fn get_bucket_acl(

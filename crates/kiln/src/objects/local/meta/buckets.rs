@@ -59,6 +59,25 @@ impl Meta {
         Ok(changed == 1)
     }
 
+    /// A bucket's CORS rules (JSON): None if there is no such bucket, Some(None) if it has
+    /// none.
+    pub fn bucket_cors(&self, name: &str) -> Result<Option<Option<String>>, MetaError> {
+        Ok(self
+            .db()
+            .prepare_cached("SELECT cors FROM buckets WHERE name = ?1")?
+            .query_row([name], |r| r.get(0))
+            .optional()?)
+    }
+
+    /// Sets (or, with None, deletes) a bucket's CORS rules; false if there is no such bucket.
+    pub fn set_bucket_cors(&self, name: &str, rules: Option<&str>) -> Result<bool, MetaError> {
+        let changed = self.db().execute(
+            "UPDATE buckets SET cors = ?2 WHERE name = ?1",
+            params![name, rules],
+        )?;
+        Ok(changed == 1)
+    }
+
     /// Sets an object's canned ACL, kept with its attributes.
     pub fn set_object_acl(
         &self,

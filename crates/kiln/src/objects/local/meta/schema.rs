@@ -54,6 +54,7 @@ const MIGRATIONS: &[fn(&Connection) -> rusqlite::Result<()>] = &[
     add_part_list,
     add_bucket_acl,
     add_bucket_versioning,
+    add_bucket_cors,
 ];
 
 /// An image's format and size (`png 640x480`). Databases from before `user_version` existed
@@ -100,6 +101,11 @@ fn add_bucket_acl(db: &Connection) -> rusqlite::Result<()> {
 /// keeps one version of an object (`null`) either way.
 fn add_bucket_versioning(db: &Connection) -> rusqlite::Result<()> {
     db.execute_batch("ALTER TABLE buckets ADD COLUMN versioning TEXT")
+}
+
+/// A bucket's CORS rules (JSON, `objects::cors::CorsRule`s); NULL for none.
+fn add_bucket_cors(db: &Connection) -> rusqlite::Result<()> {
+    db.execute_batch("ALTER TABLE buckets ADD COLUMN cors TEXT")
 }
 
 /// Creates the first release's tables if need be, then runs the migrations this database has
