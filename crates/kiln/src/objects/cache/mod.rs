@@ -222,6 +222,10 @@ pub struct ObjectCache {
     last_version: AtomicU64,
     /// Buckets known to exist in the backing store.
     buckets: Mutex<HashSet<String>>,
+    /// Whether each bucket asked about has had its versioning set (asked of the backing store
+    /// once, then kept up to date by PutBucketVersioning through the cache): the cache holds
+    /// nothing of such a bucket, whose versions only the store can number.
+    versioned: Mutex<std::collections::HashMap<String, bool>>,
     /// When each dirty key's oldest version not yet written back was acknowledged (and that
     /// version), for the write-back time: one entry per dirty key.
     acknowledged: Mutex<std::collections::HashMap<ObjectKey, (u64, Instant)>>,
@@ -277,6 +281,7 @@ impl ObjectCache {
             queue,
             last_version: AtomicU64::new(recovered.last_version),
             buckets: Mutex::new(HashSet::new()),
+            versioned: Mutex::default(),
             acknowledged: Mutex::default(),
             costs: Mutex::default(),
             refused: Mutex::default(),
@@ -664,6 +669,38 @@ impl ObjectCache {
             })?;
         self.remember_bucket(bucket, true);
         Ok(())
+    }
+
+    /// Whether `bucket`'s versioning was ever set (Enabled or Suspended): then every request on
+    /// its objects goes to the backing store, which alone numbers versions. A bucket that does
+    /// not exist is not versioned (the operation's own answer says it does not exist).
+    pub(super) async fn versioned(&self, bucket: &str) -> S3Result<bool> {
+        if let Some(known) = self.versioned.locked().get(bucket) {
+            return Ok(*known);
+        }
+        let asked = self
+            .backend
+            .get_bucket_versioning(internal_request(GetBucketVersioningInput {
+                bucket: bucket.to_string(),
+                ..Default::default()
+            }))
+            .await;
+        let versioned = match asked {
+            Ok(answer) => answer.output.status.is_some(),
+            Err(e) if is_not_found(&e) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        self.remember_versioned(bucket, Some(versioned));
+        Ok(versioned)
+    }
+
+    /// Records (or, with None, forgets) whether `bucket` is versioned.
+    pub(super) fn remember_versioned(&self, bucket: &str, versioned: Option<bool>) {
+        let mut known = self.versioned.locked();
+        match versioned {
+            Some(v) => known.insert(bucket.to_string(), v),
+            None => known.remove(bucket),
+        };
     }
 
     fn known_bucket(&self, bucket: &str) -> bool {

@@ -55,6 +55,7 @@ const MIGRATIONS: &[fn(&Connection) -> rusqlite::Result<()>] = &[
     add_bucket_acl,
     add_bucket_versioning,
     add_bucket_cors,
+    add_versions,
 ];
 
 /// An image's format and size (`png 640x480`). Databases from before `user_version` existed
@@ -106,6 +107,33 @@ fn add_bucket_versioning(db: &Connection) -> rusqlite::Result<()> {
 /// A bucket's CORS rules (JSON, `objects::cors::CorsRule`s); NULL for none.
 fn add_bucket_cors(db: &Connection) -> rusqlite::Result<()> {
     db.execute_batch("ALTER TABLE buckets ADD COLUMN cors TEXT")
+}
+
+/// Object versions: each current object's id (`null` for every object written before), and a
+/// table of older versions and delete markers (`local/meta/versions.rs`).
+fn add_versions(db: &Connection) -> rusqlite::Result<()> {
+    db.execute_batch(
+        "ALTER TABLE objects ADD COLUMN version_id TEXT NOT NULL DEFAULT 'null';
+        CREATE TABLE object_versions (
+            bucket TEXT NOT NULL,
+            key TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            version_id TEXT NOT NULL,
+            marker INTEGER NOT NULL,
+            file_id TEXT,
+            size INTEGER NOT NULL,
+            etag TEXT NOT NULL,
+            modified_ms INTEGER NOT NULL,
+            attrs TEXT NOT NULL,
+            checksums TEXT NOT NULL,
+            parts INTEGER,
+            part_list TEXT,
+            media TEXT,
+            PRIMARY KEY (bucket, key, seq)
+        ) WITHOUT ROWID;
+        CREATE UNIQUE INDEX object_versions_by_id ON object_versions (bucket, key, version_id);
+        CREATE INDEX object_versions_by_file ON object_versions (file_id);",
+    )
 }
 
 /// Creates the first release's tables if need be, then runs the migrations this database has
