@@ -180,6 +180,11 @@ mod tests {
             })
             .unwrap();
         assert_eq!((media.as_str(), part_list), ("png 1x1", None));
+        // Objects written before versions existed are each key's `null` version.
+        let version_id: String = db
+            .query_row("SELECT version_id FROM objects", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version_id, "null");
         migrate(&db).expect("a migrated database migrates to itself");
         assert_eq!(version(&db), MIGRATIONS.len() as i64);
     }
