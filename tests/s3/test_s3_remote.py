@@ -305,4 +305,4 @@ def test_js_sdk_through_the_front(front, remote):
     if remote.kind == "moto":
         pytest.skip(MOTO_QUIRKS)
     result = run_checks(front, s3_endpoint(front), virtual=False)
-    assert len(result["passed"]) == 12
+    assert len(result["passed"]) == 13
