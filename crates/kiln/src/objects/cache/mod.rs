@@ -674,9 +674,9 @@ impl ObjectCache {
     /// Whether `bucket`'s versioning was ever set (Enabled or Suspended): then every request on
     /// its objects goes to the backing store, which alone numbers versions. A bucket that does
     /// not exist is not versioned (the operation's own answer says it does not exist).
-    pub(super) async fn versioned(&self, bucket: &str) -> S3Result<bool> {
+    pub(super) async fn versioned(&self, bucket: &str) -> bool {
         if let Some(known) = self.versioned.locked().get(bucket) {
-            return Ok(*known);
+            return *known;
         }
         let asked = self
             .backend
@@ -687,11 +687,18 @@ impl ObjectCache {
             .await;
         let versioned = match asked {
             Ok(answer) => answer.output.status.is_some(),
-            Err(e) if is_not_found(&e) => return Ok(false),
-            Err(e) => return Err(e),
+            Err(e) if is_not_found(&e) => return false,
+            // The store cannot be asked (it is down): the cache goes on as for a bucket never
+            // versioned, which is what lets it acknowledge writes meanwhile, and asks again
+            // next time. A write it takes for a versioned bucket is numbered by the store when
+            // it is written back; only its answer lacks the id.
+            Err(e) => {
+                tracing::debug!(%bucket, "object cache: bucket versioning not known: {e}");
+                return false;
+            }
         };
         self.remember_versioned(bucket, Some(versioned));
-        Ok(versioned)
+        versioned
     }
 
     /// Records (or, with None, forgets) whether `bucket` is versioned.

@@ -250,7 +250,7 @@ impl CachedStore {
             &input.part_number,
             &input.sse_customer_algorithm,
         ) || unsigned(&req)
-            || cache.versioned(&input.bucket).await?
+            || cache.versioned(&input.bucket).await
         {
             cache.metrics.bypassed.inc();
             cache.until_clean(&key).await?;
@@ -354,7 +354,7 @@ impl CachedStore {
         let small = length.is_some_and(|n| n >= 0 && n as u64 <= cache.config.max_object_bytes);
         if !cache.admits(function, invocation_admits(&req))
             || !plain_write(&req.input)
-            || cache.versioned(&key.bucket).await?
+            || cache.versioned(&key.bucket).await
             || !small
             || !cache.entries().could_hold(&key, length.unwrap_or(0) as u64)
         {
@@ -771,7 +771,7 @@ impl S3 for CachedStore {
             &input.part_number,
             &input.sse_customer_algorithm,
         ) && !unsigned(&req)
-            && !cache.versioned(&input.bucket).await?;
+            && !cache.versioned(&input.bucket).await;
         let hit = if plain {
             cache.entries().get(&key, Instant::now())
         } else {
