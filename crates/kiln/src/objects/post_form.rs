@@ -4,6 +4,12 @@
 //! the fields ahead of the file part (S3 requires the file to be the last field), never the
 //! file's bytes.
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use http_body_util::BodyExt;
+use hyper::body::{Frame, SizeHint};
+
 /// Whether a request's `Content-Type` is a form, and its boundary.
 pub fn boundary(content_type: &str) -> Option<&str> {
     let mut params = content_type.split(';');
@@ -94,7 +100,7 @@ pub fn fields_end(head: &[u8], boundary: &str) -> Option<usize> {
 
 /// The form's head with `${filename}` in its `key` field replaced by the file part's name;
 /// None when there is nothing to replace (no such variable, or no file name).
-pub fn substitute_filename(head: &[u8], boundary: &str) -> Option<Vec<u8>> {
+pub fn substitute_filename_in(head: &[u8], boundary: &str) -> Option<Vec<u8>> {
     let parts = parts(head, boundary.as_bytes())?;
     let filename = parts.last()?.filename?;
     let key = parts.iter().find(|p| p.name.eq_ignore_ascii_case(b"key"))?;
@@ -117,6 +123,102 @@ pub fn substitute_filename(head: &[u8], boundary: &str) -> Option<Vec<u8>> {
         ]
         .concat(),
     )
+}
+
+/// How much of a browser upload's form is read ahead of its file, at most, looking for the
+/// file part (s3s allows 20 MiB of fields).
+const FORM_FIELDS_BYTES: usize = 21 * 1024 * 1024;
+
+/// A body whose first bytes were read already: `head`, then the rest of `rest`.
+struct Prefixed {
+    head: Option<bytes::Bytes>,
+    rest: s3s::Body,
+}
+
+impl hyper::body::Body for Prefixed {
+    type Data = bytes::Bytes;
+    type Error = s3s::StdError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        if let Some(head) = self.head.take() {
+            return Poll::Ready(Some(Ok(Frame::data(head))));
+        }
+        Pin::new(&mut self.rest).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.head.is_none() && self.rest.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let head = self.head.as_ref().map_or(0, |h| h.len() as u64);
+        let rest = self.rest.size_hint();
+        let mut hint = SizeHint::new();
+        hint.set_lower(rest.lower() + head);
+        if let Some(upper) = rest.upper() {
+            hint.set_upper(upper + head);
+        }
+        hint
+    }
+}
+
+/// A browser upload (`POST` of a form) whose key holds `${filename}` gets the uploaded file's
+/// name there, as on S3, before s3s checks the policy against the key: the form's fields are
+/// read ahead of the file, changed, and put back in front of the rest of the body.
+pub(super) async fn substitute_filename(
+    req: hyper::Request<s3s::Body>,
+) -> hyper::Request<s3s::Body> {
+    let boundary = req
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(boundary)
+        .map(str::to_string);
+    let Some(boundary) = boundary.filter(|_| req.method() == http::Method::POST) else {
+        return req;
+    };
+    let (mut parts, mut body) = req.into_parts();
+    let mut head = Vec::new();
+    let mut failed = None;
+    while fields_end(&head, &boundary).is_none() && head.len() < FORM_FIELDS_BYTES {
+        match body.frame().await {
+            Some(Ok(frame)) => {
+                if let Some(data) = frame.data_ref() {
+                    head.extend_from_slice(data);
+                }
+            }
+            Some(Err(e)) => {
+                failed = Some(e);
+                break;
+            }
+            None => break,
+        }
+    }
+    if let Some(e) = failed {
+        // The client's body broke off: s3s meets the same error reading what follows.
+        tracing::debug!("object store: a form's body failed: {e}");
+    }
+    if let Some(replaced) = substitute_filename_in(&head, &boundary) {
+        let grown = replaced.len() as i64 - head.len() as i64;
+        head = replaced;
+        let length = parts
+            .headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<i64>().ok());
+        if let Some(length) = length {
+            parts
+                .headers
+                .insert(http::header::CONTENT_LENGTH, (length + grown).into());
+        }
+    }
+    let body = s3s::Body::http_body_unsync(Prefixed {
+        head: Some(bytes::Bytes::from(head)),
+        rest: body,
+    });
+    hyper::Request::from_parts(parts, body)
 }
 
 #[cfg(test)]
@@ -157,7 +259,7 @@ mod tests {
             &[("key", "uploads/${filename}"), ("policy", "p")],
             Some("photo.jpg"),
         );
-        let replaced = substitute_filename(&head, "XyZ").unwrap();
+        let replaced = substitute_filename_in(&head, "XyZ").unwrap();
         assert_eq!(
             replaced,
             form(
@@ -172,12 +274,12 @@ mod tests {
     #[test]
     fn nothing_is_replaced_without_the_variable_a_file_name_or_the_file_part() {
         let plain = form("b", &[("key", "k")], Some("f.txt"));
-        assert_eq!(substitute_filename(&plain, "b"), None);
+        assert_eq!(substitute_filename_in(&plain, "b"), None);
         let nameless = form("b", &[("key", "${filename}")], None);
-        assert_eq!(substitute_filename(&nameless, "b"), None);
+        assert_eq!(substitute_filename_in(&nameless, "b"), None);
         // The file part's headers have not arrived yet.
         let cut = form("b", &[("key", "${filename}")], Some("f"));
-        assert_eq!(substitute_filename(&cut[..cut.len() - 3], "b"), None);
+        assert_eq!(substitute_filename_in(&cut[..cut.len() - 3], "b"), None);
         assert_eq!(fields_end(&cut[..cut.len() - 3], "b"), None);
     }
 
@@ -190,7 +292,7 @@ mod tests {
         ) {
             let key = format!("{before}${{filename}}{after}");
             let head = form("----b0und", &[("acl", "private"), ("key", &key)], Some(&filename));
-            let replaced = substitute_filename(&head, "----b0und").unwrap();
+            let replaced = substitute_filename_in(&head, "----b0und").unwrap();
             let expected = format!("{before}{filename}{after}");
             prop_assert_eq!(
                 replaced,
@@ -200,7 +302,7 @@ mod tests {
 
         #[test]
         fn arbitrary_bytes_never_panic(head in proptest::collection::vec(any::<u8>(), 0..400)) {
-            let _ = substitute_filename(&head, "b");
+            let _ = substitute_filename_in(&head, "b");
             let _ = fields_end(&head, "b");
         }
     }

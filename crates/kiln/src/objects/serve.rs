@@ -190,101 +190,6 @@ fn unquote_attributes_etag(response: &mut http::Response<s3s::Body>) {
     }
 }
 
-/// How much of a browser upload's form is read ahead of its file, at most, looking for the
-/// file part (s3s allows 20 MiB of fields).
-const FORM_FIELDS_BYTES: usize = 21 * 1024 * 1024;
-
-/// A body whose first bytes were read already: `head`, then the rest of `rest`.
-struct Prefixed {
-    head: Option<bytes::Bytes>,
-    rest: s3s::Body,
-}
-
-impl hyper::body::Body for Prefixed {
-    type Data = bytes::Bytes;
-    type Error = s3s::StdError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        if let Some(head) = self.head.take() {
-            return Poll::Ready(Some(Ok(Frame::data(head))));
-        }
-        Pin::new(&mut self.rest).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.head.is_none() && self.rest.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        let head = self.head.as_ref().map_or(0, |h| h.len() as u64);
-        let rest = self.rest.size_hint();
-        let mut hint = SizeHint::new();
-        hint.set_lower(rest.lower() + head);
-        if let Some(upper) = rest.upper() {
-            hint.set_upper(upper + head);
-        }
-        hint
-    }
-}
-
-/// A browser upload (`POST` of a form) whose key holds `${filename}` gets the uploaded file's
-/// name there, as on S3, before s3s checks the policy against the key: the form's fields are
-/// read ahead of the file, changed, and put back in front of the rest of the body.
-async fn substitute_filename(req: hyper::Request<s3s::Body>) -> hyper::Request<s3s::Body> {
-    let boundary = req
-        .headers()
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(super::post_form::boundary)
-        .map(str::to_string);
-    let Some(boundary) = boundary.filter(|_| req.method() == http::Method::POST) else {
-        return req;
-    };
-    let (mut parts, mut body) = req.into_parts();
-    let mut head = Vec::new();
-    let mut failed = None;
-    while super::post_form::fields_end(&head, &boundary).is_none() && head.len() < FORM_FIELDS_BYTES
-    {
-        match body.frame().await {
-            Some(Ok(frame)) => {
-                if let Some(data) = frame.data_ref() {
-                    head.extend_from_slice(data);
-                }
-            }
-            Some(Err(e)) => {
-                failed = Some(e);
-                break;
-            }
-            None => break,
-        }
-    }
-    if let Some(e) = failed {
-        // The client's body broke off: s3s meets the same error reading what follows.
-        tracing::debug!("object store: a form's body failed: {e}");
-    }
-    if let Some(replaced) = super::post_form::substitute_filename(&head, &boundary) {
-        let grown = replaced.len() as i64 - head.len() as i64;
-        head = replaced;
-        let length = parts
-            .headers
-            .get(http::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok()?.parse::<i64>().ok());
-        if let Some(length) = length {
-            parts
-                .headers
-                .insert(http::header::CONTENT_LENGTH, (length + grown).into());
-        }
-    }
-    let body = s3s::Body::http_body_unsync(Prefixed {
-        head: Some(bytes::Bytes::from(head)),
-        rest: body,
-    });
-    hyper::Request::from_parts(parts, body)
-}
-
 /// What a request asks of a bucket's CORS rules: its origin, the method a preflight asks for
 /// (`Access-Control-Request-Method`), the headers it asks for, and the bucket.
 struct CorsAsk {
@@ -550,7 +455,7 @@ pub(crate) fn serve_tagged(
                         return Ok::<_, s3s::HttpError>(response);
                     }
                     let req = if posts {
-                        substitute_filename(req).await
+                        super::post_form::substitute_filename(req).await
                     } else {
                         req
                     };

@@ -89,15 +89,10 @@ impl Meta {
     ) -> Result<(), WriteError> {
         let mut db = self.db();
         let tx = db.transaction()?;
-        let (table, id_filter) = match version {
-            None => ("objects", "?3 IS NULL"),
-            Some(_) => ("objects", "version_id = ?3"),
-        };
         let mut found: Option<(&str, String)> = tx
             .query_row(
-                &format!(
-                    "SELECT attrs FROM {table} WHERE bucket = ?1 AND key = ?2 AND {id_filter}"
-                ),
+                "SELECT attrs FROM objects WHERE bucket = ?1 AND key = ?2
+                 AND (?3 IS NULL OR version_id = ?3)",
                 params![bucket, key, version],
                 |r| r.get(0),
             )

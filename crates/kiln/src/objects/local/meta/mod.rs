@@ -320,9 +320,8 @@ impl Meta {
 
     /// A bucket's versioning status, None if there is no such bucket.
     pub fn versioning(&self, bucket: &str) -> Result<Option<versions::Versioning>, MetaError> {
-        let mut db = self.db();
-        let tx = db.transaction()?;
-        match versions::bucket_versioning(&tx, bucket) {
+        // The reader: a status read need not wait behind a write's sync.
+        match versions::bucket_versioning(&self.reader.locked(), bucket) {
             Ok(status) => Ok(Some(status)),
             Err(WriteError::NoSuchBucket) => Ok(None),
             Err(WriteError::Meta(e)) => Err(e),

@@ -90,7 +90,7 @@ pub fn is_version_id(id: &str) -> bool {
 }
 
 pub(super) fn bucket_versioning(
-    tx: &Transaction<'_>,
+    tx: &rusqlite::Connection,
     bucket: &str,
 ) -> Result<Versioning, WriteError> {
     let status: Option<Option<String>> = tx
