@@ -38,4 +38,5 @@ step "the S3 suite again, through the object cache (transparency: same answers, 
 KILN_OBJECT_CACHE=on .venv/bin/python -m pytest -q -p no:cacheprovider --timeout 600 \
     tests/s3/test_s3_api.py tests/s3/test_s3_integrity.py tests/s3/test_s3_multipart.py tests/s3/test_s3_auth.py \
     tests/s3/test_s3_functions.py tests/s3/test_s3_cli.py tests/s3/test_s3_js.py tests/s3/test_s3_conformance.py \
-    tests/s3/test_s3_requests.py
+    tests/s3/test_s3_requests.py tests/s3/test_s3_cors.py \
+    tests/s3/test_s3_versioning.py

@@ -9,12 +9,17 @@ import {
   CopyObjectCommand,
   CreateBucketCommand,
   CreateMultipartUploadCommand,
+  DeleteBucketCommand,
   DeleteObjectCommand,
   DeleteObjectsCommand,
+  GetBucketCorsCommand,
   GetObjectCommand,
   HeadBucketCommand,
   HeadObjectCommand,
+  ListObjectVersionsCommand,
   ListPartsCommand,
+  PutBucketCorsCommand,
+  PutBucketVersioningCommand,
   PutObjectCommand,
   UploadPartCommand,
   paginateListObjectsV2,
@@ -63,9 +68,10 @@ function pattern(size, seed = 1) {
 
 /**
  * Runs every check against `bucket` (created if missing). `presign` is false where the client's
- * host name is not resolvable by fetch. Returns {passed: [...], failed: [{name, error}]}.
+ * host name is not resolvable by fetch; `versions` adds the check of versions and CORS rules, in
+ * a bucket of its own. Returns {passed: [...], failed: [{name, error}]}.
  */
-export async function runChecks(client, { bucket, presign = true, expectVirtualHost = false }) {
+export async function runChecks(client, { bucket, presign = true, expectVirtualHost = false, versions = false }) {
   const passed = [];
   const failed = [];
   const hosts = new Set();
@@ -207,6 +213,33 @@ export async function runChecks(client, { bucket, presign = true, expectVirtualH
     await client.send(new DeleteObjectCommand({ Bucket: bucket, Key: "hello.txt" }));
     await expectError(client.send(new HeadObjectCommand({ Bucket: bucket, Key: "hello.txt" })), (e, s) => s === 404, "deleted object");
   });
+
+  if (versions) {
+    await check("versions, delete markers and CORS rules", async () => {
+      const versioned = `${bucket}-v`;
+      await client.send(new CreateBucketCommand({ Bucket: versioned }));
+      await client.send(new PutBucketVersioningCommand({ Bucket: versioned, VersioningConfiguration: { Status: "Enabled" } }));
+      const first = await client.send(new PutObjectCommand({ Bucket: versioned, Key: "v", Body: "one" }));
+      const second = await client.send(new PutObjectCommand({ Bucket: versioned, Key: "v", Body: "two" }));
+      assert(first.VersionId && second.VersionId && first.VersionId !== second.VersionId, "version ids on PUT");
+      const old = await client.send(new GetObjectCommand({ Bucket: versioned, Key: "v", VersionId: first.VersionId }));
+      assertEqual((await bodyBytes(old)).toString(), "one", "GET by version");
+      const deleted = await client.send(new DeleteObjectCommand({ Bucket: versioned, Key: "v" }));
+      assertEqual(deleted.DeleteMarker, true, "a delete marker");
+      await expectError(client.send(new GetObjectCommand({ Bucket: versioned, Key: "v" })), (e, s) => s === 404, "read past a delete marker");
+      const listed = await client.send(new ListObjectVersionsCommand({ Bucket: versioned }));
+      assertEqual(listed.Versions.map((v) => v.VersionId).join(), [second.VersionId, first.VersionId].join(), "listed versions");
+      assertEqual(listed.DeleteMarkers[0].VersionId, deleted.VersionId, "listed delete marker");
+      const rules = [{ AllowedMethods: ["GET"], AllowedOrigins: ["https://app.example"] }];
+      await client.send(new PutBucketCorsCommand({ Bucket: versioned, CORSConfiguration: { CORSRules: rules } }));
+      const cors = await client.send(new GetBucketCorsCommand({ Bucket: versioned }));
+      assertEqual(cors.CORSRules[0].AllowedOrigins[0], "https://app.example", "CORS rules");
+      for (const id of [first.VersionId, second.VersionId, deleted.VersionId]) {
+        await client.send(new DeleteObjectCommand({ Bucket: versioned, Key: "v", VersionId: id }));
+      }
+      await client.send(new DeleteBucketCommand({ Bucket: versioned }));
+    });
+  }
 
   await check("addressing style", async () => {
     const seen = [...hosts];

@@ -34,6 +34,7 @@ const result = await runChecks(client, {
   // fetch() resolves names itself; BUCKET.localhost is not resolvable there.
   presign: !virtual,
   expectVirtualHost: virtual,
+  versions: true,
 });
 console.log(JSON.stringify(result));
 process.exit(result.failed.length === 0 ? 0 : 1);

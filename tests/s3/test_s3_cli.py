@@ -219,3 +219,37 @@ def test_aws_cli_storage_classes_versions_attributes_and_uploads(profiled, tmp_p
         upload["UploadId"])
     aws(profiled, "s3", "rm", "--recursive", f"s3://{bucket}/")
     aws(profiled, "s3", "rb", f"s3://{bucket}")
+
+
+def test_aws_cli_versions_and_cors(profiled, tmp_path):
+    bucket = f"awscli-{uuid.uuid4().hex[:12]}"
+    aws(profiled, "s3", "mb", f"s3://{bucket}")
+    aws(profiled, "s3api", "put-bucket-versioning", "--bucket", bucket,
+        "--versioning-configuration", "Status=Enabled")
+    local = tmp_path / "f.txt"
+    ids = []
+    for text in ["one", "two"]:
+        local.write_text(text)
+        put = json.loads(aws(profiled, "s3api", "put-object", "--bucket", bucket, "--key", "k",
+                             "--body", str(local)).stdout)
+        ids.append(put["VersionId"])
+    out = tmp_path / "out.txt"
+    aws(profiled, "s3api", "get-object", "--bucket", bucket, "--key", "k", "--version-id", ids[0], str(out))
+    assert out.read_text() == "one"
+    marker = json.loads(aws(profiled, "s3api", "delete-object", "--bucket", bucket, "--key", "k").stdout)
+    assert marker["DeleteMarker"] is True
+    listed = json.loads(aws(profiled, "s3api", "list-object-versions", "--bucket", bucket).stdout)
+    assert [v["VersionId"] for v in listed["Versions"]] == ids[::-1]
+    assert [m["VersionId"] for m in listed["DeleteMarkers"]] == [marker["VersionId"]]
+
+    rules = tmp_path / "cors.json"
+    rules.write_text(json.dumps({"CORSRules": [{"AllowedMethods": ["GET"], "AllowedOrigins": ["*"]}]}))
+    aws(profiled, "s3api", "put-bucket-cors", "--bucket", bucket, "--cors-configuration", f"file://{rules}")
+    got = json.loads(aws(profiled, "s3api", "get-bucket-cors", "--bucket", bucket).stdout)
+    assert got["CORSRules"] == [{"AllowedMethods": ["GET"], "AllowedOrigins": ["*"]}]
+    aws(profiled, "s3api", "delete-bucket-cors", "--bucket", bucket)
+    missing = aws(profiled, "s3api", "get-bucket-cors", "--bucket", bucket, check=False)
+    assert missing.returncode != 0 and "NoSuchCORSConfiguration" in missing.stderr
+    for version in [*ids, marker["VersionId"]]:
+        aws(profiled, "s3api", "delete-object", "--bucket", bucket, "--key", "k", "--version-id", version)
+    aws(profiled, "s3", "rb", f"s3://{bucket}")

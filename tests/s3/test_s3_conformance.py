@@ -409,12 +409,13 @@ def test_unsigned_requests_read_public_objects_only(s3, bucket, unsigned, kiln):
 # --- bucket versioning ---------------------------------------------------------------------
 
 
-def test_buckets_are_unversioned_and_may_be_suspended(s3, bucket):
+def test_buckets_are_unversioned_until_told_and_may_be_suspended(s3, bucket):
     got = s3.get_bucket_versioning(Bucket=bucket)
     assert "Status" not in got and "MFADelete" not in got
     with pytest.raises(botocore.exceptions.ClientError) as e:
-        s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+        s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled", "MFADelete": "Enabled"})
     assert error_code(e) == "NotImplemented" and e.value.response["Error"]["Message"]
+    assert "Status" not in s3.get_bucket_versioning(Bucket=bucket)
     s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Suspended"})
     assert s3.get_bucket_versioning(Bucket=bucket)["Status"] == "Suspended"
     s3.put_object(Bucket=bucket, Key="k", Body=b"x")

@@ -40,11 +40,12 @@ def test_js_sdk_path_style(kiln):
     result = run_checks(kiln, s3_endpoint(kiln), virtual=False)
     assert "presigned PUT and GET" in result["passed"]
     assert "streamed upload (aws-chunked with a trailing checksum)" in result["passed"]
-    assert len(result["passed"]) == 12
+    assert "versions, delete markers and CORS rules" in result["passed"]
+    assert len(result["passed"]) == 13
 
 
 def test_js_sdk_virtual_host_style(kiln):
     port = urllib.parse.urlsplit(s3_endpoint(kiln)).port
     result = run_checks(kiln, f"http://localhost:{port}", virtual=True)
     assert "addressing style" in result["passed"]
-    assert len(result["passed"]) == 11
+    assert len(result["passed"]) == 12

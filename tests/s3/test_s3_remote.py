@@ -169,6 +169,40 @@ def test_versions_listing_through_the_front(front, remote, bucket):
         assert "Status" not in s3.get_bucket_versioning(Bucket=bucket)
 
 
+def test_versioning_and_cors_through_the_front(front, remote, bucket):
+    s3 = s3_client(front)
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    first = s3.put_object(Bucket=bucket, Key="k", Body=b"one")["VersionId"]
+    second = s3.put_object(Bucket=bucket, Key="k", Body=b"two")["VersionId"]
+    assert first != second
+    assert s3.get_object(Bucket=bucket, Key="k", VersionId=first)["Body"].read() == b"one"
+    assert s3.head_object(Bucket=bucket, Key="k", VersionId=second)["VersionId"] == second
+    marker = s3.delete_object(Bucket=bucket, Key="k")
+    assert marker["DeleteMarker"] is True
+    with pytest.raises(botocore.exceptions.ClientError) as gone:
+        s3.get_object(Bucket=bucket, Key="k")
+    assert gone.value.response["Error"]["Code"] == "NoSuchKey"
+    assert gone.value.response["ResponseMetadata"]["HTTPHeaders"]["x-amz-delete-marker"] == "true"
+    listed = s3.list_object_versions(Bucket=bucket)
+    assert [v["VersionId"] for v in listed["Versions"]] == [second, first]
+    assert [m["VersionId"] for m in listed["DeleteMarkers"]] == [marker["VersionId"]]
+    s3.delete_object(Bucket=bucket, Key="k", VersionId=marker["VersionId"])
+    assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == b"two"
+    copied = s3.copy_object(Bucket=bucket, Key="c", CopySource={"Bucket": bucket, "Key": "k", "VersionId": first})
+    assert copied["VersionId"] and s3.get_object(Bucket=bucket, Key="c")["Body"].read() == b"one"
+
+    # CORS rules live in the remote; the front answers preflights from them.
+    rules = [{"AllowedMethods": ["GET"], "AllowedOrigins": ["https://app.example"]}]
+    s3.put_bucket_cors(Bucket=bucket, CORSConfiguration={"CORSRules": rules})
+    assert remote.client().get_bucket_cors(Bucket=bucket)["CORSRules"] == rules
+    asked = {"Origin": "https://app.example", "Access-Control-Request-Method": "GET"}
+    preflight = requests.options(s3_endpoint(front) + f"/{bucket}/k", headers=asked)
+    assert preflight.status_code == 200, preflight.text
+    assert preflight.headers["Access-Control-Allow-Origin"] == "https://app.example"
+    refused = requests.options(s3_endpoint(front) + f"/{bucket}/k", headers={**asked, "Origin": "https://x"})
+    assert refused.status_code == 403
+
+
 def test_attributes_parts_and_uploads_through_the_front(front, remote, bucket):
     s3 = s3_client(front)
     upload_id = s3.create_multipart_upload(Bucket=bucket, Key="mp")["UploadId"]
@@ -271,4 +305,4 @@ def test_js_sdk_through_the_front(front, remote):
     if remote.kind == "moto":
         pytest.skip(MOTO_QUIRKS)
     result = run_checks(front, s3_endpoint(front), virtual=False)
-    assert len(result["passed"]) == 12
+    assert len(result["passed"]) == 13

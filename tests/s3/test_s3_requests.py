@@ -69,6 +69,27 @@ def test_browser_uploads_with_a_post_policy(s3, s3v4, bucket):
     assert "<Key>uploads/second</Key>" in response.text and f"<Bucket>{bucket}</Bucket>" in response.text
 
 
+def test_a_browser_upload_key_takes_the_uploaded_files_name(s3, s3v4, bucket):
+    # As on S3, `${filename}` is replaced before the policy's conditions are checked: the
+    # policy allows keys under `uploads/`, and the 201 answer names the stored key.
+    post = s3v4.generate_presigned_post(
+        bucket, "uploads/${filename}", Fields={"success_action_status": "201"},
+        Conditions=[["starts-with", "$key", "uploads/"], {"success_action_status": "201"}])
+    response = post_upload(post, b"report bytes", filename="report 2026.pdf")
+    assert response.status_code == 201, response.text
+    assert "<Key>uploads/report 2026.pdf</Key>" in response.text
+    assert s3.get_object(Bucket=bucket, Key="uploads/report 2026.pdf")["Body"].read() == b"report bytes"
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]] == ["uploads/report 2026.pdf"]
+
+    # The replaced key must still meet the policy.
+    post = s3v4.generate_presigned_post(bucket, "${filename}", Conditions=[["starts-with", "$key", "safe-"]])
+    refused = post_upload(post, b"x", filename="other.txt")
+    assert refused.status_code == 403, refused.text
+    allowed = post_upload(post, b"y", filename="safe-one.txt")
+    assert allowed.status_code == 204, allowed.text
+    assert s3.get_object(Bucket=bucket, Key="safe-one.txt")["Body"].read() == b"y"
+
+
 def test_post_policies_are_enforced(s3, s3v4, bucket):
     post = s3v4.generate_presigned_post(bucket, "limited", Conditions=[["content-length-range", 1, 10]])
     too_big = post_upload(post, b"x" * 11)

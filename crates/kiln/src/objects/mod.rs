@@ -20,11 +20,13 @@ pub mod acl;
 pub mod cache;
 pub mod checksum;
 pub mod conditions;
+pub mod cors;
 pub mod keys;
 pub mod listing;
 mod local;
 pub mod media;
 pub(crate) mod peer;
+mod post_form;
 pub mod profile;
 mod remote;
 pub mod sandbox;
@@ -160,6 +162,60 @@ pub struct ObjectStore {
     /// Several writes at once, all or none: the local store without the cache (the cache
     /// would need them as one journal batch, not built).
     atomic: Option<Arc<dyn AtomicWrites>>,
+    cors: Arc<CorsLookup>,
+}
+
+/// Where `serve.rs` finds a request's bucket and that bucket's CORS rules: the `S3` the service
+/// serves (the cache, or the backend), asked without HTTP, as a preflight is unsigned.
+pub(crate) struct CorsLookup {
+    store: Arc<dyn S3>,
+    hosts: keys::Hosts,
+}
+
+impl CorsLookup {
+    /// The bucket a request names, by its host (virtual-host style) or its path.
+    pub(crate) fn bucket_of<B>(&self, req: &http::Request<B>) -> Option<String> {
+        use s3s::host::S3Host as _;
+        let host = req
+            .headers()
+            .get(http::header::HOST)
+            .and_then(|h| h.to_str().ok());
+        if let Some(bucket) = host
+            .and_then(|h| self.hosts.parse_host_header(h).ok())
+            .and_then(|v| v.bucket().map(str::to_string))
+        {
+            return Some(bucket);
+        }
+        let path = req.uri().path().trim_start_matches('/');
+        let bucket = path.split('/').next().filter(|b| !b.is_empty())?;
+        Some(
+            percent_encoding::percent_decode_str(bucket)
+                .decode_utf8()
+                .ok()?
+                .into_owned(),
+        )
+    }
+
+    /// A bucket's CORS rules: none when it has no configuration; an error for a bucket that
+    /// does not exist or a store that failed.
+    pub(crate) async fn rules(&self, bucket: &str) -> s3s::S3Result<Vec<cors::CorsRule>> {
+        let input = s3s::dto::GetBucketCorsInput {
+            bucket: bucket.to_string(),
+            expected_bucket_owner: None,
+        };
+        match self
+            .store
+            .get_bucket_cors(cache::internal_request(input))
+            .await
+        {
+            Ok(found) => cors::rules_of(s3s::dto::CORSConfiguration {
+                cors_rules: found.output.cors_rules.unwrap_or_default(),
+            })
+            .or(Ok(Vec::new())),
+            Err(e) if *e.code() == s3s::S3ErrorCode::NoSuchCORSConfiguration => Ok(Vec::new()),
+            Err(e) => Err(e),
+        }
+    }
 }
 
 /// Where an invocation's input object's features come from (OFC §5.1), without asking a
@@ -205,24 +261,37 @@ impl FeatureLookup {
     }
 }
 
-/// The service over `backend`, behind the cache if there is one.
+/// The service over `backend`, behind the cache if there is one, and the `S3` it serves (for
+/// lookups of a bucket's CORS rules).
+type Served = (
+    S3ServiceBuilder,
+    Option<Arc<cache::ObjectCache>>,
+    Arc<dyn S3>,
+);
+
 fn service_over(
-    backend: impl S3,
+    backend: impl S3 + Clone,
     setup: Option<&CacheSetup>,
     limits: Limits,
-) -> Result<(S3ServiceBuilder, Option<Arc<cache::ObjectCache>>), ObjectStoreError> {
+) -> Result<Served, ObjectStoreError> {
     match setup {
         Some(setup) => {
             let mut config = setup.config.clone();
             // What the store refuses, the cache does not take: it goes to the store to be refused.
             config.max_object_bytes = config.max_object_bytes.min(limits.max_object_bytes);
             let cache = cache::ObjectCache::open(setup.dir.clone(), config, Box::new(backend))?;
+            let front = cache::CachedStore::new(cache.clone());
             Ok((
-                S3ServiceBuilder::new(cache::CachedStore::new(cache.clone())),
+                S3ServiceBuilder::new(front.clone()),
                 Some(cache),
+                Arc::new(front),
             ))
         }
-        None => Ok((S3ServiceBuilder::new(backend), None)),
+        None => Ok((
+            S3ServiceBuilder::new(backend.clone()),
+            None,
+            Arc::new(backend),
+        )),
     }
 }
 
@@ -235,7 +304,7 @@ impl ObjectStore {
         let mut local_meta = None;
         let mut direct: Option<Arc<dyn S3>> = None;
         let mut atomic: Option<Arc<dyn AtomicWrites>> = None;
-        let (mut builder, cache) = match &config.backend {
+        let (mut builder, cache, front) = match &config.backend {
             Backend::Local { data_dir } => {
                 let store = local::LocalStore::open(data_dir, config.limits)?;
                 local_meta = Some(store.meta());
@@ -261,6 +330,10 @@ impl ObjectStore {
         builder.set_host(keys::Hosts::new(&config.domains));
         Ok(Self {
             service: builder.build(),
+            cors: Arc::new(CorsLookup {
+                store: front,
+                hosts: keys::Hosts::new(&config.domains),
+            }),
             keys,
             region: config.region,
             features: FeatureLookup {
@@ -311,6 +384,10 @@ impl ObjectStore {
 
     pub(crate) fn service(&self) -> &S3Service {
         &self.service
+    }
+
+    pub(crate) fn cors(&self) -> Arc<CorsLookup> {
+        self.cors.clone()
     }
 }
 

@@ -33,7 +33,19 @@ const MAX_PART_BYTES: u64 = 5 * 1024 * 1024 * 1024;
 
 pub struct RemoteStore {
     proxy: s3s_aws::Proxy,
+    /// The proxy's client, for a clone of the store.
+    client: aws_sdk_s3::Client,
     limits: Limits,
+}
+
+impl Clone for RemoteStore {
+    fn clone(&self) -> Self {
+        Self {
+            proxy: s3s_aws::Proxy::from(self.client.clone()),
+            client: self.client.clone(),
+            limits: self.limits,
+        }
+    }
 }
 
 impl RemoteStore {
@@ -68,8 +80,10 @@ impl RemoteStore {
             // Keys the SDK would refuse (blank ones) go through with their real names.
             .interceptor(KeyLabels)
             .build();
+        let client = aws_sdk_s3::Client::from_conf(sdk);
         Ok(Self {
-            proxy: s3s_aws::Proxy::from(aws_sdk_s3::Client::from_conf(sdk)),
+            proxy: s3s_aws::Proxy::from(client.clone()),
+            client,
             limits,
         })
     }
@@ -202,6 +216,52 @@ fn after_upload<T>(result: S3Result<T>, failure: Option<Failure>) -> S3Result<T>
     }
 }
 
+impl RemoteStore {
+    /// A read's 404 for a key whose newest version is a delete marker, with the
+    /// `x-amz-delete-marker` and `x-amz-version-id` the remote answered it with (aws-sdk-s3
+    /// keeps none of an error's headers, so the marker is looked up: one listing, on 404s only).
+    async fn marked_if_deleted(&self, bucket: String, key: String, e: S3Error) -> S3Error {
+        if e.status_code() != Some(http::StatusCode::NOT_FOUND)
+            && !matches!(e.code().as_str(), "NoSuchKey" | "NotFound")
+        {
+            return e;
+        }
+        let listing = ListObjectVersionsInput {
+            bucket,
+            prefix: Some(key.clone()),
+            max_keys: Some(1),
+            ..Default::default()
+        };
+        let Ok(listed) = self
+            .proxy
+            .list_object_versions(super::cache::internal_request(listing))
+            .await
+        else {
+            return e;
+        };
+        let marker = listed
+            .output
+            .delete_markers
+            .into_iter()
+            .flatten()
+            .find(|m| m.key.as_deref() == Some(key.as_str()) && m.is_latest == Some(true));
+        let Some(version_id) = marker.and_then(|m| m.version_id) else {
+            return e;
+        };
+        let mut headers = http::HeaderMap::new();
+        headers.insert(
+            "x-amz-delete-marker",
+            http::HeaderValue::from_static("true"),
+        );
+        if let Ok(id) = http::HeaderValue::from_str(&version_id) {
+            headers.insert("x-amz-version-id", id);
+        }
+        let mut marked = e;
+        marked.set_headers(headers);
+        marked
+    }
+}
+
 /// The `S3` implementation: the methods written out, then the operations the proxy carries as
 /// they are, and those whose object key goes to the SDK in a form it accepts (see
 /// [`sdk_keys`](super::sdk_keys)). The attribute goes on the expanded impl, where
@@ -295,6 +355,32 @@ remote_s3! {
         after_upload(self.proxy.upload_part(req).await, failure)
     }
 
+    async fn get_object(
+        &self,
+        mut req: S3Request<GetObjectInput>,
+    ) -> S3Result<S3Response<GetObjectOutput>> {
+        let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
+        let plain = req.input.version_id.is_none();
+        to_sdk(&mut req.input.key);
+        match self.proxy.get_object(req).await {
+            Err(e) if plain => Err(self.marked_if_deleted(bucket, key, e).await),
+            answer => answer,
+        }
+    }
+
+    async fn head_object(
+        &self,
+        mut req: S3Request<HeadObjectInput>,
+    ) -> S3Result<S3Response<HeadObjectOutput>> {
+        let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
+        let plain = req.input.version_id.is_none();
+        to_sdk(&mut req.input.key);
+        match self.proxy.head_object(req).await {
+            Err(e) if plain => Err(self.marked_if_deleted(bucket, key, e).await),
+            answer => answer,
+        }
+    }
+
     async fn get_object_attributes(
         &self,
         mut req: S3Request<GetObjectAttributesInput>,
@@ -318,11 +404,12 @@ remote_s3! {
         get_bucket_versioning(GetBucketVersioningInput) -> GetBucketVersioningOutput;
         put_bucket_versioning(PutBucketVersioningInput) -> PutBucketVersioningOutput;
         put_bucket_acl(PutBucketAclInput) -> PutBucketAclOutput;
+        put_bucket_cors(PutBucketCorsInput) -> PutBucketCorsOutput;
+        get_bucket_cors(GetBucketCorsInput) -> GetBucketCorsOutput;
+        delete_bucket_cors(DeleteBucketCorsInput) -> DeleteBucketCorsOutput;
         delete_objects(DeleteObjectsInput) -> DeleteObjectsOutput;
     }
     keyed {
-        get_object(GetObjectInput) -> GetObjectOutput;
-        head_object(HeadObjectInput) -> HeadObjectOutput;
         get_object_acl(GetObjectAclInput) -> GetObjectAclOutput;
         put_object_acl(PutObjectAclInput) -> PutObjectAclOutput;
         delete_object(DeleteObjectInput) -> DeleteObjectOutput;

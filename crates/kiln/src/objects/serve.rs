@@ -190,6 +190,134 @@ fn unquote_attributes_etag(response: &mut http::Response<s3s::Body>) {
     }
 }
 
+/// What a request asks of a bucket's CORS rules: its origin, the method a preflight asks for
+/// (`Access-Control-Request-Method`), the headers it asks for, and the bucket.
+struct CorsAsk {
+    origin: Option<String>,
+    method: String,
+    asked_method: Option<String>,
+    headers: Vec<String>,
+    bucket: Option<String>,
+}
+
+impl CorsAsk {
+    fn of<B>(req: &hyper::Request<B>, lookup: &super::CorsLookup) -> Self {
+        let header = |name: &str| {
+            req.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        Self {
+            origin: header("origin"),
+            method: req.method().as_str().to_string(),
+            asked_method: header("access-control-request-method"),
+            headers: super::cors::requested_headers(
+                header("access-control-request-headers").as_deref(),
+            ),
+            bucket: lookup.bucket_of(req),
+        }
+    }
+}
+
+/// An S3 error answered by kiln itself, serialized by s3s (the caller adds the request's ids).
+fn error_response(
+    status: http::StatusCode,
+    code: &str,
+    message: &str,
+) -> http::Response<s3s::Body> {
+    let mut error = s3s::S3Error::with_message(
+        s3s::S3ErrorCode::from_bytes(code.as_bytes()).unwrap_or(s3s::S3ErrorCode::InternalError),
+        message.to_string(),
+    );
+    error.set_status_code(status);
+    error.to_http_response().unwrap_or_else(|_| {
+        let mut response = http::Response::new(s3s::Body::empty());
+        *response.status_mut() = status;
+        response
+    })
+}
+
+fn add_headers(response: &mut http::Response<s3s::Body>, headers: Vec<(&'static str, String)>) {
+    for (name, value) in headers {
+        if let Ok(value) = http::HeaderValue::from_str(&value) {
+            response.headers_mut().insert(name, value);
+        }
+    }
+}
+
+/// A preflight (`OPTIONS`), answered from the bucket's rules as S3 answers it: 200 with the
+/// `Access-Control-*` headers of the first rule that allows the origin, method and headers,
+/// 403 when none does (or the bucket has no rules), 400 without an origin or a method.
+async fn preflight(ask: &CorsAsk, lookup: &super::CorsLookup) -> http::Response<s3s::Body> {
+    let bad = |message| error_response(http::StatusCode::BAD_REQUEST, "BadRequest", message);
+    let Some(origin) = ask.origin.as_deref() else {
+        return bad("Insufficient information. Origin request header needed.");
+    };
+    let Some(method) = ask.asked_method.as_deref() else {
+        return bad("Invalid Access-Control-Request-Method: null");
+    };
+    let Some(bucket) = ask.bucket.as_deref() else {
+        return bad("A preflight request names a bucket.");
+    };
+    let rules = match lookup.rules(bucket).await {
+        Ok(rules) => rules,
+        Err(e) => {
+            let status = e.status_code().unwrap_or_else(|| {
+                if *e.code() == s3s::S3ErrorCode::NoSuchBucket {
+                    http::StatusCode::NOT_FOUND
+                } else {
+                    http::StatusCode::INTERNAL_SERVER_ERROR
+                }
+            });
+            return error_response(status, e.code().as_str(), e.message().unwrap_or_default());
+        }
+    };
+    let asked = super::cors::Asked {
+        origin,
+        method,
+        headers: &ask.headers,
+    };
+    match super::cors::find(&rules, &asked) {
+        Some(rule) => {
+            let mut response = http::Response::new(s3s::Body::empty());
+            add_headers(
+                &mut response,
+                super::cors::response_headers(rule, &asked, true),
+            );
+            response
+        }
+        None => error_response(
+            http::StatusCode::FORBIDDEN,
+            "AccessForbidden",
+            "CORSResponse: This CORS request is not allowed. This is usually because the evalution of Origin, request method / Access-Control-Request-Method or Access-Control-Request-Headers are not whitelisted by the resource's CORS spec.",
+        ),
+    }
+}
+
+/// The `Access-Control-*` headers on an actual request from an origin a rule allows (for
+/// that rule's method), its errors included, as S3 adds them.
+async fn add_cors_headers(
+    response: &mut http::Response<s3s::Body>,
+    ask: &CorsAsk,
+    lookup: &super::CorsLookup,
+) {
+    let (Some(origin), Some(bucket)) = (ask.origin.as_deref(), ask.bucket.as_deref()) else {
+        return;
+    };
+    let Ok(rules) = lookup.rules(bucket).await else {
+        return;
+    };
+    let asked = super::cors::Asked {
+        origin,
+        method: ask.asked_method.as_deref().unwrap_or(&ask.method),
+        headers: &[],
+    };
+    if let Some(rule) = super::cors::find(&rules, &asked) {
+        add_headers(response, super::cors::response_headers(rule, &asked, false));
+    }
+}
+
 /// A running S3 endpoint. Dropping it stops accepting connections; requests in flight finish.
 pub struct ServeHandle {
     stop: watch::Sender<bool>,
@@ -240,6 +368,7 @@ pub(crate) fn serve_tagged(
     let local_addr = listener.local_addr()?;
     let listener = tokio::net::TcpListener::from_std(listener)?;
     let service = store.service().clone();
+    let cors = store.cors();
     let (stop, mut stopped) = watch::channel(false);
     let task = tokio::spawn(async move {
         let graceful = GracefulShutdown::new();
@@ -259,6 +388,7 @@ pub(crate) fn serve_tagged(
             };
             let _ = tcp.set_nodelay(true);
             let service = service.clone();
+            let cors = cors.clone();
             let scope = scope.clone();
             let slot = slot.clone();
             // The process that holds the connection's other end, once known.
@@ -292,6 +422,10 @@ pub(crate) fn serve_tagged(
                     });
                 }
                 let service = service.clone();
+                let cors = cors.clone();
+                let cors_ask = (req.headers().contains_key(http::header::ORIGIN)
+                    || req.method() == http::Method::OPTIONS)
+                    .then(|| CorsAsk::of(&req, &cors));
                 let expects_continue = req
                     .headers()
                     .get(http::header::EXPECT)
@@ -311,6 +445,20 @@ pub(crate) fn serve_tagged(
                 });
                 futures_util::future::Either::Right(async move {
                     let request_id = request_id();
+                    if req.method() == http::Method::OPTIONS {
+                        let ask = cors_ask.unwrap_or_else(|| CorsAsk::of(&req, &cors));
+                        let mut response = preflight(&ask, &cors).await;
+                        add_request_ids(&mut response, &request_id);
+                        if response.status().as_u16() >= 400 {
+                            complete_error(&mut response, &request_id);
+                        }
+                        return Ok::<_, s3s::HttpError>(response);
+                    }
+                    let req = if posts {
+                        super::post_form::substitute_filename(req).await
+                    } else {
+                        req
+                    };
                     let mut response = service.call(req).await?;
                     // An acknowledged write is in its invocation's ledger (burst offloading's
                     // fallback serves a failed request again only if it wrote nothing).
@@ -327,6 +475,9 @@ pub(crate) fn serve_tagged(
                         complete_error(&mut response, &request_id);
                     } else if attributes {
                         unquote_attributes_etag(&mut response);
+                    }
+                    if let Some(ask) = &cors_ask {
+                        add_cors_headers(&mut response, ask, &cors).await;
                     }
                     if abandoned.load(Ordering::SeqCst) {
                         response.headers_mut().insert(

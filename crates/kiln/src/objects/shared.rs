@@ -127,8 +127,8 @@ pub(crate) fn listed_object(key: String, object: &StoredObject<'_>) -> Object {
     }
 }
 
-/// An object's entry in ListObjectVersions on a bucket without versioning: its one version,
-/// `null`, the latest.
+/// An object's entry in ListObjectVersions as its one version, `null`, the latest (the caller
+/// sets its id and whether it is the latest when it keeps versions).
 pub(crate) fn listed_version(object: Object) -> ObjectVersion {
     ObjectVersion {
         checksum_algorithm: object.checksum_algorithm,
@@ -167,17 +167,7 @@ pub(crate) fn object_attribute_names(names: &[ObjectAttributes]) -> Vec<ObjectAt
         .collect()
 }
 
-/// Refuses a version other than `null`, the one version kiln keeps of an object (S3's answer
-/// on a bucket never versioned).
-pub(crate) fn only_version(version_id: Option<&str>) -> S3Result<()> {
-    match version_id {
-        None | Some("null") => Ok(()),
-        Some(_) => Err(s3_error!(InvalidArgument, "Invalid version id specified")),
-    }
-}
-
-/// The markers of a ListObjectVersions request: a version marker only with a key marker, and
-/// only `null`.
+/// The markers of a ListObjectVersions request: a version marker only with a key marker.
 pub(crate) fn check_version_marker(input: &ListObjectVersionsInput) -> S3Result<()> {
     let marker = input.version_id_marker.as_deref().filter(|m| !m.is_empty());
     if marker.is_some() && input.key_marker.as_deref().is_none_or(str::is_empty) {
@@ -186,7 +176,7 @@ pub(crate) fn check_version_marker(input: &ListObjectVersionsInput) -> S3Result<
             "A version-id marker cannot be specified without a key marker."
         ));
     }
-    only_version(marker)
+    Ok(())
 }
 
 /// A ListMultipartUploads request as S3 reads it: an empty delimiter is absent.

@@ -222,6 +222,10 @@ pub struct ObjectCache {
     last_version: AtomicU64,
     /// Buckets known to exist in the backing store.
     buckets: Mutex<HashSet<String>>,
+    /// Whether each bucket asked about has had its versioning set (asked of the backing store
+    /// once, then kept up to date by PutBucketVersioning through the cache): the cache holds
+    /// nothing of such a bucket, whose versions only the store can number.
+    versioned: Mutex<std::collections::HashMap<String, bool>>,
     /// When each dirty key's oldest version not yet written back was acknowledged (and that
     /// version), for the write-back time: one entry per dirty key.
     acknowledged: Mutex<std::collections::HashMap<ObjectKey, (u64, Instant)>>,
@@ -277,6 +281,7 @@ impl ObjectCache {
             queue,
             last_version: AtomicU64::new(recovered.last_version),
             buckets: Mutex::new(HashSet::new()),
+            versioned: Mutex::default(),
             acknowledged: Mutex::default(),
             costs: Mutex::default(),
             refused: Mutex::default(),
@@ -666,6 +671,45 @@ impl ObjectCache {
         Ok(())
     }
 
+    /// Whether `bucket`'s versioning was ever set (Enabled or Suspended): then every request on
+    /// its objects goes to the backing store, which alone numbers versions. A bucket that does
+    /// not exist is not versioned (the operation's own answer says it does not exist).
+    pub(super) async fn versioned(&self, bucket: &str) -> bool {
+        if let Some(known) = self.versioned.locked().get(bucket) {
+            return *known;
+        }
+        let asked = self
+            .backend
+            .get_bucket_versioning(internal_request(GetBucketVersioningInput {
+                bucket: bucket.to_string(),
+                ..Default::default()
+            }))
+            .await;
+        let versioned = match asked {
+            Ok(answer) => answer.output.status.is_some(),
+            Err(e) if is_not_found(&e) => return false,
+            // The store cannot be asked (it is down): the cache goes on as for a bucket never
+            // versioned, which is what lets it acknowledge writes meanwhile, and asks again
+            // next time. A write it takes for a versioned bucket is numbered by the store when
+            // it is written back; only its answer lacks the id.
+            Err(e) => {
+                tracing::debug!(%bucket, "object cache: bucket versioning not known: {e}");
+                return false;
+            }
+        };
+        self.remember_versioned(bucket, Some(versioned));
+        versioned
+    }
+
+    /// Records (or, with None, forgets) whether `bucket` is versioned.
+    pub(super) fn remember_versioned(&self, bucket: &str, versioned: Option<bool>) {
+        let mut known = self.versioned.locked();
+        match versioned {
+            Some(v) => known.insert(bucket.to_string(), v),
+            None => known.remove(bucket),
+        };
+    }
+
     fn known_bucket(&self, bucket: &str) -> bool {
         self.buckets.locked().contains(bucket)
     }
@@ -681,7 +725,7 @@ impl ObjectCache {
 }
 
 /// A request the cache itself sends to the backing store.
-fn internal_request<T>(input: T) -> S3Request<T> {
+pub(crate) fn internal_request<T>(input: T) -> S3Request<T> {
     S3Request {
         input,
         method: http::Method::GET,

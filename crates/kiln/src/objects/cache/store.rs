@@ -250,6 +250,7 @@ impl CachedStore {
             &input.part_number,
             &input.sse_customer_algorithm,
         ) || unsigned(&req)
+            || cache.versioned(&input.bucket).await
         {
             cache.metrics.bypassed.inc();
             cache.until_clean(&key).await?;
@@ -353,6 +354,7 @@ impl CachedStore {
         let small = length.is_some_and(|n| n >= 0 && n as u64 <= cache.config.max_object_bytes);
         if !cache.admits(function, invocation_admits(&req))
             || !plain_write(&req.input)
+            || cache.versioned(&key.bucket).await
             || !small
             || !cache.entries().could_hold(&key, length.unwrap_or(0) as u64)
         {
@@ -691,6 +693,7 @@ impl S3 for CachedStore {
         self.cache.sync_journal().await?;
         let out = self.cache.backend.delete_bucket(req).await?;
         self.cache.remember_bucket(&bucket, false);
+        self.cache.remember_versioned(&bucket, None);
         self.cache.entries().invalidate_bucket(&bucket);
         self.cache.refresh_gauges();
         Ok(out)
@@ -767,7 +770,8 @@ impl S3 for CachedStore {
             &input.version_id,
             &input.part_number,
             &input.sse_customer_algorithm,
-        ) && !unsigned(&req);
+        ) && !unsigned(&req)
+            && !cache.versioned(&input.bucket).await;
         let hit = if plain {
             cache.entries().get(&key, Instant::now())
         } else {
@@ -820,11 +824,46 @@ impl S3 for CachedStore {
         self.cache.backend.get_bucket_versioning(req).await
     }
 
+    /// Once a bucket is versioned the cache holds none of its objects: its writes are settled
+    /// first, what is held of it is dropped, and every later request on it goes to the store.
     async fn put_bucket_versioning(
         &self,
         req: S3Request<PutBucketVersioningInput>,
     ) -> S3Result<S3Response<PutBucketVersioningOutput>> {
-        self.cache.backend.put_bucket_versioning(req).await
+        let bucket = req.input.bucket.clone();
+        // From here on its writes go to the store, then what the cache acknowledged before
+        // is written back.
+        self.cache.remember_versioned(&bucket, Some(true));
+        self.cache.until_bucket_settled(&bucket).await?;
+        self.cache.sync_journal().await?;
+        let answer = self.cache.backend.put_bucket_versioning(req).await;
+        if answer.is_err() {
+            self.cache.remember_versioned(&bucket, None);
+        }
+        self.cache.entries().invalidate_bucket(&bucket);
+        self.cache.refresh_gauges();
+        answer
+    }
+
+    async fn put_bucket_cors(
+        &self,
+        req: S3Request<PutBucketCorsInput>,
+    ) -> S3Result<S3Response<PutBucketCorsOutput>> {
+        self.cache.backend.put_bucket_cors(req).await
+    }
+
+    async fn get_bucket_cors(
+        &self,
+        req: S3Request<GetBucketCorsInput>,
+    ) -> S3Result<S3Response<GetBucketCorsOutput>> {
+        self.cache.backend.get_bucket_cors(req).await
+    }
+
+    async fn delete_bucket_cors(
+        &self,
+        req: S3Request<DeleteBucketCorsInput>,
+    ) -> S3Result<S3Response<DeleteBucketCorsOutput>> {
+        self.cache.backend.delete_bucket_cors(req).await
     }
 
     async fn get_bucket_acl(

@@ -5,9 +5,9 @@
 use s3s::dto::*;
 use s3s::{s3_error, S3Error, S3Request, S3Response, S3Result};
 
-use super::{blocking, found, write_error, LocalStore};
+use super::{blocking, check_version_id, lookup, write_error, LocalStore};
 use crate::objects::acl::{self, from_policy, Anonymous};
-use crate::objects::shared::{internal, only_version, owner};
+use crate::objects::shared::{internal, owner};
 
 /// Whether a request came without credentials (let through to read what is public).
 pub(super) fn is_anonymous<T>(req: &S3Request<T>) -> bool {
@@ -82,10 +82,9 @@ impl LocalStore {
         req: S3Request<GetObjectAclInput>,
     ) -> S3Result<S3Response<GetObjectAclOutput>> {
         let input = req.input;
-        only_version(input.version_id.as_deref())?;
         let meta = self.meta.clone();
-        let (bucket, key) = (input.bucket, input.key);
-        let row = blocking(move || found(meta.object(&bucket, &key))).await?;
+        let (bucket, key, version) = (input.bucket, input.key, input.version_id);
+        let row = blocking(move || lookup(&meta, &bucket, &key, version.as_deref())).await?;
         Ok(S3Response::new(GetObjectAclOutput {
             grants: Some(acl::grants(row.attrs.acl.as_deref())),
             owner: Some(owner()),
@@ -98,12 +97,12 @@ impl LocalStore {
         req: S3Request<PutObjectAclInput>,
     ) -> S3Result<S3Response<PutObjectAclOutput>> {
         let input = req.input;
-        only_version(input.version_id.as_deref())?;
+        check_version_id(input.version_id.as_deref())?;
         let acl = acl_to_set!(input)?;
         let meta = self.meta.clone();
-        let (bucket, key) = (input.bucket, input.key);
+        let (bucket, key, version) = (input.bucket, input.key, input.version_id);
         blocking(move || {
-            meta.set_object_acl(&bucket, &key, acl.as_deref())
+            meta.set_object_acl(&bucket, &key, version.as_deref(), acl.as_deref())
                 .map_err(write_error)
         })
         .await?;

@@ -5,9 +5,9 @@ use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
 
 use super::meta::{ObjectRow, StoredPart};
-use super::{blocking, found, LocalStore};
+use super::{blocking, lookup, read_version, LocalStore};
 use crate::objects::shared::{
-    checksum_type, class_name, object_attribute_names, only_version, set_checksums, timestamp,
+    checksum_type, class_name, object_attribute_names, set_checksums, timestamp,
 };
 
 /// The most parts GetObjectAttributes lists at once.
@@ -94,11 +94,15 @@ impl LocalStore {
         req: S3Request<GetObjectAttributesInput>,
     ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
         let input = req.input;
-        only_version(input.version_id.as_deref())?;
         let wanted = Wanted::of(&input.object_attributes)?;
         let meta = self.meta.clone();
-        let (bucket, key) = (input.bucket, input.key);
-        let row = blocking(move || found(meta.object(&bucket, &key))).await?;
+        let (bucket, key, version) = (input.bucket, input.key, input.version_id);
+        let (row, version) = blocking(move || {
+            let row = lookup(&meta, &bucket, &key, version.as_deref())?;
+            let shown = read_version(&meta, &bucket, &row)?;
+            Ok((row, shown))
+        })
+        .await?;
         let has_checksum = row.checksums.algorithms().next().is_some();
         let checksum = (wanted.checksum && has_checksum).then(|| {
             let mut checksum = Checksum {
@@ -119,6 +123,7 @@ impl LocalStore {
                 .then(|| StorageClass::from(class_name(&row.attrs).to_string())),
             object_size: wanted.size.then_some(row.size as i64),
             last_modified: Some(timestamp(row.modified_ms)),
+            version_id: version,
             ..Default::default()
         }))
     }

@@ -9,9 +9,8 @@ use super::{blocking, LocalStore};
 use crate::objects::acl::requested_acl;
 use crate::objects::listing::{self, successor, url_encode, Cursor, ListRequest, Page};
 use crate::objects::shared::{
-    check_version_marker, class_name, encodes_url, internal, listed_object, listed_version,
-    max_keys, now_ms, owner, owners_if_fetched, read_list_uploads, read_list_v1, read_list_v2,
-    read_list_versions, timestamp,
+    class_name, encodes_url, internal, listed_object, max_keys, now_ms, owner, owners_if_fetched,
+    read_list_uploads, read_list_v1, read_list_v2, timestamp,
 };
 use crate::objects::upload_list::{list_uploads, UploadsRequest};
 
@@ -40,8 +39,7 @@ impl LocalStore {
         }))
     }
 
-    /// GetBucketVersioning: no status for a bucket never versioned, else `Suspended` (kiln
-    /// keeps one version of each object, so a bucket cannot be `Enabled`).
+    /// GetBucketVersioning: no status for a bucket never versioned, else the last one set.
     pub(super) async fn get_bucket_versioning_op(
         &self,
         req: S3Request<GetBucketVersioningInput>,
@@ -60,27 +58,28 @@ impl LocalStore {
         }))
     }
 
-    /// PutBucketVersioning: `Suspended` is what kiln's buckets are, and is recorded; enabling
-    /// versioning or MFA delete is refused.
+    /// PutBucketVersioning: `Enabled` or `Suspended` (a bucket once versioned is never
+    /// unversioned again, as on S3); MFA delete is refused.
     pub(super) async fn put_bucket_versioning_op(
         &self,
         req: S3Request<PutBucketVersioningInput>,
     ) -> S3Result<S3Response<PutBucketVersioningOutput>> {
         let input = req.input;
         let config = input.versioning_configuration;
-        if config.mfa_delete.is_some() || input.mfa.is_some() {
+        if input.mfa.is_some()
+            || config
+                .mfa_delete
+                .as_ref()
+                .is_some_and(|m| m.as_str() == MFADelete::ENABLED)
+        {
             return Err(s3_error!(
                 NotImplemented,
-                "kiln does not keep object versions, so it has no MFA delete"
+                "kiln has no MFA devices, so it has no MFA delete"
             ));
         }
-        match config.status.as_ref().map(|s| s.as_str()) {
-            Some(BucketVersioningStatus::SUSPENDED) => {}
-            Some(BucketVersioningStatus::ENABLED) => {
-                return Err(s3_error!(
-                    NotImplemented,
-                    "kiln keeps one version of each object: bucket versioning cannot be enabled"
-                ))
+        let status = match config.status.as_ref().map(|s| s.as_str()) {
+            Some(s @ (BucketVersioningStatus::SUSPENDED | BucketVersioningStatus::ENABLED)) => {
+                s.to_string()
             }
             _ => {
                 return Err(s3_error!(
@@ -88,11 +87,11 @@ impl LocalStore {
                     "The versioning status must be Enabled or Suspended"
                 ))
             }
-        }
+        };
         let meta = self.meta.clone();
         let bucket = input.bucket;
         let exists = blocking(move || {
-            meta.set_bucket_versioning(&bucket, BucketVersioningStatus::SUSPENDED)
+            meta.set_bucket_versioning(&bucket, &status)
                 .map_err(|e| internal("metadata", e))
         })
         .await?;
@@ -274,56 +273,6 @@ impl LocalStore {
         }))
     }
 
-    /// ListObjectVersions: kiln's buckets are unversioned, so each object is listed as its
-    /// one version, `null`; `key-marker` starts the listing after that key.
-    pub(super) async fn list_object_versions_op(
-        &self,
-        req: S3Request<ListObjectVersionsInput>,
-    ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
-        let anonymous = is_anonymous(&req);
-        let mut input = req.input;
-        read_list_versions(&mut input);
-        check_version_marker(&input)?;
-        let prefix = input.prefix.clone().unwrap_or_default();
-        let max_keys = max_keys(input.max_keys)?;
-        let url = encodes_url(input.encoding_type.as_ref())?;
-        let page = self
-            .list_page(
-                input.bucket.clone(),
-                ListRequest {
-                    start: Cursor::start(&prefix, input.key_marker.as_deref()),
-                    prefix,
-                    delimiter: input.delimiter.clone(),
-                    max_keys: max_keys as usize,
-                },
-                anonymous,
-            )
-            .await?;
-        let encode = |s: String| if url { url_encode(&s) } else { s };
-        let truncated = page.next.is_some();
-        let last_is_key = page.objects.last().map(|o| &o.key) == page.last.as_ref();
-        Ok(S3Response::new(ListObjectVersionsOutput {
-            name: Some(input.bucket),
-            prefix: input.prefix.map(encode),
-            delimiter: input.delimiter.map(encode),
-            key_marker: Some(input.key_marker.map(encode).unwrap_or_default()),
-            version_id_marker: Some(input.version_id_marker.unwrap_or_default()),
-            next_key_marker: truncated.then_some(page.last).flatten().map(encode),
-            next_version_id_marker: (truncated && last_is_key).then(|| "null".to_string()),
-            max_keys: Some(max_keys),
-            is_truncated: Some(truncated),
-            encoding_type: input.encoding_type,
-            versions: Some(
-                page.objects
-                    .into_iter()
-                    .map(|row| listed_version(object_entry(row, encode)))
-                    .collect(),
-            ),
-            common_prefixes: Some(common_prefix_list(page.common_prefixes, encode)),
-            ..Default::default()
-        }))
-    }
-
     pub(super) async fn list_multipart_uploads_op(
         &self,
         req: S3Request<ListMultipartUploadsInput>,
@@ -454,7 +403,7 @@ fn upload_entry(row: UploadRow, encode: impl Fn(String) -> String) -> MultipartU
     }
 }
 
-fn common_prefix_list(
+pub(super) fn common_prefix_list(
     prefixes: Vec<String>,
     encode: impl Fn(String) -> String,
 ) -> CommonPrefixList {
@@ -466,6 +415,6 @@ fn common_prefix_list(
         .collect()
 }
 
-fn object_entry(row: ObjectRow, encode: impl Fn(String) -> String) -> Object {
+pub(super) fn object_entry(row: ObjectRow, encode: impl Fn(String) -> String) -> Object {
     listed_object(encode(row.key.clone()), &row.stored())
 }

@@ -9,9 +9,10 @@ use s3s::dto::*;
 use s3s::{s3_error, S3ErrorCode, S3Request, S3Response, S3Result};
 
 use super::files::Written;
+use super::meta::versions::NULL_VERSION;
 use super::meta::{CompletedUpload, ObjectRow, PartRow, StoredPart, UploadRow};
 use super::multipart::{invalid_part, no_such_upload, output_type, MAX_PART_NUMBER};
-use super::{blocking, write_error, LocalStore};
+use super::{blocking, write_error, written_version, LocalStore};
 use crate::objects::checksum::{
     bad_digest, composite, multipart_etag, BodyHasher, ChecksumKind, Checksums,
 };
@@ -177,6 +178,7 @@ fn completed_row(
                 })
                 .collect(),
         ),
+        version_id: NULL_VERSION.into(),
     };
     let completed = CompletedUpload {
         parts: chosen.iter().map(|p| (p.number, p.etag.clone())).collect(),
@@ -241,12 +243,9 @@ impl LocalStore {
             .commit_completed(&upload, row, completed, condition)
             .await?;
         self.learn_media(upload.bucket.clone(), &row);
-        Ok(completed_output(
-            upload.bucket,
-            upload.key,
-            &row.etag,
-            &row.checksums,
-        ))
+        let mut output = completed_output(upload.bucket, upload.key, &row.etag, &row.checksums);
+        output.output.version_id = written_version(&row.version_id);
+        Ok(output)
     }
 
     /// An upload's parts, by number.
@@ -297,9 +296,12 @@ impl LocalStore {
                 return Err(internal("publishing a multipart object", e));
             }
             match meta.complete_upload(&upload_id, &bucket, &row, &completed, &condition) {
-                Ok((replaced, parts)) => {
-                    files.remove(&replaced.into_iter().chain(parts).collect::<Vec<_>>());
-                    Ok(row)
+                Ok((committed, parts)) => {
+                    files.remove(&committed.freed.into_iter().chain(parts).collect::<Vec<_>>());
+                    Ok(ObjectRow {
+                        version_id: committed.version_id,
+                        ..row
+                    })
                 }
                 Err(e) => {
                     files.remove(std::slice::from_ref(&row.file_id));

@@ -9,10 +9,12 @@ mod attributes;
 mod batch;
 mod buckets;
 mod completion;
+mod cors;
 mod files;
 pub(crate) mod meta;
 mod multipart;
 mod objects;
+mod versions;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -106,14 +108,86 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| internal("blocking task", e))?
 }
 
-/// The object a lookup found, or S3's error for what it did not.
+/// The object a lookup found, or S3's error for what it did not. A delete marker is 404
+/// NoSuchKey when it is the key's newest version, 405 MethodNotAllowed when it was asked for
+/// by id; both say so in `x-amz-delete-marker` and name it in `x-amz-version-id`.
 fn found(lookup: Result<Lookup, MetaError>) -> S3Result<ObjectRow> {
     match lookup {
         Ok(Lookup::Found(row)) => Ok(*row),
         Ok(Lookup::NoSuchKey) => Err(s3_error!(NoSuchKey)),
         Ok(Lookup::NoSuchBucket) => Err(s3_error!(NoSuchBucket)),
+        Ok(Lookup::NoSuchVersion) => Err(s3_error!(
+            NoSuchVersion,
+            "The specified version does not exist."
+        )),
+        Ok(Lookup::DeleteMarker { version_id, .. }) => Err(delete_marker_error(&version_id)),
         Err(e) => Err(internal("metadata", e)),
     }
+}
+
+/// S3's answer to a read that found a delete marker.
+fn delete_marker_error(version_id: &str) -> S3Error {
+    let mut headers = http::HeaderMap::new();
+    headers.insert(
+        "x-amz-delete-marker",
+        http::HeaderValue::from_static("true"),
+    );
+    if let Ok(id) = http::HeaderValue::from_str(version_id) {
+        headers.insert("x-amz-version-id", id);
+    }
+    let mut error = s3_error!(NoSuchKey);
+    error.set_headers(headers);
+    error
+}
+
+/// An object or one version of it: the current object unless `version` names one.
+fn lookup(meta: &Meta, bucket: &str, key: &str, version: Option<&str>) -> S3Result<ObjectRow> {
+    match version {
+        None => found(meta.object(bucket, key)),
+        Some(id) => {
+            check_version_id(Some(id))?;
+            found(meta.object_version(bucket, key, id)).map_err(|mut e| {
+                if e.headers()
+                    .is_some_and(|h| h.contains_key("x-amz-delete-marker"))
+                {
+                    e.set_code(s3s::S3ErrorCode::MethodNotAllowed);
+                    e.set_message("The specified method is not allowed against this resource.");
+                    e.set_status_code(http::StatusCode::METHOD_NOT_ALLOWED);
+                }
+                e
+            })
+        }
+    }
+}
+
+/// Refuses what cannot be a version id, as S3 does.
+fn check_version_id(id: Option<&str>) -> S3Result<()> {
+    match id {
+        Some(id) if !meta::versions::is_version_id(id) => {
+            Err(s3_error!(InvalidArgument, "Invalid version id specified"))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The version id a write answers: its own, but none for a `null` version (as S3 answers a
+/// write to a bucket without versioning).
+fn written_version(id: &str) -> Option<String> {
+    (id != meta::versions::NULL_VERSION).then(|| id.to_string())
+}
+
+/// The version id a read answers: the object's, and `null` only in a bucket whose versioning
+/// was ever set.
+fn read_version(meta: &Meta, bucket: &str, row: &ObjectRow) -> S3Result<Option<String>> {
+    if row.version_id != meta::versions::NULL_VERSION {
+        return Ok(Some(row.version_id.clone()));
+    }
+    let status = meta
+        .versioning(bucket)
+        .map_err(|e| internal("metadata", e))?;
+    Ok(status
+        .filter(|s| *s != meta::versions::Versioning::Unversioned)
+        .map(|_| row.version_id.clone()))
 }
 
 fn write_error(e: WriteError) -> S3Error {
@@ -121,6 +195,9 @@ fn write_error(e: WriteError) -> S3Error {
         WriteError::NoSuchBucket => s3_error!(NoSuchBucket),
         WriteError::NoSuchKey => s3_error!(NoSuchKey),
         WriteError::NoSuchUpload => s3_error!(NoSuchUpload),
+        WriteError::NoSuchVersion => {
+            s3_error!(NoSuchVersion, "The specified version does not exist.")
+        }
         WriteError::PreconditionFailed => s3_error!(
             PreconditionFailed,
             "At least one of the pre-conditions you specified did not hold"
@@ -270,6 +347,27 @@ impl S3 for LocalStore {
         req: S3Request<PutBucketVersioningInput>,
     ) -> S3Result<S3Response<PutBucketVersioningOutput>> {
         self.put_bucket_versioning_op(req).await
+    }
+
+    async fn put_bucket_cors(
+        &self,
+        req: S3Request<PutBucketCorsInput>,
+    ) -> S3Result<S3Response<PutBucketCorsOutput>> {
+        self.put_bucket_cors_op(req).await
+    }
+
+    async fn get_bucket_cors(
+        &self,
+        req: S3Request<GetBucketCorsInput>,
+    ) -> S3Result<S3Response<GetBucketCorsOutput>> {
+        self.get_bucket_cors_op(req).await
+    }
+
+    async fn delete_bucket_cors(
+        &self,
+        req: S3Request<DeleteBucketCorsInput>,
+    ) -> S3Result<S3Response<DeleteBucketCorsOutput>> {
+        self.delete_bucket_cors_op(req).await
     }
 
     async fn get_bucket_acl(

@@ -11,7 +11,7 @@ use s3s::dto::*;
 use s3s::{s3_error, S3Error, S3Request, S3Response, S3Result};
 
 use super::meta::{PartRow, UploadRow};
-use super::{blocking, found, write_error, LocalStore, UploadBody};
+use super::{blocking, check_version_id, lookup, write_error, LocalStore, UploadBody};
 use crate::objects::acl::requested_acl;
 use crate::objects::checksum::{hex, Algorithm, BodyHasher, ChecksumKind};
 use crate::objects::conditions::{ReadConditions, Verdict};
@@ -249,12 +249,16 @@ impl LocalStore {
         let upload = self
             .upload_row(&input.upload_id, &input.bucket, &input.key)
             .await?;
-        let (source_bucket, source_key) = match input.copy_source {
+        let (source_bucket, source_key, source_version) = match input.copy_source {
             CopySource::Bucket {
                 bucket,
                 key,
-                version_id: None,
-            } => (bucket.to_string(), key.to_string()),
+                version_id,
+            } => (
+                bucket.to_string(),
+                key.to_string(),
+                version_id.as_deref().map(str::to_string),
+            ),
             _ => {
                 return Err(s3_error!(
                     NotImplemented,
@@ -268,12 +272,18 @@ impl LocalStore {
             if_modified_since: input.copy_source_if_modified_since,
             if_unmodified_since: input.copy_source_if_unmodified_since,
         };
+        check_version_id(source_version.as_deref())?;
         let range = input.copy_source_range.clone();
         let algorithms: Vec<Algorithm> = upload.algorithm.into_iter().collect();
         let (meta, files) = (self.meta.clone(), self.files.clone());
         let written = blocking(move || {
             for _ in 0..5 {
-                let source = found(meta.object(&source_bucket, &source_key))?;
+                let source = lookup(
+                    &meta,
+                    &source_bucket,
+                    &source_key,
+                    source_version.as_deref(),
+                )?;
                 if conditions.evaluate(&source.etag, source.modified_ms) != Verdict::Proceed {
                     return Err(s3_error!(PreconditionFailed));
                 }

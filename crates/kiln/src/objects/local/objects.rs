@@ -8,8 +8,12 @@ use s3s::{s3_error, S3Request, S3Response, S3Result};
 
 use super::acls::{check_anonymous, hide_from_anonymous, is_anonymous};
 use super::files::{read_all, stream_file};
+use super::meta::versions::NULL_VERSION;
 use super::meta::{ObjectAttrs, ObjectRow};
-use super::{blocking, found, write_error, LocalStore, UploadBody};
+use super::{
+    blocking, check_version_id, lookup, read_version, write_error, written_version, LocalStore,
+    UploadBody,
+};
 use crate::objects::acl::requested_acl;
 use crate::objects::checksum::{hex, ChecksumKind};
 use crate::objects::conditions::{
@@ -17,8 +21,8 @@ use crate::objects::conditions::{
 };
 use crate::objects::shared::{
     check_length, check_self_copy, check_storage_class, checksum_type, content_length, declared,
-    internal, now_ms, object_attrs, only_version, read_output, replaces_metadata, set_checksums,
-    stored_class, timestamp, wants_checksums,
+    internal, now_ms, object_attrs, read_output, replaces_metadata, set_checksums, stored_class,
+    timestamp, wants_checksums,
 };
 use crate::objects::spans::{Covered, Read};
 
@@ -40,6 +44,8 @@ enum Content {
 
 struct Fetched {
     row: ObjectRow,
+    /// The version id the answer names.
+    version: Option<String>,
     covered: Covered,
     content: Option<Content>,
 }
@@ -96,6 +102,7 @@ impl LocalStore {
         self.learn_media(bucket, &row);
         let mut output = PutObjectOutput {
             e_tag: Some(etag(&row.etag)),
+            version_id: written_version(&row.version_id),
             size: Some(row.size as i64),
             checksum_type: checksum_type(&row.checksums),
             ..Default::default()
@@ -164,6 +171,7 @@ impl LocalStore {
             checksums,
             parts: None,
             part_list: None,
+            version_id: NULL_VERSION.into(),
         };
         Ok((bucket, row, condition))
     }
@@ -197,9 +205,12 @@ impl LocalStore {
                 return Err(internal("publishing an object file", e));
             }
             match meta.put_object(&bucket, &row, &condition) {
-                Ok(replaced) => {
-                    files.remove(&replaced.into_iter().collect::<Vec<_>>());
-                    Ok(row)
+                Ok(committed) => {
+                    files.remove(&committed.freed);
+                    Ok(ObjectRow {
+                        version_id: committed.version_id,
+                        ..row
+                    })
                 }
                 Err(e) => {
                     files.remove(std::slice::from_ref(&row.file_id));
@@ -212,10 +223,12 @@ impl LocalStore {
 
     /// Looks an object up, applies its preconditions, finds the bytes the read covers, and
     /// opens its contents; for an unsigned request (`anonymous`), only a `public-read` object.
+    #[allow(clippy::too_many_arguments)]
     async fn fetch(
         &self,
         bucket: String,
         key: String,
+        version: Option<String>,
         conditions: ReadConditions,
         read: Read,
         with_body: bool,
@@ -224,9 +237,10 @@ impl LocalStore {
         let (meta, files) = (self.meta.clone(), self.files.clone());
         blocking(move || {
             for _ in 0..READ_ATTEMPTS {
-                let row = found(meta.object(&bucket, &key))
+                let row = lookup(&meta, &bucket, &key, version.as_deref())
                     .map_err(|e| hide_from_anonymous(anonymous, e))?;
                 check_anonymous(anonymous, row.attrs.acl.as_deref())?;
+                let shown = read_version(&meta, &bucket, &row)?;
                 match conditions.evaluate(&row.etag, row.modified_ms) {
                     Verdict::Proceed => {}
                     Verdict::NotModified => return Err(not_modified(&row.etag, row.modified_ms)),
@@ -236,6 +250,7 @@ impl LocalStore {
                 if !with_body {
                     return Ok(Fetched {
                         row,
+                        version: shown,
                         covered,
                         content: None,
                     });
@@ -258,6 +273,7 @@ impl LocalStore {
                 };
                 return Ok(Fetched {
                     row,
+                    version: shown,
                     covered,
                     content: Some(content),
                 });
@@ -276,7 +292,7 @@ impl LocalStore {
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let anonymous = is_anonymous(&req);
         let input = req.input;
-        only_version(input.version_id.as_deref())?;
+        check_version_id(input.version_id.as_deref())?;
         let read = Read::of(input.range, input.part_number)?;
         let conditions = ReadConditions {
             if_match: input.if_match,
@@ -286,12 +302,14 @@ impl LocalStore {
         };
         let Fetched {
             row,
+            version,
             covered,
             content,
         } = self
             .fetch(
                 input.bucket,
                 input.key,
+                input.version_id,
                 conditions,
                 read.clone(),
                 true,
@@ -308,6 +326,7 @@ impl LocalStore {
         let wants = wants_checksums(input.checksum_mode.as_ref());
         let mut output = read_output!(GetObjectOutput, &row.stored(), &covered, wants);
         output.body = Some(body);
+        output.version_id = version;
         output.parts_count = parts_count(&row, &read);
         part_checksums!(output, &row, &read, wants);
         Ok(S3Response::new(output))
@@ -319,7 +338,7 @@ impl LocalStore {
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         let anonymous = is_anonymous(&req);
         let input = req.input;
-        only_version(input.version_id.as_deref())?;
+        check_version_id(input.version_id.as_deref())?;
         let read = Read::of(input.range, input.part_number)?;
         let conditions = ReadConditions {
             if_match: input.if_match,
@@ -327,10 +346,16 @@ impl LocalStore {
             if_modified_since: input.if_modified_since,
             if_unmodified_since: input.if_unmodified_since,
         };
-        let Fetched { row, covered, .. } = self
+        let Fetched {
+            row,
+            version,
+            covered,
+            ..
+        } = self
             .fetch(
                 input.bucket,
                 input.key,
+                input.version_id,
                 conditions,
                 read.clone(),
                 false,
@@ -339,6 +364,7 @@ impl LocalStore {
             .await?;
         let wants = wants_checksums(input.checksum_mode.as_ref());
         let mut output = read_output!(HeadObjectOutput, &row.stored(), &covered, wants);
+        output.version_id = version;
         output.parts_count = parts_count(&row, &read);
         part_checksums!(output, &row, &read, wants);
         Ok(S3Response::new(output))
@@ -349,19 +375,28 @@ impl LocalStore {
         req: S3Request<DeleteObjectInput>,
     ) -> S3Result<S3Response<DeleteObjectOutput>> {
         let input = req.input;
-        only_version(input.version_id.as_deref())?;
+        check_version_id(input.version_id.as_deref())?;
         let condition = WriteCondition::from_headers(input.if_match.as_ref(), None)
             .map_err(|m| s3_error!(InvalidRequest, "{m}"))?;
         let (meta, files) = (self.meta.clone(), self.files.clone());
-        blocking(move || {
-            let file = meta
-                .delete_object(&input.bucket, &input.key, &condition)
+        let deleted = blocking(move || {
+            let deleted = meta
+                .delete_object(
+                    &input.bucket,
+                    &input.key,
+                    input.version_id.as_deref(),
+                    &condition,
+                )
                 .map_err(write_error)?;
-            files.remove(&file.into_iter().collect::<Vec<_>>());
-            Ok(())
+            files.remove(&deleted.freed);
+            Ok(deleted)
         })
         .await?;
-        Ok(S3Response::new(DeleteObjectOutput::default()))
+        Ok(S3Response::new(DeleteObjectOutput {
+            delete_marker: deleted.marker.then_some(true),
+            version_id: deleted.version_id,
+            ..Default::default()
+        }))
     }
 
     pub(super) async fn delete_objects_op(
@@ -370,8 +405,13 @@ impl LocalStore {
     ) -> S3Result<S3Response<DeleteObjectsOutput>> {
         let input = req.input;
         let quiet = input.delete.quiet.unwrap_or(false);
-        let keys: Vec<String> = input.delete.objects.into_iter().map(|o| o.key).collect();
-        if keys.len() > MAX_DELETE_KEYS {
+        let objects: Vec<(String, Option<String>)> = input
+            .delete
+            .objects
+            .into_iter()
+            .map(|o| (o.key, o.version_id))
+            .collect();
+        if objects.len() > MAX_DELETE_KEYS {
             return Err(s3_error!(
                 MalformedXML,
                 "A DeleteObjects request may name at most {MAX_DELETE_KEYS} keys"
@@ -383,22 +423,28 @@ impl LocalStore {
         let (deleted, errors) = blocking(move || {
             let mut deleted = Vec::new();
             let mut errors = Vec::new();
-            for key in keys {
-                match meta.delete_object(&bucket, &key, &WriteCondition::Always) {
-                    Ok(file) => {
-                        files.remove(&file.into_iter().collect::<Vec<_>>());
+            for (key, version) in objects {
+                let result = check_version_id(version.as_deref()).and_then(|()| {
+                    meta.delete_object(&bucket, &key, version.as_deref(), &WriteCondition::Always)
+                        .map_err(write_error)
+                });
+                match result {
+                    Ok(done) => {
+                        files.remove(&done.freed);
+                        let marker_id = done.marker.then(|| done.version_id.clone()).flatten();
                         deleted.push(DeletedObject {
                             key: Some(key),
-                            ..Default::default()
+                            version_id: version,
+                            delete_marker: done.marker.then_some(true),
+                            delete_marker_version_id: marker_id,
                         });
                     }
                     Err(e) => {
-                        let e = write_error(e);
                         errors.push(Error {
                             code: Some(e.code().as_str().to_string()),
                             message: e.message().map(str::to_string),
                             key: Some(key),
-                            version_id: None,
+                            version_id: version,
                         });
                     }
                 }
@@ -418,18 +464,16 @@ impl LocalStore {
         req: S3Request<CopyObjectInput>,
     ) -> S3Result<S3Response<CopyObjectOutput>> {
         let input = req.input;
-        let (source_bucket, source_key) = match &input.copy_source {
+        let (source_bucket, source_key, source_version) = match &input.copy_source {
             CopySource::Bucket {
                 bucket,
                 key,
-                version_id: None,
-            } => (bucket.to_string(), key.to_string()),
-            CopySource::Bucket { .. } => {
-                return Err(s3_error!(
-                    NotImplemented,
-                    "Object versions are not supported"
-                ))
-            }
+                version_id,
+            } => (
+                bucket.to_string(),
+                key.to_string(),
+                version_id.as_deref().map(str::to_string),
+            ),
             _ => {
                 return Err(s3_error!(
                     NotImplemented,
@@ -440,9 +484,10 @@ impl LocalStore {
         check_storage_class(input.storage_class.as_ref())?;
         // Neither the class nor the ACL is copied: the copy has the request's.
         let acl = requested_acl!(input)?;
+        check_version_id(source_version.as_deref())?;
         check_self_copy(
             &input,
-            source_bucket == input.bucket && source_key == input.key,
+            source_bucket == input.bucket && source_key == input.key && source_version.is_none(),
         )?;
         let replace = replaces_metadata(input.metadata_directive.as_ref());
         let class = stored_class(input.storage_class.as_ref().map(|c| c.as_str()));
@@ -456,9 +501,10 @@ impl LocalStore {
         let (meta, files) = (self.meta.clone(), self.files.clone());
         let (bucket, key) = (input.bucket, input.key);
         let destination = bucket.clone();
-        let row = blocking(move || {
+        let (row, source_version) = blocking(move || {
             for _ in 0..READ_ATTEMPTS {
-                let source = found(meta.object(&source_bucket, &source_key))?;
+                let source = copy_source(&meta, &source_bucket, &source_key, source_version.as_deref())?;
+                let source_version = read_version(&meta, &source_bucket, &source)?;
                 if conditions.evaluate(&source.etag, source.modified_ms) != Verdict::Proceed {
                     return Err(precondition_failed());
                 }
@@ -485,9 +531,13 @@ impl LocalStore {
                     ..source
                 };
                 return match meta.put_object(&bucket, &row, &WriteCondition::Always) {
-                    Ok(replaced) => {
-                        files.remove(&replaced.into_iter().collect::<Vec<_>>());
-                        Ok(row)
+                    Ok(committed) => {
+                        files.remove(&committed.freed);
+                        let row = ObjectRow {
+                            version_id: committed.version_id,
+                            ..row
+                        };
+                        Ok((row, source_version))
                     }
                     Err(e) => {
                         files.remove(std::slice::from_ref(&row.file_id));
@@ -508,7 +558,29 @@ impl LocalStore {
         set_checksums!(result, &row.checksums);
         Ok(S3Response::new(CopyObjectOutput {
             copy_object_result: Some(result),
+            version_id: written_version(&row.version_id),
+            copy_source_version_id: source_version,
             ..Default::default()
         }))
     }
+}
+
+/// A copy's source: its current object or the version named; a delete marker named by its id
+/// cannot be copied (S3's InvalidRequest).
+fn copy_source(
+    meta: &super::meta::Meta,
+    bucket: &str,
+    key: &str,
+    version: Option<&str>,
+) -> S3Result<ObjectRow> {
+    lookup(meta, bucket, key, version).map_err(|e| {
+        if *e.code() == s3s::S3ErrorCode::MethodNotAllowed {
+            s3_error!(
+                InvalidRequest,
+                "The source of a copy request may not specifically refer to a delete marker by version id."
+            )
+        } else {
+            e
+        }
+    })
 }

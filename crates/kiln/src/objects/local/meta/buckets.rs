@@ -59,34 +59,73 @@ impl Meta {
         Ok(changed == 1)
     }
 
-    /// Sets an object's canned ACL, kept with its attributes.
+    /// A bucket's CORS rules (JSON): None if there is no such bucket, Some(None) if it has
+    /// none.
+    pub fn bucket_cors(&self, name: &str) -> Result<Option<Option<String>>, MetaError> {
+        Ok(self
+            .db()
+            .prepare_cached("SELECT cors FROM buckets WHERE name = ?1")?
+            .query_row([name], |r| r.get(0))
+            .optional()?)
+    }
+
+    /// Sets (or, with None, deletes) a bucket's CORS rules; false if there is no such bucket.
+    pub fn set_bucket_cors(&self, name: &str, rules: Option<&str>) -> Result<bool, MetaError> {
+        let changed = self.db().execute(
+            "UPDATE buckets SET cors = ?2 WHERE name = ?1",
+            params![name, rules],
+        )?;
+        Ok(changed == 1)
+    }
+
+    /// Sets an object's canned ACL, kept with its attributes: the current object's, or that of
+    /// the version named.
     pub fn set_object_acl(
         &self,
         bucket: &str,
         key: &str,
+        version: Option<&str>,
         acl: Option<&str>,
     ) -> Result<(), WriteError> {
         let mut db = self.db();
         let tx = db.transaction()?;
-        let attrs: Option<String> = tx
+        let mut found: Option<(&str, String)> = tx
             .query_row(
-                "SELECT attrs FROM objects WHERE bucket = ?1 AND key = ?2",
-                params![bucket, key],
+                "SELECT attrs FROM objects WHERE bucket = ?1 AND key = ?2
+                 AND (?3 IS NULL OR version_id = ?3)",
+                params![bucket, key, version],
                 |r| r.get(0),
             )
-            .optional()?;
-        let Some(attrs) = attrs else {
-            return Err(if bucket_exists(&tx, bucket)? {
-                WriteError::NoSuchKey
-            } else {
+            .optional()?
+            .map(|attrs| ("objects", attrs));
+        if found.is_none() && version.is_some() {
+            found = tx
+                .query_row(
+                    "SELECT attrs FROM object_versions
+                     WHERE bucket = ?1 AND key = ?2 AND version_id = ?3 AND marker = 0",
+                    params![bucket, key, version],
+                    |r| r.get(0),
+                )
+                .optional()?
+                .map(|attrs| ("object_versions", attrs));
+        }
+        let Some((table, attrs)) = found else {
+            return Err(if !bucket_exists(&tx, bucket)? {
                 WriteError::NoSuchBucket
+            } else if version.is_some() {
+                WriteError::NoSuchVersion
+            } else {
+                WriteError::NoSuchKey
             });
         };
         let mut attrs: ObjectAttrs = from_json(&attrs)?;
         attrs.acl = acl.map(str::to_string);
         tx.execute(
-            "UPDATE objects SET attrs = ?3 WHERE bucket = ?1 AND key = ?2",
-            params![bucket, key, to_json(&attrs)?],
+            &format!(
+                "UPDATE {table} SET attrs = ?4 WHERE bucket = ?1 AND key = ?2
+                 AND (?3 IS NULL OR version_id = ?3)"
+            ),
+            params![bucket, key, version, to_json(&attrs)?],
         )?;
         tx.commit()?;
         Ok(())
@@ -111,7 +150,8 @@ impl Meta {
             return Ok(BucketDeletion::NoSuchBucket);
         }
         let has_objects: bool = tx.query_row(
-            "SELECT EXISTS (SELECT 1 FROM objects WHERE bucket = ?1)",
+            "SELECT EXISTS (SELECT 1 FROM objects WHERE bucket = ?1)
+                 OR EXISTS (SELECT 1 FROM object_versions WHERE bucket = ?1)",
             [name],
             |r| r.get(0),
         )?;

@@ -8,6 +8,7 @@
 mod buckets;
 mod schema;
 mod uploads;
+pub mod versions;
 
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
@@ -52,6 +53,9 @@ pub enum WriteError {
     /// the multipart upload does not exist
     #[error("no such upload")]
     NoSuchUpload,
+    /// the object version does not exist
+    #[error("no such version")]
+    NoSuchVersion,
     /// the write's precondition does not hold
     #[error("precondition failed")]
     PreconditionFailed,
@@ -82,6 +86,9 @@ pub struct ObjectRow {
     /// A multipart object's parts, in order (None for objects completed before kiln recorded
     /// them, and for single-part objects).
     pub part_list: Option<Vec<StoredPart>>,
+    /// Its version (`null` unless written while the bucket's versioning was `Enabled`); set
+    /// when it is committed.
+    pub version_id: String,
 }
 
 impl ObjectRow {
@@ -142,6 +149,12 @@ pub struct PartRow {
 pub enum Lookup {
     NoSuchBucket,
     NoSuchKey,
+    /// The version asked for does not exist.
+    NoSuchVersion,
+    /// The key's newest version (or the version asked for) is a delete marker.
+    DeleteMarker {
+        version_id: String,
+    },
     Found(Box<ObjectRow>),
 }
 
@@ -152,7 +165,7 @@ pub enum BucketDeletion {
 }
 
 const OBJECT_COLUMNS: &str =
-    "key, file_id, size, etag, modified_ms, attrs, checksums, parts, part_list";
+    "key, file_id, size, etag, modified_ms, attrs, checksums, parts, part_list, version_id";
 
 /// An object's row with its JSON columns (attributes, checksums, parts) still encoded.
 type RawObject = (ObjectRow, String, String, Option<String>);
@@ -188,6 +201,7 @@ fn object_from_row(row: &Row<'_>) -> rusqlite::Result<RawObject> {
             checksums: Checksums::default(),
             parts: row.get(7)?,
             part_list: None,
+            version_id: row.get(9)?,
         },
         row.get(5)?,
         row.get(6)?,
@@ -272,24 +286,78 @@ impl Meta {
             .optional()?;
         match found {
             Some(raw) => Ok(Lookup::Found(Box::new(decode_object(raw)?))),
-            None if bucket_exists(&db, bucket)? => Ok(Lookup::NoSuchKey),
+            None if bucket_exists(&db, bucket)? => {
+                Ok(match versions::latest_marker(&db, bucket, key)? {
+                    Some((version_id, _)) => Lookup::DeleteMarker { version_id },
+                    None => Lookup::NoSuchKey,
+                })
+            }
             None => Ok(Lookup::NoSuchBucket),
         }
     }
 
-    /// Commits an object if `condition` holds; returns the file of the object it replaced.
+    /// One version of an object: the current one or an older one, by id.
+    pub fn object_version(&self, bucket: &str, key: &str, id: &str) -> Result<Lookup, MetaError> {
+        if let Lookup::Found(row) = self.object(bucket, key)? {
+            if row.version_id == id {
+                return Ok(Lookup::Found(row));
+            }
+        }
+        let db = self.db();
+        if !bucket_exists(&db, bucket)? {
+            return Ok(Lookup::NoSuchBucket);
+        }
+        Ok(match versions::older_version(&db, bucket, key, id)? {
+            Some(versions::Version {
+                object: Some(row), ..
+            }) => Lookup::Found(Box::new(row)),
+            Some(marker) => Lookup::DeleteMarker {
+                version_id: marker.version_id,
+            },
+            None => Lookup::NoSuchVersion,
+        })
+    }
+
+    /// A bucket's versioning status, None if there is no such bucket.
+    pub fn versioning(&self, bucket: &str) -> Result<Option<versions::Versioning>, MetaError> {
+        // The reader: a status read need not wait behind a write's sync.
+        match versions::bucket_versioning(&self.reader.locked(), bucket) {
+            Ok(status) => Ok(Some(status)),
+            Err(WriteError::NoSuchBucket) => Ok(None),
+            Err(WriteError::Meta(e)) => Err(e),
+            Err(other) => Err(MetaError::Corrupt(other.to_string())),
+        }
+    }
+
+    /// Up to `limit` keys with their versions, newest first (see [`versions::key_versions`]).
+    pub fn list_versions(
+        &self,
+        bucket: &str,
+        cursor: &Cursor,
+        below: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<versions::KeyVersions>, MetaError> {
+        let (from, inclusive) = match cursor {
+            Cursor::From(k) => (k, true),
+            Cursor::After(k) => (k, false),
+        };
+        versions::key_versions(&self.db(), bucket, from, inclusive, below, limit)
+    }
+
+    /// Commits an object if `condition` holds, as a new version or in place of the old one
+    /// (as the bucket's versioning says); returns its version and the files no longer needed.
     pub fn put_object(
         &self,
         bucket: &str,
         object: &ObjectRow,
         condition: &WriteCondition,
-    ) -> Result<Option<String>, WriteError> {
+    ) -> Result<versions::Committed, WriteError> {
         let mut db = self.db();
         let tx = db.transaction()?;
-        let replaced = check_write(&tx, bucket, &object.key, condition)?;
-        insert_object(&tx, bucket, object)?;
+        check_write(&tx, bucket, &object.key, condition)?;
+        let committed = versions::put_current(&tx, bucket, object)?;
         tx.commit()?;
-        Ok(replaced)
+        Ok(committed)
     }
 
     /// Commits several writes in one transaction, all or none; returns the files of the
@@ -301,20 +369,11 @@ impl Meta {
         for (bucket, write) in writes {
             match write {
                 MetaWrite::Put(object) => {
-                    replaced.extend(check_write(
-                        &tx,
-                        bucket,
-                        &object.key,
-                        &WriteCondition::Always,
-                    )?);
-                    insert_object(&tx, bucket, object)?;
+                    replaced.extend(versions::put_current(&tx, bucket, object)?.freed);
                 }
                 MetaWrite::Delete(key) => {
-                    replaced.extend(check_write(&tx, bucket, key, &WriteCondition::Always)?);
-                    tx.execute(
-                        "DELETE FROM objects WHERE bucket = ?1 AND key = ?2",
-                        params![bucket, key],
-                    )?;
+                    let now = crate::objects::shared::now_ms();
+                    replaced.extend(versions::delete_latest(&tx, bucket, key, now)?.freed);
                 }
             }
         }
@@ -322,22 +381,25 @@ impl Meta {
         Ok(replaced)
     }
 
-    /// Deletes an object (if `condition` holds); returns its file. Deleting a missing key succeeds.
+    /// Deletes an object (if `condition` holds): one version, or the latest (see
+    /// [`versions`]); returns what it did and the files to delete. Deleting a missing key
+    /// succeeds.
     pub fn delete_object(
         &self,
         bucket: &str,
         key: &str,
+        version: Option<&str>,
         condition: &WriteCondition,
-    ) -> Result<Option<String>, WriteError> {
+    ) -> Result<versions::Deleted, WriteError> {
         let mut db = self.db();
         let tx = db.transaction()?;
-        let file = check_write(&tx, bucket, key, condition)?;
-        tx.execute(
-            "DELETE FROM objects WHERE bucket = ?1 AND key = ?2",
-            params![bucket, key],
-        )?;
+        check_write(&tx, bucket, key, condition)?;
+        let deleted = match version {
+            Some(id) => versions::delete_version(&tx, bucket, key, id)?,
+            None => versions::delete_latest(&tx, bucket, key, crate::objects::shared::now_ms())?,
+        };
         tx.commit()?;
-        Ok(file)
+        Ok(deleted)
     }
 
     /// Up to `limit` objects of `bucket` from `cursor` on, below `below`, in key order.
@@ -365,6 +427,7 @@ impl Meta {
     pub fn file_is_referenced(&self, file_id: &str) -> Result<bool, MetaError> {
         Ok(self.db().query_row(
             "SELECT EXISTS (SELECT 1 FROM objects WHERE file_id = ?1)
+                 OR EXISTS (SELECT 1 FROM object_versions WHERE file_id = ?1)
                  OR EXISTS (SELECT 1 FROM parts WHERE file_id = ?1)",
             [file_id],
             |r| r.get(0),
@@ -400,11 +463,17 @@ fn check_write(
     Ok(current.map(|(file, _)| file))
 }
 
-fn insert_object(tx: &Transaction<'_>, bucket: &str, o: &ObjectRow) -> Result<(), WriteError> {
+fn insert_object(
+    tx: &Transaction<'_>,
+    bucket: &str,
+    o: &ObjectRow,
+    version_id: &str,
+) -> Result<(), WriteError> {
     tx.prepare_cached(
         "INSERT OR REPLACE INTO objects
-         (bucket, key, file_id, size, etag, modified_ms, attrs, checksums, parts, part_list)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+         (bucket, key, file_id, size, etag, modified_ms, attrs, checksums, parts, part_list,
+          version_id)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
     )?
     .execute(params![
         bucket,
@@ -417,6 +486,7 @@ fn insert_object(tx: &Transaction<'_>, bucket: &str, o: &ObjectRow) -> Result<()
         to_json(&o.checksums)?,
         o.parts,
         o.part_list.as_ref().map(to_json).transpose()?,
+        version_id,
     ])?;
     Ok(())
 }
@@ -445,6 +515,7 @@ mod tests {
             },
             parts: None,
             part_list: None,
+            version_id: "null".into(),
         }
     }
 
@@ -475,6 +546,99 @@ mod tests {
         assert_eq!(meta.features("b", "missing").unwrap(), None);
         drop(meta);
         Meta::open(&path).expect("the column is added once");
+    }
+
+    fn ids(meta: &Meta, key: &str) -> Vec<(String, bool, bool)> {
+        let listed = meta
+            .list_versions("b", &Cursor::From(key.into()), None, 1)
+            .unwrap();
+        listed
+            .into_iter()
+            .filter(|k| k.key == key)
+            .flat_map(|k| k.versions)
+            .map(|v| (v.version_id, v.object.is_none(), v.latest))
+            .collect()
+    }
+
+    #[test]
+    fn versions_and_delete_markers_follow_the_buckets_status() {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = Meta::open(&dir.path().join("objects.db")).unwrap();
+        meta.create_bucket("b", 1, None).unwrap();
+        let put = |file: &str| {
+            meta.put_object("b", &object("k", file), &WriteCondition::Always)
+                .unwrap()
+        };
+        // Before versioning: the `null` version, replaced in place.
+        assert_eq!(put("f0").version_id, "null");
+        assert!(meta.set_bucket_versioning("b", "Enabled").unwrap());
+        let v1 = put("f1");
+        let v2 = put("f2");
+        assert!(v1.freed.is_empty() && v2.freed.is_empty());
+        assert_eq!(v2.version_id.len(), 32);
+        let listed = |meta: &Meta| ids(meta, "k");
+        assert_eq!(
+            listed(&meta),
+            [
+                (v2.version_id.clone(), false, true),
+                (v1.version_id.clone(), false, false),
+                ("null".into(), false, false),
+            ]
+        );
+        // A plain delete adds a marker; the object reads as a marker, its versions stay.
+        let deleted = meta
+            .delete_object("b", "k", None, &WriteCondition::Always)
+            .unwrap();
+        assert!(deleted.marker && deleted.freed.is_empty());
+        let marker = deleted.version_id.unwrap();
+        assert!(matches!(
+            meta.object("b", "k").unwrap(),
+            Lookup::DeleteMarker { .. }
+        ));
+        assert!(meta.file_is_referenced("f1").unwrap());
+        // Removing the marker brings the newest object back.
+        meta.delete_object("b", "k", Some(&marker), &WriteCondition::Always)
+            .unwrap();
+        match meta.object("b", "k").unwrap() {
+            Lookup::Found(row) => assert_eq!(row.file_id, "f2"),
+            _ => panic!("the newest version is current again"),
+        }
+        // Removing the current version for good frees its file and promotes the next.
+        let gone = meta
+            .delete_object("b", "k", Some(&v2.version_id), &WriteCondition::Always)
+            .unwrap();
+        assert_eq!(gone.freed, ["f2"]);
+        match meta.object_version("b", "k", &v1.version_id).unwrap() {
+            Lookup::Found(row) => assert_eq!(row.file_id, "f1"),
+            _ => panic!("an older version reads by its id"),
+        }
+        assert!(matches!(
+            meta.object_version("b", "k", "0000000000000000000000000000000x")
+                .unwrap(),
+            Lookup::NoSuchVersion
+        ));
+        // Suspended: writes replace the `null` version wherever it is.
+        meta.set_bucket_versioning("b", "Suspended").unwrap();
+        let suspended = put("f3");
+        assert_eq!(
+            (suspended.version_id.as_str(), suspended.freed),
+            ("null", vec!["f0".to_string()])
+        );
+        assert_eq!(
+            listed(&meta),
+            [
+                ("null".into(), false, true),
+                (v1.version_id.clone(), false, false)
+            ]
+        );
+        // A bucket with versions is not empty; nor is it once they are only markers.
+        assert!(matches!(
+            meta.delete_bucket("b").unwrap(),
+            BucketDeletion::NotEmpty
+        ));
+        drop(meta);
+        let meta = Meta::open(&dir.path().join("objects.db")).unwrap();
+        assert_eq!(listed(&meta).len(), 2, "versions are kept across a reopen");
     }
 
     #[test]
@@ -550,8 +714,9 @@ mod tests {
             assert_eq!(meta.bucket_acl("none").unwrap(), None);
             assert_eq!(
                 meta.put_object("b", &object("k", "f1"), &WriteCondition::IfAbsent)
-                    .unwrap(),
-                None
+                    .unwrap()
+                    .freed,
+                Vec::<String>::new()
             );
             assert!(matches!(
                 meta.put_object("b", &object("k", "f2"), &WriteCondition::IfAbsent),
@@ -564,8 +729,10 @@ mod tests {
             ));
             let current = WriteCondition::IfMatch(Some("etag-f1".into()));
             assert_eq!(
-                meta.put_object("b", &object("k", "f2"), &current).unwrap(),
-                Some("f1".into())
+                meta.put_object("b", &object("k", "f2"), &current)
+                    .unwrap()
+                    .freed,
+                vec!["f1".to_string()]
             );
             assert!(meta.file_is_referenced("f2").unwrap());
             assert!(!meta.file_is_referenced("f1").unwrap());
@@ -580,9 +747,10 @@ mod tests {
             BucketDeletion::NotEmpty
         ));
         assert_eq!(
-            meta.delete_object("b", "k", &WriteCondition::Always)
-                .unwrap(),
-            Some("f2".into())
+            meta.delete_object("b", "k", None, &WriteCondition::Always)
+                .unwrap()
+                .freed,
+            vec!["f2".to_string()]
         );
         assert!(matches!(meta.object("b", "k").unwrap(), Lookup::NoSuchKey));
         assert!(matches!(

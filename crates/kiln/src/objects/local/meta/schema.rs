@@ -54,6 +54,8 @@ const MIGRATIONS: &[fn(&Connection) -> rusqlite::Result<()>] = &[
     add_part_list,
     add_bucket_acl,
     add_bucket_versioning,
+    add_bucket_cors,
+    add_versions,
 ];
 
 /// An image's format and size (`png 640x480`). Databases from before `user_version` existed
@@ -102,6 +104,38 @@ fn add_bucket_versioning(db: &Connection) -> rusqlite::Result<()> {
     db.execute_batch("ALTER TABLE buckets ADD COLUMN versioning TEXT")
 }
 
+/// A bucket's CORS rules (JSON, `objects::cors::CorsRule`s); NULL for none.
+fn add_bucket_cors(db: &Connection) -> rusqlite::Result<()> {
+    db.execute_batch("ALTER TABLE buckets ADD COLUMN cors TEXT")
+}
+
+/// Object versions: each current object's id (`null` for every object written before), and a
+/// table of older versions and delete markers (`local/meta/versions.rs`).
+fn add_versions(db: &Connection) -> rusqlite::Result<()> {
+    db.execute_batch(
+        "ALTER TABLE objects ADD COLUMN version_id TEXT NOT NULL DEFAULT 'null';
+        CREATE TABLE object_versions (
+            bucket TEXT NOT NULL,
+            key TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            version_id TEXT NOT NULL,
+            marker INTEGER NOT NULL,
+            file_id TEXT,
+            size INTEGER NOT NULL,
+            etag TEXT NOT NULL,
+            modified_ms INTEGER NOT NULL,
+            attrs TEXT NOT NULL,
+            checksums TEXT NOT NULL,
+            parts INTEGER,
+            part_list TEXT,
+            media TEXT,
+            PRIMARY KEY (bucket, key, seq)
+        ) WITHOUT ROWID;
+        CREATE UNIQUE INDEX object_versions_by_id ON object_versions (bucket, key, version_id);
+        CREATE INDEX object_versions_by_file ON object_versions (file_id);",
+    )
+}
+
 /// Creates the first release's tables if need be, then runs the migrations this database has
 /// not had.
 pub(super) fn migrate(db: &Connection) -> rusqlite::Result<()> {
@@ -146,6 +180,11 @@ mod tests {
             })
             .unwrap();
         assert_eq!((media.as_str(), part_list), ("png 1x1", None));
+        // Objects written before versions existed are each key's `null` version.
+        let version_id: String = db
+            .query_row("SELECT version_id FROM objects", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version_id, "null");
         migrate(&db).expect("a migrated database migrates to itself");
         assert_eq!(version(&db), MIGRATIONS.len() as i64);
     }

@@ -3,8 +3,8 @@
 use rusqlite::{params, OptionalExtension, Transaction};
 
 use super::{
-    bucket_exists, check_write, from_json, insert_object, to_json, CompletedUpload, Meta,
-    MetaError, ObjectRow, PartRow, UploadRow, WriteError,
+    bucket_exists, check_write, from_json, to_json, CompletedUpload, Meta, MetaError, ObjectRow,
+    PartRow, UploadRow, WriteError,
 };
 use crate::objects::checksum::{Algorithm, ChecksumKind, Checksums};
 use crate::objects::conditions::WriteCondition;
@@ -152,7 +152,7 @@ impl Meta {
         object: &ObjectRow,
         completed: &CompletedUpload,
         condition: &WriteCondition,
-    ) -> Result<(Option<String>, Vec<String>), WriteError> {
+    ) -> Result<(super::versions::Committed, Vec<String>), WriteError> {
         let mut db = self.db();
         let tx = db.transaction()?;
         let exists: bool = tx.query_row(
@@ -163,12 +163,12 @@ impl Meta {
         if !exists {
             return Err(WriteError::NoSuchUpload);
         }
-        let replaced = check_write(&tx, bucket, &object.key, condition)?;
-        insert_object(&tx, bucket, object)?;
+        check_write(&tx, bucket, &object.key, condition)?;
+        let committed = super::versions::put_current(&tx, bucket, object)?;
         let files = take_upload(&tx, upload_id)?;
         remember_completed(&tx, upload_id, bucket, object, completed)?;
         tx.commit()?;
-        Ok((replaced, files))
+        Ok((committed, files))
     }
 
     /// The upload `upload_id` of `bucket`/`key`, if it was completed recently.
@@ -338,7 +338,10 @@ mod tests {
             .complete_upload("u", "b", &whole, &completed, &WriteCondition::Always)
             .unwrap();
         files.sort();
-        assert_eq!((replaced, files), (None, vec!["p1b".into(), "p2".into()]));
+        assert_eq!(
+            (replaced.freed, files),
+            (vec![], vec!["p1b".to_string(), "p2".to_string()])
+        );
         assert_eq!(
             meta.completed_upload("u", "b", "k").unwrap(),
             Some(completed.clone())
