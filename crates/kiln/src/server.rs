@@ -310,6 +310,12 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
         (key == lookup.access_key_id).then(|| lookup.secret_access_key.clone())
     });
     let apps = crate::burst::Apps::open(controller.clone(), databases, &data_dir).await?;
+    let objects = objects::browse::ObjectBrowser::new(
+        s3.store.operations(),
+        stored.credentials(),
+        &config.region,
+        s3.listener.local_addr()?,
+    );
     // The sandbox side gets `s3.store` to serve inside namespaces (`objects::serve_on`).
     let s3_server = objects::serve_on(s3.listener, &s3.store, Scope::All)?;
     let membership = match cluster {
@@ -375,6 +381,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
             .map(|c| Arc::new(crate::console::Console::new(c))),
         history,
         schedules,
+        objects,
     });
     let app = api::router(state.clone());
 

@@ -5,6 +5,7 @@
 
 mod aliases;
 mod apps;
+mod buckets;
 mod cluster;
 pub mod console;
 mod event_invoke;
@@ -44,6 +45,8 @@ pub struct AppState {
     pub history: Option<Arc<crate::history::History>>,
     /// EventBridge Scheduler's schedules; `None` in cluster mode (not there yet).
     pub schedules: Option<Arc<crate::schedules::Schedules>>,
+    /// The object store, called in-process for `/kiln/v1/buckets/…`.
+    pub objects: crate::objects::browse::ObjectBrowser,
 }
 
 pub type SharedState = Arc<AppState>;
@@ -195,6 +198,35 @@ fn api_routes() -> Router<SharedState> {
             get(kiln::code_file),
         )
         .route("/kiln/v1/history", get(kiln::history))
+        .route("/kiln/v1/buckets", get(buckets::buckets))
+        .route(
+            "/kiln/v1/buckets/{bucket}",
+            put(buckets::create_bucket).delete(buckets::delete_bucket),
+        )
+        .route("/kiln/v1/buckets/{bucket}/objects", get(buckets::list))
+        .route(
+            "/kiln/v1/buckets/{bucket}/object",
+            get(buckets::download)
+                .put(buckets::upload)
+                .delete(buckets::delete),
+        )
+        .route(
+            "/kiln/v1/buckets/{bucket}/object/details",
+            get(buckets::details),
+        )
+        .route("/kiln/v1/buckets/{bucket}/object/link", post(buckets::link))
+        .route(
+            "/kiln/v1/buckets/{bucket}/uploads",
+            post(buckets::start_upload),
+        )
+        .route(
+            "/kiln/v1/buckets/{bucket}/uploads/{upload}",
+            post(buckets::complete_upload).delete(buckets::abort_upload),
+        )
+        .route(
+            "/kiln/v1/buckets/{bucket}/uploads/{upload}/{part}",
+            put(buckets::upload_part),
+        )
         .route("/kiln/v1/async", get(events::list))
         .route(
             "/kiln/v1/async/failures/{request_id}",
@@ -367,6 +399,42 @@ impl From<ControllerError> for ApiError {
             reason,
             retry_after: None,
         }
+    }
+}
+
+impl From<crate::objects::browse::BrowseError> for ApiError {
+    fn from(e: crate::objects::browse::BrowseError) -> Self {
+        /// S3's names kept as the error's type; the rest are Lambda's generic ones.
+        const NAMED: &[&str] = &[
+            "AccessDenied",
+            "BadDigest",
+            "BucketAlreadyExists",
+            "BucketAlreadyOwnedByYou",
+            "BucketNotEmpty",
+            "EntityTooLarge",
+            "EntityTooSmall",
+            "InvalidArgument",
+            "InvalidBucketName",
+            "InvalidDigest",
+            "InvalidPart",
+            "InvalidPartOrder",
+            "InvalidRequest",
+            "KeyTooLongError",
+            "NoSuchBucket",
+            "NoSuchKey",
+            "NoSuchUpload",
+            "PreconditionFailed",
+        ];
+        let status = e.status();
+        let code = e
+            .s3_code()
+            .and_then(|code| NAMED.iter().find(|n| **n == code.as_str()).copied())
+            .unwrap_or(if status.is_server_error() {
+                "ServiceException"
+            } else {
+                "InvalidParameterValueException"
+            });
+        Self::new(status, code, e.to_string())
     }
 }
 

@@ -6,6 +6,7 @@ import {
   showError, table, when,
 } from "./dom.js";
 import { functionView, instanceTables } from "./function.js";
+import { objectsView } from "./objects.js";
 
 // --- Signing in and out -----------------------------------------------------------------------
 
@@ -277,6 +278,7 @@ async function route() {
     else if (parts[0] === "instances") await instancesPage();
     else if (parts[0] === "cache") await cachePage();
     else if (parts[0] === "async") await asyncPage();
+    else if (parts[0] === "objects") await objectsView(parts[1], params);
     else await overview();
   } catch (e) {
     if (e.status !== 401) showError(e.message);

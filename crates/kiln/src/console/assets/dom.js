@@ -82,12 +82,16 @@ export function when(value) {
   return el("time", { datetime: date.toISOString(), title: date.toISOString(), text: date.toLocaleString() });
 }
 
-/** A file's bytes as base64, as Lambda's `ZipFile` takes them. */
-export async function base64Of(file) {
-  const data = new Uint8Array(await file.arrayBuffer());
+/** Bytes as base64. */
+export function base64Bytes(data) {
   let text = "";
   for (let i = 0; i < data.length; i += 0x8000) text += String.fromCharCode(...data.subarray(i, i + 0x8000));
   return btoa(text);
+}
+
+/** A file's bytes as base64, as Lambda's `ZipFile` takes them. */
+export async function base64Of(file) {
+  return base64Bytes(new Uint8Array(await file.arrayBuffer()));
 }
 
 export class ApiFailure extends Error {
@@ -112,6 +116,42 @@ export async function api(method, path, { body, headers, signal } = {}) {
     throw new ApiFailure(response.status, message);
   }
   return response;
+}
+
+/** The message of an error answer's JSON body, if it has one. */
+function problemMessage(text) {
+  try {
+    const problem = JSON.parse(text);
+    return problem.message || problem.Message || null;
+  } catch (_) {
+    return null;
+  }
+}
+
+/**
+ * A request whose upload is followed as it goes (`fetch` cannot): `onProgress(bytesSent)`.
+ * Resolves to the answer's JSON, or null when it has none.
+ */
+export function send(method, path, body, { headers, onProgress } = {}) {
+  return new Promise((resolve, reject) => {
+    const request = new XMLHttpRequest();
+    request.open(method, path);
+    for (const [name, value] of Object.entries(headers || {})) request.setRequestHeader(name, value);
+    request.setRequestHeader("X-Kiln-Csrf", csrfToken || "");
+    if (onProgress) request.upload.addEventListener("progress", (event) => onProgress(event.loaded));
+    request.addEventListener("load", () => {
+      if (request.status === 401) {
+        window.location.assign("/ui/sign-in");
+        reject(new ApiFailure(401, "signed out"));
+      } else if (request.status < 200 || request.status > 299) {
+        reject(new ApiFailure(request.status, problemMessage(request.responseText) || `${request.status} ${request.statusText}`));
+      } else {
+        try { resolve(request.responseText ? JSON.parse(request.responseText) : null); } catch (_) { resolve(null); }
+      }
+    });
+    request.addEventListener("error", () => reject(new ApiFailure(0, "kiln did not answer")));
+    request.send(body);
+  });
 }
 
 export const getJson = async (path) => (await api("GET", path)).json();
