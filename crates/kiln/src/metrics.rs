@@ -310,30 +310,26 @@ impl Metrics {
         metrics
     }
 
-    /// The counters of `functions` summed, for the console's history. Only reads: a function
-    /// never invoked gets no series from it.
-    pub fn totals<'a>(
-        &self,
-        functions: impl IntoIterator<Item = &'a String>,
-    ) -> crate::history::Totals {
-        let mut totals = crate::history::Totals::default();
-        for function in functions {
-            let labels = Self::function(function);
-            let count = |family: &Family<FunctionLabels, Counter>| {
-                family.get(&labels).map_or(0, |c| c.get())
+    /// A function's counters, for the console's history. Only reads: a function never
+    /// invoked gets no series from it.
+    pub fn counts(&self, function: &str) -> crate::history::Counts {
+        let labels = Self::function(function);
+        let count =
+            |family: &Family<FunctionLabels, Counter>| family.get(&labels).map_or(0, |c| c.get());
+        let mut starts = [0; 3];
+        for (slot, path) in ["coldest", "warm", "hot"].into_iter().enumerate() {
+            let start = StartLabels {
+                function: function.to_string(),
+                path: path.into(),
             };
-            totals.invocations += count(&self.invocations);
-            totals.errors += count(&self.errors);
-            totals.throttles += count(&self.throttles);
-            for (slot, path) in ["coldest", "warm", "hot"].into_iter().enumerate() {
-                let start = StartLabels {
-                    function: function.clone(),
-                    path: path.into(),
-                };
-                totals.starts[slot] += self.cold_starts.get(&start).map_or(0, |c| c.get());
-            }
+            starts[slot] = self.cold_starts.get(&start).map_or(0, |c| c.get());
         }
-        totals
+        crate::history::Counts {
+            invocations: count(&self.invocations),
+            errors: count(&self.errors),
+            throttles: count(&self.throttles),
+            starts,
+        }
     }
 
     /// Adds cluster mode's series.

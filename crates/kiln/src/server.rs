@@ -355,7 +355,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     let history = config.console.is_some().then(|| {
         let history = Arc::new(crate::history::History::new(crate::history::SAMPLES));
         let counted = controller.clone();
-        crate::history::sample(&history, move || counted.totals());
+        crate::history::sample(&history, move || counted.counts());
         history
     });
     // Schedules fire from one node: in cluster mode they wait for an elected scheduler.

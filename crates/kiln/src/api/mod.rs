@@ -10,6 +10,7 @@ mod cluster;
 pub mod console;
 mod event_invoke;
 mod events;
+mod function_table;
 mod functions;
 mod invoke;
 mod kiln;
@@ -185,6 +186,7 @@ fn api_routes() -> Router<SharedState> {
             get(tags::list).post(tags::tag).delete(tags::untag),
         )
         .route("/kiln/v1/status", get(kiln::status))
+        .route("/kiln/v1/functions", get(function_table::list))
         .route("/kiln/v1/functions/{name}/logs", get(kiln::logs))
         .route("/kiln/v1/functions/{name}/sessions", get(kiln::sessions))
         .route(

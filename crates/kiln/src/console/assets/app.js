@@ -2,8 +2,8 @@
 // from kiln's API with the session cookie (see dom.js for how the page is built: as text).
 
 import {
-  api, base64Of, bytes, chart, el, every, getJson, leave, mb, render, row, sendJson, setCsrfToken,
-  showError, table, when,
+  api, base64Of, bytes, chart, el, every, getJson, leave, mb, onLeave, render, row, sendJson,
+  setCsrfToken, showError, table, when,
 } from "./dom.js";
 import { functionView, instanceTables } from "./function.js";
 import { objectsView } from "./objects.js";
@@ -112,51 +112,74 @@ async function overview() {
   every(draw);
 }
 
+// The functions table's sortable columns: header, and the key `/kiln/v1/functions` sorts by.
+const SORTABLE = [["Name", "name"], ["Runtime", "runtime"], ["Memory", "memory"],
+  ["Last invocation", "lastInvocation"], ["Error rate (1 h)", "errorRate"]];
+const FUNCTIONS_PAGE = 50;
+// Set while the search box is typed in, so that the redrawn page gives it back its focus.
+let searching = false;
+
+/** Functions a page at a time, searched and sorted by kiln (`/kiln/v1/functions`). */
 async function functionsList(params) {
-  const marker = params.get("marker");
-  const query = (params.get("q") || "").toLowerCase();
-  const search = el("input", { id: "function-search", type: "search", placeholder: "filter this page by name", value: params.get("q") || "" });
-  search.addEventListener("change", () => {
-    const next = new URLSearchParams(params);
-    if (search.value) next.set("q", search.value); else next.delete("q");
-    window.location.hash = `#/functions?${next}`;
+  const state = { search: params.get("search") || "", sort: params.get("sort") || "name",
+    order: params.get("order") === "desc" ? "desc" : "asc", token: params.get("token") || "" };
+  const link = (changes) => {
+    const next = Object.assign({}, state, { token: "" }, changes);
+    return `#/functions?${new URLSearchParams(Object.entries(next).filter(([, v]) => v))}`;
+  };
+  const query = new URLSearchParams({ search: state.search, sort: state.sort, order: state.order, limit: FUNCTIONS_PAGE });
+  if (state.token) query.set("token", state.token);
+  const list = await getJson(`/kiln/v1/functions?${query}`);
+  const search = el("input", { id: "function-search", type: "search", placeholder: "search by name", value: state.search, spellcheck: "false" });
+  let typing;
+  onLeave(() => clearTimeout(typing));
+  search.addEventListener("input", () => {
+    clearTimeout(typing);
+    typing = setTimeout(() => { searching = true; window.location.replace(link({ search: search.value })); }, 300);
   });
-  const [list, status] = await Promise.all([
-    getJson(`/2015-03-31/functions?MaxItems=50${marker ? `&Marker=${encodeURIComponent(marker)}` : ""}`),
-    getJson("/kiln/v1/status"),
-  ]);
-  const live = (name) => status.node.instances.filter((i) => i.function === name);
-  const snapshot = (name) => status.node.snapshots.find((x) => x.function === name);
-  const model = (name) => (status.memoryModels || []).find((m) => m.function === name);
-  const rows = list.Functions
-    .filter((f) => !query || f.FunctionName.toLowerCase().includes(query))
-    .map((f) => {
-      const instances = live(f.FunctionName);
-      const snap = snapshot(f.FunctionName);
-      const learnt = model(f.FunctionName);
-      return row([
-        el("a", { href: `#/functions/${encodeURIComponent(f.FunctionName)}`, text: f.FunctionName }),
-        f.Runtime || f.PackageType,
-        mb(f.MemorySize),
-        `${f.Timeout} s`,
-        f.State || "",
-        instances.length,
-        instances.reduce((n, i) => n + i.sessions, 0),
-        snap ? `${snap.kind} (${snap.state})` : "",
-        learnt ? `${learnt.invocations} invocations${learnt.mature ? ", sizing" : ", learning"}` : "",
-        when(f.LastModified),
-        f.Description || "",
-      ]);
-    });
-  const pager = el("div", { class: "toolbar" });
-  if (marker) pager.append(el("a", { href: "#/functions", text: "« first page" }));
-  if (list.NextMarker) pager.append(el("a", { id: "next-page", href: `#/functions?marker=${encodeURIComponent(list.NextMarker)}`, text: "next page »" }));
+  const header = (label, key) => {
+    const sorted = key === state.sort;
+    const order = sorted && state.order === "asc" ? "desc" : "asc";
+    return el("a", { id: `sort-${key}`, class: sorted ? `sort ${state.order}` : "sort", href: link({ sort: key, order }),
+      text: `${label}${sorted ? (state.order === "asc" ? " ▲" : " ▼") : ""}` });
+  };
+  const sortable = Object.fromEntries(SORTABLE.map(([label, key]) => [label, header(label, key)]));
+  const rows = list.Functions.map((f) => {
+    const c = f.Configuration;
+    const predicted = f.PredictedMemory && f.PredictedMemory < c.MemorySize ? ` (runs at ${mb(f.PredictedMemory)})` : "";
+    return row([
+      el("a", { href: `#/functions/${encodeURIComponent(c.FunctionName)}`, text: c.FunctionName }),
+      c.Runtime || c.PackageType,
+      `${mb(c.MemorySize)}${predicted}`,
+      `${c.Timeout} s`,
+      c.State || "",
+      f.LastInvocation ? when(f.LastInvocation) : "",
+      f.ErrorRate === null || f.ErrorRate === undefined ? "" : `${(100 * f.ErrorRate).toFixed(1)} % of ${f.Invocations}`,
+      f.Instances,
+      f.Sessions,
+      f.Snapshot ? `${f.Snapshot.Kind} (${f.Snapshot.State})` : "",
+      f.MemoryModel ? `${f.MemoryModel.Invocations} invocations${f.MemoryModel.Mature ? ", sizing" : ", learning"}` : "",
+      when(c.LastModified),
+      c.Description || "",
+    ]);
+  });
+  const pager = el("div", { class: "toolbar", id: "functions-pager" });
+  const shown = list.Functions.length;
+  pager.append(el("span", { class: "muted", id: "functions-count", text: shown ? `${shown} shown of ${list.Total}` : `none of ${list.Total}` }));
+  if (state.token) pager.append(el("a", { href: link({}), text: "« first page" }));
+  if (list.NextToken) pager.append(el("a", { id: "next-page", href: link({ token: list.NextToken }), text: "next page »" }));
   render(
     el("h1", { text: "Functions" }),
     el("div", { class: "toolbar" }, search),
-    table("functions-table", ["Name", "Runtime", "Memory", "Timeout", "State", "Instances", "Sessions", "Snapshot", "Memory model", "Last modified", "Description"], rows),
+    table("functions-table", [sortable.Name, sortable.Runtime, sortable.Memory, "Timeout", "State", sortable["Last invocation"],
+      sortable["Error rate (1 h)"], "Instances", "Sessions", "Snapshot", "Memory model", "Last modified", "Description"], rows),
     pager,
     await createForm());
+  if (searching) {
+    searching = false;
+    search.focus();
+    search.setSelectionRange(search.value.length, search.value.length);
+  }
 }
 
 /** A new function from a zip (CreateFunction). */

@@ -27,9 +27,10 @@ export function el(tag, props, ...children) {
   return node;
 }
 
+/** A table; a header is text or a node (a sort link). */
 export function table(id, headers, rows) {
   return el("table", { id },
-    el("thead", {}, el("tr", {}, headers.map((h) => el("th", { text: h })))),
+    el("thead", {}, el("tr", {}, headers.map((h) => el("th", {}, h)))),
     el("tbody", {}, rows.length ? rows : el("tr", {}, el("td", { colspan: headers.length, class: "muted", text: "none" }))));
 }
 
