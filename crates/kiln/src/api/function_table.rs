@@ -84,7 +84,8 @@ fn rfc3339(unix: i64) -> Option<String> {
 }
 
 /// A page of functions: `{"Functions": [{"Configuration": Lambda's FunctionConfiguration,
-/// "LastInvocation", "Invocations", "Errors", "ErrorRate", "Instances", "Sessions",
+/// "LastInvocation", "Invocations", "Errors", "ErrorRate", "Duration": {"Count", "P50",
+/// "P99"}, "Instances", "Sessions",
 /// "PredictedMemory", "Snapshot", "MemoryModel"}], "Total", "NextToken", "HistoryKept"}`.
 /// The last hour's numbers come from the console's history, kept while the console is on
 /// (`HistoryKept`); without it they are null and sort last.
@@ -126,6 +127,7 @@ pub async fn list(
                 "Invocations": state.history.as_ref().map(|_| seen.invocations),
                 "Errors": state.history.as_ref().map(|_| seen.errors),
                 "ErrorRate": seen.error_rate(),
+                "Duration": state.history.as_ref().map(|_| seen.durations),
                 "Instances": live.len(),
                 "Sessions": live.iter().map(|i| i.sessions).sum::<u32>(),
                 // The limit its instances run at now: the model's prediction once it sizes.

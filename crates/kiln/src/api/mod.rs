@@ -188,6 +188,10 @@ fn api_routes() -> Router<SharedState> {
         .route("/kiln/v1/status", get(kiln::status))
         .route("/kiln/v1/functions", get(function_table::list))
         .route("/kiln/v1/functions/{name}/logs", get(kiln::logs))
+        .route(
+            "/kiln/v1/functions/{name}/history",
+            get(kiln::function_history),
+        )
         .route("/kiln/v1/functions/{name}/sessions", get(kiln::sessions))
         .route(
             "/kiln/v1/functions/{name}/sessions/{session}",

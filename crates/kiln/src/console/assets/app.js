@@ -2,7 +2,7 @@
 // from kiln's API with the session cookie (see dom.js for how the page is built: as text).
 
 import {
-  api, base64Of, bytes, chart, el, every, getJson, leave, mb, onLeave, render, row, sendJson,
+  api, base64Of, bytes, chart, el, every, getJson, leave, mb, ms, onLeave, render, row, sendJson,
   setCsrfToken, showError, table, when,
 } from "./dom.js";
 import { functionView, instanceTables } from "./function.js";
@@ -58,11 +58,20 @@ async function signOut() {
 
 // --- Views ------------------------------------------------------------------------------------
 
-async function overview() {
+// The overview's windows: the fragment's `minutes`, and what the page calls it.
+const WINDOWS = [[10, "10 minutes"], [60, "hour"]];
+
+async function overview(params) {
+  const minutes = WINDOWS.some(([m]) => String(m) === params.get("minutes")) ? Number(params.get("minutes")) : 10;
+  const span = WINDOWS.find(([m]) => m === minutes)[1];
   const view = el("div", { id: "overview" });
-  render(el("h1", { text: "Overview" }), view);
+  const choices = el("div", { class: "toolbar", id: "overview-window" }, "Show the last ",
+    WINDOWS.map(([m, label]) => (m === minutes
+      ? el("strong", { text: label })
+      : el("a", { href: `#/overview?minutes=${m}`, id: `window-${m}`, text: label }))));
+  render(el("h1", { text: "Overview" }), choices, view);
   const draw = async () => {
-    const [status, history] = await Promise.all([getJson("/kiln/v1/status"), getJson("/kiln/v1/history?seconds=600")]);
+    const [status, history] = await Promise.all([getJson("/kiln/v1/status"), getJson(`/kiln/v1/history?seconds=${minutes * 60}`)]);
     const samples = history.Samples;
     const node = status.node;
     const states = { starting: 0, idle: 0, busy: 0 };
@@ -85,9 +94,10 @@ async function overview() {
         card("instances (busy / idle / starting)", `${node.instances.length} (${states.busy} / ${states.idle} / ${states.starting})`, "card-instances"),
         card("start paths of live instances (coldest / warm / hot)", `${paths.coldest} / ${paths.warm} / ${paths.hot}`, "card-paths"),
         card("snapshots", node.snapshots.length),
+        card(`duration p50 / p99, last ${span}`, `${ms(history.Duration.P50)} / ${ms(history.Duration.P99)}`, "card-duration"),
         card("async queue depth", status.asyncQueueDepth, "card-queue"),
         card("cgroups", node.cgroup_version)),
-      el("h2", { text: "The last 10 minutes, per second" }),
+      el("h2", { text: `The last ${span}, per second` }),
       el("div", { class: "charts" },
         chart("chart-invocations", "Invocations", samples, [
           { key: "Invocations", label: "invocations", cls: "line-invocations" },
@@ -96,7 +106,11 @@ async function overview() {
         chart("chart-starts", "Cold starts by path", samples, [
           { key: "Coldest", label: "coldest", cls: "line-coldest" },
           { key: "Warm", label: "warm", cls: "line-warm" },
-          { key: "Hot", label: "hot", cls: "line-hot" }])),
+          { key: "Hot", label: "hot", cls: "line-hot" }]),
+        chart("chart-duration", "Duration of each second's invocations", samples, [
+          { key: "P50", label: "p50", cls: "line-p50" },
+          { key: "P99", label: "p99", cls: "line-p99" }],
+        { format: ms, legend: (line) => `${ms(history.Duration[line.key])} over the ${span}` })),
       el("h2", { text: "Memory" }),
       el("div", { class: "bar", id: "memory-bar" },
         part("used", usedShare, `used by instances: ${bytes(used)}`),
@@ -155,6 +169,7 @@ async function functionsList(params) {
       c.State || "",
       f.LastInvocation ? when(f.LastInvocation) : "",
       f.ErrorRate === null || f.ErrorRate === undefined ? "" : `${(100 * f.ErrorRate).toFixed(1)} % of ${f.Invocations}`,
+      f.Duration && f.Duration.Count ? `${ms(f.Duration.P50)} / ${ms(f.Duration.P99)}` : "",
       f.Instances,
       f.Sessions,
       f.Snapshot ? `${f.Snapshot.Kind} (${f.Snapshot.State})` : "",
@@ -172,7 +187,7 @@ async function functionsList(params) {
     el("h1", { text: "Functions" }),
     el("div", { class: "toolbar" }, search),
     table("functions-table", [sortable.Name, sortable.Runtime, sortable.Memory, "Timeout", "State", sortable["Last invocation"],
-      sortable["Error rate (1 h)"], "Instances", "Sessions", "Snapshot", "Memory model", "Last modified", "Description"], rows),
+      sortable["Error rate (1 h)"], "p50 / p99 (1 h)", "Instances", "Sessions", "Snapshot", "Memory model", "Last modified", "Description"], rows),
     pager,
     await createForm());
   if (searching) {
@@ -302,7 +317,7 @@ async function route() {
     else if (parts[0] === "cache") await cachePage();
     else if (parts[0] === "async") await asyncPage();
     else if (parts[0] === "objects") await objectsView(parts[1], params);
-    else await overview();
+    else await overview(params);
   } catch (e) {
     if (e.status !== 401) showError(e.message);
   }

@@ -169,25 +169,48 @@ function svg(tag, attrs) {
   return node;
 }
 
+/** Milliseconds, to the precision that matters at their size. */
+export function ms(value) {
+  if (value === null || value === undefined) return "–";
+  return `${value < 1 ? value.toFixed(2) : value < 100 ? value.toFixed(1) : Math.round(value)} ms`;
+}
+
 /**
  * A line chart of `samples` (oldest first): one line per `series` entry ({key, label, cls}),
- * scaled to the largest value shown, with a legend of each line's total.
+ * scaled to the largest value shown. A value of null (nothing measured then) is skipped: the
+ * line joins the values on either side. `options.unit` follows the peak ("/s" unless said),
+ * `options.format` writes values, and `options.legend(line)` is what the legend says of a
+ * line (its total unless said).
  */
-export function chart(id, title, samples, series) {
+export function chart(id, title, samples, series, options = {}) {
+  const unit = options.unit ?? "/s";
+  const format = options.format || ((v) => `${v}${unit}`);
+  const total = (key) => samples.reduce((sum, s) => sum + (s[key] || 0), 0);
+  const legend = options.legend || ((line) => total(line.key));
   const width = 600;
   const height = 110;
-  const max = Math.max(1, ...samples.flatMap((s) => series.map((x) => s[x.key])));
+  const shown = (v) => v !== null && v !== undefined;
+  const values = samples.flatMap((s) => series.map((x) => s[x.key]).filter(shown));
+  const peak = values.length ? Math.max(...values) : 0;
+  const scale = peak > 0 ? peak : 1;
   const picture = svg("svg", { id, class: "chart", viewBox: `0 0 ${width} ${height}`, preserveAspectRatio: "none", role: "img" });
   picture.append(svg("line", { x1: 0, y1: height - 0.5, x2: width, y2: height - 0.5, class: "axis" }));
   const step = samples.length > 1 ? width / (samples.length - 1) : width;
   for (const line of series) {
-    const points = samples.map((s, i) => `${(i * step).toFixed(1)},${(height - 1 - ((height - 6) * s[line.key]) / max).toFixed(1)}`);
+    const points = samples
+      .map((s, i) => [i, s[line.key]])
+      .filter(([, v]) => shown(v))
+      .map(([i, v]) => `${(i * step).toFixed(1)},${(height - 1 - ((height - 6) * v) / scale).toFixed(1)}`);
+    // A single value would draw nothing: it is drawn as a dot.
+    if (points.length === 1) {
+      const [x, y] = points[0].split(",");
+      picture.append(svg("circle", { cx: x, cy: y, r: 2, class: `dot ${line.cls}` }));
+    }
     picture.append(svg("polyline", { points: points.join(" "), class: line.cls }));
   }
-  const total = (key) => samples.reduce((sum, s) => sum + s[key], 0);
   return el("figure", { class: "chart" },
-    el("figcaption", {}, el("strong", { text: title }), ` (peak ${max}/s)`),
+    el("figcaption", {}, el("strong", { text: title }), ` (peak ${format(peak)})`),
     picture,
     el("div", { class: "legend" }, series.map((line) =>
-      el("span", {}, el("span", { class: `swatch ${line.cls}` }), `${line.label}: ${total(line.key)}`))));
+      el("span", {}, el("span", { class: `swatch ${line.cls}` }), `${line.label}: ${legend(line)}`))));
 }

@@ -2,11 +2,11 @@
 // invokes it, its instances, its log streamed live, and its sessions.
 
 import {
-  api, base64Of, bytes, el, every, fnPath, getJson, kilnFnPath, mb, onLeave, render, row, seconds,
-  sendJson, showError, table, when,
+  api, base64Of, bytes, chart, el, every, fnPath, getJson, kilnFnPath, mb, ms, onLeave, render, row,
+  seconds, sendJson, showError, table, when,
 } from "./dom.js";
 
-const TABS = ["configuration", "code", "test", "instances", "logs", "sessions"];
+const TABS = ["configuration", "code", "test", "metrics", "instances", "logs", "sessions"];
 const MASK = "••••••••";
 const KEPT_LOG_LINES = 5000;
 
@@ -20,7 +20,7 @@ export async function functionView(name, tab, file) {
     el("h1", { id: "fn-title", text: c.FunctionName }),
     el("p", { id: "fn-description", class: "muted", text: c.Description || "" }),
     tabs, body);
-  const views = { configuration: configurationTab, code: codeTab, test: testTab, instances: instancesTab, logs: logsTab, sessions: sessionsTab };
+  const views = { configuration: configurationTab, code: codeTab, test: testTab, metrics: metricsTab, instances: instancesTab, logs: logsTab, sessions: sessionsTab };
   await (views[tab] || configurationTab)(name, fn, body, file);
 }
 
@@ -236,6 +236,55 @@ function testTab(name, fn, body) {
     status,
     el("h2", { text: "Result" }), result,
     el("h2", { text: "Log (START, END and REPORT)" }), log);
+}
+
+/** The function's last hour a minute at a time: invocations and errors, p50 and p99, and how
+ *  its durations spread over the histogram's buckets. */
+async function metricsTab(name, fn, body) {
+  const draw = async () => {
+    const hour = await getJson(`${kilnFnPath(name)}/history`);
+    const d = hour.Duration;
+    const card = (label, value, id) => el("div", { class: "card", id }, el("div", { class: "value" }, value), el("div", { class: "label", text: label }));
+    const rate = hour.ErrorRate === null ? "–" : `${(100 * hour.ErrorRate).toFixed(1)} %`;
+    body.replaceChildren(
+      el("div", { class: "cards" },
+        card("invocations, last hour", hour.Invocations, "fn-invocations"),
+        card("function errors, last hour", `${hour.Errors} (${rate})`, "fn-errors"),
+        card("duration p50, last hour", ms(d.P50), "fn-p50"),
+        card("duration p99, last hour", ms(d.P99), "fn-p99"),
+        card("last invocation", hour.LastInvocation ? when(hour.LastInvocation) : "–", "fn-last")),
+      el("h2", { text: "The last hour, per minute" }),
+      el("div", { class: "charts" },
+        chart("fn-chart-invocations", "Invocations", hour.Samples, [
+          { key: "Invocations", label: "invocations", cls: "line-invocations" },
+          { key: "Errors", label: "function errors", cls: "line-errors" }], { unit: "/min" }),
+        chart("fn-chart-duration", "Duration", hour.Samples, [
+          { key: "P50", label: "p50", cls: "line-p50" },
+          { key: "P99", label: "p99", cls: "line-p99" }],
+        { format: ms, legend: (line) => `${ms(d[line.key])} over the hour` })),
+      el("h2", { text: "Durations in the last hour" }),
+      histogram(hour.Buckets));
+  };
+  await draw();
+  every(draw);
+}
+
+/** Bars of the buckets from the first that counted an invocation to the last. */
+function histogram(buckets) {
+  const first = buckets.findIndex((b) => b.Count > 0);
+  if (first < 0) return el("p", { class: "muted", id: "fn-histogram", text: "No invocations in the last hour." });
+  const last = buckets.length - 1 - [...buckets].reverse().findIndex((b) => b.Count > 0);
+  const most = Math.max(...buckets.map((b) => b.Count));
+  const rows = buckets.slice(first, last + 1).map((b, i) => {
+    const lower = first + i > 0 ? buckets[first + i - 1].Le : 0;
+    const bar = el("span", { class: "fill" });
+    bar.style.width = `${(100 * b.Count) / most}%`;
+    return el("div", { class: "bucket" },
+      el("span", { class: "range", text: b.Le === null ? `over ${ms(lower)}` : `${ms(lower)} – ${ms(b.Le)}` }),
+      el("span", { class: "track" }, bar),
+      el("span", { class: "count", text: b.Count }));
+  });
+  return el("div", { class: "histogram", id: "fn-histogram" }, rows);
 }
 
 async function instancesTab(name, fn, body) {
