@@ -382,6 +382,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
         history,
         schedules,
         objects,
+        api_address: addr,
     });
     let app = api::router(state.clone());
 
@@ -485,6 +486,10 @@ fn size_object_cache(
 ) {
     use objects::cache::sizing::Sizing;
     let sizing = Arc::new(Mutex::new(Sizing::new(config)));
+    cache
+        .metrics()
+        .lent
+        .store(true, std::sync::atomic::Ordering::Relaxed);
     let weak = Arc::downgrade(&cache);
     drop(cache);
     agent.lend_to(Arc::new(CacheLender {

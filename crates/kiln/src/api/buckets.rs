@@ -262,12 +262,13 @@ pub async fn link(
         })?,
     };
     let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
+    let endpoint = super::reached_at(browser(&state).listener(), host);
     let link = browser(&state)
         .link(
             &bucket,
             &query.key,
             std::time::Duration::from_secs(seconds),
-            host,
+            &endpoint,
         )
         .await?;
     Ok(Json(link).into_response())

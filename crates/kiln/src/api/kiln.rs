@@ -29,6 +29,7 @@ pub async fn status(State(state): State<SharedState>, _: Signed) -> Result<Respo
         "asyncQueueDepth": state.controller.queue_depth(),
         "memoryModels": state.controller.models(),
         "objectCache": state.controller.object_cache_status(),
+        "objectCacheMemory": state.controller.object_cache_memory(),
     }))
     .into_response())
 }

@@ -48,6 +48,8 @@ pub struct AppState {
     pub schedules: Option<Arc<crate::schedules::Schedules>>,
     /// The object store, called in-process for `/kiln/v1/buckets/…`.
     pub objects: crate::objects::browse::ObjectBrowser,
+    /// Where the API's listener is bound (function URLs are served there only).
+    pub api_address: std::net::SocketAddr,
 }
 
 pub type SharedState = Arc<AppState>;
@@ -162,6 +164,7 @@ fn api_routes() -> Router<SharedState> {
                 .put(urls::update_config)
                 .delete(urls::delete_config),
         )
+        .route("/2021-10-31/functions/{name}/urls", get(urls::list_configs))
         .route(
             "/2019-09-25/functions/{name}/event-invoke-config",
             get(event_invoke::get)
@@ -677,6 +680,20 @@ pub fn qualified(name: &str, uri: &Uri) -> String {
     }
 }
 
+/// `http://HOST:PORT` of one of kiln's listeners as a caller who reached kiln by `host` (a
+/// `Host` header) can reach it: the listener's own address, unless it listens on every
+/// address; then the host name the caller used, with the listener's port.
+pub fn reached_at(listener: std::net::SocketAddr, host: Option<&str>) -> String {
+    if !listener.ip().is_unspecified() {
+        return format!("http://{listener}");
+    }
+    let name = host
+        .and_then(|h| h.parse::<http::uri::Authority>().ok())
+        .map(|a| a.host().to_string())
+        .unwrap_or_else(|| "127.0.0.1".into());
+    format!("http://{name}:{}", listener.port())
+}
+
 /// The base URL clients used to reach kiln, for URLs kiln hands out.
 pub fn base_url(headers: &HeaderMap) -> String {
     let host = headers
@@ -684,4 +701,29 @@ pub fn base_url(headers: &HeaderMap) -> String {
         .and_then(|h| h.to_str().ok())
         .unwrap_or("127.0.0.1:9000");
     format!("http://{host}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn other_listeners_are_reached_where_the_caller_can() {
+        let bound: std::net::SocketAddr = "127.0.0.1:9001".parse().unwrap();
+        assert_eq!(
+            reached_at(bound, Some("example.test:9002")),
+            "http://127.0.0.1:9001"
+        );
+        let every: std::net::SocketAddr = "0.0.0.0:9001".parse().unwrap();
+        assert_eq!(
+            reached_at(every, Some("kiln.example.test:9002")),
+            "http://kiln.example.test:9001"
+        );
+        assert_eq!(reached_at(every, Some("[::1]:9002")), "http://[::1]:9001");
+        assert_eq!(reached_at(every, None), "http://127.0.0.1:9001");
+        assert_eq!(
+            reached_at(every, Some("not a host")),
+            "http://127.0.0.1:9001"
+        );
+    }
 }

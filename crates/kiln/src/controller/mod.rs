@@ -745,6 +745,14 @@ impl Controller {
             .map(|c| c.writeback_status())
     }
 
+    /// The object cache's memory, if the node has a cache.
+    pub fn object_cache_memory(&self) -> Option<crate::objects::cache::CacheMemory> {
+        self.config
+            .object_cache
+            .as_ref()
+            .map(|c| c.metrics().memory())
+    }
+
     /// Each function's counters (the console's history).
     pub fn counts(&self) -> Vec<(String, crate::history::Counts)> {
         let names: Vec<String> = self.table().keys().cloned().collect();

@@ -587,15 +587,19 @@ impl ObjectBrowser {
         Ok(())
     }
 
-    /// A presigned GET of the object on the store's listener, valid for `lifetime`. The link's
-    /// host is the listener's address, or, when it listens on every address, the host the
-    /// caller reached kiln by (`host`), so that the link works where the caller is.
+    /// Where the store's listener is bound.
+    pub fn listener(&self) -> SocketAddr {
+        self.listener
+    }
+
+    /// A presigned GET of the object at `endpoint` (`http://HOST:PORT` of the store's
+    /// listener, as the caller can reach it), valid for `lifetime`.
     pub async fn link(
         &self,
         bucket: &str,
         key: &str,
         lifetime: Duration,
-        host: Option<&str>,
+        endpoint: &str,
     ) -> Result<Link, BrowseError> {
         check_bucket(bucket)?;
         check_key(key)?;
@@ -603,8 +607,7 @@ impl ObjectBrowser {
         if !(1..=MAX_LINK_SECONDS).contains(&seconds) {
             return Err(BrowseError::LinkLifetime(seconds));
         }
-        let endpoint = link_endpoint(self.listener, host);
-        let client = super::sdk_keys::client(&endpoint, &self.admin, &self.region);
+        let client = super::sdk_keys::client(endpoint, &self.admin, &self.region);
         let presigning = aws_sdk_s3::presigning::PresigningConfig::expires_in(lifetime)
             .map_err(|e| BrowseError::Presign(e.to_string()))?;
         let request = client
@@ -624,46 +627,9 @@ impl ObjectBrowser {
     }
 }
 
-/// `http://HOST:PORT` of the store's listener as the caller can reach it: its own address,
-/// unless it listens on every address; then the host name the caller used (`host`, a `Host`
-/// header) with the listener's port.
-fn link_endpoint(listener: SocketAddr, host: Option<&str>) -> String {
-    if !listener.ip().is_unspecified() {
-        return format!("http://{listener}");
-    }
-    let name = host
-        .and_then(|h| h.parse::<http::uri::Authority>().ok())
-        .map(|a| a.host().to_string())
-        .unwrap_or_else(|| "127.0.0.1".into());
-    format!("http://{name}:{}", listener.port())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn links_point_where_the_caller_can_reach_the_store() {
-        let bound: SocketAddr = "127.0.0.1:9001".parse().unwrap();
-        assert_eq!(
-            link_endpoint(bound, Some("example.test:9002")),
-            "http://127.0.0.1:9001"
-        );
-        let every: SocketAddr = "0.0.0.0:9001".parse().unwrap();
-        assert_eq!(
-            link_endpoint(every, Some("kiln.example.test:9002")),
-            "http://kiln.example.test:9001"
-        );
-        assert_eq!(
-            link_endpoint(every, Some("[::1]:9002")),
-            "http://[::1]:9001"
-        );
-        assert_eq!(link_endpoint(every, None), "http://127.0.0.1:9001");
-        assert_eq!(
-            link_endpoint(every, Some("not a host")),
-            "http://127.0.0.1:9001"
-        );
-    }
 
     #[test]
     fn names_and_keys_are_checked_before_the_store() {

@@ -8,6 +8,27 @@ import {
 import { functionView, instanceTables } from "./function.js";
 import { objectsView } from "./objects.js";
 
+// --- The theme: the system's unless the viewer picks one (kept in this browser) ---------------
+
+const THEME_KEY = "kiln.theme";
+
+function applyTheme(theme) {
+  if (theme) document.documentElement.dataset.theme = theme;
+  else delete document.documentElement.dataset.theme;
+}
+
+function startTheme() {
+  const saved = localStorage.getItem(THEME_KEY) || "";
+  applyTheme(saved);
+  const choice = document.getElementById("theme");
+  choice.value = saved;
+  choice.addEventListener("change", () => {
+    if (choice.value) localStorage.setItem(THEME_KEY, choice.value);
+    else localStorage.removeItem(THEME_KEY);
+    applyTheme(choice.value);
+  });
+}
+
 // --- Signing in and out -----------------------------------------------------------------------
 
 function startSignIn() {
@@ -82,12 +103,7 @@ async function overview(params) {
       paths[i.start_path] = (paths[i.start_path] || 0) + 1;
       used += i.memory_used_bytes;
     }
-    const budget = node.memory_budget_mb * 1024 * 1024;
-    const booked = node.memory_reserved_mb * 1024 * 1024;
     const card = (label, value, id) => el("div", { class: "card", id }, el("div", { class: "value", text: value }), el("div", { class: "label", text: label }));
-    const share = (n) => `${Math.max(0, Math.min(100, (100 * n) / Math.max(budget, 1)))}%`;
-    const part = (cls, n, title) => { const s = el("span", { class: cls, title }); s.style.width = share(n); return s; };
-    const usedShare = Math.min(used, booked);
     view.replaceChildren(
       el("div", { class: "cards" },
         card("functions", status.functions.length, "card-functions"),
@@ -112,18 +128,50 @@ async function overview(params) {
           { key: "P99", label: "p99", cls: "line-p99" }],
         { format: ms, legend: (line) => `${ms(history.Duration[line.key])} over the ${span}` })),
       el("h2", { text: "Memory" }),
-      el("div", { class: "bar", id: "memory-bar" },
-        part("used", usedShare, `used by instances: ${bytes(used)}`),
-        part("booked", booked - usedShare, `booked, not used: ${bytes(booked - usedShare)}`)),
-      el("div", { class: "legend" },
-        el("span", {}, el("span", { class: "swatch used" }), `used ${bytes(used)}`),
-        el("span", {}, el("span", { class: "swatch booked" }), `booked ${mb(node.memory_reserved_mb)}`),
-        el("span", {}, el("span", { class: "swatch free" }), `free ${mb(node.memory_budget_mb - node.memory_reserved_mb)} of ${mb(node.memory_budget_mb)}`)),
+      ...memoryPicture(node, used, status.objectCacheMemory),
       el("h2", { text: "Runtimes" }),
       el("p", { text: node.runtimes.join(", ") }));
   };
   await draw();
   every(draw);
+}
+
+const MiB = 1024 * 1024;
+
+/**
+ * The node's memory budget as OFC divides it: what instances use, what their predicted limits
+ * hold beyond that, what the rest of their bookings lends the object cache and keeps as slack
+ * (when the cache is sized by lending), the rest booked, and what is free.
+ */
+function memoryPicture(node, used, cache) {
+  const budget = node.memory_budget_mb * MiB;
+  const booked = node.memory_reserved_mb * MiB;
+  const limits = Math.min(booked, node.instances.reduce((n, i) => n + i.memory_limit_mb * MiB, 0));
+  const inUse = Math.min(used, limits);
+  const lending = Boolean(cache && cache.lent);
+  const lent = lending ? Math.min(cache.capacityBytes, booked - limits) : 0;
+  const slack = lending ? Math.min(cache.slackBytes, booked - limits - lent) : 0;
+  const parts = [
+    ["used", inUse, "used by instances"],
+    ["predicted", limits - inUse, "predicted limits, not used"],
+    ["cache", lent, "lent to the object cache"],
+    ["slack", slack, "slack"],
+    ["booked", Math.max(0, booked - limits - lent - slack), "booked beyond the limits"],
+    ["free", Math.max(0, budget - booked), "free"],
+  ];
+  const bar = el("div", { class: "bar", id: "memory-bar" }, parts.filter(([, n]) => n > 0).map(([cls, n, label]) => {
+    const part = el("span", { class: cls, title: `${label}: ${bytes(n)}` });
+    part.style.width = `${Math.min(100, (100 * n) / Math.max(budget, 1))}%`;
+    return part;
+  }));
+  const legend = el("div", { class: "legend", id: "memory-legend" }, parts
+    .filter(([cls]) => lending || (cls !== "cache" && cls !== "slack"))
+    .map(([cls, n, label]) => el("span", {}, el("span", { class: `swatch ${cls}` }), `${label} ${bytes(n)}`)),
+  el("span", { text: `of a budget of ${mb(node.memory_budget_mb)}` }));
+  const note = cache && !lending
+    ? el("p", { class: "muted", id: "memory-cache", text: `The object cache has a fixed capacity: ${bytes(cache.usedBytes)} of ${bytes(cache.capacityBytes)} held, beside the budget.` })
+    : null;
+  return [bar, legend, note].filter(Boolean);
 }
 
 // The functions table's sortable columns: header, and the key `/kiln/v1/functions` sorts by.
@@ -324,6 +372,7 @@ async function route() {
 }
 
 async function start() {
+  startTheme();
   if (window.location.pathname === "/ui/sign-in") {
     startSignIn();
     return;
