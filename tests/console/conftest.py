@@ -8,8 +8,15 @@ from console_support import CHROMEDRIVER, CHROMIUM
 
 
 @pytest.fixture(scope="module")
-def browser():
-    """Headless Chromium through chromedriver, with the page's console log kept."""
+def downloads(tmp_path_factory):
+    """Where the module's browser saves what it downloads."""
+    return tmp_path_factory.mktemp("downloads")
+
+
+@pytest.fixture(scope="module")
+def browser(downloads):
+    """Headless Chromium through chromedriver, with the page's console log kept and downloads
+    saved to `downloads` without asking."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -22,9 +29,12 @@ def browser():
                 "--window-size=1280,900", "--no-first-run", "--disable-extensions"):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    options.add_experimental_option("prefs", {"download.default_directory": str(downloads),
+                                              "download.prompt_for_download": False})
     os.environ.setdefault("SE_OFFLINE", "true")
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(30)
+    driver.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
     yield driver
     driver.quit()
 

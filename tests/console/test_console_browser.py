@@ -114,7 +114,7 @@ def test_pages_render_and_invoke_from_the_test_tab(kiln, driver, request):
 
     # The functions table says what runs: its instance, its snapshot, its memory model.
     go(driver, kiln, "functions", "functions-table")
-    wait(driver).until(lambda d: re.search(r"console-hello python3\.11 128 MB 3 s \S* 1 0 fork-server \((ready|building)\) [1-9]\d* invocations, learning",
+    wait(driver).until(lambda d: re.search(r"console-hello python3\.11 128 MB 3 s \S* .+? 0\.0 % of [1-9]\d* [\d.]+ ms / [\d.]+ ms 1 0 fork-server \((ready|building)\) [1-9]\d* invocations, learning",
                                            d.find_element(By.ID, "functions-table").text))
     # The overview's charts count what was just done.
     go(driver, kiln, "overview", "chart-invocations")

@@ -1,35 +1,113 @@
-//! The node's recent activity, one sample a second for the last hour, kept in memory for the
-//! console's charts (`/kiln/v1/history`): invocations, function errors, throttles and cold
-//! starts by path in each second.
+//! The node's recent activity, kept in memory for the console (`/kiln/v1/history`, the
+//! functions table, a function's metrics): one sample a second for the last hour (invocations,
+//! function errors, throttles, cold starts by path and durations in each second), and each
+//! function's last hour a minute at a time (invocations, errors, durations) with the second of
+//! its last invocation.
 //!
-//! A task reads kiln's own counters once a second ([`Totals`], summed over the functions) and
-//! keeps the differences: nothing is added to the invoke path, and no external Prometheus is
-//! needed.
+//! A task reads kiln's own counters once a second ([`Counts`] per function: the metrics'
+//! counters and duration buckets) and keeps the differences: the invoke path does nothing for
+//! it beyond counting in its duration bucket, and no external Prometheus is needed.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::metrics::duration::{self, BUCKETS};
 use crate::sync::LockExt;
 
 /// An hour at one sample a second.
 pub const SAMPLES: usize = 3600;
 pub const INTERVAL: Duration = Duration::from_secs(1);
+/// How far back a function's activity goes, in seconds.
+pub const FUNCTION_WINDOW_S: i64 = 3600;
 
-/// kiln's counters at one moment, summed over the node's functions.
+/// One function's counters at one moment (kiln's metrics, which only go up while it exists).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Totals {
+pub struct Counts {
     pub invocations: u64,
     pub errors: u64,
     pub throttles: u64,
     /// Cold starts by path: coldest, warm, hot.
     pub starts: [u64; 3],
+    /// Durations by bucket ([`duration::BOUNDS`]).
+    pub durations: duration::Counts,
 }
 
-/// What happened in one second.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+impl Counts {
+    /// What happened between two readings. A counter that went down (the function was
+    /// deleted and made again) counts nothing rather than wrapping.
+    fn since(&self, before: &Counts) -> Counts {
+        let d = |b: u64, a: u64| a.saturating_sub(b);
+        Counts {
+            invocations: d(before.invocations, self.invocations),
+            errors: d(before.errors, self.errors),
+            throttles: d(before.throttles, self.throttles),
+            starts: [0, 1, 2].map(|i| d(before.starts[i], self.starts[i])),
+            durations: std::array::from_fn(|i| d(before.durations[i], self.durations[i])),
+        }
+    }
+}
+
+/// Percentiles of durations, in milliseconds; `None` without any.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Percentiles {
+    #[serde(rename = "Count")]
+    pub count: u64,
+    #[serde(rename = "P50")]
+    pub p50_ms: Option<f64>,
+    #[serde(rename = "P99")]
+    pub p99_ms: Option<f64>,
+}
+
+impl Percentiles {
+    pub fn of(counts: &duration::Counts) -> Self {
+        let ms = |q| duration::quantile(counts, q).map(|s| s * 1000.0);
+        Self {
+            count: counts.iter().sum(),
+            p50_ms: ms(0.5),
+            p99_ms: ms(0.99),
+        }
+    }
+}
+
+fn add_counts(total: &mut duration::Counts, more: &duration::Counts) {
+    for (t, m) in total.iter_mut().zip(more) {
+        *t += m;
+    }
+}
+
+/// A minute's durations: its buckets from the first that counted one to the last, so that a
+/// minute whose durations are alike keeps a few numbers, not every bucket.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Spread {
+    first: usize,
+    counts: Box<[u64]>,
+}
+
+impl Spread {
+    fn add(&mut self, more: &duration::Counts) {
+        let mut all = [0; BUCKETS];
+        self.add_to(&mut all);
+        add_counts(&mut all, more);
+        let Some(first) = all.iter().position(|n| *n > 0) else {
+            return;
+        };
+        let last = all.iter().rposition(|n| *n > 0).unwrap_or(first);
+        self.first = first;
+        self.counts = all[first..=last].into();
+    }
+
+    fn add_to(&self, total: &mut duration::Counts) {
+        for (i, n) in self.counts.iter().enumerate() {
+            total[self.first + i] += n;
+        }
+    }
+}
+
+/// What happened on the node in one second.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct Sample {
     /// Unix seconds at the end of the second.
@@ -40,65 +118,289 @@ pub struct Sample {
     pub coldest: u64,
     pub warm: u64,
     pub hot: u64,
+    /// The second's durations, in milliseconds.
+    #[serde(rename = "P50")]
+    pub p50_ms: Option<f64>,
+    #[serde(rename = "P99")]
+    pub p99_ms: Option<f64>,
+    #[serde(skip)]
+    durations: duration::Counts,
 }
 
 impl Sample {
-    /// The activity between two readings. A counter that went down (its function was deleted)
-    /// counts nothing rather than wrapping.
-    pub fn between(time: i64, before: &Totals, after: &Totals) -> Self {
-        let d = |a: u64, b: u64| b.saturating_sub(a);
-        Self {
-            time,
-            invocations: d(before.invocations, after.invocations),
-            errors: d(before.errors, after.errors),
-            throttles: d(before.throttles, after.throttles),
-            coldest: d(before.starts[0], after.starts[0]),
-            warm: d(before.starts[1], after.starts[1]),
-            hot: d(before.starts[2], after.starts[2]),
+    fn add(&mut self, d: &Counts) {
+        self.invocations += d.invocations;
+        self.errors += d.errors;
+        self.throttles += d.throttles;
+        self.coldest += d.starts[0];
+        self.warm += d.starts[1];
+        self.hot += d.starts[2];
+        add_counts(&mut self.durations, &d.durations);
+    }
+}
+
+/// One function's invocations, errors and durations in one minute.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Minute {
+    /// Unix seconds at its start (a multiple of 60).
+    start: i64,
+    invocations: u64,
+    errors: u64,
+    durations: Spread,
+}
+
+/// What the history holds of one function.
+#[derive(Debug, Default)]
+struct Tracked {
+    last: Counts,
+    /// The reading that last saw it (functions no reading names any more are dropped).
+    seen: u64,
+    last_invocation: Option<i64>,
+    /// Minutes with invocations, oldest first, none older than [`FUNCTION_WINDOW_S`].
+    minutes: VecDeque<Minute>,
+}
+
+impl Tracked {
+    fn add(&mut self, time: i64, d: &Counts) {
+        if d.invocations == 0 && d.errors == 0 {
+            return;
+        }
+        self.last_invocation = Some(time);
+        let start = time - time.rem_euclid(60);
+        if self.minutes.back().is_none_or(|m| m.start != start) {
+            self.minutes.push_back(Minute {
+                start,
+                invocations: 0,
+                errors: 0,
+                durations: Spread::default(),
+            });
+        }
+        let minute = self.minutes.back_mut().expect("pushed");
+        minute.invocations += d.invocations;
+        minute.errors += d.errors;
+        minute.durations.add(&d.durations);
+        while self
+            .minutes
+            .front()
+            .is_some_and(|m| m.start <= time - FUNCTION_WINDOW_S)
+        {
+            self.minutes.pop_front();
         }
     }
 }
 
-/// The ring of samples, the newest last.
+/// A function's last hour: what the functions table shows and sorts by.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Activity {
+    /// Unix seconds of the second its last invocation ended in, if it had one since kiln
+    /// started.
+    pub last_invocation: Option<i64>,
+    /// In the last hour.
+    pub invocations: u64,
+    pub errors: u64,
+    /// The last hour's durations.
+    pub durations: Percentiles,
+}
+
+impl Activity {
+    /// Function errors per invocation in the last hour; `None` without invocations.
+    pub fn error_rate(&self) -> Option<f64> {
+        (self.invocations > 0).then(|| self.errors as f64 / self.invocations as f64)
+    }
+}
+
+#[derive(Default)]
+struct State {
+    readings: u64,
+    samples: VecDeque<Sample>,
+    functions: HashMap<String, Tracked>,
+    /// The last counts of functions no reading names any more: the metrics keep a deleted
+    /// function's counters, so one made again under its name counts on from them.
+    gone: HashMap<String, Counts>,
+}
+
+/// The ring of samples, the newest last, and each function's last hour.
 pub struct History {
     capacity: usize,
-    state: Mutex<(Option<Totals>, VecDeque<Sample>)>,
+    state: Mutex<State>,
 }
 
 impl History {
     pub fn new(capacity: usize) -> Self {
         Self {
             capacity: capacity.max(1),
-            state: Mutex::new((None, VecDeque::with_capacity(capacity.max(1)))),
+            state: Mutex::new(State {
+                samples: VecDeque::with_capacity(capacity.max(1)),
+                ..State::default()
+            }),
         }
     }
 
-    /// Records a reading taken at `time`; the first one only sets the baseline.
-    pub fn record(&self, time: i64, totals: Totals) {
+    /// Records a reading of every function's counters taken at `time`. A function seen for
+    /// the first time counts from zero (kiln's counters start at zero with kiln, and a new
+    /// function's with it), or from where it was when it went.
+    pub fn record(&self, time: i64, reading: Vec<(String, Counts)>) {
         let mut state = self.state.locked();
-        let (last, samples) = &mut *state;
-        if let Some(before) = last.replace(totals) {
-            if samples.len() == self.capacity {
-                samples.pop_front();
-            }
-            samples.push_back(Sample::between(time, &before, &totals));
+        let State {
+            readings,
+            samples,
+            functions,
+            gone,
+        } = &mut *state;
+        *readings += 1;
+        let generation = *readings;
+        let mut sample = Sample {
+            time,
+            ..Sample::default()
+        };
+        for (name, counts) in reading {
+            let tracked = match functions.get_mut(&name) {
+                Some(tracked) => tracked,
+                None => {
+                    let last = gone.remove(&name).unwrap_or_default();
+                    functions.entry(name).or_insert(Tracked {
+                        last,
+                        ..Tracked::default()
+                    })
+                }
+            };
+            let d = counts.since(&tracked.last);
+            tracked.last = counts;
+            tracked.seen = generation;
+            tracked.add(time, &d);
+            sample.add(&d);
         }
+        functions.retain(|name, t| {
+            let kept = t.seen == generation;
+            if !kept {
+                gone.insert(name.clone(), t.last);
+            }
+            kept
+        });
+        let second = Percentiles::of(&sample.durations);
+        (sample.p50_ms, sample.p99_ms) = (second.p50_ms, second.p99_ms);
+        if samples.len() == self.capacity {
+            samples.pop_front();
+        }
+        samples.push_back(sample);
     }
 
     /// The samples of the last `seconds`, oldest first.
     pub fn last(&self, seconds: usize) -> Vec<Sample> {
         let state = self.state.locked();
-        let samples = &state.1;
+        let samples = &state.samples;
         samples
             .iter()
             .skip(samples.len().saturating_sub(seconds))
             .copied()
             .collect()
     }
+
+    /// The durations of the last `seconds` on the node, together.
+    pub fn durations(&self, seconds: usize) -> Percentiles {
+        let state = self.state.locked();
+        let samples = &state.samples;
+        let mut total = [0; BUCKETS];
+        for sample in samples.iter().skip(samples.len().saturating_sub(seconds)) {
+            add_counts(&mut total, &sample.durations);
+        }
+        Percentiles::of(&total)
+    }
+
+    /// Each function's activity in the hour before `now` (Unix seconds).
+    pub fn activity(&self, now: i64) -> HashMap<String, Activity> {
+        let state = self.state.locked();
+        state
+            .functions
+            .iter()
+            .map(|(name, tracked)| (name.clone(), tracked.activity(now).0))
+            .collect()
+    }
+
+    /// One function's hour before `now`, a minute at a time (oldest first, every minute
+    /// there, those it did not run in empty), and its durations by bucket; an empty hour for
+    /// a function the history has not seen run.
+    pub fn function(&self, name: &str, now: i64) -> FunctionHistory {
+        let state = self.state.locked();
+        let unseen = Tracked::default();
+        let tracked = state.functions.get(name).unwrap_or(&unseen);
+        let (activity, buckets) = tracked.activity(now);
+        let current = now - now.rem_euclid(60);
+        let minutes = (0..FUNCTION_WINDOW_S / 60)
+            .rev()
+            .map(|ago| {
+                let start = current - 60 * ago;
+                let minute = tracked.minutes.iter().find(|m| m.start == start);
+                let mut durations = [0; BUCKETS];
+                if let Some(m) = minute {
+                    m.durations.add_to(&mut durations);
+                }
+                let p = Percentiles::of(&durations);
+                MinuteSample {
+                    time: start,
+                    invocations: minute.map_or(0, |m| m.invocations),
+                    errors: minute.map_or(0, |m| m.errors),
+                    p50_ms: p.p50_ms,
+                    p99_ms: p.p99_ms,
+                }
+            })
+            .collect();
+        FunctionHistory {
+            activity,
+            minutes,
+            buckets,
+        }
+    }
 }
 
-/// Reads `totals` every [`INTERVAL`] into `history` for as long as `history` is held elsewhere.
-pub fn sample(history: &Arc<History>, totals: impl Fn() -> Totals + Send + 'static) {
+impl Tracked {
+    /// Its activity in the hour before `now`, and the hour's durations by bucket.
+    fn activity(&self, now: i64) -> (Activity, duration::Counts) {
+        let mut activity = Activity {
+            last_invocation: self.last_invocation,
+            ..Activity::default()
+        };
+        let mut buckets = [0; BUCKETS];
+        for minute in self
+            .minutes
+            .iter()
+            .filter(|m| m.start > now - FUNCTION_WINDOW_S)
+        {
+            activity.invocations += minute.invocations;
+            activity.errors += minute.errors;
+            minute.durations.add_to(&mut buckets);
+        }
+        activity.durations = Percentiles::of(&buckets);
+        (activity, buckets)
+    }
+}
+
+/// One minute of a function.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct MinuteSample {
+    /// Unix seconds at its start.
+    pub time: i64,
+    pub invocations: u64,
+    pub errors: u64,
+    #[serde(rename = "P50")]
+    pub p50_ms: Option<f64>,
+    #[serde(rename = "P99")]
+    pub p99_ms: Option<f64>,
+}
+
+/// A function's last hour.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FunctionHistory {
+    pub activity: Activity,
+    pub minutes: Vec<MinuteSample>,
+    /// The hour's durations by bucket ([`duration::BOUNDS`]).
+    pub buckets: duration::Counts,
+}
+
+/// Reads every function's counters (`read`) every [`INTERVAL`] into `history` for as long as
+/// `history` is held elsewhere.
+pub fn sample(history: &Arc<History>, read: impl Fn() -> Vec<(String, Counts)> + Send + 'static) {
     let weak = Arc::downgrade(history);
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(INTERVAL);
@@ -108,7 +410,7 @@ pub fn sample(history: &Arc<History>, totals: impl Fn() -> Totals + Send + 'stat
             let Some(history) = weak.upgrade() else {
                 return;
             };
-            history.record(chrono::Utc::now().timestamp(), totals());
+            history.record(chrono::Utc::now().timestamp(), read());
         }
     });
 }
@@ -117,24 +419,30 @@ pub fn sample(history: &Arc<History>, totals: impl Fn() -> Totals + Send + 'stat
 mod tests {
     use super::*;
 
-    fn totals(invocations: u64, hot: u64) -> Totals {
-        Totals {
+    fn counts(invocations: u64, errors: u64, hot: u64) -> Counts {
+        Counts {
             invocations,
+            errors,
             starts: [0, 0, hot],
             ..Default::default()
         }
     }
 
+    fn one(name: &str, c: Counts) -> Vec<(String, Counts)> {
+        vec![(name.to_string(), c)]
+    }
+
     #[test]
     fn samples_are_differences_and_the_ring_keeps_the_newest() {
         let history = History::new(3);
-        history.record(0, totals(10, 1));
-        assert!(
-            history.last(10).is_empty(),
-            "the first reading is a baseline"
+        history.record(0, one("f", counts(10, 0, 1)));
+        assert_eq!(
+            history.last(10)[0].invocations,
+            10,
+            "counters start at zero with kiln"
         );
         for t in 1..=5 {
-            history.record(t, totals(10 + 2 * t as u64, 1 + t as u64));
+            history.record(t, one("f", counts(10 + 2 * t as u64, 0, 1 + t as u64)));
         }
         let kept = history.last(10);
         assert_eq!(
@@ -147,8 +455,161 @@ mod tests {
     }
 
     #[test]
-    fn a_counter_that_went_down_counts_nothing() {
-        let sample = Sample::between(1, &totals(10, 5), &totals(4, 7));
-        assert_eq!((sample.invocations, sample.hot), (0, 2));
+    fn the_node_sums_its_functions_and_a_counter_that_went_down_counts_nothing() {
+        let history = History::new(10);
+        let reading = |a: u64, b: u64| {
+            vec![
+                ("a".to_string(), counts(a, 0, 0)),
+                ("b".to_string(), counts(b, 0, 0)),
+            ]
+        };
+        history.record(0, reading(10, 5));
+        history.record(1, reading(12, 8));
+        // `b`'s counter went down (its series was dropped and made again).
+        history.record(2, reading(13, 1));
+        let samples = history.last(10);
+        assert_eq!(
+            samples.iter().map(|s| s.invocations).collect::<Vec<_>>(),
+            vec![15, 5, 1]
+        );
+    }
+
+    #[test]
+    fn a_function_made_later_counts_what_ran_before_its_first_reading() {
+        let history = History::new(10);
+        history.record(0, vec![]);
+        // Made and invoked within the second before the reading.
+        history.record(1, one("new", counts(3, 1, 1)));
+        assert_eq!(history.last(10).last().unwrap().invocations, 3);
+        let activity = history.activity(1)["new"];
+        assert_eq!(
+            (
+                activity.invocations,
+                activity.errors,
+                activity.last_invocation
+            ),
+            (3, 1, Some(1))
+        );
+        assert_eq!(activity.error_rate(), Some(1.0 / 3.0));
+        // Deleted, then made again: kiln's counters for its name went on from where they were.
+        history.record(2, vec![]);
+        assert!(history.activity(2).is_empty());
+        history.record(3, one("new", counts(5, 1, 1)));
+        assert_eq!(history.last(1)[0].invocations, 2);
+        assert_eq!(history.activity(3)["new"].last_invocation, Some(3));
+    }
+
+    #[test]
+    fn activity_covers_the_last_hour_and_deleted_functions_are_forgotten() {
+        let history = History::new(10);
+        let mut total = 0;
+        history.record(0, one("f", counts(0, 0, 0)));
+        // One invocation at the start of each of 90 minutes; an error every tenth minute.
+        for minute in 0..90 {
+            total += 1;
+            let errors = minute / 10 + 1;
+            history.record(minute * 60 + 1, one("f", counts(total, errors as u64, 0)));
+        }
+        let now = 89 * 60 + 1;
+        let activity = history.activity(now)["f"];
+        assert_eq!(activity.invocations, 60);
+        assert_eq!(activity.last_invocation, Some(now));
+        // Errors in minutes 30 to 89: one each time the count stepped (30, 40, …, 80).
+        assert_eq!(activity.errors, 6);
+        // An hour later, nothing is left of it but when it last ran.
+        let later = history.activity(now + 3600)["f"];
+        assert_eq!((later.invocations, later.last_invocation), (0, Some(now)));
+        assert_eq!(later.error_rate(), None);
+        history.record(now + 1, vec![]);
+        assert!(history.activity(now + 1).is_empty());
+    }
+
+    fn timed(invocations: u64, seconds: &[f64]) -> Counts {
+        let mut durations = [0; BUCKETS];
+        for s in seconds {
+            durations[duration::bucket_of(*s)] += 1;
+        }
+        Counts {
+            invocations,
+            durations,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn each_second_and_any_window_has_its_percentiles() {
+        let history = History::new(10);
+        history.record(0, one("f", timed(0, &[])));
+        history.record(1, one("f", timed(10, &[0.02; 10])));
+        let mut later = vec![0.02; 10];
+        later.extend([0.02; 89]);
+        later.push(2.0);
+        history.record(2, one("f", timed(110, &later)));
+        history.record(3, one("f", timed(110, &later)));
+        let samples = &history.last(10)[1..];
+        let first = samples[0];
+        let (lower, upper) = (duration::BOUNDS[6], duration::BOUNDS[7]);
+        let median_ms = (lower + upper) / 2.0 * 1000.0;
+        assert!((first.p50_ms.unwrap() - median_ms).abs() < 1e-9);
+        // The second second: 90 fast ones and one slow one.
+        assert!(samples[1].p99_ms.unwrap() > samples[1].p50_ms.unwrap());
+        assert_eq!((samples[2].p50_ms, samples[2].p99_ms), (None, None));
+        let all = history.durations(10);
+        assert_eq!(all.count, 100);
+        assert!(all.p50_ms.unwrap() <= upper * 1000.0);
+        // The slow one is the 100th of 100: above the p99's rank, not below it.
+        assert!(all.p99_ms.unwrap() <= upper * 1000.0);
+        assert_eq!(history.durations(1).count, 0);
+    }
+
+    #[test]
+    fn a_function_has_its_hour_by_the_minute() {
+        let history = History::new(10);
+        history.record(0, one("f", timed(0, &[])));
+        history.record(61, one("f", timed(2, &[0.001, 0.001])));
+        history.record(62, one("f", timed(3, &[0.001, 0.001, 1.0])));
+        history.record(185, one("f", timed(4, &[0.001, 0.001, 1.0, 0.01])));
+        let now = 190;
+        let f = history.function("f", now);
+        assert_eq!(f.minutes.len(), 60);
+        assert_eq!(f.minutes.last().unwrap().time, 180);
+        let ran: Vec<_> = f.minutes.iter().filter(|m| m.invocations > 0).collect();
+        assert_eq!(
+            ran.iter()
+                .map(|m| (m.time, m.invocations))
+                .collect::<Vec<_>>(),
+            vec![(60, 3), (180, 1)]
+        );
+        assert!(ran[0].p99_ms.unwrap() > 100.0 && ran[0].p50_ms.unwrap() < 2.0);
+        assert!(f
+            .minutes
+            .iter()
+            .filter(|m| m.invocations == 0)
+            .all(|m| m.p50_ms.is_none()));
+        assert_eq!(f.buckets.iter().sum::<u64>(), 4);
+        assert_eq!(f.activity.durations.count, 4);
+        assert_eq!(f.activity.last_invocation, Some(185));
+        let unseen = history.function("g", now);
+        assert_eq!(unseen.minutes.len(), 60);
+        assert!(unseen.minutes.iter().all(|m| m.invocations == 0));
+        assert_eq!(unseen.activity, Activity::default());
+    }
+
+    #[test]
+    fn a_spread_keeps_the_buckets_between_its_first_and_last() {
+        let mut spread = Spread::default();
+        let mut counts = [0; BUCKETS];
+        counts[5] = 2;
+        spread.add(&counts);
+        assert_eq!((spread.first, spread.counts.len()), (5, 1));
+        counts[5] = 0;
+        counts[2] = 1;
+        counts[9] = 3;
+        spread.add(&counts);
+        assert_eq!((spread.first, spread.counts.len()), (2, 8));
+        let mut total = [0; BUCKETS];
+        spread.add_to(&mut total);
+        assert_eq!((total[2], total[5], total[9]), (1, 2, 3));
+        assert_eq!(total.iter().sum::<u64>(), 6);
     }
 }

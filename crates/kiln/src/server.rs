@@ -310,6 +310,12 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
         (key == lookup.access_key_id).then(|| lookup.secret_access_key.clone())
     });
     let apps = crate::burst::Apps::open(controller.clone(), databases, &data_dir).await?;
+    let objects = objects::browse::ObjectBrowser::new(
+        s3.store.operations(),
+        stored.credentials(),
+        &config.region,
+        s3.listener.local_addr()?,
+    );
     // The sandbox side gets `s3.store` to serve inside namespaces (`objects::serve_on`).
     let s3_server = objects::serve_on(s3.listener, &s3.store, Scope::All)?;
     let membership = match cluster {
@@ -349,7 +355,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     let history = config.console.is_some().then(|| {
         let history = Arc::new(crate::history::History::new(crate::history::SAMPLES));
         let counted = controller.clone();
-        crate::history::sample(&history, move || counted.totals());
+        crate::history::sample(&history, move || counted.counts());
         history
     });
     // Schedules fire from one node: in cluster mode they wait for an elected scheduler.
@@ -375,6 +381,8 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
             .map(|c| Arc::new(crate::console::Console::new(c))),
         history,
         schedules,
+        objects,
+        api_address: addr,
     });
     let app = api::router(state.clone());
 
@@ -478,6 +486,10 @@ fn size_object_cache(
 ) {
     use objects::cache::sizing::Sizing;
     let sizing = Arc::new(Mutex::new(Sizing::new(config)));
+    cache
+        .metrics()
+        .lent
+        .store(true, std::sync::atomic::Ordering::Relaxed);
     let weak = Arc::downgrade(&cache);
     drop(cache);
     agent.lend_to(Arc::new(CacheLender {

@@ -29,6 +29,7 @@ pub async fn status(State(state): State<SharedState>, _: Signed) -> Result<Respo
         "asyncQueueDepth": state.controller.queue_depth(),
         "memoryModels": state.controller.models(),
         "objectCache": state.controller.object_cache_status(),
+        "objectCacheMemory": state.controller.object_cache_memory(),
     }))
     .into_response())
 }
@@ -39,20 +40,16 @@ pub struct HistoryQuery {
 }
 
 /// The node's activity a second at a time, oldest first: `{"IntervalSeconds": 1, "Samples":
-/// [{"Time", "Invocations", "Errors", "Throttles", "Coldest", "Warm", "Hot"}]}` for the last
-/// `seconds` (300 by default, up to an hour). Kept while the console is on.
+/// [{"Time", "Invocations", "Errors", "Throttles", "Coldest", "Warm", "Hot", "P50", "P99"}],
+/// "Duration": {"Count", "P50", "P99"}}` for the last `seconds` (300 by default, up to an
+/// hour); durations in milliseconds, each second's and the whole window's. Kept while the
+/// console is on.
 pub async fn history(
     State(state): State<SharedState>,
     Query(query): Query<HistoryQuery>,
     _: Signed,
 ) -> Result<Response, ApiError> {
-    let history = state.history.as_ref().ok_or_else(|| {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
-            "ResourceNotFoundException",
-            "kiln keeps its history for the console, which is off (kiln up --ui off)",
-        )
-    })?;
+    let history = kept(&state)?;
     let max = crate::history::SAMPLES;
     let seconds = match query.seconds.as_deref() {
         None => 300,
@@ -70,8 +67,54 @@ pub async fn history(
     Ok(Json(serde_json::json!({
         "IntervalSeconds": crate::history::INTERVAL.as_secs(),
         "Samples": history.last(seconds),
+        "Duration": history.durations(seconds),
     }))
     .into_response())
+}
+
+/// A function's last hour a minute at a time, oldest first: `{"IntervalSeconds": 60,
+/// "Samples": [{"Time", "Invocations", "Errors", "P50", "P99"}], "LastInvocation",
+/// "Invocations", "Errors", "ErrorRate", "Duration": {"Count", "P50", "P99"}, "Buckets":
+/// [{"Le", "Count"}]}` (durations in milliseconds; the last bucket's `Le` is null: past the
+/// last bound).
+pub async fn function_history(
+    State(state): State<SharedState>,
+    Path(name): Path<String>,
+    _: Signed,
+) -> Result<Response, ApiError> {
+    let history = kept(&state)?;
+    let function = state.controller.get(&name)?;
+    let now = chrono::Utc::now().timestamp();
+    let hour = history.function(&function.name, now);
+    let bounds = &*crate::metrics::duration::BOUNDS;
+    let buckets: Vec<serde_json::Value> = hour
+        .buckets
+        .iter()
+        .enumerate()
+        .map(|(i, count)| serde_json::json!({ "Le": bounds.get(i).map(|b| b * 1000.0), "Count": count }))
+        .collect();
+    let activity = hour.activity;
+    Ok(Json(serde_json::json!({
+        "IntervalSeconds": 60,
+        "Samples": hour.minutes,
+        "LastInvocation": activity.last_invocation.and_then(|t| chrono::DateTime::from_timestamp(t, 0)),
+        "Invocations": activity.invocations,
+        "Errors": activity.errors,
+        "ErrorRate": activity.error_rate(),
+        "Duration": activity.durations,
+        "Buckets": buckets,
+    }))
+    .into_response())
+}
+
+fn kept(state: &SharedState) -> Result<&crate::history::History, ApiError> {
+    state.history.as_deref().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "ResourceNotFoundException",
+            "kiln keeps its history for the console, which is off (kiln up --ui off)",
+        )
+    })
 }
 
 /// The sessions of a function: `{"Sessions": [{"session", "instance", "requests", "age_s",

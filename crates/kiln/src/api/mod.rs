@@ -5,10 +5,12 @@
 
 mod aliases;
 mod apps;
+mod buckets;
 mod cluster;
 pub mod console;
 mod event_invoke;
 mod events;
+mod function_table;
 mod functions;
 mod invoke;
 mod kiln;
@@ -44,6 +46,10 @@ pub struct AppState {
     pub history: Option<Arc<crate::history::History>>,
     /// EventBridge Scheduler's schedules; `None` in cluster mode (not there yet).
     pub schedules: Option<Arc<crate::schedules::Schedules>>,
+    /// The object store, called in-process for `/kiln/v1/buckets/…`.
+    pub objects: crate::objects::browse::ObjectBrowser,
+    /// Where the API's listener is bound (function URLs are served there only).
+    pub api_address: std::net::SocketAddr,
 }
 
 pub type SharedState = Arc<AppState>;
@@ -158,6 +164,7 @@ fn api_routes() -> Router<SharedState> {
                 .put(urls::update_config)
                 .delete(urls::delete_config),
         )
+        .route("/2021-10-31/functions/{name}/urls", get(urls::list_configs))
         .route(
             "/2019-09-25/functions/{name}/event-invoke-config",
             get(event_invoke::get)
@@ -182,7 +189,12 @@ fn api_routes() -> Router<SharedState> {
             get(tags::list).post(tags::tag).delete(tags::untag),
         )
         .route("/kiln/v1/status", get(kiln::status))
+        .route("/kiln/v1/functions", get(function_table::list))
         .route("/kiln/v1/functions/{name}/logs", get(kiln::logs))
+        .route(
+            "/kiln/v1/functions/{name}/history",
+            get(kiln::function_history),
+        )
         .route("/kiln/v1/functions/{name}/sessions", get(kiln::sessions))
         .route(
             "/kiln/v1/functions/{name}/sessions/{session}",
@@ -195,6 +207,35 @@ fn api_routes() -> Router<SharedState> {
             get(kiln::code_file),
         )
         .route("/kiln/v1/history", get(kiln::history))
+        .route("/kiln/v1/buckets", get(buckets::buckets))
+        .route(
+            "/kiln/v1/buckets/{bucket}",
+            put(buckets::create_bucket).delete(buckets::delete_bucket),
+        )
+        .route("/kiln/v1/buckets/{bucket}/objects", get(buckets::list))
+        .route(
+            "/kiln/v1/buckets/{bucket}/object",
+            get(buckets::download)
+                .put(buckets::upload)
+                .delete(buckets::delete),
+        )
+        .route(
+            "/kiln/v1/buckets/{bucket}/object/details",
+            get(buckets::details),
+        )
+        .route("/kiln/v1/buckets/{bucket}/object/link", post(buckets::link))
+        .route(
+            "/kiln/v1/buckets/{bucket}/uploads",
+            post(buckets::start_upload),
+        )
+        .route(
+            "/kiln/v1/buckets/{bucket}/uploads/{upload}",
+            post(buckets::complete_upload).delete(buckets::abort_upload),
+        )
+        .route(
+            "/kiln/v1/buckets/{bucket}/uploads/{upload}/{part}",
+            put(buckets::upload_part),
+        )
         .route("/kiln/v1/async", get(events::list))
         .route(
             "/kiln/v1/async/failures/{request_id}",
@@ -367,6 +408,42 @@ impl From<ControllerError> for ApiError {
             reason,
             retry_after: None,
         }
+    }
+}
+
+impl From<crate::objects::browse::BrowseError> for ApiError {
+    fn from(e: crate::objects::browse::BrowseError) -> Self {
+        /// S3's names kept as the error's type; the rest are Lambda's generic ones.
+        const NAMED: &[&str] = &[
+            "AccessDenied",
+            "BadDigest",
+            "BucketAlreadyExists",
+            "BucketAlreadyOwnedByYou",
+            "BucketNotEmpty",
+            "EntityTooLarge",
+            "EntityTooSmall",
+            "InvalidArgument",
+            "InvalidBucketName",
+            "InvalidDigest",
+            "InvalidPart",
+            "InvalidPartOrder",
+            "InvalidRequest",
+            "KeyTooLongError",
+            "NoSuchBucket",
+            "NoSuchKey",
+            "NoSuchUpload",
+            "PreconditionFailed",
+        ];
+        let status = e.status();
+        let code = e
+            .s3_code()
+            .and_then(|code| NAMED.iter().find(|n| **n == code.as_str()).copied())
+            .unwrap_or(if status.is_server_error() {
+                "ServiceException"
+            } else {
+                "InvalidParameterValueException"
+            });
+        Self::new(status, code, e.to_string())
     }
 }
 
@@ -603,6 +680,20 @@ pub fn qualified(name: &str, uri: &Uri) -> String {
     }
 }
 
+/// `http://HOST:PORT` of one of kiln's listeners as a caller who reached kiln by `host` (a
+/// `Host` header) can reach it: the listener's own address, unless it listens on every
+/// address; then the host name the caller used, with the listener's port.
+pub fn reached_at(listener: std::net::SocketAddr, host: Option<&str>) -> String {
+    if !listener.ip().is_unspecified() {
+        return format!("http://{listener}");
+    }
+    let name = host
+        .and_then(|h| h.parse::<http::uri::Authority>().ok())
+        .map(|a| a.host().to_string())
+        .unwrap_or_else(|| "127.0.0.1".into());
+    format!("http://{name}:{}", listener.port())
+}
+
 /// The base URL clients used to reach kiln, for URLs kiln hands out.
 pub fn base_url(headers: &HeaderMap) -> String {
     let host = headers
@@ -610,4 +701,29 @@ pub fn base_url(headers: &HeaderMap) -> String {
         .and_then(|h| h.to_str().ok())
         .unwrap_or("127.0.0.1:9000");
     format!("http://{host}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn other_listeners_are_reached_where_the_caller_can() {
+        let bound: std::net::SocketAddr = "127.0.0.1:9001".parse().unwrap();
+        assert_eq!(
+            reached_at(bound, Some("example.test:9002")),
+            "http://127.0.0.1:9001"
+        );
+        let every: std::net::SocketAddr = "0.0.0.0:9001".parse().unwrap();
+        assert_eq!(
+            reached_at(every, Some("kiln.example.test:9002")),
+            "http://kiln.example.test:9001"
+        );
+        assert_eq!(reached_at(every, Some("[::1]:9002")), "http://[::1]:9001");
+        assert_eq!(reached_at(every, None), "http://127.0.0.1:9001");
+        assert_eq!(
+            reached_at(every, Some("not a host")),
+            "http://127.0.0.1:9001"
+        );
+    }
 }

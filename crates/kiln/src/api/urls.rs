@@ -57,9 +57,24 @@ fn invalid(message: impl Into<String>) -> ApiError {
     )
 }
 
+/// Where function URLs are served, as this request's caller reaches kiln: only the API's
+/// listener serves them, so a request on the console's listener is given the API's address.
+fn url_base(state: &SharedState, headers: &HeaderMap, console: bool) -> String {
+    if console {
+        let host = headers.get("host").and_then(|h| h.to_str().ok());
+        super::reached_at(state.api_address, host)
+    } else {
+        base_url(headers)
+    }
+}
+
+/// Whether a request came to the console's listener.
+type Origin = Option<axum::Extension<super::ConsoleOrigin>>;
+
 fn url_config(
     state: &SharedState,
     headers: &HeaderMap,
+    console: bool,
     f: &Function,
     settings: &UrlSettings,
 ) -> Value {
@@ -69,7 +84,7 @@ fn url_config(
     };
     let format = |t: chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string();
     let mut config = json!({
-        "FunctionUrl": format!("{}/fn/{}/", base_url(headers), f.name),
+        "FunctionUrl": format!("{}/fn/{}/", url_base(state, headers, console), f.name),
         "FunctionArn": state.controller.arn(&f.name),
         "AuthType": auth,
         "CreationTime": format(settings.created),
@@ -86,6 +101,7 @@ fn url_config(
 fn written(
     state: &SharedState,
     headers: &HeaderMap,
+    console: bool,
     (f, settings): (Function, Option<UrlSettings>),
 ) -> Result<Value, ApiError> {
     let settings = settings.ok_or_else(|| {
@@ -95,12 +111,13 @@ fn written(
             "function URL config has no settings",
         )
     })?;
-    Ok(url_config(state, headers, &f, &settings))
+    Ok(url_config(state, headers, console, &f, &settings))
 }
 
 pub async fn create_config(
     State(state): State<SharedState>,
     Path(name): Path<String>,
+    origin: Origin,
     Signed { uri, headers, body }: Signed,
 ) -> Result<Response, ApiError> {
     let input = UrlConfigInput::parse(&body)?;
@@ -114,13 +131,14 @@ pub async fn create_config(
     let written_config = state
         .controller
         .change_url(&name, qualifier(&uri).as_deref(), change)?;
-    let config = written(&state, &headers, written_config)?;
+    let config = written(&state, &headers, origin.is_some(), written_config)?;
     Ok((StatusCode::CREATED, Json(config)).into_response())
 }
 
 pub async fn update_config(
     State(state): State<SharedState>,
     Path(name): Path<String>,
+    origin: Origin,
     Signed { uri, headers, body }: Signed,
 ) -> Result<Response, ApiError> {
     let input = UrlConfigInput::parse(&body)?;
@@ -131,18 +149,51 @@ pub async fn update_config(
     let written_config = state
         .controller
         .change_url(&name, qualifier(&uri).as_deref(), change)?;
-    Ok(Json(written(&state, &headers, written_config)?).into_response())
+    Ok(Json(written(&state, &headers, origin.is_some(), written_config)?).into_response())
 }
 
 pub async fn get_config(
     State(state): State<SharedState>,
     Path(name): Path<String>,
+    origin: Origin,
     Signed { uri, headers, .. }: Signed,
 ) -> Result<Response, ApiError> {
     let (f, settings) = state
         .controller
         .url_config(&name, qualifier(&uri).as_deref())?;
-    Ok(Json(url_config(&state, &headers, &f, &settings)).into_response())
+    Ok(Json(url_config(
+        &state,
+        &headers,
+        origin.is_some(),
+        &f,
+        &settings,
+    ))
+    .into_response())
+}
+
+/// ListFunctionUrlConfigs: the function's URL config, if it has one (kiln's URLs belong to the
+/// unqualified function, so there is at most one).
+pub async fn list_configs(
+    State(state): State<SharedState>,
+    Path(name): Path<String>,
+    origin: Origin,
+    Signed { headers, .. }: Signed,
+) -> Result<Response, ApiError> {
+    let function = state.controller.get(&name)?;
+    let configs = match function.url_auth {
+        Some(_) => {
+            let (f, settings) = state.controller.url_config(&function.name, None)?;
+            vec![url_config(
+                &state,
+                &headers,
+                origin.is_some(),
+                &f,
+                &settings,
+            )]
+        }
+        None => Vec::new(),
+    };
+    Ok(Json(json!({ "FunctionUrlConfigs": configs })).into_response())
 }
 
 pub async fn delete_config(

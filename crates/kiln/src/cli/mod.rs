@@ -6,6 +6,7 @@ mod client;
 mod cluster;
 mod events;
 pub mod s3;
+mod table;
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -42,8 +43,9 @@ pub enum Command {
     Deploy(Box<DeployArgs>),
     /// Invoke a function.
     Invoke(InvokeArgs),
-    /// List functions.
-    Ls,
+    /// List functions; with --search, --sort or --limit kiln searches and sorts them, and
+    /// each comes with its last hour (invocations, error rate, last invocation).
+    Ls(table::TableArgs),
     /// Show a function's configuration.
     Get { name: String },
     /// Delete a function.
@@ -211,7 +213,8 @@ pub fn run(connection: Connection, command: Command) -> anyhow::Result<i32> {
     match command {
         Command::Deploy(args) => deploy(&client, *args, json_output),
         Command::Invoke(args) => invoke(&client, args, json_output),
-        Command::Ls => ls(&client, json_output),
+        Command::Ls(args) if args.is_plain() => ls(&client, json_output),
+        Command::Ls(args) => table::run(&client, &args, json_output),
         Command::Get { name } => {
             let (_, _, body) = client.call(
                 "GET",

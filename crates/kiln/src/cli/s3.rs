@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use aws_sdk_s3::config::{BehaviorVersion, Credentials as AwsCredentials, Region};
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::{ByteStream, Length};
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
@@ -16,7 +15,7 @@ use serde_json::json;
 
 use super::Connection;
 use crate::auth::{Credentials, StoredCredentials};
-use crate::objects::sdk_keys::{sdk_key, KeyLabels};
+use crate::objects::sdk_keys::sdk_key;
 
 /// Files above this size are uploaded in parts.
 const MULTIPART_THRESHOLD: u64 = 64 * 1024 * 1024;
@@ -147,21 +146,7 @@ pub fn run(connection: Connection, args: S3Args) -> anyhow::Result<i32> {
         return Ok(0);
     }
     let endpoint = endpoint(&connection, args.s3_endpoint);
-    let config = aws_sdk_s3::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new(region))
-        .endpoint_url(endpoint)
-        .credentials_provider(AwsCredentials::new(
-            creds.access_key_id,
-            creds.secret_access_key,
-            None,
-            None,
-            "kiln",
-        ))
-        .force_path_style(true)
-        .interceptor(KeyLabels)
-        .build();
-    let client = Client::from_conf(config);
+    let client = crate::objects::sdk_keys::client(&endpoint, &creds, &region);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

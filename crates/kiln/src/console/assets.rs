@@ -1,5 +1,5 @@
 //! The console's files, compiled into the binary: nothing is fetched at run time, and the
-//! console works offline. One page (`index.html`), its script as three ES modules and one
+//! console works offline. One page (`index.html`), its script as ES modules and one
 //! stylesheet; no build step, so what is in `assets/` is what the browser gets.
 
 /// One embedded file.
@@ -34,6 +34,13 @@ const FILES: &[(&str, Asset)] = &[
         "function.js",
         Asset {
             body: include_bytes!("assets/function.js"),
+            content_type: "text/javascript; charset=utf-8",
+        },
+    ),
+    (
+        "objects.js",
+        Asset {
+            body: include_bytes!("assets/objects.js"),
             content_type: "text/javascript; charset=utf-8",
         },
     ),
@@ -95,15 +102,18 @@ mod tests {
             !handler.is_match(page),
             "index.html has an inline event handler"
         );
-        let script = std::str::from_utf8(asset("app.js").unwrap().body).unwrap();
-        for banned in [
-            "innerHTML",
-            "outerHTML",
-            "insertAdjacentHTML",
-            "eval(",
-            "new Function",
-        ] {
-            assert!(!script.contains(banned), "app.js uses {banned}");
+        for (name, file) in FILES.iter().filter(|(name, _)| name.ends_with(".js")) {
+            let script = std::str::from_utf8(file.body).unwrap();
+            for banned in [
+                "innerHTML",
+                "outerHTML",
+                "insertAdjacentHTML",
+                "document.write",
+                "eval(",
+                "new Function",
+            ] {
+                assert!(!script.contains(banned), "{name} uses {banned}");
+            }
         }
     }
 }

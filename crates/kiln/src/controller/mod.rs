@@ -11,6 +11,7 @@ mod aliases;
 mod cache;
 pub mod code;
 mod event_invoke;
+pub mod function_page;
 mod functions;
 mod invoke;
 mod queue;
@@ -709,6 +710,33 @@ impl Controller {
         self.predictor.status()
     }
 
+    /// One function's memory model, if it has one.
+    pub fn model(&self, function: &str) -> Option<predict::ModelStatus> {
+        self.predictor.status_of(function)
+    }
+
+    /// The functions table's rows: each function's name, runtime and memory, with its last
+    /// hour as `activity` (the console's history, when it is kept) has it.
+    pub fn function_rows(
+        &self,
+        activity: &HashMap<String, crate::history::Activity>,
+    ) -> Vec<function_page::Row> {
+        self.table()
+            .values()
+            .map(|entry| {
+                let f = &entry.function;
+                let seen = activity.get(&f.name);
+                function_page::Row {
+                    name: f.name.clone(),
+                    runtime: f.config.runtime.clone(),
+                    memory_mb: f.config.memory_mb,
+                    last_invocation: seen.and_then(|a| a.last_invocation),
+                    error_rate: seen.and_then(|a| a.error_rate()),
+                }
+            })
+            .collect()
+    }
+
     /// The object cache's write-back state, if the node has a cache.
     pub fn object_cache_status(&self) -> Option<crate::objects::cache::WritebackStatus> {
         self.config
@@ -717,10 +745,24 @@ impl Controller {
             .map(|c| c.writeback_status())
     }
 
-    /// kiln's counters summed over the node's functions (the console's history).
-    pub fn totals(&self) -> crate::history::Totals {
+    /// The object cache's memory, if the node has a cache.
+    pub fn object_cache_memory(&self) -> Option<crate::objects::cache::CacheMemory> {
+        self.config
+            .object_cache
+            .as_ref()
+            .map(|c| c.metrics().memory())
+    }
+
+    /// Each function's counters (the console's history).
+    pub fn counts(&self) -> Vec<(String, crate::history::Counts)> {
         let names: Vec<String> = self.table().keys().cloned().collect();
-        self.metrics.totals(&names)
+        names
+            .into_iter()
+            .map(|name| {
+                let counts = self.metrics.counts(&name);
+                (name, counts)
+            })
+            .collect()
     }
 
     pub fn queue_depth(&self) -> u64 {

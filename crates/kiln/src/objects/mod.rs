@@ -17,6 +17,7 @@
 //! does, around either backend.
 
 pub mod acl;
+pub mod browse;
 pub mod cache;
 pub mod checksum;
 pub mod conditions;
@@ -163,6 +164,9 @@ pub struct ObjectStore {
     /// would need them as one journal batch, not built).
     atomic: Option<Arc<dyn AtomicWrites>>,
     cors: Arc<CorsLookup>,
+    /// Every operation as the listener's service runs it once it has parsed and authenticated
+    /// a request (the cache, or the backend), for kiln's own API.
+    operations: Arc<dyn S3>,
 }
 
 /// Where `serve.rs` finds a request's bucket and that bucket's CORS rules: the `S3` the service
@@ -331,7 +335,7 @@ impl ObjectStore {
         Ok(Self {
             service: builder.build(),
             cors: Arc::new(CorsLookup {
-                store: front,
+                store: front.clone(),
                 hosts: keys::Hosts::new(&config.domains),
             }),
             keys,
@@ -343,6 +347,7 @@ impl ObjectStore {
             cache,
             direct,
             atomic,
+            operations: front,
         })
     }
 
@@ -354,6 +359,11 @@ impl ObjectStore {
     /// The store without HTTP in front (see the field), for kiln's own calls.
     pub fn direct(&self) -> Option<Arc<dyn S3>> {
         self.direct.clone()
+    }
+
+    /// Every operation of the store without HTTP or signatures in front (see the field).
+    pub fn operations(&self) -> Arc<dyn S3> {
+        self.operations.clone()
     }
 
     /// Writes committed together, when the store can (see the field).

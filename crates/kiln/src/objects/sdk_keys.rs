@@ -13,7 +13,9 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use aws_sdk_s3::config::interceptors::BeforeTransmitInterceptorContextMut;
-use aws_sdk_s3::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_s3::config::{
+    BehaviorVersion, ConfigBag, Credentials as AwsCredentials, Intercept, Region, RuntimeComponents,
+};
 use aws_sdk_s3::error::BoxError;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
@@ -56,6 +58,30 @@ pub fn to_sdk(key: &mut String) {
 
 fn needs_stand_in(key: &str) -> bool {
     (!key.is_empty() && key.trim().is_empty()) || key.contains(PREFIX)
+}
+
+/// An SDK client of the store at `endpoint` signing with `credentials`: path-style (kiln
+/// answers on one address), every key sent through [`KeyLabels`].
+pub fn client(
+    endpoint: &str,
+    credentials: &crate::auth::Credentials,
+    region: &str,
+) -> aws_sdk_s3::Client {
+    let config = aws_sdk_s3::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new(region.to_string()))
+        .endpoint_url(endpoint)
+        .credentials_provider(AwsCredentials::new(
+            credentials.access_key_id.clone(),
+            credentials.secret_access_key.clone(),
+            None,
+            None,
+            "kiln",
+        ))
+        .force_path_style(true)
+        .interceptor(KeyLabels)
+        .build();
+    aws_sdk_s3::Client::from_conf(config)
 }
 
 /// The path with a stand-in's encoded form replaced by the real key's, if it holds one: the

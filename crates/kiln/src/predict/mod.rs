@@ -256,22 +256,32 @@ impl Predictor {
         let models = lock(&self.models);
         let mut status: Vec<ModelStatus> = models
             .iter()
-            .map(|(function, model)| {
-                let m = lock(model);
-                ModelStatus {
-                    function: function.clone(),
-                    mature: m.mature,
-                    invocations: m.seen,
-                    samples: m.samples.len(),
-                    exact_or_over: m.exact_or_over(),
-                    cache_benefit: benefit.get(function).and_then(BenefitModel::benefiting),
-                    cache_benefit_samples: benefit.get(function).map(|b| b.seen),
-                    features: m.schema.names().to_vec(),
-                }
-            })
+            .map(|(function, model)| model_status(function, &lock(model), benefit.get(function)))
             .collect();
         status.sort_by(|a, b| a.function.cmp(&b.function));
         status
+    }
+
+    /// One function's model, if it has one.
+    pub fn status_of(&self, function: &str) -> Option<ModelStatus> {
+        let benefit = lock(&self.benefit);
+        let models = lock(&self.models);
+        let model = models.get(function)?;
+        let status = model_status(function, &lock(model), benefit.get(function));
+        Some(status)
+    }
+}
+
+fn model_status(function: &str, m: &MemoryModel, benefit: Option<&BenefitModel>) -> ModelStatus {
+    ModelStatus {
+        function: function.to_string(),
+        mature: m.mature,
+        invocations: m.seen,
+        samples: m.samples.len(),
+        exact_or_over: m.exact_or_over(),
+        cache_benefit: benefit.and_then(BenefitModel::benefiting),
+        cache_benefit_samples: benefit.map(|b| b.seen),
+        features: m.schema.names().to_vec(),
     }
 }
 

@@ -2,10 +2,32 @@
 // from kiln's API with the session cookie (see dom.js for how the page is built: as text).
 
 import {
-  api, base64Of, bytes, chart, el, every, getJson, leave, mb, render, row, sendJson, setCsrfToken,
-  showError, table, when,
+  api, base64Of, bytes, chart, el, every, getJson, leave, mb, ms, onLeave, render, row, sendJson,
+  setCsrfToken, showError, table, when,
 } from "./dom.js";
 import { functionView, instanceTables } from "./function.js";
+import { objectsView } from "./objects.js";
+
+// --- The theme: the system's unless the viewer picks one (kept in this browser) ---------------
+
+const THEME_KEY = "kiln.theme";
+
+function applyTheme(theme) {
+  if (theme) document.documentElement.dataset.theme = theme;
+  else delete document.documentElement.dataset.theme;
+}
+
+function startTheme() {
+  const saved = localStorage.getItem(THEME_KEY) || "";
+  applyTheme(saved);
+  const choice = document.getElementById("theme");
+  choice.value = saved;
+  choice.addEventListener("change", () => {
+    if (choice.value) localStorage.setItem(THEME_KEY, choice.value);
+    else localStorage.removeItem(THEME_KEY);
+    applyTheme(choice.value);
+  });
+}
 
 // --- Signing in and out -----------------------------------------------------------------------
 
@@ -57,11 +79,20 @@ async function signOut() {
 
 // --- Views ------------------------------------------------------------------------------------
 
-async function overview() {
+// The overview's windows: the fragment's `minutes`, and what the page calls it.
+const WINDOWS = [[10, "10 minutes"], [60, "hour"]];
+
+async function overview(params) {
+  const minutes = WINDOWS.some(([m]) => String(m) === params.get("minutes")) ? Number(params.get("minutes")) : 10;
+  const span = WINDOWS.find(([m]) => m === minutes)[1];
   const view = el("div", { id: "overview" });
-  render(el("h1", { text: "Overview" }), view);
+  const choices = el("div", { class: "toolbar", id: "overview-window" }, "Show the last ",
+    WINDOWS.map(([m, label]) => (m === minutes
+      ? el("strong", { text: label })
+      : el("a", { href: `#/overview?minutes=${m}`, id: `window-${m}`, text: label }))));
+  render(el("h1", { text: "Overview" }), choices, view);
   const draw = async () => {
-    const [status, history] = await Promise.all([getJson("/kiln/v1/status"), getJson("/kiln/v1/history?seconds=600")]);
+    const [status, history] = await Promise.all([getJson("/kiln/v1/status"), getJson(`/kiln/v1/history?seconds=${minutes * 60}`)]);
     const samples = history.Samples;
     const node = status.node;
     const states = { starting: 0, idle: 0, busy: 0 };
@@ -72,21 +103,17 @@ async function overview() {
       paths[i.start_path] = (paths[i.start_path] || 0) + 1;
       used += i.memory_used_bytes;
     }
-    const budget = node.memory_budget_mb * 1024 * 1024;
-    const booked = node.memory_reserved_mb * 1024 * 1024;
     const card = (label, value, id) => el("div", { class: "card", id }, el("div", { class: "value", text: value }), el("div", { class: "label", text: label }));
-    const share = (n) => `${Math.max(0, Math.min(100, (100 * n) / Math.max(budget, 1)))}%`;
-    const part = (cls, n, title) => { const s = el("span", { class: cls, title }); s.style.width = share(n); return s; };
-    const usedShare = Math.min(used, booked);
     view.replaceChildren(
       el("div", { class: "cards" },
         card("functions", status.functions.length, "card-functions"),
         card("instances (busy / idle / starting)", `${node.instances.length} (${states.busy} / ${states.idle} / ${states.starting})`, "card-instances"),
         card("start paths of live instances (coldest / warm / hot)", `${paths.coldest} / ${paths.warm} / ${paths.hot}`, "card-paths"),
         card("snapshots", node.snapshots.length),
+        card(`duration p50 / p99, last ${span}`, `${ms(history.Duration.P50)} / ${ms(history.Duration.P99)}`, "card-duration"),
         card("async queue depth", status.asyncQueueDepth, "card-queue"),
         card("cgroups", node.cgroup_version)),
-      el("h2", { text: "The last 10 minutes, per second" }),
+      el("h2", { text: `The last ${span}, per second` }),
       el("div", { class: "charts" },
         chart("chart-invocations", "Invocations", samples, [
           { key: "Invocations", label: "invocations", cls: "line-invocations" },
@@ -95,15 +122,13 @@ async function overview() {
         chart("chart-starts", "Cold starts by path", samples, [
           { key: "Coldest", label: "coldest", cls: "line-coldest" },
           { key: "Warm", label: "warm", cls: "line-warm" },
-          { key: "Hot", label: "hot", cls: "line-hot" }])),
+          { key: "Hot", label: "hot", cls: "line-hot" }]),
+        chart("chart-duration", "Duration of each second's invocations", samples, [
+          { key: "P50", label: "p50", cls: "line-p50" },
+          { key: "P99", label: "p99", cls: "line-p99" }],
+        { format: ms, legend: (line) => `${ms(history.Duration[line.key])} over the ${span}` })),
       el("h2", { text: "Memory" }),
-      el("div", { class: "bar", id: "memory-bar" },
-        part("used", usedShare, `used by instances: ${bytes(used)}`),
-        part("booked", booked - usedShare, `booked, not used: ${bytes(booked - usedShare)}`)),
-      el("div", { class: "legend" },
-        el("span", {}, el("span", { class: "swatch used" }), `used ${bytes(used)}`),
-        el("span", {}, el("span", { class: "swatch booked" }), `booked ${mb(node.memory_reserved_mb)}`),
-        el("span", {}, el("span", { class: "swatch free" }), `free ${mb(node.memory_budget_mb - node.memory_reserved_mb)} of ${mb(node.memory_budget_mb)}`)),
+      ...memoryPicture(node, used, status.objectCacheMemory),
       el("h2", { text: "Runtimes" }),
       el("p", { text: node.runtimes.join(", ") }));
   };
@@ -111,51 +136,113 @@ async function overview() {
   every(draw);
 }
 
+const MiB = 1024 * 1024;
+
+/**
+ * The node's memory budget as OFC divides it: what instances use, what their predicted limits
+ * hold beyond that, what the rest of their bookings lends the object cache and keeps as slack
+ * (when the cache is sized by lending), the rest booked, and what is free.
+ */
+function memoryPicture(node, used, cache) {
+  const budget = node.memory_budget_mb * MiB;
+  const booked = node.memory_reserved_mb * MiB;
+  const limits = Math.min(booked, node.instances.reduce((n, i) => n + i.memory_limit_mb * MiB, 0));
+  const inUse = Math.min(used, limits);
+  const lending = Boolean(cache && cache.lent);
+  const lent = lending ? Math.min(cache.capacityBytes, booked - limits) : 0;
+  const slack = lending ? Math.min(cache.slackBytes, booked - limits - lent) : 0;
+  const parts = [
+    ["used", inUse, "used by instances"],
+    ["predicted", limits - inUse, "predicted limits, not used"],
+    ["cache", lent, "lent to the object cache"],
+    ["slack", slack, "slack"],
+    ["booked", Math.max(0, booked - limits - lent - slack), "booked beyond the limits"],
+    ["free", Math.max(0, budget - booked), "free"],
+  ];
+  const bar = el("div", { class: "bar", id: "memory-bar" }, parts.filter(([, n]) => n > 0).map(([cls, n, label]) => {
+    const part = el("span", { class: cls, title: `${label}: ${bytes(n)}` });
+    part.style.width = `${Math.min(100, (100 * n) / Math.max(budget, 1))}%`;
+    return part;
+  }));
+  const legend = el("div", { class: "legend", id: "memory-legend" }, parts
+    .filter(([cls]) => lending || (cls !== "cache" && cls !== "slack"))
+    .map(([cls, n, label]) => el("span", {}, el("span", { class: `swatch ${cls}` }), `${label} ${bytes(n)}`)),
+  el("span", { text: `of a budget of ${mb(node.memory_budget_mb)}` }));
+  const note = cache && !lending
+    ? el("p", { class: "muted", id: "memory-cache", text: `The object cache has a fixed capacity: ${bytes(cache.usedBytes)} of ${bytes(cache.capacityBytes)} held, beside the budget.` })
+    : null;
+  return [bar, legend, note].filter(Boolean);
+}
+
+// The functions table's sortable columns: header, and the key `/kiln/v1/functions` sorts by.
+const SORTABLE = [["Name", "name"], ["Runtime", "runtime"], ["Memory", "memory"],
+  ["Last invocation", "lastInvocation"], ["Error rate (1 h)", "errorRate"]];
+const FUNCTIONS_PAGE = 50;
+// Set while the search box is typed in, so that the redrawn page gives it back its focus.
+let searching = false;
+
+/** Functions a page at a time, searched and sorted by kiln (`/kiln/v1/functions`). */
 async function functionsList(params) {
-  const marker = params.get("marker");
-  const query = (params.get("q") || "").toLowerCase();
-  const search = el("input", { id: "function-search", type: "search", placeholder: "filter this page by name", value: params.get("q") || "" });
-  search.addEventListener("change", () => {
-    const next = new URLSearchParams(params);
-    if (search.value) next.set("q", search.value); else next.delete("q");
-    window.location.hash = `#/functions?${next}`;
+  const state = { search: params.get("search") || "", sort: params.get("sort") || "name",
+    order: params.get("order") === "desc" ? "desc" : "asc", token: params.get("token") || "" };
+  const link = (changes) => {
+    const next = Object.assign({}, state, { token: "" }, changes);
+    return `#/functions?${new URLSearchParams(Object.entries(next).filter(([, v]) => v))}`;
+  };
+  const query = new URLSearchParams({ search: state.search, sort: state.sort, order: state.order, limit: FUNCTIONS_PAGE });
+  if (state.token) query.set("token", state.token);
+  const list = await getJson(`/kiln/v1/functions?${query}`);
+  const search = el("input", { id: "function-search", type: "search", placeholder: "search by name", value: state.search, spellcheck: "false" });
+  let typing;
+  onLeave(() => clearTimeout(typing));
+  search.addEventListener("input", () => {
+    clearTimeout(typing);
+    typing = setTimeout(() => { searching = true; window.location.replace(link({ search: search.value })); }, 300);
   });
-  const [list, status] = await Promise.all([
-    getJson(`/2015-03-31/functions?MaxItems=50${marker ? `&Marker=${encodeURIComponent(marker)}` : ""}`),
-    getJson("/kiln/v1/status"),
-  ]);
-  const live = (name) => status.node.instances.filter((i) => i.function === name);
-  const snapshot = (name) => status.node.snapshots.find((x) => x.function === name);
-  const model = (name) => (status.memoryModels || []).find((m) => m.function === name);
-  const rows = list.Functions
-    .filter((f) => !query || f.FunctionName.toLowerCase().includes(query))
-    .map((f) => {
-      const instances = live(f.FunctionName);
-      const snap = snapshot(f.FunctionName);
-      const learnt = model(f.FunctionName);
-      return row([
-        el("a", { href: `#/functions/${encodeURIComponent(f.FunctionName)}`, text: f.FunctionName }),
-        f.Runtime || f.PackageType,
-        mb(f.MemorySize),
-        `${f.Timeout} s`,
-        f.State || "",
-        instances.length,
-        instances.reduce((n, i) => n + i.sessions, 0),
-        snap ? `${snap.kind} (${snap.state})` : "",
-        learnt ? `${learnt.invocations} invocations${learnt.mature ? ", sizing" : ", learning"}` : "",
-        when(f.LastModified),
-        f.Description || "",
-      ]);
-    });
-  const pager = el("div", { class: "toolbar" });
-  if (marker) pager.append(el("a", { href: "#/functions", text: "« first page" }));
-  if (list.NextMarker) pager.append(el("a", { id: "next-page", href: `#/functions?marker=${encodeURIComponent(list.NextMarker)}`, text: "next page »" }));
+  const header = (label, key) => {
+    const sorted = key === state.sort;
+    const order = sorted && state.order === "asc" ? "desc" : "asc";
+    return el("a", { id: `sort-${key}`, class: sorted ? `sort ${state.order}` : "sort", href: link({ sort: key, order }),
+      text: `${label}${sorted ? (state.order === "asc" ? " ▲" : " ▼") : ""}` });
+  };
+  const sortable = Object.fromEntries(SORTABLE.map(([label, key]) => [label, header(label, key)]));
+  const rows = list.Functions.map((f) => {
+    const c = f.Configuration;
+    const predicted = f.PredictedMemory && f.PredictedMemory < c.MemorySize ? ` (runs at ${mb(f.PredictedMemory)})` : "";
+    return row([
+      el("a", { href: `#/functions/${encodeURIComponent(c.FunctionName)}`, text: c.FunctionName }),
+      c.Runtime || c.PackageType,
+      `${mb(c.MemorySize)}${predicted}`,
+      `${c.Timeout} s`,
+      c.State || "",
+      f.LastInvocation ? when(f.LastInvocation) : "",
+      f.ErrorRate === null || f.ErrorRate === undefined ? "" : `${(100 * f.ErrorRate).toFixed(1)} % of ${f.Invocations}`,
+      f.Duration && f.Duration.Count ? `${ms(f.Duration.P50)} / ${ms(f.Duration.P99)}` : "",
+      f.Instances,
+      f.Sessions,
+      f.Snapshot ? `${f.Snapshot.Kind} (${f.Snapshot.State})` : "",
+      f.MemoryModel ? `${f.MemoryModel.Invocations} invocations${f.MemoryModel.Mature ? ", sizing" : ", learning"}` : "",
+      when(c.LastModified),
+      c.Description || "",
+    ]);
+  });
+  const pager = el("div", { class: "toolbar", id: "functions-pager" });
+  const shown = list.Functions.length;
+  pager.append(el("span", { class: "muted", id: "functions-count", text: shown ? `${shown} shown of ${list.Total}` : `none of ${list.Total}` }));
+  if (state.token) pager.append(el("a", { href: link({}), text: "« first page" }));
+  if (list.NextToken) pager.append(el("a", { id: "next-page", href: link({ token: list.NextToken }), text: "next page »" }));
   render(
     el("h1", { text: "Functions" }),
     el("div", { class: "toolbar" }, search),
-    table("functions-table", ["Name", "Runtime", "Memory", "Timeout", "State", "Instances", "Sessions", "Snapshot", "Memory model", "Last modified", "Description"], rows),
+    table("functions-table", [sortable.Name, sortable.Runtime, sortable.Memory, "Timeout", "State", sortable["Last invocation"],
+      sortable["Error rate (1 h)"], "p50 / p99 (1 h)", "Instances", "Sessions", "Snapshot", "Memory model", "Last modified", "Description"], rows),
     pager,
     await createForm());
+  if (searching) {
+    searching = false;
+    search.focus();
+    search.setSelectionRange(search.value.length, search.value.length);
+  }
 }
 
 /** A new function from a zip (CreateFunction). */
@@ -277,13 +364,15 @@ async function route() {
     else if (parts[0] === "instances") await instancesPage();
     else if (parts[0] === "cache") await cachePage();
     else if (parts[0] === "async") await asyncPage();
-    else await overview();
+    else if (parts[0] === "objects") await objectsView(parts[1], params);
+    else await overview(params);
   } catch (e) {
     if (e.status !== 401) showError(e.message);
   }
 }
 
 async function start() {
+  startTheme();
   if (window.location.pathname === "/ui/sign-in") {
     startSignIn();
     return;

@@ -27,9 +27,10 @@ export function el(tag, props, ...children) {
   return node;
 }
 
+/** A table; a header is text or a node (a sort link). */
 export function table(id, headers, rows) {
   return el("table", { id },
-    el("thead", {}, el("tr", {}, headers.map((h) => el("th", { text: h })))),
+    el("thead", {}, el("tr", {}, headers.map((h) => el("th", {}, h)))),
     el("tbody", {}, rows.length ? rows : el("tr", {}, el("td", { colspan: headers.length, class: "muted", text: "none" }))));
 }
 
@@ -82,12 +83,16 @@ export function when(value) {
   return el("time", { datetime: date.toISOString(), title: date.toISOString(), text: date.toLocaleString() });
 }
 
-/** A file's bytes as base64, as Lambda's `ZipFile` takes them. */
-export async function base64Of(file) {
-  const data = new Uint8Array(await file.arrayBuffer());
+/** Bytes as base64. */
+export function base64Bytes(data) {
   let text = "";
   for (let i = 0; i < data.length; i += 0x8000) text += String.fromCharCode(...data.subarray(i, i + 0x8000));
   return btoa(text);
+}
+
+/** A file's bytes as base64, as Lambda's `ZipFile` takes them. */
+export async function base64Of(file) {
+  return base64Bytes(new Uint8Array(await file.arrayBuffer()));
 }
 
 export class ApiFailure extends Error {
@@ -114,6 +119,42 @@ export async function api(method, path, { body, headers, signal } = {}) {
   return response;
 }
 
+/** The message of an error answer's JSON body, if it has one. */
+function problemMessage(text) {
+  try {
+    const problem = JSON.parse(text);
+    return problem.message || problem.Message || null;
+  } catch (_) {
+    return null;
+  }
+}
+
+/**
+ * A request whose upload is followed as it goes (`fetch` cannot): `onProgress(bytesSent)`.
+ * Resolves to the answer's JSON, or null when it has none.
+ */
+export function send(method, path, body, { headers, onProgress } = {}) {
+  return new Promise((resolve, reject) => {
+    const request = new XMLHttpRequest();
+    request.open(method, path);
+    for (const [name, value] of Object.entries(headers || {})) request.setRequestHeader(name, value);
+    request.setRequestHeader("X-Kiln-Csrf", csrfToken || "");
+    if (onProgress) request.upload.addEventListener("progress", (event) => onProgress(event.loaded));
+    request.addEventListener("load", () => {
+      if (request.status === 401) {
+        window.location.assign("/ui/sign-in");
+        reject(new ApiFailure(401, "signed out"));
+      } else if (request.status < 200 || request.status > 299) {
+        reject(new ApiFailure(request.status, problemMessage(request.responseText) || `${request.status} ${request.statusText}`));
+      } else {
+        try { resolve(request.responseText ? JSON.parse(request.responseText) : null); } catch (_) { resolve(null); }
+      }
+    });
+    request.addEventListener("error", () => reject(new ApiFailure(0, "kiln did not answer")));
+    request.send(body);
+  });
+}
+
 export const getJson = async (path) => (await api("GET", path)).json();
 export const sendJson = (method, path, value) =>
   api(method, path, { body: JSON.stringify(value), headers: { "Content-Type": "application/json" } });
@@ -128,25 +169,48 @@ function svg(tag, attrs) {
   return node;
 }
 
+/** Milliseconds, to the precision that matters at their size. */
+export function ms(value) {
+  if (value === null || value === undefined) return "–";
+  return `${value < 1 ? value.toFixed(2) : value < 100 ? value.toFixed(1) : Math.round(value)} ms`;
+}
+
 /**
  * A line chart of `samples` (oldest first): one line per `series` entry ({key, label, cls}),
- * scaled to the largest value shown, with a legend of each line's total.
+ * scaled to the largest value shown. A value of null (nothing measured then) is skipped: the
+ * line joins the values on either side. `options.unit` follows the peak ("/s" unless said),
+ * `options.format` writes values, and `options.legend(line)` is what the legend says of a
+ * line (its total unless said).
  */
-export function chart(id, title, samples, series) {
+export function chart(id, title, samples, series, options = {}) {
+  const unit = options.unit ?? "/s";
+  const format = options.format || ((v) => `${v}${unit}`);
+  const total = (key) => samples.reduce((sum, s) => sum + (s[key] || 0), 0);
+  const legend = options.legend || ((line) => total(line.key));
   const width = 600;
   const height = 110;
-  const max = Math.max(1, ...samples.flatMap((s) => series.map((x) => s[x.key])));
+  const shown = (v) => v !== null && v !== undefined;
+  const values = samples.flatMap((s) => series.map((x) => s[x.key]).filter(shown));
+  const peak = values.length ? Math.max(...values) : 0;
+  const scale = peak > 0 ? peak : 1;
   const picture = svg("svg", { id, class: "chart", viewBox: `0 0 ${width} ${height}`, preserveAspectRatio: "none", role: "img" });
   picture.append(svg("line", { x1: 0, y1: height - 0.5, x2: width, y2: height - 0.5, class: "axis" }));
   const step = samples.length > 1 ? width / (samples.length - 1) : width;
   for (const line of series) {
-    const points = samples.map((s, i) => `${(i * step).toFixed(1)},${(height - 1 - ((height - 6) * s[line.key]) / max).toFixed(1)}`);
+    const points = samples
+      .map((s, i) => [i, s[line.key]])
+      .filter(([, v]) => shown(v))
+      .map(([i, v]) => `${(i * step).toFixed(1)},${(height - 1 - ((height - 6) * v) / scale).toFixed(1)}`);
+    // A single value would draw nothing: it is drawn as a dot.
+    if (points.length === 1) {
+      const [x, y] = points[0].split(",");
+      picture.append(svg("circle", { cx: x, cy: y, r: 2, class: `dot ${line.cls}` }));
+    }
     picture.append(svg("polyline", { points: points.join(" "), class: line.cls }));
   }
-  const total = (key) => samples.reduce((sum, s) => sum + s[key], 0);
   return el("figure", { class: "chart" },
-    el("figcaption", {}, el("strong", { text: title }), ` (peak ${max}/s)`),
+    el("figcaption", {}, el("strong", { text: title }), ` (peak ${format(peak)})`),
     picture,
     el("div", { class: "legend" }, series.map((line) =>
-      el("span", {}, el("span", { class: `swatch ${line.cls}` }), `${line.label}: ${total(line.key)}`))));
+      el("span", {}, el("span", { class: `swatch ${line.cls}` }), `${line.label}: ${legend(line)}`))));
 }

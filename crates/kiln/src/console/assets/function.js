@@ -2,11 +2,11 @@
 // invokes it, its instances, its log streamed live, and its sessions.
 
 import {
-  api, base64Of, bytes, el, every, fnPath, getJson, kilnFnPath, mb, onLeave, render, row, seconds,
-  sendJson, showError, table, when,
+  api, base64Of, bytes, chart, el, every, fnPath, getJson, kilnFnPath, mb, ms, onLeave, render, row,
+  seconds, sendJson, showError, table, when,
 } from "./dom.js";
 
-const TABS = ["configuration", "code", "test", "instances", "logs", "sessions"];
+const TABS = ["configuration", "code", "test", "metrics", "instances", "logs", "sessions"];
 const MASK = "••••••••";
 const KEPT_LOG_LINES = 5000;
 
@@ -20,7 +20,7 @@ export async function functionView(name, tab, file) {
     el("h1", { id: "fn-title", text: c.FunctionName }),
     el("p", { id: "fn-description", class: "muted", text: c.Description || "" }),
     tabs, body);
-  const views = { configuration: configurationTab, code: codeTab, test: testTab, instances: instancesTab, logs: logsTab, sessions: sessionsTab };
+  const views = { configuration: configurationTab, code: codeTab, test: testTab, metrics: metricsTab, instances: instancesTab, logs: logsTab, sessions: sessionsTab };
   await (views[tab] || configurationTab)(name, fn, body, file);
 }
 
@@ -54,8 +54,113 @@ function configurationTab(name, fn, body) {
     table("fn-env", ["Name", "Value", ""], envRows),
     envForm(name, c),
     editForm(name, c),
+    kilnForm(name, c),
+    urlSection(name),
     codeForm(name, fn),
   ].flat().filter(Boolean));
+}
+
+/** Saves a change of the configuration (with the shown RevisionId) and shows the tab again,
+ *  or says in `status` why not. */
+async function saveConfiguration(name, c, change, status) {
+  status.className = "muted";
+  status.textContent = "saving…";
+  try {
+    await sendJson("PUT", `${fnPath(name)}/configuration`, Object.assign({ RevisionId: c.RevisionId }, change));
+    await functionView(name, "configuration");
+  } catch (e) {
+    status.className = "error";
+    status.textContent = e.message;
+  }
+}
+
+const number = (id, value, min, max) => el("input", { id, type: "number", min, max, step: 1, value, required: true });
+const choice = (id, options, value) => {
+  const select = el("select", { id }, options.map(([v, label]) => el("option", { value: v, text: label })));
+  select.value = value;
+  return select;
+};
+
+/** kiln's own settings: when the snapshot is built and how it warms up (KilnPrebake), and
+ *  sessions (KilnSessions: where a request's session id comes from, and how they are placed). */
+function kilnForm(name, c) {
+  const prebake = c.KilnPrebake || { Mode: "deploy", WarmupInvocations: 3 };
+  const mode = choice("edit-prebake", [["deploy", "at deploy"], ["lazy", "after the first start"], ["off", "off"]], prebake.Mode);
+  const warmups = number("edit-warmups", prebake.WarmupInvocations, 0, 100);
+  const standbys = number("edit-standbys", prebake.Standbys || 0, 0, 64);
+  const sessions = c.KilnSessions;
+  const on = el("input", { id: "edit-sessions", type: "checkbox" });
+  on.checked = Boolean(sessions);
+  const hint = el("input", { id: "edit-session-hint", placeholder: "header:X-Session", spellcheck: "false", value: sessions ? sessions.Hint : "" });
+  const placement = choice("edit-placement", [["binpack", "bin-pack"], ["spread", "spread"]], sessions ? sessions.Placement : "binpack");
+  const perInstance = number("edit-per-instance", sessions ? sessions.MaxSessionsPerInstance : 16, 1, 1024);
+  const ttl = number("edit-session-ttl", sessions ? sessions.IdleTtlSeconds : 900, 1, 86400);
+  const sessionFields = [hint, placement, perInstance, ttl];
+  const follow = () => sessionFields.forEach((f) => { f.disabled = !on.checked; });
+  on.addEventListener("change", follow);
+  follow();
+  const status = el("span", { id: "kiln-status" });
+  const form = el("form", { id: "kiln-form", class: "edit" },
+    el("label", {}, "Snapshot ", mode),
+    el("label", {}, "Warm-up invocations ", warmups),
+    el("label", {}, "Standbys at least ", standbys),
+    el("label", {}, "Sessions ", on),
+    el("label", {}, "Session id from ", hint),
+    el("label", {}, "Placement ", placement),
+    el("label", {}, "Sessions per instance ", perInstance),
+    el("label", {}, "Idle session lifetime (s) ", ttl),
+    el("button", { type: "submit", id: "kiln-save", text: "Save" }),
+    status);
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const kilnPrebake = Object.assign({}, prebake, { Mode: mode.value, WarmupInvocations: Number(warmups.value), Standbys: Number(standbys.value) });
+    const kilnSessions = on.checked
+      ? Object.assign({}, sessions || {}, { Hint: hint.value, Placement: placement.value, MaxSessionsPerInstance: Number(perInstance.value), IdleTtlSeconds: Number(ttl.value) })
+      : null;
+    saveConfiguration(name, c, { KilnPrebake: kilnPrebake, KilnSessions: kilnSessions }, status);
+  });
+  return [el("h2", { text: "Snapshot and sessions" }), form];
+}
+
+const urlPath = (name) => `/2021-10-31/functions/${encodeURIComponent(name)}/url`;
+const URL_AUTH = [["NONE", "public (no auth)"], ["AWS_IAM", "signed (AWS_IAM)"]];
+
+/** The function's URL: made, its auth changed, or taken away. */
+function urlSection(name) {
+  const holder = el("div", { id: "fn-url" });
+  const status = el("span", { id: "url-status" });
+  const act = (label, id, method, body) => {
+    const button = el("button", { type: "button", class: "plain", id, text: label });
+    button.addEventListener("click", async () => {
+      status.className = "muted";
+      status.textContent = "saving…";
+      try {
+        if (body) await sendJson(method, urlPath(name), body());
+        else await api(method, urlPath(name));
+        await draw();
+      } catch (e) {
+        status.className = "error";
+        status.textContent = e.message;
+      }
+    });
+    return button;
+  };
+  const draw = async () => {
+    // Listed rather than got: a function without a URL is no error (a 404 would be one).
+    const config = (await getJson(`${urlPath(name)}s`)).FunctionUrlConfigs[0] || null;
+    const auth = choice("url-auth", URL_AUTH, config ? config.AuthType : "NONE");
+    status.textContent = "";
+    holder.replaceChildren(config
+      ? el("p", {}, el("a", { href: config.FunctionUrl, id: "url-link", target: "_blank", rel: "noopener noreferrer", text: config.FunctionUrl }),
+        ` · ${config.AuthType === "NONE" ? "public" : "signed requests only"}`)
+      : el("p", { class: "muted", id: "url-none", text: "No URL: the function is reached through Invoke only." }),
+    el("div", { class: "toolbar" }, auth,
+      config ? act("Change its auth", "url-update", "PUT", () => ({ AuthType: auth.value })) : act("Give it a URL", "url-create", "POST", () => ({ AuthType: auth.value })),
+      config ? act("Take the URL away", "url-delete", "DELETE") : null,
+      status));
+  };
+  draw().catch((e) => { status.className = "error"; status.textContent = e.message; holder.append(status); });
+  return [el("h2", { text: "Function URL" }), holder];
 }
 
 /** KEY=VALUE lines into Lambda's `Variables`, or an error naming the first bad line. */
@@ -236,6 +341,55 @@ function testTab(name, fn, body) {
     status,
     el("h2", { text: "Result" }), result,
     el("h2", { text: "Log (START, END and REPORT)" }), log);
+}
+
+/** The function's last hour a minute at a time: invocations and errors, p50 and p99, and how
+ *  its durations spread over the histogram's buckets. */
+async function metricsTab(name, fn, body) {
+  const draw = async () => {
+    const hour = await getJson(`${kilnFnPath(name)}/history`);
+    const d = hour.Duration;
+    const card = (label, value, id) => el("div", { class: "card", id }, el("div", { class: "value" }, value), el("div", { class: "label", text: label }));
+    const rate = hour.ErrorRate === null ? "–" : `${(100 * hour.ErrorRate).toFixed(1)} %`;
+    body.replaceChildren(
+      el("div", { class: "cards" },
+        card("invocations, last hour", hour.Invocations, "fn-invocations"),
+        card("function errors, last hour", `${hour.Errors} (${rate})`, "fn-errors"),
+        card("duration p50, last hour", ms(d.P50), "fn-p50"),
+        card("duration p99, last hour", ms(d.P99), "fn-p99"),
+        card("last invocation", hour.LastInvocation ? when(hour.LastInvocation) : "–", "fn-last")),
+      el("h2", { text: "The last hour, per minute" }),
+      el("div", { class: "charts" },
+        chart("fn-chart-invocations", "Invocations", hour.Samples, [
+          { key: "Invocations", label: "invocations", cls: "line-invocations" },
+          { key: "Errors", label: "function errors", cls: "line-errors" }], { unit: "/min" }),
+        chart("fn-chart-duration", "Duration", hour.Samples, [
+          { key: "P50", label: "p50", cls: "line-p50" },
+          { key: "P99", label: "p99", cls: "line-p99" }],
+        { format: ms, legend: (line) => `${ms(d[line.key])} over the hour` })),
+      el("h2", { text: "Durations in the last hour" }),
+      histogram(hour.Buckets));
+  };
+  await draw();
+  every(draw);
+}
+
+/** Bars of the buckets from the first that counted an invocation to the last. */
+function histogram(buckets) {
+  const first = buckets.findIndex((b) => b.Count > 0);
+  if (first < 0) return el("p", { class: "muted", id: "fn-histogram", text: "No invocations in the last hour." });
+  const last = buckets.length - 1 - [...buckets].reverse().findIndex((b) => b.Count > 0);
+  const most = Math.max(...buckets.map((b) => b.Count));
+  const rows = buckets.slice(first, last + 1).map((b, i) => {
+    const lower = first + i > 0 ? buckets[first + i - 1].Le : 0;
+    const bar = el("span", { class: "fill" });
+    bar.style.width = `${(100 * b.Count) / most}%`;
+    return el("div", { class: "bucket" },
+      el("span", { class: "range", text: b.Le === null ? `over ${ms(lower)}` : `${ms(lower)} – ${ms(b.Le)}` }),
+      el("span", { class: "track" }, bar),
+      el("span", { class: "count", text: b.Count }));
+  });
+  return el("div", { class: "histogram", id: "fn-histogram" }, rows);
 }
 
 async function instancesTab(name, fn, body) {

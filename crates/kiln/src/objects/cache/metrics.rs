@@ -36,6 +36,9 @@ pub struct CacheMetrics {
     /// What the node could lend when the capacity was last set, and the slack kept from it.
     pub lendable_bytes: Gauge,
     pub slack_bytes: Gauge,
+    /// Whether the capacity follows what instances lend (set by the sizing task), rather
+    /// than staying as configured.
+    pub lent: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Time from acknowledging a write to its version being in the backing store.
     pub writeback_seconds: Histogram,
     /// Time a capacity change took (evictions included).
@@ -65,6 +68,7 @@ impl Default for CacheMetrics {
             capacity_bytes: Gauge::default(),
             lendable_bytes: Gauge::default(),
             slack_bytes: Gauge::default(),
+            lent: Default::default(),
             // 100 µs to ~100 s.
             writeback_seconds: Histogram::new(exponential_buckets(0.000_1, 2.5, 16)),
             // 1 µs to ~1 s.
@@ -73,7 +77,31 @@ impl Default for CacheMetrics {
     }
 }
 
+/// The cache's memory: what it may hold and holds, and, when instances lend it memory
+/// (`lent`), what they could lend and the slack kept from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CacheMemory {
+    pub lent: bool,
+    pub capacity_bytes: u64,
+    pub used_bytes: u64,
+    pub lendable_bytes: u64,
+    pub slack_bytes: u64,
+}
+
 impl CacheMetrics {
+    /// The gauges' values now.
+    pub fn memory(&self) -> CacheMemory {
+        let bytes = |g: &Gauge| g.get().max(0) as u64;
+        CacheMemory {
+            lent: self.lent.load(std::sync::atomic::Ordering::Relaxed),
+            capacity_bytes: bytes(&self.capacity_bytes),
+            used_bytes: bytes(&self.bytes),
+            lendable_bytes: bytes(&self.lendable_bytes),
+            slack_bytes: bytes(&self.slack_bytes),
+        }
+    }
+
     pub fn register(&self, registry: &mut Registry) {
         let counters = [
             ("object_cache_hits", "Reads answered from the object cache", &self.hits),

@@ -44,7 +44,7 @@ pub use cost::IoTimes;
 use entries::{Entries, Meta};
 pub use entries::{ObjectKey, SweepRules, Usage};
 use journal::Journal;
-pub use metrics::CacheMetrics;
+pub use metrics::{CacheMemory, CacheMetrics};
 pub use store::CachedStore;
 pub use writeback::{FailingWriteback, WritebackStatus};
 

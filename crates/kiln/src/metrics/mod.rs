@@ -1,5 +1,7 @@
 //! Prometheus metrics, exposed at `/metrics`.
 
+pub mod duration;
+
 use std::sync::OnceLock;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -10,6 +12,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use crate::agent::NodeStatus;
+use duration::DurationHistogram;
 
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FunctionLabels {
@@ -68,7 +71,7 @@ pub struct Metrics {
     pub errors: Family<FunctionLabels, Counter>,
     pub throttles: Family<FunctionLabels, Counter>,
     pub cold_starts: Family<StartLabels, Counter>,
-    pub duration: Family<FunctionLabels, Histogram>,
+    pub duration: Family<FunctionLabels, DurationHistogram>,
     pub async_events: Family<OutcomeLabels, Counter>,
     pub async_queue_depth: Gauge,
     pub sized_invocations: Family<FunctionLabels, Counter>,
@@ -98,10 +101,8 @@ impl Default for Metrics {
         let errors = Family::<FunctionLabels, Counter>::default();
         let throttles = Family::<FunctionLabels, Counter>::default();
         let cold_starts = Family::<StartLabels, Counter>::default();
-        let duration = Family::<FunctionLabels, Histogram>::new_with_constructor(|| {
-            // 50 µs to ~14 min.
-            Histogram::new(exponential_buckets(0.000_05, 2.5, 18))
-        });
+        // 50 µs to ~14 min.
+        let duration = Family::<FunctionLabels, DurationHistogram>::default();
         let async_events = Family::<OutcomeLabels, Counter>::default();
         let async_queue_depth = Gauge::default();
         let sized_invocations = Family::<FunctionLabels, Counter>::default();
@@ -263,7 +264,7 @@ pub struct FunctionSeries {
     labels: FunctionLabels,
     invocations: OnceLock<Counter>,
     errors: OnceLock<Counter>,
-    duration: OnceLock<Histogram>,
+    duration: OnceLock<DurationHistogram>,
     sized: OnceLock<Counter>,
 }
 
@@ -285,7 +286,7 @@ impl FunctionSeries {
             .get_or_init(|| metrics.errors.get_or_create(&self.labels).clone())
     }
 
-    pub fn duration(&self, metrics: &Metrics) -> &Histogram {
+    pub fn duration(&self, metrics: &Metrics) -> &DurationHistogram {
         self.duration
             .get_or_init(|| metrics.duration.get_or_create(&self.labels).clone())
     }
@@ -310,30 +311,30 @@ impl Metrics {
         metrics
     }
 
-    /// The counters of `functions` summed, for the console's history. Only reads: a function
-    /// never invoked gets no series from it.
-    pub fn totals<'a>(
-        &self,
-        functions: impl IntoIterator<Item = &'a String>,
-    ) -> crate::history::Totals {
-        let mut totals = crate::history::Totals::default();
-        for function in functions {
-            let labels = Self::function(function);
-            let count = |family: &Family<FunctionLabels, Counter>| {
-                family.get(&labels).map_or(0, |c| c.get())
+    /// A function's counters, for the console's history. Only reads: a function never
+    /// invoked gets no series from it.
+    pub fn counts(&self, function: &str) -> crate::history::Counts {
+        let labels = Self::function(function);
+        let count =
+            |family: &Family<FunctionLabels, Counter>| family.get(&labels).map_or(0, |c| c.get());
+        let mut starts = [0; 3];
+        for (slot, path) in ["coldest", "warm", "hot"].into_iter().enumerate() {
+            let start = StartLabels {
+                function: function.to_string(),
+                path: path.into(),
             };
-            totals.invocations += count(&self.invocations);
-            totals.errors += count(&self.errors);
-            totals.throttles += count(&self.throttles);
-            for (slot, path) in ["coldest", "warm", "hot"].into_iter().enumerate() {
-                let start = StartLabels {
-                    function: function.clone(),
-                    path: path.into(),
-                };
-                totals.starts[slot] += self.cold_starts.get(&start).map_or(0, |c| c.get());
-            }
+            starts[slot] = self.cold_starts.get(&start).map_or(0, |c| c.get());
         }
-        totals
+        crate::history::Counts {
+            invocations: count(&self.invocations),
+            errors: count(&self.errors),
+            throttles: count(&self.throttles),
+            starts,
+            durations: self
+                .duration
+                .get(&labels)
+                .map_or([0; duration::BUCKETS], |h| h.counts()),
+        }
     }
 
     /// Adds cluster mode's series.

@@ -13,6 +13,8 @@ use crate::agent::{InvokeRequest, NodeStatus, SessionStatus};
 use crate::function::FunctionConfig;
 use crate::objects::cache::{CacheMetrics, IoTimes, WritebackStatus};
 
+mod table;
+
 const RUNTIME: &str = "python3.11";
 
 type Answer = Box<dyn Fn(&str, &Bytes) -> Result<InvokeOutcome, AgentError> + Send + Sync>;
