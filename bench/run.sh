@@ -12,6 +12,9 @@
 #                           writes it); report in bench/work/guard/guard.md
 #   BENCH_KILN_ARGS="--object-cache on" bench/run.sh ...   extra `kiln up` flags for any mode
 #   BENCH_KILN_BIN=/path/to/kiln bench/run.sh ...           another kiln binary (A/B runs)
+#   BENCH_CONSOLE=1 bench/run.sh ...     with a console open on kiln throughout: the overview's
+#                           requests every 2 s and every function's log streamed
+#                           (bench/console_viewer.py)
 #
 # It installs what it needs (the repo venv plus bench/requirements.txt), builds kiln and
 # bench/loadgen, starts its own kiln (data dir bench/work/kiln) and the three floor servers, runs
@@ -34,7 +37,7 @@ for arg in "$@"; do
         --quick) QUICK=(--quick) ;;
         --debug) PROFILE=debug ;;
         --perf) PERF=1 ;;
-        --guard) GUARD=(--command "bench/run.sh $*") ;;
+        --guard) GUARD=(--command "${BENCH_CONSOLE:+BENCH_CONSOLE=1 }bench/run.sh $*") ;;
         --baseline) BASELINE=(--baseline) ;;
         -h | --help) sed -n '2,19p' "$SELF" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "bench/run.sh: unknown argument $arg (try --help)" >&2; exit 2 ;;
@@ -45,7 +48,7 @@ if [ "$PROFILE" = release ] && [ ${#QUICK[@]} -eq 0 ]; then
 else
     OUT=${BENCH_OUT:-$WORK/results-$PROFILE${QUICK:+-quick}}
 fi
-COMMAND="bench/run.sh${*:+ $*}"
+COMMAND="${BENCH_CONSOLE:+BENCH_CONSOLE=1 }bench/run.sh${*:+ $*}"
 say() { echo "[run.sh $(date +%H:%M:%S)] $*"; }
 
 # ------------------------------------------------------------------ cleanup, on every exit
@@ -181,6 +184,13 @@ cat >"$WORK/servers.json" <<EOF
   "floor-py-asyncio": {"url": "$PYA_URL", "pid": $PYA_PID}
 }
 EOF
+
+if [ -n "${BENCH_CONSOLE:-}" ]; then
+    .venv/bin/python "$BENCH/console_viewer.py" --data-dir "$KILN_DATA" --log "$WORK/kiln.log" \
+        >"$WORK/console_viewer.log" 2>&1 &
+    PIDS+=("$!")
+    say "a console is open on kiln (bench/console_viewer.py, pid $!)"
+fi
 
 # ------------------------------------------------------------------ measure
 # In the background and waited for, so that a SIGTERM to this script runs the trap at once

@@ -25,7 +25,8 @@ def name(i):
 @pytest.fixture(scope="module")
 def table(kiln):
     """COUNT functions (memory 128, 192, 256, 320 MB in turn); tbl-007 failed one of its three
-    invocations, tbl-011 ran once after it."""
+    invocations, tbl-011 ran once after it. They are deleted afterwards: the server is the
+    session's."""
     code = zip_files({"app.py": (
         "def handler(event, context):\n"
         "    if event.get('fail'):\n"
@@ -51,7 +52,9 @@ def table(kiln):
     time.sleep(1.2)
     kiln.invoke(name(11), {})
     time.sleep(1.2)
-    return kiln
+    yield kiln
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda i: lam.delete_function(FunctionName=name(i)), range(COUNT)))
 
 
 def page(kiln, **params):
