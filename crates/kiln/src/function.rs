@@ -238,6 +238,34 @@ impl InstanceSpec {
             .split_once(':')
             .map_or(self.function.as_str(), |(name, _)| name)
     }
+
+    /// A Python function `function` of `memory_mb`, revision 1, for unit tests.
+    #[cfg(test)]
+    pub fn example(function: &str, memory_mb: u32) -> Self {
+        Self {
+            function: function.into(),
+            version: "$LATEST".into(),
+            arn: format!("arn:aws:lambda:us-east-1:000000000000:function:{function}"),
+            revision: 1,
+            runtime: "python3.11".into(),
+            handler: "h".into(),
+            memory_mb,
+            timeout_s: 3,
+            env: Default::default(),
+            network: NetworkMode::Isolated,
+            tmp_mb: 512,
+            code_dir: PathBuf::new(),
+            code_sha256: String::new(),
+            region: "us-east-1".into(),
+            max_instances: 1,
+            reserved_concurrency: None,
+            prebake: Default::default(),
+            memory_sizing: Default::default(),
+            web: None,
+            breakout: None,
+            sessions: None,
+        }
+    }
 }
 
 pub type SharedSpec = Arc<InstanceSpec>;

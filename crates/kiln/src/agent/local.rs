@@ -17,8 +17,8 @@ use tokio::sync::oneshot;
 
 use super::snapshots::SnapshotSlot;
 use super::{
-    forget, memory, session_log, sessions, AgentError, Instance, InvokeOutcome, InvokeRequest,
-    LocalAgent, MemoryLender, NodeAgent, NodeStatus, Placement, SessionStatus,
+    memory, session_log, sessions, AgentError, Instance, InvokeOutcome, InvokeRequest, LocalAgent,
+    MemoryLender, NodeAgent, NodeStatus, Placement, SessionStatus,
 };
 use crate::function::SharedSpec;
 
@@ -116,26 +116,26 @@ impl NodeAgent for LocalAgent {
             let state = &mut *guard;
             match keep_revision {
                 None => {
-                    sessions::end_all(state, function);
-                    state.newest.remove(function);
+                    state.sessions.end_all(&mut state.instances.live, function);
+                    state.ahead.newest.remove(function);
                     // A function made again under its name starts with no demand of its own.
-                    if let Some(pool) = state.pools.get_mut(function) {
+                    if let Some(pool) = state.instances.pools.get_mut(function) {
                         pool.demand = Default::default();
                     }
                 }
                 Some(revision) => {
-                    let newest = state.newest.entry(function.to_string()).or_default();
+                    let newest = state.ahead.newest.entry(function.to_string()).or_default();
                     *newest = (*newest).max(revision);
                 }
             }
-            let zygote = match state.zygotes.get(function) {
+            let zygote = match state.ahead.zygotes.get(function) {
                 Some(slot) if Some(slot.revision()) != keep_revision => {
-                    state.zygotes.remove(function)
+                    state.ahead.zygotes.remove(function)
                 }
                 _ => None,
             };
             let mut retire = Vec::new();
-            if let Some(pool) = state.pools.get_mut(function) {
+            if let Some(pool) = state.instances.pools.get_mut(function) {
                 let (keep, old): (Vec<_>, Vec<_>) = pool
                     .idle
                     .drain(..)
@@ -144,7 +144,7 @@ impl NodeAgent for LocalAgent {
                 retire = old;
             }
             for instance in &retire {
-                forget(state, instance.id);
+                state.forget(instance.id);
             }
             (retire, zygote)
         };
@@ -170,7 +170,11 @@ impl NodeAgent for LocalAgent {
     fn expect(&self, spec: SharedSpec, concurrency: u32) {
         {
             let mut state = self.inner.state();
-            let pool = state.pools.entry(spec.function.clone()).or_default();
+            let pool = state
+                .instances
+                .pools
+                .entry(spec.function.clone())
+                .or_default();
             pool.demand.observe(
                 std::time::Instant::now(),
                 concurrency as usize,
@@ -190,13 +194,13 @@ impl NodeAgent for LocalAgent {
         }
         let open_logs: Vec<String> = {
             let mut state = self.inner.state();
-            let newest = state.newest.entry(spec.function.clone()).or_default();
+            let newest = state.ahead.newest.entry(spec.function.clone()).or_default();
             *newest = (*newest).max(spec.revision);
             state
                 .sessions
-                .keys()
-                .filter(|(f, _)| *f == spec.function)
-                .map(|(_, id)| session_log::file_name(id))
+                .ids(&spec.function)
+                .iter()
+                .map(|id| session_log::file_name(id))
                 .collect()
         };
         if let Some(config) = &spec.sessions {
@@ -223,7 +227,10 @@ impl NodeAgent for LocalAgent {
     }
 
     fn lendable_memory_mb(&self) -> u64 {
-        memory::lendable_mb(&self.inner.state(), self.inner.config.memory_budget_mb)
+        memory::lendable_mb(
+            &self.inner.state().instances,
+            self.inner.config.memory_budget_mb,
+        )
     }
 
     fn status(&self) -> NodeStatus {
@@ -241,14 +248,21 @@ impl NodeAgent for LocalAgent {
     }
 
     fn sessions(&self, function: &str) -> Vec<SessionStatus> {
-        sessions::list(&self.inner.state(), function, Instant::now())
+        let state = self.inner.state();
+        state
+            .sessions
+            .list(&state.instances.live, function, Instant::now())
     }
 
     fn end_session(&self, function: &str, session: &str) -> bool {
-        let ended = sessions::end(
-            &mut self.inner.state(),
-            &(function.to_string(), session.to_string()),
-        );
+        let ended = {
+            let mut guard = self.inner.state();
+            let state = &mut *guard;
+            state.sessions.end(
+                &mut state.instances.live,
+                &(function.to_string(), session.to_string()),
+            )
+        };
         // A session not used since kiln started has only its log on disk.
         let path = self
             .inner
@@ -266,17 +280,17 @@ impl NodeAgent for LocalAgent {
                 let mut state = inner.state();
                 state.shutting_down = true;
                 let mut idle = Vec::new();
-                for pool in state.pools.values_mut() {
+                for pool in state.instances.pools.values_mut() {
                     idle.append(&mut pool.idle);
                     pool.waiters.clear();
                 }
                 for instance in &idle {
-                    forget(&mut state, instance.id);
+                    state.forget(instance.id);
                 }
                 // A zygote goes once its last fork is gone (kept here until then); standby
                 // instances go with the idle ones.
                 let mut zygotes = Vec::new();
-                for (_, slot) in state.zygotes.drain() {
+                for (_, slot) in state.ahead.zygotes.drain() {
                     match slot {
                         SnapshotSlot::Standby(instance, _) => idle.push(*instance),
                         SnapshotSlot::Ready(zygote) => zygotes.push(zygote),
@@ -293,12 +307,13 @@ impl NodeAgent for LocalAgent {
             idle.extend(inner.drain_spares());
             futures_util::future::join_all(idle.into_iter().map(Instance::destroy)).await;
             let deadline = Instant::now() + grace;
-            while Instant::now() < deadline && !inner.state().live.is_empty() {
+            while Instant::now() < deadline && !inner.state().instances.live.is_empty() {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             // Whatever is still running is killed through its cgroup.
             let stragglers: Vec<Arc<Cgroup>> = inner
                 .state()
+                .instances
                 .live
                 .values()
                 .filter_map(|l| l.cgroup.clone())

@@ -7,7 +7,8 @@
 //! instance, or the monitor raising a limit mid-invocation), the lender gives it back first.
 
 use super::pools::fit;
-use super::{forget, Inner, Instance, LiveInstance, State};
+use super::state::{Instances, LiveInstance, State};
+use super::{Inner, Instance};
 
 /// Memory lent out of instances' bookings. The node asks for it back whenever instances
 /// reserve more.
@@ -26,8 +27,8 @@ pub(super) fn reserve(reserved_mb: &mut u64, live: &mut LiveInstance, limit_mb: 
 /// Idle instances in eviction order, least recently used first across all functions: each
 /// function's idle list is oldest first, so the next victim is the oldest of their heads.
 /// Yields each one's function, id and booked memory (what evicting it frees).
-pub(super) fn eviction_order(state: &State) -> impl Iterator<Item = (&str, u64, u32)> + '_ {
-    let mut heads: Vec<(&str, &[Instance])> = state
+pub(super) fn eviction_order(instances: &Instances) -> impl Iterator<Item = (&str, u64, u32)> + '_ {
+    let mut heads: Vec<(&str, &[Instance])> = instances
         .pools
         .iter()
         .map(|(name, pool)| (name.as_str(), pool.idle.as_slice()))
@@ -41,7 +42,7 @@ pub(super) fn eviction_order(state: &State) -> impl Iterator<Item = (&str, u64, 
         let (name, idle) = &mut heads[at];
         let victim = &idle[0];
         *idle = &idle[1..];
-        let booked = state.live.get(&victim.id).map_or(0, |l| l.limit_mb);
+        let booked = instances.live.get(&victim.id).map_or(0, |l| l.limit_mb);
         Some((*name, victim.id, booked))
     })
 }
@@ -53,26 +54,26 @@ pub(super) fn make_room(
     needed_mb: u64,
     budget_mb: u64,
 ) -> (Vec<Instance>, bool) {
-    if state.memory_reserved_mb + needed_mb <= budget_mb {
+    if state.instances.reserved_mb + needed_mb <= budget_mb {
         return (Vec::new(), true);
     }
-    let booked = eviction_order(state).map(|(_, _, mb)| u64::from(mb));
-    let (count, fits) = match fit(state.memory_reserved_mb, needed_mb, budget_mb, booked) {
+    let booked = eviction_order(&state.instances).map(|(_, _, mb)| u64::from(mb));
+    let (count, fits) = match fit(state.instances.reserved_mb, needed_mb, budget_mb, booked) {
         Ok(count) => (count, true),
         Err(count) => (count, false),
     };
-    let chosen: Vec<(String, u64)> = eviction_order(state)
+    let chosen: Vec<(String, u64)> = eviction_order(&state.instances)
         .take(count)
         .map(|(name, id, _)| (name.to_string(), id))
         .collect();
     let mut victims = Vec::with_capacity(chosen.len());
     for (name, id) in chosen {
-        let Some(pool) = state.pools.get_mut(&name) else {
+        let Some(pool) = state.instances.pools.get_mut(&name) else {
             continue;
         };
         if let Some(at) = pool.idle.iter().position(|i| i.id == id) {
             victims.push(pool.idle.remove(at));
-            forget(state, id);
+            state.forget(id);
         }
     }
     (victims, fits)
@@ -80,13 +81,13 @@ pub(super) fn make_room(
 
 /// Memory booked by live instances that their limits leave unused, at most the budget their
 /// limits leave free (new instances may take that).
-pub(super) fn lendable_mb(state: &State, budget_mb: u64) -> u64 {
-    let unused: u64 = state
+pub(super) fn lendable_mb(instances: &Instances, budget_mb: u64) -> u64 {
+    let unused: u64 = instances
         .live
         .values()
         .map(|live| u64::from(live.memory_mb.saturating_sub(live.limit_mb)))
         .sum();
-    unused.min(budget_mb.saturating_sub(state.memory_reserved_mb))
+    unused.min(budget_mb.saturating_sub(instances.reserved_mb))
 }
 
 impl Inner {
@@ -97,13 +98,16 @@ impl Inner {
         let (victims, lendable) = {
             let mut guard = self.state();
             let state = &mut *guard;
-            let Some(live) = state.live.get_mut(&id) else {
+            let Some(live) = state.instances.live.get_mut(&id) else {
                 return;
             };
             let booked = live.memory_mb;
-            reserve(&mut state.memory_reserved_mb, live, booked);
+            reserve(&mut state.instances.reserved_mb, live, booked);
             let (victims, _) = make_room(state, 0, self.config.memory_budget_mb);
-            (victims, lendable_mb(state, self.config.memory_budget_mb))
+            (
+                victims,
+                lendable_mb(&state.instances, self.config.memory_budget_mb),
+            )
         };
         for victim in victims {
             self.destroy_later(victim);
@@ -120,7 +124,7 @@ impl Inner {
         let Some(lender) = self.lender.get() else {
             return;
         };
-        let lendable = lendable_mb(&self.state(), self.config.memory_budget_mb);
+        let lendable = lendable_mb(&self.state().instances, self.config.memory_budget_mb);
         lender.reclaim(lendable);
     }
 }

@@ -63,36 +63,17 @@ pub(super) fn report_field(log: &mut String, name: &str, value: &str) {
 
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
     use std::sync::Arc;
 
     use super::*;
-    use crate::function::{InstanceSpec, NetworkMode};
+    use crate::function::InstanceSpec;
 
     #[test]
     fn report_has_lambda_fields() {
         let spec = Arc::new(InstanceSpec {
             function: "f".into(),
-            version: "$LATEST".into(),
             arn: "arn".into(),
-            revision: 1,
-            runtime: "python3.11".into(),
-            handler: "h".into(),
-            memory_mb: 256,
-            timeout_s: 3,
-            env: Default::default(),
-            network: NetworkMode::Isolated,
-            tmp_mb: 512,
-            code_dir: PathBuf::new(),
-            code_sha256: String::new(),
-            region: "us-east-1".into(),
-            max_instances: 1,
-            reserved_concurrency: None,
-            prebake: Default::default(),
-            memory_sizing: Default::default(),
-            web: None,
-            breakout: None,
-            sessions: None,
+            ..InstanceSpec::example("f", 256)
         });
         let log = report(
             &spec,

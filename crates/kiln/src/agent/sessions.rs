@@ -14,14 +14,18 @@
 //! holds its log open, so a new primary is loaded from memory. After a restart of kiln a
 //! session's entry (and log) is opened again by its next request.
 
+use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
+use tokio::sync::oneshot;
+
 use super::session_log::SessionLog;
-use super::{InstanceState, State};
+use super::state::LiveInstance;
+use super::{InstanceState, Wake};
 use crate::function::InstanceSpec;
 use crate::session::{Placement, SessionConfig};
 
@@ -71,157 +75,263 @@ pub struct SessionStatus {
     pub idle_s: f64,
 }
 
-/// Where a request of `session` goes: its live primary, else where placement puts it.
-pub(super) fn target(
-    state: &State,
-    spec: &InstanceSpec,
-    session: &str,
-    config: &SessionConfig,
-) -> Target {
-    let key = (spec.function.clone(), session.to_string());
-    if let Some(primary) = state.sessions.get(&key).and_then(|s| s.primary) {
-        if state
-            .live
-            .get(&primary)
-            .is_some_and(|l| l.revision == spec.revision)
-        {
-            return Target::Instance(primary);
-        }
-    }
-    let candidates = state.live.iter().filter(|(_, l)| {
-        l.function == spec.function
-            && l.revision == spec.revision
-            && l.sessions < config.max_sessions_per_instance
-    });
-    // Ties go to an idle instance, then to the oldest.
-    let key =
-        |id: &u64, state: InstanceState| (state == InstanceState::Idle, std::cmp::Reverse(*id));
-    let chosen = match config.placement {
-        Placement::Binpack => candidates
-            .max_by_key(|(id, l)| (l.sessions, key(id, l.state)))
-            .map(|(id, _)| *id),
-        Placement::Spread => {
-            let live = state.pools.get(&spec.function).map_or(0, |p| p.live);
-            if live < spec.max_instances as usize {
-                None
-            } else {
-                candidates
-                    .max_by_key(|(id, l)| (std::cmp::Reverse(l.sessions), key(id, l.state)))
-                    .map(|(id, _)| *id)
+/// The node's open sessions, and the requests waiting for their primaries.
+#[derive(Default)]
+pub(super) struct Sessions {
+    open: HashMap<SessionKey, Session>,
+    /// Requests of a session waiting for its primary, per instance id.
+    bound: HashMap<u64, VecDeque<oneshot::Sender<Wake>>>,
+}
+
+impl Sessions {
+    /// Where a request of `session` goes: its live primary, else where placement puts it.
+    pub fn target(
+        &self,
+        live: &HashMap<u64, LiveInstance>,
+        pool_live: usize,
+        spec: &InstanceSpec,
+        session: &str,
+        config: &SessionConfig,
+    ) -> Target {
+        let key = (spec.function.clone(), session.to_string());
+        if let Some(primary) = self.open.get(&key).and_then(|s| s.primary) {
+            if live
+                .get(&primary)
+                .is_some_and(|l| l.revision == spec.revision)
+            {
+                return Target::Instance(primary);
             }
         }
-    };
-    chosen.map_or(Target::New, Target::Instance)
-}
+        let candidates = live.iter().filter(|(_, l)| {
+            l.function == spec.function
+                && l.revision == spec.revision
+                && l.sessions < config.max_sessions_per_instance
+        });
+        // Ties go to an idle instance, then to the oldest.
+        let key =
+            |id: &u64, state: InstanceState| (state == InstanceState::Idle, std::cmp::Reverse(*id));
+        let chosen = match config.placement {
+            Placement::Binpack => candidates
+                .max_by_key(|(id, l)| (l.sessions, key(id, l.state)))
+                .map(|(id, _)| *id),
+            Placement::Spread => {
+                if pool_live < spec.max_instances as usize {
+                    None
+                } else {
+                    candidates
+                        .max_by_key(|(id, l)| (std::cmp::Reverse(l.sessions), key(id, l.state)))
+                        .map(|(id, _)| *id)
+                }
+            }
+        };
+        chosen.map_or(Target::New, Target::Instance)
+    }
 
-/// The session's entry, with its log: opened (and replayed) by [`open`] when there is none.
-pub(super) fn log(state: &State, key: &SessionKey) -> Option<Arc<SessionLog>> {
-    state.sessions.get(key).map(|s| s.log.clone())
-}
+    /// The session's entry, with its log: opened (and replayed) by [`open`] when there is none.
+    pub fn log(&self, key: &SessionKey) -> Option<Arc<SessionLog>> {
+        self.open.get(key).map(|s| s.log.clone())
+    }
 
-/// The turn that the session's wasm requests take one at a time.
-pub(super) fn turn(state: &State, key: &SessionKey) -> Option<Arc<tokio::sync::Mutex<()>>> {
-    state.sessions.get(key).map(|s| s.turn.clone())
-}
+    /// The turn that the session's wasm requests take one at a time.
+    pub fn turn(&self, key: &SessionKey) -> Option<Arc<tokio::sync::Mutex<()>>> {
+        self.open.get(key).map(|s| s.turn.clone())
+    }
 
-/// Adds the entry of a session whose log was just opened, unless a concurrent request of the
-/// same session added one first; returns the entry's log either way.
-pub(super) fn insert(
-    state: &mut State,
-    key: SessionKey,
-    log: Arc<SessionLog>,
-    config: &SessionConfig,
-) -> Arc<SessionLog> {
-    let now = Instant::now();
-    state
-        .sessions
-        .entry(key)
-        .or_insert_with(|| Session {
-            primary: None,
-            log,
-            last_used: now,
-            created: now,
-            requests: 0,
-            ttl: Duration::from_secs(u64::from(config.idle_ttl_seconds)),
-            turn: Arc::default(),
-        })
-        .log
-        .clone()
+    /// Adds the entry of a session whose log was just opened, unless a concurrent request of
+    /// the same session added one first; returns the entry's log either way.
+    pub fn insert(
+        &mut self,
+        key: SessionKey,
+        log: Arc<SessionLog>,
+        config: &SessionConfig,
+    ) -> Arc<SessionLog> {
+        let now = Instant::now();
+        self.open
+            .entry(key)
+            .or_insert_with(|| Session {
+                primary: None,
+                log,
+                last_used: now,
+                created: now,
+                requests: 0,
+                ttl: Duration::from_secs(u64::from(config.idle_ttl_seconds)),
+                turn: Arc::default(),
+            })
+            .log
+            .clone()
+    }
+
+    /// Makes instance `id` the primary of `session` (a no-op when it already is), and marks
+    /// the session used now. A session that ended meanwhile stays ended.
+    pub fn bind(
+        &mut self,
+        live: &mut HashMap<u64, LiveInstance>,
+        spec: &InstanceSpec,
+        session: &str,
+        id: u64,
+    ) {
+        if spec.sessions.is_none() {
+            return;
+        }
+        let key = (spec.function.clone(), session.to_string());
+        let Some(entry) = self.open.get_mut(&key) else {
+            return;
+        };
+        entry.last_used = Instant::now();
+        if entry.primary == Some(id) {
+            return;
+        }
+        let previous = entry.primary.replace(id);
+        if let Some(live) = previous.and_then(|old| live.get_mut(&old)) {
+            live.sessions = live.sessions.saturating_sub(1);
+        }
+        if let Some(live) = live.get_mut(&id) {
+            live.sessions += 1;
+        }
+    }
+
+    /// Queues a request of a session on its primary `id`, which is busy or starting.
+    pub fn wait_for(&mut self, id: u64, waiter: oneshot::Sender<Wake>) {
+        self.bound.entry(id).or_default().push_back(waiter);
+    }
+
+    /// The requests queued on instance `id` for their sessions, oldest first.
+    pub fn bound_to(&mut self, id: u64) -> Option<&mut VecDeque<oneshot::Sender<Wake>>> {
+        self.bound.get_mut(&id)
+    }
+
+    /// Tells the requests queued on instance `id` (which is gone or going) to try again: their
+    /// sessions are placed anew.
+    pub fn wake_bound(&mut self, id: u64) {
+        for waiter in self.bound.remove(&id).unwrap_or_default() {
+            let _ = waiter.send(Wake::Retry);
+        }
+    }
+
+    /// Forgets the (now empty) queue of requests bound to instance `id`.
+    pub fn unbind_waiters(&mut self, id: u64) {
+        self.bound.remove(&id);
+    }
+
+    /// Counts a request the session's primary answered.
+    pub fn served(&mut self, function: &str, session: &str) {
+        if let Some(entry) = self
+            .open
+            .get_mut(&(function.to_string(), session.to_string()))
+        {
+            entry.requests += 1;
+            entry.last_used = Instant::now();
+        }
+    }
+
+    /// Moves the sessions of a reservation to the instance that took it over (a standby keeps
+    /// its own id).
+    pub fn rebind(&mut self, reserved: u64, id: u64) {
+        for session in self.open.values_mut() {
+            if session.primary == Some(reserved) {
+                session.primary = Some(id);
+            }
+        }
+        if let Some(waiters) = self.bound.remove(&reserved) {
+            self.bound.entry(id).or_default().extend(waiters);
+        }
+    }
+
+    /// Ends `key`'s session, deleting its state; true if it existed.
+    pub fn end(&mut self, live: &mut HashMap<u64, LiveInstance>, key: &SessionKey) -> bool {
+        let Some(session) = self.open.remove(key) else {
+            return false;
+        };
+        session.log.remove();
+        if let Some(live) = session.primary.and_then(|p| live.get_mut(&p)) {
+            live.sessions = live.sessions.saturating_sub(1);
+        }
+        true
+    }
+
+    /// Marks the logs of sessions used since `since` as used now (their file's modification
+    /// time), so that the logs of live sessions are not taken for expired ones after a
+    /// restart.
+    pub fn touch_used(&self, since: Instant) {
+        let now = SystemTime::now();
+        for session in self.open.values() {
+            if session.last_used >= since {
+                session.log.touch(now);
+            }
+        }
+    }
+
+    /// Ends the sessions idle beyond their TTL.
+    pub fn expire(&mut self, live: &mut HashMap<u64, LiveInstance>, now: Instant) {
+        let expired: Vec<SessionKey> = self
+            .open
+            .iter()
+            .filter(|(_, s)| now.duration_since(s.last_used) >= s.ttl)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in expired {
+            self.end(live, &key);
+        }
+    }
+
+    /// Ends every session of `function` (it was deleted).
+    pub fn end_all(&mut self, live: &mut HashMap<u64, LiveInstance>, function: &str) {
+        let keys: Vec<SessionKey> = self
+            .open
+            .keys()
+            .filter(|(f, _)| f == function)
+            .cloned()
+            .collect();
+        for key in keys {
+            self.end(live, &key);
+        }
+    }
+
+    /// The ids of `function`'s open sessions.
+    pub fn ids(&self, function: &str) -> Vec<String> {
+        self.open
+            .keys()
+            .filter(|(f, _)| f == function)
+            .map(|(_, id)| id.clone())
+            .collect()
+    }
+
+    /// The sessions of `function`, most recently used first.
+    pub fn list(
+        &self,
+        live: &HashMap<u64, LiveInstance>,
+        function: &str,
+        now: Instant,
+    ) -> Vec<SessionStatus> {
+        let mut sessions: Vec<(Instant, SessionStatus)> = self
+            .open
+            .iter()
+            .filter(|((f, _), _)| f == function)
+            .map(|((_, id), s)| {
+                let (keys, bytes, log_bytes) = s.log.sizes();
+                (
+                    s.last_used,
+                    SessionStatus {
+                        session: id.clone(),
+                        instance: s.primary.filter(|p| live.contains_key(p)),
+                        requests: s.requests,
+                        keys,
+                        bytes,
+                        log_bytes,
+                        age_s: now.duration_since(s.created).as_secs_f64(),
+                        idle_s: now.duration_since(s.last_used).as_secs_f64(),
+                    },
+                )
+            })
+            .collect();
+        sessions.sort_by_key(|s| std::cmp::Reverse(s.0));
+        sessions.into_iter().map(|(_, s)| s).collect()
+    }
 }
 
 /// Opens the log of a session in `dir` (the function's session directory): blocking I/O.
 pub(super) fn open(dir: &Path, session: &str) -> std::io::Result<Arc<SessionLog>> {
     SessionLog::open(dir, session).map(Arc::new)
-}
-
-/// Makes instance `id` the primary of `session` (a no-op when it already is), and marks the
-/// session used now. A session that ended meanwhile stays ended.
-pub(super) fn bind(state: &mut State, spec: &InstanceSpec, session: &str, id: u64) {
-    if spec.sessions.is_none() {
-        return;
-    }
-    let key = (spec.function.clone(), session.to_string());
-    let Some(entry) = state.sessions.get_mut(&key) else {
-        return;
-    };
-    entry.last_used = Instant::now();
-    if entry.primary == Some(id) {
-        return;
-    }
-    let previous = entry.primary.replace(id);
-    if let Some(live) = previous.and_then(|old| state.live.get_mut(&old)) {
-        live.sessions = live.sessions.saturating_sub(1);
-    }
-    if let Some(live) = state.live.get_mut(&id) {
-        live.sessions += 1;
-    }
-}
-
-/// Counts a request the session's primary answered.
-pub(super) fn served(state: &mut State, function: &str, session: &str) {
-    if let Some(entry) = state
-        .sessions
-        .get_mut(&(function.to_string(), session.to_string()))
-    {
-        entry.requests += 1;
-        entry.last_used = Instant::now();
-    }
-}
-
-/// Moves the sessions of a reservation to the instance that took it over (a standby keeps its
-/// own id).
-pub(super) fn rebind(state: &mut State, reserved: u64, id: u64) {
-    for session in state.sessions.values_mut() {
-        if session.primary == Some(reserved) {
-            session.primary = Some(id);
-        }
-    }
-    if let Some(waiters) = state.bound_waiters.remove(&reserved) {
-        state.bound_waiters.entry(id).or_default().extend(waiters);
-    }
-}
-
-/// Ends `key`'s session, deleting its state; true if it existed.
-pub(super) fn end(state: &mut State, key: &SessionKey) -> bool {
-    let Some(session) = state.sessions.remove(key) else {
-        return false;
-    };
-    session.log.remove();
-    if let Some(live) = session.primary.and_then(|p| state.live.get_mut(&p)) {
-        live.sessions = live.sessions.saturating_sub(1);
-    }
-    true
-}
-
-/// Marks the logs of sessions used since `since` as used now (their file's modification
-/// time), so that the logs of live sessions are not taken for expired ones after a restart.
-pub(super) fn touch_used(state: &State, since: Instant) {
-    let now = SystemTime::now();
-    for session in state.sessions.values() {
-        if session.last_used >= since {
-            session.log.touch(now);
-        }
-    }
 }
 
 /// Deletes the logs in a function's session directory that no session holds open and that
@@ -245,57 +355,4 @@ pub(super) fn sweep(dir: &Path, open: &[String], ttl: Duration) {
             let _ = std::fs::remove_file(entry.path());
         }
     }
-}
-
-/// Ends the sessions idle beyond their TTL.
-pub(super) fn expire(state: &mut State, now: Instant) {
-    let expired: Vec<SessionKey> = state
-        .sessions
-        .iter()
-        .filter(|(_, s)| now.duration_since(s.last_used) >= s.ttl)
-        .map(|(k, _)| k.clone())
-        .collect();
-    for key in expired {
-        end(state, &key);
-    }
-}
-
-/// Ends every session of `function` (it was deleted).
-pub(super) fn end_all(state: &mut State, function: &str) {
-    let keys: Vec<SessionKey> = state
-        .sessions
-        .keys()
-        .filter(|(f, _)| f == function)
-        .cloned()
-        .collect();
-    for key in keys {
-        end(state, &key);
-    }
-}
-
-/// The sessions of `function`, most recently used first.
-pub(super) fn list(state: &State, function: &str, now: Instant) -> Vec<SessionStatus> {
-    let mut sessions: Vec<(Instant, SessionStatus)> = state
-        .sessions
-        .iter()
-        .filter(|((f, _), _)| f == function)
-        .map(|((_, id), s)| {
-            let (keys, bytes, log_bytes) = s.log.sizes();
-            (
-                s.last_used,
-                SessionStatus {
-                    session: id.clone(),
-                    instance: s.primary.filter(|p| state.live.contains_key(p)),
-                    requests: s.requests,
-                    keys,
-                    bytes,
-                    log_bytes,
-                    age_s: now.duration_since(s.created).as_secs_f64(),
-                    idle_s: now.duration_since(s.last_used).as_secs_f64(),
-                },
-            )
-        })
-        .collect();
-    sessions.sort_by_key(|s| std::cmp::Reverse(s.0));
-    sessions.into_iter().map(|(_, s)| s).collect()
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::instance::Priority;
 use super::zygote::{self, Zygote};
-use super::{outdated, Inner, Instance, State};
+use super::{Inner, Instance};
 use crate::function::SharedSpec;
 use crate::sync::LockExt;
 
@@ -70,7 +70,7 @@ impl Inner {
     }
 
     pub(super) fn ready_zygote(&self, spec: &SharedSpec) -> Option<Arc<Zygote>> {
-        match self.state().zygotes.get(&spec.function) {
+        match self.state().ahead.zygotes.get(&spec.function) {
             Some(SnapshotSlot::Ready(z)) if z.spec.revision == spec.revision && z.alive() => {
                 Some(z.clone())
             }
@@ -81,9 +81,9 @@ impl Inner {
     /// Forgets a zygote that failed; the next cold start builds a new one.
     pub(super) fn drop_zygote(&self, function: &str, zygote: &Arc<Zygote>) {
         let mut state = self.state();
-        if matches!(state.zygotes.get(function), Some(SnapshotSlot::Ready(z)) if Arc::ptr_eq(z, zygote))
+        if matches!(state.ahead.zygotes.get(function), Some(SnapshotSlot::Ready(z)) if Arc::ptr_eq(z, zygote))
         {
-            state.zygotes.remove(function);
+            state.ahead.zygotes.remove(function);
         }
         drop(state);
         let revision = zygote.spec.revision;
@@ -128,22 +128,21 @@ impl Inner {
         };
         let id = {
             let mut state = self.state();
-            if state.shutting_down || outdated(&state, spec) {
+            if state.shutting_down || state.ahead.outdated(spec) {
                 return;
             }
             if rebuild {
                 let serving = matches!(
-                    state.zygotes.get(&spec.function),
+                    state.ahead.zygotes.get(&spec.function),
                     Some(slot @ (SnapshotSlot::Ready(_) | SnapshotSlot::Standby(..)))
                         if slot.revision() == spec.revision
                 );
                 if !serving || !self.rebuilding.locked().insert(spec.function.clone()) {
                     return;
                 }
-                state.next_id += 1;
-                state.next_id
+                state.new_id()
             } else {
-                match state.zygotes.get(&spec.function) {
+                match state.ahead.zygotes.get(&spec.function) {
                     Some(SnapshotSlot::Ready(z))
                         if z.spec.revision == spec.revision && z.alive() =>
                     {
@@ -156,9 +155,8 @@ impl Inner {
                     ) if slot.revision() == spec.revision => return,
                     _ => {}
                 }
-                state.next_id += 1;
-                let id = state.next_id;
-                state.zygotes.insert(
+                let id = state.new_id();
+                state.ahead.zygotes.insert(
                     spec.function.clone(),
                     SnapshotSlot::Building {
                         revision: spec.revision,
@@ -196,13 +194,13 @@ impl Inner {
                     inner.rebuilding.locked().remove(&spec.function);
                     // Replaces the one that served meanwhile, if it is still this revision's.
                     matches!(
-                        state.zygotes.get(&spec.function),
+                        state.ahead.zygotes.get(&spec.function),
                         Some(slot @ (SnapshotSlot::Ready(_) | SnapshotSlot::Standby(..)))
                             if slot.revision() == spec.revision
                     )
                 } else {
                     matches!(
-                        state.zygotes.get(&spec.function),
+                        state.ahead.zygotes.get(&spec.function),
                         Some(SnapshotSlot::Building { revision, id: building }) if *revision == spec.revision && *building == id
                     )
                 };
@@ -215,13 +213,11 @@ impl Inner {
                             if can_fork { "fork server" } else { "standby instance" },
                             begin.elapsed().as_secs_f64() * 1000.0
                         );
-                        evicted = evict_snapshots(
-                            &mut state,
-                            slot.memory_bytes(),
-                            inner.config.snapshot_memory_mb,
-                        );
+                        evicted = state
+                            .ahead
+                            .evict_snapshots(slot.memory_bytes(), inner.config.snapshot_memory_mb);
                         // A rebuilt snapshot's predecessor goes with its spares.
-                        evicted.extend(state.zygotes.insert(spec.function.clone(), slot));
+                        evicted.extend(state.ahead.zygotes.insert(spec.function.clone(), slot));
                         installed = true;
                     }
                     Ok(outdated) => evicted.push(outdated),
@@ -237,7 +233,7 @@ impl Inner {
                             "no snapshot, cold starts take the coldest path: {error}"
                         );
                         if current {
-                            state.zygotes.insert(
+                            state.ahead.zygotes.insert(
                                 spec.function.clone(),
                                 SnapshotSlot::Failed {
                                     revision: spec.revision,
@@ -257,31 +253,4 @@ impl Inner {
             }
         });
     }
-}
-
-/// Removes ready snapshots, least recently used first, until `needed` more bytes fit in the
-/// snapshot memory budget (which the spares share). A removed zygote lives on until its last
-/// fork is gone.
-pub(super) fn evict_snapshots(state: &mut State, needed: u64, budget_mb: u64) -> Vec<SnapshotSlot> {
-    let mut evicted = Vec::new();
-    loop {
-        let used = super::spare::snapshot_bytes(state);
-        if used + needed <= budget_mb * 1024 * 1024 {
-            break;
-        }
-        let Some(name) = state
-            .zygotes
-            .iter()
-            .filter_map(|(name, slot)| slot.last_used().map(|used| (used, name)))
-            .min()
-            .map(|(_, name)| name.clone())
-        else {
-            break;
-        };
-        if let Some(slot) = state.zygotes.remove(&name) {
-            tracing::info!(function = %name, "snapshot evicted (snapshot memory budget)");
-            evicted.push(slot);
-        }
-    }
-    evicted
 }

@@ -21,8 +21,10 @@ use std::time::{Duration, Instant};
 
 use super::demand;
 use super::instance::{Instance, Priority};
+use super::snapshots::SnapshotSlot;
+use super::state::State;
 use super::zygote::{self, Zygote};
-use super::{Inner, SnapshotSlot, State};
+use super::Inner;
 use crate::function::{PrebakeMode, SharedSpec};
 
 /// The instances made ahead of demand for one function.
@@ -97,7 +99,7 @@ impl Inner {
         spec: Option<&SharedSpec>,
         status: &mut super::SnapshotStatus,
     ) {
-        let spares = state.spares.get(function);
+        let spares = state.ahead.spares.get(function);
         let Some(spec) = spec.or(spares.map(|s| &s.spec)) else {
             return;
         };
@@ -110,7 +112,7 @@ impl Inner {
     /// A ready spare of `spec`'s revision, if there is one.
     pub(super) fn take_spare(&self, spec: &SharedSpec) -> Option<Box<Instance>> {
         let mut state = self.state();
-        let spares = state.spares.get_mut(&spec.function)?;
+        let spares = state.ahead.spares.get_mut(&spec.function)?;
         if spares.spec.revision != spec.revision {
             return None;
         }
@@ -124,19 +126,23 @@ impl Inner {
         if spec.prebake.mode == PrebakeMode::Off {
             return (0, 0);
         }
-        let (predicted, live) = state.pools.get(&spec.function).map_or((0, 0), |pool| {
-            (
-                pool.demand.predicted(now, self.config.standby_window),
-                pool.live,
-            )
-        });
+        let (predicted, live) = state
+            .instances
+            .pools
+            .get(&spec.function)
+            .map_or((0, 0), |pool| {
+                (
+                    pool.demand.predicted(now, self.config.standby_window),
+                    pool.live,
+                )
+            });
         let target = demand::standbys(
             spec.prebake.standbys as usize,
             predicted,
             live,
             self.config.max_standbys,
         );
-        let standby = match state.zygotes.get(&spec.function) {
+        let standby = match state.ahead.zygotes.get(&spec.function) {
             Some(SnapshotSlot::Standby(i, _)) => i.spec.revision == spec.revision,
             Some(SnapshotSlot::Building { revision, .. }) => {
                 *revision == spec.revision
@@ -160,7 +166,7 @@ impl Inner {
         if self.ctx.runtimes.get(&spec.runtime)?.can_fork() {
             return self.ready_zygote(spec).map(Maker::Fork);
         }
-        match self.state().zygotes.get(&spec.function) {
+        match self.state().ahead.zygotes.get(&spec.function) {
             Some(SnapshotSlot::Failed { revision, .. }) if *revision == spec.revision => None,
             _ => Some(Maker::Boot),
         }
@@ -177,14 +183,16 @@ impl Inner {
             let mut guard = self.state();
             let state = &mut *guard;
             // Only for the function's newest revision (not for one deleted meanwhile).
-            if state.shutting_down || state.newest.get(&spec.function) != Some(&spec.revision) {
+            if state.shutting_down || state.ahead.newest.get(&spec.function) != Some(&spec.revision)
+            {
                 return;
             }
             let now = Instant::now();
             let (_, spare_target) = self.spare_target(state, spec, now);
-            let used = snapshot_bytes(state);
+            let used = state.ahead.snapshot_bytes();
             let budget = self.config.snapshot_memory_mb * 1024 * 1024;
             let spares = state
+                .ahead
                 .spares
                 .entry(spec.function.clone())
                 .or_insert_with(|| Spares::new(spec));
@@ -210,10 +218,10 @@ impl Inner {
             }
             let mut ids = Vec::with_capacity(wanted);
             for _ in 0..wanted {
-                state.next_id += 1;
-                ids.push(state.next_id);
+                ids.push(state.new_id());
             }
             let spares = state
+                .ahead
                 .spares
                 .get_mut(&spec.function)
                 .expect("inserted above");
@@ -239,6 +247,7 @@ impl Inner {
         };
         let wanted = |state: &State| {
             state
+                .ahead
                 .spares
                 .get(&spec.function)
                 .is_some_and(|s| s.spec.revision == spec.revision && s.making.contains(&id))
@@ -264,12 +273,13 @@ impl Inner {
             let current = !state.shutting_down
                 && match maker {
                     Maker::Fork(zygote) => matches!(
-                        state.zygotes.get(&spec.function),
+                        state.ahead.zygotes.get(&spec.function),
                         Some(SnapshotSlot::Ready(z)) if Arc::ptr_eq(z, zygote)
                     ),
                     Maker::Boot => true,
                 };
             let spares = state
+                .ahead
                 .spares
                 .get_mut(&spec.function)
                 .filter(|s| s.spec.revision == spec.revision);
@@ -290,7 +300,7 @@ impl Inner {
             match made {
                 Ok(instance) if mine && current => {
                     let bytes = instance.cgroup.memory_current();
-                    let spares = state.spares.get_mut(&spec.function).expect("mine");
+                    let spares = state.ahead.spares.get_mut(&spec.function).expect("mine");
                     spares.ready.push_back((Box::new(instance), bytes));
                     spares.last_made = Some(took);
                     None
@@ -319,11 +329,11 @@ impl Inner {
             }
             let mut surplus = Vec::new();
             let mut short = Vec::new();
-            let functions: Vec<String> = state.spares.keys().cloned().collect();
+            let functions: Vec<String> = state.ahead.spares.keys().cloned().collect();
             for function in functions {
-                let spec = state.spares[&function].spec.clone();
+                let spec = state.ahead.spares[&function].spec.clone();
                 let (_, spare_target) = self.spare_target(state, &spec, now);
-                let spares = state.spares.get_mut(&function).expect("listed");
+                let spares = state.ahead.spares.get_mut(&function).expect("listed");
                 while spares.ready.len() + spares.making.len() > spare_target {
                     let Some((instance, _)) = spares.ready.pop_back() else {
                         break;
@@ -349,8 +359,8 @@ impl Inner {
     pub(super) fn drop_spare(&self, function: &str, drop: impl Fn(u64) -> bool) {
         let gone = {
             let mut state = self.state();
-            match state.spares.get(function) {
-                Some(spares) if drop(spares.spec.revision) => state.spares.remove(function),
+            match state.ahead.spares.get(function) {
+                Some(spares) if drop(spares.spec.revision) => state.ahead.spares.remove(function),
                 _ => None,
             }
         };
@@ -363,17 +373,11 @@ impl Inner {
     pub(super) fn drain_spares(&self) -> Vec<Instance> {
         let mut state = self.state();
         state
+            .ahead
             .spares
             .drain()
             .flat_map(|(_, spares)| spares.ready)
             .map(|(instance, _)| *instance)
             .collect()
     }
-}
-
-/// The memory the node's snapshots and spares hold.
-pub(super) fn snapshot_bytes(state: &State) -> u64 {
-    let snapshots: u64 = state.zygotes.values().map(SnapshotSlot::memory_bytes).sum();
-    let spares: u64 = state.spares.values().map(Spares::memory_bytes).sum();
-    snapshots + spares
 }

@@ -5,7 +5,8 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Inner, InstanceState, SnapshotSlot, StartPath};
+use super::snapshots::SnapshotSlot;
+use super::{Inner, InstanceState, StartPath};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct InstanceStatus {
@@ -161,6 +162,7 @@ impl Inner {
         let state = self.state();
         let now = Instant::now();
         let mut instances: Vec<InstanceStatus> = state
+            .instances
             .live
             .iter()
             .map(|(id, live)| InstanceStatus {
@@ -182,6 +184,7 @@ impl Inner {
             })
             .collect();
         let mut snapshots: Vec<SnapshotStatus> = state
+            .ahead
             .zygotes
             .iter()
             .map(|(function, slot)| {
@@ -223,8 +226,8 @@ impl Inner {
             })
             .collect();
         // Spares of a function whose standby snapshot was taken (and is not being rebuilt).
-        for (function, spares) in &state.spares {
-            if state.zygotes.contains_key(function) {
+        for (function, spares) in &state.ahead.spares {
+            if state.ahead.zygotes.contains_key(function) {
                 continue;
             }
             let ready = if spares.ready.is_empty() {
@@ -236,7 +239,7 @@ impl Inner {
             self.report_made_ahead(&state, function, Some(&spares.spec), &mut status);
             snapshots.push(status);
         }
-        for (runtime, pool) in &state.warm {
+        for (runtime, pool) in &state.ahead.warm {
             let standby = |state: &str| SnapshotStatus {
                 forks: pool.taken,
                 ..SnapshotStatus::new(runtime, "runtime-standby", state, 0)
@@ -270,7 +273,7 @@ impl Inner {
             instances,
             snapshots,
             memory_budget_mb: self.config.memory_budget_mb,
-            memory_reserved_mb: state.memory_reserved_mb,
+            memory_reserved_mb: state.instances.reserved_mb,
             snapshot_disk_bytes,
             cgroup_version: self.ctx.cgroups.version().to_string(),
             runtimes: self.ctx.runtimes.names(),

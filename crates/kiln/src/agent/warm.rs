@@ -111,15 +111,15 @@ impl Inner {
                     if state.shutting_down {
                         return;
                     }
-                    let pool = state.warm.entry(runtime.clone()).or_default();
+                    let pool = state.ahead.warm.entry(runtime.clone()).or_default();
                     if pool.retry_at.is_some_and(|at| now < at)
                         || pool.ready.len() + pool.starting.len() >= self.config.warm_standbys
                     {
                         break;
                     }
-                    state.next_id += 1;
-                    let id = state.next_id;
+                    let id = state.new_id();
                     state
+                        .ahead
                         .warm
                         .get_mut(&runtime)
                         .expect("just inserted")
@@ -155,7 +155,7 @@ impl Inner {
         let leftover = {
             let mut state = self.state();
             let shutting_down = state.shutting_down;
-            let pool = state.warm.entry(runtime.clone()).or_default();
+            let pool = state.ahead.warm.entry(runtime.clone()).or_default();
             pool.starting.retain(|s| *s != id);
             match started {
                 Ok(instance) if !shutting_down => {
@@ -189,7 +189,7 @@ impl Inner {
         }
         let mut standby = {
             let mut state = self.state();
-            let pool = state.warm.get_mut(&spec.runtime)?;
+            let pool = state.ahead.warm.get_mut(&spec.runtime)?;
             let standby = pool.ready.pop()?;
             pool.taken += 1;
             standby
@@ -206,6 +206,7 @@ impl Inner {
     pub(super) fn drain_standbys(&self) -> Vec<Instance> {
         let mut state = self.state();
         state
+            .ahead
             .warm
             .values_mut()
             .flat_map(|pool| std::mem::take(&mut pool.ready))

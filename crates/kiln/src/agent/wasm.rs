@@ -20,11 +20,13 @@ use bytes::Bytes;
 use kiln_wasm::{Engine, EngineConfig, FunctionModule, ModuleCache, PreInit, WasmError};
 use tokio::sync::OnceCell;
 
+use super::acquire::Acquired;
 use super::instance::SessionCtx;
+use super::report::{report, report_field};
 use super::session_txn::{Txn, WasmSession};
 use super::{
-    report, report_field, sessions, Acquired, AgentError, Inner, InstanceState, InvokeOutcome,
-    InvokeRequest, RouteHints, SnapshotStatus, StartPath,
+    AgentError, Inner, InstanceState, InvokeOutcome, InvokeRequest, RouteHints, SnapshotStatus,
+    StartPath,
 };
 use crate::function::{PrebakeMode, SharedSpec};
 use crate::runtime;
@@ -393,7 +395,7 @@ impl Inner {
             .await;
         self.abandon(&spec.function, id);
         if let (Ok(_), Some(session)) = (&result, &session) {
-            sessions::served(&mut self.state(), &spec.function, &session.id);
+            self.state().sessions.served(&spec.function, &session.id);
         }
         result
     }
@@ -406,11 +408,11 @@ impl Inner {
         config: &crate::session::SessionConfig,
     ) -> Result<WasmTurn, AgentError> {
         let key = (spec.function.clone(), id.to_string());
-        let was_open = sessions::log(&self.state(), &key).is_some();
+        let was_open = self.state().sessions.log(&key).is_some();
         let begin = Instant::now();
         let ctx = self.open_session(spec, id, config).await?;
         let open_time = begin.elapsed();
-        let turn = sessions::turn(&self.state(), &key).unwrap_or_default();
+        let turn = self.state().sessions.turn(&key).unwrap_or_default();
         let timeout = Duration::from_secs(u64::from(spec.timeout_s));
         let guard = tokio::time::timeout(timeout, turn.lock_owned())
             .await
@@ -467,7 +469,7 @@ impl Inner {
             PreInit::Snapshot { .. } if !waited => StartPath::Hot,
             _ => StartPath::Coldest,
         };
-        if let Some(live) = self.state().live.get_mut(&id) {
+        if let Some(live) = self.state().instances.live.get_mut(&id) {
             live.state = InstanceState::Busy;
             live.start_path = start_path;
         }

@@ -25,8 +25,9 @@ pub use status::{BreakoutMode, BreakoutStatus};
 use store::FastStore;
 use trace::{accept_trace, compile, instrument, is_throw, miss_kind};
 
-use super::{forget, make_room, Inner, InstanceState, LiveInstance, StartError, StartPath};
+use super::memory::make_room;
 use super::{AgentError, Instance, InvokeOutcome, InvokeRequest};
+use super::{Inner, InstanceState, StartError};
 use crate::function::{BreakoutConfig, SharedSpec};
 use crate::sync::LockExt;
 
@@ -323,14 +324,18 @@ impl Inner {
         let arena_mb = u64::from(breakout.config.fast_path_memory_mb);
         {
             let mut state = self.state();
-            let live = state.pools.get(&spec.function).map_or(0, |p| p.live);
+            let live = state
+                .instances
+                .pools
+                .get(&spec.function)
+                .map_or(0, |p| p.live);
             let running = breakout.running.load(Ordering::SeqCst);
             if live + running >= spec.max_instances as usize
-                || state.memory_reserved_mb + arena_mb > self.config.memory_budget_mb
+                || state.instances.reserved_mb + arena_mb > self.config.memory_budget_mb
             {
                 return Fast::Skipped;
             }
-            state.memory_reserved_mb += arena_mb;
+            state.instances.reserved_mb += arena_mb;
             breakout.running.fetch_add(1, Ordering::SeqCst);
         }
         let payload = request.payload.clone();
@@ -366,7 +371,7 @@ impl Inner {
         let duration = begin.elapsed();
         {
             let mut state = self.state();
-            state.memory_reserved_mb = state.memory_reserved_mb.saturating_sub(arena_mb);
+            state.instances.reserved_mb = state.instances.reserved_mb.saturating_sub(arena_mb);
             breakout.running.fetch_sub(1, Ordering::SeqCst);
         }
         let mut outcome = match outcome {
@@ -554,7 +559,7 @@ impl Inner {
     /// Puts the tracing instance back, idle.
     fn keep_tracer(&self, slot: &mut Option<Instance>, mut instance: Instance) {
         instance.last_used = Instant::now();
-        if let Some(live) = self.state().live.get_mut(&instance.id) {
+        if let Some(live) = self.state().instances.live.get_mut(&instance.id) {
             live.state = InstanceState::Idle;
         }
         *slot = Some(instance);
@@ -687,38 +692,17 @@ impl Inner {
             if !fits {
                 return None;
             }
-            state.next_id += 1;
-            let id = state.next_id;
-            state.memory_reserved_mb += u64::from(need);
-            state.live.insert(
-                id,
-                LiveInstance {
-                    function: trace_spec.function.clone(),
-                    revision: trace_spec.revision,
-                    state: InstanceState::Starting,
-                    start_path: StartPath::Coldest,
-                    created: Instant::now(),
-                    memory_mb: need,
-                    limit_mb: need,
-                    cgroup: None,
-                    pid: None,
-                    sessions: 0,
-                    pooled: false,
-                },
-            );
+            let id = state.new_id();
+            state.instances.book(id, trace_spec, need, false);
             id
         };
         match Instance::start_cold(&self.ctx, trace_spec, id).await {
             Ok(instance) => {
-                if let Some(live) = self.state().live.get_mut(&id) {
-                    live.state = InstanceState::Busy;
-                    live.cgroup = Some(instance.cgroup.clone());
-                    live.pid = instance.pid();
-                }
+                self.state().instances.started(&instance);
                 Some(instance)
             }
             Err(e) => {
-                forget(&mut self.state(), id);
+                self.state().forget(id);
                 let reason = match e {
                     StartError::Function { body, .. } => format!(
                         "the instrumented code failed to start: {}",
@@ -770,7 +754,7 @@ impl Inner {
     }
 
     fn let_tracer_go(&self, instance: Instance) {
-        forget(&mut self.state(), instance.id);
+        self.state().forget(instance.id);
         self.destroy_later(instance);
     }
 
