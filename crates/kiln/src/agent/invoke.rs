@@ -11,8 +11,8 @@ use super::acquire::Acquired;
 use super::instance::{self, SessionCtx};
 use super::report::{report, report_field};
 use super::{
-    breakout, session_log, sessions, AgentError, Inner, Instance, InvokeOutcome, InvokeRequest,
-    Placement, SharedSpec, StartError, StartPath,
+    breakout, sessions, AgentError, Inner, Instance, InvokeOutcome, InvokeRequest, Placement,
+    SharedSpec, StartError, StartPath,
 };
 
 /// How many instances one invocation may try when the ones it finds turn out to be gone.
@@ -27,7 +27,7 @@ impl Inner {
         config: &crate::session::SessionConfig,
     ) -> Result<SessionCtx, AgentError> {
         let key = (spec.function.clone(), id.to_string());
-        let limits = session_log::Limits::from(config);
+        let limits = sessions::log::Limits::from(config);
         if let Some(log) = self.state().sessions.log(&key) {
             return Ok(SessionCtx { log, limits });
         }

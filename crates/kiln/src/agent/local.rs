@@ -17,8 +17,8 @@ use tokio::sync::oneshot;
 
 use super::snapshots::SnapshotSlot;
 use super::{
-    memory, session_log, sessions, AgentError, Instance, InvokeOutcome, InvokeRequest, LocalAgent,
-    MemoryLender, NodeAgent, NodeStatus, Placement, SessionStatus,
+    memory, sessions, AgentError, Instance, InvokeOutcome, InvokeRequest, LocalAgent, MemoryLender,
+    NodeAgent, NodeStatus, Placement, SessionStatus,
 };
 use crate::function::SharedSpec;
 
@@ -200,7 +200,7 @@ impl NodeAgent for LocalAgent {
                 .sessions
                 .ids(&spec.function)
                 .iter()
-                .map(|id| session_log::file_name(id))
+                .map(|id| sessions::log::file_name(id))
                 .collect()
         };
         if let Some(config) = &spec.sessions {
@@ -269,7 +269,7 @@ impl NodeAgent for LocalAgent {
             .config
             .session_dir
             .join(function)
-            .join(session_log::file_name(session));
+            .join(sessions::log::file_name(session));
         ended || std::fs::remove_file(path).is_ok()
     }
 

@@ -6,31 +6,25 @@
 
 mod acquire;
 mod breakout;
-mod demand;
-mod frame;
 mod instance;
 mod invoke;
 mod local;
 mod memory;
 mod node;
 mod pools;
-mod preparations;
 mod report;
 mod resize;
 mod routing;
-mod runtime_api;
-mod session_log;
-mod session_txn;
 mod sessions;
-mod snapshots;
-mod spare;
 mod spawner;
 mod start;
 mod state;
 mod status;
-mod warm;
 mod wasm;
-mod zygote;
+mod wire;
+
+use start::{demand, preparations, snapshots, spare, warm, zygote};
+use wire::{frame, runtime_api};
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -265,7 +265,8 @@ mod tests {
         let (reserved, standby) = (state.new_id(), state.new_id());
         state.instances.book(reserved, &f, 128, true);
         let key = ("f".to_string(), "s-1".to_string());
-        let log = Arc::new(super::super::session_log::SessionLog::open(dir.path(), "s-1").unwrap());
+        let log =
+            Arc::new(super::super::sessions::log::SessionLog::open(dir.path(), "s-1").unwrap());
         state.sessions.insert(key.clone(), log, &config);
         let live = &mut state.instances.live;
         state.sessions.bind(live, &f, "s-1", reserved);

@@ -23,7 +23,7 @@ use tokio::sync::OnceCell;
 use super::acquire::Acquired;
 use super::instance::SessionCtx;
 use super::report::{report, report_field};
-use super::session_txn::{Txn, WasmSession};
+use super::sessions::txn::{Txn, WasmSession};
 use super::{
     AgentError, Inner, InstanceState, InvokeOutcome, InvokeRequest, RouteHints, SnapshotStatus,
     StartPath,

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
-use super::session_log::{encode_delete, encode_put, CommitError, Entry, Kind, Limits, SessionLog};
+use super::log::{encode_delete, encode_put, CommitError, Entry, Kind, Limits, SessionLog};
 use crate::session::MAX_KEY_BYTES;
 use crate::sync::LockExt;
 
@@ -262,7 +262,7 @@ impl kiln_wasm::SessionState for WasmSession {
 mod tests {
     use super::*;
 
-    use crate::agent::session_log::tests::LIMITS;
+    use crate::agent::sessions::log::tests::LIMITS;
 
     fn value(log: &SessionLog, key: &str) -> Option<Bytes> {
         log.with_state(|s| s.get(key).map(|(_, v)| v.clone()))

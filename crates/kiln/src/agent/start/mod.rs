@@ -1,19 +1,30 @@
-//! Starting an instance by the most advanced path that exists for its function (hot, warm,
-//! coldest), and handing instances made ahead of demand to the cold starts that take them.
+//! Start paths: starting an instance by the most advanced path that exists for its function
+//! (hot, warm, coldest), and handing instances made ahead of demand to the cold starts that
+//! take them. What is made ahead lives beside this file: each function's snapshot
+//! (`snapshots.rs`: a fork server, `zygote.rs`, or a standby instance), its spares sized by
+//! demand (`spare.rs`, `demand.rs`), the runtime-generic standbys (`warm.rs`), and whether a
+//! revision's start paths are built yet (`preparations.rs`).
+
+pub(super) mod demand;
+pub(super) mod preparations;
+pub(super) mod snapshots;
+pub(super) mod spare;
+pub(super) mod warm;
+pub(super) mod zygote;
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::snapshots::SnapshotSlot;
-use super::{Inner, Instance, Priority, StartError, StartPath};
+use crate::agent::{Inner, Instance, Priority, StartError, StartPath};
 use crate::function::SharedSpec;
+use snapshots::SnapshotSlot;
 
 impl Inner {
     /// Starts a new instance by the most advanced path that exists for `spec`: its standby or a
     /// fork of its zygote (hot), else a runtime-generic standby (warm), else the coldest path.
     /// The caller calls [`Inner::after_cold_start`] once the first invocation is answered.
     /// A broken snapshot falls back to the next path, with the reason logged.
-    pub(super) async fn start(
+    pub(in crate::agent) async fn start(
         self: &Arc<Self>,
         spec: &SharedSpec,
         id: u64,
@@ -60,7 +71,7 @@ impl Inner {
     /// What a cold start used up is rebuilt once its first invocation is answered, not while
     /// it runs: the function's snapshot (unless prebaking is off) and the runtime standbys.
     /// Both boot a runtime, which on a small node would take CPU from that first invocation.
-    pub(super) fn after_cold_start(self: &Arc<Self>, spec: &SharedSpec) {
+    pub(in crate::agent) fn after_cold_start(self: &Arc<Self>, spec: &SharedSpec) {
         self.build_zygote(spec);
         self.refill_spare(spec);
         self.refill_standbys();
@@ -68,7 +79,7 @@ impl Inner {
 
     /// Hands a hot instance made ahead of demand (a function's standby or spare fork) to the
     /// cold start that reserved `id`, if it is still alive; else lets it go.
-    pub(super) fn adopt_made_ahead(
+    pub(in crate::agent) fn adopt_made_ahead(
         &self,
         mut instance: Box<Instance>,
         what: &str,
@@ -90,7 +101,7 @@ impl Inner {
 
     /// An instance that keeps an id of its own (a standby) takes over the reservation made for
     /// the new instance `reserved`.
-    pub(super) fn move_reservation(&self, reserved: u64, id: u64) {
+    pub(in crate::agent) fn move_reservation(&self, reserved: u64, id: u64) {
         let mut state = self.state();
         if let Some(entry) = state.instances.live.remove(&reserved) {
             state.instances.live.insert(id, entry);
@@ -98,7 +109,7 @@ impl Inner {
         state.sessions.rebind(reserved, id);
     }
 
-    pub(super) fn take_standby(&self, spec: &SharedSpec) -> Option<Box<Instance>> {
+    pub(in crate::agent) fn take_standby(&self, spec: &SharedSpec) -> Option<Box<Instance>> {
         let mut state = self.state();
         match state.ahead.zygotes.get(&spec.function) {
             Some(SnapshotSlot::Standby(i, _)) if i.spec.revision == spec.revision => {

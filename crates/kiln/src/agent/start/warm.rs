@@ -10,8 +10,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::instance::{Instance, StartError};
-use super::Inner;
+use crate::agent::instance::{Instance, StartError};
+use crate::agent::Inner;
 use crate::function::{InstanceSpec, NetworkMode, Prebake, SharedSpec};
 use crate::runtime::Protocol;
 
@@ -28,7 +28,7 @@ const RETRY_AFTER: Duration = Duration::from_secs(5);
 
 /// The standbys of one runtime.
 #[derive(Default)]
-pub(super) struct WarmPool {
+pub(in crate::agent) struct WarmPool {
     pub ready: Vec<Instance>,
     /// Ids of the standbys booting now.
     pub starting: Vec<u64>,
@@ -102,7 +102,7 @@ impl Inner {
     }
 
     /// Starts standbys in the background until every runtime has its share ready or starting.
-    pub(super) fn refill_standbys(self: &Arc<Self>) {
+    pub(in crate::agent) fn refill_standbys(self: &Arc<Self>) {
         let now = Instant::now();
         for runtime in self.standby_runtimes() {
             loop {
@@ -180,7 +180,7 @@ impl Inner {
     /// The warm path: `spec` loaded into a standby of its runtime, if one is ready. The instance
     /// keeps the standby's id; `None` when there is no standby to take. The pool is topped up
     /// after the first invocation (`Inner::after_cold_start`).
-    pub(super) async fn start_warm(
+    pub(in crate::agent) async fn start_warm(
         self: &Arc<Self>,
         spec: &SharedSpec,
     ) -> Option<Result<Instance, StartError>> {
@@ -203,7 +203,7 @@ impl Inner {
     }
 
     /// Takes every standby out of the pools (at shutdown).
-    pub(super) fn drain_standbys(&self) -> Vec<Instance> {
+    pub(in crate::agent) fn drain_standbys(&self) -> Vec<Instance> {
         let mut state = self.state();
         state
             .ahead

@@ -20,15 +20,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::demand;
-use super::instance::{Instance, Priority};
 use super::snapshots::SnapshotSlot;
-use super::state::State;
 use super::zygote::{self, Zygote};
-use super::Inner;
+use crate::agent::instance::{Instance, Priority};
+use crate::agent::state::State;
+use crate::agent::Inner;
 use crate::function::{PrebakeMode, SharedSpec};
 
 /// The instances made ahead of demand for one function.
-pub(super) struct Spares {
+pub(in crate::agent) struct Spares {
     /// The revision they are made of.
     pub spec: SharedSpec,
     /// Ready, oldest first, with the memory each held once made.
@@ -60,7 +60,7 @@ impl Spares {
     }
 
     /// Adds the ready and making ones to their function's snapshot status.
-    fn report(&self, status: &mut super::SnapshotStatus) {
+    fn report(&self, status: &mut crate::agent::SnapshotStatus) {
         status.spare = self
             .ready
             .front()
@@ -92,12 +92,12 @@ impl Inner {
     /// Adds what is made ahead of `function`'s demand to its snapshot status: the target its
     /// demand sets now (for `spec`, the revision of its snapshot, else of its spares) and the
     /// spares of that revision.
-    pub(super) fn report_made_ahead(
+    pub(in crate::agent) fn report_made_ahead(
         &self,
         state: &State,
         function: &str,
         spec: Option<&SharedSpec>,
-        status: &mut super::SnapshotStatus,
+        status: &mut crate::agent::SnapshotStatus,
     ) {
         let spares = state.ahead.spares.get(function);
         let Some(spec) = spec.or(spares.map(|s| &s.spec)) else {
@@ -110,7 +110,7 @@ impl Inner {
     }
 
     /// A ready spare of `spec`'s revision, if there is one.
-    pub(super) fn take_spare(&self, spec: &SharedSpec) -> Option<Box<Instance>> {
+    pub(in crate::agent) fn take_spare(&self, spec: &SharedSpec) -> Option<Box<Instance>> {
         let mut state = self.state();
         let spares = state.ahead.spares.get_mut(&spec.function)?;
         if spares.spec.revision != spec.revision {
@@ -174,7 +174,7 @@ impl Inner {
 
     /// Makes as many spares of `spec` in the background as its target lacks, within the
     /// snapshot memory budget.
-    pub(super) fn refill_spare(self: &Arc<Self>, spec: &SharedSpec) {
+    pub(in crate::agent) fn refill_spare(self: &Arc<Self>, spec: &SharedSpec) {
         let Some(maker) = self.maker(spec) else {
             return;
         };
@@ -319,7 +319,7 @@ impl Inner {
 
     /// Brings every function's spares to its target as demand changes (the reaper's tick):
     /// lets the surplus go, newest first, and makes what is missing.
-    pub(super) fn rebalance_spares(self: &Arc<Self>) {
+    pub(in crate::agent) fn rebalance_spares(self: &Arc<Self>) {
         let now = Instant::now();
         let (surplus, short) = {
             let mut guard = self.state();
@@ -356,7 +356,7 @@ impl Inner {
 
     /// Lets the spares of `function` go if `drop(their revision)` says so (those being made go
     /// too: their makers destroy them when they find themselves replaced).
-    pub(super) fn drop_spare(&self, function: &str, drop: impl Fn(u64) -> bool) {
+    pub(in crate::agent) fn drop_spare(&self, function: &str, drop: impl Fn(u64) -> bool) {
         let gone = {
             let mut state = self.state();
             match state.ahead.spares.get(function) {
@@ -370,7 +370,7 @@ impl Inner {
     }
 
     /// Takes every ready spare out (at shutdown).
-    pub(super) fn drain_spares(&self) -> Vec<Instance> {
+    pub(in crate::agent) fn drain_spares(&self) -> Vec<Instance> {
         let mut state = self.state();
         state
             .ahead

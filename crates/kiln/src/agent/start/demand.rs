@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 /// One function's recent peak concurrency.
 #[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Demand {
+pub(in crate::agent) struct Demand {
     peak: usize,
     /// When `peak` was last reached.
     at: Option<Instant>,
@@ -35,7 +35,7 @@ impl Demand {
 
 /// `peak` after `since`: whole for one `window`, then halved every further `window` (rounded
 /// up, so that a peak of one is remembered until it decays below one half).
-pub(super) fn decayed(peak: usize, since: Duration, window: Duration) -> usize {
+pub(in crate::agent) fn decayed(peak: usize, since: Duration, window: Duration) -> usize {
     if window.is_zero() {
         return 0;
     }
@@ -56,7 +56,7 @@ pub(super) fn decayed(peak: usize, since: Duration, window: Duration) -> usize {
 /// any standby is taken): the predicted instances it does not have, with a quarter more (a
 /// burst's requests that found an instance freed by another did not count in its peak, and the
 /// next burst's timing differs), at least the floor and at least one, at most `cap`.
-pub(super) fn standbys(floor: usize, predicted: usize, live: usize, cap: usize) -> usize {
+pub(in crate::agent) fn standbys(floor: usize, predicted: usize, live: usize, cap: usize) -> usize {
     let wanted = predicted + predicted / 4;
     floor
         .max(wanted.saturating_sub(live))

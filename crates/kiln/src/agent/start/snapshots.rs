@@ -5,14 +5,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::instance::Priority;
 use super::zygote::{self, Zygote};
-use super::{Inner, Instance};
+use crate::agent::instance::Priority;
+use crate::agent::{Inner, Instance};
 use crate::function::SharedSpec;
 use crate::sync::LockExt;
 
 /// The function-specific snapshot of one function.
-pub(super) enum SnapshotSlot {
+pub(in crate::agent) enum SnapshotSlot {
     Building {
         revision: u64,
         id: u64,
@@ -29,7 +29,7 @@ pub(super) enum SnapshotSlot {
 }
 
 impl SnapshotSlot {
-    pub(super) fn revision(&self) -> u64 {
+    pub(in crate::agent) fn revision(&self) -> u64 {
         match self {
             SnapshotSlot::Building { revision, .. } | SnapshotSlot::Failed { revision, .. } => {
                 *revision
@@ -39,7 +39,7 @@ impl SnapshotSlot {
         }
     }
 
-    pub(super) fn memory_bytes(&self) -> u64 {
+    pub(in crate::agent) fn memory_bytes(&self) -> u64 {
         match self {
             SnapshotSlot::Ready(z) => z.memory_bytes(),
             SnapshotSlot::Standby(i, _) => i.cgroup.memory_current(),
@@ -47,7 +47,7 @@ impl SnapshotSlot {
         }
     }
 
-    pub(super) fn last_used(&self) -> Option<Instant> {
+    pub(in crate::agent) fn last_used(&self) -> Option<Instant> {
         match self {
             SnapshotSlot::Ready(z) => Some(z.last_used()),
             SnapshotSlot::Standby(i, _) => Some(i.last_used),
@@ -58,7 +58,7 @@ impl SnapshotSlot {
 
 impl Inner {
     /// Lets a snapshot go: a standby instance is destroyed, a zygote goes with its last fork.
-    pub(super) fn discard(&self, slot: SnapshotSlot) {
+    pub(in crate::agent) fn discard(&self, slot: SnapshotSlot) {
         match slot {
             SnapshotSlot::Standby(instance, _) => self.destroy_later(*instance),
             SnapshotSlot::Ready(zygote) => {
@@ -69,7 +69,7 @@ impl Inner {
         }
     }
 
-    pub(super) fn ready_zygote(&self, spec: &SharedSpec) -> Option<Arc<Zygote>> {
+    pub(in crate::agent) fn ready_zygote(&self, spec: &SharedSpec) -> Option<Arc<Zygote>> {
         match self.state().ahead.zygotes.get(&spec.function) {
             Some(SnapshotSlot::Ready(z)) if z.spec.revision == spec.revision && z.alive() => {
                 Some(z.clone())
@@ -79,7 +79,7 @@ impl Inner {
     }
 
     /// Forgets a zygote that failed; the next cold start builds a new one.
-    pub(super) fn drop_zygote(&self, function: &str, zygote: &Arc<Zygote>) {
+    pub(in crate::agent) fn drop_zygote(&self, function: &str, zygote: &Arc<Zygote>) {
         let mut state = self.state();
         if matches!(state.ahead.zygotes.get(function), Some(SnapshotSlot::Ready(z)) if Arc::ptr_eq(z, zygote))
         {
@@ -93,15 +93,15 @@ impl Inner {
     /// Builds the function-specific snapshot of `spec` in the background (a fork server where
     /// the runtime can fork, else a standby instance), unless it exists, is being built, failed
     /// for this revision, or prebaking is off.
-    pub(super) fn build_zygote(self: &Arc<Self>, spec: &SharedSpec) {
+    pub(in crate::agent) fn build_zygote(self: &Arc<Self>, spec: &SharedSpec) {
         self.build_snapshot(spec, None)
     }
 
     /// [`Self::build_zygote`], holding `preparing` until the build ends.
-    pub(super) fn build_snapshot(
+    pub(in crate::agent) fn build_snapshot(
         self: &Arc<Self>,
         spec: &SharedSpec,
-        preparing: Option<super::Preparing>,
+        preparing: Option<crate::agent::Preparing>,
     ) {
         self.make_snapshot(spec, preparing, false)
     }
@@ -109,14 +109,14 @@ impl Inner {
     /// Builds `spec`'s snapshot again (its warm-up replays have changed), while the one there
     /// is goes on serving; the new one replaces it when ready. Nothing if the function has no
     /// ready snapshot of this revision, or one is being built.
-    pub(super) fn rebuild_snapshot(self: &Arc<Self>, spec: &SharedSpec) {
+    pub(in crate::agent) fn rebuild_snapshot(self: &Arc<Self>, spec: &SharedSpec) {
         self.make_snapshot(spec, None, true)
     }
 
     fn make_snapshot(
         self: &Arc<Self>,
         spec: &SharedSpec,
-        preparing: Option<super::Preparing>,
+        preparing: Option<crate::agent::Preparing>,
         rebuild: bool,
     ) {
         use crate::function::PrebakeMode;

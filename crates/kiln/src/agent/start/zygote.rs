@@ -20,9 +20,9 @@ use tokio::io::Interest;
 use tokio::net::UnixStream;
 use tokio::sync::oneshot;
 
-use super::frame::{self, Header};
-use super::instance::{warmup_request, ForkServer, Instance, Priority, StartError};
-use super::AgentContext;
+use crate::agent::frame::{self, Header};
+use crate::agent::instance::{warmup_request, ForkServer, Instance, Priority, StartError};
+use crate::agent::AgentContext;
 use crate::function::SharedSpec;
 use crate::sync::LockExt;
 
@@ -199,7 +199,8 @@ impl Zygote {
     /// memory. No function code runs in the fork server any more, so the raised limit is room
     /// for those charges only.
     pub fn allow_fork_charges(&self, forks: u64) {
-        let bytes = super::instance::limits(&self.spec).memory_bytes + forks * FORK_CHARGE_BYTES;
+        let bytes =
+            crate::agent::instance::limits(&self.spec).memory_bytes + forks * FORK_CHARGE_BYTES;
         if let Err(e) = self.cgroup.set_memory_limit(bytes) {
             tracing::warn!(function = %self.spec.function, "fork server's memory limit: {e}");
         }

@@ -17,7 +17,7 @@ use crate::sync::LockExt;
 
 /// The newest revision being prepared per function.
 #[derive(Default)]
-pub(super) struct Preparations {
+pub(in crate::agent) struct Preparations {
     by_function: Mutex<HashMap<String, (u64, watch::Receiver<bool>)>>,
 }
 
@@ -59,7 +59,7 @@ impl Prepared {
 
 impl Preparations {
     /// Starts preparing `revision` of `function`; it replaces any older one.
-    pub(super) fn begin(&self, function: &str, revision: u64) -> Preparing {
+    pub(in crate::agent) fn begin(&self, function: &str, revision: u64) -> Preparing {
         let (done, receiver) = watch::channel(false);
         let mut by_function = self.by_function.locked();
         match by_function.get(function) {
@@ -78,7 +78,7 @@ impl Preparations {
     }
 
     /// Whether `revision` of `function` is prepared (a revision never prepared here is).
-    pub(super) fn of(&self, function: &str, revision: u64) -> Prepared {
+    pub(in crate::agent) fn of(&self, function: &str, revision: u64) -> Prepared {
         match self.by_function.locked().get(function) {
             Some((r, done)) if *r == revision && !*done.borrow() => Prepared::Pending(done.clone()),
             _ => Prepared::Done,
@@ -86,7 +86,7 @@ impl Preparations {
     }
 
     /// Forgets a deleted function.
-    pub(super) fn forget(&self, function: &str) {
+    pub(in crate::agent) fn forget(&self, function: &str) {
         self.by_function.locked().remove(function);
     }
 }

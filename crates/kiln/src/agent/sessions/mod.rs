@@ -10,9 +10,13 @@
 //! per-instance bound, or spreading onto a new instance while the function may have more.
 //! A session ends after its idle TTL or when the API ends it; its state (its log) goes with it.
 //!
-//! Each session's state is kept durable by its log (`session_log.rs`): the entry of a session
+//! Each session's state is kept durable by its log (`log.rs`): the entry of a session
 //! holds its log open, so a new primary is loaded from memory. After a restart of kiln a
 //! session's entry (and log) is opened again by its next request.
+
+mod entries;
+pub(super) mod log;
+pub(super) mod txn;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
@@ -23,7 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use tokio::sync::oneshot;
 
-use super::session_log::SessionLog;
+use self::log::SessionLog;
 use super::state::LiveInstance;
 use super::{InstanceState, Wake};
 use crate::function::InstanceSpec;

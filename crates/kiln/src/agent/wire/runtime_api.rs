@@ -15,8 +15,8 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use tokio::sync::{mpsc, Mutex};
 
-use super::session_log::{CommitError, Entry, Kind, Limits, SessionLog};
-use super::session_txn::Txn;
+use crate::agent::sessions::log::{CommitError, Entry, Kind, Limits, SessionLog};
+use crate::agent::sessions::txn::Txn;
 use crate::sync::LockExt;
 
 /// The largest response a function may return synchronously (Lambda's 6 MB).
