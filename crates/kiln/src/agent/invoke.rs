@@ -96,7 +96,7 @@ impl Inner {
                         self.abandon(&spec.function, id);
                         self.refill_standbys();
                         tracing::error!(function = %spec.function, "sandbox: {message}");
-                        return Err(AgentError::Sandbox(message));
+                        return Err(AgentError::Sandbox(message.to_string()));
                     }
                     Err(StartError::Function { body, log, path }) => {
                         self.abandon(&spec.function, id);

@@ -32,11 +32,11 @@ use std::time::{Duration, Instant};
 
 pub use breakout::{BreakoutMode, BreakoutStatus};
 pub use frame::MAX_FRAME_BYTES;
-pub use instance::{Instance, Priority, StartError, MAX_RESPONSE_BYTES};
+pub use instance::{Instance, PlatformError, Priority, StartError, MAX_RESPONSE_BYTES};
 pub use memory::MemoryLender;
 pub use node::{
     AgentConfig, AgentContext, AgentError, Attachment, InstanceState, InvokeOutcome, InvokeRequest,
-    NodeAgent, Placement, Replays, RouteHints, SandboxService, StartPath,
+    NodeAgent, Placement, Replays, RouteHints, SandboxService, ServiceError, StartPath,
 };
 pub use preparations::{Prepared, Preparing};
 pub use routing::{ClosestMemory, RoutingPolicy, WarmFirst};

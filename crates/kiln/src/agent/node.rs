@@ -318,7 +318,22 @@ pub trait SandboxService: Send + Sync {
         spec: &crate::function::InstanceSpec,
         netns: Option<&kiln_sandbox::NetNs>,
         slot: &crate::function::InvocationSlot,
-    ) -> Result<Attachment, String>;
+    ) -> Result<Attachment, ServiceError>;
+}
+
+/// Why a [`SandboxService`] could not attach to an instance: the step, and its cause.
+#[derive(Debug, thiserror::Error)]
+#[error("{step}: {source}")]
+pub struct ServiceError {
+    pub step: &'static str,
+    #[source]
+    pub source: std::io::Error,
+}
+
+impl ServiceError {
+    pub fn new(step: &'static str, source: std::io::Error) -> Self {
+        Self { step, source }
+    }
 }
 
 /// What a [`SandboxService`] gives one instance. The guard keeps its server alive; it is

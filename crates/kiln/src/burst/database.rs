@@ -16,7 +16,7 @@ use std::sync::{Arc, RwLock};
 use kiln_dbproxy::{ClientContext, Proxy, ProxyConfig};
 
 use super::{invalid, AppError, AppSpec};
-use crate::agent::{Attachment, SandboxService};
+use crate::agent::{Attachment, SandboxService, ServiceError};
 use crate::function::{InstanceSpec, InvocationSlot, Shadow};
 use crate::sync::{LockExt, RwLockExt};
 
@@ -90,7 +90,7 @@ impl Databases {
             .insert(spec.function.clone(), db.clone());
         for sandbox in self.live_sandboxes(&spec.function) {
             if let Err(e) = sandbox.serve(&db) {
-                eprintln!("kiln: app {}: {e}", spec.name);
+                eprintln!("kiln: app {} (on {}): {e}", spec.name, db.addr);
             }
         }
         Ok(())
@@ -151,18 +151,18 @@ struct Sandbox {
 
 impl Sandbox {
     /// Serves `db` inside this sandbox (instead of what it served before).
-    fn serve(&self, db: &Arc<AppDatabase>) -> Result<(), String> {
+    fn serve(&self, db: &Arc<AppDatabase>) -> Result<(), ServiceError> {
         // The old listener goes first: the new one binds the same address.
         self.stop();
         let listener = self
             .netns
             .listen_tcp(db.addr)
-            .map_err(|e| format!("database proxy listener on {}: {e}", db.addr))?;
+            .map_err(|e| ServiceError::new("database proxy listener", e))?;
         let local = listener
             .local_addr()
-            .map_err(|e| format!("database proxy listener: {e}"))?;
+            .map_err(|e| ServiceError::new("database proxy listener", e))?;
         let listener = tokio::net::TcpListener::from_std(listener)
-            .map_err(|e| format!("database proxy listener: {e}"))?;
+            .map_err(|e| ServiceError::new("database proxy listener", e))?;
         let slot = self.slot.clone();
         let db = db.clone();
         let task = tokio::spawn(async move {
@@ -232,7 +232,7 @@ impl SandboxService for Databases {
         spec: &InstanceSpec,
         netns: Option<&kiln_sandbox::NetNs>,
         slot: &InvocationSlot,
-    ) -> Result<Attachment, String> {
+    ) -> Result<Attachment, ServiceError> {
         // Only isolated sandboxes: an app's function uses the isolated network.
         let Some(netns) = netns else {
             return Ok(Attachment {
@@ -243,7 +243,7 @@ impl SandboxService for Databases {
         let sandbox = Arc::new(Sandbox {
             netns: netns
                 .try_clone()
-                .map_err(|e| format!("database proxy: {e}"))?,
+                .map_err(|e| ServiceError::new("database proxy", e))?,
             slot: slot.clone(),
             listening: std::sync::Mutex::new(None),
         });

@@ -7,7 +7,7 @@ use std::any::Any;
 use kiln_sandbox::NetNs;
 
 use super::{ObjectStore, Scope};
-use crate::agent::{Attachment, SandboxService};
+use crate::agent::{Attachment, SandboxService, ServiceError};
 use crate::function::InstanceSpec;
 
 /// Where the store listens inside an isolated sandbox: an IP literal, so SDKs use path-style
@@ -35,21 +35,21 @@ impl SandboxService for SandboxObjectStore {
         spec: &InstanceSpec,
         netns: Option<&NetNs>,
         slot: &crate::function::InvocationSlot,
-    ) -> Result<Attachment, String> {
+    ) -> Result<Attachment, ServiceError> {
         let credentials = self.store.function_credentials(spec.name());
         let (endpoint, guard) = match netns {
             Some(netns) => {
                 let addr = SANDBOX_ADDR.parse().expect("a valid socket address");
                 let listener = netns
                     .listen_tcp(addr)
-                    .map_err(|e| format!("object store listener: {e}"))?;
+                    .map_err(|e| ServiceError::new("object store listener", e))?;
                 let handle = super::serve::serve_tagged(
                     listener,
                     &self.store,
                     Scope::Function(spec.name().to_string()),
                     Some(slot.clone()),
                 )
-                .map_err(|e| format!("object store: {e}"))?;
+                .map_err(|e| ServiceError::new("object store", e))?;
                 let guard: Box<dyn Any + Send + Sync> = Box::new(handle);
                 (format!("http://{SANDBOX_ADDR}"), Some(guard))
             }

@@ -14,8 +14,8 @@ use tokio::sync::oneshot;
 use super::launch::{attach_services, limits, limits_at, output_pipe, socket_pair};
 use super::transport::{Message, Transport};
 use super::{
-    invoke_header, warmup_request, Instance, Parts, Priority, Process, StartError, Step,
-    INIT_TIMEOUT,
+    invoke_header, warmup_request, Instance, Parts, PlatformError, Priority, Process, StartError,
+    Step, INIT_TIMEOUT,
 };
 use crate::agent::frame::{Frame, Header, ShimConn};
 use crate::agent::{AgentContext, StartPath};
@@ -34,7 +34,7 @@ pub trait ForkServer: Send + Sync + 'static {
         env: BTreeMap<String, String>,
         warmup: bool,
         cgroup: &'a Cgroup,
-    ) -> BoxFuture<'a, Result<(u32, oneshot::Receiver<i32>), String>>;
+    ) -> BoxFuture<'a, Result<(u32, oneshot::Receiver<i32>), PlatformError>>;
     /// The invocation slot the fork server's sandbox services read.
     fn invocation_slot(&self) -> InvocationSlot;
 }
@@ -50,16 +50,16 @@ impl Instance {
         id: u64,
         warm_up: bool,
         priority: Priority,
-    ) -> Result<Instance, String> {
+    ) -> Result<Instance, PlatformError> {
         let begin = Instant::now();
         let cgroup = Arc::new(
             ctx.cgroups
                 .create(&format!("i{id}"), limits_at(spec, priority))
-                .map_err(|e| format!("cgroup: {e}"))?,
+                .map_err(|e| PlatformError::os("cgroup", e))?,
         );
         let (out_rx, output_direct, out_fd) =
-            output_pipe().map_err(|e| format!("output pipe: {e}"))?;
-        let (ours, theirs) = socket_pair().map_err(|e| format!("control socket: {e}"))?;
+            output_pipe().map_err(|e| PlatformError::os("output pipe", e))?;
+        let (ours, theirs) = socket_pair().map_err(|e| PlatformError::os("control socket", e))?;
         let env = [
             (
                 "AWS_LAMBDA_LOG_STREAM_NAME",
@@ -109,7 +109,9 @@ impl Instance {
             };
             if !sent {
                 instance.destroy().await;
-                return Err("the fork did not take its warm-up invocation".into());
+                return Err(PlatformError::Gone(
+                    "the fork did not take its warm-up invocation",
+                ));
             }
             deadline += timeout;
         }
@@ -122,9 +124,8 @@ impl Instance {
             }
             _ => {
                 instance.destroy().await;
-                Err(format!(
-                    "the fork did not become ready: {}",
-                    String::from_utf8_lossy(&output).trim()
+                Err(PlatformError::ForkNotReady(
+                    String::from_utf8_lossy(&output).trim().to_string(),
                 ))
             }
         }
@@ -144,17 +145,17 @@ impl Instance {
             let runtime = ctx
                 .runtimes
                 .get(&spec.runtime)
-                .ok_or_else(|| format!("runtime {} is not available", spec.runtime))?;
+                .ok_or_else(|| PlatformError::NoRuntime(spec.runtime.clone()))?;
             let slot = self
                 .code_slot
                 .as_ref()
-                .ok_or("the instance has no code slot")?;
+                .ok_or(PlatformError::Unsupported("the instance has no code slot"))?;
             self.cgroup
                 .apply(limits(spec))
-                .map_err(|e| format!("cgroup: {e}"))?;
+                .map_err(|e| PlatformError::os("cgroup", e))?;
             slot.fill(&spec.code_dir)
-                .map_err(|e| format!("code slot: {e}"))?;
-            Ok::<_, String>(runtime)
+                .map_err(|e| PlatformError::os("code slot", e))?;
+            Ok::<_, PlatformError>(runtime)
         })();
         let runtime = match prepared {
             Ok(runtime) => runtime,
@@ -188,8 +189,13 @@ impl Instance {
                     b"",
                 )
                 .await
-                .map_err(|e| format!("load frame: {e}")),
-            _ => Err("only shim runtimes have standbys".to_string()),
+                .map_err(|source| PlatformError::Frame {
+                    step: "load frame",
+                    source,
+                }),
+            _ => Err(PlatformError::Unsupported(
+                "only shim runtimes have standbys",
+            )),
         };
         if let Err(e) = sent {
             self.destroy().await;
@@ -206,15 +212,18 @@ impl Instance {
     /// instance keeps the sandbox.
     pub(in crate::agent) async fn become_zygote(
         &mut self,
-    ) -> Result<(tokio::net::UnixStream, BytesMut, i32), String> {
+    ) -> Result<(tokio::net::UnixStream, BytesMut, i32), PlatformError> {
         let Transport::Shim(conn) = std::mem::replace(&mut self.transport, Transport::Detached)
         else {
-            return Err("only shim runtimes can fork".into());
+            return Err(PlatformError::Unsupported("only shim runtimes can fork"));
         };
         let mut conn = conn;
         conn.send(&Header::Zygote, b"")
             .await
-            .map_err(|e| format!("zygote frame: {e}"))?;
+            .map_err(|source| PlatformError::Frame {
+                step: "zygote frame",
+                source,
+            })?;
         match tokio::time::timeout(INIT_TIMEOUT, conn.next()).await {
             Ok(Ok(Some(Frame {
                 header: Header::ZygoteReady { pid },
@@ -223,10 +232,13 @@ impl Instance {
                 let (stream, leftover) = conn.into_parts();
                 Ok((stream, leftover, pid))
             }
-            Ok(Ok(Some(frame))) => Err(format!("unexpected answer {:?}", frame.header)),
-            Ok(Ok(None)) => Err("the runtime exited".into()),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err("no answer from the runtime".into()),
+            Ok(Ok(Some(frame))) => Err(PlatformError::Unexpected(format!("{:?}", frame.header))),
+            Ok(Ok(None)) => Err(PlatformError::Gone("the runtime exited")),
+            Ok(Err(source)) => Err(PlatformError::Frame {
+                step: "zygote answer",
+                source,
+            }),
+            Err(_) => Err(PlatformError::Gone("no answer from the runtime")),
         }
     }
 }

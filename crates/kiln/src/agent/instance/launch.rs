@@ -11,8 +11,8 @@ use tokio::net::unix::pipe;
 
 use super::transport::{Message, Transport};
 use super::{
-    error_json, exit_description, Instance, Parts, Priority, Process, StartError, Step,
-    INIT_TIMEOUT, RUNTIME_API_ADDR,
+    error_json, exit_description, Instance, Parts, PlatformError, Priority, Process, StartError,
+    Step, INIT_TIMEOUT, RUNTIME_API_ADDR,
 };
 use crate::agent::frame::ShimConn;
 use crate::agent::runtime_api::RuntimeApi;
@@ -67,29 +67,29 @@ impl Instance {
         priority: Priority,
     ) -> Result<Instance, StartError> {
         let begin = Instant::now();
-        let platform =
-            |what: &str, e: &dyn std::fmt::Display| StartError::Platform(format!("{what}: {e}"));
-        let runtime = ctx.runtimes.get(&spec.runtime).ok_or_else(|| {
-            StartError::Platform(format!("runtime {} is not available", spec.runtime))
-        })?;
+        let runtime = ctx
+            .runtimes
+            .get(&spec.runtime)
+            .ok_or_else(|| PlatformError::NoRuntime(spec.runtime.clone()))?;
         if runtime.protocol() == Protocol::Wasm {
-            return Err(StartError::Platform(
-                "a wasm function runs in the agent's engine, not in a sandbox process".into(),
-            ));
+            return Err(PlatformError::Unsupported(
+                "a wasm function runs in the agent's engine, not in a sandbox process",
+            )
+            .into());
         }
         let cgroup = Arc::new(
             ctx.cgroups
                 .create(&format!("i{id}"), limits_at(spec, priority))
-                .map_err(|e| platform("cgroup", &e))?,
+                .map_err(|e| PlatformError::os("cgroup", e))?,
         );
         let netns = match spec.network {
             NetworkMode::Isolated => {
-                Some(NetNs::new().map_err(|e| platform("network namespace", &e))?)
+                Some(NetNs::new().map_err(|e| PlatformError::os("network namespace", e))?)
             }
             NetworkMode::Host => None,
         };
         let (out_rx, output_direct, out_fd) =
-            output_pipe().map_err(|e| platform("output pipe", &e))?;
+            output_pipe().map_err(|e| PlatformError::os("output pipe", e))?;
         let mut env = runtime::lambda_env(spec, id, runtime.as_ref());
         let mut service_guards = Vec::new();
         let invocation_slot = crate::function::InvocationSlot::default();
@@ -110,7 +110,8 @@ impl Instance {
         let uid = 100_000 + (id % 60_000) as u32;
         let (transport, control) = match runtime.protocol() {
             Protocol::Shim => {
-                let (ours, theirs) = socket_pair().map_err(|e| platform("control socket", &e))?;
+                let (ours, theirs) =
+                    socket_pair().map_err(|e| PlatformError::os("control socket", e))?;
                 (Transport::Shim(ShimConn::new(ours)), Some(theirs))
             }
             Protocol::RuntimeApi => {
@@ -121,16 +122,16 @@ impl Instance {
                         Ok(l)
                     }),
                 }
-                .map_err(|e| platform("Runtime API listener", &e))?;
+                .map_err(|e| PlatformError::os("Runtime API listener", e))?;
                 let addr = listener
                     .local_addr()
-                    .map_err(|e| platform("Runtime API listener", &e))?;
+                    .map_err(|e| PlatformError::os("Runtime API listener", e))?;
                 env.push(("AWS_LAMBDA_RUNTIME_API".into(), addr.to_string()));
                 // In the host's network namespace every local process can connect; only the
                 // sandbox's own uid is served there.
                 let only_uid = netns.is_none().then_some(uid);
                 let api = RuntimeApi::serve(listener, only_uid)
-                    .map_err(|e| platform("Runtime API", &e))?;
+                    .map_err(|e| PlatformError::os("Runtime API", e))?;
                 (Transport::Api(api), None)
             }
             Protocol::Wasm => unreachable!("refused above"),
@@ -171,7 +172,7 @@ impl Instance {
         let (process, netns) = crate::agent::spawner::spawn(sandbox, out_fd, control, netns).await;
         let process = process.map_err(|e| {
             let _ = cgroup.remove();
-            platform("sandbox", &e)
+            PlatformError::os("sandbox", e)
         })?;
         let process = Process::Sandbox(process);
         let instance = Instance::new(Parts {
@@ -227,7 +228,7 @@ impl Instance {
             }
             Step::Exited(kiln_sandbox::SETUP_FAILED) => {
                 instance.destroy().await;
-                return Err(StartError::Platform(log.trim().to_string()));
+                return Err(PlatformError::Setup(log.trim().to_string()).into());
             }
             Step::Exited(code) => error_json(
                 // Killed by the kernel for going over its memory size while initialising.
@@ -272,7 +273,7 @@ pub(super) fn attach_services(
     for service in &ctx.services {
         let attachment = service
             .attach(spec, netns, slot)
-            .map_err(|e| StartError::Platform(format!("sandbox service: {e}")))?;
+            .map_err(PlatformError::from)?;
         for (key, value) in attachment.env {
             env.retain(|(k, _)| *k != key);
             env.push((key, value));

@@ -23,6 +23,7 @@ use invoke::{error_json, exit_description, invoke_header};
 pub(in crate::agent) use launch::limits;
 use transport::{Message, Transport};
 
+use super::frame::FrameError;
 use super::sessions::log::SessionLog;
 use super::{InvokeRequest, StartPath};
 use crate::function::SharedSpec;
@@ -63,7 +64,76 @@ pub enum StartError {
         path: StartPath,
     },
     /// kiln's fault: the sandbox could not be built.
-    Platform(String),
+    Platform(PlatformError),
+}
+
+impl From<PlatformError> for StartError {
+    fn from(e: PlatformError) -> Self {
+        StartError::Platform(e)
+    }
+}
+
+/// kiln's side of a start that failed: what it was doing, and why. Flattened to text only
+/// where kiln answers a client or shows a status.
+#[derive(Debug, thiserror::Error)]
+pub enum PlatformError {
+    /// A step of building or entering the sandbox failed in the operating system.
+    #[error("{step}: {source}")]
+    Os {
+        step: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A frame to the runtime could not be sent, or its answer read.
+    #[error("{step}: {source}")]
+    Frame {
+        step: &'static str,
+        #[source]
+        source: FrameError,
+    },
+    /// A sandbox service could not attach to the instance.
+    #[error("sandbox service: {0}")]
+    Service(#[from] crate::agent::ServiceError),
+    #[error("runtime {0} is not available")]
+    NoRuntime(String),
+    /// What was asked of the instance is not something it, or this node, can do.
+    #[error("{0}")]
+    Unsupported(&'static str),
+    /// The runtime, a fork or the zygote went away, or did not answer in time.
+    #[error("{0}")]
+    Gone(&'static str),
+    /// The runtime answered what the protocol does not allow at this point.
+    #[error("unexpected answer {0}")]
+    Unexpected(String),
+    /// The sandbox helper could not set the sandbox up; its own words.
+    #[error("{0}")]
+    Setup(String),
+    /// A fork did not become ready; what it printed.
+    #[error("the fork did not become ready: {0}")]
+    ForkNotReady(String),
+    /// A warm-up invocation (1-based) ended the instance; its answer.
+    #[error("warm-up invocation {round} ended the instance: {body}")]
+    WarmUp { round: usize, body: String },
+    /// The function's init failed while a snapshot or a standby was being made; its answer
+    /// and what it logged.
+    #[error("init failed: {body}")]
+    Init { body: String, log: String },
+    /// The instance did not become a fork server.
+    #[error("the runtime did not become a fork server: {0}")]
+    NoForkServer(#[source] Box<PlatformError>),
+}
+
+impl PlatformError {
+    /// An operating-system step that failed, with its cause.
+    pub fn os(
+        step: &'static str,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        PlatformError::Os {
+            step,
+            source: source.into(),
+        }
+    }
 }
 
 /// What one invocation produced.

@@ -237,7 +237,7 @@ impl Inner {
                                 spec.function.clone(),
                                 SnapshotSlot::Failed {
                                     revision: spec.revision,
-                                    error,
+                                    error: error.to_string(),
                                 },
                             );
                         }

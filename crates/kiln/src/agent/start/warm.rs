@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::agent::instance::{Instance, StartError};
+use crate::agent::instance::{Instance, PlatformError, StartError};
 use crate::agent::Inner;
 use crate::function::{InstanceSpec, NetworkMode, Prebake, SharedSpec};
 use crate::runtime::Protocol;
@@ -138,16 +138,17 @@ impl Inner {
         let slot = match &self.ctx.code_slots {
             Some(slots) => slots
                 .slot(&format!("w{id}"))
-                .map_err(|e| format!("code slot: {e}")),
-            None => Err("no code slots on this node".to_string()),
+                .map_err(|e| PlatformError::os("code slot", e)),
+            None => Err(PlatformError::Unsupported("no code slots on this node")),
         };
         let started = match slot {
             Ok(slot) => Instance::start_standby(&self.ctx, &standby_spec(&runtime), id, slot)
                 .await
                 .map_err(|e| match e {
-                    StartError::Function { body, log, .. } => {
-                        format!("{} {}", String::from_utf8_lossy(&body), log.trim())
-                    }
+                    StartError::Function { body, log, .. } => PlatformError::Init {
+                        body: String::from_utf8_lossy(&body).into_owned(),
+                        log,
+                    },
                     StartError::Platform(e) => e,
                 }),
             Err(e) => Err(e),
@@ -166,7 +167,7 @@ impl Inner {
                 Ok(instance) => Some(instance),
                 Err(e) => {
                     tracing::warn!(%runtime, "a warm standby could not start: {e}");
-                    pool.last_error = Some(e);
+                    pool.last_error = Some(e.to_string());
                     pool.retry_at = Some(Instant::now() + RETRY_AFTER);
                     None
                 }

@@ -21,7 +21,9 @@ use tokio::net::UnixStream;
 use tokio::sync::oneshot;
 
 use crate::agent::frame::{self, Header};
-use crate::agent::instance::{warmup_request, ForkServer, Instance, Priority, StartError};
+use crate::agent::instance::{
+    warmup_request, ForkServer, Instance, PlatformError, Priority, StartError,
+};
 use crate::agent::AgentContext;
 use crate::function::SharedSpec;
 use crate::sync::LockExt;
@@ -84,16 +86,17 @@ pub async fn warmed_up(
     spec: &SharedSpec,
     id: u64,
     priority: Priority,
-) -> Result<(Instance, usize), String> {
+) -> Result<(Instance, usize), PlatformError> {
     let started = match priority {
         Priority::Request => Instance::start_cold(ctx, spec, id).await,
         Priority::Ahead => Instance::start_ahead(ctx, spec, id).await,
     };
     let mut instance = started.map_err(|e| match e {
-        StartError::Function { body, .. } => {
-            format!("init failed: {}", String::from_utf8_lossy(&body))
-        }
-        StartError::Platform(message) => message,
+        StartError::Function { body, log, .. } => PlatformError::Init {
+            body: String::from_utf8_lossy(&body).into_owned(),
+            log,
+        },
+        StartError::Platform(e) => e,
     })?;
     instance.init_output = None;
     let replays = ctx.replays.get(&spec.function);
@@ -114,7 +117,7 @@ pub async fn warm_up(
     spec: &SharedSpec,
     rounds: u32,
     replays: &[Bytes],
-) -> Result<(), String> {
+) -> Result<(), PlatformError> {
     let samples = (rounds as usize).saturating_sub(replays.len());
     let sample = warmup_request(spec);
     let payloads = replays
@@ -126,11 +129,10 @@ pub async fn warm_up(
         request.payload = payload;
         let invocation = instance.invoke(&request, None, Box::new(|| {})).await;
         if !invocation.healthy {
-            return Err(format!(
-                "warm-up invocation {} ended the instance: {}",
-                round + 1,
-                String::from_utf8_lossy(&invocation.body)
-            ));
+            return Err(PlatformError::WarmUp {
+                round: round + 1,
+                body: String::from_utf8_lossy(&invocation.body).into_owned(),
+            });
         }
     }
     Ok(())
@@ -143,7 +145,7 @@ impl Zygote {
         spec: &SharedSpec,
         id: u64,
         destroying: Arc<AtomicUsize>,
-    ) -> Result<Arc<Zygote>, String> {
+    ) -> Result<Arc<Zygote>, PlatformError> {
         let begin = Instant::now();
         // At its function's share: its forks run in it until each is moved to its own cgroup.
         let (mut instance, replayed) = warmed_up(ctx, spec, id, Priority::Request).await?;
@@ -151,7 +153,7 @@ impl Zygote {
             Ok(parts) => parts,
             Err(e) => {
                 instance.destroy().await;
-                return Err(format!("the runtime did not become a fork server: {e}"));
+                return Err(PlatformError::NoForkServer(Box::new(e)));
             }
         };
         let stream = Arc::new(stream);
@@ -225,10 +227,10 @@ impl Zygote {
         env: BTreeMap<String, String>,
         warmup: bool,
         cgroup: &Cgroup,
-    ) -> Result<(u32, oneshot::Receiver<i32>), String> {
+    ) -> Result<(u32, oneshot::Receiver<i32>), PlatformError> {
         let _one_at_a_time = self.fork_lock.lock().await;
         if !self.alive() {
-            return Err("the zygote is gone".into());
+            return Err(PlatformError::Gone("the zygote is gone"));
         }
         let (tx, rx) = oneshot::channel();
         *lock(&self.channel.reply) = Some(tx);
@@ -236,20 +238,21 @@ impl Zygote {
         frame::encode(&Header::Fork { env, warmup }, b"", &mut frame);
         send_with_fds(&self.stream, &frame, [control.as_fd(), output.as_fd()])
             .await
-            .map_err(|e| format!("fork request: {e}"))?;
+            .map_err(|e| PlatformError::os("fork request", e))?;
         // The fork has its own copies now; ours must go so that its end of file is its exit.
         drop((control, output));
         let (ns_pid, exit) = match tokio::time::timeout(FORK_TIMEOUT, rx).await {
             Ok(Ok(answer)) => answer,
-            Ok(Err(_)) => return Err("the zygote exited".into()),
-            Err(_) => return Err("the zygote did not answer".into()),
+            Ok(Err(_)) => return Err(PlatformError::Gone("the zygote exited")),
+            Err(_) => return Err(PlatformError::Gone("the zygote did not answer")),
         };
-        let pid = host_pid(&self.cgroup, ns_pid)
-            .ok_or_else(|| format!("fork {ns_pid} not found in the zygote's cgroup"))?;
+        let pid = host_pid(&self.cgroup, ns_pid).ok_or(PlatformError::Gone(
+            "the fork was not found in the zygote's cgroup",
+        ))?;
         // Before the first invocation reaches it: from here on, what it allocates is its own.
         cgroup
             .adopt(pid)
-            .map_err(|e| format!("moving the fork into its cgroup: {e}"))?;
+            .map_err(|e| PlatformError::os("moving the fork into its cgroup", e))?;
         *lock(&self.last_used) = Instant::now();
         self.forks.fetch_add(1, Ordering::Relaxed);
         Ok((pid, exit))
@@ -264,7 +267,7 @@ impl ForkServer for Zygote {
         env: BTreeMap<String, String>,
         warmup: bool,
         cgroup: &'a Cgroup,
-    ) -> BoxFuture<'a, Result<(u32, oneshot::Receiver<i32>), String>> {
+    ) -> BoxFuture<'a, Result<(u32, oneshot::Receiver<i32>), PlatformError>> {
         Box::pin(Zygote::fork(self, control, output, env, warmup, cgroup))
     }
 
