@@ -78,7 +78,17 @@ enum LoadError {
     /// The package's fault: answered as a function error (`errorType`, `errorMessage`).
     Function(&'static str, String),
     /// kiln's fault (the cache directory): the request fails, and the next one tries again.
-    Platform(String),
+    /// (Shared: every request waiting on the load gets it.)
+    Platform(Arc<PlatformLoadError>),
+}
+
+/// kiln's side of a module that could not be loaded.
+#[derive(Debug, thiserror::Error)]
+enum PlatformLoadError {
+    #[error("module loading failed: {0}")]
+    Task(#[source] tokio::task::JoinError),
+    #[error(transparent)]
+    Engine(#[from] WasmError),
 }
 
 impl WasmHost {
@@ -189,7 +199,7 @@ impl WasmHost {
                     tokio::task::spawn_blocking(move || load(&cache, &path, &handler, plain))
                         .await
                         .unwrap_or_else(|e| {
-                            Err(LoadError::Platform(format!("module loading failed: {e}")))
+                            Err(LoadError::Platform(Arc::new(PlatformLoadError::Task(e))))
                         });
                 result.map(|module| Loaded {
                     module,
@@ -286,9 +296,13 @@ impl WasmHost {
                             }
                         }
                     }
-                    Some(Err(LoadError::Function(_, message) | LoadError::Platform(message))) => {
+                    Some(Err(LoadError::Function(_, message))) => {
                         status.state = "failed".into();
                         status.error = Some(message.clone());
+                    }
+                    Some(Err(LoadError::Platform(e))) => {
+                        status.state = "failed".into();
+                        status.error = Some(e.to_string());
                     }
                 }
                 status
@@ -337,7 +351,7 @@ fn load(
         WasmError::InvalidModule(_) | WasmError::Compile(_) | WasmError::Link(_) => {
             LoadError::Function("Runtime.InvalidEntrypoint", format!("{handler}: {e}"))
         }
-        other => LoadError::Platform(other.to_string()),
+        other => LoadError::Platform(Arc::new(other.into())),
     })
 }
 
@@ -438,7 +452,7 @@ impl Inner {
         let (loaded, waited, slot) = host.module(spec).await;
         let loaded = match loaded {
             Ok(loaded) => loaded,
-            Err(LoadError::Platform(message)) => return Err(AgentError::Sandbox(message)),
+            Err(LoadError::Platform(e)) => return Err(AgentError::Sandbox(e.to_string())),
             Err(LoadError::Function(error_type, message)) => {
                 let init = begin.elapsed();
                 let log = report(

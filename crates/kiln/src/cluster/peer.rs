@@ -316,6 +316,37 @@ async fn connection(
     }
 }
 
+/// Why a forwarded invocation was not sent: nothing ran, so the router tries elsewhere.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerError {
+    #[error("cannot reach {peer} at {address}: {source}")]
+    Unreachable {
+        peer: String,
+        address: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{peer} at {address} did not answer in time")]
+    ConnectTimeout { peer: String, address: String },
+    #[error("{peer}: {source}")]
+    Io {
+        peer: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{peer} did not accept in time")]
+    AcceptTimeout { peer: String },
+}
+
+impl PeerError {
+    fn io(peer: &str, source: std::io::Error) -> Self {
+        PeerError::Io {
+            peer: peer.to_string(),
+            source,
+        }
+    }
+}
+
 /// What became of a forwarded invocation.
 #[derive(Debug)]
 pub enum Forwarded {
@@ -325,7 +356,7 @@ pub enum Forwarded {
     Busy,
     /// It never reached an instance there (no connection, no answer before `Accepted`): safe
     /// to run elsewhere.
-    NotSent(String),
+    NotSent(PeerError),
 }
 
 /// Connections to the other nodes' peer ports, kept open between invocations.
@@ -367,14 +398,21 @@ impl PeerClient {
     }
 
     /// An idle connection to `peer`, or a new one.
-    async fn connection(&self, peer: &str, address: &str) -> Result<TcpStream, String> {
+    async fn connection(&self, peer: &str, address: &str) -> Result<TcpStream, PeerError> {
         if let Some(stream) = self.idle.locked().get_mut(address).and_then(Vec::pop) {
             return Ok(stream);
         }
         match tokio::time::timeout(CONNECT_TIMEOUT, self.connect(peer, address)).await {
             Ok(Ok(stream)) => Ok(stream),
-            Ok(Err(e)) => Err(format!("cannot reach {peer} at {address}: {e}")),
-            Err(_) => Err(format!("{peer} at {address} did not answer in time")),
+            Ok(Err(source)) => Err(PeerError::Unreachable {
+                peer: peer.to_string(),
+                address: address.to_string(),
+                source,
+            }),
+            Err(_) => Err(PeerError::ConnectTimeout {
+                peer: peer.to_string(),
+                address: address.to_string(),
+            }),
         }
     }
 
@@ -417,14 +455,18 @@ impl PeerClient {
                 Err(e) => return Forwarded::NotSent(e),
             };
             sent = write_frame(&mut stream, &request, payload).await;
-            first = match &sent {
+            first = match sent {
                 Ok(()) => tokio::time::timeout(ACCEPT_TIMEOUT, read_frame(&mut stream)).await,
-                Err(e) => return Forwarded::NotSent(format!("{peer}: {e}")),
+                Err(e) => return Forwarded::NotSent(PeerError::io(peer, e)),
             };
         }
         let frame = match first {
-            Err(_) => return Forwarded::NotSent(format!("{peer} did not accept in time")),
-            Ok(Err(e)) => return Forwarded::NotSent(format!("{peer}: {e}")),
+            Err(_) => {
+                return Forwarded::NotSent(PeerError::AcceptTimeout {
+                    peer: peer.to_string(),
+                })
+            }
+            Ok(Err(e)) => return Forwarded::NotSent(PeerError::io(peer, e)),
             Ok(Ok(frame)) => frame,
         };
         let frame = match frame {
