@@ -27,8 +27,6 @@ def test_bucket_lifecycle(s3):
     s3.create_bucket(Bucket=name)
     s3.head_bucket(Bucket=name)
     assert name in [b["Name"] for b in s3.list_buckets()["Buckets"]]
-    with pytest.raises(s3.exceptions.BucketAlreadyOwnedByYou):
-        s3.create_bucket(Bucket=name)
     s3.put_object(Bucket=name, Key="k", Body=b"x")
     with pytest.raises(botocore.exceptions.ClientError) as e:
         s3.delete_bucket(Bucket=name)
@@ -38,6 +36,21 @@ def test_bucket_lifecycle(s3):
     assert name not in [b["Name"] for b in s3.list_buckets()["Buckets"]]
     with pytest.raises(s3.exceptions.NoSuchBucket):
         s3.list_objects_v2(Bucket=name)
+
+
+def test_creating_ones_own_bucket_again_answers_as_s3_in_us_east_1(s3):
+    # S3's legacy behaviour in us-east-1 (kiln's default region): 200, and the bucket's ACL
+    # reset to the one asked for; elsewhere BucketAlreadyOwnedByYou.
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=name, ACL="public-read")
+    s3.put_object(Bucket=name, Key="k", Body=b"x")
+    assert s3.meta.region_name == "us-east-1"
+    s3.create_bucket(Bucket=name)
+    grants = s3.get_bucket_acl(Bucket=name)["Grants"]
+    assert [g["Permission"] for g in grants] == ["FULL_CONTROL"]
+    assert s3.get_object(Bucket=name, Key="k")["Body"].read() == b"x"
+    s3.delete_object(Bucket=name, Key="k")
+    s3.delete_bucket(Bucket=name)
 
 
 @pytest.mark.parametrize("name", ["ab", "Upper-Case", "under_score", "a" * 64, "-dash", "192.168.1.1"])

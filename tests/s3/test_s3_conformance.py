@@ -400,6 +400,13 @@ def test_unsigned_requests_read_public_objects_only(s3, bucket, unsigned, kiln):
     with pytest.raises(botocore.exceptions.ClientError) as e:
         unsigned.get_object(Bucket=bucket, Key="private")
     assert error_code(e) == "AccessDenied"
+    # Anyone may list it, so anyone may learn that a key is not there (S3's 404, not 403).
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        unsigned.get_object(Bucket=bucket, Key="missing")
+    assert error_code(e) == "NoSuchKey"
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        unsigned.head_object(Bucket=bucket, Key="missing")
+    assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
     s3.put_object_acl(Bucket=bucket, Key="public", ACL="private")
     with pytest.raises(botocore.exceptions.ClientError) as e:
         unsigned.get_object(Bucket=bucket, Key="public")

@@ -158,14 +158,19 @@ async fn command(client: &Client, command: S3Command, json_output: bool) -> anyh
         S3Command::Ls { target, recursive } => ls(client, target, recursive, json_output).await,
         S3Command::Mb { target } => {
             let (bucket, _) = parse_url(&target)?;
-            let created = client.create_bucket().bucket(&bucket).send().await;
             // Making a bucket you own already leaves it as it is: the bucket is there, as asked.
-            let owned = matches!(
-                &created,
-                Err(e) if e.code() == Some("BucketAlreadyOwnedByYou")
-            );
+            // (Asked first: in us-east-1 S3 answers a second CreateBucket with 200 and resets
+            // the bucket's ACL.)
+            let mut owned = client.head_bucket().bucket(&bucket).send().await.is_ok();
             if !owned {
-                created.map_err(|e| failure("make_bucket", e))?;
+                let created = client.create_bucket().bucket(&bucket).send().await;
+                owned = matches!(
+                    &created,
+                    Err(e) if e.code() == Some("BucketAlreadyOwnedByYou")
+                );
+                if !owned {
+                    created.map_err(|e| failure("make_bucket", e))?;
+                }
             }
             report(
                 json_output,

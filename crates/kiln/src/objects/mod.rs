@@ -310,7 +310,7 @@ impl ObjectStore {
         let mut atomic: Option<Arc<dyn AtomicWrites>> = None;
         let (mut builder, cache, front) = match &config.backend {
             Backend::Local { data_dir } => {
-                let store = local::LocalStore::open(data_dir, config.limits)?;
+                let store = local::LocalStore::open(data_dir, config.limits, &config.region)?;
                 local_meta = Some(store.meta());
                 direct = Some(Arc::new(store.clone()));
                 atomic = Some(Arc::new(store.clone()));

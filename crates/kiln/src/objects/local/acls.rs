@@ -118,6 +118,11 @@ pub(super) fn check_anonymous(anonymous: bool, acl: Option<&str>) -> S3Result<()
     Ok(())
 }
 
+/// Whether `bucket` exists and its ACL lets anyone list it (`public-read`).
+pub(super) fn bucket_is_public(meta: &super::Meta, bucket: &str) -> bool {
+    matches!(meta.bucket_acl(bucket), Ok(Some(acl)) if acl::public_read(acl.as_deref()))
+}
+
 /// An unsigned read's answer for a lookup that failed: S3 does not tell it what exists.
 pub(super) fn hide_from_anonymous(anonymous: bool, e: S3Error) -> S3Error {
     if anonymous {

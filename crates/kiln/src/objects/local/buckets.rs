@@ -23,9 +23,19 @@ impl LocalStore {
         let bucket = req.input.bucket;
         let meta = self.meta.clone();
         let name = bucket.clone();
+        // S3's legacy behaviour in us-east-1: creating a bucket one owns again answers 200 and
+        // resets its ACL to the one asked for (private when none is).
+        let recreate = &*self.region == "us-east-1";
         let created = blocking(move || {
-            meta.create_bucket(&name, now_ms(), acl.as_deref())
-                .map_err(|e| internal("metadata", e))
+            let created = meta
+                .create_bucket(&name, now_ms(), acl.as_deref())
+                .map_err(|e| internal("metadata", e))?;
+            if !created && recreate {
+                meta.set_bucket_acl(&name, acl.as_deref())
+                    .map_err(|e| internal("metadata", e))?;
+                return Ok(true);
+            }
+            Ok(created)
         })
         .await?;
         if !created {

@@ -36,11 +36,14 @@ pub struct LocalStore {
     meta: Arc<Meta>,
     files: Arc<DataFiles>,
     limits: Limits,
+    /// The region the store answers for: in us-east-1, creating a bucket one owns again
+    /// succeeds (S3's legacy behaviour) where elsewhere it is BucketAlreadyOwnedByYou.
+    region: Arc<str>,
 }
 
 impl LocalStore {
     /// Opens (or creates) the store in `data_dir` and deletes what a crash left half-written.
-    pub fn open(data_dir: &Path, limits: Limits) -> Result<Self, ObjectStoreError> {
+    pub fn open(data_dir: &Path, limits: Limits, region: &str) -> Result<Self, ObjectStoreError> {
         let root = data_dir.join("objects");
         let files = DataFiles::open(&root).map_err(|e| ObjectStoreError::Io(root.clone(), e))?;
         let db_path = data_dir.join("objects.db");
@@ -59,6 +62,7 @@ impl LocalStore {
             meta: Arc::new(meta),
             files: Arc::new(files),
             limits,
+            region: Arc::from(region),
         })
     }
 }

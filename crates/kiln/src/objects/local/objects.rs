@@ -6,7 +6,7 @@ use bytes::Bytes;
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
 
-use super::acls::{check_anonymous, hide_from_anonymous, is_anonymous};
+use super::acls::{bucket_is_public, check_anonymous, hide_from_anonymous, is_anonymous};
 use super::files::{read_all, stream_file};
 use super::meta::versions::NULL_VERSION;
 use super::meta::{ObjectAttrs, ObjectRow};
@@ -237,8 +237,12 @@ impl LocalStore {
         let (meta, files) = (self.meta.clone(), self.files.clone());
         blocking(move || {
             for _ in 0..READ_ATTEMPTS {
-                let row = lookup(&meta, &bucket, &key, version.as_deref())
-                    .map_err(|e| hide_from_anonymous(anonymous, e))?;
+                let row = match lookup(&meta, &bucket, &key, version.as_deref()) {
+                    Ok(row) => row,
+                    // A bucket anyone may list tells anyone what is not in it (404).
+                    Err(e) if anonymous && bucket_is_public(&meta, &bucket) => return Err(e),
+                    Err(e) => return Err(hide_from_anonymous(anonymous, e)),
+                };
                 check_anonymous(anonymous, row.attrs.acl.as_deref())?;
                 let shown = read_version(&meta, &bucket, &row)?;
                 match conditions.evaluate(&row.etag, row.modified_ms) {
