@@ -9,8 +9,8 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::functions::max_items;
-use super::{parse_json, ApiError, SharedState, Signed};
+use super::pages::{max_items, page, start_after_name};
+use super::{parse_json, parse_json_or_default, ApiError, SharedState, Signed};
 use crate::controller::{AliasInput, Controller};
 use crate::function::versions::Alias;
 use crate::function::Function;
@@ -105,11 +105,7 @@ pub async fn update(
     Path((name, alias)): Path<(String, String)>,
     Signed { body, .. }: Signed,
 ) -> Result<Response, ApiError> {
-    let input: UpdateInput = if body.iter().all(u8::is_ascii_whitespace) {
-        UpdateInput::default()
-    } else {
-        parse_json(&body)?
-    };
+    let input: UpdateInput = parse_json_or_default(&body)?;
     let (function, alias) = state.controller.update_alias(
         &name,
         &alias,
@@ -143,18 +139,14 @@ pub async fn list(
     let (function, all) = state
         .controller
         .list_aliases(&name, query.function_version.as_deref())?;
-    let start = match &query.marker {
-        Some(marker) => all.partition_point(|a| a.name.as_str() <= marker.as_str()),
-        None => 0,
-    };
-    let page: Vec<Value> = all[start..]
-        .iter()
-        .take(max_items)
-        .map(|a| alias_configuration(&state.controller, &function, a))
-        .collect();
-    let mut out = json!({ "Aliases": page });
-    if start + max_items < all.len() {
-        out["NextMarker"] = all[start + max_items - 1].name.clone().into();
-    }
+    let start = start_after_name(&all, query.marker.as_deref(), |a| &a.name);
+    let out = page(
+        &all,
+        start,
+        max_items,
+        "Aliases",
+        |a| alias_configuration(&state.controller, &function, a),
+        |a| a.name.clone(),
+    );
     Ok(Json(out).into_response())
 }

@@ -11,7 +11,10 @@ use base64::Engine;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{base_url, parse_json, qualified, ApiError, SharedState, Signed};
+use super::pages::{max_items, page, start_after_name};
+use super::{
+    base_url, parse_json, parse_json_or_default, qualified, ApiError, SharedState, Signed,
+};
 use crate::controller::code::StoredCode;
 use crate::controller::{ConfigPatch, Controller, Lifecycle, Qualified};
 use crate::function::settings::SettingsInput;
@@ -499,15 +502,14 @@ pub async fn list_versions(
             .map_or(all.len(), |i| i + 1),
         None => 0,
     };
-    let page: Vec<Value> = all[start..]
-        .iter()
-        .take(max_items)
-        .map(|v| qualified_configuration(&state.controller, v))
-        .collect();
-    let mut out = json!({ "Versions": page });
-    if start + max_items < all.len() {
-        out["NextMarker"] = all[start + max_items - 1].version.clone().into();
-    }
+    let out = page(
+        &all,
+        start,
+        max_items,
+        "Versions",
+        |v| qualified_configuration(&state.controller, v),
+        |v| v.version.clone(),
+    );
     Ok(Json(out).into_response())
 }
 
@@ -517,11 +519,7 @@ pub async fn publish_version(
     Path(name): Path<String>,
     Signed { body, .. }: Signed,
 ) -> Result<Response, ApiError> {
-    let input: PublishInput = if body.iter().all(u8::is_ascii_whitespace) {
-        PublishInput::default()
-    } else {
-        parse_json(&body)?
-    };
+    let input: PublishInput = parse_json_or_default(&body)?;
     let version = state.controller.publish_version(
         &name,
         input.code_sha256.as_deref(),
@@ -546,17 +544,6 @@ pub async fn get_code_signing_config(
     Ok(Json(json!({})).into_response())
 }
 
-/// A `MaxItems` parameter: 1 to 10000, at most 50 used.
-pub(super) fn max_items(raw: Option<&str>) -> Result<usize, ApiError> {
-    match raw {
-        None => Ok(50),
-        Some(raw) => match raw.parse::<usize>() {
-            Ok(n) if (1..=10_000).contains(&n) => Ok(n.min(50)),
-            _ => Err(invalid(format!("Value '{raw}' at 'maxItems' failed to satisfy constraint: Member must have value between 1 and 10000"))),
-        },
-    }
-}
-
 pub async fn list(
     State(state): State<SharedState>,
     Query(query): Query<ListQuery>,
@@ -565,19 +552,15 @@ pub async fn list(
     let max_items = max_items(query.max_items.as_deref())?;
     let all = state.controller.list();
     // The marker is the name of the last function of the previous page.
-    let start = match &query.marker {
-        Some(marker) => all.partition_point(|f| f.name.as_str() <= marker.as_str()),
-        None => 0,
-    };
-    let page: Vec<Value> = all[start..]
-        .iter()
-        .take(max_items)
-        .map(|f| configuration(&state.controller, f))
-        .collect();
-    let mut out = json!({ "Functions": page });
-    if start + max_items < all.len() {
-        out["NextMarker"] = all[start + max_items - 1].name.clone().into();
-    }
+    let start = start_after_name(&all, query.marker.as_deref(), |f| &f.name);
+    let out = page(
+        &all,
+        start,
+        max_items,
+        "Functions",
+        |f| configuration(&state.controller, f),
+        |f| f.name.clone(),
+    );
     Ok(Json(out).into_response())
 }
 

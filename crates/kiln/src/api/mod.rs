@@ -14,6 +14,7 @@ mod function_table;
 mod functions;
 mod invoke;
 mod kiln;
+mod pages;
 mod schedules;
 mod tags;
 mod urls;
@@ -646,6 +647,17 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, Api
             format!("Could not parse request body: {e}"),
         )
     })
+}
+
+/// A JSON body whose every field is optional: an empty (or blank) body is the default.
+pub fn parse_json_or_default<T: serde::de::DeserializeOwned + Default>(
+    body: &Bytes,
+) -> Result<T, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        Ok(T::default())
+    } else {
+        parse_json(body)
+    }
 }
 
 /// The session hint reads headers through this, so nothing below the API sees an HTTP type.

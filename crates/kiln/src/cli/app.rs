@@ -4,8 +4,8 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde_json::{json, Map, Value};
 
+use super::client::segment;
 use super::client::Client;
-use super::segment;
 
 #[derive(Args, Debug)]
 pub struct AppArgs {

@@ -170,3 +170,13 @@ impl Client {
         }
     }
 }
+
+/// Percent-encodes a function name (or marker) for a URL path or query.
+pub fn segment(raw: &str) -> String {
+    const RESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'_')
+        .remove(b'.')
+        .remove(b'~');
+    percent_encoding::utf8_percent_encode(raw, RESERVED).to_string()
+}

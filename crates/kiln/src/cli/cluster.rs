@@ -3,8 +3,8 @@
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
+use super::client::segment;
 use super::client::Client;
-use super::segment;
 
 #[derive(Args, Debug)]
 pub struct ClusterArgs {

@@ -4,8 +4,8 @@
 use clap::Args;
 use serde_json::Value;
 
+use super::client::segment;
 use super::client::Client;
-use super::segment;
 
 /// The most rows one request asks for (the endpoint's limit).
 const PAGE: usize = 1000;

@@ -15,15 +15,20 @@
 //!   closer than its `--grpc-keepalive-min-time` (5 s), or pings on an idle connection, with
 //!   GOAWAY, which broke watches every few seconds at 500 ms.
 
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions, Error as ClientError, GetOptions, PutOptions};
+use etcd_client::{Client, ConnectOptions, GetOptions, PutOptions};
 use tokio::sync::mpsc;
-use tonic::Code;
 
 use crate::sync::LockExt;
+
+mod retry;
+mod watch;
+
+use retry::lease_gone;
+pub use retry::{retryable, with_retries, EtcdError, RetryPolicy};
+pub use watch::{Entry, WatchCursor, WatchStep, WatchUpdate};
 
 /// How often each endpoint's health is checked, and how long a check may take.
 const HEALTH_PERIOD: Duration = Duration::from_millis(250);
@@ -35,115 +40,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Pause before a broken watch is opened again.
 const WATCH_RETRY: Duration = Duration::from_millis(100);
 
-/// A failed etcd request.
-#[derive(Debug, thiserror::Error)]
-pub enum EtcdError {
-    /// etcd did not answer in time.
-    #[error(
-        "etcd did not answer {op} after {tries} tries (is a majority of its members reachable?)"
-    )]
-    Timeout { op: &'static str, tries: u32 },
-    /// etcd could not be reached.
-    #[error("etcd could not be reached for {op} after {tries} tries")]
-    Unavailable {
-        op: &'static str,
-        tries: u32,
-        #[source]
-        source: ClientError,
-    },
-    /// etcd refused the request.
-    #[error("etcd refused {op}")]
-    Refused {
-        op: &'static str,
-        #[source]
-        source: ClientError,
-    },
-    /// An endpoint is not a URL.
-    #[error("invalid etcd endpoint `{endpoint}`: expected http://HOST:PORT")]
-    Endpoint { endpoint: String },
-}
-
-/// How idempotent requests are retried.
-#[derive(Debug, Clone, Copy)]
-pub struct RetryPolicy {
-    pub tries: u32,
-    pub try_timeout: Duration,
-    pub delay: Duration,
-}
-
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        Self {
-            tries: 5,
-            try_timeout: Duration::from_millis(700),
-            delay: Duration::from_millis(50),
-        }
-    }
-}
-
-/// Whether a failed request may be sent again: the transport failed, or the member could not
-/// serve it (no leader, leader changed, stopping). A request etcd judged (bad argument, lease
-/// not found, a failed comparison) is not retried.
-pub fn retryable(error: &ClientError) -> bool {
-    match error {
-        ClientError::TransportError(_) | ClientError::IoError(_) => true,
-        ClientError::GRpcStatus(status) => matches!(
-            status.code(),
-            Code::Cancelled
-                | Code::Unknown
-                | Code::DeadlineExceeded
-                | Code::Aborted
-                | Code::Internal
-                | Code::Unavailable
-        ),
-        _ => false,
-    }
-}
-
-/// Whether a keep-alive failed because the lease no longer exists (it expired or was revoked).
-fn lease_gone(error: &ClientError) -> bool {
-    match error {
-        ClientError::LeaseKeepAliveError(message) => message.contains("not found"),
-        ClientError::GRpcStatus(status) => status.code() == Code::NotFound,
-        _ => false,
-    }
-}
-
-/// Runs an idempotent request under `policy`: each try bounded, retryable failures tried again.
-pub async fn with_retries<T, F, Fut>(
-    policy: RetryPolicy,
-    op: &'static str,
-    mut attempt: F,
-) -> Result<T, EtcdError>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, ClientError>>,
-{
-    let mut last = None;
-    for try_number in 1..=policy.tries {
-        match tokio::time::timeout(policy.try_timeout, attempt()).await {
-            Ok(Ok(value)) => return Ok(value),
-            Ok(Err(e)) if retryable(&e) => last = Some(e),
-            Ok(Err(e)) => return Err(EtcdError::Refused { op, source: e }),
-            Err(_) => last = None,
-        }
-        if try_number < policy.tries {
-            tokio::time::sleep(policy.delay).await;
-        }
-    }
-    Err(match last {
-        Some(source) => EtcdError::Unavailable {
-            op,
-            tries: policy.tries,
-            source,
-        },
-        None => EtcdError::Timeout {
-            op,
-            tries: policy.tries,
-        },
-    })
-}
-
 /// Which endpoints the balancer should hold: the healthy ones; all of them when none is (a
 /// check that fails everywhere says more about the checks than the members, and an empty
 /// balancer would only make every request wait for its timeout).
@@ -152,82 +48,6 @@ pub fn balancer_set(health: &[bool]) -> Vec<bool> {
         health.to_vec()
     } else {
         vec![true; health.len()]
-    }
-}
-
-/// A key and its value as kiln reads them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
-    pub key: String,
-    pub value: Vec<u8>,
-    pub mod_revision: i64,
-    pub lease: i64,
-}
-
-impl Entry {
-    fn from_kv(kv: &etcd_client::KeyValue) -> Self {
-        Self {
-            key: String::from_utf8_lossy(kv.key()).into_owned(),
-            value: kv.value().to_vec(),
-            mod_revision: kv.mod_revision(),
-            lease: kv.lease(),
-        }
-    }
-}
-
-/// What a prefix watch reports.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WatchUpdate {
-    /// Every key under the prefix (at the start, and again after a compaction), as of
-    /// `revision`: replace.
-    Reset {
-        entries: Vec<Entry>,
-        revision: i64,
-    },
-    Put(Entry),
-    Delete {
-        key: String,
-        mod_revision: i64,
-    },
-}
-
-/// Where a prefix watch goes on from: a full list, or a watch from a revision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WatchStep {
-    List,
-    WatchFrom(i64),
-}
-
-/// The watch's position: the revision after the last one it has reported.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct WatchCursor {
-    next: Option<i64>,
-}
-
-impl WatchCursor {
-    pub fn step(&self) -> WatchStep {
-        match self.next {
-            None => WatchStep::List,
-            Some(revision) => WatchStep::WatchFrom(revision),
-        }
-    }
-
-    /// A full list was reported, as of `revision`.
-    pub fn listed(&mut self, revision: i64) {
-        self.next = Some(revision + 1);
-    }
-
-    /// An event was reported.
-    pub fn event(&mut self, mod_revision: i64) {
-        self.next = Some(
-            self.next
-                .map_or(mod_revision + 1, |n| n.max(mod_revision + 1)),
-        );
-    }
-
-    /// The revision to resume from was compacted away: only a new list can catch up.
-    pub fn compacted(&mut self) {
-        self.next = None;
     }
 }
 
@@ -687,89 +507,6 @@ impl Etcd {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicU32, Ordering};
-
-    fn unavailable() -> ClientError {
-        ClientError::IoError(std::io::Error::new(
-            std::io::ErrorKind::ConnectionRefused,
-            "refused",
-        ))
-    }
-
-    fn fast() -> RetryPolicy {
-        RetryPolicy {
-            tries: 5,
-            try_timeout: Duration::from_millis(50),
-            delay: Duration::from_millis(1),
-        }
-    }
-
-    #[tokio::test]
-    async fn a_transport_failure_is_retried_until_a_try_succeeds() {
-        let calls = AtomicU32::new(0);
-        let result = with_retries(fast(), "get", || {
-            let n = calls.fetch_add(1, Ordering::SeqCst);
-            async move {
-                if n < 3 {
-                    Err(unavailable())
-                } else {
-                    Ok(n)
-                }
-            }
-        })
-        .await;
-        assert_eq!(result.unwrap(), 3);
-        assert_eq!(calls.load(Ordering::SeqCst), 4);
-    }
-
-    #[tokio::test]
-    async fn a_refusal_is_not_retried() {
-        let calls = AtomicU32::new(0);
-        let result: Result<(), _> = with_retries(fast(), "put", || {
-            calls.fetch_add(1, Ordering::SeqCst);
-            async { Err(ClientError::InvalidArgs("bad".into())) }
-        })
-        .await;
-        assert!(matches!(result, Err(EtcdError::Refused { op: "put", .. })));
-        assert_eq!(calls.load(Ordering::SeqCst), 1);
-    }
-
-    #[tokio::test]
-    async fn tries_that_hang_end_in_a_timeout_after_every_try() {
-        let calls = AtomicU32::new(0);
-        let result: Result<(), _> = with_retries(fast(), "get", || {
-            calls.fetch_add(1, Ordering::SeqCst);
-            std::future::pending()
-        })
-        .await;
-        assert!(matches!(result, Err(EtcdError::Timeout { tries: 5, .. })));
-        assert_eq!(calls.load(Ordering::SeqCst), 5);
-    }
-
-    #[tokio::test]
-    async fn the_last_transport_error_is_kept_as_the_source() {
-        let result: Result<(), _> =
-            with_retries(fast(), "get", || async { Err(unavailable()) }).await;
-        let error = result.unwrap_err();
-        assert!(matches!(error, EtcdError::Unavailable { tries: 5, .. }));
-        assert!(std::error::Error::source(&error).is_some());
-    }
-
-    #[test]
-    fn grpc_codes_that_mean_another_member_may_answer_are_retryable() {
-        let status = |code| ClientError::GRpcStatus(tonic::Status::new(code, "etcdserver"));
-        assert!(retryable(&status(Code::Unavailable)));
-        assert!(retryable(&status(Code::DeadlineExceeded)));
-        assert!(!retryable(&status(Code::InvalidArgument)));
-        assert!(!retryable(&status(Code::FailedPrecondition)));
-        assert!(lease_gone(&status(Code::NotFound)));
-        assert!(!retryable(&ClientError::LeaseKeepAliveError(
-            "lease not found".into()
-        )));
-        assert!(lease_gone(&ClientError::LeaseKeepAliveError(
-            "lease not found".into()
-        )));
-    }
 
     #[test]
     fn the_balancer_keeps_the_healthy_endpoints_or_all_when_none_is() {
@@ -779,19 +516,6 @@ mod tests {
             balancer_set(&[false, true, false]),
             vec![false, true, false]
         );
-    }
-
-    #[test]
-    fn the_watch_cursor_resumes_after_the_last_event_and_lists_after_a_compaction() {
-        let mut cursor = WatchCursor::default();
-        assert_eq!(cursor.step(), WatchStep::List);
-        cursor.listed(10);
-        assert_eq!(cursor.step(), WatchStep::WatchFrom(11));
-        cursor.event(14);
-        cursor.event(12); // never goes back
-        assert_eq!(cursor.step(), WatchStep::WatchFrom(15));
-        cursor.compacted();
-        assert_eq!(cursor.step(), WatchStep::List);
     }
 
     #[test]

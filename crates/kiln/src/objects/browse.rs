@@ -4,13 +4,14 @@
 //! authenticated a request, as kiln's admin. No HTTP, no signing, no second model of objects.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use s3s::dto::*;
-use s3s::{S3Error, S3ErrorCode, S3Request, S3};
+use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result, S3};
 use serde::Serialize;
 
 use super::keys::Scope;
@@ -257,13 +258,29 @@ impl ObjectBrowser {
         }
     }
 
+    /// Calls `op` on the store with `input` as kiln's admin; the store's answer, or its
+    /// refusal as [`BrowseError::Store`].
+    async fn call<'a, I, O, F>(
+        &'a self,
+        input: I,
+        method: http::Method,
+        op: impl FnOnce(&'a dyn S3, S3Request<I>) -> F,
+    ) -> Result<O, BrowseError>
+    where
+        F: Future<Output = S3Result<S3Response<O>>> + 'a,
+    {
+        let answer = op(&*self.s3, self.request(input, method))
+            .await
+            .map_err(BrowseError::Store)?;
+        Ok(answer.output)
+    }
+
     pub async fn buckets(&self) -> Result<Vec<BucketEntry>, BrowseError> {
         let output = self
-            .s3
-            .list_buckets(self.request(ListBucketsInput::default(), http::Method::GET))
-            .await
-            .map_err(BrowseError::Store)?
-            .output;
+            .call(ListBucketsInput::default(), http::Method::GET, |s3, r| {
+                s3.list_buckets(r)
+            })
+            .await?;
         Ok(output
             .buckets
             .unwrap_or_default()
@@ -283,10 +300,8 @@ impl ObjectBrowser {
             bucket: bucket.to_string(),
             ..Default::default()
         };
-        self.s3
-            .create_bucket(self.request(input, http::Method::PUT))
-            .await
-            .map_err(BrowseError::Store)?;
+        self.call(input, http::Method::PUT, |s3, r| s3.create_bucket(r))
+            .await?;
         Ok(())
     }
 
@@ -297,10 +312,8 @@ impl ObjectBrowser {
             bucket: bucket.to_string(),
             ..Default::default()
         };
-        self.s3
-            .delete_bucket(self.request(input, http::Method::DELETE))
-            .await
-            .map_err(BrowseError::Store)?;
+        self.call(input, http::Method::DELETE, |s3, r| s3.delete_bucket(r))
+            .await?;
         Ok(())
     }
 
@@ -316,11 +329,8 @@ impl ObjectBrowser {
             ..Default::default()
         };
         let output = self
-            .s3
-            .list_objects_v2(self.request(input, http::Method::GET))
-            .await
-            .map_err(BrowseError::Store)?
-            .output;
+            .call(input, http::Method::GET, |s3, r| s3.list_objects_v2(r))
+            .await?;
         Ok(Listing {
             bucket: bucket.to_string(),
             prefix: request.prefix,
@@ -360,11 +370,8 @@ impl ObjectBrowser {
             ..Default::default()
         };
         let output = self
-            .s3
-            .head_object(self.request(input, http::Method::HEAD))
-            .await
-            .map_err(BrowseError::Store)?
-            .output;
+            .call(input, http::Method::HEAD, |s3, r| s3.head_object(r))
+            .await?;
         let checksums = [
             ("CRC32", output.checksum_crc32),
             ("CRC32C", output.checksum_crc32c),
@@ -404,11 +411,8 @@ impl ObjectBrowser {
             ..Default::default()
         };
         let output = self
-            .s3
-            .get_object(self.request(input, http::Method::GET))
-            .await
-            .map_err(BrowseError::Store)?
-            .output;
+            .call(input, http::Method::GET, |s3, r| s3.get_object(r))
+            .await?;
         Ok(Download {
             size: output.content_length,
             etag: output.e_tag.map(etag_text),
@@ -439,11 +443,8 @@ impl ObjectBrowser {
             ..Default::default()
         };
         let output = self
-            .s3
-            .put_object(self.request(input, http::Method::PUT))
-            .await
-            .map_err(BrowseError::Store)?
-            .output;
+            .call(input, http::Method::PUT, |s3, r| s3.put_object(r))
+            .await?;
         Ok(Written {
             etag: output.e_tag.map(etag_text),
             checksum_sha256: output.checksum_sha256,
@@ -458,10 +459,8 @@ impl ObjectBrowser {
             key: key.to_string(),
             ..Default::default()
         };
-        self.s3
-            .delete_object(self.request(input, http::Method::DELETE))
-            .await
-            .map_err(BrowseError::Store)?;
+        self.call(input, http::Method::DELETE, |s3, r| s3.delete_object(r))
+            .await?;
         Ok(())
     }
 
@@ -482,11 +481,10 @@ impl ObjectBrowser {
             ..Default::default()
         };
         let output = self
-            .s3
-            .create_multipart_upload(self.request(input, http::Method::POST))
-            .await
-            .map_err(BrowseError::Store)?
-            .output;
+            .call(input, http::Method::POST, |s3, r| {
+                s3.create_multipart_upload(r)
+            })
+            .await?;
         output.upload_id.ok_or_else(|| {
             BrowseError::Store(s3s::s3_error!(InternalError, "the store gave no upload id"))
         })
@@ -516,11 +514,8 @@ impl ObjectBrowser {
             ..Default::default()
         };
         let output = self
-            .s3
-            .upload_part(self.request(input, http::Method::PUT))
-            .await
-            .map_err(BrowseError::Store)?
-            .output;
+            .call(input, http::Method::PUT, |s3, r| s3.upload_part(r))
+            .await?;
         Ok(UploadedPart {
             part_number,
             etag: output.e_tag.map(etag_text).unwrap_or_default(),
@@ -555,11 +550,10 @@ impl ObjectBrowser {
             ..Default::default()
         };
         let output = self
-            .s3
-            .complete_multipart_upload(self.request(input, http::Method::POST))
-            .await
-            .map_err(BrowseError::Store)?
-            .output;
+            .call(input, http::Method::POST, |s3, r| {
+                s3.complete_multipart_upload(r)
+            })
+            .await?;
         Ok(Written {
             etag: output.e_tag.map(etag_text),
             checksum_sha256: output.checksum_sha256,
@@ -580,10 +574,10 @@ impl ObjectBrowser {
             upload_id: upload_id.to_string(),
             ..Default::default()
         };
-        self.s3
-            .abort_multipart_upload(self.request(input, http::Method::DELETE))
-            .await
-            .map_err(BrowseError::Store)?;
+        self.call(input, http::Method::DELETE, |s3, r| {
+            s3.abort_multipart_upload(r)
+        })
+        .await?;
         Ok(())
     }
 
