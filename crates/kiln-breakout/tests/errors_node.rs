@@ -5,26 +5,12 @@
 
 use std::time::Duration;
 
-mod support;
+mod common;
 
+use common::fast::*;
+use common::*;
 use kiln_breakout::exec::Outcome;
 use serde_json::{json, Value};
-use support::fast::*;
-use support::*;
-
-fn miss(outcome: &Outcome) -> &str {
-    match outcome {
-        Outcome::Miss { reason, .. } => reason,
-        other => panic!("{other:?}"),
-    }
-}
-
-fn error(outcome: &Outcome) -> String {
-    match outcome {
-        Outcome::Error(error) => error_line(error),
-        other => panic!("{other:?}"),
-    }
-}
 
 #[test]
 fn status_runs_fast_and_answers_its_errors() {
