@@ -34,7 +34,7 @@ fn main() {
     let status = Command::new("node")
         .arg("--require")
         .arg(crate_dir.join("../../runtimes/nodejs/breakout.js"))
-        .arg(crate_dir.join("tests/support/drive.mjs"))
+        .arg(crate_dir.join("tests/common/drive.mjs"))
         .arg(traced.join("index.js"))
         .arg(&inputs)
         .env("KILN_BREAKOUT_DUMP", &dump)

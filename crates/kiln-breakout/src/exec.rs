@@ -18,9 +18,10 @@ use wasmtime::{
 };
 
 use crate::compile::imports::{self, DIRECT_ARGS};
+use crate::compile::EXACT_ERRORS;
 use crate::runtime::heap::{Heap, HEAP_TOP};
 use crate::runtime::value::{Value, TAG_CLOSURE};
-use crate::runtime::{self, json, ops, Guest, Intrinsics, Miss, NoIntrinsics};
+use crate::runtime::{self, errors, json, ops, Guest, Intrinsics, Miss, NoIntrinsics, Raised};
 
 /// How often the deadline clock ticks.
 const TICK: Duration = Duration::from_millis(1);
@@ -135,6 +136,7 @@ impl FastPathEngine {
             limits: self.limits.clone(),
             image: Vec::new(),
             idle: Mutex::new(Vec::new()),
+            exact_errors: false,
             _clock: self.clock.clone(),
         };
         let (mut store, instance) = loaded
@@ -147,6 +149,10 @@ impl FastPathEngine {
             let miss = miss_of(&mut store, &error);
             return Err(LoadError::Init(miss.reason));
         }
+        loaded.exact_errors = instance
+            .get_global(&mut store, EXACT_ERRORS)
+            .and_then(|g| g.get(&mut store).i32())
+            == Some(1);
         let memory = store.data().memory.expect("set at instantiation");
         let data = memory.data(&store);
         let top = heap_top(data).unwrap_or(0);
@@ -173,6 +179,10 @@ pub struct Loaded {
     /// the request touches, a reused one a copy of the image and the zeroing of the arena
     /// the last request used (the code never writes past the heap's top).
     idle: Mutex<Vec<Ready>>,
+    /// Whether an error the runtime raises in the handler, as V8 would, is the function's
+    /// error: the module says so when nothing in the trace could catch it or make V8 word it
+    /// otherwise (`compile::errors_exact`).
+    exact_errors: bool,
     /// Kept so the deadlines keep ticking while the module is in use.
     _clock: Arc<Clock>,
 }
@@ -196,6 +206,8 @@ struct State {
     nesting: u32,
     /// A value thrown out of the handler a request called: the function's error.
     thrown: Option<Value>,
+    /// An error the runtime raised in that handler (not in a callback), as V8 would have.
+    raised: Option<Raised>,
     intrinsics: Box<dyn Intrinsics>,
     limits: StoreLimits,
 }
@@ -212,6 +224,7 @@ impl Loaded {
             miss: None,
             nesting: 0,
             thrown: None,
+            raised: None,
             intrinsics,
             limits: StoreLimitsBuilder::new()
                 .memory_size(self.limits.max_memory_bytes)
@@ -301,6 +314,7 @@ impl Loaded {
         store.data_mut().intrinsics = intrinsics;
         store.data_mut().nesting = 0;
         store.data_mut().thrown = None;
+        store.data_mut().raised = None;
         store.set_epoch_deadline(ticks(deadline));
         let memory = store.data().memory.expect("set at instantiation");
         let event = {
@@ -330,15 +344,19 @@ impl Loaded {
             }
             Err(error) => {
                 let miss = miss_of(store, &error);
-                match store.data_mut().thrown.take() {
-                    Some(value) => {
-                        let mut heap = Heap::new(memory.data_mut(&mut *store));
-                        match crate::runtime::thrown::function_error(&mut heap, value) {
-                            Ok(error) => Outcome::Error(error),
-                            Err(miss) => Outcome::from(miss),
-                        }
+                let thrown = store.data_mut().thrown.take();
+                let raised = store.data_mut().raised.take();
+                let mut heap = Heap::new(memory.data_mut(&mut *store));
+                let thrown = match (thrown, raised) {
+                    (Some(value), _) => Ok(value),
+                    (None, Some(raised)) if self.exact_errors => {
+                        errors::raise(&mut heap, raised.class, &raised.message)
                     }
-                    None => Outcome::from(miss),
+                    (None, _) => return Outcome::from(miss),
+                };
+                match thrown.and_then(|v| crate::runtime::thrown::function_error(&mut heap, v)) {
+                    Ok(error) => Outcome::Error(error),
+                    Err(miss) => Outcome::from(miss),
                 }
             }
         }
@@ -402,7 +420,11 @@ impl Guest for Host<'_, '_> {
         match result {
             Ok(v) => Ok(Value(v as u64)),
             Err(error) => {
-                let recorded = self.caller.data_mut().miss.take();
+                // An error raised in a callback is not the handler's own: a miss.
+                let recorded = self.caller.data_mut().miss.take().map(|mut miss| {
+                    miss.raised = None;
+                    miss
+                });
                 Err(
                     recorded.unwrap_or_else(|| match error.downcast_ref::<Trap>() {
                         Some(Trap::Interrupt) => Miss::new("out of time"),
@@ -439,6 +461,9 @@ fn host<R>(
     result.map_err(|miss| {
         let state = caller.data_mut();
         if state.miss.is_none() {
+            if state.nesting == 1 && state.thrown.is_none() {
+                state.raised = miss.raised.clone();
+            }
             state.miss = Some(miss);
         }
         wasmtime::Error::msg("miss")
@@ -467,6 +492,7 @@ fn linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
                 let text = String::from_utf8_lossy(bytes);
                 let mut parts = text.splitn(2, '\0');
                 Err::<(), _>(Miss {
+                    raised: None,
                     reason: parts.next().unwrap_or_default().to_string(),
                     at: parts.next().map(String::from),
                 })

@@ -2,12 +2,12 @@
 //! and from other buffers, read back, measured and joined; writing to one, and the lenient
 //! decodings Node does, miss.
 
-mod support;
+mod common;
 
+use common::fast::*;
+use common::*;
 use kiln_breakout::exec::Outcome;
 use serde_json::{json, Value};
-use support::fast::*;
-use support::*;
 
 const BUFFERS: &str = r#"
 exports.handler = async ({ text, b64, hex, kind }) => {

@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 
 use kiln_breakout::{check_dir, CheckError, Construct, ModuleRefusal, Report};
 
+mod common;
+
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
@@ -22,15 +24,7 @@ fn lines(report: &Report) -> Vec<String> {
 
 #[test]
 fn the_benchmark_handlers_are_clean() {
-    for name in [
-        "authorize",
-        "upload",
-        "status",
-        "banking",
-        "autocomplete",
-        "maze",
-        "shift",
-    ] {
+    for name in common::BENCHMARKS {
         let report = check_dir(&fixtures().join(name)).unwrap();
         assert!(report.files_checked >= 1, "{name}: no files read");
         assert!(report.sites.is_empty(), "{name}: {:#?}", lines(&report));

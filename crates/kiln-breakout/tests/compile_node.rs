@@ -7,14 +7,13 @@ use std::fs;
 use std::path::Path;
 use std::time::Duration;
 
-mod support;
+mod common;
 
-use kiln_breakout::compile::{compile, CompileOptions};
-use kiln_breakout::exec::{FastPathEngine, Limits, Loaded, Outcome};
-use kiln_breakout::instrument::instrument_dir;
+use common::*;
+use kiln_breakout::compile::CompileOptions;
+use kiln_breakout::exec::{Loaded, Outcome};
 use kiln_breakout::runtime::{Intrinsics, LogLevel, Miss, NoIntrinsics};
 use serde_json::{json, Value};
-use support::*;
 
 /// A small deterministic generator (xorshift), so a failure names its events.
 struct Rng(u64);
@@ -58,38 +57,8 @@ fn trace_and_load(
             "program"
         }
     };
-    let traced = work.join("traced");
-    instrument_dir(&plain, &traced).unwrap();
-    let dump = work.join("trace.json");
-    let runtime = crate_dir().join("../../runtimes/nodejs/breakout.js");
-    drive_inputs(
-        work,
-        &traced,
-        name,
-        &training.to_string(),
-        &["--require", runtime.to_str().unwrap()],
-        &[("KILN_BREAKOUT_DUMP", &dump)],
-    );
-    let trace = kiln_breakout::trace::parse(&fs::read(&dump).unwrap()).unwrap();
-    let bytes = compile(&trace, options).unwrap();
-    wasmparser::validate(&bytes).unwrap();
-    let engine = FastPathEngine::new(Limits::default()).unwrap();
-    engine.load(&bytes).unwrap()
-}
-
-/// What Node answers to each event: the line `drive.mjs` prints (the answer's JSON, or the
-/// error).
-fn node_answers(work: &Path, name: &str, events: &[Value]) -> Vec<String> {
-    let plain = work.join("plain");
-    let out = drive_inputs(
-        work,
-        &plain,
-        name,
-        &Value::from(events.to_vec()).to_string(),
-        &[],
-        &[],
-    );
-    out.lines().take(events.len()).map(String::from).collect()
+    let trace = trace_in_node(work, name, training, &[]);
+    compile_and_load(&trace, options).unwrap()
 }
 
 /// Runs every event on the fast path against Node: every answer must be Node's, and at least
@@ -126,7 +95,7 @@ fn compare_source(
     };
     let work = tempfile::tempdir().unwrap();
     let loaded = trace_and_load(work.path(), source, &training, options);
-    let expected = node_answers(work.path(), name, &events);
+    let expected = node_answers(work.path(), name, &events, &[]);
     assert_eq!(expected.len(), events.len());
     let (mut on, mut served_on, mut served) = (0, 0, 0);
     let mut outcomes = Vec::new();
@@ -172,13 +141,6 @@ fn compare_source(
         "{name}: only {served_on} of {on} events on the traced paths were served"
     );
     outcomes
-}
-
-fn miss_reason(outcome: &Outcome) -> Option<&str> {
-    match outcome {
-        Outcome::Miss { reason, .. } => Some(reason),
-        Outcome::Answer(_) | Outcome::Error(_) => None,
-    }
 }
 
 const CLOSURES: &str = r#"

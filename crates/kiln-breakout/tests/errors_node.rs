@@ -5,26 +5,12 @@
 
 use std::time::Duration;
 
-mod support;
+mod common;
 
+use common::fast::*;
+use common::*;
 use kiln_breakout::exec::Outcome;
 use serde_json::{json, Value};
-use support::fast::*;
-use support::*;
-
-fn miss(outcome: &Outcome) -> &str {
-    match outcome {
-        Outcome::Miss { reason, .. } => reason,
-        other => panic!("{other:?}"),
-    }
-}
-
-fn error(outcome: &Outcome) -> String {
-    match outcome {
-        Outcome::Error(error) => error_line(error),
-        other => panic!("{other:?}"),
-    }
-}
 
 #[test]
 fn status_runs_fast_and_answers_its_errors() {
@@ -173,4 +159,130 @@ fn errors_are_made_read_caught_and_tested_as_node_does() {
     assert_eq!(miss(&rest[2]), "an error's message set not compiled");
     assert_eq!(error(&rest[3]), "error Error: out");
     assert!(miss(&rest[4]).contains("surrogates"), "{:?}", rest[4]);
+}
+
+const RAISED: &str = r#"
+exports.handler = async (event) => {
+  const o = event.obj;
+  if (event.kind === "deep") { return { v: o.inner.leaf }; }
+  if (event.kind === "key") { return { v: o[event.key] }; }
+  if (event.kind === "method") { return { v: o.label.trim() }; }
+  if (event.kind === "set") { o.count = 1; return { set: true }; }
+  if (event.kind === "map") { return event.list.map((x) => x.y); }
+  if (event.kind === "throw") { throw event.thrown; }
+  return { v: o.x };
+};
+"#;
+
+#[test]
+fn a_property_of_undefined_or_null_is_the_functions_error_as_node_words_it() {
+    if !node_available() {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    stage(work.path(), &[("index.js", RAISED)]);
+    let training = json!([
+        {"obj": {"x": 1}}, {"kind": "deep", "obj": {"inner": {"leaf": 2}}},
+        {"kind": "key", "obj": {"a": 3}, "key": "a"}, {"kind": "method", "obj": {"label": " l "}},
+        {"kind": "set", "obj": {}}, {"kind": "map", "list": [{"y": 4}]},
+        {"kind": "throw", "thrown": "text"},
+    ]);
+    let loaded = trace_and_load(work.path(), "program", &training, &[]).unwrap();
+    let events = [
+        json!({}),
+        json!({"obj": null}),
+        json!({"kind": "deep", "obj": {}}),
+        json!({"kind": "deep", "obj": {"inner": null}}),
+        json!({"kind": "key", "obj": null, "key": "it's"}),
+        json!({"kind": "key", "key": 1.5}),
+        json!({"kind": "key", "key": true}),
+        json!({"kind": "key", "key": "\u{e9}\u{1F600}"}),
+        json!({"kind": "method", "obj": {}}),
+        json!({"kind": "set", "obj": null}),
+        json!({"kind": "set"}),
+        json!({"obj": {"x": 5}}),
+    ];
+    let outcomes = compare(work.path(), "program", &loaded, &events, &[]);
+    assert_eq!(served(&outcomes), events.len(), "{outcomes:?}");
+    assert_eq!(
+        error(&outcomes[0]),
+        "error TypeError: Cannot read properties of undefined (reading 'x')"
+    );
+    assert_eq!(
+        error(&outcomes[4]),
+        "error TypeError: Cannot read properties of null (reading 'it's')"
+    );
+    assert_eq!(
+        error(&outcomes[9]),
+        "error TypeError: Cannot set properties of null (setting 'count')"
+    );
+    let Outcome::Error(raised) = &outcomes[0] else {
+        unreachable!()
+    };
+    let body: Value = serde_json::from_str(&raised.body).unwrap();
+    assert_eq!(
+        body,
+        json!({"errorType": "TypeError",
+               "errorMessage": "Cannot read properties of undefined (reading 'x')",
+               "trace": ["TypeError: Cannot read properties of undefined (reading 'x')"]})
+    );
+
+    // In a callback the error would pass through the builtin: a miss. So are `undefined` and
+    // `null` thrown (the shim answers them by the handler's async-ness).
+    let run = |event: Value| {
+        loaded.run(
+            event.to_string().as_bytes(),
+            Box::new(Store::new(0)),
+            Duration::from_secs(20),
+        )
+    };
+    assert_eq!(
+        miss(&run(json!({"kind": "map", "list": [null]}))),
+        "TypeError: a property of undefined or null read"
+    );
+    assert_eq!(
+        miss(&run(json!({"kind": "throw"}))),
+        "a thrown undefined or null not compiled"
+    );
+    assert_eq!(
+        miss(&run(json!({"kind": "throw", "thrown": null}))),
+        "a thrown undefined or null not compiled"
+    );
+}
+
+#[test]
+fn a_try_or_a_destructuring_in_the_trace_makes_the_runtimes_errors_misses() {
+    if !node_available() {
+        return;
+    }
+    for (program, training) in [
+        (
+            r#"exports.handler = async (event) => {
+  const o = event.obj;
+  if (event.guard) { try { return o.x; } catch (e) { return "caught"; } }
+  return { v: o.x };
+};"#,
+            json!([{"obj": {"x": 1}}, {"guard": true, "obj": {"x": 2}}]),
+        ),
+        (
+            r#"exports.handler = async ({ obj }) => ({ v: obj.x });"#,
+            json!([{"obj": {"x": 1}}]),
+        ),
+    ] {
+        let work = tempfile::tempdir().unwrap();
+        stage(work.path(), &[("index.js", program)]);
+        let loaded = trace_and_load(work.path(), "program", &training, &[]).unwrap();
+        let outcomes = compare(
+            work.path(),
+            "program",
+            &loaded,
+            &[json!({}), json!({"obj": {"x": 3}})],
+            &[],
+        );
+        assert_eq!(
+            miss(&outcomes[0]),
+            "TypeError: a property of undefined or null read"
+        );
+        assert_eq!(served(&outcomes[1..]), 1, "{outcomes:?}");
+    }
 }

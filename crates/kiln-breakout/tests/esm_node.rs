@@ -1,26 +1,11 @@
 //! ES modules on the fast path: `import … from` of the package's own modules and of the S3
 //! client, `export` (named and default), and upload, each against Node.
 
-mod support;
+mod common;
 
-use kiln_breakout::exec::Outcome;
+use common::fast::*;
+use common::*;
 use serde_json::{json, Value};
-use support::fast::*;
-use support::*;
-
-fn miss(outcome: &Outcome) -> &str {
-    match outcome {
-        Outcome::Miss { reason, .. } => reason,
-        other => panic!("{other:?}"),
-    }
-}
-
-fn error(outcome: &Outcome) -> String {
-    match outcome {
-        Outcome::Error(error) => error_line(error),
-        other => panic!("{other:?}"),
-    }
-}
 
 #[test]
 fn upload_runs_fast_as_an_es_module() {

@@ -6,12 +6,12 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-mod support;
+mod common;
 
+use common::*;
 use kiln_breakout::instrument::instrument_dir;
 use proptest::prelude::*;
 use serde_json::Value;
-use support::*;
 
 fn runtime() -> PathBuf {
     crate_dir().join("../../runtimes/nodejs/breakout.js")

@@ -5,14 +5,14 @@
 
 use std::fs;
 
-mod support;
+mod common;
 
+use common::fast::*;
+use common::*;
 use kiln_breakout::compile::{compile, CompileOptions};
 use kiln_breakout::exec::{FastPathEngine, Limits, Outcome};
 use kiln_breakout::instrument::instrument_dir;
 use serde_json::json;
-use support::fast::*;
-use support::*;
 
 #[test]
 fn authorize_loads_its_own_module_and_runs_fast() {

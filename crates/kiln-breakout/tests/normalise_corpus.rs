@@ -6,9 +6,9 @@
 
 use std::fs;
 
-mod support;
+mod common;
 
-use support::*;
+use common::*;
 
 use kiln_breakout::normalise::normalise;
 use kiln_breakout::SourceKind;
@@ -110,36 +110,14 @@ impl<'a> Visit<'a> for Leftovers {
     }
 }
 
-fn source_type(kind: SourceKind) -> SourceType {
-    match kind {
-        SourceKind::Module => SourceType::mjs(),
-        _ => SourceType::cjs(),
-    }
-}
-
 /// Normalises `text`, asserting that the result parses and is in the normal form.
 #[track_caller]
 fn normal(text: &str, kind: SourceKind) -> String {
-    let normalised = normalise(text, kind).unwrap();
-    let allocator = Allocator::default();
-    let parsed = Parser::new(&allocator, &normalised, source_type(kind)).parse();
-    assert!(
-        !parsed.diagnostics.has_errors(),
-        "the normalised program does not parse: {:?}\n{normalised}",
-        parsed
-            .diagnostics
-            .errors()
-            .map(|e| e.message.to_string())
-            .collect::<Vec<_>>()
-    );
-    let mut leftovers = Leftovers::default();
-    leftovers.visit_program(&parsed.program);
-    assert!(
-        leftovers.found.is_empty(),
-        "left in the normalised program: {:?}\n{normalised}",
+    normalised_checked(text, kind, |program| {
+        let mut leftovers = Leftovers::default();
+        leftovers.visit_program(program);
         leftovers.found
-    );
-    normalised
+    })
 }
 
 #[test]

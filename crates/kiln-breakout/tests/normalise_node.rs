@@ -15,6 +15,10 @@ use oxc_parser::Parser;
 use oxc_span::SourceType;
 use proptest::prelude::*;
 
+mod common;
+
+use common::normalised_checked;
+
 /// Runs a CommonJS program in Node (from stdin) and returns what it printed.
 fn run_node(program: &str) -> String {
     let mut child = Command::new("node")
@@ -81,25 +85,11 @@ impl<'a> Visit<'a> for Leftovers {
 /// Normalises `program`, checks what is left, and compares the two runs' output.
 #[track_caller]
 fn same_in_node(program: &str) -> String {
-    let normalised = normalise(program, SourceKind::CommonJs).unwrap();
-    let allocator = Allocator::default();
-    let parsed = Parser::new(&allocator, &normalised, SourceType::cjs()).parse();
-    assert!(
-        !parsed.diagnostics.has_errors(),
-        "the normalised program does not parse: {:?}\n{normalised}",
-        parsed
-            .diagnostics
-            .errors()
-            .map(|e| e.message.to_string())
-            .collect::<Vec<_>>()
-    );
-    let mut leftovers = Leftovers::default();
-    leftovers.visit_program(&parsed.program);
-    assert!(
-        leftovers.0.is_empty(),
-        "left in the normalised program: {:?}\n{normalised}",
-        leftovers.0
-    );
+    let normalised = normalised_checked(program, SourceKind::CommonJs, |parsed| {
+        let mut leftovers = Leftovers::default();
+        leftovers.visit_program(parsed);
+        leftovers.0.iter().map(|s| s.to_string()).collect()
+    });
     let expected = run_node(program);
     assert!(!expected.is_empty(), "the program printed nothing");
     let actual = run_node(&normalised);

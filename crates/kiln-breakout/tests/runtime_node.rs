@@ -4,14 +4,14 @@
 
 use std::fs;
 
-mod support;
+mod common;
 
+use common::*;
 use kiln_breakout::runtime::builtins::{self, Builtin};
 use kiln_breakout::runtime::heap::Heap;
 use kiln_breakout::runtime::value::Value;
 use kiln_breakout::runtime::{json, ops, Guest, Intrinsics, Miss, NoIntrinsics};
 use serde_json::{json, Value as Json};
-use support::*;
 
 /// Memory with no compiled code: builtins that call back get builtins as callbacks only.
 struct Memory(Vec<u8>, NoIntrinsics);

@@ -46,7 +46,7 @@ pub fn captured(body: &[Node]) -> HashSet<String> {
 }
 
 /// Calls `f` on every expression of `nodes`, into inlined bodies when `inlined`.
-fn walk_nodes(nodes: &[Node], inlined: bool, f: &mut dyn FnMut(&Expr)) {
+pub(super) fn walk_nodes(nodes: &[Node], inlined: bool, f: &mut dyn FnMut(&Expr)) {
     for node in nodes {
         let bind = |b: &Option<Bind>, f: &mut dyn FnMut(&Expr)| {
             if let Some(Bind::Set(target)) = b {

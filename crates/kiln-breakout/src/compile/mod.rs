@@ -44,9 +44,13 @@ use crate::package::{Environment, Package};
 use crate::runtime::heap::{CLOSURE_ENVIRONMENT, HEAP_TOP};
 use crate::runtime::modules::RECORD_EXPORTS;
 use crate::runtime::value::Value;
-use crate::trace::{validate, Handler, HandlerKind, Node, Trace, TraceError};
+use crate::trace::{validate, Expr, Handler, HandlerKind, Node, Trace, TraceError};
 use codegen::{mem32, Frame, Generator, Shared};
 use imports::{IMPORTS, MODULE};
+
+/// The exported global that says whether an error the runtime raises in the handler is the
+/// function's error ([`errors_exact`]): 1 when it is.
+pub const EXACT_ERRORS: &str = "exact_errors";
 
 /// The default cap of the fast path's memory: 32 MiB, in 64 KiB pages.
 pub const DEFAULT_MEMORY_PAGES: u32 = 512;
@@ -220,8 +224,18 @@ pub fn compile(trace: &Trace, options: &CompileOptions) -> Result<Vec<u8>, Compi
         },
         &ConstExpr::i32_const(0),
     );
+    // Global 1: [`EXACT_ERRORS`].
+    globals.global(
+        GlobalType {
+            val_type: ValType::I32,
+            mutable: false,
+            shared: false,
+        },
+        &ConstExpr::i32_const(i32::from(errors_exact(trace))),
+    );
     let mut exports = ExportSection::new();
     exports.export("memory", ExportKind::Memory, 0);
+    exports.export(EXACT_ERRORS, ExportKind::Global, 1);
     exports.export("apply", ExportKind::Func, apply_index);
     exports.export("init", ExportKind::Func, apply_index + 1);
     exports.export("run", ExportKind::Func, apply_index + 2);
@@ -251,6 +265,53 @@ pub fn compile(trace: &Trace, options: &CompileOptions) -> Result<Vec<u8>, Compi
     module.section(&code);
     module.section(&data_section);
     Ok(module.finish())
+}
+
+/// Whether an error the runtime raises in the handler (a property of `undefined` read, say)
+/// is the function's error, worded as V8 words it: when nothing in the trace could catch it
+/// (no `try`) and no property is read or set on a variable normalisation made (`$kb…`) other
+/// than the plain temporaries of the normal form (hint `t`: a method call's receiver, a
+/// `&&`'s value), each of which holds a value a member access of the source reads. The others
+/// stand for another construct (a destructuring, hints `o`, `a`, `v`, `p`, `d`, for which V8
+/// says "Cannot destructure property 'a' of 'undefined'"; `for…of`; a class's base).
+/// Otherwise such an error is a miss.
+fn errors_exact(trace: &Trace) -> bool {
+    fn holds_try(nodes: &[Node]) -> bool {
+        let body = |b: &Option<Vec<Node>>| b.as_deref().is_some_and(holds_try);
+        nodes.iter().any(|node| match node {
+            Node::Try { .. } => true,
+            Node::If {
+                then, otherwise, ..
+            } => body(then) || body(otherwise),
+            Node::While { body: b, .. }
+            | Node::Label { body: b, .. }
+            | Node::Block { body: b }
+            | Node::Named { body: b, .. } => body(b),
+            _ => false,
+        })
+    }
+    let mut made = false;
+    for handler in &trace.handlers {
+        if holds_try(&handler.body) {
+            return false;
+        }
+        captures::walk_nodes(&handler.body, true, &mut |e| {
+            if let Expr::Get { object, .. } | Expr::Index { object, .. } = e {
+                if let Expr::Id { name } | Expr::From { name } = object.as_ref() {
+                    made |= name.starts_with("$kb") && !plain_temporary(name);
+                }
+            }
+        });
+    }
+    !made
+}
+
+/// Whether `name` is a plain temporary of the normal form: the fresh prefix (`$kb`, then
+/// `_`s), `t` and a number.
+fn plain_temporary(name: &str) -> bool {
+    let rest = name.trim_start_matches("$kb").trim_start_matches('_');
+    rest.strip_prefix('t')
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// The handlers the calls of a body name (callbacks, constructors, required files).

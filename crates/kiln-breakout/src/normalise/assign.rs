@@ -46,8 +46,14 @@ impl Lowerer<'_> {
         match &a.left {
             AssignmentTarget::ArrayAssignmentTarget(_)
             | AssignmentTarget::ObjectAssignmentTarget(_) => {
+                // The destructured value and its parts take the hint `d`: a read of them is
+                // a destructuring, which V8 words otherwise when it fails (`compile`'s
+                // `errors_exact` tells them from other temporaries).
                 let right = self.expr(&a.right);
-                let value = self.bind(right);
+                let name = self.fresh("d");
+                let mut value = right;
+                value.pre.push(format!("const {name} = {};", value.text));
+                value.text = name;
                 let mut pre = value.pre;
                 self.destructure(&a.left, &value.text, &mut pre);
                 return Value {
@@ -134,7 +140,7 @@ impl Lowerer<'_> {
                     }
                 }
                 if let Some(rest) = &array.rest {
-                    let value = self.fresh("t");
+                    let value = self.fresh("d");
                     let at = array.elements.len();
                     pre.push(format!("const {value} = {items}.slice({at});"));
                     self.destructure(&rest.target, &value, pre);
@@ -174,7 +180,7 @@ impl Lowerer<'_> {
                     }
                 }
                 if let Some(rest) = &object.rest {
-                    let value = self.fresh("t");
+                    let value = self.fresh("d");
                     pre.push(format!(
                         "const {value} = Object.fromEntries(Object.entries({from}).filter(({}) => ![{}].includes({}[0])));",
                         "e",
@@ -207,7 +213,7 @@ impl Lowerer<'_> {
             }
             other => {
                 let target = other.as_assignment_target().expect("not a default");
-                let value = self.fresh("t");
+                let value = self.fresh("d");
                 pre.push(format!("const {value} = {read};"));
                 self.destructure(target, &value, pre);
             }
@@ -221,7 +227,7 @@ impl Lowerer<'_> {
         default: Option<&Expression<'_>>,
         pre: &mut Vec<String>,
     ) -> String {
-        let name = self.fresh("t");
+        let name = self.fresh("d");
         match default {
             None => pre.push(format!("const {name} = {read};")),
             Some(default) => {

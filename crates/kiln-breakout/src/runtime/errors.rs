@@ -81,6 +81,13 @@ pub fn construct(heap: &mut Heap<'_>, b: Builtin, args: &[Value]) -> Option<Resu
     })())
 }
 
+/// `new E(message)` for an error class `E`: an error the runtime raises as V8 does.
+pub fn raise(heap: &mut Heap<'_>, class: Builtin, message: &str) -> Result<Value, Miss> {
+    let message = heap.str(message)?;
+    construct(heap, class, &[message])
+        .unwrap_or_else(|| Err(Miss::new(format!("{} is not an error class", class.name()))))
+}
+
 /// A property an error has from its class: `message`, `name`, `constructor`.
 pub fn property(
     heap: &mut Heap<'_>,

@@ -32,6 +32,17 @@ use value::{Value, TAG_ARRAY, TAG_BUILTIN, TAG_CLOSURE, TAG_OBJECT, TAG_STRING};
 pub struct Miss {
     pub reason: String,
     pub at: Option<String>,
+    /// The JavaScript error Node throws where this miss was met, when the runtime knows it
+    /// exactly (its class and V8's message): uncaught in the handler a request called, it is
+    /// the function's error (`crate::exec`), answered as Node's runtime answers it.
+    pub raised: Option<Raised>,
+}
+
+/// An error the runtime raises as V8 does: its class and its message, byte for byte.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Raised {
+    pub class: Builtin,
+    pub message: String,
 }
 
 impl Miss {
@@ -39,7 +50,14 @@ impl Miss {
         Miss {
             reason: reason.into(),
             at: None,
+            raised: None,
         }
+    }
+
+    /// This miss with the error Node throws here.
+    fn raising(mut self, class: Builtin, message: String) -> Miss {
+        self.raised = Some(Raised { class, message });
+        self
     }
 }
 
@@ -56,6 +74,40 @@ pub trait Guest {
 
 fn type_error(what: &str) -> Miss {
     Miss::new(format!("TypeError: {what}"))
+}
+
+/// V8's `TypeError` for reading (`reading`) or setting a property of `undefined` or `null`:
+/// "Cannot read properties of undefined (reading 'x')". The key is shown as ToString makes it,
+/// unquoted within the quotes; an object or a symbol as a key is shown otherwise and is a
+/// plain miss.
+fn nullish_error(
+    heap: &mut Heap<'_>,
+    object: Value,
+    key: Value,
+    reading: bool,
+) -> Result<Miss, Miss> {
+    let (verb, doing) = if reading {
+        ("read", "reading")
+    } else {
+        ("set", "setting")
+    };
+    let miss = type_error(&format!("a property of undefined or null {verb}"));
+    if key.is_object() {
+        return Ok(miss);
+    }
+    let key = ops::to_string(heap, key)?;
+    let Ok(key) = String::from_utf16(&heap.units(key)?) else {
+        return Ok(miss);
+    };
+    let of = if object == Value::NULL {
+        "null"
+    } else {
+        "undefined"
+    };
+    Ok(miss.raising(
+        Builtin::TypeError,
+        format!("Cannot {verb} properties of {of} ({doing} '{key}')"),
+    ))
 }
 
 /// A property key: a string, or a number's string form.
@@ -219,7 +271,7 @@ pub fn get(heap: &mut Heap<'_>, object: Value, key: Value) -> Result<Value, Miss
             }
             builtins::static_property(builtin, name.as_str())
         }
-        _ if object.is_nullish() => Err(type_error("a property of undefined or null read")),
+        _ if object.is_nullish() => Err(nullish_error(heap, object, key, true)?),
         _ if object.is_number() => {
             let name = key_name(heap, key)?;
             Ok(builtin_member("Number.prototype", name.as_str()))
@@ -262,7 +314,7 @@ pub fn set(heap: &mut Heap<'_>, object: Value, key: Value, value: Value) -> Resu
             }
             Err(Miss::new("a named property set on an array"))
         }
-        _ if object.is_nullish() => Err(type_error("a property of undefined or null set")),
+        _ if object.is_nullish() => Err(nullish_error(heap, object, key, false)?),
         _ => Err(Miss::new("a property set on a primitive or builtin")),
     }
 }

@@ -1,5 +1,7 @@
-//! Shared by the tests that run JavaScript in Node: the benchmark packages staged with a
-//! stand-in S3 client, and a driver that feeds each handler its inputs.
+//! Shared by the tests: the benchmark packages staged with a stand-in S3 client, a driver that
+//! feeds each handler its inputs in Node, a package traced in Node and its trace compiled and
+//! loaded, an outcome's miss or error, and a normalised text checked for its form. `fast.rs`
+//! runs packages of several files with a store against Node.
 #![allow(dead_code)]
 
 use std::fs;
@@ -8,8 +10,18 @@ use std::process::Command;
 
 pub mod fast;
 
+use kiln_breakout::compile::{compile, CompileOptions};
+use kiln_breakout::exec::{FastPathEngine, Limits, Loaded, Outcome};
+use kiln_breakout::instrument::instrument_dir;
+use kiln_breakout::normalise::normalise;
+use kiln_breakout::trace::Trace;
 use kiln_breakout::SourceKind;
+use oxc_allocator::Allocator;
+use oxc_ast::ast::Program;
+use oxc_parser::Parser;
+use oxc_span::SourceType;
 use proptest::prelude::*;
+use serde_json::Value;
 
 pub fn node_available() -> bool {
     let found = Command::new("node").arg("--version").output().is_ok();
@@ -88,7 +100,7 @@ pub fn drive_inputs(
     let inputs = work.join("inputs.json");
     fs::write(&inputs, inputs_json).unwrap();
     let driver = work.join("drive.mjs");
-    fs::copy(crate_dir().join("tests/support/drive.mjs"), &driver).unwrap();
+    fs::copy(crate_dir().join("tests/common/drive.mjs"), &driver).unwrap();
     let handler = package.join(handler_file(name));
     let mut args: Vec<&str> = node_args.to_vec();
     args.extend([
@@ -97,6 +109,108 @@ pub fn drive_inputs(
         inputs.to_str().unwrap(),
     ]);
     node_with_env(work, &args, env)
+}
+
+/// Instruments the package in `work/plain` into `work/traced` and runs `name`'s handler there
+/// under the tracing runtime over `training`, with `env` set: the trace tree it dumped.
+pub fn trace_in_node(work: &Path, name: &str, training: &Value, env: &[(&str, &Path)]) -> Trace {
+    let plain = work.join("plain");
+    let traced = work.join("traced");
+    instrument_dir(&plain, &traced).unwrap();
+    let dump = work.join("trace.json");
+    let runtime = crate_dir().join("../../runtimes/nodejs/breakout.js");
+    let mut vars = env.to_vec();
+    vars.push(("KILN_BREAKOUT_DUMP", &dump));
+    drive_inputs(
+        work,
+        &traced,
+        name,
+        &training.to_string(),
+        &["--require", runtime.to_str().unwrap()],
+        &vars,
+    );
+    kiln_breakout::trace::parse(&fs::read(&dump).unwrap()).unwrap()
+}
+
+/// Compiles `trace`, checks that the module is valid, and loads it with the default limits.
+pub fn compile_and_load(trace: &Trace, options: &CompileOptions) -> Result<Loaded, String> {
+    let bytes = compile(trace, options).unwrap();
+    wasmparser::validate(&bytes).unwrap();
+    let engine = FastPathEngine::new(Limits::default()).unwrap();
+    engine.load(&bytes).map_err(|e| e.to_string())
+}
+
+/// What Node answers to each event, the package in `work/plain` run with `env` set: the line
+/// `drive.mjs` prints (the answer's JSON, or the error).
+pub fn node_answers(
+    work: &Path,
+    name: &str,
+    events: &[Value],
+    env: &[(&str, &str)],
+) -> Vec<String> {
+    let vars: Vec<(&str, &Path)> = env.iter().map(|(k, v)| (*k, Path::new(*v))).collect();
+    let out = drive_inputs(
+        work,
+        &work.join("plain"),
+        name,
+        &Value::from(events.to_vec()).to_string(),
+        &[],
+        &vars,
+    );
+    out.lines().take(events.len()).map(String::from).collect()
+}
+
+/// Why the fast path missed, if it did.
+pub fn miss_reason(outcome: &Outcome) -> Option<&str> {
+    match outcome {
+        Outcome::Miss { reason, .. } => Some(reason),
+        Outcome::Answer(_) | Outcome::Error(_) => None,
+    }
+}
+
+/// Why the fast path missed; panics when it did not.
+pub fn miss(outcome: &Outcome) -> &str {
+    miss_reason(outcome).unwrap_or_else(|| panic!("{outcome:?}"))
+}
+
+/// The function error the fast path answered, as [`error_line`]; panics when it did not.
+pub fn error(outcome: &Outcome) -> String {
+    match outcome {
+        Outcome::Error(error) => error_line(error),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Normalises `text`, asserting that the result parses and that `leftovers` finds nothing in
+/// it (what the normal form should not hold); the normalised text.
+#[track_caller]
+pub fn normalised_checked(
+    text: &str,
+    kind: SourceKind,
+    leftovers: impl FnOnce(&Program) -> Vec<String>,
+) -> String {
+    let normalised = normalise(text, kind).unwrap();
+    let source_type = match kind {
+        SourceKind::CommonJs => SourceType::cjs(),
+        SourceKind::Module => SourceType::mjs(),
+    };
+    let allocator = Allocator::default();
+    let parsed = Parser::new(&allocator, &normalised, source_type).parse();
+    assert!(
+        !parsed.diagnostics.has_errors(),
+        "the normalised program does not parse: {:?}\n{normalised}",
+        parsed
+            .diagnostics
+            .errors()
+            .map(|e| e.message.to_string())
+            .collect::<Vec<_>>()
+    );
+    let found = leftovers(&parsed.program);
+    assert!(
+        found.is_empty(),
+        "left in the normalised program: {found:?}\n{normalised}"
+    );
+    normalised
 }
 
 /// The inputs each benchmark handler is driven with: on and off its usual paths.
@@ -135,7 +249,7 @@ pub fn install_s3_stand_in(into: &Path) {
     let sdk = into.join("node_modules/@aws-sdk/client-s3");
     fs::create_dir_all(&sdk).unwrap();
     fs::copy(
-        crate_dir().join("tests/support/client-s3.js"),
+        crate_dir().join("tests/common/client-s3.js"),
         sdk.join("index.js"),
     )
     .unwrap();

@@ -8,9 +8,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kiln_breakout::compile::{compile, CompileOptions};
-use kiln_breakout::exec::{FastPathEngine, Limits, Loaded, Outcome};
-use kiln_breakout::instrument::instrument_dir;
+use kiln_breakout::compile::CompileOptions;
+use kiln_breakout::exec::{Loaded, Outcome};
 use kiln_breakout::package::{Environment, Package};
 use kiln_breakout::runtime::{Intrinsics, Miss};
 use md5::Digest;
@@ -92,24 +91,10 @@ pub fn trace_and_load(
     training: &Value,
     env: &[(&str, &str)],
 ) -> Result<Loaded, String> {
-    let plain = work.join("plain");
-    let traced = work.join("traced");
-    instrument_dir(&plain, &traced).unwrap();
-    let dump = work.join("trace.json");
-    let runtime = crate_dir().join("../../runtimes/nodejs/breakout.js");
-    let mut vars: Vec<(&str, &Path)> = env.iter().map(|(k, v)| (*k, Path::new(*v))).collect();
-    vars.push(("KILN_BREAKOUT_DUMP", &dump));
-    drive_inputs(
-        work,
-        &traced,
-        name,
-        &training.to_string(),
-        &["--require", runtime.to_str().unwrap()],
-        &vars,
-    );
-    let trace = kiln_breakout::trace::parse(&fs::read(&dump).unwrap()).unwrap();
+    let vars: Vec<(&str, &Path)> = env.iter().map(|(k, v)| (*k, Path::new(*v))).collect();
+    let trace = trace_in_node(work, name, training, &vars);
     let options = CompileOptions {
-        package: Some(Arc::new(Package::read(&traced).unwrap())),
+        package: Some(Arc::new(Package::read(&work.join("traced")).unwrap())),
         env: Some(Environment {
             vars: env
                 .iter()
@@ -119,29 +104,7 @@ pub fn trace_and_load(
         }),
         ..CompileOptions::default()
     };
-    let bytes = compile(&trace, &options).unwrap();
-    wasmparser::validate(&bytes).unwrap();
-    let engine = FastPathEngine::new(Limits::default()).unwrap();
-    engine.load(&bytes).map_err(|e| e.to_string())
-}
-
-/// Node's answer to each event (`drive.mjs`'s lines).
-pub fn node_answers(
-    work: &Path,
-    name: &str,
-    events: &[Value],
-    env: &[(&str, &str)],
-) -> Vec<String> {
-    let vars: Vec<(&str, &Path)> = env.iter().map(|(k, v)| (*k, Path::new(*v))).collect();
-    let out = drive_inputs(
-        work,
-        &work.join("plain"),
-        name,
-        &Value::from(events.to_vec()).to_string(),
-        &[],
-        &vars,
-    );
-    out.lines().take(events.len()).map(String::from).collect()
+    compile_and_load(&trace, &options)
 }
 
 /// Runs each event on the fast path: an answer must be Node's. Returns the outcomes.
