@@ -2,7 +2,7 @@
 //! revision, reserved concurrency, tags, versions and aliases) and its URL settings.
 
 use chrono::{DateTime, Utc};
-use rusqlite::params;
+use rusqlite::ToSql;
 
 use super::super::{RegistryError, UrlSettings};
 use super::Database;
@@ -16,33 +16,22 @@ impl Database {
         f: &Function,
         settings: Option<&UrlSettings>,
     ) -> Result<bool, RegistryError> {
-        let config =
-            serde_json::to_string(&f.config).map_err(|e| RegistryError::Corrupt(e.to_string()))?;
+        let row = Row::of(f)?;
         let cors = match settings.and_then(|s| s.cors.as_ref()) {
             Some(cors) => Some(
                 serde_json::to_string(cors).map_err(|e| RegistryError::Corrupt(e.to_string()))?,
             ),
             None => None,
         };
+        let created = settings.map(|s| s.created.to_rfc3339());
+        let modified = settings.map(|s| s.modified.to_rfc3339());
+        let url: [&dyn ToSql; 3] = [&created, &modified, &cors];
         let changed = self.db().execute(
             "UPDATE functions SET config = ?2, code_sha256 = ?3, code_size = ?4, revision = ?5,
-             last_modified = ?6, reserved_concurrency = ?7, url_auth = ?8, url_created = ?9,
-             url_modified = ?10, url_cors = ?11, tags = ?12, published = ?13 WHERE name = ?1",
-            params![
-                f.name,
-                config,
-                f.code_sha256,
-                f.code_size,
-                f.revision,
-                f.last_modified.to_rfc3339(),
-                f.reserved_concurrency,
-                url_auth_text(f.url_auth),
-                settings.map(|s| s.created.to_rfc3339()),
-                settings.map(|s| s.modified.to_rfc3339()),
-                cors,
-                tags_text(f)?,
-                published_text(f)?,
-            ],
+             last_modified = ?6, reserved_concurrency = ?7, url_auth = ?8, tags = ?9,
+             published = ?10, url_created = ?11, url_modified = ?12, url_cors = ?13
+             WHERE name = ?1",
+            &[&row.params()[..], &url[..]].concat()[..],
         )?;
         Ok(changed == 1)
     }
@@ -89,49 +78,25 @@ impl Database {
 
     /// Inserts a new function; false if the name is taken.
     pub fn insert(&self, f: &Function) -> Result<bool, RegistryError> {
-        let config =
-            serde_json::to_string(&f.config).map_err(|e| RegistryError::Corrupt(e.to_string()))?;
+        let row = Row::of(f)?;
         let changed = self.db().execute(
             "INSERT OR IGNORE INTO functions
              (name, config, code_sha256, code_size, revision, last_modified, reserved_concurrency, url_auth, tags,
               published)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            params![
-                f.name,
-                config,
-                f.code_sha256,
-                f.code_size,
-                f.revision,
-                f.last_modified.to_rfc3339(),
-                f.reserved_concurrency,
-                url_auth_text(f.url_auth),
-                tags_text(f)?,
-                published_text(f)?,
-            ],
+            &row.params()[..],
         )?;
         Ok(changed == 1)
     }
 
     /// Replaces a function's row; false if it does not exist.
     pub fn update(&self, f: &Function) -> Result<bool, RegistryError> {
-        let config =
-            serde_json::to_string(&f.config).map_err(|e| RegistryError::Corrupt(e.to_string()))?;
+        let row = Row::of(f)?;
         let changed = self.db().execute(
             "UPDATE functions SET config = ?2, code_sha256 = ?3, code_size = ?4, revision = ?5,
              last_modified = ?6, reserved_concurrency = ?7, url_auth = ?8, tags = ?9, published = ?10
              WHERE name = ?1",
-            params![
-                f.name,
-                config,
-                f.code_sha256,
-                f.code_size,
-                f.revision,
-                f.last_modified.to_rfc3339(),
-                f.reserved_concurrency,
-                url_auth_text(f.url_auth),
-                tags_text(f)?,
-                published_text(f)?,
-            ],
+            &row.params()[..],
         )?;
         Ok(changed == 1)
     }
@@ -216,6 +181,55 @@ impl Database {
             });
         }
         Ok(out)
+    }
+}
+
+/// A function's row as the statements above bind it (its URL settings aside): `?1` its name,
+/// then `?2` to `?10` its columns in the table's order.
+struct Row<'f> {
+    name: &'f str,
+    config: String,
+    code_sha256: &'f str,
+    code_size: u64,
+    revision: u64,
+    last_modified: String,
+    reserved_concurrency: Option<u32>,
+    url_auth: Option<&'static str>,
+    tags: String,
+    published: Option<String>,
+}
+
+impl<'f> Row<'f> {
+    fn of(f: &'f Function) -> Result<Self, RegistryError> {
+        Ok(Self {
+            name: &f.name,
+            config: serde_json::to_string(&f.config)
+                .map_err(|e| RegistryError::Corrupt(e.to_string()))?,
+            code_sha256: &f.code_sha256,
+            code_size: f.code_size,
+            revision: f.revision,
+            last_modified: f.last_modified.to_rfc3339(),
+            reserved_concurrency: f.reserved_concurrency,
+            url_auth: url_auth_text(f.url_auth),
+            tags: tags_text(f)?,
+            published: published_text(f)?,
+        })
+    }
+
+    /// `?1` to `?10`.
+    fn params(&self) -> [&dyn ToSql; 10] {
+        [
+            &self.name,
+            &self.config,
+            &self.code_sha256,
+            &self.code_size,
+            &self.revision,
+            &self.last_modified,
+            &self.reserved_concurrency,
+            &self.url_auth,
+            &self.tags,
+            &self.published,
+        ]
     }
 }
 

@@ -3,7 +3,7 @@
 //! delivery that did not complete puts back.
 
 use chrono::{DateTime, Utc};
-use rusqlite::{params, OptionalExtension};
+use rusqlite::{params, OptionalExtension, Transaction};
 
 use super::super::RegistryError;
 use super::Database;
@@ -64,14 +64,7 @@ impl Database {
     pub fn drop_events(&self, function: &str) -> Result<Vec<String>, RegistryError> {
         let mut db = self.db();
         let tx = db.transaction()?;
-        let runs = {
-            let mut stmt = tx.prepare(
-                "SELECT resume_run FROM async_queue WHERE function = ?1 AND resume_run IS NOT NULL",
-            )?;
-            let runs = stmt.query_map([function], |row| row.get(0))?;
-            runs.collect::<Result<Vec<String>, _>>()?
-        };
-        tx.execute("DELETE FROM async_queue WHERE function = ?1", [function])?;
+        let runs = take_queued(&tx, function)?;
         tx.commit()?;
         Ok(runs)
     }
@@ -254,6 +247,23 @@ impl Database {
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
+}
+
+/// Deletes the queued events of `function` in the caller's transaction; returns the runs they
+/// would have resumed.
+pub(super) fn take_queued(
+    tx: &Transaction<'_>,
+    function: &str,
+) -> Result<Vec<String>, RegistryError> {
+    let runs = {
+        let mut stmt = tx.prepare(
+            "SELECT resume_run FROM async_queue WHERE function = ?1 AND resume_run IS NOT NULL",
+        )?;
+        let runs = stmt.query_map([function], |row| row.get(0))?;
+        runs.collect::<Result<Vec<String>, _>>()?
+    };
+    tx.execute("DELETE FROM async_queue WHERE function = ?1", [function])?;
+    Ok(runs)
 }
 
 /// A queued event as the async page lists it.

@@ -4,6 +4,7 @@ use chrono::{DateTime, Utc};
 use rusqlite::params;
 
 use super::super::RegistryError;
+use super::queue::take_queued;
 use super::Database;
 
 impl Database {
@@ -24,21 +25,13 @@ impl Database {
     }
 
     /// Deletes a sequence and its queued events (a function of the same name created later
-    /// must not run them).
-    /// Deletes a sequence and its queued events; returns whether it existed, and the runs
-    /// those events would have resumed (their intermediates can go).
+    /// must not run them); returns whether it existed, and the runs those events would have
+    /// resumed (their intermediates can go).
     pub fn delete_sequence(&self, name: &str) -> Result<(bool, Vec<String>), RegistryError> {
         let mut db = self.db();
         let tx = db.transaction()?;
         let deleted = tx.execute("DELETE FROM sequences WHERE name = ?1", [name])? == 1;
-        let runs = {
-            let mut stmt = tx.prepare(
-                "SELECT resume_run FROM async_queue WHERE function = ?1 AND resume_run IS NOT NULL",
-            )?;
-            let runs = stmt.query_map([name], |row| row.get(0))?;
-            runs.collect::<Result<Vec<String>, _>>()?
-        };
-        tx.execute("DELETE FROM async_queue WHERE function = ?1", [name])?;
+        let runs = take_queued(&tx, name)?;
         tx.commit()?;
         Ok((deleted, runs))
     }
