@@ -17,9 +17,11 @@ mod invoke;
 mod queue;
 pub mod registry;
 mod replica;
+mod revision;
 pub mod sequences;
 mod tags;
 mod urls;
+mod validate;
 mod versions;
 
 use std::collections::{BTreeMap, HashMap};
@@ -42,7 +44,6 @@ pub use aliases::AliasInput;
 pub use cache::InvocationCache;
 use code::{CodeError, CodeStore};
 pub use event_invoke::EventInvokePatch;
-pub use functions::revision_id;
 pub(crate) use invoke::route_hints;
 use invoke::trace_id;
 pub use invoke::InvokeOptions;
@@ -50,6 +51,7 @@ pub use queue::AsyncEvents;
 pub use registry::{Cors, UrlSettings};
 use registry::{Database, EventQueue, Registry, RegistryError};
 use replica::Versions;
+pub use revision::revision_id;
 pub use versions::Qualified;
 
 /// Lambda's payload limits.

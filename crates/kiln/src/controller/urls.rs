@@ -2,9 +2,9 @@
 
 use chrono::Utc;
 
-use super::functions::{overtaken, STALE_RETRIES};
 use super::registry::{UrlWrite, Written};
 use super::replica::Record;
+use super::revision::{overtaken, STALE_RETRIES};
 use super::{Controller, ControllerError, UrlChange, UrlSettings};
 use crate::function::{self, Function, UrlAuth};
 use crate::sync::RwLockExt;
