@@ -13,9 +13,33 @@ use super::code;
 use super::registry::{UrlWrite, Written};
 use super::replica::Record;
 use super::revision::{check_revision, overtaken, STALE_RETRIES};
-use super::{ConfigPatch, Controller, ControllerError, Entry};
-use crate::function::{Function, FunctionConfig};
+use super::{Controller, ControllerError, Entry};
+use crate::function::{Function, FunctionConfig, NetworkMode};
 use crate::sync::{LockExt, RwLockExt};
+
+/// Fields of UpdateFunctionConfiguration; `None` leaves a field unchanged.
+#[derive(Debug, Default, Clone)]
+pub struct ConfigPatch {
+    pub runtime: Option<String>,
+    pub handler: Option<String>,
+    pub memory_mb: Option<u32>,
+    pub timeout_s: Option<u32>,
+    pub env: Option<BTreeMap<String, String>>,
+    pub description: Option<String>,
+    pub role: Option<String>,
+    pub ephemeral_storage_mb: Option<u32>,
+    pub network: Option<NetworkMode>,
+    pub prebake: Option<crate::function::Prebake>,
+    /// `Some(None)` turns sessions off.
+    pub sessions: Option<Option<crate::session::SessionConfig>>,
+    pub memory_sizing: Option<crate::function::MemorySizing>,
+    /// `Some(None)` makes the function a plain one again.
+    pub web: Option<Option<crate::function::WebConfig>>,
+    /// `Some(None)` turns the fast path off.
+    pub breakout: Option<Option<crate::function::BreakoutConfig>>,
+    /// Tracing, logging, VPC, dead-letter and KMS settings, stored and returned.
+    pub settings: crate::function::settings::SettingsInput,
+}
 
 impl Controller {
     /// CreateFunction without tags.

@@ -9,8 +9,8 @@ use bytes::Bytes;
 use futures_util::future::BoxFuture;
 
 use super::*;
-use crate::agent::{InvokeRequest, NodeStatus, SessionStatus};
-use crate::function::FunctionConfig;
+use crate::agent::{AgentError, InvokeOutcome, InvokeRequest, NodeStatus, SessionStatus};
+use crate::function::{FunctionConfig, NetworkMode};
 use crate::objects::cache::{CacheMetrics, IoTimes, WritebackStatus};
 
 mod table;
