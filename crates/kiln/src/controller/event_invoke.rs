@@ -6,7 +6,7 @@ use chrono::Utc;
 
 use super::{Controller, ControllerError};
 use crate::function::event_invoke::{self, Condition, EventInvokeConfig, Response};
-use crate::function::{self, Function};
+use crate::function::Function;
 
 /// What PutFunctionEventInvokeConfig or UpdateFunctionEventInvokeConfig sets: `None` leaves a
 /// field as it is (an update) or unset (a put).
@@ -170,17 +170,5 @@ impl Controller {
         if let Err(e) = self.enqueue_event(&target, &payload) {
             tracing::warn!(function = %event.function, destination = %destination, "the invocation record was not sent: {e}");
         }
-    }
-}
-
-/// The attempts and age limit of `function`'s events (Lambda's defaults without a
-/// configuration).
-pub(super) fn limits(function: Option<&function::Function>) -> (u32, chrono::TimeDelta) {
-    match function.and_then(|f| f.config.event_invoke.as_ref()) {
-        Some(config) => (config.attempts(), config.maximum_event_age()),
-        None => (
-            super::ASYNC_ATTEMPTS,
-            chrono::TimeDelta::seconds(i64::from(event_invoke::MAX_EVENT_AGE_S)),
-        ),
     }
 }

@@ -8,13 +8,35 @@
 use bytes::Bytes;
 use chrono::Utc;
 
-use super::{Controller, ControllerError, Entry, InvocationType, Invoked};
+use super::{Controller, ControllerError, Entry};
 use super::{MAX_ASYNC_PAYLOAD, MAX_SYNC_PAYLOAD};
 use crate::agent::{AgentError, InvokeOutcome, InvokeRequest, RouteHints};
 use crate::function::{self, InstanceSpec, MemorySizing, SharedSpec};
 use crate::metrics::Metrics;
 use crate::objects::cache::IoTimes;
 use crate::predict;
+
+/// How an invocation should be run (Lambda's InvocationType).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InvocationType {
+    RequestResponse,
+    Event,
+    DryRun,
+}
+
+/// The result of Invoke.
+pub enum Invoked {
+    Done {
+        outcome: InvokeOutcome,
+        request_id: String,
+        /// The version that ran: `$LATEST` or a number (an alias's pick).
+        version: String,
+    },
+    Queued {
+        request_id: String,
+    },
+    DryRun,
+}
 
 /// How long an invocation waits for its version's start paths to be built: Lambda's bound of
 /// an init phase. Past it, it starts on whatever path there is.

@@ -1,6 +1,6 @@
 //! Delivery of asynchronous (Event) invocations from the durable queue.
 //!
-//! An event stays in the queue (SQLite, or etcd in cluster mode: `registry/events.rs`) until it
+//! An event stays in the queue (SQLite, or etcd in cluster mode: `registry/events/`) until it
 //! succeeded or failed its last attempt, so a crash at any point re-delivers it (at least
 //! once, as on Lambda). Function errors are retried twice with a
 //! growing delay; throttles are retried without counting an attempt.
@@ -14,7 +14,8 @@ use chrono::Utc;
 use super::registry::{AsyncFailure, PendingEvent, Progress, QueuedEvent, Requeue};
 use super::{Controller, ControllerError};
 use crate::agent::InvokeRequest;
-use crate::function::event_invoke::{Condition, Response};
+use crate::function::event_invoke::{Condition, Response, MAX_EVENT_AGE_S};
+use crate::function::Function;
 use crate::metrics::OutcomeLabels;
 use crate::sync::LockExt;
 
@@ -143,7 +144,7 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
     // The function's retries and age limit (PutFunctionEventInvokeConfig).
     let (max_attempts, max_age) = {
         let entry = controller.entry(unqualified(&event.function)).ok();
-        super::event_invoke::limits(entry.as_ref().map(|e| &e.function))
+        limits(entry.as_ref().map(|e| &e.function))
     };
     if Utc::now() - event.enqueued_at > max_age {
         let error = format!(
@@ -285,6 +286,18 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
             stopped.as_ref(),
         );
         count("retried");
+    }
+}
+
+/// The attempts and age limit of `function`'s events (Lambda's defaults without a
+/// configuration).
+fn limits(function: Option<&Function>) -> (u32, chrono::TimeDelta) {
+    match function.and_then(|f| f.config.event_invoke.as_ref()) {
+        Some(config) => (config.attempts(), config.maximum_event_age()),
+        None => (
+            super::ASYNC_ATTEMPTS,
+            chrono::TimeDelta::seconds(i64::from(MAX_EVENT_AGE_S)),
+        ),
     }
 }
 

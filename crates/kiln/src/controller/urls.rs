@@ -2,12 +2,27 @@
 
 use chrono::Utc;
 
-use super::functions::{overtaken, STALE_RETRIES};
 use super::registry::{UrlWrite, Written};
 use super::replica::Record;
-use super::{Controller, ControllerError, UrlChange, UrlSettings};
+use super::revision::{overtaken, STALE_RETRIES};
+use super::{Controller, ControllerError, Cors, UrlSettings};
 use crate::function::{self, Function, UrlAuth};
 use crate::sync::RwLockExt;
+
+/// A change to a function URL config.
+#[derive(Debug, Clone)]
+pub enum UrlChange {
+    Create {
+        auth: UrlAuth,
+        cors: Option<Cors>,
+    },
+    /// `None` keeps what is configured.
+    Update {
+        auth: Option<UrlAuth>,
+        cors: Option<Cors>,
+    },
+    Delete,
+}
 
 impl Controller {
     /// Create/UpdateFunctionUrlConfig (`Some`) and DeleteFunctionUrlConfig (`None`), with no

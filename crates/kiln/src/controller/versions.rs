@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::functions::check_revision;
+use super::revision::check_revision;
 use super::{Change, Controller, ControllerError, Entry, Lifecycle};
 use crate::function::versions::{self, Version, LATEST};
 use crate::function::{Function, SharedSpec};

@@ -9,12 +9,25 @@
 //! again, so it is not synced: it is recorded first, durably, under `unsynced/<boot id>/`, and
 //! a start after a reboot (when unsynced writes may have been lost) removes what that list
 //! names. A start without a reboot keeps it: the page cache held every write.
+//!
+//! The store itself is here; [`unzip`] checks and extracts a package, [`disk`] writes files so
+//! that a crash leaves none half-written, [`listing`] reads a stored package's files back.
+
+mod disk;
+mod listing;
+mod unzip;
 
 use std::fs;
-use std::io::{self, Read, Write};
-use std::path::{Component, Path, PathBuf};
+use std::io;
+use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
+
+pub use disk::{fsync_dir, write_atomically};
+use disk::{sync_tree, write_unsynced};
+pub use listing::{FileText, PackageFile};
+use unzip::extract;
+pub use unzip::{check_zip, safe_entry_path};
 
 /// Lambda's limit on a zip uploaded directly.
 pub const MAX_ZIP_BYTES: usize = 50 * 1024 * 1024;
@@ -242,249 +255,13 @@ impl CodeStore {
     }
 }
 
-/// Checks a package the way storing it would, without storing or inflating it (for DryRun).
-pub fn check_zip(zip: &[u8]) -> Result<(), CodeError> {
-    if zip.len() > MAX_ZIP_BYTES {
-        return Err(CodeError::ZipTooLarge);
-    }
-    let mut archive = zip::ZipArchive::new(io::Cursor::new(zip))
-        .map_err(|e| CodeError::NotAZip(e.to_string()))?;
-    if archive.is_empty() {
-        return Err(CodeError::Empty);
-    }
-    if archive.len() > MAX_ENTRIES {
-        return Err(CodeError::TooManyEntries);
-    }
-    let mut declared: u64 = 0;
-    for index in 0..archive.len() {
-        let entry = archive
-            .by_index_raw(index)
-            .map_err(|e| CodeError::NotAZip(e.to_string()))?;
-        safe_entry_path(entry.name())?;
-        if entry.is_symlink() {
-            return Err(CodeError::UnsafePath(format!(
-                "{} (symbolic links are not allowed)",
-                entry.name()
-            )));
-        }
-        declared = declared.saturating_add(entry.size());
-    }
-    // "Smaller than": a package of exactly the limit is refused, as on Lambda.
-    if declared >= MAX_UNZIPPED_BYTES {
-        return Err(CodeError::TooLarge);
-    }
-    Ok(())
-}
-
-/// Checks that a zip entry name stays inside the package root and returns its relative path.
-pub fn safe_entry_path(name: &str) -> Result<PathBuf, CodeError> {
-    let path = Path::new(name);
-    let mut clean = PathBuf::new();
-    for component in path.components() {
-        match component {
-            Component::Normal(part) => clean.push(part),
-            Component::CurDir => {}
-            Component::ParentDir | Component::RootDir | Component::Prefix(_) => {
-                return Err(CodeError::UnsafePath(name.to_string()))
-            }
-        }
-    }
-    if name.contains('\0') || name.contains('\\') {
-        return Err(CodeError::UnsafePath(name.to_string()));
-    }
-    Ok(clean)
-}
-
-/// Extracts into `dest`, refusing traversal, links and zip bombs. Permissions keep only the
-/// owner-executable bit of each entry: sandboxes read the tree as another user.
-fn extract(zip: &[u8], dest: &Path) -> Result<(), CodeError> {
-    let mut archive = zip::ZipArchive::new(io::Cursor::new(zip))
-        .map_err(|e| CodeError::NotAZip(e.to_string()))?;
-    if archive.is_empty() {
-        return Err(CodeError::Empty);
-    }
-    if archive.len() > MAX_ENTRIES {
-        return Err(CodeError::TooManyEntries);
-    }
-    fs::create_dir_all(dest)?;
-    set_mode(dest, 0o755)?;
-    let mut total: u64 = 0;
-    for index in 0..archive.len() {
-        let mut entry = archive
-            .by_index(index)
-            .map_err(|e| CodeError::NotAZip(e.to_string()))?;
-        let relative = safe_entry_path(entry.name())?;
-        if relative.as_os_str().is_empty() {
-            continue;
-        }
-        let target = dest.join(&relative);
-        if entry.is_dir() {
-            fs::create_dir_all(&target)?;
-            set_mode(&target, 0o755)?;
-            continue;
-        }
-        if entry.is_symlink() {
-            return Err(CodeError::UnsafePath(format!(
-                "{} (symbolic links are not allowed)",
-                entry.name()
-            )));
-        }
-        if let Some(parent) = target.parent() {
-            create_dirs(dest, parent)?;
-        }
-        let executable = entry.unix_mode().map(|m| m & 0o100 != 0).unwrap_or(false);
-        let mut out = fs::File::create(&target)?;
-        // The declared size can lie; count what is actually inflated.
-        let mut buf = [0u8; 64 * 1024];
-        loop {
-            let n = entry
-                .read(&mut buf)
-                .map_err(|e| CodeError::NotAZip(e.to_string()))?;
-            if n == 0 {
-                break;
-            }
-            total += n as u64;
-            if total >= MAX_UNZIPPED_BYTES {
-                return Err(CodeError::TooLarge);
-            }
-            out.write_all(&buf[..n])?;
-        }
-        set_mode(&target, if executable { 0o755 } else { 0o644 })?;
-    }
-    Ok(())
-}
-
-fn create_dirs(root: &Path, dir: &Path) -> io::Result<()> {
-    if dir.is_dir() {
-        return Ok(());
-    }
-    fs::create_dir_all(dir)?;
-    let mut current = dir;
-    while current != root {
-        set_mode(current, 0o755)?;
-        match current.parent() {
-            Some(parent) => current = parent,
-            None => break,
-        }
-    }
-    Ok(())
-}
-
-fn set_mode(path: &Path, mode: u32) -> io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    fs::set_permissions(path, fs::Permissions::from_mode(mode))
-}
-
-fn sync_tree(dir: &Path) -> io::Result<()> {
-    for entry in fs::read_dir(dir)? {
-        let entry = entry?;
-        if entry.file_type()?.is_dir() {
-            sync_tree(&entry.path())?;
-        } else {
-            fs::File::open(entry.path())?.sync_all()?;
-        }
-    }
-    fsync_dir(dir)
-}
-
-pub fn fsync_dir(dir: &Path) -> io::Result<()> {
-    fs::File::open(dir)?.sync_all()
-}
-
-/// Writes a file under a temporary name and renames it, without syncing either.
-fn write_unsynced(path: &Path, contents: &[u8], tmp_dir: &Path) -> io::Result<()> {
-    let tmp = tmp_dir.join(format!(".{}.tmp", uuid::Uuid::new_v4()));
-    fs::write(&tmp, contents)?;
-    fs::rename(&tmp, path)
-}
-
-/// Writes a file so that it either exists complete under its name or not at all.
-pub fn write_atomically(path: &Path, contents: &[u8], tmp_dir: &Path) -> io::Result<()> {
-    let tmp = tmp_dir.join(format!(".{}.tmp", uuid::Uuid::new_v4()));
-    let mut file = fs::File::create(&tmp)?;
-    file.write_all(contents)?;
-    file.sync_all()?;
-    fs::rename(&tmp, path)?;
-    if let Some(parent) = path.parent() {
-        fsync_dir(parent)?;
-    }
-    Ok(())
-}
-
-/// A file of a stored package, as the console's code view lists it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct PackageFile {
-    pub path: String,
-    pub size: u64,
-}
-
-/// One file of a package read for display.
-#[derive(Debug, PartialEq, Eq)]
-pub enum FileText {
-    Text(String),
-    /// Not UTF-8, or with NUL bytes.
-    Binary,
-    /// Larger than asked for.
-    TooLarge(u64),
-    Missing,
-}
-
-impl CodeStore {
-    fn archive(&self, sha256_hex: &str) -> Result<zip::ZipArchive<fs::File>, CodeError> {
-        let file = fs::File::open(self.zip_path(sha256_hex))?;
-        zip::ZipArchive::new(file).map_err(|e| CodeError::NotAZip(e.to_string()))
-    }
-
-    /// The files of a stored package (directories left out), in the zip's order.
-    pub fn files(&self, sha256_hex: &str) -> Result<Vec<PackageFile>, CodeError> {
-        let mut archive = self.archive(sha256_hex)?;
-        let mut files = Vec::with_capacity(archive.len());
-        for i in 0..archive.len() {
-            let entry = archive
-                .by_index(i)
-                .map_err(|e| CodeError::NotAZip(e.to_string()))?;
-            if !entry.is_dir() {
-                files.push(PackageFile {
-                    path: entry.name().to_string(),
-                    size: entry.size(),
-                });
-            }
-        }
-        Ok(files)
-    }
-
-    /// The file named `path` in a stored package (the zip's own name for it: nothing is looked
-    /// up on disk), as text if it is text of at most `max` bytes.
-    pub fn file_text(&self, sha256_hex: &str, path: &str, max: u64) -> Result<FileText, CodeError> {
-        let mut archive = self.archive(sha256_hex)?;
-        let entry = match archive.by_name(path) {
-            Ok(entry) if !entry.is_dir() => entry,
-            Ok(_) | Err(zip::result::ZipError::FileNotFound) => return Ok(FileText::Missing),
-            Err(e) => return Err(CodeError::NotAZip(e.to_string())),
-        };
-        if entry.size() > max {
-            return Ok(FileText::TooLarge(entry.size()));
-        }
-        // The size in the directory is the zip's word; the read is bounded either way.
-        let mut bytes = Vec::with_capacity(entry.size() as usize);
-        entry.take(max + 1).read_to_end(&mut bytes)?;
-        if bytes.len() as u64 > max {
-            return Ok(FileText::TooLarge(bytes.len() as u64));
-        }
-        match String::from_utf8(bytes) {
-            Ok(text) if !text.contains('\0') => Ok(FileText::Text(text)),
-            _ => Ok(FileText::Binary),
-        }
-    }
-}
-
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::io::Write;
 
-    fn zip_of(entries: &[(&str, &[u8])]) -> Vec<u8> {
+    pub(super) fn zip_of(entries: &[(&str, &[u8])]) -> Vec<u8> {
         let mut out = io::Cursor::new(Vec::new());
         let mut writer = zip::ZipWriter::new(&mut out);
         for (name, data) in entries {
@@ -554,22 +331,6 @@ mod tests {
     }
 
     #[test]
-    fn refuses_path_traversal() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = CodeStore::open(dir.path()).unwrap();
-        for name in ["../evil", "/etc/passwd", "a/../../b"] {
-            let err = store.put_zip(&zip_of(&[(name, b"x")])).unwrap_err();
-            assert!(matches!(err, CodeError::UnsafePath(_)), "{name}: {err}");
-            let err = check_zip(&zip_of(&[(name, b"x")])).unwrap_err();
-            assert!(matches!(err, CodeError::UnsafePath(_)), "{name}: {err}");
-        }
-        check_zip(&zip_of(&[("a/b.py", b"x")])).unwrap();
-        assert!(matches!(check_zip(&zip_of(&[])), Err(CodeError::Empty)));
-        assert!(matches!(check_zip(b"junk"), Err(CodeError::NotAZip(_))));
-        assert_eq!(fs::read_dir(dir.path().join("code")).unwrap().count(), 0);
-    }
-
-    #[test]
     fn refuses_garbage() {
         let dir = tempfile::tempdir().unwrap();
         let store = CodeStore::open(dir.path()).unwrap();
@@ -618,51 +379,5 @@ mod tests {
             let store = CodeStore::open(dir.path()).unwrap();
             let _ = store.put_zip(&bytes);
         }
-
-        #[test]
-        fn entry_paths_never_escape(name in "[a-z./\\\\]{0,30}") {
-            if let Ok(path) = safe_entry_path(&name) {
-                prop_assert!(path.components().all(|c| matches!(c, Component::Normal(_))));
-            }
-        }
-    }
-
-    #[test]
-    fn package_files_are_listed_and_read_as_text_only() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = CodeStore::open(dir.path()).unwrap();
-        let zip = crate::zip_util::zip_files(&[
-            ("app.py", b"print('hi')\n", false),
-            ("lib/data.bin", &[0, 1, 2, 255], false),
-            ("big.txt", &[b'a'; 100], false),
-        ])
-        .unwrap();
-        let stored = store.put_zip(&zip).unwrap();
-        let sha = &stored.sha256_hex;
-        let files = store.files(sha).unwrap();
-        assert_eq!(
-            files.iter().map(|f| f.path.as_str()).collect::<Vec<_>>(),
-            ["app.py", "lib/data.bin", "big.txt"]
-        );
-        assert_eq!(
-            store.file_text(sha, "app.py", 64).unwrap(),
-            FileText::Text("print('hi')\n".into())
-        );
-        assert_eq!(
-            store.file_text(sha, "lib/data.bin", 64).unwrap(),
-            FileText::Binary
-        );
-        assert_eq!(
-            store.file_text(sha, "big.txt", 64).unwrap(),
-            FileText::TooLarge(100)
-        );
-        for missing in ["nope", "../app.py", "/app.py", "lib", ""] {
-            assert_eq!(
-                store.file_text(sha, missing, 64).unwrap(),
-                FileText::Missing,
-                "{missing}"
-            );
-        }
-        assert!(store.files(&"0".repeat(64)).is_err());
     }
 }

@@ -1,7 +1,6 @@
-//! The queue of asynchronous (Event) invocations: [`EventQueue`], kept in a single node's SQLite
-//! database ([`Database`]) or, in cluster mode, in etcd ([`EtcdEvents`]).
+//! The queue in etcd, cluster mode's: [`EtcdEvents`].
 //!
-//! In etcd, each accepted Event is `queue/<function>/<id>` (ids sort by acceptance time), its
+//! Each accepted Event is `queue/<function>/<id>` (ids sort by acceptance time), its
 //! payload inline up to [`INLINE_PAYLOAD`] bytes, else first written to the shared store
 //! (`events/<id>`). Every node delivers the events it owns: the first of the live `up` nodes
 //! in the event id's rendezvous order (so deliveries spread over the nodes without a claim
@@ -9,10 +8,10 @@
 //! still waiting [`STRAGGLER`] after it was due (its owner died, or the nodes disagreed about
 //! the member list for a moment). Each delivery holds `claims/<id>` on the delivering node's
 //! lease, so when that node dies its claims go with its lease and the event is delivered again:
-//! at least once, as on a single node. A node that is fenced stops taking events at once. An event that
-//! failed every attempt is recorded under `failures/<request id>`. A sequence's event that
-//! stopped part way runs from the start on its retry (the run's intermediates live in one
-//! node's memory).
+//! at least once, as on a single node. A node that is fenced stops taking events at once. An
+//! event that failed every attempt is recorded under `failures/<request id>`. A sequence's
+//! event that stopped part way runs from the start on its retry (the run's intermediates live
+//! in one node's memory).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -24,7 +23,8 @@ use chrono::{DateTime, Utc};
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
 
-use super::{AsyncFailure, Database, PendingEvent, Progress, QueuedEvent, RegistryError, Requeue};
+use super::super::{Progress, QueuedEvent, RegistryError, Requeue};
+use super::EventQueue;
 use crate::cluster::code::SharedCode;
 use crate::cluster::etcd::Etcd;
 use crate::cluster::Membership;
@@ -32,127 +32,6 @@ use crate::sync::LockExt;
 
 /// Payloads up to this size are kept in the queue's record; larger ones in the shared store.
 pub const INLINE_PAYLOAD: usize = 4096;
-
-/// The queue's operations, as the controller's delivery loop uses them. Ids are the queue's
-/// own (in etcd: this node's handle of an event it claimed).
-pub trait EventQueue: Send + Sync {
-    fn enqueue(
-        &self,
-        request_id: &str,
-        function: &str,
-        payload: &[u8],
-    ) -> Result<i64, RegistryError>;
-    /// Events due now that this node is to deliver, as [`Database::due_events_capped`].
-    fn due_events_capped(
-        &self,
-        limit: usize,
-        busy: &[(i64, String)],
-        cap: &dyn Fn(&str) -> usize,
-    ) -> Result<Vec<QueuedEvent>, RegistryError>;
-    fn complete_event(&self, id: i64) -> Result<(), RegistryError>;
-    fn retry_event(
-        &self,
-        id: i64,
-        not_before: DateTime<Utc>,
-        why: Requeue,
-        resume: Option<&Progress>,
-    ) -> Result<(), RegistryError>;
-    fn fail_event(&self, event: &QueuedEvent, error: &str) -> Result<(), RegistryError>;
-    fn queue_depth(&self) -> Result<u64, RegistryError>;
-    fn failure(&self, request_id: &str) -> Result<Option<String>, RegistryError>;
-    /// Deletes the queued events of a deleted function or sequence; the runs they would have
-    /// resumed.
-    fn drop_events(&self, function: &str) -> Result<Vec<String>, RegistryError>;
-    /// Whether a sequence's event resumes where it stopped (else its retry starts over).
-    fn resumes(&self) -> bool {
-        true
-    }
-    /// The oldest queued events and the most recent failures, at most `limit` of each, and
-    /// what is done with a failure (the console's async page).
-    fn pending_events(&self, _limit: usize) -> Result<Vec<PendingEvent>, RegistryError> {
-        Err(RegistryError::Unsupported(UNLISTED))
-    }
-    fn failures(&self, _limit: usize) -> Result<Vec<AsyncFailure>, RegistryError> {
-        Err(RegistryError::Unsupported(UNLISTED))
-    }
-    /// Queues a failed event again, its attempts reset; false when there is no such failure.
-    fn requeue_failure(&self, _request_id: &str) -> Result<bool, RegistryError> {
-        Err(RegistryError::Unsupported(UNLISTED))
-    }
-    fn delete_failure(&self, _request_id: &str) -> Result<bool, RegistryError> {
-        Err(RegistryError::Unsupported(UNLISTED))
-    }
-}
-
-/// What a queue without listings answers (the cluster's, in etcd, for now).
-const UNLISTED: &str =
-    "the async queue's listing and its failures' retry are not available in cluster mode yet";
-
-impl EventQueue for Database {
-    fn pending_events(&self, limit: usize) -> Result<Vec<PendingEvent>, RegistryError> {
-        Database::pending_events(self, limit)
-    }
-
-    fn failures(&self, limit: usize) -> Result<Vec<AsyncFailure>, RegistryError> {
-        Database::failures(self, limit)
-    }
-
-    fn requeue_failure(&self, request_id: &str) -> Result<bool, RegistryError> {
-        Database::requeue_failure(self, request_id)
-    }
-
-    fn delete_failure(&self, request_id: &str) -> Result<bool, RegistryError> {
-        Database::delete_failure(self, request_id)
-    }
-
-    fn enqueue(
-        &self,
-        request_id: &str,
-        function: &str,
-        payload: &[u8],
-    ) -> Result<i64, RegistryError> {
-        Database::enqueue(self, request_id, function, payload)
-    }
-
-    fn due_events_capped(
-        &self,
-        limit: usize,
-        busy: &[(i64, String)],
-        cap: &dyn Fn(&str) -> usize,
-    ) -> Result<Vec<QueuedEvent>, RegistryError> {
-        Database::due_events_capped(self, limit, busy, cap)
-    }
-
-    fn complete_event(&self, id: i64) -> Result<(), RegistryError> {
-        Database::complete_event(self, id)
-    }
-
-    fn retry_event(
-        &self,
-        id: i64,
-        not_before: DateTime<Utc>,
-        why: Requeue,
-        resume: Option<&Progress>,
-    ) -> Result<(), RegistryError> {
-        Database::retry_event(self, id, not_before, why, resume)
-    }
-
-    fn fail_event(&self, event: &QueuedEvent, error: &str) -> Result<(), RegistryError> {
-        Database::fail_event(self, event, error)
-    }
-
-    fn queue_depth(&self) -> Result<u64, RegistryError> {
-        Database::queue_depth(self)
-    }
-
-    fn failure(&self, request_id: &str) -> Result<Option<String>, RegistryError> {
-        Database::failure(self, request_id)
-    }
-
-    fn drop_events(&self, function: &str) -> Result<Vec<String>, RegistryError> {
-        Database::drop_events(self, function)
-    }
-}
 
 /// An event's record in etcd.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -1,0 +1,74 @@
+//! An entry of the in-memory table of functions: a function's version as the invoke path reads
+//! it (its spec, its metrics) and whether the node is still preparing it.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crate::agent::NodeAgent;
+use crate::function::{Function, SharedSpec};
+
+pub(super) struct Entry {
+    pub(super) function: Function,
+    pub(super) spec: SharedSpec,
+    /// Its per-invocation metrics, bound once.
+    pub(super) series: crate::metrics::FunctionSeries,
+    /// What a CreateFunction or an update made of this version while its start paths are
+    /// being built (`Pending`, or `LastUpdateStatus: InProgress`); `None` for a function
+    /// loaded at start.
+    pub(super) change: Option<Change>,
+    /// Set once the agent said this version is prepared: no invocation waits any more.
+    pub(super) settled: AtomicBool,
+    /// `$LATEST`'s entry: its published versions' entries, by number (a version's entry has
+    /// none).
+    pub(super) versions: BTreeMap<u64, Arc<Entry>>,
+}
+
+/// What made a function's current version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Change {
+    Create,
+    Update,
+}
+
+/// A function's `State` and `LastUpdateStatus`, as Lambda reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lifecycle {
+    /// Created, its start paths still being built: `Pending` (`Creating`).
+    Creating,
+    /// Updated, the new version's start paths still being built: `Active`, `InProgress`.
+    Updating,
+    /// `Active`, `Successful`.
+    Ready,
+}
+
+impl Entry {
+    pub(super) fn new(function: Function, spec: SharedSpec) -> Self {
+        Self::changed(function, spec, None)
+    }
+
+    pub(super) fn changed(function: Function, spec: SharedSpec, change: Option<Change>) -> Self {
+        let series = crate::metrics::FunctionSeries::new(&function.name);
+        Self {
+            function,
+            spec,
+            series,
+            settled: AtomicBool::new(change.is_none()),
+            change,
+            versions: BTreeMap::new(),
+        }
+    }
+
+    /// Whether this version is still being prepared, as the agent says; remembers when not.
+    pub(super) fn preparing(&self, agent: &dyn NodeAgent) -> Option<crate::agent::Prepared> {
+        if self.settled.load(Ordering::Relaxed) {
+            return None;
+        }
+        let prepared = agent.prepared(&self.spec.function, self.spec.revision);
+        if prepared.is_done() {
+            self.settled.store(true, Ordering::Relaxed);
+            return None;
+        }
+        Some(prepared)
+    }
+}

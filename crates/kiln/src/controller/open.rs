@@ -1,0 +1,149 @@
+//! Starting the controller: its registry and async queue (a node's SQLite database, or etcd in
+//! cluster mode), its code and log stores opened, and its tables loaded from the registry.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+
+use tokio::sync::Notify;
+
+use super::code::CodeStore;
+use super::registry::{self, Database, EventQueue, Registry};
+use super::replica::{self, Versions};
+use super::{queue, versions, Controller, ControllerConfig, ControllerError};
+use crate::agent::NodeAgent;
+use crate::function;
+use crate::logs::LogStore;
+use crate::metrics::Metrics;
+use crate::predict;
+use crate::sync::RwLockExt;
+
+impl Controller {
+    pub fn open(
+        config: ControllerConfig,
+        agent: Arc<dyn NodeAgent>,
+    ) -> Result<Arc<Self>, ControllerError> {
+        let internal = |e: std::io::Error| ControllerError::Internal(e.to_string());
+        std::fs::create_dir_all(&config.data_dir).map_err(internal)?;
+        let database = Arc::new(Database::open(&config.data_dir.join("kiln.db"))?);
+        let (registry, events, cluster_events, shared_code): (
+            Arc<dyn Registry>,
+            Arc<dyn EventQueue>,
+            _,
+            _,
+        ) = match &config.cluster {
+            Some(cluster) => {
+                let events = Arc::new(registry::EtcdEvents::new(
+                    cluster.etcd.clone(),
+                    &cluster.prefix,
+                    cluster.code.clone(),
+                ));
+                (
+                    Arc::new(registry::EtcdRegistry::new(
+                        cluster.etcd.clone(),
+                        &cluster.prefix,
+                        events.clone(),
+                    )),
+                    events.clone(),
+                    Some(events),
+                    Some(cluster.code.clone()),
+                )
+            }
+            None => (database.clone(), database, None, None),
+        };
+        let code = CodeStore::open(&config.data_dir.join("store")).map_err(internal)?;
+        let logs = LogStore::open(&config.data_dir.join("logs")).map_err(internal)?;
+        let runtimes = agent.status().runtimes;
+        let predictor =
+            predict::Predictor::new(config.prediction.clone(), &config.data_dir.join("models"));
+        let mut metrics =
+            Metrics::with_object_cache(config.object_cache.as_ref().map(|c| c.metrics()));
+        if config.cluster.is_some() {
+            metrics = metrics.with_cluster();
+        }
+        let controller = Arc::new(Self {
+            config,
+            registry,
+            events,
+            cluster_events,
+            versions: Versions::default(),
+            shared_code,
+            unfetched: replica::Unfetched::default(),
+            code,
+            functions: RwLock::default(),
+            url_settings: RwLock::default(),
+            mutation: Mutex::new(()),
+            sequences: RwLock::default(),
+            agent,
+            runtimes,
+            logs,
+            metrics,
+            queue_wakeup: Arc::new(Notify::new()),
+            predictor,
+        });
+        let loaded = controller.registry.load()?;
+        let mut table = HashMap::new();
+        let mut live_code = Vec::new();
+        {
+            let mut sequences = controller.sequences_mut();
+            for (sequence, version) in loaded.sequences {
+                controller
+                    .versions
+                    .set(replica::Record::Sequence, &sequence.name, version);
+                sequences.insert(sequence.name.clone(), Arc::new(sequence));
+            }
+        }
+        for (function, version) in loaded.functions {
+            if let Err(e) = versions::packages(&function)
+                .iter()
+                .try_for_each(|digest| controller.ensure_code_blocking(digest))
+            {
+                // Left out until its package can be fetched (tried again every few seconds).
+                eprintln!(
+                    "kiln: function {} is not available on this node yet: {e}",
+                    function.name
+                );
+                controller.unfetched.insert(Box::new(function), version);
+                continue;
+            }
+            controller
+                .versions
+                .set(replica::Record::Function, &function.name, version);
+            live_code.extend(versions::packages(&function));
+            let warm = versions::kept_warm(&function);
+            let (entry, prepare, _) = controller.build_entry(function, versions::Before::Loaded);
+            for spec in prepare {
+                if spec.version == function::versions::LATEST || warm.contains(&spec.version) {
+                    controller.agent.prepare(spec);
+                } else {
+                    // Its snapshot is built after its first cold start; until then the node
+                    // only knows its revision.
+                    controller.agent.retire(&spec.function, Some(spec.revision));
+                }
+            }
+            table.insert(entry.function.name.clone(), Arc::new(entry));
+        }
+        *controller.functions.write_locked() = table;
+        let mut urls = HashMap::new();
+        for (name, settings, version) in loaded.urls {
+            controller
+                .versions
+                .set(replica::Record::Url, &name, version);
+            urls.insert(name, settings);
+        }
+        *controller.url_settings.write_locked() = urls;
+        controller.code.collect_garbage(&live_code);
+        if let Some(changes) = controller.registry.changes() {
+            replica::follow(controller.clone(), changes);
+        }
+        queue::start(controller.clone());
+        Ok(controller)
+    }
+
+    /// Cluster mode: this node has joined; its lease lets it take part in the election of the
+    /// async queue's scheduler.
+    pub fn attach_membership(&self, membership: Arc<crate::cluster::Membership>) {
+        if let Some(events) = &self.cluster_events {
+            events.attach(membership);
+        }
+    }
+}
