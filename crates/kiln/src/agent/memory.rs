@@ -7,7 +7,8 @@
 //! instance, or the monitor raising a limit mid-invocation), the lender gives it back first.
 
 use super::pools::fit;
-use super::state::{Instances, LiveInstance, State};
+use super::pools::LiveInstance;
+use super::state::{Instances, State};
 use super::{Inner, Instance};
 
 /// Memory lent out of instances' bookings. The node asks for it back whenever instances

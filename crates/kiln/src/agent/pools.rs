@@ -1,15 +1,19 @@
-//! Each function's pool of instances, and the decisions taken over it as pure functions:
+//! Each function's pool of instances and the node's live instances, and the decisions taken over it as pure functions:
 //! [`decide`] what a request gets (an idle instance, its session's primary, a new instance, a
 //! place in the queue, or a throttle), and [`fit`] how many idle instances must go for a new
 //! one to fit in the node's memory budget. `Inner::acquire` gathers their inputs under the
 //! state lock and carries out what they decide.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
 
+use kiln_sandbox::Cgroup;
 use tokio::sync::oneshot;
 
 use super::instance::Instance;
-use super::{AgentError, Wake};
+use super::{AgentError, InstanceState, StartPath, Wake};
+use crate::function::SharedSpec;
 
 /// One function's instances on this node.
 #[derive(Default)]
@@ -21,6 +25,45 @@ pub(super) struct Pool {
     pub waiters: VecDeque<oneshot::Sender<Wake>>,
     /// Its recent peak of `live`: what its instances made ahead of demand are sized by.
     pub demand: super::demand::Demand,
+}
+
+/// One live instance, as the node books it.
+pub(super) struct LiveInstance {
+    pub function: String,
+    pub revision: u64,
+    pub state: InstanceState,
+    pub start_path: StartPath,
+    pub created: Instant,
+    pub memory_mb: u32,
+    /// The memory limit its cgroup had after its last invocation (below `memory_mb` when the
+    /// invocation ran at a prediction): the difference is lent to the object cache.
+    pub limit_mb: u32,
+    pub cgroup: Option<Arc<Cgroup>>,
+    pub pid: Option<u32>,
+    /// Sessions whose primary this instance is.
+    pub sessions: u32,
+    /// Whether it counts in its function's pool (a tracing instance does not).
+    pub pooled: bool,
+}
+
+impl LiveInstance {
+    /// A new instance of `spec`, starting on the coldest path until a faster one adopts it,
+    /// booked at `limit_mb`.
+    pub fn starting(spec: &SharedSpec, limit_mb: u32, pooled: bool) -> Self {
+        Self {
+            function: spec.function.clone(),
+            revision: spec.revision,
+            state: InstanceState::Starting,
+            start_path: StartPath::Coldest,
+            created: Instant::now(),
+            memory_mb: spec.memory_mb,
+            limit_mb,
+            cgroup: None,
+            pid: None,
+            sessions: 0,
+            pooled,
+        }
+    }
 }
 
 /// What a request arriving at a pool comes with, gathered under the state lock.

@@ -10,16 +10,12 @@
 //! `&mut Sessions`); only those cross-part steps take the whole [`State`].
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::Instant;
 
-use kiln_sandbox::Cgroup;
-
-use super::pools::Pool;
+use super::pools::{LiveInstance, Pool};
 use super::sessions::Sessions;
 use super::snapshots::SnapshotSlot;
 use super::spare::Spares;
-use super::{warm, Instance, InstanceState, StartPath};
+use super::{warm, Instance, InstanceState};
 use crate::function::SharedSpec;
 
 /// Everything the agent keeps, under one lock.
@@ -45,45 +41,6 @@ impl State {
     pub fn forget(&mut self, id: u64) {
         self.sessions.wake_bound(id);
         self.instances.forget(id);
-    }
-}
-
-/// One live instance, as the node books it.
-pub(super) struct LiveInstance {
-    pub function: String,
-    pub revision: u64,
-    pub state: InstanceState,
-    pub start_path: StartPath,
-    pub created: Instant,
-    pub memory_mb: u32,
-    /// The memory limit its cgroup had after its last invocation (below `memory_mb` when the
-    /// invocation ran at a prediction): the difference is lent to the object cache.
-    pub limit_mb: u32,
-    pub cgroup: Option<Arc<Cgroup>>,
-    pub pid: Option<u32>,
-    /// Sessions whose primary this instance is.
-    pub sessions: u32,
-    /// Whether it counts in its function's pool (a tracing instance does not).
-    pub pooled: bool,
-}
-
-impl LiveInstance {
-    /// A new instance of `spec`, starting on the coldest path until a faster one adopts it,
-    /// booked at `limit_mb`.
-    pub fn starting(spec: &SharedSpec, limit_mb: u32, pooled: bool) -> Self {
-        Self {
-            function: spec.function.clone(),
-            revision: spec.revision,
-            state: InstanceState::Starting,
-            start_path: StartPath::Coldest,
-            created: Instant::now(),
-            memory_mb: spec.memory_mb,
-            limit_mb,
-            cgroup: None,
-            pid: None,
-            sessions: 0,
-            pooled,
-        }
     }
 }
 

@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use serde::Serialize;
 
 use super::registry::{Progress, QueuedEvent};
 use super::replica::Record;
@@ -32,13 +31,7 @@ pub const RESUME_WITHIN: Duration = Duration::from_secs(600);
 /// How long past its due time a retry may still find them (the queue may be behind).
 const RESUME_GRACE: Duration = Duration::from_secs(300);
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct Sequence {
-    pub name: String,
-    pub functions: Vec<String>,
-    pub last_modified: DateTime<Utc>,
-}
+pub use super::registry::Sequence;
 
 /// The answer of a sequence's run: its last stage's, or the stage's that failed.
 pub(super) struct Ran {

@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
 use self::log::SessionLog;
-use super::state::LiveInstance;
+use super::pools::LiveInstance;
 use super::{InstanceState, Wake};
 use crate::function::InstanceSpec;
 use crate::session::{Placement, SessionConfig};

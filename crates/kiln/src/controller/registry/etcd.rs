@@ -18,9 +18,9 @@ use std::sync::{Arc, Mutex};
 use etcd_client::{Compare, CompareOp, KeyValue, Txn, TxnOp, TxnOpResponse, TxnResponse};
 use tokio::sync::mpsc;
 
+use super::Sequence;
 use super::{Change, EventQueue, Loaded, Registry, RegistryError, UrlWrite, Version, Written};
 use crate::cluster::etcd::{Entry, Etcd, WatchCursor, WatchUpdate};
-use crate::controller::sequences::Sequence;
 use crate::function::Function;
 use crate::sync::LockExt;
 

@@ -23,9 +23,17 @@ pub use etcd::EtcdRegistry;
 pub use events::{EtcdEvents, EventQueue, INLINE_PAYLOAD};
 pub use sqlite::{AsyncFailure, Database, PendingEvent, Progress, QueuedEvent, Requeue};
 
-use super::sequences::Sequence;
 use crate::cluster::etcd::EtcdError;
 use crate::function::Function;
+
+/// A sequence: functions run one after another, each stage's answer the next one's event.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Sequence {
+    pub name: String,
+    pub functions: Vec<String>,
+    pub last_modified: DateTime<Utc>,
+}
 
 /// Why the registry failed.
 #[derive(Debug, thiserror::Error)]

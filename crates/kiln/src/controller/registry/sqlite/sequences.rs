@@ -36,7 +36,7 @@ impl Database {
         Ok((deleted, runs))
     }
 
-    pub fn sequences(&self) -> Result<Vec<crate::controller::sequences::Sequence>, RegistryError> {
+    pub fn sequences(&self) -> Result<Vec<crate::controller::registry::Sequence>, RegistryError> {
         let db = self.db();
         let mut stmt =
             db.prepare("SELECT name, functions, last_modified FROM sequences ORDER BY name")?;
@@ -50,7 +50,7 @@ impl Database {
         let mut out = Vec::new();
         for row in rows {
             let (name, functions, modified) = row?;
-            out.push(crate::controller::sequences::Sequence {
+            out.push(crate::controller::registry::Sequence {
                 functions: serde_json::from_str(&functions)
                     .map_err(|e| RegistryError::Corrupt(format!("sequence {name}: {e}")))?,
                 last_modified: DateTime::parse_from_rfc3339(&modified)
