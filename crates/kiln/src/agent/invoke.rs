@@ -217,7 +217,7 @@ pub(super) fn outcome(
             report_field(&mut log, "Fast Path", &format!("miss ({miss})"));
         }
     }
-    if request.shadow {
+    if request.is_shadow() {
         report_field(&mut log, "Shadow", "true");
     }
     InvokeOutcome {

@@ -27,41 +27,28 @@ pub struct RouteHints {
     pub memory_mb: Option<u32>,
 }
 
-/// One invocation, as the agent receives it.
+/// One invocation, as the agent receives it, its fields grouped by who reads them.
 #[derive(Debug, Clone)]
 pub struct InvokeRequest {
+    /// The runtime's: the event and Lambda's context of the invocation.
     pub request_id: String,
     pub payload: Bytes,
     pub trace_id: String,
     pub client_context: Option<String>,
+    /// The node's: where it runs (a session's primary, the instance whose limit is closest)
+    /// and at what memory limit (`memory_mb`: the prediction below MemorySize, written to the
+    /// instance's cgroup; None runs it at MemorySize).
     pub hints: RouteHints,
-    /// The memory limit predicted for this invocation, in MB (below the function's
-    /// MemorySize); None runs it at MemorySize.
-    pub memory_limit_mb: Option<u32>,
-    /// How the object store treats its writes (a sequence's stage).
-    pub storage: Option<crate::function::StorageTag>,
-    /// Whether the object cache admits its objects (its cache-benefit prediction); None leaves
-    /// it to the function's latest decision.
-    pub admit_objects: Option<bool>,
-    /// A shadow run: its answer is compared and dropped, its writes have no visible effect.
-    pub shadow: bool,
-    /// Where its writes are recorded, if its caller asked.
-    pub ledger: Option<crate::function::LedgerRef>,
+    /// The object store's: the sequence stage it runs as, the cache's admission, whether it is
+    /// a shadow run (its answer compared and dropped, its writes without visible effect) and
+    /// where its writes are recorded.
+    pub tags: crate::function::InvocationTags,
 }
 
 impl InvokeRequest {
-    /// What the invocation tells its sandbox's object store about itself.
-    pub fn tags(&self) -> crate::function::InvocationTags {
-        crate::function::InvocationTags {
-            storage: self.storage.clone(),
-            admit: self.admit_objects,
-            shadow: if self.shadow {
-                crate::function::Shadow::Yes
-            } else {
-                crate::function::Shadow::No
-            },
-            ledger: self.ledger.clone(),
-        }
+    /// A shadow run (burst offloading's copy of a request, or a warm-up).
+    pub fn is_shadow(&self) -> bool {
+        self.tags.shadow == crate::function::Shadow::Yes
     }
 }
 

@@ -90,7 +90,6 @@ pub struct Forward {
     pub trace_id: String,
     pub client_context: Option<String>,
     pub hints: RouteHints,
-    pub memory_limit_mb: Option<u32>,
     pub admit_objects: Option<bool>,
     pub shadow: bool,
     pub timeout_s: u32,
@@ -105,11 +104,15 @@ impl Forward {
             trace_id: self.trace_id.clone(),
             client_context: self.client_context.clone(),
             hints: self.hints.clone(),
-            memory_limit_mb: self.memory_limit_mb,
-            storage: None,
-            admit_objects: self.admit_objects,
-            shadow: self.shadow,
-            ledger: None,
+            tags: crate::function::InvocationTags {
+                admit: self.admit_objects,
+                shadow: if self.shadow {
+                    crate::function::Shadow::Yes
+                } else {
+                    crate::function::Shadow::No
+                },
+                ..Default::default()
+            },
         }
     }
 }
@@ -552,7 +555,6 @@ mod tests {
             trace_id: String::new(),
             client_context: None,
             hints: RouteHints::default(),
-            memory_limit_mb: None,
             admit_objects: None,
             shadow: false,
             timeout_s: 3,

@@ -272,9 +272,8 @@ impl Router {
             trace_id: request.trace_id.clone(),
             client_context: request.client_context.clone(),
             hints: request.hints.clone(),
-            memory_limit_mb: request.memory_limit_mb,
-            admit_objects: request.admit_objects,
-            shadow: request.shadow,
+            admit_objects: request.tags.admit,
+            shadow: request.is_shadow(),
             timeout_s: spec.timeout_s,
         };
         for route in [Some(first), then].into_iter().flatten() {
@@ -329,8 +328,8 @@ impl NodeAgent for ClusterAgent {
         // Sessions, sequences' stages and ledgers stay on the node that has their state; until
         // routing starts, everything does.
         let stays = request.hints.session.is_some()
-            || request.storage.is_some()
-            || request.ledger.is_some()
+            || request.tags.storage.is_some()
+            || request.tags.ledger.is_some()
             || self.router.client.get().is_none();
         if stays {
             return self.router.local.invoke(spec, request);

@@ -11,7 +11,7 @@ use chrono::Utc;
 use super::{Controller, ControllerError, Entry};
 use super::{MAX_ASYNC_PAYLOAD, MAX_SYNC_PAYLOAD};
 use crate::agent::{AgentError, InvokeOutcome, InvokeRequest, RouteHints};
-use crate::function::{self, InstanceSpec, MemorySizing, SharedSpec};
+use crate::function::{self, InstanceSpec, InvocationTags, MemorySizing, Shadow, SharedSpec};
 use crate::metrics::Metrics;
 use crate::objects::cache::IoTimes;
 use crate::predict;
@@ -178,11 +178,15 @@ impl Controller {
                     trace_id: trace_id(),
                     client_context,
                     hints,
-                    memory_limit_mb: None,
-                    storage: None,
-                    admit_objects: None,
-                    shadow: options.shadow,
-                    ledger: options.ledger.clone(),
+                    tags: InvocationTags {
+                        shadow: if options.shadow {
+                            Shadow::Yes
+                        } else {
+                            Shadow::No
+                        },
+                        ledger: options.ledger.clone(),
+                        ..Default::default()
+                    },
                 };
                 let outcome = self.run(&entry, request).await?;
                 Ok(Invoked::Done {
@@ -266,10 +270,9 @@ impl Controller {
         features: Option<&predict::Features>,
         request: &mut InvokeRequest,
     ) {
-        request.memory_limit_mb = features
+        request.hints.memory_mb = features
             .filter(|_| spec.memory_sizing == MemorySizing::Predicted)
             .and_then(|f| self.predictor.predict(&spec.function, spec.memory_mb, f));
-        request.hints.memory_mb = request.memory_limit_mb;
     }
 
     /// The object cache's admission of this invocation's objects; returns the function's
@@ -290,7 +293,7 @@ impl Controller {
             None => {
                 let admit = self.predictor.benefits(&spec.function, features);
                 cache.set_admission(spec.name(), admit.unwrap_or(true));
-                request.admit_objects = admit;
+                request.tags.admit = admit;
                 match admit {
                     Some(true) => "admit",
                     Some(false) => "bypass",
@@ -321,7 +324,7 @@ impl Controller {
         let Ok(outcome) = &result else {
             return result;
         };
-        if request.memory_limit_mb.is_some() {
+        if request.hints.memory_mb.is_some() {
             entry.series.sized(&self.metrics).inc();
         }
         if let Some(write) = outcome.limit_write {
@@ -329,14 +332,14 @@ impl Controller {
                 .memory_limit_writes
                 .observe(write.as_secs_f64());
         }
-        if !(outcome.out_of_memory && request.memory_limit_mb.is_some()) {
+        if !(outcome.out_of_memory && request.hints.memory_mb.is_some()) {
             return result;
         }
         tracing::info!(
             function = %spec.function,
             request_id = %request.request_id,
             "killed for memory at the predicted {} MB; running it again at {} MB",
-            request.memory_limit_mb.unwrap_or_default(),
+            request.hints.memory_mb.unwrap_or_default(),
             spec.memory_mb
         );
         self.metrics
@@ -345,7 +348,6 @@ impl Controller {
             .inc();
         self.learn(spec, features.cloned(), outcome);
         // At MemorySize, and booked at it: the routing hint and the reservation follow the limit.
-        request.memory_limit_mb = None;
         request.hints.memory_mb = None;
         self.agent.invoke(spec.clone(), request).await
     }

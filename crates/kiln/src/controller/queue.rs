@@ -172,11 +172,7 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
             // event whose session id is unusable runs sessionless.
             hints: super::route_hints(&entry.spec, Default::default(), &event.payload)
                 .unwrap_or_default(),
-            memory_limit_mb: None,
-            storage: None,
-            admit_objects: None,
-            shadow: false,
-            ledger: None,
+            tags: Default::default(),
         };
         controller.run(&entry, request).await
     } else if let Some(sequence) = controller.sequence(&event.function) {

@@ -19,7 +19,7 @@ use super::registry::{Progress, QueuedEvent};
 use super::replica::Record;
 use super::{Controller, ControllerError};
 use crate::agent::{InvokeOutcome, InvokeRequest};
-use crate::function::{self, Stage, StorageTag};
+use crate::function::{self, InvocationTags, Stage, StorageTag};
 use crate::sync::LockExt;
 
 /// Functions in one sequence, at most (OpenWhisk's default limit).
@@ -326,18 +326,17 @@ impl Controller {
                 trace_id: super::trace_id(),
                 client_context: client_context.clone(),
                 hints,
-                memory_limit_mb: None,
-                storage: Some(StorageTag {
-                    run: run.to_string(),
-                    stage: if i == last {
-                        Stage::Final
-                    } else {
-                        Stage::Intermediate
-                    },
-                }),
-                admit_objects: None,
-                shadow: false,
-                ledger: None,
+                tags: InvocationTags {
+                    storage: Some(StorageTag {
+                        run: run.to_string(),
+                        stage: if i == last {
+                            Stage::Final
+                        } else {
+                            Stage::Intermediate
+                        },
+                    }),
+                    ..Default::default()
+                },
             };
             let request_id = request.request_id.clone();
             let outcome = self.run(&entry, request).await?;

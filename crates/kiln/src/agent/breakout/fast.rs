@@ -60,7 +60,7 @@ impl Inner {
                 objects.atomic(),
                 spec.name(),
                 credentials,
-                request.tags(),
+                request.tags.clone(),
             );
             Some((store, tokio::runtime::Handle::current()))
         });
@@ -136,7 +136,7 @@ impl Inner {
         let mut log =
             crate::agent::report(spec, &request.request_id, &output, duration, None, None, 0);
         crate::agent::report_field(&mut log, "Mode", "decontainerized");
-        if request.shadow {
+        if request.is_shadow() {
             crate::agent::report_field(&mut log, "Shadow", "true");
         }
         Fast::Answer(InvokeOutcome {

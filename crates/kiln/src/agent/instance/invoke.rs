@@ -207,11 +207,11 @@ impl Instance {
         let limit_write = resize::apply(
             &self.cgroup,
             &mut self.limit_mb,
-            request.memory_limit_mb,
+            request.hints.memory_mb,
             booked,
         );
         let memory_limit_mb = self.limit_mb;
-        let tags = request.tags();
+        let tags = request.tags.clone();
         self.invocation_slot.enter(tags.clone(), self.pid());
         let mut monitor = memory_limit_mb
             .map(|limit| resize::Monitor::start(self.cgroup.clone(), limit, booked, before_raise));

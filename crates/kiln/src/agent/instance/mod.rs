@@ -342,10 +342,9 @@ pub fn warmup_request(spec: &SharedSpec) -> InvokeRequest {
         trace_id: String::new(),
         client_context: None,
         hints: Default::default(),
-        memory_limit_mb: None,
-        storage: None,
-        admit_objects: None,
-        shadow: true,
-        ledger: None,
+        tags: crate::function::InvocationTags {
+            shadow: crate::function::Shadow::Yes,
+            ..Default::default()
+        },
     }
 }

@@ -38,7 +38,7 @@ impl Inner {
         // Every wasm request is a fresh instance: there is no instance for a session to stick to.
         // It holds its predicted memory bound of the node's budget.
         let hints = RouteHints {
-            memory_mb: request.memory_limit_mb,
+            memory_mb: request.hints.memory_mb,
             ..RouteHints::default()
         };
         let id = match self
@@ -156,7 +156,8 @@ impl Inner {
         });
         // A wasm instance is sized per request anyway: a predicted limit is its memory bound.
         let memory_limit_mb = request
-            .memory_limit_mb
+            .hints
+            .memory_mb
             .filter(|&mb| mb < spec.memory_mb.min(WASM32_MAX_MB));
         let wasm_request = kiln_wasm::Request {
             payload: request.payload.to_vec(),

@@ -13,7 +13,7 @@ async fn the_configuration_decides_admission_when_it_fixes_one() {
     deploy(&node, "f").await;
     invoke(&node, "f", "{}").await.unwrap();
     let (_, request) = &node.agent.invoked()[0];
-    assert_eq!(request.admit_objects, None);
+    assert_eq!(request.tags.admit, None);
     assert!(cache.admissions.lock().unwrap().is_empty());
     assert!(node
         .controller
@@ -30,7 +30,7 @@ async fn a_function_without_a_model_is_admitted_while_it_learns() {
     deploy(&node, "f").await;
     invoke(&node, "f", "{}").await.unwrap();
     let (_, request) = &node.agent.invoked()[0];
-    assert_eq!(request.admit_objects, None);
+    assert_eq!(request.tags.admit, None);
     assert_eq!(cache.admissions.lock().unwrap().get("f"), Some(&true));
     assert!(node
         .controller
@@ -46,9 +46,8 @@ async fn without_a_cache_or_a_model_an_invoke_computes_no_features() {
         .await
         .unwrap();
     let (_, request) = &node.agent.invoked()[0];
-    assert_eq!(request.memory_limit_mb, None);
     assert_eq!(request.hints.memory_mb, None);
-    assert_eq!(request.admit_objects, None);
+    assert_eq!(request.tags.admit, None);
     assert!(node.controller.models().is_empty());
 }
 
@@ -62,7 +61,7 @@ async fn a_kill_under_a_prediction_runs_again_at_memory_size_and_is_booked_so() 
     loop {
         invoke(&node, "f", "{}").await.unwrap();
         let (_, last) = node.agent.invoked().pop().unwrap();
-        if last.memory_limit_mb.is_some() {
+        if last.hints.memory_mb.is_some() {
             break;
         }
         assert!(Instant::now() < deadline, "the model never matured");
@@ -79,12 +78,9 @@ async fn a_kill_under_a_prediction_runs_again_at_memory_size_and_is_booked_so() 
     let invoked = node.agent.invoked();
     assert_eq!(invoked.len(), before + 2);
     let (predicted, retried) = (&invoked[before].1, &invoked[before + 1].1);
-    assert!(predicted.memory_limit_mb.is_some());
-    assert_eq!(predicted.hints.memory_mb, predicted.memory_limit_mb);
-    assert_eq!(
-        (retried.memory_limit_mb, retried.hints.memory_mb),
-        (None, None)
-    );
+    // The prediction is one field: the routing hint the pool and the cgroup both read.
+    assert!(predicted.hints.memory_mb.is_some());
+    assert_eq!(retried.hints.memory_mb, None);
     assert_eq!(retried.request_id, predicted.request_id);
     assert!(node
         .controller
