@@ -324,7 +324,6 @@ pub const RESERVED_ENV: &[&str] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::function::NetworkMode;
     use kiln_breakout::package::EnvRead;
 
     #[test]
@@ -339,27 +338,11 @@ mod tests {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
         let spec = InstanceSpec {
-            function: "f".into(),
-            version: "$LATEST".into(),
             arn: "arn".into(),
-            revision: 1,
             runtime: "nodejs20.x".into(),
             handler: "index.handler".into(),
-            memory_mb: 256,
-            timeout_s: 3,
             env,
-            network: NetworkMode::Isolated,
-            tmp_mb: 512,
-            code_dir: PathBuf::new(),
-            code_sha256: String::new(),
-            region: "us-east-1".into(),
-            max_instances: 1,
-            reserved_concurrency: None,
-            prebake: Default::default(),
-            memory_sizing: Default::default(),
-            web: None,
-            breakout: None,
-            sessions: None,
+            ..InstanceSpec::example("f", 256)
         };
         let env = breakout_environment(&spec);
         assert_eq!(env.read("USERS_BUCKET"), EnvRead::Value("users".into()));

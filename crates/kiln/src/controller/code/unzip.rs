@@ -7,12 +7,10 @@ use std::path::{Component, Path, PathBuf};
 
 use super::{CodeError, MAX_ENTRIES, MAX_UNZIPPED_BYTES, MAX_ZIP_BYTES};
 
-/// Checks a package the way storing it would, without storing or inflating it (for DryRun).
-pub fn check_zip(zip: &[u8]) -> Result<(), CodeError> {
-    if zip.len() > MAX_ZIP_BYTES {
-        return Err(CodeError::ZipTooLarge);
-    }
-    let mut archive = zip::ZipArchive::new(io::Cursor::new(zip))
+/// Opens a package's archive, refusing one that is not a zip, is empty, or has too many
+/// entries.
+fn open_archive(zip: &[u8]) -> Result<zip::ZipArchive<io::Cursor<&[u8]>>, CodeError> {
+    let archive = zip::ZipArchive::new(io::Cursor::new(zip))
         .map_err(|e| CodeError::NotAZip(e.to_string()))?;
     if archive.is_empty() {
         return Err(CodeError::Empty);
@@ -20,6 +18,15 @@ pub fn check_zip(zip: &[u8]) -> Result<(), CodeError> {
     if archive.len() > MAX_ENTRIES {
         return Err(CodeError::TooManyEntries);
     }
+    Ok(archive)
+}
+
+/// Checks a package the way storing it would, without storing or inflating it (for DryRun).
+pub fn check_zip(zip: &[u8]) -> Result<(), CodeError> {
+    if zip.len() > MAX_ZIP_BYTES {
+        return Err(CodeError::ZipTooLarge);
+    }
+    let mut archive = open_archive(zip)?;
     let mut declared: u64 = 0;
     for index in 0..archive.len() {
         let entry = archive
@@ -63,14 +70,7 @@ pub fn safe_entry_path(name: &str) -> Result<PathBuf, CodeError> {
 /// Extracts into `dest`, refusing traversal, links and zip bombs. Permissions keep only the
 /// owner-executable bit of each entry: sandboxes read the tree as another user.
 pub(super) fn extract(zip: &[u8], dest: &Path) -> Result<(), CodeError> {
-    let mut archive = zip::ZipArchive::new(io::Cursor::new(zip))
-        .map_err(|e| CodeError::NotAZip(e.to_string()))?;
-    if archive.is_empty() {
-        return Err(CodeError::Empty);
-    }
-    if archive.len() > MAX_ENTRIES {
-        return Err(CodeError::TooManyEntries);
-    }
+    let mut archive = open_archive(zip)?;
     fs::create_dir_all(dest)?;
     set_mode(dest, 0o755)?;
     let mut total: u64 = 0;
