@@ -10,7 +10,7 @@ import numpy as np
 from scipy.stats import mannwhitneyu
 
 import bench as core
-from startpaths import ANCHORS, FUNCTION_ORDER, PATHS, TARGETS, WARMUP_INVOCATIONS, cases
+from cases import ANCHORS, FUNCTION_ORDER, PATHS, TARGETS, WARMUP_INVOCATIONS, cases
 
 BOOT = 10_000
 SHORT = {"python": "py"}  # plot labels

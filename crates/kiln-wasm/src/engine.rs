@@ -105,7 +105,7 @@ impl Engine {
             &mut state.wasi
         })
         .map_err(|e| WasmError::EngineConfig(format!("{e:#}")))?;
-        crate::session::add_to_linker(&mut linker)
+        crate::session_calls::add_to_linker(&mut linker)
             .map_err(|e| WasmError::EngineConfig(format!("{e:#}")))?;
 
         let ticker = Ticker::start(engine.clone(), config.epoch_tick)?;

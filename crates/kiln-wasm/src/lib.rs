@@ -17,6 +17,7 @@ mod invoke;
 mod output;
 mod preinit;
 pub mod session;
+mod session_calls;
 
 pub use cache::{Eviction, FunctionModule, ModuleCache, PreInit};
 pub use engine::{Engine, EngineConfig};

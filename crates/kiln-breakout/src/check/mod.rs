@@ -12,6 +12,7 @@
 //! A native addon (`*.node`) in a checked tree is a site of its own. Symbolic links are not
 //! followed, and `.git` is skipped.
 
+mod found;
 mod modules;
 mod source;
 #[cfg(test)]
@@ -24,9 +25,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+pub use found::{FileCheck, PackageUse};
 pub use modules::{classify, Target, INTRINSIC_PACKAGES, SDK_SCOPES};
 pub(crate) use source::too_deep;
-pub use source::{check_source, FileCheck, PackageUse, SourceKind};
+pub use source::{check_source, SourceKind};
 
 use crate::site::{Construct, ModuleRefusal, Site};
 

@@ -8,10 +8,11 @@ use oxc_parser::{ParseOptions, Parser};
 use oxc_semantic::SemanticBuilder;
 use oxc_span::SourceType;
 
+use super::found::FileCheck;
 use super::visit::Checker;
 use super::MAX_NESTING;
 use crate::position::LineIndex;
-use crate::site::{Construct, ModuleSyntax, Site};
+use crate::site::{Construct, Site};
 
 /// How Node loads a file: as an ES module (`.mjs`, or `.js` under `"type": "module"`) or as
 /// CommonJS (`.cjs`, other `.js`: sloppy mode unless `"use strict"`, `return` allowed at the
@@ -37,28 +38,6 @@ impl SourceKind {
         };
         (source_type, options)
     }
-}
-
-/// What checking one file found.
-#[derive(Debug, Default)]
-pub struct FileCheck {
-    /// Unsupported constructs, in source order.
-    pub sites: Vec<Site>,
-    /// Packages the file loads by a bare name: they are checked in turn.
-    pub packages: Vec<PackageUse>,
-}
-
-/// A package loaded by a bare name, and where.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PackageUse {
-    /// The package: `uuid`, `@scope/name`.
-    pub name: String,
-    /// As written: `uuid/v4`.
-    pub specifier: String,
-    pub syntax: ModuleSyntax,
-    pub file: String,
-    pub line: u32,
-    pub col: u32,
 }
 
 /// Checks one file's text; `file` is the name its sites carry.

@@ -6,8 +6,8 @@ use oxc_ast_visit::{walk, Visit};
 use oxc_semantic::{ScopeFlags, Scoping};
 use oxc_span::{GetSpan, Span};
 
+use super::found::{FileCheck, PackageUse};
 use super::modules::{classify, Target};
-use super::source::{FileCheck, PackageUse};
 use crate::position::LineIndex;
 use crate::site::{Construct, ModuleSyntax, Site};
 

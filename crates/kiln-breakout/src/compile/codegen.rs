@@ -666,7 +666,7 @@ impl<'s> Generator<'s> {
         let body_nodes = body.as_deref().unwrap_or_default();
         self.frames.push(Frame {
             function: Some(function.clone()),
-            file: super::modules::file_of(function).to_string(),
+            file: super::function_id::file_of(function).to_string(),
             environment: Some(environment),
             this: Some(this),
             captured: captures::captured(body_nodes),

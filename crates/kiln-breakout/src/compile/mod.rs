@@ -27,6 +27,7 @@ mod captures;
 mod codegen;
 mod data;
 mod expr;
+mod function_id;
 pub mod imports;
 mod modules;
 
@@ -154,7 +155,7 @@ pub fn compile(trace: &Trace, options: &CompileOptions) -> Result<Vec<u8>, Compi
     let modules_start = first + callable.len() as u32;
     for (i, handler) in modules.iter().enumerate() {
         shared.tops.insert(
-            modules::file_of(&handler.function).to_string(),
+            function_id::file_of(&handler.function).to_string(),
             modules_start + i as u32,
         );
     }
@@ -372,7 +373,7 @@ fn handler_function(shared: &mut Shared, handler: &Handler) -> Result<Function, 
     let mut g = Generator::new(shared, HANDLER_PARAMS.len() as u32);
     g.frames.push(Frame {
         function: Some(handler.function.clone()),
-        file: modules::file_of(&handler.function).to_string(),
+        file: function_id::file_of(&handler.function).to_string(),
         environment: Some(0),
         this: Some(1),
         captured: captures::captured(&handler.body),
@@ -400,7 +401,7 @@ fn top_level_function(shared: &mut Shared, handler: &Handler) -> Result<Function
     let mut g = Generator::new(shared, 0);
     g.frames.push(Frame {
         function: None,
-        file: modules::file_of(&handler.function).to_string(),
+        file: function_id::file_of(&handler.function).to_string(),
         environment: None,
         this: None,
         captured: captures::captured(&handler.body),
@@ -465,7 +466,7 @@ fn entry_of(
     let loaded: Vec<&str> = modules
         .iter()
         .filter(|h| !called_back.contains(&h.id))
-        .map(|h| modules::file_of(&h.function))
+        .map(|h| function_id::file_of(&h.function))
         .collect();
     // The file the platform loads runs last: a CommonJS file's requires run inside it, an ES
     // module's imports before it.

@@ -11,6 +11,7 @@
 use wasm_encoder::{BlockType, ValType};
 
 use super::codegen::{mem64, Generator};
+use super::function_id::file_of;
 use super::imports as rt;
 use crate::package::{EnvRead, Resolved};
 use crate::runtime::builtins::Builtin;
@@ -59,14 +60,6 @@ pub fn exported(trace: &Trace) -> HashSet<(String, String)> {
         walk(file_of(&handler.function), &handler.body, &mut out);
     }
     out
-}
-
-/// The package file a function id (`lib/users.js#1`, `init:lib/users.js`) belongs to.
-pub fn file_of(function: &str) -> &str {
-    match function.strip_prefix("init:") {
-        Some(file) => file,
-        None => function.rsplit_once('#').map_or(function, |(file, _)| file),
-    }
 }
 
 /// `module.exports` as an expression.
@@ -409,17 +402,5 @@ impl Generator<'_> {
         self.miss("a file first loaded by a request not compiled", None);
         self.sink().end();
         self.free(ValType::I32, record);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_function_id_names_its_file() {
-        assert_eq!(file_of("init:lib/users.js"), "lib/users.js");
-        assert_eq!(file_of("lib/users.js#3"), "lib/users.js");
-        assert_eq!(file_of("a#b.js#1"), "a#b.js");
     }
 }

@@ -10,7 +10,7 @@
 
 use base64::Engine;
 
-use super::builtins::Builtin;
+use super::builtin::Builtin;
 use super::heap::Heap;
 use super::value::{Value, TAG_ARRAY, TAG_OBJECT};
 use super::{Guest, Miss};

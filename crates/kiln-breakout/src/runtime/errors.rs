@@ -8,7 +8,7 @@
 //! (JSON, `Object.keys`, `console.log`) misses as for every object of a builtin class, its
 //! `stack` misses (the fast path has no V8 stack), and so does writing `message` or `stack`.
 
-use super::builtins::Builtin;
+use super::builtin::Builtin;
 use super::heap::{Heap, HOST_SLOT};
 use super::value::{Value, TAG_BUILTIN, TAG_CLOSURE, TAG_OBJECT};
 use super::{call as call_value, ops, Guest, Miss};

@@ -1,7 +1,7 @@
 //! Iteration as `for ... of` does it over arrays and strings: `array[Symbol.iterator]()` and
 //! its iterator's `next`.
 
-use super::builtins::Builtin;
+use super::builtin::Builtin;
 use super::heap::Heap;
 use super::value::{Value, TAG_ARRAY, TAG_OBJECT};
 use super::Miss;

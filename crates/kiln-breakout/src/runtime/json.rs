@@ -328,12 +328,10 @@ fn write(
                 }
                 out.push(0x5D);
             }
-            TAG_OBJECT if heap.is_host(value)? => {
-                match super::intrinsics::host_json(heap, value)? {
-                    Some(text) => quote(&text.encode_utf16().collect::<Vec<u16>>(), out),
-                    None => push_str(out, "null"),
-                }
-            }
+            TAG_OBJECT if heap.is_host(value)? => match super::date::host_json(heap, value)? {
+                Some(text) => quote(&text.encode_utf16().collect::<Vec<u16>>(), out),
+                None => push_str(out, "null"),
+            },
             TAG_OBJECT => {
                 let to_json = heap.str("toJSON")?;
                 if heap.lookup(value, to_json)?.is_some() {

@@ -6,7 +6,9 @@
 //! full), never a panic.
 
 pub mod buffer;
+pub mod builtin;
 pub mod builtins;
+pub mod date;
 pub mod errors;
 pub mod format;
 pub mod heap;
@@ -21,7 +23,7 @@ pub mod text;
 pub mod thrown;
 pub mod value;
 
-use builtins::Builtin;
+use builtin::Builtin;
 use heap::{Heap, GLOBAL_OBJECT};
 pub use intrinsics::{Intrinsics, LogLevel, NoIntrinsics};
 use value::{Value, TAG_ARRAY, TAG_BUILTIN, TAG_CLOSURE, TAG_OBJECT, TAG_STRING};
@@ -425,7 +427,7 @@ pub fn construct(guest: &mut dyn Guest, callee: Value, args: &[Value]) -> Result
             Ok(if result.is_object() { result } else { object })
         }
         TAG_BUILTIN if Builtin::from_value(callee) == Some(Builtin::Date) => {
-            intrinsics::construct_date(guest, args)
+            date::construct_date(guest, args)
         }
         TAG_BUILTIN => {
             let builtin = Builtin::from_value(callee);

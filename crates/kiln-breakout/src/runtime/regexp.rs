@@ -15,7 +15,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use super::builtins::Builtin;
+use super::builtin::Builtin;
 use super::heap::Heap;
 use super::value::{Value, TAG_OBJECT};
 use super::{ops, Miss};

@@ -8,7 +8,7 @@
 //! credentials, a command input with fields other than those listed, a body other than a
 //! string, any error the store answers (Node reruns the request and gets the real one).
 
-use super::builtins::Builtin;
+use super::builtin::Builtin;
 use super::heap::Heap;
 use super::value::Value;
 use super::{from_json, to_json, Guest, Miss};

@@ -6,7 +6,7 @@
 //! model (an object that is not an error, an error whose name is not a string, a field of an
 //! error that has no JSON here, `undefined` or `null`) is a miss, and Node answers.
 
-use super::builtins::Builtin;
+use super::builtin::Builtin;
 use super::heap::{Heap, HOST_SLOT};
 use super::value::{Value, TAG_OBJECT};
 use super::{get, json, ops, Miss};

@@ -25,7 +25,7 @@ pub const TAG_OBJECT: u64 = 0xFFFB << 48;
 pub const TAG_ARRAY: u64 = 0xFFFC << 48;
 /// A closure (an object with a function index and an environment).
 pub const TAG_CLOSURE: u64 = 0xFFFD << 48;
-/// A builtin function or namespace: its [`crate::runtime::builtins::Builtin`] number.
+/// A builtin function or namespace: its [`crate::runtime::builtin::Builtin`] number.
 pub const TAG_BUILTIN: u64 = 0xFFFE << 48;
 /// The mask of a value's tag.
 pub const TAG_MASK: u64 = 0xFFFF << 48;
