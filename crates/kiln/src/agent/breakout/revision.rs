@@ -52,7 +52,7 @@ pub(super) struct Progress {
 pub(in crate::agent) struct Breakouts {
     pub(super) by_function: Mutex<HashMap<String, Arc<Breakout>>>,
     /// The node's engine for compiled traces, made on first use.
-    pub(super) engine: OnceLock<Result<Arc<FastPathEngine>, String>>,
+    pub(super) engine: OnceLock<Result<Arc<FastPathEngine>, Arc<kiln_breakout::exec::LoadError>>>,
 }
 
 impl Breakouts {
@@ -89,7 +89,7 @@ impl Breakouts {
     }
 
     /// The node's engine for compiled traces.
-    pub(super) fn engine(&self) -> Result<Arc<FastPathEngine>, String> {
+    pub(super) fn engine(&self) -> Result<Arc<FastPathEngine>, super::trace::BuildError> {
         self.engine
             .get_or_init(|| {
                 FastPathEngine::new(Limits {
@@ -97,9 +97,10 @@ impl Breakouts {
                     ..Limits::default()
                 })
                 .map(Arc::new)
-                .map_err(|e| format!("the fast path's engine could not be made: {e}"))
+                .map_err(Arc::new)
             })
             .clone()
+            .map_err(super::trace::BuildError::Engine)
     }
 
     /// Forgets a function's fast path (deleted, or its revision without one); its tracing

@@ -5,9 +5,43 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use kiln_breakout::exec::{FastPathEngine, Loaded};
+use kiln_breakout::exec::{FastPathEngine, LoadError, Loaded};
 
 use crate::function::{BreakoutConfig, InstanceSpec};
+
+/// Why a revision's fast path could not be built; the revision then runs `ordinary`, with
+/// this as the reason its status shows.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum BuildError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("instrumenting the package failed: {0}")]
+    Instrument(#[source] kiln_breakout::instrument::InstrumentError),
+    #[error("trace refused: {0}")]
+    Refused(#[source] kiln_breakout::trace::TraceError),
+    #[error("the package's files could not be read: {0}")]
+    Package(#[source] std::io::Error),
+    #[error("the trace could not be compiled: {0}")]
+    Compile(#[source] kiln_breakout::compile::CompileError),
+    #[error("the compiled trace could not be loaded: {0}")]
+    Load(#[source] LoadError),
+    /// Shared: every revision on the node meets the same engine.
+    #[error("the fast path's engine could not be made: {0}")]
+    Engine(#[source] Arc<LoadError>),
+    #[error("compiling failed: {0}")]
+    Task(#[source] tokio::task::JoinError),
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BuildError + '_ {
+    move |source| BuildError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
 
 /// Where the instrumented copy of a package lives: beside the package's code, per digest.
 pub(super) fn instrumented_dir(code_dir: &Path, sha256: &str) -> PathBuf {
@@ -16,7 +50,7 @@ pub(super) fn instrumented_dir(code_dir: &Path, sha256: &str) -> PathBuf {
 }
 
 /// Instruments `spec`'s package (once per digest) and says what the tracing instance runs.
-pub(super) fn instrument(spec: &InstanceSpec) -> Result<(PathBuf, usize), String> {
+pub(super) fn instrument(spec: &InstanceSpec) -> Result<(PathBuf, usize), BuildError> {
     let out = instrumented_dir(&spec.code_dir, &spec.code_sha256);
     let sites_file = out.with_extension("sites");
     if out.is_dir() {
@@ -26,26 +60,27 @@ pub(super) fn instrument(spec: &InstanceSpec) -> Result<(PathBuf, usize), String
             }
         }
         // Left half-made by a crash: made again.
-        std::fs::remove_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+        std::fs::remove_dir_all(&out).map_err(io(&out))?;
     }
     if let Some(parent) = out.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+        std::fs::create_dir_all(parent).map_err(io(parent))?;
     }
     let partial = out.with_extension("partial");
     let _ = std::fs::remove_dir_all(&partial);
     let report = kiln_breakout::instrument::instrument_dir(&spec.code_dir, &partial)
-        .map_err(|e| format!("instrumenting the package failed: {e}"))?;
+        .map_err(BuildError::Instrument)?;
     let sites = report.sites.len();
-    std::fs::rename(&partial, &out).map_err(|e| format!("{}: {e}", out.display()))?;
-    std::fs::write(&sites_file, sites.to_string())
-        .map_err(|e| format!("{}: {e}", sites_file.display()))?;
+    std::fs::rename(&partial, &out).map_err(io(&out))?;
+    std::fs::write(&sites_file, sites.to_string()).map_err(io(&sites_file))?;
     Ok((out, sites))
 }
 
 /// Checks a trace tree a tracing instance sent: it is untrusted input.
-pub(super) fn accept_trace(bytes: &[u8]) -> Result<(kiln_breakout::trace::Trace, usize), String> {
-    let trace = kiln_breakout::trace::parse(bytes).map_err(|e| format!("trace refused: {e}"))?;
-    kiln_breakout::trace::validate(&trace).map_err(|e| format!("trace refused: {e}"))?;
+pub(super) fn accept_trace(
+    bytes: &[u8],
+) -> Result<(kiln_breakout::trace::Trace, usize), BuildError> {
+    let trace = kiln_breakout::trace::parse(bytes).map_err(BuildError::Refused)?;
+    kiln_breakout::trace::validate(&trace).map_err(BuildError::Refused)?;
     let nodes = count_nodes(&trace);
     Ok((trace, nodes))
 }
@@ -81,9 +116,9 @@ pub(super) fn compile(
     config: &BreakoutConfig,
     spec: &InstanceSpec,
     engine: Arc<FastPathEngine>,
-) -> Result<(Loaded, usize), String> {
-    let package = kiln_breakout::package::Package::read(&spec.code_dir)
-        .map_err(|e| format!("the package's files could not be read: {e}"))?;
+) -> Result<(Loaded, usize), BuildError> {
+    let package =
+        kiln_breakout::package::Package::read(&spec.code_dir).map_err(BuildError::Package)?;
     let options = kiln_breakout::compile::CompileOptions {
         // 64 KiB pages.
         memory_pages: config.fast_path_memory_mb * 16,
@@ -91,11 +126,8 @@ pub(super) fn compile(
         env: Some(crate::runtime::breakout_environment(spec)),
         handler: Some(spec.handler.clone()),
     };
-    let bytes = kiln_breakout::compile::compile(trace, &options)
-        .map_err(|e| format!("the trace could not be compiled: {e}"))?;
-    let loaded = engine
-        .load(&bytes)
-        .map_err(|e| format!("the compiled trace could not be loaded: {e}"))?;
+    let bytes = kiln_breakout::compile::compile(trace, &options).map_err(BuildError::Compile)?;
+    let loaded = engine.load(&bytes).map_err(BuildError::Load)?;
     Ok((loaded, bytes.len()))
 }
 
@@ -183,12 +215,12 @@ mod tests {
 
     #[test]
     fn a_forged_trace_is_refused_with_a_reason() {
-        assert!(accept_trace(b"not json")
-            .unwrap_err()
-            .contains("trace refused"));
-        assert!(accept_trace(br#"{"version":1,"handlers":[{"id":5,"fn":"f","kind":"function","params":[],"body":[]}]}"#)
-            .unwrap_err()
-            .contains("trace refused"));
+        let refused = |e: BuildError| {
+            matches!(e, BuildError::Refused(_)) && e.to_string().starts_with("trace refused: ")
+        };
+        assert!(refused(accept_trace(b"not json").unwrap_err()));
+        assert!(refused(accept_trace(br#"{"version":1,"handlers":[{"id":5,"fn":"f","kind":"function","params":[],"body":[]}]}"#)
+            .unwrap_err()));
         let ok = br#"{"version":1,"handlers":[{"id":0,"fn":"f","kind":"function","params":[],"body":[{"kind":"return","value":{"kind":"number","value":1}}]}]}"#;
         assert_eq!(accept_trace(ok).unwrap().1, 1);
     }

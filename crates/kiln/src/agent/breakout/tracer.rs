@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::revision::Breakout;
 use super::status::BreakoutMode;
-use super::trace::{accept_trace, compile, instrument};
+use super::trace::{accept_trace, compile, instrument, BuildError};
 use crate::agent::memory::make_room;
 use crate::agent::{Inner, InstanceState, StartError};
 use crate::agent::{Instance, InvokeOutcome, InvokeRequest};
@@ -106,7 +106,7 @@ impl Inner {
             Err(reason) => {
                 drop(slot);
                 self.let_tracer_go(instance);
-                breakout.set_ordinary(reason);
+                breakout.set_ordinary(reason.to_string());
             }
         }
         Some(outcome)
@@ -148,10 +148,10 @@ impl Inner {
                 }
                 let begin = Instant::now();
                 let module = compile(&trace, &config, &spec, engine?)?;
-                Ok::<_, String>((module, nodes, begin.elapsed()))
+                Ok::<_, BuildError>((module, nodes, begin.elapsed()))
             })
             .await
-            .unwrap_or_else(|e| Err(format!("compiling failed: {e}")));
+            .unwrap_or_else(|e| Err(BuildError::Task(e)));
             match built {
                 Ok(((loaded, module_bytes), nodes, took)) => {
                     let mut progress = breakout.progress.locked();
@@ -182,7 +182,7 @@ impl Inner {
                     breakout.progress.locked().status.retraces += 1;
                 }
                 Err(reason) => {
-                    breakout.set_ordinary(reason);
+                    breakout.set_ordinary(reason.to_string());
                     inner.end_tracing(&breakout).await;
                 }
             }
@@ -225,7 +225,7 @@ impl Inner {
                     progress.trace_spec = Some(Arc::new(trace_spec));
                 }
             }
-            Err(reason) => breakout.set_ordinary(reason),
+            Err(reason) => breakout.set_ordinary(reason.to_string()),
         });
     }
 

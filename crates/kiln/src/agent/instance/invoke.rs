@@ -53,6 +53,24 @@ async fn sync_sessions(
     Ok(())
 }
 
+/// Why a tracing instance gave no trace (BREAKOUT).
+#[derive(Debug, thiserror::Error)]
+pub enum DumpError {
+    #[error("the instance does not speak kiln's shim protocol")]
+    NotShim,
+    #[error("asking for the trace failed: {0}")]
+    Ask(#[source] FrameError),
+    #[error("the instance holds no tracing runtime")]
+    NoTracer,
+    #[error("the instance answered the trace request with another frame")]
+    OtherFrame,
+    #[error("no trace within {0:?}")]
+    TimedOut(Duration),
+    /// How it ended (an exit status or a signal).
+    #[error("the instance exited ({0})")]
+    Exited(String),
+}
+
 pub(super) fn error_json(error_type: &str, message: &str) -> Bytes {
     Bytes::from(serde_json::json!({ "errorType": error_type, "errorMessage": message }).to_string())
 }
@@ -364,13 +382,13 @@ impl Instance {
     /// The trace tree a tracing instance built so far (BREAKOUT), asked for between
     /// invocations. What it sends is untrusted: the caller validates it. The instance stays
     /// usable unless this fails.
-    pub async fn dump_trace(&mut self, timeout: Duration) -> Result<Bytes, String> {
+    pub async fn dump_trace(&mut self, timeout: Duration) -> Result<Bytes, DumpError> {
         let Transport::Shim(conn) = &mut self.transport else {
-            return Err("the instance does not speak kiln's shim protocol".into());
+            return Err(DumpError::NotShim);
         };
         conn.send(&Header::TraceDump, &[])
             .await
-            .map_err(|e| format!("asking for the trace failed: {e}"))?;
+            .map_err(DumpError::Ask)?;
         let deadline = Instant::now() + timeout;
         let mut output = Vec::new();
         let step = self.step(deadline, &mut output, None).await;
@@ -383,19 +401,17 @@ impl Instance {
             );
         }
         match step {
-            Step::Message(Message::Trace(body)) if body.is_empty() => {
-                Err("the instance holds no tracing runtime".into())
-            }
+            Step::Message(Message::Trace(body)) if body.is_empty() => Err(DumpError::NoTracer),
             Step::Message(Message::Trace(body)) => Ok(body),
             Step::Message(_) => {
                 self.kill();
-                Err("the instance answered the trace request with another frame".into())
+                Err(DumpError::OtherFrame)
             }
             Step::TimedOut => {
                 self.kill();
-                Err(format!("no trace within {timeout:?}"))
+                Err(DumpError::TimedOut(timeout))
             }
-            Step::Exited(code) => Err(format!("the instance exited ({})", exit_description(code))),
+            Step::Exited(code) => Err(DumpError::Exited(exit_description(code))),
         }
     }
 
