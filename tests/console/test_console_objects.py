@@ -185,6 +185,8 @@ def test_errors_say_what_was_wrong(kiln, console):
         (http.get(base + "/console-errors/object/details", params={"key": "missing"}, timeout=10), 404, "NoSuchKey"),
         (http.get(base + "/no-such-bucket-here/objects", timeout=10), 404, "NoSuchBucket"),
         (http.delete(base + "/console-errors", headers=csrf), 409, "BucketNotEmpty"),
+        # The bucket is there: kiln's API says so and leaves it (and its ACL) as it is.
+        (http.put(base + "/console-errors", headers=csrf), 409, "BucketAlreadyOwnedByYou"),
         (http.put(base + "/Not_A_Bucket", headers=csrf), 400, "InvalidParameterValueException"),
         (http.put(base + "/console-errors/object", params={"key": "y"}, data=b"y",
                   headers={**csrf, "x-amz-checksum-sha256": sha256_b64(b"z")}), 400, "BadDigest"),

@@ -296,6 +296,22 @@ impl ObjectBrowser {
 
     pub async fn create_bucket(&self, bucket: &str) -> Result<(), BrowseError> {
         check_bucket(bucket)?;
+        // Asked first: S3's CreateBucket answers 200 for one's own bucket in us-east-1 and
+        // resets its ACL, where kiln's API says the bucket is there (409) and changes nothing.
+        let head = HeadBucketInput {
+            bucket: bucket.to_string(),
+            ..Default::default()
+        };
+        if self
+            .call(head, http::Method::HEAD, |s3, r| s3.head_bucket(r))
+            .await
+            .is_ok()
+        {
+            return Err(BrowseError::Store(s3s::s3_error!(
+                BucketAlreadyOwnedByYou,
+                "Your previous request to create the named bucket succeeded and you already own it."
+            )));
+        }
         let input = CreateBucketInput {
             bucket: bucket.to_string(),
             ..Default::default()
