@@ -114,10 +114,16 @@ pub enum PlatformError {
     /// A warm-up invocation (1-based) ended the instance; its answer.
     #[error("warm-up invocation {round} ended the instance: {body}")]
     WarmUp { round: usize, body: String },
-    /// The function's init failed while a snapshot or a standby was being made; its answer
-    /// and what it logged.
+    /// The function's init failed while its snapshot was being made; its answer and what it
+    /// logged.
     #[error("init failed: {body}")]
     Init { body: String, log: String },
+    /// A runtime standby's shim failed to start; its answer and what it logged.
+    #[error("{body} {}", log.trim())]
+    StandbyInit { body: String, log: String },
+    /// The fork (its pid in the zygote's namespace) was not found in the zygote's cgroup.
+    #[error("fork {0} not found in the zygote's cgroup")]
+    ForkNotFound(i32),
     /// The instance did not become a fork server.
     #[error("the runtime did not become a fork server: {0}")]
     NoForkServer(#[source] Box<PlatformError>),

@@ -145,7 +145,7 @@ impl Inner {
             Ok(slot) => Instance::start_standby(&self.ctx, &standby_spec(&runtime), id, slot)
                 .await
                 .map_err(|e| match e {
-                    StartError::Function { body, log, .. } => PlatformError::Init {
+                    StartError::Function { body, log, .. } => PlatformError::StandbyInit {
                         body: String::from_utf8_lossy(&body).into_owned(),
                         log,
                     },

@@ -246,9 +246,7 @@ impl Zygote {
             Ok(Err(_)) => return Err(PlatformError::Gone("the zygote exited")),
             Err(_) => return Err(PlatformError::Gone("the zygote did not answer")),
         };
-        let pid = host_pid(&self.cgroup, ns_pid).ok_or(PlatformError::Gone(
-            "the fork was not found in the zygote's cgroup",
-        ))?;
+        let pid = host_pid(&self.cgroup, ns_pid).ok_or(PlatformError::ForkNotFound(ns_pid))?;
         // Before the first invocation reaches it: from here on, what it allocates is its own.
         cgroup
             .adopt(pid)

@@ -4,7 +4,7 @@ use std::io;
 
 use bytes::Bytes;
 use s3s::dto::*;
-use s3s::{s3_error, S3Request, S3Response, S3Result};
+use s3s::{s3_error, S3ErrorCode, S3Request, S3Response, S3Result};
 
 use super::acls::{bucket_is_public, check_anonymous, hide_from_anonymous, is_anonymous};
 use super::files::{read_all, stream_file};
@@ -240,7 +240,13 @@ impl LocalStore {
                 let row = match lookup(&meta, &bucket, &key, version.as_deref()) {
                     Ok(row) => row,
                     // A bucket anyone may list tells anyone what is not in it (404).
-                    Err(e) if anonymous && bucket_is_public(&meta, &bucket) => return Err(e),
+                    Err(e)
+                        if anonymous
+                            && *e.code() == S3ErrorCode::NoSuchKey
+                            && bucket_is_public(&meta, &bucket) =>
+                    {
+                        return Err(e)
+                    }
                     Err(e) => return Err(hide_from_anonymous(anonymous, e)),
                 };
                 check_anonymous(anonymous, row.attrs.acl.as_deref())?;
