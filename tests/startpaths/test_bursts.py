@@ -106,6 +106,29 @@ def test_node_standbys_are_sized_by_the_functions_recent_peak(kiln, tmp_path):
     assert [start_path(r) for r in reports] == ["hot"] * 3, reports
 
 
+def test_a_first_burst_onto_a_node_function_waits_for_hot_instances_not_coldest_starts(kiln, tmp_path):
+    # One standby and no history: the burst's other requests wait for the first of that
+    # instance freed and a standby made for them, rather than each booting Node on its own.
+    deploy_cli(kiln, tmp_path, "burst-first", "--warmup", "0", runtime=NODE_RUNTIME)
+    standbys(kiln, "burst-first", 1)
+    reports = burst(kiln, "burst-first", 6, seconds=0.05)
+    started = [start_path(r) for r in reports if "Init Duration" in r]
+    assert started and set(started) == {"hot"}, reports
+    # The burst's size is remembered: the next revision has a standby for each request.
+    revision = snapshot_of(kiln, "burst-first")["revision"] + 1
+    kiln.client().update_function_configuration(FunctionName="burst-first", Description="v2")
+
+    def made():
+        s = snapshot_of(kiln, "burst-first")
+        return s if s and s["revision"] == revision and s["state"] == "ready" \
+            and s.get("standbys_making") == 0 and s.get("standbys_ready") == s["standbys_target"] else None
+    status = wait_for(made, timeout=120, what="the standbys of the new revision")
+    assert status["standbys_target"] >= 6, status
+    reports = burst(kiln, "burst-first", 6, seconds=0.05)
+    started = [start_path(r) for r in reports if "Init Duration" in r]
+    assert started and set(started) == {"hot"}, reports
+
+
 def test_spares_are_let_go_as_the_peak_decays(fresh_kiln, tmp_path):
     server = fresh_kiln(extra_args=["--standby-window", "2"])
     deploy_cli(server, tmp_path, "burst-decay", "--warmup", "0")

@@ -2,7 +2,14 @@
 //! (an idle instance, its session's primary, a new instance, a place in the queue, or a
 //! throttle), and `acquire` carries it out; `release` gives an instance back after its
 //! invocation, to a waiting request or to its pool.
+//!
+//! A request that would start an instance on a slower path than the hot one, of a function
+//! whose standbys are made in the background (runtimes that cannot fork), waits instead for the
+//! first of an instance of its revision freed and a standby made for it, for at most
+//! [`START_PATIENCE`]: a burst onto a function with one standby is served by that one and the
+//! standbys made meanwhile, not by a coldest start per request (docs/start-paths.md).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
@@ -13,6 +20,11 @@ use super::state::State;
 use super::{pools, AgentError, Inner, Instance, InstanceState, Placement, RouteHints, Wake};
 use crate::function::SharedSpec;
 
+/// How long a request waits for an instance freed or a standby made for it before it starts
+/// one on a slower path itself: about what a coldest start of Node takes on a busy node, so
+/// that a request that waited in vain takes at most twice what it took before.
+const START_PATIENCE: Duration = Duration::from_secs(1);
+
 pub(super) enum Acquired {
     Warm(Box<Instance>),
     /// A slot was reserved for a new instance with this id.
@@ -21,7 +33,7 @@ pub(super) enum Acquired {
 
 impl Inner {
     pub(super) async fn acquire(
-        &self,
+        self: &Arc<Self>,
         spec: &SharedSpec,
         hints: &RouteHints,
         placement: Placement,
@@ -37,7 +49,12 @@ impl Inner {
             .memory_mb
             .filter(|&mb| mb < spec.memory_mb)
             .unwrap_or(spec.memory_mb);
+        // Whether it may still wait for a start made for it, and until when.
+        let mut patient = true;
+        let mut patient_until = None;
         loop {
+            // Set when it waits for a start made for it: how many wait so (it included).
+            let mut waiting_for_start = None;
             let (waiter, victims) = 'decide: {
                 let mut guard = self.state();
                 let state = &mut *guard;
@@ -141,6 +158,26 @@ impl Inner {
                         pool.waiters.push_back(tx);
                         (Some(rx), Vec::new())
                     }
+                    pools::Decision::Start
+                        if patient
+                            && placement == Placement::Any
+                            && session.is_none()
+                            && self.waits_for_made_ahead(state, spec, Instant::now()) =>
+                    {
+                        let pool = state
+                            .instances
+                            .pools
+                            .get_mut(&spec.function)
+                            .expect("pool exists");
+                        let (tx, rx) = oneshot::channel();
+                        pool.waiters.push_back(tx);
+                        // The burst's size, for the standbys made for it and the next one.
+                        let wanted = pool.live + pool.waiters.len();
+                        let window = self.config.standby_window;
+                        pool.demand.observe(Instant::now(), wanted, window);
+                        waiting_for_start = Some(pool.waiters.len());
+                        (Some(rx), Vec::new())
+                    }
                     pools::Decision::Start => {
                         let (victims, fits) =
                             make_room(state, u64::from(need), self.config.memory_budget_mb);
@@ -177,21 +214,43 @@ impl Inner {
             for victim in victims {
                 self.destroy_later(victim);
             }
-            let Some(waiter) = waiter else {
+            let Some(mut waiter) = waiter else {
                 return Err(AgentError::ThrottledNode);
             };
-            let mut waiter = waiter;
+            let mut patience = queue_timeout;
+            if let Some(waiting) = waiting_for_start {
+                self.refill_spare(spec);
+                let until = *patient_until.get_or_insert_with(|| Instant::now() + START_PATIENCE);
+                patience = patience.min(until.saturating_duration_since(Instant::now()));
+                // Standbys that cannot be made for it (the snapshot memory is full) leave it
+                // to start its own.
+                if !self.made_ahead_cover(spec, waiting) {
+                    patience = Duration::ZERO;
+                }
+            }
             let woken = tokio::select! {
+                biased;
                 woken = &mut waiter => woken,
-                _ = tokio::time::sleep(queue_timeout) => {
-                    // An instance sent just as we gave up must not be lost with the channel.
+                _ = tokio::time::sleep(patience) => {
                     waiter.close();
-                    if let Ok(Wake::Instance(instance)) = waiter.try_recv() {
-                        if let Some(back) = self.release(*instance, true) {
-                            self.destroy_later(back);
+                    match waiter.try_recv() {
+                        // Sent just as it gave up: it must not be lost with the channel.
+                        Ok(wake) if waiting_for_start.is_some() => Ok(wake),
+                        Ok(Wake::Instance(instance)) => {
+                            if let Some(back) = self.release(*instance, true) {
+                                self.destroy_later(back);
+                            }
+                            return Err(AgentError::ThrottledReserved);
+                        }
+                        _ if waiting_for_start.is_none() => {
+                            return Err(AgentError::ThrottledReserved)
+                        }
+                        // It starts one itself now.
+                        _ => {
+                            patient = false;
+                            Ok(Wake::Retry)
                         }
                     }
-                    return Err(AgentError::ThrottledReserved);
                 }
             };
             match woken {
@@ -212,6 +271,23 @@ impl Inner {
                 }
                 Ok(Wake::Retry) => continue,
                 Err(_) => return Err(AgentError::ShuttingDown),
+            }
+        }
+    }
+
+    /// Wakes a request of `spec`'s function that waits while the function may start an
+    /// instance (one waiting for a start made for it): a standby was made, or failed to be.
+    pub(super) fn offer_start(&self, spec: &SharedSpec) {
+        let mut state = self.state();
+        let Some(pool) = state.instances.pools.get_mut(&spec.function) else {
+            return;
+        };
+        if pool.live >= spec.max_instances as usize {
+            return;
+        }
+        while let Some(waiter) = pool.waiters.pop_front() {
+            if waiter.send(Wake::Retry).is_ok() {
+                return;
             }
         }
     }

@@ -251,6 +251,9 @@ impl Inner {
             if installed {
                 inner.refill_spare(&spec);
             }
+            if !can_fork {
+                inner.offer_start(&spec);
+            }
         });
     }
 }

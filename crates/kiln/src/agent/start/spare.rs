@@ -157,6 +157,64 @@ impl Inner {
         (target, target - usize::from(standby))
     }
 
+    /// Whether a request of `spec` that finds no idle instance and no hot start ready should
+    /// wait for the first of an instance of its revision freed (one is live) and a standby
+    /// made for it in the background, rather than start one on a slower path itself. Only
+    /// runtimes that cannot fork: a fork is hot on the spot. Not while the function's standbys
+    /// fail to be made, and not when nothing live could free.
+    pub(in crate::agent) fn waits_for_made_ahead(
+        &self,
+        state: &State,
+        spec: &SharedSpec,
+        now: Instant,
+    ) -> bool {
+        if spec.prebake.mode == PrebakeMode::Off
+            || state.ahead.newest.get(&spec.function) != Some(&spec.revision)
+            || self
+                .ctx
+                .runtimes
+                .get(&spec.runtime)
+                .is_none_or(|r| r.can_fork())
+        {
+            return false;
+        }
+        match state.ahead.zygotes.get(&spec.function) {
+            // Ready: the start takes it. Failed: standbys of this revision cannot be made.
+            Some(SnapshotSlot::Standby(i, _)) if i.spec.revision == spec.revision => return false,
+            Some(SnapshotSlot::Failed { revision, .. }) if *revision == spec.revision => {
+                return false
+            }
+            _ => {}
+        }
+        if let Some(spares) = state.ahead.spares.get(&spec.function) {
+            if spares.spec.revision == spec.revision
+                && (!spares.ready.is_empty() || spares.retry_at.is_some_and(|at| now < at))
+            {
+                return false;
+            }
+        }
+        state.instances.live.values().any(|live| {
+            live.pooled && live.revision == spec.revision && live.function == spec.function
+        })
+    }
+
+    /// Whether the standbys of `spec` ready or being made (its snapshot's among them) cover
+    /// `waiting` requests.
+    pub(in crate::agent) fn made_ahead_cover(&self, spec: &SharedSpec, waiting: usize) -> bool {
+        let state = self.state();
+        let building = matches!(
+            state.ahead.zygotes.get(&spec.function),
+            Some(SnapshotSlot::Building { revision, .. }) if *revision == spec.revision
+        );
+        let spares = state
+            .ahead
+            .spares
+            .get(&spec.function)
+            .filter(|s| s.spec.revision == spec.revision)
+            .map_or(0, |s| s.ready.len() + s.making.len());
+        spares + usize::from(building) >= waiting
+    }
+
     /// How `spec`'s spares are made now, if they can be: from its ready zygote, or by booting
     /// whole instances where its runtime cannot fork and its snapshot did not fail.
     fn maker(&self, spec: &SharedSpec) -> Option<Maker> {
@@ -312,6 +370,8 @@ impl Inner {
                 }
             }
         };
+        // A request waiting for a start takes this one, or (if it failed) starts its own.
+        self.offer_start(spec);
         if let Some(instance) = leftover {
             self.destroy_later(instance);
         }
