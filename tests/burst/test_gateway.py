@@ -320,6 +320,15 @@ def test_spill_sends_requests_over_the_limit_to_the_function(kiln, monolith, web
         assert status["Served"]["Function"] == by.count("function")
         metrics = requests.get(kiln.endpoint + "/metrics", timeout=10).text
         assert f'kiln_app_requests_total{{app="{name}",served_by="function"}}' in metrics
+        # Each answer's latency, by who served it: the function's took its invocation at least.
+        latency = {l["ServedBy"]: l for l in status["Latency"]}
+        function = latency["function"]
+        assert function["Count"] == by.count("function"), latency
+        assert 0 < function["P50Ms"] <= function["P99Ms"], latency
+        assert latency["monolith"]["Count"] >= by.count("monolith"), latency
+        count = f'kiln_app_request_duration_seconds_count{{app="{name}",served_by="function"}} {by.count("function")}'
+        assert count in metrics, metrics
+        assert f'kiln_app_request_duration_seconds_bucket{{app="{name}",served_by="function",le="+Inf"}}' in metrics
         assert metrics.rstrip().endswith("# EOF")
     finally:
         delete_app(kiln, name)

@@ -16,6 +16,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use crate::metrics::duration::DurationHistogram;
+
 use axum::body::Body;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -33,7 +35,9 @@ mod serve;
 mod status;
 mod warmup;
 
-pub use status::{AppStatus, DeclaredStatus, RouteView, ServedStatus, UpstreamStatus};
+pub use status::{
+    AppStatus, DeclaredStatus, LatencyStatus, RouteView, ServedStatus, UpstreamStatus,
+};
 
 /// The largest request body an offloaded request may have (a function URL's limit).
 pub const MAX_OFFLOAD_BODY: u64 = 6 * 1024 * 1024;
@@ -51,7 +55,13 @@ struct Served {
     fallback: AtomicU64,
     /// Answered by the gateway itself: an upstream unreachable, a request refused.
     gateway: AtomicU64,
+    /// The gateway's latency to each answer's head, by who served it (in [`SERVED_BY_KINDS`]'
+    /// order): a streamed body's own time is the client's.
+    latency: [DurationHistogram; 4],
 }
+
+/// Who may serve a request, as `X-Kiln-Served-By` and the series' `served_by` say it.
+pub const SERVED_BY_KINDS: [&str; 4] = ["monolith", "function", "fallback", "gateway"];
 
 pub struct Gateway {
     controller: Arc<Controller>,
@@ -210,6 +220,11 @@ impl Gateway {
                 fallback: self.served.fallback.load(Ordering::Relaxed),
                 gateway: self.served.gateway.load(Ordering::Relaxed),
             },
+            latency: SERVED_BY_KINDS
+                .iter()
+                .zip(&self.served.latency)
+                .map(|(by, h)| LatencyStatus::of(by, h.counts(), h.sum_seconds()))
+                .collect(),
         }
     }
 }

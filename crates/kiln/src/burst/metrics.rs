@@ -2,6 +2,7 @@
 //! app's database proxy.
 
 use super::gateway;
+use crate::metrics::duration;
 
 /// Appends the apps' series to an OpenMetrics exposition (before its `# EOF`).
 pub fn render_metrics(
@@ -34,6 +35,36 @@ pub fn render_metrics(
                 text,
                 "kiln_app_requests_total{{app=\"{}\",served_by=\"{by}\"}} {n}",
                 label(&a.name)
+            );
+        }
+    }
+    let _ = writeln!(
+        text,
+        "# HELP kiln_app_request_duration_seconds The gateway's latency from a request's arrival to its answer's head, by who served it."
+    );
+    let _ = writeln!(text, "# TYPE kiln_app_request_duration_seconds histogram");
+    for a in apps {
+        for l in &a.latency {
+            let labels = format!("app=\"{}\",served_by=\"{}\"", label(&a.name), l.served_by);
+            let mut cumulative = 0;
+            for (i, n) in l.counts.iter().enumerate() {
+                cumulative += n;
+                let le = duration::BOUNDS
+                    .get(i)
+                    .map_or("+Inf".to_string(), |b| b.to_string());
+                let _ = writeln!(
+                    text,
+                    "kiln_app_request_duration_seconds_bucket{{{labels},le=\"{le}\"}} {cumulative}"
+                );
+            }
+            let _ = writeln!(
+                text,
+                "kiln_app_request_duration_seconds_sum{{{labels}}} {}",
+                l.sum_seconds
+            );
+            let _ = writeln!(
+                text,
+                "kiln_app_request_duration_seconds_count{{{labels}}} {cumulative}"
             );
         }
     }

@@ -71,6 +71,11 @@ impl DurationHistogram {
             .fetch_add((seconds.max(0.0) * 1e9) as u64, Ordering::Relaxed);
     }
 
+    /// The sum of what was observed, in seconds.
+    pub fn sum_seconds(&self) -> f64 {
+        self.inner.sum_ns.load(Ordering::Relaxed) as f64 / 1e9
+    }
+
     /// What each bucket counted so far.
     pub fn counts(&self) -> Counts {
         std::array::from_fn(|i| self.inner.buckets[i].load(Ordering::Relaxed))
@@ -90,7 +95,7 @@ impl EncodeMetric for DurationHistogram {
             // prometheus-client writes `+Inf` for f64::MAX.
             .map(|(i, &n)| (BOUNDS.get(i).copied().unwrap_or(f64::MAX), n))
             .collect();
-        let sum = self.inner.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
+        let sum = self.sum_seconds();
         encoder.encode_histogram::<NoLabelSet>(sum, counts.iter().sum(), &buckets, None)
     }
 

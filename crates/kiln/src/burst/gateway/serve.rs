@@ -14,7 +14,7 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
 
-use super::{Gateway, FALLBACK_REASON, MAX_OFFLOAD_BODY, MAX_URI, SERVED_BY};
+use super::{Gateway, FALLBACK_REASON, MAX_OFFLOAD_BODY, MAX_URI, SERVED_BY, SERVED_BY_KINDS};
 use crate::burst::control::{Target, TICK};
 use crate::burst::profile::Eligibility;
 use crate::burst::shadow;
@@ -302,8 +302,26 @@ fn monotonic_second() -> u64 {
     START.get_or_init(Instant::now).elapsed().as_secs()
 }
 
+/// Every request the gateway answers, its latency recorded by who served it.
 async fn handle(
     State(gateway): State<Arc<Gateway>>,
+    peer: ConnectInfo<SocketAddr>,
+    request: Request,
+) -> Response {
+    let arrived = Instant::now();
+    let response = route(gateway.clone(), peer, request).await;
+    let by = response.headers().get(SERVED_BY).map(|v| v.as_bytes());
+    if let Some(i) = SERVED_BY_KINDS
+        .iter()
+        .position(|k| Some(k.as_bytes()) == by)
+    {
+        gateway.served.latency[i].observe(arrived.elapsed().as_secs_f64());
+    }
+    response
+}
+
+async fn route(
+    gateway: Arc<Gateway>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     request: Request,
 ) -> Response {

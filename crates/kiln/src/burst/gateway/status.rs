@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::burst::control::ControlStatus;
 use crate::burst::profile::RouteStats;
+use crate::metrics::duration::{self, Counts};
 
 /// A route as `kiln app routes` shows it.
 #[derive(Debug, Clone, Serialize)]
@@ -61,7 +62,39 @@ pub struct AppStatus {
     pub control: ControlStatus,
     pub upstreams: Vec<UpstreamStatus>,
     pub served: ServedStatus,
+    /// The gateway's latency by who served the request.
+    pub latency: Vec<LatencyStatus>,
     pub declared: DeclaredStatus,
+}
+
+/// The gateway's latency to the answers one kind of server gave (`served_by`), from the
+/// request's arrival to the answer's head, as percentiles of its histogram.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct LatencyStatus {
+    pub served_by: &'static str,
+    pub count: u64,
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    /// The histogram itself, for `/metrics`.
+    #[serde(skip)]
+    pub counts: Counts,
+    #[serde(skip)]
+    pub sum_seconds: f64,
+}
+
+impl LatencyStatus {
+    pub(super) fn of(served_by: &'static str, counts: Counts, sum_seconds: f64) -> Self {
+        let ms = |q| duration::quantile(&counts, q).map(|s| (s * 1e5).round() / 100.0);
+        Self {
+            served_by,
+            count: counts.iter().sum(),
+            p50_ms: ms(0.5),
+            p99_ms: ms(0.99),
+            counts,
+            sum_seconds,
+        }
+    }
 }
 
 /// What the function's framework declares, as last read (the candidates besides `--offload`).
