@@ -4,6 +4,8 @@
 #   bench/burst/run.sh          bursts of 4, 16 and 64, and of 16 after 620 s idle
 #                               (BURST_IDLE_S); writes bench/results/burst/burst.{md,json}
 #   bench/burst/run.sh --quick  bursts of 4 and 16 (results in bench/work/burst/)
+#   bench/burst/run.sh --runtimes node,provided   those runtimes only, bursts of 4, 16 and 64,
+#                               no idle phase; writes bench/results/burst/node-provided/
 #   BURST_KILN_ARGS="--warm-standbys 0" bench/burst/run.sh ...   extra `kiln up` flags
 #
 # Installs what it needs (the repo venv plus bench/requirements.txt), builds kiln (release) only
@@ -19,14 +21,20 @@ cd "$HERE/../.."
 ROOT=$PWD
 WORK=$ROOT/bench/work/burst
 QUICK=()
-for arg in "$@"; do
-    case $arg in
+RUNTIMES=()
+while [ $# -gt 0 ]; do
+    case $1 in
         --quick) QUICK=(--quick) ;;
-        -h | --help) sed -n '2,12p' "$SELF" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) echo "run.sh: unknown argument $arg (try --help)" >&2; exit 2 ;;
+        --runtimes) RUNTIMES=(--runtimes "${2:?--runtimes needs a list}"); shift ;;
+        -h | --help) sed -n '2,14p' "$SELF" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "run.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
     esac
+    shift
 done
-if [ ${#QUICK[@]} -eq 0 ]; then
+if [ ${#QUICK[@]} -eq 0 ] && [ ${#RUNTIMES[@]} -gt 0 ]; then
+    OUT=$ROOT/bench/results/burst/${RUNTIMES[1]//,/-}
+    IDLE=()
+elif [ ${#QUICK[@]} -eq 0 ]; then
     OUT=$ROOT/bench/results/burst
     # The idle phase: a burst of 16 again after this long without requests (past the idle TTL).
     IDLE=(--idle "${BURST_IDLE_S:-620}")
@@ -34,7 +42,7 @@ else
     OUT=$WORK
     IDLE=()
 fi
-COMMAND="bench/burst/run.sh${*:+ $*}"
+COMMAND="bench/burst/run.sh${QUICK[*]:+ ${QUICK[*]}}${RUNTIMES[*]:+ ${RUNTIMES[*]}}"
 say() { echo "[burst/run.sh $(date +%H:%M:%S)] $*"; }
 [ "$(id -u)" = 0 ] || { echo "run.sh: must run as root (kiln up creates sandboxes)" >&2; exit 1; }
 
@@ -95,7 +103,7 @@ say "kiln: $KILN_URL (pid $KILN_PID)"
 # In the background and waited for, so that a SIGTERM runs the trap at once (bash defers traps
 # during a foreground command); the trap stops the driver first.
 .venv/bin/python "$HERE/burst.py" --kiln "$KILN_URL" --pid "$KILN_PID" --data-dir "$KILN_DATA" \
-    --kiln-args "kiln up $KILN_ARGS" --work "$WORK" --out "$OUT" --command "$COMMAND" "${QUICK[@]}" "${IDLE[@]}" &
+    --kiln-args "kiln up $KILN_ARGS" --work "$WORK" --out "$OUT" --command "$COMMAND" "${QUICK[@]}" "${RUNTIMES[@]}" "${IDLE[@]}" &
 DRIVER=$!
 wait "$DRIVER"
 DRIVER=

@@ -96,13 +96,23 @@ impl RouteView {
     /// node has free (so that small differences, a spare fork here, move nothing).
     fn cold_target(&self, node: &str, function: &str, memory_mb: u32) -> Option<String> {
         if self.draining {
-            return self
+            // A peer whose load is not known yet (it has not published it, or a watch is being
+            // reset) is tried before a start here: the forward's placement refuses the queue,
+            // so a peer without room answers at once and the start falls back here.
+            let with_room = self
                 .peers
                 .keys()
                 .filter_map(|n| self.free_mb.get(n).map(|free| (n, *free)))
                 .filter(|(_, free)| *free >= u64::from(memory_mb))
                 .max_by_key(|(n, free)| (*free, rendezvous(function, n)))
                 .map(|(n, _)| n.clone());
+            return with_room.or_else(|| {
+                self.peers
+                    .keys()
+                    .filter(|n| !self.free_mb.contains_key(*n))
+                    .max_by_key(|n| rendezvous(function, n))
+                    .cloned()
+            });
         }
         let mut nodes: Vec<&str> = self.peers.keys().map(String::as_str).collect();
         nodes.push(node);
@@ -648,6 +658,10 @@ mod tests {
             v.route("a", "f", 1, 128, false).0,
             Route::Local("cold-local")
         );
+        // A peer whose load is not known yet is tried before a start here.
+        let mut v = view(&["b", "c"], &[], &[("a", 5000), ("b", 100)]);
+        v.draining = true;
+        assert_eq!(v.route("a", "f", 1, 128, false).0, Route::Cold("c".into()));
     }
 
     #[test]
