@@ -213,6 +213,11 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
             None
         }
     };
+    let tmp_disks = kiln_sandbox::TmpDisks::open(&data_dir.join("run/tmp"));
+    if let Err(e) = &tmp_disks {
+        eprintln!("kiln: a sandbox's /tmp is a tmpfs counted against its memory (no disks: {e})");
+    }
+    let tmp_disks = crate::agent::TmpDiskPool::new(tmp_disks);
     // Apps' databases, served inside their functions' sandboxes (burst offloading).
     let databases = crate::burst::database::Databases::new();
     let agent = LocalAgent::new(
@@ -230,6 +235,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
             wasm,
             objects: Some(s3.store.clone()),
             code_slots,
+            tmp_disks,
             replays: Default::default(),
         },
         AgentConfig {
