@@ -161,3 +161,14 @@ def test_no_loop_device_or_image_outlives_kiln(fresh_kiln):
     server.stop()
     wait_for(lambda: not loop_devices_of(server.data_dir), timeout=30, what="every disk to go at shutdown")
     assert not list(images.glob("*.img"))
+
+
+def test_without_disks_tmp_is_a_tmpfs_and_functions_still_start(fresh_kiln):
+    # What a host without loop devices gets (a container without /dev/loop-control), forced here.
+    server = fresh_kiln(extra_args=["--tmp-disks", "off"])
+    assert node_status(server)["tmp"].startswith("tmpfs"), node_status(server)["tmp"]
+    assert "/tmp is a tmpfs" in "".join(server.output)
+    deploy(server, "tmp-tmpfs")
+    assert call(server, "tmp-tmpfs", {"op": "mount"})["fstype"] == "tmpfs"
+    assert call(server, "tmp-tmpfs", {"op": "put", "name": "x"}) == "ok"
+    assert not loop_devices_of(server.data_dir)
