@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 pub use cgroup::{Cgroup, CgroupManager, Limits};
 pub use netns::NetNs;
 pub use slot::{CodeSlot, SlotDir};
-pub use tmpdisk::{backed_by_image_in, image_mb, TmpDisk, TmpDisks};
+pub use tmpdisk::{TmpDisk, TmpDisks};
 
 /// The argument that makes the kiln binary act as the sandbox helper.
 pub const HELPER_ARG: &str = "__sandbox";
@@ -159,7 +159,7 @@ pub fn spawn(spec: &SandboxSpec, fds: SpawnFds<'_>) -> Result<tokio::process::Ch
     // calls (fcntl, dup2, prctl) on descriptors that stay open in the parent until `spawn` returns.
     unsafe {
         command.pre_exec(move || {
-            // Move the descriptors out of the way first: one of them may already sit on 3 or 4.
+            // Move the descriptors out of the way first: one of them may already sit on 3, 4 or 5.
             let control = control.map(|fd| sys::dup_above(fd, 10)).transpose()?;
             let netns = netns.map(|fd| sys::dup_above(fd, 10)).transpose()?;
             let tmp = tmp.map(|fd| sys::dup_above(fd, 10)).transpose()?;

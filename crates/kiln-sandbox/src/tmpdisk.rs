@@ -30,13 +30,13 @@ const MKFS: &[&str] = &["/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4", "mkfs.ext4"];
 /// The size of the image for a `/tmp` of `size_mb`: ext4's own metadata (inode tables, bitmaps,
 /// group descriptors) takes about 10 MB plus 0.6 % of the image, and the function is owed its
 /// whole size, as on Lambda.
-pub fn image_mb(size_mb: u32) -> u64 {
+pub(crate) fn image_mb(size_mb: u32) -> u64 {
     u64::from(size_mb) + 16 + u64::from(size_mb) / 64
 }
 
 /// Whether a loop device whose `backing_file` (as `/sys/block/loopN/loop/backing_file` shows it,
 /// possibly ending in ` (deleted)`) is an image under `dir`.
-pub fn backed_by_image_in(backing_file: &str, dir: &Path) -> bool {
+pub(crate) fn backed_by_image_in(backing_file: &str, dir: &Path) -> bool {
     let file = backing_file.trim_end_matches('\n');
     let file = file.strip_suffix(" (deleted)").unwrap_or(file);
     let file = Path::new(file);
