@@ -67,18 +67,14 @@ def pool_miss(server, round):
 
 
 def zygote(server, name, round):
-    lam = server.client()
-    lam.update_function_configuration(FunctionName=name, Environment={"Variables": {"R": str(round)}})
-    revision = None
+    def snapshot():
+        return next((s for s in node_status(server)["snapshots"] if s["function"] == name), None)
+    old = snapshot()["revision"]
+    server.client().update_function_configuration(FunctionName=name, Environment={"Variables": {"R": str(round)}})
 
     def built():
-        snapshot = next((s for s in node_status(server)["snapshots"] if s["function"] == name), None)
-        nonlocal revision
-        if snapshot and snapshot["state"] == "ready" and snapshot["revision"] != revision and snapshot["build_ms"]:
-            return snapshot
-        return None
-    before = next((s for s in node_status(server)["snapshots"] if s["function"] == name), None)
-    revision = before["revision"] if before else None
+        s = snapshot()
+        return s if s and s["state"] == "ready" and s["revision"] != old else None
     return wait_for(built, timeout=60, interval=0.05, what="the zygote")["build_ms"]
 
 

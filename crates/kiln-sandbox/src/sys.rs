@@ -303,6 +303,13 @@ pub(crate) fn attach_read_only(source: &Path, target: &Path) -> io::Result<()> {
     .map(drop)
 }
 
+/// Runs the calling process at SCHED_IDLE: only on CPU time nothing else wants.
+pub(crate) fn set_idle_priority() -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a valid sched_param that outlives the call; pid 0 is the caller.
+    check(unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) }).map(drop)
+}
+
 // Loop devices (linux/loop.h; the libc crate does not carry them).
 const LOOP_CTL_GET_FREE: libc::c_ulong = 0x4C82;
 const LOOP_CONFIGURE: libc::c_ulong = 0x4C0A;

@@ -104,6 +104,8 @@ pub struct TmpDiskPool {
     fallback: Mutex<Option<String>>,
     state: Mutex<PoolState>,
     warned: AtomicBool,
+    /// Wakes the thread that makes disks (a pending wake-up is enough: it refills until done).
+    wake: Mutex<Option<std::sync::mpsc::SyncSender<()>>>,
 }
 
 impl TmpDiskPool {
@@ -113,12 +115,32 @@ impl TmpDiskPool {
             Ok(maker) => (Some(Arc::new(maker)), None),
             Err(e) => (None, Some(e.to_string())),
         };
-        Arc::new(Self {
+        let pool = Arc::new(Self {
             maker,
             fallback: Mutex::new(fallback),
             state: Mutex::default(),
             warned: AtomicBool::new(false),
-        })
+            wake: Mutex::new(None),
+        });
+        if let Some(maker) = pool.maker.clone() {
+            // A thread of its own, so that a start only sends it a wake-up; it holds the pool
+            // weakly and ends with it.
+            let (wake, woken) = std::sync::mpsc::sync_channel::<()>(1);
+            *pool.wake.locked() = Some(wake);
+            let weak = Arc::downgrade(&pool);
+            let spawned = std::thread::Builder::new()
+                .name("kiln-tmp-disks".into())
+                .spawn(move || {
+                    while woken.recv().is_ok() {
+                        let Some(pool) = weak.upgrade() else { return };
+                        pool.refill_loop(&maker);
+                    }
+                });
+            if let Err(e) = spawned {
+                tracing::warn!("no thread to make /tmp disks ahead: {e}");
+            }
+        }
+        pool
     }
 
     /// What `/tmp` is on this node, for `kiln status`: `disk`, or `tmpfs` and why.
@@ -130,7 +152,7 @@ impl TmpDiskPool {
     }
 
     /// A fresh disk of at least `size_mb` for a new sandbox, or None: `/tmp` is a tmpfs.
-    pub async fn take(self: &Arc<Self>, size_mb: u32) -> Option<TmpDisk> {
+    pub async fn take(&self, size_mb: u32) -> Option<TmpDisk> {
         let maker = self.maker.clone()?;
         let ready = {
             let mut state = self.state.locked();
@@ -141,7 +163,7 @@ impl TmpDiskPool {
         if ready.is_some() {
             return ready;
         }
-        let made = tokio::task::spawn_blocking(move || maker.make(size_mb)).await;
+        let made = tokio::task::spawn_blocking(move || maker.make(size_mb, false)).await;
         match made {
             Ok(Ok(disk)) => Some(disk),
             Ok(Err(e)) => {
@@ -163,10 +185,10 @@ impl TmpDiskPool {
     }
 
     /// Tops the pool up in the background and lets surplus disks go.
-    pub fn refill(self: &Arc<Self>) {
-        let Some(maker) = self.maker.clone() else {
+    pub fn refill(&self) {
+        if self.maker.is_none() {
             return;
-        };
+        }
         let (surplus, start) = {
             let mut state = self.state.locked();
             let now = Instant::now();
@@ -189,13 +211,14 @@ impl TmpDiskPool {
         // Unmounted outside the lock.
         drop(surplus);
         if start {
-            let pool = self.clone();
-            tokio::task::spawn_blocking(move || pool.refill_loop(&maker));
+            if let Some(wake) = &*self.wake.locked() {
+                let _ = wake.try_send(());
+            }
         }
     }
 
     /// Makes disks one at a time until the pool has what it wants.
-    fn refill_loop(self: &Arc<Self>, maker: &TmpDisks) {
+    fn refill_loop(&self, maker: &TmpDisks) {
         loop {
             let size = {
                 let mut state = self.state.locked();
@@ -213,7 +236,7 @@ impl TmpDiskPool {
                     }
                 }
             };
-            let made = maker.make(size);
+            let made = maker.make(size, true);
             let mut state = self.state.locked();
             if let Some(n) = state.making.get_mut(&size) {
                 *n -= 1;
