@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """What a disk-backed /tmp adds to a sandbox's start, side by side with a tmpfs /tmp.
 
-    KILN_BIN=target/debug/kiln .venv/bin/python bench/tmpdisk/run.py [--n 20] [--out FILE]
+    KILN_BIN=target/debug/kiln .venv/bin/python bench/tmpdisk/run.py [--n 20] [--pause 1.0]
 
 Starts two kilns (`--tmp-disks on` and `off`, no runtime standbys) and alternates between them,
-one start at a time, so that both see the same machine:
+one start at a time with a pause (`--pause`, 1 s) after each, so that both see the same machine
+and a start does not overlap the background work of the one before (the replaced instance's
+teardown, the pool's refill):
 
 - coldest: a Python NoOp with `KilnPrebake` off, one new revision (and so one coldest start) per
   round; its `Init Duration` from the REPORT line. The `on` kiln takes a disk from its pool.
@@ -87,9 +89,10 @@ def summary(values):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=20)
+    parser.add_argument("--pause", type=float, default=1.0)
     args = parser.parse_args()
     servers = {mode: Kiln(extra_args=["--tmp-disks", mode, "--warm-standbys", "0"]).start() for mode in ("on", "off")}
-    results = {case: {mode: [] for mode in servers} for case in ("coldest", "coldest, pool miss", "zygote build")}
+    results = {case: {mode: [] for mode in servers} for case in ("coldest", "zygote build", "coldest, pool miss")}
     try:
         for server in servers.values():
             create(server, "cold", "off")
@@ -97,12 +100,15 @@ def main():
             wait_for(lambda s=server: any(x["function"] == "zyg" and x["state"] == "ready"
                                           for x in node_status(s)["snapshots"]), timeout=60, what="first zygote")
         time.sleep(2)  # the pool fills after start
-        for round in range(args.n):
-            for mode, server in servers.items():
-                results["coldest"][mode].append(coldest(server, "cold", round))
-                results["coldest, pool miss"][mode].append(pool_miss(server, round))
-                results["zygote build"][mode].append(zygote(server, "zyg", round))
-                time.sleep(0.5)  # the pool's refill, which a start would not wait for
+        # One case at a time, the two kilns alternating, with a pause after each start for what
+        # follows it in the background (the replaced instance's teardown, the pool's refill).
+        for case, run in (("coldest", lambda s, r: coldest(s, "cold", r)),
+                          ("zygote build", lambda s, r: zygote(s, "zyg", r)),
+                          ("coldest, pool miss", pool_miss)):
+            for round in range(args.n):
+                for mode, server in servers.items():
+                    results[case][mode].append(run(server, round))
+                    time.sleep(args.pause)
     finally:
         for server in servers.values():
             server.cleanup()

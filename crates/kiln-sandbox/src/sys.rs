@@ -398,15 +398,18 @@ pub(crate) fn loop_clear(device: &std::fs::File) -> io::Result<()> {
 }
 
 // The new mount API's constants (linux/mount.h).
+const FSCONFIG_SET_FLAG: libc::c_uint = 0;
 const FSCONFIG_SET_STRING: libc::c_uint = 1;
 const FSCONFIG_CMD_CREATE: libc::c_uint = 6;
 
 /// Mounts the `fstype` file system on block device `source` as a detached mount (attached
 /// nowhere; it goes away when the last descriptor of it is closed, unless it was moved into a
-/// tree first), with the `MOUNT_ATTR_*` flags `attrs`.
+/// tree first), with the file system's boolean options `flags` and the `MOUNT_ATTR_*` flags
+/// `attrs`.
 pub(crate) fn mount_detached(
     fstype: &str,
     source: &Path,
+    flags: &[&std::ffi::CStr],
     attrs: u64,
 ) -> io::Result<std::os::fd::OwnedFd> {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -434,6 +437,20 @@ pub(crate) fn mount_detached(
             0,
         )
     } as libc::c_int)?;
+    for flag in flags {
+        // SAFETY: the key is a NUL-terminated string that outlives the call; a flag has no
+        // value (a null pointer, as documented).
+        check(unsafe {
+            libc::syscall(
+                libc::SYS_fsconfig,
+                context.as_raw_fd(),
+                FSCONFIG_SET_FLAG,
+                flag.as_ptr(),
+                std::ptr::null::<libc::c_void>(),
+                0,
+            )
+        } as libc::c_int)?;
+    }
     // SAFETY: FSCONFIG_CMD_CREATE takes no key or value (null pointers, as documented).
     check(unsafe {
         libc::syscall(
