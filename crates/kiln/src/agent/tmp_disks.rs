@@ -2,11 +2,12 @@
 //! `tmpdisk.rs`), taken from a pool made ahead of need so that a start pays no `mkfs`.
 //!
 //! The pool keeps disks of Lambda's default size (512 MB) always, and one of every other size a
-//! function asked for within the last [`REMEMBER`]. A start takes one and the pool is topped up
-//! in the background, one disk at a time; a start that finds none makes its own (an `mkfs`, about 50 ms). A
-//! disk is never handed out twice: each is formatted fresh, and goes with its sandbox. Where
-//! disks cannot be made (no loop devices, as in many containers) `/tmp` is a tmpfs counted
-//! against the instance's memory, as before, with a warning at start and in `kiln status`.
+//! function asked for within the last [`REMEMBER`]. A start takes one and wakes the pool's own
+//! thread, which tops it up one disk at a time; a start that finds none makes its own (an
+//! `mkfs`, about 50 ms). A disk is never handed out twice: each is formatted fresh, and goes
+//! with its sandbox. Where disks cannot be made (no loop devices, as in many containers) `/tmp`
+//! is a tmpfs counted against the instance's memory, as before, with a warning at start and in
+//! `kiln status`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
