@@ -19,6 +19,7 @@ mod root;
 pub mod seccomp;
 mod slot;
 mod sys;
+mod tmpdisk;
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
@@ -29,6 +30,7 @@ use serde::{Deserialize, Serialize};
 pub use cgroup::{Cgroup, CgroupManager, Limits};
 pub use netns::NetNs;
 pub use slot::{CodeSlot, SlotDir};
+pub use tmpdisk::{TmpDisk, TmpDisks};
 
 /// The argument that makes the kiln binary act as the sandbox helper.
 pub const HELPER_ARG: &str = "__sandbox";
@@ -36,6 +38,8 @@ const SPEC_ENV: &str = "KILN_SANDBOX_SPEC";
 /// The descriptor number of the control socket inside the sandbox.
 pub const CONTROL_FD: i32 = 3;
 const NETNS_FD: i32 = 4;
+/// The descriptor of the detached mount that becomes `/tmp` (a [`TmpDisk`]), until it is moved.
+pub(crate) const TMP_FD: i32 = 5;
 /// Exit code of the helper when the sandbox could not be set up.
 pub const SETUP_FAILED: i32 = 125;
 
@@ -100,7 +104,11 @@ pub struct SandboxSpec {
     pub root: PathBuf,
     pub mounts: Vec<Mount>,
     pub files: Vec<File>,
+    /// The size of a tmpfs `/tmp`; unused when `tmp_disk` is set.
     pub tmp_size_mb: u64,
+    /// `/tmp` is the [`TmpDisk`] passed in [`SpawnFds::tmp`], not a tmpfs.
+    #[serde(default)]
+    pub tmp_disk: bool,
     pub hostname: String,
     pub uid: u32,
     pub gid: u32,
@@ -123,6 +131,8 @@ pub struct SpawnFds<'a> {
     pub control: Option<OwnedFd>,
     /// The network namespace to join; `None` keeps the host's network.
     pub netns: Option<&'a NetNs>,
+    /// The file system to move onto `/tmp` (with [`SandboxSpec::tmp_disk`]).
+    pub tmp: Option<&'a TmpDisk>,
 }
 
 /// Starts a sandbox. The returned child is the helper: it exits with the runtime's exit code (or
@@ -135,6 +145,7 @@ pub fn spawn(spec: &SandboxSpec, fds: SpawnFds<'_>) -> Result<tokio::process::Ch
         .map_err(|e| SandboxError::Os("dup output", e))?;
     let control = fds.control.as_ref().map(|fd| fd.as_raw_fd());
     let netns = fds.netns.map(|ns| ns.as_fd_raw());
+    let tmp = fds.tmp.map(TmpDisk::raw_fd);
     let mut command = tokio::process::Command::new("/proc/self/exe");
     command
         .arg(HELPER_ARG)
@@ -148,14 +159,18 @@ pub fn spawn(spec: &SandboxSpec, fds: SpawnFds<'_>) -> Result<tokio::process::Ch
     // calls (fcntl, dup2, prctl) on descriptors that stay open in the parent until `spawn` returns.
     unsafe {
         command.pre_exec(move || {
-            // Move the descriptors out of the way first: one of them may already sit on 3 or 4.
+            // Move the descriptors out of the way first: one of them may already sit on 3, 4 or 5.
             let control = control.map(|fd| sys::dup_above(fd, 10)).transpose()?;
             let netns = netns.map(|fd| sys::dup_above(fd, 10)).transpose()?;
+            let tmp = tmp.map(|fd| sys::dup_above(fd, 10)).transpose()?;
             if let Some(fd) = control {
                 sys::dup2(fd, CONTROL_FD)?;
             }
             if let Some(fd) = netns {
                 sys::dup2(fd, NETNS_FD)?;
+            }
+            if let Some(fd) = tmp {
+                sys::dup2(fd, TMP_FD)?;
             }
             // The helper (and through it the sandbox) must not outlive the agent.
             sys::set_parent_death_signal(libc::SIGKILL)
@@ -213,8 +228,11 @@ fn helper() -> Result<i32, SandboxError> {
         sys::Fork::Child => init(&spec, &filters),
         sys::Fork::Parent(pid) => {
             // Only the sandbox may hold the control socket, so that its end of file means the
-            // runtime is gone.
+            // runtime is gone; /tmp is the sandbox's too.
             sys::close(CONTROL_FD);
+            if spec.tmp_disk {
+                sys::close(TMP_FD);
+            }
             let (_, status) =
                 sys::waitpid(pid).map_err(|e| SandboxError::Os("wait for the sandbox", e))?;
             Ok(sys::exit_code(status))

@@ -2,7 +2,7 @@
 //!
 //! The root is a small tmpfs holding mount points: read-only bind mounts of what the runtime
 //! needs, the function's code, a fresh /proc of the sandbox's PID namespace, a minimal /dev and a
-//! size-limited writable /tmp. After `pivot_root` the host's tree is detached and the root itself
+//! size-limited writable /tmp: a disk of its own (`tmpdisk.rs`), or a tmpfs where there is none. After `pivot_root` the host's tree is detached and the root itself
 //! is made read-only.
 
 use std::fs;
@@ -181,11 +181,19 @@ pub(crate) fn assemble(spec: &SandboxSpec) -> Result<(), SandboxError> {
 
     let tmp = at(root, Path::new("/tmp"));
     mount_point(&tmp, true)?;
-    tmpfs(
-        &tmp,
-        &format!("size={}m,mode=1777", spec.tmp_size_mb),
-        libc::MS_NODEV,
-    )?;
+    if spec.tmp_disk {
+        step(
+            || "move the /tmp disk into place".into(),
+            sys::move_mount_fd(crate::TMP_FD, &tmp),
+        )?;
+        sys::close(crate::TMP_FD);
+    } else {
+        tmpfs(
+            &tmp,
+            &format!("size={}m,mode=1777", spec.tmp_size_mb),
+            libc::MS_NODEV,
+        )?;
+    }
 
     for file in &spec.files {
         let target = at(root, &file.path);

@@ -302,3 +302,196 @@ pub(crate) fn attach_read_only(source: &Path, target: &Path) -> io::Result<()> {
     } as libc::c_int)
     .map(drop)
 }
+
+/// Runs the calling process at SCHED_IDLE: only on CPU time nothing else wants.
+pub(crate) fn set_idle_priority() -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a valid sched_param that outlives the call; pid 0 is the caller.
+    check(unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) }).map(drop)
+}
+
+// Loop devices (linux/loop.h; the libc crate does not carry them).
+const LOOP_CTL_GET_FREE: libc::c_ulong = 0x4C82;
+const LOOP_CONFIGURE: libc::c_ulong = 0x4C0A;
+const LOOP_CLR_FD: libc::c_ulong = 0x4C01;
+pub(crate) const LO_FLAGS_AUTOCLEAR: u32 = 4;
+pub(crate) const LO_FLAGS_DIRECT_IO: u32 = 16;
+
+/// `struct loop_info64`.
+#[repr(C)]
+struct LoopInfo64 {
+    lo_device: u64,
+    lo_inode: u64,
+    lo_rdevice: u64,
+    lo_offset: u64,
+    lo_sizelimit: u64,
+    lo_number: u32,
+    lo_encrypt_type: u32,
+    lo_encrypt_key_size: u32,
+    lo_flags: u32,
+    lo_file_name: [u8; 64],
+    lo_crypt_name: [u8; 64],
+    lo_encrypt_key: [u8; 32],
+    lo_init: [u64; 2],
+}
+
+/// `struct loop_config`.
+#[repr(C)]
+struct LoopConfig {
+    fd: u32,
+    block_size: u32,
+    info: LoopInfo64,
+    reserved: [u64; 8],
+}
+
+/// The number of a free loop device (allocating one if none is free).
+pub(crate) fn loop_get_free(control: &std::fs::File) -> io::Result<u32> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: LOOP_CTL_GET_FREE takes no argument and returns a device number or -1.
+    check(unsafe { libc::ioctl(control.as_raw_fd(), LOOP_CTL_GET_FREE) }).map(|n| n as u32)
+}
+
+/// Attaches `backing` to the loop device open as `device`, with `flags` (`LO_FLAGS_*`).
+pub(crate) fn loop_configure(
+    device: &std::fs::File,
+    backing: &std::fs::File,
+    flags: u32,
+) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let config = LoopConfig {
+        fd: backing.as_raw_fd() as u32,
+        block_size: 0,
+        info: LoopInfo64 {
+            lo_device: 0,
+            lo_inode: 0,
+            lo_rdevice: 0,
+            lo_offset: 0,
+            lo_sizelimit: 0,
+            lo_number: 0,
+            lo_encrypt_type: 0,
+            lo_encrypt_key_size: 0,
+            lo_flags: flags,
+            lo_file_name: [0; 64],
+            lo_crypt_name: [0; 64],
+            lo_encrypt_key: [0; 32],
+            lo_init: [0; 2],
+        },
+        reserved: [0; 8],
+    };
+    // SAFETY: `config` is a fully initialised `struct loop_config` that outlives the call; the
+    // kernel only reads it. Both descriptors are open for the duration of the call.
+    check(unsafe {
+        libc::ioctl(
+            device.as_raw_fd(),
+            LOOP_CONFIGURE,
+            &config as *const LoopConfig,
+        )
+    })
+    .map(drop)
+}
+
+/// Detaches the loop device open as `device` (at its last close, if it is still in use).
+pub(crate) fn loop_clear(device: &std::fs::File) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: LOOP_CLR_FD takes no argument.
+    check(unsafe { libc::ioctl(device.as_raw_fd(), LOOP_CLR_FD, 0) }).map(drop)
+}
+
+// The new mount API's constants (linux/mount.h).
+const FSCONFIG_SET_FLAG: libc::c_uint = 0;
+const FSCONFIG_SET_STRING: libc::c_uint = 1;
+const FSCONFIG_CMD_CREATE: libc::c_uint = 6;
+
+/// Mounts the `fstype` file system on block device `source` as a detached mount (attached
+/// nowhere; it goes away when the last descriptor of it is closed, unless it was moved into a
+/// tree first), with the file system's boolean options `flags` and the `MOUNT_ATTR_*` flags
+/// `attrs`.
+pub(crate) fn mount_detached(
+    fstype: &str,
+    source: &Path,
+    flags: &[&std::ffi::CStr],
+    attrs: u64,
+) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let fstype = CString::new(fstype).expect("static fs type");
+    let source = cstring(source)?;
+    let key = c"source";
+    // SAFETY: fsopen(2) reads the NUL-terminated name and returns a new descriptor or -1.
+    let fd = check(unsafe {
+        libc::syscall(
+            libc::SYS_fsopen,
+            fstype.as_ptr(),
+            libc::FSOPEN_CLOEXEC as libc::c_uint,
+        )
+    } as libc::c_int)?;
+    // SAFETY: `fd` was just returned by fsopen and is owned by nobody else.
+    let context = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: key and value are NUL-terminated strings that outlive the call.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            context.as_raw_fd(),
+            FSCONFIG_SET_STRING,
+            key.as_ptr(),
+            source.as_ptr(),
+            0,
+        )
+    } as libc::c_int)?;
+    for flag in flags {
+        // SAFETY: the key is a NUL-terminated string that outlives the call; a flag has no
+        // value (a null pointer, as documented).
+        check(unsafe {
+            libc::syscall(
+                libc::SYS_fsconfig,
+                context.as_raw_fd(),
+                FSCONFIG_SET_FLAG,
+                flag.as_ptr(),
+                std::ptr::null::<libc::c_void>(),
+                0,
+            )
+        } as libc::c_int)?;
+    }
+    // SAFETY: FSCONFIG_CMD_CREATE takes no key or value (null pointers, as documented).
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            context.as_raw_fd(),
+            FSCONFIG_CMD_CREATE,
+            std::ptr::null::<libc::c_char>(),
+            std::ptr::null::<libc::c_void>(),
+            0,
+        )
+    } as libc::c_int)?;
+    // SAFETY: fsmount(2) takes the context descriptor and plain flags; it returns a new
+    // descriptor of the mount or -1.
+    let fd = check(unsafe {
+        libc::syscall(
+            libc::SYS_fsmount,
+            context.as_raw_fd(),
+            libc::FSMOUNT_CLOEXEC as libc::c_uint,
+            attrs as libc::c_uint,
+        )
+    } as libc::c_int)?;
+    // SAFETY: `fd` was just returned by fsmount and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Moves the detached mount behind descriptor `mount` onto `target` in the calling process's
+/// mount namespace.
+pub(crate) fn move_mount_fd(mount: libc::c_int, target: &Path) -> io::Result<()> {
+    let target = cstring(target)?;
+    let empty = c"";
+    // SAFETY: both paths are NUL-terminated and outlive the call; MOVE_MOUNT_F_EMPTY_PATH makes
+    // the empty source path name the mount behind `mount`.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            mount,
+            empty.as_ptr(),
+            libc::AT_FDCWD,
+            target.as_ptr(),
+            libc::MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    } as libc::c_int)
+    .map(drop)
+}

@@ -74,6 +74,11 @@ struct UpArgs {
     /// on the host: `on` or `off`.
     #[arg(long, default_value = "on", value_parser = ["on", "off"])]
     cgroup_favordynmods: String,
+    /// Give each sandbox a `/tmp` of its function's EphemeralStorage size on the data disk (an
+    /// ext4 image on a loop device, made ahead), so that files in /tmp are not memory: `on` or
+    /// `off` (a tmpfs counted against the instance's memory, as where loop devices are missing).
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    tmp_disks: String,
     /// A cgroup, as a path under the cgroup mount (e.g. `kiln/node-1`), to put kiln itself and
     /// all its instances under: the limits an operator sets on it (a CPU quota, memory) cover
     /// the node as a whole. Created if missing.
@@ -300,6 +305,7 @@ fn main() {
                 warm_standbys: args.warm_standbys,
                 max_standbys: args.max_standbys as usize,
                 favor_dynamic_moves: args.cgroup_favordynmods == "on",
+                tmp_disks: args.tmp_disks == "on",
                 cgroup_parent: args.cgroup_parent,
                 standby_window: Duration::from_secs(args.standby_window),
                 prediction: kiln::predict::PredictorConfig {

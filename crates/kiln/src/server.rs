@@ -38,6 +38,8 @@ pub struct ServerConfig {
     /// Turn the kernel's `favordynmods` on, so that moving a process into its cgroup (every
     /// start, every fork) does not wait for an RCU grace period.
     pub favor_dynamic_moves: bool,
+    /// Give each sandbox a disk of its own as `/tmp` (else a tmpfs counted against memory).
+    pub tmp_disks: bool,
     /// The cgroup kiln and its instances go under (`--cgroup-parent`), relative to the mount.
     pub cgroup_parent: Option<String>,
     /// The most instances made ahead of demand per function (standbys, spare forks).
@@ -213,6 +215,15 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
             None
         }
     };
+    let tmp_disks = if config.tmp_disks {
+        kiln_sandbox::TmpDisks::open(&data_dir.join("run/tmp"))
+    } else {
+        Err(std::io::Error::other("--tmp-disks off"))
+    };
+    if let Err(e) = &tmp_disks {
+        eprintln!("kiln: a sandbox's /tmp is a tmpfs counted against its memory (no disks: {e})");
+    }
+    let tmp_disks = crate::agent::TmpDiskPool::new(tmp_disks);
     // Apps' databases, served inside their functions' sandboxes (burst offloading).
     let databases = crate::burst::database::Databases::new();
     let agent = LocalAgent::new(
@@ -230,6 +241,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
             wasm,
             objects: Some(s3.store.clone()),
             code_slots,
+            tmp_disks,
             replays: Default::default(),
         },
         AgentConfig {

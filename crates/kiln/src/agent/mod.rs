@@ -20,6 +20,7 @@ mod spawner;
 mod start;
 mod state;
 mod status;
+mod tmp_disks;
 mod wasm;
 mod wire;
 
@@ -42,6 +43,7 @@ pub use preparations::{Prepared, Preparing};
 pub use routing::{ClosestMemory, RoutingPolicy, WarmFirst};
 pub use sessions::SessionStatus;
 pub use status::{InstanceStatus, MemorySharing, NodeStatus, SnapshotStatus};
+pub use tmp_disks::TmpDiskPool;
 pub use wasm::{cache_dir as wasm_cache_dir, WasmHost};
 
 use invoke::outcome;
@@ -108,6 +110,7 @@ impl LocalAgent {
                 rebuilding: Mutex::default(),
             }),
         };
+        agent.inner.ctx.tmp_disks.refill();
         agent.inner.refill_standbys();
         let reaper = Arc::downgrade(&agent.inner);
         tokio::spawn(async move {
@@ -124,6 +127,7 @@ impl LocalAgent {
                 }
                 inner.reap_idle_tracers(now);
                 inner.rebalance_spares();
+                inner.ctx.tmp_disks.refill();
                 if now.duration_since(touched) >= SESSION_TOUCH_INTERVAL {
                     inner.state().sessions.touch_used(touched);
                     touched = now;

@@ -264,6 +264,8 @@ pub struct AgentContext {
     pub objects: Option<crate::objects::ObjectStore>,
     /// Where warm standbys get their code (None: mounts could not be prepared, no warm path).
     pub code_slots: Option<kiln_sandbox::SlotDir>,
+    /// Sandboxes' `/tmp` disks, made ahead.
+    pub tmp_disks: Arc<super::TmpDiskPool>,
     /// Real requests that warm-ups replay, per function (see [`NodeAgent::warm_with`]).
     pub replays: Replays,
 }

@@ -42,6 +42,7 @@ pub(super) async fn spawn(
     output: OwnedFd,
     control: Option<OwnedFd>,
     netns: Option<NetNs>,
+    tmp: Option<kiln_sandbox::TmpDisk>,
 ) -> (Result<tokio::process::Child, SandboxError>, Option<NetNs>) {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let job: Job = Box::new(move || {
@@ -51,8 +52,12 @@ pub(super) async fn spawn(
                 output,
                 control,
                 netns: netns.as_ref(),
+                tmp: tmp.as_ref(),
             },
         );
+        // The helper holds its own descriptor of the disk; the sandbox's mount namespace holds
+        // the disk once it is moved onto /tmp.
+        drop(tmp);
         let _ = tx.send((child, netns));
     });
     if jobs().send(job).is_err() {

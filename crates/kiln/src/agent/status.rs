@@ -145,6 +145,9 @@ pub struct NodeStatus {
     pub snapshot_disk_bytes: u64,
     pub cgroup_version: String,
     pub runtimes: Vec<String>,
+    /// What sandboxes' `/tmp` is: `disk`, or `tmpfs (…why)` where disks cannot be made.
+    #[serde(default)]
+    pub tmp: String,
     /// BREAKOUT's fast paths of the node's functions.
     #[serde(default)]
     pub breakout: Vec<super::BreakoutStatus>,
@@ -277,6 +280,7 @@ impl Inner {
             snapshot_disk_bytes,
             cgroup_version: self.ctx.cgroups.version().to_string(),
             runtimes: self.ctx.runtimes.names(),
+            tmp: self.ctx.tmp_disks.describe(),
             breakout,
         }
     }

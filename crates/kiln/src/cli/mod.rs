@@ -447,10 +447,11 @@ fn status(client: &Client, json_output: bool) -> anyhow::Result<i32> {
     }
     let node = &status["node"];
     println!(
-        "memory booked {} of {} MB, cgroups {}, async queue {}",
+        "memory booked {} of {} MB, cgroups {}, /tmp {}, async queue {}",
         node["memory_reserved_mb"],
         node["memory_budget_mb"],
         node["cgroup_version"].as_str().unwrap_or(""),
+        node["tmp"].as_str().unwrap_or(""),
         status["asyncQueueDepth"]
     );
     println!(

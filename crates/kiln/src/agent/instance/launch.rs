@@ -77,6 +77,8 @@ impl Instance {
             )
             .into());
         }
+        // From the pool made ahead; a new disk (an mkfs) only when the pool has none of the size.
+        let tmp = ctx.tmp_disks.take(spec.tmp_mb).await;
         let cgroup = Arc::new(
             ctx.cgroups
                 .create(&format!("i{id}"), limits_at(spec, priority))
@@ -159,6 +161,7 @@ impl Instance {
                 File { path: PathBuf::from("/etc/hostname"), contents: "sandbox\n".into(), mode: 0o644 },
             ],
             tmp_size_mb: u64::from(spec.tmp_mb),
+            tmp_disk: tmp.is_some(),
             hostname: "sandbox".into(),
             uid,
             gid: uid,
@@ -169,7 +172,8 @@ impl Instance {
             nofile: 1024,
             seccomp: true,
         };
-        let (process, netns) = crate::agent::spawner::spawn(sandbox, out_fd, control, netns).await;
+        let (process, netns) =
+            crate::agent::spawner::spawn(sandbox, out_fd, control, netns, tmp).await;
         let process = process.map_err(|e| {
             let _ = cgroup.remove();
             PlatformError::os("sandbox", e)

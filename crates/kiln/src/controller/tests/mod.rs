@@ -108,6 +108,7 @@ impl NodeAgent for FakeAgent {
             snapshot_disk_bytes: 0,
             cgroup_version: "none".into(),
             runtimes: vec![RUNTIME.into()],
+            tmp: "disk".into(),
             breakout: Vec::new(),
         }
     }
