@@ -17,7 +17,8 @@ import pytest
 import requests
 
 from kiln_harness import PYTHON_RUNTIME, zip_files
-from s3_harness import VENV_BIN, bucket, error_code, s3, s3_client, s3_endpoint, send, signed_request
+from s3_harness import (VENV_BIN, StoreOnlyKiln, bucket, error_code, s3, s3_client, s3_endpoint, send,
+                        signed_request)
 
 ROLE = "arn:aws:iam::000000000000:role/test"
 DEADLINE = 120
@@ -303,6 +304,21 @@ def test_a_versioned_bucket_reports_the_delete_marker(kiln, s3, bucket, recorder
     assert by_event["ObjectRemoved:Delete"]["versionId"] == put["VersionId"]
 
 
+def test_a_browser_upload_sends_object_created_post(kiln, s3, bucket, recorder):
+    arn = create_recorder(kiln, recorder)
+    configure(s3, bucket, lambda_config(arn, ["s3:ObjectCreated:Post"]))
+    post = s3.generate_presigned_post(bucket, "uploads/${filename}")
+    response = requests.post(post["url"], data=post["fields"],
+                             files={"file": ("form file.txt", b"from a form")}, timeout=30)
+    assert response.status_code == 204, response.text
+    # A PUT is another event type: not configured here.
+    s3.put_object(Bucket=bucket, Key="uploads/put.txt", Body=b"x")
+    (record,) = recorder.wait(bucket, 1, "the form upload's event")
+    assert record["eventName"] == "ObjectCreated:Post"
+    assert record["s3"]["object"]["key"] == "uploads/form+file.txt"
+    assert record["s3"]["object"]["size"] == len(b"from a form")
+
+
 def test_a_deleted_bucket_takes_its_configuration_along(kiln, s3, recorder):
     arn = create_recorder(kiln, recorder)
     name = f"t-{uuid.uuid4().hex[:12]}"
@@ -352,3 +368,45 @@ def test_an_acknowledged_write_is_delivered_after_kill_9(fresh_kiln, recorder):
     restarted.client().delete_function_concurrency(FunctionName=function)
     records = recorder.wait(name, len(keys), "every acknowledged write's event")
     assert sorted({r["s3"]["object"]["key"] for r in records}) == keys
+
+
+# --- the object cache and remote mode ----------------------------------------------------------
+
+
+@pytest.fixture
+def remote_store():
+    store = StoreOnlyKiln().start()
+    yield store
+    store.cleanup()
+
+
+@pytest.mark.parametrize("mode", ["cache", "remote", "remote-cached"])
+def test_writes_through_the_cache_and_in_remote_mode_send_events(fresh_kiln, recorder, request, mode):
+    if mode == "cache":
+        args = ["--object-cache", "on"]
+    else:
+        store = request.getfixturevalue("remote_store")
+        args = ["--object-cache", "on" if mode == "remote-cached" else "off",
+                "--s3-backend", store.endpoint,
+                "--s3-backend-access-key", store.access_key, "--s3-backend-secret-key", store.secret_key]
+    server = fresh_kiln(extra_args=args)
+    arn = create_recorder(server, recorder)
+    s3 = s3_client(server)
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=name)
+    configure(s3, name, lambda_config(arn, ["s3:ObjectCreated:*"], prefix="in/", id="made"),
+              lambda_config(arn, ["s3:ObjectRemoved:*"], prefix="in/", id="gone"))
+    put = s3.put_object(Bucket=name, Key="in/one", Body=b"first")
+    s3.put_object(Bucket=name, Key="out/none", Body=b"skipped")
+    s3.copy_object(Bucket=name, Key="in/two", CopySource={"Bucket": name, "Key": "in/one"})
+    s3.delete_object(Bucket=name, Key="in/one")
+    records = recorder.wait(name, 3, f"the events of writes ({mode})")
+    assert sorted((r["eventName"], r["s3"]["object"]["key"]) for r in records) == [
+        ("ObjectCreated:Copy", "in/two"), ("ObjectCreated:Put", "in/one"), ("ObjectRemoved:Delete", "in/one")]
+    created = {r["s3"]["object"]["key"]: r["s3"]["object"] for r in records if r["s3"]["configurationId"] == "made"}
+    assert created["in/one"]["eTag"] == put["ETag"].strip('"') and created["in/one"]["size"] == 5
+    assert created["in/two"]["size"] == 5
+    # The configuration is kiln's, kept across a restart, in remote mode too.
+    server.restart()
+    kept = s3_client(server).get_bucket_notification_configuration(Bucket=name)["LambdaFunctionConfigurations"]
+    assert sorted(c["Id"] for c in kept) == ["gone", "made"]
