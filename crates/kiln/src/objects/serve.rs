@@ -395,12 +395,14 @@ pub(crate) fn serve_tagged(
             let owner = Arc::new(std::sync::Mutex::new(None::<u32>));
             let handler = service_fn(move |mut req: hyper::Request<Incoming>| {
                 req.extensions_mut().insert(scope.clone());
-                // The ids a write's event notification repeats.
                 let request_number = request_number();
-                req.extensions_mut().insert(super::notify::Origin {
-                    request_id: request_number,
-                    source_ip: peer.ip(),
-                });
+                // The ids a write's event notification repeats (reads need none).
+                if !matches!(*req.method(), http::Method::GET | http::Method::HEAD) {
+                    req.extensions_mut().insert(super::notify::Origin {
+                        request_id: request_number,
+                        source_ip: peer.ip(),
+                    });
+                }
                 let mut contained = None;
                 let mut ledger = None;
                 if let Some(slot) = &slot {
