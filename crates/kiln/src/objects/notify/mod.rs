@@ -199,3 +199,6 @@ impl Notifier {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
