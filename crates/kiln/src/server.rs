@@ -313,6 +313,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
         },
         agent.clone(),
     )?;
+    s3.store.notify_to(controller.clone());
     if config.demo {
         deploy_demo(&controller).await?;
     }

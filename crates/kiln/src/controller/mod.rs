@@ -12,6 +12,7 @@
 //! holds what it asks of the node and reports about it, [`errors`] what a call can fail with.
 
 mod aliases;
+mod bucket_events;
 mod cache;
 pub mod code;
 mod config;

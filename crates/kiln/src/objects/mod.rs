@@ -26,6 +26,7 @@ pub mod keys;
 pub mod listing;
 mod local;
 pub mod media;
+pub mod notify;
 pub(crate) mod peer;
 mod post_form;
 pub mod profile;
@@ -66,6 +67,9 @@ pub enum ObjectStoreError {
     /// the object metadata database could not be opened
     #[error("object store metadata ({0}): {1}")]
     Database(PathBuf, String),
+    /// the buckets' notification configurations could not be read
+    #[error("{0}")]
+    Notifications(#[from] notify::saved::SaveError),
     /// the remote store's URL is not usable
     #[error("remote object store {0}: {1}")]
     BadBackend(String, String),
@@ -120,6 +124,9 @@ pub struct ObjectStoreConfig {
     pub domains: Vec<String>,
     /// The object cache in front of the backend, if any.
     pub cache: Option<CacheSetup>,
+    /// Where a remote backend's bucket notification configurations are kept (the local store
+    /// keeps them with its buckets).
+    pub notifications: PathBuf,
 }
 
 /// Where the object cache keeps its journal, and its settings.
@@ -164,6 +171,8 @@ pub struct ObjectStore {
     /// would need them as one journal batch, not built).
     atomic: Option<Arc<dyn AtomicWrites>>,
     cors: Arc<CorsLookup>,
+    /// Buckets' notification configurations, and where their events go.
+    notifier: Arc<notify::Notifier>,
     /// Every operation as the listener's service runs it once it has parsed and authenticated
     /// a request (the cache, or the backend), for kiln's own API.
     operations: Arc<dyn S3>,
@@ -265,37 +274,27 @@ impl FeatureLookup {
     }
 }
 
-/// The service over `backend`, behind the cache if there is one, and the `S3` it serves (for
-/// lookups of a bucket's CORS rules).
-type Served = (
-    S3ServiceBuilder,
-    Option<Arc<cache::ObjectCache>>,
-    Arc<dyn S3>,
-);
+/// The cache, if there is one, and the `S3` in front of the backend (the cache, or the backend).
+type Front = (Option<Arc<cache::ObjectCache>>, Arc<dyn S3>);
 
-fn service_over(
+/// `backend` behind the cache if there is one.
+fn front_of(
     backend: impl S3 + Clone,
     setup: Option<&CacheSetup>,
     limits: Limits,
-) -> Result<Served, ObjectStoreError> {
+) -> Result<Front, ObjectStoreError> {
     match setup {
         Some(setup) => {
             let mut config = setup.config.clone();
             // What the store refuses, the cache does not take: it goes to the store to be refused.
             config.max_object_bytes = config.max_object_bytes.min(limits.max_object_bytes);
             let cache = cache::ObjectCache::open(setup.dir.clone(), config, Box::new(backend))?;
-            let front = cache::CachedStore::new(cache.clone());
             Ok((
-                S3ServiceBuilder::new(front.clone()),
-                Some(cache),
-                Arc::new(front),
+                Some(cache.clone()),
+                Arc::new(cache::CachedStore::new(cache)),
             ))
         }
-        None => Ok((
-            S3ServiceBuilder::new(backend.clone()),
-            None,
-            Arc::new(backend),
-        )),
+        None => Ok((None, Arc::new(backend))),
     }
 }
 
@@ -308,24 +307,46 @@ impl ObjectStore {
         let mut local_meta = None;
         let mut direct: Option<Arc<dyn S3>> = None;
         let mut atomic: Option<Arc<dyn AtomicWrites>> = None;
-        let (mut builder, cache, front) = match &config.backend {
+        let saved: Arc<dyn notify::saved::SavedConfigs>;
+        let (cache, front) = match &config.backend {
             Backend::Local { data_dir } => {
                 let store = local::LocalStore::open(data_dir, config.limits, &config.region)?;
                 local_meta = Some(store.meta());
+                saved = Arc::new(notify::saved::InDatabase(store.meta()));
                 direct = Some(Arc::new(store.clone()));
                 atomic = Some(Arc::new(store.clone()));
-                service_over(store, cache, config.limits)?
+                front_of(store, cache, config.limits)?
             }
-            Backend::Remote(remote) => service_over(
-                remote::RemoteStore::new(remote, config.limits)?,
-                cache,
-                config.limits,
-            )?,
+            Backend::Remote(remote) => {
+                saved = Arc::new(notify::saved::InFile::new(config.notifications.clone()));
+                front_of(
+                    remote::RemoteStore::new(remote, config.limits)?,
+                    cache,
+                    config.limits,
+                )?
+            }
         };
         if let Some(cache) = &cache {
             direct = Some(Arc::new(cache::CachedStore::new(cache.clone())));
             atomic = None;
         }
+        // Every write, through HTTP or kiln's own calls, passes the notifications.
+        let notifier = Arc::new(notify::Notifier::open(
+            saved,
+            &config.region,
+            serve::host_id(),
+        )?);
+        let front = notify::NotifyingStore::new(front, notifier.clone());
+        let direct = direct
+            .map(|d| Arc::new(notify::NotifyingStore::new(d, notifier.clone())) as Arc<dyn S3>);
+        let atomic = atomic.map(|inner| {
+            Arc::new(notify::NotifyingWrites {
+                inner,
+                store: front.clone(),
+            }) as Arc<dyn AtomicWrites>
+        });
+        let mut builder = S3ServiceBuilder::new(front.clone());
+        let front: Arc<dyn S3> = Arc::new(front);
         builder.set_auth(keys::Auth(keys.clone()));
         builder.set_access(keys::Access {
             keys: keys.clone(),
@@ -347,8 +368,14 @@ impl ObjectStore {
             cache,
             direct,
             atomic,
+            notifier,
             operations: front,
         })
+    }
+
+    /// Sends the buckets' event notifications to `sink` (kiln's functions) from now on.
+    pub fn notify_to(&self, sink: Arc<dyn notify::EventSink>) {
+        self.notifier.deliver_to(sink);
     }
 
     /// Input objects' features, for the memory and cache-benefit models.
@@ -516,6 +543,7 @@ impl ObjectsSettings {
                 } else {
                     None
                 },
+                notifications: data_dir.join("notifications.json"),
             },
             admin,
         )?;

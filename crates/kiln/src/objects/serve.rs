@@ -129,16 +129,16 @@ fn refuse_as_policy_failure(response: &mut http::Response<s3s::Body>) {
     }
 }
 
-/// A request id as S3's look (16 upper-case hex digits): unique within this process, and not
-/// guessable across processes.
-fn request_id() -> String {
+/// A request's number, whose 16 upper-case hex digits are its id as S3's look: unique within
+/// this process, and not guessable across processes.
+fn request_number() -> u64 {
     static NEXT: std::sync::OnceLock<std::sync::atomic::AtomicU64> = std::sync::OnceLock::new();
     let next = NEXT.get_or_init(|| std::sync::atomic::AtomicU64::new(rand::random::<u64>() >> 1));
-    format!("{:016X}", next.fetch_add(1, Ordering::Relaxed))
+    next.fetch_add(1, Ordering::Relaxed)
 }
 
 /// `x-amz-id-2`, S3's extended request id: which server answered. One per process.
-fn host_id() -> &'static str {
+pub(crate) fn host_id() -> &'static str {
     static HOST_ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     HOST_ID.get_or_init(|| {
         use base64::Engine as _;
@@ -395,6 +395,14 @@ pub(crate) fn serve_tagged(
             let owner = Arc::new(std::sync::Mutex::new(None::<u32>));
             let handler = service_fn(move |mut req: hyper::Request<Incoming>| {
                 req.extensions_mut().insert(scope.clone());
+                let request_number = request_number();
+                // The ids a write's event notification repeats (reads need none).
+                if !matches!(*req.method(), http::Method::GET | http::Method::HEAD) {
+                    req.extensions_mut().insert(super::notify::Origin {
+                        request_id: request_number,
+                        source_ip: peer.ip(),
+                    });
+                }
                 let mut contained = None;
                 let mut ledger = None;
                 if let Some(slot) = &slot {
@@ -444,7 +452,7 @@ pub(crate) fn serve_tagged(
                     })
                 });
                 futures_util::future::Either::Right(async move {
-                    let request_id = request_id();
+                    let request_id = format!("{request_number:016X}");
                     if req.method() == http::Method::OPTIONS {
                         let ask = cors_ask.unwrap_or_else(|| CorsAsk::of(&req, &cors));
                         let mut response = preflight(&ask, &cors).await;

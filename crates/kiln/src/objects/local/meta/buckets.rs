@@ -78,6 +78,30 @@ impl Meta {
         Ok(changed == 1)
     }
 
+    /// Every bucket's notification configuration (JSON), of the buckets that have one.
+    pub fn bucket_notifications(&self) -> Result<Vec<(String, String)>, MetaError> {
+        let db = self.db();
+        let mut stmt = db.prepare_cached(
+            "SELECT name, notifications FROM buckets WHERE notifications IS NOT NULL",
+        )?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Sets (or, with None, deletes) a bucket's notification configuration; false if there is
+    /// no such bucket.
+    pub fn set_bucket_notifications(
+        &self,
+        name: &str,
+        config: Option<&str>,
+    ) -> Result<bool, MetaError> {
+        let changed = self.db().execute(
+            "UPDATE buckets SET notifications = ?2 WHERE name = ?1",
+            params![name, config],
+        )?;
+        Ok(changed == 1)
+    }
+
     /// Sets an object's canned ACL, kept with its attributes: the current object's, or that of
     /// the version named.
     pub fn set_object_acl(

@@ -56,6 +56,7 @@ const MIGRATIONS: &[fn(&Connection) -> rusqlite::Result<()>] = &[
     add_bucket_versioning,
     add_bucket_cors,
     add_versions,
+    add_bucket_notifications,
 ];
 
 /// An image's format and size (`png 640x480`). Databases from before `user_version` existed
@@ -148,6 +149,12 @@ pub(super) fn migrate(db: &Connection) -> rusqlite::Result<()> {
         tx.commit()?;
     }
     Ok(())
+}
+
+/// A bucket's event notification configuration (JSON, `objects::notify::FunctionRule`s); NULL
+/// for none.
+fn add_bucket_notifications(db: &Connection) -> rusqlite::Result<()> {
+    db.execute_batch("ALTER TABLE buckets ADD COLUMN notifications TEXT")
 }
 
 #[cfg(test)]
