@@ -32,6 +32,13 @@ pub use netns::NetNs;
 pub use slot::{CodeSlot, SlotDir};
 pub use tmpdisk::{TmpDisk, TmpDisks};
 
+/// Runs the calling thread at SCHED_IDLE from now on: only on CPU time nothing else wants, so
+/// that work made ahead of need (a `/tmp` disk's image, loop device and mount) never takes a CPU
+/// from a request.
+pub fn run_this_thread_idle() -> std::io::Result<()> {
+    sys::set_idle_priority()
+}
+
 /// The argument that makes the kiln binary act as the sandbox helper.
 pub const HELPER_ARG: &str = "__sandbox";
 const SPEC_ENV: &str = "KILN_SANDBOX_SPEC";

@@ -132,6 +132,9 @@ impl TmpDiskPool {
             let spawned = std::thread::Builder::new()
                 .name("kiln-tmp-disks".into())
                 .spawn(move || {
+                    if let Err(e) = kiln_sandbox::run_this_thread_idle() {
+                        tracing::debug!("the /tmp disks' thread keeps its priority: {e}");
+                    }
                     while woken.recv().is_ok() {
                         let Some(pool) = weak.upgrade() else { return };
                         pool.refill_loop(&maker);
@@ -152,8 +155,10 @@ impl TmpDiskPool {
         }
     }
 
-    /// A fresh disk of at least `size_mb` for a new sandbox, or None: `/tmp` is a tmpfs.
-    pub async fn take(&self, size_mb: u32) -> Option<TmpDisk> {
+    /// A fresh disk of at least `size_mb` for a new sandbox, or None: `/tmp` is a tmpfs. One
+    /// made on the spot is made as SCHED_IDLE when `idle` (for an instance made ahead of demand,
+    /// so that making it never takes a CPU from a request).
+    pub async fn take(&self, size_mb: u32, idle: bool) -> Option<TmpDisk> {
         let maker = self.maker.clone()?;
         let ready = {
             let mut state = self.state.locked();
@@ -164,7 +169,24 @@ impl TmpDiskPool {
         if ready.is_some() {
             return ready;
         }
-        let made = tokio::task::spawn_blocking(move || maker.make(size_mb, false)).await;
+        let made = if idle {
+            // On a thread of its own at SCHED_IDLE: the image, its loop device and its mount too.
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let spawned = std::thread::Builder::new()
+                .name("kiln-tmp-disk".into())
+                .spawn(move || {
+                    let _ = kiln_sandbox::run_this_thread_idle();
+                    let _ = tx.send(maker.make(size_mb, true));
+                });
+            match spawned {
+                Ok(_) => rx.await.map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            }
+        } else {
+            tokio::task::spawn_blocking(move || maker.make(size_mb, false))
+                .await
+                .map_err(|e| e.to_string())
+        };
         match made {
             Ok(Ok(disk)) => Some(disk),
             Ok(Err(e)) => {
@@ -172,7 +194,7 @@ impl TmpDiskPool {
                 None
             }
             Err(e) => {
-                self.fall_back(&e.to_string());
+                self.fall_back(&e);
                 None
             }
         }

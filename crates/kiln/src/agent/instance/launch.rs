@@ -77,8 +77,12 @@ impl Instance {
             )
             .into());
         }
-        // From the pool made ahead; a new disk (an mkfs) only when the pool has none of the size.
-        let tmp = ctx.tmp_disks.take(spec.tmp_mb).await;
+        // From the pool made ahead; a new disk (an mkfs) only when the pool has none of the size,
+        // made at the lowest CPU priority for an instance made ahead of demand.
+        let tmp = ctx
+            .tmp_disks
+            .take(spec.tmp_mb, priority == Priority::Ahead)
+            .await;
         let cgroup = Arc::new(
             ctx.cgroups
                 .create(&format!("i{id}"), limits_at(spec, priority))
