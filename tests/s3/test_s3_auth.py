@@ -54,6 +54,25 @@ def test_wrong_keys_are_refused(kiln, bucket):
     with pytest.raises(botocore.exceptions.ClientError) as e:
         wrong_secret.list_objects_v2(Bucket=bucket)
     assert error_code(e) == "SignatureDoesNotMatch"
+
+
+def test_a_functions_key_may_not_configure_what_invokes_functions(kiln, bucket):
+    # A bucket's notifications invoke functions: only kiln's admin key sets or reads them.
+    access_key, secret_key = function_credentials(kiln, "s3-notify-probe")
+    fn_s3 = s3_client(kiln, access_key=access_key, secret_key=secret_key)
+    config = {"LambdaFunctionConfigurations": [{
+        "LambdaFunctionArn": f"arn:aws:lambda:{kiln.region}:000000000000:function:anything",
+        "Events": ["s3:ObjectCreated:*"]}]}
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        fn_s3.put_bucket_notification_configuration(
+            Bucket=bucket, NotificationConfiguration=config, SkipDestinationValidation=True)
+    assert error_code(e) == "AccessDenied", e.value.response
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        fn_s3.get_bucket_notification_configuration(Bucket=bucket)
+    assert error_code(e) == "AccessDenied", e.value.response
+    # The admin key reads it: nothing was set.
+    admin = s3_client(kiln)
+    assert "LambdaFunctionConfigurations" not in admin.get_bucket_notification_configuration(Bucket=bucket)
     unknown = s3_client(kiln, access_key="AKIAUNKNOWNKEY000000")
     with pytest.raises(botocore.exceptions.ClientError) as e:
         unknown.list_objects_v2(Bucket=bucket)

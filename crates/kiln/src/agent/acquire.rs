@@ -172,7 +172,8 @@ impl Inner {
                         let (tx, rx) = oneshot::channel();
                         pool.waiters.push_back(tx);
                         // The burst's size, for the standbys made for it and the next one.
-                        let wanted = pool.live + pool.waiters.len();
+                        let wanted =
+                            (pool.live + pool.waiters.len()).min(spec.max_instances as usize);
                         let window = self.config.standby_window;
                         pool.demand.observe(Instant::now(), wanted, window);
                         waiting_for_start = Some(pool.waiters.len());
@@ -276,8 +277,9 @@ impl Inner {
     }
 
     /// Wakes a request of `spec`'s function that waits while the function may start an
-    /// instance (one waiting for a start made for it): a standby was made, or failed to be.
-    pub(super) fn offer_start(&self, spec: &SharedSpec) {
+    /// instance (one waiting for a start made for it): a standby was made; or, when one failed
+    /// to be made (`all`), every such request, each to start its own.
+    pub(super) fn offer_start(&self, spec: &SharedSpec, all: bool) {
         let mut state = self.state();
         let Some(pool) = state.instances.pools.get_mut(&spec.function) else {
             return;
@@ -286,7 +288,7 @@ impl Inner {
             return;
         }
         while let Some(waiter) = pool.waiters.pop_front() {
-            if waiter.send(Wake::Retry).is_ok() {
+            if waiter.send(Wake::Retry).is_ok() && !all {
                 return;
             }
         }

@@ -154,6 +154,13 @@ pub(crate) struct Access {
 /// The operations an unsigned request may ask for, of what `public-read` opens.
 const ANONYMOUS_READS: [&str; 4] = ["GetObject", "HeadObject", "ListObjects", "ListObjectsV2"];
 
+/// Operations only kiln's admin key may call: a bucket's notifications invoke functions, so a
+/// function's key that could set them could have any function invoked with events it shaped.
+const ADMIN_ONLY: [&str; 2] = [
+    "PutBucketNotificationConfiguration",
+    "GetBucketNotificationConfiguration",
+];
+
 impl Access {
     fn let_anonymous_read(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
         let on_own_listener = cx
@@ -277,6 +284,13 @@ impl S3Access for Access {
             .cloned()
             .unwrap_or(Scope::All);
         let principal = self.keys.lookup(&access_key).map(|(p, _)| p);
+        let op = cx.s3_op().name();
+        if matches!(principal, Some(Principal::Function(_))) && ADMIN_ONLY.contains(&op) {
+            return Err(s3_error!(
+                AccessDenied,
+                "{op} takes kiln's admin key: a function's key may not configure what invokes functions"
+            ));
+        }
         match (&scope, principal) {
             (Scope::All, Some(_)) => Ok(()),
             (Scope::Function(f), Some(Principal::Function(g))) if *f == g => Ok(()),

@@ -252,7 +252,7 @@ impl Inner {
                 inner.refill_spare(&spec);
             }
             if !can_fork {
-                inner.offer_start(&spec);
+                inner.offer_start(&spec, !installed);
             }
         });
     }

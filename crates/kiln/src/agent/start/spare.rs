@@ -324,6 +324,7 @@ impl Inner {
                 .map(|(instance, _)| instance),
         };
         let took = begin.elapsed();
+        let failed = made.is_err();
         let leftover = {
             let mut state = self.state();
             let mine = wanted(&state);
@@ -370,8 +371,9 @@ impl Inner {
                 }
             }
         };
-        // A request waiting for a start takes this one, or (if it failed) starts its own.
-        self.offer_start(spec);
+        // A request waiting for a start takes this one; if it failed, every one waiting starts
+        // its own.
+        self.offer_start(spec, failed);
         if let Some(instance) = leftover {
             self.destroy_later(instance);
         }
