@@ -298,7 +298,8 @@ class WebAdapter:
         return call_wsgi(self.app, request, context)
 
     # Connections opened before the snapshot would be shared by every fork (one socket, several processes). The
-    # zygote closes them before it forks, and each fork drops what it may still hold without touching the socket.
+    # zygote closes the frameworks' own before it forks (the shim then ends any TCP connection left), and each fork
+    # drops what it may still hold without touching the socket.
     def before_snapshot(self):
         _close_django()
         sqlalchemy = sys.modules.get("sqlalchemy.engine")
@@ -448,7 +449,7 @@ def _django_piece(pattern):
 
 
 def _regex_piece(regex):
-    """re_path(): `^archive/(?P<year>\d{4})/$` as `archive/{year:\d{4}}/`; None when anything but literal text and
+    r"""re_path(): `^archive/(?P<year>\d{4})/$` as `archive/{year:\d{4}}/`; None when anything but literal text and
     named groups is left."""
     if regex.startswith("^"):
         regex = regex[1:]

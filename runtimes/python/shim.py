@@ -7,6 +7,7 @@ so the shim works in any image with a python3.
 """
 
 import decimal
+import fcntl
 import gc
 import importlib
 import importlib.util
@@ -676,6 +677,7 @@ def zygote(transport, handler):
     _run_hooks("get_before_snapshot")
     if _web is not None:
         _web.before_snapshot()
+    _drop_connections()
     gc.collect()
     gc.freeze()
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -748,6 +750,33 @@ def zygote(transport, handler):
             os.close(control)
             os.close(output)
             transport.send_json({"type": "forked", "pid": pid})
+
+
+def _drop_connections():
+    """Ends the TCP connections this process holds (an SDK client's pool, filled by init or a warm-up): every fork
+    would inherit the same socket, and requests of several forks would interleave on one connection. Each one's
+    descriptor is replaced by an unconnected socket, so that the objects holding it see a dropped connection (urllib3,
+    and so boto3 and requests, opens a new one; a client that does not check fails on its next send) and the
+    descriptor number is never reused by an unrelated file."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            if not os.readlink("/proc/self/fd/%d" % fd).startswith("socket:"):
+                continue
+            probe = socket.socket(fileno=os.dup(fd))
+        except OSError:
+            continue
+        with probe:
+            if probe.family not in (socket.AF_INET, socket.AF_INET6) or probe.type != socket.SOCK_STREAM:
+                continue
+            try:
+                probe.getpeername()
+            except OSError:
+                continue  # not connected: a listener, or never connected
+            flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+            with socket.socket(probe.family, socket.SOCK_STREAM) as dead:
+                os.dup2(dead.fileno(), fd, inheritable=os.get_inheritable(fd))
+            fcntl.fcntl(fd, fcntl.F_SETFL, flags)
 
 
 class _DropAnswers:

@@ -478,7 +478,11 @@ def test_shadow_runs_leave_no_trace(kiln, monolith, tmp_path):
         assert by_function, [r.headers["x-kiln-served-by"] for r in results]
         keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])}
         # Exactly what real offloaded requests wrote (one of them deleted the seed).
-        assert keys == by_function
+        if keys != by_function:
+            print(kiln.cli("logs", function).stdout[-6000:])
+        assert keys == by_function, [(i, r.status_code, r.headers["x-kiln-served-by"],
+                                      r.headers.get("x-kiln-fallback-reason"), r.text[:300] if r.status_code != 201 else "")
+                                     for i, r in enumerate(results)]
     finally:
         delete_app(kiln, name)
 

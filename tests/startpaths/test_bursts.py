@@ -4,6 +4,7 @@ given the function's share when a request takes one; the surplus goes as the pre
 """
 
 import glob
+import json
 import threading
 
 import pytest
@@ -199,3 +200,53 @@ def test_a_fork_server_outlives_what_its_many_forks_leave_charged_to_it(kiln, tm
     # Each spare the burst took was forked again (on a loaded machine a request may reuse an
     # instance another finished with, so fewer than 64 may have been taken).
     assert after["forks"] >= 64 + len(started), (after, len(started))
+
+
+# Holds one HTTP connection to the sandbox's object store, opened at init and used by every invocation (as an SDK
+# client's pool does); answers which process and which local port served the request.
+CONNECTED = """
+import http.client, os, time, urllib.parse
+
+endpoint = urllib.parse.urlsplit(os.environ["AWS_ENDPOINT_URL_S3"])
+conn = http.client.HTTPConnection(endpoint.hostname, endpoint.port, timeout=10)
+
+
+def ask():
+    conn.request("GET", "/")
+    conn.getresponse().read()
+    return conn.sock.getsockname()[1]
+
+
+def handler(event, context):
+    try:
+        port = ask()
+    except OSError:  # the connection is gone: open one of this process's own
+        conn.close()
+        port = ask()
+    time.sleep(event.get("seconds", 0))
+    return {"pid": os.getpid(), "port": port}
+"""
+
+
+def test_forks_never_share_a_connection_the_zygote_opened(kiln, tmp_path):
+    # The warm-up opens the connection in what becomes the zygote; each fork must use one of its own, or the
+    # requests of several forks interleave on one socket (a write of one read as another's).
+    deploy_cli(kiln, tmp_path, "burst-conn", "--standbys", "3", "--warmup", "2", files={"app.py": CONNECTED})
+    standbys(kiln, "burst-conn", 3)
+    clients = [kiln.client() for _ in range(3)]
+    barrier = threading.Barrier(3)
+    answers = [None] * 3
+
+    def one(i):
+        barrier.wait()
+        response = clients[i].invoke(FunctionName="burst-conn", Payload=b'{"seconds": 0.5}')
+        answers[i] = json.loads(response["Payload"].read())
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert all(a and "pid" in a for a in answers), answers
+    assert len({a["pid"] for a in answers}) == 3, answers
+    assert len({a["port"] for a in answers}) == 3, f"forks shared a connection: {answers}"
