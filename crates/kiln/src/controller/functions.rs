@@ -39,6 +39,9 @@ pub struct ConfigPatch {
     pub breakout: Option<Option<crate::function::BreakoutConfig>>,
     /// Tracing, logging, VPC, dead-letter and KMS settings, stored and returned.
     pub settings: crate::function::settings::SettingsInput,
+    /// Its layers, resolved ([`Controller::resolve_layers`]) and merged
+    /// ([`Controller::prepare_layers`]).
+    pub layers: Option<Vec<crate::function::layers::LayerRef>>,
 }
 
 impl Controller {
@@ -80,7 +83,9 @@ impl Controller {
                 "A sequence is named {name}: a function cannot be"
             )));
         }
+        self.prepare_layers(&config.layers).await?;
         let (code, _mutation) = self.store_code(zip).await?;
+        self.check_unzipped(&code.sha256_hex, &config.layers)?;
         if self.table().contains_key(name) {
             return Err(ControllerError::Conflict(format!(
                 "Function already exist: {name}"
@@ -201,6 +206,7 @@ impl Controller {
         let (code, mutation) = self.store_code(zip).await?;
         self.modify_locked(&mutation, name, |f| {
             check_revision(f, expected_revision)?;
+            self.check_unzipped(&code.sha256_hex, &f.config.layers)?;
             f.code_sha256 = code.sha256_hex.clone();
             f.code_size = code.size;
             f.revision += 1;
@@ -263,6 +269,10 @@ impl Controller {
             }
             if let Some(v) = patch.network {
                 config.network = v;
+            }
+            if let Some(v) = patch.layers.clone() {
+                self.check_unzipped(&f.code_sha256, &v)?;
+                config.layers = v;
             }
             self.validate(&config)?;
             f.config = config;

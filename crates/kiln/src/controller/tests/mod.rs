@@ -246,6 +246,7 @@ fn config() -> FunctionConfig {
         breakout: None,
         settings: Default::default(),
         event_invoke: None,
+        layers: Vec::new(),
     }
 }
 
