@@ -406,3 +406,30 @@ def test_aws_cli_publish_layer_version_and_list_layers(kiln, tmp_path):
     aws(kiln, "lambda", "delete-layer-version", "--layer-name", name, "--version-number", "1")
     gone = aws(kiln, "lambda", "get-layer-version", "--layer-name", name, "--version-number", "1", check=False)
     assert gone.returncode != 0 and "ResourceNotFoundException" in gone.stderr
+
+
+def test_kiln_cli_publishes_lists_uses_and_deletes_layers(kiln, tmp_path):
+    name = unique("kcli")
+    layer_dir = tmp_path / "layer"
+    (layer_dir / "python").mkdir(parents=True)
+    (layer_dir / "python" / "kclimod.py").write_text("VALUE = 'kiln cli'\n")
+    published = json.loads(kiln.cli("--json", "layer", "publish", name, "--zip", str(layer_dir),
+                                    "--runtimes", PYTHON_RUNTIME, "python3.12").stdout)
+    assert published["Version"] == 1
+    assert published["CompatibleRuntimes"] == [PYTHON_RUNTIME, "python3.12"]
+    assert name in kiln.cli("layer", "ls").stdout
+    listed = json.loads(kiln.cli("--json", "layer", "ls").stdout)
+    assert published["LayerVersionArn"] in {item["LatestMatchingVersion"]["LayerVersionArn"] for item in listed}
+    versions = json.loads(kiln.cli("--json", "layer", "ls", name).stdout)
+    assert [v["Version"] for v in versions] == [1]
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "app.py").write_text(PY_READER)
+    fn = unique("kclifn")
+    kiln.cli("deploy", fn, "--runtime", PYTHON_RUNTIME, "--handler", "app.handler", "--code", str(code),
+             "--layer", published["LayerVersionArn"])
+    assert run(kiln, fn, {"modules": ["kclimod"]})["kclimod"] == "kiln cli"
+    kiln.cli("layer", "rm", name, "1")
+    assert json.loads(kiln.cli("--json", "layer", "ls", name).stdout) == []
+    # The function keeps the deleted version.
+    assert kiln.client().get_function_configuration(FunctionName=fn)["Layers"][0]["Arn"] == published["LayerVersionArn"]
