@@ -119,6 +119,15 @@ def test_a_node_function_requires_a_module_of_its_layer(kiln):
            Layers=[layer["LayerVersionArn"]])
     out = run(kiln, name)
     assert out == {"value": "node layer", "resolved": "/opt/nodejs/node_modules/layerlib/index.js"}
+    # The directory of the function's Node version comes first, as on Lambda.
+    major = NODE_RUNTIME.removeprefix("nodejs").removesuffix(".x")
+    versioned = publish(kiln, unique("nodever"), {
+        f"nodejs/node{major}/node_modules/layerlib/index.js": "exports.value = 'versioned';\n",
+    })
+    kiln.client().update_function_configuration(
+        FunctionName=name, Layers=[layer["LayerVersionArn"], versioned["LayerVersionArn"]])
+    wait_updated(kiln, name)
+    assert run(kiln, name)["value"] == "versioned"
 
 
 PROVIDED_BOOTSTRAP = """#!/usr/bin/python3
@@ -429,6 +438,7 @@ def test_kiln_cli_publishes_lists_uses_and_deletes_layers(kiln, tmp_path):
     kiln.cli("deploy", fn, "--runtime", PYTHON_RUNTIME, "--handler", "app.handler", "--code", str(code),
              "--layer", published["LayerVersionArn"])
     assert run(kiln, fn, {"modules": ["kclimod"]})["kclimod"] == "kiln cli"
+    assert f"Layer          {published['LayerVersionArn']}" in kiln.cli("get", fn).stdout
     kiln.cli("layer", "rm", name, "1")
     assert json.loads(kiln.cli("--json", "layer", "ls", name).stdout) == []
     # The function keeps the deleted version.

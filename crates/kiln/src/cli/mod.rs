@@ -333,6 +333,9 @@ fn print_config(c: &Value) {
             println!("{:<14} {k}={}", "Environment", v.as_str().unwrap_or(""));
         }
     }
+    for layer in c["Layers"].as_array().into_iter().flatten() {
+        println!("{:<14} {}", "Layer", layer["Arn"].as_str().unwrap_or(""));
+    }
     if let Some(web) = c["KilnWeb"].as_object() {
         // The Handler printed above is not used: the app is.
         for (field, value) in web {
