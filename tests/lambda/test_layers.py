@@ -12,7 +12,7 @@ import botocore.exceptions
 import pytest
 import requests
 
-from kiln_harness import NODE_RUNTIME, PYTHON_RUNTIME
+from kiln_harness import NODE_RUNTIME, PYTHON_RUNTIME, start_path, wait_ready, wait_standby
 from test_auth import aws
 from test_lambda_api import ROLE, create, error_code, http_status, invoke, unique
 
@@ -170,6 +170,45 @@ def test_a_provided_function_finds_its_layers_binary_on_path_and_cannot_write_op
     assert out["library"] == "library from layer"
     assert "/opt/lib" in out["ld_library_path"]
     assert out["write"] == "Read-only file system"
+
+
+def tailed(kiln, name, event):
+    """Invokes `name`; its answer and the start path of its REPORT line."""
+    result, response = kiln.invoke(name, event, LogType="Tail")
+    assert "FunctionError" not in response, result
+    report = [line for line in kiln.log_tail(response).splitlines() if line.startswith("REPORT")][-1]
+    return result, start_path(report)
+
+
+def test_hot_starts_have_the_layers(kiln):
+    layer = publish(kiln, unique("hotpy"), {"python/hotmod.py": "VALUE = 'hot'\n"})
+    name = python_function(kiln, [layer["LayerVersionArn"]], prefix="layerhot")
+    # The fork server is built from an instance with the layers at /opt; its forks have them.
+    assert wait_ready(kiln, name)["kind"] == "fork-server"
+    result, path = tailed(kiln, name, {"modules": ["hotmod"]})
+    assert (result["hotmod"], path) == ("hot", "hot")
+
+    node_layer = publish(kiln, unique("hotnode"), {"nodejs/node_modules/layerlib/index.js": "exports.value = 'hot';\n"})
+    node = unique("layerhotnode")
+    create(kiln, node, files={"index.js": NODE_READER}, runtime=NODE_RUNTIME, handler="index.handler",
+           Layers=[node_layer["LayerVersionArn"]])
+    assert wait_ready(kiln, node)["kind"] == "standby"
+    result, path = tailed(kiln, node, {})
+    assert (result["value"], path) == ("hot", "hot")
+
+
+def test_a_function_with_layers_does_not_take_a_runtime_standby(kiln):
+    layer = publish(kiln, unique("warm"), {"python/warmmod.py": "VALUE = 'coldest'\n"})
+    name = unique("layerwarm")
+    create(kiln, name, files={"app.py": PY_READER}, Layers=[layer["LayerVersionArn"]])
+    response = kiln.signed_request("PUT", f"/2015-03-31/functions/{name}/configuration",
+                                   json.dumps({"KilnPrebake": {"Mode": "off"}}), {"Content-Type": "application/json"})
+    assert response.status_code == 200, response.text
+    wait_updated(kiln, name)
+    # A standby's /opt was mounted before any function was known: the function boots its own.
+    wait_standby(kiln, PYTHON_RUNTIME)
+    result, path = tailed(kiln, name, {"modules": ["warmmod"]})
+    assert (result["warmmod"], path) == ("coldest", "coldest")
 
 
 PY_WRITER = """
