@@ -299,9 +299,9 @@ impl Controller {
         let Some(name) = self.layer_name(raw_name)? else {
             return Err(Self::layer_not_found());
         };
-        db.layer_versions()?
+        db.layer_versions_of(&name)?
             .into_iter()
-            .find(|l| l.name == name && l.version == version)
+            .find(|l| l.version == version)
             .ok_or_else(Self::layer_not_found)
     }
 
@@ -330,11 +330,7 @@ impl Controller {
         let Some(name) = self.layer_name(raw_name)? else {
             return Ok(Vec::new());
         };
-        Ok(db
-            .layer_versions()?
-            .into_iter()
-            .filter(|l| l.name == name)
-            .collect())
+        Ok(db.layer_versions_of(&name)?)
     }
 
     /// DeleteLayerVersion: done whether or not the version exists, as on Lambda. Functions

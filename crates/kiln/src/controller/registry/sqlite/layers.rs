@@ -43,10 +43,28 @@ impl Database {
 
     /// Every stored layer version, by name and then version.
     pub fn layer_versions(&self) -> Result<Vec<LayerVersion>, RegistryError> {
+        self.query_layer_versions(
+            "SELECT name, version, record FROM layer_versions ORDER BY name, version",
+            [],
+        )
+    }
+
+    /// The stored versions of layer `name`, by version.
+    pub fn layer_versions_of(&self, name: &str) -> Result<Vec<LayerVersion>, RegistryError> {
+        self.query_layer_versions(
+            "SELECT name, version, record FROM layer_versions WHERE name = ?1 ORDER BY version",
+            [name],
+        )
+    }
+
+    fn query_layer_versions(
+        &self,
+        sql: &str,
+        params: impl rusqlite::Params,
+    ) -> Result<Vec<LayerVersion>, RegistryError> {
         let db = self.db();
-        let mut stmt =
-            db.prepare("SELECT name, version, record FROM layer_versions ORDER BY name, version")?;
-        let rows = stmt.query_map([], |row| {
+        let mut stmt = db.prepare(sql)?;
+        let rows = stmt.query_map(params, |row| {
             Ok((
                 row.get::<_, String>(0)?,
                 row.get::<_, i64>(1)?,
@@ -133,5 +151,12 @@ mod tests {
             .map(|l| (l.name, l.version))
             .collect();
         assert_eq!(kept, [("a".into(), 1), ("a".into(), 3), ("b".into(), 1)]);
+        let of_a: Vec<u64> = db
+            .layer_versions_of("a")
+            .unwrap()
+            .into_iter()
+            .map(|l| l.version)
+            .collect();
+        assert_eq!(of_a, [1, 3]);
     }
 }
