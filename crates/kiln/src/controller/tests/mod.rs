@@ -17,6 +17,7 @@ use crate::objects::cache::{CacheMetrics, IoTimes, WritebackStatus};
 
 mod functions;
 mod invoke;
+mod layers;
 mod memory;
 mod table;
 mod versions;
