@@ -295,7 +295,7 @@ def test_layer_version_api_answers(kiln):
     versions = lam.list_layer_versions(LayerName=name)["LayerVersions"]
     assert [v["Version"] for v in versions] == [2, 1]
     assert versions[1]["LayerVersionArn"] == published["LayerVersionArn"]
-    assert versions[1]["LicenseInfo"] == "MIT"
+    assert versions[1]["LicenseInfo"] == "MIT" and "LicenseInfo" not in versions[0]
     matching = lam.list_layer_versions(LayerName=name, CompatibleRuntime=PYTHON_RUNTIME)["LayerVersions"]
     assert [v["Version"] for v in matching] == [1]
     page = lam.list_layer_versions(LayerName=name, MaxItems=1)
@@ -310,6 +310,12 @@ def test_layer_version_api_answers(kiln):
     python_layers = {item["LayerName"]: item for item in all_layers(lam, CompatibleRuntime=PYTHON_RUNTIME)}
     assert python_layers[name]["LatestMatchingVersion"]["Version"] == 1
     assert name not in {item["LayerName"] for item in all_layers(lam, CompatibleRuntime="ruby3.3")}
+    x86 = {item["LayerName"]: item for item in all_layers(lam, CompatibleArchitecture="x86_64")}
+    assert x86[name]["LatestMatchingVersion"]["Version"] == 1
+    assert name not in {item["LayerName"] for item in all_layers(lam, CompatibleArchitecture="arm64")}
+    with pytest.raises(botocore.exceptions.ClientError) as excinfo:
+        lam.publish_layer_version(LayerName=name, Content={"ZipFile": zipped}, CompatibleRuntimes=["cobol85"])
+    assert error_code(excinfo) == "ValidationException" and http_status(excinfo) == 400
 
     deleted = lam.delete_layer_version(LayerName=name, VersionNumber=1)
     assert deleted["ResponseMetadata"]["HTTPStatusCode"] == 204

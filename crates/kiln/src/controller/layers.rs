@@ -270,10 +270,13 @@ impl Controller {
         })?;
         check_layer_input(&input)?;
         let store = self.layers.store.clone();
-        let code = tokio::task::spawn_blocking(move || store.put_zip(&zip))
-            .await
-            .map_err(|e| ControllerError::Internal(e.to_string()))??;
-        let unzipped_size = tree_size(&self.layers.store.code_dir(&code.sha256_hex));
+        let (code, unzipped_size) = tokio::task::spawn_blocking(move || {
+            let code = store.put_zip(&zip)?;
+            let unzipped = tree_size(&store.code_dir(&code.sha256_hex));
+            Ok::<_, ControllerError>((code, unzipped))
+        })
+        .await
+        .map_err(|e| ControllerError::Internal(e.to_string()))??;
         let layer = db.publish_layer_version(&name, |version| LayerVersion {
             name: name.clone(),
             version,
