@@ -19,13 +19,16 @@ enum LayerCommand {
     /// its `python/`, `nodejs/node_modules/`, `bin/` and `lib/` appear under /opt.
     Publish {
         name: String,
+        /// The layer's content: a .zip file, or a directory.
         #[arg(long, value_name = "FILE")]
         zip: std::path::PathBuf,
         /// The runtimes it is meant for (ListLayers filters on them).
         #[arg(long, num_args = 1.., value_name = "RUNTIME")]
         runtimes: Vec<String>,
+        /// The version's description (up to 256 characters).
         #[arg(long)]
         description: Option<String>,
+        /// Its license: an SPDX identifier, a URL or the license's text (`LicenseInfo`).
         #[arg(long)]
         license: Option<String>,
     },
