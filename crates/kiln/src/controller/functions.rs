@@ -85,6 +85,7 @@ impl Controller {
         }
         self.prepare_layers(&config.layers).await?;
         let (code, _mutation) = self.store_code(zip).await?;
+        self.check_layer_contents(&config.layers)?;
         self.check_unzipped(&code.sha256_hex, &config.layers)?;
         if self.table().contains_key(name) {
             return Err(ControllerError::Conflict(format!(
@@ -223,7 +224,8 @@ impl Controller {
         expected_revision: Option<&str>,
     ) -> Result<Function, ControllerError> {
         self.strict_function_ref(name)?;
-        self.modify(name, |f| {
+        let mutation = self.lock_mutations();
+        let updated = self.modify_locked(&mutation, name, |f| {
             check_revision(f, expected_revision)?;
             let mut config = f.config.clone();
             if let Some(v) = patch.runtime.clone() {
@@ -271,6 +273,7 @@ impl Controller {
                 config.network = v;
             }
             if let Some(v) = patch.layers.clone() {
+                self.check_layer_contents(&v)?;
                 self.check_unzipped(&f.code_sha256, &v)?;
                 config.layers = v;
             }
@@ -279,7 +282,12 @@ impl Controller {
             f.revision += 1;
             f.last_modified = Utc::now();
             Ok(())
-        })
+        })?;
+        // Layers the function let go of may have been deleted already.
+        if patch.layers.is_some() {
+            self.release_layer_contents();
+        }
+        Ok(updated)
     }
 
     /// DeleteFunction, with its versions and aliases. Its queued async invocations go with it,
@@ -318,6 +326,9 @@ impl Controller {
         self.predictor.forget(&name);
         for digest in super::versions::packages(&entry.function) {
             self.drop_unused_code(&digest);
+        }
+        if super::layers::has_layers(&entry.function) {
+            self.release_layer_contents();
         }
     }
 

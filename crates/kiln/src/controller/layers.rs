@@ -5,7 +5,8 @@
 //! [`CodeStore`] functions' packages use), its versions in the node's database. A function
 //! keeps, with each layer's ARN, the digest and sizes of its content, so a deleted layer
 //! version still serves the functions that use it: its content goes only when neither a
-//! layer version nor a function refers to it (collected at start).
+//! layer version nor a function refers to it (checked under the mutation lock, under which
+//! every reference is committed, and at start).
 //!
 //! The `/opt` of a function's instances is its layers merged in order, later ones over
 //! earlier ones, once per distinct list of layers (`<data>/layers/opt/<key>/`); files are
@@ -96,7 +97,11 @@ impl Layers {
         if staging.exists() {
             let _ = fs::remove_dir_all(&staging);
         }
-        result.map_err(|e| ControllerError::Internal(format!("merging layers into /opt: {e}")))
+        result.map_err(|e| match e.kind() {
+            // A deletion took the layer's content between its lookup and the merge.
+            io::ErrorKind::NotFound => ControllerError::InvalidParameter(e.to_string()),
+            _ => ControllerError::Internal(format!("merging layers into /opt: {e}")),
+        })
     }
 
     fn merge_into(&self, layers: &[LayerRef], staging: &Path) -> io::Result<()> {
@@ -106,7 +111,7 @@ impl Layers {
             if !tree.is_dir() {
                 return Err(io::Error::new(
                     io::ErrorKind::NotFound,
-                    format!("the content of layer {} is missing", layer.arn),
+                    format!("Layer version {} does not exist.", layer.arn),
                 ));
             }
             overlay(&tree, staging)?;
@@ -118,23 +123,33 @@ impl Layers {
         fs::create_dir_all(mount_point)
     }
 
-    /// Removes layer contents and merges that nothing refers to any more.
-    fn collect_garbage(&self, functions: &[Function]) {
+    /// Removes the layer contents that neither a layer version nor one of `functions` refers
+    /// to any more.
+    fn collect_contents(&self, functions: &[Function]) {
         let Some(db) = &self.db else {
             return;
         };
         let Ok(versions) = db.layer_versions() else {
             return;
         };
-        let lists: Vec<&[LayerRef]> = functions.iter().flat_map(layer_lists).collect();
         let mut live: Vec<String> = versions.into_iter().map(|v| v.code_sha256).collect();
         live.extend(
-            lists
+            functions
                 .iter()
+                .flat_map(layer_lists)
                 .flat_map(|l| l.iter().map(|r| r.code_sha256.clone())),
         );
         self.store.collect_garbage(&live);
-        let merges: Vec<String> = lists.iter().map(|l| merged_key(l)).collect();
+    }
+
+    /// Removes the merges none of `functions` runs with. (At start only: a merge is made
+    /// before the function that uses it is committed.)
+    fn collect_merges(&self, functions: &[Function]) {
+        let merges: Vec<String> = functions
+            .iter()
+            .flat_map(layer_lists)
+            .map(merged_key)
+            .collect();
         let Ok(entries) = fs::read_dir(self.root.join("opt")) else {
             return;
         };
@@ -145,6 +160,11 @@ impl Layers {
             }
         }
     }
+}
+
+/// Whether a function or one of its published versions has layers.
+pub(super) fn has_layers(f: &Function) -> bool {
+    layer_lists(f).next().is_some()
 }
 
 /// The lists of layers a function and its published versions run with.
@@ -270,13 +290,20 @@ impl Controller {
         })?;
         check_layer_input(&input)?;
         let store = self.layers.store.clone();
+        let zip = Arc::new(zip);
+        let bytes = zip.clone();
         let (code, unzipped_size) = tokio::task::spawn_blocking(move || {
-            let code = store.put_zip(&zip)?;
+            let code = store.put_zip(&bytes)?;
             let unzipped = tree_size(&store.code_dir(&code.sha256_hex));
             Ok::<_, ControllerError>((code, unzipped))
         })
         .await
         .map_err(|e| ControllerError::Internal(e.to_string()))??;
+        let _mutation = self.lock_mutations();
+        if !self.layers.store.contains(&code.sha256_hex) {
+            // A deletion collected these very bytes meanwhile: store them again.
+            self.layers.store.put_zip(&zip)?;
+        }
         let layer = db.publish_layer_version(&name, |version| LayerVersion {
             name: name.clone(),
             version,
@@ -337,7 +364,7 @@ impl Controller {
     }
 
     /// DeleteLayerVersion: done whether or not the version exists, as on Lambda. Functions
-    /// that use it keep it.
+    /// that use it keep it; its content goes once none does.
     pub fn delete_layer_version(
         &self,
         raw_name: &str,
@@ -345,9 +372,34 @@ impl Controller {
     ) -> Result<(), ControllerError> {
         let db = self.layer_db()?;
         if let Some(name) = self.layer_name(raw_name)? {
-            db.delete_layer_version(&name, version)?;
+            let _mutation = self.lock_mutations();
+            if db.delete_layer_version(&name, version)? {
+                self.release_layer_contents();
+            }
         }
         Ok(())
+    }
+
+    /// Removes the layer contents no layer version and no function refers to any more. The
+    /// caller holds the mutation lock, under which every reference is committed.
+    pub(super) fn release_layer_contents(&self) {
+        let functions: Vec<Function> = self.table().values().map(|e| e.function.clone()).collect();
+        self.layers.collect_contents(&functions);
+    }
+
+    /// Checks, under the mutation lock, that the contents of `layers` are still stored: a
+    /// layer version deleted since it was looked up may have taken its content with it.
+    pub(super) fn check_layer_contents(&self, layers: &[LayerRef]) -> Result<(), ControllerError> {
+        match layers
+            .iter()
+            .find(|l| !self.layers.store.contains(&l.code_sha256))
+        {
+            Some(gone) => Err(ControllerError::InvalidParameter(format!(
+                "Layer version {} does not exist.",
+                gone.arn
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// A function's `Layers` parameter as the layers it runs with: each an existing layer
@@ -444,7 +496,8 @@ impl Controller {
                 }
             }
         }
-        self.layers.collect_garbage(functions);
+        self.layers.collect_contents(functions);
+        self.layers.collect_merges(functions);
     }
 }
 

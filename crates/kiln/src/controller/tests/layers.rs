@@ -127,3 +127,45 @@ async fn layers_are_refused_past_lambdas_limits() {
         Err(ControllerError::InvalidParameter(_))
     ));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_layers_content_goes_once_no_function_uses_it() {
+    let node = node();
+    let kept = publish(&node, "kept", &[("python/kept.py", b"k")]).await;
+    let unused = publish(&node, "unused", &[("python/unused.py", b"u")]).await;
+    let arn = node.controller.layer_version_arn("kept", 1);
+    let mut with_layers = config();
+    with_layers.layers = node
+        .controller
+        .resolve_layers(std::slice::from_ref(&arn), &[])
+        .unwrap();
+    node.controller
+        .create("f", with_layers.clone(), package())
+        .await
+        .unwrap();
+    node.controller
+        .create("g", with_layers, package())
+        .await
+        .unwrap();
+    let store = node.controller.layers().store();
+    node.controller.delete_layer_version("unused", 1).unwrap();
+    assert!(!store.contains(&unused.code_sha256), "nothing refers to it");
+    node.controller.delete_layer_version("kept", 1).unwrap();
+    assert!(store.contains(&kept.code_sha256), "f and g use it");
+    node.controller.delete("f").unwrap();
+    assert!(store.contains(&kept.code_sha256), "g uses it");
+    let patch = ConfigPatch {
+        layers: Some(Vec::new()),
+        ..Default::default()
+    };
+    node.controller.update_config("g", patch, None).unwrap();
+    assert!(
+        !store.contains(&kept.code_sha256),
+        "no function uses it any more"
+    );
+    // A function that names it now is refused, as its version is gone.
+    assert!(matches!(
+        node.controller.resolve_layers(&[arn], &[]),
+        Err(ControllerError::InvalidParameter(_))
+    ));
+}
