@@ -25,6 +25,7 @@ import traceback
 
 SHIM_FILE = os.path.abspath(__file__)
 RUNTIME_LIB = "/var/runtime"  # the runtime's AWS SDK, mounted by kiln
+LAYERS_PYTHON = "/opt/python"  # the python/ directory of the function's layers
 _PREFIX = struct.Struct(">II")  # header length, body length
 
 # The current request id: read by the logging filter, like awslambdaric's _GLOBAL_AWS_REQUEST_ID.
@@ -580,10 +581,13 @@ def main():
     if sys.path and sys.path[0] == os.path.dirname(SHIM_FILE):
         del sys.path[0]
     sys.path.insert(0, task_root)
+    # The function's layers, extracted to /opt, right after its own code, as on Lambda.
+    version = "python%d.%d" % sys.version_info[:2]
+    sys.path[1:1] = [os.path.join(LAYERS_PYTHON, "lib", version, "site-packages"), LAYERS_PYTHON]
     # The runtime's AWS SDK (boto3) right after them, before whatever the host's Python has
-    # installed, as on Lambda: a function that bundles its own boto3 gets its own.
+    # installed, as on Lambda: a function that bundles its own boto3 (or has it in a layer) gets its own.
     if os.path.isdir(RUNTIME_LIB):
-        sys.path.insert(1, RUNTIME_LIB)
+        sys.path.insert(3, RUNTIME_LIB)
     # kiln's runtime library (snapshot_restore_py) comes last.
     sys.path.append(os.path.join(os.path.dirname(SHIM_FILE), "python"))
 

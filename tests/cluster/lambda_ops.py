@@ -74,6 +74,21 @@ def delete(endpoint, name):
     return call(lambda: client(endpoint).delete_function(FunctionName=name) and {"deleted": name})
 
 
+def publish_layer(endpoint, name):
+    return call(lambda: {"LayerVersionArn": client(endpoint).publish_layer_version(
+        LayerName=name, Content={"ZipFile": package("layer")})["LayerVersionArn"]})
+
+
+def list_layers(endpoint):
+    return call(lambda: {"Layers": client(endpoint).list_layers()["Layers"]})
+
+
+def create_with_layers(endpoint, name, layers):
+    return call(lambda: pick(client(endpoint).create_function(
+        FunctionName=name, Runtime=PYTHON_RUNTIME, Role=ROLE, Handler="app.handler",
+        Code={"ZipFile": package("layered")}, Layers=layers)))
+
+
 def pick(configuration):
     return {k: configuration.get(k) for k in ("FunctionName", "RevisionId", "CodeSha256", "Description")}
 
@@ -265,7 +280,8 @@ def invoke_beside(busy_endpoint, endpoint, name, busy_seconds):
 
 
 OPS = {f.__name__: f for f in (create_file, invoke_payload, invoke_beside, create_source, send_events, send_events_parallel, create, update_code, update_description, get, invoke, delete, race_config,
-                               race_create, visible_after_deploy, get_object, put_object, publish, create_alias)}
+                               race_create, visible_after_deploy, get_object, put_object, publish, create_alias,
+                               publish_layer, list_layers, create_with_layers)}
 
 if __name__ == "__main__":
     print(json.dumps(OPS[sys.argv[1]](**json.loads(sys.argv[2]))))

@@ -12,7 +12,7 @@ from selenium.webdriver.support.ui import Select
 
 from console_pages import go, page_errors, shot, sign_in_with, signed_in, wait
 from console_support import XSS, function_key
-from kiln_harness import PYTHON_RUNTIME
+from kiln_harness import PYTHON_RUNTIME, zip_files
 
 
 def test_sign_in_refusals_then_sign_in_and_out(kiln, driver, request):
@@ -298,4 +298,16 @@ def test_end_a_session_from_the_sessions_tab(kiln, driver, request):
     wait(driver).until(lambda d: session not in d.find_element(By.ID, "sessions-table").text)
     left = json.loads(kiln.cli("--json", "sessions", "console-sessions").stdout)["Sessions"]
     assert [s["session"] for s in left] == ["other"]
+    assert page_errors(driver) == []
+
+
+def test_a_functions_layers_are_shown_with_its_configuration(kiln, driver):
+    layer = kiln.client().publish_layer_version(
+        LayerName="console-layer", Content={"ZipFile": zip_files({"python/shown.py": "VALUE = 1\n"})})
+    kiln.deploy("console-layered", PYTHON_RUNTIME, "app.handler",
+                files={"app.py": "def handler(event, context):\n    return 1\n"}, Layers=[layer["LayerVersionArn"]])
+    signed_in(driver, kiln)
+    go(driver, kiln, "functions", "functions-table")
+    wait(driver).until(EC.element_to_be_clickable((By.LINK_TEXT, "console-layered"))).click()
+    wait(driver).until(EC.text_to_be_present_in_element((By.ID, "fn-config"), layer["LayerVersionArn"]))
     assert page_errors(driver) == []

@@ -11,6 +11,7 @@ use crate::sync::LockExt;
 
 pub mod breakout;
 pub mod event_invoke;
+pub mod layers;
 pub mod settings;
 pub mod tags;
 pub mod versions;
@@ -88,6 +89,10 @@ pub struct FunctionConfig {
     /// (PutFunctionEventInvokeConfig); Lambda's defaults without one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub event_invoke: Option<event_invoke::EventInvokeConfig>,
+    /// Its layers, in the order they are extracted to `/opt`. Skipped when empty, so that
+    /// other functions' RevisionIds stay as they were.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layers: Vec<layers::LayerRef>,
 }
 
 /// How each invocation's memory limit is set: kiln's extension `KilnMemorySizing` of the
@@ -214,6 +219,10 @@ pub struct InstanceSpec {
     pub tmp_mb: u32,
     /// The extracted code on the agent's host, mounted read-only at /var/task.
     pub code_dir: PathBuf,
+    /// The function's layers merged on the agent's host, mounted read-only at /opt; `None`
+    /// without layers.
+    #[serde(default)]
+    pub opt_dir: Option<PathBuf>,
     pub code_sha256: String,
     pub region: String,
     /// Most instances this function may have on the node (reserved concurrency or the node cap).
@@ -255,6 +264,7 @@ impl InstanceSpec {
             network: NetworkMode::Isolated,
             tmp_mb: 512,
             code_dir: PathBuf::new(),
+            opt_dir: None,
             code_sha256: String::new(),
             region: "us-east-1".into(),
             max_instances: 1,

@@ -644,6 +644,7 @@ async fn deploy_demo(controller: &Controller) -> anyhow::Result<()> {
         sessions: None,
         settings: Default::default(),
         event_invoke: None,
+        layers: Vec::new(),
     };
     controller.create(DEMO_NAME, config, zip).await?;
     controller.set_url_auth(DEMO_NAME, Some(UrlAuth::None), true)?;

@@ -79,6 +79,9 @@ struct CreateInput {
     /// Publish version 1 as well.
     #[serde(default)]
     publish: bool,
+    /// Layer version ARNs, extracted to `/opt` in order.
+    #[serde(default)]
+    layers: Vec<String>,
     #[serde(flatten)]
     settings: SettingsInput,
 }
@@ -107,6 +110,8 @@ struct UpdateConfigInput {
     #[serde(default, deserialize_with = "present")]
     kiln_breakout: Option<Option<BreakoutConfig>>,
     revision_id: Option<String>,
+    /// Layer version ARNs; an empty list takes every layer away.
+    layers: Option<Vec<String>>,
     #[serde(flatten)]
     settings: SettingsInput,
 }
@@ -282,6 +287,14 @@ pub fn configuration(controller: &Controller, f: &Function) -> Value {
     if let Some(status) = controller.breakout_status(f) {
         config["KilnBreakoutStatus"] = json!(status);
     }
+    if !f.config.layers.is_empty() {
+        config["Layers"] = f
+            .config
+            .layers
+            .iter()
+            .map(|l| json!({ "Arn": l.arn, "CodeSize": l.code_size }))
+            .collect();
+    }
     if !f.config.env.is_empty() || f.config.settings.environment_set {
         config["Environment"] = json!({ "Variables": f.config.env });
     }
@@ -428,6 +441,7 @@ pub async fn create(
             ..LambdaSettings::default()
         },
         event_invoke: None,
+        layers: state.controller.resolve_layers(&input.layers, &[])?,
     };
     config.settings.apply(input.settings);
     if let Some(role) = input.role {
@@ -606,6 +620,15 @@ pub async fn update_configuration(
     Signed { body, .. }: Signed,
 ) -> Result<Response, ApiError> {
     let input: UpdateConfigInput = parse_json(&body)?;
+    let layers = match &input.layers {
+        Some(arns) => {
+            let current = state.controller.get(&name)?.config.layers;
+            let layers = state.controller.resolve_layers(arns, &current)?;
+            state.controller.prepare_layers(&layers).await?;
+            Some(layers)
+        }
+        None => None,
+    };
     let patch = ConfigPatch {
         runtime: input.runtime,
         handler: input.handler,
@@ -622,6 +645,7 @@ pub async fn update_configuration(
         web: input.kiln_web,
         breakout: input.kiln_breakout,
         settings: input.settings,
+        layers,
     };
     let function = state
         .controller

@@ -307,10 +307,30 @@ pub struct CodeQuery {
     expires: Option<i64>,
 }
 
+/// A function's `Code.Location`.
 pub async fn code(
     State(state): State<SharedState>,
     Path(file): Path<String>,
     Query(query): Query<CodeQuery>,
+) -> Result<Response, ApiError> {
+    serve_zip(&state, state.controller.code_store(), &file, query).await
+}
+
+/// A layer version's `Content.Location`.
+pub async fn layer_code(
+    State(state): State<SharedState>,
+    Path(file): Path<String>,
+    Query(query): Query<CodeQuery>,
+) -> Result<Response, ApiError> {
+    serve_zip(&state, state.controller.layers().store(), &file, query).await
+}
+
+/// A stored zip, to the holder of a download URL's unexpired token.
+async fn serve_zip(
+    state: &SharedState,
+    store: &crate::controller::code::CodeStore,
+    file: &str,
+    query: CodeQuery,
 ) -> Result<Response, ApiError> {
     let denied = |message: &str| {
         ApiError::new(
@@ -319,7 +339,7 @@ pub async fn code(
             message.to_string(),
         )
     };
-    let sha = file.strip_suffix(".zip").unwrap_or(&file);
+    let sha = file.strip_suffix(".zip").unwrap_or(file);
     let valid = sha.len() == 64 && sha.bytes().all(|b| b.is_ascii_hexdigit());
     let (Some(token), Some(expires)) = (query.token, query.expires) else {
         return Err(denied(
@@ -335,7 +355,7 @@ pub async fn code(
             "the code download URL has expired: call GetFunction again",
         ));
     }
-    let path = state.controller.code_store().zip_path(sha);
+    let path = store.zip_path(sha);
     match tokio::fs::read(path).await {
         Ok(bytes) => Ok(([("content-type", "application/zip")], bytes).into_response()),
         Err(_) => Err(ApiError::new(

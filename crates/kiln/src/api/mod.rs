@@ -14,6 +14,7 @@ mod function_table;
 mod functions;
 mod invoke;
 mod kiln;
+mod layers;
 mod pages;
 mod schedules;
 mod tags;
@@ -177,6 +178,15 @@ fn api_routes() -> Router<SharedState> {
             "/2019-09-25/functions/{name}/event-invoke-config/list",
             get(event_invoke::list),
         )
+        .route("/2018-10-31/layers", get(layers::list))
+        .route(
+            "/2018-10-31/layers/{name}/versions",
+            get(layers::list_versions).post(layers::publish),
+        )
+        .route(
+            "/2018-10-31/layers/{name}/versions/{version}",
+            get(layers::get).delete(layers::delete),
+        )
         .route("/schedules", get(schedules::list))
         .route(
             "/schedules/{name}",
@@ -202,6 +212,7 @@ fn api_routes() -> Router<SharedState> {
             axum::routing::delete(kiln::end_session),
         )
         .route("/kiln/v1/code/{file}", get(kiln::code))
+        .route("/kiln/v1/layers/code/{file}", get(kiln::layer_code))
         .route("/kiln/v1/functions/{name}/files", get(kiln::code_files))
         .route(
             "/kiln/v1/functions/{name}/files/{*path}",

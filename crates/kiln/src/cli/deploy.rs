@@ -104,6 +104,10 @@ pub struct DeployArgs {
     /// With --breakout auto: requests traced before the trace is compiled (100).
     #[arg(long, value_name = "N", requires = "breakout")]
     pub trace_requests: Option<u32>,
+    /// A layer version's ARN, extracted to /opt; repeat for more (in order, later ones over
+    /// earlier ones). A redeploy without --layer keeps the function's layers.
+    #[arg(long = "layer", value_name = "ARN")]
+    pub layers: Vec<String>,
 }
 
 pub(super) fn deploy(client: &Client, args: DeployArgs, json_output: bool) -> anyhow::Result<i32> {
@@ -160,6 +164,9 @@ pub(super) fn deploy(client: &Client, args: DeployArgs, json_output: bool) -> an
             config["KilnBreakout"] = breakout;
         }
         None => {}
+    }
+    if !args.layers.is_empty() {
+        config["Layers"] = args.layers.clone().into();
     }
     if let Some(m) = args.memory {
         config["MemorySize"] = m.into();

@@ -6,6 +6,7 @@ mod client;
 mod cluster;
 mod deploy;
 mod events;
+mod layers;
 pub mod s3;
 mod table;
 
@@ -91,6 +92,8 @@ pub enum Command {
     /// The async queue: `ls` (default) lists queued events and the events that failed every
     /// attempt, `retry ID` queues a failed one again, `rm ID` forgets it.
     Async(events::AsyncArgs),
+    /// Lambda layers: `publish NAME --zip FILE`, `ls [NAME]`, `rm NAME VERSION`.
+    Layer(layers::LayerArgs),
 }
 
 #[derive(Args, Debug)]
@@ -161,6 +164,7 @@ pub fn run(connection: Connection, command: Command) -> anyhow::Result<i32> {
         Command::App(args) => app::run(&client, *args, json_output),
         Command::Cluster(args) => cluster::run(&client, args, json_output),
         Command::Async(args) => events::run(&client, args, json_output),
+        Command::Layer(args) => layers::run(&client, args, json_output),
         Command::S3(_) | Command::Breakout(_) => unreachable!("handled above"),
     }
 }
@@ -328,6 +332,9 @@ fn print_config(c: &Value) {
         for (k, v) in vars {
             println!("{:<14} {k}={}", "Environment", v.as_str().unwrap_or(""));
         }
+    }
+    for layer in c["Layers"].as_array().into_iter().flatten() {
+        println!("{:<14} {}", "Layer", layer["Arn"].as_str().unwrap_or(""));
     }
     if let Some(web) = c["KilnWeb"].as_object() {
         // The Handler printed above is not used: the app is.

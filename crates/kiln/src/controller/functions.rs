@@ -39,6 +39,9 @@ pub struct ConfigPatch {
     pub breakout: Option<Option<crate::function::BreakoutConfig>>,
     /// Tracing, logging, VPC, dead-letter and KMS settings, stored and returned.
     pub settings: crate::function::settings::SettingsInput,
+    /// Its layers, resolved ([`Controller::resolve_layers`]) and merged
+    /// ([`Controller::prepare_layers`]).
+    pub layers: Option<Vec<crate::function::layers::LayerRef>>,
 }
 
 impl Controller {
@@ -80,7 +83,10 @@ impl Controller {
                 "A sequence is named {name}: a function cannot be"
             )));
         }
+        self.prepare_layers(&config.layers).await?;
         let (code, _mutation) = self.store_code(zip).await?;
+        self.check_layer_contents(&config.layers)?;
+        self.check_unzipped(&code.sha256_hex, &config.layers)?;
         if self.table().contains_key(name) {
             return Err(ControllerError::Conflict(format!(
                 "Function already exist: {name}"
@@ -201,6 +207,7 @@ impl Controller {
         let (code, mutation) = self.store_code(zip).await?;
         self.modify_locked(&mutation, name, |f| {
             check_revision(f, expected_revision)?;
+            self.check_unzipped(&code.sha256_hex, &f.config.layers)?;
             f.code_sha256 = code.sha256_hex.clone();
             f.code_size = code.size;
             f.revision += 1;
@@ -217,7 +224,8 @@ impl Controller {
         expected_revision: Option<&str>,
     ) -> Result<Function, ControllerError> {
         self.strict_function_ref(name)?;
-        self.modify(name, |f| {
+        let mutation = self.lock_mutations();
+        let updated = self.modify_locked(&mutation, name, |f| {
             check_revision(f, expected_revision)?;
             let mut config = f.config.clone();
             if let Some(v) = patch.runtime.clone() {
@@ -264,12 +272,22 @@ impl Controller {
             if let Some(v) = patch.network {
                 config.network = v;
             }
+            if let Some(v) = patch.layers.clone() {
+                self.check_layer_contents(&v)?;
+                self.check_unzipped(&f.code_sha256, &v)?;
+                config.layers = v;
+            }
             self.validate(&config)?;
             f.config = config;
             f.revision += 1;
             f.last_modified = Utc::now();
             Ok(())
-        })
+        })?;
+        // Layers the function let go of may have been deleted already.
+        if patch.layers.is_some() {
+            self.release_layer_contents();
+        }
+        Ok(updated)
     }
 
     /// DeleteFunction, with its versions and aliases. Its queued async invocations go with it,
@@ -308,6 +326,9 @@ impl Controller {
         self.predictor.forget(&name);
         for digest in super::versions::packages(&entry.function) {
             self.drop_unused_code(&digest);
+        }
+        if super::layers::has_layers(&entry.function) {
+            self.release_layer_contents();
         }
     }
 

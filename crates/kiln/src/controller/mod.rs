@@ -22,6 +22,7 @@ mod event_invoke;
 pub mod function_page;
 mod functions;
 mod invoke;
+pub mod layers;
 mod node;
 mod open;
 mod queue;
@@ -85,6 +86,8 @@ pub struct Controller {
     /// Cluster mode: functions whose package could not be fetched yet.
     unfetched: replica::Unfetched,
     code: CodeStore,
+    /// Layers: their versions, their contents and the functions' merged `/opt`s.
+    layers: layers::Layers,
     functions: RwLock<HashMap<String, Arc<Entry>>>,
     /// Each function URL config's times and CORS settings.
     url_settings: RwLock<HashMap<String, UrlSettings>>,
@@ -135,6 +138,7 @@ impl Controller {
             network: f.config.network,
             tmp_mb: f.config.ephemeral_storage_mb,
             code_dir: self.code.code_dir(&f.code_sha256),
+            opt_dir: (!f.config.layers.is_empty()).then(|| self.layers.opt_dir(&f.config.layers)),
             code_sha256: f.code_sha256.clone(),
             region: self.config.region.clone(),
             max_instances: f

@@ -25,6 +25,8 @@ impl Controller {
         let internal = |e: std::io::Error| ControllerError::Internal(e.to_string());
         std::fs::create_dir_all(&config.data_dir).map_err(internal)?;
         let database = Arc::new(Database::open(&config.data_dir.join("kiln.db"))?);
+        // Layers are kept in the node's database; cluster mode has none of them yet.
+        let layer_db = config.cluster.is_none().then(|| database.clone());
         let (registry, events, cluster_events, shared_code): (
             Arc<dyn Registry>,
             Arc<dyn EventQueue>,
@@ -51,6 +53,8 @@ impl Controller {
             None => (database.clone(), database, None, None),
         };
         let code = CodeStore::open(&config.data_dir.join("store")).map_err(internal)?;
+        let layers = super::layers::Layers::open(&config.data_dir.join("layers"), layer_db)
+            .map_err(internal)?;
         let logs = LogStore::open(&config.data_dir.join("logs")).map_err(internal)?;
         let runtimes = agent.status().runtimes;
         let predictor =
@@ -69,6 +73,7 @@ impl Controller {
             shared_code,
             unfetched: replica::Unfetched::default(),
             code,
+            layers,
             functions: RwLock::default(),
             url_settings: RwLock::default(),
             mutation: Mutex::new(()),
@@ -81,6 +86,9 @@ impl Controller {
             predictor,
         });
         let loaded = controller.registry.load()?;
+        let functions: Vec<function::Function> =
+            loaded.functions.iter().map(|(f, _)| f.clone()).collect();
+        controller.restore_layers(&functions);
         let mut table = HashMap::new();
         let mut live_code = Vec::new();
         {

@@ -9,7 +9,7 @@ use crate::runtime::RESERVED_ENV;
 /// The `Runtime` values of Lambda's API model (its enum, retired runtimes included): a value
 /// outside it is a ValidationException, one inside it that kiln does not run an
 /// InvalidParameterValueException.
-const LAMBDA_RUNTIMES: &[&str] = &[
+pub(super) const LAMBDA_RUNTIMES: &[&str] = &[
     "nodejs",
     "nodejs4.3",
     "nodejs6.10",

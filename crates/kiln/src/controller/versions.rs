@@ -335,6 +335,9 @@ impl Controller {
         })?;
         if let Some(doomed) = doomed {
             self.drop_unused_code(&doomed.function.code_sha256);
+            if !doomed.function.config.layers.is_empty() {
+                self.release_layer_contents();
+            }
         }
         Ok(())
     }

@@ -38,6 +38,8 @@ pub enum Code<'a> {
 
 /// Where the runtime's files live inside every sandbox.
 pub const RUNTIME_DIR: &str = "/opt/kiln";
+/// Where a function's layers are extracted, in order.
+pub const OPT_DIR: &str = "/opt";
 pub const TASK_ROOT: &str = "/var/task";
 /// Where `scripts/install-runtime-sdk.sh` puts the runtimes' AWS SDKs by default.
 pub const DEFAULT_SDK_DIR: &str = "/usr/local/lib/kiln/runtime-sdk";
@@ -142,9 +144,20 @@ impl Runtimes {
     }
 
     /// Every mount of a sandbox running `runtime`, with the function's code from `code_dir`, or
-    /// from a code slot filled later (the warm path).
-    pub fn mounts(&self, runtime: &dyn Runtime, code: Code<'_>) -> Vec<Mount> {
+    /// from a code slot filled later (the warm path), and its merged layers at `/opt`.
+    pub fn mounts(
+        &self,
+        runtime: &dyn Runtime,
+        code: Code<'_>,
+        layers: Option<&Path>,
+    ) -> Vec<Mount> {
         let mut mounts = self.base_mounts.clone();
+        // First, so that what kiln mounts under /opt (its runtime files, an interpreter
+        // installed there) is mounted over the layers.
+        let layers_at = mounts.len();
+        if let Some(dir) = layers {
+            mounts.push(bind(dir, Path::new(OPT_DIR), false));
+        }
         mounts.extend(runtime.mounts());
         if let Some(sdk) = &self.sdk_dir {
             mounts.extend(runtime.sdk_mounts(sdk));
@@ -157,7 +170,39 @@ impl Runtimes {
                 target: PathBuf::from(TASK_ROOT),
             },
         });
+        if let Some(dir) = layers {
+            mount_points_in_layers(dir, &mounts[layers_at + 1..]);
+        }
         mounts
+    }
+}
+
+/// The mount points, in a function's merged layers, of the mounts made over them: `/opt` is
+/// read-only in the sandbox, so they must exist before. (The merge has `kiln/` already; this
+/// covers e.g. an interpreter installed under /opt on the host.)
+fn mount_points_in_layers(dir: &Path, later: &[Mount]) {
+    for mount in later {
+        let (Mount::Bind { source, target, .. } | Mount::Slot { source, target }) = mount else {
+            continue;
+        };
+        let Ok(inside) = target.strip_prefix(OPT_DIR) else {
+            continue;
+        };
+        let point = dir.join(inside);
+        if point.symlink_metadata().is_ok() {
+            continue;
+        }
+        let made = if source.is_dir() {
+            std::fs::create_dir_all(&point)
+        } else {
+            point
+                .parent()
+                .map_or(Ok(()), std::fs::create_dir_all)
+                .and_then(|()| std::fs::write(&point, b""))
+        };
+        if let Err(e) = made {
+            tracing::warn!("no mount point for {} in the layers: {e}", target.display());
+        }
     }
 }
 

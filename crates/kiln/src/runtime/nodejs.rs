@@ -94,11 +94,17 @@ impl Runtime for Node {
         ]
     }
 
+    /// `NODE_PATH` as on Lambda: the layers' modules for this Node version, then for any, then
+    /// the SDK's.
     fn env(&self, _spec: &InstanceSpec) -> Vec<(String, String)> {
+        let major = self
+            .name
+            .trim_start_matches("nodejs")
+            .trim_end_matches(".x");
         vec![
             (
                 "NODE_PATH".into(),
-                "/opt/nodejs/node_modules:/var/runtime/node_modules:/var/task/node_modules".into(),
+                format!("/opt/nodejs/node{major}/node_modules:/opt/nodejs/node_modules:/var/runtime/node_modules:/var/task/node_modules"),
             ),
             ("KILN_SHIM_FD".into(), "3".into()),
         ]

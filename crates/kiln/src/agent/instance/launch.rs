@@ -150,6 +150,7 @@ impl Instance {
                     Some(slot) => runtime::Code::Slot(slot.path()),
                     None => runtime::Code::Dir(&spec.code_dir),
                 },
+                spec.opt_dir.as_deref(),
             ),
             files: vec![
                 File {

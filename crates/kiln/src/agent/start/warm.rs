@@ -53,6 +53,7 @@ fn standby_spec(runtime: &str) -> SharedSpec {
         network: NetworkMode::Isolated,
         tmp_mb: STANDBY_TMP_MB,
         code_dir: Default::default(),
+        opt_dir: None,
         code_sha256: String::new(),
         region: String::new(),
         max_instances: 1,
@@ -84,9 +85,11 @@ impl Inner {
             .collect()
     }
 
-    /// Whether a cold start of `spec` can take a standby at all.
+    /// Whether a cold start of `spec` can take a standby at all (not with layers: a standby's
+    /// `/opt` was mounted before any function was known).
     fn warm_eligible(&self, spec: &InstanceSpec) -> bool {
         spec.network == NetworkMode::Isolated
+            && spec.opt_dir.is_none()
             && spec.tmp_mb == STANDBY_TMP_MB
             && !spec
                 .env

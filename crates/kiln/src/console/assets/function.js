@@ -47,6 +47,7 @@ function configurationTab(name, fn, body) {
       item("Ephemeral storage", mb(c.EphemeralStorage && c.EphemeralStorage.Size)),
       item("State", `${c.State || ""} ${c.LastUpdateStatus ? `(last update: ${c.LastUpdateStatus})` : ""}`),
       item("Code", `${bytes(c.CodeSize)}, SHA-256 ${c.CodeSha256}`),
+      (c.Layers || []).length > 0 && item("Layers", c.Layers.map((l) => `${l.Arn} (${bytes(l.CodeSize)})`).join(", ")),
       item("Revision", c.RevisionId),
       item("Last modified", when(c.LastModified)),
       item("ARN", c.FunctionArn)),

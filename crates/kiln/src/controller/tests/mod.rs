@@ -17,6 +17,7 @@ use crate::objects::cache::{CacheMetrics, IoTimes, WritebackStatus};
 
 mod functions;
 mod invoke;
+mod layers;
 mod memory;
 mod table;
 mod versions;
@@ -246,6 +247,7 @@ fn config() -> FunctionConfig {
         breakout: None,
         settings: Default::default(),
         event_invoke: None,
+        layers: Vec::new(),
     }
 }
 

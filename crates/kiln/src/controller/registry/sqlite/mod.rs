@@ -1,14 +1,15 @@
-//! The metadata database of a single node: functions, URLs, sequences and the durable queue
-//! of asynchronous invocations (in cluster mode, the queue only).
+//! The metadata database of a single node: functions, URLs, sequences, layers and the durable
+//! queue of asynchronous invocations (in cluster mode, the queue only).
 //!
 //! SQLite in WAL mode with `synchronous=FULL`: a statement that returned has reached the disk,
 //! which is what lets kiln acknowledge a deployment or an Event invocation and survive `kill -9`.
 //!
 //! One file a table: [`functions`] (with their URL settings), [`sequences`], the async
-//! [`queue`] and its [`failures`].
+//! [`queue`] and its [`failures`], and [`layers`].
 
 mod failures;
 mod functions;
+mod layers;
 mod queue;
 mod sequences;
 
@@ -58,6 +59,16 @@ CREATE TABLE IF NOT EXISTS async_failures (
     payload BLOB NOT NULL,
     error TEXT NOT NULL,
     failed_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS layer_names (
+    name TEXT PRIMARY KEY,
+    last_version INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS layer_versions (
+    name TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    record TEXT NOT NULL,
+    PRIMARY KEY (name, version)
 );
 ";
 
@@ -129,6 +140,7 @@ pub(super) mod tests {
                 sessions: None,
                 settings: Default::default(),
                 event_invoke: None,
+                layers: Vec::new(),
             },
             code_sha256: "ab".into(),
             code_size: 10,
