@@ -95,7 +95,7 @@ for mode in "${modes[@]}"; do
         printf '[fixtures]\nbucket prefix = kiln-%s-{random}-\n\n' "$mode"
         for section in "s3 main" "s3 alt" "s3 tenant" iam "iam root" "iam alt root"; do
             printf '[%s]\ndisplay_name = kiln\nuser_id = kiln\nemail = kiln@example.com\ntenant = kiln\n' "$section"
-            printf 'api_name = default\naccess_key = %s\nsecret_key = %s\n\n' "$access" "$secret"
+            printf 'access_key = %s\nsecret_key = %s\n\n' "$access" "$secret"
         done
     } >"$conf"
     (cd "$suite" && S3TEST_CONF="$conf" timeout 3600 .venv/bin/pytest -q -p no:cacheprovider --timeout 120 \

@@ -767,8 +767,13 @@ def _drop_connections():
         try:
             if not os.readlink("/proc/self/fd/%d" % fd).startswith("socket:"):
                 continue
-            probe = socket.socket(fileno=os.dup(fd))
+            copy = os.dup(fd)
         except OSError:
+            continue  # the descriptor listdir itself used, gone by now
+        try:
+            probe = socket.socket(fileno=copy)
+        except OSError:
+            os.close(copy)
             continue
         with probe:
             if probe.family not in (socket.AF_INET, socket.AF_INET6) or probe.type != socket.SOCK_STREAM:

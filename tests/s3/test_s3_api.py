@@ -242,6 +242,19 @@ def test_conditional_writes(s3, bucket):
     assert status(e) == 412
     s3.put_object(Bucket=bucket, Key="w", Body=b"3", IfMatch=first["ETag"])
     assert s3.get_object(Bucket=bucket, Key="w")["Body"].read() == b"3"
+    # If-None-Match with an ETag: refused while the object has it, done once it has another.
+    third = s3.head_object(Bucket=bucket, Key="w")["ETag"]
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.put_object(Bucket=bucket, Key="w", Body=b"4", IfNoneMatch=third)
+    assert status(e) == 412 and error_code(e) == "PreconditionFailed"
+    s3.put_object(Bucket=bucket, Key="w", Body=b"4", IfNoneMatch=first["ETag"])
+    assert s3.get_object(Bucket=bucket, Key="w")["Body"].read() == b"4"
+    # If-Match on a key with no object: 404, as S3 answers.
+    s3.delete_object(Bucket=bucket, Key="w")
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.put_object(Bucket=bucket, Key="w", Body=b"5", IfMatch="*")
+    assert status(e) == 404 and error_code(e) == "NoSuchKey"
+    s3.put_object(Bucket=bucket, Key="w", Body=b"5", IfNoneMatch=third)
 
 
 # --- copy and batch delete -----------------------------------------------------------------

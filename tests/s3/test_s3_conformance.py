@@ -411,6 +411,10 @@ def test_unsigned_requests_read_public_objects_only(s3, bucket, unsigned, kiln):
     with pytest.raises(botocore.exceptions.ClientError) as e:
         unsigned.get_object(Bucket=bucket, Key="public")
     assert error_code(e) == "AccessDenied"
+    # That a bucket does not exist is told to anyone, as S3 does.
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        unsigned.get_object(Bucket=bucket + "-gone", Key="public")
+    assert error_code(e) == "NoSuchBucket"
 
 
 # --- bucket versioning ---------------------------------------------------------------------

@@ -105,6 +105,9 @@ pub enum WriteCondition {
     IfAbsent,
     /// `If-Match`: only if the object exists (and has this ETag, when one is given).
     IfMatch(Option<String>),
+    /// `If-None-Match` with an ETag: unless the object has this ETag (S3 itself takes only
+    /// `*` here; the ETag form is HTTP's, and what S3-compatible stores serve).
+    IfNoneMatch(String),
 }
 
 impl WriteCondition {
@@ -117,9 +120,7 @@ impl WriteCondition {
             (Some(ETagCondition::Any), None) => Ok(Self::IfMatch(None)),
             (Some(ETagCondition::ETag(e)), None) => Ok(Self::IfMatch(Some(e.value().to_string()))),
             (None, Some(ETagCondition::Any)) => Ok(Self::IfAbsent),
-            (None, Some(ETagCondition::ETag(_))) => {
-                Err("If-None-Match on a write only supports the value *")
-            }
+            (None, Some(ETagCondition::ETag(e))) => Ok(Self::IfNoneMatch(e.value().to_string())),
             (None, None) => Ok(Self::Always),
         }
     }
@@ -131,6 +132,7 @@ impl WriteCondition {
             Self::IfAbsent => current_etag.is_none(),
             Self::IfMatch(None) => current_etag.is_some(),
             Self::IfMatch(Some(expected)) => current_etag == Some(expected.as_str()),
+            Self::IfNoneMatch(other) => current_etag != Some(other.as_str()),
         }
     }
 }
@@ -216,7 +218,8 @@ mod tests {
         let any = ETagCondition::Any;
         let e = ETagCondition::ETag(ETag::Strong("e".into()));
         assert!(WriteCondition::from_headers(Some(&any), Some(&any)).is_err());
-        assert!(WriteCondition::from_headers(None, Some(&e)).is_err());
+        let unless = WriteCondition::from_headers(None, Some(&e)).unwrap();
+        assert!(unless.allows(None) && unless.allows(Some("x")) && !unless.allows(Some("e")));
         let absent = WriteCondition::from_headers(None, Some(&any)).unwrap();
         assert!(absent.allows(None) && !absent.allows(Some("e")));
         let exists = WriteCondition::from_headers(Some(&any), None).unwrap();

@@ -3,7 +3,7 @@
 //! `public-read` opens to unsigned requests.
 
 use s3s::dto::*;
-use s3s::{s3_error, S3Error, S3Request, S3Response, S3Result};
+use s3s::{s3_error, S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
 use super::{blocking, check_version_id, lookup, write_error, LocalStore};
 use crate::objects::acl::{self, from_policy, Anonymous};
@@ -123,9 +123,10 @@ pub(super) fn bucket_is_public(meta: &super::Meta, bucket: &str) -> bool {
     matches!(meta.bucket_acl(bucket), Ok(Some(acl)) if acl::public_read(acl.as_deref()))
 }
 
-/// An unsigned read's answer for a lookup that failed: S3 does not tell it what exists.
+/// An unsigned read's answer for a lookup that failed: S3 does not tell it what a bucket holds,
+/// but does tell anyone that a bucket does not exist.
 pub(super) fn hide_from_anonymous(anonymous: bool, e: S3Error) -> S3Error {
-    if anonymous {
+    if anonymous && *e.code() != S3ErrorCode::NoSuchBucket {
         access_denied()
     } else {
         e
