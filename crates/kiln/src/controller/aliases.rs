@@ -97,6 +97,7 @@ impl Controller {
                     description: input.description.clone().unwrap_or_default(),
                     weights,
                     revision_id: new_revision_id(),
+                    url: None,
                 },
             );
             Ok(true)
@@ -148,6 +149,7 @@ impl Controller {
                         .unwrap_or(current.description.clone()),
                     weights,
                     revision_id: new_revision_id(),
+                    url: current.url.clone(),
                 },
             );
             Ok(true)

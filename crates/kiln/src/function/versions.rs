@@ -146,6 +146,17 @@ pub struct Alias {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub weights: BTreeMap<String, f64>,
     pub revision_id: String,
+    /// The alias's function URL config: each alias has its own, as in Lambda, and it goes
+    /// with the alias.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<AliasUrl>,
+}
+
+/// An alias's function URL config: who may call it and its settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AliasUrl {
+    pub auth: super::UrlAuth,
+    pub settings: crate::controller::UrlSettings,
 }
 
 impl Alias {
@@ -185,6 +196,7 @@ mod tests {
             description: String::new(),
             weights: BTreeMap::new(),
             revision_id: String::new(),
+            url: None,
         };
         assert_eq!(alias.route(0.0), "1");
         alias.weights.insert("2".into(), 0.25);

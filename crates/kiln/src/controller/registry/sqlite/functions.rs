@@ -289,6 +289,7 @@ mod tests {
                     description: "d".into(),
                     weights: BTreeMap::from([("1".into(), 0.5)]),
                     revision_id: "a".into(),
+                    url: None,
                 },
             );
             assert!(reg.update(&f).unwrap());
