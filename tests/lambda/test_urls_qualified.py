@@ -1,5 +1,6 @@
 """Function URL configs of aliases, next to the unqualified function's: each alias has its own URL,
-which runs the alias, with boto3 and the AWS CLI, against a real kiln."""
+which runs the alias; and event invoke configs of versions and aliases, each applied to the events
+sent to its qualifier. With boto3 and the AWS CLI, against a real kiln."""
 
 import json
 
@@ -7,6 +8,7 @@ import botocore.exceptions
 import pytest
 import requests
 
+from test_async_destinations import SOURCE, deploy, invoke_event, record_of, recorder, unique  # noqa: F401
 from test_auth import aws
 from test_lambda_api import error_code
 from test_versions import two_versions
@@ -146,3 +148,60 @@ def test_aws_cli_creates_an_alias_url(kiln):
                   "--qualifier", "1", "--auth-type", "NONE", check=False)
     assert refused.returncode != 0
     assert "ValidationException" in refused.stderr
+
+
+# --- Event invoke configs of a qualifier -------------------------------------------------------
+
+
+def test_an_alias_event_uses_the_alias_config_and_an_unqualified_one_the_functions(kiln, recorder):
+    destination, bucket = recorder
+    name = unique("qualevents")
+    arn = deploy(kiln, name, SOURCE)
+    lam = kiln.client()
+    lam.publish_version(FunctionName=name)
+    lam.create_alias(FunctionName=name, Name="live", FunctionVersion="1")
+    on_failure = {"OnFailure": {"Destination": destination}}
+    lam.put_function_event_invoke_config(FunctionName=name, MaximumRetryAttempts=1, DestinationConfig=on_failure)
+    put = lam.put_function_event_invoke_config(FunctionName=name, Qualifier="live", MaximumRetryAttempts=0,
+                                               DestinationConfig=on_failure)
+    assert put["FunctionArn"] == f"{arn}:live"
+
+    alias_event = invoke_event(kiln, f"{name}:live", {"fail": True, "n": 1})
+    assert record_of(kiln, bucket, alias_event)["requestContext"]["approximateInvokeCount"] == 1
+    unqualified_event = invoke_event(kiln, name, {"fail": True, "n": 2})
+    assert record_of(kiln, bucket, unqualified_event)["requestContext"]["approximateInvokeCount"] == 2
+
+
+def test_event_invoke_configs_are_kept_per_qualifier(kiln):
+    name = unique("qualconfigs")
+    arn = deploy(kiln, name, SOURCE)
+    lam = kiln.client()
+    lam.publish_version(FunctionName=name)
+    lam.create_alias(FunctionName=name, Name="live", FunctionVersion="1")
+    lam.put_function_event_invoke_config(FunctionName=name, Qualifier="live", MaximumRetryAttempts=0)
+    lam.put_function_event_invoke_config(FunctionName=name, Qualifier="1", MaximumEventAgeInSeconds=300)
+
+    assert lam.get_function_event_invoke_config(FunctionName=name, Qualifier="live")["MaximumRetryAttempts"] == 0
+    got = lam.get_function_event_invoke_config(FunctionName=f"{name}:1")
+    assert got["FunctionArn"] == f"{arn}:1"
+    assert got["MaximumEventAgeInSeconds"] == 300
+    assert "MaximumRetryAttempts" not in got
+    # The unqualified function has none of its own.
+    with pytest.raises(lam.exceptions.ResourceNotFoundException):
+        lam.get_function_event_invoke_config(FunctionName=name)
+    with pytest.raises(lam.exceptions.ResourceNotFoundException):
+        lam.get_function_event_invoke_config(FunctionName=name, Qualifier="$LATEST")
+    with pytest.raises(lam.exceptions.ResourceNotFoundException):
+        lam.put_function_event_invoke_config(FunctionName=name, Qualifier="nothere", MaximumRetryAttempts=0)
+
+    updated = lam.update_function_event_invoke_config(FunctionName=name, Qualifier="live", MaximumEventAgeInSeconds=90)
+    assert (updated["MaximumRetryAttempts"], updated["MaximumEventAgeInSeconds"]) == (0, 90)
+    lam.put_function_event_invoke_config(FunctionName=name, MaximumRetryAttempts=2)
+    listed = lam.list_function_event_invoke_configs(FunctionName=name)["FunctionEventInvokeConfigs"]
+    assert sorted(c["FunctionArn"] for c in listed) == sorted([f"{arn}:$LATEST", f"{arn}:1", f"{arn}:live"])
+
+    lam.delete_function_event_invoke_config(FunctionName=name, Qualifier="1")
+    lam.delete_alias(FunctionName=name, Name="live")
+    listed = lam.list_function_event_invoke_configs(FunctionName=name)["FunctionEventInvokeConfigs"]
+    assert [c["FunctionArn"] for c in listed] == [f"{arn}:$LATEST"]
+    assert lam.get_function_event_invoke_config(FunctionName=name)["MaximumRetryAttempts"] == 2

@@ -144,7 +144,10 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
     // The function's retries and age limit (PutFunctionEventInvokeConfig).
     let (max_attempts, max_age) = {
         let entry = controller.entry(unqualified(&event.function)).ok();
-        limits(entry.as_ref().map(|e| &e.function))
+        limits(
+            entry.as_ref().map(|e| &e.function),
+            qualifier(&event.function),
+        )
     };
     if Utc::now() - event.enqueued_at > max_age {
         let error = format!(
@@ -285,16 +288,21 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
     }
 }
 
-/// The attempts and age limit of `function`'s events (Lambda's defaults without a
-/// configuration).
-fn limits(function: Option<&Function>) -> (u32, chrono::TimeDelta) {
-    match function.and_then(|f| f.config.event_invoke.as_ref()) {
+/// The attempts and age limit of events sent to `function`'s `qualifier` (Lambda's defaults
+/// without a configuration).
+fn limits(function: Option<&Function>, qualifier: Option<&str>) -> (u32, chrono::TimeDelta) {
+    match function.and_then(|f| f.event_invoke(qualifier)) {
         Some(config) => (config.attempts(), config.maximum_event_age()),
         None => (
             super::ASYNC_ATTEMPTS,
             chrono::TimeDelta::seconds(i64::from(MAX_EVENT_AGE_S)),
         ),
     }
+}
+
+/// The version or alias an event names, if it names one.
+pub(super) fn qualifier(target: &str) -> Option<&str> {
+    target.split_once(':').map(|(_, q)| q)
 }
 
 /// An event's function without the version or alias it names, if it names one.

@@ -55,11 +55,19 @@ pub struct Published {
     /// Its aliases, by name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub aliases: BTreeMap<String, Alias>,
+    /// The asynchronous invocation configs of its versions and aliases, by version number
+    /// or alias name: Lambda applies the config of the qualifier an event was sent to, and
+    /// a config goes with its version or alias.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub event_invoke: BTreeMap<String, super::event_invoke::EventInvokeConfig>,
 }
 
 impl Published {
     pub fn is_empty(&self) -> bool {
-        self.last == 0 && self.versions.is_empty() && self.aliases.is_empty()
+        self.last == 0
+            && self.versions.is_empty()
+            && self.aliases.is_empty()
+            && self.event_invoke.is_empty()
     }
 
     pub fn version(&self, number: u64) -> Option<&Version> {
