@@ -167,9 +167,22 @@ def test_an_alias_event_uses_the_alias_config_and_an_unqualified_one_the_functio
     assert put["FunctionArn"] == f"{arn}:live"
 
     alias_event = invoke_event(kiln, f"{name}:live", {"fail": True, "n": 1})
-    assert record_of(kiln, bucket, alias_event)["requestContext"]["approximateInvokeCount"] == 1
+    record = record_of(kiln, bucket, alias_event)
+    assert record["requestContext"]["approximateInvokeCount"] == 1
+    assert record["requestContext"]["functionArn"] == f"{arn}:live"
+    assert record["responseContext"]["executedVersion"] == "1"
     unqualified_event = invoke_event(kiln, name, {"fail": True, "n": 2})
-    assert record_of(kiln, bucket, unqualified_event)["requestContext"]["approximateInvokeCount"] == 2
+    record = record_of(kiln, bucket, unqualified_event)
+    assert record["requestContext"]["approximateInvokeCount"] == 2
+    assert record["requestContext"]["functionArn"] == f"{arn}:$LATEST"
+    assert record["responseContext"]["executedVersion"] == "$LATEST"
+
+    # An alias without a config of its own has Lambda's defaults, not the unqualified function's
+    # destination: its failed event reaches no destination.
+    lam.create_alias(FunctionName=name, Name="bare", FunctionVersion="1")
+    bare_event = invoke_event(kiln, f"{name}:bare", {"fail": True, "n": 3})
+    with pytest.raises(AssertionError):
+        record_of(kiln, bucket, bare_event, timeout=5)
 
 
 def test_event_invoke_configs_are_kept_per_qualifier(kiln):

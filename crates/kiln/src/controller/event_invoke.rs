@@ -179,8 +179,13 @@ impl Controller {
         let Some(destination) = destination else {
             return;
         };
+        let arn = format!(
+            "{}:{}",
+            self.arn(&entry.function.name),
+            qualifier.unwrap_or(LATEST)
+        );
         let record = event_invoke::record(
-            &self.arn(&event.function),
+            &arn,
             &event.request_id,
             condition,
             attempts,

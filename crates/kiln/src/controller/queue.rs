@@ -165,7 +165,10 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
     }
     // Where a sequence's run stopped after its first stage, if it did.
     let mut stopped = None;
-    let ran = if let Ok((entry, _)) = controller.invocation_target(&event.function) {
+    // The version that ran, for the record: an alias's event picks one here.
+    let mut executed = crate::function::versions::latest();
+    let ran = if let Ok((entry, version)) = controller.invocation_target(&event.function) {
+        executed = version;
         let request = InvokeRequest {
             request_id: event.request_id.clone(),
             payload: event.payload.clone().into(),
@@ -220,6 +223,7 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
             let response = Response {
                 body: &outcome.body,
                 function_error: false,
+                executed_version: &executed,
             };
             // The record first, then the event's completion: at least once, never lost.
             controller.send_to_destination(event, Condition::Success, attempt, Some(response));
@@ -273,6 +277,7 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
         let response = Response {
             body: error.as_bytes(),
             function_error,
+            executed_version: &executed,
         };
         controller.send_to_destination(event, Condition::RetriesExhausted, attempt, Some(response));
         let _ = tokio::task::block_in_place(|| registry.fail_event(event, &error));
