@@ -69,6 +69,14 @@ def test_an_alias_url_follows_the_alias(kiln):
     assert lam.get_function_url_config(FunctionName=name, Qualifier="live")["FunctionUrl"] == live["FunctionUrl"]
 
 
+def test_an_alias_url_follows_the_alias_routing_weights(kiln):
+    name, _, live = alias_and_unqualified_urls(kiln, "aliasweights")
+    lam = kiln.client()
+    # All of the alias's invocations go to the additional version.
+    lam.update_alias(FunctionName=name, Name="live", RoutingConfig={"AdditionalVersionWeights": {"2": 1.0}})
+    assert {ran(live["FunctionUrl"]) for _ in range(3)} == {"two"}
+
+
 def test_versions_and_latest_are_refused_as_url_qualifiers(kiln):
     name = two_versions(kiln, "urlver")
     lam = kiln.client()
