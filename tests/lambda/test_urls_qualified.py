@@ -86,6 +86,10 @@ def test_versions_and_latest_are_refused_as_url_qualifiers(kiln):
         assert error_code(excinfo) == "ValidationException"
     with pytest.raises(lam.exceptions.ResourceNotFoundException):
         lam.create_function_url_config(FunctionName=name, Qualifier="nothere", AuthType="NONE")
+    with pytest.raises(lam.exceptions.InvalidParameterValueException):
+        lam.create_function_url_config(FunctionName=f"{name}:live", Qualifier="other", AuthType="NONE")
+    with pytest.raises(lam.exceptions.InvalidParameterValueException):
+        lam.put_function_event_invoke_config(FunctionName=f"{name}:1", Qualifier="2", MaximumRetryAttempts=0)
     assert lam.list_function_url_configs(FunctionName=name)["FunctionUrlConfigs"] == []
 
 

@@ -115,6 +115,7 @@ impl Controller {
         qualifier: Option<&str>,
     ) -> Result<(Function, String), ControllerError> {
         let r = self.function_ref(name)?;
+        super::urls::check_same_qualifier(r.qualifier.as_deref(), qualifier)?;
         let function = self.entry(&r.name)?.function.clone();
         let qualifier = match r.qualifier.as_deref().or(qualifier) {
             None | Some(LATEST) => return Ok((function, LATEST.to_string())),

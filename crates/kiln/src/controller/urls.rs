@@ -274,6 +274,7 @@ impl Controller {
                 )));
             }
         }
+        check_same_qualifier(r.qualifier.as_deref(), qualifier)?;
         let Some(alias) = qualifier.or(r.qualifier.as_deref()) else {
             return Ok((self.entry(name)?.function.clone(), None));
         };
@@ -321,6 +322,20 @@ fn alias_url_config(function: Function, alias: &str) -> Option<UrlConfig> {
         auth: url.auth,
         settings: url.settings,
     })
+}
+
+/// A qualifier in the function's name and one in `Qualifier` must agree, as Lambda requires.
+pub(super) fn check_same_qualifier(
+    in_name: Option<&str>,
+    given: Option<&str>,
+) -> Result<(), ControllerError> {
+    match (in_name, given) {
+        (Some(a), Some(b)) if a != b => Err(ControllerError::InvalidParameter(
+            "The derived qualifier from the function name does not match the specified qualifier."
+                .into(),
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn url_exists(arn: &str) -> ControllerError {
