@@ -196,9 +196,9 @@ def test_aliases_name_versions(kiln):
         lam.create_alias(FunctionName=name, Name="other", FunctionVersion="live")
     assert error_code(excinfo) == "ValidationException"
 
-    # An alias's function URL is not served (the unqualified function's is).
-    with pytest.raises(lam.exceptions.InvalidParameterValueException):
-        lam.create_function_url_config(FunctionName=name, Qualifier="live", AuthType="NONE")
+    # An alias has a function URL of its own.
+    url = lam.create_function_url_config(FunctionName=name, Qualifier="live", AuthType="NONE")
+    assert url["FunctionArn"].endswith(f":{name}:live")
 
     lam.delete_alias(FunctionName=name, Name="edge")
     with pytest.raises(lam.exceptions.ResourceNotFoundException):

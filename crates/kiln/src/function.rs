@@ -197,6 +197,37 @@ pub struct Function {
     pub published: versions::Published,
 }
 
+impl Function {
+    /// The asynchronous invocation config of `qualifier` (`None` or `$LATEST`: the
+    /// unqualified function's; else a version's number or an alias's name).
+    pub fn event_invoke(
+        &self,
+        qualifier: Option<&str>,
+    ) -> Option<&event_invoke::EventInvokeConfig> {
+        match qualifier {
+            None | Some(versions::LATEST) => self.config.event_invoke.as_ref(),
+            Some(q) => self.published.event_invoke.get(q),
+        }
+    }
+
+    /// Sets or (`None`) removes `qualifier`'s asynchronous invocation config.
+    pub fn set_event_invoke(
+        &mut self,
+        qualifier: Option<&str>,
+        config: Option<event_invoke::EventInvokeConfig>,
+    ) {
+        match (qualifier, config) {
+            (None | Some(versions::LATEST), config) => self.config.event_invoke = config,
+            (Some(q), Some(config)) => {
+                self.published.event_invoke.insert(q.to_string(), config);
+            }
+            (Some(q), None) => {
+                self.published.event_invoke.remove(q);
+            }
+        }
+    }
+}
+
 /// The resolved, versioned spec the controller hands the node agent. The agent never looks
 /// anything up again: an instance belongs to exactly one spec, and a new revision means new
 /// instances.

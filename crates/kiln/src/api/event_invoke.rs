@@ -46,13 +46,13 @@ impl Input {
 }
 
 /// Lambda's FunctionEventInvokeConfig shape.
-fn shape(function_arn: &str, config: &EventInvokeConfig) -> Value {
+fn shape(function_arn: &str, qualifier: &str, config: &EventInvokeConfig) -> Value {
     let destination = |arn: &Option<String>| match arn {
         Some(arn) => json!({ "Destination": arn }),
         None => json!({}),
     };
     let mut body = json!({
-        "FunctionArn": format!("{function_arn}:$LATEST"),
+        "FunctionArn": format!("{function_arn}:{qualifier}"),
         "LastModified": config.last_modified.timestamp_millis() as f64 / 1000.0,
         "DestinationConfig": {
             "OnSuccess": destination(&config.on_success),
@@ -75,13 +75,14 @@ async fn set(
     replace: bool,
 ) -> Result<Response, ApiError> {
     let input: Input = parse_json(&signed.body)?;
-    let (function, config) = state.controller.set_event_invoke_config(
+    let (function, qualifier, config) = state.controller.set_event_invoke_config(
         &name,
         qualifier(&signed.uri).as_deref(),
         input.patch(),
         replace,
     )?;
-    Ok(Json(shape(&state.controller.arn(&function.name), &config)).into_response())
+    let arn = state.controller.arn(&function.name);
+    Ok(Json(shape(&arn, &qualifier, &config)).into_response())
 }
 
 /// PutFunctionEventInvokeConfig: replaces the configuration.
@@ -107,10 +108,11 @@ pub async fn get(
     Path(name): Path<String>,
     Signed { uri, .. }: Signed,
 ) -> Result<Response, ApiError> {
-    let (function, config) = state
+    let (function, qualifier, config) = state
         .controller
         .event_invoke_config(&name, qualifier(&uri).as_deref())?;
-    Ok(Json(shape(&state.controller.arn(&function.name), &config)).into_response())
+    let arn = state.controller.arn(&function.name);
+    Ok(Json(shape(&arn, &qualifier, &config)).into_response())
 }
 
 pub async fn delete(
@@ -124,20 +126,18 @@ pub async fn delete(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-/// ListFunctionEventInvokeConfigs: the one of `$LATEST`, if there is one.
+/// ListFunctionEventInvokeConfigs: those of `$LATEST` and of the function's versions and
+/// aliases.
 pub async fn list(
     State(state): State<SharedState>,
     Path(name): Path<String>,
     Signed { .. }: Signed,
 ) -> Result<Response, ApiError> {
-    let configs = match state.controller.event_invoke_config(&name, None) {
-        Ok((function, config)) => vec![shape(&state.controller.arn(&function.name), &config)],
-        Err(crate::controller::ControllerError::NotFound(_))
-            if state.controller.get(&name).is_ok() =>
-        {
-            Vec::new()
-        }
-        Err(e) => return Err(e.into()),
-    };
+    let (function, configs) = state.controller.event_invoke_configs(&name)?;
+    let arn = state.controller.arn(&function.name);
+    let configs: Vec<Value> = configs
+        .iter()
+        .map(|(qualifier, config)| shape(&arn, qualifier, config))
+        .collect();
     Ok(Json(json!({ "FunctionEventInvokeConfigs": configs })).into_response())
 }

@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 use super::{
     authenticate_signature, base_url, parse_json, qualifier, ApiError, SharedState, Signed,
 };
-use crate::controller::{Cors, InvocationType, Invoked, UrlChange, UrlSettings};
-use crate::function::{Function, UrlAuth};
+use crate::controller::{Cors, InvocationType, Invoked, UrlChange, UrlConfig};
+use crate::function::UrlAuth;
 use crate::http_event::{event, map_response, plain};
 use crate::session::HintSource;
 
@@ -71,27 +71,31 @@ fn url_base(state: &SharedState, headers: &HeaderMap, console: bool) -> String {
 /// Whether a request came to the console's listener.
 type Origin = Option<axum::Extension<super::ConsoleOrigin>>;
 
-fn url_config(
-    state: &SharedState,
-    headers: &HeaderMap,
-    console: bool,
-    f: &Function,
-    settings: &UrlSettings,
-) -> Value {
-    let auth = match f.url_auth {
-        Some(UrlAuth::AwsIam) => "AWS_IAM",
-        _ => "NONE",
+fn url_config(state: &SharedState, headers: &HeaderMap, console: bool, c: &UrlConfig) -> Value {
+    let auth = match c.auth {
+        UrlAuth::AwsIam => "AWS_IAM",
+        UrlAuth::None => "NONE",
+    };
+    let (path, arn) = match &c.alias {
+        Some(alias) => (
+            format!("{}:{alias}", c.function.name),
+            state.controller.alias_arn(&c.function.name, alias),
+        ),
+        None => (
+            c.function.name.clone(),
+            state.controller.arn(&c.function.name),
+        ),
     };
     let format = |t: chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string();
     let mut config = json!({
-        "FunctionUrl": format!("{}/fn/{}/", url_base(state, headers, console), f.name),
-        "FunctionArn": state.controller.arn(&f.name),
+        "FunctionUrl": format!("{}/fn/{path}/", url_base(state, headers, console)),
+        "FunctionArn": arn,
         "AuthType": auth,
-        "CreationTime": format(settings.created),
-        "LastModifiedTime": format(settings.modified),
+        "CreationTime": format(c.settings.created),
+        "LastModifiedTime": format(c.settings.modified),
         "InvokeMode": "BUFFERED",
     });
-    if let Some(cors) = &settings.cors {
+    if let Some(cors) = &c.settings.cors {
         config["Cors"] = json!(cors);
     }
     config
@@ -102,16 +106,16 @@ fn written(
     state: &SharedState,
     headers: &HeaderMap,
     console: bool,
-    (f, settings): (Function, Option<UrlSettings>),
+    config: Option<UrlConfig>,
 ) -> Result<Value, ApiError> {
-    let settings = settings.ok_or_else(|| {
+    let config = config.ok_or_else(|| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "ServiceException",
             "function URL config has no settings",
         )
     })?;
-    Ok(url_config(state, headers, console, &f, &settings))
+    Ok(url_config(state, headers, console, &config))
 }
 
 pub async fn create_config(
@@ -158,41 +162,25 @@ pub async fn get_config(
     origin: Origin,
     Signed { uri, headers, .. }: Signed,
 ) -> Result<Response, ApiError> {
-    let (f, settings) = state
+    let config = state
         .controller
         .url_config(&name, qualifier(&uri).as_deref())?;
-    Ok(Json(url_config(
-        &state,
-        &headers,
-        origin.is_some(),
-        &f,
-        &settings,
-    ))
-    .into_response())
+    Ok(Json(url_config(&state, &headers, origin.is_some(), &config)).into_response())
 }
 
-/// ListFunctionUrlConfigs: the function's URL config, if it has one (kiln's URLs belong to the
-/// unqualified function, so there is at most one).
+/// ListFunctionUrlConfigs: the unqualified function's URL config and its aliases'.
 pub async fn list_configs(
     State(state): State<SharedState>,
     Path(name): Path<String>,
     origin: Origin,
     Signed { headers, .. }: Signed,
 ) -> Result<Response, ApiError> {
-    let function = state.controller.get(&name)?;
-    let configs = match function.url_auth {
-        Some(_) => {
-            let (f, settings) = state.controller.url_config(&function.name, None)?;
-            vec![url_config(
-                &state,
-                &headers,
-                origin.is_some(),
-                &f,
-                &settings,
-            )]
-        }
-        None => Vec::new(),
-    };
+    let configs: Vec<Value> = state
+        .controller
+        .url_configs(&name)?
+        .iter()
+        .map(|c| url_config(&state, &headers, origin.is_some(), c))
+        .collect();
     Ok(Json(json!({ "FunctionUrlConfigs": configs })).into_response())
 }
 
@@ -220,10 +208,13 @@ pub async fn call(
         Some(i) => (&path[..i], &path[i..]),
         None => (path, "/"),
     };
-    let (function, settings) = match state.controller.url_config(name, None) {
+    // An alias's URL is `/fn/NAME:ALIAS/`, which some clients send with the colon encoded.
+    let name = percent_encoding::percent_decode_str(name).decode_utf8_lossy();
+    let config = match state.controller.url_config(&name, None) {
         Ok(config) => config,
         _ => return plain(StatusCode::NOT_FOUND, "Not Found"),
     };
+    let settings = &config.settings;
     let origin = headers
         .get("origin")
         .and_then(|v| v.to_str().ok())
@@ -237,7 +228,7 @@ pub async fn call(
         }
     }
     let mut response = respond(
-        &state, &function, peer, &method, &uri, &headers, body, raw_path,
+        &state, &config, peer, &method, &uri, &headers, body, raw_path,
     )
     .await;
     if let (Some(cors), Some(origin)) = (&settings.cors, &origin) {
@@ -249,7 +240,7 @@ pub async fn call(
 #[allow(clippy::too_many_arguments)]
 async fn respond(
     state: &SharedState,
-    function: &Function,
+    config: &UrlConfig,
     peer: std::net::SocketAddr,
     method: &Method,
     uri: &Uri,
@@ -259,13 +250,14 @@ async fn respond(
 ) -> Response {
     // A signature only: a console session must not open a function's URL, which is
     // the function's page, not the console's.
-    if function.url_auth == Some(UrlAuth::AwsIam)
+    if config.auth == UrlAuth::AwsIam
         && authenticate_signature(state, method, uri, headers, &body, "lambda").is_err()
     {
         return plain(StatusCode::FORBIDDEN, "Forbidden");
     }
+    let name = &config.function.name;
     let event = event(
-        &function.name,
+        name,
         method,
         raw_path,
         uri.query().unwrap_or(""),
@@ -283,7 +275,11 @@ async fn respond(
     match state
         .controller
         .invoke(
-            &function.name,
+            // An alias's URL runs the alias, routed by its weights as Invoke routes it.
+            &match &config.alias {
+                Some(alias) => format!("{name}:{alias}"),
+                None => name.clone(),
+            },
             payload,
             InvocationType::RequestResponse,
             None,

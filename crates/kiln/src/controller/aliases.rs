@@ -97,6 +97,7 @@ impl Controller {
                     description: input.description.clone().unwrap_or_default(),
                     weights,
                     revision_id: new_revision_id(),
+                    url: None,
                 },
             );
             Ok(true)
@@ -148,6 +149,7 @@ impl Controller {
                         .unwrap_or(current.description.clone()),
                     weights,
                     revision_id: new_revision_id(),
+                    url: current.url.clone(),
                 },
             );
             Ok(true)
@@ -162,6 +164,7 @@ impl Controller {
         self.strict_function_ref(name)?;
         let mutation = self.lock_mutations();
         self.modify_if(&mutation, name, |f| {
+            f.published.event_invoke.remove(alias);
             Ok(f.published.aliases.remove(alias).is_some())
         })?;
         Ok(())

@@ -6,6 +6,7 @@ use chrono::Utc;
 
 use super::{Controller, ControllerError};
 use crate::function::event_invoke::{self, Condition, EventInvokeConfig, Response};
+use crate::function::versions::{self, LATEST};
 use crate::function::Function;
 
 /// What PutFunctionEventInvokeConfig or UpdateFunctionEventInvokeConfig sets: `None` leaves a
@@ -19,20 +20,42 @@ pub struct EventInvokePatch {
 }
 
 impl Controller {
-    /// GetFunctionEventInvokeConfig: 404 for a function without one.
+    /// GetFunctionEventInvokeConfig: the config of the function's `$LATEST`, or of the
+    /// version or alias the qualifier names, with the qualifier; 404 for one without.
     pub fn event_invoke_config(
         &self,
         name: &str,
         qualifier: Option<&str>,
-    ) -> Result<(Function, EventInvokeConfig), ControllerError> {
-        let function = self.event_invoke_target(name, qualifier)?;
-        match function.config.event_invoke.clone() {
-            Some(config) => Ok((function, config)),
+    ) -> Result<(Function, String, EventInvokeConfig), ControllerError> {
+        let (function, qualifier) = self.event_invoke_target(name, qualifier)?;
+        match function.event_invoke(Some(&qualifier)).cloned() {
+            Some(config) => Ok((function, qualifier, config)),
             None => Err(ControllerError::NotFound(format!(
-                "The function {} doesn't have an EventInvokeConfig",
+                "The function {}:{qualifier} doesn't have an EventInvokeConfig",
                 self.arn(&function.name)
             ))),
         }
+    }
+
+    /// ListFunctionEventInvokeConfigs: `$LATEST`'s config, if it has one, and those of the
+    /// function's versions and aliases.
+    pub fn event_invoke_configs(
+        &self,
+        name: &str,
+    ) -> Result<(Function, Vec<(String, EventInvokeConfig)>), ControllerError> {
+        let function = self.get(name)?;
+        let latest = function
+            .config
+            .event_invoke
+            .clone()
+            .map(|c| (LATEST.to_string(), c));
+        let qualified = function
+            .published
+            .event_invoke
+            .iter()
+            .map(|(q, c)| (q.clone(), c.clone()));
+        let configs = latest.into_iter().chain(qualified).collect();
+        Ok((function, configs))
     }
 
     /// PutFunctionEventInvokeConfig (`replace`) or UpdateFunctionEventInvokeConfig.
@@ -42,44 +65,32 @@ impl Controller {
         qualifier: Option<&str>,
         patch: EventInvokePatch,
         replace: bool,
-    ) -> Result<(Function, EventInvokeConfig), ControllerError> {
-        let target = self.event_invoke_target(name, qualifier)?;
+    ) -> Result<(Function, String, EventInvokeConfig), ControllerError> {
+        let (target, qualifier) = self.event_invoke_target(name, qualifier)?;
         for destination in [&patch.on_success, &patch.on_failure].into_iter().flatten() {
             self.check_destination(destination)?;
         }
+        let now = Utc::now();
         let function = self.modify(&target.name, |f| {
             let old = if replace {
                 None
             } else {
-                f.config.event_invoke.clone()
+                f.event_invoke(Some(&qualifier)).cloned()
             };
-            let config = EventInvokeConfig {
-                maximum_retry_attempts: patch
-                    .maximum_retry_attempts
-                    .or(old.as_ref().and_then(|o| o.maximum_retry_attempts)),
-                maximum_event_age_s: patch
-                    .maximum_event_age_s
-                    .or(old.as_ref().and_then(|o| o.maximum_event_age_s)),
-                on_success: patch
-                    .on_success
-                    .clone()
-                    .or(old.as_ref().and_then(|o| o.on_success.clone())),
-                on_failure: patch
-                    .on_failure
-                    .clone()
-                    .or(old.as_ref().and_then(|o| o.on_failure.clone())),
-                last_modified: Utc::now(),
-            };
+            let config = patched(&patch, old, now);
             if let Some((value, field, constraint)) = config.violation() {
                 return Err(ControllerError::Validation(format!(
                     "1 validation error detected: Value '{value}' at '{field}' failed to satisfy constraint: {constraint}"
                 )));
             }
-            f.config.event_invoke = Some(config);
+            f.set_event_invoke(Some(&qualifier), Some(config));
             Ok(())
         })?;
-        let config = function.config.event_invoke.clone().expect("just set");
-        Ok((function, config))
+        let config = function
+            .event_invoke(Some(&qualifier))
+            .cloned()
+            .ok_or_else(|| self.qualifier_gone(&function.name, &qualifier))?;
+        Ok((function, qualifier, config))
     }
 
     /// DeleteFunctionEventInvokeConfig.
@@ -88,29 +99,43 @@ impl Controller {
         name: &str,
         qualifier: Option<&str>,
     ) -> Result<(), ControllerError> {
-        let (function, _) = self.event_invoke_config(name, qualifier)?;
+        let (function, qualifier, _) = self.event_invoke_config(name, qualifier)?;
         self.modify(&function.name, |f| {
-            f.config.event_invoke = None;
+            f.set_event_invoke(Some(&qualifier), None);
             Ok(())
         })?;
         Ok(())
     }
 
-    /// The function an event invoke config call names: kiln has `$LATEST` only.
+    /// The function an event invoke config call names, and the qualifier whose config it
+    /// is: `$LATEST` for the unqualified function, else a version or alias it has.
     fn event_invoke_target(
         &self,
         name: &str,
         qualifier: Option<&str>,
-    ) -> Result<Function, ControllerError> {
+    ) -> Result<(Function, String), ControllerError> {
         let r = self.function_ref(name)?;
+        super::urls::check_same_qualifier(r.qualifier.as_deref(), qualifier)?;
         let function = self.entry(&r.name)?.function.clone();
-        match r.qualifier.as_deref().or(qualifier) {
-            None | Some("$LATEST") => Ok(function),
-            Some(other) => Err(ControllerError::NotFound(format!(
-                "Function not found: {}:{other}",
-                self.arn(&function.name)
-            ))),
+        let qualifier = match r.qualifier.as_deref().or(qualifier) {
+            None | Some(LATEST) => return Ok((function, LATEST.to_string())),
+            Some(q) => q.to_string(),
+        };
+        let exists = match versions::version_number(&qualifier) {
+            Some(n) => function.published.version(n).is_some(),
+            None => function.published.aliases.contains_key(&qualifier),
+        };
+        if !exists {
+            return Err(self.qualifier_gone(&function.name, &qualifier));
         }
+        Ok((function, qualifier))
+    }
+
+    fn qualifier_gone(&self, name: &str, qualifier: &str) -> ControllerError {
+        ControllerError::NotFound(format!(
+            "Function not found: {}:{qualifier}",
+            self.arn(name)
+        ))
     }
 
     /// A destination is a function of this region and account (kiln has no queues, topics or
@@ -144,7 +169,8 @@ impl Controller {
         let Ok(entry) = self.entry(super::queue::unqualified(&event.function)) else {
             return;
         };
-        let Some(config) = &entry.function.config.event_invoke else {
+        let qualifier = super::queue::qualifier(&event.function);
+        let Some(config) = entry.function.event_invoke(qualifier) else {
             return;
         };
         let destination = match condition {
@@ -154,8 +180,13 @@ impl Controller {
         let Some(destination) = destination else {
             return;
         };
+        let arn = format!(
+            "{}:{}",
+            self.arn(&entry.function.name),
+            qualifier.unwrap_or(LATEST)
+        );
         let record = event_invoke::record(
-            &self.arn(&event.function),
+            &arn,
             &event.request_id,
             condition,
             attempts,
@@ -170,5 +201,27 @@ impl Controller {
         if let Err(e) = self.enqueue_event(&target, &payload) {
             tracing::warn!(function = %event.function, destination = %destination, "the invocation record was not sent: {e}");
         }
+    }
+}
+
+/// `old` with what `patch` sets.
+fn patched(
+    patch: &EventInvokePatch,
+    old: Option<EventInvokeConfig>,
+    now: chrono::DateTime<Utc>,
+) -> EventInvokeConfig {
+    let old = old.unwrap_or(EventInvokeConfig {
+        maximum_retry_attempts: None,
+        maximum_event_age_s: None,
+        on_success: None,
+        on_failure: None,
+        last_modified: now,
+    });
+    EventInvokeConfig {
+        maximum_retry_attempts: patch.maximum_retry_attempts.or(old.maximum_retry_attempts),
+        maximum_event_age_s: patch.maximum_event_age_s.or(old.maximum_event_age_s),
+        on_success: patch.on_success.clone().or(old.on_success),
+        on_failure: patch.on_failure.clone().or(old.on_failure),
+        last_modified: now,
     }
 }

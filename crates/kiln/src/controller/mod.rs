@@ -63,7 +63,7 @@ pub use registry::{Cors, UrlSettings};
 use registry::{EventQueue, Registry};
 use replica::Versions;
 pub use revision::revision_id;
-pub use urls::UrlChange;
+pub use urls::{UrlChange, UrlConfig};
 pub use versions::Qualified;
 
 /// Lambda's payload limits.

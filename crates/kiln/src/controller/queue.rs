@@ -144,7 +144,10 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
     // The function's retries and age limit (PutFunctionEventInvokeConfig).
     let (max_attempts, max_age) = {
         let entry = controller.entry(unqualified(&event.function)).ok();
-        limits(entry.as_ref().map(|e| &e.function))
+        limits(
+            entry.as_ref().map(|e| &e.function),
+            qualifier(&event.function),
+        )
     };
     if Utc::now() - event.enqueued_at > max_age {
         let error = format!(
@@ -162,7 +165,10 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
     }
     // Where a sequence's run stopped after its first stage, if it did.
     let mut stopped = None;
-    let ran = if let Ok((entry, _)) = controller.invocation_target(&event.function) {
+    // The version that ran, for the record: an alias's event picks one here.
+    let mut executed = crate::function::versions::latest();
+    let ran = if let Ok((entry, version)) = controller.invocation_target(&event.function) {
+        executed = version;
         let request = InvokeRequest {
             request_id: event.request_id.clone(),
             payload: event.payload.clone().into(),
@@ -217,6 +223,7 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
             let response = Response {
                 body: &outcome.body,
                 function_error: false,
+                executed_version: &executed,
             };
             // The record first, then the event's completion: at least once, never lost.
             controller.send_to_destination(event, Condition::Success, attempt, Some(response));
@@ -270,6 +277,7 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
         let response = Response {
             body: error.as_bytes(),
             function_error,
+            executed_version: &executed,
         };
         controller.send_to_destination(event, Condition::RetriesExhausted, attempt, Some(response));
         let _ = tokio::task::block_in_place(|| registry.fail_event(event, &error));
@@ -285,16 +293,21 @@ async fn deliver(controller: &Controller, event: &QueuedEvent) {
     }
 }
 
-/// The attempts and age limit of `function`'s events (Lambda's defaults without a
-/// configuration).
-fn limits(function: Option<&Function>) -> (u32, chrono::TimeDelta) {
-    match function.and_then(|f| f.config.event_invoke.as_ref()) {
+/// The attempts and age limit of events sent to `function`'s `qualifier` (Lambda's defaults
+/// without a configuration).
+fn limits(function: Option<&Function>, qualifier: Option<&str>) -> (u32, chrono::TimeDelta) {
+    match function.and_then(|f| f.event_invoke(qualifier)) {
         Some(config) => (config.attempts(), config.maximum_event_age()),
         None => (
             super::ASYNC_ATTEMPTS,
             chrono::TimeDelta::seconds(i64::from(MAX_EVENT_AGE_S)),
         ),
     }
+}
+
+/// The version or alias an event names, if it names one.
+pub(super) fn qualifier(target: &str) -> Option<&str> {
+    target.split_once(':').map(|(_, q)| q)
 }
 
 /// An event's function without the version or alias it names, if it names one.

@@ -331,6 +331,7 @@ impl Controller {
             }
             let before = f.published.versions.len();
             f.published.versions.retain(|v| v.number != number);
+            f.published.event_invoke.remove(&number.to_string());
             Ok(f.published.versions.len() != before)
         })?;
         if let Some(doomed) = doomed {

@@ -90,9 +90,12 @@ impl Condition {
 pub struct Response<'a> {
     pub body: &'a [u8],
     pub function_error: bool,
+    /// The version that ran: `$LATEST`, a version's number, or the one an alias picked.
+    pub executed_version: &'a str,
 }
 
-/// Lambda's invocation record, the event a destination function gets.
+/// Lambda's invocation record, the event a destination function gets. `function_arn` is
+/// qualified by what the event was sent to (`$LATEST`, a version or an alias).
 pub fn record(
     function_arn: &str,
     request_id: &str,
@@ -110,14 +113,17 @@ pub fn record(
         "timestamp": Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
         "requestContext": {
             "requestId": request_id,
-            "functionArn": format!("{function_arn}:$LATEST"),
+            "functionArn": function_arn,
             "condition": condition.name(),
             "approximateInvokeCount": invoke_count,
         },
         "requestPayload": json_or_text(request),
     });
     if let Some(response) = response {
-        let mut context = serde_json::json!({ "statusCode": 200, "executedVersion": "$LATEST" });
+        let mut context = serde_json::json!({
+            "statusCode": 200,
+            "executedVersion": response.executed_version,
+        });
         if response.function_error {
             context["functionError"] = "Unhandled".into();
         }
@@ -170,7 +176,7 @@ mod tests {
 
     #[test]
     fn a_record_carries_the_request_and_the_response() {
-        let arn = "arn:aws:lambda:us-east-1:000000000000:function:f";
+        let arn = "arn:aws:lambda:us-east-1:000000000000:function:f:live";
         let failed = record(
             arn,
             "r1",
@@ -180,14 +186,13 @@ mod tests {
             Some(Response {
                 body: br#"{"errorMessage":"boom"}"#,
                 function_error: true,
+                executed_version: "3",
             }),
         );
         assert_eq!(failed["requestContext"]["condition"], "RetriesExhausted");
         assert_eq!(failed["requestContext"]["approximateInvokeCount"], 3);
-        assert_eq!(
-            failed["requestContext"]["functionArn"],
-            format!("{arn}:$LATEST")
-        );
+        assert_eq!(failed["requestContext"]["functionArn"], arn);
+        assert_eq!(failed["responseContext"]["executedVersion"], "3");
         assert_eq!(failed["requestPayload"]["n"], 1);
         assert_eq!(failed["responseContext"]["functionError"], "Unhandled");
         assert_eq!(failed["responsePayload"]["errorMessage"], "boom");

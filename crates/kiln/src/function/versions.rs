@@ -55,11 +55,19 @@ pub struct Published {
     /// Its aliases, by name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub aliases: BTreeMap<String, Alias>,
+    /// The asynchronous invocation configs of its versions and aliases, by version number
+    /// or alias name: Lambda applies the config of the qualifier an event was sent to, and
+    /// a config goes with its version or alias.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub event_invoke: BTreeMap<String, super::event_invoke::EventInvokeConfig>,
 }
 
 impl Published {
     pub fn is_empty(&self) -> bool {
-        self.last == 0 && self.versions.is_empty() && self.aliases.is_empty()
+        self.last == 0
+            && self.versions.is_empty()
+            && self.aliases.is_empty()
+            && self.event_invoke.is_empty()
     }
 
     pub fn version(&self, number: u64) -> Option<&Version> {
@@ -146,6 +154,17 @@ pub struct Alias {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub weights: BTreeMap<String, f64>,
     pub revision_id: String,
+    /// The alias's function URL config: each alias has its own, as in Lambda, and it goes
+    /// with the alias.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<AliasUrl>,
+}
+
+/// An alias's function URL config: who may call it and its settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AliasUrl {
+    pub auth: super::UrlAuth,
+    pub settings: crate::controller::UrlSettings,
 }
 
 impl Alias {
@@ -185,6 +204,7 @@ mod tests {
             description: String::new(),
             weights: BTreeMap::new(),
             revision_id: String::new(),
+            url: None,
         };
         assert_eq!(alias.route(0.0), "1");
         alias.weights.insert("2".into(), 0.25);

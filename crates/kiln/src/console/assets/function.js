@@ -147,8 +147,10 @@ function urlSection(name) {
     return button;
   };
   const draw = async () => {
-    // Listed rather than got: a function without a URL is no error (a 404 would be one).
-    const config = (await getJson(`${urlPath(name)}s`)).FunctionUrlConfigs[0] || null;
+    // Listed rather than got: a function without a URL is no error (a 404 would be one). The
+    // list has its aliases' URLs too: this page is the unqualified function's.
+    const configs = (await getJson(`${urlPath(name)}s`)).FunctionUrlConfigs;
+    const config = configs.find((c) => c.FunctionArn.endsWith(`:function:${name}`)) || null;
     const auth = choice("url-auth", URL_AUTH, config ? config.AuthType : "NONE");
     status.textContent = "";
     holder.replaceChildren(config

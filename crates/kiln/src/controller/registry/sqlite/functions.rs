@@ -263,7 +263,8 @@ mod tests {
 
     #[test]
     fn versions_and_aliases_round_trip_with_their_function() {
-        use crate::function::versions::{Alias, Version};
+        use crate::function::event_invoke::EventInvokeConfig;
+        use crate::function::versions::{Alias, AliasUrl, Version};
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("kiln.db");
         let mut f = sample("v");
@@ -289,8 +290,26 @@ mod tests {
                     description: "d".into(),
                     weights: BTreeMap::from([("1".into(), 0.5)]),
                     revision_id: "a".into(),
+                    url: Some(AliasUrl {
+                        auth: UrlAuth::AwsIam,
+                        settings: UrlSettings {
+                            created: Utc::now(),
+                            modified: Utc::now(),
+                            cors: None,
+                        },
+                    }),
                 },
             );
+            // A version's and an alias's event invoke configs are kept with them.
+            let config = EventInvokeConfig {
+                maximum_retry_attempts: Some(0),
+                maximum_event_age_s: None,
+                on_success: None,
+                on_failure: None,
+                last_modified: Utc::now(),
+            };
+            f.published.event_invoke.insert("2".into(), config.clone());
+            f.published.event_invoke.insert("live".into(), config);
             assert!(reg.update(&f).unwrap());
         }
         let reg = Database::open(&path).unwrap();
