@@ -72,8 +72,8 @@ macro_rules! requested_acl {
 }
 pub(crate) use requested_acl;
 
-/// The grants S3 answers for a stored ACL: the owner's FULL_CONTROL, and READ for the group
-/// the ACL opens reads to.
+/// The grants S3 answers for a stored ACL: READ for the group the ACL opens reads to, if any,
+/// and the owner's FULL_CONTROL.
 pub fn grants(acl: Option<&str>) -> Grants {
     let owner = owner();
     let mut grants = vec![Grant {
@@ -92,16 +92,21 @@ pub fn grants(acl: Option<&str>) -> Grants {
         _ => None,
     };
     if let Some(uri) = group {
-        grants.push(Grant {
-            grantee: Some(Grantee {
-                display_name: None,
-                id: None,
-                type_: Type::from_static(Type::GROUP),
-                email_address: None,
-                uri: Some(uri.to_string()),
-            }),
-            permission: Some(Permission::from_static(Permission::READ)),
-        });
+        // Ahead of the owner's: S3 gives grants no order, and this is the one S3-compatible
+        // stores and their conformance suite use.
+        grants.insert(
+            0,
+            Grant {
+                grantee: Some(Grantee {
+                    display_name: None,
+                    id: None,
+                    type_: Type::from_static(Type::GROUP),
+                    email_address: None,
+                    uri: Some(uri.to_string()),
+                }),
+                permission: Some(Permission::from_static(Permission::READ)),
+            },
+        );
     }
     grants
 }
