@@ -119,6 +119,9 @@ def test_objects_land_in_the_remote(front, remote, bucket):
     with pytest.raises(botocore.exceptions.ClientError) as e:
         s3.get_object(Bucket=bucket, Key="dir/a.txt", IfNoneMatch=put["ETag"])
     assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 304
+    # With the validators S3 sends on a 304.
+    assert e.value.response["ResponseMetadata"]["HTTPHeaders"]["etag"] == put["ETag"]
+    assert e.value.response["ResponseMetadata"]["HTTPHeaders"]["last-modified"]
     with pytest.raises(botocore.exceptions.ClientError) as e:
         s3.get_object(Bucket=bucket, Key="dir/a.txt", IfMatch='"0123"')
     assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 412

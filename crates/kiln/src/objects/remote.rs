@@ -262,6 +262,47 @@ impl RemoteStore {
     }
 }
 
+impl RemoteStore {
+    /// A read's 304 with the object's `ETag` and `Last-Modified`, as S3 answers it (aws-sdk-s3
+    /// keeps none of an error's headers, so they are read with a HEAD: one request, on 304s
+    /// only).
+    async fn validated_if_not_modified(&self, bucket: String, key: String, e: S3Error) -> S3Error {
+        if e.status_code() != Some(http::StatusCode::NOT_MODIFIED) {
+            return e;
+        }
+        let head = HeadObjectInput {
+            bucket,
+            key,
+            ..Default::default()
+        };
+        let Ok(head) = self
+            .proxy
+            .head_object(super::cache::internal_request(head))
+            .await
+        else {
+            return e;
+        };
+        let mut validators = http::HeaderMap::new();
+        if let Some(etag) = head.output.e_tag.and_then(|t| t.to_http_header().ok()) {
+            validators.insert(http::header::ETAG, etag);
+        }
+        let mut date = Vec::new();
+        if let Some(modified) = head.output.last_modified {
+            if modified
+                .format(TimestampFormat::HttpDate, &mut date)
+                .is_ok()
+            {
+                if let Ok(v) = http::HeaderValue::from_bytes(&date) {
+                    validators.insert(http::header::LAST_MODIFIED, v);
+                }
+            }
+        }
+        let mut answered = e;
+        answered.set_headers(validators);
+        answered
+    }
+}
+
 /// The `S3` implementation: the methods written out, then the operations the proxy carries as
 /// they are, and those whose object key goes to the SDK in a form it accepts (see
 /// [`sdk_keys`](super::sdk_keys)). The attribute goes on the expanded impl, where
@@ -362,7 +403,11 @@ remote_s3! {
         let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
         let plain = req.input.version_id.is_none();
         to_sdk(&mut req.input.key);
+        let sdk_key = req.input.key.clone();
         match self.proxy.get_object(req).await {
+            Err(e) if e.status_code() == Some(http::StatusCode::NOT_MODIFIED) => {
+                Err(self.validated_if_not_modified(bucket, sdk_key, e).await)
+            }
             Err(e) if plain => Err(self.marked_if_deleted(bucket, key, e).await),
             answer => answer,
         }
@@ -375,7 +420,11 @@ remote_s3! {
         let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
         let plain = req.input.version_id.is_none();
         to_sdk(&mut req.input.key);
+        let sdk_key = req.input.key.clone();
         match self.proxy.head_object(req).await {
+            Err(e) if e.status_code() == Some(http::StatusCode::NOT_MODIFIED) => {
+                Err(self.validated_if_not_modified(bucket, sdk_key, e).await)
+            }
             Err(e) if plain => Err(self.marked_if_deleted(bucket, key, e).await),
             answer => answer,
         }
