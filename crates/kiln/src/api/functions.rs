@@ -11,7 +11,7 @@ use base64::Engine;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::pages::{max_items, page, start_after_name};
+use super::pages::{max_items, page, start_after_key, start_after_name};
 use super::{
     base_url, parse_json, parse_json_or_default, qualified, ApiError, SharedState, Signed,
 };
@@ -509,13 +509,7 @@ pub async fn list_versions(
     let max_items = max_items(query.max_items.as_deref())?;
     let all = state.controller.list_versions(&name)?;
     // The marker names the last version of the previous page.
-    let start = match query.marker.as_deref() {
-        Some(marker) => all
-            .iter()
-            .position(|v| v.version == marker)
-            .map_or(all.len(), |i| i + 1),
-        None => 0,
-    };
+    let start = start_after_key(&all, query.marker.as_deref(), |v| v.version.clone());
     let out = page(
         &all,
         start,

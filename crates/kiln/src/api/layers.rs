@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::functions::invalid;
-use super::pages::{max_items, page};
+use super::pages::{max_items, page, start_after_key, start_after_name};
 use super::{base_url, parse_json, ApiError, SharedState, Signed};
 use crate::controller::code::StoredCode;
 use crate::controller::layers::LayerInput;
@@ -190,13 +190,7 @@ pub async fn list_versions(
         .collect();
     all.reverse();
     // The marker is the version number of the last item of the previous page.
-    let start = match query.marker.as_deref() {
-        Some(marker) => all
-            .iter()
-            .position(|v| v.version.to_string() == marker)
-            .map_or(all.len(), |i| i + 1),
-        None => 0,
-    };
+    let start = start_after_key(&all, query.marker.as_deref(), |v| v.version.to_string());
     let out = page(
         &all,
         start,
@@ -230,7 +224,7 @@ pub async fn list(
             _ => latest.push(v),
         }
     }
-    let start = super::pages::start_after_name(&latest, query.marker.as_deref(), |v| &v.name);
+    let start = start_after_name(&latest, query.marker.as_deref(), |v| &v.name);
     let out = page(
         &latest,
         start,

@@ -34,6 +34,22 @@ pub(super) fn start_after_name<T>(
     }
 }
 
+/// Where a page of `all` (in any order) starts when the marker is the `key` of the last item of
+/// the previous page; past the end when no item has it.
+pub(super) fn start_after_key<T>(
+    all: &[T],
+    marker: Option<&str>,
+    key: impl Fn(&T) -> String,
+) -> usize {
+    match marker {
+        Some(marker) => all
+            .iter()
+            .position(|item| key(item) == marker)
+            .map_or(all.len(), |i| i + 1),
+        None => 0,
+    }
+}
+
 /// `{ "<list>": [up to max_items from start], "NextMarker": … }`, the marker (the last item's
 /// `marker`) present when more follow.
 pub(super) fn page<T>(
