@@ -109,6 +109,24 @@ impl Unpacks {
 }
 
 impl Controller {
+    /// Waits until no package is being extracted (the tests' way to let the background work
+    /// end).
+    #[cfg(test)]
+    pub(super) async fn unpacked_all(&self) {
+        loop {
+            let running = self
+                .unpacks
+                .0
+                .locked()
+                .values()
+                .any(|s| *s.borrow() == Unpacking::Running);
+            if !running {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     /// Extracts a stored package in the background, unless its tree is in place (or it is
     /// being extracted already). Called before the entries that use it are published.
     pub(super) fn unpack_later(&self, digest: &str) {

@@ -416,6 +416,60 @@ pub(super) mod tests {
     }
 
     #[test]
+    fn a_package_is_stored_first_and_extracted_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CodeStore::open(dir.path()).unwrap();
+        let zip = zip_of(&[
+            ("app.py", b"def handler(e, c): return 1"),
+            ("lib/a.py", b"xy"),
+        ]);
+        let code = store.put_package(&zip).unwrap();
+        assert!(store.has_zip(&code.sha256_hex));
+        assert!(!store.is_extracted(&code.sha256_hex));
+        assert_eq!(store.unzipped_size(&code.sha256_hex).unwrap(), 29);
+        store.extract_stored(&code.sha256_hex).unwrap();
+        assert!(store.contains(&code.sha256_hex));
+        assert_eq!(
+            fs::read(store.code_dir(&code.sha256_hex).join("lib/a.py")).unwrap(),
+            b"xy"
+        );
+        // What the central directory shows is refused before anything is stored.
+        assert!(matches!(
+            store.put_package(&zip_of(&[("../up", b"x")])),
+            Err(CodeError::UnsafePath(_))
+        ));
+        assert_eq!(fs::read_dir(dir.path().join("blobs")).unwrap().count(), 1);
+        // A zip stored but never extracted, that no function uses, is collected.
+        let orphan = store.put_package(&zip_of(&[("b.py", b"b")])).unwrap();
+        store.collect_garbage(std::slice::from_ref(&code.sha256_hex));
+        assert!(!store.has_zip(&orphan.sha256_hex));
+        assert!(store.contains(&code.sha256_hex));
+    }
+
+    #[test]
+    fn an_entry_that_does_not_inflate_leaves_no_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CodeStore::open(dir.path()).unwrap();
+        let data = [b"kiln-entry-".as_slice(), &[7u8; 64]].concat();
+        let mut out = io::Cursor::new(Vec::new());
+        let mut writer = zip::ZipWriter::new(&mut out);
+        let stored = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Stored);
+        writer.start_file("data.bin", stored).unwrap();
+        writer.write_all(&data).unwrap();
+        writer.finish().unwrap();
+        let mut zip = out.into_inner();
+        // The central directory still reads; the entry's bytes no longer match its CRC.
+        let at = zip.windows(data.len()).position(|w| w == data).unwrap();
+        zip[at + 3] ^= 0xff;
+        let code = store.put_package(&zip).unwrap();
+        let err = store.extract_stored(&code.sha256_hex).unwrap_err();
+        assert_eq!(err.reason_code(), "InvalidZipFileException", "{err}");
+        assert!(!store.is_extracted(&code.sha256_hex));
+        assert_eq!(fs::read_dir(dir.path().join("tmp")).unwrap().count(), 0);
+    }
+
+    #[test]
     fn refuses_garbage() {
         let dir = tempfile::tempdir().unwrap();
         let store = CodeStore::open(dir.path()).unwrap();
