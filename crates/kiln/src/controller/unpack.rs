@@ -141,6 +141,7 @@ impl Controller {
         let store = self.code.clone();
         let controller = self.me.clone();
         tokio::spawn(async move {
+            let started = std::time::Instant::now();
             let extracted = {
                 let digest = digest.clone();
                 tokio::task::spawn_blocking(move || store.extract_stored(&digest)).await
@@ -153,6 +154,9 @@ impl Controller {
                     "the extraction stopped: {e}"
                 ))))
             });
+            if result.is_ok() {
+                tracing::info!("package {digest} extracted in {:?}", started.elapsed());
+            }
             controller.unpacked(&digest, result);
         });
     }
@@ -222,10 +226,10 @@ impl Controller {
         let created = entry.created();
         match now {
             Unpacking::Done => Ok(()),
-            Unpacking::Failed(failure) if created => Err(ControllerError::Conflict(format!(
-                "The operation cannot be performed at this time. The function is currently in the following state: Failed ({})",
-                failure.reason
-            ))),
+            // Lambda's words; the reason is the function's StateReason.
+            Unpacking::Failed(_) if created => Err(ControllerError::Conflict(
+                "The operation cannot be performed at this time. The function is currently in the following state: Failed".into(),
+            )),
             Unpacking::Failed(failure) => Err(ControllerError::Conflict(format!(
                 "The operation cannot be performed at this time. The last update of {} failed: {} Update its code again.",
                 entry.spec.arn, failure.reason
