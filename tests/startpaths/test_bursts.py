@@ -97,7 +97,8 @@ def test_node_standbys_are_sized_by_the_functions_recent_peak(kiln, tmp_path):
     assert first["kind"] == "standby" and first["standbys_target"] == 1
     # A first burst of 3: one standby, the rest on slower paths. It sets the function's peak.
     reports = burst(kiln, "burst-node", 3)
-    assert sorted(start_path(r) for r in reports).count("hot") >= 1
+    # (A request that came late may reuse a freed instance: no start path, None.)
+    assert [start_path(r) for r in reports].count("hot") >= 1, reports
     # A new revision has no instances: its standbys are made for the peak.
     kiln.client().update_function_configuration(FunctionName="burst-node", Description="v2")
     revision = first["revision"] + 1
