@@ -351,6 +351,7 @@ impl ObjectStore {
         builder.set_access(keys::Access {
             keys: keys.clone(),
             anonymous_reads: matches!(config.backend, Backend::Local { .. }),
+            anonymous_writes: matches!(config.backend, Backend::Local { .. }) && cache.is_none(),
         });
         builder.set_host(keys::Hosts::new(&config.domains));
         Ok(Self {
