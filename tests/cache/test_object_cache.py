@@ -329,6 +329,34 @@ def test_listings_deletes_and_copies_see_acknowledged_writes(front, remote, buck
     assert remote_keys == ["l/0", "l/4", "l/copy"]
 
 
+def test_unsigned_reads_go_to_the_remote_and_unsigned_writes_are_refused(front, remote, bucket):
+    """The cache answers an unsigned read from nothing it holds: it is re-issued unsigned to the
+    remote, whose ACLs decide. An unsigned write is refused in front of the cache, which would
+    take it before the remote could check it."""
+    import boto3
+    import botocore.config
+    from s3_harness import s3_endpoint
+    s3 = s3_client(front)
+    s3.put_object(Bucket=bucket, Key="public", Body=b"for all", ACL="public-read")
+    s3.put_object(Bucket=bucket, Key="private", Body=b"mine")
+    s3.get_object(Bucket=bucket, Key="private")["Body"].read()  # now in the cache
+    unsigned = boto3.client("s3", endpoint_url=s3_endpoint(front), region_name="us-east-1",
+                            config=botocore.config.Config(signature_version=botocore.UNSIGNED,
+                                                          retries={"max_attempts": 0}))
+    assert unsigned.get_object(Bucket=bucket, Key="public")["Body"].read() == b"for all"
+    for call in [lambda: unsigned.get_object(Bucket=bucket, Key="private"),
+                 lambda: unsigned.list_objects_v2(Bucket=bucket)]:
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            call()
+        assert e.value.response["Error"]["Code"] == "AccessDenied"
+    s3.put_bucket_acl(Bucket=bucket, ACL="public-read-write")
+    assert len(unsigned.list_objects_v2(Bucket=bucket)["Contents"]) == 2
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        unsigned.put_object(Bucket=bucket, Key="new", Body=b"z")
+    assert e.value.response["Error"]["Code"] == "AccessDenied"
+    assert sorted(o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]) == ["private", "public"]
+
+
 def test_large_objects_and_conditional_writes_go_to_the_remote(remote):
     front = start_front(remote, "--object-cache-max-object-kb", "64")
     try:

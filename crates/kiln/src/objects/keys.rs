@@ -145,13 +145,17 @@ impl S3Auth for Auth {
 /// The checks after a valid signature: SigV4 scoped to `s3` (SigV2 only as a presigned URL),
 /// and a key the listener takes. Unsigned requests only read (GET and HEAD of objects,
 /// listings) or write objects (what `public-read-write` opens) on the store's own listener,
-/// when the backend enforces ACLs (the local store), marked [`Anonymous`] for it to check.
+/// marked [`Anonymous`] for the backend to check: the local store checks its ACLs, remote mode
+/// re-issues them unsigned.
 pub(crate) struct Access {
     pub keys: Arc<KeyRing>,
-    pub anonymous_reads: bool,
-    /// Unsigned writes reach the store that checks them: not with a cache in front, which
-    /// would take them before the store sees them.
+    /// Unsigned writes reach the store that checks them (the local store, or the remote that
+    /// they are re-issued to unsigned): not with a cache in front, which would take them before
+    /// the store sees them.
     pub anonymous_writes: bool,
+    /// The backend is kiln's own store, whose every bucket is kiln's: an expected bucket owner
+    /// is checked here (a remote checks it itself).
+    pub owns_buckets: bool,
 }
 
 /// The operations an unsigned request may ask for, of what `public-read` opens.
@@ -184,7 +188,7 @@ impl Access {
             .get::<Scope>()
             .is_none_or(|s| *s == Scope::All);
         let op = cx.s3_op().name();
-        let allowed = (self.anonymous_reads && ANONYMOUS_READS.contains(&op))
+        let allowed = ANONYMOUS_READS.contains(&op)
             || (self.anonymous_writes && ANONYMOUS_WRITES.contains(&op));
         if allowed && on_own_listener {
             cx.extensions_mut().insert(Anonymous);
@@ -294,7 +298,9 @@ fn check_expected_owner(headers: &HeaderMap) -> S3Result<()> {
 #[async_trait::async_trait]
 impl S3Access for Access {
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
-        check_expected_owner(cx.headers())?;
+        if self.owns_buckets {
+            check_expected_owner(cx.headers())?;
+        }
         let Some(credentials) = cx.credentials() else {
             return self.let_anonymous(cx);
         };

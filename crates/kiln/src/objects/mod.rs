@@ -350,8 +350,8 @@ impl ObjectStore {
         builder.set_auth(keys::Auth(keys.clone()));
         builder.set_access(keys::Access {
             keys: keys.clone(),
-            anonymous_reads: matches!(config.backend, Backend::Local { .. }),
-            anonymous_writes: matches!(config.backend, Backend::Local { .. }) && cache.is_none(),
+            anonymous_writes: cache.is_none(),
+            owns_buckets: matches!(config.backend, Backend::Local { .. }),
         });
         builder.set_host(keys::Hosts::new(&config.domains));
         Ok(Self {
