@@ -149,10 +149,6 @@ impl S3Auth for Auth {
 /// re-issues them unsigned.
 pub(crate) struct Access {
     pub keys: Arc<KeyRing>,
-    /// Unsigned writes reach the store that checks them (the local store, or the remote that
-    /// they are re-issued to unsigned): not with a cache in front, which would take them before
-    /// the store sees them.
-    pub anonymous_writes: bool,
     /// The backend is kiln's own store, whose every bucket is kiln's: an expected bucket owner
     /// is checked here (a remote checks it itself).
     pub owns_buckets: bool,
@@ -188,8 +184,7 @@ impl Access {
             .get::<Scope>()
             .is_none_or(|s| *s == Scope::All);
         let op = cx.s3_op().name();
-        let allowed = ANONYMOUS_READS.contains(&op)
-            || (self.anonymous_writes && ANONYMOUS_WRITES.contains(&op));
+        let allowed = ANONYMOUS_READS.contains(&op) || ANONYMOUS_WRITES.contains(&op);
         if allowed && on_own_listener {
             cx.extensions_mut().insert(Anonymous);
             return Ok(());

@@ -350,7 +350,6 @@ impl ObjectStore {
         builder.set_auth(keys::Auth(keys.clone()));
         builder.set_access(keys::Access {
             keys: keys.clone(),
-            anonymous_writes: cache.is_none(),
             owns_buckets: matches!(config.backend, Backend::Local { .. }),
         });
         builder.set_host(keys::Hosts::new(&config.domains));
