@@ -1132,6 +1132,8 @@ def test_unzipped_size_must_be_smaller_than_262144000_bytes(kiln):
     assert excinfo.value.response["Error"]["Message"] == "Unzipped size must be smaller than 262144000 bytes"
     name = unique("unzipped")
     create(kiln, name, zip_bytes=zip_of_size(limit - 1))
+    # Extracting 250 MB may take longer than an invocation waits for a Pending function.
+    lam.get_waiter("function_active_v2").wait(FunctionName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 300})
     assert invoke(kiln, name, {"k": 1})[0]["event"] == {"k": 1}
     lam.delete_function(FunctionName=name)
 

@@ -274,6 +274,21 @@ pub fn configuration(controller: &Controller, f: &Function) -> Value {
             config["State"] = json!("Active");
             config["LastUpdateStatus"] = json!("Successful");
         }
+        // A create that failed is a failed update too, as Lambda reports it.
+        Lifecycle::Failed(failure) => {
+            config["State"] = json!("Failed");
+            config["StateReason"] = json!(failure.reason);
+            config["StateReasonCode"] = json!(failure.code);
+            config["LastUpdateStatus"] = json!("Failed");
+            config["LastUpdateStatusReason"] = json!(failure.reason);
+            config["LastUpdateStatusReasonCode"] = json!(failure.code);
+        }
+        Lifecycle::UpdateFailed(failure) => {
+            config["State"] = json!("Active");
+            config["LastUpdateStatus"] = json!("Failed");
+            config["LastUpdateStatusReason"] = json!(failure.reason);
+            config["LastUpdateStatusReasonCode"] = json!(failure.code);
+        }
     }
     if let Some(sessions) = &f.config.sessions {
         config["KilnSessions"] = json!(sessions);
@@ -329,12 +344,18 @@ pub fn qualified_configuration(controller: &Controller, q: &Qualified) -> Value 
             fields.remove(key);
         }
     }
-    if q.lifecycle == Lifecycle::Creating {
-        config["State"] = json!("Pending");
-        config["StateReason"] = json!("The function is being created.");
-        config["StateReasonCode"] = json!("Creating");
-    } else {
-        config["State"] = json!("Active");
+    match &q.lifecycle {
+        Lifecycle::Creating => {
+            config["State"] = json!("Pending");
+            config["StateReason"] = json!("The function is being created.");
+            config["StateReasonCode"] = json!("Creating");
+        }
+        Lifecycle::Failed(failure) | Lifecycle::UpdateFailed(failure) => {
+            config["State"] = json!("Failed");
+            config["StateReason"] = json!(failure.reason);
+            config["StateReasonCode"] = json!(failure.code);
+        }
+        Lifecycle::Updating | Lifecycle::Ready => config["State"] = json!("Active"),
     }
     config["LastUpdateStatus"] = json!("Successful");
     config

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use super::unpack::UnpackFailure;
 use crate::agent::NodeAgent;
 use crate::function::{Function, SharedSpec};
 
@@ -19,6 +20,9 @@ pub(super) struct Entry {
     pub(super) change: Option<Change>,
     /// Set once the agent said this version is prepared: no invocation waits any more.
     pub(super) settled: AtomicBool,
+    /// Its package is still being extracted (or failed to be): the node was asked to prepare
+    /// nothing yet ([`super::unpack`]).
+    pub(super) deferred: AtomicBool,
     /// `$LATEST`'s entry: its published versions' entries, by number (a version's entry has
     /// none).
     pub(super) versions: BTreeMap<u64, Arc<Entry>>,
@@ -32,14 +36,21 @@ pub(super) enum Change {
 }
 
 /// A function's `State` and `LastUpdateStatus`, as Lambda reports them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Lifecycle {
-    /// Created, its start paths still being built: `Pending` (`Creating`).
+    /// Created, its package still being extracted or its start paths built: `Pending`
+    /// (`Creating`).
     Creating,
-    /// Updated, the new version's start paths still being built: `Active`, `InProgress`.
+    /// Updated, the new version's package still being extracted or its start paths built:
+    /// `Active`, `InProgress`.
     Updating,
     /// `Active`, `Successful`.
     Ready,
+    /// Created, but its package could not be extracted: `Failed`.
+    Failed(UnpackFailure),
+    /// Updated, but the new package could not be extracted: `Active`, `LastUpdateStatus:
+    /// Failed`.
+    UpdateFailed(UnpackFailure),
 }
 
 impl Entry {
@@ -54,13 +65,27 @@ impl Entry {
             spec,
             series,
             settled: AtomicBool::new(change.is_none()),
+            deferred: AtomicBool::new(false),
             change,
             versions: BTreeMap::new(),
         }
     }
 
+    /// Whether a CreateFunction (or PublishVersion) made this version, rather than an update.
+    /// A version loaded at start counts as created if it is its function's first revision.
+    pub(super) fn created(&self) -> bool {
+        match self.change {
+            Some(change) => change == Change::Create,
+            None => self.function.revision <= 1,
+        }
+    }
+
     /// Whether this version is still being prepared, as the agent says; remembers when not.
     pub(super) fn preparing(&self, agent: &dyn NodeAgent) -> Option<crate::agent::Prepared> {
+        if self.deferred.load(Ordering::Relaxed) {
+            // Its package is not extracted: the agent knows nothing of it yet.
+            return None;
+        }
         if self.settled.load(Ordering::Relaxed) {
             return None;
         }

@@ -110,23 +110,33 @@ impl Controller {
             )));
         };
         self.versions.set(Record::Function, name, version);
+        self.unpack_later(&function.code_sha256);
         Ok(self.publish(function))
     }
 
-    /// Stores a package (in cluster mode, in the shared store too, before any node is told of
-    /// it) and returns with the mutation lock held, so that no concurrent DeleteFunction can
-    /// collect the package before the caller has committed a reference to it.
+    /// Stores a package and returns with the mutation lock held, so that no concurrent
+    /// DeleteFunction can collect the package before the caller has committed a reference to
+    /// it. On a single node the package is checked and stored, and extracted later
+    /// ([`Self::unpack_later`]); in cluster mode it is extracted now and put in the shared store
+    /// too, before any node is told of it.
     async fn store_code(
         &self,
         zip: Vec<u8>,
     ) -> Result<(code::StoredCode, MutexGuard<'_, ()>), ControllerError> {
         let zip = Arc::new(zip);
+        let extract_now = self.shared_code.is_some();
         loop {
             let store = self.code.clone();
             let bytes = zip.clone();
-            let code = tokio::task::spawn_blocking(move || store.put_zip(&bytes))
-                .await
-                .map_err(|e| ControllerError::Internal(e.to_string()))??;
+            let code = tokio::task::spawn_blocking(move || {
+                if extract_now {
+                    store.put_zip(&bytes)
+                } else {
+                    store.put_package(&bytes)
+                }
+            })
+            .await
+            .map_err(|e| ControllerError::Internal(e.to_string()))??;
             if let Some(shared) = &self.shared_code {
                 shared
                     .put(&code.sha256_hex, bytes::Bytes::from(zip.to_vec()))
@@ -134,7 +144,7 @@ impl Controller {
                     .map_err(|e| ControllerError::Unavailable(e.to_string()))?;
             }
             let guard = self.lock_mutations();
-            if self.code.contains(&code.sha256_hex) {
+            if self.code.has_zip(&code.sha256_hex) {
                 return Ok((code, guard));
             }
             // A DeleteFunction collected these very bytes meanwhile: store them again.
@@ -205,6 +215,7 @@ impl Controller {
         self.strict_function_ref(name)?;
         check_revision(&self.get(name)?, expected_revision)?;
         let (code, mutation) = self.store_code(zip).await?;
+        self.unpack_later(&code.sha256_hex);
         self.modify_locked(&mutation, name, |f| {
             check_revision(f, expected_revision)?;
             self.check_unzipped(&code.sha256_hex, &f.config.layers)?;

@@ -230,8 +230,12 @@ impl Controller {
         entry: &Entry,
         mut request: InvokeRequest,
     ) -> Result<InvokeOutcome, ControllerError> {
-        // A version whose start paths are still being built (`Pending`) is waited for, within
-        // Lambda's bound of an init: its first invocations then take the hot path.
+        // A version whose package is still being extracted or whose start paths are still being
+        // built (`Pending`) is waited for, within Lambda's bound of an init: its first
+        // invocations then take the hot path.
+        if entry.deferred.load(std::sync::atomic::Ordering::Relaxed) {
+            self.wait_unpacked(entry, PREPARATION_WAIT).await?;
+        }
         if let Some(preparing) = entry.preparing(&*self.agent) {
             preparing.wait(PREPARATION_WAIT).await;
         }

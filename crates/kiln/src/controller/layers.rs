@@ -476,7 +476,8 @@ impl Controller {
         if layers.is_empty() {
             return Ok(());
         }
-        let total = tree_size(&self.code.code_dir(code_sha256))
+        // From the zip's central directory: the tree may not be extracted yet.
+        let total = self.code.unzipped_size(code_sha256)?
             + layers.iter().map(|l| l.unzipped_size).sum::<u64>();
         if total > MAX_UNZIPPED_BYTES {
             return Err(ControllerError::InvalidParameter(format!(

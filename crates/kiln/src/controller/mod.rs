@@ -31,12 +31,13 @@ mod replica;
 mod revision;
 pub mod sequences;
 mod tags;
+mod unpack;
 mod urls;
 mod validate;
 mod versions;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use tokio::sync::Notify;
 
@@ -63,6 +64,7 @@ pub use registry::{Cors, UrlSettings};
 use registry::{EventQueue, Registry};
 use replica::Versions;
 pub use revision::revision_id;
+pub use unpack::UnpackFailure;
 pub use urls::{UrlChange, UrlConfig};
 pub use versions::Qualified;
 
@@ -86,6 +88,10 @@ pub struct Controller {
     /// Cluster mode: functions whose package could not be fetched yet.
     unfetched: replica::Unfetched,
     code: CodeStore,
+    /// Packages being extracted after their CreateFunction or UpdateFunctionCode answered.
+    unpacks: unpack::Unpacks,
+    /// The controller itself, for the work it leaves running in the background.
+    me: Weak<Controller>,
     /// Layers: their versions, their contents and the functions' merged `/opt`s.
     layers: layers::Layers,
     functions: RwLock<HashMap<String, Arc<Entry>>>,
@@ -195,6 +201,7 @@ impl Controller {
             None => versions::Before::Created,
         };
         let (entry, prepare, gone) = self.build_entry(function.clone(), before);
+        let prepare = self.defer_unpacking(&entry, prepare);
         table.insert(name.clone(), Arc::new(entry));
         drop(table);
         // New code uses memory its own way: its model starts afresh. (A new MemorySize is a

@@ -3,8 +3,10 @@
 //! `/metrics`.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 
-use super::{function_page, Change, Controller, ControllerError, Lifecycle};
+use super::unpack::Unpacking;
+use super::{function_page, Change, Controller, ControllerError, Entry, Lifecycle};
 use crate::function::Function;
 use crate::predict;
 
@@ -36,12 +38,30 @@ impl Controller {
     }
 
     /// `f`'s `State` and `LastUpdateStatus`: `Pending` after CreateFunction and `InProgress`
-    /// after an update until the start paths of the version are built.
+    /// after an update until the version's package is extracted and its start paths built;
+    /// `Failed` (or `LastUpdateStatus: Failed`) if the package could not be extracted.
     pub fn lifecycle(&self, f: &Function) -> Lifecycle {
         let Some(entry) = self.table().get(&f.name).cloned() else {
             return Lifecycle::Ready;
         };
-        if entry.function.revision != f.revision || entry.preparing(&*self.agent).is_none() {
+        if entry.function.revision != f.revision {
+            return Lifecycle::Ready;
+        }
+        self.entry_lifecycle(&entry)
+    }
+
+    /// The lifecycle of one entry (`$LATEST`'s or a version's).
+    pub(super) fn entry_lifecycle(&self, entry: &Entry) -> Lifecycle {
+        let created = entry.created();
+        if entry.deferred.load(Ordering::Relaxed) {
+            return match self.unpacks.state(&entry.spec.code_sha256) {
+                Some(Unpacking::Failed(failure)) if created => Lifecycle::Failed(failure),
+                Some(Unpacking::Failed(failure)) => Lifecycle::UpdateFailed(failure),
+                _ if created => Lifecycle::Creating,
+                _ => Lifecycle::Updating,
+            };
+        }
+        if entry.preparing(&*self.agent).is_none() {
             return Lifecycle::Ready;
         }
         match entry.change {

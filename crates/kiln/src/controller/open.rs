@@ -64,7 +64,9 @@ impl Controller {
         if config.cluster.is_some() {
             metrics = metrics.with_cluster();
         }
-        let controller = Arc::new(Self {
+        let controller = Arc::new_cyclic(|me| Self {
+            me: me.clone(),
+            unpacks: Default::default(),
             config,
             registry,
             events,
@@ -91,6 +93,7 @@ impl Controller {
         controller.restore_layers(&functions);
         let mut table = HashMap::new();
         let mut live_code = Vec::new();
+        let mut unpacking = Vec::new();
         {
             let mut sequences = controller.sequences_mut();
             for (sequence, version) in loaded.sequences {
@@ -116,9 +119,17 @@ impl Controller {
             controller
                 .versions
                 .set(replica::Record::Function, &function.name, version);
+            for digest in versions::packages(&function) {
+                // Stored before its CreateFunction or UpdateFunctionCode answered, and not
+                // extracted when kiln stopped: extracted now, as it would have been.
+                if !controller.code.is_extracted(&digest) && controller.unpacks.begin(&digest) {
+                    unpacking.push(digest);
+                }
+            }
             live_code.extend(versions::packages(&function));
             let warm = versions::kept_warm(&function);
             let (entry, prepare, _) = controller.build_entry(function, versions::Before::Loaded);
+            let prepare = controller.defer_unpacking(&entry, prepare);
             for spec in prepare {
                 if spec.version == function::versions::LATEST || warm.contains(&spec.version) {
                     controller.agent.prepare(spec);
@@ -131,6 +142,9 @@ impl Controller {
             table.insert(entry.function.name.clone(), Arc::new(entry));
         }
         *controller.functions.write_locked() = table;
+        for digest in unpacking {
+            controller.spawn_unpack(digest);
+        }
         let mut urls = HashMap::new();
         for (name, settings, version) in loaded.urls {
             controller

@@ -230,10 +230,11 @@ impl Controller {
             version: number,
             arn,
             revision_id,
-            lifecycle: if entry.preparing(&*self.agent).is_some() {
-                Lifecycle::Creating
-            } else {
-                Lifecycle::Ready
+            // A version is never updated: it is created, then ready (or failed).
+            lifecycle: match self.entry_lifecycle(entry) {
+                Lifecycle::Updating => Lifecycle::Creating,
+                Lifecycle::UpdateFailed(failure) => Lifecycle::Failed(failure),
+                other => other,
             },
         }
     }
@@ -353,6 +354,7 @@ impl Controller {
         if live {
             return;
         }
+        self.unpacks.forget_failed(digest);
         // Unlinked under the lock: packages that creates and updates in flight have stored
         // are not referenced yet, but are not garbage.
         if let Some(doomed) = self.code.unlink(digest) {

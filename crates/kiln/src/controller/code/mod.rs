@@ -10,6 +10,11 @@
 //! a start after a reboot (when unsynced writes may have been lost) removes what that list
 //! names. A start without a reboot keeps it: the page cache held every write.
 //!
+//! A package deployed by CreateFunction or UpdateFunctionCode on a single node is stored in two
+//! steps: its zip, checked from its central directory and synced, before the call answers
+//! ([`CodeStore::put_package`]); its tree after, in the background ([`CodeStore::extract_stored`]).
+//! A restart finds what it had not extracted yet by the zip without a tree.
+//!
 //! The store itself is here; [`unzip`] checks and extracts a package, [`disk`] writes files so
 //! that a crash leaves none half-written, [`listing`] reads a stored package's files back.
 
@@ -26,8 +31,8 @@ use sha2::{Digest, Sha256};
 pub use disk::{fsync_dir, write_atomically};
 use disk::{sync_tree, write_unsynced};
 pub use listing::{FileText, PackageFile};
-use unzip::extract;
 pub use unzip::{check_zip, safe_entry_path};
+use unzip::{declared_size, extract};
 
 /// Lambda's limit on a zip uploaded directly.
 pub const MAX_ZIP_BYTES: usize = 50 * 1024 * 1024;
@@ -61,6 +66,17 @@ pub enum CodeError {
     /// the code store could not be written
     #[error("code store: {0}")]
     Io(#[from] io::Error),
+}
+
+impl CodeError {
+    /// The `StateReasonCode` (or `LastUpdateStatusReasonCode`) of a function whose package
+    /// failed this way after CreateFunction (or UpdateFunctionCode) had answered.
+    pub fn reason_code(&self) -> &'static str {
+        match self {
+            CodeError::Io(_) => "InternalError",
+            _ => "InvalidZipFileException",
+        }
+    }
 }
 
 /// Identifies a stored package.
@@ -147,6 +163,48 @@ impl CodeStore {
         self.store(zip, true)
     }
 
+    /// Checks a zip as Lambda does before it answers (its size, its central directory: its
+    /// entries' paths and their unzipped size) and stores it, synced, without extracting it:
+    /// [`Self::extract_stored`] does that later. Storing the same bytes twice is free.
+    pub fn put_package(&self, zip: &[u8]) -> Result<StoredCode, CodeError> {
+        check_zip(zip)?;
+        let stored = StoredCode {
+            sha256_hex: hex::encode(Sha256::digest(zip)),
+            size: zip.len() as u64,
+        };
+        let path = self.zip_path(&stored.sha256_hex);
+        if !path.is_file() {
+            write_atomically(&path, zip, &self.root.join("tmp"))?;
+        }
+        Ok(stored)
+    }
+
+    /// Extracts a package stored by [`Self::put_package`] into its tree, synced (nothing to do
+    /// if it has one). An entry that does not inflate, or a disk that fails, is an error, and
+    /// no tree is left.
+    pub fn extract_stored(&self, sha256_hex: &str) -> Result<(), CodeError> {
+        if self.is_extracted(sha256_hex) {
+            return Ok(());
+        }
+        let zip = fs::read(self.zip_path(sha256_hex))?;
+        self.extract_into_place(&zip, sha256_hex, true)
+    }
+
+    /// Whether a package's tree is in place.
+    pub fn is_extracted(&self, sha256_hex: &str) -> bool {
+        self.code_dir(sha256_hex).is_dir()
+    }
+
+    /// Whether a package's zip is stored (its tree may not be extracted yet).
+    pub fn has_zip(&self, sha256_hex: &str) -> bool {
+        self.zip_path(sha256_hex).is_file()
+    }
+
+    /// A stored package's unzipped size, as its central directory declares it.
+    pub fn unzipped_size(&self, sha256_hex: &str) -> Result<u64, CodeError> {
+        declared_size(fs::File::open(self.zip_path(sha256_hex))?)
+    }
+
     /// [`Self::put_zip`] for a package that can be fetched again: recorded as unsynced (one
     /// sync) rather than synced (one per file and directory). Without a boot id, synced.
     pub fn put_fetched(&self, zip: &[u8]) -> Result<StoredCode, CodeError> {
@@ -180,20 +238,35 @@ impl CodeStore {
             sha256_hex: hex_digest.clone(),
             size: zip.len() as u64,
         };
-        let final_dir = self.code_dir(&hex_digest);
-        if final_dir.is_dir() && self.zip_path(&hex_digest).is_file() {
+        if self.contains(&hex_digest) {
             return Ok(stored);
         }
+        self.extract_into_place(zip, &hex_digest, sync)
+            .map(|()| stored)
+    }
+
+    /// Extracts `zip` to a staging tree, writes the zip beside it unless it is stored already,
+    /// and renames the tree into place; synced (each file, then each rename) if `sync`.
+    fn extract_into_place(
+        &self,
+        zip: &[u8],
+        hex_digest: &str,
+        sync: bool,
+    ) -> Result<(), CodeError> {
+        let final_dir = self.code_dir(hex_digest);
         let staging = self
             .root
             .join("tmp")
             .join(format!("{hex_digest}.{}", uuid::Uuid::new_v4()));
         let result = extract(zip, &staging).and_then(|()| {
+            let zip_path = self.zip_path(hex_digest);
             if sync {
                 sync_tree(&staging)?;
-                write_atomically(&self.zip_path(&hex_digest), zip, &self.root.join("tmp"))?;
+                if !zip_path.is_file() {
+                    write_atomically(&zip_path, zip, &self.root.join("tmp"))?;
+                }
             } else {
-                write_unsynced(&self.zip_path(&hex_digest), zip, &self.root.join("tmp"))?;
+                write_unsynced(&zip_path, zip, &self.root.join("tmp"))?;
             }
             match fs::rename(&staging, &final_dir) {
                 Ok(()) => Ok::<(), CodeError>(()),
@@ -209,7 +282,7 @@ impl CodeStore {
         if staging.exists() {
             let _ = fs::remove_dir_all(&staging);
         }
-        result.map(|()| stored)
+        result
     }
 
     /// Whether a package is stored complete (its zip and its extracted tree).
@@ -239,6 +312,18 @@ impl CodeStore {
             if !live.contains(&name) {
                 let _ = fs::remove_dir_all(entry.path());
                 let _ = fs::remove_file(self.zip_path(&name));
+            }
+        }
+        // Zips stored but never extracted (a function deleted, or a create that failed to
+        // commit, before its package was).
+        if let Ok(blobs) = fs::read_dir(self.root.join("blobs")) {
+            for blob in blobs.flatten() {
+                let name = blob.file_name().to_string_lossy().into_owned();
+                if let Some(digest) = name.strip_suffix(".zip") {
+                    if !live.iter().any(|l| l == digest) {
+                        let _ = fs::remove_file(blob.path());
+                    }
+                }
             }
         }
         // The instrumented copies (and kept traces) of packages no function refers to.
@@ -328,6 +413,60 @@ pub(super) mod tests {
         // Stored again after an unlink, it is complete again.
         assert_eq!(store.put_zip(&zip).unwrap(), code);
         assert!(store.contains(&code.sha256_hex));
+    }
+
+    #[test]
+    fn a_package_is_stored_first_and_extracted_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CodeStore::open(dir.path()).unwrap();
+        let zip = zip_of(&[
+            ("app.py", b"def handler(e, c): return 1"),
+            ("lib/a.py", b"xy"),
+        ]);
+        let code = store.put_package(&zip).unwrap();
+        assert!(store.has_zip(&code.sha256_hex));
+        assert!(!store.is_extracted(&code.sha256_hex));
+        assert_eq!(store.unzipped_size(&code.sha256_hex).unwrap(), 29);
+        store.extract_stored(&code.sha256_hex).unwrap();
+        assert!(store.contains(&code.sha256_hex));
+        assert_eq!(
+            fs::read(store.code_dir(&code.sha256_hex).join("lib/a.py")).unwrap(),
+            b"xy"
+        );
+        // What the central directory shows is refused before anything is stored.
+        assert!(matches!(
+            store.put_package(&zip_of(&[("../up", b"x")])),
+            Err(CodeError::UnsafePath(_))
+        ));
+        assert_eq!(fs::read_dir(dir.path().join("blobs")).unwrap().count(), 1);
+        // A zip stored but never extracted, that no function uses, is collected.
+        let orphan = store.put_package(&zip_of(&[("b.py", b"b")])).unwrap();
+        store.collect_garbage(std::slice::from_ref(&code.sha256_hex));
+        assert!(!store.has_zip(&orphan.sha256_hex));
+        assert!(store.contains(&code.sha256_hex));
+    }
+
+    #[test]
+    fn an_entry_that_does_not_inflate_leaves_no_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CodeStore::open(dir.path()).unwrap();
+        let data = [b"kiln-entry-".as_slice(), &[7u8; 64]].concat();
+        let mut out = io::Cursor::new(Vec::new());
+        let mut writer = zip::ZipWriter::new(&mut out);
+        let stored = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Stored);
+        writer.start_file("data.bin", stored).unwrap();
+        writer.write_all(&data).unwrap();
+        writer.finish().unwrap();
+        let mut zip = out.into_inner();
+        // The central directory still reads; the entry's bytes no longer match its CRC.
+        let at = zip.windows(data.len()).position(|w| w == data).unwrap();
+        zip[at + 3] ^= 0xff;
+        let code = store.put_package(&zip).unwrap();
+        let err = store.extract_stored(&code.sha256_hex).unwrap_err();
+        assert_eq!(err.reason_code(), "InvalidZipFileException", "{err}");
+        assert!(!store.is_extracted(&code.sha256_hex));
+        assert_eq!(fs::read_dir(dir.path().join("tmp")).unwrap().count(), 0);
     }
 
     #[test]

@@ -48,6 +48,21 @@ pub fn check_zip(zip: &[u8]) -> Result<(), CodeError> {
     Ok(())
 }
 
+/// The unzipped size a zip's central directory declares (read from `reader` without
+/// inflating anything).
+pub(super) fn declared_size<R: io::Read + io::Seek>(reader: R) -> Result<u64, CodeError> {
+    let mut archive =
+        zip::ZipArchive::new(reader).map_err(|e| CodeError::NotAZip(e.to_string()))?;
+    let mut total: u64 = 0;
+    for index in 0..archive.len() {
+        let entry = archive
+            .by_index_raw(index)
+            .map_err(|e| CodeError::NotAZip(e.to_string()))?;
+        total = total.saturating_add(entry.size());
+    }
+    Ok(total)
+}
+
 /// Checks that a zip entry name stays inside the package root and returns its relative path.
 pub fn safe_entry_path(name: &str) -> Result<PathBuf, CodeError> {
     let path = Path::new(name);

@@ -39,6 +39,7 @@ async fn a_functions_layers_are_merged_in_order_and_outlive_their_deletion_and_a
         .create("f", with_layers, package())
         .await
         .unwrap();
+    node.controller.unpacked_all().await;
     let opt = node
         .controller
         .current_spec("f")

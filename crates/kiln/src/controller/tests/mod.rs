@@ -20,6 +20,7 @@ mod invoke;
 mod layers;
 mod memory;
 mod table;
+mod unpack;
 mod versions;
 
 const RUNTIME: &str = "python3.11";
@@ -255,11 +256,15 @@ fn package() -> Vec<u8> {
     crate::zip_util::zip_files(&[("app.py", b"def handler(e, c):\n    return e\n", false)]).unwrap()
 }
 
+/// Creates a function and waits for its package to be extracted.
 async fn deploy(node: &Node, name: &str) -> Function {
-    node.controller
+    let created = node
+        .controller
         .create(name, config(), package())
         .await
-        .unwrap()
+        .unwrap();
+    node.controller.unpacked_all().await;
+    created
 }
 
 async fn invoke(node: &Node, name: &str, payload: &str) -> Result<Invoked, ControllerError> {

@@ -25,6 +25,7 @@ async fn a_version_runs_on_instances_of_its_own_with_its_own_code() {
         crate::zip_util::zip_files(&[("app.py", b"def handler(e, c):\n    return 2\n", false)])
             .unwrap();
     node.controller.update_code("f", other, None).await.unwrap();
+    node.controller.unpacked_all().await;
     // Version 1 is prepared under its own key, at the revision it was published from.
     assert!(node
         .agent
