@@ -329,6 +329,37 @@ def test_listings_deletes_and_copies_see_acknowledged_writes(front, remote, buck
     assert remote_keys == ["l/0", "l/4", "l/copy"]
 
 
+def test_unsigned_requests_go_to_the_remote_whose_acls_decide(front, remote, bucket):
+    """The cache answers an unsigned request from nothing it holds: it is re-issued unsigned to
+    the remote, whose ACLs decide, and a write made so replaces what the cache held."""
+    import boto3
+    import botocore.config
+    from s3_harness import s3_endpoint
+    s3 = s3_client(front)
+    s3.put_object(Bucket=bucket, Key="public", Body=b"for all", ACL="public-read")
+    s3.put_object(Bucket=bucket, Key="private", Body=b"mine")
+    s3.get_object(Bucket=bucket, Key="private")["Body"].read()  # now in the cache
+    unsigned = boto3.client("s3", endpoint_url=s3_endpoint(front), region_name="us-east-1",
+                            config=botocore.config.Config(signature_version=botocore.UNSIGNED,
+                                                          retries={"max_attempts": 0}))
+    assert unsigned.get_object(Bucket=bucket, Key="public")["Body"].read() == b"for all"
+    for call in [lambda: unsigned.get_object(Bucket=bucket, Key="private"),
+                 lambda: unsigned.list_objects_v2(Bucket=bucket)]:
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            call()
+        assert e.value.response["Error"]["Code"] == "AccessDenied"
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        unsigned.put_object(Bucket=bucket, Key="private", Body=b"overwritten")
+    assert e.value.response["Error"]["Code"] == "AccessDenied"
+    s3.put_bucket_acl(Bucket=bucket, ACL="public-read-write")
+    assert len(unsigned.list_objects_v2(Bucket=bucket)["Contents"]) == 2
+    unsigned.put_object(Bucket=bucket, Key="private", Body=b"overwritten")
+    assert s3.get_object(Bucket=bucket, Key="private")["Body"].read() == b"overwritten"
+    assert in_remote(remote, bucket, "private")["Body"].read() == b"overwritten"
+    unsigned.delete_object(Bucket=bucket, Key="private")
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]] == ["public"]
+
+
 def test_large_objects_and_conditional_writes_go_to_the_remote(remote):
     front = start_front(remote, "--object-cache-max-object-kb", "64")
     try:

@@ -13,6 +13,7 @@ import botocore
 import botocore.config
 import botocore.exceptions
 import pytest
+import requests
 
 from s3_harness import bucket, error_code, s3, s3_endpoint
 
@@ -342,14 +343,31 @@ def test_object_acls_answer_the_owner_and_public_readers(s3, bucket):
     with pytest.raises(s3.exceptions.NoSuchKey):
         s3.get_object_acl(Bucket=bucket, Key="missing")
     # Grants kiln cannot enforce are refused, not stored.
-    for refused in [dict(ACL="public-read-write"), dict(GrantRead='id="someone-else"')]:
+    for refused in [dict(ACL="aws-exec-read"), dict(GrantRead='id="someone-else"')]:
         with pytest.raises(botocore.exceptions.ClientError) as e:
             s3.put_object(Bucket=bucket, Key="refused", Body=b"x", **refused)
         assert error_code(e) == "NotImplemented", refused
         assert e.value.response["Error"]["Message"]
-    with pytest.raises(botocore.exceptions.ClientError) as e:
-        s3.put_object_acl(Bucket=bucket, Key="public", ACL="public-read-write")
-    assert error_code(e) == "NotImplemented"
+    # An object's public-read-write is recorded (S3 lists its WRITE grant) and opens reads.
+    s3.put_object_acl(Bucket=bucket, Key="public", ACL="public-read-write")
+    assert grants_of(s3.get_object_acl(Bucket=bucket, Key="public")) == sorted(
+        [(owner, "FULL_CONTROL"), (ALL_USERS, "READ"), (ALL_USERS, "WRITE")])
+    # The bucket-owner ACLs are the owner alone: the bucket's owner owns every object.
+    for canned in ["bucket-owner-read", "bucket-owner-full-control"]:
+        s3.put_object(Bucket=bucket, Key=canned, Body=b"x", ACL=canned)
+        assert grants_of(s3.get_object_acl(Bucket=bucket, Key=canned)) == [(owner, "FULL_CONTROL")]
+    # A grant to an account kiln does not have is refused as S3 refuses it, not stored.
+    policy = s3.get_object_acl(Bucket=bucket, Key="private")
+    before = grants_of(policy)
+    for grantee, code in [({"Type": "CanonicalUser", "ID": "someone-else"}, "InvalidArgument"),
+                          ({"Type": "AmazonCustomerByEmail", "EmailAddress": "a@example.com"},
+                           "UnresolvableGrantByEmailAddress")]:
+        grants = policy["Grants"] + [{"Grantee": grantee, "Permission": "READ"}]
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            s3.put_object_acl(Bucket=bucket, Key="private",
+                              AccessControlPolicy={"Grants": grants, "Owner": policy["Owner"]})
+        assert error_code(e) == code and e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    assert grants_of(s3.get_object_acl(Bucket=bucket, Key="private")) == before
     # Copies take the request's ACL, as on S3.
     s3.copy_object(Bucket=bucket, Key="copy", CopySource={"Bucket": bucket, "Key": "private"})
     assert grants_of(s3.get_object_acl(Bucket=bucket, Key="copy")) == [(owner, "FULL_CONTROL")]
@@ -415,6 +433,69 @@ def test_unsigned_requests_read_public_objects_only(s3, bucket, unsigned, kiln):
     with pytest.raises(botocore.exceptions.ClientError) as e:
         unsigned.get_object(Bucket=bucket + "-gone", Key="public")
     assert error_code(e) == "NoSuchBucket"
+
+
+def test_a_public_read_write_bucket_takes_unsigned_writes(s3, unsigned, kiln):
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=name, ACL="public-read-write")
+    owner = s3.get_bucket_acl(Bucket=name)["Owner"]["ID"]
+    assert grants_of(s3.get_bucket_acl(Bucket=name)) == sorted(
+        [(owner, "FULL_CONTROL"), (ALL_USERS, "READ"), (ALL_USERS, "WRITE")])
+    # Anyone may write, overwrite, list, read what is public and delete.
+    unsigned.put_object(Bucket=name, Key="drop", Body=b"from anyone", ACL="public-read")
+    assert s3.get_object(Bucket=name, Key="drop")["Body"].read() == b"from anyone"
+    assert unsigned.get_object(Bucket=name, Key="drop")["Body"].read() == b"from anyone"
+    assert [o["Key"] for o in unsigned.list_objects_v2(Bucket=name)["Contents"]] == ["drop"]
+    upload = unsigned.create_multipart_upload(Bucket=name, Key="big")["UploadId"]
+    part = unsigned.upload_part(Bucket=name, Key="big", UploadId=upload, PartNumber=1, Body=b"parts")
+    unsigned.complete_multipart_upload(Bucket=name, Key="big", UploadId=upload,
+                                       MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]})
+    assert s3.get_object(Bucket=name, Key="big")["Body"].read() == b"parts"
+    # An unsigned write's own object is private unless it says otherwise.
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        unsigned.get_object(Bucket=name, Key="big")
+    assert error_code(e) == "AccessDenied"
+    unsigned.delete_object(Bucket=name, Key="drop")
+    unsigned.delete_objects(Bucket=name, Delete={"Objects": [{"Key": "big"}]})
+    assert "Contents" not in s3.list_objects_v2(Bucket=name)
+    # A browser upload without a policy is an unsigned write too.
+    form = requests.post(f"{s3_endpoint(kiln)}/{name}", data={"key": "form.txt"}, files={"file": ("f", b"posted")})
+    assert form.status_code == 204, form.text
+    assert s3.get_object(Bucket=name, Key="form.txt")["Body"].read() == b"posted"
+    # What the bucket's ACL opens closes with it; the owner's configuration stays the owner's.
+    s3.put_bucket_acl(Bucket=name, ACL="public-read")
+    for call in [lambda: unsigned.put_object(Bucket=name, Key="late", Body=b"x"),
+                 lambda: unsigned.delete_object(Bucket=name, Key="form.txt"),
+                 lambda: unsigned.create_multipart_upload(Bucket=name, Key="late"),
+                 lambda: unsigned.put_bucket_acl(Bucket=name, ACL="public-read-write")]:
+        with pytest.raises(botocore.exceptions.ClientError) as e:
+            call()
+        assert error_code(e) == "AccessDenied"
+    closed = requests.post(f"{s3_endpoint(kiln)}/{name}", data={"key": "late"}, files={"file": ("f", b"x")})
+    assert closed.status_code == 403, closed.text
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket=name)["Contents"]] == ["form.txt"]
+    # That a bucket does not exist is told to an unsigned write too (S3's 404).
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        unsigned.delete_object(Bucket=name + "-gone", Key="k")
+    assert error_code(e) == "NoSuchBucket"
+
+
+def test_an_expected_bucket_owner_other_than_kiln_is_refused(s3, bucket, unsigned):
+    s3.put_bucket_acl(Bucket=bucket, ACL="public-read-write")
+    owner = s3.get_bucket_acl(Bucket=bucket)["Owner"]["ID"]
+    s3.put_object(Bucket=bucket, Key="k", Body=b"x", ExpectedBucketOwner=owner)
+    for client in [s3, unsigned]:
+        for call in [lambda: client.list_objects(Bucket=bucket, ExpectedBucketOwner=owner + "foo"),
+                     lambda: client.put_object(Bucket=bucket, Key="k2", Body=b"y", ExpectedBucketOwner="123456789012")]:
+            with pytest.raises(botocore.exceptions.ClientError) as e:
+                call()
+            assert error_code(e) == "AccessDenied"
+            assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        s3.copy_object(Bucket=bucket, Key="k3", CopySource={"Bucket": bucket, "Key": "k"},
+                       ExpectedSourceBucketOwner="123456789012")
+    assert error_code(e) == "AccessDenied"
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]] == ["k"]
 
 
 # --- bucket versioning ---------------------------------------------------------------------

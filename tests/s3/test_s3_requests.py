@@ -4,6 +4,7 @@ with a POST policy, the week-long limit of presigned URLs, an empty Content-MD5,
 `aws-chunked` left out of the stored Content-Encoding."""
 
 import base64
+import json
 import re
 import zlib
 
@@ -43,8 +44,22 @@ def test_error_bodies_repeat_the_request_ids(kiln, bucket):
     assert "<Message>" in response.text
 
 
-def post_upload(post, body, filename="a.txt", **extra_fields):
-    return requests.post(post["url"], data={**post["fields"], **extra_fields}, files={"file": (filename, body)})
+def post_upload(post, body, filename="a.txt", allow_redirects=True, **extra_fields):
+    return requests.post(post["url"], data={**post["fields"], **extra_fields}, files={"file": (filename, body)},
+                         allow_redirects=allow_redirects)
+
+
+def sign_policy(client, credential, policy):
+    """A POST policy's SigV4 signature, as S3 checks it: the policy signed with the key derived
+    for the credential's scope."""
+    import hashlib
+    import hmac
+    secret = client._request_signer._credentials.secret_key
+    _, date, region, service, _ = credential.split("/")
+    key = ("AWS4" + secret).encode()
+    for part in [date, region, service, "aws4_request"]:
+        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+    return hmac.new(key, policy.encode(), hashlib.sha256).hexdigest()
 
 
 def test_browser_uploads_with_a_post_policy(s3, s3v4, bucket):
@@ -112,6 +127,48 @@ def test_post_policies_are_enforced(s3, s3v4, bucket):
         with pytest.raises(botocore.exceptions.ClientError) as missing:
             s3.head_object(Bucket=bucket, Key=key)
         assert missing.value.response["Error"]["Code"] == "404"
+
+
+def test_a_form_is_refused_as_s3_refuses_its_policy(s3, s3v4, bucket):
+    import uuid
+    post = s3v4.generate_presigned_post(bucket, "k")
+    policy = json.loads(base64.b64decode(post["fields"]["policy"]))
+
+    def signed(document):
+        # The form's own signature over a policy changed here: SigV4, as boto3 signs it.
+        fields = dict(post["fields"])
+        fields["policy"] = base64.b64encode(json.dumps(document).encode()).decode()
+        fields["x-amz-signature"] = sign_policy(s3v4, fields["x-amz-credential"], fields["policy"])
+        return {"url": post["url"], "fields": fields}
+
+    # An expiration that is not ISO 8601 is a policy S3 cannot read (400).
+    unreadable = signed({**policy, "expiration": "2030-01-01 00:00:00+00:00"})
+    answer = post_upload(unreadable, b"x")
+    assert answer.status_code == 400 and "<Code>InvalidPolicyDocument</Code>" in answer.text, answer.text
+    # A policy with its signature left out is a malformed form (400), not a forged one (403).
+    unsigned = {"url": post["url"], "fields": {k: v for k, v in post["fields"].items() if k != "x-amz-signature"}}
+    answer = post_upload(unsigned, b"x")
+    assert answer.status_code == 400 and "<Code>InvalidArgument</Code>" in answer.text, answer.text
+    # A policy for one bucket does not open another (403), even with the form's bucket field.
+    other = f"t-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=other)
+    elsewhere = {"url": post["url"].replace(bucket, other), "fields": {**post["fields"], "bucket": bucket}}
+    answer = post_upload(elsewhere, b"x")
+    assert answer.status_code == 403 and "<Code>AccessDenied</Code>" in answer.text, answer.text
+    assert "Contents" not in s3.list_objects_v2(Bucket=other)
+    assert "Contents" not in s3.list_objects_v2(Bucket=bucket)
+    # The same policy, as signed, is taken.
+    assert post_upload(post, b"x").status_code == 204
+
+
+def test_a_browser_uploads_redirect_names_the_etag_with_its_quotes(s3, s3v4, bucket):
+    target = "http://127.0.0.1:9/done"
+    post = s3v4.generate_presigned_post(bucket, "r", Fields={"success_action_redirect": target},
+                                        Conditions=[{"success_action_redirect": target}])
+    answer = post_upload(post, b"redirected", allow_redirects=False)
+    assert answer.status_code == 303, answer.text
+    etag = s3.head_object(Bucket=bucket, Key="r")["ETag"].strip('"')
+    assert answer.headers["Location"] == f"{target}?bucket={bucket}&key=r&etag=%22{etag}%22"
 
 
 def test_presigned_urls_are_valid_for_a_week_at_most(s3, s3v4, bucket):

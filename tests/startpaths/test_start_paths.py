@@ -93,6 +93,23 @@ def test_deploy_builds_a_snapshot_and_cold_starts_fork_from_it(kiln, tmp_path):
     assert wait_spare(kiln, "sp-hot")["forks"] == 3
 
 
+def test_a_function_on_the_host_network_is_warmed_up_only_if_it_asks(kiln, tmp_path):
+    # A warm-up there could reach anything the host reaches: none unless the function sets some.
+    deploy_cli(kiln, tmp_path, "sp-host", "--network", "host", "--warmup-event", '{"warm": true}')
+    wait_spare(kiln, "sp-host")
+    result, _, report = invoke(kiln, "sp-host", {"n": 1})
+    assert start_path(report) == "hot" and result["events"] == [{"n": 1}], result["events"]
+    config = kiln.signed_request("GET", "/2015-03-31/functions/sp-host/configuration").json()
+    assert config["KilnPrebake"]["WarmupInvocations"] == 0
+    deploy_cli(kiln, tmp_path, "sp-host-asked", "--network", "host", "--warmup", "1",
+               "--warmup-event", '{"warm": true}')
+    wait_spare(kiln, "sp-host-asked")
+    result, _, report = invoke(kiln, "sp-host-asked", {"n": 1})
+    assert start_path(report) == "hot" and result["events"][0] == {"warm": True}, result["events"]
+    config = kiln.signed_request("GET", "/2015-03-31/functions/sp-host-asked/configuration").json()
+    assert config["KilnPrebake"]["WarmupInvocations"] == 1
+
+
 def test_the_path_is_visible_in_metrics_and_status(kiln, tmp_path):
     deploy_cli(kiln, tmp_path, "sp-visible")
     wait_ready(kiln, "sp-visible")

@@ -111,15 +111,15 @@ pub enum MemorySizing {
 
 /// When kiln builds a function-specific snapshot (the hot start path), and how it warms the
 /// function up first. kiln's extension `KilnPrebake` of the function configuration.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields)]
 pub struct Prebake {
     #[serde(default)]
     pub mode: PrebakeMode,
     /// Invocations with `warmup_event` run before the snapshot is taken (Prebaking's warm-up);
-    /// 0 for functions with side effects.
-    #[serde(default = "default_warmups")]
-    pub warmup_invocations: u32,
+    /// 0 for functions with side effects. Unset: [`Prebake::warmups`] decides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warmup_invocations: Option<u32>,
     /// The sample event of the warm-up invocations; `{}` when not set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warmup_event: Option<serde_json::Value>,
@@ -140,17 +140,25 @@ pub const MAX_STANDBYS: u32 = 64;
 /// The largest warm-up event, as serialized JSON (Lambda's async payload limit).
 pub const MAX_WARMUP_EVENT_BYTES: usize = 256 * 1024;
 
-fn default_warmups() -> u32 {
-    3
-}
+/// The warm-up invocations of a function that does not say.
+const DEFAULT_WARMUPS: u32 = 3;
 
-impl Default for Prebake {
-    fn default() -> Self {
-        Self {
-            mode: PrebakeMode::default(),
-            warmup_invocations: default_warmups(),
-            warmup_event: None,
-            standbys: 0,
+impl Prebake {
+    /// The warm-up invocations a snapshot of a function on `network` takes: as the function
+    /// set them, else 3 in the isolated network and none on the host network, where a warm-up
+    /// could reach anything the host reaches (a function there is warmed up if it asks).
+    pub fn warmups(&self, network: NetworkMode) -> u32 {
+        self.warmup_invocations.unwrap_or(match network {
+            NetworkMode::Isolated => DEFAULT_WARMUPS,
+            NetworkMode::Host => 0,
+        })
+    }
+
+    /// This configuration as the API answers it: the warm-ups it takes, set or not.
+    pub fn answered(&self, network: NetworkMode) -> Prebake {
+        Prebake {
+            warmup_invocations: Some(self.warmups(network)),
+            ..self.clone()
         }
     }
 }

@@ -29,7 +29,11 @@ impl Inner {
         let key = (spec.function.clone(), id.to_string());
         let limits = sessions::log::Limits::from(config);
         if let Some(log) = self.state().sessions.log(&key) {
-            return Ok(SessionCtx { log, limits });
+            return Ok(SessionCtx {
+                log,
+                limits,
+                discard: false,
+            });
         }
         let dir = self.config.session_dir.join(&spec.function);
         let session = id.to_string();
@@ -43,7 +47,11 @@ impl Inner {
                 ))
             })?;
         let log = self.state().sessions.insert(key, log, config);
-        Ok(SessionCtx { log, limits })
+        Ok(SessionCtx {
+            log,
+            limits,
+            discard: false,
+        })
     }
 
     pub(super) async fn invoke(
@@ -70,7 +78,10 @@ impl Inner {
             }
         }
         let session = match (&request.hints.session, &spec.sessions) {
-            (Some(id), Some(config)) => Some(self.open_session(&spec, id, config).await?),
+            (Some(id), Some(config)) => Some(SessionCtx {
+                discard: request.is_shadow(),
+                ..self.open_session(&spec, id, config).await?
+            }),
             _ => None,
         };
         // An idle instance whose runtime exited after its last answer never takes the event; the

@@ -255,7 +255,7 @@ pub fn configuration(controller: &Controller, f: &Function) -> Value {
         "EphemeralStorage": { "Size": f.config.ephemeral_storage_mb },
         "SnapStart": { "ApplyOn": "None", "OptimizationStatus": "Off" },
         "KilnNetwork": f.config.network,
-        "KilnPrebake": f.config.prebake,
+        "KilnPrebake": f.config.prebake.answered(f.config.network),
         "KilnMemorySizing": f.config.memory_sizing,
     });
     match controller.lifecycle(f) {

@@ -140,10 +140,13 @@ impl Controller {
                 self.runtimes.join(", ")
             ));
         }
-        if config.prebake.warmup_invocations > function::MAX_WARMUPS {
+        if let Some(warmups) = config
+            .prebake
+            .warmup_invocations
+            .filter(|n| *n > function::MAX_WARMUPS)
+        {
             return invalid(format!(
-                "Value {} at 'kilnPrebake.warmupInvocations' failed to satisfy constraint: Member must have value less than or equal to {}",
-                config.prebake.warmup_invocations,
+                "Value {warmups} at 'kilnPrebake.warmupInvocations' failed to satisfy constraint: Member must have value less than or equal to {}",
                 function::MAX_WARMUPS
             ));
         }

@@ -299,7 +299,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.prebake.mode, PrebakeMode::Off);
-        assert_eq!(c.prebake.warmup_invocations, 0);
+        assert_eq!(c.prebake.warmup_invocations, Some(0));
         assert_eq!(c.network, NetworkMode::Host);
         assert_eq!(c.memory_sizing, MemorySizing::Booked);
         let sessions = c.sessions.clone().unwrap();
@@ -308,7 +308,7 @@ mod tests {
 
         apply(&mut c, &BTreeMap::new(), &["kiln:warmup".into()]).unwrap();
         assert_eq!(c.prebake.mode, PrebakeMode::Off, "only the warm-ups went");
-        assert_eq!(c.prebake.warmup_invocations, 3);
+        assert_eq!(c.prebake.warmup_invocations, None);
         apply(
             &mut c,
             &BTreeMap::new(),

@@ -144,15 +144,31 @@ impl S3Auth for Auth {
 
 /// The checks after a valid signature: SigV4 scoped to `s3` (SigV2 only as a presigned URL),
 /// and a key the listener takes. Unsigned requests only read (GET and HEAD of objects,
-/// listings) on the store's own listener, when the backend enforces `public-read` (the local
-/// store), marked [`Anonymous`] for it to check.
+/// listings) or write objects (what `public-read-write` opens) on the store's own listener,
+/// marked [`Anonymous`] for the backend to check: the local store checks its ACLs, remote mode
+/// re-issues them unsigned.
 pub(crate) struct Access {
     pub keys: Arc<KeyRing>,
-    pub anonymous_reads: bool,
+    /// The backend is kiln's own store, whose every bucket is kiln's: an expected bucket owner
+    /// is checked here (a remote checks it itself).
+    pub owns_buckets: bool,
 }
 
 /// The operations an unsigned request may ask for, of what `public-read` opens.
 const ANONYMOUS_READS: [&str; 4] = ["GetObject", "HeadObject", "ListObjects", "ListObjectsV2"];
+
+/// The writes of objects an unsigned request may ask for, of what `public-read-write` opens
+/// (the store checks the bucket's ACL).
+const ANONYMOUS_WRITES: [&str; 8] = [
+    "PutObject",
+    "PostObject",
+    "DeleteObject",
+    "DeleteObjects",
+    "CreateMultipartUpload",
+    "UploadPart",
+    "CompleteMultipartUpload",
+    "AbortMultipartUpload",
+];
 
 /// Operations only kiln's admin key may call: a bucket's notifications invoke functions, so a
 /// function's key that could set them could have any function invoked with events it shaped.
@@ -162,12 +178,14 @@ const ADMIN_ONLY: [&str; 2] = [
 ];
 
 impl Access {
-    fn let_anonymous_read(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
+    fn let_anonymous(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
         let on_own_listener = cx
             .extensions_mut()
             .get::<Scope>()
             .is_none_or(|s| *s == Scope::All);
-        if self.anonymous_reads && on_own_listener && ANONYMOUS_READS.contains(&cx.s3_op().name()) {
+        let op = cx.s3_op().name();
+        let allowed = ANONYMOUS_READS.contains(&op) || ANONYMOUS_WRITES.contains(&op);
+        if allowed && on_own_listener {
             cx.extensions_mut().insert(Anonymous);
             return Ok(());
         }
@@ -254,11 +272,32 @@ fn check_request(headers: &HeaderMap, uri: &Uri) -> S3Result<()> {
     Ok(())
 }
 
+/// `x-amz-expected-bucket-owner` (and its copy source's): a request that names an owner other
+/// than kiln's is refused, as S3 refuses one naming an account that does not own the bucket.
+fn check_expected_owner(headers: &HeaderMap) -> S3Result<()> {
+    let owner = super::shared::owner().id.unwrap_or_default();
+    for name in [
+        "x-amz-expected-bucket-owner",
+        "x-amz-source-expected-bucket-owner",
+    ] {
+        if headers
+            .get(name)
+            .is_some_and(|v| v.as_bytes() != owner.as_bytes())
+        {
+            return Err(s3_error!(AccessDenied, "Access Denied"));
+        }
+    }
+    Ok(())
+}
+
 #[async_trait::async_trait]
 impl S3Access for Access {
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
+        if self.owns_buckets {
+            check_expected_owner(cx.headers())?;
+        }
         let Some(credentials) = cx.credentials() else {
-            return self.let_anonymous_read(cx);
+            return self.let_anonymous(cx);
         };
         let access_key = credentials.access_key.clone();
         check_request(cx.headers(), cx.uri())?;

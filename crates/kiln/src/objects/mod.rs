@@ -350,7 +350,7 @@ impl ObjectStore {
         builder.set_auth(keys::Auth(keys.clone()));
         builder.set_access(keys::Access {
             keys: keys.clone(),
-            anonymous_reads: matches!(config.backend, Backend::Local { .. }),
+            owns_buckets: matches!(config.backend, Backend::Local { .. }),
         });
         builder.set_host(keys::Hosts::new(&config.domains));
         Ok(Self {

@@ -1,8 +1,10 @@
-//! `${filename}` in a browser upload's key: S3 replaces it with the name of the uploaded file
-//! before it checks the policy's conditions or stores the object. s3s parses the form and checks
-//! the policy itself, so the replacement is made in the form's text before s3s reads it: only
-//! the fields ahead of the file part (S3 requires the file to be the last field), never the
-//! file's bytes.
+//! A browser upload's form, read ahead of s3s (only the fields ahead of the file part, which
+//! S3 requires to be the last field; never the file's bytes). s3s parses the form and checks
+//! the policy itself; kiln first makes two of S3's answers s3s does not: `${filename}` in the
+//! key is replaced by the name of the uploaded file before the policy's conditions are
+//! checked, and the form's policy is refused as S3 refuses it when its expiration is not ISO
+//! 8601, when it comes without a signature, or when it names another bucket than the one
+//! posted to.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -125,6 +127,76 @@ pub fn substitute_filename_in(head: &[u8], boundary: &str) -> Option<Vec<u8>> {
     )
 }
 
+/// What S3 refuses of a form before it looks at its signature or conditions: an `expiration`
+/// not in ISO 8601 (400 `InvalidPolicyDocument`), a policy sent without a signature (400
+/// `InvalidArgument`), a policy whose `bucket` condition names another bucket than the one the
+/// form was posted to (403 `AccessDenied`). A form without a policy is an unsigned upload, and
+/// a policy kiln cannot read is left for s3s to refuse.
+pub fn check_form(head: &[u8], boundary: &str, bucket: Option<&str>) -> Result<(), s3s::S3Error> {
+    let Some(parts) = parts(head, boundary.as_bytes()) else {
+        return Ok(());
+    };
+    let field = |wanted: &str| {
+        parts
+            .iter()
+            .find(|p| p.name.eq_ignore_ascii_case(wanted.as_bytes()))
+            .map(|p| &head[p.value.clone()])
+    };
+    let Some(policy) = field("policy") else {
+        return Ok(());
+    };
+    if field("signature").is_none() && field("x-amz-signature").is_none() {
+        return Err(s3s::s3_error!(
+            InvalidArgument,
+            "Bucket POST must contain a field named 'Signature'. If it is specified, please check the order of the fields."
+        ));
+    }
+    use base64::Engine as _;
+    let Some(policy) = base64::engine::general_purpose::STANDARD
+        .decode(policy.trim_ascii())
+        .ok()
+        .and_then(|json| serde_json::from_slice::<serde_json::Value>(&json).ok())
+    else {
+        return Ok(());
+    };
+    if let Some(expiration) = policy.get("expiration") {
+        let readable = expiration.as_str().is_some_and(|e| {
+            chrono::NaiveDateTime::parse_from_str(e, "%Y-%m-%dT%H:%M:%S%.fZ").is_ok()
+        });
+        if !readable {
+            return Err(s3s::s3_error!(
+                InvalidPolicyDocument,
+                "Invalid Policy: Invalid 'expiration' value: '{}'",
+                expiration
+                    .as_str()
+                    .map_or_else(|| expiration.to_string(), str::to_string)
+            ));
+        }
+    }
+    let named = policy
+        .get("conditions")
+        .and_then(|c| c.as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|c| match c {
+            serde_json::Value::Object(o) => o.get("bucket").and_then(|b| b.as_str()),
+            serde_json::Value::Array(a) if a.len() == 3 => {
+                let eq = a[0].as_str() == Some("eq") && a[1].as_str() == Some("$bucket");
+                eq.then(|| a[2].as_str()).flatten()
+            }
+            _ => None,
+        });
+    for named in named {
+        if bucket.is_some_and(|b| b != named) {
+            return Err(s3s::s3_error!(
+                AccessDenied,
+                "Invalid according to Policy: Policy Condition failed: [\"eq\", \"$bucket\", \"{named}\"]"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// How much of a browser upload's form is read ahead of its file, at most, looking for the
 /// file part (s3s allows 20 MiB of fields).
 const FORM_FIELDS_BYTES: usize = 21 * 1024 * 1024;
@@ -165,12 +237,14 @@ impl hyper::body::Body for Prefixed {
     }
 }
 
-/// A browser upload (`POST` of a form) whose key holds `${filename}` gets the uploaded file's
-/// name there, as on S3, before s3s checks the policy against the key: the form's fields are
-/// read ahead of the file, changed, and put back in front of the rest of the body.
-pub(super) async fn substitute_filename(
+/// A browser upload (`POST` of a form) posted to `bucket`: its fields are read ahead of the
+/// file and checked ([`check_form`]), and a key that holds `${filename}` gets the uploaded
+/// file's name there, as on S3, before s3s checks the policy against the key; the fields are
+/// put back in front of the rest of the body.
+pub(super) async fn prepare(
     req: hyper::Request<s3s::Body>,
-) -> hyper::Request<s3s::Body> {
+    bucket: Option<&str>,
+) -> Result<hyper::Request<s3s::Body>, s3s::S3Error> {
     let boundary = req
         .headers()
         .get(http::header::CONTENT_TYPE)
@@ -178,7 +252,7 @@ pub(super) async fn substitute_filename(
         .and_then(boundary)
         .map(str::to_string);
     let Some(boundary) = boundary.filter(|_| req.method() == http::Method::POST) else {
-        return req;
+        return Ok(req);
     };
     let (mut parts, mut body) = req.into_parts();
     let mut head = Vec::new();
@@ -201,6 +275,7 @@ pub(super) async fn substitute_filename(
         // The client's body broke off: s3s meets the same error reading what follows.
         tracing::debug!("object store: a form's body failed: {e}");
     }
+    check_form(&head, &boundary, bucket)?;
     if let Some(replaced) = substitute_filename_in(&head, &boundary) {
         let grown = replaced.len() as i64 - head.len() as i64;
         head = replaced;
@@ -218,7 +293,7 @@ pub(super) async fn substitute_filename(
         head: Some(bytes::Bytes::from(head)),
         rest: body,
     });
-    hyper::Request::from_parts(parts, body)
+    Ok(hyper::Request::from_parts(parts, body))
 }
 
 #[cfg(test)]
@@ -281,6 +356,57 @@ mod tests {
         let cut = form("b", &[("key", "${filename}")], Some("f"));
         assert_eq!(substitute_filename_in(&cut[..cut.len() - 3], "b"), None);
         assert_eq!(fields_end(&cut[..cut.len() - 3], "b"), None);
+    }
+
+    fn policy(json: &str) -> String {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(json)
+    }
+
+    #[test]
+    fn a_form_is_refused_as_s3_refuses_its_policy() {
+        let code = |fields: &[(&str, &str)]| {
+            let head = form("b", fields, Some("f.txt"));
+            check_form(&head, "b", Some("photos"))
+                .err()
+                .map(|e| e.code().as_str().to_string())
+        };
+        let good = policy(
+            r#"{"expiration": "2030-01-01T00:00:00Z", "conditions": [{"bucket": "photos"}]}"#,
+        );
+        let fractional = policy(
+            r#"{"expiration": "2030-01-01T00:00:00.123Z", "conditions": [["eq", "$bucket", "photos"]]}"#,
+        );
+        let spaced = policy(r#"{"expiration": "2030-01-01 00:00:00+00:00", "conditions": []}"#);
+        let other = policy(
+            r#"{"expiration": "2030-01-01T00:00:00Z", "conditions": [{"bucket": "other"}]}"#,
+        );
+        let other_eq = policy(
+            r#"{"expiration": "2030-01-01T00:00:00Z", "conditions": [["eq", "$bucket", "other"]]}"#,
+        );
+        assert_eq!(code(&[("policy", &good), ("signature", "s")]), None);
+        assert_eq!(
+            code(&[("policy", &fractional), ("x-amz-signature", "s")]),
+            None
+        );
+        assert_eq!(code(&[("key", "k")]), None, "an unsigned form");
+        assert_eq!(
+            code(&[("policy", "not base64!"), ("signature", "s")]),
+            None,
+            "left for s3s"
+        );
+        assert_eq!(
+            code(&[("policy", &spaced), ("signature", "s")]).as_deref(),
+            Some("InvalidPolicyDocument")
+        );
+        assert_eq!(
+            code(&[("AWSAccessKeyId", "a"), ("policy", &good)]).as_deref(),
+            Some("InvalidArgument")
+        );
+        for wrong in [&other, &other_eq] {
+            let refused = code(&[("policy", wrong), ("signature", "s")]);
+            assert_eq!(refused.as_deref(), Some("AccessDenied"));
+        }
     }
 
     proptest! {

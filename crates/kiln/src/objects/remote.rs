@@ -5,6 +5,8 @@
 //! size limit and every digest an upload declares (see [`VerifiedBody`]): a checksum sent in
 //! an aws-chunked trailer never reaches the remote, and some remotes check none. The client's
 //! `x-amz-sdk-checksum-algorithm` is forwarded, so the SDK adds the same algorithm for the remote.
+//! An unsigned request (marked [`Anonymous`]) is re-issued unsigned: the remote's own ACLs decide
+//! what it may read or write, and kiln adds no access of its own.
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -23,6 +25,7 @@ use s3s::{S3Error, S3Request, S3Response, S3Result, StdError, TrailingHeaders, S
 use super::checksum::{verify_content_md5, BodyHasher, Declared};
 use super::sdk_keys::{to_sdk, KeyLabels};
 use super::{Limits, ObjectStoreError, RemoteConfig};
+use crate::objects::acl::Anonymous;
 use crate::objects::shared::{
     check_length, checksums_from, content_length, object_attribute_names,
 };
@@ -35,6 +38,9 @@ pub struct RemoteStore {
     proxy: s3s_aws::Proxy,
     /// The proxy's client, for a clone of the store.
     client: aws_sdk_s3::Client,
+    /// The proxy of unsigned requests, and its client (no credentials).
+    unsigned: s3s_aws::Proxy,
+    unsigned_client: aws_sdk_s3::Client,
     limits: Limits,
 }
 
@@ -43,9 +49,16 @@ impl Clone for RemoteStore {
         Self {
             proxy: s3s_aws::Proxy::from(self.client.clone()),
             client: self.client.clone(),
+            unsigned: s3s_aws::Proxy::from(self.unsigned_client.clone()),
+            unsigned_client: self.unsigned_client.clone(),
             limits: self.limits,
         }
     }
+}
+
+/// Whether a request came unsigned.
+fn is_unsigned<T>(req: &S3Request<T>) -> bool {
+    req.extensions.get::<Anonymous>().is_some()
 }
 
 impl RemoteStore {
@@ -71,19 +84,20 @@ impl RemoteStore {
             .behavior_version(BehaviorVersion::latest())
             .region(Region::new(config.region.clone()))
             .endpoint_url(config.endpoint.trim_end_matches('/'))
-            .credentials_provider(credentials)
             // Bucket names as paths: the remote may be an IP address with no wildcard DNS.
             .force_path_style(true)
             // Checksums travel end to end: kiln adds none of its own.
             .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
             .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
             // Keys the SDK would refuse (blank ones) go through with their real names.
-            .interceptor(KeyLabels)
-            .build();
-        let client = aws_sdk_s3::Client::from_conf(sdk);
+            .interceptor(KeyLabels);
+        let unsigned_client = aws_sdk_s3::Client::from_conf(sdk.clone().allow_no_auth().build());
+        let client = aws_sdk_s3::Client::from_conf(sdk.credentials_provider(credentials).build());
         Ok(Self {
             proxy: s3s_aws::Proxy::from(client.clone()),
             client,
+            unsigned: s3s_aws::Proxy::from(unsigned_client.clone()),
+            unsigned_client,
             limits,
         })
     }
@@ -220,6 +234,15 @@ impl RemoteStore {
     /// A read's 404 for a key whose newest version is a delete marker, with the
     /// `x-amz-delete-marker` and `x-amz-version-id` the remote answered it with (aws-sdk-s3
     /// keeps none of an error's headers, so the marker is looked up: one listing, on 404s only).
+    /// The proxy that re-issues `req`: unsigned for an unsigned request.
+    fn proxy_for<T>(&self, req: &S3Request<T>) -> &s3s_aws::Proxy {
+        if is_unsigned(req) {
+            &self.unsigned
+        } else {
+            &self.proxy
+        }
+    }
+
     async fn marked_if_deleted(&self, bucket: String, key: String, e: S3Error) -> S3Error {
         if e.status_code() != Some(http::StatusCode::NOT_FOUND)
             && !matches!(e.code().as_str(), "NoSuchKey" | "NotFound")
@@ -318,13 +341,13 @@ macro_rules! remote_s3 {
             $($written)*
             $(
                 async fn $op(&self, req: S3Request<$input>) -> S3Result<S3Response<$output>> {
-                    self.proxy.$op(req).await
+                    self.proxy_for(&req).$op(req).await
                 }
             )*
             $(
                 async fn $kop(&self, mut req: S3Request<$kinput>) -> S3Result<S3Response<$koutput>> {
                     to_sdk(&mut req.input.key);
-                    self.proxy.$kop(req).await
+                    self.proxy_for(&req).$kop(req).await
                 }
             )*
         }
@@ -360,7 +383,7 @@ remote_s3! {
         );
         input.body = body;
         to_sdk(&mut req.input.key);
-        after_upload(self.proxy.put_object(req).await, failure)
+        after_upload(self.proxy_for(&req).put_object(req).await, failure)
     }
 
     async fn upload_part(
@@ -393,7 +416,7 @@ remote_s3! {
         );
         input.body = body;
         to_sdk(&mut req.input.key);
-        after_upload(self.proxy.upload_part(req).await, failure)
+        after_upload(self.proxy_for(&req).upload_part(req).await, failure)
     }
 
     async fn get_object(
@@ -401,10 +424,12 @@ remote_s3! {
         mut req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
-        let plain = req.input.version_id.is_none();
+        // An unsigned read is not told of delete markers by kiln's own calls with the remote's
+        // key (a 304 proves it may read the object, so its validators are added).
+        let plain = req.input.version_id.is_none() && !is_unsigned(&req);
         to_sdk(&mut req.input.key);
         let sdk_key = req.input.key.clone();
-        match self.proxy.get_object(req).await {
+        match self.proxy_for(&req).get_object(req).await {
             Err(e) if e.status_code() == Some(http::StatusCode::NOT_MODIFIED) => {
                 Err(self.validated_if_not_modified(bucket, sdk_key, e).await)
             }
@@ -418,10 +443,10 @@ remote_s3! {
         mut req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
-        let plain = req.input.version_id.is_none();
+        let plain = req.input.version_id.is_none() && !is_unsigned(&req);
         to_sdk(&mut req.input.key);
         let sdk_key = req.input.key.clone();
-        match self.proxy.head_object(req).await {
+        match self.proxy_for(&req).head_object(req).await {
             Err(e) if e.status_code() == Some(http::StatusCode::NOT_MODIFIED) => {
                 Err(self.validated_if_not_modified(bucket, sdk_key, e).await)
             }
@@ -436,7 +461,7 @@ remote_s3! {
     ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
         req.input.object_attributes = object_attribute_names(&req.input.object_attributes);
         to_sdk(&mut req.input.key);
-        self.proxy.get_object_attributes(req).await
+        self.proxy_for(&req).get_object_attributes(req).await
     }
 }
     plain {

@@ -118,6 +118,20 @@ fn complete_error(response: &mut http::Response<s3s::Body>, request_id: &str) {
     }
 }
 
+/// A browser upload's redirect (`success_action_redirect`) names the ETag as S3 names it, with
+/// its quotes (s3s leaves them out).
+fn quote_redirect_etag(response: &mut http::Response<s3s::Body>) {
+    let location = response
+        .headers()
+        .get(http::header::LOCATION)
+        .and_then(|v| v.to_str().ok());
+    if let Some(quoted) = location.and_then(super::shared::with_quoted_etag) {
+        if let Ok(value) = http::HeaderValue::from_str(&quoted) {
+            response.headers_mut().insert(http::header::LOCATION, value);
+        }
+    }
+}
+
 /// A browser upload that fails its policy's conditions is refused as S3 refuses it (403).
 fn refuse_as_policy_failure(response: &mut http::Response<s3s::Body>) {
     let Some(xml) = response.body().bytes() else {
@@ -463,7 +477,22 @@ pub(crate) fn serve_tagged(
                         return Ok::<_, s3s::HttpError>(response);
                     }
                     let req = if posts {
-                        super::post_form::substitute_filename(req).await
+                        let bucket = cors.bucket_of(&req);
+                        match super::post_form::prepare(req, bucket.as_deref()).await {
+                            Ok(req) => req,
+                            Err(e) => {
+                                let mut response = e.to_http_response().unwrap_or_else(|_| {
+                                    error_response(
+                                        http::StatusCode::BAD_REQUEST,
+                                        "InvalidRequest",
+                                        "The form could not be read",
+                                    )
+                                });
+                                add_request_ids(&mut response, &request_id);
+                                complete_error(&mut response, &request_id);
+                                return Ok(response);
+                            }
+                        }
                     } else {
                         req
                     };
@@ -478,6 +507,9 @@ pub(crate) fn serve_tagged(
                     add_request_ids(&mut response, &request_id);
                     if posts && response.status() == http::StatusCode::BAD_REQUEST {
                         refuse_as_policy_failure(&mut response);
+                    }
+                    if posts && response.status() == http::StatusCode::SEE_OTHER {
+                        quote_redirect_etag(&mut response);
                     }
                     if response.status().as_u16() >= 400 {
                         complete_error(&mut response, &request_id);

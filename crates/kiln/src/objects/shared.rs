@@ -633,6 +633,25 @@ pub(crate) fn policy_condition_refusal(xml: &[u8]) -> Option<Vec<u8>> {
     )
 }
 
+/// A redirect URL whose `etag` query parameter lacks the ETag's quotes, with them (`%22`);
+/// `None` if it has them or has no such parameter.
+pub(crate) fn with_quoted_etag(url: &str) -> Option<String> {
+    let query_at = url.find('?')? + 1;
+    let mut at = query_at;
+    for pair in url[query_at..].split('&') {
+        if let Some(value) = pair.strip_prefix("etag=") {
+            if value.starts_with("%22") {
+                return None;
+            }
+            let start = at + "etag=".len();
+            let end = start + value.len();
+            return Some(format!("{}%22{value}%22{}", &url[..start], &url[end..]));
+        }
+        at += pair.len() + 1;
+    }
+    None
+}
+
 /// The `Content-Encoding` to store: the client's, without `aws-chunked`, which only describes
 /// how the body was sent (S3 drops it too); none if nothing else is left.
 pub(crate) fn stored_encoding(encoding: Option<String>) -> Option<String> {
@@ -654,6 +673,21 @@ pub(crate) fn stored_encoding(encoding: Option<String>) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_redirect_names_the_etag_with_its_quotes() {
+        assert_eq!(
+            with_quoted_etag("http://a/b?x=1&bucket=b&key=k&etag=abc").as_deref(),
+            Some("http://a/b?x=1&bucket=b&key=k&etag=%22abc%22")
+        );
+        assert_eq!(
+            with_quoted_etag("http://a/?etag=abc&z=2").as_deref(),
+            Some("http://a/?etag=%22abc%22&z=2")
+        );
+        assert_eq!(with_quoted_etag("http://a/?etag=%22abc%22"), None);
+        assert_eq!(with_quoted_etag("http://a/?netag=abc"), None);
+        assert_eq!(with_quoted_etag("http://a/etag=abc"), None);
+    }
 
     #[test]
     fn a_copy_source_range_lies_within_the_source() {

@@ -256,6 +256,7 @@ impl Instance {
                     client_context: request.client_context.clone(),
                     payload: request.payload.clone(),
                     session: session.map(|s| (s.log.clone(), s.limits)),
+                    shadow: session.is_some_and(|s| s.discard),
                 })
                 .await
                 .is_ok(),
@@ -416,13 +417,18 @@ impl Instance {
     }
 
     /// Appends an invocation's writes to its session's log. A refused commit leaves the
-    /// runtime's copy ahead of the log: it is reloaded before the session's next request here.
+    /// runtime's copy ahead of the log: it is reloaded before the session's next request here,
+    /// as after a shadow run's, whose writes are dropped.
     fn commit(&mut self, session: Option<&SessionCtx>, body: &Bytes) -> Result<(), CommitError> {
         let Some(session) = session else {
             return Err(CommitError::Malformed(
                 "the invocation belongs to no session".into(),
             ));
         };
+        if session.discard {
+            self.held.remove(&session.log.id);
+            return Ok(());
+        }
         match session.log.commit(body, session.limits) {
             Ok(version) => {
                 if let Some(held) = self.held.get_mut(&session.log.id) {

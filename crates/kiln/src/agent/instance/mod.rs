@@ -51,6 +51,9 @@ pub enum Priority {
 pub struct SessionCtx {
     pub log: Arc<SessionLog>,
     pub limits: super::sessions::log::Limits,
+    /// A shadow run's (a warm-up replaying a real request, burst offloading's copy of one):
+    /// it reads the session as it is, and its writes are acknowledged and dropped.
+    pub discard: bool,
 }
 
 /// Why an instance could not be started.

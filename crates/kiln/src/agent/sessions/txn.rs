@@ -23,6 +23,9 @@ pub struct Txn {
     writes: Writes,
     /// The writes as they were when a transaction began ([`Txn::begin`]).
     savepoint: Option<Writes>,
+    /// A shadow run's (a warm-up, burst offloading's copy of a request): its writes are read
+    /// back within the invocation, and dropped at its commit.
+    discard: bool,
 }
 
 type Writes = HashMap<String, Option<(Kind, Bytes)>>;
@@ -34,7 +37,14 @@ impl Txn {
             limits,
             writes: HashMap::new(),
             savepoint: None,
+            discard: false,
         }
+    }
+
+    /// This invocation's writes are dropped at its commit when `discard` (a shadow run's).
+    pub fn discarding(mut self, discard: bool) -> Self {
+        self.discard = discard;
+        self
     }
 
     /// Starts a transaction: the writes from here to [`Txn::end`] stand or fall together.
@@ -145,7 +155,7 @@ impl Txn {
         if let Some(saved) = self.savepoint.take() {
             self.writes = saved;
         }
-        if self.writes.is_empty() {
+        if self.writes.is_empty() || self.discard {
             return Ok(());
         }
         let entries = self.entries();
@@ -274,6 +284,29 @@ mod tests {
             kind: Kind::Bytes,
             value: Bytes::from_static(value),
         }
+    }
+
+    #[test]
+    fn a_shadow_runs_txn_reads_its_writes_and_drops_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = std::sync::Arc::new(SessionLog::open(dir.path(), "s").unwrap());
+        let mut seed = Txn::new(log.clone(), LIMITS);
+        seed.apply(vec![put_entry("kept", b"1")]).unwrap();
+        seed.commit().unwrap();
+        let version = log.version();
+        let mut shadow = Txn::new(log.clone(), LIMITS).discarding(true);
+        assert_eq!(shadow.get("kept").unwrap().1, Bytes::from_static(b"1"));
+        shadow
+            .apply(vec![
+                put_entry("new", b"2"),
+                Entry::Delete { key: "kept".into() },
+            ])
+            .unwrap();
+        assert_eq!(shadow.get("new").unwrap().1, Bytes::from_static(b"2"));
+        shadow.commit().unwrap();
+        assert_eq!(log.version(), version);
+        assert_eq!(value(&log, "kept").as_deref(), Some(&b"1"[..]));
+        assert!(value(&log, "new").is_none());
     }
 
     #[test]

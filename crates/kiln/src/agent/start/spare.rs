@@ -316,7 +316,7 @@ impl Inner {
         let begin = Instant::now();
         let made = match maker {
             Maker::Fork(zygote) => {
-                let warm_up = spec.prebake.warmup_invocations > 0;
+                let warm_up = spec.prebake.warmups(spec.network) > 0;
                 Instance::fork(&self.ctx, zygote, spec, id, warm_up, Priority::Ahead).await
             }
             Maker::Boot => zygote::warmed_up(&self.ctx, spec, id, Priority::Ahead)

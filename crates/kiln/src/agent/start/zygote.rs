@@ -100,7 +100,7 @@ pub async fn warmed_up(
     })?;
     instance.init_output = None;
     let replays = ctx.replays.get(&spec.function);
-    let rounds = spec.prebake.warmup_invocations;
+    let rounds = spec.prebake.warmups(spec.network);
     if let Err(error) = warm_up(&mut instance, spec, rounds, &replays).await {
         instance.destroy().await;
         return Err(error);

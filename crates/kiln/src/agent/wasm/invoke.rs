@@ -151,7 +151,7 @@ impl Inner {
         let state = session.map(|s| {
             Arc::new(WasmSession::new(
                 &s.id,
-                Txn::new(s.ctx.log.clone(), s.ctx.limits),
+                Txn::new(s.ctx.log.clone(), s.ctx.limits).discarding(request.is_shadow()),
             ))
         });
         // A wasm instance is sized per request anyway: a predicted limit is its memory bound.

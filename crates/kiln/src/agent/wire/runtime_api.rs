@@ -34,6 +34,8 @@ pub struct Event {
     /// The session the invocation belongs to: its state is served under
     /// `/invocation/{id}/session/` (docs/sessions.md).
     pub session: Option<(Arc<SessionLog>, Limits)>,
+    /// A shadow run: its session writes are dropped at its end.
+    pub shadow: bool,
 }
 
 /// What the runtime told the agent.
@@ -350,9 +352,10 @@ async fn next(shared: &Shared) -> Response<Full<Bytes>> {
         );
     };
     *shared.awaiting.locked() = Some(event.request_id.clone());
-    *shared.session.locked() = event
-        .session
-        .map(|(log, limits)| (event.request_id.clone(), Txn::new(log, limits)));
+    *shared.session.locked() = event.session.map(|(log, limits)| {
+        let txn = Txn::new(log, limits).discarding(event.shadow);
+        (event.request_id.clone(), txn)
+    });
     let mut builder = Response::builder()
         .status(StatusCode::OK)
         .header("content-type", "application/json")

@@ -1,6 +1,6 @@
 //! ACLs on the embedded store: the canned ACL of buckets (a column of `buckets`) and objects
-//! (kept with their attributes), Get/PutBucketAcl and Get/PutObjectAcl, and the reads that
-//! `public-read` opens to unsigned requests.
+//! (kept with their attributes), Get/PutBucketAcl and Get/PutObjectAcl, the reads that
+//! `public-read` opens to unsigned requests and the writes `public-read-write` opens.
 
 use s3s::dto::*;
 use s3s::{s3_error, S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
@@ -107,6 +107,33 @@ impl LocalStore {
         })
         .await?;
         Ok(S3Response::new(PutObjectAclOutput::default()))
+    }
+}
+
+impl LocalStore {
+    /// An unsigned write (let through by the store's access check) is refused unless its
+    /// bucket is `public-read-write`; a bucket that does not exist is one anyone is told of.
+    pub(super) async fn check_anonymous_write<T>(
+        &self,
+        req: &S3Request<T>,
+        bucket: &str,
+    ) -> S3Result<()> {
+        if !is_anonymous(req) {
+            return Ok(());
+        }
+        let meta = self.meta.clone();
+        let bucket = bucket.to_string();
+        let acl = blocking(move || {
+            meta.bucket_acl(&bucket)
+                .map_err(|e| internal("metadata", e))
+        })
+        .await?
+        .ok_or_else(|| s3_error!(NoSuchBucket))?;
+        if acl::public_write(acl.as_deref()) {
+            Ok(())
+        } else {
+            Err(access_denied())
+        }
     }
 }
 

@@ -322,6 +322,7 @@ impl S3 for LocalStore {
         &self,
         req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
+        self.check_anonymous_write(&req, &req.input.bucket).await?;
         self.put_object_op(req).await
     }
 
@@ -413,6 +414,7 @@ impl S3 for LocalStore {
         &self,
         req: S3Request<DeleteObjectInput>,
     ) -> S3Result<S3Response<DeleteObjectOutput>> {
+        self.check_anonymous_write(&req, &req.input.bucket).await?;
         self.delete_object_op(req).await
     }
 
@@ -420,6 +422,7 @@ impl S3 for LocalStore {
         &self,
         req: S3Request<DeleteObjectsInput>,
     ) -> S3Result<S3Response<DeleteObjectsOutput>> {
+        self.check_anonymous_write(&req, &req.input.bucket).await?;
         self.delete_objects_op(req).await
     }
 
@@ -434,6 +437,7 @@ impl S3 for LocalStore {
         &self,
         req: S3Request<CreateMultipartUploadInput>,
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        self.check_anonymous_write(&req, &req.input.bucket).await?;
         self.create_multipart_upload_op(req).await
     }
 
@@ -441,6 +445,7 @@ impl S3 for LocalStore {
         &self,
         req: S3Request<UploadPartInput>,
     ) -> S3Result<S3Response<UploadPartOutput>> {
+        self.check_anonymous_write(&req, &req.input.bucket).await?;
         self.upload_part_op(req).await
     }
 
@@ -469,6 +474,7 @@ impl S3 for LocalStore {
         &self,
         req: S3Request<CompleteMultipartUploadInput>,
     ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        self.check_anonymous_write(&req, &req.input.bucket).await?;
         self.complete_multipart_upload_op(req).await
     }
 
@@ -476,6 +482,7 @@ impl S3 for LocalStore {
         &self,
         req: S3Request<AbortMultipartUploadInput>,
     ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        self.check_anonymous_write(&req, &req.input.bucket).await?;
         self.abort_multipart_upload_op(req).await
     }
 }

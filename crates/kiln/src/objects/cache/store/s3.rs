@@ -304,6 +304,16 @@ impl S3 for CachedStore {
         &self,
         req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
+        if unsigned(&req) {
+            // The backing store's ACLs decide whether an unsigned write may be made: it goes
+            // there, as the deletes and multipart uploads do.
+            let key = ObjectKey::new(&req.input.bucket, &req.input.key);
+            let backend = &self.cache.backend;
+            return self
+                .cache
+                .write_through(vec![key], backend.put_object(req))
+                .await;
+        }
         let function = function_of(&req);
         let started = Instant::now();
         let mut backend = None;
