@@ -894,3 +894,33 @@ fn array_callbacks_and_shift_in_the_module_answer_as_node() {
         Some("an array that shrank under its callback not compiled")
     );
 }
+
+/// `startsWith` of two strings compared in the module, and given other types (the runtime's).
+const STARTS_WITH: &str = r#"
+exports.handler = async ({ words, prefix }) => {
+  const hits = words.filter((w) => w.startsWith(prefix));
+  const odd = [["x"].indexOf("x"), "12".startsWith(1), "".startsWith(""), "a".startsWith("ab")];
+  return { hits, odd, all: words.map((w) => w.startsWith(prefix)) };
+};
+"#;
+
+#[test]
+fn starts_with_compares_units_in_the_module_as_node_does() {
+    if !node_available() {
+        return;
+    }
+    let training = json!([{"words": ["ab", "b"], "prefix": "a"}]);
+    let events = vec![
+        json!({"words": ["ab", "b", "", "a\u{e9}", "\u{1F600}x"], "prefix": "a"}),
+        json!({"words": ["ab", "abc"], "prefix": ""}),
+        json!({"words": ["\u{1F600}x", "\u{1F601}"], "prefix": "\u{1F600}"}),
+        json!({"words": ["ab"], "prefix": "abc"}),
+    ];
+    compare_source(
+        &Source::Program(STARTS_WITH),
+        training,
+        events,
+        &|_| true,
+        &CompileOptions::default(),
+    );
+}

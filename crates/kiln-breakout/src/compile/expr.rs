@@ -489,6 +489,11 @@ impl Generator<'_> {
                 self.push(object, arg, key.0);
                 return;
             }
+            if property == "startsWith" && !matches!(arg, Expr::Spread { .. }) {
+                let key = self.shared.data.string(property);
+                self.starts_with(object, arg, key.0);
+                return;
+            }
         }
         if let (Expr::Get { object, property }, [], false) = (callee, args, new) {
             if property == "shift" {
