@@ -13,12 +13,12 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use wasmtime::{
-    Caller, Config, Engine, InstancePre, Linker, Memory, Module, Store, StoreLimits,
+    Caller, Config, Engine, Global, InstancePre, Linker, Memory, Module, Store, StoreLimits,
     StoreLimitsBuilder, Trap, TypedFunc,
 };
 
 use crate::compile::imports::{self, DIRECT_ARGS};
-use crate::compile::EXACT_ERRORS;
+use crate::compile::{DEPTH, EXACT_ERRORS};
 use crate::runtime::heap::{Heap, HEAP_TOP};
 use crate::runtime::value::{Value, TAG_CLOSURE};
 use crate::runtime::{self, errors, json, ops, Guest, Intrinsics, Miss, NoIntrinsics, Raised};
@@ -199,6 +199,8 @@ type Apply = TypedFunc<(i64, i64, i32, i64, i64, i64, i64), i64>;
 struct State {
     memory: Option<Memory>,
     apply: Option<Apply>,
+    /// The module's count of the closures it applies itself, nested (`compile::DEPTH`).
+    depth: Option<Global>,
     /// The first miss recorded: the cause of the trap that follows.
     miss: Option<Miss>,
     /// How deep the runs of compiled functions are nested (the handler a request calls runs
@@ -221,6 +223,7 @@ impl Loaded {
         let state = State {
             memory: None,
             apply: None,
+            depth: None,
             miss: None,
             nesting: 0,
             thrown: None,
@@ -240,6 +243,7 @@ impl Loaded {
         let apply = instance.get_typed_func(&mut store, "apply")?;
         store.data_mut().memory = Some(memory);
         store.data_mut().apply = Some(apply);
+        store.data_mut().depth = instance.get_global(&mut store, DEPTH);
         Ok((store, instance))
     }
 
@@ -459,15 +463,26 @@ fn host<R>(
         caller: &mut *caller,
     });
     result.map_err(|miss| {
+        let nesting = nesting(caller);
         let state = caller.data_mut();
         if state.miss.is_none() {
-            if state.nesting == 1 && state.thrown.is_none() {
+            if nesting == 1 && state.thrown.is_none() {
                 state.raised = miss.raised.clone();
             }
             state.miss = Some(miss);
         }
         wasmtime::Error::msg("miss")
     })
+}
+
+/// How deep the runs of compiled functions are nested: the host's applies and the module's own.
+fn nesting(caller: &mut Caller<'_, State>) -> u32 {
+    let depth = caller
+        .data()
+        .depth
+        .and_then(|g| g.get(&mut *caller).i32())
+        .unwrap_or(0);
+    caller.data().nesting + depth.max(0) as u32
 }
 
 fn args_of(argc: i32, a: [i64; 4]) -> Vec<Value> {
@@ -696,8 +711,9 @@ fn linker(engine: &Engine) -> wasmtime::Result<Linker<State>> {
     })?;
     l.func_wrap(m, "uncaught", |mut c: Caller<'_, State>, v: i64| {
         host(&mut c, |g| {
+            let nesting = nesting(g.caller);
             let state = g.caller.data_mut();
-            if state.nesting == 1 && state.thrown.is_none() {
+            if nesting == 1 && state.thrown.is_none() {
                 state.thrown = Some(Value(v as u64));
             }
             Err::<(), _>(Miss::new("uncaught throw"))

@@ -704,3 +704,223 @@ fn s3_sends_are_one_intrinsic_call_each_with_their_input_checked() {
         Some("intrinsic s3.PutObject not available")
     );
 }
+
+/// Named reads and writes the module does itself (`compile/objects.rs`): one site meets
+/// objects of several layouts (its cache hit, missed, and the key elsewhere or absent), keys
+/// of the same text at another address (the event's, a computed one), inherited and shadowed
+/// properties, writes that append (with room, and past it), `new` of constructors (a
+/// returned object, a replaced `prototype`, classes), closures called from the module, and the
+/// methods of strings and arrays known without a lookup.
+const INLINE_OBJECTS: &str = r#"
+class Shape { constructor(n) { this.n = n; } area() { return 0; } }
+class Square { constructor(s) { this.kind = "square"; this.s = s; } area() { return this.s * this.s; } describe() { return this.kind + ":" + this.area(); } }
+function Boxed(v) { this.v = v; return { boxed: v }; }
+function Plain(v) { this.v = v; }
+Plain.prototype = { twice() { return this.v * 2; } };
+function Thrower(v) { if (v > 1) { throw new Error("too big"); } this.v = v; }
+async function later(x) { return x + 1; }
+const base = { x: "from the prototype" };
+exports.handler = async (event) => {
+  const inherited = Object.create(base);
+  const computed = {};
+  computed["x" + ""] = "computed";
+  const objects = [
+    { x: 1, y: 2 }, { y: 3, x: 4 }, { a: 1, b: 2, c: 3, x: 5 }, inherited, { y: 6 },
+    event.point, computed, { x: 7, y: 8 },
+  ];
+  const read = [];
+  for (const o of objects) { read.push(o.x); }
+  for (const o of objects) { o.x = "set"; o.z = read.length; }
+  const after = objects.map((o) => Object.keys(o).join(",") + "=" + o.x + "/" + o.z);
+  const shapes = [new Square(3), new Square(event.side)];
+  const described = shapes.map((s) => s.describe()).concat([new Shape(2).area(), new Shape(1).n]);
+  const shadow = new Square(2);
+  shadow.area = () => -1;
+  let caught = "no";
+  try { new Thrower(event.side); } catch (e) { caught = e.message; }
+  const wide = { a: 1, b: 2 };
+  wide.c = 3; wide.d = 4; wide.e = 5; wide.a = 0;
+  const fake = { indexOf: (v) => "own " + v };
+  return {
+    read, after, described, shadowed: shadow.describe(), caught, wide,
+    boxed: new Boxed(event.side), plain: new Plain(event.side).twice(),
+    later: await later(event.side), words: event.text.toUpperCase().split(" ").reverse(),
+    found: [[1, 2, 3].indexOf(event.side), fake.indexOf(2), "abc".indexOf("c")],
+    proto: Object.getPrototypeOf(new Plain(1)) === Plain.prototype,
+    json: JSON.stringify(objects[1]),
+  };
+};
+"#;
+
+#[test]
+fn named_properties_and_constructors_in_the_module_answer_as_node() {
+    if !node_available() {
+        return;
+    }
+    let training = json!([
+        {"point": {"x": 9, "y": 9}, "side": 1, "text": "a b"},
+        {"point": {"y": 1}, "side": 0, "text": "hello"},
+        {"point": {"x": 1}, "side": 3, "text": "x"}
+    ]);
+    let events = vec![
+        json!({"point": {"x": 9, "y": 9}, "side": 1, "text": "a b"}),
+        json!({"point": {"y": 1, "x": "x"}, "side": 0, "text": "one two three"}),
+        json!({"point": {}, "side": 1.5, "text": ""}),
+        // A constructor that throws in a `try` of its caller: caught, or a miss, never the
+        // function's error.
+        json!({"point": {"x": 1}, "side": 3, "text": "x"}),
+        // Not an object where one is read: the runtime's TypeError, or a miss.
+        json!({"side": 1, "text": "x"}),
+    ];
+    let outcomes = compare_source(
+        &Source::Program(INLINE_OBJECTS),
+        training,
+        events,
+        &|e| e["side"].as_f64().is_some_and(|s| s <= 1.0) && e["point"].is_object(),
+        &CompileOptions::default(),
+    );
+    assert!(
+        !matches!(outcomes[3], Outcome::Error(_)),
+        "a throw the caller catches answered as the function's error"
+    );
+}
+
+/// The guards of the module's own paths: an object whose layout at a site differs from the
+/// one its cache holds, a write the runtime must refuse (an error's `message`), a `new` of a
+/// builtin's prototype, all as the runtime answers them.
+const INLINE_GUARDS: &str = r#"
+function F() { this.made = true; }
+exports.handler = async ({ kind, keys }) => {
+  const o = {};
+  for (const k of keys) { o[k] = k.length; }
+  let seen = [];
+  for (let i = 0; i < 3; i++) { seen.push(o.b); o.b = i; }
+  if (kind === "message") { const e = new Error("m"); e.message = "changed"; return e.message; }
+  if (kind === "date") { F.prototype = Date.prototype; return new F().made; }
+  if (kind === "array") { const a = []; a.name = "n"; return a.name; }
+  return { seen, o, b: o.b };
+};
+"#;
+
+#[test]
+fn the_module_s_own_paths_give_way_to_the_runtime_where_their_guards_fail() {
+    if !node_available() {
+        return;
+    }
+    let training = json!([
+        {"kind": "", "keys": ["a", "b"]}, {"kind": "", "keys": ["b"]},
+        {"kind": "message", "keys": []}, {"kind": "date", "keys": []},
+        {"kind": "array", "keys": []}
+    ]);
+    let events = vec![
+        json!({"kind": "", "keys": ["a", "b"]}),
+        json!({"kind": "", "keys": ["b", "a"]}),
+        json!({"kind": "", "keys": ["c", "d", "e", "f", "g", "b"]}),
+        json!({"kind": "", "keys": []}),
+        json!({"kind": "message", "keys": []}),
+        json!({"kind": "date", "keys": []}),
+        json!({"kind": "array", "keys": []}),
+    ];
+    let outcomes = compare_source(
+        &Source::Program(INLINE_GUARDS),
+        training,
+        events,
+        &|e| e["kind"] == "",
+        &CompileOptions::default(),
+    );
+    for (i, reason) in [
+        (4, "an error's message set not compiled"),
+        (
+            5,
+            "new of a function whose prototype is a builtin's not compiled",
+        ),
+        (6, "a named property set on an array"),
+    ] {
+        assert_eq!(miss_reason(&outcomes[i]), Some(reason), "event {i}");
+    }
+}
+
+/// The array methods that call back, as loops of the module (`compile/callbacks.rs`): a
+/// closure for each element with its index and the array, `this` given, answers of every
+/// type (truthiness decided inline for booleans, by the runtime otherwise), the early ends of
+/// `every`, `some` and `find`, an array that shrinks under its loop, and a builtin callback
+/// and a receiver that is not an array, which the runtime takes; `shift` of an array, empty
+/// or not.
+const CALLBACKS: &str = r#"
+exports.handler = async ({ xs, cut }) => {
+  const scale = { by: 3 };
+  const mapped = xs.map(function (x, i, all) { return x * this.by + i + all.length; }, scale);
+  const kept = xs.filter((x) => x % 2);
+  const firstBig = xs.find((x) => x > 4);
+  const every = [xs.every((x) => x > 0), xs.every((x) => typeof x === "number")];
+  const some = [xs.some((x) => x > 100), xs.some((x) => x === 2 ? "yes" : 0)];
+  const seen = [];
+  xs.forEach((x, i) => { seen.push(i + ":" + x); });
+  const shrinking = xs.slice();
+  const visited = shrinking.map((x) => { if (cut) { shrinking.pop(); } return x; });
+  const integers = xs.every(Number.isInteger);
+  const queue = xs.slice();
+  const taken = [queue.shift(), queue.shift()];
+  const empty = [];
+  taken.push(empty.shift());
+  const notArray = { map: (f) => f(1) };
+  return { mapped, kept, firstBig, every, some, seen, visited, integers, taken, left: queue,
+           notArray: notArray.map((x) => x + 1) };
+};
+"#;
+
+#[test]
+fn array_callbacks_and_shift_in_the_module_answer_as_node() {
+    if !node_available() {
+        return;
+    }
+    let training = json!([{"xs": [1, 2, 3], "cut": false}, {"xs": [5, 6, 7, 8], "cut": true}]);
+    let events = vec![
+        json!({"xs": [1, 2, 3], "cut": false}),
+        json!({"xs": [], "cut": false}),
+        json!({"xs": [9], "cut": true}),
+        json!({"xs": [4, 5, 6, 7, 8, 9, 10], "cut": true}),
+        json!({"xs": [0.5, -1, 2], "cut": false}),
+    ];
+    let outcomes = compare_source(
+        &Source::Program(CALLBACKS),
+        training,
+        events,
+        &|e| e["cut"] == false || e["xs"].as_array().unwrap().len() <= 1,
+        &CompileOptions::default(),
+    );
+    assert_eq!(
+        miss_reason(&outcomes[3]),
+        Some("an array that shrank under its callback not compiled")
+    );
+}
+
+/// `startsWith` of two strings compared in the module, and given other types (the runtime's).
+const STARTS_WITH: &str = r#"
+exports.handler = async ({ words, prefix }) => {
+  const hits = words.filter((w) => w.startsWith(prefix));
+  const odd = [["x"].indexOf("x"), "12".startsWith(1), "".startsWith(""), "a".startsWith("ab")];
+  return { hits, odd, all: words.map((w) => w.startsWith(prefix)) };
+};
+"#;
+
+#[test]
+fn starts_with_compares_units_in_the_module_as_node_does() {
+    if !node_available() {
+        return;
+    }
+    let training = json!([{"words": ["ab", "b"], "prefix": "a"}]);
+    let events = vec![
+        json!({"words": ["ab", "b", "", "a\u{e9}", "\u{1F600}x"], "prefix": "a"}),
+        json!({"words": ["ab", "abc"], "prefix": ""}),
+        json!({"words": ["\u{1F600}x", "\u{1F601}"], "prefix": "\u{1F600}"}),
+        json!({"words": ["ab"], "prefix": "abc"}),
+    ];
+    compare_source(
+        &Source::Program(STARTS_WITH),
+        training,
+        events,
+        &|_| true,
+        &CompileOptions::default(),
+    );
+}

@@ -69,6 +69,10 @@ pub struct Shared {
     pub tops: HashMap<String, u32>,
     /// The variables ES modules export (`modules::exported`).
     pub exported: HashSet<(String, String)>,
+    /// The module's own helpers for objects and calls (`objects.rs`).
+    pub helpers: super::objects::Helpers,
+    /// How many site caches (globals) the code has.
+    pub sites: u32,
 }
 
 /// What a name of the trace is in the compiled code.
@@ -401,13 +405,7 @@ impl<'s> Generator<'s> {
                 emit(self);
                 self.sink().call(rt::SET_GLOBAL);
             }
-            Bind::Set(Expr::Get { object, property }) => {
-                self.expr(object);
-                let key = self.shared.data.string(property);
-                self.value(key);
-                emit(self);
-                self.sink().call(rt::SET);
-            }
+            Bind::Set(Expr::Get { object, property }) => self.set_named(object, property, emit),
             Bind::Set(Expr::Index { object, key }) => self.set_index(object, key, emit),
             Bind::Set(_) => self.miss("an assignment to this target not compiled", None),
         }
@@ -612,11 +610,8 @@ impl<'s> Generator<'s> {
         let closure = self.local(ValType::I64);
         match callee {
             Expr::Get { object, property } => {
-                self.expr(object);
-                self.sink().local_tee(this);
-                let key = self.shared.data.string(property);
-                self.value(key);
-                self.sink().call(rt::GET).local_set(closure);
+                self.method(object, property, this);
+                self.sink().local_set(closure);
             }
             _ => {
                 self.value(Value::UNDEFINED);
@@ -639,9 +634,10 @@ impl<'s> Generator<'s> {
             return;
         };
         // The guard: the callee is the closure of the traced function.
+        let function_of = self.shared.helpers.function_of;
         self.sink()
             .local_get(closure)
-            .call(rt::FUNCTION_OF)
+            .call(function_of)
             .i32_const(index as i32)
             .i32_ne()
             .if_(BlockType::Empty);

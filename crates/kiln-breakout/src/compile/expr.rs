@@ -81,12 +81,7 @@ impl Generator<'_> {
                 let key = self.shared.data.string(property);
                 self.get_length(object, key.0);
             }
-            Expr::Get { object, property } => {
-                self.expr(object);
-                let key = self.shared.data.string(property);
-                self.value(key);
-                self.sink().call(rt::GET);
-            }
+            Expr::Get { object, property } => self.get_named(object, property),
             Expr::Index { object, key } => self.get_index(object, key),
             Expr::Unary { op, argument } => self.unary(op, argument),
             Expr::Binary { op, left, right } => self.binary(op, left, right),
@@ -109,6 +104,7 @@ impl Generator<'_> {
                 self.sink().local_get(array);
                 self.free(ValType::I64, array);
             }
+            Expr::Object { properties } if self.object_literal(properties) => {}
             Expr::Object { properties } => {
                 let object = self.local(ValType::I64);
                 self.sink().call(rt::OBJECT).local_set(object);
@@ -493,6 +489,23 @@ impl Generator<'_> {
                 self.push(object, arg, key.0);
                 return;
             }
+            if property == "startsWith" && !matches!(arg, Expr::Spread { .. }) {
+                let key = self.shared.data.string(property);
+                self.starts_with(object, arg, key.0);
+                return;
+            }
+        }
+        if let (Expr::Get { object, property }, [], false) = (callee, args, new) {
+            if property == "shift" {
+                let key = self.shared.data.string(property);
+                self.shift(object, key.0);
+                return;
+            }
+        }
+        if let (Expr::Get { object, property }, false, None) = (callee, new, intrinsic) {
+            if self.array_callback(object, property, args) {
+                return;
+            }
         }
         if self.require(callee, args) {
             return;
@@ -519,11 +532,8 @@ impl Generator<'_> {
         let function = self.local(ValType::I64);
         match callee {
             Expr::Get { object, property } => {
-                self.expr(object);
-                self.sink().local_tee(this);
-                let key = self.shared.data.string(property);
-                self.value(key);
-                self.sink().call(rt::GET).local_set(function);
+                self.method(object, property, this);
+                self.sink().local_set(function);
             }
             Expr::Index { object, key } => {
                 self.expr(object);
@@ -567,7 +577,10 @@ impl Generator<'_> {
             for _ in args.len()..DIRECT_ARGS {
                 self.value(Value::UNDEFINED);
             }
-            self.sink().call(if new { rt::CONSTRUCT } else { rt::CALL });
+            // A closure is applied by the module's own helpers, anything else by the runtime.
+            let helpers = self.shared.helpers;
+            self.sink()
+                .call(if new { helpers.construct } else { helpers.call });
         } else {
             self.expr(&Expr::Array {
                 items: args.to_vec(),

@@ -23,6 +23,7 @@
 //!   trace has as a handler (the runtime's way back in, for callbacks and constructors).
 
 mod access;
+mod callbacks;
 mod captures;
 mod codegen;
 mod data;
@@ -30,6 +31,7 @@ mod expr;
 mod function_id;
 pub mod imports;
 mod modules;
+mod objects;
 
 use std::collections::{HashMap, HashSet};
 
@@ -52,6 +54,10 @@ use imports::{IMPORTS, MODULE};
 /// The exported global that says whether an error the runtime raises in the handler is the
 /// function's error ([`errors_exact`]): 1 when it is.
 pub const EXACT_ERRORS: &str = "exact_errors";
+
+/// The exported global counting the closures the module applies itself, nested: the host
+/// adds it to its own count of nested runs.
+pub const DEPTH: &str = "depth";
 
 /// The default cap of the fast path's memory: 32 MiB, in 64 KiB pages.
 pub const DEFAULT_MEMORY_PAGES: u32 = 512;
@@ -123,7 +129,19 @@ pub fn compile(trace: &Trace, options: &CompileOptions) -> Result<Vec<u8>, Compi
         let next = functions.len() as u32;
         functions.entry(name.clone()).or_insert(next);
     }
+    let callable_count = trace
+        .handlers
+        .iter()
+        .filter(|h| h.kind == HandlerKind::Function)
+        .count() as u32;
+    let modules_count = trace.handlers.len() as u32 - callable_count;
+    // The functions: the imports, the handlers, the files' top levels, `apply`, `init`,
+    // `run`, then the helpers.
+    let apply_index = imports::COUNT + callable_count + modules_count;
+    let helpers = objects::Helpers::at(apply_index + 3);
     let mut shared = Shared {
+        helpers,
+        sites: 0,
         data: data::Data::default(),
         functions,
         environments,
@@ -173,7 +191,7 @@ pub fn compile(trace: &Trace, options: &CompileOptions) -> Result<Vec<u8>, Compi
     for handler in &modules {
         bodies.push(top_level_function(&mut shared, handler)?);
     }
-    let apply_index = first + bodies.len() as u32;
+    debug_assert_eq!(apply_index, first + bodies.len() as u32);
     let handler_indices: Vec<(u32, u32)> = callable
         .iter()
         .enumerate()
@@ -183,6 +201,21 @@ pub fn compile(trace: &Trace, options: &CompileOptions) -> Result<Vec<u8>, Compi
     bodies.push(init_function(&tops));
     let entry = entry_of(&modules, &called_back, options.handler.as_deref());
     bodies.push(run_function(&mut shared, entry));
+    let prototype_key = shared.data.string("prototype");
+    let out_of_memory = shared.data.reason("out of memory", None);
+    let memory_bytes = u64::from(options.memory_pages) * 65536;
+    bodies.push(objects::lookup_function());
+    bodies.push(objects::set_own_function());
+    bodies.push(objects::alloc_function(memory_bytes, out_of_memory));
+    bodies.push(objects::object_function(helpers.alloc));
+    bodies.push(objects::construct_function(
+        helpers,
+        apply_index,
+        prototype_key,
+    ));
+    bodies.push(objects::call_function(apply_index));
+    bodies.push(objects::function_of_function());
+    bodies.push(objects::array_function(helpers.alloc, out_of_memory));
     let heap_start = shared.data.end();
     if u64::from(heap_start) >= u64::from(options.memory_pages) * 65536 {
         return Err(CompileError::MemoryTooSmall(options.memory_pages));
@@ -206,6 +239,9 @@ pub fn compile(trace: &Trace, options: &CompileOptions) -> Result<Vec<u8>, Compi
     function_section.function(types.index(&apply_params, &[ValType::I64]));
     function_section.function(types.index(&[], &[]));
     function_section.function(types.index(&[ValType::I32, ValType::I32], &[ValType::I64]));
+    for (params, results) in objects::Helpers::signatures() {
+        function_section.function(types.index(&params, &results));
+    }
 
     let mut memories = wasm_encoder::MemorySection::new();
     memories.memory(MemoryType {
@@ -234,9 +270,22 @@ pub fn compile(trace: &Trace, options: &CompileOptions) -> Result<Vec<u8>, Compi
         },
         &ConstExpr::i32_const(i32::from(errors_exact(trace))),
     );
+    // Global 2: closures the module applies itself, nested ([`objects::DEPTH_GLOBAL`]).
+    // Then one per site cache.
+    for _ in 0..1 + shared.sites {
+        globals.global(
+            GlobalType {
+                val_type: ValType::I32,
+                mutable: true,
+                shared: false,
+            },
+            &ConstExpr::i32_const(0),
+        );
+    }
     let mut exports = ExportSection::new();
     exports.export("memory", ExportKind::Memory, 0);
     exports.export(EXACT_ERRORS, ExportKind::Global, 1);
+    exports.export(DEPTH, ExportKind::Global, objects::DEPTH_GLOBAL);
     exports.export("apply", ExportKind::Func, apply_index);
     exports.export("init", ExportKind::Func, apply_index + 1);
     exports.export("run", ExportKind::Func, apply_index + 2);
@@ -416,10 +465,8 @@ fn top_level_function(shared: &mut Shared, handler: &Handler) -> Result<Function
 fn apply_function(shared: &mut Shared, handlers: &[(u32, u32)]) -> Function {
     let mut g = Generator::new(shared, 7);
     let function = g.local(ValType::I32);
-    g.sink()
-        .local_get(0)
-        .call(imports::FUNCTION_OF)
-        .local_set(function);
+    let function_of = g.shared.helpers.function_of;
+    g.sink().local_get(0).call(function_of).local_set(function);
     for &(index, wasm) in handlers {
         g.sink()
             .local_get(function)
@@ -506,6 +553,8 @@ fn run_function(shared: &mut Shared, entry: Option<(String, Vec<String>)>) -> Fu
     g.sink()
         .i32_const(1)
         .global_set(0)
+        .i32_const(0)
+        .global_set(objects::DEPTH_GLOBAL)
         .local_get(0)
         .local_get(1)
         .call(imports::JSON_PARSE)

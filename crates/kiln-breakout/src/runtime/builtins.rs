@@ -86,6 +86,9 @@ fn this_array(this: Value) -> Result<Value, Miss> {
     }
 }
 
+/// The miss of an array method whose array became shorter than its loop under a callback.
+pub const SHRANK: &str = "an array that shrank under its callback not compiled";
+
 fn callback(f: Value) -> Result<Value, Miss> {
     if matches!(f.tag(), TAG_CLOSURE | TAG_BUILTIN) {
         Ok(f)
@@ -128,7 +131,9 @@ pub fn call(
             for i in 0..len {
                 let heap = guest.heap();
                 if i >= heap.len(array)? {
-                    break;
+                    // JavaScript goes on past the end (holes, skipped or read as
+                    // `undefined` as the method says): Node's to answer.
+                    return Err(Miss::new(SHRANK));
                 }
                 let item = heap.element(array, i)?;
                 let result = call_value(guest, f, a1, &[item, Value::number(f64::from(i)), array])?;

@@ -135,9 +135,46 @@ impl<'m> Heap<'m> {
         self.set_u32(address, len)?;
         self.set_u32(address + 4, string_hash(units.iter().copied()))?;
         let start = address as usize + 8;
-        for (i, unit) in units.iter().enumerate() {
-            self.mem[start + 2 * i..start + 2 * i + 2].copy_from_slice(&unit.to_le_bytes());
+        let bytes = self
+            .mem
+            .get_mut(start..start + 2 * units.len())
+            .ok_or_else(bad)?;
+        for (pair, unit) in bytes.chunks_exact_mut(2).zip(units) {
+            pair.copy_from_slice(&unit.to_le_bytes());
         }
+        Ok(Value::reference(TAG_STRING, address))
+    }
+
+    /// `a` then `b` (two strings) as one string, copied in the arena: the hash goes on from
+    /// `a`'s over `b`'s units.
+    pub fn concat(&mut self, a: Value, b: Value) -> Result<Value, Miss> {
+        let (la, lb) = (self.string_len(a)?, self.string_len(b)?);
+        let len = la.checked_add(lb).ok_or_else(out_of_memory)?;
+        if len > MAX_LENGTH {
+            return Err(out_of_memory());
+        }
+        let (from_a, from_b) = (a.address() as usize + 8, b.address() as usize + 8);
+        // Both strings must be in the memory before the copies.
+        self.mem
+            .get(from_a..from_a + 2 * la as usize)
+            .ok_or_else(bad)?;
+        let tail = self
+            .mem
+            .get(from_b..from_b + 2 * lb as usize)
+            .ok_or_else(bad)?;
+        let hash = tail
+            .chunks_exact(2)
+            .fold(self.u32(a.address() + 4)?, |hash: u32, c| {
+                (hash ^ u32::from(u16::from_le_bytes([c[0], c[1]]))).wrapping_mul(0x0100_0193)
+            });
+        let address = self.alloc(8 + 2 * len)?;
+        self.set_u32(address, len)?;
+        self.set_u32(address + 4, hash)?;
+        let start = address as usize + 8;
+        self.mem
+            .copy_within(from_a..from_a + 2 * la as usize, start);
+        self.mem
+            .copy_within(from_b..from_b + 2 * lb as usize, start + 2 * la as usize);
         Ok(Value::reference(TAG_STRING, address))
     }
 
@@ -156,10 +193,13 @@ impl<'m> Heap<'m> {
         let len = self.string_len(s)? as usize;
         let start = s.address() as usize + 8;
         let bytes = self.mem.get(start..start + 2 * len).ok_or_else(bad)?;
-        Ok(bytes
-            .chunks_exact(2)
-            .map(|c| u16::from_le_bytes([c[0], c[1]]))
-            .collect())
+        let mut units = Vec::with_capacity(len);
+        units.extend(
+            bytes
+                .chunks_exact(2)
+                .map(|c| u16::from_le_bytes([c[0], c[1]])),
+        );
+        Ok(units)
     }
 
     pub fn unit(&self, s: Value, i: u32) -> Result<u16, Miss> {
@@ -561,6 +601,22 @@ mod tests {
             .map(|(k, _)| heap.rust_string(k).unwrap())
             .collect();
         assert_eq!(order, ["b", "c", "d", "e"]);
+    }
+
+    #[test]
+    fn a_concatenation_is_the_string_of_both_units_with_their_hash() {
+        let mut mem = memory();
+        let mut heap = Heap::new(&mut mem);
+        let (a, b) = (
+            heap.str("ab\u{e9}").unwrap(),
+            heap.str("\u{1F600}c").unwrap(),
+        );
+        let joined = heap.concat(a, b).unwrap();
+        let expected = heap.str("ab\u{e9}\u{1F600}c").unwrap();
+        assert!(heap.string_eq(joined, expected).unwrap());
+        let empty = heap.str("").unwrap();
+        let same = heap.concat(empty, a).unwrap();
+        assert!(heap.string_eq(same, a).unwrap());
     }
 
     #[test]

@@ -295,9 +295,7 @@ pub fn add(heap: &mut Heap<'_>, a: Value, b: Value) -> Result<Value, Miss> {
 
 /// Two strings joined.
 pub fn concat(heap: &mut Heap<'_>, a: Value, b: Value) -> Result<Value, Miss> {
-    let mut units = heap.units(a)?;
-    units.extend(heap.units(b)?);
-    heap.string(&units)
+    heap.concat(a, b)
 }
 
 /// JavaScript's `%` on numbers (the sign of the dividend, as `fmod`).
