@@ -477,7 +477,7 @@ pub async fn create(
         .controller
         .create_tagged(&input.function_name, config, zip, input.tags)
         .await?;
-    let answer = if input.publish {
+    let mut answer = if input.publish {
         let version = state
             .controller
             .publish_version(&function.name, None, None, None)?;
@@ -485,6 +485,16 @@ pub async fn create(
     } else {
         configuration(&state.controller, &function)
     };
+    // Lambda's CreateFunction answers Pending, even when a small package was extracted and
+    // the function made ready before the answer was written.
+    if answer["State"] == "Active" {
+        if let Some(fields) = answer.as_object_mut() {
+            fields.remove("LastUpdateStatus");
+        }
+        answer["State"] = json!("Pending");
+        answer["StateReason"] = json!("The function is being created.");
+        answer["StateReasonCode"] = json!("Creating");
+    }
     Ok((StatusCode::CREATED, Json(answer)).into_response())
 }
 
