@@ -98,20 +98,23 @@ impl TmpDisks {
     pub fn make(&self, size_mb: u32, ahead: bool) -> io::Result<TmpDisk> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let image = self.dir.join(format!("{}-{n}.img", std::process::id()));
-        let result = self.make_at(&image, size_mb, ahead);
-        // Once attached, the loop device holds the image open: its name is no longer needed.
-        let _ = fs::remove_file(&image);
-        result
-    }
-
-    fn make_at(&self, image: &Path, size_mb: u32, ahead: bool) -> io::Result<TmpDisk> {
         let file = fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
             .mode(0o600)
-            .open(image)?;
+            .open(&image)?;
+        // The image is reached through its descriptor from here on, so nothing is left behind
+        // when kiln stops while `mkfs` runs or fails halfway.
+        fs::remove_file(&image)?;
+        self.make_on(file, size_mb, ahead)
+    }
+
+    fn make_on(&self, file: fs::File, size_mb: u32, ahead: bool) -> io::Result<TmpDisk> {
         file.set_len(image_mb(size_mb) * MIB)?;
+        // `mkfs` does not inherit the descriptor (it is close-on-exec): it opens the image
+        // through kiln's own.
+        let image = format!("/proc/{}/fd/{}", std::process::id(), file.as_raw_fd());
         // No journal (a crash loses /tmp anyway), no reserved blocks (the function's to use), one
         // inode per 64 KiB, and nothing for online growth: less metadata to write and to mount.
         let mut mkfs = Command::new(&self.mkfs);
@@ -119,7 +122,7 @@ impl TmpDisks {
         // unpack a package's tree into.
         mkfs.args(["-q", "-F", "-m", "0", "-i", "16384"])
             .args(["-O", "^has_journal,^resize_inode"])
-            .arg(image);
+            .arg(&image);
         if ahead {
             use std::os::unix::process::CommandExt;
             // SAFETY: the closure runs between fork and exec and makes one async-signal-safe
