@@ -26,6 +26,10 @@ pub(super) struct Entry {
     /// `$LATEST`'s entry: its published versions' entries, by number (a version's entry has
     /// none).
     pub(super) versions: BTreeMap<u64, Arc<Entry>>,
+    /// What runs while this version's package is being extracted, or after its extraction
+    /// failed: the code `$LATEST` ran before the update, as on Lambda. `None` for a version
+    /// that was created, or whose code did not change.
+    pub(super) fallback: Option<Arc<Entry>>,
 }
 
 /// What made a function's current version.
@@ -68,7 +72,20 @@ impl Entry {
             deferred: AtomicBool::new(false),
             change,
             versions: BTreeMap::new(),
+            fallback: None,
         }
+    }
+
+    /// What runs while the code of an update of `previous` is being extracted (or after its
+    /// extraction failed): `previous` itself if it ran, or what ran before it.
+    pub(super) fn fallback_of(previous: &Entry) -> Option<Arc<Entry>> {
+        if previous.deferred.load(Ordering::Relaxed) {
+            return previous.fallback.clone();
+        }
+        let ran = Entry::changed(previous.function.clone(), previous.spec.clone(), None);
+        ran.settled
+            .store(previous.settled.load(Ordering::Relaxed), Ordering::Relaxed);
+        Some(Arc::new(ran))
     }
 
     /// Whether a CreateFunction (or PublishVersion) made this version, rather than an update.

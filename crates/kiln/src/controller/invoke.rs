@@ -232,9 +232,16 @@ impl Controller {
     ) -> Result<InvokeOutcome, ControllerError> {
         // A version whose package is still being extracted or whose start paths are still being
         // built (`Pending`) is waited for, within Lambda's bound of an init: its first
-        // invocations then take the hot path.
+        // invocations then take the hot path. While an update's package is being extracted, or
+        // after its extraction failed, the code that ran before the update runs, as on Lambda.
+        let mut entry = entry;
         if entry.deferred.load(std::sync::atomic::Ordering::Relaxed) {
-            self.wait_unpacked(entry, PREPARATION_WAIT).await?;
+            match &entry.fallback {
+                Some(previous) if self.unpacks.pending(&entry.spec.code_sha256) => {
+                    entry = previous;
+                }
+                _ => self.wait_unpacked(entry, PREPARATION_WAIT).await?,
+            }
         }
         if let Some(preparing) = entry.preparing(&*self.agent) {
             preparing.wait(PREPARATION_WAIT).await;

@@ -181,6 +181,9 @@ impl Controller {
             (waiting, sender)
         };
         for entry in waiting {
+            // The code that ran meanwhile (an update's fallback) is not needed any more.
+            self.agent
+                .retire(&entry.spec.function, Some(entry.spec.revision));
             self.agent.prepare(entry.spec.clone());
             entry.deferred.store(false, Ordering::Relaxed);
         }

@@ -115,11 +115,12 @@ impl Controller {
         let mut entry = match (before, previous) {
             // Only its versions or aliases changed: `$LATEST` is as it was.
             (_, Some(p)) if p.spec == spec => {
-                let entry = Entry::changed(function, p.spec.clone(), p.change);
+                let mut entry = Entry::changed(function, p.spec.clone(), p.change);
                 entry.settled.store(
                     p.settled.load(std::sync::atomic::Ordering::Relaxed),
                     std::sync::atomic::Ordering::Relaxed,
                 );
+                entry.fallback = p.fallback.clone();
                 entry
             }
             (Before::Loaded, _) => {
@@ -130,9 +131,15 @@ impl Controller {
                 prepare.insert(0, spec.clone());
                 Entry::changed(function, spec, Some(Change::Create))
             }
-            (Before::Was(_), _) => {
+            (Before::Was(_), previous) => {
                 prepare.insert(0, spec.clone());
-                Entry::changed(function, spec, Some(Change::Update))
+                let mut entry = Entry::changed(function, spec, Some(Change::Update));
+                entry.fallback = previous.and_then(|p| {
+                    let code_changed = p.spec.code_sha256 != entry.spec.code_sha256;
+                    let extracting = p.deferred.load(std::sync::atomic::Ordering::Relaxed);
+                    (code_changed || extracting).then(|| Entry::fallback_of(p))?
+                });
+                entry
             }
         };
         entry.versions = versions;

@@ -32,6 +32,8 @@ type Answer = Box<dyn Fn(&str, &Bytes) -> Result<InvokeOutcome, AgentError> + Se
 #[derive(Default)]
 struct FakeAgent {
     invoked: Mutex<Vec<(String, InvokeRequest)>>,
+    /// The package each invocation ran.
+    invoked_code: Mutex<Vec<String>>,
     queued: Mutex<VecDeque<Result<InvokeOutcome, AgentError>>>,
     answer: Mutex<Option<Answer>>,
     prepared: Mutex<Vec<(String, u64)>>,
@@ -77,6 +79,10 @@ impl NodeAgent for FakeAgent {
             .lock()
             .unwrap()
             .push((spec.function.clone(), request.clone()));
+        self.invoked_code
+            .lock()
+            .unwrap()
+            .push(spec.code_sha256.clone());
         let answer = match self.queued.lock().unwrap().pop_front() {
             Some(answer) => answer,
             None => match &*self.answer.lock().unwrap() {
