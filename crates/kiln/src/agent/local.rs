@@ -118,6 +118,7 @@ impl NodeAgent for LocalAgent {
                 None => {
                     state.sessions.end_all(&mut state.instances.live, function);
                     state.ahead.newest.remove(function);
+                    state.ahead.provisioned.remove(function);
                     // A function made again under its name starts with no demand of its own.
                     if let Some(pool) = state.instances.pools.get_mut(function) {
                         pool.demand = Default::default();
@@ -165,6 +166,52 @@ impl NodeAgent for LocalAgent {
         for victim in victims {
             self.inner.destroy_later(victim);
         }
+    }
+
+    fn provision(&self, spec: SharedSpec, instances: u32) {
+        {
+            let mut state = self.inner.state();
+            let provisioned = &mut state.ahead.provisioned;
+            let before = match instances {
+                0 => provisioned.remove(&spec.function),
+                n => provisioned.insert(spec.function.clone(), n as usize),
+            };
+            if before.unwrap_or(0) == instances as usize {
+                return;
+            }
+        }
+        // More are made now; a surplus goes at the reaper's next tick.
+        self.inner.refill_spare(&spec);
+    }
+
+    fn initialised(&self, spec: &SharedSpec) -> Option<super::Initialised> {
+        use crate::agent::InstanceState;
+        if self.inner.wasm_host(spec).is_some() {
+            return None;
+        }
+        let state = self.inner.state();
+        let (mut all, mut idle) = (0, 0);
+        for i in state.instances.live.values() {
+            if i.function == spec.function && i.revision == spec.revision {
+                all += usize::from(i.state != InstanceState::Starting);
+                idle += usize::from(i.state == InstanceState::Idle);
+            }
+        }
+        let spares = state
+            .ahead
+            .spares
+            .get(&spec.function)
+            .filter(|s| s.spec.revision == spec.revision)
+            .map_or(0, |s| s.ready.len());
+        let standby = matches!(
+            state.ahead.zygotes.get(&spec.function),
+            Some(slot @ SnapshotSlot::Standby(..)) if slot.revision() == spec.revision
+        );
+        let ahead = spares + usize::from(standby);
+        Some(super::Initialised {
+            all: all + ahead,
+            idle: idle + ahead,
+        })
     }
 
     fn expect(&self, spec: SharedSpec, concurrency: u32) {

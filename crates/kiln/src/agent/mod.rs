@@ -36,8 +36,9 @@ pub use frame::MAX_FRAME_BYTES;
 pub use instance::{Instance, PlatformError, Priority, StartError, MAX_RESPONSE_BYTES};
 pub use memory::MemoryLender;
 pub use node::{
-    AgentConfig, AgentContext, AgentError, Attachment, InstanceState, InvokeOutcome, InvokeRequest,
-    NodeAgent, Placement, Replays, RouteHints, SandboxService, ServiceError, StartPath,
+    AgentConfig, AgentContext, AgentError, Attachment, Initialised, InstanceState, InvokeOutcome,
+    InvokeRequest, NodeAgent, Placement, Replays, RouteHints, SandboxService, ServiceError,
+    StartPath,
 };
 pub use preparations::{Prepared, Preparing};
 pub use routing::{ClosestMemory, RoutingPolicy, WarmFirst};

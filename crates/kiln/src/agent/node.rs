@@ -203,6 +203,17 @@ pub trait NodeAgent: Send + Sync + 'static {
     /// Demand for `concurrency` instances of `spec` is expected (a burst coming): the function's
     /// instances made ahead of demand are sized as if it had been seen now.
     fn expect(&self, _spec: SharedSpec, _concurrency: u32) {}
+    /// Provisioned concurrency: keeps at least `instances` of `spec`'s function made ahead of
+    /// demand, beside its `KilnPrebake.Standbys`, until told otherwise (0: by demand alone) or
+    /// the function is retired.
+    fn provision(&self, _spec: SharedSpec, _instances: u32) {}
+    /// How many instances of `spec`'s revision are initialised here (live ones, and those made
+    /// ahead of demand and ready), and how many of them are free to take a request. `None`
+    /// where each request gets an initialised instance at once (a compiled wasm module's
+    /// pooled instances).
+    fn initialised(&self, _spec: &SharedSpec) -> Option<Initialised> {
+        Some(Initialised::default())
+    }
     fn status(&self) -> NodeStatus;
     /// Memory booked by live instances that their current limits leave unused (Σ MemorySize −
     /// limit, in MB), at most the node's budget that the limits leave free: what per-invocation
@@ -223,6 +234,13 @@ pub trait NodeAgent: Send + Sync + 'static {
     fn end_session(&self, function: &str, session: &str) -> bool;
     /// Lets busy instances finish within `grace`, then removes every instance.
     fn shutdown(&self, grace: Duration) -> BoxFuture<'static, ()>;
+}
+
+/// A revision's initialised instances on a node ([`NodeAgent::initialised`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Initialised {
+    pub all: usize,
+    pub idle: usize,
 }
 
 /// Node-level limits.

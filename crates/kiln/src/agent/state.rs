@@ -105,6 +105,8 @@ pub(super) struct MadeAhead {
     /// The newest revision of each function the node was told of (by `prepare` or `retire`):
     /// nothing is built ahead of demand for an older one.
     pub newest: HashMap<String, u64>,
+    /// Each function's provisioned concurrency: instances made ahead of demand at least.
+    pub provisioned: HashMap<String, usize>,
 }
 
 impl MadeAhead {

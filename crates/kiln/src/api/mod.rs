@@ -16,6 +16,7 @@ mod invoke;
 mod kiln;
 mod layers;
 mod pages;
+mod provisioned;
 mod schedules;
 mod tags;
 mod urls;
@@ -158,6 +159,12 @@ fn api_routes() -> Router<SharedState> {
         .route(
             "/2019-09-30/functions/{name}/concurrency",
             get(functions::get_concurrency),
+        )
+        .route(
+            "/2019-09-30/functions/{name}/provisioned-concurrency",
+            get(provisioned::get)
+                .put(provisioned::put)
+                .delete(provisioned::delete),
         )
         .route(
             "/2021-10-31/functions/{name}/url",

@@ -164,7 +164,7 @@ impl Controller {
         self.strict_function_ref(name)?;
         let mutation = self.lock_mutations();
         self.modify_if(&mutation, name, |f| {
-            f.published.event_invoke.remove(alias);
+            f.published.forget_qualifier(alias);
             Ok(f.published.aliases.remove(alias).is_some())
         })?;
         Ok(())

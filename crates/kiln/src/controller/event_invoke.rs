@@ -131,7 +131,7 @@ impl Controller {
         Ok((function, qualifier))
     }
 
-    fn qualifier_gone(&self, name: &str, qualifier: &str) -> ControllerError {
+    pub(super) fn qualifier_gone(&self, name: &str, qualifier: &str) -> ControllerError {
         ControllerError::NotFound(format!(
             "Function not found: {}:{qualifier}",
             self.arn(name)

@@ -25,6 +25,7 @@ mod invoke;
 pub mod layers;
 mod node;
 mod open;
+mod provisioned;
 mod queue;
 pub mod registry;
 mod replica;
@@ -59,6 +60,7 @@ pub use functions::ConfigPatch;
 pub(crate) use invoke::route_hints;
 use invoke::trace_id;
 pub use invoke::{InvocationType, InvokeOptions, Invoked};
+pub use provisioned::ProvisionedStatus;
 pub use queue::AsyncEvents;
 pub use registry::{Cors, UrlSettings};
 use registry::{EventQueue, Registry};
@@ -220,6 +222,10 @@ impl Controller {
         for spec in prepare {
             self.agent.retire(&spec.function, Some(spec.revision));
             self.agent.prepare(spec);
+        }
+        let entry = self.table().get(&name).cloned();
+        if let Some(entry) = entry {
+            self.provision_versions(&entry);
         }
         function
     }

@@ -139,6 +139,7 @@ impl Controller {
                     controller.agent.retire(&spec.function, Some(spec.revision));
                 }
             }
+            controller.provision_versions(&entry);
             table.insert(entry.function.name.clone(), Arc::new(entry));
         }
         *controller.functions.write_locked() = table;

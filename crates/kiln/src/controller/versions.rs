@@ -48,7 +48,8 @@ pub(super) fn packages(f: &Function) -> Vec<String> {
     all
 }
 
-/// The versions of `f` prepared at start: its newest and those its aliases route to. The
+/// The versions of `f` prepared at start: its newest, those its aliases route to and those
+/// with provisioned concurrency. The
 /// others, which a function may have many of, build their snapshots after their first cold
 /// start, so that a restart does not build one for every version ever published.
 pub(super) fn kept_warm(f: &Function) -> Vec<String> {
@@ -62,6 +63,13 @@ pub(super) fn kept_warm(f: &Function) -> Vec<String> {
     if let Some(newest) = f.published.versions.last() {
         warm.push(newest.number.to_string());
     }
+    warm.extend(
+        f.published
+            .versions
+            .iter()
+            .filter(|v| f.published.provisioned_for(v.number) > 0)
+            .map(|v| v.number.to_string()),
+    );
     warm
 }
 
@@ -339,7 +347,7 @@ impl Controller {
             }
             let before = f.published.versions.len();
             f.published.versions.retain(|v| v.number != number);
-            f.published.event_invoke.remove(&number.to_string());
+            f.published.forget_qualifier(&number.to_string());
             Ok(f.published.versions.len() != before)
         })?;
         if let Some(doomed) = doomed {

@@ -60,6 +60,18 @@ pub struct Published {
     /// a config goes with its version or alias.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub event_invoke: BTreeMap<String, super::event_invoke::EventInvokeConfig>,
+    /// Provisioned concurrency, by version number or alias name (never `$LATEST`): goes with
+    /// its version or alias.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub provisioned: BTreeMap<String, Provisioned>,
+}
+
+/// A version's or alias's provisioned concurrency (PutProvisionedConcurrencyConfig): instances
+/// kiln keeps initialised ahead of demand for it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Provisioned {
+    pub requested: u32,
+    pub last_modified: DateTime<Utc>,
 }
 
 impl Published {
@@ -68,6 +80,45 @@ impl Published {
             && self.versions.is_empty()
             && self.aliases.is_empty()
             && self.event_invoke.is_empty()
+            && self.provisioned.is_empty()
+    }
+
+    /// The provisioned concurrency version `number` serves: its own, and its share of that of
+    /// each alias that routes to it.
+    pub fn provisioned_for(&self, number: u64) -> u32 {
+        self.provisioned
+            .keys()
+            .map(|qualifier| self.provisioned_share(qualifier, number))
+            .sum()
+    }
+
+    /// What of `qualifier`'s provisioned concurrency version `number` serves: all of a
+    /// version's own; an alias's split between its two versions by its weights, rounded up
+    /// (as Lambda splits it).
+    pub fn provisioned_share(&self, qualifier: &str, number: u64) -> u32 {
+        let Some(p) = self.provisioned.get(qualifier) else {
+            return 0;
+        };
+        let version = number.to_string();
+        if qualifier == version {
+            return p.requested;
+        }
+        let Some(alias) = self.aliases.get(qualifier) else {
+            return 0;
+        };
+        let extra: f64 = alias.weights.values().sum();
+        let share = match alias.weights.get(&version) {
+            Some(weight) => *weight,
+            None if alias.function_version == version => 1.0 - extra,
+            None => return 0,
+        };
+        (f64::from(p.requested) * share).ceil() as u32
+    }
+
+    /// Forgets what goes with the version or alias `qualifier`.
+    pub fn forget_qualifier(&mut self, qualifier: &str) {
+        self.event_invoke.remove(qualifier);
+        self.provisioned.remove(qualifier);
     }
 
     pub fn version(&self, number: u64) -> Option<&Version> {
@@ -194,6 +245,36 @@ mod tests {
         for bad in ["", "+1", "-1", "1.0", "$LATEST", "prod"] {
             assert_eq!(version_number(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn an_aliass_provisioned_concurrency_is_split_by_its_weights() {
+        let mut published = Published::default();
+        let provisioned = |requested| Provisioned {
+            requested,
+            last_modified: Utc::now(),
+        };
+        published.aliases.insert(
+            "live".into(),
+            Alias {
+                name: "live".into(),
+                function_version: "1".into(),
+                description: String::new(),
+                weights: BTreeMap::from([("2".into(), 0.25)]),
+                revision_id: String::new(),
+                url: None,
+            },
+        );
+        published.provisioned.insert("live".into(), provisioned(10));
+        published.provisioned.insert("1".into(), provisioned(2));
+        assert_eq!(published.provisioned_share("live", 1), 8, "7.5, rounded up");
+        assert_eq!(published.provisioned_share("live", 2), 3, "2.5, rounded up");
+        assert_eq!(published.provisioned_share("live", 3), 0);
+        assert_eq!(published.provisioned_for(1), 10);
+        assert_eq!(published.provisioned_for(2), 3);
+        published.forget_qualifier("live");
+        assert_eq!(published.provisioned_for(1), 2);
+        assert_eq!(published.provisioned_for(2), 0);
     }
 
     #[test]

@@ -136,8 +136,9 @@ impl Inner {
                     pool.live,
                 )
             });
+        let provisioned = state.ahead.provisioned.get(&spec.function).copied();
         let target = demand::standbys(
-            spec.prebake.standbys as usize,
+            (spec.prebake.standbys as usize).max(provisioned.unwrap_or(0)),
             predicted,
             live,
             self.config.max_standbys,
