@@ -45,7 +45,8 @@ def monolith(pg):
         pytest.fail("the app is not installed: run scripts/setup-test-env.sh "
                     "(npm ci in bench/beehive/app/express)")
     port = free_port()
-    env = dict(os.environ, PORT=str(port), WORKERS="2", DATABASE_URL=pg.url(), PG_POOL_MAX=str(MONOLITH_POOL), PGAPPNAME="monolith")
+    env = dict(os.environ, PORT=str(port), WORKERS="2", DATABASE_URL=pg.url(), PG_POOL_MAX=str(MONOLITH_POOL),
+               PGAPPNAME="monolith")
     proc = subprocess.Popen(["node", "server.js"], cwd=APP, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
