@@ -73,3 +73,8 @@ fi
 if [ ! -d tests/web/express/node_modules/express ]; then
     (cd tests/web/express && npm ci --no-audit --no-fund --loglevel=error)
 fi
+# The burst tests' and the benchmark's Express 5 + pg app, with its own package-lock
+# (bench/beehive/app/express): the monolith runs it with node, the function is the same directory.
+if [ ! -d bench/beehive/app/express/node_modules/pg ]; then
+    (cd bench/beehive/app/express && npm ci --no-audit --no-fund --loglevel=error)
+fi

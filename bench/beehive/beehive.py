@@ -469,7 +469,9 @@ def cmd_report(args):
 
     # ---- Markdown
     L = []
-    title = "Burst offloading (BeeHive): the thumbnail app under a doubling burst"
+    express = args.app == "express"
+    title = ("Burst offloading (BeeHive): the " + ("Express 5 + pg comments" if express else "thumbnail")
+             + " app under a doubling burst")
     L.append(f"# {title}{' — QUICK RUN' if args.quick else ''}\n")
     if args.quick:
         L.append(f"**A quick run** ({duration:.0f} s per configuration, the burst at {onset:.0f} s; the reference "
@@ -480,20 +482,39 @@ def cmd_report(args):
     L.append("## Setup\n")
     L.append(f"- Machine: {cpu_model()}, {os.cpu_count()} CPUs, kernel {platform.release()}; load average "
              f"{args.load_start} at the start of the measurements, {args.load_end} at the end.")
-    L.append(f"- Monolith: `bench/beehive/app/thumb.py` (Flask 3.1, Pillow 11.3: `POST /thumbnail`, a JPEG in, "
-             f"a ≤160 px PNG out; resize, unsharp mask, optimised PNG), gunicorn 27 with {args.workers} sync workers, "
-             f"in a cgroup with a CPU quota of **{args.cpu} core** ({args.cgroup}).")
-    L.append(f"- Function: the same module deployed as a `KilnWeb` function (`kiln deploy … --runtime python3.11 "
-             f"--web-app thumb:app --memory 512`, Flask and Pillow vendored with `pip install --target`), a new "
-             f"function per configuration (no history). Its warm-up event (`--warmup-event`, run in the zygote "
-             f"before its snapshot) is {WARMUPS.get(args.warmup, args.warmup)}. `{args.kiln_args}`.")
-    L.append(f"- Load: `loadgen schedule`, a closed loop of {args.clients} keep-alive client(s) (the quota "
-             f"rounded up: one request in flight alone takes up to a core, so this is the monolith's peak "
-             f"throughput with no queue), doubled to {2 * args.clients} at "
-             f"{onset:.0f} s until {duration:.0f} s; every request the same 1024×768 JPEG (~120 KB). "
-             f"Before: arrivals in [{skip:.0f} s, {onset:.0f} s); after: [{onset:.0f} s, {duration:.0f} s).")
-    L.append("- Each offloading app is created with `--offload 'POST /thumbnail'` and driven one request at a "
-             "time until `kiln app routes` shows the route eligible (its shadow runs passed); offload off is "
+    if express:
+        L.append(f"- Monolith: `bench/beehive/app/express` (Express 5, node-postgres: `POST /comment/` inserts a "
+                 f"row, `GET /comments/:post` reads a post's through the named prepared statement "
+                 f"`comments-by-post`), `node server.js` with {args.workers} cluster workers, each with a pg pool, "
+                 f"on a private PostgreSQL, in a cgroup with a CPU quota of **{args.cpu} core** ({args.cgroup}).")
+        L.append(f"- Function: the same directory deployed as a `KilnWeb` function (`kiln deploy … --runtime "
+                 f"nodejs20.x --web-app app.js#app --memory 256`), a new function per configuration (no history), "
+                 f"each app with `--database` (kiln's PostgreSQL proxy in every sandbox). Its warm-up event is "
+                 f"{'`GET /comments/3`' if args.warmup == 'route' else '`GET /`'}. `{args.kiln_args}`.")
+        L.append(f"- Load: `loadgen schedule`, a closed loop of {args.clients} keep-alive client(s), doubled to "
+                 f"{2 * args.clients} at {onset:.0f} s until {duration:.0f} s; one `POST /comment/` (JSON) for "
+                 f"every three `GET /comments/3`. "
+                 f"Before: arrivals in [{skip:.0f} s, {onset:.0f} s); after: [{onset:.0f} s, {duration:.0f} s).")
+    else:
+        L.append(f"- Monolith: `bench/beehive/app/thumb.py` (Flask 3.1, Pillow 11.3: `POST /thumbnail`, a JPEG "
+                 f"in, a ≤160 px PNG out; resize, unsharp mask, optimised PNG), gunicorn 27 with {args.workers} "
+                 f"sync workers, in a cgroup with a CPU quota of **{args.cpu} core** ({args.cgroup}).")
+        L.append(f"- Function: the same module deployed as a `KilnWeb` function (`kiln deploy … --runtime "
+                 f"python3.11 --web-app thumb:app --memory 512`, Flask and Pillow vendored with `pip install "
+                 f"--target`), a new function per configuration (no history). Its warm-up event "
+                 f"(`--warmup-event`, run in the zygote before its snapshot) is "
+                 f"{WARMUPS.get(args.warmup, args.warmup)}. `{args.kiln_args}`.")
+        L.append(f"- Load: `loadgen schedule`, a closed loop of {args.clients} keep-alive client(s) (the quota "
+                 f"rounded up: one request in flight alone takes up to a core, so this is the monolith's peak "
+                 f"throughput with no queue), doubled to {2 * args.clients} at "
+                 f"{onset:.0f} s until {duration:.0f} s; every request the same 1024×768 JPEG (~120 KB). "
+                 f"Before: arrivals in [{skip:.0f} s, {onset:.0f} s); after: [{onset:.0f} s, {duration:.0f} s).")
+    routes = "`--offload 'POST /comment/' --offload 'GET /comments/{post}'`" if express \
+        else "`--offload 'POST /thumbnail'`"
+    L.append(f"- Each offloading app is created with {routes} and driven one request at a "
+             + ("time until `kiln app routes` shows the routes eligible (their shadow runs passed); offload off is "
+                if express else
+                "time until `kiln app routes` shows the route eligible (its shadow runs passed); offload off is ")
              + ("the route pinned (`--pin`, no `--offload`)" if args.off == "pin" else
                 "`--policy ratio --ratio 0`, the route eligible")
              + ". The configurations run one after another in one kiln, each through its own app and function.\n")
@@ -585,8 +606,10 @@ def cmd_report(args):
     if peak:
         L.append(f"## Peak throughput: the gateway in the path, offload off\n")
         L.append(f"{args.peak_clients} closed-loop clients for {args.peak_s:.0f} s (the first "
-                 f"{min(2.0, args.peak_s / 5):.0f} s not counted), straight to gunicorn and through an app with "
-                 + ("the route pinned (`--pin 'POST /thumbnail'`: passed through, streamed, never shadowed).\n"
+                 f"{min(2.0, args.peak_s / 5):.0f} s not counted), straight to "
+                 f"{'node' if express else 'gunicorn'} and through an app with "
+                 + (("the routes pinned (`--pin`: " if express else "the route pinned (`--pin 'POST /thumbnail'`: ")
+                    + "passed through, streamed, never shadowed).\n"
                     if args.off == "pin" else
                     "`--policy ratio --ratio 0` (the route eligible: buffered, 1 in 100 shadowed, nothing "
                     "offloaded).\n"))
@@ -708,6 +731,7 @@ def main():
     p.add_argument("--load-end", default="")
     p.add_argument("--kiln-args", default="")
     p.add_argument("--warmup", default="route")
+    p.add_argument("--app", default="thumb", choices=["thumb", "express"])
     p.add_argument("--off", default="ratio0")
     p.add_argument("--quick", action="store_true")
     args = ap.parse_args()

@@ -11,6 +11,9 @@
 #   BEEHIVE_WARMUP=health …  the function's warm-up event: `route` (default, a small POST
 #                        /thumbnail: the zygote has Pillow's decoders loaded) or `health` (GET /health)
 #   BEEHIVE_CONFIGS="direct spill-warm" …  a subset of: direct gateway-off spill-cold spill-warm ratio-0.5
+#   BEEHIVE_APP=express …  the workload: `thumb` (default, the Flask thumbnail app) or `express` (the
+#                        Express 5 + pg comments app, app/express, node with 2 cluster workers, on a
+#                        private PostgreSQL; results in bench/results/beehive-express/)
 #   BEEHIVE_DURATION / BEEHIVE_ONSET / BEEHIVE_PEAK_S   seconds; BEEHIVE_KILN_ARGS: extra `kiln up` flags;
 #   BEEHIVE_OUT: where the report goes; BEEHIVE_OFF=ratio0: offload off as `--policy ratio
 #   --ratio 0` (the route eligible: buffered, 1 in 100 shadowed) instead of `--pin` (default)
@@ -31,7 +34,7 @@ QUICK=0
 for arg in "$@"; do
     case $arg in
         --quick) QUICK=1 ;;
-        -h | --help) sed -n '2,22p' "$SELF" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,25p' "$SELF" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "run.sh: unknown argument $arg (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -46,6 +49,12 @@ else
     ONSET=${BEEHIVE_ONSET:-60}
     PEAK_S=${BEEHIVE_PEAK_S:-30}
 fi
+APP_KIND=${BEEHIVE_APP:-thumb}
+case $APP_KIND in
+    thumb) ;;
+    express) OUT=$OUT/beehive-express ;;
+    *) echo "run.sh: BEEHIVE_APP is thumb or express" >&2; exit 2 ;;
+esac
 OUT=${BEEHIVE_OUT:-$OUT}
 CPU=${BEEHIVE_CPU:-0.5}
 WORKERS=2
@@ -65,6 +74,7 @@ say() { echo "[beehive/run.sh $(date +%H:%M:%S)] $*"; }
 KILN_PID=
 MONO_PID=
 CGROUP=
+PG_DIR=
 KILN_DATA=$WORK/kiln
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"  # stop_kiln
@@ -85,11 +95,19 @@ stop_monolith() {
         for _ in $(seq 50); do rmdir "$CGROUP" 2>/dev/null && break; sleep 0.1; done
     fi
 }
+stop_postgres() {
+    if [ -n "$PG_DIR" ] && [ -d "$PG_DIR" ]; then
+        runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -m immediate -w stop >/dev/null 2>&1 || true
+        rm -rf "$PG_DIR"
+        PG_DIR=
+    fi
+}
 cleanup() {
     local status=$?
     trap - EXIT INT TERM
     stop_monolith
     stop_kiln
+    stop_postgres
     exit "$status"
 }
 trap cleanup EXIT
@@ -124,6 +142,14 @@ if ! cmp -s "$HERE/requirements.txt" "$FN/.requirements"; then
     cp "$HERE/requirements.txt" "$FN/.requirements"
 fi
 cp "$HERE/app/thumb.py" "$FN/thumb.py"
+EXPRESS=$HERE/app/express
+if [ "$APP_KIND" = express ]; then
+    command -v node >/dev/null || { echo "run.sh: node is not on PATH (the monolith; kiln's nodejs20.x)" >&2; exit 1; }
+    if [ ! -d "$EXPRESS/node_modules/pg" ]; then
+        say "installing app/express's package-lock into app/express/node_modules"
+        (cd "$EXPRESS" && npm ci --no-audit --no-fund --loglevel=error)
+    fi
+fi
 BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release
 if [ ! -x "$BIN/kiln" ] || [ ! -x "$BIN/loadgen" ]; then
     say "building kiln and loadgen (release)"
@@ -138,8 +164,65 @@ LOADGEN=$BIN/loadgen
 IMAGE=$WORK/input.jpg
 [ -s "$IMAGE" ] || "$PY" "$HERE/beehive.py" image --out "$IMAGE"
 
-# ------------------------------------------------------------------ the monolith, in a CPU cgroup
 free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# ------------------------------------------------------------------ express: a private PostgreSQL
+# Debian's newest PostgreSQL, run as the postgres user in a directory of its own, on a free port of
+# 127.0.0.1 (SCRAM for TCP, trust on its Unix socket); the app's schema and seed from schema.sql.
+if [ "$APP_KIND" = express ]; then
+    PG_BIN=$(find /usr/lib/postgresql -maxdepth 2 -name bin -type d 2>/dev/null | sort -V | tail -n1)
+    [ -n "$PG_BIN" ] || { echo "run.sh: no PostgreSQL server in /usr/lib/postgresql" >&2; exit 1; }
+    PG_DIR=$(mktemp -d /tmp/beehive-pg.XXXXXX)
+    chown postgres: "$PG_DIR"
+    chmod 700 "$PG_DIR"
+    PG_PORT=$(free_port)
+    export PGPASSWORD=beehive-bench  # for kiln app create --database, which reads it
+    runuser -u postgres -- "$PG_BIN/initdb" -D "$PG_DIR/data" -U postgres --auth-local=trust \
+        --auth-host=scram-sha-256 >"$WORK/postgres-initdb.log" 2>&1 ||
+        { cat "$WORK/postgres-initdb.log" >&2; exit 1; }
+    runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/postgres.log" -w \
+        -o "-p $PG_PORT -k $PG_DIR -c listen_addresses=127.0.0.1 -c max_connections=100" start >/dev/null ||
+        { cat "$PG_DIR/postgres.log" >&2; exit 1; }
+    pg_sql() { runuser -u postgres -- "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$PG_DIR" -p "$PG_PORT" "$@"; }
+    pg_sql -U postgres -d postgres -c "CREATE ROLE beehive LOGIN PASSWORD '$PGPASSWORD'" \
+        -c "CREATE DATABASE beehive OWNER beehive"
+    pg_sql -U beehive -d beehive -f - <"$EXPRESS/schema.sql"
+    DATABASE=postgresql://beehive@127.0.0.1:$PG_PORT/beehive
+    DATABASE_URL=postgresql://beehive:$PGPASSWORD@127.0.0.1:$PG_PORT/beehive
+    say "PostgreSQL $("$PG_BIN/postgres" --version | awk '{ print $3 }') on 127.0.0.1:$PG_PORT ($PG_DIR)"
+fi
+
+# ------------------------------------------------------------------ the workload
+# The routes offloaded, the load's requests, one request of each route (profiling), and the
+# function's deployment.
+if [ "$APP_KIND" = thumb ]; then
+    ROUTES=('POST /thumbnail')
+    HEALTH=/health
+    LOAD_REQUESTS=(--request "POST /thumbnail @$IMAGE" --header 'content-type: image/jpeg')
+    one_round() { curl -fsS -o /dev/null --data-binary @"$IMAGE" -H 'content-type: image/jpeg' "$1/thumbnail"; }
+else
+    # A comment written to post 1000 for every three reads of post 3's (the seed's five comments,
+    # so a read's cost does not grow with the run); the body's request id is the same every time.
+    ROUTES=('POST /comment/' 'GET /comments/{post}')
+    HEALTH=/
+    COMMENT=$WORK/comment.json
+    printf '{"request_id": "beehive-bench", "post": 1000, "author": "loadgen", "body": "%s"}' \
+        "A comment of a few words, as readers write them under a post." >"$COMMENT"
+    LOAD_REQUESTS=(--request "POST /comment/ @$COMMENT" --request "3*GET /comments/3"
+        --header 'content-type: application/json')
+    one_round() {
+        curl -fsS -o /dev/null --data-binary @"$COMMENT" -H 'content-type: application/json' "$1/comment/" &&
+            curl -fsS -o /dev/null "$1/comments/3"
+    }
+fi
+OFFLOAD_FLAGS=()
+PIN_FLAGS=()
+for r in "${ROUTES[@]}"; do
+    OFFLOAD_FLAGS+=(--offload "$r")
+    PIN_FLAGS+=(--pin "$r")
+done
+
+# ------------------------------------------------------------------ the monolith, in a CPU cgroup
 MONO_PORT=$(free_port)
 MONO_URL=http://127.0.0.1:$MONO_PORT
 QUOTA_US=$("$PY" -c "print(int(round($CPU * $PERIOD_US)))")
@@ -157,19 +240,26 @@ else
     echo "$QUOTA_US" >"$CGROUP/cpu.cfs_quota_us"
     CGROUP_KIND="v1 cpu.cfs_quota_us = $QUOTA_US, cpu.cfs_period_us = $PERIOD_US"
 fi
-say "monolith: gunicorn, $WORKERS sync workers, $CPU cores ($CGROUP_KIND) on $MONO_URL"
-# The shell moves itself into the cgroup, then becomes gunicorn: the master and its workers are in it.
-sh -c 'echo $$ >"$1/cgroup.procs"; shift; exec "$@"' sh "$CGROUP" \
-    "$VENV/bin/gunicorn" --workers "$WORKERS" --bind "127.0.0.1:$MONO_PORT" --chdir "$HERE/app" \
-    --timeout 120 --backlog 2048 --log-level warning thumb:app >"$WORK/monolith.log" 2>&1 &
+# The shell moves itself into the cgroup, then becomes the server: its workers are in it too.
+if [ "$APP_KIND" = thumb ]; then
+    say "monolith: gunicorn, $WORKERS sync workers, $CPU cores ($CGROUP_KIND) on $MONO_URL"
+    sh -c 'echo $$ >"$1/cgroup.procs"; shift; exec "$@"' sh "$CGROUP" \
+        "$VENV/bin/gunicorn" --workers "$WORKERS" --bind "127.0.0.1:$MONO_PORT" --chdir "$HERE/app" \
+        --timeout 120 --backlog 2048 --log-level warning thumb:app >"$WORK/monolith.log" 2>&1 &
+else
+    say "monolith: node app/express/server.js, $WORKERS cluster workers, $CPU cores ($CGROUP_KIND) on $MONO_URL"
+    sh -c 'echo $$ >"$1/cgroup.procs"; shift; exec "$@"' sh "$CGROUP" \
+        env PORT="$MONO_PORT" WORKERS="$WORKERS" DATABASE_URL="$DATABASE_URL" node "$EXPRESS/server.js" \
+        >"$WORK/monolith.log" 2>&1 &
+fi
 MONO_PID=$!
 for _ in $(seq 300); do
-    curl -fsS -o /dev/null "$MONO_URL/health" 2>/dev/null && break
+    curl -fsS -o /dev/null "$MONO_URL$HEALTH" 2>/dev/null && break
     kill -0 "$MONO_PID" 2>/dev/null || { cat "$WORK/monolith.log" >&2; exit 1; }
     sleep 0.1
 done
-curl -fsS -o /dev/null --data-binary @"$IMAGE" -H 'content-type: image/jpeg' "$MONO_URL/thumbnail" ||
-    { echo "run.sh: the monolith does not serve /thumbnail" >&2; cat "$WORK/monolith.log" >&2; exit 1; }
+one_round "$MONO_URL" ||
+    { echo "run.sh: the monolith does not serve ${ROUTES[*]}" >&2; cat "$WORK/monolith.log" >&2; exit 1; }
 
 # ------------------------------------------------------------------ kiln
 KILN_ARGS="--memory-budget-mb 8192 --snapshot-memory-mb 4096 --shutdown-grace 5 ${BEEHIVE_KILN_ARGS:-}"
@@ -185,23 +275,29 @@ RUN=$WORK/run-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$RUN"
 [ -L "$WORK/run" ] || rm -rf "$WORK/run"
 ln -sfn "$(basename "$RUN")" "$WORK/run"
-ROUTE='POST /thumbnail'
-case $WARMUP in
-    route) "$PY" "$HERE/beehive.py" warmup-event --out "$WORK/warmup-event.json"; WARMUP_EVENT=@$WORK/warmup-event.json ;;
-    health) WARMUP_EVENT='{"version": "2.0", "rawPath": "/health", "requestContext": {"http": {"method": "GET"}}}' ;;
+case $WARMUP/$APP_KIND in
+    route/thumb) "$PY" "$HERE/beehive.py" warmup-event --out "$WORK/warmup-event.json"; WARMUP_EVENT=@$WORK/warmup-event.json ;;
+    # A read: the warm-up's transactions roll back anyway, and the pg pool and the statement are warm.
+    route/express) WARMUP_EVENT='{"version": "2.0", "rawPath": "/comments/3", "requestContext": {"http": {"method": "GET"}}}' ;;
+    health/*) WARMUP_EVENT='{"version": "2.0", "rawPath": "'"$HEALTH"'", "requestContext": {"http": {"method": "GET"}}}' ;;
     *) echo "run.sh: BEEHIVE_WARMUP is route or health" >&2; exit 2 ;;
 esac
 
 deploy() { # NAME: a new function, no history
-    kiln deploy "$1" --runtime python3.11 --code "$FN" --web-app thumb:app --memory 512 \
-        --timeout 60 --warmup-event "$WARMUP_EVENT" >"$RUN/deploy-$1.log" 2>&1 ||
-        { cat "$RUN/deploy-$1.log" >&2; exit 1; }
+    if [ "$APP_KIND" = thumb ]; then
+        kiln deploy "$1" --runtime python3.11 --code "$FN" --web-app thumb:app --memory 512 \
+            --timeout 60 --warmup-event "$WARMUP_EVENT" >"$RUN/deploy-$1.log" 2>&1
+    else
+        kiln deploy "$1" --runtime nodejs20.x --code "$EXPRESS" --web-app app.js#app --memory 256 \
+            --timeout 60 --env "DATABASE_URL=$DATABASE_URL" --warmup-event "$WARMUP_EVENT" >"$RUN/deploy-$1.log" 2>&1
+    fi || { cat "$RUN/deploy-$1.log" >&2; exit 1; }
 }
 # NAME FUNCTION [kiln app create flags...]: creates the app; its URL in APP_URL.
 create_app() {
     local name=$1 function=$2 port
     shift 2
     port=$(free_port)
+    [ "$APP_KIND" = thumb ] || set -- --database "$DATABASE" "$@"
     kiln app create "$name" --listen "127.0.0.1:$port" --upstream "$MONO_URL" --function "$function" \
         "$@" >"$RUN/app-$name.json" 2>&1 || { cat "$RUN/app-$name.json" >&2; exit 1; }
     APP_URL=http://127.0.0.1:$port
@@ -209,29 +305,27 @@ create_app() {
 # NAME FUNCTION: an app with offload off (BEEHIVE_OFF), ready for the load.
 create_off_app() {
     if [ "$OFF" = pin ]; then
-        create_app "$1" "$2" --pin "$ROUTE"
-        for _ in 1 2 3 4 5; do
-            curl -fsS -o /dev/null --data-binary @"$IMAGE" -H 'content-type: image/jpeg' "$APP_URL/thumbnail"
-        done
+        create_app "$1" "$2" "${PIN_FLAGS[@]}"
+        for _ in 1 2 3 4 5; do one_round "$APP_URL"; done
     else
-        create_app "$1" "$2" --offload "$ROUTE" --policy ratio --ratio 0
+        create_app "$1" "$2" "${OFFLOAD_FLAGS[@]}" --policy ratio --ratio 0
         profile_until_eligible "$1" "$APP_URL"
     fi
 }
 eligible() { kiln --json app routes "$1" | "$PY" -c '
 import json, sys
 routes = {r["Route"]: r for r in json.load(sys.stdin)["Routes"]}
-sys.exit(0 if routes[sys.argv[1]]["Eligible"] else 1)' "$ROUTE"; }
-# NAME URL: thumbnails through the gateway, one at a time, until the route passed its shadow runs.
+sys.exit(0 if all(routes[r]["Eligible"] for r in sys.argv[1:]) else 1)' "${ROUTES[@]}"; }
+# NAME URL: requests through the gateway, one at a time, until the routes passed their shadow runs.
 profile_until_eligible() {
     local name=$1 url=$2 started=$SECONDS n=0
     until eligible "$name"; do
         [ $((SECONDS - started)) -lt 180 ] ||
-            { echo "run.sh: $ROUTE of $name not eligible after 180 s:" >&2; kiln app routes "$name" >&2; exit 1; }
-        curl -fsS -o /dev/null --data-binary @"$IMAGE" -H 'content-type: image/jpeg' "$url/thumbnail"
+            { echo "run.sh: ${ROUTES[*]} of $name not eligible after 180 s:" >&2; kiln app routes "$name" >&2; exit 1; }
+        one_round "$url"
         n=$((n + 1))
     done
-    say "$name: $ROUTE eligible after $n requests, $((SECONDS - started)) s"
+    say "$name: ${ROUTES[*]} eligible after $n rounds, $((SECONDS - started)) s"
     kiln app routes "$name" >"$RUN/routes-$name-before.txt"
 }
 instances() { # FUNCTION: its instances in kiln's status
@@ -261,8 +355,8 @@ load() {
     before_mono=$(mono_cpu_ticks)
     load_start=$(cut -d' ' -f1-3 /proc/loadavg)
     "$PY" "$HERE/beehive.py" others --root $$ >"$RUN/$label.others-before.json"
-    "$LOADGEN" schedule --url "$url" --clients "$clients" --request "POST /thumbnail @$IMAGE" \
-        --header 'content-type: image/jpeg' --out "$RUN/$label.jsonl" --timeout 60 "$@" \
+    "$LOADGEN" schedule --url "$url" --clients "$clients" "${LOAD_REQUESTS[@]}" \
+        --out "$RUN/$label.jsonl" --timeout 60 "$@" \
         >"$RUN/$label.summary.json"
     "$PY" "$HERE/beehive.py" others --root $$ >"$RUN/$label.others-after.json"
     printf '{"label": "%s", "busy_before": "%s", "busy_after": "%s", "mono_ticks": %d, "loadavg_start": "%s", "loadavg_end": "%s", "clk_tck": %d}\n' \
@@ -292,7 +386,7 @@ burst() {
 # ------------------------------------------------------------------ measure
 say "deploying the function (one per configuration, each with no history)"
 for c in $CONFIGS; do
-    [ "$c" = direct ] || deploy "thumb-${c//./}"
+    [ "$c" = direct ] || deploy "$APP_KIND-${c//./}"
 done
 START_LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
 
@@ -300,14 +394,14 @@ START_LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
 PEAK_CLIENTS=$((CLIENTS * 4))
 say "peak throughput, $PEAK_CLIENTS clients, $PEAK_S s each"
 load peak-direct "$MONO_URL" "$PEAK_CLIENTS" --duration "$PEAK_S"
-PEAK_FN=thumb-gateway-off
-[[ " $CONFIGS " == *" gateway-off "* ]] || { PEAK_FN=thumb-peak; deploy "$PEAK_FN"; }
+PEAK_FN=$APP_KIND-gateway-off
+[[ " $CONFIGS " == *" gateway-off "* ]] || { PEAK_FN=$APP_KIND-peak; deploy "$PEAK_FN"; }
 create_off_app peak "$PEAK_FN"
 load peak-gateway "$APP_URL" "$PEAK_CLIENTS" --duration "$PEAK_S"
 kiln app rm peak >/dev/null
 
 for c in $CONFIGS; do
-    fn=thumb-${c//./}
+    fn=$APP_KIND-${c//./}
     app=${c//./}
     say "$c: $CLIENTS clients, doubled at $ONSET s, $DURATION s"
     case $c in
@@ -315,9 +409,9 @@ for c in $CONFIGS; do
             load direct "$MONO_URL" "$CLIENTS" --double-at "$ONSET" --duration "$DURATION"
             continue ;;
         gateway-off) create_off_app "$app" "$fn" ;;
-        spill-cold) create_app "$app" "$fn" --offload "$ROUTE" --policy spill ;;
-        spill-warm) create_app "$app" "$fn" --offload "$ROUTE" --policy spill --min-warm 4 ;;
-        ratio-0.5) create_app "$app" "$fn" --offload "$ROUTE" --policy ratio --ratio 0.5 ;;
+        spill-cold) create_app "$app" "$fn" "${OFFLOAD_FLAGS[@]}" --policy spill ;;
+        spill-warm) create_app "$app" "$fn" "${OFFLOAD_FLAGS[@]}" --policy spill --min-warm 4 ;;
+        ratio-0.5) create_app "$app" "$fn" "${OFFLOAD_FLAGS[@]}" --policy ratio --ratio 0.5 ;;
         *) echo "run.sh: unknown configuration $c" >&2; exit 2 ;;
     esac
     [ "$c" = gateway-off ] || profile_until_eligible "$app" "$APP_URL"
@@ -332,6 +426,6 @@ END_LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
 "$PY" "$HERE/beehive.py" report --run "$RUN" --out "$OUT" --command "$COMMAND" \
     --configs "$CONFIGS" --onset "$ONSET" --duration "$DURATION" --clients "$CLIENTS" \
     --cpu "$CPU" --cgroup "$CGROUP_KIND" --workers "$WORKERS" --peak-clients "$PEAK_CLIENTS" \
-    --peak-s "$PEAK_S" --warmup "$WARMUP" --off "$OFF" --load-start "$START_LOAD" --load-end "$END_LOAD" --kiln-args "kiln up $KILN_ARGS" \
+    --peak-s "$PEAK_S" --app "$APP_KIND" --warmup "$WARMUP" --off "$OFF" --load-start "$START_LOAD" --load-end "$END_LOAD" --kiln-args "kiln up $KILN_ARGS" \
     $([ "$QUICK" = 1 ] && echo --quick)
 say "results in ${OUT#"$ROOT"/}/beehive.md"

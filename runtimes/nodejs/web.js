@@ -210,6 +210,11 @@ async function startApp(taskRoot, spec) {
 async function startScript(env, taskRoot, script, port) {
   // Most entry scripts read their port from PORT; one the function sets itself is left alone.
   if (env.PORT === undefined) env.PORT = String(port);
+  // An entry script whose primary forks workers with node's cluster module: each worker runs the entry script,
+  // as under `node server.js`, not the shim this process was started with (cluster's default, process.argv[1]).
+  // Settings the script gives setupPrimary itself still win.
+  const cluster = require('cluster');
+  if (cluster.isPrimary) cluster.setupPrimary({ exec: path.resolve(taskRoot, script), args: [] });
   await load(taskRoot, script);
   const host = await waitForPort(port);
   return { host, port };

@@ -426,6 +426,27 @@ def test_a_node_server_that_never_listens_is_an_init_error(kiln, tmp_path):
     assert "did not listen on port 3000" in result["errorMessage"]
 
 
+def test_a_node_entry_script_with_cluster_workers(kiln, tmp_path):
+    """An entry script whose primary forks workers (node's cluster module) as under `node server.js`: the
+    workers run the entry script and serve, sharing the primary's port."""
+    (tmp_path / "server.js").write_text(
+        "const cluster = require('cluster');\n"
+        "if (cluster.isPrimary) { cluster.fork(); cluster.fork(); } else {\n"
+        "  require('http').createServer((req, res) => res.end(JSON.stringify({\n"
+        "    worker: cluster.worker.id, pid: process.pid, ppid: process.ppid, script: process.argv[1],\n"
+        "  }))).listen(Number(process.env.PORT));\n"
+        "}\n")
+    name = unique("cluster")
+    url = deploy_web(kiln, name, tmp_path, "--web-start", "server.js", "--web-port", "3000", runtime=NODE_RUNTIME)
+    seen = []
+    for _ in range(4):
+        r = requests.get(url + "worker", timeout=60)
+        assert r.status_code == 200, r.text
+        seen.append(r.json())
+    assert all(s["script"].endswith("/server.js") and s["worker"] in (1, 2) and s["ppid"] != s["pid"]
+               for s in seen), seen
+
+
 # ------------------------------------------------------------------------------------------------ provided
 PORT_SERVER = """
 import hashlib, json, os
