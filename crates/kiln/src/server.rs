@@ -291,6 +291,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
                 etcd: cluster.etcd().clone(),
                 prefix: cluster.prefix().to_string(),
                 code,
+                gc: cluster.config().gc,
             })
         }
         _ => None,
