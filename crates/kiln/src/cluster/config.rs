@@ -273,6 +273,25 @@ mod tests {
     }
 
     #[test]
+    fn a_sweep_interval_or_grace_out_of_range_is_refused() {
+        for (interval, grace, flag) in [
+            (0, 600, "--gc-interval"),
+            (300, 0, "--gc-grace"),
+            (86_401, 600, "--gc-interval"),
+        ] {
+            let mut flags = full();
+            (flags.gc_interval, flags.gc_grace) = (interval, grace);
+            assert!(matches!(
+                flags.validate(true),
+                Err(ClusterConfigError::GcSeconds(f)) if f == flag
+            ));
+        }
+        let config = full().validate(true).unwrap().unwrap();
+        assert_eq!(config.gc.interval, Duration::from_secs(300));
+        assert_eq!(config.gc.grace, Duration::from_secs(600));
+    }
+
+    #[test]
     fn a_cluster_flag_without_cluster_is_refused() {
         let flags = ClusterFlags {
             node_id: Some("n1".into()),

@@ -29,7 +29,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use tokio::sync::Notify;
 
-use super::code::{package_digest, SharedCode, SharedCodeError, PAYLOADS};
+use super::code::package_digest;
+use super::code::{SharedCode, SharedCodeError, PAYLOADS};
 use super::etcd::{Etcd, EtcdError};
 use crate::metrics::KindLabels;
 
@@ -209,9 +210,10 @@ impl Collector {
                     () = tokio::time::sleep(interval) => false,
                     () = collector.wake.notified() => true,
                 };
+                let least = WAKE_GAP.min(interval);
                 if woken {
-                    if let Some(gap) = last.map(|at| at.elapsed()).filter(|e| *e < WAKE_GAP) {
-                        tokio::time::sleep(WAKE_GAP - gap).await;
+                    if let Some(gap) = last.map(|at| at.elapsed()).filter(|e| *e < least) {
+                        tokio::time::sleep(least - gap).await;
                     }
                 }
                 let Some(lease) = scheduling() else {
@@ -327,7 +329,7 @@ impl Collector {
                     swept.packages += 1;
                     swept.package_bytes += object.size;
                 }
-                self.etcd.delete(&mark).await?;
+                self.unmark(mark);
             } else if object.key.starts_with(PAYLOADS) {
                 if queued.contains(&object.key) {
                     continue;
@@ -339,6 +341,18 @@ impl Collector {
             }
         }
         Ok(swept)
+    }
+
+    /// Deletes a mark, trying again until etcd takes it: uploads of its package wait for it
+    /// (it would also go with this node's lease).
+    fn unmark(&self, mark: String) {
+        let etcd = self.etcd.clone();
+        tokio::spawn(async move {
+            while let Err(e) = etcd.delete(&mark).await {
+                tracing::warn!("sweep mark {mark}: {e}");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        });
     }
 
     /// Deletes an object within [`DELETE_TIMEOUT`]; whether it went.
@@ -354,5 +368,17 @@ impl Collector {
                 false
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::package_digest;
+
+    #[test]
+    fn only_package_keys_name_a_digest() {
+        assert_eq!(package_digest("sha256/abc.zip"), Some("abc"));
+        assert_eq!(package_digest("events/0123"), None);
+        assert_eq!(package_digest("sha256/abc"), None);
     }
 }
