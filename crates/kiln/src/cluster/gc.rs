@@ -101,6 +101,14 @@ pub struct Collector {
 pub struct UploadPin {
     etcd: Etcd,
     key: String,
+    lease: i64,
+}
+
+impl UploadPin {
+    /// The lease the record lives on.
+    pub fn lease(&self) -> i64 {
+        self.lease
+    }
 }
 
 impl Drop for UploadPin {
@@ -184,6 +192,7 @@ impl Collector {
                 return Ok(UploadPin {
                     etcd: self.etcd.clone(),
                     key,
+                    lease,
                 });
             }
             if started.elapsed() > MARK_WAIT {

@@ -151,6 +151,7 @@ impl Controller {
                     .put(&code.sha256_hex, bytes::Bytes::from(zip.to_vec()))
                     .await
                     .map_err(|e| ControllerError::Unavailable(e.to_string()))?;
+                self.check_pin(pin.as_ref())?;
             }
             let guard = self.lock_mutations();
             if self.code.has_zip(&code.sha256_hex) {
@@ -178,6 +179,22 @@ impl Controller {
         gc.pin_upload(digest, &node, lease)
             .await
             .map_err(ControllerError::Unavailable)
+    }
+
+    /// Whether an upload's record still lives: a node that was fenced meanwhile has a new
+    /// lease, and its record went (or goes) with the old one.
+    fn check_pin(&self, pin: Option<&UploadPin>) -> Result<(), ControllerError> {
+        let live = self
+            .cluster_events
+            .as_ref()
+            .and_then(|events| events.node_lease())
+            .map(|(_, lease)| lease);
+        match pin {
+            Some(pin) if live != Some(pin.lease()) => Err(ControllerError::Unavailable(
+                "this node lost its etcd lease during the package's upload: try again".into(),
+            )),
+            _ => Ok(()),
+        }
     }
 
     pub(super) fn lock_mutations(&self) -> MutexGuard<'_, ()> {
