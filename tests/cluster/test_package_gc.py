@@ -8,12 +8,15 @@ The nodes sweep every second with a grace of 2 s (`--gc-interval 1 --gc-grace 2`
 Event is retried after 6 s, so a payload waits in the queue through several sweeps."""
 
 import base64
+import hashlib
 import json
+import threading
 import time
 
 import pytest
 
 from cluster_harness import Cluster
+import lambda_ops
 
 NODES = ("n1", "n2")
 BOUND = 40
@@ -136,3 +139,33 @@ def test_unused_packages_and_dropped_payloads_go_live_ones_stay(cluster):
     # No upload record or sweep mark is left behind.
     assert etcd_keys(cluster, "/kiln/uploads/") == []
     assert etcd_keys(cluster, "/kiln/gc/") == []
+
+
+def test_an_upload_record_keeps_its_package_and_a_sweep_mark_holds_an_upload(cluster):
+    # A package no function uses stays while an upload of it is recorded.
+    pinned = ok(cluster.lambda_op("create_fixed", endpoint=cluster.endpoint("n1"), name="gc-pinned", marker="pinned"))
+    record = f"/kiln/uploads/{digest(pinned)}/elsewhere-1"
+    cluster.etcdctl("put", record, "")
+    ok(cluster.lambda_op("delete", endpoint=cluster.endpoint("n1"), name="gc-pinned"))
+    time.sleep(5)
+    assert package_key(pinned) in objects(cluster, "sha256/")
+    cluster.etcdctl("del", record)
+    cluster.wait_for(lambda: package_key(pinned) not in objects(cluster, "sha256/"), BOUND,
+                     what="the package to go once its upload record is gone")
+
+    # While the sweep's mark of a package is there, a deployment of that package waits for it.
+    marked = hashlib.sha256(lambda_ops.fixed_package("marked")).hexdigest()
+    cluster.etcdctl("put", f"/kiln/gc/{marked}", "")
+    created = {}
+    deploy = threading.Thread(target=lambda: created.update(cluster.lambda_op(
+        "create_fixed", endpoint=cluster.endpoint("n2"), name="gc-marked", marker="marked")))
+    deploy.start()
+    time.sleep(3)
+    assert deploy.is_alive() and f"sha256/{marked}.zip" not in objects(cluster, "sha256/")
+    cluster.etcdctl("del", f"/kiln/gc/{marked}")
+    deploy.join(timeout=BOUND)
+    assert digest(ok(created)) == marked
+    assert f"sha256/{marked}.zip" in objects(cluster, "sha256/")
+    for node in NODES:
+        cluster.wait_for(lambda: answer(cluster, node, "gc-marked") == "marked", BOUND, what=f"gc-marked on {node}")
+    assert f"sha256/{marked}.zip" in objects(cluster, "sha256/")
