@@ -303,13 +303,13 @@ impl Collector {
                 queued.insert(object.to_string());
             }
         }
-        let mut functions_changed = false;
+        let mut stale = false;
         for object in old {
             if !still() {
                 break;
             }
             if let Some(digest) = package_digest(&object.key) {
-                if functions_changed || used.contains(digest) || uploading.contains(digest) {
+                if stale || used.contains(digest) || uploading.contains(digest) {
                     continue;
                 }
                 let mark = self.mark_key(digest);
@@ -329,10 +329,19 @@ impl Collector {
                         Vec::new(),
                         Some(etcd_client::PutOptions::new().with_lease(lease)),
                     )]);
-                if !self.etcd.txn("mark a package", txn).await?.succeeded() {
-                    // An upload began, or a function changed: the next sweep looks again.
-                    functions_changed = true;
-                    continue;
+                match self.etcd.txn("mark a package", txn).await {
+                    Ok(marked) if marked.succeeded() => {}
+                    Ok(_) => {
+                        // An upload began, or a function changed: the next sweep looks again.
+                        stale = true;
+                        continue;
+                    }
+                    Err(e) => {
+                        // What was removed so far is still reported.
+                        tracing::warn!("shared store sweep: {e}");
+                        stale = true;
+                        continue;
+                    }
                 }
                 if still() && self.delete(&object.key).await {
                     swept.packages += 1;
