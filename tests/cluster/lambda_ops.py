@@ -33,6 +33,15 @@ def package(marker):
     return buffer.getvalue()
 
 
+def fixed_package(marker):
+    """package(marker) with a fixed timestamp: the same marker gives the same bytes (digest)."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as z:
+        z.writestr(zipfile.ZipInfo("app.py", date_time=(2020, 1, 1, 0, 0, 0)),
+                   f"def handler(event, context):\n    return {{'marker': {marker!r}}}\n")
+    return buffer.getvalue()
+
+
 def call(fn):
     try:
         return fn()
@@ -48,6 +57,16 @@ def create(endpoint, name, marker):
 
 def update_code(endpoint, name, marker):
     return call(lambda: pick(client(endpoint).update_function_code(FunctionName=name, ZipFile=package(marker))))
+
+
+def create_fixed(endpoint, name, marker):
+    return call(lambda: pick(client(endpoint).create_function(
+        FunctionName=name, Runtime=PYTHON_RUNTIME, Role=ROLE, Handler="app.handler",
+        Code={"ZipFile": fixed_package(marker)})))
+
+
+def update_fixed(endpoint, name, marker):
+    return call(lambda: pick(client(endpoint).update_function_code(FunctionName=name, ZipFile=fixed_package(marker))))
 
 
 def get(endpoint, name):
@@ -204,6 +223,15 @@ def put_object(endpoint, access_key, secret_key, bucket, key, body_hex):
         Bucket=bucket, Key=key, Body=bytes.fromhex(body_hex)) and {"put": key})
 
 
+def list_objects(endpoint, access_key, secret_key, bucket, prefix=""):
+    """Every object under `prefix`: {key: size}."""
+    def run():
+        pages = s3(endpoint, access_key, secret_key).get_paginator("list_objects_v2").paginate(
+            Bucket=bucket, Prefix=prefix)
+        return {o["Key"]: o["Size"] for page in pages for o in page.get("Contents", [])}
+    return call(run)
+
+
 def create_source(endpoint, name, source, timeout=30, host_network=False):
     """A function whose app.py is `source` (with `host_network`, in its node's network namespace)."""
     buffer = io.BytesIO()
@@ -279,7 +307,7 @@ def invoke_beside(busy_endpoint, endpoint, name, busy_seconds):
     return results
 
 
-OPS = {f.__name__: f for f in (create_file, invoke_payload, invoke_beside, create_source, send_events, send_events_parallel, create, update_code, update_description, get, invoke, delete, race_config,
+OPS = {f.__name__: f for f in (create_fixed, update_fixed, list_objects, create_file, invoke_payload, invoke_beside, create_source, send_events, send_events_parallel, create, update_code, update_description, get, invoke, delete, race_config,
                                race_create, visible_after_deploy, get_object, put_object, publish, create_alias,
                                publish_layer, list_layers, create_with_layers)}
 

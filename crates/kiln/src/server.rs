@@ -291,6 +291,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
                 etcd: cluster.etcd().clone(),
                 prefix: cluster.prefix().to_string(),
                 code,
+                gc: cluster.config().gc,
             })
         }
         _ => None,
@@ -314,9 +315,6 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
         agent.clone(),
     )?;
     s3.store.notify_to(controller.clone());
-    if config.demo {
-        deploy_demo(&controller).await?;
-    }
     let credentials = stored.credentials();
     let lookup = credentials.clone();
     let verifier = Verifier::new(move |key: &str| {
@@ -364,6 +362,10 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
         }
         None => None,
     };
+    // After the join: in cluster mode a package's upload is recorded on the node's lease.
+    if config.demo {
+        deploy_demo(&controller).await?;
+    }
     // The console's charts; without the console nothing reads the counters.
     let history = config.console.is_some().then(|| {
         let history = Arc::new(crate::history::History::new(crate::history::SAMPLES));

@@ -5,7 +5,8 @@
 //! it. A node
 //! that is to run a function whose package it does not have fetches it from there and checks
 //! its SHA-256 before it stores it: the key is the digest, so a package is never replaced,
-//! and one that does not match its name is refused.
+//! and one that does not match its name is refused. [`super::gc`] removes those no function
+//! uses any more, and the payloads of Events that are gone.
 
 use std::time::Duration;
 
@@ -58,6 +59,25 @@ impl std::fmt::Debug for SharedCode {
             .field("endpoint", &self.endpoint)
             .finish()
     }
+}
+
+/// An object of the shared store's bucket, as listed.
+#[derive(Debug, Clone)]
+pub struct SharedObject {
+    pub key: String,
+    pub size: u64,
+    pub last_modified: chrono::DateTime<chrono::Utc>,
+}
+
+/// The prefix of the packages' keys.
+pub const PACKAGES: &str = "sha256/";
+
+/// The prefix of queued Events' payloads.
+pub const PAYLOADS: &str = "events/";
+
+/// The digest of package object `key`, if it is one.
+pub fn package_digest(key: &str) -> Option<&str> {
+    key.strip_prefix(PACKAGES)?.strip_suffix(".zip")
 }
 
 fn object_key(digest: &str) -> String {
@@ -199,6 +219,43 @@ impl SharedCode {
             .await
             .map(|_| ())
             .map_err(|e| self.failed("delete", key, DisplayErrorContext(&e).to_string()))
+    }
+
+    /// Every object of the cluster's own under `prefix`: its key, size and when it was last
+    /// written (by the store's clock).
+    pub async fn list(&self, prefix: &str) -> Result<Vec<SharedObject>, SharedCodeError> {
+        let mut out = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let page = self
+                .client
+                .list_objects_v2()
+                .bucket(SYSTEM_BUCKET)
+                .prefix(prefix)
+                .set_continuation_token(token.take())
+                .send()
+                .await
+                .map_err(|e| self.failed("list", prefix, DisplayErrorContext(&e).to_string()))?;
+            for object in page.contents() {
+                let (Some(key), Some(modified)) = (object.key(), object.last_modified()) else {
+                    continue;
+                };
+                let Some(last_modified) =
+                    chrono::DateTime::from_timestamp(modified.secs(), modified.subsec_nanos())
+                else {
+                    continue;
+                };
+                out.push(SharedObject {
+                    key: key.to_string(),
+                    size: object.size().unwrap_or(0).max(0) as u64,
+                    last_modified,
+                });
+            }
+            match page.next_continuation_token() {
+                Some(next) if page.is_truncated() == Some(true) => token = Some(next.to_string()),
+                _ => return Ok(out),
+            }
+        }
     }
 
     /// Downloads package `digest` (hex) and checks its SHA-256.

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::etcd::{normalise_endpoint, EtcdError};
+use super::gc::GcConfig;
 
 /// The flags of cluster mode, as given.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -40,6 +41,13 @@ pub struct ClusterFlags {
     /// has no credentials yet.
     #[arg(long, env = "KILN_CREDENTIALS_FILE")]
     pub credentials_file: Option<PathBuf>,
+    /// Seconds between two sweeps of the shared store (by the elected scheduler), which remove
+    /// packages no function uses and payloads of Events that are gone.
+    #[arg(long, default_value_t = 300)]
+    pub gc_interval: u64,
+    /// Seconds an unused object of the shared store is kept after it was last written.
+    #[arg(long, default_value_t = 600)]
+    pub gc_grace: u64,
 }
 
 /// Cluster mode's settings, validated.
@@ -54,6 +62,8 @@ pub struct ClusterConfig {
     pub prefix: String,
     pub lease_ttl: Duration,
     pub credentials_file: PathBuf,
+    /// The shared store's sweep.
+    pub gc: GcConfig,
 }
 
 /// A cluster flag that cannot work.
@@ -80,6 +90,9 @@ pub enum ClusterConfigError {
     /// A lease shorter than the fencing margin.
     #[error("--node-lease-ttl must be 2 to 3600 seconds (a node is fenced 0.5 s before its lease expires)")]
     LeaseTtl,
+    /// A sweep interval or grace out of range.
+    #[error("{0} must be 1 to 86400 seconds")]
+    GcSeconds(&'static str),
     /// The key prefix is not an absolute path.
     #[error("invalid --cluster-prefix `{0}`: expected /NAME[/NAME…]")]
     Prefix(String),
@@ -140,6 +153,12 @@ impl ClusterFlags {
         if !(2..=3600).contains(&self.node_lease_ttl) {
             return Err(ClusterConfigError::LeaseTtl);
         }
+        if !(1..=86_400).contains(&self.gc_interval) {
+            return Err(ClusterConfigError::GcSeconds("--gc-interval"));
+        }
+        if !(1..=86_400).contains(&self.gc_grace) {
+            return Err(ClusterConfigError::GcSeconds("--gc-grace"));
+        }
         let prefix = self.cluster_prefix.trim_end_matches('/').to_string();
         let prefix_ok = prefix.starts_with('/')
             && prefix.len() > 1
@@ -162,6 +181,10 @@ impl ClusterFlags {
             prefix,
             lease_ttl: Duration::from_secs(self.node_lease_ttl),
             credentials_file,
+            gc: GcConfig {
+                interval: Duration::from_secs(self.gc_interval),
+                grace: Duration::from_secs(self.gc_grace),
+            },
         }))
     }
 }
@@ -179,6 +202,8 @@ mod tests {
             cluster_prefix: "/kiln/".into(),
             node_lease_ttl: 5,
             credentials_file: Some("/etc/kiln/credentials.json".into()),
+            gc_interval: 300,
+            gc_grace: 600,
         }
     }
 
@@ -245,6 +270,25 @@ mod tests {
             flags.validate(true),
             Err(ClusterConfigError::Advertise(_))
         ));
+    }
+
+    #[test]
+    fn a_sweep_interval_or_grace_out_of_range_is_refused() {
+        for (interval, grace, flag) in [
+            (0, 600, "--gc-interval"),
+            (300, 0, "--gc-grace"),
+            (86_401, 600, "--gc-interval"),
+        ] {
+            let mut flags = full();
+            (flags.gc_interval, flags.gc_grace) = (interval, grace);
+            assert!(matches!(
+                flags.validate(true),
+                Err(ClusterConfigError::GcSeconds(f)) if f == flag
+            ));
+        }
+        let config = full().validate(true).unwrap().unwrap();
+        assert_eq!(config.gc.interval, Duration::from_secs(300));
+        assert_eq!(config.gc.grace, Duration::from_secs(600));
     }
 
     #[test]

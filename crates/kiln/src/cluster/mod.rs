@@ -10,6 +10,7 @@ pub mod code;
 pub mod config;
 pub mod credentials;
 pub mod etcd;
+pub mod gc;
 pub mod members;
 pub mod membership;
 pub mod peer;

@@ -37,4 +37,6 @@ pub struct ClusterRegistry {
     /// The cluster's key prefix (`/kiln`).
     pub prefix: String,
     pub code: crate::cluster::code::SharedCode,
+    /// The shared store's sweep.
+    pub gc: crate::cluster::gc::GcConfig,
 }

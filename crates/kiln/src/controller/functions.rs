@@ -14,6 +14,7 @@ use super::registry::{UrlWrite, Written};
 use super::replica::Record;
 use super::revision::{check_revision, overtaken, STALE_RETRIES};
 use super::{Controller, ControllerError, Entry};
+use crate::cluster::gc::UploadPin;
 use crate::function::{Function, FunctionConfig, NetworkMode};
 use crate::sync::{LockExt, RwLockExt};
 
@@ -84,7 +85,7 @@ impl Controller {
             )));
         }
         self.prepare_layers(&config.layers).await?;
-        let (code, _mutation) = self.store_code(zip).await?;
+        let (code, _mutation, _upload) = self.store_code(zip).await?;
         self.check_layer_contents(&config.layers)?;
         self.check_unzipped(&code.sha256_hex, &config.layers)?;
         if self.table().contains_key(name) {
@@ -119,12 +120,17 @@ impl Controller {
     /// it. On a single node the package is checked and stored, and extracted later
     /// ([`Self::unpack_later`]); in cluster mode it is extracted now and put in the shared store
     /// too, before any node is told of it.
+    ///
+    /// In cluster mode the upload is recorded in etcd first (the returned pin, which the caller
+    /// keeps until the function record naming the package is committed), so that the shared
+    /// store's sweep cannot remove the package in between.
     async fn store_code(
         &self,
         zip: Vec<u8>,
-    ) -> Result<(code::StoredCode, MutexGuard<'_, ()>), ControllerError> {
+    ) -> Result<(code::StoredCode, MutexGuard<'_, ()>, Option<UploadPin>), ControllerError> {
         let zip = Arc::new(zip);
         let extract_now = self.shared_code.is_some();
+        let mut pin = None;
         loop {
             let store = self.code.clone();
             let bytes = zip.clone();
@@ -138,16 +144,56 @@ impl Controller {
             .await
             .map_err(|e| ControllerError::Internal(e.to_string()))??;
             if let Some(shared) = &self.shared_code {
+                if pin.is_none() {
+                    pin = Some(self.pin_upload(&code.sha256_hex).await?);
+                }
                 shared
                     .put(&code.sha256_hex, bytes::Bytes::from(zip.to_vec()))
                     .await
                     .map_err(|e| ControllerError::Unavailable(e.to_string()))?;
+                self.check_pin(pin.as_ref())?;
             }
             let guard = self.lock_mutations();
             if self.code.has_zip(&code.sha256_hex) {
-                return Ok((code, guard));
+                return Ok((code, guard, pin));
             }
             // A DeleteFunction collected these very bytes meanwhile: store them again.
+        }
+    }
+
+    /// Cluster mode: records in etcd that this node uploads package `digest` (see
+    /// `cluster/gc.rs`), on its lease.
+    async fn pin_upload(&self, digest: &str) -> Result<UploadPin, ControllerError> {
+        let (Some(gc), Some(events)) = (&self.gc, &self.cluster_events) else {
+            return Err(ControllerError::Internal(
+                "a package upload outside cluster mode".into(),
+            ));
+        };
+        let Some((node, lease)) = events.node_lease() else {
+            return Err(ControllerError::Unavailable(
+                "this node cannot vouch for its etcd lease (it has not joined, or it is fenced): \
+                 the package was not stored; try again"
+                    .into(),
+            ));
+        };
+        gc.pin_upload(digest, &node, lease)
+            .await
+            .map_err(ControllerError::Unavailable)
+    }
+
+    /// Whether an upload's record still lives: a node that was fenced meanwhile has a new
+    /// lease, and its record went (or goes) with the old one.
+    fn check_pin(&self, pin: Option<&UploadPin>) -> Result<(), ControllerError> {
+        let live = self
+            .cluster_events
+            .as_ref()
+            .and_then(|events| events.node_lease())
+            .map(|(_, lease)| lease);
+        match pin {
+            Some(pin) if live != Some(pin.lease()) => Err(ControllerError::Unavailable(
+                "this node lost its etcd lease during the package's upload: try again".into(),
+            )),
+            _ => Ok(()),
         }
     }
 
@@ -214,7 +260,7 @@ impl Controller {
     ) -> Result<Function, ControllerError> {
         self.strict_function_ref(name)?;
         check_revision(&self.get(name)?, expected_revision)?;
-        let (code, mutation) = self.store_code(zip).await?;
+        let (code, mutation, _upload) = self.store_code(zip).await?;
         self.unpack_later(&code.sha256_hex);
         self.modify_locked(&mutation, name, |f| {
             check_revision(f, expected_revision)?;
@@ -320,6 +366,9 @@ impl Controller {
         self.functions.write_locked().remove(&name);
         self.url_settings.write_locked().remove(&name);
         self.forget_function(&entry);
+        if let Some(gc) = &self.gc {
+            gc.wake();
+        }
         Ok(())
     }
 

@@ -87,6 +87,8 @@ pub struct Controller {
     versions: Versions,
     /// Cluster mode: where packages are shared.
     shared_code: Option<crate::cluster::code::SharedCode>,
+    /// Cluster mode: the shared store's sweep (run by the scheduler) and uploads' records.
+    gc: Option<Arc<crate::cluster::gc::Collector>>,
     /// Cluster mode: functions whose package could not be fetched yet.
     unfetched: replica::Unfetched,
     code: CodeStore,

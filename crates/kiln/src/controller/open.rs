@@ -64,6 +64,21 @@ impl Controller {
         if config.cluster.is_some() {
             metrics = metrics.with_cluster();
         }
+        let gc = config.cluster.as_ref().map(|cluster| {
+            Arc::new(crate::cluster::gc::Collector::new(
+                cluster.etcd.clone(),
+                &cluster.prefix,
+                cluster.code.clone(),
+                cluster.gc,
+                |record| {
+                    serde_json::from_slice::<function::Function>(record)
+                        .ok()
+                        .map(|f| versions::packages(&f))
+                },
+                metrics.gc_removed_objects.clone(),
+                metrics.gc_removed_bytes.clone(),
+            ))
+        });
         let controller = Arc::new_cyclic(|me| Self {
             me: me.clone(),
             unpacks: Default::default(),
@@ -73,6 +88,7 @@ impl Controller {
             cluster_events,
             versions: Versions::default(),
             shared_code,
+            gc,
             unfetched: replica::Unfetched::default(),
             code,
             layers,
@@ -163,10 +179,14 @@ impl Controller {
     }
 
     /// Cluster mode: this node has joined; its lease lets it take part in the election of the
-    /// async queue's scheduler.
+    /// async queue's scheduler, which also sweeps the shared store.
     pub fn attach_membership(&self, membership: Arc<crate::cluster::Membership>) {
         if let Some(events) = &self.cluster_events {
             events.attach(membership);
+            if let Some(gc) = &self.gc {
+                let events = Arc::downgrade(events);
+                gc.start(move || events.upgrade()?.scheduling());
+            }
         }
     }
 }

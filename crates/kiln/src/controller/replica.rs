@@ -247,6 +247,9 @@ impl Controller {
                         if let Some(entry) = removed {
                             self.forget_function(&entry);
                         }
+                        if let Some(gc) = &self.gc {
+                            gc.wake();
+                        }
                     }
                 }
             }

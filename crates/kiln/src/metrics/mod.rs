@@ -82,6 +82,10 @@ pub struct Metrics {
     pub memory_limit_writes: Histogram,
     /// Cluster mode: packages fetched from the shared store (registered only in cluster mode).
     pub code_fetches: Histogram,
+    /// Cluster mode: objects the sweep removed from the shared store, by kind.
+    pub gc_removed_objects: Family<KindLabels, Counter>,
+    /// Cluster mode: their bytes.
+    pub gc_removed_bytes: Family<KindLabels, Counter>,
     instances: Family<StateLabels, Gauge>,
     memory: Family<KindLabels, Gauge>,
     snapshots: Family<KindLabels, Gauge>,
@@ -242,6 +246,8 @@ impl Default for Metrics {
             memory_limit_writes,
             // 1 ms to ~2.5 min.
             code_fetches: Histogram::new(exponential_buckets(0.001, 2.5, 14)),
+            gc_removed_objects: Family::default(),
+            gc_removed_bytes: Family::default(),
             instances,
             memory,
             snapshots,
@@ -344,6 +350,21 @@ impl Metrics {
             "Packages fetched from the shared store by digest: download, check and extraction",
             self.code_fetches.clone(),
         );
+        self.registry.register(
+            "cluster_gc_removed_objects",
+            "Objects removed from the shared store by the sweep: package (no function uses it), payload (its Event is gone)",
+            self.gc_removed_objects.clone(),
+        );
+        self.registry.register(
+            "cluster_gc_removed_bytes",
+            "Bytes of the objects removed from the shared store by the sweep, by kind",
+            self.gc_removed_bytes.clone(),
+        );
+        for kind in ["package", "payload"] {
+            let labels = KindLabels { kind: kind.into() };
+            let _ = self.gc_removed_objects.get_or_create(&labels);
+            let _ = self.gc_removed_bytes.get_or_create(&labels);
+        }
         self
     }
 

@@ -191,8 +191,14 @@ impl EtcdEvents {
         self.membership()?.live_lease()
     }
 
+    /// This node's id and the lease it can vouch for, if it has joined and is not fenced.
+    pub fn node_lease(&self) -> Option<(String, i64)> {
+        let membership = self.membership()?;
+        Some((membership.node_id().to_string(), membership.live_lease()?))
+    }
+
     /// Whether this node is the scheduler and can vouch for the lease it was elected with.
-    fn scheduling(&self) -> Option<i64> {
+    pub fn scheduling(&self) -> Option<i64> {
         let lease = (*self.scheduler.locked())?;
         let live = self.membership()?.live_lease();
         (live == Some(lease)).then_some(lease)
@@ -501,10 +507,16 @@ impl EventQueue for EtcdEvents {
     }
 
     fn drop_events(&self, function: &str) -> Result<Vec<String>, RegistryError> {
-        block(
-            self.etcd
-                .delete_prefix(&format!("{}queue/{function}/", self.root)),
-        )?;
+        let prefix = format!("{}queue/{function}/", self.root);
+        // Listed first: an Event accepted between the two is dropped too, and its payload
+        // left to the shared store's sweep.
+        let (entries, _) = block(self.etcd.list(&prefix))?;
+        block(self.etcd.delete_prefix(&prefix))?;
+        for entry in entries {
+            if let Some(record) = self.decode(&entry.key, &entry.value) {
+                self.forget_payload(&record);
+            }
+        }
         Ok(Vec::new())
     }
 }
