@@ -39,13 +39,18 @@ def burst(server, name, n, seconds=0.5):
 
 def standbys(server, name, ready, revision=None, timeout=120):
     """Waits for `ready` instances made ahead of `name` (of `revision`), none being made; returns its status."""
+    last = {}
+
     def done():
-        s = snapshot_of(server, name)
+        s = last["status"] = snapshot_of(server, name)
         if s and s.get("standbys_ready") == ready and s.get("standbys_making") == 0 \
                 and (revision is None or s["revision"] == revision):
             return s
         return None
-    return wait_for(done, timeout=timeout, what=f"{ready} standbys of {name}")
+    try:
+        return wait_for(done, timeout=timeout, what=f"{ready} standbys of {name}")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; its status last: {last.get('status')}") from None
 
 
 def cpu_idle(server, instance_id):
@@ -186,10 +191,12 @@ def test_a_function_made_again_under_its_name_gets_its_own_standbys(kiln, tmp_pa
     assert [start_path(r) for r in reports] == ["hot"] * 2, reports
 
 
-def test_a_fork_server_outlives_what_its_many_forks_leave_charged_to_it(kiln, tmp_path):
+def test_a_fork_server_outlives_what_its_many_forks_leave_charged_to_it(fresh_kiln, tmp_path):
     # Each fork leaves the pages it copied before its move to its own cgroup charged to the fork
     # server's (about 1 MB for this function): 64 spares taken by a burst and 64 made again
-    # would fill a 128 MB limit, and the fork server would be killed for memory.
+    # would fill a 128 MB limit, and the fork server would be killed for memory. A kiln of its
+    # own: the snapshots of the session's other functions are no part of this.
+    kiln = fresh_kiln()
     deploy_cli(kiln, tmp_path, "burst-many", "--standbys", "64", "--memory", "128", "--warmup", "0")
     # Spares are made at SCHED_IDLE: other work on the machine delays them, by design.
     status = standbys(kiln, "burst-many", 64, timeout=300)
@@ -202,6 +209,24 @@ def test_a_fork_server_outlives_what_its_many_forks_leave_charged_to_it(kiln, tm
     # Each spare the burst took was forked again (on a loaded machine a request may reuse an
     # instance another finished with, so fewer than 64 may have been taken).
     assert after["forks"] >= 64 + len(started), (after, len(started))
+
+
+def test_a_refill_short_of_the_snapshot_budget_evicts_an_idle_functions_snapshot(fresh_kiln, tmp_path):
+    # A budget that the burst function's fork server (its forks' charges grow it) and an idle
+    # function's snapshot overfill: the function in demand gets its spares back, the idle one's
+    # snapshot goes (it is rebuilt on its next cold start).
+    kiln = fresh_kiln(extra_args=["--snapshot-memory-mb", "52"])
+    deploy_cli(kiln, tmp_path, "budget-idle", "--warmup", "0")
+    standbys(kiln, "budget-idle", 1)
+    invoke(kiln, "budget-idle")
+    deploy_cli(kiln, tmp_path, "budget-busy", "--standbys", "16", "--warmup", "0")
+    standbys(kiln, "budget-busy", 16)
+    # Half are taken: the refill runs with the other half ready, each as large as the last.
+    burst(kiln, "budget-busy", 8)
+    standbys(kiln, "budget-busy", 16, timeout=60)
+    assert snapshot_of(kiln, "budget-idle") is None, "the idle function's snapshot was evicted"
+    _, response, _ = invoke(kiln, "budget-idle")
+    assert "FunctionError" not in response
 
 
 # Holds one HTTP connection to the sandbox's object store, opened at init and used by every invocation (as an SDK

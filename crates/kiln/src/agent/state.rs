@@ -125,15 +125,21 @@ impl MadeAhead {
         snapshots + spares
     }
 
-    /// Removes ready snapshots, least recently used first, until `needed` more bytes fit in
-    /// the snapshot memory budget (which the spares share). A removed zygote lives on until
-    /// its last fork is gone.
-    pub fn evict_snapshots(&mut self, needed: u64, budget_mb: u64) -> Vec<SnapshotSlot> {
+    /// Removes ready snapshots of functions other than `keep`, least recently used first,
+    /// until `needed` more bytes fit in the snapshot memory budget (which the spares share). A
+    /// removed zygote lives on until its last fork is gone.
+    pub fn evict_snapshots(
+        &mut self,
+        needed: u64,
+        budget_mb: u64,
+        keep: &str,
+    ) -> Vec<SnapshotSlot> {
         let mut evicted = Vec::new();
         while self.snapshot_bytes() + needed > budget_mb * 1024 * 1024 {
             let Some(name) = self
                 .zygotes
                 .iter()
+                .filter(|(name, _)| name.as_str() != keep)
                 .filter_map(|(name, slot)| slot.last_used().map(|used| (used, name)))
                 .min()
                 .map(|(_, name)| name.clone())
@@ -264,6 +270,6 @@ mod tests {
         ahead.newest.insert("f".into(), 2);
         assert!(ahead.outdated(&f));
         assert_eq!(ahead.snapshot_bytes(), 0);
-        assert!(ahead.evict_snapshots(1024, 1).is_empty());
+        assert!(ahead.evict_snapshots(1024, 1, "f").is_empty());
     }
 }

@@ -213,9 +213,11 @@ impl Inner {
                             if can_fork { "fork server" } else { "standby instance" },
                             begin.elapsed().as_secs_f64() * 1000.0
                         );
-                        evicted = state
-                            .ahead
-                            .evict_snapshots(slot.memory_bytes(), inner.config.snapshot_memory_mb);
+                        evicted = state.ahead.evict_snapshots(
+                            slot.memory_bytes(),
+                            inner.config.snapshot_memory_mb,
+                            &spec.function,
+                        );
                         // A rebuilt snapshot's predecessor goes with its spares.
                         evicted.extend(state.ahead.zygotes.insert(spec.function.clone(), slot));
                         installed = true;

@@ -238,6 +238,7 @@ impl Inner {
             return;
         };
         let maker = Arc::new(maker);
+        let mut evicted = Vec::new();
         let (ids, replaced) = {
             let mut guard = self.state();
             let state = &mut *guard;
@@ -248,8 +249,6 @@ impl Inner {
             }
             let now = Instant::now();
             let (_, spare_target) = self.spare_target(state, spec, now);
-            let used = state.ahead.snapshot_bytes();
-            let budget = self.config.snapshot_memory_mb * 1024 * 1024;
             let spares = state
                 .ahead
                 .spares
@@ -266,14 +265,22 @@ impl Inner {
             }
             let have = spares.ready.len() + spares.making.len();
             let mut wanted = spare_target.saturating_sub(have);
-            // Each is about as large as the last one made; the first is not limited.
-            if let Some(unit) = spares
+            // Each is about as large as the last one made; the first is not limited. A function
+            // short of them is in demand now: the snapshots of others, least recently used
+            // first, make room (with their spares) before its refill is cut.
+            let unit = spares
                 .ready
                 .back()
                 .map(|(_, bytes)| *bytes)
-                .filter(|b| *b > 0)
-            {
-                wanted = wanted.min((budget.saturating_sub(used) / unit) as usize);
+                .filter(|b| *b > 0);
+            if let Some(unit) = unit {
+                let budget_mb = self.config.snapshot_memory_mb;
+                evicted =
+                    state
+                        .ahead
+                        .evict_snapshots(wanted as u64 * unit, budget_mb, &spec.function);
+                let room = (budget_mb * 1024 * 1024).saturating_sub(state.ahead.snapshot_bytes());
+                wanted = wanted.min((room / unit) as usize);
             }
             let mut ids = Vec::with_capacity(wanted);
             for _ in 0..wanted {
@@ -289,6 +296,10 @@ impl Inner {
         };
         for (instance, _) in replaced {
             self.destroy_later(*instance);
+        }
+        // Outside the lock: the last reference to a zygote tears its sandbox down.
+        for slot in evicted {
+            self.discard(slot);
         }
         for id in ids {
             let inner = self.clone();
