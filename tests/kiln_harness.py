@@ -207,6 +207,17 @@ class Kiln:
             parsed = body
         return parsed, response
 
+    def settled(self, name, timeout=120):
+        """Waits until `name` is neither being created nor updated, as boto3's `function_updated_v2`
+        waiter does (polling faster): its invocations run its latest code, and the next change is
+        accepted (Lambda refuses a change meanwhile with 409)."""
+        lam = self.client()
+
+        def done():
+            c = lam.get_function_configuration(FunctionName=name)
+            return c.get("State") != "Pending" and c.get("LastUpdateStatus") != "InProgress"
+        wait_for(done, timeout=timeout, interval=0.05, what=f"{name}'s last change to settle")
+
     def log_tail(self, response):
         return base64.b64decode(response.get("LogResult", "")).decode()
 

@@ -292,6 +292,7 @@ def test_url_survives_code_update(kiln):
     assert requests.get(url, timeout=60).text == "one"
     kiln.client().update_function_code(FunctionName=name, ZipFile=zip_files({
         "app.py": "def handler(event, context):\n    return 'two'\n"}))
+    kiln.settled(name)
     assert requests.get(url, timeout=60).text == "two"
 
 
