@@ -7,6 +7,7 @@ was killed for memory on a later invocation (SeBS 311.compression at 256 MB died
 import json
 import os
 import subprocess
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -51,6 +52,10 @@ def handler(event, context):
         return "ok"
     if op == "list":
         return sorted(os.listdir("/tmp"))
+    if op == "sleep":
+        import time
+        time.sleep(event["seconds"])
+        return "slept"
     if op == "mount":
         with open("/proc/self/mountinfo") as f:
             for line in f:
@@ -172,3 +177,34 @@ def test_without_disks_tmp_is_a_tmpfs_and_functions_still_start(fresh_kiln):
     assert call(server, "tmp-tmpfs", {"op": "mount"})["fstype"] == "tmpfs"
     assert call(server, "tmp-tmpfs", {"op": "put", "name": "x"}) == "ok"
     assert not loop_devices_of(server.data_dir)
+
+
+def test_a_burst_that_draws_the_pool_dry_keeps_as_many_ready_for_the_next(fresh_kiln, tmp_path):
+    # Four disks of the default size are kept ready; a burst of starts that each take one (the
+    # coldest path: no snapshot, no spare fork sharing its zygote's /tmp) draws more than that,
+    # and the pool keeps as many ready for the next burst as this one drew.
+    server = fresh_kiln()
+    pool = lambda: node_status(server)["tmp_disks"].get("512", {})
+    wait_for(lambda: pool().get("ready") == 4, timeout=60, what="the pool's four disks")
+    code = tmp_path / "tmp-burst"
+    code.mkdir()
+    (code / "app.py").write_text(TMP_FUNCTION)
+    server.cli("deploy", "tmp-burst", "--runtime", PYTHON_RUNTIME, "--handler", "app.handler",
+               "--code", str(code), "--timeout", "60", "--prebake", "off")
+    clients = [server.client() for _ in range(12)]
+    barrier = threading.Barrier(12)
+    answers = []
+
+    def one(client):
+        barrier.wait()
+        response = client.invoke(FunctionName="tmp-burst", Payload=json.dumps({"op": "sleep", "seconds": 2}))
+        answers.append(json.loads(response["Payload"].read()))
+    threads = [threading.Thread(target=one, args=(c,)) for c in clients]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert answers == ["slept"] * 12
+    refilled = wait_for(lambda: (c := pool()) and c["wanted"] > 4 and c["ready"] == c["wanted"] and c,
+                        timeout=120, what="the pool to hold what the burst drew")
+    assert 8 <= refilled["wanted"] <= 32, refilled

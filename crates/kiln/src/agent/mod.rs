@@ -43,7 +43,7 @@ pub use node::{
 pub use preparations::{Prepared, Preparing};
 pub use routing::{ClosestMemory, RoutingPolicy, WarmFirst};
 pub use sessions::SessionStatus;
-pub use status::{InstanceStatus, MemorySharing, NodeStatus, SnapshotStatus};
+pub use status::{InstanceStatus, MemorySharing, NodeStatus, SnapshotStatus, TmpDiskCount};
 pub use tmp_disks::TmpDiskPool;
 pub use wasm::{cache_dir as wasm_cache_dir, WasmHost};
 

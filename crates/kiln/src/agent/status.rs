@@ -1,6 +1,7 @@
 //! What the node reports of itself (`kiln status`, `/kiln/v1/status`): its instances with their
 //! memory, its snapshots (fork servers, standbys, wasm modules) and its memory budget.
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -133,6 +134,13 @@ impl SnapshotStatus {
     }
 }
 
+/// One size of `/tmp` disks in the pool.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TmpDiskCount {
+    pub ready: usize,
+    pub wanted: usize,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NodeStatus {
     pub instances: Vec<InstanceStatus>,
@@ -148,6 +156,9 @@ pub struct NodeStatus {
     /// What sandboxes' `/tmp` is: `disk`, or `tmpfs (…why)` where disks cannot be made.
     #[serde(default)]
     pub tmp: String,
+    /// The `/tmp` disks ready per size (MB), and how many of each the pool keeps now.
+    #[serde(default)]
+    pub tmp_disks: BTreeMap<u32, TmpDiskCount>,
     /// BREAKOUT's fast paths of the node's functions.
     #[serde(default)]
     pub breakout: Vec<super::BreakoutStatus>,
@@ -281,6 +292,7 @@ impl Inner {
             cgroup_version: self.ctx.cgroups.version().to_string(),
             runtimes: self.ctx.runtimes.names(),
             tmp: self.ctx.tmp_disks.describe(),
+            tmp_disks: self.ctx.tmp_disks.counts(),
             breakout,
         }
     }

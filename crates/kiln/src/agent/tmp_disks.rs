@@ -2,9 +2,11 @@
 //! `tmpdisk.rs`), taken from a pool made ahead of need so that a start pays no `mkfs`.
 //!
 //! The pool keeps disks of Lambda's default size (512 MB) always, and one of every other size a
-//! function asked for within the last [`REMEMBER`]. A start takes one and wakes the pool's own
-//! thread, which tops it up one disk at a time; a start that finds none makes its own (an
-//! `mkfs`, about 50 ms). A disk is never handed out twice: each is formatted fresh, and goes
+//! function asked for within the last [`REMEMBER`]; of each, as many as the largest burst of
+//! recent takes drew before the pool caught up (decayed as a function's peak concurrency is,
+//! `start/demand.rs`), up to [`READY_MAX`]. A start takes one and wakes the pool's own thread,
+//! which tops it up one disk at a time; a start that finds none makes its own (an `mkfs`,
+//! about 50 ms). A disk is never handed out twice: each is formatted fresh, and goes
 //! with its sandbox. Where disks cannot be made (no loop devices, as in many containers) `/tmp`
 //! is a tmpfs counted against the instance's memory, as before, with a warning at start and in
 //! `kiln status`.
@@ -16,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use kiln_sandbox::{TmpDisk, TmpDisks};
 
+use super::start::demand::Demand;
 use crate::sync::LockExt;
 
 /// Lambda's default `EphemeralStorage`, and so the size most starts ask for.
@@ -25,6 +28,10 @@ const DEFAULT_MB: u32 = 512;
 const READY_DEFAULT: usize = 4;
 /// How long a size another function asked for keeps one disk ready.
 const REMEMBER: Duration = Duration::from_secs(600);
+/// The most disks of one size kept ready, however large a burst was.
+const READY_MAX: usize = 32;
+/// How long a burst's size is held before it decays (as a function's peak concurrency).
+const BURST_WINDOW: Duration = Duration::from_secs(600);
 
 /// What the pool knows of one size.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -33,6 +40,8 @@ struct Counts {
     making: usize,
     /// How long ago a start last asked for this size.
     since_asked: Option<Duration>,
+    /// How many a recent burst drew before the pool caught up, decayed.
+    burst: usize,
 }
 
 /// What the pool should do for one size: make `make` more disks, or let `surplus` ready ones go.
@@ -42,15 +51,17 @@ enum Step {
     Drop(usize),
 }
 
-/// How many disks of `size_mb` to keep ready.
-fn wanted(size_mb: u32, since_asked: Option<Duration>) -> usize {
-    if size_mb == DEFAULT_MB {
+/// How many disks of a size to keep ready: the default size's floor, or one of another size
+/// while it is asked for, and as many as a recent burst drew, up to [`READY_MAX`].
+fn wanted(size_mb: u32, c: &Counts) -> usize {
+    let floor = if size_mb == DEFAULT_MB {
         READY_DEFAULT
-    } else if since_asked.is_some_and(|d| d < REMEMBER) {
+    } else if c.since_asked.is_some_and(|d| d < REMEMBER) {
         1
     } else {
-        0
-    }
+        return 0;
+    };
+    c.burst.clamp(floor, READY_MAX.max(floor))
 }
 
 /// The pool's decision for every size it knows: pure, over its counts.
@@ -59,7 +70,7 @@ fn plan(counts: &BTreeMap<u32, Counts>) -> BTreeMap<u32, Step> {
     let mut steps = BTreeMap::new();
     for size in sizes {
         let c = counts.get(&size).copied().unwrap_or_default();
-        let want = wanted(size, c.since_asked);
+        let want = wanted(size, &c);
         if c.ready + c.making < want {
             steps.insert(size, Step::Make(want - c.ready - c.making));
         } else if c.ready > want {
@@ -74,6 +85,9 @@ struct PoolState {
     ready: HashMap<u32, Vec<TmpDisk>>,
     making: HashMap<u32, usize>,
     asked: HashMap<u32, Instant>,
+    /// Per size, the disks taken since the pool last had all it wanted, and the peak of that.
+    drawn: HashMap<u32, usize>,
+    bursts: HashMap<u32, Demand>,
     /// A background task is topping the pool up.
     refilling: bool,
 }
@@ -91,6 +105,10 @@ impl PoolState {
                     ready: self.ready.get(size).map_or(0, Vec::len),
                     making: self.making.get(size).copied().unwrap_or(0),
                     since_asked: self.asked.get(size).map(|t| now.duration_since(*t)),
+                    burst: self
+                        .bursts
+                        .get(size)
+                        .map_or(0, |b| b.predicted(now, BURST_WINDOW)),
                 };
                 (*size, counts)
             })
@@ -162,7 +180,13 @@ impl TmpDiskPool {
         let maker = self.maker.clone()?;
         let ready = {
             let mut state = self.state.locked();
-            state.asked.insert(size_mb, Instant::now());
+            let now = Instant::now();
+            state.asked.insert(size_mb, now);
+            let drawn = state.drawn.entry(size_mb).or_default();
+            *drawn += 1;
+            let drawn = *drawn;
+            let burst = state.bursts.entry(size_mb).or_default();
+            burst.observe(now, drawn, BURST_WINDOW);
             state.ready.get_mut(&size_mb).and_then(Vec::pop)
         };
         self.refill();
@@ -207,6 +231,23 @@ impl TmpDiskPool {
         *self.fallback.locked() = Some(why.to_string());
     }
 
+    /// The disks ready per size and how many of each the pool keeps now (`kiln status`).
+    pub fn counts(&self) -> BTreeMap<u32, super::status::TmpDiskCount> {
+        let counts = self.state.locked().counts(Instant::now());
+        let sizes = counts.keys().copied().chain(std::iter::once(DEFAULT_MB));
+        sizes
+            .map(|size| {
+                let c = counts.get(&size).copied().unwrap_or_default();
+                let count = super::status::TmpDiskCount {
+                    ready: c.ready,
+                    wanted: wanted(size, &c),
+                };
+                (size, count)
+            })
+            .filter(|(_, c)| c.ready + c.wanted > 0)
+            .collect()
+    }
+
     /// Tops the pool up in the background and lets surplus disks go.
     pub fn refill(&self) {
         if self.maker.is_none() {
@@ -219,6 +260,10 @@ impl TmpDiskPool {
                 .asked
                 .retain(|_, at| now.duration_since(*at) < REMEMBER);
             let steps = plan(&state.counts(now));
+            // A size the pool has all it wants of starts counting a new burst.
+            state
+                .drawn
+                .retain(|size, _| matches!(steps.get(size), Some(Step::Make(_))));
             let mut surplus = Vec::new();
             for (size, step) in &steps {
                 if let (Step::Drop(n), Some(ready)) = (*step, state.ready.get_mut(size)) {
@@ -255,6 +300,7 @@ impl TmpDiskPool {
                     }
                     None => {
                         state.refilling = false;
+                        state.drawn.clear();
                         return;
                     }
                 }
@@ -297,6 +343,7 @@ mod tests {
                         ready,
                         making,
                         since_asked,
+                        burst: 0,
                     },
                 )
             })
@@ -343,6 +390,35 @@ mod tests {
             (4096, 1, 0, None),
         ]));
         assert_eq!(steps, BTreeMap::from([(4096, Step::Drop(1))]));
+    }
+
+    #[test]
+    fn a_burst_keeps_as_many_ready_as_it_drew_up_to_the_cap() {
+        let burst = |size, ready, since_asked, burst| {
+            let c = Counts {
+                ready,
+                making: 0,
+                since_asked,
+                burst,
+            };
+            plan(&BTreeMap::from([(size, c)])).get(&size).copied()
+        };
+        assert_eq!(burst(DEFAULT_MB, 4, None, 12), Some(Step::Make(8)));
+        assert_eq!(burst(DEFAULT_MB, 4, None, 2), None, "never below the floor");
+        assert_eq!(
+            burst(DEFAULT_MB, 0, None, 1000),
+            Some(Step::Make(READY_MAX))
+        );
+        assert_eq!(
+            burst(DEFAULT_MB, 12, None, 6),
+            Some(Step::Drop(6)),
+            "as it decays"
+        );
+        let asked = Some(Duration::from_secs(5));
+        assert_eq!(burst(2048, 0, asked, 3), Some(Step::Make(3)));
+        // A size no longer asked for keeps none, whatever its last burst.
+        let old = Some(REMEMBER + Duration::from_secs(1));
+        assert_eq!(burst(2048, 2, old, 3), Some(Step::Drop(2)));
     }
 
     #[test]

@@ -117,6 +117,7 @@ impl NodeAgent for FakeAgent {
             cgroup_version: "none".into(),
             runtimes: vec![RUNTIME.into()],
             tmp: "disk".into(),
+            tmp_disks: Default::default(),
             breakout: Vec::new(),
         }
     }
