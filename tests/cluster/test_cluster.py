@@ -94,6 +94,22 @@ def test_drain_and_undrain_are_seen_by_every_node(cluster):
     assert missing.returncode != 0 and "no node `nobody`" in missing.stderr
 
 
+def test_drain_self_drains_the_node_the_cli_talks_to(cluster):
+    # As a Kubernetes preStop hook runs it: beside the node, knowing its address but not its id.
+    drained = cluster.cli("cluster", "drain", "--self", on="n3", via="n3")
+    assert "node n3 takes no new placements" in drained.stdout
+    for node in NODES:
+        cluster.wait_for(lambda: cluster.states(node) == {"n1": "up", "n2": "up", "n3": "draining"}, 5,
+                         what=f"{node} to see n3, and only n3, draining")
+    undrained = cluster.cli("--json", "cluster", "undrain", "--self", on="n3", via="n3")
+    assert json.loads(undrained.stdout) == {"node": "n3", "draining": False}
+    for node in NODES:
+        cluster.wait_for(lambda: all_up(cluster, node), 5, what=f"{node} to see n3 up again")
+    both = cluster.cli("cluster", "drain", "n2", "--self", on="n1", check=False)
+    assert both.returncode != 0 and "cannot be used with" in both.stderr
+    assert all_up(cluster, "n1")
+
+
 def test_a_killed_node_is_seen_gone_within_its_lease(cluster):
     cluster.kill9("n3")
     # Not declared dead at once: its lease (renewed every second at TTL 5) still holds for most of a TTL.

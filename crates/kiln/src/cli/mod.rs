@@ -87,7 +87,7 @@ pub enum Command {
     /// function during bursts (create, set, get, routes, status, rm).
     App(Box<app::AppArgs>),
     /// Cluster mode: `status` lists the nodes, `drain NODE` / `undrain NODE` stop and restart
-    /// new placements on a node.
+    /// new placements on a node (`--self` instead of NODE: the node at --endpoint).
     Cluster(cluster::ClusterArgs),
     /// The async queue: `ls` (default) lists queued events and the events that failed every
     /// attempt, `retry ID` queues a failed one again, `rm ID` forgets it.
