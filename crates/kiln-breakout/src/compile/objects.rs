@@ -124,6 +124,46 @@ fn is_object_or_closure(sink: &mut InstructionSink<'_>, v: u32) {
         .i32_or();
 }
 
+/// A named access's site cache, inside two blocks (the outer one the access's, the inner one
+/// its slow path), for the site's global and key `(site, key)` on the `i64` local `o`: leaves
+/// the inner block unless `o` is a plain object or a closure; then, when the entry at the
+/// index in the site's global is one of the object's and holds the key (the very string),
+/// `hit` emits the access with that entry's address in the `i32` local `entry` and the code
+/// leaves the outer block; else it goes on to the slow path. The `i32` local `index` is
+/// scratch.
+fn cached_entry(
+    s: &mut InstructionSink<'_>,
+    o: u32,
+    (site, key): (u32, Value),
+    (entry, index): (u32, u32),
+    hit: impl FnOnce(&mut InstructionSink<'_>),
+) {
+    is_object_or_closure(s, o);
+    s.i32_eqz()
+        .br_if(0)
+        .local_get(o)
+        .i32_wrap_i64()
+        .local_tee(entry)
+        .i32_load(mem32(8))
+        .global_get(site)
+        .local_tee(index)
+        .i32_gt_u()
+        .if_(BlockType::Empty)
+        .local_get(entry)
+        .i32_load(mem32(16))
+        .local_get(index)
+        .i32_const(4)
+        .i32_shl()
+        .i32_add()
+        .local_tee(entry)
+        .i64_load(mem64(0))
+        .i64_const(key.0 as i64)
+        .i64_eq()
+        .if_(BlockType::Empty);
+    hit(s);
+    s.br(3).end().end();
+}
+
 /// `lookup(object, key) -> (value, own index)`, `object` a plain object or a closure.
 pub fn lookup_function() -> Function {
     // Locals: 2 current, 3 header, 4 entry key (i64); 5 address, 6 count, 7 entries, 8 i,
@@ -611,35 +651,10 @@ impl Generator<'_> {
         let mut s = self.sink();
         s.block(BlockType::Result(ValType::I64))
             .block(BlockType::Empty);
-        is_object_or_closure(&mut s, o);
-        s.i32_eqz()
-            .br_if(0)
-            // The cache: the entry at the index the site last found is the key's.
-            .local_get(o)
-            .i32_wrap_i64()
-            .local_tee(address)
-            .i32_load(mem32(8))
-            .global_get(site)
-            .local_tee(index)
-            .i32_gt_u()
-            .if_(BlockType::Empty)
-            .local_get(address)
-            .i32_load(mem32(16))
-            .local_get(index)
-            .i32_const(4)
-            .i32_shl()
-            .i32_add()
-            .local_tee(address)
-            .i64_load(mem64(0))
-            .i64_const(key.0 as i64)
-            .i64_eq()
-            .if_(BlockType::Empty)
-            .local_get(address)
-            .i64_load(mem64(8))
-            .br(3)
-            .end()
-            .end()
-            .local_get(o)
+        cached_entry(&mut s, o, (site, key), (address, index), |s| {
+            s.local_get(address).i64_load(mem64(8));
+        });
+        s.local_get(o)
             .i64_const(key.0 as i64)
             .call(helpers.lookup)
             .local_set(index)
@@ -698,37 +713,12 @@ impl Generator<'_> {
         let (address, index) = (self.local(ValType::I32), self.local(ValType::I32));
         let mut s = self.sink();
         s.block(BlockType::Empty).block(BlockType::Empty);
-        is_object_or_closure(&mut s, o);
-        s.i32_eqz()
-            .br_if(0)
-            // The cache, as for a read: an existing own property written in place. (A
-            // `Buffer` never has own properties the code could have written.)
-            .local_get(o)
-            .i32_wrap_i64()
-            .local_tee(address)
-            .i32_load(mem32(8))
-            .global_get(site)
-            .local_tee(index)
-            .i32_gt_u()
-            .if_(BlockType::Empty)
-            .local_get(address)
-            .i32_load(mem32(16))
-            .local_get(index)
-            .i32_const(4)
-            .i32_shl()
-            .i32_add()
-            .local_tee(address)
-            .i64_load(mem64(0))
-            .i64_const(key.0 as i64)
-            .i64_eq()
-            .if_(BlockType::Empty)
-            .local_get(address)
-            .local_get(v)
-            .i64_store(mem64(8))
-            .br(3)
-            .end()
-            .end()
-            .local_get(o)
+        // An existing own property written in place. (A `Buffer` never has own properties the
+        // code could have written.)
+        cached_entry(&mut s, o, (site, key), (address, index), |s| {
+            s.local_get(address).local_get(v).i64_store(mem64(8));
+        });
+        s.local_get(o)
             .i64_const(key.0 as i64)
             .local_get(v)
             .call(helpers.set_own)
