@@ -164,6 +164,57 @@ fn cached_entry(
     s.br(3).end().end();
 }
 
+/// The scan of an object's own entries (the `i32` locals `count` and `entries`, from the index
+/// in `i`) for the key in the `i64` local `k`, whose header (length and hash) is in `header`;
+/// `entry_key` is scratch. At the entry that holds the key, `found` emits the access with the
+/// entry's address on the stack and returns; at one whose key has the same length and hash at
+/// another address (whose units only the runtime compares), `other` takes that condition and
+/// returns or leaves; past the last entry the code leaves the scan's block.
+fn own_entries(
+    s: &mut InstructionSink<'_>,
+    (k, header, entry_key): (u32, u32, u32),
+    (count, entries, i): (u32, u32, u32),
+    found: impl FnOnce(&mut InstructionSink<'_>),
+    other: impl FnOnce(&mut InstructionSink<'_>),
+) {
+    s.block(BlockType::Empty)
+        .loop_(BlockType::Empty)
+        .local_get(i)
+        .local_get(count)
+        .i32_ge_u()
+        .br_if(1)
+        .local_get(entries)
+        .local_get(i)
+        .i32_const(4)
+        .i32_shl()
+        .i32_add()
+        .i64_load(mem64(0))
+        .local_tee(entry_key)
+        .local_get(k)
+        .i64_eq()
+        .if_(BlockType::Empty)
+        .local_get(entries)
+        .local_get(i)
+        .i32_const(4)
+        .i32_shl()
+        .i32_add();
+    found(s);
+    s.end()
+        .local_get(entry_key)
+        .i32_wrap_i64()
+        .i64_load(mem64(0))
+        .local_get(header)
+        .i64_eq();
+    other(s);
+    s.local_get(i)
+        .i32_const(1)
+        .i32_add()
+        .local_set(i)
+        .br(0)
+        .end()
+        .end();
+}
+
 /// `lookup(object, key) -> (value, own index)`, `object` a plain object or a closure.
 pub fn lookup_function() -> Function {
     // Locals: 2 current, 3 header, 4 entry key (i64); 5 address, 6 count, 7 entries, 8 i,
@@ -189,55 +240,28 @@ pub fn lookup_function() -> Function {
         .i32_load(mem32(16))
         .local_set(entries)
         .i32_const(0)
-        .local_set(i)
-        .block(BlockType::Empty) // not an own property of `current`
-        .loop_(BlockType::Empty)
-        .local_get(i)
-        .local_get(count)
-        .i32_ge_u()
-        .br_if(1)
-        .local_get(entries)
-        .local_get(i)
-        .i32_const(4)
-        .i32_shl()
-        .i32_add()
-        .i64_load(mem64(0))
-        .local_tee(entry_key)
-        .local_get(k)
-        .i64_eq()
-        .if_(BlockType::Empty)
-        .local_get(entries)
-        .local_get(i)
-        .i32_const(4)
-        .i32_shl()
-        .i32_add()
-        .i64_load(mem64(8))
-        .local_get(i)
-        .i32_const(-1)
-        .local_get(current)
-        .local_get(o)
-        .i64_eq()
-        .select()
-        .return_()
-        .end()
-        // The same length and hash at another address: the units decide, in the runtime.
-        .local_get(entry_key)
-        .i32_wrap_i64()
-        .i64_load(mem64(0))
-        .local_get(header)
-        .i64_eq()
-        .br_if(3)
-        .local_get(i)
-        .i32_const(1)
-        .i32_add()
-        .local_set(i)
-        .br(0)
-        .end()
-        .end()
-        // The prototype, while it is in the arena.
-        .local_get(address)
-        .i64_load(mem64(0))
-        .local_set(current);
+        .local_set(i);
+    own_entries(
+        &mut s,
+        (k, header, entry_key),
+        (count, entries, i),
+        |s| {
+            s.i64_load(mem64(8))
+                .local_get(i)
+                .i32_const(-1)
+                .local_get(current)
+                .local_get(o)
+                .i64_eq()
+                .select()
+                .return_();
+        },
+        // The units decide, in the runtime.
+        |s| {
+            s.br_if(3);
+        },
+    );
+    // The prototype, while it is in the arena.
+    s.local_get(address).i64_load(mem64(0)).local_set(current);
     is_object_or_closure(&mut s, current);
     s.i32_eqz()
         .br_if(1)
@@ -309,51 +333,20 @@ pub fn set_own_function() -> Function {
         .local_set(count)
         .local_get(address)
         .i32_load(mem32(16))
-        .local_set(entries)
-        .block(BlockType::Empty) // not an own property
-        .loop_(BlockType::Empty)
-        .local_get(i)
-        .local_get(count)
-        .i32_ge_u()
-        .br_if(1)
-        .local_get(entries)
-        .local_get(i)
-        .i32_const(4)
-        .i32_shl()
-        .i32_add()
-        .i64_load(mem64(0))
-        .local_tee(entry_key)
-        .local_get(k)
-        .i64_eq()
-        .if_(BlockType::Empty)
-        .local_get(entries)
-        .local_get(i)
-        .i32_const(4)
-        .i32_shl()
-        .i32_add()
-        .local_get(v)
-        .i64_store(mem64(8))
-        .local_get(i)
-        .return_()
-        .end()
-        .local_get(entry_key)
-        .i32_wrap_i64()
-        .i64_load(mem64(0))
-        .local_get(header)
-        .i64_eq()
-        .if_(BlockType::Empty)
-        .i32_const(-1)
-        .return_()
-        .end()
-        .local_get(i)
-        .i32_const(1)
-        .i32_add()
-        .local_set(i)
-        .br(0)
-        .end()
-        .end()
-        // A new property, while the entries have room.
-        .local_get(count)
+        .local_set(entries);
+    own_entries(
+        &mut s,
+        (k, header, entry_key),
+        (count, entries, i),
+        |s| {
+            s.local_get(v).i64_store(mem64(8)).local_get(i).return_();
+        },
+        |s| {
+            s.if_(BlockType::Empty).i32_const(-1).return_().end();
+        },
+    );
+    // A new property, while the entries have room.
+    s.local_get(count)
         .local_get(address)
         .i32_load(mem32(12))
         .i32_ge_u()
