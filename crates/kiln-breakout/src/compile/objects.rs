@@ -457,6 +457,16 @@ fn apply_counted(s: &mut InstructionSink<'_>, apply: u32, args: u32) {
         .global_set(DEPTH_GLOBAL);
 }
 
+/// In `construct`, when the condition on the stack holds: the runtime's `construct` of the
+/// same callee and arguments, its answer returned.
+fn construct_in_runtime_if(s: &mut InstructionSink<'_>) {
+    s.if_(BlockType::Empty);
+    for i in 0..=5 {
+        s.local_get(i);
+    }
+    s.call(rt::CONSTRUCT).return_().end();
+}
+
 /// `construct(callee, argc, a0..a3)`: as the runtime's `construct` for a closure.
 pub fn construct_function(helpers: Helpers, apply: u32, prototype_key: Value) -> Function {
     // Locals: 6 proto, 7 object.
@@ -467,17 +477,10 @@ pub fn construct_function(helpers: Helpers, apply: u32, prototype_key: Value) ->
         .i64_const(TAG_MASK as i64)
         .i64_and()
         .i64_const(TAG_CLOSURE as i64)
-        .i64_ne()
-        .if_(BlockType::Empty)
-        .local_get(callee);
-    for i in 1..=5 {
-        s.local_get(i);
-    }
-    s.call(rt::CONSTRUCT)
-        .return_()
-        .end()
-        // Its `prototype`, made by the runtime when first read.
-        .local_get(callee)
+        .i64_ne();
+    construct_in_runtime_if(&mut s);
+    // Its `prototype`, made by the runtime when first read.
+    s.local_get(callee)
         .i64_const(prototype_key.0 as i64)
         .call(helpers.lookup)
         .drop()
@@ -495,16 +498,9 @@ pub fn construct_function(helpers: Helpers, apply: u32, prototype_key: Value) ->
         .i64_const(TAG_MASK as i64)
         .i64_and()
         .i64_const(TAG_BUILTIN as i64)
-        .i64_eq()
-        .if_(BlockType::Empty)
-        .local_get(callee);
-    for i in 1..=5 {
-        s.local_get(i);
-    }
-    s.call(rt::CONSTRUCT)
-        .return_()
-        .end()
-        .local_get(proto)
+        .i64_eq();
+    construct_in_runtime_if(&mut s);
+    s.local_get(proto)
         .i64_const(NULL as i64)
         .local_get(proto)
         .i64_const(TAG_OBJECT as i64)
