@@ -79,14 +79,8 @@ impl Generator<'_> {
     /// address of that element.
     fn array_slot(&mut self, o: u32, k: u32, slot: u32) {
         let (address, index) = (self.local(ValType::I32), self.local(ValType::I32));
+        leave_unless_array(&mut self.sink(), o);
         self.sink()
-            // An array.
-            .local_get(o)
-            .i64_const(TAG_MASK as i64)
-            .i64_and()
-            .i64_const(TAG_ARRAY as i64)
-            .i64_ne()
-            .br_if(0)
             // A number.
             .local_get(k)
             .i64_const(TAGGED as i64)
@@ -165,19 +159,10 @@ impl Generator<'_> {
         self.sink()
             .local_set(v)
             .block(BlockType::Result(ValType::I64))
-            .block(BlockType::Empty)
-            .local_get(o)
-            .i64_const(TAG_MASK as i64)
-            .i64_and()
-            .i64_const(TAG_ARRAY as i64)
-            .i64_ne()
-            .br_if(0)
-            // Room for one more.
-            .local_get(o)
-            .i32_wrap_i64()
-            .local_tee(address)
-            .i32_load(mem32(0))
-            .local_tee(len)
+            .block(BlockType::Empty);
+        array_length(&mut self.sink(), o, address, len);
+        // Room for one more.
+        self.sink()
             .local_get(address)
             .i32_load(mem32(4))
             .local_tee(capacity)
@@ -329,22 +314,9 @@ impl Generator<'_> {
         self.sink()
             .local_set(o)
             .block(BlockType::Result(ValType::I64))
-            .block(BlockType::Empty)
-            .local_get(o)
-            .i64_const(TAG_MASK as i64)
-            .i64_and()
-            .i64_const(TAG_ARRAY as i64)
-            .i64_ne()
-            .br_if(0)
-            .local_get(o)
-            .i32_wrap_i64()
-            .local_tee(address)
-            .i32_load(mem32(0))
-            .local_tee(len)
-            .i32_eqz()
-            .br_if(0)
-            .i32_const(0)
-            .local_set(zero);
+            .block(BlockType::Empty);
+        array_length(&mut self.sink(), o, address, len);
+        self.sink().i32_eqz().br_if(0).i32_const(0).local_set(zero);
         ring_slot(&mut self.sink(), address, zero);
         self.sink()
             .i64_load(mem64(0))
@@ -381,6 +353,28 @@ impl Generator<'_> {
         self.free(ValType::I32, len);
         self.free(ValType::I32, zero);
     }
+}
+
+/// Inside two blocks, the inner the slow path: leaves the inner one unless the `i64` local `o`
+/// is an array.
+fn leave_unless_array(sink: &mut InstructionSink<'_>, o: u32) {
+    sink.local_get(o)
+        .i64_const(TAG_MASK as i64)
+        .i64_and()
+        .i64_const(TAG_ARRAY as i64)
+        .i64_ne()
+        .br_if(0);
+}
+
+/// As [`leave_unless_array`], then pushes the array's length, also set in the `i32` local
+/// `len`, with its header's address in the `i32` local `address`.
+fn array_length(sink: &mut InstructionSink<'_>, o: u32, address: u32, len: u32) {
+    leave_unless_array(sink, o);
+    sink.local_get(o)
+        .i32_wrap_i64()
+        .local_tee(address)
+        .i32_load(mem32(0))
+        .local_tee(len);
 }
 
 /// Pushes the address of slot `index` of the array whose header is at `address` (both `i32`

@@ -124,6 +124,97 @@ fn is_object_or_closure(sink: &mut InstructionSink<'_>, v: u32) {
         .i32_or();
 }
 
+/// A named access's site cache, inside two blocks (the outer one the access's, the inner one
+/// its slow path), for the site's global and key `(site, key)` on the `i64` local `o`: leaves
+/// the inner block unless `o` is a plain object or a closure; then, when the entry at the
+/// index in the site's global is one of the object's and holds the key (the very string),
+/// `hit` emits the access with that entry's address in the `i32` local `entry` and the code
+/// leaves the outer block; else it goes on to the slow path. The `i32` local `index` is
+/// scratch.
+fn cached_entry(
+    s: &mut InstructionSink<'_>,
+    o: u32,
+    (site, key): (u32, Value),
+    (entry, index): (u32, u32),
+    hit: impl FnOnce(&mut InstructionSink<'_>),
+) {
+    is_object_or_closure(s, o);
+    s.i32_eqz()
+        .br_if(0)
+        .local_get(o)
+        .i32_wrap_i64()
+        .local_tee(entry)
+        .i32_load(mem32(8))
+        .global_get(site)
+        .local_tee(index)
+        .i32_gt_u()
+        .if_(BlockType::Empty)
+        .local_get(entry)
+        .i32_load(mem32(16))
+        .local_get(index)
+        .i32_const(4)
+        .i32_shl()
+        .i32_add()
+        .local_tee(entry)
+        .i64_load(mem64(0))
+        .i64_const(key.0 as i64)
+        .i64_eq()
+        .if_(BlockType::Empty);
+    hit(s);
+    s.br(3).end().end();
+}
+
+/// The scan of an object's own entries (the `i32` locals `count` and `entries`, from the index
+/// in `i`) for the key in the `i64` local `k`, whose header (length and hash) is in `header`;
+/// `entry_key` is scratch. At the entry that holds the key, `found` emits the access with the
+/// entry's address on the stack and returns; at one whose key has the same length and hash at
+/// another address (whose units only the runtime compares), `other` takes that condition and
+/// returns or leaves; past the last entry the code leaves the scan's block.
+fn own_entries(
+    s: &mut InstructionSink<'_>,
+    (k, header, entry_key): (u32, u32, u32),
+    (count, entries, i): (u32, u32, u32),
+    found: impl FnOnce(&mut InstructionSink<'_>),
+    other: impl FnOnce(&mut InstructionSink<'_>),
+) {
+    s.block(BlockType::Empty)
+        .loop_(BlockType::Empty)
+        .local_get(i)
+        .local_get(count)
+        .i32_ge_u()
+        .br_if(1)
+        .local_get(entries)
+        .local_get(i)
+        .i32_const(4)
+        .i32_shl()
+        .i32_add()
+        .i64_load(mem64(0))
+        .local_tee(entry_key)
+        .local_get(k)
+        .i64_eq()
+        .if_(BlockType::Empty)
+        .local_get(entries)
+        .local_get(i)
+        .i32_const(4)
+        .i32_shl()
+        .i32_add();
+    found(s);
+    s.end()
+        .local_get(entry_key)
+        .i32_wrap_i64()
+        .i64_load(mem64(0))
+        .local_get(header)
+        .i64_eq();
+    other(s);
+    s.local_get(i)
+        .i32_const(1)
+        .i32_add()
+        .local_set(i)
+        .br(0)
+        .end()
+        .end();
+}
+
 /// `lookup(object, key) -> (value, own index)`, `object` a plain object or a closure.
 pub fn lookup_function() -> Function {
     // Locals: 2 current, 3 header, 4 entry key (i64); 5 address, 6 count, 7 entries, 8 i,
@@ -149,55 +240,28 @@ pub fn lookup_function() -> Function {
         .i32_load(mem32(16))
         .local_set(entries)
         .i32_const(0)
-        .local_set(i)
-        .block(BlockType::Empty) // not an own property of `current`
-        .loop_(BlockType::Empty)
-        .local_get(i)
-        .local_get(count)
-        .i32_ge_u()
-        .br_if(1)
-        .local_get(entries)
-        .local_get(i)
-        .i32_const(4)
-        .i32_shl()
-        .i32_add()
-        .i64_load(mem64(0))
-        .local_tee(entry_key)
-        .local_get(k)
-        .i64_eq()
-        .if_(BlockType::Empty)
-        .local_get(entries)
-        .local_get(i)
-        .i32_const(4)
-        .i32_shl()
-        .i32_add()
-        .i64_load(mem64(8))
-        .local_get(i)
-        .i32_const(-1)
-        .local_get(current)
-        .local_get(o)
-        .i64_eq()
-        .select()
-        .return_()
-        .end()
-        // The same length and hash at another address: the units decide, in the runtime.
-        .local_get(entry_key)
-        .i32_wrap_i64()
-        .i64_load(mem64(0))
-        .local_get(header)
-        .i64_eq()
-        .br_if(3)
-        .local_get(i)
-        .i32_const(1)
-        .i32_add()
-        .local_set(i)
-        .br(0)
-        .end()
-        .end()
-        // The prototype, while it is in the arena.
-        .local_get(address)
-        .i64_load(mem64(0))
-        .local_set(current);
+        .local_set(i);
+    own_entries(
+        &mut s,
+        (k, header, entry_key),
+        (count, entries, i),
+        |s| {
+            s.i64_load(mem64(8))
+                .local_get(i)
+                .i32_const(-1)
+                .local_get(current)
+                .local_get(o)
+                .i64_eq()
+                .select()
+                .return_();
+        },
+        // The units decide, in the runtime.
+        |s| {
+            s.br_if(3);
+        },
+    );
+    // The prototype, while it is in the arena.
+    s.local_get(address).i64_load(mem64(0)).local_set(current);
     is_object_or_closure(&mut s, current);
     s.i32_eqz()
         .br_if(1)
@@ -269,51 +333,20 @@ pub fn set_own_function() -> Function {
         .local_set(count)
         .local_get(address)
         .i32_load(mem32(16))
-        .local_set(entries)
-        .block(BlockType::Empty) // not an own property
-        .loop_(BlockType::Empty)
-        .local_get(i)
-        .local_get(count)
-        .i32_ge_u()
-        .br_if(1)
-        .local_get(entries)
-        .local_get(i)
-        .i32_const(4)
-        .i32_shl()
-        .i32_add()
-        .i64_load(mem64(0))
-        .local_tee(entry_key)
-        .local_get(k)
-        .i64_eq()
-        .if_(BlockType::Empty)
-        .local_get(entries)
-        .local_get(i)
-        .i32_const(4)
-        .i32_shl()
-        .i32_add()
-        .local_get(v)
-        .i64_store(mem64(8))
-        .local_get(i)
-        .return_()
-        .end()
-        .local_get(entry_key)
-        .i32_wrap_i64()
-        .i64_load(mem64(0))
-        .local_get(header)
-        .i64_eq()
-        .if_(BlockType::Empty)
-        .i32_const(-1)
-        .return_()
-        .end()
-        .local_get(i)
-        .i32_const(1)
-        .i32_add()
-        .local_set(i)
-        .br(0)
-        .end()
-        .end()
-        // A new property, while the entries have room.
-        .local_get(count)
+        .local_set(entries);
+    own_entries(
+        &mut s,
+        (k, header, entry_key),
+        (count, entries, i),
+        |s| {
+            s.local_get(v).i64_store(mem64(8)).local_get(i).return_();
+        },
+        |s| {
+            s.if_(BlockType::Empty).i32_const(-1).return_().end();
+        },
+    );
+    // A new property, while the entries have room.
+    s.local_get(count)
         .local_get(address)
         .i32_load(mem32(12))
         .i32_ge_u()
@@ -424,6 +457,16 @@ fn apply_counted(s: &mut InstructionSink<'_>, apply: u32, args: u32) {
         .global_set(DEPTH_GLOBAL);
 }
 
+/// In `construct`, when the condition on the stack holds: the runtime's `construct` of the
+/// same callee and arguments, its answer returned.
+fn construct_in_runtime_if(s: &mut InstructionSink<'_>) {
+    s.if_(BlockType::Empty);
+    for i in 0..=5 {
+        s.local_get(i);
+    }
+    s.call(rt::CONSTRUCT).return_().end();
+}
+
 /// `construct(callee, argc, a0..a3)`: as the runtime's `construct` for a closure.
 pub fn construct_function(helpers: Helpers, apply: u32, prototype_key: Value) -> Function {
     // Locals: 6 proto, 7 object.
@@ -434,17 +477,10 @@ pub fn construct_function(helpers: Helpers, apply: u32, prototype_key: Value) ->
         .i64_const(TAG_MASK as i64)
         .i64_and()
         .i64_const(TAG_CLOSURE as i64)
-        .i64_ne()
-        .if_(BlockType::Empty)
-        .local_get(callee);
-    for i in 1..=5 {
-        s.local_get(i);
-    }
-    s.call(rt::CONSTRUCT)
-        .return_()
-        .end()
-        // Its `prototype`, made by the runtime when first read.
-        .local_get(callee)
+        .i64_ne();
+    construct_in_runtime_if(&mut s);
+    // Its `prototype`, made by the runtime when first read.
+    s.local_get(callee)
         .i64_const(prototype_key.0 as i64)
         .call(helpers.lookup)
         .drop()
@@ -462,16 +498,9 @@ pub fn construct_function(helpers: Helpers, apply: u32, prototype_key: Value) ->
         .i64_const(TAG_MASK as i64)
         .i64_and()
         .i64_const(TAG_BUILTIN as i64)
-        .i64_eq()
-        .if_(BlockType::Empty)
-        .local_get(callee);
-    for i in 1..=5 {
-        s.local_get(i);
-    }
-    s.call(rt::CONSTRUCT)
-        .return_()
-        .end()
-        .local_get(proto)
+        .i64_eq();
+    construct_in_runtime_if(&mut s);
+    s.local_get(proto)
         .i64_const(NULL as i64)
         .local_get(proto)
         .i64_const(TAG_OBJECT as i64)
@@ -611,35 +640,10 @@ impl Generator<'_> {
         let mut s = self.sink();
         s.block(BlockType::Result(ValType::I64))
             .block(BlockType::Empty);
-        is_object_or_closure(&mut s, o);
-        s.i32_eqz()
-            .br_if(0)
-            // The cache: the entry at the index the site last found is the key's.
-            .local_get(o)
-            .i32_wrap_i64()
-            .local_tee(address)
-            .i32_load(mem32(8))
-            .global_get(site)
-            .local_tee(index)
-            .i32_gt_u()
-            .if_(BlockType::Empty)
-            .local_get(address)
-            .i32_load(mem32(16))
-            .local_get(index)
-            .i32_const(4)
-            .i32_shl()
-            .i32_add()
-            .local_tee(address)
-            .i64_load(mem64(0))
-            .i64_const(key.0 as i64)
-            .i64_eq()
-            .if_(BlockType::Empty)
-            .local_get(address)
-            .i64_load(mem64(8))
-            .br(3)
-            .end()
-            .end()
-            .local_get(o)
+        cached_entry(&mut s, o, (site, key), (address, index), |s| {
+            s.local_get(address).i64_load(mem64(8));
+        });
+        s.local_get(o)
             .i64_const(key.0 as i64)
             .call(helpers.lookup)
             .local_set(index)
@@ -698,37 +702,12 @@ impl Generator<'_> {
         let (address, index) = (self.local(ValType::I32), self.local(ValType::I32));
         let mut s = self.sink();
         s.block(BlockType::Empty).block(BlockType::Empty);
-        is_object_or_closure(&mut s, o);
-        s.i32_eqz()
-            .br_if(0)
-            // The cache, as for a read: an existing own property written in place. (A
-            // `Buffer` never has own properties the code could have written.)
-            .local_get(o)
-            .i32_wrap_i64()
-            .local_tee(address)
-            .i32_load(mem32(8))
-            .global_get(site)
-            .local_tee(index)
-            .i32_gt_u()
-            .if_(BlockType::Empty)
-            .local_get(address)
-            .i32_load(mem32(16))
-            .local_get(index)
-            .i32_const(4)
-            .i32_shl()
-            .i32_add()
-            .local_tee(address)
-            .i64_load(mem64(0))
-            .i64_const(key.0 as i64)
-            .i64_eq()
-            .if_(BlockType::Empty)
-            .local_get(address)
-            .local_get(v)
-            .i64_store(mem64(8))
-            .br(3)
-            .end()
-            .end()
-            .local_get(o)
+        // An existing own property written in place. (A `Buffer` never has own properties the
+        // code could have written.)
+        cached_entry(&mut s, o, (site, key), (address, index), |s| {
+            s.local_get(address).local_get(v).i64_store(mem64(8));
+        });
+        s.local_get(o)
             .i64_const(key.0 as i64)
             .local_get(v)
             .call(helpers.set_own)

@@ -18,7 +18,7 @@ impl Lowerer<'_> {
         let text = match &c.expression {
             ChainElement::CallExpression(call) => self.chain_call(call, &label, &mut inner),
             other => match other.as_member_expression() {
-                Some(member) => self.chain_member(member, &label, &mut inner),
+                Some(member) => self.chain_member(member, &label, &mut inner).0,
                 None => format!("({})", self.source(other.span())),
             },
         };
@@ -37,7 +37,7 @@ impl Lowerer<'_> {
             Expression::CallExpression(call) => self.chain_call(call, label, pre),
             Expression::StaticMemberExpression(_) | Expression::ComputedMemberExpression(_) => {
                 let member = e.as_member_expression().expect("a member expression");
-                self.chain_member(member, label, pre)
+                self.chain_member(member, label, pre).0
             }
             Expression::ParenthesizedExpression(p) => {
                 return self.chain_object(&p.expression, label, pre)
@@ -60,17 +60,18 @@ impl Lowerer<'_> {
         format!("if ({name} == null) {{ break {label}; }}")
     }
 
+    /// A member link of a chain: its text and its object's (a method call's receiver).
     fn chain_member(
         &mut self,
         member: &MemberExpression<'_>,
         label: &str,
         pre: &mut Vec<String>,
-    ) -> String {
+    ) -> (String, String) {
         let object = self.chain_object(member.object(), label, pre);
         if member.optional() {
             pre.push(Self::null_check(&object, label));
         }
-        match member {
+        let text = match member {
             MemberExpression::StaticMemberExpression(m) => {
                 format!("{}.{}", receiver(&object), m.property.name)
             }
@@ -80,7 +81,8 @@ impl Lowerer<'_> {
                 format!("{}[{}]", receiver(&object), key.text)
             }
             other => format!("({})", self.source(other.span())),
-        }
+        };
+        (text, object)
     }
 
     fn chain_call(
@@ -91,21 +93,7 @@ impl Lowerer<'_> {
     ) -> String {
         let (callee, receiver) = match call.callee.as_member_expression() {
             Some(member) => {
-                let object = self.chain_object(member.object(), label, pre);
-                if member.optional() {
-                    pre.push(Self::null_check(&object, label));
-                }
-                let callee = match member {
-                    MemberExpression::StaticMemberExpression(m) => {
-                        format!("{}.{}", receiver(&object), m.property.name)
-                    }
-                    MemberExpression::ComputedMemberExpression(m) => {
-                        let key = self.expr(&m.expression);
-                        pre.extend(key.pre);
-                        format!("{}[{}]", receiver(&object), key.text)
-                    }
-                    other => format!("({})", self.source(other.span())),
-                };
+                let (callee, object) = self.chain_member(member, label, pre);
                 (callee, Some(object))
             }
             None => (self.chain_object(&call.callee, label, pre), None),

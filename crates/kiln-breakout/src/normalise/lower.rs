@@ -8,7 +8,6 @@
 use oxc_allocator::Allocator;
 use oxc_ast::ast::*;
 use oxc_ast_visit::{walk, Visit};
-use oxc_parser::Parser;
 use oxc_semantic::ScopeFlags;
 use oxc_span::{GetSpan, Span};
 
@@ -46,18 +45,8 @@ fn lower_with(
     prefix: &str,
 ) -> Result<(String, bool), NormaliseError> {
     let allocator = Allocator::default();
-    let (source_type, options) = kind.parse_setup();
-    let parsed = Parser::new(&allocator, text, source_type)
-        .with_options(options)
-        .parse();
-    if let Some(error) = parsed.diagnostics.errors().next() {
-        return Err(NormaliseError::Parse(error.message.to_string()));
-    }
-    if parsed.panicked {
-        return Err(NormaliseError::Parse("the parser gave up".into()));
-    }
+    let program = super::parse(&allocator, text, kind)?;
     let mut lowerer = Lowerer::new(text, prefix);
-    let program = &parsed.program;
     let mut out = String::new();
     if let Some(hashbang) = &program.hashbang {
         out.push_str(&text[hashbang.span.start as usize..hashbang.span.end as usize]);

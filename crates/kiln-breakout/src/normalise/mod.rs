@@ -22,6 +22,10 @@ mod expr;
 mod lower;
 mod structure;
 
+use oxc_allocator::Allocator;
+use oxc_ast::ast::Program;
+use oxc_parser::Parser;
+
 use crate::check::SourceKind;
 use structure::bound_names as structure_names;
 
@@ -40,6 +44,25 @@ pub enum NormaliseError {
 pub fn normalise(text: &str, kind: SourceKind) -> Result<String, NormaliseError> {
     let structured = structure::structure(text, kind)?;
     lower::lower(&structured, kind)
+}
+
+/// `text` parsed as a file of `kind`, for either pass.
+fn parse<'a>(
+    allocator: &'a Allocator,
+    text: &'a str,
+    kind: SourceKind,
+) -> Result<Program<'a>, NormaliseError> {
+    let (source_type, options) = kind.parse_setup();
+    let parsed = Parser::new(allocator, text, source_type)
+        .with_options(options)
+        .parse();
+    if let Some(error) = parsed.diagnostics.errors().next() {
+        return Err(NormaliseError::Parse(error.message.to_string()));
+    }
+    if parsed.panicked {
+        return Err(NormaliseError::Parse("the parser gave up".into()));
+    }
+    Ok(parsed.program)
 }
 
 /// The prefix of every fresh name in a normalised `text`: `$kb`, with `_`s added until the

@@ -23,7 +23,6 @@
 use oxc_allocator::Allocator;
 use oxc_ast::ast::*;
 use oxc_ast_visit::{walk, Visit};
-use oxc_parser::Parser;
 use oxc_semantic::ScopeFlags;
 use oxc_span::{GetSpan, Span};
 
@@ -36,18 +35,9 @@ pub(super) fn structure(text: &str, kind: SourceKind) -> Result<String, Normalis
         return Err(NormaliseError::TooDeep);
     }
     let allocator = Allocator::default();
-    let (source_type, options) = kind.parse_setup();
-    let parsed = Parser::new(&allocator, text, source_type)
-        .with_options(options)
-        .parse();
-    if let Some(error) = parsed.diagnostics.errors().next() {
-        return Err(NormaliseError::Parse(error.message.to_string()));
-    }
-    if parsed.panicked {
-        return Err(NormaliseError::Parse("the parser gave up".into()));
-    }
+    let program = super::parse(&allocator, text, kind)?;
     let mut rewriter = Rewriter::new(text);
-    rewriter.visit_program(&parsed.program);
+    rewriter.visit_program(&program);
     let mut out = rewriter.text(Span::new(0, text.len() as u32));
     if rewriter.rest_helper {
         // Function declarations are hoisted: at the end, the helper disturbs no directive.

@@ -5,7 +5,7 @@
 
 pub use super::builtin::Builtin;
 use super::heap::Heap;
-use super::iteration::{iterator, iterator_next};
+use super::iteration::{code_points, iterator, iterator_next};
 use super::json;
 use super::ops::{self, is_js_whitespace, to_number, to_rust_string};
 use super::text::{change_case, parse_float, parse_int};
@@ -325,17 +325,7 @@ pub fn call(
                 let items = heap.elements(a0)?;
                 heap.array_from(&items)?
             } else if a0.is_string() {
-                let units = heap.units(a0)?;
-                let mut items = Vec::new();
-                for c in char::decode_utf16(units.iter().copied()) {
-                    let mut buffer = [0u16; 2];
-                    let unit = match c {
-                        Ok(c) => c.encode_utf16(&mut buffer).to_vec(),
-                        Err(e) => vec![e.unpaired_surrogate()],
-                    };
-                    items.push(heap.string(&unit)?);
-                }
-                heap.array_from(&items)?
+                code_points(heap, a0)?
             } else {
                 return Err(Miss::new("builtin Array.from of this value not compiled"));
             }

@@ -16,17 +16,7 @@ pub fn iterator(heap: &mut Heap<'_>, this: Value) -> Result<Value, Miss> {
     let iterated = if this.tag() == TAG_ARRAY {
         this
     } else if this.is_string() {
-        let units = heap.units(this)?;
-        let mut items = Vec::new();
-        for c in char::decode_utf16(units.iter().copied()) {
-            let mut buffer = [0u16; 2];
-            let unit = match c {
-                Ok(c) => c.encode_utf16(&mut buffer).to_vec(),
-                Err(e) => vec![e.unpaired_surrogate()],
-            };
-            items.push(heap.string(&unit)?);
-        }
-        heap.array_from(&items)?
+        code_points(heap, this)?
     } else {
         return Err(Miss::new(
             "an iterator of a value that is not an array or string not compiled",
@@ -40,6 +30,22 @@ pub fn iterator(heap: &mut Heap<'_>, this: Value) -> Result<Value, Miss> {
     let key = heap.str("next")?;
     heap.set_own(object, key, Builtin::IteratorNext.value())?;
     Ok(object)
+}
+
+/// An array of the code points of the string `s`, each a string (a lone surrogate one of its
+/// own), as `for ... of` and `Array.from` take them.
+pub fn code_points(heap: &mut Heap<'_>, s: Value) -> Result<Value, Miss> {
+    let units = heap.units(s)?;
+    let mut items = Vec::new();
+    for c in char::decode_utf16(units.iter().copied()) {
+        let mut buffer = [0u16; 2];
+        let unit = match c {
+            Ok(c) => c.encode_utf16(&mut buffer).to_vec(),
+            Err(e) => vec![e.unpaired_surrogate()],
+        };
+        items.push(heap.string(&unit)?);
+    }
+    heap.array_from(&items)
 }
 
 pub fn iterator_next(heap: &mut Heap<'_>, this: Value) -> Result<Value, Miss> {
