@@ -1,8 +1,8 @@
 //! The node's recent activity, kept in memory for the console (`/kiln/v1/history`, the
 //! functions table, a function's metrics): one sample a second for the last hour (invocations,
 //! function errors, throttles, cold starts by path and durations in each second), and each
-//! function's last hour a minute at a time (invocations, errors, durations) with the second of
-//! its last invocation.
+//! function's last hour a minute at a time (invocations, errors, durations, cold starts by path,
+//! the highest Max Memory Used and predicted limit) with the second of its last invocation.
 //!
 //! A task reads kiln's own counters once a second ([`Counts`] per function: the metrics'
 //! counters and duration buckets) and keeps the differences: the invoke path does nothing for
@@ -33,6 +33,24 @@ pub struct Counts {
     pub starts: [u64; 3],
     /// Durations by bucket ([`duration::BOUNDS`]).
     pub durations: duration::Counts,
+    /// The highest memory noted since the last reading (not a counter: each reading has its
+    /// own).
+    pub memory: MemoryPeak,
+}
+
+/// The highest Max Memory Used of a function's invocations in some time, and the highest
+/// predicted limit one of them ran at, in MB; 0 for none.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemoryPeak {
+    pub used_mb: u64,
+    pub limit_mb: u64,
+}
+
+impl MemoryPeak {
+    pub fn add(&mut self, more: MemoryPeak) {
+        self.used_mb = self.used_mb.max(more.used_mb);
+        self.limit_mb = self.limit_mb.max(more.limit_mb);
+    }
 }
 
 impl Counts {
@@ -46,6 +64,7 @@ impl Counts {
             throttles: d(before.throttles, self.throttles),
             starts: [0, 1, 2].map(|i| d(before.starts[i], self.starts[i])),
             durations: std::array::from_fn(|i| d(before.durations[i], self.durations[i])),
+            memory: self.memory,
         }
     }
 }
@@ -139,7 +158,7 @@ impl Sample {
     }
 }
 
-/// One function's invocations, errors and durations in one minute.
+/// One function's invocations, errors, durations, cold starts and memory in one minute.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Minute {
     /// Unix seconds at its start (a multiple of 60).
@@ -147,6 +166,9 @@ struct Minute {
     invocations: u64,
     errors: u64,
     durations: Spread,
+    /// Cold starts by path: coldest, warm, hot.
+    starts: [u64; 3],
+    memory: MemoryPeak,
 }
 
 /// What the history holds of one function.
@@ -173,12 +195,18 @@ impl Tracked {
                 invocations: 0,
                 errors: 0,
                 durations: Spread::default(),
+                starts: [0; 3],
+                memory: MemoryPeak::default(),
             });
         }
         let minute = self.minutes.back_mut().expect("pushed");
         minute.invocations += d.invocations;
         minute.errors += d.errors;
         minute.durations.add(&d.durations);
+        for (total, more) in minute.starts.iter_mut().zip(d.starts) {
+            *total += more;
+        }
+        minute.memory.add(d.memory);
         while self
             .minutes
             .front()
@@ -336,12 +364,20 @@ impl History {
                     m.durations.add_to(&mut durations);
                 }
                 let p = Percentiles::of(&durations);
+                let starts = minute.map_or([0; 3], |m| m.starts);
+                let memory = minute.map_or(MemoryPeak::default(), |m| m.memory);
+                let mb = |v: u64| (v > 0).then_some(v);
                 MinuteSample {
                     time: start,
                     invocations: minute.map_or(0, |m| m.invocations),
                     errors: minute.map_or(0, |m| m.errors),
                     p50_ms: p.p50_ms,
                     p99_ms: p.p99_ms,
+                    coldest: starts[0],
+                    warm: starts[1],
+                    hot: starts[2],
+                    max_memory_used_mb: mb(memory.used_mb),
+                    predicted_limit_mb: mb(memory.limit_mb),
                 }
             })
             .collect();
@@ -387,6 +423,17 @@ pub struct MinuteSample {
     pub p50_ms: Option<f64>,
     #[serde(rename = "P99")]
     pub p99_ms: Option<f64>,
+    /// Cold starts by path.
+    pub coldest: u64,
+    pub warm: u64,
+    pub hot: u64,
+    /// The highest Max Memory Used of the minute's invocations, in MB.
+    #[serde(rename = "MaxMemoryUsed")]
+    pub max_memory_used_mb: Option<u64>,
+    /// The highest predicted memory limit one of them ran at, in MB (none: they ran at the
+    /// function's MemorySize).
+    #[serde(rename = "PredictedLimit")]
+    pub predicted_limit_mb: Option<u64>,
 }
 
 /// A function's last hour.
@@ -611,5 +658,43 @@ mod tests {
         spread.add_to(&mut total);
         assert_eq!((total[2], total[5], total[9]), (1, 2, 3));
         assert_eq!(total.iter().sum::<u64>(), 6);
+    }
+
+    #[test]
+    fn a_minute_keeps_its_cold_starts_by_path_and_the_highest_memory_of_its_seconds() {
+        let history = History::new(10);
+        let reading = |invocations: u64, starts: [u64; 3], used_mb: u64, limit_mb: u64| {
+            one(
+                "f",
+                Counts {
+                    invocations,
+                    starts,
+                    memory: MemoryPeak { used_mb, limit_mb },
+                    ..Default::default()
+                },
+            )
+        };
+        // Minute 120: a coldest and a hot start, then a warm one; memory peaks at 70 MB and
+        // the predicted limit at 96 MB, in different seconds.
+        history.record(121, reading(2, [1, 0, 1], 40, 96));
+        history.record(122, reading(5, [1, 1, 1], 70, 64));
+        history.record(123, reading(5, [1, 1, 1], 0, 0));
+        // Minute 180: one invocation at MemorySize (no predicted limit).
+        history.record(181, reading(6, [1, 1, 1], 30, 0));
+        let f = history.function("f", 185);
+        let minute = |start: i64| *f.minutes.iter().find(|m| m.time == start).expect("kept");
+        let first = minute(120);
+        assert_eq!((first.coldest, first.warm, first.hot), (1, 1, 1));
+        assert_eq!(first.max_memory_used_mb, Some(70));
+        assert_eq!(first.predicted_limit_mb, Some(96));
+        let second = minute(180);
+        assert_eq!((second.coldest, second.warm, second.hot), (0, 0, 0));
+        assert_eq!(second.max_memory_used_mb, Some(30));
+        assert_eq!(second.predicted_limit_mb, None);
+        assert_eq!(
+            minute(60).max_memory_used_mb,
+            None,
+            "a minute without invocations"
+        );
     }
 }

@@ -73,10 +73,12 @@ pub async fn history(
 }
 
 /// A function's last hour a minute at a time, oldest first: `{"IntervalSeconds": 60,
-/// "Samples": [{"Time", "Invocations", "Errors", "P50", "P99"}], "LastInvocation",
+/// "Samples": [{"Time", "Invocations", "Errors", "P50", "P99", "Coldest", "Warm", "Hot",
+/// "MaxMemoryUsed", "PredictedLimit"}], "LastInvocation",
 /// "Invocations", "Errors", "ErrorRate", "Duration": {"Count", "P50", "P99"}, "Buckets":
 /// [{"Le", "Count"}]}` (durations in milliseconds; the last bucket's `Le` is null: past the
-/// last bound).
+/// last bound; memory in MB, null in a minute without invocations or, for the limit, when
+/// they ran at MemorySize).
 pub async fn function_history(
     State(state): State<SharedState>,
     Path(name): Path<String>,

@@ -423,6 +423,9 @@ impl Controller {
                     .series
                     .duration(&self.metrics)
                     .observe(outcome.duration.as_secs_f64());
+                entry
+                    .series
+                    .note_memory(outcome.max_memory_mb, outcome.memory_limit_mb);
                 self.logs.append(spec.name(), outcome.log.clone());
                 Ok(outcome)
             }

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use super::unpack::Unpacking;
 use super::{function_page, Change, Controller, ControllerError, Entry, Lifecycle};
@@ -147,11 +148,23 @@ impl Controller {
 
     /// Each function's counters (the console's history).
     pub fn counts(&self) -> Vec<(String, crate::history::Counts)> {
-        let names: Vec<String> = self.table().keys().cloned().collect();
-        names
+        let entries: Vec<(String, Arc<Entry>)> = self
+            .table()
+            .iter()
+            .map(|(name, entry)| (name.clone(), entry.clone()))
+            .collect();
+        entries
             .into_iter()
-            .map(|name| {
-                let counts = self.metrics.counts(&name);
+            .map(|(name, entry)| {
+                let mut counts = self.metrics.counts(&name);
+                // Each version notes its own invocations' memory, and so does the code an
+                // update falls back on.
+                let noted = std::iter::once(&entry)
+                    .chain(entry.versions.values())
+                    .chain(entry.fallback.as_ref());
+                for e in noted {
+                    counts.memory.add(e.series.take_memory());
+                }
                 (name, counts)
             })
             .collect()

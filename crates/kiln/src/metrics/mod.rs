@@ -2,6 +2,7 @@
 
 pub mod duration;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -272,6 +273,10 @@ pub struct FunctionSeries {
     errors: OnceLock<Counter>,
     duration: OnceLock<DurationHistogram>,
     sized: OnceLock<Counter>,
+    /// The highest Max Memory Used and predicted limit (MB) since the console's history last
+    /// read them ([`Self::take_memory`]); 0 for none.
+    max_memory_mb: AtomicU64,
+    max_limit_mb: AtomicU64,
 }
 
 impl FunctionSeries {
@@ -295,6 +300,24 @@ impl FunctionSeries {
     pub fn duration(&self, metrics: &Metrics) -> &DurationHistogram {
         self.duration
             .get_or_init(|| metrics.duration.get_or_create(&self.labels).clone())
+    }
+
+    /// Notes an invocation's Max Memory Used and the predicted limit it ran at, if any: two
+    /// atomic maxima, read and cleared once a second by the console's history.
+    pub fn note_memory(&self, used_mb: u64, limit_mb: Option<u32>) {
+        self.max_memory_mb.fetch_max(used_mb, Ordering::Relaxed);
+        if let Some(limit) = limit_mb {
+            self.max_limit_mb
+                .fetch_max(u64::from(limit), Ordering::Relaxed);
+        }
+    }
+
+    /// The highest Max Memory Used and predicted limit noted since the last call (0: none).
+    pub fn take_memory(&self) -> crate::history::MemoryPeak {
+        crate::history::MemoryPeak {
+            used_mb: self.max_memory_mb.swap(0, Ordering::Relaxed),
+            limit_mb: self.max_limit_mb.swap(0, Ordering::Relaxed),
+        }
     }
 
     pub fn sized(&self, metrics: &Metrics) -> &Counter {
@@ -340,6 +363,7 @@ impl Metrics {
                 .duration
                 .get(&labels)
                 .map_or([0; duration::BUCKETS], |h| h.counts()),
+            memory: crate::history::MemoryPeak::default(),
         }
     }
 

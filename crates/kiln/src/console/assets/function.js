@@ -346,11 +346,16 @@ function testTab(name, fn, body) {
     el("h2", { text: "Log (START, END and REPORT)" }), log);
 }
 
-/** The function's last hour a minute at a time: invocations and errors, p50 and p99, and how
- *  its durations spread over the histogram's buckets. */
+/** The function's last hour a minute at a time: invocations and errors, p50 and p99, cold
+ *  starts by path, Max Memory Used against MemorySize and the predicted limit, and how its
+ *  durations spread over the histogram's buckets. */
 async function metricsTab(name, fn, body) {
+  const booked = fn.Configuration.MemorySize;
   const draw = async () => {
     const hour = await getJson(`${kilnFnPath(name)}/history`);
+    // MemorySize is drawn where the function ran, so that the memory chart's scale is its own.
+    const memory = hour.Samples.map((s) => ({ ...s, Booked: s.Invocations > 0 ? booked : null }));
+    const peak = (key) => Math.max(0, ...hour.Samples.map((s) => s[key] || 0));
     const d = hour.Duration;
     const card = (label, value, id) => el("div", { class: "card", id }, el("div", { class: "value" }, value), el("div", { class: "label", text: label }));
     const rate = hour.ErrorRate === null ? "–" : `${(100 * hour.ErrorRate).toFixed(1)} %`;
@@ -369,7 +374,16 @@ async function metricsTab(name, fn, body) {
         chart("fn-chart-duration", "Duration", hour.Samples, [
           { key: "P50", label: "p50", cls: "line-p50" },
           { key: "P99", label: "p99", cls: "line-p99" }],
-        { format: ms, legend: (line) => `${ms(d[line.key])} over the hour` })),
+        { format: ms, legend: (line) => `${ms(d[line.key])} over the hour` }),
+        chart("fn-chart-starts", "Cold starts by path", hour.Samples, [
+          { key: "Coldest", label: "coldest", cls: "line-coldest" },
+          { key: "Warm", label: "warm", cls: "line-warm" },
+          { key: "Hot", label: "hot", cls: "line-hot" }], { unit: "/min" }),
+        chart("fn-chart-memory", "Max Memory Used", memory, [
+          { key: "MaxMemoryUsed", label: "max memory used", cls: "line-memory" },
+          { key: "PredictedLimit", label: "predicted limit", cls: "line-limit" },
+          { key: "Booked", label: "MemorySize", cls: "line-booked" }],
+        { format: mb, legend: (line) => line.key === "Booked" ? mb(booked) : peak(line.key) ? `up to ${mb(peak(line.key))}` : "–" })),
       el("h2", { text: "Durations in the last hour" }),
       histogram(hour.Buckets));
   };
