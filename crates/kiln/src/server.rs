@@ -399,7 +399,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
         objects,
         api_address: addr,
     });
-    let app = api::router(state.clone());
+    let app = api::MakeApi::new(state.clone());
 
     std::fs::write(data_dir.join("s3-endpoint"), &s3.endpoint)?;
     println!("kiln: object store on {} ({})", s3.endpoint, s3.backend);
@@ -466,14 +466,11 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
         });
         draining_agent.shutdown(grace).await;
     });
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move {
-        let _ = stopping_rx.wait_for(|stopping| *stopping).await;
-    })
-    .await?;
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            let _ = stopping_rx.wait_for(|stopping| *stopping).await;
+        })
+        .await?;
     let _ = drain.await;
     if let Some(console) = console_server {
         let _ = console.await;

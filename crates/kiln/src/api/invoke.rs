@@ -1,6 +1,6 @@
 //! Invoke: RequestResponse, Event and DryRun, with `LogType=Tail`.
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
@@ -20,6 +20,24 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 pub async fn invoke(
     State(state): State<SharedState>,
     Path(name): Path<String>,
+    signed: Signed,
+) -> Result<Response, ApiError> {
+    invoke_signed(&state, &name, signed).await
+}
+
+/// An Invoke the API listener's service took before its router (`serve.rs`): the same
+/// answer, middleware included, as the route above gives.
+pub async fn answer(state: SharedState, name: String, request: Request) -> Response {
+    let response = match Signed::for_service(request, &state, "lambda").await {
+        Ok(signed) => invoke_signed(&state, &name, signed).await.into_response(),
+        Err(e) => e.into_response(),
+    };
+    super::lambda_answer(response).await
+}
+
+async fn invoke_signed(
+    state: &SharedState,
+    name: &str,
     Signed { uri, headers, body }: Signed,
 ) -> Result<Response, ApiError> {
     let (uri, headers) = (&uri, &headers);
@@ -53,7 +71,7 @@ pub async fn invoke(
             .and_then(|bytes| String::from_utf8(bytes).ok())
             .unwrap_or_default()
     });
-    let name = qualified(&name, uri);
+    let name = qualified(name, uri);
     match state
         .controller
         .invoke(

@@ -18,6 +18,7 @@ mod layers;
 mod pages;
 mod provisioned;
 mod schedules;
+mod serve;
 mod tags;
 mod urls;
 
@@ -54,6 +55,8 @@ pub struct AppState {
     /// Where the API's listener is bound (function URLs are served there only).
     pub api_address: std::net::SocketAddr,
 }
+
+pub use serve::MakeApi;
 
 pub type SharedState = Arc<AppState>;
 
@@ -308,10 +311,15 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
 /// did not come from [`ApiError`] (axum's own rejections: undecodable paths or queries, bodies
 /// over the limit) a JSON body with `x-amzn-ErrorType`. Function URL responses belong to the
 /// function and are left alone.
-async fn lambda_response(uri: Uri, mut response: Response) -> Response {
+async fn lambda_response(uri: Uri, response: Response) -> Response {
     if uri.path().starts_with("/fn/") {
         return response;
     }
+    lambda_answer(response).await
+}
+
+/// A Lambda answer's request id, and an error's body as Lambda words it.
+async fn lambda_answer(mut response: Response) -> Response {
     if !response.headers().contains_key("x-amzn-requestid") {
         if let Ok(value) = HeaderValue::from_str(&crate::function::new_request_id().to_string()) {
             response.headers_mut().insert("x-amzn-requestid", value);
