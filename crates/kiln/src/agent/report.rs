@@ -17,7 +17,6 @@ pub(super) fn report(
     max_memory_mb: u64,
 ) -> String {
     use std::fmt::Write;
-    let millis = duration.as_secs_f64() * 1000.0;
     let mut log = String::with_capacity(output.len() + 256);
     let _ = writeln!(
         log,
@@ -31,22 +30,30 @@ pub(super) fn report(
     let _ = writeln!(log, "END RequestId: {request_id}");
     let _ = write!(
         log,
-        "REPORT RequestId: {request_id}\tDuration: {millis:.2} ms\tBilled Duration: {} ms\tMemory Size: {} MB\tMax Memory Used: {max_memory_mb} MB",
-        millis.ceil().max(1.0) as u64,
+        "REPORT RequestId: {request_id}\tDuration: {} ms\tBilled Duration: {} ms\tMemory Size: {} MB\tMax Memory Used: {max_memory_mb} MB",
+        Millis(duration),
+        duration.as_nanos().div_ceil(1_000_000).max(1),
         spec.memory_mb,
     );
     if let Some(init) = init_duration {
-        let _ = write!(
-            log,
-            "\tInit Duration: {:.2} ms",
-            init.as_secs_f64() * 1000.0
-        );
+        let _ = write!(log, "\tInit Duration: {} ms", Millis(init));
     }
     if let Some(path) = start_path {
         let _ = write!(log, "\tStart Path: {}", path.as_str());
     }
     log.push('\n');
     log
+}
+
+/// A duration in milliseconds to two decimals, as Lambda writes them: integer arithmetic, on
+/// every invocation's path, where a float's formatting costs more.
+struct Millis(Duration);
+
+impl std::fmt::Display for Millis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hundredths = (self.0.as_nanos() + 5_000) / 10_000;
+        write!(f, "{}.{:02}", hundredths / 100, hundredths % 100)
+    }
 }
 
 /// Adds `name: value` to the end of `log`'s REPORT line.
@@ -67,6 +74,18 @@ mod tests {
 
     use super::*;
     use crate::function::InstanceSpec;
+
+    #[test]
+    fn milliseconds_have_two_decimals_rounded_to_the_nearest() {
+        let shown = |nanos| Millis(Duration::from_nanos(nanos)).to_string();
+        assert_eq!(shown(0), "0.00");
+        assert_eq!(shown(4_999), "0.00");
+        assert_eq!(shown(5_000), "0.01");
+        assert_eq!(shown(1_234_567), "1.23");
+        assert_eq!(shown(1_235_000), "1.24");
+        assert_eq!(shown(999_995_000), "1000.00");
+        assert_eq!(shown(12_345_678_901), "12345.68");
+    }
 
     #[test]
     fn report_has_lambda_fields() {
