@@ -212,6 +212,30 @@ pub async fn logs(
 /// The most of one file the code view shows.
 const MAX_VIEWED_FILE_BYTES: u64 = 1024 * 1024;
 
+/// A function's key for the object store (the key its sandbox is given), asked for on purpose:
+/// `POST`, so that the console sends its CSRF token, and never cached. `{"FunctionName",
+/// "AccessKeyId", "SecretAccessKey"}`, what `kiln s3 credentials NAME` derives locally.
+pub async fn function_key(
+    State(state): State<SharedState>,
+    Path(name): Path<String>,
+    _: Signed,
+) -> Result<Response, ApiError> {
+    let function = state.controller.get(&name)?;
+    let key = crate::objects::function_credentials(&state.credentials, &function.name);
+    tracing::info!(function = %function.name, "a function key was shown");
+    let mut response = Json(serde_json::json!({
+        "FunctionName": function.name,
+        "AccessKeyId": key.access_key_id,
+        "SecretAccessKey": key.secret_access_key,
+    }))
+    .into_response();
+    response.headers_mut().insert(
+        axum::http::header::CACHE_CONTROL,
+        axum::http::HeaderValue::from_static("no-store"),
+    );
+    Ok(response)
+}
+
 /// The files of a function's package: `{"Files": [{"Path", "Size"}]}`.
 pub async fn code_files(
     State(state): State<SharedState>,

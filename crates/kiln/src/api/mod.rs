@@ -223,6 +223,7 @@ fn api_routes() -> Router<SharedState> {
         )
         .route("/kiln/v1/code/{file}", get(kiln::code))
         .route("/kiln/v1/layers/code/{file}", get(kiln::layer_code))
+        .route("/kiln/v1/functions/{name}/key", post(kiln::function_key))
         .route("/kiln/v1/functions/{name}/files", get(kiln::code_files))
         .route(
             "/kiln/v1/functions/{name}/files/{*path}",

@@ -57,8 +57,36 @@ function configurationTab(name, fn, body) {
     editForm(name, c),
     kilnForm(name, c),
     urlSection(name),
+    keySection(name),
     codeForm(name, fn),
   ].flat().filter(Boolean));
+}
+
+/** The function's key for the object store, fetched only when asked for and forgotten when
+ *  hidden. */
+function keySection(name) {
+  const shown = el("div", { id: "fn-key", class: "muted", text: "Hidden: the key the function's sandbox signs object-store requests with." });
+  const toggle = el("button", { type: "button", id: "fn-key-toggle", text: "Show function key" });
+  toggle.addEventListener("click", async () => {
+    if (toggle.textContent !== "Show function key") {
+      shown.replaceChildren("Hidden.");
+      shown.className = "muted";
+      toggle.textContent = "Show function key";
+      return;
+    }
+    try {
+      const key = await (await api("POST", `${kilnFnPath(name)}/key`)).json();
+      shown.className = "";
+      shown.replaceChildren(
+        el("div", {}, "Access key ID: ", el("code", { id: "fn-key-id", text: key.AccessKeyId })),
+        el("div", {}, "Secret access key: ", el("code", { id: "fn-key-secret", text: key.SecretAccessKey })));
+      toggle.textContent = "Hide function key";
+    } catch (e) {
+      shown.className = "error";
+      shown.textContent = e.message;
+    }
+  });
+  return [el("h2", { text: "Function key" }), shown, el("div", { class: "toolbar" }, toggle)];
 }
 
 /** Saves a change of the configuration (with the shown RevisionId) and shows the tab again,
