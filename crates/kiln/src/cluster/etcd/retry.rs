@@ -31,7 +31,7 @@ pub enum EtcdError {
         source: ClientError,
     },
     /// An endpoint is not a URL.
-    #[error("invalid etcd endpoint `{endpoint}`: expected http://HOST:PORT")]
+    #[error("invalid etcd endpoint `{endpoint}`: expected http://HOST:PORT or https://HOST:PORT")]
     Endpoint { endpoint: String },
 }
 
