@@ -18,6 +18,7 @@ client certificate made with openssl); `auth=True` turns on etcd's auth with a `
 """
 
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -71,6 +72,8 @@ def run(*args, check=True, **kwargs):
     return subprocess.run(list(args), check=check, capture_output=True, text=True, **kwargs)
 
 
+_CLUSTERS = itertools.count()
+
 ROOT_PASSWORD = "root-Pa55"
 KILN_USER = "kiln"
 KILN_PASSWORD = "kiln-Pa55-do-not-show"
@@ -106,7 +109,8 @@ class Cluster:
 
     def __init__(self, nodes=2, lease_ttl=5, node_args=None, tls=False, auth=False, etcd_args=()):
         require("etcd", "etcdctl", "nsenter", "ip", *(["openssl"] if tls else []))
-        self.tag = f"kc{os.getpid() % 100000}"
+        # Unique on the host: per process, and per cluster within it (two may run at once).
+        self.tag = f"kc{os.getpid() % 100000}{chr(ord('a') + next(_CLUSTERS) % 26)}"
         self.dir = Path(tempfile.mkdtemp(prefix="kiln-cluster-"))
         self.lease_ttl = lease_ttl
         self.namespaces = []

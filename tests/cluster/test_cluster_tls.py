@@ -2,7 +2,8 @@
 certificate (`--client-cert-auth`) and has auth on, its tokens living 3 s (tests/cluster_harness.py's
 `tls=True, auth=True`): two nodes share functions; a node without the CA, without a client
 certificate or with a wrong password does not start, and says why; the password shows nowhere;
-the nodes keep working once their tokens have expired."""
+the nodes keep working once their tokens have expired. Then, with etcd's JWT tokens, past their
+expiry and past an auth change, which makes every token issued before it stale."""
 
 import subprocess
 import time
@@ -131,3 +132,25 @@ def test_nodes_keep_working_after_their_tokens_expire(cluster):
     for node in ("n1", "n2"):
         assert cluster.states(node) == {"n1": "up", "n2": "up"}
         assert cluster.procs[node].poll() is None
+
+
+def test_with_jwt_tokens_nodes_keep_working_past_their_expiry_and_an_auth_change(tmp_path):
+    """JWT tokens expire TTL after they were issued, used or not, and carry the auth store's
+    revision: a user added to etcd makes every token issued before refused ("revision of auth
+    store is old", which etcd-client does not refresh on; kiln does)."""
+    private, public = tmp_path / "jwt.key", tmp_path / "jwt.pub"
+    subprocess.run(["openssl", "genpkey", "-algorithm", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                    "-out", str(private)], check=True, capture_output=True)
+    subprocess.run(["openssl", "pkey", "-in", str(private), "-pubout", "-out", str(public)], check=True,
+                   capture_output=True)
+    jwt = f"jwt,pub-key={public},priv-key={private},sign-method=ES256,ttl={TOKEN_TTL}s"
+    with Cluster(nodes=2, tls=True, auth=True, etcd_args=["--auth-token", jwt]) as jwt_cluster:
+        create_here_run_there(jwt_cluster, "jwt-first", "v1")
+        time.sleep(TOKEN_TTL * 3)
+        create_here_run_there(jwt_cluster, "jwt-after-ttl", "v2")
+        jwt_cluster.etcdctl("user", "add", "someone-else:Other-Pa55")
+        create_here_run_there(jwt_cluster, "jwt-after-auth-change", "v3")
+        for node in ("n1", "n2"):
+            jwt_cluster.wait_for(lambda: all(e["healthy"] for e in jwt_cluster.status(node)["etcd"]), BOUND,
+                                 what=f"every etcd endpoint healthy as {node} sees it")
+            assert jwt_cluster.states(node) == {"n1": "up", "n2": "up"}

@@ -28,7 +28,7 @@ use crate::sync::LockExt;
 mod retry;
 mod watch;
 
-use retry::lease_gone;
+use retry::{lease_gone, stale_token, token_refused};
 pub use retry::{retryable, with_retries, EtcdError, RetryPolicy};
 pub use watch::{Entry, WatchCursor, WatchStep, WatchUpdate};
 
@@ -140,7 +140,9 @@ impl EtcdAccess {
         })
     }
 
-    fn connect_options(&self) -> ConnectOptions {
+    /// `refresh`: whether requests authenticate again, themselves, when etcd says their token is
+    /// invalid (a health check does it outside its timeout instead).
+    fn connect_options(&self, refresh: bool) -> ConnectOptions {
         let mut options = ConnectOptions::new()
             .with_keep_alive(GRPC_KEEPALIVE, GRPC_KEEPALIVE_TIMEOUT)
             .with_keep_alive_while_idle(false)
@@ -152,19 +154,24 @@ impl EtcdAccess {
             options = options.with_tls(tls);
         }
         if let Some((name, Password(password))) = &self.user {
-            // etcd's tokens expire (`--auth-token-ttl`, 300 s by default, counted from their
-            // last use): the client authenticates again when etcd says a token is invalid.
+            // etcd's tokens expire (simple ones `--auth-token-ttl`, 300 s by default, after their
+            // last use on a member; JWTs that long after they were issued).
             options = options
                 .with_user(name.clone(), password.clone())
-                .with_auto_token_refresh(true);
+                .with_auto_token_refresh(refresh);
         }
         options
     }
 
     /// A client of `endpoints`. With a user, connecting authenticates, which needs a member to
     /// answer: bounded by `policy`.
-    async fn client(&self, endpoints: &[String], policy: RetryPolicy) -> Result<Client, EtcdError> {
-        let options = self.connect_options();
+    async fn client(
+        &self,
+        endpoints: &[String],
+        policy: RetryPolicy,
+        refresh: bool,
+    ) -> Result<Client, EtcdError> {
+        let options = self.connect_options(refresh);
         with_retries(policy, "connect", || {
             Client::connect(endpoints, Some(options.clone()))
         })
@@ -213,7 +220,7 @@ impl Etcd {
             .iter()
             .map(|e| normalise_endpoint(e, access.tls()))
             .collect::<Result<Vec<_>, _>>()?;
-        let client = access.client(&endpoints, CONNECT_POLICY).await?;
+        let client = access.client(&endpoints, CONNECT_POLICY, true).await?;
         let etcd = Self {
             client,
             health: Arc::new(Mutex::new(vec![true; endpoints.len()])),
@@ -246,16 +253,32 @@ impl Etcd {
                 loop {
                     tick.tick().await;
                     if probe.is_none() {
-                        probe = access.client(&endpoint, PROBE_CONNECT_POLICY).await.ok();
+                        probe = access
+                            .client(&endpoint, PROBE_CONNECT_POLICY, false)
+                            .await
+                            .ok();
                     }
                     let healthy = match &probe {
                         Some(probe) => {
                             let mut probe: Client = probe.clone();
-                            matches!(
-                                tokio::time::timeout(HEALTH_TIMEOUT, probe.get(key.clone(), None))
-                                    .await,
-                                Ok(Ok(_))
-                            )
+                            match tokio::time::timeout(HEALTH_TIMEOUT, probe.get(key.clone(), None))
+                                .await
+                            {
+                                Ok(Ok(_)) => true,
+                                Ok(Err(e)) => {
+                                    if token_refused(&e) {
+                                        // Outside the check's timeout: authenticating goes
+                                        // through etcd's log and a bcrypt check, which can
+                                        // take longer than a get. Healthy again on the next
+                                        // check, with the new token.
+                                        let refreshed = probe.refresh_token();
+                                        let _ =
+                                            tokio::time::timeout(CONNECT_TIMEOUT, refreshed).await;
+                                    }
+                                    false
+                                }
+                                Err(_) => false,
+                            }
                         }
                         None => false,
                     };
@@ -312,27 +335,57 @@ impl Etcd {
         });
     }
 
+    /// [`with_retries`] through the shared client, which authenticates again when etcd refuses
+    /// its token as older than the last change to etcd's users and roles (etcd-client refreshes
+    /// only tokens etcd calls invalid): the next try goes with the new token.
+    async fn retried<T, F, Fut>(
+        &self,
+        policy: RetryPolicy,
+        op: &'static str,
+        mut attempt: F,
+    ) -> Result<T, EtcdError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+    {
+        with_retries(policy, op, || {
+            let sent = attempt();
+            async move {
+                let result = sent.await;
+                if let Err(e) = &result {
+                    if stale_token(e) {
+                        self.client.refresh_token().await?;
+                    }
+                }
+                result
+            }
+        })
+        .await
+    }
+
     /// One key, read linearizably.
     pub async fn get(&self, key: &str) -> Result<Option<Entry>, EtcdError> {
-        let response = with_retries(self.retry, "get", || {
-            let mut client = self.client.clone();
-            async move { client.get(key, None).await }
-        })
-        .await?;
+        let response = self
+            .retried(self.retry, "get", || {
+                let mut client = self.client.clone();
+                async move { client.get(key, None).await }
+            })
+            .await?;
         Ok(response.kvs().first().map(Entry::from_kv))
     }
 
     /// Every key under `prefix`, and the revision they were read at.
     pub async fn list(&self, prefix: &str) -> Result<(Vec<Entry>, i64), EtcdError> {
-        let response = with_retries(self.retry, "list", || {
-            let mut client = self.client.clone();
-            async move {
-                client
-                    .get(prefix, Some(GetOptions::new().with_prefix()))
-                    .await
-            }
-        })
-        .await?;
+        let response = self
+            .retried(self.retry, "list", || {
+                let mut client = self.client.clone();
+                async move {
+                    client
+                        .get(prefix, Some(GetOptions::new().with_prefix()))
+                        .await
+                }
+            })
+            .await?;
         let revision = response.header().map_or(0, |h| h.revision());
         Ok((
             response.kvs().iter().map(Entry::from_kv).collect(),
@@ -342,7 +395,7 @@ impl Etcd {
 
     /// Writes a whole value (idempotent, so retried), bound to `lease` if not 0.
     pub async fn put(&self, key: &str, value: Vec<u8>, lease: i64) -> Result<(), EtcdError> {
-        with_retries(self.retry, "put", || {
+        self.retried(self.retry, "put", || {
             let mut client = self.client.clone();
             let value = value.clone();
             async move {
@@ -358,18 +411,19 @@ impl Etcd {
     pub async fn put_if_absent(&self, key: &str, value: Vec<u8>) -> Result<Vec<u8>, EtcdError> {
         use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
         // Idempotent as a whole: a retry after a lost answer finds the value it wrote.
-        let response = with_retries(self.retry, "create", || {
-            let mut client = self.client.clone();
-            let value = value.clone();
-            async move {
-                let txn = Txn::new()
-                    .when([Compare::version(key, CompareOp::Equal, 0)])
-                    .and_then([TxnOp::put(key, value, None)])
-                    .or_else([TxnOp::get(key, None)]);
-                client.txn(txn).await
-            }
-        })
-        .await?;
+        let response = self
+            .retried(self.retry, "create", || {
+                let mut client = self.client.clone();
+                let value = value.clone();
+                async move {
+                    let txn = Txn::new()
+                        .when([Compare::version(key, CompareOp::Equal, 0)])
+                        .and_then([TxnOp::put(key, value, None)])
+                        .or_else([TxnOp::get(key, None)]);
+                    client.txn(txn).await
+                }
+            })
+            .await?;
         if response.succeeded() {
             return Ok(value);
         }
@@ -387,7 +441,7 @@ impl Etcd {
         op: &'static str,
         txn: etcd_client::Txn,
     ) -> Result<etcd_client::TxnResponse, EtcdError> {
-        with_retries(self.retry, op, || {
+        self.retried(self.retry, op, || {
             let mut client = self.client.clone();
             let txn = txn.clone();
             async move { client.txn(txn).await }
@@ -397,7 +451,7 @@ impl Etcd {
 
     /// Deletes every key under `prefix`.
     pub async fn delete_prefix(&self, prefix: &str) -> Result<(), EtcdError> {
-        with_retries(self.retry, "delete", || {
+        self.retried(self.retry, "delete", || {
             let mut client = self.client.clone();
             async move {
                 client
@@ -452,7 +506,7 @@ impl Etcd {
     }
 
     pub async fn delete(&self, key: &str) -> Result<(), EtcdError> {
-        with_retries(self.retry, "delete", || {
+        self.retried(self.retry, "delete", || {
             let mut client = self.client.clone();
             async move { client.delete(key, None).await }
         })
@@ -467,11 +521,12 @@ impl Etcd {
             tries: 1,
             ..self.retry
         };
-        let response = with_retries(policy, "lease grant", || {
-            let mut client = self.client.clone();
-            async move { client.lease_grant(ttl, None).await }
-        })
-        .await?;
+        let response = self
+            .retried(policy, "lease grant", || {
+                let mut client = self.client.clone();
+                async move { client.lease_grant(ttl, None).await }
+            })
+            .await?;
         Ok(response.id())
     }
 
@@ -497,11 +552,12 @@ impl Etcd {
 
     /// Revokes `lease`, deleting the keys bound to it.
     pub async fn revoke(&self, lease: i64) -> Result<(), EtcdError> {
-        let result = with_retries(self.retry, "lease revoke", || {
-            let mut client = self.client.clone();
-            async move { client.lease_revoke(lease).await }
-        })
-        .await;
+        let result = self
+            .retried(self.retry, "lease revoke", || {
+                let mut client = self.client.clone();
+                async move { client.lease_revoke(lease).await }
+            })
+            .await;
         match result {
             Err(EtcdError::Refused { source, .. }) if lease_gone(&source) => Ok(()),
             other => other.map(|_| ()),
