@@ -154,3 +154,15 @@ def test_with_jwt_tokens_nodes_keep_working_past_their_expiry_and_an_auth_change
             jwt_cluster.wait_for(lambda: all(e["healthy"] for e in jwt_cluster.status(node)["etcd"]), BOUND,
                                  what=f"every etcd endpoint healthy as {node} sees it")
             assert jwt_cluster.states(node) == {"n1": "up", "n2": "up"}
+
+
+def test_tls_without_auth_and_a_node_without_a_client_certificate(tmp_path):
+    """TLS alone: connecting does not authenticate, so the node's first request is what finds
+    out that etcd refuses it."""
+    with Cluster(nodes=1, tls=True) as tls_only:
+        tls_only.wait_for(lambda: all(e["healthy"] for e in tls_only.status("n1")["etcd"]), BOUND,
+                          what="every etcd endpoint healthy")
+        assert "--cluster-user" not in tls_only.node_args("n1")
+        code, stderr = start_refused(tls_only, tmp_path, lambda args: without(args, "--cluster-cert", "--cluster-key"))
+        assert code != 0
+        assert "cannot talk to etcd over TLS" in stderr, stderr
