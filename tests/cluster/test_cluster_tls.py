@@ -134,6 +134,22 @@ def test_nodes_keep_working_after_their_tokens_expire(cluster):
         assert cluster.procs[node].poll() is None
 
 
+def test_a_node_starts_while_an_etcd_member_is_cut_off(cluster):
+    """Connecting with a user authenticates: the shared client through any member, each health
+    check's client through its own member, which it connects to once that member answers."""
+    assert cluster.stop("n2") == 0
+    cluster.partition("e1")
+    try:
+        cluster.start_node("n2")
+        cluster.wait_for(lambda: [e["healthy"] for e in cluster.status("n2")["etcd"]] == [False, True, True],
+                         BOUND, what="e1 unhealthy, the others healthy, as n2 sees them")
+        create_here_run_there(cluster, "member-cut-off", "v4")
+    finally:
+        cluster.heal("e1")
+    cluster.wait_for(lambda: all(e["healthy"] for e in cluster.status("n2")["etcd"]), BOUND,
+                     what="e1 healthy again as n2 sees it")
+
+
 def test_with_jwt_tokens_nodes_keep_working_past_their_expiry_and_an_auth_change(tmp_path):
     """JWT tokens expire TTL after they were issued, used or not, and carry the auth store's
     revision: a user added to etcd makes every token issued before refused ("revision of auth
