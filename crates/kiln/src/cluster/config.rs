@@ -14,8 +14,8 @@ use super::gc::GcConfig;
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct ClusterFlags {
     /// Join the cluster whose etcd members are these client URLs (http://HOST:PORT, or
-    /// https://HOST:PORT with --cluster-ca; comma separated). Needs --node-id, --advertise, --peer-listen, --credentials-file and
-    /// --s3-backend.
+    /// https://HOST:PORT with --cluster-ca; comma separated). Needs --node-id, --advertise,
+    /// --peer-listen, --credentials-file and --s3-backend.
     #[arg(
         long = "cluster",
         env = "KILN_CLUSTER",
