@@ -11,9 +11,14 @@ Processes are started with `nsenter --net=/run/netns/NAME` (not `ip netns exec`,
 /sys: kiln would find no cgroup hierarchy). A partition is `ip link set PORT down` in the switch
 namespace (no netem on this kernel); a kill is `kill -9` of the process. Teardown stops only what
 the harness started and deletes only the namespaces it made.
+
+`Cluster(tls=True)` serves etcd's clients over TLS with client certificates (a CA, a server and a
+client certificate made with openssl); `auth=True` turns on etcd's auth with a `root` user and a
+`kiln` user whose role reads and writes `/kiln/`; `etcd_args` go to every member.
 """
 
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -67,12 +72,45 @@ def run(*args, check=True, **kwargs):
     return subprocess.run(list(args), check=check, capture_output=True, text=True, **kwargs)
 
 
+_CLUSTERS = itertools.count()
+
+ROOT_PASSWORD = "root-Pa55"
+KILN_USER = "kiln"
+KILN_PASSWORD = "kiln-Pa55-do-not-show"
+
+
+def make_certificates(directory, server_ips):
+    """A CA, a server certificate for `server_ips` and 127.0.0.1, and a client certificate (whose
+    CN is no etcd user: a request is authorised by its password, not its certificate), as PEM
+    files in `directory`: {"ca", "server", "server_key", "client", "client_key"}."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    files = {"ca": directory / "ca.pem"}
+    ca_key = directory / "ca.key"
+    run("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+        "-keyout", str(ca_key), "-out", str(files["ca"]), "-days", "2", "-subj", "/CN=kiln test etcd CA")
+    sans = ",".join(f"IP:{ip}" for ip in [*server_ips, "127.0.0.1"])
+    for name, cn, extensions in (
+            ("server", "etcd", [f"subjectAltName={sans}", "extendedKeyUsage=serverAuth,clientAuth"]),
+            ("client", "kiln-node", ["extendedKeyUsage=clientAuth"])):
+        key, csr, cert = directory / f"{name}.key", directory / f"{name}.csr", directory / f"{name}.pem"
+        run("openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-keyout", str(key), "-out", str(csr), "-subj", f"/CN={cn}")
+        ext = directory / f"{name}.ext"
+        ext.write_text("\n".join(extensions) + "\n")
+        run("openssl", "x509", "-req", "-in", str(csr), "-CA", str(files["ca"]), "-CAkey", str(ca_key),
+            "-CAcreateserial", "-out", str(cert), "-days", "2", "-extfile", str(ext))
+        files[name], files[f"{name}_key"] = cert, key
+    return files
+
+
 class Cluster:
     """A switch, namespaces and the processes in them; use as a context manager."""
 
-    def __init__(self, nodes=2, lease_ttl=5, node_args=None):
-        require("etcd", "etcdctl", "nsenter", "ip")
-        self.tag = f"kc{os.getpid() % 100000}"
+    def __init__(self, nodes=2, lease_ttl=5, node_args=None, tls=False, auth=False, etcd_args=()):
+        require("etcd", "etcdctl", "nsenter", "ip", *(["openssl"] if tls else []))
+        # Unique on the host: per process, and per cluster within it (two may run at once).
+        self.tag = f"kc{os.getpid() % 100000}{chr(ord('a') + next(_CLUSTERS) % 26)}"
         self.dir = Path(tempfile.mkdtemp(prefix="kiln-cluster-"))
         self.lease_ttl = lease_ttl
         self.namespaces = []
@@ -82,7 +120,10 @@ class Cluster:
         # More `kiln up` flags per node (a function of the node's name), e.g. --cgroup-parent.
         self.extra_node_args = node_args or (lambda name: [])
         self.credentials_file = self.dir / "credentials.json"
-        self.etcd_endpoints = ",".join(f"http://{self.ip(f'e{i}')}:{ETCD_PORT}" for i in (1, 2, 3))
+        self.tls, self.auth, self.etcd_args = tls, auth, list(etcd_args)
+        self.scheme = "https" if tls else "http"
+        self.certs = make_certificates(self.dir / "certs", [self.ip(f"e{i}") for i in (1, 2, 3)]) if tls else {}
+        self.etcd_endpoints = ",".join(f"{self.scheme}://{self.ip(f'e{i}')}:{ETCD_PORT}" for i in (1, 2, 3))
 
     # -- addresses and namespaces
 
@@ -131,17 +172,43 @@ class Cluster:
         args = self.enter(name) + [
             "etcd", "--name", name, "--data-dir", str(self.dir / name),
             "--listen-peer-urls", f"http://{ip}:2380", "--initial-advertise-peer-urls", f"http://{ip}:2380",
-            "--listen-client-urls", f"http://{ip}:{ETCD_PORT}", "--advertise-client-urls", f"http://{ip}:{ETCD_PORT}",
+            "--listen-client-urls", f"{self.scheme}://{ip}:{ETCD_PORT}",
+            "--advertise-client-urls", f"{self.scheme}://{ip}:{ETCD_PORT}",
             "--initial-cluster", initial, "--initial-cluster-token", self.tag, "--initial-cluster-state", "new",
             "--heartbeat-interval", "100", "--election-timeout", "1000", "--pre-vote=true",
             "--logger", "zap", "--log-level", "error",
         ]
+        if self.tls:
+            args += ["--cert-file", str(self.certs["server"]), "--key-file", str(self.certs["server_key"]),
+                     "--trusted-ca-file", str(self.certs["ca"]), "--client-cert-auth"]
+        args += self.etcd_args
         log = open(self.dir / f"{name}.log", "w")
         self.procs[name] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
 
-    def etcdctl(self, *args, check=True, timeout=10):
-        return run(*self.enter("client"), "etcdctl", f"--endpoints={self.etcd_endpoints}", *args,
-                   check=check, timeout=timeout, env=dict(os.environ, ETCDCTL_API="3"))
+    def etcdctl_flags(self, root=True):
+        """etcdctl's TLS flags, and root's credentials once auth is on."""
+        flags = []
+        if self.tls:
+            flags += [f"--cacert={self.certs['ca']}", f"--cert={self.certs['client']}",
+                      f"--key={self.certs['client_key']}"]
+        if self.auth and root and getattr(self, "auth_enabled", False):
+            flags.append(f"--user=root:{ROOT_PASSWORD}")
+        return flags
+
+    def etcdctl(self, *args, check=True, timeout=10, endpoints=None):
+        return run(*self.enter("client"), "etcdctl", f"--endpoints={endpoints or self.etcd_endpoints}",
+                   *self.etcdctl_flags(), *args, check=check, timeout=timeout, env=dict(os.environ, ETCDCTL_API="3"))
+
+    def _enable_auth(self):
+        """etcd's auth, as docs/cluster.md sets it up: root, and a kiln user that reads and
+        writes the cluster's prefix."""
+        self.etcdctl("user", "add", f"root:{ROOT_PASSWORD}")
+        self.etcdctl("user", "add", f"{KILN_USER}:{KILN_PASSWORD}")
+        self.etcdctl("role", "add", "kiln-role")
+        self.etcdctl("role", "grant-permission", "kiln-role", "--prefix=true", "readwrite", "/kiln/")
+        self.etcdctl("user", "grant-role", KILN_USER, "kiln-role")
+        self.etcdctl("auth", "enable")
+        self.auth_enabled = True
 
     def wait_etcd(self, timeout=30):
         deadline = time.time() + timeout
@@ -157,9 +224,8 @@ class Cluster:
             proc = self.procs.get(name)
             if proc is None or proc.poll() is not None:
                 continue
-            out = run(*self.enter("client"), "etcdctl", f"--endpoints=http://{self.ip(name)}:{ETCD_PORT}",
-                      "endpoint", "status", "-w", "json", check=False, timeout=10,
-                      env=dict(os.environ, ETCDCTL_API="3"))
+            out = self.etcdctl("endpoint", "status", "-w", "json", check=False,
+                               endpoints=f"{self.scheme}://{self.ip(name)}:{ETCD_PORT}")
             if out.returncode != 0:
                 continue
             status = json.loads(out.stdout)[0]["Status"]
@@ -190,12 +256,29 @@ class Cluster:
             "--credentials-file", str(self.credentials_file),
             "--node-lease-ttl", str(self.lease_ttl),
             "--s3-backend", self.store_endpoint,
+            *self.tls_args(),
             *self.extra_node_args(name),
         ]
 
-    def start_node(self, name, timeout=60):
+    def tls_args(self):
+        """`kiln up`'s flags for etcd's TLS and auth (the password goes in the environment)."""
+        args = []
+        if self.tls:
+            args += ["--cluster-ca", str(self.certs["ca"]), "--cluster-cert", str(self.certs["client"]),
+                     "--cluster-key", str(self.certs["client_key"])]
+        if self.auth:
+            args += ["--cluster-user", KILN_USER]
+        return args
+
+    def node_env(self):
         env = dict(os.environ, KILN_S3_BACKEND_ACCESS_KEY=self.store_keys[0],
                    KILN_S3_BACKEND_SECRET_KEY=self.store_keys[1])
+        if self.auth:
+            env["KILN_CLUSTER_PASSWORD"] = KILN_PASSWORD
+        return env
+
+    def start_node(self, name, timeout=60):
+        env = self.node_env()
         self.outputs[name] = []
         # A node killed before left its code-slot mount under its data dir.
         detach_mounts(self.dir / name)
@@ -309,6 +392,8 @@ class Cluster:
             for name in ("e1", "e2", "e3"):
                 self._start_etcd(name)
             self.wait_etcd()
+            if self.auth:
+                self._enable_auth()
             self._start_store()
             for i in range(1, self.node_count + 1):
                 self.start_node(f"n{i}")

@@ -145,6 +145,34 @@ def test_the_chart_sizes_etcd_and_needs_endpoints_of_what_it_does_not_run():
     assert node["--s3-backend"] == "http://s3.example:9000"
 
 
+def test_the_chart_reaches_an_etcd_of_your_own_over_tls_with_a_user():
+    outside = ["etcd.enabled=false", "etcd.endpoints={https://10.0.0.11:2379,https://10.0.0.12:2379}"]
+    docs = render(*outside, "etcd.tls.existingSecret=etcd-client-tls", "etcd.auth.user=kiln",
+                  "etcd.auth.existingSecret=etcd-kiln")
+    daemonset, container = kiln_daemonset(docs)
+    node = flags(container["args"][1:])
+    assert node["--cluster-ca"] == "/etc/kiln/etcd-tls/ca.crt"
+    assert (node["--cluster-cert"], node["--cluster-key"]) == ("/etc/kiln/etcd-tls/tls.crt", "/etc/kiln/etcd-tls/tls.key")
+    assert node["--cluster-user"] == "kiln"
+    password = env_of(container)["KILN_CLUSTER_PASSWORD"]["valueFrom"]["secretKeyRef"]
+    assert password == {"name": "etcd-kiln", "key": "password"}
+    pod = daemonset["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "etcd-tls"]
+    assert volume["secret"]["secretName"] == "etcd-client-tls"
+    assert {"name": "etcd-tls", "mountPath": "/etc/kiln/etcd-tls", "readOnly": True} in container["volumeMounts"]
+    test_secrets_come_from_secrets_and_nothing_secret_is_in_plain_text(docs)
+    test_every_kiln_flag_the_manifests_use_is_one_kiln_takes(docs)
+    # Only the CA: no client certificate flags.
+    ca_only = flags(kiln_daemonset(render(*outside, "etcd.tls.existingSecret=etcd-ca",
+                                          "etcd.tls.clientCertificate=false"))[1]["args"][1:])
+    assert "--cluster-ca" in ca_only and "--cluster-cert" not in ca_only and "--cluster-user" not in ca_only
+    # The chart's own etcd serves http://, and a user needs its password's Secret.
+    failed = helm("template", "kiln", str(CHART), "--set", "etcd.tls.existingSecret=etcd-ca", check=False)
+    assert failed.returncode != 0 and "etcd of your own" in failed.stderr
+    failed = helm("template", "kiln", str(CHART), "--set", "etcd.auth.user=kiln", check=False)
+    assert failed.returncode != 0 and "etcd.auth.existingSecret" in failed.stderr
+
+
 def test_the_charts_secrets_are_credentials_kiln_reads_and_appear_nowhere_else():
     docs = render()
     secrets = {s["metadata"]["name"]: {k: base64.b64decode(v).decode() for k, v in s["data"].items()}

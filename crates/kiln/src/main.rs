@@ -275,7 +275,7 @@ fn main() {
     }
     let cli = Cli::parse();
     let code = match cli.command {
-        Top::Up(args) => {
+        Top::Up(mut args) => {
             tracing_subscriber::fmt()
                 .with_env_filter(
                     tracing_subscriber::EnvFilter::try_from_env("KILN_LOG")
@@ -284,6 +284,13 @@ fn main() {
                 .with_writer(std::io::stderr)
                 .init();
             let store_only = args.s3.store_only;
+            let password_env = kiln::cluster::config::PASSWORD_ENV;
+            args.cluster.cluster_password = std::env::var(password_env)
+                .ok()
+                .map(kiln::cluster::etcd::Password::new);
+            // No process kiln starts inherits the password. Still one thread here, so changing
+            // the environment races with nothing.
+            std::env::remove_var(password_env);
             let cluster = match args.cluster.validate(args.s3.s3_backend.is_some()) {
                 Ok(cluster) => cluster,
                 Err(e) => {

@@ -5,7 +5,7 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use kiln::cluster::etcd::{Etcd, WatchUpdate};
+use kiln::cluster::etcd::{Etcd, EtcdAccess, WatchUpdate};
 
 struct EtcdServer {
     child: Child,
@@ -63,9 +63,13 @@ async fn next(updates: &mut tokio::sync::mpsc::UnboundedReceiver<WatchUpdate>) -
 #[tokio::test]
 async fn reads_writes_watches_and_leases_against_a_real_etcd() {
     let server = start_etcd();
-    let etcd = Etcd::connect(std::slice::from_ref(&server.endpoint), "/t/health")
-        .await
-        .unwrap();
+    let etcd = Etcd::connect(
+        std::slice::from_ref(&server.endpoint),
+        "/t/health",
+        &EtcdAccess::default(),
+    )
+    .await
+    .unwrap();
     // The member takes a moment to start: the first get is retried until it answers.
     let mut ready = false;
     for _ in 0..100 {
@@ -169,9 +173,13 @@ async fn the_registry_in_etcd_compares_versions_and_names() {
     use std::sync::Arc;
 
     let server = start_etcd();
-    let etcd = Etcd::connect(std::slice::from_ref(&server.endpoint), "/kiln/health")
-        .await
-        .unwrap();
+    let etcd = Etcd::connect(
+        std::slice::from_ref(&server.endpoint),
+        "/kiln/health",
+        &EtcdAccess::default(),
+    )
+    .await
+    .unwrap();
     ready(&etcd).await;
     let dir = tempfile::tempdir().unwrap();
     let database = Arc::new(Database::open(&dir.path().join("kiln.db")).unwrap());

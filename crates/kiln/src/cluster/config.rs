@@ -4,15 +4,18 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::etcd::{normalise_endpoint, EtcdError};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+use super::etcd::{normalise_endpoint, EtcdAccess, EtcdError, Password};
 use super::gc::GcConfig;
 
 /// The flags of cluster mode, as given.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct ClusterFlags {
-    /// Join the cluster whose etcd members are these client URLs (http://HOST:PORT, comma
-    /// separated). Needs --node-id, --advertise, --peer-listen, --credentials-file and
-    /// --s3-backend.
+    /// Join the cluster whose etcd members are these client URLs (http://HOST:PORT, or
+    /// https://HOST:PORT with --cluster-ca; comma separated). Needs --node-id, --advertise,
+    /// --peer-listen, --credentials-file and --s3-backend.
     #[arg(
         long = "cluster",
         env = "KILN_CLUSTER",
@@ -48,13 +51,35 @@ pub struct ClusterFlags {
     /// Seconds an unused object of the shared store is kept after it was last written.
     #[arg(long, default_value_t = 600)]
     pub gc_grace: u64,
+    /// The CA (PEM) that signed etcd's server certificates: talk to etcd over TLS (https://
+    /// endpoints).
+    #[arg(long, env = "KILN_CLUSTER_CA", value_name = "FILE")]
+    pub cluster_ca: Option<PathBuf>,
+    /// A client certificate (PEM) for etcd's --client-cert-auth; with --cluster-key.
+    #[arg(long, env = "KILN_CLUSTER_CERT", value_name = "FILE")]
+    pub cluster_cert: Option<PathBuf>,
+    /// The private key (PEM) of --cluster-cert.
+    #[arg(long, env = "KILN_CLUSTER_KEY", value_name = "FILE")]
+    pub cluster_key: Option<PathBuf>,
+    /// The etcd user kiln authenticates as; its password is read from the environment
+    /// variable KILN_CLUSTER_PASSWORD (never from a flag).
+    #[arg(long, env = "KILN_CLUSTER_USER", value_name = "NAME")]
+    pub cluster_user: Option<String>,
+    /// KILN_CLUSTER_PASSWORD, which `main` takes out of the environment.
+    #[arg(skip)]
+    pub cluster_password: Option<Password>,
 }
+
+/// The environment variable that holds `--cluster-user`'s password.
+pub const PASSWORD_ENV: &str = "KILN_CLUSTER_PASSWORD";
 
 /// Cluster mode's settings, validated.
 #[derive(Debug, Clone)]
 pub struct ClusterConfig {
-    /// etcd's client URLs, normalised to `http://HOST:PORT`.
+    /// etcd's client URLs, normalised to `http://HOST:PORT` or `https://HOST:PORT`.
     pub endpoints: Vec<String>,
+    /// TLS and the etcd user.
+    pub access: EtcdAccess,
     pub node_id: String,
     pub advertise: String,
     pub peer_listen: SocketAddr,
@@ -99,6 +124,41 @@ pub enum ClusterConfigError {
     /// An etcd URL is not one.
     #[error(transparent)]
     Endpoint(#[from] EtcdError),
+    /// Some endpoints are `http://`, others `https://`.
+    #[error(
+        "--cluster mixes http:// and https:// etcd endpoints: every member is reached the same \
+         way (https:// with --cluster-ca)"
+    )]
+    MixedSchemes,
+    /// `https://` endpoints and no CA to check etcd's certificates with.
+    #[error(
+        "--cluster has https:// endpoints: give --cluster-ca FILE, the CA (PEM) that signed \
+         etcd's server certificates"
+    )]
+    HttpsWithoutCa,
+    /// A TLS flag with `http://` endpoints.
+    #[error("{0} is for TLS to etcd: its --cluster endpoints must be https://")]
+    TlsWithoutHttps(&'static str),
+    /// One of a certificate and its key.
+    #[error("--cluster-cert and --cluster-key go together: give both or neither")]
+    CertWithoutKey,
+    /// A TLS file cannot be read or holds no usable PEM.
+    #[error("{flag} {path}: {reason}")]
+    TlsFile {
+        flag: &'static str,
+        path: PathBuf,
+        reason: String,
+    },
+    /// The certificate and key do not make a TLS client identity.
+    #[error("--cluster-cert and --cluster-key cannot be used together: {0}")]
+    Identity(String),
+    /// A user without a password, or a password without a user.
+    #[error("--cluster-user needs its password in the environment variable {PASSWORD_ENV}")]
+    NoPassword,
+    #[error("{PASSWORD_ENV} is set but --cluster-user is not: give the etcd user too")]
+    PasswordWithoutUser,
+    #[error("invalid --cluster-user: empty")]
+    EmptyUser,
 }
 
 pub fn valid_node_id(id: &str) -> bool {
@@ -120,6 +180,10 @@ impl ClusterFlags {
                 ("--advertise", self.advertise.is_some()),
                 ("--peer-listen", self.peer_listen.is_some()),
                 ("--credentials-file", self.credentials_file.is_some()),
+                ("--cluster-ca", self.cluster_ca.is_some()),
+                ("--cluster-cert", self.cluster_cert.is_some()),
+                ("--cluster-key", self.cluster_key.is_some()),
+                ("--cluster-user", self.cluster_user.is_some()),
             ];
             return match stray.into_iter().find(|(_, given)| *given) {
                 Some((flag, _)) => Err(ClusterConfigError::WithoutCluster(flag)),
@@ -129,6 +193,7 @@ impl ClusterFlags {
         if !has_shared_store {
             return Err(ClusterConfigError::NoSharedStore);
         }
+        let access = self.access()?;
         let node_id = self
             .node_id
             .ok_or(ClusterConfigError::Missing("--node-id"))?;
@@ -171,10 +236,26 @@ impl ClusterFlags {
         let endpoints = self
             .endpoints
             .iter()
-            .map(|e| normalise_endpoint(e))
+            .map(|e| normalise_endpoint(e, access.tls()))
             .collect::<Result<Vec<_>, _>>()?;
+        let https = endpoints
+            .iter()
+            .filter(|e| e.starts_with("https://"))
+            .count();
+        if https != 0 && https != endpoints.len() {
+            return Err(ClusterConfigError::MixedSchemes);
+        }
+        match (https != 0, &self.cluster_ca, &self.cluster_cert) {
+            (true, None, _) => return Err(ClusterConfigError::HttpsWithoutCa),
+            (false, Some(_), _) => return Err(ClusterConfigError::TlsWithoutHttps("--cluster-ca")),
+            (false, None, Some(_)) => {
+                return Err(ClusterConfigError::TlsWithoutHttps("--cluster-cert"))
+            }
+            _ => {}
+        }
         Ok(Some(ClusterConfig {
             endpoints,
+            access,
             node_id,
             advertise,
             peer_listen,
@@ -187,6 +268,88 @@ impl ClusterFlags {
             },
         }))
     }
+}
+
+impl ClusterFlags {
+    /// The TLS files, read and checked, and the etcd user: everything that can be wrong with
+    /// them is found here, before the node starts.
+    fn access(&self) -> Result<EtcdAccess, ClusterConfigError> {
+        let user = match (&self.cluster_user, &self.cluster_password) {
+            (Some(name), _) if name.is_empty() => return Err(ClusterConfigError::EmptyUser),
+            (Some(name), Some(password)) => Some((name.clone(), password.clone())),
+            (Some(_), None) => return Err(ClusterConfigError::NoPassword),
+            (None, Some(_)) => return Err(ClusterConfigError::PasswordWithoutUser),
+            (None, None) => None,
+        };
+        let ca = match &self.cluster_ca {
+            Some(path) => Some(read_certificates("--cluster-ca", path)?),
+            None => None,
+        };
+        let identity = match (&self.cluster_cert, &self.cluster_key) {
+            (Some(cert), Some(key)) => {
+                let cert = read_certificates("--cluster-cert", cert)?;
+                let key_pem = read_tls_file("--cluster-key", key)?;
+                if let Err(e) = PrivateKeyDer::from_pem_slice(&key_pem) {
+                    return Err(ClusterConfigError::TlsFile {
+                        flag: "--cluster-key",
+                        path: key.clone(),
+                        reason: format!("no PEM private key in it ({e})"),
+                    });
+                }
+                Some((cert, key_pem))
+            }
+            (None, None) => None,
+            _ => return Err(ClusterConfigError::CertWithoutKey),
+        };
+        let access = EtcdAccess { ca, identity, user };
+        if let Some(tls) = access.tls_options() {
+            // What connecting would do with them (rustls parses the key and pairs it with the
+            // certificate), now rather than at the first request to etcd.
+            tonic::transport::Endpoint::from_static("https://etcd.invalid")
+                .tls_config(tls)
+                .map_err(|e| ClusterConfigError::Identity(error_chain(&e)))?;
+        }
+        Ok(access)
+    }
+}
+
+fn read_tls_file(flag: &'static str, path: &PathBuf) -> Result<Vec<u8>, ClusterConfigError> {
+    std::fs::read(path).map_err(|e| ClusterConfigError::TlsFile {
+        flag,
+        path: path.clone(),
+        reason: format!("cannot read it: {e}"),
+    })
+}
+
+/// A file of one or more PEM certificates, as read.
+fn read_certificates(flag: &'static str, path: &PathBuf) -> Result<Vec<u8>, ClusterConfigError> {
+    let pem = read_tls_file(flag, path)?;
+    let certificates = CertificateDer::pem_slice_iter(&pem).collect::<Result<Vec<_>, _>>();
+    match certificates {
+        Ok(certificates) if !certificates.is_empty() => Ok(pem),
+        Ok(_) => Err(ClusterConfigError::TlsFile {
+            flag,
+            path: path.clone(),
+            reason: "no PEM certificate in it".into(),
+        }),
+        Err(e) => Err(ClusterConfigError::TlsFile {
+            flag,
+            path: path.clone(),
+            reason: format!("not a PEM certificate ({e})"),
+        }),
+    }
+}
+
+/// An error and its sources on one line (tonic's own message is only "transport error").
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        source = e.source();
+    }
+    text
 }
 
 #[cfg(test)]
@@ -204,6 +367,7 @@ mod tests {
             credentials_file: Some("/etc/kiln/credentials.json".into()),
             gc_interval: 300,
             gc_grace: 600,
+            ..Default::default()
         }
     }
 
@@ -302,6 +466,154 @@ mod tests {
         assert!(matches!(
             flags.validate(true),
             Err(ClusterConfigError::WithoutCluster("--node-id"))
+        ));
+    }
+
+    /// Test-only PEM files: a CA, a client certificate it signed and its key, and a key of
+    /// another pair.
+    fn testdata(name: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("src/cluster/testdata")
+            .join(name)
+    }
+
+    fn tls() -> ClusterFlags {
+        ClusterFlags {
+            endpoints: vec!["10.0.0.1:2379".into(), "https://10.0.0.2:2379".into()],
+            cluster_ca: Some(testdata("ca.pem")),
+            cluster_cert: Some(testdata("client.pem")),
+            cluster_key: Some(testdata("client.key")),
+            cluster_user: Some("kiln".into()),
+            cluster_password: Some(Password::new("s3cret".into())),
+            ..full()
+        }
+    }
+
+    fn refusal(flags: ClusterFlags) -> String {
+        flags.validate(true).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn tls_and_a_user_make_https_endpoints() {
+        let config = tls().validate(true).unwrap().unwrap();
+        assert_eq!(
+            config.endpoints,
+            ["https://10.0.0.1:2379", "https://10.0.0.2:2379"]
+        );
+        assert!(config.access.tls() && config.access.identity.is_some());
+        assert_eq!(config.access.user.as_ref().unwrap().0, "kiln");
+        assert!(!format!("{config:?}").contains("s3cret"));
+        // TLS without a client certificate, and a user over plain http.
+        let mut flags = tls();
+        (flags.cluster_cert, flags.cluster_key) = (None, None);
+        assert!(flags
+            .validate(true)
+            .unwrap()
+            .unwrap()
+            .access
+            .identity
+            .is_none());
+        let mut flags = full();
+        flags.cluster_user = Some("kiln".into());
+        flags.cluster_password = Some(Password::new("s3cret".into()));
+        assert!(flags.validate(true).unwrap().is_some());
+    }
+
+    #[test]
+    fn endpoints_and_tls_flags_must_agree() {
+        let mut flags = tls();
+        flags.endpoints = vec![
+            "https://10.0.0.1:2379".into(),
+            "http://10.0.0.2:2379".into(),
+        ];
+        assert!(refusal(flags).contains("mixes http:// and https://"));
+        // Without --cluster-ca a bare HOST:PORT is http://, and an https:// one needs the CA.
+        let mut flags = tls();
+        flags.cluster_ca = None;
+        (flags.cluster_cert, flags.cluster_key) = (None, None);
+        assert!(refusal(flags).contains("mixes"));
+        let mut flags = tls();
+        flags.endpoints = vec!["https://10.0.0.1:2379".into()];
+        flags.cluster_ca = None;
+        (flags.cluster_cert, flags.cluster_key) = (None, None);
+        assert!(refusal(flags).contains("--cluster-ca FILE"));
+        let mut flags = tls();
+        flags.endpoints = vec!["http://10.0.0.1:2379".into()];
+        assert!(refusal(flags).starts_with("--cluster-ca is for TLS"));
+        let mut flags = tls();
+        flags.endpoints = vec!["http://10.0.0.1:2379".into()];
+        flags.cluster_ca = None;
+        assert!(refusal(flags).starts_with("--cluster-cert is for TLS"));
+    }
+
+    #[test]
+    fn a_certificate_needs_its_key() {
+        let mut flags = tls();
+        flags.cluster_key = None;
+        assert!(matches!(
+            flags.validate(true),
+            Err(ClusterConfigError::CertWithoutKey)
+        ));
+        let mut flags = tls();
+        flags.cluster_cert = None;
+        assert!(refusal(flags).contains("give both or neither"));
+    }
+
+    #[test]
+    fn unusable_tls_files_are_named_with_their_flag() {
+        let mut flags = tls();
+        flags.cluster_ca = Some(testdata("missing.pem"));
+        let message = refusal(flags);
+        assert!(message.starts_with("--cluster-ca ") && message.contains("missing.pem"));
+        assert!(message.contains("cannot read it"), "{message}");
+        // A key where a certificate should be, and a certificate where the key should be.
+        let mut flags = tls();
+        flags.cluster_cert = Some(testdata("client.key"));
+        let message = refusal(flags);
+        assert!(message.starts_with("--cluster-cert ") && message.contains("no PEM certificate"));
+        let mut flags = tls();
+        flags.cluster_key = Some(testdata("client.pem"));
+        let message = refusal(flags);
+        assert!(message.starts_with("--cluster-key ") && message.contains("no PEM private key"));
+        // A key that is not the certificate's.
+        let mut flags = tls();
+        flags.cluster_key = Some(testdata("other.key"));
+        assert!(matches!(
+            flags.validate(true),
+            Err(ClusterConfigError::Identity(_))
+        ));
+    }
+
+    #[test]
+    fn the_user_and_its_password_go_together() {
+        let mut flags = tls();
+        flags.cluster_password = None;
+        assert!(refusal(flags).contains("KILN_CLUSTER_PASSWORD"));
+        let mut flags = tls();
+        flags.cluster_user = None;
+        assert!(matches!(
+            flags.validate(true),
+            Err(ClusterConfigError::PasswordWithoutUser)
+        ));
+        let mut flags = tls();
+        flags.cluster_user = Some(String::new());
+        assert!(matches!(
+            flags.validate(true),
+            Err(ClusterConfigError::EmptyUser)
+        ));
+    }
+
+    #[test]
+    fn a_tls_flag_without_cluster_is_refused() {
+        let flags = ClusterFlags {
+            cluster_ca: Some(testdata("ca.pem")),
+            cluster_prefix: "/kiln".into(),
+            node_lease_ttl: 5,
+            ..Default::default()
+        };
+        assert!(matches!(
+            flags.validate(true),
+            Err(ClusterConfigError::WithoutCluster("--cluster-ca"))
         ));
     }
 }

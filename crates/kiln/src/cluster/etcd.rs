@@ -18,7 +18,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions, GetOptions, PutOptions};
+use etcd_client::{
+    Certificate, Client, ConnectOptions, GetOptions, Identity, PutOptions, TlsOptions,
+};
 use tokio::sync::mpsc;
 
 use crate::sync::LockExt;
@@ -26,7 +28,7 @@ use crate::sync::LockExt;
 mod retry;
 mod watch;
 
-use retry::lease_gone;
+use retry::{lease_gone, stale_token, token_refused};
 pub use retry::{retryable, with_retries, EtcdError, RetryPolicy};
 pub use watch::{Entry, WatchCursor, WatchStep, WatchUpdate};
 
@@ -37,6 +39,19 @@ const HEALTH_TIMEOUT: Duration = Duration::from_millis(300);
 const GRPC_KEEPALIVE: Duration = Duration::from_secs(6);
 const GRPC_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Connecting with a user authenticates (a bcrypt check on the member: tens of milliseconds),
+/// through any member that answers; a node that cannot within these tries does not start.
+const CONNECT_POLICY: RetryPolicy = RetryPolicy {
+    tries: 5,
+    try_timeout: Duration::from_secs(2),
+    delay: Duration::from_millis(200),
+};
+/// A health check's client is connected again on the next check.
+const PROBE_CONNECT_POLICY: RetryPolicy = RetryPolicy {
+    tries: 1,
+    try_timeout: CONNECT_TIMEOUT,
+    delay: Duration::ZERO,
+};
 /// Pause before a broken watch is opened again.
 const WATCH_RETRY: Duration = Duration::from_millis(100);
 
@@ -68,29 +83,122 @@ impl std::fmt::Debug for Etcd {
     }
 }
 
-fn connect_options() -> ConnectOptions {
-    ConnectOptions::new()
-        .with_keep_alive(GRPC_KEEPALIVE, GRPC_KEEPALIVE_TIMEOUT)
-        .with_keep_alive_while_idle(false)
-        .with_connect_timeout(CONNECT_TIMEOUT)
-        // A member without a leader answers at once rather than holding requests, and it
-        // cancels its watches, which then resume on another member.
-        .with_require_leader(true)
+/// The password of `--cluster-user`: kept out of `Debug` output, so no log line or error
+/// can show it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Password(String);
+
+impl Password {
+    pub fn new(password: String) -> Self {
+        Self(password)
+    }
 }
 
-/// `host:port` or `http://host:port` as the balancer keys it (`http://host:port`).
-pub fn normalise_endpoint(raw: &str) -> Result<String, EtcdError> {
+impl std::fmt::Debug for Password {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Password(..)")
+    }
+}
+
+/// How kiln proves itself to etcd besides its URLs: TLS (the CA of etcd's server certificates,
+/// and a client certificate for `--client-cert-auth`) and etcd's user/password auth. Every
+/// client kiln opens to etcd takes its options from [`EtcdAccess::connect_options`].
+#[derive(Clone, Default)]
+pub struct EtcdAccess {
+    /// PEM certificates to trust for etcd's server certificates; `Some` means `https://`.
+    pub ca: Option<Vec<u8>>,
+    /// PEM client certificate (chain) and private key.
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+    /// etcd user and password.
+    pub user: Option<(String, Password)>,
+}
+
+impl std::fmt::Debug for EtcdAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Which parts are set, never the key or the password.
+        f.debug_struct("EtcdAccess")
+            .field("tls", &self.ca.is_some())
+            .field("client_certificate", &self.identity.is_some())
+            .field("user", &self.user.as_ref().map(|(name, _)| name))
+            .finish()
+    }
+}
+
+impl EtcdAccess {
+    /// Whether the endpoints are `https://`.
+    pub fn tls(&self) -> bool {
+        self.ca.is_some()
+    }
+
+    /// The TLS options, `None` for plain `http://`.
+    pub fn tls_options(&self) -> Option<TlsOptions> {
+        let ca = self.ca.as_ref()?;
+        let tls = TlsOptions::new().ca_certificate(Certificate::from_pem(ca));
+        Some(match &self.identity {
+            Some((cert, key)) => tls.identity(Identity::from_pem(cert, key)),
+            None => tls,
+        })
+    }
+
+    /// `refresh`: whether requests authenticate again, themselves, when etcd says their token is
+    /// invalid (a health check does it outside its timeout instead).
+    fn connect_options(&self, refresh: bool) -> ConnectOptions {
+        let mut options = ConnectOptions::new()
+            .with_keep_alive(GRPC_KEEPALIVE, GRPC_KEEPALIVE_TIMEOUT)
+            .with_keep_alive_while_idle(false)
+            .with_connect_timeout(CONNECT_TIMEOUT)
+            // A member without a leader answers at once rather than holding requests, and it
+            // cancels its watches, which then resume on another member.
+            .with_require_leader(true);
+        if let Some(tls) = self.tls_options() {
+            options = options.with_tls(tls);
+        }
+        if let Some((name, Password(password))) = &self.user {
+            // etcd's tokens expire (simple ones `--auth-token-ttl`, 300 s by default, after their
+            // last use on a member; JWTs that long after they were issued).
+            options = options
+                .with_user(name.clone(), password.clone())
+                .with_auto_token_refresh(refresh);
+        }
+        options
+    }
+
+    /// A client of `endpoints`. With a user, connecting authenticates, which needs a member to
+    /// answer: bounded by `policy`.
+    async fn client(
+        &self,
+        endpoints: &[String],
+        policy: RetryPolicy,
+        refresh: bool,
+    ) -> Result<Client, EtcdError> {
+        let options = self.connect_options(refresh);
+        with_retries(policy, "connect", || {
+            Client::connect(endpoints, Some(options.clone()))
+        })
+        .await
+    }
+}
+
+/// `host:port` or `http(s)://host:port` as the balancer keys it: a bare `host:port` takes
+/// `https://` when `tls`, `http://` otherwise.
+pub fn normalise_endpoint(raw: &str, tls: bool) -> Result<String, EtcdError> {
     let raw = raw.trim().trim_end_matches('/');
     let url = if raw.contains("://") {
         raw.to_string()
+    } else if tls {
+        format!("https://{raw}")
     } else {
         format!("http://{raw}")
     };
-    let ok = url.strip_prefix("http://").is_some_and(|rest| {
-        rest.rsplit_once(':').is_some_and(|(host, port)| {
-            !host.is_empty() && !host.contains('/') && port.parse::<u16>().is_ok()
+    let ok = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .is_some_and(|rest| {
+            rest.rsplit_once(':').is_some_and(|(host, port)| {
+                !host.is_empty() && !host.contains('/') && port.parse::<u16>().is_ok()
+            })
         })
-    }) && url.parse::<http::Uri>().is_ok();
+        && url.parse::<http::Uri>().is_ok();
     if ok {
         Ok(url)
     } else {
@@ -101,26 +209,25 @@ pub fn normalise_endpoint(raw: &str) -> Result<String, EtcdError> {
 }
 
 impl Etcd {
-    /// Connects (lazily: no member has to answer yet) and starts the endpoints' health checks,
-    /// which read `health_key`.
-    pub async fn connect(endpoints: &[String], health_key: &str) -> Result<Self, EtcdError> {
+    /// Connects and starts the endpoints' health checks, which read `health_key`. Lazily
+    /// without a user (no member has to answer yet); with one, authenticating needs a member.
+    pub async fn connect(
+        endpoints: &[String],
+        health_key: &str,
+        access: &EtcdAccess,
+    ) -> Result<Self, EtcdError> {
         let endpoints = endpoints
             .iter()
-            .map(|e| normalise_endpoint(e))
+            .map(|e| normalise_endpoint(e, access.tls()))
             .collect::<Result<Vec<_>, _>>()?;
-        let client = Client::connect(&endpoints, Some(connect_options()))
-            .await
-            .map_err(|source| EtcdError::Refused {
-                op: "connect",
-                source,
-            })?;
+        let client = access.client(&endpoints, CONNECT_POLICY, true).await?;
         let etcd = Self {
             client,
             health: Arc::new(Mutex::new(vec![true; endpoints.len()])),
             endpoints: Arc::new(endpoints),
             retry: RetryPolicy::default(),
         };
-        etcd.check_endpoints(health_key.as_bytes().to_vec()).await?;
+        etcd.check_endpoints(health_key.as_bytes().to_vec(), access.clone());
         Ok(etcd)
     }
 
@@ -130,27 +237,51 @@ impl Etcd {
         self.endpoints.iter().cloned().zip(health).collect()
     }
 
-    async fn check_endpoints(&self, key: Vec<u8>) -> Result<(), EtcdError> {
+    fn check_endpoints(&self, key: Vec<u8>, access: EtcdAccess) {
         let (reports, mut report_rx) = mpsc::channel::<(usize, bool)>(64);
         for (index, endpoint) in self.endpoints.iter().enumerate() {
-            let probe = Client::connect([endpoint.as_str()], Some(connect_options()))
-                .await
-                .map_err(|source| EtcdError::Refused {
-                    op: "connect",
-                    source,
-                })?;
+            let endpoint = [endpoint.clone()];
             let reports = reports.clone();
             let key = key.clone();
+            let access = access.clone();
             tokio::spawn(async move {
                 let mut tick = tokio::time::interval(HEALTH_PERIOD);
                 tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                // Connected on the first check that can: with a user, connecting authenticates
+                // against this very member, which may be down when the node starts.
+                let mut probe = None;
                 loop {
                     tick.tick().await;
-                    let mut probe = probe.clone();
-                    let healthy = matches!(
-                        tokio::time::timeout(HEALTH_TIMEOUT, probe.get(key.clone(), None)).await,
-                        Ok(Ok(_))
-                    );
+                    if probe.is_none() {
+                        probe = access
+                            .client(&endpoint, PROBE_CONNECT_POLICY, false)
+                            .await
+                            .ok();
+                    }
+                    let healthy = match &probe {
+                        Some(probe) => {
+                            let mut probe: Client = probe.clone();
+                            match tokio::time::timeout(HEALTH_TIMEOUT, probe.get(key.clone(), None))
+                                .await
+                            {
+                                Ok(Ok(_)) => true,
+                                Ok(Err(e)) => {
+                                    if token_refused(&e) {
+                                        // Outside the check's timeout: authenticating goes
+                                        // through etcd's log and a bcrypt check, which can
+                                        // take longer than a get. Healthy again on the next
+                                        // check, with the new token.
+                                        let refreshed = probe.refresh_token();
+                                        let _ =
+                                            tokio::time::timeout(CONNECT_TIMEOUT, refreshed).await;
+                                    }
+                                    false
+                                }
+                                Err(_) => false,
+                            }
+                        }
+                        None => false,
+                    };
                     if reports.send((index, healthy)).await.is_err() {
                         return;
                     }
@@ -202,30 +333,59 @@ impl Etcd {
                 }
             }
         });
-        Ok(())
+    }
+
+    /// [`with_retries`] through the shared client, which authenticates again when etcd refuses
+    /// its token as older than the last change to etcd's users and roles (etcd-client refreshes
+    /// only tokens etcd calls invalid): the next try goes with the new token.
+    async fn retried<T, F, Fut>(
+        &self,
+        policy: RetryPolicy,
+        op: &'static str,
+        mut attempt: F,
+    ) -> Result<T, EtcdError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+    {
+        with_retries(policy, op, || {
+            let sent = attempt();
+            async move {
+                let result = sent.await;
+                if let Err(e) = &result {
+                    if stale_token(e) {
+                        self.client.refresh_token().await?;
+                    }
+                }
+                result
+            }
+        })
+        .await
     }
 
     /// One key, read linearizably.
     pub async fn get(&self, key: &str) -> Result<Option<Entry>, EtcdError> {
-        let response = with_retries(self.retry, "get", || {
-            let mut client = self.client.clone();
-            async move { client.get(key, None).await }
-        })
-        .await?;
+        let response = self
+            .retried(self.retry, "get", || {
+                let mut client = self.client.clone();
+                async move { client.get(key, None).await }
+            })
+            .await?;
         Ok(response.kvs().first().map(Entry::from_kv))
     }
 
     /// Every key under `prefix`, and the revision they were read at.
     pub async fn list(&self, prefix: &str) -> Result<(Vec<Entry>, i64), EtcdError> {
-        let response = with_retries(self.retry, "list", || {
-            let mut client = self.client.clone();
-            async move {
-                client
-                    .get(prefix, Some(GetOptions::new().with_prefix()))
-                    .await
-            }
-        })
-        .await?;
+        let response = self
+            .retried(self.retry, "list", || {
+                let mut client = self.client.clone();
+                async move {
+                    client
+                        .get(prefix, Some(GetOptions::new().with_prefix()))
+                        .await
+                }
+            })
+            .await?;
         let revision = response.header().map_or(0, |h| h.revision());
         Ok((
             response.kvs().iter().map(Entry::from_kv).collect(),
@@ -235,7 +395,7 @@ impl Etcd {
 
     /// Writes a whole value (idempotent, so retried), bound to `lease` if not 0.
     pub async fn put(&self, key: &str, value: Vec<u8>, lease: i64) -> Result<(), EtcdError> {
-        with_retries(self.retry, "put", || {
+        self.retried(self.retry, "put", || {
             let mut client = self.client.clone();
             let value = value.clone();
             async move {
@@ -251,18 +411,19 @@ impl Etcd {
     pub async fn put_if_absent(&self, key: &str, value: Vec<u8>) -> Result<Vec<u8>, EtcdError> {
         use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
         // Idempotent as a whole: a retry after a lost answer finds the value it wrote.
-        let response = with_retries(self.retry, "create", || {
-            let mut client = self.client.clone();
-            let value = value.clone();
-            async move {
-                let txn = Txn::new()
-                    .when([Compare::version(key, CompareOp::Equal, 0)])
-                    .and_then([TxnOp::put(key, value, None)])
-                    .or_else([TxnOp::get(key, None)]);
-                client.txn(txn).await
-            }
-        })
-        .await?;
+        let response = self
+            .retried(self.retry, "create", || {
+                let mut client = self.client.clone();
+                let value = value.clone();
+                async move {
+                    let txn = Txn::new()
+                        .when([Compare::version(key, CompareOp::Equal, 0)])
+                        .and_then([TxnOp::put(key, value, None)])
+                        .or_else([TxnOp::get(key, None)]);
+                    client.txn(txn).await
+                }
+            })
+            .await?;
         if response.succeeded() {
             return Ok(value);
         }
@@ -280,7 +441,7 @@ impl Etcd {
         op: &'static str,
         txn: etcd_client::Txn,
     ) -> Result<etcd_client::TxnResponse, EtcdError> {
-        with_retries(self.retry, op, || {
+        self.retried(self.retry, op, || {
             let mut client = self.client.clone();
             let txn = txn.clone();
             async move { client.txn(txn).await }
@@ -290,7 +451,7 @@ impl Etcd {
 
     /// Deletes every key under `prefix`.
     pub async fn delete_prefix(&self, prefix: &str) -> Result<(), EtcdError> {
-        with_retries(self.retry, "delete", || {
+        self.retried(self.retry, "delete", || {
             let mut client = self.client.clone();
             async move {
                 client
@@ -345,7 +506,7 @@ impl Etcd {
     }
 
     pub async fn delete(&self, key: &str) -> Result<(), EtcdError> {
-        with_retries(self.retry, "delete", || {
+        self.retried(self.retry, "delete", || {
             let mut client = self.client.clone();
             async move { client.delete(key, None).await }
         })
@@ -360,11 +521,12 @@ impl Etcd {
             tries: 1,
             ..self.retry
         };
-        let response = with_retries(policy, "lease grant", || {
-            let mut client = self.client.clone();
-            async move { client.lease_grant(ttl, None).await }
-        })
-        .await?;
+        let response = self
+            .retried(policy, "lease grant", || {
+                let mut client = self.client.clone();
+                async move { client.lease_grant(ttl, None).await }
+            })
+            .await?;
         Ok(response.id())
     }
 
@@ -390,11 +552,12 @@ impl Etcd {
 
     /// Revokes `lease`, deleting the keys bound to it.
     pub async fn revoke(&self, lease: i64) -> Result<(), EtcdError> {
-        let result = with_retries(self.retry, "lease revoke", || {
-            let mut client = self.client.clone();
-            async move { client.lease_revoke(lease).await }
-        })
-        .await;
+        let result = self
+            .retried(self.retry, "lease revoke", || {
+                let mut client = self.client.clone();
+                async move { client.lease_revoke(lease).await }
+            })
+            .await;
         match result {
             Err(EtcdError::Refused { source, .. }) if lease_gone(&source) => Ok(()),
             other => other.map(|_| ()),
@@ -480,6 +643,14 @@ impl Etcd {
                 if response.canceled() {
                     if response.compact_revision() > 0 {
                         cursor.compacted();
+                    } else if response.cancel_reason().contains("permission denied") {
+                        // A member checks a new watch's token itself and cancels the watch
+                        // rather than failing the request, so etcd-client does not notice an
+                        // expired token here: authenticate again before the next try.
+                        tracing::debug!("etcd watch of {prefix}: permission denied");
+                        if let Err(e) = client.refresh_token().await {
+                            tracing::debug!("etcd authentication: {e}");
+                        }
                     }
                     break;
                 }
@@ -519,18 +690,41 @@ mod tests {
     }
 
     #[test]
-    fn endpoints_are_normalised_to_http_urls() {
+    fn endpoints_are_normalised_to_urls_that_keep_their_scheme() {
         assert_eq!(
-            normalise_endpoint("10.0.0.1:2379").unwrap(),
+            normalise_endpoint("10.0.0.1:2379", false).unwrap(),
             "http://10.0.0.1:2379"
         );
         assert_eq!(
-            normalise_endpoint("http://etcd-1:2379/").unwrap(),
+            normalise_endpoint("10.0.0.1:2379", true).unwrap(),
+            "https://10.0.0.1:2379"
+        );
+        assert_eq!(
+            normalise_endpoint("http://etcd-1:2379/", true).unwrap(),
             "http://etcd-1:2379"
         );
-        assert!(normalise_endpoint("https://etcd-1:2379").is_err());
-        assert!(normalise_endpoint("http://").is_err());
-        assert!(normalise_endpoint("http://a:1/path").is_err());
-        assert!(normalise_endpoint("etcd-1").is_err());
+        assert_eq!(
+            normalise_endpoint("https://etcd-1:2379", false).unwrap(),
+            "https://etcd-1:2379"
+        );
+        assert!(normalise_endpoint("unix://etcd-1:2379", false).is_err());
+        assert!(normalise_endpoint("http://", false).is_err());
+        assert!(normalise_endpoint("https://a:1/path", true).is_err());
+        assert!(normalise_endpoint("etcd-1", false).is_err());
+    }
+
+    #[test]
+    fn debug_output_shows_neither_the_password_nor_the_key() {
+        let access = EtcdAccess {
+            ca: Some(b"CA PEM".to_vec()),
+            identity: Some((b"CERT PEM".to_vec(), b"KEY PEM".to_vec())),
+            user: Some(("kiln".into(), Password::new("s3cret".into()))),
+        };
+        let shown = format!("{access:?}");
+        assert!(shown.contains("kiln"), "{shown}");
+        assert!(
+            !shown.contains("s3cret") && !shown.contains("KEY"),
+            "{shown}"
+        );
     }
 }

@@ -32,6 +32,19 @@ pub enum ClusterError {
     /// etcd failed or could not be reached.
     #[error(transparent)]
     Etcd(#[from] EtcdError),
+    /// etcd refused the user and password.
+    #[error(
+        "etcd refused --cluster-user `{0}`: check the user and its password in \
+         KILN_CLUSTER_PASSWORD"
+    )]
+    EtcdAuth(String, #[source] EtcdError),
+    /// etcd could not be reached over TLS.
+    #[error(
+        "cannot talk to etcd over TLS: check that its members serve https:// at the --cluster \
+         addresses with certificates --cluster-ca signed for them, and give --cluster-cert and \
+         --cluster-key if etcd runs with --client-cert-auth"
+    )]
+    EtcdTls(#[source] EtcdError),
     /// A live node already uses this node's id.
     #[error(
         "node id `{id}` is in use by a live node at {api}: pick another --node-id (if that node \
@@ -71,6 +84,26 @@ pub enum ClusterError {
     CorruptCredentialsRecord(String),
 }
 
+/// What a failure to reach etcd at start most likely means, with the error itself as source.
+fn connect_error(error: EtcdError, config: &ClusterConfig) -> ClusterError {
+    match &error {
+        EtcdError::Refused { source, .. } if auth_failed(source) => {
+            let user = config.access.user.as_ref().map(|(name, _)| name.clone());
+            ClusterError::EtcdAuth(user.unwrap_or_default(), error)
+        }
+        EtcdError::Unavailable { .. } | EtcdError::Timeout { .. } if config.access.tls() => {
+            ClusterError::EtcdTls(error)
+        }
+        _ => ClusterError::Etcd(error),
+    }
+}
+
+/// etcd's answer to a wrong user or password.
+fn auth_failed(error: &etcd_client::Error) -> bool {
+    matches!(error, etcd_client::Error::GRpcStatus(status)
+        if status.message().contains("authentication failed"))
+}
+
 /// A node's connection to its cluster, before it has joined.
 pub struct Cluster {
     etcd: Etcd,
@@ -80,7 +113,13 @@ pub struct Cluster {
 impl Cluster {
     pub async fn connect(config: ClusterConfig) -> Result<Self, ClusterError> {
         let health_key = format!("{}/health", config.prefix);
-        let etcd = Etcd::connect(&config.endpoints, &health_key).await?;
+        let unreachable = |error| connect_error(error, &config);
+        let etcd = Etcd::connect(&config.endpoints, &health_key, &config.access)
+            .await
+            .map_err(unreachable)?;
+        // A first request (connecting is lazy without a user): a node that cannot talk to etcd
+        // says so now, and why, rather than in its first real request.
+        etcd.get(&health_key).await.map_err(unreachable)?;
         Ok(Self { etcd, config })
     }
 

@@ -31,7 +31,7 @@ pub enum EtcdError {
         source: ClientError,
     },
     /// An endpoint is not a URL.
-    #[error("invalid etcd endpoint `{endpoint}`: expected http://HOST:PORT")]
+    #[error("invalid etcd endpoint `{endpoint}`: expected http://HOST:PORT or https://HOST:PORT")]
     Endpoint { endpoint: String },
 }
 
@@ -54,9 +54,13 @@ impl Default for RetryPolicy {
 }
 
 /// Whether a failed request may be sent again: the transport failed, or the member could not
-/// serve it (no leader, leader changed, stopping). A request etcd judged (bad argument, lease
-/// not found, a failed comparison) is not retried.
+/// serve it (no leader, leader changed, stopping), or it refused a stale token (which
+/// `Etcd::retried` refreshes first). A request etcd judged (bad argument, lease not found, a
+/// failed comparison) is not retried.
 pub fn retryable(error: &ClientError) -> bool {
+    if stale_token(error) {
+        return true;
+    }
     match error {
         ClientError::TransportError(_) | ClientError::IoError(_) => true,
         ClientError::GRpcStatus(status) => matches!(
@@ -70,6 +74,23 @@ pub fn retryable(error: &ClientError) -> bool {
         ),
         _ => false,
     }
+}
+
+/// Whether etcd refused a request's token as older than its last auth change (a user or role
+/// added, changed or removed): with `--auth-token jwt` every token issued before the change. A
+/// new token cures it; services that etcd runs on its own client (elections) keep only the
+/// message.
+pub(super) fn stale_token(error: &ClientError) -> bool {
+    matches!(error, ClientError::GRpcStatus(status)
+        if status.message().contains("revision of auth store is old"))
+}
+
+/// Whether etcd refused a request's token: expired, unknown to the member, or stale.
+pub(super) fn token_refused(error: &ClientError) -> bool {
+    stale_token(error)
+        || matches!(error, ClientError::GRpcStatus(status)
+            if status.code() == Code::Unauthenticated
+                || status.message().contains("invalid auth token"))
 }
 
 /// Whether a keep-alive failed because the lease no longer exists (it expired or was revoked).
@@ -193,6 +214,12 @@ mod tests {
         assert!(retryable(&status(Code::Unavailable)));
         assert!(retryable(&status(Code::DeadlineExceeded)));
         assert!(!retryable(&status(Code::InvalidArgument)));
+        let stale = tonic::Status::invalid_argument("etcdserver: revision of auth store is old");
+        assert!(token_refused(&ClientError::GRpcStatus(stale.clone())));
+        assert!(retryable(&ClientError::GRpcStatus(stale)));
+        let expired = tonic::Status::unauthenticated("etcdserver: invalid auth token");
+        assert!(token_refused(&ClientError::GRpcStatus(expired)));
+        assert!(!token_refused(&status(Code::Unavailable)));
         assert!(!retryable(&status(Code::FailedPrecondition)));
         assert!(lease_gone(&status(Code::NotFound)));
         assert!(!retryable(&ClientError::LeaseKeepAliveError(

@@ -360,9 +360,13 @@ mod tests {
     async fn keys_name_their_kind_and_record() {
         let dir = tempfile::tempdir().unwrap();
         let database = Arc::new(Database::open(&dir.path().join("kiln.db")).unwrap());
-        let etcd = Etcd::connect(&["http://127.0.0.1:1".into()], "/kiln/health")
-            .await
-            .unwrap();
+        let etcd = Etcd::connect(
+            &["http://127.0.0.1:1".into()],
+            "/kiln/health",
+            &Default::default(),
+        )
+        .await
+        .unwrap();
         let registry = EtcdRegistry::new(etcd, "/kiln/", database);
         assert_eq!(registry.key(Kind::Url, "f"), "/kiln/urls/f");
         assert_eq!(
