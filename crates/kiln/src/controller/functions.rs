@@ -310,7 +310,6 @@ impl Controller {
         let mutation = self.lock_mutations();
         let updated = self.modify_locked(&mutation, name, |f| {
             check_revision(f, expected_revision)?;
-            self.settled(f)?;
             let mut config = f.config.clone();
             if let Some(v) = patch.runtime.clone() {
                 config.runtime = v;
@@ -362,6 +361,9 @@ impl Controller {
                 config.layers = v;
             }
             self.validate(&config)?;
+            // After validation: an invalid configuration is reported as invalid, not as a
+            // conflict that waiting would not resolve.
+            self.settled(f)?;
             f.config = config;
             f.revision += 1;
             f.last_modified = Utc::now();
