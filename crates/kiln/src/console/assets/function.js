@@ -61,12 +61,26 @@ function configurationTab(name, fn, body) {
   ].flat().filter(Boolean));
 }
 
+/** Returns once `name` is neither being created nor updated, saying so in `status` meanwhile:
+ *  Lambda refuses a change until the last one is done (409), so the page waits as deploy tools do. */
+async function settled(name, status) {
+  const shown = status.textContent;
+  for (;;) {
+    const c = await getJson(`${fnPath(name)}/configuration`);
+    if (c.State !== "Pending" && c.LastUpdateStatus !== "InProgress") break;
+    status.textContent = "waiting for the last change to finish…";
+    await new Promise((resolve) => setTimeout(resolve, 500));
+  }
+  status.textContent = shown;
+}
+
 /** Saves a change of the configuration (with the shown RevisionId) and shows the tab again,
  *  or says in `status` why not. */
 async function saveConfiguration(name, c, change, status) {
   status.className = "muted";
   status.textContent = "saving…";
   try {
+    await settled(name, status);
     await sendJson("PUT", `${fnPath(name)}/configuration`, Object.assign({ RevisionId: c.RevisionId }, change));
     await functionView(name, "configuration");
   } catch (e) {
@@ -195,6 +209,7 @@ function envForm(name, c) {
       status.className = "muted";
       status.textContent = "saving…";
       try {
+        await settled(name, status);
         await sendJson("PUT", `${fnPath(name)}/configuration`, { Environment: { Variables: variables }, RevisionId: c.RevisionId });
         await functionView(name, "configuration");
       } catch (e) {
@@ -224,6 +239,7 @@ function editForm(name, c) {
     status.className = "muted";
     status.textContent = "saving…";
     try {
+      await settled(name, status);
       await sendJson("PUT", `${fnPath(name)}/configuration`, {
         MemorySize: Number(memory.value),
         Timeout: Number(timeout.value),
@@ -250,6 +266,7 @@ function codeForm(name, fn) {
     status.className = "muted";
     status.textContent = "uploading…";
     try {
+      await settled(name, status);
       await sendJson("PUT", `${fnPath(name)}/code`, { ZipFile: await base64Of(file.files[0]) });
       await functionView(name, "configuration");
     } catch (e) {
