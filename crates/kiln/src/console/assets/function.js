@@ -61,19 +61,6 @@ function configurationTab(name, fn, body) {
   ].flat().filter(Boolean));
 }
 
-/** Returns once `name` is neither being created nor updated, saying so in `status` meanwhile:
- *  Lambda refuses a change until the last one is done (409), so the page waits as deploy tools do. */
-async function settled(name, status) {
-  const shown = status.textContent;
-  for (;;) {
-    const c = await getJson(`${fnPath(name)}/configuration`);
-    if (c.State !== "Pending" && c.LastUpdateStatus !== "InProgress") break;
-    status.textContent = "waiting for the last change to finish…";
-    await new Promise((resolve) => setTimeout(resolve, 500));
-  }
-  status.textContent = shown;
-}
-
 /** Saves a change of the configuration (with the shown RevisionId) and shows the tab again,
  *  or says in `status` why not. */
 async function saveConfiguration(name, c, change, status) {
@@ -87,6 +74,19 @@ async function saveConfiguration(name, c, change, status) {
     status.className = "error";
     status.textContent = e.message;
   }
+}
+
+/** Returns once `name` is neither being created nor updated, saying so in `status` meanwhile:
+ *  Lambda refuses a change until the last one is done (409), so the page waits as deploy tools do. */
+async function settled(name, status) {
+  const shown = status.textContent;
+  for (;;) {
+    const c = await getJson(`${fnPath(name)}/configuration`);
+    if (c.State !== "Pending" && c.LastUpdateStatus !== "InProgress") break;
+    status.textContent = "waiting for the last change to finish…";
+    await new Promise((resolve) => setTimeout(resolve, 500));
+  }
+  status.textContent = shown;
 }
 
 const number = (id, value, min, max) => el("input", { id, type: "number", min, max, step: 1, value, required: true });
