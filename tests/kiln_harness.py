@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -311,3 +312,63 @@ def start_path(report):
     """The `Start Path` of a REPORT log line."""
     match = re.search(r"Start Path: (\w+)", report)
     return match.group(1) if match else None
+
+
+class Gate:
+    """A TCP listener on the host that a function's init (with the host's network: tag
+    kiln:network=host) connects to and waits on until the test opens it: the function then stays
+    `Pending` or `InProgress` for as long as the test needs, whatever the machine's speed. An open
+    gate lets every later connection through at once."""
+
+    def __init__(self):
+        self.opened = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def init(self):
+        """Python source of an init that waits on this gate."""
+        return GATED_INIT.replace('int(os.environ["GATE"])', str(self.port))
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._release, args=(conn,), daemon=True).start()
+
+    def _release(self, conn):
+        with conn:
+            self.opened.wait()
+            conn.sendall(b"go")
+
+    def open(self):
+        self.opened.set()
+
+    def hold(self):
+        """Closes the gate again: inits that arrive from now on wait until it opens."""
+        self.opened.clear()
+
+    def close(self):
+        self.opened.set()
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.listener.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+# An init that waits on the Gate whose port is the GATE environment variable.
+GATED_INIT = """
+import os, socket
+
+with socket.create_connection(("127.0.0.1", int(os.environ["GATE"]))) as gate:
+    gate.recv(2)
+"""

@@ -328,6 +328,7 @@ def test_kill_9_during_a_fast_run_leaves_no_write_and_no_log_line(fresh_kiln, tm
     s3.put_object(Bucket=bucket, Key="counter.json", Body=b'{"n": 0}')
     name = unique("bo-s3-spin")
     deploy(kiln, name, package(tmp_path, SPIN))
+    kiln.settled(name)
     r = kiln.signed_request("PUT", f"/2015-03-31/functions/{name}/configuration", json.dumps(
         {"Timeout": 30, "KilnBreakout": {"Mode": "auto", "TraceRequests": 2, "FastPathTimeoutMs": 60000}}))
     assert r.status_code == 200, r.text

@@ -81,6 +81,7 @@ def test_the_opt_in_is_stored_echoed_and_checked(kiln):
                             json.dumps({"Runtime": "python3.11"}))
     assert r.status_code == 400 and "nodejs" in r.json()["message"], r.text
     # `null` turns it off; a function without it shows neither block.
+    kiln.settled(name)
     r = kiln.signed_request("PUT", f"/2015-03-31/functions/{name}/configuration",
                             json.dumps({"KilnBreakout": None}))
     assert r.status_code == 200, r.text

@@ -169,6 +169,8 @@ def visible_after_deploy(endpoints, runs, poll_timeout=10, change="create"):
         watchers = [e for e in endpoints if e != deployer]
         if change == "config":
             name = "deploy-config"
+            # Lambda refuses a change while the last one is in progress (409).
+            settled(deployer, name)
             written = call(lambda: pick(polls[deployer].update_function_configuration(
                 FunctionName=name, Description=f"run {run}")))
         else:
@@ -200,6 +202,24 @@ def visible_after_deploy(endpoints, runs, poll_timeout=10, change="create"):
         if change == "create":
             delete(deployer, name)
     return results
+
+
+def settled(endpoint, name, timeout=120):
+    """Waits until `name` is neither being created nor updated on `endpoint`'s node, as boto3's
+    `function_updated_v2` waiter does: Lambda refuses a change meanwhile with 409."""
+    lam = client(endpoint)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            c = lam.get_function_configuration(FunctionName=name)
+        except lam.exceptions.ResourceNotFoundException:
+            # Not on this node yet: the change that made it is still on its way from etcd.
+            time.sleep(0.1)
+            continue
+        if c.get("State") != "Pending" and c.get("LastUpdateStatus") != "InProgress":
+            return {"State": c.get("State"), "LastUpdateStatus": c.get("LastUpdateStatus")}
+        time.sleep(0.1)
+    return {"error": "Timeout", "message": f"{name} still changing after {timeout} s"}
 
 
 def update_description(endpoint, name, description):
@@ -307,7 +327,7 @@ def invoke_beside(busy_endpoint, endpoint, name, busy_seconds):
     return results
 
 
-OPS = {f.__name__: f for f in (create_fixed, update_fixed, list_objects, create_file, invoke_payload, invoke_beside, create_source, send_events, send_events_parallel, create, update_code, update_description, get, invoke, delete, race_config,
+OPS = {f.__name__: f for f in (create_fixed, update_fixed, list_objects, create_file, invoke_payload, invoke_beside, create_source, send_events, send_events_parallel, create, update_code, update_description, settled, get, invoke, delete, race_config,
                                race_create, visible_after_deploy, get_object, put_object, publish, create_alias,
                                publish_layer, list_layers, create_with_layers)}
 

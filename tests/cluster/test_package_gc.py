@@ -83,7 +83,10 @@ def removed(cluster, kind):
 def test_unused_packages_and_dropped_payloads_go_live_ones_stay(cluster):
     # A package replaced twice, then its function deleted; the last one shared by a live function.
     first = ok(cluster.lambda_op("create_fixed", endpoint=cluster.endpoint("n1"), name="gc-a", marker="v1"))
+    # Each change waits for the one before it, as Lambda asks (a 409 otherwise).
+    ok(cluster.lambda_op("settled", endpoint=cluster.endpoint("n2"), name="gc-a"))
     second = ok(cluster.lambda_op("update_fixed", endpoint=cluster.endpoint("n2"), name="gc-a", marker="v2"))
+    ok(cluster.lambda_op("settled", endpoint=cluster.endpoint("n1"), name="gc-a"))
     shared = ok(cluster.lambda_op("update_fixed", endpoint=cluster.endpoint("n1"), name="gc-a", marker="shared"))
     kept = ok(cluster.lambda_op("create_fixed", endpoint=cluster.endpoint("n2"), name="gc-b", marker="shared"))
     assert digest(kept) == digest(shared)

@@ -78,6 +78,7 @@ def test_a_function_deployed_on_one_node_runs_updated_and_goes_everywhere(cluste
 def test_versions_and_aliases_reach_every_node(cluster):
     name = "versioned"
     assert "error" not in cluster.lambda_op("create", endpoint=cluster.endpoint("n1"), name=name, marker="v1")
+    assert "error" not in cluster.lambda_op("settled", endpoint=cluster.endpoint("n1"), name=name)
     assert cluster.lambda_op("publish", endpoint=cluster.endpoint("n1"), name=name) == {"Version": "1"}
     assert "error" not in cluster.lambda_op("update_code", endpoint=cluster.endpoint("n1"), name=name, marker="v2")
     cluster.wait_for(lambda: answer(cluster, "n2", f"{name}:1") == "v1", BOUND, what=f"{name}:1 on n2")
@@ -103,6 +104,8 @@ def test_a_revision_id_race_between_two_nodes_has_one_winner(cluster):
             cluster.wait_for(
                 lambda: cluster.lambda_op("get", endpoint=cluster.endpoint(node), name=name)["RevisionId"] == revision,
                 BOUND, what=f"{node} at the revision of round {round_number}")
+            # Nor may either refuse it as a change while the last one is in progress (409).
+            assert "error" not in cluster.lambda_op("settled", endpoint=cluster.endpoint(node), name=name)
         results = cluster.lambda_op("race_config", endpoints=[cluster.endpoint("n2"), cluster.endpoint("n3")],
                                     name=name, revision_id=revision)
         winners = [r for r in results if "error" not in r]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kiln_harness import KILN_BIN, NODE_RUNTIME, PYTHON_RUNTIME
+from kiln_harness import GATED_INIT, KILN_BIN, NODE_RUNTIME, PYTHON_RUNTIME, Gate
 
 DEADLINE = 120
 
@@ -436,6 +436,39 @@ def test_refused_redeploy_leaves_the_function_as_it_was(kiln, code_dir):
     out = cli_json(kiln, "invoke", name)
     assert out["Payload"]["version"] == "v1"
     assert int(out["Payload"]["memory"]) == 256
+
+
+def test_redeploy_waits_for_each_change_before_the_next(kiln, code_dir):
+    """A redeploy changes the configuration, then the code; Lambda refuses a change while the one
+    before it is in progress, so each waits: here for the function to be created, then for its new
+    configuration (whose init waits on a second gate)."""
+    name = unique("cliwaits")
+
+    def config():
+        return kiln.client().get_function_configuration(FunctionName=name)
+
+    with Gate() as created, Gate() as configured:
+        (code_dir / "app.py").write_text(GATED_INIT + APP)
+        deploy(kiln, name, code_dir, "--network", "host", "--env", f"GATE={created.port}")
+        assert config()["State"] == "Pending"
+        (code_dir / "app.py").write_text(GATED_INIT + APP.replace('VERSION = "v1"', 'VERSION = "v2"'))
+        redeploy = subprocess.Popen(
+            [str(KILN_BIN), "deploy", name, "--runtime", PYTHON_RUNTIME, "--handler", "app.handler",
+             "--code", str(code_dir), "--network", "host", "--env", f"GATE={configured.port}", "--env", "K=two"],
+            env=env_for(kiln), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # Time to have made a change too early (a 409 would end it); it waits instead.
+        time.sleep(1)
+        assert redeploy.poll() is None and config()["State"] == "Pending"
+        created.open()
+        wait_for(lambda: config()["Environment"]["Variables"].get("K") == "two", "the new configuration")
+        time.sleep(1)
+        assert redeploy.poll() is None and config()["LastUpdateStatus"] == "InProgress"
+        configured.open()
+        out, err = redeploy.communicate(timeout=DEADLINE)
+        assert redeploy.returncode == 0, err
+        assert "updated" in out
+        payload = cli_json(kiln, "invoke", name)["Payload"]
+        assert (payload["version"], payload["k"]) == ("v2", "two")
 
 
 def test_invalid_payload_is_readable(kiln, code_dir):

@@ -303,6 +303,7 @@ def test_update_function_configuration_is_visible_to_function(kiln):
     lam.update_function_configuration(FunctionName=name, Timeout=10)
     config = lam.get_function_configuration(FunctionName=name)
     assert config["MemorySize"] == 512 and config["Timeout"] == 10 and config["Description"] == "changed"
+    kiln.settled(name)
     # An empty Variables map clears the environment.
     lam.update_function_configuration(FunctionName=name, Environment={"Variables": {}})
     payload, _ = invoke(kiln, name)
@@ -333,6 +334,8 @@ def test_update_configuration_validates(kiln):
         lam.update_function_configuration(FunctionName=unique("nope"), Timeout=5)
     with pytest.raises(lam.exceptions.ResourceNotFoundException):
         lam.update_function_code(FunctionName=unique("nope"), ZipFile=zip_files({"app.py": ECHO_PY}))
+    # A package is looked at only once the function is settled (a change before is refused with 409).
+    kiln.settled(name)
     with pytest.raises(lam.exceptions.InvalidParameterValueException):
         lam.update_function_code(FunctionName=name, ZipFile=b"not a zip")
 
@@ -502,6 +505,7 @@ def test_settings_kiln_does_not_act_on_are_kept_and_returned(fresh_kiln):
     assert "DeadLetterConfig" not in updated and "KMSKeyArn" not in updated
     assert updated["VpcConfig"] == expected["VpcConfig"]
     assert updated["Environment"] == {"Variables": {"K": "V"}}
+    server.settled(name)
     assert lam.update_function_configuration(FunctionName=name, Environment={})["Environment"] == {"Variables": {}}
 
     plain_name = unique("plain")
@@ -741,9 +745,11 @@ def test_zero_reserved_concurrency_throttles_every_invoke(kiln):
 def test_reserved_concurrency_survives_configuration_update(kiln):
     name = unique("concupd")
     create(kiln, name)
+    kiln.settled(name)
     lam = kiln.client()
     lam.put_function_concurrency(FunctionName=name, ReservedConcurrentExecutions=0)
     lam.update_function_configuration(FunctionName=name, Timeout=9)
+    kiln.settled(name)
     lam.update_function_code(FunctionName=name, ZipFile=zip_files({"app.py": ECHO_PY + "\n"}))
     assert lam.get_function_concurrency(FunctionName=name)["ReservedConcurrentExecutions"] == 0
     with pytest.raises(lam.exceptions.TooManyRequestsException):
@@ -800,6 +806,7 @@ def test_function_url_creation_time_is_stable(kiln):
     create(kiln, name)
     lam = kiln.client()
     created = lam.create_function_url_config(FunctionName=name, AuthType="NONE")
+    kiln.settled(name)
     lam.update_function_configuration(FunctionName=name, Timeout=11)
     time.sleep(0.01)
     updated = lam.update_function_url_config(FunctionName=name, AuthType="AWS_IAM")
@@ -1083,6 +1090,7 @@ def test_role_must_be_an_iam_role_arn(kiln):
         lam.update_function_configuration(FunctionName=name, Role="my-role")
     assert error_code(excinfo) == "ValidationException"
     other = "arn:aws:iam::000000000000:role/service-role/other"
+    kiln.settled(name)
     assert lam.update_function_configuration(FunctionName=name, Role=other)["Role"] == other
 
 
@@ -1414,6 +1422,7 @@ def test_everything_acknowledged_survives_kill_9(fresh_kiln):
     lam.put_function_concurrency(FunctionName=name, ReservedConcurrentExecutions=2)
     url = lam.create_function_url_config(FunctionName=name, AuthType="AWS_IAM")
     new_zip = zip_files({"app.py": ECHO_PY.replace('"v1"', '"v2"')})
+    server.settled(name)
     lam.update_function_code(FunctionName=name, ZipFile=new_zip)
     gone = unique("gone")
     create(server, gone)
@@ -1449,29 +1458,43 @@ def test_code_shared_by_two_functions_survives_deleting_one(kiln):
 
 
 def test_concurrent_control_plane_calls_lose_no_update(kiln):
-    """Concurrent updates of different fields of one function all land."""
+    """Concurrent changes of one function: each is either acknowledged and lands, or refused with
+    409 because another one is in progress (as on Lambda); none is acknowledged and lost."""
     import concurrent.futures
     name = unique("concurrentupd")
     create(kiln, name)
     clients = [kiln.client() for _ in range(4)]
+    expected = {"timeout": 3, "description": "", "code": zip_files({"app.py": ECHO_PY})}
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         for round_ in range(8):
-            calls = [
-                lambda: clients[0].update_function_configuration(FunctionName=name, Timeout=10 + round_),
-                lambda: clients[1].put_function_concurrency(FunctionName=name, ReservedConcurrentExecutions=1 + round_),
-                lambda: clients[2].update_function_configuration(FunctionName=name, Description=f"round {round_}"),
-                lambda: clients[3].update_function_code(
-                    FunctionName=name, ZipFile=zip_files({"app.py": ECHO_PY + f"\n# round {round_}\n"})),
-            ]
-            for future in [pool.submit(call) for call in calls]:
-                future.result()
+            kiln.settled(name)
+            changes = {
+                "timeout": (10 + round_, lambda v: clients[0].update_function_configuration(FunctionName=name, Timeout=v)),
+                "description": (f"round {round_}",
+                                lambda v: clients[2].update_function_configuration(FunctionName=name, Description=v)),
+                "code": (zip_files({"app.py": ECHO_PY + f"\n# round {round_}\n"}),
+                         lambda v: clients[3].update_function_code(FunctionName=name, ZipFile=v)),
+            }
+            futures = {key: pool.submit(change, value) for key, (value, change) in changes.items()}
+            concurrency = pool.submit(lambda: clients[1].put_function_concurrency(
+                FunctionName=name, ReservedConcurrentExecutions=1 + round_))
+            landed = []
+            for key, future in futures.items():
+                try:
+                    future.result()
+                    expected[key] = changes[key][0]
+                    landed.append(key)
+                except botocore.exceptions.ClientError as e:
+                    assert e.response["Error"]["Code"] == "ResourceConflictException", e.response
+            # The function was settled: the first change to arrive is accepted.
+            assert landed
+            concurrency.result()
             got = kiln.client().get_function(FunctionName=name)
             config = got["Configuration"]
-            assert config["Timeout"] == 10 + round_
-            assert config["Description"] == f"round {round_}"
+            assert config["Timeout"] == expected["timeout"]
+            assert config.get("Description", "") == expected["description"]
             assert got["Concurrency"]["ReservedConcurrentExecutions"] == 1 + round_
-            expected_zip = zip_files({"app.py": ECHO_PY + f"\n# round {round_}\n"})
-            assert config["CodeSha256"] == base64.b64encode(hashlib.sha256(expected_zip).digest()).decode()
+            assert config["CodeSha256"] == base64.b64encode(hashlib.sha256(expected["code"]).digest()).decode()
 
 
 def test_update_function_code_dry_run_changes_nothing(kiln):
@@ -1503,6 +1526,7 @@ def test_revision_id_guards_updates(kiln):
     lam.put_function_concurrency(FunctionName=name, ReservedConcurrentExecutions=2)
     lam.create_function_url_config(FunctionName=name, AuthType="NONE")
     assert lam.get_function_configuration(FunctionName=name)["RevisionId"] == first
+    kiln.settled(name)
     second = lam.update_function_configuration(FunctionName=name, Timeout=8, RevisionId=first)["RevisionId"]
     assert second != first
     with pytest.raises(lam.exceptions.PreconditionFailedException) as excinfo:
@@ -1512,6 +1536,7 @@ def test_revision_id_guards_updates(kiln):
         lam.update_function_code(FunctionName=name, ZipFile=zip_files({"app.py": ECHO_PY + "\n"}), RevisionId=first)
     config = lam.get_function_configuration(FunctionName=name)
     assert config["Timeout"] == 8 and config["RevisionId"] == second
+    kiln.settled(name)
     third = lam.update_function_code(FunctionName=name, ZipFile=zip_files({"app.py": ECHO_PY + "\n"}),
                                      RevisionId=second)["RevisionId"]
     assert third not in (first, second)

@@ -201,6 +201,7 @@ def test_a_function_with_layers_does_not_take_a_runtime_standby(kiln):
     layer = publish(kiln, unique("warm"), {"python/warmmod.py": "VALUE = 'coldest'\n"})
     name = unique("layerwarm")
     create(kiln, name, files={"app.py": PY_READER}, Layers=[layer["LayerVersionArn"]])
+    kiln.settled(name)
     response = kiln.signed_request("PUT", f"/2015-03-31/functions/{name}/configuration",
                                    json.dumps({"KilnPrebake": {"Mode": "off"}}), {"Content-Type": "application/json"})
     assert response.status_code == 200, response.text
@@ -253,6 +254,7 @@ def test_get_function_shows_layers(kiln):
     listed = next(f for f in functions if f["FunctionName"] == name)
     assert listed["Layers"] == expected
     # A version keeps the layers of its configuration.
+    kiln.settled(name)
     version = lam.publish_version(FunctionName=name)
     assert version["Layers"] == expected
     plain = unique("nolayers")

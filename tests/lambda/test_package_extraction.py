@@ -189,9 +189,9 @@ def test_an_unzipped_size_over_the_limit_is_refused_before_answering(kiln):
     with pytest.raises(lam.exceptions.ResourceNotFoundException):
         lam.get_function(FunctionName=name)
     create(lam, name, package(1))
+    wait_active(lam, name)
     with pytest.raises(lam.exceptions.InvalidParameterValueException):
         lam.update_function_code(FunctionName=name, ZipFile=big)
-    wait_active(lam, name)
     assert invoke(lam, name, {})["version"] == 1
 
 

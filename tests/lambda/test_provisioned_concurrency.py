@@ -23,6 +23,7 @@ def test_a_versions_provisioned_instances_are_initialised_and_serve_a_burst(kiln
     lam = kiln.client(read_timeout=120)
     name = unique("prov")
     create(kiln, name)
+    kiln.settled(name)
     assert lam.publish_version(FunctionName=name)["Version"] == "1"
     put = lam.put_provisioned_concurrency_config(
         FunctionName=name, Qualifier="1", ProvisionedConcurrentExecutions=3)
@@ -67,6 +68,7 @@ def test_an_alias_config_goes_with_the_alias(kiln):
     lam = kiln.client()
     name = unique("provalias")
     create(kiln, name)
+    kiln.settled(name)
     lam.publish_version(FunctionName=name)
     lam.create_alias(FunctionName=name, Name="live", FunctionVersion="1")
     lam.put_provisioned_concurrency_config(FunctionName=name, Qualifier="live", ProvisionedConcurrentExecutions=1)
@@ -84,6 +86,7 @@ def test_configs_lambda_refuses_are_refused(kiln):
     lam = kiln.client()
     name = unique("provbad")
     create(kiln, name)
+    kiln.settled(name)
     lam.publish_version(FunctionName=name)
     lam.create_alias(FunctionName=name, Name="head", FunctionVersion="$LATEST")
     for qualifier in ("$LATEST", "head"):

@@ -291,6 +291,7 @@ def status_instances(kiln):
 @pytest.fixture(scope="module")
 def manual_fn(kiln):
     function = kiln.deploy("rt-manual", "provided.al2023", "ignored.handler", code="provided_manual", Timeout=9)
+    kiln.settled("rt-manual")
     # No warm-up invocations before the standby instance (the hot path) is kept, so that the bootstrap's
     # invocation `count` says whether an invocation ran on a new process, whichever path started it.
     response = kiln.signed_request("PUT", "/2015-03-31/functions/rt-manual/configuration",

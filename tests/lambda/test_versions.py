@@ -48,6 +48,7 @@ def two_versions(kiln, prefix):
     """A function with version 1 ("one") and 2 ("two"); `$LATEST` runs "two"."""
     name = unique(prefix)
     create(kiln, name, zip_bytes=code("one"))
+    kiln.settled(name)
     lam = kiln.client()
     assert lam.publish_version(FunctionName=name)["Version"] == "1"
     update(kiln, name, code("two"))
@@ -59,6 +60,7 @@ def test_publish_list_get_and_invoke_versions(kiln):
     name = unique("ver")
     one = code("one")
     create(kiln, name, zip_bytes=one, Description="first")
+    kiln.settled(name)
     lam = kiln.client()
     arn = f"arn:aws:lambda:us-east-1:000000000000:function:{name}"
     published = lam.publish_version(FunctionName=name)
@@ -119,6 +121,7 @@ def test_publish_preconditions_and_publish_on_create_and_update(kiln):
     created = create(kiln, name, zip_bytes=one, Publish=True)
     assert created["Version"] == "1"
     assert created["FunctionArn"].endswith(f":{name}:1")
+    kiln.settled(name)
     lam = kiln.client()
     with pytest.raises(lam.exceptions.InvalidParameterValueException) as excinfo:
         lam.publish_version(FunctionName=name, CodeSha256="bm90IHRoZSBoYXNo")
@@ -264,6 +267,7 @@ def test_deleting_a_version(kiln):
     # Deleting the function takes its versions and aliases with it.
     lam.delete_function(FunctionName=name)
     create(kiln, name, zip_bytes=code("again"))
+    kiln.settled(name)
     assert [v["Version"] for v in lam.list_versions_by_function(FunctionName=name)["Versions"]] == ["$LATEST"]
     assert lam.list_aliases(FunctionName=name)["Aliases"] == []
     assert lam.publish_version(FunctionName=name)["Version"] == "1"
@@ -272,6 +276,7 @@ def test_deleting_a_version(kiln):
 def test_versions_with_the_aws_cli(kiln, tmp_path):
     name = unique("vercli")
     create(kiln, name, zip_bytes=code("one"))
+    aws(kiln, "lambda", "wait", "function-active-v2", "--function-name", name)
     published = json.loads(aws(kiln, "lambda", "publish-version", "--function-name", name,
                                "--description", "from the cli").stdout)
     assert published["Version"] == "1" and published["Description"] == "from the cli"

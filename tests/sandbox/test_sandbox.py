@@ -80,6 +80,8 @@ def probe_fn(kiln):
 # ------------------------------------------------------------------------------------------------- files
 def test_host_files_are_invisible(kiln, probe_fn):
     other = kiln.deploy("sbx-other", PYTHON_RUNTIME, "app.echo", code="python_basic")
+    # Its package is extracted once it is Active.
+    kiln.settled("sbx-other")
     other_code = code_dir_on_host(kiln, other)
     own_code = code_dir_on_host(kiln, probe_fn)
     assert (other_code / "app.py").is_file() and (own_code / "app.py").is_file()

@@ -128,12 +128,14 @@ def test_invalid_session_settings_are_refused(kiln):
         response = kiln.signed_request("PUT", path, json.dumps(body), {"Content-Type": "application/json"})
         assert response.status_code == 400, response.text
         assert message in response.text, response.text
-    # Set, shown, and turned off again.
+    # Set, shown, and turned off again: each change once the one before it is done.
+    kiln.settled("ss-invalid")
     response = kiln.signed_request("PUT", path, json.dumps({"KilnSessions": {"Hint": "cookie:sid"}}),
                                    {"Content-Type": "application/json"})
     assert response.json()["KilnSessions"] == {"Hint": "cookie:sid", "Placement": "binpack",
                                                "MaxSessionsPerInstance": 16, "IdleTtlSeconds": 900,
                                                "MaxValueBytes": 1048576, "MaxSessionBytes": 8388608}
+    kiln.settled("ss-invalid")
     response = kiln.signed_request("PUT", path, json.dumps({"KilnSessions": None}),
                                    {"Content-Type": "application/json"})
     assert "KilnSessions" not in response.json()

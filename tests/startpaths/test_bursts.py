@@ -182,6 +182,7 @@ def test_a_function_made_again_under_its_name_gets_its_own_standbys(kiln, tmp_pa
     # new one from having its standbys.
     deploy_cli(kiln, tmp_path, "burst-again", "--standbys", "2", runtime=NODE_RUNTIME)
     lam = kiln.client()
+    kiln.settled("burst-again")
     lam.update_function_configuration(FunctionName="burst-again", Description="revision 2")
     lam.delete_function(FunctionName="burst-again")
     deploy_cli(kiln, tmp_path, "burst-again", "--standbys", "2", runtime=NODE_RUNTIME)

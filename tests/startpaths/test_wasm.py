@@ -173,6 +173,7 @@ def test_code_update_invalidates_the_snapshot(kiln):
 
 def test_lazy_prebake_builds_the_snapshot_on_the_first_request(kiln):
     kiln.deploy("wasm-lazy", "wasm", "function.wat", files={"function.wat": init_module("lazy")})
+    kiln.settled("wasm-lazy")
     set_prebake(kiln, "wasm-lazy", "lazy")
     # The configuration update retired the module the deployment had prepared, and lazy builds none.
     assert snapshot_of(kiln, "wasm-lazy") is None

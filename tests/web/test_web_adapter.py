@@ -117,6 +117,7 @@ def test_kiln_web_is_stored_echoed_and_checked(kiln, tmp_path):
     kiln.client().tag_resource(Resource=arn, Tags={"kiln:web-app": "app:application"})
     assert kiln.signed_request("GET", f"/2015-03-31/functions/{name}/configuration").json()["KilnWeb"] == \
         {"App": "app:application"}
+    kiln.settled(name)
     r = kiln.signed_request("PUT", f"/2015-03-31/functions/{name}/configuration",
                             json.dumps({"KilnWeb": None, "Handler": "app.app"}))
     assert r.status_code == 200 and "KilnWeb" not in r.json(), r.text

@@ -559,6 +559,7 @@ pub async fn publish_version(
     Signed { body, .. }: Signed,
 ) -> Result<Response, ApiError> {
     let input: PublishInput = parse_json_or_default(&body)?;
+    state.controller.check_settled(&name)?;
     let version = state.controller.publish_version(
         &name,
         input.code_sha256.as_deref(),

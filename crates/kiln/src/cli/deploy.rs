@@ -254,12 +254,8 @@ pub(super) fn deploy(client: &Client, args: DeployArgs, json_output: bool) -> an
         Some(other) => bail!("--url must be `public` or `iam`, not `{other}`"),
     };
     let name = &args.name;
-    let exists = match client.call(
-        "GET",
-        &format!("/2015-03-31/functions/{}/configuration", segment(name)),
-        b"",
-        &[],
-    ) {
+    let configuration = format!("/2015-03-31/functions/{}/configuration", segment(name));
+    let exists = match client.call("GET", &configuration, b"", &[]) {
         Ok(_) => true,
         Err(e)
             if e.downcast_ref::<ApiFailure>()
@@ -271,13 +267,11 @@ pub(super) fn deploy(client: &Client, args: DeployArgs, json_output: bool) -> an
     };
     let result: Value = if exists {
         // Configuration first: it is what a redeploy most often gets wrong, and a refused
-        // configuration then leaves the function's code untouched too.
-        client.call(
-            "PUT",
-            &format!("/2015-03-31/functions/{}/configuration", segment(name)),
-            config.to_string().as_bytes(),
-            &[],
-        )?;
+        // configuration then leaves the function's code untouched too. Each change waits for
+        // the one before it, as Lambda asks.
+        wait_settled(client, &configuration)?;
+        client.call("PUT", &configuration, config.to_string().as_bytes(), &[])?;
+        wait_settled(client, &configuration)?;
         let (_, _, body) = client.call(
             "PUT",
             &format!("/2015-03-31/functions/{}/code", segment(name)),
@@ -348,5 +342,26 @@ pub(super) fn read_inline_or_file(arg: &str) -> anyhow::Result<Vec<u8>> {
     match arg.strip_prefix('@') {
         Some(path) => std::fs::read(path).with_context(|| format!("cannot read {path}")),
         None => Ok(arg.as_bytes().to_vec()),
+    }
+}
+
+/// Waits until the function at `configuration` is neither being created nor updated (Lambda
+/// refuses a change meanwhile with 409), as `aws lambda wait function-updated-v2` does.
+fn wait_settled(client: &Client, configuration: &str) -> anyhow::Result<()> {
+    const LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
+    let begin = std::time::Instant::now();
+    loop {
+        let (_, _, body) = client.call("GET", configuration, b"", &[])?;
+        let config: Value = serde_json::from_slice(&body)?;
+        if config["State"] != "Pending" && config["LastUpdateStatus"] != "InProgress" {
+            return Ok(());
+        }
+        if begin.elapsed() > LIMIT {
+            bail!(
+                "the function's last change is still in progress after {} s",
+                LIMIT.as_secs()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }

@@ -16,7 +16,8 @@ pub(super) struct Entry {
     pub(super) series: crate::metrics::FunctionSeries,
     /// What a CreateFunction or an update made of this version while its start paths are
     /// being built (`Pending`, or `LastUpdateStatus: InProgress`); `None` for a function
-    /// loaded at start.
+    /// loaded at start, or a new revision of a settled function that only changed its reserved
+    /// concurrency.
     pub(super) change: Option<Change>,
     /// Set once the agent said this version is prepared: no invocation waits any more.
     pub(super) settled: AtomicBool,

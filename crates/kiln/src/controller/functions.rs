@@ -13,7 +13,7 @@ use super::code;
 use super::registry::{UrlWrite, Written};
 use super::replica::Record;
 use super::revision::{check_revision, overtaken, STALE_RETRIES};
-use super::{Controller, ControllerError, Entry};
+use super::{Controller, ControllerError, Entry, Lifecycle};
 use crate::cluster::gc::UploadPin;
 use crate::function::{Function, FunctionConfig, NetworkMode};
 use crate::sync::{LockExt, RwLockExt};
@@ -251,6 +251,29 @@ impl Controller {
         Ok(function)
     }
 
+    /// Refuses a change to `name` while it is being created or its last update is in
+    /// progress, with Lambda's 409 and its words: a deploy tool waits (`function-updated-v2`)
+    /// between two changes, and a second change never races the first one's start paths.
+    pub fn check_settled(&self, name: &str) -> Result<(), ControllerError> {
+        let r = self.strict_function_ref(name)?;
+        let f = self.get(&r.name)?;
+        self.settled(&f)
+    }
+
+    fn settled(&self, f: &Function) -> Result<(), ControllerError> {
+        const NOT_NOW: &str = "The operation cannot be performed at this time.";
+        match self.lifecycle(f) {
+            Lifecycle::Creating => Err(ControllerError::Conflict(format!(
+                "{NOT_NOW} The function is currently in the following state: Pending"
+            ))),
+            Lifecycle::Updating => Err(ControllerError::Conflict(format!(
+                "{NOT_NOW} An update is in progress for resource: {}",
+                self.arn(&f.name)
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// UpdateFunctionCode.
     pub async fn update_code(
         &self,
@@ -259,11 +282,14 @@ impl Controller {
         expected_revision: Option<&str>,
     ) -> Result<Function, ControllerError> {
         self.strict_function_ref(name)?;
-        check_revision(&self.get(name)?, expected_revision)?;
+        let current = self.get(name)?;
+        check_revision(&current, expected_revision)?;
+        self.settled(&current)?;
         let (code, mutation, _upload) = self.store_code(zip).await?;
         self.unpack_later(&code.sha256_hex);
         self.modify_locked(&mutation, name, |f| {
             check_revision(f, expected_revision)?;
+            self.settled(f)?;
             self.check_unzipped(&code.sha256_hex, &f.config.layers)?;
             f.code_sha256 = code.sha256_hex.clone();
             f.code_size = code.size;
@@ -335,6 +361,9 @@ impl Controller {
                 config.layers = v;
             }
             self.validate(&config)?;
+            // After validation: an invalid configuration is reported as invalid, not as a
+            // conflict that waiting would not resolve.
+            self.settled(f)?;
             f.config = config;
             f.revision += 1;
             f.last_modified = Utc::now();

@@ -67,7 +67,10 @@ impl Controller {
         }
         match entry.change {
             Some(Change::Create) => Lifecycle::Creating,
-            _ => Lifecycle::Updating,
+            Some(Change::Update) => Lifecycle::Updating,
+            // Loaded at start, or a new revision that is no change on Lambda (reserved
+            // concurrency): its start paths are being built, but nothing is in progress.
+            None => Lifecycle::Ready,
         }
     }
 

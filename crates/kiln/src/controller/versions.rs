@@ -139,6 +139,22 @@ impl Controller {
                 prepare.insert(0, spec.clone());
                 Entry::changed(function, spec, Some(Change::Create))
             }
+            // Only its reserved concurrency changed, which Lambda does not count as an update
+            // (no `InProgress`, no 409 for the next change): the new revision is prepared and
+            // waited for by invocations as any other, but the lifecycle stays the previous one's.
+            (Before::Was(_), Some(p)) if only_concurrency_differs(&p.spec, &spec) => {
+                prepare.insert(0, spec.clone());
+                let change = match self.entry_lifecycle(p) {
+                    Lifecycle::Creating | Lifecycle::Updating => p.change,
+                    _ => None,
+                };
+                let mut entry = Entry::changed(function, spec, change);
+                entry
+                    .settled
+                    .store(false, std::sync::atomic::Ordering::Relaxed);
+                entry.fallback = p.fallback.clone();
+                entry
+            }
             (Before::Was(_), previous) => {
                 prepare.insert(0, spec.clone());
                 let mut entry = Entry::changed(function, spec, Some(Change::Update));
@@ -397,4 +413,14 @@ impl Controller {
             Ok(())
         })
     }
+}
+
+/// Whether `new` differs from `old` only in what PutFunctionConcurrency changes (and the
+/// revision that comes with it).
+fn only_concurrency_differs(old: &SharedSpec, new: &SharedSpec) -> bool {
+    let mut carried = (**old).clone();
+    carried.revision = new.revision;
+    carried.max_instances = new.max_instances;
+    carried.reserved_concurrency = new.reserved_concurrency;
+    carried == **new
 }

@@ -95,12 +95,26 @@ async function saveConfiguration(name, c, change, status) {
   status.className = "muted";
   status.textContent = "saving…";
   try {
+    await settled(name, status);
     await sendJson("PUT", `${fnPath(name)}/configuration`, Object.assign({ RevisionId: c.RevisionId }, change));
     await functionView(name, "configuration");
   } catch (e) {
     status.className = "error";
     status.textContent = e.message;
   }
+}
+
+/** Returns once `name` is neither being created nor updated, saying so in `status` meanwhile:
+ *  Lambda refuses a change until the last one is done (409), so the page waits as deploy tools do. */
+async function settled(name, status) {
+  const shown = status.textContent;
+  for (;;) {
+    const c = await getJson(`${fnPath(name)}/configuration`);
+    if (c.State !== "Pending" && c.LastUpdateStatus !== "InProgress") break;
+    status.textContent = "waiting for the last change to finish…";
+    await new Promise((resolve) => setTimeout(resolve, 500));
+  }
+  status.textContent = shown;
 }
 
 const number = (id, value, min, max) => el("input", { id, type: "number", min, max, step: 1, value, required: true });
@@ -223,6 +237,7 @@ function envForm(name, c) {
       status.className = "muted";
       status.textContent = "saving…";
       try {
+        await settled(name, status);
         await sendJson("PUT", `${fnPath(name)}/configuration`, { Environment: { Variables: variables }, RevisionId: c.RevisionId });
         await functionView(name, "configuration");
       } catch (e) {
@@ -252,6 +267,7 @@ function editForm(name, c) {
     status.className = "muted";
     status.textContent = "saving…";
     try {
+      await settled(name, status);
       await sendJson("PUT", `${fnPath(name)}/configuration`, {
         MemorySize: Number(memory.value),
         Timeout: Number(timeout.value),
@@ -278,6 +294,7 @@ function codeForm(name, fn) {
     status.className = "muted";
     status.textContent = "uploading…";
     try {
+      await settled(name, status);
       await sendJson("PUT", `${fnPath(name)}/code`, { ZipFile: await base64Of(file.files[0]) });
       await functionView(name, "configuration");
     } catch (e) {

@@ -57,6 +57,16 @@ async fn a_function_is_pending_until_its_package_is_extracted_and_invocations_wa
         .await
         .unwrap();
     assert_eq!(node.controller.lifecycle(&f), Lifecycle::Creating);
+    // No change meanwhile, as on Lambda: a deploy tool waits for `Active`.
+    assert!(matches!(
+        node.controller
+            .update_config("f", ConfigPatch::default(), None),
+        Err(ControllerError::Conflict(_))
+    ));
+    assert!(matches!(
+        node.controller.check_settled("f"),
+        Err(ControllerError::Conflict(_))
+    ));
     assert!(
         node.controller.code.has_zip(&held),
         "stored before answering"
@@ -108,12 +118,18 @@ async fn the_previous_code_runs_while_an_update_is_extracted() {
         node.agent.invoked_code.lock().unwrap().last(),
         Some(&f.code_sha256)
     );
-    // A configuration change meanwhile keeps the same fallback.
+    // A configuration change meanwhile is refused, as on Lambda. A concurrency change is no
+    // update: it leaves the update in progress, with the same fallback.
     let patch = ConfigPatch {
         timeout_s: Some(9),
         ..Default::default()
     };
-    node.controller.update_config("f", patch, None).unwrap();
+    assert!(matches!(
+        node.controller.update_config("f", patch, None),
+        Err(ControllerError::Conflict(_))
+    ));
+    let reserved = node.controller.set_concurrency("f", Some(2)).unwrap();
+    assert_eq!(node.controller.lifecycle(&reserved), Lifecycle::Updating);
     invoke(&node, "f", "{}").await.unwrap();
     assert_eq!(
         node.agent.invoked_code.lock().unwrap().last(),
