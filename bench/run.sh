@@ -115,15 +115,18 @@ for tool in node python3 cargo; do
     command -v "$tool" >/dev/null || { echo "bench/run.sh: $tool is not on PATH" >&2; exit 1; }
 done
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+# An A/B run with BENCH_KILN_BIN builds only the load generator and the relay.
+PACKAGES=(-p loadgen)
+[ -n "${BENCH_KILN_BIN:-}" ] || PACKAGES+=(-p kiln)
 if [ "$PROFILE" = release ]; then
-    say "building kiln and loadgen (release)"
+    say "building ${PACKAGES[*]} (release)"
     ./scripts/setup-build-env.sh
-    cargo build --release --quiet -p kiln -p loadgen
+    cargo build --release --quiet "${PACKAGES[@]}"
     BIN=$TARGET_DIR/release
 else
-    say "building kiln and loadgen (debug)"
+    say "building ${PACKAGES[*]} (debug)"
     ./scripts/setup-build-env.sh
-    cargo build --quiet -p kiln -p loadgen
+    cargo build --quiet "${PACKAGES[@]}"
     BIN=$TARGET_DIR/debug
 fi
 
