@@ -345,6 +345,14 @@ class Cluster:
             raise AssertionError(f"lambda_ops {op} failed:\n{result.stdout}\n{result.stderr}")
         return json.loads(result.stdout)
 
+
+    def answer(self, node, name):
+        """The `marker` the function `name` answers with when invoked through `node` (None
+        until it can)."""
+        result = self.lambda_op("invoke", endpoint=self.endpoint(node), name=name)
+        if "error" in result or result["functionError"]:
+            return None
+        return result["payload"].get("marker")
     def start_marks_server(self):
         """A server in the client's namespace that records the tokens MARKING_FUNCTION reports;
         stopped with the cluster."""

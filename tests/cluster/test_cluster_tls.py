@@ -24,18 +24,11 @@ def cluster():
         yield c
 
 
-def answer(cluster, node, name):
-    """What the function answers when invoked through `node` (None until it can)."""
-    result = cluster.lambda_op("invoke", endpoint=cluster.endpoint(node), name=name)
-    if "error" in result or result["functionError"]:
-        return None
-    return result["payload"].get("marker")
-
 
 def create_here_run_there(cluster, name, marker):
     created = cluster.lambda_op("create", endpoint=cluster.endpoint("n1"), name=name, marker=marker)
     assert "error" not in created, created
-    cluster.wait_for(lambda: answer(cluster, "n2", name) == marker, BOUND, what=f"{name} on n2")
+    cluster.wait_for(lambda: cluster.answer("n2", name) == marker, BOUND, what=f"{name} on n2")
 
 
 def start_refused(cluster, tmp_path, change_args=lambda args: args, env=None):

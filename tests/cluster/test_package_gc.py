@@ -59,12 +59,6 @@ def ok(result):
     return result
 
 
-def answer(cluster, node, name):
-    result = cluster.lambda_op("invoke", endpoint=cluster.endpoint(node), name=name)
-    if "error" in result or result["functionError"]:
-        return None
-    return result["payload"].get("marker")
-
 
 def etcd_keys(cluster, prefix):
     return cluster.etcdctl("get", "--prefix", "--keys-only", prefix).stdout.split()
@@ -136,7 +130,7 @@ def test_unused_packages_and_dropped_payloads_go_live_ones_stay(cluster):
 
     # The package gc-b shares with the deleted gc-a still runs, on every node.
     for node in NODES:
-        cluster.wait_for(lambda: answer(cluster, node, "gc-b") == "shared", BOUND, what=f"gc-b on {node}")
+        cluster.wait_for(lambda: cluster.answer(node, "gc-b") == "shared", BOUND, what=f"gc-b on {node}")
     assert removed(cluster, "package") >= 3
     assert "removed from the shared store" in "".join(cluster.logs().values())
     # No upload record or sweep mark is left behind.
@@ -170,5 +164,5 @@ def test_an_upload_record_keeps_its_package_and_a_sweep_mark_holds_an_upload(clu
     assert digest(ok(created)) == marked
     assert f"sha256/{marked}.zip" in objects(cluster, "sha256/")
     for node in NODES:
-        cluster.wait_for(lambda: answer(cluster, node, "gc-marked") == "marked", BOUND, what=f"gc-marked on {node}")
+        cluster.wait_for(lambda: cluster.answer(node, "gc-marked") == "marked", BOUND, what=f"gc-marked on {node}")
     assert f"sha256/{marked}.zip" in objects(cluster, "sha256/")

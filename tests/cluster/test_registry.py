@@ -26,13 +26,6 @@ def cluster():
         yield c
 
 
-def answer(cluster, node, name):
-    """What the function answers when invoked through `node` (None until it can)."""
-    result = cluster.lambda_op("invoke", endpoint=cluster.endpoint(node), name=name)
-    if "error" in result or result["functionError"]:
-        return None
-    return result["payload"].get("marker")
-
 
 def store_op(cluster, op, **args):
     """An S3 call on the shared store's package bucket, with the store's own credentials."""
@@ -46,14 +39,14 @@ def test_a_function_deployed_on_one_node_runs_updated_and_goes_everywhere(cluste
     created = cluster.lambda_op("create", endpoint=cluster.endpoint("n1"), name=name, marker="v1")
     assert "error" not in created, created
     for node in ("n2", "n3"):
-        cluster.wait_for(lambda: answer(cluster, node, name) == "v1", BOUND, what=f"{name} v1 on {node}")
+        cluster.wait_for(lambda: cluster.answer(node, name) == "v1", BOUND, what=f"{name} v1 on {node}")
         seen = cluster.lambda_op("get", endpoint=cluster.endpoint(node), name=name)
         assert (seen["CodeSha256"], seen["RevisionId"]) == (created["CodeSha256"], created["RevisionId"])
 
     updated = cluster.lambda_op("update_code", endpoint=cluster.endpoint("n2"), name=name, marker="v2")
     assert "error" not in updated and updated["CodeSha256"] != created["CodeSha256"], updated
     for node in NODES:
-        cluster.wait_for(lambda: answer(cluster, node, name) == "v2", BOUND, what=f"{name} v2 on {node}")
+        cluster.wait_for(lambda: cluster.answer(node, name) == "v2", BOUND, what=f"{name} v2 on {node}")
 
     # The package is in the shared store under its digest, and the registry under the prefix.
     digest = base64.b64decode(updated["CodeSha256"]).hex()
@@ -81,12 +74,12 @@ def test_versions_and_aliases_reach_every_node(cluster):
     assert "error" not in cluster.lambda_op("settled", endpoint=cluster.endpoint("n1"), name=name)
     assert cluster.lambda_op("publish", endpoint=cluster.endpoint("n1"), name=name) == {"Version": "1"}
     assert "error" not in cluster.lambda_op("update_code", endpoint=cluster.endpoint("n1"), name=name, marker="v2")
-    cluster.wait_for(lambda: answer(cluster, "n2", f"{name}:1") == "v1", BOUND, what=f"{name}:1 on n2")
+    cluster.wait_for(lambda: cluster.answer("n2", f"{name}:1") == "v1", BOUND, what=f"{name}:1 on n2")
     created = cluster.lambda_op("create_alias", endpoint=cluster.endpoint("n2"), name=name, alias="live", version="1")
     assert created == {"FunctionVersion": "1"}, created
     # The alias runs version 1's code and $LATEST its own, on a node that made neither.
-    cluster.wait_for(lambda: answer(cluster, "n3", f"{name}:live") == "v1", BOUND, what=f"{name}:live on n3")
-    cluster.wait_for(lambda: answer(cluster, "n3", name) == "v2", BOUND, what=f"{name} v2 on n3")
+    cluster.wait_for(lambda: cluster.answer("n3", f"{name}:live") == "v1", BOUND, what=f"{name}:live on n3")
+    cluster.wait_for(lambda: cluster.answer("n3", name) == "v2", BOUND, what=f"{name} v2 on n3")
 
 
 def test_a_revision_id_race_between_two_nodes_has_one_winner(cluster):
@@ -146,7 +139,7 @@ def test_a_node_started_later_loads_the_registry_and_fetches_the_code(cluster):
     # Loaded at start, not through the watch: GetFunction answers at once.
     seen = cluster.lambda_op("get", endpoint=cluster.endpoint("n3"), name=name)
     assert seen.get("CodeSha256") == created["CodeSha256"], seen
-    cluster.wait_for(lambda: answer(cluster, "n3", name) == "later", BOUND, what=f"{name} on n3")
+    cluster.wait_for(lambda: cluster.answer("n3", name) == "later", BOUND, what=f"{name} on n3")
     cluster.lambda_op("delete", endpoint=cluster.endpoint("n1"), name=name)
 
 
@@ -169,7 +162,7 @@ def test_a_package_that_does_not_match_its_digest_is_refused(cluster):
     assert "has SHA-256" in cluster.logs()["n3"]
     # The real package back: n3, trying again by itself, fetches it and serves the function.
     store_op(cluster, "put_object", key=key, body_hex=real)
-    cluster.wait_for(lambda: answer(cluster, "n3", name) == "real", BOUND, what=f"{name} on n3")
+    cluster.wait_for(lambda: cluster.answer("n3", name) == "real", BOUND, what=f"{name} on n3")
     seen = cluster.lambda_op("get", endpoint=cluster.endpoint("n3"), name=name)
     assert seen["RevisionId"] == created["RevisionId"]
     cluster.lambda_op("delete", endpoint=cluster.endpoint("n1"), name=name)
@@ -179,7 +172,7 @@ def test_without_an_etcd_quorum_changes_are_refused_and_invokes_go_on(cluster):
     name = "quorum"
     created = cluster.lambda_op("create", endpoint=cluster.endpoint("n1"), name=name, marker="q")
     assert "error" not in created, created
-    cluster.wait_for(lambda: answer(cluster, "n2", name) == "q", BOUND, what=f"{name} on n2")
+    cluster.wait_for(lambda: cluster.answer("n2", name) == "q", BOUND, what=f"{name} on n2")
     down = [m for m in ("e1", "e2", "e3") if m != cluster.etcd_leader()]
     for member in down:
         cluster.kill9(member)
@@ -189,8 +182,8 @@ def test_without_an_etcd_quorum_changes_are_refused_and_invokes_go_on(cluster):
         assert refused.get("error") == "ServiceException", refused
         assert "the change was not made" in refused["message"], refused
         # Reads and invocations come from the node's own copy.
-        assert answer(cluster, "n2", name) == "q"
-        assert answer(cluster, "n3", name) == "q"
+        assert cluster.answer("n2", name) == "q"
+        assert cluster.answer("n3", name) == "q"
         assert cluster.lambda_op("get", endpoint=cluster.endpoint("n1"), name=name)["RevisionId"] == \
             created["RevisionId"]
     finally:

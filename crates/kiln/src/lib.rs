@@ -25,3 +25,16 @@ pub mod server;
 pub mod session;
 pub mod sync;
 pub mod zip_util;
+
+/// An error and its sources on one line, `: `-separated: many errors' own message is only the
+/// outermost part (tonic's is "transport error", hyper's "error trying to connect").
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        source = e.source();
+    }
+    text
+}

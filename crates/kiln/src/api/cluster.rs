@@ -8,6 +8,7 @@ use serde_json::json;
 
 use super::{ApiError, SharedState, Signed};
 use crate::cluster::{ClusterError, Membership};
+use crate::error_chain;
 
 impl From<ClusterError> for ApiError {
     fn from(e: ClusterError) -> Self {
@@ -18,18 +19,6 @@ impl From<ClusterError> for ApiError {
         };
         ApiError::new(status, code, error_chain(&e))
     }
-}
-
-/// The error and its sources, as one line.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 fn membership(state: &SharedState) -> Result<&Membership, ApiError> {

@@ -60,17 +60,6 @@ impl Drop for InFlight {
 /// The monolith could not be reached: the request was not sent, so it may go elsewhere.
 pub(super) struct Unreached(pub(super) String);
 
-pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
-}
-
 const HOP_BY_HOP: [&str; 8] = [
     "connection",
     "keep-alive",

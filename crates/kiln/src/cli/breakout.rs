@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
+use crate::error_chain;
+
 #[derive(Args, Debug)]
 pub struct BreakoutArgs {
     #[command(subcommand)]
@@ -106,16 +108,4 @@ fn check(dir: &std::path::Path, json_output: bool) -> anyhow::Result<i32> {
         );
     }
     Ok(if report.sites.is_empty() { 0 } else { FOUND })
-}
-
-/// An error and its sources, `: `-separated.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        text.push_str(": ");
-        text.push_str(&e.to_string());
-        source = e.source();
-    }
-    text
 }

@@ -9,6 +9,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::etcd::{normalise_endpoint, EtcdAccess, EtcdError, Password};
 use super::gc::GcConfig;
+use crate::error_chain;
 
 /// The flags of cluster mode, as given.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -338,18 +339,6 @@ fn read_certificates(flag: &'static str, path: &PathBuf) -> Result<Vec<u8>, Clus
             reason: format!("not a PEM certificate ({e})"),
         }),
     }
-}
-
-/// An error and its sources on one line (tonic's own message is only "transport error").
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        text.push_str(": ");
-        text.push_str(&e.to_string());
-        source = e.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -20,10 +20,10 @@ use crate::burst::profile::Eligibility;
 use crate::burst::shadow;
 use crate::burst::table::RouteSource;
 use crate::burst::upstream::{
-    error_chain, is_upgrade, strip_hop_by_hop, upstream_request, BadTarget, InFlight, Unreached,
-    Upstream,
+    is_upgrade, strip_hop_by_hop, upstream_request, BadTarget, InFlight, Unreached, Upstream,
 };
 use crate::controller::{ControllerError, InvocationType, InvokeOptions, Invoked};
+use crate::error_chain;
 use crate::function::LedgerRef;
 use crate::http_event::{event, map_response, plain};
 use crate::session::HintSource;
