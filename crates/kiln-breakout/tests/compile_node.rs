@@ -924,3 +924,164 @@ fn starts_with_compares_units_in_the_module_as_node_does() {
         &CompileOptions::default(),
     );
 }
+
+/// A session for the fast path's side of the boundary: its state (JSON text per key), and
+/// the request's writes, as kiln's `Txn` holds them, committed by the test when the request
+/// answered (a miss commits nothing: Node runs it).
+#[derive(Default)]
+struct SessionStore {
+    state: std::collections::BTreeMap<String, String>,
+    writes: std::collections::BTreeMap<String, Option<String>>,
+    saved: Option<std::collections::BTreeMap<String, Option<String>>>,
+    calls: Vec<String>,
+}
+
+struct OneSession(std::sync::Arc<std::sync::Mutex<SessionStore>>);
+
+impl Intrinsics for OneSession {
+    fn session(&mut self) -> Option<String> {
+        Some("s-1".into())
+    }
+
+    fn call(&mut self, name: &str, args: &[Value]) -> Result<Value, Miss> {
+        let mut s = self.0.lock().unwrap();
+        s.calls.push(name.to_string());
+        let key = || args[0].as_str().unwrap().to_string();
+        match name {
+            "session.get" => {
+                let key = key();
+                Ok(match s.writes.get(&key) {
+                    Some(write) => write.clone().map_or(Value::Null, Value::String),
+                    None => s
+                        .state
+                        .get(&key)
+                        .cloned()
+                        .map_or(Value::Null, Value::String),
+                })
+            }
+            "session.put" => {
+                let value = args[1].as_str().unwrap().to_string();
+                s.writes.insert(key(), Some(value));
+                Ok(Value::Null)
+            }
+            "session.delete" => {
+                s.writes.insert(key(), None);
+                Ok(Value::Null)
+            }
+            "session.begin" => {
+                if s.saved.is_some() {
+                    return Err(Miss::new("transactions do not nest"));
+                }
+                s.saved = Some(s.writes.clone());
+                Ok(Value::Null)
+            }
+            "session.end" => {
+                s.saved = None;
+                Ok(Value::Null)
+            }
+            _ => Err(Miss::new("not here")),
+        }
+    }
+}
+
+impl SessionStore {
+    /// The request's writes: applied when it answered, dropped when it missed.
+    fn settle(&mut self, answered: bool) {
+        let writes = std::mem::take(&mut self.writes);
+        self.saved = None;
+        if answered {
+            for (key, write) in writes {
+                match write {
+                    Some(value) => self.state.insert(key, value),
+                    None => self.state.remove(&key),
+                };
+            }
+        }
+    }
+}
+
+#[test]
+fn banking_transacts_on_the_session_through_intrinsics_as_node_does() {
+    if !node_available() {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let training = json!([
+        {"account": "a", "op": "deposit", "amount": 500},
+        {"account": "a", "op": "withdraw", "amount": 200},
+        {"account": "a", "op": "withdraw", "amount": 9000},
+        {"account": "a", "op": "balance"},
+        {"account": "a", "op": "steal", "amount": 1},
+        {"account": "a", "op": "deposit", "amount": -1},
+        {"account": "a", "op": "deposit", "amount": 0.5},
+    ]);
+    let loaded = trace_and_load(
+        work.path(),
+        &Source::Benchmark("banking"),
+        &training,
+        &CompileOptions::default(),
+    );
+    let mut rng = Rng(0x5e55_1014);
+    let accounts = ["alice", "bob", "carol"];
+    let ops = [
+        "deposit", "withdraw", "balance", "deposit", "withdraw", "audit",
+    ];
+    let events: Vec<Value> = (0..300)
+        .map(|_| {
+            let account = accounts[rng.below(3) as usize];
+            let op = ops[rng.below(ops.len() as u64) as usize];
+            match rng.below(10) {
+                0 => json!({"account": account, "op": op, "amount": 2.5}),
+                _ => json!({"account": account, "op": op, "amount": rng.below(400)}),
+            }
+        })
+        .collect();
+    let expected = node_answers(work.path(), "banking", &events, &[]);
+    let store = std::sync::Arc::new(std::sync::Mutex::new(SessionStore::default()));
+    let mut served = 0;
+    for (event, node) in events.iter().zip(&expected) {
+        let outcome = loaded.run(
+            event.to_string().as_bytes(),
+            Box::new(OneSession(store.clone())),
+            Duration::from_secs(5),
+        );
+        let answered = match &outcome {
+            Outcome::Answer(bytes) => {
+                assert_eq!(String::from_utf8_lossy(bytes), *node, "{event}");
+                true
+            }
+            other => panic!("{event}: {other:?}"),
+        };
+        served += usize::from(answered);
+        store.lock().unwrap().settle(answered);
+    }
+    assert_eq!(served, events.len());
+    let s = store.lock().unwrap();
+    // What is stored is JSON.stringify's text; the balances are Node's.
+    let last = |account: &str| {
+        events
+            .iter()
+            .zip(&expected)
+            .filter(|(e, _)| e["account"] == account)
+            .filter_map(|(_, n)| serde_json::from_str::<Value>(n).ok()?["balance"].as_i64())
+            .next_back()
+    };
+    for account in accounts {
+        if let Some(balance) = last(account) {
+            assert_eq!(
+                s.state.get(account),
+                Some(&balance.to_string()),
+                "{account}"
+            );
+        }
+    }
+    assert!(s.calls.iter().any(|c| c == "session.begin"));
+    // Without a session, `context.session` is null, as in Node: reading `transact` of it
+    // is a TypeError, which Node answers.
+    let outcome = loaded.run(
+        br#"{"account": "a", "op": "balance"}"#,
+        Box::new(NoIntrinsics),
+        Duration::from_secs(5),
+    );
+    assert!(miss(&outcome).starts_with("TypeError"), "{outcome:?}");
+}

@@ -114,6 +114,9 @@ pub fn call(
     if let Some(result) = super::intrinsics::call(guest, builtin, this, args) {
         return result;
     }
+    if let Some(result) = super::session::call(guest, builtin, this, args) {
+        return result;
+    }
     let a0 = arg(args, 0);
     let a1 = arg(args, 1);
     // The builtins that call back into the compiled code.

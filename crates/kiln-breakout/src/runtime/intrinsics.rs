@@ -63,6 +63,13 @@ pub trait Intrinsics: Send {
         Ok(serde_json::Value::Object(serde_json::Map::new()))
     }
 
+    /// The id of the request's session (`context.session`), if it has one. Its state is
+    /// reached through [`Intrinsics::call`]: `session.get`, `session.put`, `session.delete`,
+    /// `session.keys`, `session.begin` and `session.end` (`runtime/session.rs`).
+    fn session(&mut self) -> Option<String> {
+        None
+    }
+
     /// `context.getRemainingTimeInMillis()`.
     fn remaining_ms(&mut self) -> Result<f64, Miss> {
         Err(Miss::new(

@@ -19,6 +19,7 @@ pub mod modules;
 pub mod ops;
 pub mod regexp;
 pub mod s3;
+pub mod session;
 pub mod text;
 pub mod thrown;
 pub mod value;
@@ -243,6 +244,12 @@ pub fn get(heap: &mut Heap<'_>, object: Value, key: Value) -> Result<Value, Miss
                     return buffer::property(heap, object, name.as_str());
                 }
                 let method = builtin_member(class.map_or("", Builtin::name), name.as_str());
+                if let Some(class) = class.filter(|c| {
+                    method == Value::UNDEFINED
+                        && matches!(c, Builtin::SessionPrototype | Builtin::TxnPrototype)
+                }) {
+                    return session::property(heap, object, class, name.as_str());
+                }
                 if method == Value::UNDEFINED && class.is_some_and(Builtin::is_record) {
                     if heap.proto(object)? != end {
                         return Err(Miss::new("an object inheriting from a record not compiled"));
@@ -480,8 +487,12 @@ pub fn instance_of(heap: &mut Heap<'_>, value: Value, constructor: Value) -> Res
 /// methods (`getRemainingTimeInMillis`) are the runtime's.
 pub fn context(guest: &mut dyn Guest) -> Result<Value, Miss> {
     let fields = guest.intrinsics().context()?;
+    let id = guest.intrinsics().session();
     let mut heap = guest.heap();
     let fields = from_json(&mut heap, &fields)?;
+    let session = session::value(&mut heap, id.as_deref())?;
+    let key = heap.str("session")?;
+    heap.set_own(fields, key, session)?;
     heap.host_object(Builtin::ContextPrototype.value(), fields)
 }
 
