@@ -54,6 +54,32 @@ impl Inner {
         })
     }
 
+    /// Opens the session `id` and waits for its turn, up to the function's timeout.
+    pub(super) async fn enter_session(
+        &self,
+        spec: &SharedSpec,
+        id: &str,
+        config: &crate::session::SessionConfig,
+    ) -> Result<SessionTurn, AgentError> {
+        let key = (spec.function.clone(), id.to_string());
+        let was_open = self.state().sessions.log(&key).is_some();
+        let begin = Instant::now();
+        let ctx = self.open_session(spec, id, config).await?;
+        let open_time = begin.elapsed();
+        let turn = self.state().sessions.turn(&key).unwrap_or_default();
+        let timeout = Duration::from_secs(u64::from(spec.timeout_s));
+        let guard = tokio::time::timeout(timeout, turn.lock_owned())
+            .await
+            .map_err(|_| AgentError::ThrottledNode)?;
+        Ok(SessionTurn {
+            id: id.to_string(),
+            ctx,
+            was_open,
+            open_time,
+            _guard: guard,
+        })
+    }
+
     pub(super) async fn invoke(
         self: Arc<Self>,
         spec: SharedSpec,
@@ -71,10 +97,15 @@ impl Inner {
             return self.invoke_wasm(&host, spec, request).await;
         }
         let mut fast_miss = None;
+        // A session's turn, held until this request is answered (BREAKOUT's paths take turns).
+        let mut _turn = None;
         if let Some(config) = &spec.breakout {
             match self.invoke_breakout(&spec, config, &request).await {
                 breakout::Served::Done(served) => return served,
-                breakout::Served::Ordinary { miss } => fast_miss = miss,
+                breakout::Served::Ordinary { miss, turn } => {
+                    fast_miss = miss;
+                    _turn = turn;
+                }
             }
         }
         let session = match (&request.hints.session, &spec.sessions) {
@@ -245,4 +276,17 @@ pub(super) fn outcome(
             .filter(|_| !invocation.limit_raised),
         limit_write: invocation.limit_write,
     }
+}
+
+/// A request of a session that holds the session's turn while it runs: a wasm request, or
+/// any request of a Node function with BREAKOUT (the fast path and Node take turns).
+pub(super) struct SessionTurn {
+    pub id: String,
+    pub ctx: SessionCtx,
+    /// The session's state was open in the agent's memory before this request (else it was
+    /// opened from its log on disk, or created).
+    pub was_open: bool,
+    /// Opening the session (replaying its log): part of the request's Init Duration.
+    pub open_time: Duration,
+    _guard: tokio::sync::OwnedMutexGuard<()>,
 }

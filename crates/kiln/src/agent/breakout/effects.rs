@@ -18,18 +18,22 @@ use kiln_breakout::runtime::{Intrinsics, LogLevel, Miss};
 use serde_json::{json, Map, Value};
 
 use super::store::{FastStore, ListQuery, Object, StoreError, Write};
+use crate::agent::sessions::log::{CommitError, Entry, Kind};
+use crate::agent::sessions::txn::Txn;
 use crate::sync::LockExt;
 
 /// The shim's levels, lowest first.
 const LEVELS: [&str; 6] = ["TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL"];
 
 /// What one fast request did, read by the dispatcher once the run is over.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(super) struct Held {
     /// The function's output: whole lines, each ending in `\n`.
     pub output: String,
     /// Its object writes, not yet in the store: one per key, in the order made.
     pub staged: Vec<Staged>,
+    /// Its session's writes (a request of a session), not yet in the session's log.
+    pub session: Option<Txn>,
 }
 
 /// An object write held until the request answers.
@@ -93,6 +97,8 @@ pub(super) struct FastEffects {
     context: Value,
     /// When the function's timeout runs out (`getRemainingTimeInMillis`).
     deadline: std::time::Instant,
+    /// The request's session id, if it has one (its transaction is in [`Held`]).
+    session: Option<String>,
 }
 
 /// What the handler's `context` says: the shim's fields (a record on the fast path, so their
@@ -148,8 +154,13 @@ impl FastEffects {
         env: &BTreeMap<String, String>,
         store: Option<StoreAccess>,
         deadline: std::time::Instant,
+        session: Option<(String, Txn)>,
     ) -> (Self, Arc<Mutex<Held>>) {
-        let held = Arc::new(Mutex::new(Held::default()));
+        let (session, txn) = session.unzip();
+        let held = Arc::new(Mutex::new(Held {
+            session: txn,
+            ..Held::default()
+        }));
         let effects = Self {
             request_id: context.request_id.to_string(),
             min_level: min_level(env.get("AWS_LAMBDA_LOG_LEVEL").map(String::as_str)),
@@ -158,6 +169,7 @@ impl FastEffects {
             // A client context that is not JSON is found when the handler asks for `context`.
             context: context.to_json().unwrap_or(Value::Null),
             deadline,
+            session,
         };
         (effects, held)
     }
@@ -348,6 +360,57 @@ impl FastEffects {
     }
 }
 
+impl FastEffects {
+    /// A call of the session's (`kiln_breakout::runtime::session`) on the request's
+    /// transaction: reads see its writes; a limit broken, or a value of bytes, misses (Node
+    /// answers it, with the shim's error).
+    fn session_call(&mut self, op: &str, args: &[Value]) -> Result<Value, Miss> {
+        let mut held = self.held.locked();
+        let txn = held
+            .session
+            .as_mut()
+            .ok_or_else(|| Miss::new("intrinsic session: the request has no session"))?;
+        let text = |i: usize| {
+            args.get(i)
+                .and_then(Value::as_str)
+                .ok_or_else(|| Miss::new(format!("intrinsic session.{op} without its arguments")))
+        };
+        let failed = |e: CommitError| Miss::new(format!("intrinsic session.{op}: {e}"));
+        match op {
+            "get" => match txn.get(text(0)?) {
+                None => Ok(Value::Null),
+                Some((Kind::Json, value)) => std::str::from_utf8(&value)
+                    .map(|v| Value::String(v.to_string()))
+                    .map_err(|_| Miss::new("a session value that is not UTF-8")),
+                Some((Kind::Bytes, _)) => Err(Miss::new("a session value of bytes not compiled")),
+            },
+            "put" => {
+                let entry = Entry::Put {
+                    key: text(0)?.to_string(),
+                    kind: Kind::Json,
+                    value: Bytes::from(text(1)?.to_string()),
+                };
+                txn.apply(vec![entry]).map_err(failed)?;
+                Ok(Value::Null)
+            }
+            "delete" => {
+                let entry = Entry::Delete {
+                    key: text(0)?.to_string(),
+                };
+                txn.apply(vec![entry]).map_err(failed)?;
+                Ok(Value::Null)
+            }
+            "keys" => Ok(Value::from(txn.keys())),
+            "begin" => txn.begin().map(|()| Value::Null).map_err(failed),
+            "end" => {
+                let commit = args.first().and_then(Value::as_bool).unwrap_or(false);
+                txn.end(commit).map(|()| Value::Null).map_err(failed)
+            }
+            _ => Err(Miss::new(format!("intrinsic session.{op} not available"))),
+        }
+    }
+}
+
 /// The shim's `Math.max(0, LEVELS.indexOf(String(level || 'TRACE').toUpperCase()))`.
 fn min_level(level: Option<&str>) -> usize {
     let level = level.filter(|l| !l.is_empty()).unwrap_or("TRACE");
@@ -397,7 +460,14 @@ impl Intrinsics for FastEffects {
         Ok(left.as_millis() as f64)
     }
 
+    fn session(&mut self) -> Option<String> {
+        self.session.clone()
+    }
+
     fn call(&mut self, name: &str, args: &[Value]) -> Result<Value, Miss> {
+        if let Some(op) = name.strip_prefix("session.") {
+            return self.session_call(op, args);
+        }
         let Some(Value::Object(input)) = args.first() else {
             return Err(Miss::new(format!("intrinsic {name} without its input")));
         };
@@ -471,7 +541,7 @@ mod tests {
             .into_iter()
             .collect();
         let (mut effects, held) =
-            FastEffects::new(&fields("id-2"), &env, None, std::time::Instant::now());
+            FastEffects::new(&fields("id-2"), &env, None, std::time::Instant::now(), None);
         effects.log(LogLevel::Info, "quiet").unwrap();
         effects.log(LogLevel::Error, "loud").unwrap();
         let output = held.locked().output.clone();
@@ -492,6 +562,7 @@ mod tests {
             &BTreeMap::new(),
             None,
             std::time::Instant::now(),
+            None,
         );
         let put = call(
             &mut effects,
@@ -538,6 +609,7 @@ mod tests {
             &BTreeMap::new(),
             None,
             std::time::Instant::now(),
+            None,
         );
         call(
             &mut effects,

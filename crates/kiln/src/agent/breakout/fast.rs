@@ -9,6 +9,8 @@ use super::effects::{self, ContextFields, FastEffects};
 use super::revision::Breakout;
 use super::store::FastStore;
 use super::trace::is_throw;
+use crate::agent::instance::SessionCtx;
+use crate::agent::sessions::txn::Txn;
 use crate::agent::{Inner, InvokeOutcome, InvokeRequest};
 use crate::function::SharedSpec;
 use crate::sync::LockExt;
@@ -29,6 +31,7 @@ impl Inner {
         spec: &SharedSpec,
         breakout: &Arc<Breakout>,
         request: &InvokeRequest,
+        session: Option<&SessionCtx>,
     ) -> Fast {
         let Some(loaded) = breakout.progress.locked().fast.clone() else {
             return Fast::Skipped;
@@ -75,7 +78,14 @@ impl Inner {
         };
         // The function's timeout, as its handler sees it in Node (`getRemainingTimeInMillis`).
         let function_deadline = Instant::now() + Duration::from_secs(u64::from(spec.timeout_s));
-        let (effects, held) = FastEffects::new(&context, &spec.env, store, function_deadline);
+        // The session's writes go to a transaction of its own, committed with the answer.
+        let session = request
+            .hints
+            .session
+            .clone()
+            .zip(session.map(|s| Txn::new(s.log.clone(), s.limits).discarding(s.discard)));
+        let (effects, held) =
+            FastEffects::new(&context, &spec.env, store, function_deadline, session);
         let begin = Instant::now();
         let outcome =
             tokio::task::spawn_blocking(move || loaded.run(&payload, Box::new(effects), deadline))
@@ -111,6 +121,17 @@ impl Inner {
             if let Err(reason) = committed {
                 outcome = kiln_breakout::exec::Outcome::Miss {
                     reason: format!("the commit failed: {reason}"),
+                    at: None,
+                };
+            }
+        }
+        // Then the session's, all or none: after the objects', before the answer. A
+        // handler that threw keeps its session writes too, as the Node shim commits them.
+        let txn = held.locked().session.take();
+        if let (Some(txn), true) = (txn, answered) {
+            if let Err(e) = txn.commit() {
+                outcome = kiln_breakout::exec::Outcome::Miss {
+                    reason: format!("the session commit failed: {e}"),
                     at: None,
                 };
             }

@@ -27,6 +27,8 @@ use fast::Fast;
 pub(super) use revision::Breakouts;
 pub use status::{BreakoutMode, BreakoutStatus};
 
+use super::instance::SessionCtx;
+use super::invoke::SessionTurn;
 use super::{AgentError, Inner, InvokeOutcome, InvokeRequest};
 use crate::function::{BreakoutConfig, SharedSpec};
 
@@ -35,7 +37,11 @@ pub(super) enum Served {
     /// Answered here: on the fast path or by the tracing instance.
     Done(Result<InvokeOutcome, AgentError>),
     /// The ordinary path serves it; `miss` is why the fast path let it go, for its REPORT.
-    Ordinary { miss: Option<String> },
+    /// A request of a session keeps the session's turn (`turn`) until it is answered there.
+    Ordinary {
+        miss: Option<String>,
+        turn: Option<SessionTurn>,
+    },
 }
 
 impl Inner {
@@ -49,41 +55,62 @@ impl Inner {
         request: &InvokeRequest,
     ) -> Served {
         let breakout = self.breakout_of(spec, config);
-        // Requests of a session hold its turn on its primary; neither path here is that.
-        if request.hints.session.is_some() {
-            breakout.count("ordinary", None);
-            return Served::Ordinary { miss: None };
-        }
-        match breakout.mode() {
-            BreakoutMode::Tracing => match self.on_tracer(spec, &breakout, request, None).await {
-                Some(outcome) => Served::Done(Ok(outcome)),
-                None => {
-                    breakout.count("ordinary", None);
-                    Served::Ordinary { miss: None }
-                }
+        // The requests of a session take turns whichever path serves them (the fast path,
+        // the tracing instance or the session's primary), so that a read-modify-write of the
+        // session is linearizable across the paths as on one primary. The turn is taken
+        // before anything else, so a request waiting for it holds nothing.
+        let turn = match (&request.hints.session, &spec.sessions) {
+            (Some(id), Some(sessions)) => match self.enter_session(spec, id, sessions).await {
+                Ok(turn) => Some(turn),
+                Err(e) => return Served::Done(Err(e)),
             },
+            _ => None,
+        };
+        let session = turn.as_ref().map(|t| SessionCtx {
+            log: t.ctx.log.clone(),
+            limits: t.ctx.limits,
+            discard: request.is_shadow(),
+        });
+        let served = |outcome: InvokeOutcome| {
+            if let Some(turn) = &turn {
+                self.state().sessions.served(&spec.function, &turn.id);
+            }
+            Served::Done(Ok(outcome))
+        };
+        let miss = match breakout.mode() {
+            BreakoutMode::Tracing => {
+                if let Some(outcome) = self
+                    .on_tracer(spec, &breakout, request, None, session.as_ref())
+                    .await
+                {
+                    return served(outcome);
+                }
+                None
+            }
             BreakoutMode::Decontainerized => {
-                let miss = match self.run_fast(spec, &breakout, request).await {
-                    Fast::Answer(outcome) => return Served::Done(Ok(outcome)),
+                let miss = match self
+                    .run_fast(spec, &breakout, request, session.as_ref())
+                    .await
+                {
+                    Fast::Answer(outcome) => return served(outcome),
                     Fast::Skipped => None,
                     Fast::Miss(miss) => Some(miss),
                 };
                 // A miss goes to the tracing instance when it is idle, so that its path is
                 // traced too (retracing).
                 if let Some(miss) = &miss {
-                    if let Some(outcome) =
-                        self.on_tracer(spec, &breakout, request, Some(miss)).await
+                    if let Some(outcome) = self
+                        .on_tracer(spec, &breakout, request, Some(miss), session.as_ref())
+                        .await
                     {
-                        return Served::Done(Ok(outcome));
+                        return served(outcome);
                     }
                 }
-                breakout.count("ordinary", None);
-                Served::Ordinary { miss }
+                miss
             }
-            _ => {
-                breakout.count("ordinary", None);
-                Served::Ordinary { miss: None }
-            }
-        }
+            _ => None,
+        };
+        breakout.count("ordinary", None);
+        Served::Ordinary { miss, turn }
     }
 }

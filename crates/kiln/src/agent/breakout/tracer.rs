@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use super::revision::Breakout;
 use super::status::BreakoutMode;
 use super::trace::{accept_trace, compile, instrument, BuildError};
+use crate::agent::instance::SessionCtx;
 use crate::agent::memory::make_room;
 use crate::agent::{Inner, InstanceState, StartError};
 use crate::agent::{Instance, InvokeOutcome, InvokeRequest};
@@ -21,6 +22,8 @@ const RECOMPILE_INTERVAL: Duration = Duration::from_secs(1);
 impl Inner {
     /// Runs a request on the tracing instance if it is idle (started on first use); `None`
     /// when it is busy, could not start, or the runtime was gone before it took the event.
+    /// A request of a session (whose turn the caller holds) has the session loaded into the
+    /// instance and its writes committed to the session's log, as on a primary.
     /// Once enough is traced (or, after a miss, at most once a second) the trace is pulled and
     /// compiled off the request's path.
     pub(super) async fn on_tracer(
@@ -29,6 +32,7 @@ impl Inner {
         breakout: &Arc<Breakout>,
         request: &InvokeRequest,
         miss: Option<&str>,
+        session: Option<&SessionCtx>,
     ) -> Option<InvokeOutcome> {
         let mut slot = breakout.tracer.try_lock().ok()?;
         let trace_spec = breakout.progress.locked().trace_spec.clone()?;
@@ -45,7 +49,7 @@ impl Inner {
         }
         let mut instance = slot.take().expect("just filled");
         let begin = Instant::now();
-        let invocation = instance.invoke(request, None, Box::new(|| {})).await;
+        let invocation = instance.invoke(request, session, Box::new(|| {})).await;
         let duration = begin.elapsed();
         if !invocation.delivered {
             // The runtime was gone before it took the event: the ordinary path runs it.

@@ -10,7 +10,7 @@ use kiln_wasm::{PreInit, WasmError};
 
 use super::{error_body, LoadError, WasmHost, WASM32_MAX_MB};
 use crate::agent::acquire::Acquired;
-use crate::agent::instance::SessionCtx;
+use crate::agent::invoke::SessionTurn;
 use crate::agent::report::{report, report_field};
 use crate::agent::sessions::txn::{Txn, WasmSession};
 use crate::agent::{
@@ -66,39 +66,13 @@ impl Inner {
         result
     }
 
-    /// Opens the session `id` and waits for its turn, up to the function's timeout.
-    async fn enter_session(
-        &self,
-        spec: &SharedSpec,
-        id: &str,
-        config: &crate::session::SessionConfig,
-    ) -> Result<WasmTurn, AgentError> {
-        let key = (spec.function.clone(), id.to_string());
-        let was_open = self.state().sessions.log(&key).is_some();
-        let begin = Instant::now();
-        let ctx = self.open_session(spec, id, config).await?;
-        let open_time = begin.elapsed();
-        let turn = self.state().sessions.turn(&key).unwrap_or_default();
-        let timeout = Duration::from_secs(u64::from(spec.timeout_s));
-        let guard = tokio::time::timeout(timeout, turn.lock_owned())
-            .await
-            .map_err(|_| AgentError::ThrottledNode)?;
-        Ok(WasmTurn {
-            id: id.to_string(),
-            ctx,
-            was_open,
-            open_time,
-            _guard: guard,
-        })
-    }
-
     async fn run_wasm(
         &self,
         host: &WasmHost,
         spec: &SharedSpec,
         request: &InvokeRequest,
         id: u64,
-        session: Option<&WasmTurn>,
+        session: Option<&SessionTurn>,
     ) -> Result<InvokeOutcome, AgentError> {
         let begin = Instant::now();
         let (loaded, waited, slot) = host.module(spec).await;
@@ -238,16 +212,4 @@ impl Inner {
             limit_write: None,
         })
     }
-}
-
-/// A wasm request of a session, holding the session's turn while it runs.
-struct WasmTurn {
-    id: String,
-    ctx: SessionCtx,
-    /// The session's state was open in the agent's memory before this request (else it was
-    /// opened from its log on disk, or created).
-    was_open: bool,
-    /// Opening the session (replaying its log): part of the request's Init Duration.
-    open_time: Duration,
-    _guard: tokio::sync::OwnedMutexGuard<()>,
 }
