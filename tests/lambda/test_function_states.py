@@ -2,8 +2,9 @@
 paths are built, and an update is `InProgress` until the new version's are, as on Lambda: the
 waiters of boto3 and the AWS CLI (`function_active_v2`, `function_updated_v2`) wait for them.
 An invocation that arrives meanwhile waits too, so it starts on the hot path rather than the
-coldest. A change meanwhile (UpdateFunctionCode, UpdateFunctionConfiguration, PublishVersion)
-is refused with 409 ResourceConflictException, as on Lambda. (What a package that cannot be
+coldest. A change meanwhile (UpdateFunctionCode, UpdateFunctionConfiguration, PublishVersion, a
+`kiln:` tag that changes the configuration) is refused with 409 ResourceConflictException, as on
+Lambda. (What a package that cannot be
 extracted leaves: test_package_extraction.py.)"""
 
 import json
@@ -177,6 +178,45 @@ def test_a_change_while_an_update_is_in_progress_is_refused_until_it_is_done(kil
         payload, _ = kiln.invoke(name, {})
         assert (payload["code"], payload["stage"]) == ("two", "two")
         assert kiln.invoke(name, {}, Qualifier="1")[0] == payload
+
+
+def test_a_kiln_tag_that_changes_the_configuration_is_refused_while_a_change_is_in_progress(kiln):
+    """`kiln:` tags set kiln's configuration: a TagResource or UntagResource that changes it is
+    refused while the function is `Pending` or an update is in progress, as
+    UpdateFunctionConfiguration is. Other tags change nothing but tags and are accepted, as on
+    Lambda, and so is a `kiln:` tag that leaves the configuration as it is."""
+    name = unique("tagchange")
+    lam = kiln.client()
+    with Gate() as first, Gate() as second:
+        arn = gated(kiln, name, first)["FunctionArn"]
+        pending = f"{NOT_NOW} The function is currently in the following state: Pending"
+        sizing = {"kiln:memory-sizing": "booked"}
+        assert refused(lambda: lam.tag_resource(Resource=arn, Tags=sizing)) == pending
+        lam.tag_resource(Resource=arn, Tags={"team": "a"})
+        assert state(kiln, name)[0] == "Pending"
+        first.open()
+        lam.get_waiter("function_active_v2").wait(FunctionName=name, WaiterConfig=FAST)
+        two = zip_files({"app.py": second.init() + HANDLER.replace('CODE = "one"', 'CODE = "two"')})
+        updated = lam.update_function_code(FunctionName=name, ZipFile=two)
+        assert updated["LastUpdateStatus"] == "InProgress"
+        in_progress = f"{NOT_NOW} An update is in progress for resource: {arn}"
+        assert refused(lambda: lam.tag_resource(Resource=arn, Tags=sizing)) == in_progress
+        assert refused(lambda: lam.untag_resource(Resource=arn, TagKeys=["kiln:network"])) == in_progress
+        lam.tag_resource(Resource=arn, Tags={"team": "b", "kiln:network": "host"})
+        lam.untag_resource(Resource=arn, TagKeys=["team"])
+        assert lam.list_tags(Resource=arn)["Tags"] == {"kiln:network": "host"}
+        config = lam.get_function_configuration(FunctionName=name)
+        assert (config["LastUpdateStatus"], config["RevisionId"]) == ("InProgress", updated["RevisionId"])
+        second.open()
+        lam.get_waiter("function_updated_v2").wait(FunctionName=name, WaiterConfig=FAST)
+        # Once the update is done, the same tag is accepted, and is an update of its own.
+        lam.tag_resource(Resource=arn, Tags=sizing)
+        assert lam.get_function_configuration(FunctionName=name)["RevisionId"] != updated["RevisionId"]
+        lam.get_waiter("function_updated_v2").wait(FunctionName=name, WaiterConfig=FAST)
+        assert lam.list_tags(Resource=arn)["Tags"] == {"kiln:network": "host", **sizing}
+        raw = kiln.signed_request("GET", f"/2015-03-31/functions/{name}/configuration").json()
+        assert raw["KilnMemorySizing"] == "booked"
+        assert kiln.invoke(name, {})[0]["code"] == "two"
 
 
 def test_reserved_concurrency_is_no_update(kiln):

@@ -3,7 +3,8 @@ the call checks the zip from its central directory (a readable archive, safe pat
 size under 250 MB) and answers `Pending` (or `LastUpdateStatus: InProgress`); the package is
 extracted in the background. An entry that does not inflate makes the function `Failed` (or
 its update), with Lambda's reason code, and an invocation gets Lambda's answer for that state.
-A restart in the middle of an extraction extracts the package again."""
+A restart in the middle of an extraction extracts the package again; after a failed update, the
+code from before it still runs, restart or not."""
 
 import io
 import json
@@ -210,3 +211,34 @@ def test_a_restart_during_the_extraction_extracts_again(fresh_kiln):
     with pytest.raises(botocore.exceptions.WaiterError):
         wait_active(lam, bad)
     assert lam.get_function_configuration(FunctionName=bad)["StateReasonCode"] == "InvalidZipFileException"
+
+
+def test_a_failed_update_keeps_the_previous_code_across_a_restart(fresh_kiln):
+    server = fresh_kiln()
+    lam = server.client(read_timeout=120)
+    name = unique("failedrestart")
+    create(lam, name, package(1, version=1))
+    wait_active(lam, name)
+    lam.update_function_code(FunctionName=name, ZipFile=corrupt_package(version=2))
+    with pytest.raises(botocore.exceptions.WaiterError):
+        lam.get_waiter("function_updated_v2").wait(FunctionName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 60})
+    # Killed: what the update acknowledged, the code from before it included, is on disk.
+    server.kill9()
+    restarted = fresh_kiln(data_dir=server.data_dir)
+    lam = restarted.client(read_timeout=120)
+    # The update's package is extracted again at the start, and fails again.
+    with pytest.raises(botocore.exceptions.WaiterError):
+        lam.get_waiter("function_updated_v2").wait(FunctionName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 60})
+    config = lam.get_function_configuration(FunctionName=name)
+    assert (config["State"], config["LastUpdateStatus"]) == ("Active", "Failed")
+    assert config["LastUpdateStatusReasonCode"] == "InvalidZipFileException"
+    assert config["LastUpdateStatusReason"].startswith("Could not unzip uploaded file")
+    assert invoke(lam, name, {"k": 6}) == {"version": 1, "event": {"k": 6}}
+    # A sound package replaces both.
+    lam.update_function_code(FunctionName=name, ZipFile=package(1, version=3))
+    lam.get_waiter("function_updated_v2").wait(FunctionName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 120})
+    assert invoke(lam, name, {})["version"] == 3
+    restarted.restart()
+    lam = restarted.client(read_timeout=120)
+    wait_active(lam, name)
+    assert invoke(lam, name, {})["version"] == 3

@@ -203,6 +203,10 @@ pub struct Function {
     /// before versions existed reads the same.
     #[serde(default, skip_serializing_if = "versions::Published::is_empty")]
     pub published: versions::Published,
+    /// What ran before the last UpdateFunctionCode, while its package is not extracted (or
+    /// failed to be); `None` otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_code: Option<Box<versions::PreviousCode>>,
 }
 
 impl Function {

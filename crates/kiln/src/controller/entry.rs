@@ -28,8 +28,9 @@ pub(super) struct Entry {
     /// none).
     pub(super) versions: BTreeMap<u64, Arc<Entry>>,
     /// What runs while this version's package is being extracted, or after its extraction
-    /// failed: the code `$LATEST` ran before the update, as on Lambda. `None` for a version
-    /// that was created, or whose code did not change.
+    /// failed: the code `$LATEST` ran before the update, as on Lambda (kept in the function's
+    /// record as its `previous_code`, so a restart has it too). `None` for a version that was
+    /// created, or whose code did not change.
     pub(super) fallback: Option<Arc<Entry>>,
 }
 
@@ -87,6 +88,11 @@ impl Entry {
         ran.settled
             .store(previous.settled.load(Ordering::Relaxed), Ordering::Relaxed);
         Some(Arc::new(ran))
+    }
+
+    /// Whether its package is still being extracted (or failed to be).
+    pub(super) fn is_deferred(&self) -> bool {
+        self.deferred.load(Ordering::Relaxed)
     }
 
     /// Whether a CreateFunction (or PublishVersion) made this version, rather than an update.

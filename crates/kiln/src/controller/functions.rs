@@ -15,6 +15,7 @@ use super::replica::Record;
 use super::revision::{check_revision, overtaken, STALE_RETRIES};
 use super::{Controller, ControllerError, Entry, Lifecycle};
 use crate::cluster::gc::UploadPin;
+use crate::function::versions::PreviousCode;
 use crate::function::{Function, FunctionConfig, NetworkMode};
 use crate::sync::{LockExt, RwLockExt};
 
@@ -104,6 +105,7 @@ impl Controller {
             url_auth: None,
             tags,
             published: Default::default(),
+            previous_code: None,
         };
         let Some(version) = self.registry.insert(&function)? else {
             return Err(ControllerError::Conflict(format!(
@@ -260,7 +262,7 @@ impl Controller {
         self.settled(&f)
     }
 
-    fn settled(&self, f: &Function) -> Result<(), ControllerError> {
+    pub(super) fn settled(&self, f: &Function) -> Result<(), ControllerError> {
         const NOT_NOW: &str = "The operation cannot be performed at this time.";
         match self.lifecycle(f) {
             Lifecycle::Creating => Err(ControllerError::Conflict(format!(
@@ -291,12 +293,28 @@ impl Controller {
             check_revision(f, expected_revision)?;
             self.settled(f)?;
             self.check_unzipped(&code.sha256_hex, &f.config.layers)?;
+            f.previous_code = self.previous_code(f, &code.sha256_hex);
             f.code_sha256 = code.sha256_hex.clone();
             f.code_size = code.size;
             f.revision += 1;
             f.last_modified = Utc::now();
             Ok(())
         })
+    }
+
+    /// What runs, until package `digest` is extracted, after an update of `f` to it: what `f`
+    /// runs now (its own fallback, if its package is not extracted either). Kept in the
+    /// function's record, so that a restart still has it; nothing once `digest` is extracted.
+    fn previous_code(&self, f: &Function, digest: &str) -> Option<Box<PreviousCode>> {
+        if self.code.is_extracted(digest) {
+            return None;
+        }
+        let deferred = self.table().get(&f.name).is_some_and(|e| e.is_deferred());
+        if deferred {
+            f.previous_code.clone()
+        } else {
+            Some(Box::new(PreviousCode::of(f)))
+        }
     }
 
     /// UpdateFunctionConfiguration.

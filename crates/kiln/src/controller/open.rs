@@ -120,6 +120,7 @@ impl Controller {
             }
         }
         for (function, version) in loaded.functions {
+            let function = controller.previous_code_loaded(function);
             if let Err(e) = versions::packages(&function)
                 .iter()
                 .try_for_each(|digest| controller.ensure_code_blocking(digest))
@@ -146,6 +147,9 @@ impl Controller {
             let warm = versions::kept_warm(&function);
             let (entry, prepare, _) = controller.build_entry(function, versions::Before::Loaded);
             let prepare = controller.defer_unpacking(&entry, prepare);
+            if let Some(previous) = entry.fallback.as_ref().filter(|_| entry.is_deferred()) {
+                controller.agent.prepare(previous.spec.clone());
+            }
             for spec in prepare {
                 if spec.version == function::versions::LATEST || warm.contains(&spec.version) {
                     controller.agent.prepare(spec);
@@ -176,6 +180,19 @@ impl Controller {
         }
         queue::start(controller.clone());
         Ok(controller)
+    }
+
+    /// A loaded function keeps the code from before its last update only while that update's
+    /// package is not extracted (it failed, or kiln stopped first), and only if the code's own
+    /// package is: else nothing would run it.
+    fn previous_code_loaded(&self, mut f: function::Function) -> function::Function {
+        let needed = !self.code.is_extracted(&f.code_sha256);
+        if let Some(previous) = &f.previous_code {
+            if !needed || !self.code.is_extracted(&previous.code_sha256) {
+                f.previous_code = None;
+            }
+        }
+        f
     }
 
     /// Cluster mode: this node has joined; its lease lets it take part in the election of the

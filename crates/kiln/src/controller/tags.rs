@@ -57,7 +57,9 @@ impl Controller {
     }
 
     /// Gives `f` the tags `all`; `set` and `removed` are what changed. A change of kiln's
-    /// settings is a configuration update (a new revision); other tags change nothing else.
+    /// settings is a configuration update (a new revision), refused as UpdateFunctionConfiguration
+    /// is while the function is `Pending` or an update is in progress; other tags change nothing
+    /// else and are accepted then, as on Lambda.
     fn retag(
         &self,
         f: &mut Function,
@@ -71,6 +73,9 @@ impl Controller {
             .map_err(ControllerError::InvalidParameter)?;
         if config != f.config {
             self.validate(&config)?;
+            // After validation, as UpdateFunctionConfiguration: an invalid setting is reported
+            // as invalid, not as a conflict that waiting would not resolve.
+            self.settled(f)?;
             f.config = config;
             f.revision += 1;
             f.last_modified = Utc::now();

@@ -190,6 +190,32 @@ impl Controller {
         if let Some(sender) = sender {
             sender.send_replace(Unpacking::Done);
         }
+        self.forget_previous_code(digest);
+    }
+
+    /// The functions whose update to `digest` kept the code from before it
+    /// ([`crate::function::versions::PreviousCode`]) let go of it, now that `digest` is
+    /// extracted. Under the mutation lock, so that an update committed meanwhile is seen here or
+    /// sees the package extracted (and keeps nothing). A failed write leaves the record as it
+    /// was, which the next start reads the same way.
+    fn forget_previous_code(&self, digest: &str) {
+        let mutation = self.lock_mutations();
+        let names: Vec<String> = self
+            .table()
+            .values()
+            .filter(|e| e.function.code_sha256 == digest && e.function.previous_code.is_some())
+            .map(|e| e.function.name.clone())
+            .collect();
+        for name in names {
+            let forgotten = self.modify_if(&mutation, &name, |f| {
+                let kept = f.code_sha256 == digest && f.previous_code.is_some();
+                f.previous_code = None;
+                Ok(kept)
+            });
+            if let Err(e) = forgotten {
+                tracing::warn!("function {name} keeps the code from before its update: {e}");
+            }
+        }
     }
 
     /// Marks `entry` and its versions deferred where their package is still being extracted;

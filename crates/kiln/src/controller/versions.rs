@@ -37,12 +37,14 @@ pub struct Qualified {
     pub lifecycle: Lifecycle,
 }
 
-/// Every package `f` uses: `$LATEST`'s and its versions'.
+/// Every package `f` uses: `$LATEST`'s, its versions' and the one `$LATEST` ran before an
+/// update whose package is not extracted yet.
 pub(super) fn packages(f: &Function) -> Vec<String> {
     let mut all = vec![f.code_sha256.clone()];
-    for v in &f.published.versions {
-        if !all.contains(&v.code_sha256) {
-            all.push(v.code_sha256.clone());
+    let others = f.published.versions.iter().map(|v| &v.code_sha256);
+    for digest in others.chain(f.previous_code.as_ref().map(|p| &p.code_sha256)) {
+        if !all.contains(digest) {
+            all.push(digest.clone());
         }
     }
     all
@@ -133,7 +135,16 @@ impl Controller {
             }
             (Before::Loaded, _) => {
                 prepare.insert(0, spec.clone());
-                Entry::new(function, spec)
+                // An update whose package was not extracted when kiln stopped (or failed to
+                // be): what ran before it runs meanwhile, as before the restart.
+                let fallback = function.previous_code.as_ref().map(|previous| {
+                    let ran = previous.as_function(&function);
+                    let spec = self.spec_for(&ran);
+                    Arc::new(Entry::new(ran, spec))
+                });
+                let mut entry = Entry::new(function, spec);
+                entry.fallback = fallback;
+                entry
             }
             (Before::Created, _) => {
                 prepare.insert(0, spec.clone());

@@ -189,6 +189,50 @@ impl Version {
             url_auth: None,
             tags: f.tags.clone(),
             published: Published::default(),
+            previous_code: None,
+        }
+    }
+}
+
+/// What `$LATEST` ran before an UpdateFunctionCode whose package is not extracted yet: it runs
+/// meanwhile and, if the extraction fails, until the code is updated again, as on Lambda. Kept
+/// in the function's record, so a restart still has it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PreviousCode {
+    pub config: FunctionConfig,
+    pub code_sha256: String,
+    pub code_size: u64,
+    pub last_modified: DateTime<Utc>,
+    /// The function's revision it ran at: its instances' revision on the node.
+    pub revision: u64,
+}
+
+impl PreviousCode {
+    /// What `f` runs now.
+    pub fn of(f: &Function) -> Self {
+        Self {
+            config: f.config.clone(),
+            code_sha256: f.code_sha256.clone(),
+            code_size: f.code_size,
+            last_modified: f.last_modified,
+            revision: f.revision,
+        }
+    }
+
+    /// `f` as it ran: its name and function-wide settings, this code and configuration.
+    pub fn as_function(&self, f: &Function) -> Function {
+        Function {
+            name: f.name.clone(),
+            config: self.config.clone(),
+            code_sha256: self.code_sha256.clone(),
+            code_size: self.code_size,
+            revision: self.revision,
+            last_modified: self.last_modified,
+            reserved_concurrency: f.reserved_concurrency,
+            url_auth: f.url_auth,
+            tags: f.tags.clone(),
+            published: Published::default(),
+            previous_code: None,
         }
     }
 }

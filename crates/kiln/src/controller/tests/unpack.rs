@@ -128,6 +128,16 @@ async fn the_previous_code_runs_while_an_update_is_extracted() {
         node.controller.update_config("f", patch, None),
         Err(ControllerError::Conflict(_))
     ));
+    // So is a `kiln:` tag that changes the configuration; other tags are no update.
+    let arn = node.controller.arn("f");
+    let sizing = BTreeMap::from([("kiln:memory-sizing".to_string(), "booked".to_string())]);
+    assert!(matches!(
+        node.controller.tag(&arn, sizing),
+        Err(ControllerError::Conflict(_))
+    ));
+    let team = BTreeMap::from([("team".to_string(), "a".to_string())]);
+    let tagged = node.controller.tag(&arn, team).unwrap();
+    assert_eq!(tagged.revision, updated.revision);
     let reserved = node.controller.set_concurrency("f", Some(2)).unwrap();
     assert_eq!(node.controller.lifecycle(&reserved), Lifecycle::Updating);
     invoke(&node, "f", "{}").await.unwrap();
@@ -248,4 +258,112 @@ async fn a_version_published_while_the_package_is_extracted_is_prepared_after() 
             ("f:1".to_string(), f.revision)
         ]
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_update_keeps_the_previous_code_across_a_restart() {
+    let node = node();
+    let f = deploy(&node, "f").await;
+    assert!(f.previous_code.is_none());
+    let updated = node
+        .controller
+        .update_code("f", corrupt_package(2), None)
+        .await
+        .unwrap();
+    let kept = updated
+        .previous_code
+        .as_deref()
+        .expect("kept in the record");
+    assert_eq!(
+        (kept.code_sha256.as_str(), kept.revision),
+        (f.code_sha256.as_str(), f.revision)
+    );
+    node.controller.unpacked_all().await;
+
+    // kiln stops and starts again: the update's package fails again, and the code from before
+    // it still runs.
+    let reopened = Controller::open(node.controller.config().clone(), node.agent.clone()).unwrap();
+    reopened.unpacked_all().await;
+    let loaded = reopened.get("f").unwrap();
+    assert_eq!(loaded.previous_code, updated.previous_code);
+    let Lifecycle::UpdateFailed(failure) = reopened.lifecycle(&loaded) else {
+        panic!("{:?}", reopened.lifecycle(&loaded))
+    };
+    assert_eq!(failure.code, "InvalidZipFileException");
+    assert!(
+        node.agent
+            .prepared
+            .lock()
+            .unwrap()
+            .contains(&("f".to_string(), f.revision)),
+        "what runs is prepared"
+    );
+    invoke_arc(reopened.clone(), "f").await.unwrap();
+    assert_eq!(
+        node.agent.invoked_code.lock().unwrap().last(),
+        Some(&f.code_sha256)
+    );
+    assert!(
+        reopened.code.is_extracted(&f.code_sha256),
+        "its package survives the start's collection"
+    );
+
+    // A second failed update keeps the same code; a configuration change keeps it too.
+    let again = reopened
+        .update_code("f", corrupt_package(3), None)
+        .await
+        .unwrap();
+    reopened.unpacked_all().await;
+    assert_eq!(again.previous_code, updated.previous_code);
+    let patch = ConfigPatch {
+        timeout_s: Some(9),
+        ..Default::default()
+    };
+    let configured = reopened.update_config("f", patch, None).unwrap();
+    assert_eq!(configured.previous_code, updated.previous_code);
+    invoke_arc(reopened.clone(), "f").await.unwrap();
+    assert_eq!(
+        node.agent.invoked_code.lock().unwrap().last(),
+        Some(&f.code_sha256)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_previous_code_goes_once_the_update_is_extracted() {
+    let node = node();
+    let f = deploy(&node, "f").await;
+    let new_code =
+        crate::zip_util::zip_files(&[("app.py", b"def handler(e, c):\n    return 2\n", false)])
+            .unwrap();
+    let held = digest(&new_code);
+    // As if a slow extraction of the new bytes were running.
+    assert!(node.controller.unpacks.begin(&held));
+    let updated = node
+        .controller
+        .update_code("f", new_code, None)
+        .await
+        .unwrap();
+    assert!(updated.previous_code.is_some());
+    // Stopped before the extraction ended: the code from before the update runs meanwhile.
+    let reopened = Controller::open(node.controller.config().clone(), node.agent.clone()).unwrap();
+    reopened.unpacked_all().await;
+    // Let go of once the package is extracted (just after the extraction's end is told).
+    let since = Instant::now();
+    let loaded = loop {
+        let loaded = reopened.get("f").unwrap();
+        if loaded.previous_code.is_none() || since.elapsed() > Duration::from_secs(5) {
+            break loaded;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert!(loaded.previous_code.is_none(), "extracted, so let go of");
+    assert_eq!(revision_id(&loaded), revision_id(&updated));
+    assert_eq!(reopened.lifecycle(&loaded), Lifecycle::Ready);
+    invoke_arc(reopened.clone(), "f").await.unwrap();
+    assert_eq!(node.agent.invoked_code.lock().unwrap().last(), Some(&held));
+    // An update to a package already extracted keeps nothing.
+    let back = reopened.update_code("f", package(), None).await.unwrap();
+    assert!(back.previous_code.is_none());
+    assert_ne!(back.code_sha256, held);
+    assert_eq!(back.code_sha256, f.code_sha256);
 }

@@ -1,5 +1,6 @@
 //! The functions table of a node's database: a function's row (its configuration, code,
-//! revision, reserved concurrency, tags, versions and aliases) and its URL settings.
+//! revision, reserved concurrency, tags, versions and aliases, and the code it ran before an
+//! update not extracted yet) and its URL settings.
 
 use chrono::{DateTime, Utc};
 use rusqlite::ToSql;
@@ -29,7 +30,8 @@ impl Database {
         let changed = self.db().execute(
             "UPDATE functions SET config = ?2, code_sha256 = ?3, code_size = ?4, revision = ?5,
              last_modified = ?6, reserved_concurrency = ?7, url_auth = ?8, tags = ?9,
-             published = ?10, url_created = ?11, url_modified = ?12, url_cors = ?13
+             published = ?10, previous_code = ?11, url_created = ?12, url_modified = ?13,
+             url_cors = ?14
              WHERE name = ?1",
             &[&row.params()[..], &url[..]].concat()[..],
         )?;
@@ -82,8 +84,8 @@ impl Database {
         let changed = self.db().execute(
             "INSERT OR IGNORE INTO functions
              (name, config, code_sha256, code_size, revision, last_modified, reserved_concurrency, url_auth, tags,
-              published)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+              published, previous_code)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
             &row.params()[..],
         )?;
         Ok(changed == 1)
@@ -94,7 +96,8 @@ impl Database {
         let row = Row::of(f)?;
         let changed = self.db().execute(
             "UPDATE functions SET config = ?2, code_sha256 = ?3, code_size = ?4, revision = ?5,
-             last_modified = ?6, reserved_concurrency = ?7, url_auth = ?8, tags = ?9, published = ?10
+             last_modified = ?6, reserved_concurrency = ?7, url_auth = ?8, tags = ?9, published = ?10,
+             previous_code = ?11
              WHERE name = ?1",
             &row.params()[..],
         )?;
@@ -114,7 +117,7 @@ impl Database {
         let db = self.db();
         let mut stmt = db.prepare(
             "SELECT name, config, code_sha256, code_size, revision, last_modified, reserved_concurrency, url_auth,
-                    tags, published
+                    tags, published, previous_code
              FROM functions ORDER BY name",
         )?;
         let rows = stmt.query_map([], |row| {
@@ -129,6 +132,7 @@ impl Database {
                 row.get::<_, Option<String>>(7)?,
                 row.get::<_, Option<String>>(8)?,
                 row.get::<_, Option<String>>(9)?,
+                row.get::<_, Option<String>>(10)?,
             ))
         })?;
         let mut out = Vec::new();
@@ -144,12 +148,20 @@ impl Database {
                 url,
                 tags,
                 published,
+                previous_code,
             ) = row?;
             // Rows from before versions were kept have none.
             let published = match published {
                 Some(text) => serde_json::from_str(&text)
                     .map_err(|e| RegistryError::Corrupt(format!("{name}: {e}")))?,
                 None => Default::default(),
+            };
+            let previous_code = match previous_code {
+                Some(text) => Some(
+                    serde_json::from_str(&text)
+                        .map_err(|e| RegistryError::Corrupt(format!("{name}: {e}")))?,
+                ),
+                None => None,
             };
             // Rows from before tags were kept have none.
             let tags = match tags {
@@ -178,6 +190,7 @@ impl Database {
                 url_auth,
                 tags,
                 published,
+                previous_code,
             });
         }
         Ok(out)
@@ -185,7 +198,7 @@ impl Database {
 }
 
 /// A function's row as the statements above bind it (its URL settings aside): `?1` its name,
-/// then `?2` to `?10` its columns in the table's order.
+/// then `?2` to `?11` its columns in the table's order.
 struct Row<'f> {
     name: &'f str,
     config: String,
@@ -197,6 +210,7 @@ struct Row<'f> {
     url_auth: Option<&'static str>,
     tags: String,
     published: Option<String>,
+    previous_code: Option<String>,
 }
 
 impl<'f> Row<'f> {
@@ -213,11 +227,17 @@ impl<'f> Row<'f> {
             url_auth: url_auth_text(f.url_auth),
             tags: tags_text(f)?,
             published: published_text(f)?,
+            previous_code: f
+                .previous_code
+                .as_ref()
+                .map(serde_json::to_string)
+                .transpose()
+                .map_err(|e| RegistryError::Corrupt(e.to_string()))?,
         })
     }
 
-    /// `?1` to `?10`.
-    fn params(&self) -> [&dyn ToSql; 10] {
+    /// `?1` to `?11`.
+    fn params(&self) -> [&dyn ToSql; 11] {
         [
             &self.name,
             &self.config,
@@ -229,6 +249,7 @@ impl<'f> Row<'f> {
             &self.url_auth,
             &self.tags,
             &self.published,
+            &self.previous_code,
         ]
     }
 }
@@ -320,6 +341,32 @@ mod tests {
         f.published = Default::default();
         assert!(reg.update(&f).unwrap());
         assert!(reg.all().unwrap()[0].published.is_empty());
+    }
+
+    #[test]
+    fn the_code_before_an_update_round_trips_with_its_function() {
+        use crate::function::versions::PreviousCode;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kiln.db");
+        let mut f = sample("p");
+        {
+            let reg = Database::open(&path).unwrap();
+            assert!(reg.insert(&f).unwrap());
+            f.previous_code = Some(Box::new(PreviousCode::of(&f)));
+            f.code_sha256 = "cd".into();
+            f.revision = 2;
+            assert!(reg.update(&f).unwrap());
+        }
+        let reg = Database::open(&path).unwrap();
+        let read = &reg.all().unwrap()[0];
+        assert_eq!(read.previous_code, f.previous_code);
+        assert_eq!(read.previous_code.as_ref().unwrap().code_sha256, "ab");
+        // A URL change keeps it; once the new package is extracted it goes.
+        assert!(reg.update_url(&f, None).unwrap());
+        assert_eq!(reg.all().unwrap()[0].previous_code, f.previous_code);
+        f.previous_code = None;
+        assert!(reg.update(&f).unwrap());
+        assert!(reg.all().unwrap()[0].previous_code.is_none());
     }
 
     #[test]

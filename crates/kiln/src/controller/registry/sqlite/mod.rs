@@ -86,6 +86,7 @@ impl Database {
             ("functions", "url_cors", "TEXT"),
             ("functions", "tags", "TEXT"),
             ("functions", "published", "TEXT"),
+            ("functions", "previous_code", "TEXT"),
             ("async_queue", "throttles", "INTEGER NOT NULL DEFAULT 0"),
             ("async_queue", "enqueued_at", "TEXT"),
             ("async_queue", "resume_run", "TEXT"),
@@ -150,6 +151,7 @@ pub(super) mod tests {
             url_auth: Some(UrlAuth::None),
             tags: BTreeMap::from([("team".into(), "a".into())]),
             published: Default::default(),
+            previous_code: None,
         }
     }
 
@@ -187,6 +189,10 @@ pub(super) mod tests {
         let old = &reg.all().unwrap()[0];
         assert!(old.tags.is_empty() && old.config.settings.is_empty());
         assert!(old.published.is_empty(), "nor versions");
+        assert!(
+            old.previous_code.is_none(),
+            "nor code from before an update"
+        );
         assert!(reg.insert(&sample("a")).unwrap());
         assert!(reg.url_settings().unwrap().is_empty());
     }
