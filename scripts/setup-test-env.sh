@@ -92,3 +92,10 @@ fi
 if [ ! -d bench/beehive/app/express/node_modules/pg ]; then
     (cd bench/beehive/app/express && npm ci --no-audit --no-fund --loglevel=error)
 fi
+# The burst tests' and the benchmark's Mezzanine site (bench/beehive/app/mezzanine): its pinned
+# packages vendored beside it (site-packages/, git-ignored), which the monolith (gunicorn) and the
+# web function, the same directory, both import.
+if [ ! -d bench/beehive/app/mezzanine/site-packages/mezzanine ]; then
+    .venv/bin/pip install --quiet --disable-pip-version-check --no-compile \
+        --target bench/beehive/app/mezzanine/site-packages -r bench/beehive/app/mezzanine/requirements.txt
+fi
