@@ -1,0 +1,212 @@
+"""The BeeHive benchmark's Mezzanine app (bench/beehive/app/mezzanine, Django 4.2): the monolith is
+gunicorn with two workers on PostgreSQL directly, the function the same directory as a Python web
+function (`--web-app blogsite.wsgi:application`) on kiln's proxy at the same address. The gateway
+reads Mezzanine's routes from Django's resolver; the blog archive served by the function is the
+monolith's page; a comment posted as a browser does (the post's page, its CSRF token and the
+comment form's security hash) and served by the function writes one row; shadow runs write none."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+import requests
+
+from kiln_harness import wait_for, zip_dir
+from pg_harness import Postgres, unavailable_reason
+from test_gateway import app_routes, app_status, delete_app, free_port, unique
+
+pytestmark = pytest.mark.skipif(unavailable_reason() is not None, reason=unavailable_reason() or "")
+
+APP = Path(__file__).resolve().parents[2] / "bench" / "beehive" / "app" / "mezzanine"
+SITE_PACKAGES = APP / "site-packages"
+COMMENT = "* /comment/"  # Django declares no methods: any method
+ARCHIVE = "* /blog/archive/{year:\\d{4}}/{month:\\d{1,2}}/"
+POSTS, MONTHS, COMMENTS = 24, 6, 2  # the seed: four posts a month from January 2024, two comments each
+
+
+@pytest.fixture(scope="module")
+def pg():
+    if not (SITE_PACKAGES / "mezzanine").is_dir():
+        pytest.fail("the site's packages are not installed: run scripts/setup-test-env.sh "
+                    "(pip install --target bench/beehive/app/mezzanine/site-packages)")
+    server = Postgres().start()
+    seeded = subprocess.run([sys.executable, "seed.py", "--posts", str(POSTS), "--months", str(MONTHS),
+                             "--comments", str(COMMENTS)], cwd=APP, env=dict(os.environ, DATABASE_URL=server.url()),
+                            capture_output=True, text=True, timeout=120)
+    assert seeded.returncode == 0, seeded.stderr
+    server.seed = json.loads(seeded.stdout.splitlines()[-1])
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture(scope="module")
+def monolith(pg):
+    """gunicorn, two sync workers, on PostgreSQL directly."""
+    port = free_port()
+    env = dict(os.environ, DATABASE_URL=pg.url(), PYTHONPATH=str(SITE_PACKAGES))
+    proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "--workers", "2", "--bind", f"127.0.0.1:{port}",
+                             "--no-control-socket", "blogsite.wsgi:application"], cwd=APP, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+
+    def up():
+        assert proc.poll() is None, proc.stdout.read()
+        try:
+            return requests.get(url + "/blog/", timeout=10).status_code == 200
+        except requests.ConnectionError:
+            return False
+    wait_for(up, timeout=60, interval=0.2, what="the gunicorn monolith")
+    yield url
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def function(kiln, pg, tmp_path_factory):
+    """The same directory, its vendored packages included (about 30 MB zipped), once its snapshot
+    (Django and Mezzanine imported) is built."""
+    package = tmp_path_factory.mktemp("mezzanine") / "site.zip"
+    package.write_bytes(zip_dir(APP))
+    name = unique("mezzanine")
+    kiln.cli("deploy", name, "--runtime", "python3.11", "--code", str(package), "--web-app",
+             "blogsite.wsgi:application", "--memory", "512", "--timeout", "30", "--env", f"DATABASE_URL={pg.url()}",
+             timeout=300)
+    lam = kiln.client()
+    wait_for(lambda: lam.get_function(FunctionName=name)["Configuration"]["State"] == "Active", timeout=180,
+             interval=0.5, what="the function active")
+    return name
+
+
+class HiddenFields(HTMLParser):
+    """The hidden inputs of the form with the given id, as a browser would post them."""
+
+    def __init__(self, form_id):
+        super().__init__()
+        self.form_id, self.inside, self.fields = form_id, False, {}
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "form" and attrs.get("id") == self.form_id:
+            self.inside = True
+        elif tag == "input" and self.inside and attrs.get("type") == "hidden":
+            self.fields[attrs["name"]] = attrs.get("value") or ""
+
+    def handle_endtag(self, tag):
+        if tag == "form":
+            self.inside = False
+
+
+def post_comment(url, slug, name, text):
+    """As a browser: the post's page (a session cookie, the CSRF cookie), then its comment form."""
+    browser = requests.Session()
+    page = browser.get(f"{url}/blog/{slug}/", timeout=60)
+    assert page.status_code == 200, page.text[:2000]
+    form = HiddenFields("comment")
+    form.feed(page.text)
+    assert {"csrfmiddlewaretoken", "content_type", "object_pk", "timestamp", "security_hash"} <= set(form.fields)
+    data = dict(form.fields, name=name, email="reader@example.com", url="", comment=text, honeypot="")
+    return browser.post(url + "/comment/", data=data, allow_redirects=False, timeout=60)
+
+
+def comments(pg, where="true"):
+    return int(pg.psql(f"SELECT count(*) FROM django_comments WHERE {where}"))
+
+
+def masked(page):
+    """A page without what differs per response: CSRF tokens and the comment forms' timestamps and hashes."""
+    return re.sub(r'(name="(?:csrfmiddlewaretoken|timestamp|security_hash)" value=)"[^"]*"', r'\1""', page)
+
+
+def test_mezzanine_through_kiln(kiln, pg, monolith, function):
+    name = unique("mezzapp")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    run = uuid.uuid4().hex[:8]
+    months = sorted(pg.seed["posts"])
+    assert len(months) == MONTHS and pg.seed["comments"] == POSTS * COMMENTS
+    archive = "/blog/archive/{}/".format(months[0])  # 2024/1
+    first_post = pg.seed["posts"][months[0]][0]
+    r = kiln.signed_request("PUT", f"/kiln/v1/apps/{name}", json.dumps({
+        "Listen": f"127.0.0.1:{port}", "Upstreams": [monolith], "Function": function,
+        "Database": f"postgresql://{pg.user}@127.0.0.1:{pg.port}/{pg.database}",
+        "DatabasePassword": pg.password, "Policy": "ratio", "Ratio": 1.0, "MaxInflight": 1, "Cover": 1.0,
+        "CooldownSeconds": 600,
+    }).encode(), {"content-type": "application/json"})
+    assert r.status_code == 200, r.text
+    try:
+        # (a) The candidates are the routes Django's resolver declares, translated.
+        declared = wait_for(lambda: (d := app_status(kiln, name)["Declared"]) and d["Routes"] and d,
+                            timeout=120, what="the declared routes")
+        assert declared["Framework"] == "django", declared
+        routes = app_routes(kiln, name)
+        assert {COMMENT, ARCHIVE} <= set(routes), sorted(routes)
+        assert routes[COMMENT]["Source"] == routes[ARCHIVE]["Source"] == "declared"
+
+        # (c) Profile and shadow both: the monolith serves, the function repeats each comment in a
+        # shadow run that is rolled back, so the table holds the monolith's rows and nothing else.
+        sent = []
+
+        def eligible():
+            routes = app_routes(kiln, name)
+            if routes[COMMENT]["Eligible"] and routes[ARCHIVE]["Eligible"]:
+                return True
+            r = requests.get(url + archive, timeout=60)
+            assert r.status_code == 200, r.text[:2000]
+            text = f"profile-{run}-{len(sent)}"
+            r = post_comment(url, first_post, "profiler", text)
+            assert r.status_code == 302, r.text[:2000]
+            sent.append(text)
+            return False
+        wait_for(eligible, timeout=90, interval=0.05, what="the archive and comment routes eligible")
+        routes = app_routes(kiln, name)
+        assert routes[COMMENT]["ShadowMatched"] >= 3 and routes[ARCHIVE]["ShadowMatched"] >= 3, routes
+        assert comments(pg, f"comment LIKE 'profile-{run}-%'") == len(sent), "no shadow run wrote"
+        assert comments(pg) == POSTS * COMMENTS + len(sent)
+
+        # (b) A burst (more than one request in flight at the monolith); from then on, with the
+        # ratio at 1, every request of the eligible routes is the function's.
+        with ThreadPoolExecutor(6) as pool:
+            burst = list(pool.map(lambda i: requests.get(url + "/blog/archive/{}/".format(months[i % MONTHS]),
+                                                         timeout=60), range(24)))
+        assert all(r.status_code == 200 for r in burst), [r.status_code for r in burst]
+        assert app_status(kiln, name)["Control"]["InBurst"]
+
+        # The archive from the function is the monolith's page.
+        for month in months[:3]:
+            path = f"/blog/archive/{month}/"
+            offloaded = requests.get(url + path, timeout=60)
+            assert offloaded.status_code == 200 and offloaded.headers["x-kiln-served-by"] == "function", \
+                offloaded.headers
+            direct = requests.get(monolith + path, timeout=60)
+            assert direct.status_code == 200
+            assert masked(offloaded.text) == masked(direct.text)
+            for slug in pg.seed["posts"][month]:
+                assert f'href="/blog/{slug}/"' in offloaded.text
+
+        # One comment served by the function: exactly one row, where the redirect says.
+        text = f"offloaded-{run}"
+        r = post_comment(url, first_post, "burst reader", text)
+        assert r.status_code == 302, r.text[:2000]
+        assert r.headers["x-kiln-served-by"] == "function", r.headers
+        assert comments(pg, f"comment = '{text}'") == 1
+        row = pg.psql(f"SELECT id, object_pk, user_name FROM django_comments WHERE comment = '{text}'")
+        comment_id, object_pk, user_name = row.split("|")
+        assert user_name == "burst reader"
+        assert r.headers["location"] == f"/blog/{first_post}/#comment-{comment_id}", r.headers
+        post_id = pg.psql(f"SELECT id FROM blog_blogpost WHERE slug = '{first_post}'")
+        assert object_pk == post_id
+        # The post's page, from the function too, shows it.
+        page = requests.get(f"{url}/blog/{first_post}/", timeout=60)
+        assert page.status_code == 200 and text in page.text
+        assert comments(pg) == POSTS * COMMENTS + len(sent) + 1
+        assert comments(pg, f"comment LIKE 'profile-{run}-%'") == len(sent)
+    finally:
+        delete_app(kiln, name)
