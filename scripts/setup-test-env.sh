@@ -95,7 +95,10 @@ fi
 # The burst tests' and the benchmark's Mezzanine site (bench/beehive/app/mezzanine): its pinned
 # packages vendored beside it (site-packages/, git-ignored), which the monolith (gunicorn) and the
 # web function, the same directory, both import.
-if [ ! -d bench/beehive/app/mezzanine/site-packages/mezzanine ]; then
-    .venv/bin/pip install --quiet --disable-pip-version-check --no-compile \
-        --target bench/beehive/app/mezzanine/site-packages -r bench/beehive/app/mezzanine/requirements.txt
+MEZZ=bench/beehive/app/mezzanine
+if ! cmp -s "$MEZZ/requirements.txt" "$MEZZ/site-packages/.requirements"; then
+    rm -rf "$MEZZ/site-packages"
+    .venv/bin/pip install --quiet --disable-pip-version-check --no-compile --target "$MEZZ/site-packages" \
+        -r "$MEZZ/requirements.txt"
+    cp "$MEZZ/requirements.txt" "$MEZZ/site-packages/.requirements"
 fi

@@ -71,17 +71,15 @@ def monolith(pg):
 
 @pytest.fixture(scope="module")
 def function(kiln, pg, tmp_path_factory):
-    """The same directory, its vendored packages included (about 30 MB zipped), once its snapshot
-    (Django and Mezzanine imported) is built."""
+    """The same directory, its vendored packages included (about 30 MB zipped). The app is created at
+    once: the function stays Pending while its package is extracted, and the gateway reads its
+    route table again until it can."""
     package = tmp_path_factory.mktemp("mezzanine") / "site.zip"
     package.write_bytes(zip_dir(APP))
     name = unique("mezzanine")
     kiln.cli("deploy", name, "--runtime", "python3.11", "--code", str(package), "--web-app",
              "blogsite.wsgi:application", "--memory", "512", "--timeout", "30", "--env", f"DATABASE_URL={pg.url()}",
              timeout=300)
-    lam = kiln.client()
-    wait_for(lambda: lam.get_function(FunctionName=name)["Configuration"]["State"] == "Active", timeout=180,
-             interval=0.5, what="the function active")
     return name
 
 
@@ -144,7 +142,7 @@ def test_mezzanine_through_kiln(kiln, pg, monolith, function):
     try:
         # (a) The candidates are the routes Django's resolver declares, translated.
         declared = wait_for(lambda: (d := app_status(kiln, name)["Declared"]) and d["Routes"] and d,
-                            timeout=120, what="the declared routes")
+                            timeout=180, what="the declared routes")
         assert declared["Framework"] == "django", declared
         routes = app_routes(kiln, name)
         assert {COMMENT, ARCHIVE} <= set(routes), sorted(routes)
@@ -170,6 +168,10 @@ def test_mezzanine_through_kiln(kiln, pg, monolith, function):
         assert routes[COMMENT]["ShadowMatched"] >= 3 and routes[ARCHIVE]["ShadowMatched"] >= 3, routes
         assert comments(pg, f"comment LIKE 'profile-{run}-%'") == len(sent), "no shadow run wrote"
         assert comments(pg) == POSTS * COMMENTS + len(sent)
+        metrics = requests.get(kiln.endpoint + "/metrics", timeout=10).text
+        rollbacks = [line for line in metrics.splitlines()
+                     if line.startswith(f'kiln_dbproxy_shadow_rollbacks_total{{app="{name}"}} ')]
+        assert rollbacks and float(rollbacks[0].split()[-1]) >= 3, rollbacks
 
         # (b) A burst (more than one request in flight at the monolith); from then on, with the
         # ratio at 1, every request of the eligible routes is the function's.
