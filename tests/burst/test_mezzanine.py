@@ -3,7 +3,11 @@ gunicorn with two workers on PostgreSQL directly, the function the same director
 function (`--web-app blogsite.wsgi:application`) on kiln's proxy at the same address. The gateway
 reads Mezzanine's routes from Django's resolver; the blog archive served by the function is the
 monolith's page; a comment posted as a browser does (the post's page, its CSRF token and the
-comment form's security hash) and served by the function writes one row; shadow runs write none."""
+comment form's security hash) and served by the function writes one row; shadow runs write none.
+
+A shadow run repeats a request the monolith already served: a comment's finds the monolith's
+(Mezzanine's duplicate check) and writes nothing of itself, so the shadow runs' containment is
+shown on the post's rating form too, whose every POST inserts a rating and updates the post."""
 
 import json
 import os
@@ -28,6 +32,7 @@ pytestmark = pytest.mark.skipif(unavailable_reason() is not None, reason=unavail
 APP = Path(__file__).resolve().parents[2] / "bench" / "beehive" / "app" / "mezzanine"
 SITE_PACKAGES = APP / "site-packages"
 COMMENT = "* /comment/"  # Django declares no methods: any method
+RATING = "* /rating/"
 ARCHIVE = "* /blog/archive/{year:\\d{4}}/{month:\\d{1,2}}/"
 POSTS, MONTHS, COMMENTS = 24, 6, 2  # the seed: four posts a month from January 2024, two comments each
 
@@ -84,22 +89,22 @@ def function(kiln, pg, tmp_path_factory):
 
 
 class HiddenFields(HTMLParser):
-    """The hidden inputs of the form with the given id, as a browser would post them."""
+    """The hidden inputs of the first form whose attribute `key` is `value`, as a browser would post them."""
 
-    def __init__(self, form_id):
+    def __init__(self, key, value):
         super().__init__()
-        self.form_id, self.inside, self.fields = form_id, False, {}
+        self.key, self.value, self.inside, self.done, self.fields = key, value, False, False, {}
 
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
-        if tag == "form" and attrs.get("id") == self.form_id:
+        if tag == "form" and attrs.get(self.key) == self.value and not self.done:
             self.inside = True
         elif tag == "input" and self.inside and attrs.get("type") == "hidden":
             self.fields[attrs["name"]] = attrs.get("value") or ""
 
     def handle_endtag(self, tag):
-        if tag == "form":
-            self.inside = False
+        if tag == "form" and self.inside:
+            self.inside, self.done = False, True
 
 
 def post_comment(url, slug, name, text):
@@ -107,11 +112,23 @@ def post_comment(url, slug, name, text):
     browser = requests.Session()
     page = browser.get(f"{url}/blog/{slug}/", timeout=60)
     assert page.status_code == 200, page.text[:2000]
-    form = HiddenFields("comment")
+    form = HiddenFields("id", "comment")
     form.feed(page.text)
     assert {"csrfmiddlewaretoken", "content_type", "object_pk", "timestamp", "security_hash"} <= set(form.fields)
     data = dict(form.fields, name=name, email="reader@example.com", url="", comment=text, honeypot="")
     return browser.post(url + "/comment/", data=data, allow_redirects=False, timeout=60)
+
+
+def post_rating(url, slug, value):
+    """As a new browser: the post's page, then its rating form (the first on the page)."""
+    browser = requests.Session()
+    page = browser.get(f"{url}/blog/{slug}/", timeout=60)
+    assert page.status_code == 200, page.text[:2000]
+    form = HiddenFields("action", "/rating/")
+    form.feed(page.text)
+    assert {"csrfmiddlewaretoken", "content_type", "object_pk"} <= set(form.fields), form.fields
+    return browser.post(url + "/rating/", data=dict(form.fields, value=str(value)), allow_redirects=False,
+                        timeout=60)
 
 
 def comments(pg, where="true"):
@@ -145,29 +162,35 @@ def test_mezzanine_through_kiln(kiln, pg, monolith, function):
                             timeout=180, what="the declared routes")
         assert declared["Framework"] == "django", declared
         routes = app_routes(kiln, name)
-        assert {COMMENT, ARCHIVE} <= set(routes), sorted(routes)
-        assert routes[COMMENT]["Source"] == routes[ARCHIVE]["Source"] == "declared"
+        assert {COMMENT, ARCHIVE, RATING} <= set(routes), sorted(routes)
+        assert routes[COMMENT]["Source"] == routes[ARCHIVE]["Source"] == routes[RATING]["Source"] == "declared"
 
         # (c) Profile and shadow both: the monolith serves, the function repeats each comment in a
         # shadow run that is rolled back, so the table holds the monolith's rows and nothing else.
         sent = []
+        rated = pg.seed["posts"][months[1]][0]
 
         def eligible():
             routes = app_routes(kiln, name)
-            if routes[COMMENT]["Eligible"] and routes[ARCHIVE]["Eligible"]:
+            if all(routes[r]["Eligible"] for r in (COMMENT, ARCHIVE, RATING)):
                 return True
             r = requests.get(url + archive, timeout=60)
             assert r.status_code == 200, r.text[:2000]
             text = f"profile-{run}-{len(sent)}"
             r = post_comment(url, first_post, "profiler", text)
             assert r.status_code == 302, r.text[:2000]
+            r = post_rating(url, rated, 1 + len(sent) % 5)
+            assert r.status_code == 302 and r.headers["location"].startswith(f"/blog/{rated}/"), r.headers
             sent.append(text)
             return False
-        wait_for(eligible, timeout=90, interval=0.05, what="the archive and comment routes eligible")
+        wait_for(eligible, timeout=90, interval=0.05, what="the archive, comment and rating routes eligible")
         routes = app_routes(kiln, name)
-        assert routes[COMMENT]["ShadowMatched"] >= 3 and routes[ARCHIVE]["ShadowMatched"] >= 3, routes
+        assert all(routes[r]["ShadowMatched"] >= 3 for r in (COMMENT, ARCHIVE, RATING)), routes
         assert comments(pg, f"comment LIKE 'profile-{run}-%'") == len(sent), "no shadow run wrote"
         assert comments(pg) == POSTS * COMMENTS + len(sent)
+        # Each rating inserted once and counted once on the post, though each was run again in a shadow.
+        assert int(pg.psql("SELECT count(*) FROM generic_rating")) == len(sent)
+        assert pg.psql(f"SELECT rating_count FROM blog_blogpost WHERE slug = '{rated}'") == str(len(sent))
         metrics = requests.get(kiln.endpoint + "/metrics", timeout=10).text
         rollbacks = [line for line in metrics.splitlines()
                      if line.startswith(f'kiln_dbproxy_shadow_rollbacks_total{{app="{name}"}} ')]
