@@ -165,8 +165,9 @@ def test_mezzanine_through_kiln(kiln, pg, monolith, function):
         assert {COMMENT, ARCHIVE, RATING} <= set(routes), sorted(routes)
         assert routes[COMMENT]["Source"] == routes[ARCHIVE]["Source"] == routes[RATING]["Source"] == "declared"
 
-        # (c) Profile and shadow both: the monolith serves, the function repeats each comment in a
-        # shadow run that is rolled back, so the table holds the monolith's rows and nothing else.
+        # (c) Profile and shadow the archive, the comment form and the rating form: the monolith
+        # serves, the function repeats requests in shadow runs whose transactions are rolled back, so
+        # the tables hold the monolith's rows and nothing else.
         sent = []
         rated = pg.seed["posts"][months[1]][0]
 
