@@ -92,3 +92,13 @@ fi
 if [ ! -d bench/beehive/app/express/node_modules/pg ]; then
     (cd bench/beehive/app/express && npm ci --no-audit --no-fund --loglevel=error)
 fi
+# The burst tests' and the benchmark's Mezzanine site (bench/beehive/app/mezzanine): its pinned
+# packages vendored beside it (site-packages/, git-ignored), which the monolith (gunicorn) and the
+# web function, the same directory, both import.
+MEZZ=bench/beehive/app/mezzanine
+if ! cmp -s "$MEZZ/requirements.txt" "$MEZZ/site-packages/.requirements"; then
+    rm -rf "$MEZZ/site-packages"
+    .venv/bin/pip install --quiet --disable-pip-version-check --no-compile --target "$MEZZ/site-packages" \
+        -r "$MEZZ/requirements.txt"
+    cp "$MEZZ/requirements.txt" "$MEZZ/site-packages/.requirements"
+fi

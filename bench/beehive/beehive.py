@@ -5,6 +5,12 @@
   beehive.py warmup-event --out FILE   kiln's warm-up event for the function: a payload 2.0
                                        POST /thumbnail of a small JPEG (the route changes nothing)
   beehive.py instances --function F    (kiln --json status on stdin) F's instances ready to serve
+  beehive.py comment-form --url URL --archive PATH --mix FILE --form FILE --cookie FILE
+                                       the Mezzanine load: a post's comment form as a browser posts
+                                       it (hidden fields, CSRF cookie), N distinct comments, 3 GETs
+                                       of the archive for each (loadgen --mix); the first comment's
+                                       body and the cookie header for curl
+  beehive.py zip --dir DIR --out FILE  DIR zipped without __pycache__ (the function's package)
   beehive.py poll --metrics URL --app NAME --out FILE   kiln's kiln_app_* gauges, every 100 ms
   beehive.py report --run DIR --out DIR …   reads run.sh's records, writes beehive.md and
                                        beehive-series.csv (per-second p99 of every configuration)
@@ -223,6 +229,64 @@ def instance_view(status, function):
         if i.get("function") == function and i.get("id") not in ahead_ids:
             states[i.get("state")] = states.get(i.get("state"), 0) + 1
     return {"states": states, "ahead_ready": ahead_ready}
+
+
+def cmd_comment_form(args):
+    """GET the post's page once, as a browser: its CSRF cookie, and its comment form's hidden fields
+    (the CSRF token, django_comments' timestamp and security hash), plus a comment."""
+    import urllib.request
+    from html.parser import HTMLParser
+    from http.cookiejar import CookieJar
+    from urllib.parse import urlencode
+
+    class Form(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.inside, self.fields = False, {}
+
+        def handle_starttag(self, tag, attrs):
+            attrs = dict(attrs)
+            if tag == "form" and attrs.get("id") == "comment":
+                self.inside = True
+            elif tag == "input" and self.inside and attrs.get("type") == "hidden":
+                self.fields[attrs["name"]] = attrs.get("value") or ""
+
+        def handle_endtag(self, tag):
+            if tag == "form":
+                self.inside = False
+
+    jar = CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    form = Form()
+    form.feed(opener.open(args.url, timeout=60).read().decode())
+    csrf = [c.value for c in jar if c.name == "csrftoken"]
+    if not csrf or "security_hash" not in form.fields:
+        sys.exit(f"beehive.py: no comment form with a CSRF cookie at {args.url}")
+    # Mezzanine finds a comment identical to one of the same day and writes nothing: N distinct
+    # comments, drawn at random, keep nearly every comment an INSERT while N is well above the
+    # run's number of comments.
+    bodies = [urlencode(dict(form.fields, name="loadgen", email="loadgen@example.com", url="", honeypot="",
+                             comment=f"Comment {i}: a few words, as readers write them under a post."))
+              for i in range(args.comments)]
+    headers = {"content-type": "application/x-www-form-urlencoded", "cookie": f"csrftoken={csrf[0]}"}
+    mix = [{"method": "POST", "path": "/comment/", "body": body, "headers": headers, "weight": 1} for body in bodies]
+    mix.append({"method": "GET", "path": args.archive, "weight": 3 * len(bodies)})
+    Path(args.mix).write_text(json.dumps(mix, indent=1))
+    Path(args.form).write_text(bodies[0])
+    Path(args.cookie).write_text(f"cookie: csrftoken={csrf[0]}\n")
+
+
+def cmd_zip(args):
+    import zipfile
+
+    root = Path(args.dir)
+    with zipfile.ZipFile(args.out, "w", zipfile.ZIP_DEFLATED) as zf:
+        for file in sorted(root.rglob("*")):
+            if file.is_file() and "__pycache__" not in file.parts:
+                info = zipfile.ZipInfo(str(file.relative_to(root)))
+                info.external_attr = (file.stat().st_mode & 0o777) << 16
+                info.compress_type = zipfile.ZIP_DEFLATED
+                zf.writestr(info, file.read_bytes())
 
 
 def cmd_instances(args):
@@ -470,7 +534,10 @@ def cmd_report(args):
     # ---- Markdown
     L = []
     express = args.app == "express"
-    title = ("Burst offloading (BeeHive): the " + ("Express 5 + pg comments" if express else "thumbnail")
+    mezzanine = args.app == "mezzanine"
+    with_database = express or mezzanine
+    title = ("Burst offloading (BeeHive): the "
+             + {"express": "Express 5 + pg comments", "mezzanine": "Mezzanine blog"}.get(args.app, "thumbnail")
              + " app under a doubling burst")
     L.append(f"# {title}{' — QUICK RUN' if args.quick else ''}\n")
     if args.quick:
@@ -482,7 +549,23 @@ def cmd_report(args):
     L.append("## Setup\n")
     L.append(f"- Machine: {cpu_model()}, {os.cpu_count()} CPUs, kernel {platform.release()}; load average "
              f"{args.load_start} at the start of the measurements, {args.load_end} at the end.")
-    if express:
+    if mezzanine:
+        L.append(f"- Monolith: `bench/beehive/app/mezzanine` (Mezzanine 6.1.1 on Django 4.2, psycopg2: "
+                 f"`GET /blog/archive/2024/1/` lists a month's posts, `POST /comment/` is the comment form), "
+                 f"gunicorn 27 with {args.workers} sync workers on a private PostgreSQL (60 posts over 6 months, "
+                 f"4 comments each), in a cgroup with a CPU quota of **{args.cpu} core** ({args.cgroup}).")
+        L.append(f"- Function: the same directory, its packages vendored, deployed as a `KilnWeb` function "
+                 f"(`kiln deploy … --runtime python3.11 --web-app blogsite.wsgi:application --memory 512`), a new "
+                 f"function per configuration (no history), each app with `--database` (kiln's PostgreSQL proxy "
+                 f"in every sandbox). Its warm-up event is "
+                 f"{'`GET /blog/archive/2024/1/`' if args.warmup == 'route' else '`GET /`'}. `{args.kiln_args}`.")
+        L.append(f"- Load: `loadgen schedule`, a closed loop of {args.clients} keep-alive client(s), doubled to "
+                 f"{2 * args.clients} at {onset:.0f} s until {duration:.0f} s; one `POST /comment/` (the form "
+                 f"with its CSRF token and security hash, fetched once; one of 20,000 distinct comments, as "
+                 f"Mezzanine writes nothing for a repeated one) for every three "
+                 f"`GET /blog/archive/2024/1/`. "
+                 f"Before: arrivals in [{skip:.0f} s, {onset:.0f} s); after: [{onset:.0f} s, {duration:.0f} s).")
+    elif express:
         L.append(f"- Monolith: `bench/beehive/app/express` (Express 5, node-postgres: `POST /comment/` inserts a "
                  f"row, `GET /comments/:post` reads a post's through the named prepared statement "
                  f"`comments-by-post`), `node server.js` with {args.workers} cluster workers, each with a pg pool, "
@@ -509,11 +592,12 @@ def cmd_report(args):
                  f"throughput with no queue), doubled to {2 * args.clients} at "
                  f"{onset:.0f} s until {duration:.0f} s; every request the same 1024×768 JPEG (~120 KB). "
                  f"Before: arrivals in [{skip:.0f} s, {onset:.0f} s); after: [{onset:.0f} s, {duration:.0f} s).")
-    routes = "`--offload 'POST /comment/' --offload 'GET /comments/{post}'`" if express \
-        else "`--offload 'POST /thumbnail'`"
+    routes = {"express": "`--offload 'POST /comment/' --offload 'GET /comments/{post}'`",
+              "mezzanine": "`--offload 'POST /comment/' --offload 'GET /blog/archive/{year:\\d{4}}/{month}/'`"
+              }.get(args.app, "`--offload 'POST /thumbnail'`")
     L.append(f"- Each offloading app is created with {routes} and driven one request at a "
              + ("time until `kiln app routes` shows the routes eligible (their shadow runs passed); offload off is "
-                if express else
+                if with_database else
                 "time until `kiln app routes` shows the route eligible (its shadow runs passed); offload off is ")
              + ("the route pinned (`--pin`, no `--offload`)" if args.off == "pin" else
                 "`--policy ratio --ratio 0`, the route eligible")
@@ -608,7 +692,7 @@ def cmd_report(args):
         L.append(f"{args.peak_clients} closed-loop clients for {args.peak_s:.0f} s (the first "
                  f"{min(2.0, args.peak_s / 5):.0f} s not counted), straight to "
                  f"{'node' if express else 'gunicorn'} and through an app with "
-                 + (("the routes pinned (`--pin`: " if express else "the route pinned (`--pin 'POST /thumbnail'`: ")
+                 + (("the routes pinned (`--pin`: " if with_database else "the route pinned (`--pin 'POST /thumbnail'`: ")
                     + "passed through, streamed, never shadowed).\n"
                     if args.off == "pin" else
                     "`--policy ratio --ratio 0` (the route eligible: buffered, 1 in 100 shadowed, nothing "
@@ -713,6 +797,16 @@ def main():
     p.add_argument("--root", type=int, required=True)
     p = sub.add_parser("instances")
     p.add_argument("--function", required=True)
+    p = sub.add_parser("comment-form")
+    p.add_argument("--url", required=True)
+    p.add_argument("--archive", required=True)
+    p.add_argument("--comments", type=int, default=20000)
+    p.add_argument("--mix", required=True)
+    p.add_argument("--form", required=True)
+    p.add_argument("--cookie", required=True)
+    p = sub.add_parser("zip")
+    p.add_argument("--dir", required=True)
+    p.add_argument("--out", required=True)
     p = sub.add_parser("report")
     p.add_argument("--run", required=True)
     p.add_argument("--out", required=True)
@@ -731,12 +825,13 @@ def main():
     p.add_argument("--load-end", default="")
     p.add_argument("--kiln-args", default="")
     p.add_argument("--warmup", default="route")
-    p.add_argument("--app", default="thumb", choices=["thumb", "express"])
+    p.add_argument("--app", default="thumb", choices=["thumb", "express", "mezzanine"])
     p.add_argument("--off", default="ratio0")
     p.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     {"image": cmd_image, "warmup-event": cmd_warmup_event, "poll": cmd_poll, "others": cmd_others,
-     "instances": cmd_instances, "report": cmd_report}[args.cmd](args)
+     "instances": cmd_instances, "comment-form": cmd_comment_form, "zip": cmd_zip,
+     "report": cmd_report}[args.cmd](args)
 
 
 if __name__ == "__main__":

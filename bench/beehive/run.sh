@@ -11,9 +11,11 @@
 #   BEEHIVE_WARMUP=health …  the function's warm-up event: `route` (default, a small POST
 #                        /thumbnail: the zygote has Pillow's decoders loaded) or `health` (GET /health)
 #   BEEHIVE_CONFIGS="direct spill-warm" …  a subset of: direct gateway-off spill-cold spill-warm ratio-0.5
-#   BEEHIVE_APP=express …  the workload: `thumb` (default, the Flask thumbnail app) or `express` (the
+#   BEEHIVE_APP=express …  the workload: `thumb` (default, the Flask thumbnail app), `express` (the
 #                        Express 5 + pg comments app, app/express, node with 2 cluster workers, on a
-#                        private PostgreSQL; results in bench/results/beehive-express/)
+#                        private PostgreSQL; results in bench/results/beehive-express/) or `mezzanine`
+#                        (the Mezzanine blog, app/mezzanine, gunicorn with 2 workers on a private
+#                        PostgreSQL: blog archive reads and comments; bench/results/beehive-mezzanine/)
 #   BEEHIVE_DURATION / BEEHIVE_ONSET / BEEHIVE_PEAK_S   seconds; BEEHIVE_KILN_ARGS: extra `kiln up` flags;
 #   BEEHIVE_OUT: where the report goes; BEEHIVE_OFF=ratio0: offload off as `--policy ratio
 #   --ratio 0` (the route eligible: buffered, 1 in 100 shadowed) instead of `--pin` (default)
@@ -53,7 +55,8 @@ APP_KIND=${BEEHIVE_APP:-thumb}
 case $APP_KIND in
     thumb) ;;
     express) OUT=$OUT/beehive-express ;;
-    *) echo "run.sh: BEEHIVE_APP is thumb or express" >&2; exit 2 ;;
+    mezzanine) OUT=$OUT/beehive-mezzanine ;;
+    *) echo "run.sh: BEEHIVE_APP is thumb, express or mezzanine" >&2; exit 2 ;;
 esac
 OUT=${BEEHIVE_OUT:-$OUT}
 CPU=${BEEHIVE_CPU:-0.5}
@@ -150,6 +153,16 @@ if [ "$APP_KIND" = express ]; then
         (cd "$EXPRESS" && npm ci --no-audit --no-fund --loglevel=error)
     fi
 fi
+# The Mezzanine site's packages, vendored beside it (git-ignored): the monolith and the function
+# (the same directory, zipped without __pycache__) import them from there.
+MEZZ=$HERE/app/mezzanine
+if [ "$APP_KIND" = mezzanine ] && ! cmp -s "$MEZZ/requirements.txt" "$MEZZ/site-packages/.requirements"; then
+    say "installing app/mezzanine's requirements into app/mezzanine/site-packages"
+    rm -rf "$MEZZ/site-packages"
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check --no-compile --target "$MEZZ/site-packages" \
+        -r "$MEZZ/requirements.txt"
+    cp "$MEZZ/requirements.txt" "$MEZZ/site-packages/.requirements"
+fi
 BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release
 if [ ! -x "$BIN/kiln" ] || [ ! -x "$BIN/loadgen" ]; then
     say "building kiln and loadgen (release)"
@@ -166,10 +179,11 @@ IMAGE=$WORK/input.jpg
 
 free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-# ------------------------------------------------------------------ express: a private PostgreSQL
+# ------------------------------------------------------------------ express, mezzanine: a private PostgreSQL
 # Debian's newest PostgreSQL, run as the postgres user in a directory of its own, on a free port of
-# 127.0.0.1 (SCRAM for TCP, trust on its Unix socket); the app's schema and seed from schema.sql.
-if [ "$APP_KIND" = express ]; then
+# 127.0.0.1 (SCRAM for TCP, trust on its Unix socket); the app's schema and seed from schema.sql
+# (express) or seed.py (mezzanine: Django's migrations, 60 posts over 6 months, 4 comments each).
+if [ "$APP_KIND" != thumb ]; then
     PG_BIN=$(find /usr/lib/postgresql -maxdepth 2 -name bin -type d 2>/dev/null | sort -V | tail -n1)
     [ -n "$PG_BIN" ] || { echo "run.sh: no PostgreSQL server in /usr/lib/postgresql" >&2; exit 1; }
     PG_DIR=$(mktemp -d /tmp/beehive-pg.XXXXXX)
@@ -186,9 +200,13 @@ if [ "$APP_KIND" = express ]; then
     pg_sql() { runuser -u postgres -- "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$PG_DIR" -p "$PG_PORT" "$@"; }
     pg_sql -U postgres -d postgres -c "CREATE ROLE beehive LOGIN PASSWORD '$PGPASSWORD'" \
         -c "CREATE DATABASE beehive OWNER beehive"
-    pg_sql -U beehive -d beehive -f - <"$EXPRESS/schema.sql"
     DATABASE=postgresql://beehive@127.0.0.1:$PG_PORT/beehive
     DATABASE_URL=postgresql://beehive:$PGPASSWORD@127.0.0.1:$PG_PORT/beehive
+    if [ "$APP_KIND" = express ]; then
+        pg_sql -U beehive -d beehive -f - <"$EXPRESS/schema.sql"
+    else
+        DATABASE_URL=$DATABASE_URL "$PY" "$MEZZ/seed.py" --posts 60 --months 6 --comments 4 >"$WORK/seed.json"
+    fi
     say "PostgreSQL $("$PG_BIN/postgres" --version | awk '{ print $3 }') on 127.0.0.1:$PG_PORT ($PG_DIR)"
 fi
 
@@ -200,6 +218,18 @@ if [ "$APP_KIND" = thumb ]; then
     HEALTH=/health
     LOAD_REQUESTS=(--request "POST /thumbnail @$IMAGE" --header 'content-type: image/jpeg')
     one_round() { curl -fsS -o /dev/null --data-binary @"$IMAGE" -H 'content-type: image/jpeg' "$1/thumbnail"; }
+elif [ "$APP_KIND" = mezzanine ]; then
+    # Mezzanine's own routes as its resolver declares them, named by --offload: the blog archive
+    # (SpringBlog's archive) and the comment form's POST (pybbs's comment).
+    ROUTES=('POST /comment/' 'GET /blog/archive/{year:\d{4}}/{month}/')
+    HEALTH=/
+    ARCHIVE=/blog/archive/2024/1/
+    LOAD_REQUESTS=(--mix "$WORK/mezzanine-mix.json")
+    one_round() {
+        curl -fsS -o /dev/null -H 'content-type: application/x-www-form-urlencoded' -H "@$WORK/comment.cookie" \
+            --data-binary @"$WORK/comment.form" -w '%{http_code}' "$1/comment/" | grep -qx 302 &&
+            curl -fsS -o /dev/null "$1$ARCHIVE"
+    }
 else
     # A comment written to post 1000 for every three reads of post 3's (the seed's five comments,
     # so a read's cost does not grow with the run); the body's request id is the same every time.
@@ -246,6 +276,12 @@ if [ "$APP_KIND" = thumb ]; then
     sh -c 'echo $$ >"$1/cgroup.procs"; shift; exec "$@"' sh "$CGROUP" \
         "$VENV/bin/gunicorn" --workers "$WORKERS" --bind "127.0.0.1:$MONO_PORT" --chdir "$HERE/app" \
         --timeout 120 --backlog 2048 --log-level warning thumb:app >"$WORK/monolith.log" 2>&1 &
+elif [ "$APP_KIND" = mezzanine ]; then
+    say "monolith: gunicorn app/mezzanine, $WORKERS sync workers, $CPU cores ($CGROUP_KIND) on $MONO_URL"
+    sh -c 'echo $$ >"$1/cgroup.procs"; shift; exec "$@"' sh "$CGROUP" \
+        env DATABASE_URL="$DATABASE_URL" PYTHONPATH="$MEZZ/site-packages" "$PY" -m gunicorn --workers "$WORKERS" \
+        --bind "127.0.0.1:$MONO_PORT" --chdir "$MEZZ" --timeout 120 --backlog 2048 --log-level warning \
+        --no-control-socket blogsite.wsgi:application >"$WORK/monolith.log" 2>&1 &
 else
     say "monolith: node app/express/server.js, $WORKERS cluster workers, $CPU cores ($CGROUP_KIND) on $MONO_URL"
     sh -c 'echo $$ >"$1/cgroup.procs"; shift; exec "$@"' sh "$CGROUP" \
@@ -258,6 +294,14 @@ for _ in $(seq 300); do
     kill -0 "$MONO_PID" 2>/dev/null || { cat "$WORK/monolith.log" >&2; exit 1; }
     sleep 0.1
 done
+if [ "$APP_KIND" = mezzanine ]; then
+    # The comment form as a browser posts it: its CSRF cookie and token, and the security hash of
+    # the form, valid for two hours (django_comments), fetched once from the monolith; the load's
+    # comments go to the last month's first post, 20,000 distinct ones (Mezzanine writes nothing for
+    # a repeated one), with 3 archive reads for each in the mix.
+    "$PY" "$HERE/beehive.py" comment-form --url "$MONO_URL/blog/post-5/" --archive "$ARCHIVE" \
+        --mix "$WORK/mezzanine-mix.json" --form "$WORK/comment.form" --cookie "$WORK/comment.cookie"
+fi
 one_round "$MONO_URL" ||
     { echo "run.sh: the monolith does not serve ${ROUTES[*]}" >&2; cat "$WORK/monolith.log" >&2; exit 1; }
 
@@ -279,14 +323,23 @@ case $WARMUP/$APP_KIND in
     route/thumb) "$PY" "$HERE/beehive.py" warmup-event --out "$WORK/warmup-event.json"; WARMUP_EVENT=@$WORK/warmup-event.json ;;
     # A read: the warm-up's transactions roll back anyway, and the pg pool and the statement are warm.
     route/express) WARMUP_EVENT='{"version": "2.0", "rawPath": "/comments/3", "requestContext": {"http": {"method": "GET"}}}' ;;
+    # The archive: templates, the resolver and the ORM's queries warm, nothing written.
+    route/mezzanine) WARMUP_EVENT='{"version": "2.0", "rawPath": "'"$ARCHIVE"'", "requestContext": {"http": {"method": "GET"}}}' ;;
     health/*) WARMUP_EVENT='{"version": "2.0", "rawPath": "'"$HEALTH"'", "requestContext": {"http": {"method": "GET"}}}' ;;
     *) echo "run.sh: BEEHIVE_WARMUP is route or health" >&2; exit 2 ;;
 esac
 
+# The Mezzanine function's package: the site and its vendored packages, without the monolith's
+# __pycache__, zipped once per run.
+[ "$APP_KIND" != mezzanine ] || "$PY" "$HERE/beehive.py" zip --dir "$MEZZ" --out "$WORK/mezzanine.zip"
 deploy() { # NAME: a new function, no history
     if [ "$APP_KIND" = thumb ]; then
         kiln deploy "$1" --runtime python3.11 --code "$FN" --web-app thumb:app --memory 512 \
             --timeout 60 --warmup-event "$WARMUP_EVENT" >"$RUN/deploy-$1.log" 2>&1
+    elif [ "$APP_KIND" = mezzanine ]; then
+        kiln deploy "$1" --runtime python3.11 --code "$WORK/mezzanine.zip" --web-app blogsite.wsgi:application \
+            --memory 512 --timeout 60 --env "DATABASE_URL=$DATABASE_URL" --warmup-event "$WARMUP_EVENT" \
+            >"$RUN/deploy-$1.log" 2>&1
     else
         kiln deploy "$1" --runtime nodejs20.x --code "$EXPRESS" --web-app app.js#app --memory 256 \
             --timeout 60 --env "DATABASE_URL=$DATABASE_URL" --warmup-event "$WARMUP_EVENT" >"$RUN/deploy-$1.log" 2>&1

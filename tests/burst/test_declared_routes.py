@@ -82,3 +82,39 @@ def test_the_frameworks_routes_are_candidates(kiln, tmp_path):
     finally:
         delete_app(kiln, name)
         server.close()
+
+
+
+def test_a_route_table_that_could_not_be_read_is_read_again(kiln, tmp_path):
+    """Regression: the gateway read the function's route table once, when the app started; an app
+    created while its function could not be invoked (Pending while a large package, such as
+    Mezzanine's, was being extracted; here: throttled) never knew its declared routes."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "blog.py").write_text(APP)
+    for name in FLASK_PACKAGES:
+        source = Path(importlib.util.find_spec(name).origin).parent
+        shutil.copytree(source, code / name, ignore=shutil.ignore_patterns("__pycache__"))
+    function = unique("throttled")
+    kiln.cli("deploy", function, "--runtime", "python3.11", "--code", str(code), "--web-app", "blog:app",
+             timeout=180)
+    lam = kiln.client()
+    lam.put_function_concurrency(FunctionName=function, ReservedConcurrentExecutions=0)
+
+    name = unique("early")
+    r = kiln.signed_request("PUT", f"/kiln/v1/apps/{name}", json.dumps({
+        "Listen": f"127.0.0.1:{free_port()}", "Upstreams": ["http://127.0.0.1:9"], "Function": function,
+    }).encode())
+    assert r.status_code == 200, r.text
+    try:
+        failed = wait_for(lambda: (d := app_status(kiln, name)["Declared"]).get("Error") and d,
+                          timeout=30, what="the route table's first read to fail")
+        assert failed["Routes"] == 0, failed
+        # Concurrency is not configuration the gateway watches: only reading again finds the routes.
+        lam.delete_function_concurrency(FunctionName=function)
+        declared = wait_for(lambda: (d := app_status(kiln, name)["Declared"]) and d["Routes"] and d,
+                            timeout=60, what="the declared routes, read again")
+        assert declared["Framework"] == "flask" and not declared.get("Error"), declared
+        assert {"POST /comment/", "GET /posts/{pk:\\d+}", "GET /fast"} <= set(app_routes(kiln, name))
+    finally:
+        delete_app(kiln, name)

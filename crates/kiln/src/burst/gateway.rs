@@ -82,6 +82,8 @@ pub struct Gateway {
     /// last handed to it.
     replayed: Mutex<Option<(Instant, Vec<String>)>>,
     declared: Mutex<DeclaredStatus>,
+    /// The reads of the function's route table: in flight, and the failures to read it again.
+    route_reads: Mutex<warmup::RouteTableReads>,
 }
 
 impl Gateway {
@@ -107,6 +109,7 @@ impl Gateway {
             last_expect: Mutex::new(None),
             replayed: Mutex::new(None),
             declared: Mutex::new(DeclaredStatus::default()),
+            route_reads: Mutex::new(warmup::RouteTableReads::default()),
             spec: RwLock::new(spec.clone()),
         });
         gateway.set_upstreams(&spec.upstreams)?;

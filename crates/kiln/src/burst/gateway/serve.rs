@@ -56,7 +56,7 @@ impl Gateway {
                 g.listening.store(false, Ordering::Relaxed);
             }
         });
-        tokio::spawn(self.clone().read_routes());
+        self.read_routes_in_background();
         let weak = Arc::downgrade(self);
         let mut stop = self.stop.subscribe();
         tokio::spawn(async move {

@@ -51,11 +51,15 @@ impl Gateway {
             *known = revision;
             changed
         };
+        // New code may declare other routes; a table that could not be read (the function
+        // still Pending while its snapshot is built, an instance that failed to start) is read
+        // again, with a backoff.
+        if changed || self.route_reads.locked().retry_due(now) {
+            self.read_routes_in_background();
+        }
         let mut profile = self.profile.locked();
         if changed {
             profile.reset_shadows();
-            // New code may declare other routes.
-            tokio::spawn(self.clone().read_routes());
         }
         profile.reassess(cover);
         let replays = replay_set(&profile.routes);
@@ -128,9 +132,15 @@ impl Gateway {
         }
     }
 
+    /// Reads the function's route table in a task of its own ([`Gateway::read_routes`]).
+    pub(super) fn read_routes_in_background(self: &Arc<Self>) {
+        self.route_reads.locked().begin();
+        tokio::spawn(self.clone().read_routes());
+    }
+
     /// Asks the function's web adapter for the routes its framework declares (a shadow
     /// invocation: it runs no route), and makes them candidates.
-    pub(super) async fn read_routes(self: Arc<Self>) {
+    async fn read_routes(self: Arc<Self>) {
         let function = self.spec.read_locked().function.clone();
         let invoked = self
             .controller
@@ -191,9 +201,58 @@ impl Gateway {
         status.routes = routes.len();
         let spec = self.spec();
         self.profile.locked().rebuild_with(&spec, &routes);
+        self.route_reads
+            .locked()
+            .end(status.error.is_none(), Instant::now());
         *self.declared.locked() = status;
     }
 }
+
+/// When the gateway reads the function's route table again after a read that failed: once
+/// none is in flight, [`RETRY_FIRST`] after the failure, doubling with each failure in a row
+/// up to [`RETRY_MAX`]. A function is Pending until its snapshot is built (tens of seconds for
+/// a large Django app), and an app created meanwhile would otherwise never know its routes.
+#[derive(Debug, Default)]
+pub(super) struct RouteTableReads {
+    in_flight: u32,
+    /// When the last read ended, if it failed, and how many failed in a row.
+    failed: Option<(Instant, u32)>,
+}
+
+impl RouteTableReads {
+    pub(super) fn begin(&mut self) {
+        self.in_flight += 1;
+    }
+
+    pub(super) fn end(&mut self, ok: bool, now: Instant) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        self.failed = if ok {
+            None
+        } else {
+            let failures = self.failed.map_or(0, |(_, n)| n);
+            Some((now, failures.saturating_add(1)))
+        };
+    }
+
+    pub(super) fn retry_due(&self, now: Instant) -> bool {
+        match self.failed {
+            Some((at, failures)) if self.in_flight == 0 => {
+                now.duration_since(at) >= retry_delay(failures)
+            }
+            _ => false,
+        }
+    }
+}
+
+fn retry_delay(failures: u32) -> Duration {
+    let doubled = RETRY_FIRST.saturating_mul(1 << failures.saturating_sub(1).min(16));
+    doubled.min(RETRY_MAX)
+}
+
+/// The first read again of a route table that could not be read.
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+/// The longest wait between reads of a route table that cannot be read.
+const RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// The most routes whose recent requests a warm-up replays.
 const MAX_REPLAYS: usize = 8;
@@ -215,4 +274,45 @@ fn replay_set(routes: &[RouteEntry]) -> Vec<(String, Bytes)> {
         .take(MAX_REPLAYS)
         .filter_map(|r| Some((r.pattern.to_string(), r.recent.as_ref()?.1.clone())))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_route_table_that_could_not_be_read_is_read_again_with_a_backoff() {
+        let t0 = Instant::now();
+        let mut reads = RouteTableReads::default();
+        assert!(!reads.retry_due(t0), "nothing failed yet");
+        reads.begin();
+        reads.end(false, t0); // the function was Pending
+        assert!(!reads.retry_due(t0 + Duration::from_millis(900)));
+        assert!(reads.retry_due(t0 + RETRY_FIRST));
+        // One read at a time: not while another is in flight.
+        reads.begin();
+        assert!(!reads.retry_due(t0 + Duration::from_secs(60)));
+        let t1 = t0 + RETRY_FIRST;
+        reads.end(false, t1);
+        assert!(!reads.retry_due(t1 + RETRY_FIRST));
+        assert!(reads.retry_due(t1 + 2 * RETRY_FIRST));
+        // The wait doubles up to its bound.
+        for _ in 0..40 {
+            reads.begin();
+            reads.end(false, t1);
+        }
+        assert!(!reads.retry_due(t1 + RETRY_MAX - Duration::from_millis(1)));
+        assert!(reads.retry_due(t1 + RETRY_MAX));
+        // Read: never again until new code (the tick's own trigger).
+        reads.begin();
+        reads.end(true, t1);
+        assert!(!reads.retry_due(t1 + Duration::from_secs(3600)));
+    }
+
+    #[test]
+    fn retry_delays_double_and_stay_bounded() {
+        let delays: Vec<u64> = (1..=8).map(|n| retry_delay(n).as_secs()).collect();
+        assert_eq!(delays, [1, 2, 4, 8, 16, 30, 30, 30]);
+        assert_eq!(retry_delay(u32::MAX), RETRY_MAX);
+    }
 }
