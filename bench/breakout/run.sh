@@ -4,8 +4,8 @@
 #   bench/breakout/run.sh          6 alternating rounds of 20 s per copy, 10 streams
 #                                  (~15 min); writes bench/results/breakout.{md,json}
 #   bench/breakout/run.sh --quick  2 rounds of 5 s; results in bench/work/breakout/
-#   BREAKOUT_BENCHMARKS=maze,shift ...   a subset (authorize, upload, status, autocomplete,
-#                                  maze, shift)
+#   BREAKOUT_BENCHMARKS=maze,shift ...   a subset (authorize, upload, status, banking,
+#                                  autocomplete, maze, shift)
 #   BREAKOUT_ROUNDS=4 BREAKOUT_ROUND_S=10 ...   rounds per copy and their seconds
 #
 # Builds kiln and loadgen (release) if target/release/{kiln,loadgen} are missing, starts its own
@@ -61,4 +61,4 @@ start_kiln "$WORK/kiln.log" --memory-budget-mb 8192 --shutdown-grace 5
 say "kiln: $KILN_URL (pid $KILN_PID)"
 printf '{"kiln": {"url": "%s", "pid": %s, "data_dir": "%s"}}\n' "$KILN_URL" "$KILN_PID" "$KILN_DATA" >"$WORK/servers.json"
 "$VENV/bin/python" "$HERE/run.py" --servers "$WORK/servers.json" --loadgen "$LOADGEN" --out "$OUT" \
-    --benchmarks "${BREAKOUT_BENCHMARKS:-authorize,upload,status,autocomplete,maze,shift}" --command "$COMMAND" "${ROUNDS[@]}"
+    --benchmarks "${BREAKOUT_BENCHMARKS:-authorize,upload,status,banking,autocomplete,maze,shift}" --command "$COMMAND" "${ROUNDS[@]}"
