@@ -114,6 +114,7 @@ def test_kiln_web_is_stored_echoed_and_checked(kiln, tmp_path):
     assert r.returncode != 0 and "--web-port" in r.stderr
     # Tags set it too (boto3 cannot send KilnWeb), and null turns it off.
     arn = config["FunctionArn"]
+    kiln.settled(name)
     kiln.client().tag_resource(Resource=arn, Tags={"kiln:web-app": "app:application"})
     assert kiln.signed_request("GET", f"/2015-03-31/functions/{name}/configuration").json()["KilnWeb"] == \
         {"App": "app:application"}
