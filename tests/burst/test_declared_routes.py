@@ -37,13 +37,19 @@ def fast():
 """
 
 
-def test_the_frameworks_routes_are_candidates(kiln, tmp_path):
+def flask_blog(tmp_path):
+    """The blog app with Flask vendored beside it, as a web function's package."""
     code = tmp_path / "code"
     code.mkdir()
     (code / "blog.py").write_text(APP)
     for name in FLASK_PACKAGES:
         source = Path(importlib.util.find_spec(name).origin).parent
         shutil.copytree(source, code / name, ignore=shutil.ignore_patterns("__pycache__"))
+    return code
+
+
+def test_the_frameworks_routes_are_candidates(kiln, tmp_path):
+    code = flask_blog(tmp_path)
     function = unique("flask")
     kiln.cli("deploy", function, "--runtime", "python3.11", "--code", str(code), "--web-app", "blog:app",
              timeout=180)
@@ -89,12 +95,7 @@ def test_a_route_table_that_could_not_be_read_is_read_again(kiln, tmp_path):
     """Regression: the gateway read the function's route table once, when the app started; an app
     created while its function could not be invoked (Pending while a large package, such as
     Mezzanine's, was being extracted; here: throttled) never knew its declared routes."""
-    code = tmp_path / "code"
-    code.mkdir()
-    (code / "blog.py").write_text(APP)
-    for name in FLASK_PACKAGES:
-        source = Path(importlib.util.find_spec(name).origin).parent
-        shutil.copytree(source, code / name, ignore=shutil.ignore_patterns("__pycache__"))
+    code = flask_blog(tmp_path)
     function = unique("throttled")
     kiln.cli("deploy", function, "--runtime", "python3.11", "--code", str(code), "--web-app", "blog:app",
              timeout=180)

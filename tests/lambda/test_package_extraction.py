@@ -72,6 +72,16 @@ def invoke(lam, name, event):
     return json.loads(response["Payload"].read())
 
 
+def assert_update_failed(lam, name):
+    """The function's last update failed on its corrupt package, and the function stays Active."""
+    with pytest.raises(botocore.exceptions.WaiterError):
+        lam.get_waiter("function_updated_v2").wait(FunctionName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 60})
+    config = lam.get_function_configuration(FunctionName=name)
+    assert (config["State"], config["LastUpdateStatus"]) == ("Active", "Failed")
+    assert config["LastUpdateStatusReasonCode"] == "InvalidZipFileException"
+    assert config["LastUpdateStatusReason"].startswith("Could not unzip uploaded file")
+
+
 def test_a_large_package_answers_pending_then_becomes_active(kiln):
     lam = kiln.client(read_timeout=120)
     name = unique("large")
@@ -155,12 +165,7 @@ def test_an_update_with_a_corrupt_entry_fails_and_a_good_one_recovers(kiln):
     wait_active(lam, name)
     updated = lam.update_function_code(FunctionName=name, ZipFile=corrupt_package(version=2))
     assert updated["LastUpdateStatus"] == "InProgress"
-    with pytest.raises(botocore.exceptions.WaiterError):
-        lam.get_waiter("function_updated_v2").wait(FunctionName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 60})
-    config = lam.get_function_configuration(FunctionName=name)
-    assert (config["State"], config["LastUpdateStatus"]) == ("Active", "Failed")
-    assert config["LastUpdateStatusReasonCode"] == "InvalidZipFileException"
-    assert config["LastUpdateStatusReason"].startswith("Could not unzip uploaded file")
+    assert_update_failed(lam, name)
     # As on Lambda, the function keeps running the code it ran before the failed update.
     assert invoke(lam, name, {"k": 4}) == {"version": 1, "event": {"k": 4}}
     lam.update_function_code(FunctionName=name, ZipFile=package(1, version=3))
@@ -227,12 +232,7 @@ def test_a_failed_update_keeps_the_previous_code_across_a_restart(fresh_kiln):
     restarted = fresh_kiln(data_dir=server.data_dir)
     lam = restarted.client(read_timeout=120)
     # The update's package is extracted again at the start, and fails again.
-    with pytest.raises(botocore.exceptions.WaiterError):
-        lam.get_waiter("function_updated_v2").wait(FunctionName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 60})
-    config = lam.get_function_configuration(FunctionName=name)
-    assert (config["State"], config["LastUpdateStatus"]) == ("Active", "Failed")
-    assert config["LastUpdateStatusReasonCode"] == "InvalidZipFileException"
-    assert config["LastUpdateStatusReason"].startswith("Could not unzip uploaded file")
+    assert_update_failed(lam, name)
     assert invoke(lam, name, {"k": 6}) == {"version": 1, "event": {"k": 6}}
     # A sound package replaces both.
     lam.update_function_code(FunctionName=name, ZipFile=package(1, version=3))
