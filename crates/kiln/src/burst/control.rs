@@ -5,9 +5,12 @@
 //! monolith, and [`Control::tick`] every [`TICK`].
 //!
 //! - `spill` (default): a limit L of requests in flight per upstream. A request that would pass
-//!   it goes to a function, decided per request. L is set (`--max-inflight`) or learned by a
-//!   gradient rule on the slowdown (Envoy's adaptive concurrency): each tick,
-//!   `L ← L·clamp(TARGET_SLOWDOWN / p90 slowdown, ½, 2) (+ √L when growing)`.
+//!   it goes to a function, decided per request. L is set (`--max-inflight`) or learned: the
+//!   monolith's knee. Each answer's slowdown (server time over its route's low-load baseline)
+//!   is kept by the number of requests that were in flight with it; L is the highest level whose
+//!   median slowdown is within [`TARGET_SLOWDOWN`] of one request alone's. A limit that requests
+//!   pass is probed one level up (an eighth past 16); a probe that fails is not tried again for
+//!   [`PROBE_BACKOFF`], doubling.
 //! - `ratio`: during a burst, exactly that share of offloadable requests goes to functions.
 //! - `slo`: the share follows a PI controller on the monolith's p99 against a target.
 //!
@@ -23,16 +26,22 @@ use super::profile::Histogram;
 pub const TICK: Duration = Duration::from_millis(100);
 /// The slowdown the learned limit aims at.
 pub const TARGET_SLOWDOWN: f64 = 1.25;
-/// A tick whose p90 slowdown is over this starts a burst.
+/// A window whose median slowdown is over this starts a burst: the monolith at half its speed
+/// (a p90 trips on a host with a CPU quota, where one request in ten at twice the quietest
+/// second's median is ordinary).
 pub const TRIP_SLOWDOWN: f64 = 2.0;
 /// The learned limit before anything is learned, and its bounds.
 pub const INITIAL_LIMIT: f64 = 8.0;
-const MAX_LIMIT: f64 = 10_000.0;
-/// The least a learned limit falls to (Envoy's adaptive concurrency keeps 3): a monolith with
-/// two workers is not sent one request at a time because one second was noisy.
-const MIN_LIMIT: f64 = 2.0;
-/// Slowdowns are judged over at least this many requests (or a second of them): the p90 of
-/// three samples is their maximum, and one slow request is not a trend.
+/// Levels of requests in flight learned one by one; a learned limit stays at or under this
+/// (a higher one is set with `--max-inflight`).
+const LEVELS: usize = 128;
+/// The slowdowns kept per level: a level is judged on its latest ones.
+const RING: usize = 32;
+/// How long a level found over target is not probed again; doubles on each failure there.
+pub const PROBE_BACKOFF: Duration = Duration::from_secs(5);
+const MAX_PROBE_BACKOFF: Duration = Duration::from_secs(60);
+/// Slowdowns are judged over at least this many requests (a level's, or a window's unless it
+/// has lasted a second): one slow request is not a trend.
 const MIN_SAMPLES: usize = 8;
 const MAX_WINDOW_TICKS: u32 = 10;
 /// The share of the limit in flight at which instances are made ready ahead of the burst.
@@ -71,6 +80,47 @@ pub struct ControlStatus {
     pub prewarmed: u32,
 }
 
+/// The latest slowdowns of requests answered at one level of requests in flight.
+#[derive(Clone, Default)]
+struct Level {
+    ring: Vec<f32>,
+    next: usize,
+}
+
+impl Level {
+    fn push(&mut self, slowdown: f64) {
+        if self.ring.len() < RING {
+            self.ring.push(slowdown as f32);
+        } else {
+            self.ring[self.next] = slowdown as f32;
+        }
+        self.next = (self.next + 1) % RING;
+    }
+
+    /// The median once the level holds enough samples to judge.
+    fn median(&self) -> Option<f64> {
+        if self.ring.len() < MIN_SAMPLES {
+            return None;
+        }
+        let mut sorted = self.ring.clone();
+        sorted.sort_unstable_by(f32::total_cmp);
+        Some(f64::from(sorted[sorted.len() / 2]))
+    }
+
+    fn clear(&mut self) {
+        self.ring.clear();
+        self.next = 0;
+    }
+}
+
+/// A level found over target, and until when it is not probed again.
+#[derive(Clone, Copy)]
+struct Ceiling {
+    level: usize,
+    until: Instant,
+    backoff: Duration,
+}
+
 pub struct Control {
     policy: Policy,
     cooldown: Duration,
@@ -83,6 +133,9 @@ pub struct Control {
     burst: bool,
     last_trigger: Option<Instant>,
     bursts: u64,
+    /// Slowdowns by requests in flight (index 0: one request alone).
+    levels: Vec<Level>,
+    ceiling: Option<Ceiling>,
     // This tick's observations.
     slowdowns: Vec<f64>,
     /// Ticks the slowdowns were gathered over, and the peak in flight meanwhile.
@@ -117,6 +170,8 @@ impl Control {
             burst: false,
             last_trigger: None,
             bursts: 0,
+            levels: vec![Level::default(); LEVELS],
+            ceiling: None,
             slowdowns: Vec::new(),
             window_ticks: 0,
             window_peak: 0,
@@ -200,16 +255,67 @@ impl Control {
         }
     }
 
-    /// A request the monolith answered: its server time and its route's low-load baseline.
-    pub fn observe(&mut self, server_time: Duration, baseline: Option<Duration>) {
+    /// A request the monolith answered: its server time, its route's low-load baseline, and the
+    /// most requests in flight at its upstream with it (itself counted).
+    pub fn observe(&mut self, server_time: Duration, baseline: Option<Duration>, level: u32) {
         self.latencies.record(server_time);
         if let Some(b) = baseline.filter(|b| !b.is_zero()) {
             self.baseline_sum += b;
             self.baselines += 1;
+            let slowdown = server_time.as_secs_f64() / b.as_secs_f64();
             if self.slowdowns.len() < 65_536 {
-                self.slowdowns
-                    .push(server_time.as_secs_f64() / b.as_secs_f64());
+                self.slowdowns.push(slowdown);
             }
+            let i = (level.max(1) as usize).min(LEVELS) - 1;
+            self.levels[i].push(slowdown);
+        }
+    }
+
+    /// Moves a learned limit to the monolith's knee: down to below the first level under it
+    /// whose median slowdown is over target against one request alone's, or, when requests
+    /// passed it and every level under it is within target, one probe up.
+    fn learn(&mut self, now: Instant) {
+        let limit = (self.limit.round() as usize).clamp(1, LEVELS);
+        // One request alone is the reference; without it, the route's baseline.
+        let alone = self.levels[0]
+            .median()
+            .unwrap_or(1.0)
+            .max(f64::MIN_POSITIVE);
+        let over = (2..=limit).find(|&k| {
+            self.levels[k - 1]
+                .median()
+                .is_some_and(|m| m / alone > TARGET_SLOWDOWN)
+        });
+        if let Some(k) = over {
+            self.limit = (k - 1) as f64;
+            let backoff = match self.ceiling {
+                Some(c) if c.level == k => (c.backoff * 2).min(MAX_PROBE_BACKOFF),
+                _ => PROBE_BACKOFF,
+            };
+            self.ceiling = Some(Ceiling {
+                level: k,
+                until: now + backoff,
+                backoff,
+            });
+            return;
+        }
+        if self.window_peak as usize <= limit
+            || limit >= LEVELS
+            || self.levels[limit - 1].median().is_none()
+        {
+            return; // not passed, or not measured at the limit: nothing to learn from
+        }
+        let step = if limit < 16 { 1 } else { limit / 8 };
+        let mut next = (limit + step).min(LEVELS);
+        if let Some(c) = self.ceiling.filter(|c| now < c.until) {
+            next = next.min(c.level - 1);
+        }
+        if next > limit {
+            // Judged on what the probe itself finds.
+            for level in &mut self.levels[limit..next] {
+                level.clear();
+            }
+            self.limit = next as f64;
         }
     }
 
@@ -231,7 +337,7 @@ impl Control {
         let judged = self.slowdowns.len() >= MIN_SAMPLES
             || (self.window_ticks >= MAX_WINDOW_TICKS && !self.slowdowns.is_empty());
         let slowdown = if judged {
-            p90(&mut self.slowdowns)
+            median(&mut self.slowdowns)
         } else {
             None
         };
@@ -246,13 +352,7 @@ impl Control {
                 }
             );
             if learned {
-                let gradient = (TARGET_SLOWDOWN / s).clamp(0.5, 2.0);
-                if gradient < 1.0 {
-                    self.limit = (self.limit * gradient).max(MIN_LIMIT);
-                } else if self.window_peak as f64 >= 0.8 * self.limit {
-                    // Grow only a limit that was used: an idle monolith teaches nothing.
-                    self.limit = (self.limit * gradient + self.limit.sqrt()).min(MAX_LIMIT);
-                }
+                self.learn(now);
             }
         }
         if let Policy::Slo { p99_ms } = self.policy {
@@ -314,11 +414,11 @@ impl Control {
     }
 }
 
-fn p90(samples: &mut [f64]) -> Option<f64> {
+fn median(samples: &mut [f64]) -> Option<f64> {
     if samples.is_empty() {
         return None;
     }
-    let k = ((samples.len() as f64 * 0.9).ceil() as usize).clamp(1, samples.len()) - 1;
+    let k = samples.len() / 2;
     let (_, v, _) = samples.select_nth_unstable_by(k, f64::total_cmp);
     Some(*v)
 }
@@ -370,48 +470,98 @@ mod tests {
         assert_eq!(offloaded, 50);
     }
 
+    /// Judges `n` answers of `ms` each (baseline 10 ms) at `level` in flight.
+    fn answers(c: &mut Control, level: u32, ms: u64, n: usize) {
+        for _ in 0..n {
+            c.observe(MS * ms as u32, Some(10 * MS), level);
+        }
+    }
+
     #[test]
-    fn the_learned_limit_shrinks_when_the_monolith_slows_and_grows_when_used() {
+    fn the_learned_limit_finds_the_level_where_the_monolith_slows() {
         let t0 = Instant::now();
         let mut c = Control::new(
             Policy::Spill { max_inflight: None },
             Duration::from_secs(30),
         );
-        for _ in 0..20 {
-            c.observe(10 * MS, Some(2 * MS)); // 5× slower than at low load
-        }
+        assert_eq!(c.limit(), INITIAL_LIMIT as u32);
+        // Half a core: one request alone takes 12 ms (noisier than the baseline's quietest
+        // second), two share it and take twice as long. The knee is one request.
+        answers(&mut c, 1, 12, 10);
+        answers(&mut c, 2, 24, 10);
         c.tick(t0);
+        assert_eq!(c.limit(), 1);
+        // Passed within the back-off of the level found over: not probed.
+        for i in 1..10 {
+            c.decide(t0 + i * TICK, 1, false);
+            answers(&mut c, 1, 12, MIN_SAMPLES);
+            c.tick(t0 + i * TICK);
+            assert_eq!(c.limit(), 1);
+        }
+        // After it, probed one level up, judged on fresh samples, and the probe fails ...
+        let t1 = t0 + PROBE_BACKOFF;
+        c.decide(t1, 1, false);
+        answers(&mut c, 1, 12, MIN_SAMPLES);
+        c.tick(t1);
+        assert_eq!(c.limit(), 2);
+        answers(&mut c, 2, 25, MIN_SAMPLES);
+        c.tick(t1 + TICK);
+        assert_eq!(c.limit(), 1);
+        // ... so the next back-off is twice as long.
+        for (after, limit) in [(PROBE_BACKOFF, 1), (2 * PROBE_BACKOFF, 2)] {
+            let t = t1 + TICK + after;
+            c.decide(t, 1, false);
+            answers(&mut c, 1, 12, MIN_SAMPLES);
+            c.tick(t);
+            assert_eq!(c.limit(), limit);
+        }
+    }
+
+    #[test]
+    fn the_learned_limit_grows_to_the_workers_that_serve_in_parallel_and_no_further() {
+        let t0 = Instant::now();
+        let mut c = Control::new(
+            Policy::Spill { max_inflight: None },
+            Duration::from_secs(30),
+        );
+        // Four workers on four cores: up to four in flight cost nothing, a fifth waits.
+        let server_ms = |level: u32| 10 * u64::from(level.div_ceil(4));
+        let mut t = t0;
+        for _ in 0..200 {
+            let limit = c.limit();
+            c.decide(t, limit, false); // demand past the limit
+            for level in 1..=limit {
+                answers(&mut c, level, server_ms(level), 3);
+            }
+            c.tick(t);
+            t += TICK;
+        }
         assert_eq!(c.limit(), 4);
+        // Unused, a fast monolith does not grow the limit.
+        for _ in 0..50 {
+            answers(&mut c, 1, 10, MIN_SAMPLES);
+            c.tick(t);
+            t += TICK;
+        }
+        assert_eq!(c.limit(), 4);
+    }
+
+    #[test]
+    fn a_slowdown_over_the_trip_starts_a_burst_and_a_few_slow_answers_are_not_judged() {
+        let t0 = Instant::now();
+        let mut c = Control::new(
+            Policy::Spill { max_inflight: None },
+            Duration::from_secs(30),
+        );
+        answers(&mut c, 1, 100, MIN_SAMPLES - 1);
+        c.tick(t0);
+        assert!(!c.status().in_burst);
+        answers(&mut c, 1, 100, 1);
+        c.tick(t0 + TICK);
         assert!(
             c.status().in_burst,
             "a slowdown over {TRIP_SLOWDOWN} trips a burst"
         );
-        // Unused, a fast monolith does not grow the limit ...
-        for _ in 0..MIN_SAMPLES {
-            c.observe(2 * MS, Some(2 * MS));
-        }
-        c.tick(t0 + TICK);
-        assert_eq!(c.limit(), 4);
-        // ... used to its limit, it does.
-        c.decide(t0, 3, false);
-        for _ in 0..MIN_SAMPLES {
-            c.observe(2 * MS, Some(2 * MS));
-        }
-        c.tick(t0 + 2 * TICK);
-        assert!(c.limit() > 4, "{}", c.limit());
-        // A few slow requests are not judged yet.
-        let grown = c.limit();
-        c.observe(100 * MS, Some(2 * MS));
-        c.tick(t0 + 3 * TICK);
-        assert_eq!(c.limit(), grown);
-        // Slow again and again: never below the floor.
-        for i in 0..10 {
-            for _ in 0..MIN_SAMPLES {
-                c.observe(50 * MS, Some(2 * MS));
-            }
-            c.tick(t0 + (4 + i) * TICK);
-        }
-        assert_eq!(c.limit(), MIN_LIMIT as u32);
     }
 
     #[test]
@@ -420,7 +570,7 @@ mod tests {
         let mut c = Control::new(Policy::Slo { p99_ms: 10.0 }, Duration::from_secs(1));
         let mut shares = Vec::new();
         for i in 0..5 {
-            c.observe(40 * MS, None);
+            c.observe(40 * MS, None, 1);
             c.tick(t0 + TICK * i);
             shares.push(c.status().share);
         }
@@ -428,7 +578,7 @@ mod tests {
         assert!(shares.windows(2).all(|w| w[1] >= w[0]), "{shares:?}");
         assert!(shares[4] > 0.0);
         // Back under target and past the cooldown: the burst ends and nothing is offloaded.
-        c.observe(MS, None);
+        c.observe(MS, None, 1);
         c.tick(t0 + Duration::from_secs(10));
         assert!(!c.status().in_burst);
         assert_eq!(
@@ -449,13 +599,13 @@ mod tests {
         // 6 of 10 in flight: not yet.
         for _ in 0..20 {
             c.decide(t0, 5, false);
-            c.observe(20 * MS, Some(20 * MS));
+            c.observe(20 * MS, Some(20 * MS), 6);
         }
         assert_eq!(c.tick(t0), None);
         // 7 of 10: 40 requests in 100 ms (400/s) of 20 ms each need 8 instances.
         for _ in 0..40 {
             c.decide(t0, 6, false);
-            c.observe(30 * MS, Some(20 * MS));
+            c.observe(30 * MS, Some(20 * MS), 7);
         }
         assert_eq!(c.tick(t0 + TICK), Some(8));
         assert_eq!(c.status().prewarmed, 8);
@@ -479,9 +629,9 @@ mod tests {
             let mut c = Control::new(Policy::Spill { max_inflight: None }, Duration::from_secs(1));
             for (i, (t, b, inflight)) in obs.into_iter().enumerate() {
                 c.decide(t0, inflight, false);
-                c.observe(Duration::from_micros(t), Some(Duration::from_micros(b)));
+                c.observe(Duration::from_micros(t), Some(Duration::from_micros(b)), inflight + 1);
                 c.tick(t0 + TICK * i as u32);
-                prop_assert!(c.limit() >= 1 && c.limit() as f64 <= MAX_LIMIT);
+                prop_assert!(c.limit() >= 1 && c.limit() as usize <= LEVELS);
             }
         }
     }

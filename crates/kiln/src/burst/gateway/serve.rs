@@ -120,6 +120,11 @@ impl Gateway {
         let started = Instant::now();
         let sent = tokio::time::timeout(timeout, self.client.request(request)).await;
         let elapsed = started.elapsed();
+        // The most requests in flight with it: at its start or at its end, itself counted.
+        let level = upstream
+            .inflight
+            .load(Ordering::Relaxed)
+            .max(inflight.before + 1);
         drop(inflight);
         let response = match sent {
             Err(_) => {
@@ -170,7 +175,7 @@ impl Gateway {
             }
             stats.baseline()
         };
-        self.control.locked().observe(elapsed, baseline);
+        self.control.locked().observe(elapsed, baseline, level);
         let (mut parts, body) = response.into_parts();
         strip_hop_by_hop(&mut parts.headers, false);
         Ok(Response::from_parts(parts, Body::new(body)))
