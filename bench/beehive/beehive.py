@@ -53,6 +53,18 @@ PAPER = {
     "p99_vs_server": 0.150,  # +15.0% (OpenWhisk), +31.0% (Lambda)
     "peak_loss": -0.0714,  # pybbs on the same server; about none for thumbnail
 }
+# List prices for the cost model (Table 3, Fig. 9): us-east-1, Linux, on demand.
+PRICES = {
+    "source": "AWS's published us-east-1 list prices: Lambda x86, EC2 on-demand Linux, Fargate Linux/x86",
+    "gb_s": 0.0000166667,
+    "request": 0.20e-6,
+    "replica": "t3.small (2 vCPU burstable, 2 GiB)",
+    "replica_h": 0.0208,
+    "fargate_vcpu_h": 0.04048,
+    "fargate_gb_h": 0.004445,
+}
+FUNCTION_GB = 0.5  # the function is deployed with --memory 512
+FARGATE_VCPU, FARGATE_GB = 0.5, 1.0  # a Fargate task the size of the monolith's quota
 TARGETS = {
     "stable_warm_ms": 300.0,
     "stable_cold_s": 1.0,
@@ -190,6 +202,7 @@ def cmd_poll(args):
     import urllib.request
 
     want = f'app="{args.app}"'
+    fn = f'function="{args.function}"' if args.function else None
     with open(args.out, "w") as out:
         while True:
             t = time.time()
@@ -199,6 +212,13 @@ def cmd_poll(args):
                 text = ""
             row = {"t": t}
             for line in text.splitlines():
+                if fn and fn in line and line.startswith("kiln_invocation_duration_seconds_"):
+                    name, value = line.rsplit(" ", 1)
+                    if name.startswith("kiln_invocation_duration_seconds_sum"):
+                        row["fn_s"] = float(value)
+                    elif name.startswith("kiln_invocation_duration_seconds_count"):
+                        row["fn_n"] = float(value)
+                    continue
                 if want not in line or line.startswith("#"):
                     continue
                 name, value = line.rsplit(" ", 1)
@@ -496,6 +516,13 @@ def cmd_report(args):
             burst_on = next((b["s"] for a, b in zip(rows, rows[1:])
                              if not a.get("in_burst") and b.get("in_burst")), None)
             view["burst_from"] = None if burst_on is None else burst_on - onset
+            # The function's run time and invocations from the onset to the end.
+            timed = [r for r in rows if "fn_s" in r]
+            after = [r for r in timed if r["s"] >= onset]
+            if after:
+                view["function_after_onset"] = {"seconds": timed[-1]["fn_s"] - after[0]["fn_s"],
+                                                "invocations": timed[-1]["fn_n"] - after[0]["fn_n"],
+                                                "span_s": timed[-1]["s"] - after[0]["s"]}
         kiln_view[c] = view
 
     peak = {}
@@ -751,6 +778,48 @@ def cmd_report(args):
              "instance and the client share 2 cores, so offloaded work competes with the client and gateway for "
              "the same CPUs.\n")
 
+    # ---- cost (Table 3, Fig. 9)
+    costed = {c: kiln_view[c]["function_after_onset"] for c in ("spill-warm", "spill-cold", "ratio-0.5")
+              if kiln_view.get(c, {}).get("function_after_onset", {}).get("span_s")}
+    if costed:
+        L.append("## Cost (Table 3, Fig. 9)\n")
+        L.append(f"Prices ({PRICES['source']}): Lambda ${PRICES['gb_s']} per GB-second and ${PRICES['request'] * 1e6:.2f} "
+                 f"per million requests (x86); an always-on replica of the monolith as a {PRICES['replica']} at "
+                 f"${PRICES['replica_h']}/hour; Fargate ${PRICES['fargate_vcpu_h']} per vCPU-hour and "
+                 f"${PRICES['fargate_gb_h']} per GB-hour, {FARGATE_VCPU} vCPU and {FARGATE_GB} GB started at each "
+                 f"burst. The function's run time is kiln's own (`kiln_invocation_duration_seconds_sum` of the "
+                 f"function from the onset to the end, shadow runs included), billed at its {FUNCTION_GB} GB.\n")
+        L.append("| configuration | function-seconds per second of burst | invocations per second | "
+                 "$ per hour of burst (Lambda prices) | $ per 1000 offloaded requests | "
+                 "per hour at a 10% burst ratio: replica ÷ kiln | paper (10%, Lambda) |")
+        L.append("|---|---:|---:|---:|---:|---:|---:|")
+        paper10 = {"thumb": "2.89× (thumbnail)", "mezzanine": "4.33× (blog)", "express": "2.89–4.33×"}[args.app]
+        hourly = {}
+        for c, f in costed.items():
+            per_s = (f["seconds"] * FUNCTION_GB * PRICES["gb_s"] + f["invocations"] * PRICES["request"]) / f["span_s"]
+            hourly[c] = per_s * 3600
+            served = results[c]["served_after"].get("function", 0) if results.get(c) else 0
+            per_k = per_s * f["span_s"] / served * 1000 if served else None
+            L.append(f"| {c} | {f['seconds'] / f['span_s']:.2f} | {f['invocations'] / f['span_s']:.1f} | "
+                     f"{hourly[c]:.4f} | {fmt(per_k, 4)} | {PRICES['replica_h'] / (0.1 * hourly[c]):.2f}× | {paper10} |")
+        L.append("")
+        L.append("Per hour against the share of the hour spent in bursts like this one (Fig. 9; $):\n")
+        ratios = (0.05, 0.1, 0.2, 0.3, 0.5, 0.67, 1.0)
+        L.append("| burst ratio | " + " | ".join(f"{100 * x:.0f}%" for x in ratios) + " |")
+        L.append("|---|" + "---:|" * len(ratios))
+        L.append(f"| always-on replica ({PRICES['replica']}) | " + " | ".join(f"{PRICES['replica_h']:.4f}" for _ in ratios) + " |")
+        L.append(f"| on-demand replica, started at each burst | "
+                 + " | ".join(f"{x * PRICES['replica_h']:.4f}" for x in ratios) + " |")
+        fargate_h = FARGATE_VCPU * PRICES["fargate_vcpu_h"] + FARGATE_GB * PRICES["fargate_gb_h"]
+        L.append("| Fargate, started at each burst | " + " | ".join(f"{x * fargate_h:.4f}" for x in ratios) + " |")
+        for c, h in hourly.items():
+            L.append(f"| kiln {c} | " + " | ".join(f"{x * h:.4f}" for x in ratios) + " |")
+        L.append("")
+        L.append("The on-demand and Fargate rows assume a replica that serves from the burst's first second; the "
+                 "paper's boot times (tens of seconds to minutes) are what offloading saves. kiln's own cost on "
+                 "a self-hosted machine is the CPU and memory its instances take meanwhile (the machine table "
+                 "above), not a price.\n")
+
     # ---- per-second p99 around the onset
     L.append("## Per-second p99 (ms) around the onset\n")
     lo = max(0, int(onset) - (5 if not args.quick else 3))
@@ -791,6 +860,7 @@ def main():
     p = sub.add_parser("poll")
     p.add_argument("--metrics", required=True)
     p.add_argument("--app", required=True)
+    p.add_argument("--function", help="also its invocations' run time (kiln_invocation_duration_seconds)")
     p.add_argument("--out", required=True)
     p.add_argument("--interval", type=float, default=0.1)
     p = sub.add_parser("others")

@@ -421,7 +421,7 @@ load() {
 # LABEL APP: the burst schedule through an app's gateway, with kiln's view at the onset and end.
 burst() {
     local label=$1 app=$2 url=$3 function=$4
-    "$PY" "$HERE/beehive.py" poll --metrics "$KILN_URL/metrics" --app "$app" --out "$RUN/$label.metrics.jsonl" &
+    "$PY" "$HERE/beehive.py" poll --metrics "$KILN_URL/metrics" --app "$app" --function "$function" --out "$RUN/$label.metrics.jsonl" &
     local poller=$!
     date +%s.%N >"$RUN/$label.start"
     (sleep "$(awk -v o="$ONSET" 'BEGIN { print o - 0.5 }')"; kiln --json status >"$RUN/$label.status-onset.json" 2>/dev/null || true) &
