@@ -8,8 +8,9 @@
 //!   it goes to a function, decided per request. L is set (`--max-inflight`) or learned: the
 //!   monolith's knee. Each answer's slowdown (server time over its route's low-load baseline)
 //!   is kept by the number of requests that were in flight with it; L is the highest level whose
-//!   median slowdown is within [`TARGET_SLOWDOWN`] of one request alone's. A limit that requests
-//!   pass is probed one level up (an eighth past 16); a probe that fails is not tried again for
+//!   median slowdown is within [`TARGET_SLOWDOWN`] of one request alone's. It starts at one; a
+//!   limit that requests pass is probed one level up (an eighth past 16), from
+//!   [`PROBE_BACKOFF`] after it was first passed; a probe that fails is not tried again for
 //!   [`PROBE_BACKOFF`], doubling.
 //! - `ratio`: during a burst, exactly that share of offloadable requests goes to functions.
 //! - `slo`: the share follows a PI controller on the monolith's p99 against a target.
@@ -30,8 +31,10 @@ pub const TARGET_SLOWDOWN: f64 = 1.25;
 /// (a p90 trips on a host with a CPU quota, where one request in ten at twice the quietest
 /// second's median is ordinary).
 pub const TRIP_SLOWDOWN: f64 = 2.0;
-/// The learned limit before anything is learned, and its bounds.
-pub const INITIAL_LIMIT: f64 = 8.0;
+/// The learned limit before anything is learned: one request, until levels above it are
+/// measured within target (the profiling before a route is eligible measures the monolith's
+/// usual load) or probed.
+pub const INITIAL_LIMIT: f64 = 1.0;
 /// Levels of requests in flight learned one by one; a learned limit stays at or under this
 /// (a higher one is set with `--max-inflight`).
 const LEVELS: usize = 128;
@@ -136,6 +139,8 @@ pub struct Control {
     /// Slowdowns by requests in flight (index 0: one request alone).
     levels: Vec<Level>,
     ceiling: Option<Ceiling>,
+    /// When a learned limit was first passed: probes start [`PROBE_BACKOFF`] after it.
+    first_passed: Option<Instant>,
     // This tick's observations.
     slowdowns: Vec<f64>,
     /// Ticks the slowdowns were gathered over, and the peak in flight meanwhile.
@@ -172,6 +177,7 @@ impl Control {
             bursts: 0,
             levels: vec![Level::default(); LEVELS],
             ceiling: None,
+            first_passed: None,
             slowdowns: Vec::new(),
             window_ticks: 0,
             window_peak: 0,
@@ -299,17 +305,37 @@ impl Control {
             });
             return;
         }
+        // Levels measured within target from one request up (during profiling, say): no
+        // probe needed to reach them.
+        let measured = (1..=LEVELS)
+            .take_while(|&k| {
+                self.levels[k - 1]
+                    .median()
+                    .is_some_and(|m| m / alone <= TARGET_SLOWDOWN)
+            })
+            .last()
+            .unwrap_or(1);
+        let ceiling = self
+            .ceiling
+            .filter(|c| now < c.until)
+            .map_or(LEVELS, |c| c.level - 1);
+        if measured.min(ceiling) > limit {
+            self.limit = measured.min(ceiling) as f64;
+            return;
+        }
         if self.window_peak as usize <= limit
             || limit >= LEVELS
             || self.levels[limit - 1].median().is_none()
         {
             return; // not passed, or not measured at the limit: nothing to learn from
         }
-        let step = if limit < 16 { 1 } else { limit / 8 };
-        let mut next = (limit + step).min(LEVELS);
-        if let Some(c) = self.ceiling.filter(|c| now < c.until) {
-            next = next.min(c.level - 1);
+        // A first burst is offloaded past the levels known, not spent measuring new ones.
+        let first = *self.first_passed.get_or_insert(now);
+        if now.duration_since(first) < PROBE_BACKOFF {
+            return;
         }
+        let step = if limit < 16 { 1 } else { limit / 8 };
+        let next = (limit + step).min(LEVELS).min(ceiling);
         if next > limit {
             // Judged on what the probe itself finds.
             for level in &mut self.levels[limit..next] {
@@ -345,15 +371,16 @@ impl Control {
             if s > TRIP_SLOWDOWN {
                 self.trigger(now);
             }
-            let learned = !matches!(
-                self.policy,
-                Policy::Spill {
-                    max_inflight: Some(_)
-                }
-            );
-            if learned {
-                self.learn(now);
+        }
+        // Each level has its own count of answers to be judged on.
+        let learned = !matches!(
+            self.policy,
+            Policy::Spill {
+                max_inflight: Some(_)
             }
+        );
+        if learned {
+            self.learn(now);
         }
         if let Policy::Slo { p99_ms } = self.policy {
             let dt = TICK.as_secs_f64();
@@ -462,8 +489,8 @@ mod tests {
         for _ in 0..10 {
             assert_eq!(c.decide(t0, 0, false), Target::Monolith);
         }
-        // The limit (8 before anything is learned) starts the burst.
-        c.decide(t0, 8, false);
+        // The limit (one request before anything is learned) starts the burst.
+        c.decide(t0, 1, false);
         let offloaded = (0..100)
             .filter(|_| c.decide(t0, 0, false) == Target::Function)
             .count();
@@ -491,15 +518,15 @@ mod tests {
         answers(&mut c, 2, 24, 10);
         c.tick(t0);
         assert_eq!(c.limit(), 1);
-        // Passed within the back-off of the level found over: not probed.
+        // Passed: a first burst is offloaded past it, not spent probing, for a while ...
         for i in 1..10 {
             c.decide(t0 + i * TICK, 1, false);
             answers(&mut c, 1, 12, MIN_SAMPLES);
             c.tick(t0 + i * TICK);
             assert_eq!(c.limit(), 1);
         }
-        // After it, probed one level up, judged on fresh samples, and the probe fails ...
-        let t1 = t0 + PROBE_BACKOFF;
+        // ... then it is probed one level up, judged on fresh samples, and the probe fails.
+        let t1 = t0 + TICK + PROBE_BACKOFF;
         c.decide(t1, 1, false);
         answers(&mut c, 1, 12, MIN_SAMPLES);
         c.tick(t1);
@@ -507,14 +534,40 @@ mod tests {
         answers(&mut c, 2, 25, MIN_SAMPLES);
         c.tick(t1 + TICK);
         assert_eq!(c.limit(), 1);
-        // ... so the next back-off is twice as long.
+        // The next probe waits the back-off; after a second failure, twice as long.
+        let t2 = t1 + TICK + PROBE_BACKOFF;
+        c.decide(t2 - TICK, 1, false);
+        c.tick(t2 - TICK);
+        assert_eq!(c.limit(), 1);
+        c.decide(t2, 1, false);
+        c.tick(t2);
+        assert_eq!(c.limit(), 2);
+        answers(&mut c, 2, 25, MIN_SAMPLES);
+        c.tick(t2 + TICK);
+        assert_eq!(c.limit(), 1);
         for (after, limit) in [(PROBE_BACKOFF, 1), (2 * PROBE_BACKOFF, 2)] {
-            let t = t1 + TICK + after;
+            let t = t2 + TICK + after;
             c.decide(t, 1, false);
-            answers(&mut c, 1, 12, MIN_SAMPLES);
             c.tick(t);
             assert_eq!(c.limit(), limit);
         }
+    }
+
+    #[test]
+    fn levels_measured_within_target_raise_the_limit_without_a_probe() {
+        let t0 = Instant::now();
+        let mut c = Control::new(Policy::Ratio { ratio: 0.5 }, Duration::from_secs(30));
+        // What profiling saw: up to three requests at once cost nothing, a fourth does.
+        for level in 1..=3 {
+            answers(&mut c, level, 10, MIN_SAMPLES);
+        }
+        answers(&mut c, 4, 20, MIN_SAMPLES);
+        c.tick(t0);
+        assert_eq!(c.limit(), 3);
+        assert_eq!(c.decide(t0, 2, false), Target::Monolith);
+        assert!(!c.status().in_burst);
+        c.decide(t0, 3, false);
+        assert!(c.status().in_burst);
     }
 
     #[test]
