@@ -102,6 +102,10 @@ impl FastPathEngine {
     pub fn new(limits: Limits) -> Result<FastPathEngine, LoadError> {
         let mut config = Config::new();
         config.epoch_interruption(true);
+        if std::env::var_os("KILN_BREAKOUT_PERFMAP").is_some() {
+            // `perf report` then names the module's functions (/tmp/perf-PID.map).
+            config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         let engine = Engine::new(&config).map_err(LoadError::Module)?;
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
