@@ -29,7 +29,7 @@ HERE=$(dirname "$SELF")
 cd "$HERE/../.."
 ROOT=$PWD
 WORK=$ROOT/bench/work/breakout
-COMMAND="$({ env | grep '^BREAKOUT_' || true; } | sort | tr '\n' ' ')bench/breakout/run.sh${*:+ $*}"
+COMMAND="$({ env | grep '^BREAKOUT_\|^KILN_BIN=' || true; } | sort | tr '\n' ' ')bench/breakout/run.sh${*:+ $*}"
 QUICK=0
 FIGS=${BREAKOUT_FIGS:-}
 while [ $# -gt 0 ]; do
