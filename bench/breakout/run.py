@@ -292,6 +292,34 @@ class Resources:
         return {"bytes": int((self.memory / "memory.usage_in_bytes").read_text()),
                 "anon": int(stat.get("total_rss", 0)), "file": int(stat.get("total_cache", 0))}
 
+    def pss_by_mapping(self):
+        """kiln's PSS by kind of mapping (/proc/PID/smaps): its heap and other anonymous memory,
+        and each file it maps (by name), in bytes, largest first."""
+        kinds, current = {}, None
+        for line in Path(f"/proc/{self.pid}/smaps").read_text().splitlines():
+            head = line.split()
+            if head and "-" in head[0] and not head[0].endswith(":"):
+                name = head[5] if len(head) > 5 else "[anon]"
+                current = name if name.startswith("[") else Path(name).name
+            elif head and head[0] == "Pss:" and current:
+                kinds[current] = kinds.get(current, 0) + int(head[1]) * 1024
+        return dict(sorted(kinds.items(), key=lambda kv: -kv[1])[:12])
+
+    def cgroups(self):
+        """Each sandbox cgroup's memory and what runs in it (its processes' command lines)."""
+        out = []
+        for name in self.instances():
+            d = self.memory / name
+            try:
+                usage = int((d / ("memory.current" if self.v2 else "memory.usage_in_bytes")).read_text())
+                pids = (d / "cgroup.procs").read_text().split()
+                cmds = sorted({Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()[:80]
+                               for p in pids[:4] if Path(f"/proc/{p}").exists()})
+            except OSError:
+                continue
+            out.append({"cgroup": name, "bytes": usage, "procs": len(pids), "cmdlines": cmds})
+        return out
+
     def memory_sample(self):
         m = self.sandboxes_memory()
         return {"t": time.monotonic(), "kiln_pss": self.pss(), "sandboxes": m["bytes"],
@@ -463,7 +491,8 @@ def idle_part(args, kiln, res):
     fast = args.idle_part == "fast"
     time.sleep(2)
     out = {"part": args.idle_part, "copies": args.idle_copies, "idle_ttl_s": args.idle_ttl,
-           "trace_requests": len(training) if fast else 0, "before": settle_memory(res)}
+           "trace_requests": len(training) if fast else 0, "before": settle_memory(res),
+           "kiln_pss_by_mapping_before": res.pss_by_mapping()}
     names = [f"authorize-{args.idle_part}-{i:03d}" for i in range(args.idle_copies)]
     started = time.time()
     for name in names:
@@ -488,6 +517,7 @@ def idle_part(args, kiln, res):
         log(f"idle fast: {len(names)} copies traced and compiled in {time.time() - started:.0f} s: {modes}")
         out["reap_wait_s"] = wait_settled(res, args.idle_ttl, args.idle_ttl + 120)
         out["after_reaping"] = settle_memory(res)
+        out["kiln_pss_by_mapping_after_reaping"] = res.pss_by_mapping()
     fast_answers, want = 0, None
     for name in names:
         got, tail = invoke(kiln, name, event)
@@ -501,6 +531,8 @@ def idle_part(args, kiln, res):
     time.sleep(3)
     out["after"] = settle_memory(res)
     out["instances_left"] = res.instances()
+    out["cgroups_after"] = res.cgroups()
+    out["kiln_pss_by_mapping_after"] = res.pss_by_mapping()
     a, b = out["after"], out["before"]
     log(f"idle {args.idle_part}: {len(names)} copies ({fast_answers} answered fast); kiln PSS "
         f"{b['kiln_pss'] / 2**20:.1f} → {a['kiln_pss'] / 2**20:.1f} MB, sandboxes "
