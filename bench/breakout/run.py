@@ -20,6 +20,7 @@ reported as such, not timed as if it were fast.
 
 import argparse
 import base64
+import collections
 import datetime
 import io
 import json
@@ -800,6 +801,14 @@ def write_idle_markdown(path, r):
     og = mb(o["after"]["kiln_pss"] - o["before"]["kiln_pss"])
     fg = mb(f["after"]["kiln_pss"] - f["before"]["kiln_pss"])
     fr = mb(f["after_reaping"]["kiln_pss"] - f["before"]["kiln_pss"])
+    # kiln's PSS by mapping: anonymous memory, and the pages of its binary (shared with the
+    # `__sandbox` helpers, so its share of them falls as sandboxes come).
+    anon = lambda part, when: mb(sum(v for k, v in part.get(f"kiln_pss_by_mapping_{when}", {}).items()  # noqa: E731
+                                      if k in ("[anon]", "[heap]")))
+    binary = lambda part, when: mb(part.get(f"kiln_pss_by_mapping_{when}", {}).get("kiln", 0))  # noqa: E731
+    kinds = lambda part: ", ".join(f"{n} {c}" for c, n in sorted(  # noqa: E731
+        collections.Counter(x["cmdlines"][-1].split()[-1] if x["cmdlines"] else "?"
+                            for x in part.get("cgroups_after", [])).items()))
     lines = [
         "# BREAKOUT on kiln: the idle footprint of 100 copies of authorize (§5)",
         "",
@@ -821,6 +830,7 @@ def write_idle_markdown(path, r):
         "| | ordinary | decontainerized |",
         "|---|---:|---:|",
         f"| sandbox cgroups left (instances, snapshots, standbys) | {o['after']['instances']:.0f} | {f['after']['instances']:.0f} |",
+        f"| what runs in them (the runtime's shim) | {kinds(o)} | {kinds(f)} |",
         f"| sandbox cgroups' memory (MB) | {mb(o['after']['sandboxes']):.0f} | {mb(f['after']['sandboxes']):.1f} |",
         f"| of which anonymous (MB) | {mb(o['after']['sandboxes_anon']):.0f} | "
         f"{mb(f['after']['sandboxes_anon']):.1f} |",
@@ -828,6 +838,10 @@ def write_idle_markdown(path, r):
         f"{mb(f['before']['kiln_pss']):.1f} |",
         f"| kiln's PSS after (MB) | {mb(o['after']['kiln_pss']):.1f} | {mb(f['after']['kiln_pss']):.1f} |",
         f"| kiln's PSS growth (MB) | {og:.1f} | {fg:.1f} |",
+        f"| of kiln's growth, anonymous memory (MB) | {anon(o, 'after') - anon(o, 'before'):.1f} | "
+        f"{anon(f, 'after') - anon(f, 'before'):.1f} |",
+        f"| of kiln's growth, its binary's pages (MB) | {binary(o, 'after') - binary(o, 'before'):.1f} | "
+        f"{binary(f, 'after') - binary(f, 'before'):.1f} |",
         f"| total: sandboxes + kiln's growth (MB) | {mb(o['after']['sandboxes']) + og:.0f} | "
         f"{mb(f['after']['sandboxes']) + fg:.1f} |",
         f"| paper (MB) | {r['paper']['ordinary_mb']} (100 containers) | {r['paper']['fast_mb']} "
