@@ -5,7 +5,7 @@
 //! `kiln::auth::sigv4::sign` *inside* the timed region: signing is part of what a client pays.
 //! The signing time is also recorded on its own so it can be reported separately.
 //!
-//! Three modes, each printing one JSON document on stdout:
+//! Its modes, each printing one JSON document on stdout:
 //! - `latency`: sequential requests on one connection; every latency (ns) is printed, and the
 //!   server's CPU time (`/proc/PID/stat` utime+stime, and the sum of its threads' schedstat) is
 //!   read right before the first and right after the last measured request.
@@ -20,6 +20,11 @@
 //!   follows a schedule (`--clients 8 --double-at 60 --duration 180`, or `--step T:C`), with a
 //!   request mix; every request is recorded (arrival, latency, status, `X-Kiln-Served-By`) as
 //!   JSON lines in `--out`. See `bench/beehive/`.
+//! - `open`: an open loop, Poisson (or evenly spaced) arrivals at `--rate` per second, each sent
+//!   on a connection of its own while the earlier ones are in flight (a pool that grows as
+//!   needed), signed as in `throughput`; prints counts, the achieved rate, latency percentiles
+//!   from each request's scheduled arrival and CPU deltas over the measured window. See
+//!   `open.rs` and `bench/breakout/`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -37,6 +42,7 @@ use hyper_util::rt::TokioIo;
 use kiln::auth::sigv4::{sign, Credentials};
 use serde_json::{json, Value};
 
+mod open;
 mod schedule;
 
 #[derive(Parser)]
@@ -56,6 +62,8 @@ enum Mode {
     Cold(ColdArgs),
     /// Closed loop whose client count follows a schedule; records every request (plain HTTP).
     Schedule(schedule::ScheduleArgs),
+    /// Open loop: Poisson arrivals at a fixed mean rate, each on its own request.
+    Open(open::OpenArgs),
 }
 
 #[derive(Args, Clone)]
@@ -140,6 +148,7 @@ fn main() -> Result<()> {
         Mode::Throughput(a) => a.target.threads,
         Mode::Cold(a) => a.target.threads,
         Mode::Schedule(a) => a.threads,
+        Mode::Open(a) => a.target.threads,
     };
     let runtime = if threads <= 1 {
         tokio::runtime::Builder::new_current_thread()
@@ -157,6 +166,7 @@ fn main() -> Result<()> {
             Mode::Throughput(a) => throughput(a).await,
             Mode::Cold(a) => cold(a).await,
             Mode::Schedule(a) => schedule::run(a).await,
+            Mode::Open(a) => open::run(a).await,
         }
     })?;
     println!("{out}");
