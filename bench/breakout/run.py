@@ -172,24 +172,30 @@ def invoke(kiln, name, event):
     return r["Payload"].read(), tail
 
 
+def train(kiln, name, training):
+    """Waits for a fast copy to be instrumented, runs its training set and waits for it to
+    compile; its Breakout status (`Mode` `decontainerized`, or `ordinary` and why)."""
+    deadline = time.time() + 120
+    while breakout_status(kiln, name).get("Mode") != "tracing":
+        if time.time() > deadline:
+            raise RuntimeError(f"{name} was not instrumented: {breakout_status(kiln, name)}")
+        time.sleep(0.2)
+    for event in training:
+        invoke(kiln, name, event)
+    while breakout_status(kiln, name).get("Mode") not in ("decontainerized", "ordinary"):
+        if time.time() > deadline:
+            raise RuntimeError(f"{name} did not compile: {breakout_status(kiln, name)}")
+        time.sleep(0.2)
+    return breakout_status(kiln, name)
+
+
 def prepare(kiln, bench, package, training, timed_events):
     """Deploys both copies, trains the fast one, checks answers; the fast copy's status."""
     ordinary, fast = f"{bench}-ordinary", f"{bench}-fast"
     env = stock(kiln, bench)
     deploy(kiln, ordinary, package, False, 0, env)
     deploy(kiln, fast, package, True, len(training), env)
-    deadline = time.time() + 120
-    while breakout_status(kiln, fast).get("Mode") != "tracing":
-        if time.time() > deadline:
-            raise RuntimeError(f"{fast} was not instrumented: {breakout_status(kiln, fast)}")
-        time.sleep(0.2)
-    for event in training:
-        invoke(kiln, fast, event)
-    while breakout_status(kiln, fast).get("Mode") not in ("decontainerized", "ordinary"):
-        if time.time() > deadline:
-            raise RuntimeError(f"{fast} did not compile: {breakout_status(kiln, fast)}")
-        time.sleep(0.2)
-    status = breakout_status(kiln, fast)
+    status = train(kiln, fast, training)
     checks = []
     for event in timed_events:
         want, _ = invoke(kiln, ordinary, event)
@@ -410,18 +416,7 @@ def fig10bc_part(args, kiln, res, answer):
     deploy(kiln, name, package, fast, len(training), env)
     out = {"part": args.load_part, "event": event}
     if fast:
-        deadline = time.time() + 120
-        while breakout_status(kiln, name).get("Mode") != "tracing":
-            if time.time() > deadline:
-                raise RuntimeError(f"{name} was not instrumented: {breakout_status(kiln, name)}")
-            time.sleep(0.2)
-        for e in training:
-            invoke(kiln, name, e)
-        while breakout_status(kiln, name).get("Mode") not in ("decontainerized", "ordinary"):
-            if time.time() > deadline:
-                raise RuntimeError(f"{name} did not compile: {breakout_status(kiln, name)}")
-            time.sleep(0.2)
-        out["status"] = breakout_status(kiln, name)
+        out["status"] = train(kiln, name, training)
     got, tail = invoke(kiln, name, event)
     out["answer"] = got.decode()
     out["timed_event_fast"] = "Mode: decontainerized" in tail

@@ -259,26 +259,12 @@ mod tests {
 
     #[test]
     fn poisson_arrivals_have_the_rate_and_repeat_with_the_seed() {
-        let a = arrivals(&args(&[
-            "--rate",
-            "200",
-            "--duration",
-            "50",
-            "--warmup",
-            "0",
-        ]));
+        let poisson = ["--rate", "200", "--duration", "50", "--warmup", "0"];
+        let a = arrivals(&args(&poisson));
         // 10 000 expected; a Poisson count's standard deviation is 100.
         assert!((9_600..10_400).contains(&a.len()), "{}", a.len());
         assert!(a.windows(2).all(|w| w[0] <= w[1]));
-        let b = arrivals(&args(&[
-            "--rate",
-            "200",
-            "--duration",
-            "50",
-            "--warmup",
-            "0",
-        ]));
-        assert_eq!(a, b);
+        assert_eq!(a, arrivals(&args(&poisson)));
         let c = arrivals(&args(&["--rate", "200", "--duration", "50", "--seed", "2"]));
         assert_ne!(a[..10], c[..10]);
     }
