@@ -497,6 +497,14 @@ mod tests {
         assert_eq!(offloaded, 50);
     }
 
+    /// A `spill` controller whose limit is learned.
+    fn learned() -> Control {
+        Control::new(
+            Policy::Spill { max_inflight: None },
+            Duration::from_secs(30),
+        )
+    }
+
     /// Judges `n` answers of `ms` each (baseline 10 ms) at `level` in flight.
     fn answers(c: &mut Control, level: u32, ms: u64, n: usize) {
         for _ in 0..n {
@@ -507,10 +515,7 @@ mod tests {
     #[test]
     fn the_learned_limit_finds_the_level_where_the_monolith_slows() {
         let t0 = Instant::now();
-        let mut c = Control::new(
-            Policy::Spill { max_inflight: None },
-            Duration::from_secs(30),
-        );
+        let mut c = learned();
         assert_eq!(c.limit(), INITIAL_LIMIT as u32);
         // Half a core: one request alone takes 12 ms (noisier than the baseline's quietest
         // second), two share it and take twice as long. The knee is one request.
@@ -573,10 +578,7 @@ mod tests {
     #[test]
     fn the_learned_limit_grows_to_the_workers_that_serve_in_parallel_and_no_further() {
         let t0 = Instant::now();
-        let mut c = Control::new(
-            Policy::Spill { max_inflight: None },
-            Duration::from_secs(30),
-        );
+        let mut c = learned();
         // Four workers on four cores: up to four in flight cost nothing, a fifth waits.
         let server_ms = |level: u32| 10 * u64::from(level.div_ceil(4));
         let mut t = t0;
@@ -602,10 +604,7 @@ mod tests {
     #[test]
     fn a_slowdown_over_the_trip_starts_a_burst_and_a_few_slow_answers_are_not_judged() {
         let t0 = Instant::now();
-        let mut c = Control::new(
-            Policy::Spill { max_inflight: None },
-            Duration::from_secs(30),
-        );
+        let mut c = learned();
         answers(&mut c, 1, 100, MIN_SAMPLES - 1);
         c.tick(t0);
         assert!(!c.status().in_burst);
