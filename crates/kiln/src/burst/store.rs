@@ -26,8 +26,10 @@ pub enum StoreError {
 
 impl AppStore {
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        let db = Connection::open(path)?;
+        let mut db = Connection::open(path)?;
         db.busy_timeout(std::time::Duration::from_secs(5))?;
+        // kiln.db's registry writes too: transactions take the write lock when they begin.
+        db.set_transaction_behavior(rusqlite::TransactionBehavior::Immediate);
         db.pragma_update(None, "journal_mode", "WAL")?;
         db.pragma_update(None, "synchronous", "FULL")?;
         db.execute_batch(

@@ -74,10 +74,13 @@ CREATE TABLE IF NOT EXISTS layer_versions (
 
 impl Database {
     pub fn open(path: &Path) -> Result<Self, RegistryError> {
-        let db = Connection::open(path)?;
+        let mut db = Connection::open(path)?;
         db.pragma_update(None, "journal_mode", "WAL")?;
         db.pragma_update(None, "synchronous", "FULL")?;
         db.busy_timeout(std::time::Duration::from_secs(5))?;
+        // kiln.db has other writers (the apps' store): take the write lock when a transaction
+        // begins, so a concurrent commit makes it wait rather than fail with SQLITE_BUSY.
+        db.set_transaction_behavior(rusqlite::TransactionBehavior::Immediate);
         db.execute_batch(SCHEMA)?;
         // Columns added after the first release; older databases get them here.
         for (table, column, kind) in [

@@ -219,17 +219,23 @@ fn decode_object(raw: RawObject) -> Result<ObjectRow, MetaError> {
 
 impl Meta {
     pub fn open(path: &Path) -> Result<Self, MetaError> {
-        let db = Connection::open(path)?;
+        let mut db = Connection::open(path)?;
         db.pragma_update(None, "journal_mode", "WAL")?;
         db.pragma_update(None, "synchronous", "FULL")?;
         db.busy_timeout(std::time::Duration::from_secs(5))?;
+        // Two connections write this file (`db` and `background`). A deferred transaction that
+        // read before another connection committed cannot become a writer: SQLite answers
+        // SQLITE_BUSY at once, without waiting. Immediate transactions take the write lock
+        // first, and wait for it.
+        db.set_transaction_behavior(rusqlite::TransactionBehavior::Immediate);
         schema::migrate(&db)?;
         let reader = Connection::open_with_flags(
             path,
             rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;
         reader.busy_timeout(std::time::Duration::from_secs(5))?;
-        let background = Connection::open(path)?;
+        let mut background = Connection::open(path)?;
+        background.set_transaction_behavior(rusqlite::TransactionBehavior::Immediate);
         background.pragma_update(None, "synchronous", "NORMAL")?;
         background.busy_timeout(std::time::Duration::from_secs(5))?;
         Ok(Self {
@@ -546,6 +552,49 @@ mod tests {
         assert_eq!(meta.features("b", "missing").unwrap(), None);
         drop(meta);
         Meta::open(&path).expect("the column is added once");
+    }
+
+    #[test]
+    fn writes_wait_for_the_media_writer_rather_than_fail() {
+        // Media metadata is written on a second connection while objects are put. A write
+        // transaction that began by reading must not fail with SQLITE_BUSY when the other
+        // connection commits in between (PutObject then answered 500 InternalError).
+        let dir = tempfile::tempdir().unwrap();
+        let meta = std::sync::Arc::new(Meta::open(&dir.path().join("objects.db")).unwrap());
+        meta.create_bucket("b", 1, None).unwrap();
+        for i in 0..8 {
+            meta.put_object(
+                "b",
+                &object(&format!("k{i}"), "f0"),
+                &WriteCondition::Always,
+            )
+            .unwrap();
+        }
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let media = {
+            let (meta, stop) = (meta.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut writes = 0u32;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    for i in 0..8 {
+                        // Whatever contents the key has now: the update matches or not.
+                        let _ = meta
+                            .set_media("b", &format!("k{i}"), "f0", "png 1x1")
+                            .unwrap();
+                        writes += 1;
+                    }
+                }
+                writes
+            })
+        };
+        for round in 0..400 {
+            let key = format!("k{}", round % 8);
+            let file = if round % 2 == 0 { "f1" } else { "f0" };
+            meta.put_object("b", &object(&key, file), &WriteCondition::Always)
+                .unwrap_or_else(|e| panic!("put {round} failed: {e}"));
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(media.join().unwrap() > 0);
     }
 
     fn ids(meta: &Meta, key: &str) -> Vec<(String, bool, bool)> {
