@@ -529,6 +529,11 @@ def idle_part(args, kiln, res):
     out["instances_left"] = res.instances()
     out["cgroups_after"] = res.cgroups()
     out["kiln_pss_by_mapping_after"] = res.pss_by_mapping()
+    if fast:
+        # Idle for the TTL: the reaper lets the fast paths' idle wasm instances go too.
+        time.sleep(args.idle_ttl + 2)
+        out["after_idle"] = settle_memory(res)
+        out["kiln_pss_by_mapping_after_idle"] = res.pss_by_mapping()
     a, b = out["after"], out["before"]
     log(f"idle {args.idle_part}: {len(names)} copies ({fast_answers} answered fast); kiln PSS "
         f"{b['kiln_pss'] / 2**20:.1f} → {a['kiln_pss'] / 2**20:.1f} MB, sandboxes "
@@ -845,6 +850,17 @@ def write_idle_markdown(path, r):
         f"kiln's PSS growth in the fast part after tracing, compiling and reaping but before the {f['copies']} "
         f"fast invokes: {fr:.1f} MB (the invokes then add {fg - fr:.1f} MB).",
         "",
+    ]
+    if "after_idle" in f:
+        fi = mb(f["after_idle"]["kiln_pss"] - f["before"]["kiln_pss"])
+        lines += [
+            f"After the copies idled for the TTL ({f['idle_ttl_s']:.0f} s; their idle wasm instances go): "
+            f"kiln's PSS growth {fi:.1f} MB ({anon(f, 'after_idle') - anon(f, 'before'):.1f} MB of it "
+            f"anonymous), sandbox cgroups {f['after_idle']['instances']:.0f} holding "
+            f"{mb(f['after_idle']['sandboxes']):.1f} MB; total {mb(f['after_idle']['sandboxes']) + fi:.1f} MB.",
+            "",
+        ]
+    lines += [
         "Target: the decontainerized copies' growth ≤ 10 MB.",
         "",
         "## What the numbers say",

@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from breakout_support import delete_functions, status, unique
-from kiln_harness import wait_for
+from kiln_harness import node_status, wait_for
 
 NODE = "nodejs20.x"
 
@@ -209,11 +209,18 @@ def test_traced_paths_run_fast_and_answer_exactly_as_node(kiln, tmp_path):
              "--breakout", "auto", "--trace-requests", "5")
     kiln.cli("deploy", plain, "--runtime", NODE, "--handler", "index.handler", "--code", str(tmp_path))
     wait_for(lambda: status(kiln, name)["Mode"] == "tracing", timeout=60, what="instrumented")
+
+    def made_ahead(function):
+        return [s["state"] for s in node_status(kiln)["snapshots"] if s["function"] == function]
+    # Deployed with prebaking on: its snapshot is built, as any function's.
+    wait_for(lambda: "ready" in made_ahead(name), timeout=60, what="the snapshot built at deploy")
     for event in [{"prefix": "ab"}, {"prefix": "a"}, {}, {"prefix": "zz"}, {"prefix": "ac"}]:
         kiln.invoke(name, event)
     wait_for(lambda: status(kiln, name)["Mode"] == "decontainerized", timeout=60, what="compiled")
     s = status(kiln, name)
     assert s["ModuleBytes"] > 0 and s["CompileSeconds"] > 0, s
+    # Its requests run in kiln: its snapshot goes and nothing is made ahead of demand for it.
+    wait_for(lambda: not made_ahead(name), timeout=30, what="the fast function's snapshot let go")
 
     rng = random.Random(7)
     letters = "abcdeilnorstuvz"
@@ -247,6 +254,8 @@ def test_traced_paths_run_fast_and_answer_exactly_as_node(kiln, tmp_path):
         return "Mode: decontainerized" in kiln.log_tail(response)
     wait_for(upper_is_fast, timeout=30, interval=1.1, what="the retraced path compiled")
     assert status(kiln, name)["Retraces"] >= 1
+
+    assert not made_ahead(name)
 
     metrics = kiln.signed_request("GET", "/metrics").text
     assert f'kiln_breakout_requests_total{{function="{name}",outcome="fast"}}' in metrics

@@ -10,7 +10,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use wasmtime::{
     Caller, Config, Engine, Global, InstancePre, Linker, Memory, Module, Store, StoreLimits,
@@ -195,6 +195,8 @@ pub struct Loaded {
 struct Ready {
     store: Store<State>,
     run: TypedFunc<(i32, i32), i64>,
+    /// When it last served a request (or was made).
+    since: Instant,
 }
 
 type Apply = TypedFunc<(i64, i64, i32, i64, i64, i64, i64), i64>;
@@ -260,7 +262,11 @@ impl Loaded {
             self.instantiate(Box::new(NoIntrinsics), TICK)
                 .and_then(|(mut store, instance)| {
                     let run = instance.get_typed_func(&mut store, "run")?;
-                    Ok(Ready { store, run })
+                    Ok(Ready {
+                        store,
+                        run,
+                        since: Instant::now(),
+                    })
                 });
         let ready = fresh.map_err(|error| Miss::new(format!("instantiation: {error}")))?;
         let memory = ready.store.data().memory.expect("set at instantiation");
@@ -290,9 +296,33 @@ impl Loaded {
             }
             _ => return,
         }
+        ready.since = Instant::now();
         if let Ok(mut idle) = self.idle.lock() {
             idle.push(ready);
         }
+    }
+
+    /// Lets the instances that have served no request for `idle_for` go, and the memory
+    /// their requests touched with them; returns how many went. The next request after a
+    /// quiet spell instantiates one again and copies the image in.
+    pub fn release_idle(&self, idle_for: Duration) -> usize {
+        let Some(cutoff) = Instant::now().checked_sub(idle_for) else {
+            return 0;
+        };
+        let gone: Vec<Ready> = match self.idle.lock() {
+            // Taken and put back last in, first out: the oldest are at the front.
+            Ok(mut idle) => {
+                let stale = idle.iter().take_while(|r| r.since <= cutoff).count();
+                idle.drain(..stale).collect()
+            }
+            Err(_) => return 0,
+        };
+        gone.len()
+    }
+
+    /// How many instances are idle, ready for a request.
+    pub fn idle_instances(&self) -> usize {
+        self.idle.lock().map_or(0, |idle| idle.len())
     }
 
     /// Serves one request: the event (JSON) in, the answer (JSON) or a miss out.

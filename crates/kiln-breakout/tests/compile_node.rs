@@ -1085,3 +1085,40 @@ fn banking_transacts_on_the_session_through_intrinsics_as_node_does() {
     );
     assert!(miss(&outcome).starts_with("TypeError"), "{outcome:?}");
 }
+
+#[test]
+fn idle_instances_go_after_a_quiet_spell_and_the_next_request_makes_one() {
+    if !node_available() {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let training = json!([{"n": 0}, {"n": 3}]);
+    let loaded = trace_and_load(
+        work.path(),
+        &Source::Program(CLOSURES),
+        &training,
+        &CompileOptions::default(),
+    );
+    let answer = |n: i64| match loaded.run(
+        json!({ "n": n }).to_string().as_bytes(),
+        Box::new(NoIntrinsics),
+        Duration::from_secs(1),
+    ) {
+        Outcome::Answer(json) => String::from_utf8(json).unwrap(),
+        other => panic!("{other:?}"),
+    };
+    let first = answer(5);
+    assert_eq!(loaded.idle_instances(), 1, "kept for the next request");
+    assert_eq!(
+        loaded.release_idle(Duration::from_secs(60)),
+        0,
+        "not idle long enough"
+    );
+    assert_eq!(loaded.idle_instances(), 1);
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(loaded.release_idle(Duration::from_millis(10)), 1);
+    assert_eq!(loaded.idle_instances(), 0);
+    // A fresh instance from the image answers as the kept one did.
+    assert_eq!(answer(5), first);
+    assert_eq!(loaded.idle_instances(), 1);
+}

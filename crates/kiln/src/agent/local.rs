@@ -119,6 +119,7 @@ impl NodeAgent for LocalAgent {
                     state.sessions.end_all(&mut state.instances.live, function);
                     state.ahead.newest.remove(function);
                     state.ahead.provisioned.remove(function);
+                    state.ahead.fast.remove(function);
                     // A function made again under its name starts with no demand of its own.
                     if let Some(pool) = state.instances.pools.get_mut(function) {
                         pool.demand = Default::default();

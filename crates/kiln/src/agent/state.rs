@@ -107,9 +107,20 @@ pub(super) struct MadeAhead {
     pub newest: HashMap<String, u64>,
     /// Each function's provisioned concurrency: instances made ahead of demand at least.
     pub provisioned: HashMap<String, usize>,
+    /// The revision of each function whose requests run on its compiled trace
+    /// (`decontainerized`): nothing is made ahead of demand for it, as for prebaking off. A
+    /// request that leaves the trace starts an instance on the warm path.
+    pub fast: HashMap<String, u64>,
 }
 
 impl MadeAhead {
+    /// Whether instances and snapshots of `spec` are made ahead of demand: prebaking is on and
+    /// its requests do not run on a compiled trace.
+    pub fn prebakes(&self, spec: &SharedSpec) -> bool {
+        spec.prebake.mode != crate::function::PrebakeMode::Off
+            && self.fast.get(&spec.function) != Some(&spec.revision)
+    }
+
     /// Whether the node knows of a newer revision of `spec`'s function (a request of the old
     /// one may still be finishing; nothing should be built for it).
     pub fn outdated(&self, spec: &SharedSpec) -> bool {

@@ -192,6 +192,8 @@ impl Inner {
         }
         if let Some(reason) = breakout.bounced() {
             breakout.set_ordinary(reason);
+            let (function, revision) = breakout.function_revision();
+            self.runs_ordinary(&function, revision);
             self.end_tracing(breakout).await;
         }
         Fast::Miss(text)

@@ -202,6 +202,11 @@ impl Breakout {
             })
     }
 
+    pub(super) fn function_revision(&self) -> (String, u64) {
+        let progress = self.progress.locked();
+        (progress.status.function.clone(), progress.status.revision)
+    }
+
     pub(super) fn mode(&self) -> BreakoutMode {
         self.progress.locked().status.mode
     }

@@ -179,6 +179,10 @@ impl Inner {
                         "[kiln] breakout: decontainerized (compiled in {:.1} ms)",
                         took.as_secs_f64() * 1000.0
                     );
+                    let (function, revision) =
+                        (progress.status.function.clone(), progress.status.revision);
+                    drop(progress);
+                    inner.runs_fast(&function, revision);
                 }
                 // A retrace that fails to compile keeps the module in place.
                 Err(reason) if retrace => {
@@ -279,7 +283,8 @@ impl Inner {
     }
 
     /// Tracing instances idle for longer than instances are kept go like idle instances (their
-    /// trace with them: tracing starts again with the next request).
+    /// trace with them: tracing starts again with the next request), and so do a compiled
+    /// trace's idle wasm instances (the memory their requests touched with them).
     pub(in crate::agent) fn reap_idle_tracers(&self, now: Instant) {
         let ttl = self.config.idle_ttl;
         let all: Vec<Arc<Breakout>> = self
@@ -290,6 +295,10 @@ impl Inner {
             .cloned()
             .collect();
         for breakout in all {
+            let fast = breakout.progress.locked().fast.clone();
+            if let Some(fast) = fast {
+                fast.release_idle(ttl);
+            }
             let Ok(mut slot) = breakout.tracer.try_lock() else {
                 continue;
             };

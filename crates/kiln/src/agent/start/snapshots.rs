@@ -69,6 +69,33 @@ impl Inner {
         }
     }
 
+    /// `revision` of `function` runs on its compiled trace: its snapshot and the instances
+    /// made ahead of it go, and none are made while it does (a request that leaves the trace
+    /// starts on the warm path, as a container starts in BREAKOUT).
+    pub(in crate::agent) fn runs_fast(&self, function: &str, revision: u64) {
+        let slot = {
+            let mut state = self.state();
+            state.ahead.fast.insert(function.to_string(), revision);
+            match state.ahead.zygotes.get(function) {
+                Some(slot) if slot.revision() == revision => state.ahead.zygotes.remove(function),
+                _ => None,
+            }
+        };
+        if let Some(slot) = slot {
+            self.discard(slot);
+        }
+        self.drop_spare(function, |r| r == revision);
+    }
+
+    /// `revision` of `function` no longer runs on a compiled trace: its next cold start builds
+    /// its snapshot again.
+    pub(in crate::agent) fn runs_ordinary(&self, function: &str, revision: u64) {
+        let mut state = self.state();
+        if state.ahead.fast.get(function) == Some(&revision) {
+            state.ahead.fast.remove(function);
+        }
+    }
+
     pub(in crate::agent) fn ready_zygote(&self, spec: &SharedSpec) -> Option<Arc<Zygote>> {
         match self.state().ahead.zygotes.get(&spec.function) {
             Some(SnapshotSlot::Ready(z)) if z.spec.revision == spec.revision && z.alive() => {
@@ -119,16 +146,12 @@ impl Inner {
         preparing: Option<crate::agent::Preparing>,
         rebuild: bool,
     ) {
-        use crate::function::PrebakeMode;
-        if spec.prebake.mode == PrebakeMode::Off {
-            return;
-        }
         let Some(can_fork) = self.ctx.runtimes.get(&spec.runtime).map(|r| r.can_fork()) else {
             return;
         };
         let id = {
             let mut state = self.state();
-            if state.shutting_down || state.ahead.outdated(spec) {
+            if state.shutting_down || state.ahead.outdated(spec) || !state.ahead.prebakes(spec) {
                 return;
             }
             if rebuild {
@@ -205,7 +228,7 @@ impl Inner {
                     )
                 };
                 match built {
-                    Ok(slot) if current && !state.shutting_down => {
+                    Ok(slot) if current && !state.shutting_down && state.ahead.prebakes(&spec) => {
                         tracing::info!(
                             function = %spec.function,
                             revision = spec.revision,

@@ -25,7 +25,7 @@ use super::zygote::{self, Zygote};
 use crate::agent::instance::{Instance, Priority};
 use crate::agent::state::State;
 use crate::agent::Inner;
-use crate::function::{PrebakeMode, SharedSpec};
+use crate::function::SharedSpec;
 
 /// The instances made ahead of demand for one function.
 pub(in crate::agent) struct Spares {
@@ -123,7 +123,7 @@ impl Inner {
     /// standby snapshot (ready or being built) is one of the instances made ahead.
     /// Returns the target of instances made ahead and how many of them are spares.
     fn spare_target(&self, state: &State, spec: &SharedSpec, now: Instant) -> (usize, usize) {
-        if spec.prebake.mode == PrebakeMode::Off {
+        if !state.ahead.prebakes(spec) {
             return (0, 0);
         }
         let (predicted, live) = state
@@ -169,7 +169,7 @@ impl Inner {
         spec: &SharedSpec,
         now: Instant,
     ) -> bool {
-        if spec.prebake.mode == PrebakeMode::Off
+        if !state.ahead.prebakes(spec)
             || state.ahead.newest.get(&spec.function) != Some(&spec.revision)
             || self
                 .ctx
@@ -219,13 +219,15 @@ impl Inner {
     /// How `spec`'s spares are made now, if they can be: from its ready zygote, or by booting
     /// whole instances where its runtime cannot fork and its snapshot did not fail.
     fn maker(&self, spec: &SharedSpec) -> Option<Maker> {
-        if spec.prebake.mode == PrebakeMode::Off {
+        let state = self.state();
+        if !state.ahead.prebakes(spec) {
             return None;
         }
         if self.ctx.runtimes.get(&spec.runtime)?.can_fork() {
+            drop(state);
             return self.ready_zygote(spec).map(Maker::Fork);
         }
-        match self.state().ahead.zygotes.get(&spec.function) {
+        match state.ahead.zygotes.get(&spec.function) {
             Some(SnapshotSlot::Failed { revision, .. }) if *revision == spec.revision => None,
             _ => Some(Maker::Boot),
         }
