@@ -108,6 +108,10 @@ if [ ! -x "$KILN_BIN" ] || [ ! -x "$LOADGEN" ]; then
 fi
 VENV=$ROOT/.venv
 [ -x "$VENV/bin/python" ] || ./scripts/setup-test-env.sh
+if ! "$VENV/bin/python" -c "import numpy, boto3" 2>/dev/null; then
+    say "installing bench/requirements.txt into .venv"
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check -r bench/requirements.txt
+fi
 
 # One kiln per part: start_part LOG-NAME FLAGS...; servers.json for run.py.
 start_part() {

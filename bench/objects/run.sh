@@ -22,6 +22,9 @@ for arg in "$@"; do
     esac
 done
 ./scripts/setup-test-env.sh
+if ! .venv/bin/python -c "import matplotlib" 2>/dev/null; then
+    .venv/bin/pip install --quiet --disable-pip-version-check -r bench/requirements.txt
+fi
 ./scripts/setup-build-env.sh
 if [ "$PROFILE" = release ]; then cargo build --release --bin kiln; else cargo build --bin kiln; fi
 rm -rf "$WORK"

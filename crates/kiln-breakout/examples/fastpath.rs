@@ -6,6 +6,8 @@
 //!
 //! e.g. `... fastpath crates/kiln-breakout/tests/fixtures/maze '[{"x1":0,"y1":0,"x2":29,"y2":29}]'
 //! '{"x1":0,"y1":0,"x2":29,"y2":29}' 2000 2`. Prints the answer and the mean time of a run.
+//! With `FASTPATH_LOADS=N`, also loads the module N more times and prints what each loaded
+//! copy keeps resident: loaded, after one run, and once its idle instance is released.
 
 use std::path::Path;
 use std::process::Command;
@@ -47,6 +49,44 @@ fn main() {
     let bytes = compile(&trace, &CompileOptions::default()).expect("a compiled trace");
     let engine = FastPathEngine::new(Limits::default()).expect("an engine");
     let loaded = Arc::new(engine.load(&bytes).expect("a loaded module"));
+    println!(
+        "module: {} bytes; image: {} bytes",
+        bytes.len(),
+        loaded.image_bytes()
+    );
+    if let Some(loads) = std::env::var("FASTPATH_LOADS")
+        .ok()
+        .and_then(|n| n.parse::<usize>().ok())
+    {
+        // What each loaded copy keeps resident (as kiln keeps one per decontainerized function).
+        let before = resident_bytes();
+        let copies: Vec<_> = (0..loads)
+            .map(|_| engine.load(&bytes).expect("a loaded module"))
+            .collect();
+        let after = resident_bytes();
+        println!(
+            "{loads} more loads: {:.1} KB resident each",
+            (after - before) as f64 / 1024.0 / loads as f64
+        );
+        for copy in &copies {
+            copy.run(
+                &event_of(event),
+                Box::new(NoIntrinsics),
+                Duration::from_secs(10),
+            );
+        }
+        println!(
+            "after one run each: {:.1} KB resident each",
+            (resident_bytes() - before) as f64 / 1024.0 / loads as f64
+        );
+        for copy in &copies {
+            copy.release_idle(Duration::ZERO);
+        }
+        println!(
+            "idle instances released: {:.1} KB resident each",
+            (resident_bytes() - before) as f64 / 1024.0 / loads as f64
+        );
+    }
     let event = event.as_bytes().to_vec();
     match loaded.run(&event, Box::new(NoIntrinsics), Duration::from_secs(10)) {
         Outcome::Answer(answer) => println!("answer: {}", String::from_utf8_lossy(&answer)),
@@ -74,4 +114,19 @@ fn main() {
         "{runs} runs x {threads} threads: {:.1} µs per run (wall / runs per thread)",
         elapsed.as_secs_f64() * 1e6 / f64::from(runs)
     );
+}
+
+fn event_of(event: &str) -> Vec<u8> {
+    event.as_bytes().to_vec()
+}
+
+/// This process's resident memory (`/proc/self/statm`), in bytes.
+fn resident_bytes() -> i64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: i64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    pages * 4096
 }

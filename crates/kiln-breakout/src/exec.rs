@@ -320,6 +320,12 @@ impl Loaded {
         gone.len()
     }
 
+    /// The size of the image every request starts from (the memory `init` left, up to the
+    /// heap's top).
+    pub fn image_bytes(&self) -> usize {
+        self.image.len()
+    }
+
     /// How many instances are idle, ready for a request.
     pub fn idle_instances(&self) -> usize {
         self.idle.lock().map_or(0, |idle| idle.len())
