@@ -2,6 +2,8 @@
 //! (lone surrogates kept, and escaped when printed), property order (integer keys first,
 //! ascending, then insertion order), and numbers printed as `Number::toString` prints them.
 
+use std::borrow::Cow;
+
 use super::heap::Heap;
 use super::ops::number_to_string;
 use super::value::{Value, TAG_ARRAY, TAG_OBJECT, TAG_STRING};
@@ -26,12 +28,70 @@ pub fn parse(heap: &mut Heap<'_>, text: &[u16]) -> Result<Value, Miss> {
     Ok(value)
 }
 
+/// A JSON value from the host (an intrinsic's answer), on the heap: what `parse` makes of its
+/// text, without printing and parsing it (object keys in the map's order, numbers as `f64`).
+pub fn from_serde(heap: &mut Heap<'_>, value: &serde_json::Value) -> Result<Value, Miss> {
+    let mut units = Vec::new();
+    from_serde_at(heap, value, &mut units, 0)
+}
+
+fn from_serde_at(
+    heap: &mut Heap<'_>,
+    value: &serde_json::Value,
+    units: &mut Vec<u16>,
+    depth: usize,
+) -> Result<Value, Miss> {
+    use serde_json::Value as Json;
+    if depth > MAX_DEPTH {
+        return Err(Miss::new("JSON nested too deeply"));
+    }
+    let mut string = |heap: &mut Heap<'_>, text: &str| {
+        utf16_into(text, units);
+        heap.string(units)
+    };
+    match value {
+        Json::Null => Ok(Value::NULL),
+        Json::Bool(b) => Ok(Value::boolean(*b)),
+        Json::Number(n) => n.as_f64().map(Value::number).ok_or_else(invalid),
+        Json::String(text) => string(heap, text),
+        Json::Array(items) => {
+            let array = heap.array(0)?;
+            for item in items {
+                let item = from_serde_at(heap, item, units, depth + 1)?;
+                heap.push(array, item)?;
+            }
+            Ok(array)
+        }
+        Json::Object(fields) => {
+            let object = heap.object(Value::NULL)?;
+            for (key, field) in fields {
+                utf16_into(key, units);
+                let key = heap.string(units)?;
+                let field = from_serde_at(heap, field, units, depth + 1)?;
+                heap.set_own(object, key, field)?;
+            }
+            Ok(object)
+        }
+    }
+}
+
+/// `text`'s UTF-16 units in `units` (cleared first); ASCII, the usual case, a unit per byte.
+fn utf16_into(text: &str, units: &mut Vec<u16>) {
+    units.clear();
+    if text.is_ascii() {
+        units.extend(text.bytes().map(u16::from));
+    } else {
+        units.reserve(text.len());
+        units.extend(text.encode_utf16());
+    }
+}
+
 struct Parser<'t> {
     text: &'t [u16],
     at: usize,
 }
 
-impl Parser<'_> {
+impl<'t> Parser<'t> {
     fn peek(&self) -> Option<u16> {
         self.text.get(self.at).copied()
     }
@@ -166,15 +226,26 @@ impl Parser<'_> {
             .map_err(|_| invalid())
     }
 
-    /// A string literal at the cursor, its escapes decoded.
-    fn string(&mut self) -> Result<Vec<u16>, Miss> {
+    /// A string literal at the cursor, its escapes decoded: the text itself when it has none.
+    fn string(&mut self) -> Result<Cow<'t, [u16]>, Miss> {
         self.at += 1;
-        let mut out = Vec::new();
+        let text = self.text;
+        let start = self.at;
+        let plain = text[start..]
+            .iter()
+            .position(|&u| u == 0x22 || u == 0x5C || u < 0x20)
+            .ok_or_else(invalid)?;
+        self.at += plain;
+        if text[self.at] == 0x22 {
+            self.at += 1;
+            return Ok(Cow::Borrowed(&text[start..self.at - 1]));
+        }
+        let mut out = text[start..self.at].to_vec();
         loop {
             let unit = self.peek().ok_or_else(invalid)?;
             self.at += 1;
             match unit {
-                0x22 => return Ok(out),
+                0x22 => return Ok(Cow::Owned(out)),
                 0x5C => {
                     let escape = self.peek().ok_or_else(invalid)?;
                     self.at += 1;
@@ -384,6 +455,41 @@ mod tests {
             r#"{"1":{},"2":true,"b":[1,2.5,0,1e+21,"x\u0001\ud800"],"a":null}"#
         );
         assert_eq!(round_trip(r#"{"a":1,"a":2,"b":3}"#), r#"{"a":2,"b":3}"#);
+    }
+
+    #[test]
+    fn a_host_value_is_on_the_heap_as_its_text_parses() {
+        let values = [
+            serde_json::json!({"b": [1, 2.5, -0.0, 1e21, "x\u{1}é😀"], "a": null, "2": true, "1": {},
+                               "big": 12345678901234567890u64, "neg": -17, "esc": "a\"b\\c\n"}),
+            serde_json::json!([[], [[]], "", 0.1, false]),
+            serde_json::json!("only a string"),
+            serde_json::json!(3),
+        ];
+        for value in values {
+            let mut mem = vec![0u8; 1 << 20];
+            mem[HEAP_TOP as usize..HEAP_TOP as usize + 4]
+                .copy_from_slice(&DATA_START.to_le_bytes());
+            let mut heap = Heap::new(&mut mem);
+            let direct = from_serde(&mut heap, &value).unwrap();
+            let units: Vec<u16> = value.to_string().encode_utf16().collect();
+            let parsed = parse(&mut heap, &units).unwrap();
+            let direct = stringify(&mut heap, direct).unwrap().unwrap();
+            let parsed = stringify(&mut heap, parsed).unwrap().unwrap();
+            assert_eq!(
+                String::from_utf16_lossy(&direct),
+                String::from_utf16_lossy(&parsed),
+                "{value}"
+            );
+        }
+    }
+
+    #[test]
+    fn strings_with_and_without_escapes_parse_alike() {
+        assert_eq!(
+            round_trip(r#"["plain", "tab\tend", "\u0041BC", "", "q\""]"#),
+            r#"["plain","tab\tend","ABC","","q\""]"#
+        );
     }
 
     #[test]

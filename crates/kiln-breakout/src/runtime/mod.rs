@@ -507,6 +507,5 @@ pub fn to_json(heap: &mut Heap<'_>, value: Value) -> Result<serde_json::Value, M
 
 /// A JSON value from an intrinsic, on the heap.
 pub fn from_json(heap: &mut Heap<'_>, value: &serde_json::Value) -> Result<Value, Miss> {
-    let text: Vec<u16> = value.to_string().encode_utf16().collect();
-    json::parse(heap, &text)
+    json::from_serde(heap, value)
 }
