@@ -45,15 +45,14 @@ fn from_serde_at(
     if depth > MAX_DEPTH {
         return Err(Miss::new("JSON nested too deeply"));
     }
-    let mut string = |heap: &mut Heap<'_>, text: &str| {
-        utf16_into(text, units);
-        heap.string(units)
-    };
     match value {
         Json::Null => Ok(Value::NULL),
         Json::Bool(b) => Ok(Value::boolean(*b)),
         Json::Number(n) => n.as_f64().map(Value::number).ok_or_else(invalid),
-        Json::String(text) => string(heap, text),
+        Json::String(text) => {
+            utf16_into(text, units);
+            heap.string(units)
+        }
         Json::Array(items) => {
             let array = heap.array(0)?;
             for item in items {
