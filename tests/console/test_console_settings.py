@@ -57,6 +57,35 @@ def test_the_url_is_given_changed_and_taken_away_on_the_page(kiln, driver, reque
     wait(driver).until(EC.text_to_be_present_in_element((By.ID, "fn-url"), "signed requests only"))
     assert requests.get(url, timeout=30).status_code == 403
 
+    # Its CORS, edited on the page: the URL's config has it, and a preflight is answered by it.
+    wait(driver).until(EC.presence_of_element_located((By.ID, "cors-origins")))
+    driver.find_element(By.ID, "cors-origins").send_keys("https://app.example, https://admin.example")
+    driver.find_element(By.ID, "cors-methods").send_keys("GET, POST")
+    driver.find_element(By.ID, "cors-max-age").send_keys("600")
+    driver.find_element(By.ID, "cors-credentials").click()
+    driver.find_element(By.ID, "cors-save").click()
+    lam = kiln.client()
+
+    def cors():
+        got = lam.get_function_url_config(FunctionName="console-url-page").get("Cors") or {}
+        return got if got.get("AllowOrigins") else None
+    got = wait(driver).until(lambda d: cors())
+    assert got == {"AllowOrigins": ["https://app.example", "https://admin.example"],
+                   "AllowMethods": ["GET", "POST"], "MaxAge": 600, "AllowCredentials": True}, got
+    preflight = requests.options(url, timeout=30, headers={
+        "Origin": "https://admin.example", "Access-Control-Request-Method": "POST"})
+    assert preflight.headers.get("Access-Control-Allow-Origin") == "https://admin.example", preflight.headers
+    # Drawn again from the config, the form shows what is saved; cleared, CORS goes.
+    wait(driver).until(lambda d: d.find_element(By.ID, "cors-origins").get_attribute("value")
+                       == "https://app.example, https://admin.example")
+    assert driver.find_element(By.ID, "url-auth").get_attribute("value") == "AWS_IAM", "the auth is kept"
+    driver.find_element(By.ID, "cors-origins").clear()
+    driver.find_element(By.ID, "cors-methods").clear()
+    driver.find_element(By.ID, "cors-max-age").clear()
+    driver.find_element(By.ID, "cors-credentials").click()
+    driver.find_element(By.ID, "cors-save").click()
+    wait(driver).until(lambda d: not (lam.get_function_url_config(FunctionName="console-url-page").get("Cors") or {}))
+    shot(driver, request, "url-cors")
     driver.find_element(By.ID, "url-delete").click()
     wait(driver).until(EC.presence_of_element_located((By.ID, "url-none")))
     assert kiln.client().list_function_url_configs(FunctionName="console-url-page")["FunctionUrlConfigs"] == []

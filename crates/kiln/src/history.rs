@@ -15,6 +15,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::metrics::duration::{self, BUCKETS};
+use crate::objects::cache::CacheReading;
 use crate::sync::LockExt;
 
 /// An hour at one sample a second.
@@ -36,6 +37,26 @@ pub struct Counts {
     /// The highest memory noted since the last reading (not a counter: each reading has its
     /// own).
     pub memory: MemoryPeak,
+    /// The function's memory model as it is at the reading, if it has one.
+    pub model: Option<ModelReading>,
+}
+
+/// A memory model at one reading: whether it sizes the function's instances, and the share of
+/// its recent predictions that were exact or over, in thousandths.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ModelReading {
+    pub mature: bool,
+    pub exact_or_over_permille: Option<u16>,
+}
+
+impl ModelReading {
+    pub fn new(mature: bool, exact_or_over: Option<f64>) -> Self {
+        Self {
+            mature,
+            exact_or_over_permille: exact_or_over
+                .map(|a| (a.clamp(0.0, 1.0) * 1000.0).round() as u16),
+        }
+    }
 }
 
 /// The highest Max Memory Used of a function's invocations in some time, and the highest
@@ -65,6 +86,7 @@ impl Counts {
             starts: [0, 1, 2].map(|i| d(before.starts[i], self.starts[i])),
             durations: std::array::from_fn(|i| d(before.durations[i], self.durations[i])),
             memory: self.memory,
+            model: self.model,
         }
     }
 }
@@ -142,8 +164,34 @@ pub struct Sample {
     pub p50_ms: Option<f64>,
     #[serde(rename = "P99")]
     pub p99_ms: Option<f64>,
+    /// The object store's requests in the second, those answered with an error, and the
+    /// bytes it read and sent.
+    pub object_requests: u64,
+    pub object_errors: u64,
+    pub object_bytes_in: u64,
+    pub object_bytes_out: u64,
     #[serde(skip)]
     durations: duration::Counts,
+}
+
+/// The object store's counters at one reading ([`crate::objects::Traffic`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TrafficReading {
+    pub requests: u64,
+    pub errors: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+}
+
+impl TrafficReading {
+    pub fn of(traffic: &crate::objects::Traffic) -> Self {
+        Self {
+            requests: traffic.requests.get(),
+            errors: traffic.errors.get(),
+            bytes_in: traffic.bytes_in.get(),
+            bytes_out: traffic.bytes_out.get(),
+        }
+    }
 }
 
 impl Sample {
@@ -169,6 +217,8 @@ struct Minute {
     /// Cold starts by path: coldest, warm, hot.
     starts: [u64; 3],
     memory: MemoryPeak,
+    /// The memory model at the minute's last reading with invocations.
+    model: Option<ModelReading>,
 }
 
 /// What the history holds of one function.
@@ -197,6 +247,7 @@ impl Tracked {
                 durations: Spread::default(),
                 starts: [0; 3],
                 memory: MemoryPeak::default(),
+                model: None,
             });
         }
         let minute = self.minutes.back_mut().expect("pushed");
@@ -207,6 +258,9 @@ impl Tracked {
             *total += more;
         }
         minute.memory.add(d.memory);
+        if d.model.is_some() {
+            minute.model = d.model;
+        }
         while self
             .minutes
             .front()
@@ -237,10 +291,38 @@ impl Activity {
     }
 }
 
+/// The object cache in one second: what it did in it and what it held at its end.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct CacheSample {
+    /// Unix seconds at the end of the second.
+    pub time: i64,
+    pub hits: u64,
+    pub misses: u64,
+    /// Objects taken in: reads' objects kept and writes acknowledged.
+    pub admitted: u64,
+    pub evictions: u64,
+    pub written_back: u64,
+    pub capacity_bytes: u64,
+    pub used_bytes: u64,
+    /// What instances could lend the cache, and the slack kept from it (when it is sized by
+    /// lending: `Lent`).
+    pub lendable_bytes: u64,
+    pub slack_bytes: u64,
+    pub lent: bool,
+    pub dirty_bytes: u64,
+    /// How long the oldest acknowledged write not yet written back had waited, in ms.
+    pub lag_ms: u64,
+    pub journal_bytes: u64,
+}
+
 #[derive(Default)]
 struct State {
     readings: u64,
     samples: VecDeque<Sample>,
+    cache_last: Option<CacheReading>,
+    traffic_last: TrafficReading,
+    cache: VecDeque<CacheSample>,
     functions: HashMap<String, Tracked>,
     /// The last counts of functions no reading names any more: the metrics keep a deleted
     /// function's counters, so one made again under its name counts on from them.
@@ -274,6 +356,7 @@ impl History {
             samples,
             functions,
             gone,
+            ..
         } = &mut *state;
         *readings += 1;
         let generation = *readings;
@@ -311,6 +394,61 @@ impl History {
             samples.pop_front();
         }
         samples.push_back(sample);
+    }
+
+    /// Adds the object store's traffic since the last reading (from zero at the first: its
+    /// counters start with kiln) to the newest sample.
+    pub fn record_traffic(&self, reading: TrafficReading) {
+        let mut state = self.state.locked();
+        let before = std::mem::replace(&mut state.traffic_last, reading);
+        let Some(sample) = state.samples.back_mut() else {
+            return;
+        };
+        let d = |b: u64, a: u64| a.saturating_sub(b);
+        sample.object_requests = d(before.requests, reading.requests);
+        sample.object_errors = d(before.errors, reading.errors);
+        sample.object_bytes_in = d(before.bytes_in, reading.bytes_in);
+        sample.object_bytes_out = d(before.bytes_out, reading.bytes_out);
+    }
+
+    /// Records a reading of the object cache taken at `time`: its counters' differences from
+    /// the last reading (from zero at the first: they start with kiln) and its gauges.
+    pub fn record_cache(&self, time: i64, reading: CacheReading) {
+        let mut state = self.state.locked();
+        let before = state.cache_last.replace(reading).unwrap_or_default();
+        let d = |b: u64, a: u64| a.saturating_sub(b);
+        let memory = reading.memory;
+        let sample = CacheSample {
+            time,
+            hits: d(before.hits, reading.hits),
+            misses: d(before.misses, reading.misses),
+            admitted: d(before.admitted, reading.admitted),
+            evictions: d(before.evictions, reading.evictions),
+            written_back: d(before.written_back, reading.written_back),
+            capacity_bytes: memory.capacity_bytes,
+            used_bytes: memory.used_bytes,
+            lendable_bytes: memory.lendable_bytes,
+            slack_bytes: memory.slack_bytes,
+            lent: memory.lent,
+            dirty_bytes: reading.dirty_bytes,
+            lag_ms: reading.lag_ms,
+            journal_bytes: reading.journal_bytes,
+        };
+        if state.cache.len() == self.capacity {
+            state.cache.pop_front();
+        }
+        state.cache.push_back(sample);
+    }
+
+    /// The object cache's samples of the last `seconds`, oldest first (none without a cache).
+    pub fn cache(&self, seconds: usize) -> Vec<CacheSample> {
+        let state = self.state.locked();
+        let cache = &state.cache;
+        cache
+            .iter()
+            .skip(cache.len().saturating_sub(seconds))
+            .copied()
+            .collect()
     }
 
     /// The samples of the last `seconds`, oldest first.
@@ -366,6 +504,7 @@ impl History {
                 let p = Percentiles::of(&durations);
                 let starts = minute.map_or([0; 3], |m| m.starts);
                 let memory = minute.map_or(MemoryPeak::default(), |m| m.memory);
+                let model = minute.and_then(|m| m.model);
                 let mb = |v: u64| (v > 0).then_some(v);
                 MinuteSample {
                     time: start,
@@ -378,6 +517,10 @@ impl History {
                     hot: starts[2],
                     max_memory_used_mb: mb(memory.used_mb),
                     predicted_limit_mb: mb(memory.limit_mb),
+                    model_accuracy: model
+                        .and_then(|m| m.exact_or_over_permille)
+                        .map(|p| f64::from(p) / 1000.0),
+                    model_sizing: model.map(|m| m.mature),
                 }
             })
             .collect();
@@ -434,6 +577,11 @@ pub struct MinuteSample {
     /// function's MemorySize).
     #[serde(rename = "PredictedLimit")]
     pub predicted_limit_mb: Option<u64>,
+    /// The share of the memory model's recent predictions that were exact or over (0 to 1),
+    /// at the minute's last reading; none without a model or invocations.
+    pub model_accuracy: Option<f64>,
+    /// Whether the model sized the function's instances then (mature) or was learning.
+    pub model_sizing: Option<bool>,
 }
 
 /// A function's last hour.
@@ -445,9 +593,13 @@ pub struct FunctionHistory {
     pub buckets: duration::Counts,
 }
 
-/// Reads every function's counters (`read`) every [`INTERVAL`] into `history` for as long as
-/// `history` is held elsewhere.
-pub fn sample(history: &Arc<History>, read: impl Fn() -> Vec<(String, Counts)> + Send + 'static) {
+/// Reads every function's counters (`read`), and the object cache's (`cache`) when there is
+/// one, every [`INTERVAL`] into `history` for as long as `history` is held elsewhere.
+pub fn sample(
+    history: &Arc<History>,
+    read: impl Fn() -> Vec<(String, Counts)> + Send + 'static,
+    cache: Option<Arc<crate::objects::cache::ObjectCache>>,
+) {
     let weak = Arc::downgrade(history);
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(INTERVAL);
@@ -457,7 +609,12 @@ pub fn sample(history: &Arc<History>, read: impl Fn() -> Vec<(String, Counts)> +
             let Some(history) = weak.upgrade() else {
                 return;
             };
-            history.record(chrono::Utc::now().timestamp(), read());
+            let now = chrono::Utc::now().timestamp();
+            history.record(now, read());
+            history.record_traffic(TrafficReading::of(crate::objects::traffic()));
+            if let Some(cache) = &cache {
+                history.record_cache(now, cache.reading());
+            }
         }
     });
 }
@@ -696,5 +853,116 @@ mod tests {
             None,
             "a minute without invocations"
         );
+    }
+
+    /// A model's accuracy is kept per minute as its last reading with invocations had it; a
+    /// minute without invocations, or a function without a model, has none.
+    #[test]
+    fn each_minute_keeps_the_model_as_its_last_invocations_saw_it() {
+        let history = History::new(10);
+        let reading = |invocations: u64, model: Option<ModelReading>| {
+            one(
+                "f",
+                Counts {
+                    model,
+                    ..counts(invocations, 0, 0)
+                },
+            )
+        };
+        history.record(60, reading(0, None));
+        history.record(61, reading(1, None));
+        history.record(121, reading(2, Some(ModelReading::new(false, Some(0.5)))));
+        history.record(122, reading(3, Some(ModelReading::new(true, Some(0.9349)))));
+        // A reading with no invocations does not change the minute's model.
+        history.record(123, reading(3, Some(ModelReading::new(true, Some(0.1)))));
+        let f = history.function("f", 125);
+        let minute = |start: i64| *f.minutes.iter().find(|m| m.time == start).expect("kept");
+        assert_eq!(
+            (minute(60).model_accuracy, minute(60).model_sizing),
+            (None, None)
+        );
+        assert_eq!(minute(120).model_accuracy, Some(0.935));
+        assert_eq!(minute(120).model_sizing, Some(true));
+        assert_eq!(minute(0).model_accuracy, None, "no invocations");
+    }
+
+    #[test]
+    fn the_cache_samples_are_differences_of_its_counters_beside_its_gauges() {
+        let history = History::new(2);
+        assert!(history.cache(10).is_empty());
+        let reading = |hits: u64, evictions: u64, dirty_bytes: u64, lag_ms: u64| CacheReading {
+            hits,
+            misses: 1,
+            admitted: 1,
+            evictions,
+            dirty_bytes,
+            lag_ms,
+            journal_bytes: 4096,
+            memory: crate::objects::cache::CacheMemory {
+                lent: true,
+                capacity_bytes: 100,
+                used_bytes: 60,
+                lendable_bytes: 120,
+                slack_bytes: 20,
+            },
+            ..CacheReading::default()
+        };
+        history.record_cache(1, reading(5, 0, 10, 3));
+        history.record_cache(2, reading(9, 2, 0, 0));
+        // The counters went down: the cache was made again; nothing is counted.
+        history.record_cache(3, reading(1, 0, 0, 0));
+        let kept = history.cache(10);
+        assert_eq!(kept.iter().map(|s| s.time).collect::<Vec<_>>(), vec![2, 3]);
+        let (second, third) = (kept[0], kept[1]);
+        assert_eq!((second.hits, second.misses, second.evictions), (4, 0, 2));
+        assert_eq!((second.dirty_bytes, second.lag_ms), (0, 0));
+        assert_eq!(
+            (
+                second.capacity_bytes,
+                second.used_bytes,
+                second.lendable_bytes,
+                second.slack_bytes
+            ),
+            (100, 60, 120, 20)
+        );
+        assert!(second.lent);
+        assert_eq!(second.journal_bytes, 4096);
+        assert_eq!((third.hits, third.evictions), (0, 0));
+        assert_eq!(history.cache(1), vec![third]);
+    }
+
+    #[test]
+    fn the_object_stores_traffic_goes_into_the_newest_second() {
+        let history = History::new(10);
+        history.record_traffic(TrafficReading {
+            requests: 3,
+            ..Default::default()
+        });
+        assert!(history.last(10).is_empty(), "no second to add it to");
+        history.record(1, vec![]);
+        history.record_traffic(TrafficReading {
+            requests: 5,
+            errors: 1,
+            bytes_in: 10,
+            bytes_out: 20,
+        });
+        history.record(2, vec![]);
+        history.record_traffic(TrafficReading {
+            requests: 9,
+            errors: 1,
+            bytes_in: 10,
+            bytes_out: 70,
+        });
+        let kept = history.last(10);
+        let traffic = |s: &Sample| {
+            (
+                s.object_requests,
+                s.object_errors,
+                s.object_bytes_in,
+                s.object_bytes_out,
+            )
+        };
+        assert_eq!(traffic(&kept[0]), (2, 1, 10, 20));
+        assert_eq!(traffic(&kept[1]), (4, 0, 0, 50));
     }
 }

@@ -370,7 +370,11 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     let history = config.console.is_some().then(|| {
         let history = Arc::new(crate::history::History::new(crate::history::SAMPLES));
         let counted = controller.clone();
-        crate::history::sample(&history, move || counted.counts());
+        crate::history::sample(
+            &history,
+            move || counted.counts(),
+            s3.store.cache().cloned(),
+        );
         history
     });
     // Schedules fire from one node: in cluster mode they wait for an elected scheduler.

@@ -41,9 +41,11 @@ pub struct HistoryQuery {
 
 /// The node's activity a second at a time, oldest first: `{"IntervalSeconds": 1, "Samples":
 /// [{"Time", "Invocations", "Errors", "Throttles", "Coldest", "Warm", "Hot", "P50", "P99"}],
-/// "Duration": {"Count", "P50", "P99"}}` for the last `seconds` (300 by default, up to an
-/// hour); durations in milliseconds, each second's and the whole window's. Kept while the
-/// console is on.
+/// "Duration": {"Count", "P50", "P99"}, "Cache": [{"Time", "Hits", "Misses", "Admitted",
+/// "Evictions", "WrittenBack", "CapacityBytes", "UsedBytes", "LendableBytes", "SlackBytes",
+/// "Lent", "DirtyBytes", "LagMs", "JournalBytes"}]}` for the last `seconds` (300 by default,
+/// up to an hour); durations in milliseconds, each second's and the whole window's; `Cache`
+/// null without an object cache. Kept while the console is on.
 pub async fn history(
     State(state): State<SharedState>,
     Query(query): Query<HistoryQuery>,
@@ -68,6 +70,10 @@ pub async fn history(
         "IntervalSeconds": crate::history::INTERVAL.as_secs(),
         "Samples": history.last(seconds),
         "Duration": history.durations(seconds),
+        "Cache": state
+            .controller
+            .object_cache_memory()
+            .map(|_| history.cache(seconds)),
     }))
     .into_response())
 }

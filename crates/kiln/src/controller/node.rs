@@ -156,10 +156,14 @@ impl Controller {
             .iter()
             .map(|(name, entry)| (name.clone(), entry.clone()))
             .collect();
+        let models = self.predictor.accuracies();
         entries
             .into_iter()
             .map(|(name, entry)| {
                 let mut counts = self.metrics.counts(&name);
+                counts.model = models
+                    .get(&name)
+                    .map(|&(mature, accuracy)| crate::history::ModelReading::new(mature, accuracy));
                 // Each version notes its own invocations' memory, and so does the code an
                 // update falls back on.
                 let noted = std::iter::once(&entry)

@@ -334,6 +334,7 @@ impl Metrics {
     /// kiln's metrics, with the object cache's when there is one.
     pub fn with_object_cache(cache: Option<&crate::objects::cache::CacheMetrics>) -> Self {
         let mut metrics = Self::default();
+        crate::objects::traffic().register(&mut metrics.registry);
         if let Some(cache) = cache {
             cache.register(&mut metrics.registry);
         }
@@ -364,6 +365,7 @@ impl Metrics {
                 .get(&labels)
                 .map_or([0; duration::BUCKETS], |h| h.counts()),
             memory: crate::history::MemoryPeak::default(),
+            model: None,
         }
     }
 

@@ -34,6 +34,7 @@ mod remote;
 pub mod sandbox;
 pub mod sdk_keys;
 mod serve;
+pub use serve::{traffic, Traffic};
 mod shadow;
 pub(crate) mod shared;
 pub mod spans;

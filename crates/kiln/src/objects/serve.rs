@@ -59,6 +59,7 @@ impl hyper::body::Body for DrainOnDrop {
         if let Poll::Ready(Some(Ok(frame))) = &polled {
             let len = frame.data_ref().map_or(0, |d| d.len() as u64);
             self.received += len;
+            traffic().bytes_in.inc_by(len);
         }
         polled
     }
@@ -145,6 +146,55 @@ fn refuse_as_policy_failure(response: &mut http::Response<s3s::Body>) {
 
 /// A request's number, whose 16 upper-case hex digits are its id as S3's look: unique within
 /// this process, and not guessable across processes.
+/// The object store's traffic in this process, on every listener (the node's and the
+/// sandboxes'): `kiln_object_store_*` in `/metrics`, and the console's overview.
+#[derive(Debug, Clone, Default)]
+pub struct Traffic {
+    pub requests: prometheus_client::metrics::counter::Counter,
+    /// Requests answered with a status of 400 or more.
+    pub errors: prometheus_client::metrics::counter::Counter,
+    /// Request bodies' bytes, as read.
+    pub bytes_in: prometheus_client::metrics::counter::Counter,
+    /// Answers' bytes, as their `Content-Length` says.
+    pub bytes_out: prometheus_client::metrics::counter::Counter,
+}
+
+impl Traffic {
+    pub fn register(&self, registry: &mut prometheus_client::registry::Registry) {
+        let counters = [
+            ("object_store_requests", "Requests the object store answered (every listener: the node's and the sandboxes')", &self.requests),
+            ("object_store_errors", "Object store requests answered with a status of 400 or more", &self.errors),
+            ("object_store_received_bytes", "Request bodies' bytes the object store read", &self.bytes_in),
+            ("object_store_sent_bytes", "Bytes of the object store's answers, as their Content-Length says", &self.bytes_out),
+        ];
+        for (name, help, counter) in counters {
+            registry.register(name, help, counter.clone());
+        }
+    }
+}
+
+/// Counts an answer's bytes, and whether it is an error, in the process's [`Traffic`].
+fn count_answer<B>(response: &http::Response<B>) {
+    let traffic = traffic();
+    if response.status().as_u16() >= 400 {
+        traffic.errors.inc();
+    }
+    let length = response
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(length) = length {
+        traffic.bytes_out.inc_by(length);
+    }
+}
+
+/// The process's [`Traffic`].
+pub fn traffic() -> &'static Traffic {
+    static TRAFFIC: std::sync::OnceLock<Traffic> = std::sync::OnceLock::new();
+    TRAFFIC.get_or_init(Traffic::default)
+}
+
 fn request_number() -> u64 {
     static NEXT: std::sync::OnceLock<std::sync::atomic::AtomicU64> = std::sync::OnceLock::new();
     let next = NEXT.get_or_init(|| std::sync::atomic::AtomicU64::new(rand::random::<u64>() >> 1));
@@ -408,6 +458,7 @@ pub(crate) fn serve_tagged(
             // The process that holds the connection's other end, once known.
             let owner = Arc::new(std::sync::Mutex::new(None::<u32>));
             let handler = service_fn(move |mut req: hyper::Request<Incoming>| {
+                traffic().requests.inc();
                 req.extensions_mut().insert(scope.clone());
                 let request_number = request_number();
                 // The ids a write's event notification repeats (reads need none).
@@ -474,6 +525,7 @@ pub(crate) fn serve_tagged(
                         if response.status().as_u16() >= 400 {
                             complete_error(&mut response, &request_id);
                         }
+                        count_answer(&response);
                         return Ok::<_, s3s::HttpError>(response);
                     }
                     let req = if posts {
@@ -490,6 +542,7 @@ pub(crate) fn serve_tagged(
                                 });
                                 add_request_ids(&mut response, &request_id);
                                 complete_error(&mut response, &request_id);
+                                count_answer(&response);
                                 return Ok(response);
                             }
                         }
@@ -525,6 +578,7 @@ pub(crate) fn serve_tagged(
                             http::HeaderValue::from_static("close"),
                         );
                     }
+                    count_answer(&response);
                     Ok::<_, s3s::HttpError>(response)
                 })
             });

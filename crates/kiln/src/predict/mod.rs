@@ -262,6 +262,19 @@ impl Predictor {
         status
     }
 
+    /// Each model's maturity and its share of exact-or-over predictions (the console's
+    /// history of a model's accuracy).
+    pub fn accuracies(&self) -> HashMap<String, (bool, Option<f64>)> {
+        let models = lock(&self.models);
+        models
+            .iter()
+            .map(|(function, model)| {
+                let m = lock(model);
+                (function.clone(), (m.mature, m.exact_or_over()))
+            })
+            .collect()
+    }
+
     /// One function's model, if it has one.
     pub fn status_of(&self, function: &str) -> Option<ModelStatus> {
         let benefit = lock(&self.benefit);

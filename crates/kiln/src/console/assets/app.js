@@ -126,7 +126,14 @@ async function overview(params) {
         chart("chart-duration", "Duration of each second's invocations", samples, [
           { key: "P50", label: "p50", cls: "line-p50" },
           { key: "P99", label: "p99", cls: "line-p99" }],
-        { format: ms, legend: (line) => `${ms(history.Duration[line.key])} over the ${span}` })),
+        { format: ms, legend: (line) => `${ms(history.Duration[line.key])} over the ${span}` }),
+        chart("chart-objects", "Object store requests", samples, [
+          { key: "ObjectRequests", label: "requests", cls: "line-invocations" },
+          { key: "ObjectErrors", label: "errors (4xx, 5xx)", cls: "line-errors" }]),
+        chart("chart-object-bytes", "Object store traffic", samples, [
+          { key: "ObjectBytesIn", label: "received", cls: "line-p50" },
+          { key: "ObjectBytesOut", label: "sent", cls: "line-p99" }],
+        { format: (v) => `${bytes(v)}/s`, legend: (line) => bytes(samples.reduce((sum, s) => sum + (s[line.key] || 0), 0)) })),
       el("h2", { text: "Memory" }),
       ...memoryPicture(node, used, status.objectCacheMemory),
       el("h2", { text: "Runtimes" }),
@@ -291,25 +298,83 @@ async function instancesPage() {
   every(draw);
 }
 
-async function cachePage() {
-  const status = await getJson("/kiln/v1/status");
-  const cache = status.objectCache;
-  const models = (status.memoryModels || []).map((m) => row([
-    m.function, m.mature ? "mature" : "learning", m.invocations, m.samples,
-    m.exact_or_over === null || m.exact_or_over === undefined ? "" : `${(100 * m.exact_or_over).toFixed(1)} %`,
-    m.cache_benefit === undefined ? "" : `${(100 * m.cache_benefit).toFixed(1)} %`,
-    (m.features || []).join(", ")]));
-  const failing = cache ? cache.failing.map((f) => row(Object.values(f).map((v) => (typeof v === "object" ? JSON.stringify(v) : v)))) : [];
-  render(
-    el("h1", { text: "Object cache and memory models" }),
-    cache
-      ? el("div", { class: "cards" },
-        el("div", { class: "card", id: "cache-dirty" }, el("div", { class: "value", text: bytes(cache.dirty_bytes) }), el("div", { class: "label", text: "written, not yet in the backing store" })),
-        el("div", { class: "card" }, el("div", { class: "value", text: cache.failing.length }), el("div", { class: "label", text: "keys failing to write back" })))
-      : el("p", { class: "muted", id: "cache-off", text: "The object cache is off (it runs in front of a remote backing store, or with --object-cache on)." }),
-    failing.length ? table("cache-failing", ["Failing write-back"], failing) : "",
-    el("h2", { text: "Memory models" }),
-    table("models-table", ["Function", "State", "Invocations", "Samples", "Exact or over", "Cache benefit", "Features"], models));
+/** The object cache's last `minutes`, a second at a time: its memory against what instances
+ *  lend it and the slack kept, hits against misses, admissions and evictions, how far
+ *  write-back lags, and the journal's size. */
+function cacheCharts(samples, span) {
+  const ratio = samples.map((s) => ({ ...s, HitRatio: s.Hits + s.Misses > 0 ? (100 * s.Hits) / (s.Hits + s.Misses) : null }));
+  const sum = (key) => samples.reduce((total, s) => total + (s[key] || 0), 0);
+  const hits = sum("Hits");
+  const reads = hits + sum("Misses");
+  const last = samples[samples.length - 1] || {};
+  const lent = samples.some((s) => s.Lent);
+  const card = (label, value, id) => el("div", { class: "card", id }, el("div", { class: "value", text: value }), el("div", { class: "label", text: label }));
+  const latest = (format) => (line) => format(last[line.key] || 0);
+  return [
+    el("div", { class: "cards" },
+      card(`hit ratio, last ${span}`, reads ? `${((100 * hits) / reads).toFixed(1)} % of ${reads}` : "–", "cache-hit-ratio"),
+      card("held / capacity", `${bytes(last.UsedBytes || 0)} / ${bytes(last.CapacityBytes || 0)}`, "cache-held"),
+      card(`admitted / evicted, last ${span}`, `${sum("Admitted")} / ${sum("Evictions")}`, "cache-admissions"),
+      card("write-back lag (oldest write waiting)", ms(last.LagMs || 0), "cache-lag"),
+      card("journal on disk", bytes(last.JournalBytes || 0), "cache-journal")),
+    el("div", { class: "charts" },
+      chart("cache-chart-memory", lent ? "Capacity against what instances lend" : "Capacity and use", samples, [
+        { key: "CapacityBytes", label: "capacity", cls: "line-booked" },
+        { key: "UsedBytes", label: "held", cls: "line-memory" },
+        { key: "DirtyBytes", label: "not yet written back", cls: "line-errors" },
+        ...(lent ? [
+          { key: "LendableBytes", label: "lendable", cls: "line-limit" },
+          { key: "SlackBytes", label: "slack", cls: "line-warm" }] : [])],
+      { format: bytes, legend: latest(bytes) }),
+      chart("cache-chart-hits", "Hit ratio", ratio, [{ key: "HitRatio", label: "hits per cacheable read", cls: "line-hot" }],
+        { format: (v) => `${Math.round(v)} %`, max: 100, legend: () => (reads ? `${((100 * hits) / reads).toFixed(1)} % over the ${span}` : "–") }),
+      chart("cache-chart-admissions", "Admissions and evictions", samples, [
+        { key: "Admitted", label: "admitted", cls: "line-invocations" },
+        { key: "Evictions", label: "evicted", cls: "line-throttles" },
+        { key: "WrittenBack", label: "written back", cls: "line-p50" }]),
+      chart("cache-chart-lag", "Write-back lag and journal", samples, [
+        { key: "LagMs", label: "oldest write waiting", cls: "line-p99" }],
+      { format: ms, legend: latest(ms) }),
+      chart("cache-chart-journal", "Journal size", samples, [
+        { key: "JournalBytes", label: "journal on disk", cls: "line-memory" }],
+      { format: bytes, legend: latest(bytes) })),
+  ];
+}
+
+async function cachePage(params) {
+  const minutes = WINDOWS.some(([m]) => String(m) === params.get("minutes")) ? Number(params.get("minutes")) : 10;
+  const span = WINDOWS.find(([m]) => m === minutes)[1];
+  const holder = el("div", { id: "cache-page" });
+  render(el("h1", { text: "Object cache and memory models" }), holder);
+  const draw = async () => {
+    const [status, history] = await Promise.all([getJson("/kiln/v1/status"), getJson(`/kiln/v1/history?seconds=${minutes * 60}`)]);
+    const cache = status.objectCache;
+    const models = (status.memoryModels || []).map((m) => row([
+      m.function, m.mature ? "mature" : "learning", m.invocations, m.samples,
+      m.exactOrOver === null || m.exactOrOver === undefined ? "" : `${(100 * m.exactOrOver).toFixed(1)} %`,
+      m.cacheBenefit === undefined ? "" : `${(100 * m.cacheBenefit).toFixed(1)} %`,
+      (m.features || []).join(", ")]));
+    const failing = cache ? cache.failing.map((f) => row(Object.values(f).map((v) => (typeof v === "object" ? JSON.stringify(v) : v)))) : [];
+    holder.replaceChildren(
+      cache
+        ? el("div", { class: "cards" },
+          el("div", { class: "card", id: "cache-dirty" }, el("div", { class: "value", text: bytes(cache.dirty_bytes) }), el("div", { class: "label", text: "written, not yet in the backing store" })),
+          el("div", { class: "card" }, el("div", { class: "value", text: cache.failing.length }), el("div", { class: "label", text: "keys failing to write back" })))
+        : el("p", { class: "muted", id: "cache-off", text: "The object cache is off (it runs in front of a remote backing store, or with --object-cache on)." }),
+      cache && history.Cache
+        ? el("div", { id: "cache-history" },
+          el("div", { class: "toolbar", id: "cache-window" }, `The last ${span}, per second. Show the last `,
+            WINDOWS.map(([m, label]) => (m === minutes
+              ? el("strong", { text: label })
+              : el("a", { href: `#/cache?minutes=${m}`, id: `cache-window-${m}`, text: label })))),
+          ...cacheCharts(history.Cache, span))
+        : "",
+      failing.length ? table("cache-failing", ["Failing write-back"], failing) : "",
+      el("h2", { text: "Memory models" }),
+      table("models-table", ["Function", "State", "Invocations", "Samples", "Exact or over", "Cache benefit", "Features"], models));
+  };
+  await draw();
+  every(draw);
 }
 
 /** The async queue: queued events, and the failures kept, each retried or deleted. */
@@ -362,7 +427,7 @@ async function route() {
     if (parts[0] === "functions" && parts[1]) await functionView(parts[1], parts[2] || "configuration", parts[3]);
     else if (parts[0] === "functions") await functionsList(params);
     else if (parts[0] === "instances") await instancesPage();
-    else if (parts[0] === "cache") await cachePage();
+    else if (parts[0] === "cache") await cachePage(params);
     else if (parts[0] === "async") await asyncPage();
     else if (parts[0] === "objects") await objectsView(parts[1], params);
     else await overview(params);

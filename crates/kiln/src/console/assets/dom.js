@@ -177,8 +177,8 @@ export function ms(value) {
 
 /**
  * A line chart of `samples` (oldest first): one line per `series` entry ({key, label, cls}),
- * scaled to the largest value shown. A value of null (nothing measured then) is skipped: the
- * line joins the values on either side. `options.unit` follows the peak ("/s" unless said),
+ * scaled to the largest value shown (or to `options.max`). A value of null (nothing measured
+ * then) is skipped: the line joins the values on either side. `options.unit` follows the peak ("/s" unless said),
  * `options.format` writes values, and `options.legend(line)` is what the legend says of a
  * line (its total unless said).
  */
@@ -192,7 +192,7 @@ export function chart(id, title, samples, series, options = {}) {
   const shown = (v) => v !== null && v !== undefined;
   const values = samples.flatMap((s) => series.map((x) => s[x.key]).filter(shown));
   const peak = values.length ? Math.max(...values) : 0;
-  const scale = peak > 0 ? peak : 1;
+  const scale = options.max ?? (peak > 0 ? peak : 1);
   const picture = svg("svg", { id, class: "chart", viewBox: `0 0 ${width} ${height}`, preserveAspectRatio: "none", role: "img" });
   picture.append(svg("line", { x1: 0, y1: height - 0.5, x2: width, y2: height - 0.5, class: "axis" }));
   const step = samples.length > 1 ? width / (samples.length - 1) : width;

@@ -202,10 +202,45 @@ function urlSection(name) {
     el("div", { class: "toolbar" }, auth,
       config ? act("Change its auth", "url-update", "PUT", () => ({ AuthType: auth.value })) : act("Give it a URL", "url-create", "POST", () => ({ AuthType: auth.value })),
       config ? act("Take the URL away", "url-delete", "DELETE") : null,
-      status));
+      status),
+    config ? corsForm(config.Cors || {}, act) : "");
   };
   draw().catch((e) => { status.className = "error"; status.textContent = e.message; holder.append(status); });
   return [el("h2", { text: "Function URL" }), holder];
+}
+
+/** A function URL's CORS (UpdateFunctionUrlConfig's `Cors`): lists as comma-separated
+ *  fields, an empty field leaving that setting out; the URL answers preflights with them. */
+function corsForm(cors, act) {
+  const list = (id, key, placeholder) => el("input", { id, type: "text", value: (cors[key] || []).join(", "), placeholder, size: 48 });
+  const origins = list("cors-origins", "AllowOrigins", "https://example.com, *");
+  const methods = list("cors-methods", "AllowMethods", "GET, POST, *");
+  const headers = list("cors-headers", "AllowHeaders", "content-type, x-custom");
+  const expose = list("cors-expose", "ExposeHeaders", "x-request-id");
+  const maxAge = el("input", { id: "cors-max-age", type: "number", min: 0, max: 86400, step: 1, value: cors.MaxAge ?? "" });
+  const credentials = el("input", { id: "cors-credentials", type: "checkbox" });
+  credentials.checked = Boolean(cors.AllowCredentials);
+  const split = (input) => input.value.split(",").map((v) => v.trim()).filter(Boolean);
+  const body = () => {
+    const value = {};
+    for (const [key, input] of [["AllowOrigins", origins], ["AllowMethods", methods], ["AllowHeaders", headers], ["ExposeHeaders", expose]]) {
+      const items = split(input);
+      if (items.length) value[key] = items;
+    }
+    if (maxAge.value !== "") value.MaxAge = Number(maxAge.value);
+    if (credentials.checked) value.AllowCredentials = true;
+    return { Cors: value };
+  };
+  return el("div", { id: "url-cors" },
+    el("h3", { text: "CORS" }),
+    el("div", { class: "form-grid" },
+      el("label", {}, "Allowed origins ", origins),
+      el("label", {}, "Allowed methods ", methods),
+      el("label", {}, "Allowed headers ", headers),
+      el("label", {}, "Exposed headers ", expose),
+      el("label", {}, "Max age (s) ", maxAge),
+      el("label", {}, credentials, " Allow credentials")),
+    el("div", { class: "toolbar" }, act("Save CORS", "cors-save", "PUT", body)));
 }
 
 /** KEY=VALUE lines into Lambda's `Variables`, or an error naming the first bad line. */
@@ -428,12 +463,36 @@ async function metricsTab(name, fn, body) {
           { key: "MaxMemoryUsed", label: "max memory used", cls: "line-memory" },
           { key: "PredictedLimit", label: "predicted limit", cls: "line-limit" },
           { key: "Booked", label: "MemorySize", cls: "line-booked" }],
-        { format: mb, legend: (line) => line.key === "Booked" ? mb(booked) : peak(line.key) ? `up to ${mb(peak(line.key))}` : "–" })),
+        { format: mb, legend: (line) => line.key === "Booked" ? mb(booked) : peak(line.key) ? `up to ${mb(peak(line.key))}` : "–" }),
+        accuracyChart(hour.Samples)),
       el("h2", { text: "Durations in the last hour" }),
       histogram(hour.Buckets));
   };
   await draw();
   every(draw);
+}
+
+/** The memory model's share of exact-or-over predictions a minute at a time, split by
+ *  whether the model sized the instances then (mature) or was still learning. */
+function accuracyChart(samples) {
+  const percent = (v) => `${Math.round(v)} %`;
+  const points = samples.map((s) => {
+    const value = s.ModelAccuracy === null || s.ModelAccuracy === undefined ? null : 100 * s.ModelAccuracy;
+    return { ...s, Sizing: s.ModelSizing ? value : null, Learning: s.ModelSizing === false ? value : null };
+  });
+  const last = [...samples].reverse().find((s) => s.ModelAccuracy !== null && s.ModelAccuracy !== undefined);
+  const note = last
+    ? `${percent(100 * last.ModelAccuracy)} of its recent predictions exact or over, ${last.ModelSizing ? "sizing instances" : "still learning"}`
+    : "no memory model has seen an invocation in the last hour";
+  return el("div", { id: "fn-model-accuracy" },
+    chart("fn-chart-accuracy", "Memory model accuracy", points, [
+      { key: "Sizing", label: "sizing", cls: "line-hot" },
+      { key: "Learning", label: "learning", cls: "line-warm" }],
+    { format: percent, max: 100, legend: (line) => {
+      const latest = [...points].reverse().find((p) => p[line.key] !== null);
+      return latest ? `${percent(latest[line.key])} at ${new Date(latest.Time * 1000).toLocaleTimeString()}` : "–";
+    } }),
+    el("p", { class: "muted", id: "fn-model-note", text: note }));
 }
 
 /** Bars of the buckets from the first that counted an invocation to the last. */

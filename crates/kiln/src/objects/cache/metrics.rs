@@ -10,6 +10,9 @@ use prometheus_client::registry::Registry;
 pub struct CacheMetrics {
     pub hits: Counter,
     pub misses: Counter,
+    /// Objects a read brought from the backing store that the cache kept (a write is taken
+    /// in as it is acknowledged: `cached_writes`).
+    pub admitted: Counter,
     /// Reads and writes the cache passed to the backing store.
     pub bypassed: Counter,
     pub cached_writes: Counter,
@@ -50,6 +53,7 @@ impl Default for CacheMetrics {
         Self {
             hits: Counter::default(),
             misses: Counter::default(),
+            admitted: Counter::default(),
             bypassed: Counter::default(),
             cached_writes: Counter::default(),
             ephemeral_writes: Counter::default(),
@@ -79,7 +83,7 @@ impl Default for CacheMetrics {
 
 /// The cache's memory: what it may hold and holds, and, when instances lend it memory
 /// (`lent`), what they could lend and the slack kept from it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CacheMemory {
     pub lent: bool,
@@ -106,6 +110,7 @@ impl CacheMetrics {
         let counters = [
             ("object_cache_hits", "Reads answered from the object cache", &self.hits),
             ("object_cache_misses", "Cacheable reads that went to the backing store", &self.misses),
+            ("object_cache_admitted", "Objects a read brought from the backing store that the object cache kept (writes are counted in object_cache_writes)", &self.admitted),
             ("object_cache_bypassed", "Requests the object cache passed to the backing store (ranges of uncached objects, encryption, versions, conditional writes, large objects)", &self.bypassed),
             ("object_cache_writes", "Writes acknowledged by the object cache (write-back)", &self.cached_writes),
             ("object_cache_ephemeral_writes", "Intermediate outputs of sequences, held in memory until their run ended and never written back", &self.ephemeral_writes),

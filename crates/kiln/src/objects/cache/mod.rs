@@ -240,6 +240,25 @@ pub struct ObjectCache {
     /// Keys whose write-back is failing, with what it failed with.
     failing: Mutex<std::collections::HashMap<ObjectKey, writeback::Failure>>,
     metrics: CacheMetrics,
+    journal_dir: PathBuf,
+}
+
+/// The cache's counters and gauges at one moment (the console's history of the cache).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheReading {
+    pub hits: u64,
+    pub misses: u64,
+    /// Objects taken in: reads' objects kept, and writes acknowledged.
+    pub admitted: u64,
+    pub evictions: u64,
+    pub written_back: u64,
+    pub memory: CacheMemory,
+    pub dirty_bytes: u64,
+    /// How long the oldest acknowledged write not yet in the backing store has waited, in
+    /// milliseconds (0 with none).
+    pub lag_ms: u64,
+    /// The write-back journal's segments on disk, in bytes.
+    pub journal_bytes: u64,
 }
 
 impl std::fmt::Debug for ObjectCache {
@@ -266,9 +285,9 @@ impl ObjectCache {
         backend: Box<dyn S3>,
     ) -> Result<Arc<Self>, ObjectStoreError> {
         let metrics = CacheMetrics::default();
-        let (journal, recovered) =
-            Journal::open(&dir.join("journal"), metrics.journal_syncs.clone())
-                .map_err(|e| ObjectStoreError::Io(dir.clone(), e))?;
+        let journal_dir = dir.join("journal");
+        let (journal, recovered) = Journal::open(&journal_dir, metrics.journal_syncs.clone())
+            .map_err(|e| ObjectStoreError::Io(dir.clone(), e))?;
         let (queue, rx) = mpsc::unbounded_channel();
         metrics.capacity_bytes.set(config.capacity_bytes as i64);
         let cache = Arc::new(Self {
@@ -289,6 +308,7 @@ impl ObjectCache {
             kept_runs: Mutex::default(),
             failing: Mutex::default(),
             metrics,
+            journal_dir,
         });
         if !recovered.pending.is_empty() {
             tracing::info!(
@@ -492,6 +512,40 @@ impl ObjectCache {
         let evicted = self.entries().sweep(&self.config.sweep, now);
         self.refresh_gauges();
         evicted
+    }
+
+    /// The counters and gauges now. Reads the journal's directory (a few segments): once a
+    /// second at most, off any request's path.
+    pub fn reading(&self) -> CacheReading {
+        let m = &self.metrics;
+        let now = Instant::now();
+        let lag = self
+            .acknowledged
+            .locked()
+            .values()
+            .map(|(_, at)| now.saturating_duration_since(*at))
+            .max()
+            .unwrap_or_default();
+        let journal_bytes = std::fs::read_dir(&self.journal_dir)
+            .map(|dir| {
+                dir.filter_map(Result::ok)
+                    .filter_map(|e| e.metadata().ok())
+                    .filter(|m| m.is_file())
+                    .map(|m| m.len())
+                    .sum()
+            })
+            .unwrap_or(0);
+        CacheReading {
+            hits: m.hits.get(),
+            misses: m.misses.get(),
+            admitted: m.admitted.get() + m.cached_writes.get(),
+            evictions: m.evictions.get(),
+            written_back: m.written_back.get(),
+            memory: m.memory(),
+            dirty_bytes: self.usage().dirty_bytes,
+            lag_ms: lag.as_millis() as u64,
+            journal_bytes,
+        }
     }
 
     fn refresh_gauges(&self) {

@@ -153,9 +153,13 @@ impl<'a> Miss<'a> {
 
     fn end(mut self, fetched: Option<(ObjectKey, Bytes, Meta)>) {
         self.open = false;
-        self.cache
+        let kept = self
+            .cache
             .entries()
             .end_miss(self.since, fetched, Instant::now());
+        if kept {
+            self.cache.metrics.admitted.inc();
+        }
         self.cache.refresh_gauges();
     }
 }
