@@ -257,6 +257,37 @@ async fn the_registry_in_etcd_compares_versions_and_names() {
     assert_eq!(loaded.urls, vec![("f".to_string(), settings, v3)]);
     assert_eq!(loaded.sequences.len(), 1);
 
+    // Shareable test events: kept while the function exists, by name.
+    let event = |name: &str, json: &str| kiln::controller::registry::TestEvent {
+        name: name.into(),
+        event: json.into(),
+        last_modified: chrono::Utc::now(),
+    };
+    assert!(registry.put_test_event("f", &event("b", "[1]")).unwrap());
+    assert!(registry.put_test_event("f", &event("a", "{}")).unwrap());
+    assert!(registry.put_test_event("f", &event("b", "[2]")).unwrap());
+    assert!(
+        !registry.put_test_event("gone", &event("a", "{}")).unwrap(),
+        "no function, no event"
+    );
+    let events = registry.test_events("f").unwrap();
+    assert_eq!(
+        events
+            .iter()
+            .map(|e| (e.name.as_str(), e.event.as_str()))
+            .collect::<Vec<_>>(),
+        vec![("a", "{}"), ("b", "[2]")]
+    );
+    assert!(registry.test_events("gone").unwrap().is_empty());
+    assert!(registry.delete_test_event("f", "a").unwrap());
+    assert!(!registry.delete_test_event("f", "a").unwrap());
+    // A function whose name the other's starts with keeps its own.
+    registry
+        .insert(&function("f2", ""))
+        .unwrap()
+        .expect("a new name");
+    assert!(registry.put_test_event("f2", &event("a", "{}")).unwrap());
+
     // Another node's view: the deletion of the function and its URL, at one version.
     let other = EtcdRegistry::new(etcd, "/kiln", database.clone());
     other.load().unwrap();
@@ -265,6 +296,11 @@ async fn the_registry_in_etcd_compares_versions_and_names() {
     let deleted = registry.delete("f").unwrap().expect("it existed");
     assert_eq!(database.queue_depth().unwrap(), 0);
     assert_eq!(registry.delete("f").unwrap(), None);
+    assert!(
+        registry.test_events("f").unwrap().is_empty(),
+        "its test events went with it"
+    );
+    assert_eq!(registry.test_events("f2").unwrap().len(), 1);
     let mut seen = Vec::new();
     while seen.len() < 2 {
         let change = tokio::time::timeout(Duration::from_secs(10), changes.recv())

@@ -20,6 +20,7 @@ mod provisioned;
 mod schedules;
 mod serve;
 mod tags;
+mod test_events;
 mod urls;
 
 use std::sync::Arc;
@@ -215,6 +216,14 @@ fn api_routes() -> Router<SharedState> {
         .route(
             "/kiln/v1/functions/{name}/history",
             get(kiln::function_history),
+        )
+        .route(
+            "/kiln/v1/functions/{name}/test-events",
+            get(test_events::list),
+        )
+        .route(
+            "/kiln/v1/functions/{name}/test-events/{event}",
+            axum::routing::put(test_events::put).delete(test_events::delete),
         )
         .route("/kiln/v1/functions/{name}/sessions", get(kiln::sessions))
         .route(

@@ -32,6 +32,7 @@ mod replica;
 mod revision;
 pub mod sequences;
 mod tags;
+mod test_events;
 mod unpack;
 mod urls;
 mod validate;

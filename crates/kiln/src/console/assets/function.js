@@ -361,12 +361,14 @@ async function codeTab(name, fn, body, file) {
 }
 
 /** Test events saved in this browser for a function, by name. */
+/** Test events kept in this browser (private, as the Lambda console's private events). */
 function savedEvents(name) {
   const key = `kiln.testEvents.${name}`;
   const read = () => { try { return JSON.parse(localStorage.getItem(key) || "{}"); } catch (_) { return {}; } };
   return {
     all: read,
     save: (event, text) => localStorage.setItem(key, JSON.stringify(Object.assign(read(), { [event]: text }))),
+    remove: (event) => { const all = read(); delete all[event]; localStorage.setItem(key, JSON.stringify(all)); },
   };
 }
 
@@ -374,19 +376,71 @@ function testTab(name, fn, body) {
   const payload = el("textarea", { id: "invoke-payload", spellcheck: "false" });
   payload.value = "{}";
   const saved = savedEvents(name);
+  const sharedPath = (event) => `${kilnFnPath(name)}/test-events${event ? `/${encodeURIComponent(event)}` : ""}`;
+  // The function's shareable events, as kiln last listed them: every viewer sees them.
+  let shared = {};
   const choice = el("select", { id: "saved-events" });
-  const fill = () => choice.replaceChildren(el("option", { value: "", text: "saved events…" }),
-    ...Object.keys(saved.all()).sort().map((n) => el("option", { value: n, text: n })));
-  fill();
-  choice.addEventListener("change", () => { if (choice.value) payload.value = saved.all()[choice.value]; });
-  const eventName = el("input", { id: "event-name", placeholder: "name", maxlength: 64 });
-  const save = el("button", { type: "button", class: "plain", id: "save-event", text: "Save event" });
-  save.addEventListener("click", () => {
-    if (!eventName.value) return;
-    saved.save(eventName.value, payload.value);
-    fill();
-    choice.value = eventName.value;
+  const fill = (selected) => {
+    const options = (entries, kind) => entries.sort().map((n) => el("option", { value: `${kind}:${n}`, text: n }));
+    choice.replaceChildren(el("option", { value: "", text: "saved events…" }),
+      el("optgroup", { label: "Private (this browser)", id: "private-events" }, options(Object.keys(saved.all()), "private")),
+      el("optgroup", { label: "Shareable (every viewer)", id: "shared-events" }, options(Object.keys(shared), "shared")));
+    choice.value = selected || "";
+    remove.disabled = !choice.value;
+  };
+  const loadShared = async (selected) => {
+    const listed = await getJson(sharedPath());
+    shared = Object.fromEntries(listed.TestEvents.map((e) => [e.Name, e.Event]));
+    fill(selected);
+  };
+  const selected = () => {
+    const [kind, ...rest] = choice.value.split(":");
+    return { kind, event: rest.join(":") };
+  };
+  choice.addEventListener("change", () => {
+    remove.disabled = !choice.value;
+    if (!choice.value) return;
+    const { kind, event } = selected();
+    payload.value = kind === "shared" ? shared[event] : saved.all()[event];
   });
+  const eventName = el("input", { id: "event-name", placeholder: "name", maxlength: 25 });
+  const shareable = el("input", { id: "event-shareable", type: "checkbox" });
+  const save = el("button", { type: "button", class: "plain", id: "save-event", text: "Save event" });
+  const remove = el("button", { type: "button", class: "plain", id: "delete-event", text: "Delete event", disabled: true });
+  const eventStatus = el("span", { id: "event-status" });
+  const failed = (e) => { eventStatus.className = "error"; eventStatus.textContent = e.message; };
+  save.addEventListener("click", async () => {
+    eventStatus.textContent = "";
+    if (!eventName.value) return;
+    try { JSON.parse(payload.value); } catch (e) { failed(new Error(`The event is not JSON: ${e.message}`)); return; }
+    if (!shareable.checked) {
+      saved.save(eventName.value, payload.value);
+      fill(`private:${eventName.value}`);
+      return;
+    }
+    try {
+      await api("PUT", sharedPath(eventName.value), { body: payload.value, headers: { "Content-Type": "application/json" } });
+      await loadShared(`shared:${eventName.value}`);
+      eventStatus.className = "ok";
+      eventStatus.textContent = "saved for every viewer";
+    } catch (e) { failed(e); }
+  });
+  remove.addEventListener("click", async () => {
+    eventStatus.textContent = "";
+    const { kind, event } = selected();
+    if (!event) return;
+    try {
+      if (kind === "shared") {
+        await api("DELETE", sharedPath(event));
+        await loadShared();
+      } else {
+        saved.remove(event);
+        fill();
+      }
+    } catch (e) { failed(e); }
+  });
+  fill();
+  loadShared().catch(failed);
   const status = el("p", { id: "invoke-status" });
   const result = el("pre", { id: "invoke-result" });
   const log = el("pre", { id: "invoke-log" });
@@ -418,7 +472,7 @@ function testTab(name, fn, body) {
   });
   body.append(
     el("h2", { text: "Test event (JSON)" }),
-    el("div", { class: "toolbar" }, choice, eventName, save),
+    el("div", { class: "toolbar" }, choice, remove, eventName, el("label", {}, shareable, " shareable"), save, eventStatus),
     payload,
     el("div", { class: "toolbar" }, button),
     status,

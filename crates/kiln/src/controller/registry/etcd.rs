@@ -1,7 +1,8 @@
 //! The registry in etcd (cluster mode): one key per record under the cluster's prefix,
 //! `functions/<name>` (the function as JSON, its reserved concurrency and URL auth type
 //! included), `urls/<name>` (its URL config's times and CORS settings) and
-//! `sequences/<name>`. Every write is one transaction whose comparisons carry the registry's
+//! `sequences/<name>`; a function's shareable test events under `test-events/<name>/<event>`.
+//! Every write is one transaction whose comparisons carry the registry's
 //! rules across nodes: a name is a function's or a sequence's, never both; an update applies
 //! only to the version it was made from. The async queue stays in the node's SQLite database.
 //!
@@ -15,11 +16,15 @@
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
-use etcd_client::{Compare, CompareOp, KeyValue, Txn, TxnOp, TxnOpResponse, TxnResponse};
+use etcd_client::{
+    Compare, CompareOp, DeleteOptions, KeyValue, Txn, TxnOp, TxnOpResponse, TxnResponse,
+};
 use tokio::sync::mpsc;
 
 use super::Sequence;
-use super::{Change, EventQueue, Loaded, Registry, RegistryError, UrlWrite, Version, Written};
+use super::{
+    Change, EventQueue, Loaded, Registry, RegistryError, TestEvent, UrlWrite, Version, Written,
+};
 use crate::cluster::etcd::{Entry, Etcd, WatchCursor, WatchUpdate};
 use crate::function::Function;
 use crate::sync::LockExt;
@@ -96,6 +101,11 @@ impl EtcdRegistry {
 
     fn key(&self, kind: Kind, name: &str) -> String {
         format!("{}{}/{name}", self.root, kind.segment())
+    }
+
+    /// Where a function's test events are: the prefix of them all, and one's key.
+    fn test_events_prefix(&self, function: &str) -> String {
+        format!("{}test-events/{function}/", self.root)
     }
 
     /// A key's kind and name, if it is a registry record.
@@ -280,10 +290,49 @@ impl Registry for EtcdRegistry {
             .and_then([
                 TxnOp::delete(key.as_str(), None),
                 TxnOp::delete(self.key(Kind::Url, name), None),
+                TxnOp::delete(
+                    self.test_events_prefix(name),
+                    Some(DeleteOptions::new().with_prefix()),
+                ),
             ]);
         let response = block(self.etcd.txn("delete function", txn))?;
         self.events.drop_events(name)?;
         Ok(response.succeeded().then(|| revision_of(&response)))
+    }
+
+    fn test_events(&self, function: &str) -> Result<Vec<TestEvent>, RegistryError> {
+        let (entries, _) = block(self.etcd.list(&self.test_events_prefix(function)))?;
+        let mut events = entries
+            .iter()
+            .map(|e| serde_json::from_slice(&e.value).map_err(|err| corrupt(&e.key, err)))
+            .collect::<Result<Vec<TestEvent>, _>>()?;
+        events.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(events)
+    }
+
+    fn put_test_event(&self, function: &str, event: &TestEvent) -> Result<bool, RegistryError> {
+        let key = format!("{}{}", self.test_events_prefix(function), event.name);
+        let value = serde_json::to_vec(event).map_err(|e| corrupt(&key, e))?;
+        // Only while the function exists: a deletion on another node takes its events along,
+        // and a write after it must not leave one behind for a function made later.
+        let txn = Txn::new()
+            .when([Compare::version(
+                self.key(Kind::Function, function),
+                CompareOp::Greater,
+                0,
+            )])
+            .and_then([TxnOp::put(key, value, None)]);
+        let response = block(self.etcd.txn("put test event", txn))?;
+        Ok(response.succeeded())
+    }
+
+    fn delete_test_event(&self, function: &str, name: &str) -> Result<bool, RegistryError> {
+        let key = format!("{}{name}", self.test_events_prefix(function));
+        let txn = Txn::new()
+            .when([Compare::version(key.as_str(), CompareOp::Greater, 0)])
+            .and_then([TxnOp::delete(key.as_str(), None)]);
+        let response = block(self.etcd.txn("delete test event", txn))?;
+        Ok(response.succeeded())
     }
 
     fn put_sequence(&self, sequence: &Sequence) -> Result<Option<Version>, RegistryError> {

@@ -137,6 +137,17 @@ pub enum Change {
     Reset(Loaded),
 }
 
+/// A function's shareable test event, as the console saves it: every viewer of the function
+/// sees it (a viewer's private events stay in their browser).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct TestEvent {
+    pub name: String,
+    /// The event, as JSON text.
+    pub event: String,
+    pub last_modified: DateTime<Utc>,
+}
+
 /// The registry's backends. Calls block (SQLite's fsync, etcd's round trip): the controller
 /// makes them under its mutation lock, which orders a node's changes.
 pub trait Registry: Send + Sync {
@@ -154,8 +165,19 @@ pub trait Registry: Send + Sync {
         base: Version,
     ) -> Result<Written, RegistryError>;
 
-    /// Deletes a function, its URL config and its queued events; `None` if it did not exist.
+    /// Deletes a function, its URL config, its test events and its queued events; `None` if it
+    /// did not exist.
     fn delete(&self, name: &str) -> Result<Option<Version>, RegistryError>;
+
+    /// A function's shareable test events, by name.
+    fn test_events(&self, function: &str) -> Result<Vec<TestEvent>, RegistryError>;
+
+    /// Saves a test event of `function`, replacing one of the same name; false if the
+    /// function is gone (deleted on another node meanwhile).
+    fn put_test_event(&self, function: &str, event: &TestEvent) -> Result<bool, RegistryError>;
+
+    /// Deletes a test event; whether there was one.
+    fn delete_test_event(&self, function: &str, name: &str) -> Result<bool, RegistryError>;
 
     /// Creates or replaces a sequence; `None` if a function has its name.
     fn put_sequence(&self, sequence: &Sequence) -> Result<Option<Version>, RegistryError>;
@@ -208,6 +230,20 @@ impl Registry for Database {
 
     fn delete(&self, name: &str) -> Result<Option<Version>, RegistryError> {
         Ok(Database::delete(self, name)?.then_some(0))
+    }
+
+    fn test_events(&self, function: &str) -> Result<Vec<TestEvent>, RegistryError> {
+        Database::test_events(self, function)
+    }
+
+    fn put_test_event(&self, function: &str, event: &TestEvent) -> Result<bool, RegistryError> {
+        // The controller checked under its mutation lock that the function exists.
+        Database::put_test_event(self, function, event)?;
+        Ok(true)
+    }
+
+    fn delete_test_event(&self, function: &str, name: &str) -> Result<bool, RegistryError> {
+        Database::delete_test_event(self, function, name)
     }
 
     fn put_sequence(&self, sequence: &Sequence) -> Result<Option<Version>, RegistryError> {

@@ -109,6 +109,7 @@ impl Database {
         let tx = db.transaction()?;
         let changed = tx.execute("DELETE FROM functions WHERE name = ?1", [name])?;
         tx.execute("DELETE FROM async_queue WHERE function = ?1", [name])?;
+        tx.execute("DELETE FROM test_events WHERE function = ?1", [name])?;
         tx.commit()?;
         Ok(changed == 1)
     }

@@ -5,13 +5,14 @@
 //! which is what lets kiln acknowledge a deployment or an Event invocation and survive `kill -9`.
 //!
 //! One file a table: [`functions`] (with their URL settings), [`sequences`], the async
-//! [`queue`] and its [`failures`], and [`layers`].
+//! [`queue`] and its [`failures`], [`layers`] and the functions' shareable [`test_events`].
 
 mod failures;
 mod functions;
 mod layers;
 mod queue;
 mod sequences;
+mod test_events;
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -59,6 +60,13 @@ CREATE TABLE IF NOT EXISTS async_failures (
     payload BLOB NOT NULL,
     error TEXT NOT NULL,
     failed_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS test_events (
+    function TEXT NOT NULL,
+    name TEXT NOT NULL,
+    event TEXT NOT NULL,
+    last_modified TEXT NOT NULL,
+    PRIMARY KEY (function, name)
 );
 CREATE TABLE IF NOT EXISTS layer_names (
     name TEXT PRIMARY KEY,
