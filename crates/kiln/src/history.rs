@@ -442,24 +442,12 @@ impl History {
 
     /// The object cache's samples of the last `seconds`, oldest first (none without a cache).
     pub fn cache(&self, seconds: usize) -> Vec<CacheSample> {
-        let state = self.state.locked();
-        let cache = &state.cache;
-        cache
-            .iter()
-            .skip(cache.len().saturating_sub(seconds))
-            .copied()
-            .collect()
+        newest(&self.state.locked().cache, seconds)
     }
 
     /// The samples of the last `seconds`, oldest first.
     pub fn last(&self, seconds: usize) -> Vec<Sample> {
-        let state = self.state.locked();
-        let samples = &state.samples;
-        samples
-            .iter()
-            .skip(samples.len().saturating_sub(seconds))
-            .copied()
-            .collect()
+        newest(&self.state.locked().samples, seconds)
     }
 
     /// The durations of the last `seconds` on the node, together.
@@ -530,6 +518,14 @@ impl History {
             buckets,
         }
     }
+}
+
+/// The newest `n` of a ring, oldest first.
+fn newest<T: Copy>(ring: &VecDeque<T>, n: usize) -> Vec<T> {
+    ring.iter()
+        .skip(ring.len().saturating_sub(n))
+        .copied()
+        .collect()
 }
 
 impl Tracked {
