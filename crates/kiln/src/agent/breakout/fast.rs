@@ -23,6 +23,18 @@ pub(super) enum Fast {
     Skipped,
 }
 
+/// Fast runs executing at once on the node: one a CPU. A run is CPU-bound and its deadline is
+/// wall time, so more threads than CPUs only share them: under a load past what the CPUs can
+/// answer, every run would slow down together until runs met their deadline, missed and ran
+/// again in instances, which the CPUs could serve still less. A run beyond the slots waits for
+/// one, its wait neither in its deadline nor in its Duration.
+fn fast_slots() -> &'static tokio::sync::Semaphore {
+    static SLOTS: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
+    SLOTS.get_or_init(|| {
+        tokio::sync::Semaphore::new(std::thread::available_parallelism().map_or(1, |n| n.get()))
+    })
+}
+
 impl Inner {
     /// Runs a request on the compiled trace, in a blocking thread, its arena booked in the
     /// node's memory and its run counted against the function's concurrency.
@@ -86,11 +98,13 @@ impl Inner {
             .zip(session.map(|s| Txn::new(s.log.clone(), s.limits).discarding(s.discard)));
         let (effects, held) =
             FastEffects::new(&context, &spec.env, store, function_deadline, session);
+        let slot = fast_slots().acquire().await;
         let begin = Instant::now();
         let outcome =
             tokio::task::spawn_blocking(move || loaded.run(&payload, Box::new(effects), deadline))
                 .await;
         let duration = begin.elapsed();
+        drop(slot);
         {
             let mut state = self.state();
             state.instances.reserved_mb = state.instances.reserved_mb.saturating_sub(arena_mb);
