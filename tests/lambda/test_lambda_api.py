@@ -401,6 +401,30 @@ def test_operations_infrastructure_tools_read_on_every_refresh(kiln):
             call()
 
 
+def test_account_settings_are_the_nodes_limits_and_its_functions_use(kiln):
+    lam = kiln.client()
+    before = lam.get_account_settings()
+    limit = before["AccountLimit"]
+    assert limit["CodeSizeZipped"] == 50 * 1024 * 1024 and limit["CodeSizeUnzipped"] == 262_144_000
+    assert limit["TotalCodeSize"] == 80_530_636_800
+    assert limit["ConcurrentExecutions"] >= limit["UnreservedConcurrentExecutions"] > 5
+    name = unique("account")
+    created = create(kiln, name)
+    lam.put_function_concurrency(FunctionName=name, ReservedConcurrentExecutions=5)
+    after = lam.get_account_settings()
+    assert after["AccountUsage"]["FunctionCount"] == before["AccountUsage"]["FunctionCount"] + 1
+    assert after["AccountUsage"]["TotalCodeSize"] == before["AccountUsage"]["TotalCodeSize"] + created["CodeSize"]
+    assert after["AccountLimit"]["UnreservedConcurrentExecutions"] == limit["UnreservedConcurrentExecutions"] - 5
+    # A published version's code counts again, as on Lambda.
+    lam.get_waiter("function_updated_v2").wait(FunctionName=name)
+    lam.publish_version(FunctionName=name)
+    published = lam.get_account_settings()["AccountUsage"]["TotalCodeSize"]
+    assert published == after["AccountUsage"]["TotalCodeSize"] + created["CodeSize"]
+    lam.delete_function(FunctionName=name)
+    gone = lam.get_account_settings()
+    assert (gone["AccountLimit"], gone["AccountUsage"]) == (before["AccountLimit"], before["AccountUsage"])
+
+
 def test_architectures_are_the_hosts_or_refused(kiln):
     import platform
     host = "arm64" if platform.machine() in ("aarch64", "arm64") else "x86_64"

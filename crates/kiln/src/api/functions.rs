@@ -584,6 +584,31 @@ pub async fn get_code_signing_config(
     Ok(Json(json!({})).into_response())
 }
 
+/// GetAccountSettings: Lambda's account limits as the node has them (its instance limit for
+/// concurrency; the code size limits kiln enforces), and what its functions use.
+pub async fn account_settings(
+    State(state): State<SharedState>,
+    _: Signed,
+) -> Result<Response, ApiError> {
+    use crate::controller::code::{MAX_UNZIPPED_BYTES, MAX_ZIP_BYTES};
+    let settings = state.controller.account_settings();
+    Ok(Json(json!({
+        "AccountLimit": {
+            // Lambda's default quota for the account's code storage (75 GB).
+            "TotalCodeSize": 80_530_636_800u64,
+            "CodeSizeUnzipped": MAX_UNZIPPED_BYTES,
+            "CodeSizeZipped": MAX_ZIP_BYTES,
+            "ConcurrentExecutions": settings.concurrent_executions,
+            "UnreservedConcurrentExecutions": settings.unreserved_concurrent_executions,
+        },
+        "AccountUsage": {
+            "TotalCodeSize": settings.total_code_size,
+            "FunctionCount": settings.function_count,
+        },
+    }))
+    .into_response())
+}
+
 pub async fn list(
     State(state): State<SharedState>,
     Query(query): Query<ListQuery>,

@@ -153,6 +153,10 @@ fn api_routes() -> Router<SharedState> {
                 .delete(aliases::delete),
         )
         .route(
+            "/2016-08-19/account-settings",
+            get(functions::account_settings),
+        )
+        .route(
             "/2020-06-30/functions/{name}/code-signing-config",
             get(functions::get_code_signing_config),
         )

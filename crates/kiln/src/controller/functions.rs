@@ -439,6 +439,29 @@ impl Controller {
         }
     }
 
+    /// GetAccountSettings: the node's limits and what its functions use of them.
+    pub fn account_settings(&self) -> AccountSettings {
+        let table = self.table();
+        let mut total_code_size = 0;
+        let mut reserved: u64 = 0;
+        for entry in table.values() {
+            total_code_size += entry.function.code_size;
+            total_code_size += entry
+                .versions
+                .values()
+                .map(|v| v.function.code_size)
+                .sum::<u64>();
+            reserved += u64::from(entry.function.reserved_concurrency.unwrap_or(0));
+        }
+        let limit = u64::from(self.config.node_max_instances);
+        AccountSettings {
+            concurrent_executions: limit,
+            unreserved_concurrent_executions: limit.saturating_sub(reserved),
+            total_code_size,
+            function_count: table.len() as u64,
+        }
+    }
+
     /// GetFunctionConcurrency.
     pub fn reserved_concurrency(&self, name: &str) -> Result<Option<u32>, ControllerError> {
         self.strict_function_ref(name)?;
@@ -468,4 +491,16 @@ impl Controller {
             Ok(())
         })
     }
+}
+
+/// What GetAccountSettings reports of the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AccountSettings {
+    /// The node's instance limit: every function's concurrency comes out of it.
+    pub concurrent_executions: u64,
+    /// What reserved concurrency leaves of it.
+    pub unreserved_concurrent_executions: u64,
+    /// The functions' packages, their published versions' included, in bytes.
+    pub total_code_size: u64,
+    pub function_count: u64,
 }

@@ -57,7 +57,7 @@ pub use entry::Lifecycle;
 use entry::{Change, Entry};
 pub use errors::ControllerError;
 pub use event_invoke::EventInvokePatch;
-pub use functions::ConfigPatch;
+pub use functions::{AccountSettings, ConfigPatch};
 pub(crate) use invoke::route_hints;
 use invoke::trace_id;
 pub use invoke::{InvocationType, InvokeOptions, Invoked};
