@@ -89,7 +89,10 @@ def test_unused_packages_and_dropped_payloads_go_live_ones_stay(cluster):
     # Events with payloads too large for etcd (through the shared store): one for a function that
     # is deleted while its Event waits for a retry, one for a live function that fails once.
     for name in ("gc-doomed", "gc-late"):
-        ok(cluster.lambda_op("create_source", endpoint=cluster.endpoint("n1"), name=name, source=LATE_FUNCTION,
+        # Packages are kept by digest: the two must differ, or the live one's is the doomed
+        # one's (zips made within one 2-second zip timestamp are byte for byte the same).
+        source = LATE_FUNCTION + f"\n# {name}\n"
+        ok(cluster.lambda_op("create_source", endpoint=cluster.endpoint("n1"), name=name, source=source,
                              host_network=True))
         for node in NODES:
             cluster.wait_for(lambda: "error" not in cluster.lambda_op("get", endpoint=cluster.endpoint(node),
