@@ -153,3 +153,45 @@ def test_a_successful_event_goes_to_its_on_success_destination(kiln, recorder):
     assert record["requestContext"]["condition"] == "Success"
     assert record["requestPayload"] == {"n": 21} and record["responsePayload"] == {"doubled": 42}
     assert "functionError" not in record["responseContext"]
+
+
+SLOW_SOURCE = """
+import time
+
+def handler(event, context):
+    time.sleep(event["sleep"])
+    return {"doubled": event["n"] * 2}
+"""
+
+
+def test_records_are_not_lost_across_kill_9(fresh_kiln):
+    """An event acknowledged, kiln killed while the function runs it, kiln started again: the
+    event runs again (at least once) and its success record reaches the destination; a record
+    queued before the kill is delivered after it."""
+    kiln = fresh_kiln()
+    bucket = unique("records")
+    s3_client(kiln).create_bucket(Bucket=bucket)
+    recorder_arn = deploy(kiln, unique("recorder"), RECORDER, Environment={"Variables": {"BUCKET": bucket}})
+    name = unique("slow")
+    deploy(kiln, name, SLOW_SOURCE)
+    kiln.client().put_function_event_invoke_config(
+        FunctionName=name, DestinationConfig={"OnSuccess": {"Destination": recorder_arn}})
+    running = invoke_event(kiln, name, {"n": 4, "sleep": 3})
+    # Killed while the event runs: nothing recorded yet.
+    time.sleep(1.5)
+    kiln.kill9()
+    kiln.start()
+    record = record_of(kiln, bucket, running, timeout=90)
+    assert record["requestContext"]["condition"] == "Success"
+    assert record["responsePayload"] == {"doubled": 8}
+    # A quick one whose record is queued when kiln is killed at once.
+    quick = invoke_event(kiln, name, {"n": 5, "sleep": 0})
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        depth = kiln.signed_request("GET", "/kiln/v1/async").json()["Depth"]
+        if depth == 0:
+            break
+        time.sleep(0.05)
+    kiln.kill9()
+    kiln.start()
+    assert record_of(kiln, bucket, quick, timeout=90)["responsePayload"] == {"doubled": 10}

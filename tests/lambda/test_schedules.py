@@ -132,3 +132,111 @@ def test_schedules_are_paged_and_outlive_a_restart(fresh_kiln):
     scheduler = kiln.client("scheduler")
     assert [s["Name"] for s in scheduler.list_schedules()["Schedules"]] == [f"s{i}" for i in range(5)]
     assert scheduler.get_schedule(Name="s3")["ScheduleExpression"] == "rate(1 day)"
+
+
+def test_the_kiln_cli_makes_lists_changes_and_deletes_schedules(kiln, tmp_path):
+    bucket, function = unique("cli-scheduled"), unique("cli-recorder")
+    s3 = s3_client(kiln)
+    s3.create_bucket(Bucket=bucket)
+    kiln.client().create_function(FunctionName=function, Runtime=PYTHON_RUNTIME, Role=ROLE, Handler="app.handler",
+                                  Code={"ZipFile": zip_files({"app.py": RECORDER})}, Timeout=30,
+                                  Environment={"Variables": {"BUCKET": bucket}})
+    kiln.client().get_waiter("function_active_v2").wait(FunctionName=function, WaiterConfig={"Delay": 1})
+    name = unique("cli")
+    created = json.loads(kiln.cli("--json", "schedule", "create", name, "--expression", "rate(1 hour)",
+                                  "--function", function, "--input", '{"marker": "never"}',
+                                  "--description", "from the CLI").stdout)
+    assert created["done"] == "created" and created["scheduleArn"].endswith(f"schedule/default/{name}")
+    got = kiln.client("scheduler").get_schedule(Name=name)
+    assert got["ScheduleExpression"] == "rate(1 hour)" and got["State"] == "ENABLED"
+    assert got["Target"]["Arn"] == function_arn(kiln, function)
+    assert json.loads(got["Target"]["Input"]) == {"marker": "never"} and got["Description"] == "from the CLI"
+    assert name in kiln.cli("schedule", "ls").stdout
+    assert any(s["Name"] == name for s in json.loads(kiln.cli("--json", "schedule", "ls").stdout))
+    shown = kiln.cli("schedule", "get", name).stdout
+    assert "rate(1 hour)" in shown and "ENABLED" in shown
+
+    # Updated to fire once, in a few seconds, with an input from a file: it fires and goes.
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps({"marker": "from-cli", "n": 3}))
+    at = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=3)).strftime("%Y-%m-%dT%H:%M:%S")
+    kiln.cli("schedule", "update", name, "--expression", f"at({at})", "--function", function,
+             "--input", f"@{event}", "--delete-after-completion")
+    deadline = time.time() + 60
+    while time.time() < deadline and not s3.list_objects_v2(Bucket=bucket).get("Contents"):
+        time.sleep(0.5)
+    assert json.loads(s3.get_object(Bucket=bucket, Key="from-cli")["Body"].read()) == {"marker": "from-cli", "n": 3}
+    gone = kiln.cli("schedule", "get", name, check=False)
+    assert gone.returncode != 0 and "ResourceNotFound" in gone.stderr + gone.stdout
+
+    # Refusals carry the API's message; a disabled schedule is kept; rm deletes it.
+    bad = kiln.cli("schedule", "create", unique("bad"), "--expression", "every hour", "--function", function,
+                   check=False)
+    assert bad.returncode != 0 and "every hour" in bad.stderr
+    not_json = kiln.cli("schedule", "create", unique("bad"), "--expression", "rate(1 hour)", "--function", function,
+                        "--input", "{nope", check=False)
+    assert not_json.returncode != 0 and "not JSON" in not_json.stderr
+    off = unique("off")
+    kiln.cli("schedule", "create", off, "--expression", "rate(5 minutes)", "--function", function, "--disabled")
+    assert kiln.client("scheduler").get_schedule(Name=off)["State"] == "DISABLED"
+    assert kiln.cli("schedule", "rm", off).stdout.strip() == f"{off}: deleted"
+    assert off not in kiln.cli("schedule", "ls").stdout
+
+
+# Keeps each event under its marker and the invocation's request id: a second delivery of one
+# firing, or a second firing, is a second object.
+COUNTER = """
+import json, os
+import boto3
+
+def handler(event, context):
+    key = event["marker"] + "/" + context.aws_request_id
+    boto3.client("s3").put_object(Bucket=os.environ["BUCKET"], Key=key, Body=json.dumps(event))
+"""
+
+
+def test_a_firing_is_neither_lost_nor_doubled_across_kill_9(fresh_kiln):
+    kiln = fresh_kiln()
+    bucket, function = unique("kill9-scheduled"), unique("counter")
+    s3 = s3_client(kiln)
+    s3.create_bucket(Bucket=bucket)
+    kiln.client().create_function(FunctionName=function, Runtime=PYTHON_RUNTIME, Role=ROLE, Handler="app.handler",
+                                  Code={"ZipFile": zip_files({"app.py": COUNTER})}, Timeout=30,
+                                  Environment={"Variables": {"BUCKET": bucket}})
+    kiln.client().get_waiter("function_active_v2").wait(FunctionName=function, WaiterConfig={"Delay": 1})
+
+    def fired(marker):
+        return [o["Key"] for o in s3_client(kiln).list_objects_v2(Bucket=bucket, Prefix=marker + "/").get("Contents", [])]
+
+    def at(seconds):
+        when = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=seconds)
+        return when, f"at({when.strftime('%Y-%m-%dT%H:%M:%S')})"
+
+    def create(name, expression):
+        kiln.client("scheduler").create_schedule(
+            Name=name, ScheduleExpression=expression, FlexibleTimeWindow={"Mode": "OFF"},
+            Target={"Arn": function_arn(kiln, function), "RoleArn": ROLE, "Input": json.dumps({"marker": name})})
+
+    # One fires while kiln runs; then kiln is killed before another's time and started after it.
+    create("fired", at(2)[1])
+    deadline = time.time() + 60
+    while time.time() < deadline and not fired("fired"):
+        time.sleep(0.5)
+    assert len(fired("fired")) == 1
+    when, expression = at(4)
+    create("missed", expression)
+    kiln.kill9()
+    time.sleep(max(0.0, (when - datetime.datetime.now(datetime.timezone.utc)).total_seconds()) + 1.5)
+    kiln.start()
+    # The missed time fires once at the start; the one that fired before the kill does not again.
+    deadline = time.time() + 60
+    while time.time() < deadline and not fired("missed"):
+        time.sleep(0.5)
+    time.sleep(3)
+    assert len(fired("missed")) == 1, fired("missed")
+    assert len(fired("fired")) == 1, fired("fired")
+    # Killed again after both fired: neither fires again.
+    kiln.kill9()
+    kiln.start()
+    time.sleep(3)
+    assert (len(fired("missed")), len(fired("fired"))) == (1, 1)

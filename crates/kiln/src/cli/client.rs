@@ -82,8 +82,26 @@ impl Client {
         })
     }
 
+    /// The region requests are signed for.
+    pub fn region(&self) -> &str {
+        &self.region
+    }
+
     fn request(
         &self,
+        method: &str,
+        path: &str,
+        body: &[u8],
+        extra: &[(&str, &str)],
+    ) -> anyhow::Result<ureq::Request> {
+        self.request_for("lambda", method, path, body, extra)
+    }
+
+    /// A request signed for `service` (`lambda` for kiln's own API, `scheduler` for
+    /// EventBridge Scheduler's).
+    fn request_for(
+        &self,
+        service: &str,
         method: &str,
         path: &str,
         body: &[u8],
@@ -111,7 +129,7 @@ impl Client {
             body,
             &self.credentials,
             &self.region,
-            "lambda",
+            service,
             chrono::Utc::now(),
         );
         let mut request = self.agent.request(method, &url);
@@ -131,7 +149,19 @@ impl Client {
         body: &[u8],
         extra: &[(&str, &str)],
     ) -> anyhow::Result<Reply> {
-        let request = self.request(method, path, body, extra)?;
+        self.call_for("lambda", method, path, body, extra)
+    }
+
+    /// [`Client::call`] signed for another service's API that kiln serves (`scheduler`).
+    pub fn call_for(
+        &self,
+        service: &str,
+        method: &str,
+        path: &str,
+        body: &[u8],
+        extra: &[(&str, &str)],
+    ) -> anyhow::Result<Reply> {
+        let request = self.request_for(service, method, path, body, extra)?;
         match request.send_bytes(body) {
             Ok(response) => {
                 let status = response.status();

@@ -8,6 +8,7 @@ mod deploy;
 mod events;
 mod layers;
 pub mod s3;
+mod schedules;
 mod table;
 
 use std::io::Read;
@@ -94,6 +95,9 @@ pub enum Command {
     Async(events::AsyncArgs),
     /// Lambda layers: `publish NAME --zip FILE`, `ls [NAME]`, `rm NAME VERSION`.
     Layer(layers::LayerArgs),
+    /// Schedules that invoke a function (EventBridge Scheduler's API): `create NAME
+    /// --expression EXPR --function FN`, `update NAME …`, `ls`, `get NAME`, `rm NAME`.
+    Schedule(schedules::ScheduleArgs),
 }
 
 #[derive(Args, Debug)]
@@ -164,6 +168,7 @@ pub fn run(connection: Connection, command: Command) -> anyhow::Result<i32> {
         Command::App(args) => app::run(&client, *args, json_output),
         Command::Cluster(args) => cluster::run(&client, args, json_output),
         Command::Async(args) => events::run(&client, args, json_output),
+        Command::Schedule(args) => schedules::run(&client, args, json_output),
         Command::Layer(args) => layers::run(&client, args, json_output),
         Command::S3(_) | Command::Breakout(_) => unreachable!("handled above"),
     }

@@ -198,6 +198,32 @@ impl Controller {
         }
     }
 
+    /// Queues a schedule's firing for time `at` as an Event invocation of `name` (a function,
+    /// a qualified one, or a sequence), recorded with the event in one transaction (see
+    /// `schedules`): a crash leaves the firing either queued and recorded or neither.
+    pub fn enqueue_firing(
+        &self,
+        name: &str,
+        payload: Bytes,
+        schedule: &str,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Invoked, ControllerError> {
+        let payload = checked_payload(payload, MAX_ASYNC_PAYLOAD, "Event")?;
+        let target = match self.sequence(name) {
+            Some(sequence) if !self.table().contains_key(name) => sequence.name.clone(),
+            _ => {
+                let (entry, _) = self.invocation_target(name)?;
+                match self.function_ref(name)?.qualifier {
+                    Some(q) if q != crate::function::versions::LATEST => {
+                        format!("{}:{q}", entry.function.name)
+                    }
+                    _ => entry.function.name.clone(),
+                }
+            }
+        };
+        self.queue(&target, &payload, Some((schedule, at)))
+    }
+
     /// Queues an Event invocation of `target` (a function or a sequence) durably: it is
     /// acknowledged once it is in SQLite, and delivered by the queue.
     pub(super) fn enqueue_event(
@@ -205,9 +231,23 @@ impl Controller {
         target: &str,
         payload: &[u8],
     ) -> Result<Invoked, ControllerError> {
+        self.queue(target, payload, None)
+    }
+
+    fn queue(
+        &self,
+        target: &str,
+        payload: &[u8],
+        firing: Option<(&str, chrono::DateTime<chrono::Utc>)>,
+    ) -> Result<Invoked, ControllerError> {
         let request_id = function::new_request_id().to_string();
         let registry = &self.events;
-        tokio::task::block_in_place(|| registry.enqueue(&request_id, target, payload))?;
+        tokio::task::block_in_place(|| match firing {
+            Some((schedule, at)) => {
+                registry.enqueue_firing(&request_id, target, payload, schedule, &at)
+            }
+            None => registry.enqueue(&request_id, target, payload),
+        })?;
         self.metrics
             .async_events
             .get_or_create(&crate::metrics::OutcomeLabels {

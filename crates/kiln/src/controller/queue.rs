@@ -315,6 +315,17 @@ pub(super) fn unqualified(target: &str) -> &str {
     target.split_once(':').map_or(target, |(name, _)| name)
 }
 
+impl Controller {
+    /// The time each schedule last fired for (the schedules' catch-up at the start).
+    pub fn schedule_firings(
+        &self,
+    ) -> Result<std::collections::HashMap<String, chrono::DateTime<chrono::Utc>>, ControllerError>
+    {
+        let events = &self.events;
+        Ok(tokio::task::block_in_place(|| events.schedule_firings())?)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

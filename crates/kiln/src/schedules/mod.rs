@@ -6,7 +6,7 @@
 
 pub mod expr;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,7 +16,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::controller::{Controller, InvocationType, InvokeOptions};
+use crate::controller::Controller;
 use crate::sync::LockExt;
 use expr::Expression;
 
@@ -199,7 +199,8 @@ impl Schedules {
                     continue;
                 }
             };
-            // Missed while kiln was down: the next one after now (Scheduler does not catch up).
+            // The next time after now; a time missed while kiln was down is caught up once
+            // when the firing task starts (`catch_up`).
             let next = next_fire(&schedule, &expression, now);
             entries.insert(
                 schedule.name.clone(),
@@ -425,17 +426,17 @@ impl Schedules {
         Ok((page, token))
     }
 
-    /// Takes the schedules due at `now`: each one's function and input, with its next time set
-    /// (and a one-time schedule that asked to be deleted afterwards deleted).
-    fn due(&self, now: DateTime<Utc>) -> Vec<(String, String, Bytes)> {
+    /// Takes the schedules due at `now`: each one's firing, with its next time set after `now`
+    /// (a schedule that missed several times fires once). A one-time schedule that asked to be
+    /// deleted afterwards goes once its firing is queued ([`Schedules::completed`]).
+    fn due(&self, now: DateTime<Utc>) -> Vec<Firing> {
         let mut entries = self.entries.locked();
         let mut fired = Vec::new();
-        let mut delete = Vec::new();
         for (name, entry) in entries.iter_mut() {
             let Some(at) = entry.next.filter(|at| *at <= now) else {
                 continue;
             };
-            entry.next = next_fire(&entry.schedule, &entry.expression, at);
+            entry.next = next_fire(&entry.schedule, &entry.expression, at.max(now));
             if entry.schedule.state != State::Enabled {
                 continue;
             }
@@ -448,29 +449,74 @@ impl Schedules {
                 .input
                 .clone()
                 .unwrap_or_else(|| "{}".into());
-            fired.push((name.clone(), function, Bytes::from(input)));
-            if entry.expression.is_once()
-                && entry.schedule.action_after_completion == AfterCompletion::Delete
-            {
-                delete.push(name.clone());
+            fired.push(Firing {
+                schedule: name.clone(),
+                function,
+                input: Bytes::from(input),
+                at,
+                delete_after: deletes_itself(entry),
+            });
+        }
+        fired
+    }
+
+    /// A firing is queued: a one-time schedule that asked to be deleted afterwards goes.
+    fn completed(&self, firing: &Firing) {
+        if !firing.delete_after {
+            return;
+        }
+        let mut entries = self.entries.locked();
+        if entries.remove(&firing.schedule).is_some() {
+            if let Err(e) = self.save(&entries) {
+                tracing::warn!("schedules: {e}");
             }
         }
-        if !delete.is_empty() {
-            for name in &delete {
+    }
+
+    /// At the start, from the time each schedule last fired for (`fired`, kept with the async
+    /// queue): a schedule whose time came while kiln was down fires once now, for the first
+    /// time it missed; a one-time schedule that fired and was to be deleted, but was not yet
+    /// when kiln stopped, goes.
+    fn catch_up(&self, fired: &HashMap<String, DateTime<Utc>>) {
+        let mut entries = self.entries.locked();
+        let mut done = Vec::new();
+        for (name, entry) in entries.iter_mut() {
+            let modified = from_seconds(entry.schedule.last_modification_date);
+            let last = fired.get(name).copied().filter(|at| *at >= modified);
+            if last.is_some() && deletes_itself(entry) {
+                done.push(name.clone());
+                continue;
+            }
+            // The first time after the last it fired for: a missed one if it is before
+            // `now`, else the next one (nothing lies between).
+            let since = last.unwrap_or(modified);
+            entry.next = next_fire(&entry.schedule, &entry.expression, since);
+        }
+        if !done.is_empty() {
+            for name in &done {
                 entries.remove(name);
             }
             if let Err(e) = self.save(&entries) {
                 tracing::warn!("schedules: {e}");
             }
         }
-        fired
     }
 
     /// Fires due schedules until the process ends: each as an asynchronous invocation of its
-    /// function, so the async queue's retries and destinations apply.
+    /// function, so the async queue's retries and destinations apply. The event and the
+    /// record that the schedule fired for its time are written in one transaction, so a
+    /// crash neither loses a firing (it is caught up at the start) nor queues one twice.
     pub fn run(self: &Arc<Self>, controller: Arc<Controller>) {
         let schedules = Arc::downgrade(self);
         tokio::spawn(async move {
+            match controller.schedule_firings() {
+                Ok(fired) => {
+                    if let Some(schedules) = schedules.upgrade() {
+                        schedules.catch_up(&fired);
+                    }
+                }
+                Err(e) => tracing::warn!("schedules: no catch-up, the firings are unreadable: {e}"),
+            }
             let mut tick = tokio::time::interval(TICK);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
@@ -478,26 +524,18 @@ impl Schedules {
                 let Some(schedules) = schedules.upgrade() else {
                     return;
                 };
-                for (schedule, function, input) in schedules.due(Utc::now()) {
-                    let invoked = controller
-                        .invoke_with(
-                            &function,
-                            input,
-                            InvocationType::Event,
-                            None,
-                            crate::session::HintSource {
-                                headers: None,
-                                query: None,
-                                json: None,
-                            },
-                            InvokeOptions {
-                                shadow: false,
-                                ledger: None,
-                            },
-                        )
-                        .await;
-                    match invoked {
-                        Ok(_) => tracing::info!(%schedule, %function, "schedule fired"),
+                for firing in schedules.due(Utc::now()) {
+                    let (schedule, function) = (&firing.schedule, &firing.function);
+                    match controller.enqueue_firing(
+                        function,
+                        firing.input.clone(),
+                        schedule,
+                        firing.at,
+                    ) {
+                        Ok(_) => {
+                            tracing::info!(%schedule, %function, "schedule fired");
+                            schedules.completed(&firing);
+                        }
                         Err(e) => {
                             tracing::warn!(%schedule, %function, "schedule fired, the invocation was refused: {e}")
                         }
@@ -506,6 +544,22 @@ impl Schedules {
             }
         });
     }
+}
+
+/// A schedule's firing for one of its times.
+#[derive(Debug, Clone, PartialEq)]
+struct Firing {
+    schedule: String,
+    function: String,
+    input: Bytes,
+    /// The time it fires for.
+    at: DateTime<Utc>,
+    /// A one-time schedule to delete once the firing is queued.
+    delete_after: bool,
+}
+
+fn deletes_itself(entry: &Entry) -> bool {
+    entry.expression.is_once() && entry.schedule.action_after_completion == AfterCompletion::Delete
 }
 
 fn check_group(group: Option<&str>) -> Result<(), ScheduleError> {
@@ -664,9 +718,14 @@ mod tests {
         let later = Utc::now() + chrono::Duration::seconds(5);
         let fired = s.due(later);
         assert_eq!(fired.len(), 2);
-        assert_eq!(fired[0].1, "f");
-        assert_eq!(fired[0].2, Bytes::from_static(b"{\"n\": 1}"));
+        assert_eq!(fired[0].function, "f");
+        assert_eq!(fired[0].input, Bytes::from_static(b"{\"n\": 1}"));
         assert!(s.due(later + chrono::Duration::hours(1)).is_empty());
+        // Deleted once its firing is queued, not before.
+        assert!(s.get("once", None).is_ok());
+        for firing in &fired {
+            s.completed(firing);
+        }
         assert!(s.get("once", None).is_err() && s.get("kept", None).is_ok());
         std::fs::remove_dir_all(dir).unwrap();
     }
@@ -682,5 +741,95 @@ mod tests {
         s.create("ended", ended).unwrap();
         assert!(s.due(Utc::now() + chrono::Duration::minutes(2)).is_empty());
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A restart: the schedules as kept in `dir`, opened again now.
+    fn reopened(dir: &std::path::Path) -> Schedules {
+        Schedules::open(dir, "us-east-1", "000000000000").unwrap()
+    }
+
+    #[test]
+    fn a_time_missed_while_down_fires_once_and_a_fired_one_never_again() {
+        let (s, dir) = schedules();
+        let at = Utc::now() + chrono::Duration::seconds(1);
+        let expression = format!("at({})", at.format("%Y-%m-%dT%H:%M:%S"));
+        s.create("missed", input(&expression)).unwrap();
+        s.create("fired", input(&expression)).unwrap();
+        let mut once = input(&expression);
+        once.action_after_completion = Some(AfterCompletion::Delete);
+        s.create("fired-and-deleting", once).unwrap();
+        drop(s);
+        // Down across the time.
+        std::thread::sleep(Duration::from_millis(1500));
+        let s = reopened(&dir);
+        let now = Utc::now();
+        assert!(
+            s.due(now).is_empty(),
+            "past times are not due by themselves"
+        );
+        // `fired` fired for its time before the stop (its record says so), and so did the
+        // one-time schedule that was to delete itself but had not yet.
+        let time = s.due(now + chrono::Duration::days(1));
+        assert!(time.is_empty());
+        let s = reopened(&dir);
+        let when = |name: &str| {
+            let schedule = s.get(name, None).unwrap();
+            let expression = Expression::parse(&schedule.schedule_expression, None).unwrap();
+            next_fire(&schedule, &expression, from_seconds(schedule.creation_date)).unwrap()
+        };
+        let fired = HashMap::from([
+            ("fired".to_string(), when("fired")),
+            ("fired-and-deleting".to_string(), when("fired-and-deleting")),
+        ]);
+        s.catch_up(&fired);
+        assert!(
+            s.get("fired-and-deleting", None).is_err(),
+            "deleted at the catch-up"
+        );
+        let caught = s.due(now);
+        assert_eq!(
+            caught
+                .iter()
+                .map(|f| f.schedule.as_str())
+                .collect::<Vec<_>>(),
+            ["missed"]
+        );
+        assert_eq!(caught[0].at, when("missed"));
+        assert!(s.due(now + chrono::Duration::days(1)).is_empty(), "once");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_recurring_schedule_catches_up_once_not_once_a_missed_time() {
+        let (s, dir) = schedules();
+        s.create("every", input("rate(1 minute)")).unwrap();
+        let created = from_seconds(s.get("every", None).unwrap().creation_date);
+        // Ten minutes later, never having fired: one firing, for the first time missed.
+        let later = created + chrono::Duration::minutes(10);
+        s.catch_up(&HashMap::new());
+        let caught = s.due(later);
+        assert_eq!(caught.len(), 1);
+        assert!(
+            caught[0].at <= created + chrono::Duration::minutes(1) + chrono::Duration::seconds(1)
+        );
+        assert!(s.due(later).is_empty());
+        // Its next time is after `later`, not the missed ones between.
+        let next = s.due(later + chrono::Duration::seconds(61));
+        assert_eq!(next.len(), 1);
+        assert!(next[0].at > later);
+        // Fired for a time just before now: nothing to catch up.
+        let (t, dir2) = schedules();
+        t.create("every", input("rate(1 minute)")).unwrap();
+        let created = from_seconds(t.get("every", None).unwrap().creation_date);
+        let fired_for = created + chrono::Duration::minutes(9);
+        let now = fired_for + chrono::Duration::seconds(30);
+        let t = {
+            drop(t);
+            reopened(&dir2)
+        };
+        t.catch_up(&HashMap::from([("every".to_string(), fired_for)]));
+        assert!(t.due(now).is_empty());
+        std::fs::remove_dir_all(dir).unwrap();
+        std::fs::remove_dir_all(dir2).unwrap();
     }
 }

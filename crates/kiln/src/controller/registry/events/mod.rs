@@ -18,6 +18,29 @@ pub trait EventQueue: Send + Sync {
         function: &str,
         payload: &[u8],
     ) -> Result<i64, RegistryError>;
+
+    /// Queues a schedule's firing (`schedule` firing for time `at`) together with the record
+    /// that it fired, atomically. Only the node's own queue keeps schedules.
+    fn enqueue_firing(
+        &self,
+        _request_id: &str,
+        _function: &str,
+        _payload: &[u8],
+        _schedule: &str,
+        _at: &chrono::DateTime<chrono::Utc>,
+    ) -> Result<i64, RegistryError> {
+        Err(RegistryError::Unsupported(
+            "schedules are not available in cluster mode yet",
+        ))
+    }
+
+    /// The time each schedule last fired for.
+    fn schedule_firings(
+        &self,
+    ) -> Result<std::collections::HashMap<String, chrono::DateTime<chrono::Utc>>, RegistryError>
+    {
+        Ok(Default::default())
+    }
     /// Events due now that this node is to deliver, as [`Database::due_events_capped`].
     fn due_events_capped(
         &self,
@@ -79,6 +102,24 @@ impl EventQueue for Database {
 
     fn delete_failure(&self, request_id: &str) -> Result<bool, RegistryError> {
         Database::delete_failure(self, request_id)
+    }
+
+    fn enqueue_firing(
+        &self,
+        request_id: &str,
+        function: &str,
+        payload: &[u8],
+        schedule: &str,
+        at: &chrono::DateTime<chrono::Utc>,
+    ) -> Result<i64, RegistryError> {
+        Database::enqueue_firing(self, request_id, function, payload, schedule, at)
+    }
+
+    fn schedule_firings(
+        &self,
+    ) -> Result<std::collections::HashMap<String, chrono::DateTime<chrono::Utc>>, RegistryError>
+    {
+        Database::schedule_firings(self)
     }
 
     fn enqueue(

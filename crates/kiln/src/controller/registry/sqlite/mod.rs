@@ -61,6 +61,10 @@ CREATE TABLE IF NOT EXISTS async_failures (
     error TEXT NOT NULL,
     failed_at TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS schedule_firings (
+    name TEXT PRIMARY KEY,
+    fired_at TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS test_events (
     function TEXT NOT NULL,
     name TEXT NOT NULL,

@@ -85,6 +85,52 @@ impl Database {
         Ok(db.last_insert_rowid())
     }
 
+    /// Queues a schedule's firing and records it, in one transaction: after a crash either
+    /// both happened or neither, so the firing is neither lost nor queued twice.
+    pub fn enqueue_firing(
+        &self,
+        request_id: &str,
+        function: &str,
+        payload: &[u8],
+        schedule: &str,
+        at: &chrono::DateTime<Utc>,
+    ) -> Result<i64, RegistryError> {
+        let mut db = self.db();
+        let tx = db.transaction()?;
+        tx.execute(
+            "INSERT INTO async_queue (request_id, function, payload, attempts, not_before, enqueued_at)
+             VALUES (?1, ?2, ?3, 0, ?4, ?4)",
+            params![request_id, function, payload, Utc::now().to_rfc3339()],
+        )?;
+        let id = tx.last_insert_rowid();
+        tx.execute(
+            "INSERT INTO schedule_firings (name, fired_at) VALUES (?1, ?2)
+             ON CONFLICT (name) DO UPDATE SET fired_at = excluded.fired_at",
+            params![schedule, at.to_rfc3339()],
+        )?;
+        tx.commit()?;
+        Ok(id)
+    }
+
+    /// The time each schedule last fired for, as [`Database::enqueue_firing`] recorded it.
+    pub fn schedule_firings(
+        &self,
+    ) -> Result<std::collections::HashMap<String, chrono::DateTime<Utc>>, RegistryError> {
+        let db = self.db();
+        let mut stmt = db.prepare("SELECT name, fired_at FROM schedule_firings")?;
+        let rows = stmt.query_map([], |row| {
+            Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+        })?;
+        let mut firings = std::collections::HashMap::new();
+        for row in rows {
+            let (name, at) = row?;
+            let at = chrono::DateTime::parse_from_rfc3339(&at)
+                .map_err(|e| RegistryError::Corrupt(format!("schedule {name}'s firing: {e}")))?;
+            firings.insert(name, at.with_timezone(&Utc));
+        }
+        Ok(firings)
+    }
+
     /// Events due now, oldest first, skipping those in `exclude` (already being delivered).
     pub fn due_events(
         &self,
@@ -280,6 +326,45 @@ pub struct PendingEvent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_firing_is_queued_with_its_record_or_not_at_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kiln.db");
+        let reg = Database::open(&path).unwrap();
+        let at = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        reg.enqueue_firing("r1", "f", b"{}", "nightly", &at)
+            .unwrap();
+        let later = at + chrono::TimeDelta::days(1);
+        reg.enqueue_firing("r2", "f", b"{}", "nightly", &later)
+            .unwrap();
+        drop(reg);
+        let reg = Database::open(&path).unwrap();
+        assert_eq!(reg.schedule_firings().unwrap()["nightly"], later);
+        assert_eq!(reg.due_events(10, &[]).unwrap().len(), 2);
+        // A firing whose event cannot be written records nothing, and one whose record cannot
+        // be written queues nothing.
+        reg.db()
+            .execute_batch("CREATE TRIGGER refuse BEFORE INSERT ON async_queue BEGIN SELECT RAISE(ABORT, 'full'); END;")
+            .unwrap();
+        let after = later + chrono::TimeDelta::days(1);
+        assert!(reg
+            .enqueue_firing("r3", "f", b"{}", "nightly", &after)
+            .is_err());
+        assert_eq!(reg.schedule_firings().unwrap()["nightly"], later);
+        reg.db()
+            .execute_batch(
+                "DROP TRIGGER refuse;
+                 CREATE TRIGGER refuse BEFORE UPDATE ON schedule_firings
+                 BEGIN SELECT RAISE(ABORT, 'full'); END;",
+            )
+            .unwrap();
+        assert!(reg
+            .enqueue_firing("r3", "f", b"{}", "nightly", &after)
+            .is_err());
+        assert_eq!(reg.due_events(10, &[]).unwrap().len(), 2);
+        assert_eq!(reg.schedule_firings().unwrap()["nightly"], later);
+    }
 
     #[test]
     fn a_backlog_does_not_hide_other_functions() {
