@@ -41,18 +41,24 @@ def schedule_input(kiln, function, expression, **extra):
                 **extra)
 
 
+def deploy_recorder(kiln, bucket_prefix, function_prefix, code):
+    """A new bucket, and a function running `code` that writes to it: their names."""
+    bucket, function = unique(bucket_prefix), unique(function_prefix)
+    s3_client(kiln).create_bucket(Bucket=bucket)
+    kiln.client().create_function(FunctionName=function, Runtime=PYTHON_RUNTIME, Role=ROLE, Handler="app.handler",
+                                  Code={"ZipFile": zip_files({"app.py": code})}, Timeout=30,
+                                  Environment={"Variables": {"BUCKET": bucket}})
+    kiln.client().get_waiter("function_active_v2").wait(FunctionName=function, WaiterConfig={"Delay": 1})
+    return bucket, function
+
+
 def code_of(error):
     return error.value.response["Error"]["Code"]
 
 
 def test_a_one_time_schedule_invokes_its_function_with_its_input_and_deletes_itself(kiln):
-    bucket, function = unique("scheduled"), unique("recorder")
+    bucket, function = deploy_recorder(kiln, "scheduled", "recorder", RECORDER)
     s3 = s3_client(kiln)
-    s3.create_bucket(Bucket=bucket)
-    kiln.client().create_function(FunctionName=function, Runtime=PYTHON_RUNTIME, Role=ROLE, Handler="app.handler",
-                                  Code={"ZipFile": zip_files({"app.py": RECORDER})}, Timeout=30,
-                                  Environment={"Variables": {"BUCKET": bucket}})
-    kiln.client().get_waiter("function_active_v2").wait(FunctionName=function, WaiterConfig={"Delay": 1})
     scheduler = kiln.client("scheduler")
     at = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=3)).strftime("%Y-%m-%dT%H:%M:%S")
     name = unique("once")
@@ -135,13 +141,8 @@ def test_schedules_are_paged_and_outlive_a_restart(fresh_kiln):
 
 
 def test_the_kiln_cli_makes_lists_changes_and_deletes_schedules(kiln, tmp_path):
-    bucket, function = unique("cli-scheduled"), unique("cli-recorder")
+    bucket, function = deploy_recorder(kiln, "cli-scheduled", "cli-recorder", RECORDER)
     s3 = s3_client(kiln)
-    s3.create_bucket(Bucket=bucket)
-    kiln.client().create_function(FunctionName=function, Runtime=PYTHON_RUNTIME, Role=ROLE, Handler="app.handler",
-                                  Code={"ZipFile": zip_files({"app.py": RECORDER})}, Timeout=30,
-                                  Environment={"Variables": {"BUCKET": bucket}})
-    kiln.client().get_waiter("function_active_v2").wait(FunctionName=function, WaiterConfig={"Delay": 1})
     name = unique("cli")
     created = json.loads(kiln.cli("--json", "schedule", "create", name, "--expression", "rate(1 hour)",
                                   "--function", function, "--input", '{"marker": "never"}',
@@ -197,15 +198,10 @@ def handler(event, context):
 
 def test_a_firing_is_neither_lost_nor_doubled_across_kill_9(fresh_kiln):
     kiln = fresh_kiln()
-    bucket, function = unique("kill9-scheduled"), unique("counter")
-    s3 = s3_client(kiln)
-    s3.create_bucket(Bucket=bucket)
-    kiln.client().create_function(FunctionName=function, Runtime=PYTHON_RUNTIME, Role=ROLE, Handler="app.handler",
-                                  Code={"ZipFile": zip_files({"app.py": COUNTER})}, Timeout=30,
-                                  Environment={"Variables": {"BUCKET": bucket}})
-    kiln.client().get_waiter("function_active_v2").wait(FunctionName=function, WaiterConfig={"Delay": 1})
+    bucket, function = deploy_recorder(kiln, "kill9-scheduled", "counter", COUNTER)
 
     def fired(marker):
+        # A new client each time: the endpoint is the kiln started last.
         return [o["Key"] for o in s3_client(kiln).list_objects_v2(Bucket=bucket, Prefix=marker + "/").get("Contents", [])]
 
     def at(seconds):
