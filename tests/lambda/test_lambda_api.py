@@ -858,8 +858,9 @@ def test_function_url_config_bad_auth_type(kiln):
 
 def test_function_url_config_qualifier_is_an_alias_or_nothing(kiln):
     """A function URL belongs to the function or to an alias. AWS's pattern for the qualifier
-    refuses `$LATEST` and version numbers (ValidationException); kiln has no aliases, so any
-    other qualifier names nothing (404), and no URL appears on the plain function meanwhile."""
+    refuses `$LATEST` and version numbers (ValidationException); a qualifier naming no alias
+    of the function names nothing (404), and no URL appears on the plain function meanwhile
+    (alias URLs: test_urls_qualified.py)."""
     name = unique("urlqual")
     create(kiln, name)
     lam = kiln.client()
