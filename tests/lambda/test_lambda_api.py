@@ -1621,3 +1621,46 @@ def test_node_callback_handlers(kiln):
     assert payload["errorMessage"] == "cb failed"
 
 
+
+
+# Counts its invocations in the process and writes one object per invocation.
+WRITES_EACH_TIME = """
+import os
+import boto3
+
+count = 0
+
+def handler(event, context):
+    global count
+    count += 1
+    boto3.client("s3").put_object(Bucket=os.environ["BUCKET"], Key=context.aws_request_id, Body=str(count))
+    return {"count": count}
+"""
+
+
+def test_warm_up_invocations_leave_no_object_behind(kiln):
+    """A deploy runs the handler in warm-up invocations before anyone invokes it (the hot
+    path's first request is fast because of them). They run contained: the objects they write
+    are acknowledged and dropped, so after the deploy the bucket is empty and each real
+    invocation leaves exactly its own object."""
+    from s3_harness import s3_client
+    bucket, name = unique("warmup-writes"), unique("warmup-writer")
+    s3 = s3_client(kiln)
+    s3.create_bucket(Bucket=bucket)
+    lam = kiln.client()
+    lam.create_function(FunctionName=name, Runtime=PYTHON_RUNTIME, Role=ROLE, Handler="app.handler",
+                        Code={"ZipFile": zip_files({"app.py": WRITES_EACH_TIME})}, Timeout=30,
+                        Environment={"Variables": {"BUCKET": bucket}})
+    lam.get_waiter("function_active_v2").wait(FunctionName=name, WaiterConfig={"Delay": 1})
+    assert lam.get_function(FunctionName=name)["Configuration"]["State"] == "Active"
+    assert s3.list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0, "the warm-ups' writes were dropped"
+    answers = []
+    for _ in range(2):
+        response = lam.invoke(FunctionName=name, Payload=b"{}")
+        assert "FunctionError" not in response
+        answers.append((json.loads(response["Payload"].read())["count"],
+                        response["ResponseMetadata"]["HTTPHeaders"]["x-amzn-requestid"]))
+    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", []))
+    assert keys == sorted(request_id for _, request_id in answers), keys
+    # The process the warm-ups ran in is the one that answers (its state survives): counts go on.
+    assert answers[0][0] >= 1 and answers[1][0] == answers[0][0] + 1

@@ -98,16 +98,27 @@ impl Instance {
             code_slot: None,
         });
         let mut deadline = Instant::now() + INIT_TIMEOUT;
+        // The warm-up runs as a shadow: its requests to kiln's services (the object store,
+        // sessions) find its tags in the invocation slot, as an invocation's do, and its
+        // writes are acknowledged and dropped.
+        let mut warming = None;
         if warm_up {
             let timeout = Duration::from_secs(u64::from(spec.timeout_s));
             let deadline_ms = (chrono::Utc::now() + timeout).timestamp_millis() as u64;
             let request = warmup_request(spec);
             let header = invoke_header(spec, &request, deadline_ms, None);
+            instance
+                .invocation_slot
+                .enter(request.tags.clone(), instance.pid());
+            warming = Some(request.tags);
             let sent = match &mut instance.transport {
                 Transport::Shim(conn) => conn.send(&header, &request.payload).await.is_ok(),
                 _ => false,
             };
             if !sent {
+                if let Some(tags) = &warming {
+                    instance.invocation_slot.leave(tags, instance.pid());
+                }
                 instance.destroy().await;
                 return Err(PlatformError::Gone(
                     "the fork did not take its warm-up invocation",
@@ -116,7 +127,11 @@ impl Instance {
             deadline += timeout;
         }
         let mut output = Vec::new();
-        match instance.step(deadline, &mut output, None).await {
+        let stepped = instance.step(deadline, &mut output, None).await;
+        if let Some(tags) = &warming {
+            instance.invocation_slot.leave(tags, instance.pid());
+        }
+        match stepped {
             Step::Message(Message::Ready) if instance.exit_status.is_none() => {
                 instance.init_duration = begin.elapsed();
                 instance.init_output = Some(String::from_utf8_lossy(&output).into_owned());
